@@ -1,0 +1,458 @@
+"""Suite specs and item loading.
+
+A suite is a spec (YAML or TOML) plus items (JSONL or CSV); see docs/SUITES.md.
+Every malformed input raises `SuiteError` naming the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import re
+import string
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llmscope.engine.types import Item, Work
+
+BUILTIN_DIR = Path(__file__).resolve().parent / "suites"
+TASK_TYPES = ("yesno", "choice", "minpairs", "rating", "constrained", "generation")
+SHARED_DIR_CANDIDATES = ("../shared", "../../shared")
+
+
+class SuiteError(Exception):
+    """Malformed suite spec or items; names file, line and field."""
+
+    def __init__(
+        self, message: str, path: str | Path | None = None, line: int | None = None, field: str | None = None
+    ) -> None:
+        self.message = message
+        self.path = str(path) if path is not None else None
+        self.line = line
+        self.field = field
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = self.path or "<suite>"
+        if self.line:
+            where += f", line {self.line}"
+        if self.field:
+            where += f", field '{self.field}'"
+        return f"{where}: {self.message}"
+
+
+_FORMATTER = string.Formatter()
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """YAML 1.2 booleans: only true/false, so `answers: [yes, no]` stays strings."""
+
+
+_SpecLoader.yaml_implicit_resolvers = {
+    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:bool"]
+    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_SpecLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
+def template_fields(template: str) -> list[str]:
+    """The `{field}` names a prompt template refers to."""
+    names = []
+    for _, name, _, _ in _FORMATTER.parse(template):
+        if name is not None and name != "":
+            names.append(name.split(".")[0].split("[")[0])
+    return names
+
+
+def render(template: str, fields: dict[str, Any]) -> str:
+    """Fill a template from item fields; values are inserted literally."""
+    return template.format_map({k: ("" if v is None else v) for k, v in fields.items()})
+
+
+@dataclass
+class Suite:
+    """A loaded suite spec; items are read lazily (and once)."""
+
+    name: str
+    task: str
+    spec: dict[str, Any]
+    spec_path: Path | None
+    items_path: Path | None
+    templates: dict[str, str]
+    id_field: str = "id"
+    text_field: str = "text"
+    gold_field: str | None = "gold"
+    options_field: str | None = "options"
+    answers: list[str] | None = None
+    group_by: list[str] = field(default_factory=list)
+    cluster_field: str | None = None
+    variant_gold: dict[str, str | None] = field(default_factory=dict)
+    task_options: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+    source: str = ""
+    _items: list[Item] | None = None
+    _loader: Any = None  # custom item loader (e.g. WorldSense, full commonsense CSV)
+
+    @property
+    def suite_id(self) -> str:
+        """Stable id: the name plus a hash of the spec and the items' content."""
+        return f"{self.name}@{self.content_hash()[:12]}"
+
+    def content_hash(self) -> str:
+        h = hashlib.sha256(json.dumps(self.spec, sort_keys=True, default=str).encode())
+        if self.items_path is not None and self.items_path.is_file():
+            with open(self.items_path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+        return h.hexdigest()
+
+    def items(self) -> list[Item]:
+        """All items, validated (ids unique, required fields present)."""
+        if self._items is None:
+            if self._loader is not None:
+                items = self._loader()
+            else:
+                if self.items_path is None:
+                    raise SuiteError("the spec names no items file", self.spec_path, field="items")
+                items = read_items(self)
+            self._validate(items)
+            self._items = items
+        return self._items
+
+    def _validate(self, items: list[Item]) -> None:
+        src = self.items_path or self.spec_path
+        if not items:
+            raise SuiteError("no items", src)
+        seen: dict[str, int] = {}
+        for it in items:
+            if it.item_id in seen:
+                raise SuiteError(
+                    f"duplicate id {it.item_id!r} (first on line {seen[it.item_id]})",
+                    src,
+                    it.line,
+                    self.id_field,
+                )
+            seen[it.item_id] = it.line
+            for variant, tpl in self.templates.items():
+                for name in template_fields(tpl):
+                    if name not in it.fields:
+                        raise SuiteError(
+                            f"missing field used by template {variant!r}", src, it.line, name
+                        )
+            if self.task in ("choice", "constrained") and not it.options:
+                raise SuiteError("needs a non-empty list of options", src, it.line, self.options_field)
+            if self.task == "minpairs":
+                sents = it.fields.get("sentences")
+                if not isinstance(sents, list) or len(sents) < 2 or not all(isinstance(s, str) for s in sents):
+                    raise SuiteError("needs a list of at least two sentences", src, it.line, "sentences")
+
+    def variant_names(self) -> list[str]:
+        return list(self.templates) or ["default"]
+
+    def work(self, limit: int | None = None) -> list[Work]:
+        """Items × prompt variants, in a stable order (item-major)."""
+        items = self.items()
+        if limit is not None:
+            items = items[:limit]
+        out: list[Work] = []
+        for it in items:
+            for variant, tpl in (self.templates or {"default": "{" + self.text_field + "}"}).items():
+                gold: str | None = it.gold
+                if variant in self.variant_gold:
+                    g = self.variant_gold[variant]
+                    gold = None if g is None else _as_str(it.fields.get(g))
+                out.append(
+                    Work(item=it, variant=variant, prompt=render(tpl, it.fields), gold=gold, options=it.options)
+                )
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "task": self.task,
+            "description": self.description,
+            "source": self.source,
+            "spec_path": str(self.spec_path) if self.spec_path else None,
+            "items_path": str(self.items_path) if self.items_path else None,
+        }
+
+
+def _as_str(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def _read_spec(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise SuiteError(f"not UTF-8 text ({e.reason})", path) from e
+    except OSError as e:
+        raise SuiteError(f"cannot read: {e.strerror}", path) from e
+    try:
+        if path.suffix == ".toml":
+            data = tomllib.loads(text)
+        else:
+            data = yaml.load(text, Loader=_SpecLoader)  # noqa: S506 - a SafeLoader subclass
+    except tomllib.TOMLDecodeError as e:
+        raise SuiteError(f"invalid TOML: {e}", path, getattr(e, "lineno", None)) from e
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise SuiteError(
+            f"invalid YAML: {getattr(e, 'problem', e)}", path, mark.line + 1 if mark else None
+        ) from e
+    if not isinstance(data, dict):
+        raise SuiteError("the spec must be a mapping of keys to values", path)
+    return data
+
+
+def _spec_line(path: Path | None, key: str) -> int | None:
+    if path is None or not path.is_file():
+        return None
+    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if line.lstrip().startswith(f"{key}:") or line.lstrip().startswith(f"{key} ="):
+            return n
+    return None
+
+
+def suite_from_spec(spec: dict[str, Any], spec_path: Path | None = None, base_dir: Path | None = None) -> Suite:
+    """Validate a spec mapping and build a Suite."""
+
+    def err(msg: str, key: str) -> SuiteError:
+        return SuiteError(msg, spec_path, _spec_line(spec_path, key), key)
+
+    def get_str(key: str, default: str | None = None, required: bool = False) -> str | None:
+        if key not in spec or spec[key] is None:
+            if required:
+                raise err("required", key)
+            return default
+        v = spec[key]
+        if not isinstance(v, str) or (required and not v.strip()):
+            raise err(f"must be a non-empty string, got {type(v).__name__}", key)
+        return v
+
+    name = get_str("name", required=True)
+    task = get_str("task", required=True)
+    assert name is not None and task is not None
+    if task not in TASK_TYPES:
+        raise err(f"unknown task {task!r}; expected one of {', '.join(TASK_TYPES)}", "task")
+    templates_raw = spec.get("templates", spec.get("template"))
+    templates: dict[str, str]
+    if templates_raw is None:
+        templates = {}
+    elif isinstance(templates_raw, str):
+        templates = {"default": templates_raw}
+    elif isinstance(templates_raw, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in templates_raw.items()
+    ):
+        templates = dict(templates_raw)
+    else:
+        raise err("must be a string or a mapping of variant name to template string", "templates")
+    for variant, tpl in templates.items():
+        try:
+            template_fields(tpl)
+        except ValueError as e:
+            raise err(f"template {variant!r} is malformed: {e}", "templates") from e
+    answers = spec.get("answers")
+    if answers is not None and (
+        not isinstance(answers, list) or not answers or not all(isinstance(a, (str, int)) for a in answers)
+    ):
+        raise err("must be a non-empty list of strings", "answers")
+    if task == "yesno" and answers is None:
+        answers = ["yes", "no"]
+    if task == "rating" and not answers:
+        raise err("a rating suite needs its scale labels", "answers")
+    group_by = spec.get("group_by", [])
+    if isinstance(group_by, str):
+        group_by = [group_by]
+    if not isinstance(group_by, list) or not all(isinstance(g, str) for g in group_by):
+        raise err("must be a list of field names", "group_by")
+    variant_gold = spec.get("variant_gold", {}) or {}
+    if not isinstance(variant_gold, dict):
+        raise err("must be a mapping of variant to field name or null", "variant_gold")
+    task_options = spec.get("task_options", {}) or {}
+    if not isinstance(task_options, dict):
+        raise err("must be a mapping", "task_options")
+    items_path = None
+    items_name = get_str("items")
+    if items_name:
+        base = base_dir or (spec_path.parent if spec_path else Path.cwd())
+        items_path = (base / items_name).resolve()
+        if not items_path.is_file():
+            raise err(f"items file not found: {items_path}", "items")
+    return Suite(
+        name=name,
+        task=task,
+        spec=spec,
+        spec_path=spec_path,
+        items_path=items_path,
+        templates=templates,
+        id_field=get_str("id_field", "id") or "id",
+        text_field=get_str("text_field", "text") or "text",
+        gold_field=get_str("gold_field", "gold"),
+        options_field=get_str("options_field", "options"),
+        answers=[str(a) for a in answers] if answers else None,
+        group_by=list(group_by),
+        cluster_field=get_str("cluster_field"),
+        variant_gold=dict(variant_gold),
+        task_options=dict(task_options),
+        description=get_str("description", "") or "",
+        source=get_str("source", "") or "",
+    )
+
+
+def _parse_options(raw: Any, path: Path, line: int, fname: str) -> list[str] | None:
+    if raw is None or raw == "":
+        return None
+    if isinstance(raw, str):
+        s = raw.strip()
+        if s.startswith("["):
+            try:
+                raw = json.loads(s)
+            except json.JSONDecodeError as e:
+                raise SuiteError(f"options are not a JSON list: {e.msg}", path, line, fname) from e
+        else:
+            return [o.strip() for o in s.split("|")]
+    if not isinstance(raw, list) or not all(isinstance(o, (str, int, float)) for o in raw):
+        raise SuiteError("options must be a list of strings", path, line, fname)
+    return [_as_str(o) or "" for o in raw]
+
+
+def _make_item(suite: Suite, rec: dict[str, Any], path: Path, line: int) -> Item:
+    if suite.id_field not in rec or rec[suite.id_field] in (None, ""):
+        raise SuiteError("missing item id", path, line, suite.id_field)
+    item_id = rec[suite.id_field]
+    if not isinstance(item_id, (str, int)) or isinstance(item_id, bool):
+        raise SuiteError(f"id must be a string or integer, got {type(item_id).__name__}", path, line, suite.id_field)
+    gold = None
+    if suite.gold_field and suite.gold_field in rec:
+        g = rec[suite.gold_field]
+        if g is not None and not isinstance(g, (str, int, float, bool)):
+            raise SuiteError(f"gold must be a scalar, got {type(g).__name__}", path, line, suite.gold_field)
+        gold = _as_str(g)
+    options = None
+    if suite.options_field and suite.options_field in rec:
+        options = _parse_options(rec[suite.options_field], path, line, suite.options_field)
+    text = rec.get(suite.text_field)
+    if text is not None and not isinstance(text, str):
+        raise SuiteError(f"text must be a string, got {type(text).__name__}", path, line, suite.text_field)
+    if text is None and suite.task == "minpairs" and isinstance(rec.get("sentences"), list):
+        text = " / ".join(str(s) for s in rec["sentences"])
+    return Item(item_id=str(item_id), fields=rec, gold=gold, options=options, text=text or "", line=line)
+
+
+def read_items(suite: Suite) -> list[Item]:
+    """Read a JSONL or CSV items file into validated Items."""
+    path = suite.items_path
+    assert path is not None
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise SuiteError(f"cannot read: {e.strerror}", path) from e
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise SuiteError("not valid UTF-8", path, line) from e
+    items: list[Item] = []
+    if path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
+        for n, line_text in enumerate(text.splitlines(), 1):
+            if not line_text.strip():
+                continue
+            try:
+                rec = json.loads(line_text)
+            except json.JSONDecodeError as e:
+                raise SuiteError(f"invalid JSON: {e.msg} (column {e.colno})", path, n) from e
+            if not isinstance(rec, dict):
+                raise SuiteError(f"each line must be a JSON object, got {type(rec).__name__}", path, n)
+            items.append(_make_item(suite, rec, path, n))
+    elif path.suffix.lower() in (".csv", ".tsv"):
+        delim = "\t" if path.suffix.lower() == ".tsv" else ","
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter=delim, strict=True)
+        try:
+            header = next(reader)
+        except StopIteration:
+            raise SuiteError("empty CSV file (no header)", path, 1) from None
+        except csv.Error as e:
+            raise SuiteError(f"invalid CSV: {e}", path, 1) from e
+        if len(set(header)) != len(header):
+            dup = next(h for h in header if header.count(h) > 1)
+            raise SuiteError("duplicate column in header", path, 1, dup)
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as e:
+                raise SuiteError(f"invalid CSV: {e}", path, reader.line_num) from e
+            n = reader.line_num
+            if not row or all(not c.strip() for c in row):
+                continue
+            if len(row) != len(header):
+                raise SuiteError(f"expected {len(header)} columns, found {len(row)}", path, n)
+            items.append(_make_item(suite, dict(zip(header, row)), path, n))
+    else:
+        raise SuiteError("items must be a .jsonl or .csv file", path)
+    return items
+
+
+def _find_shared() -> Path | None:
+    here = Path.cwd()
+    for base in [here, Path(__file__).resolve().parents[1]]:
+        for cand in SHARED_DIR_CANDIDATES:
+            p = (base / cand).resolve()
+            if (p / "data").is_dir():
+                return p
+    return None
+
+
+def builtin_names() -> list[str]:
+    """Names of the suites shipped in data/suites, plus the loaders that need a path."""
+    names = sorted(p.parent.name for p in BUILTIN_DIR.glob("*/suite.yaml"))
+    return names + ["commonsense", "worldsense"]
+
+
+def load_suite(name_or_path: str | Path, suite_path: str | Path | None = None) -> Suite:
+    """A built-in suite by name, or a spec file by path.
+
+    `commonsense` and `worldsense` read the full third-party files from
+    `suite_path` (or `../shared/...` when present).
+    """
+    s = str(name_or_path)
+    if s == "commonsense":
+        from llmscope.data.commonsense import load_full_commonsense
+
+        return load_full_commonsense(suite_path)
+    if s == "worldsense":
+        from llmscope.data.worldsense import load_worldsense_suite
+
+        return load_worldsense_suite(suite_path)
+    builtin = BUILTIN_DIR / s / "suite.yaml"
+    if builtin.is_file():
+        path = builtin
+    else:
+        path = Path(s)
+        if path.is_dir():
+            for cand in ("suite.yaml", "suite.yml", "suite.toml"):
+                if (path / cand).is_file():
+                    path = path / cand
+                    break
+        if not path.is_file():
+            raise SuiteError(
+                f"no built-in suite or spec file called {s!r}; built-in suites: {', '.join(builtin_names())}"
+            )
+    spec = _read_spec(path)
+    return suite_from_spec(spec, path.resolve())

@@ -1,0 +1,303 @@
+"""The asynchronous run loop: suite → task → backend → store, with progress reporting.
+
+Work flows through a bounded window of in-flight items to the backend (one
+batching thread for local models, concurrent HTTP requests for APIs). Results
+are written in Arrow batches by a single writer thread, each batch in one
+transaction, so a killed run loses at most the batch in flight and resumes
+without duplicates (the results table's primary key is (run, item, variant)).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import llmscope
+from llmscope.data.suites import Suite
+from llmscope.engine.backend import Backend, BackendError
+from llmscope.engine.progress import NullReporter, Progress, Reporter
+from llmscope.engine.tasks import Task, get_task
+from llmscope.engine.types import Result, Work
+from llmscope.store.db import Store
+
+FLUSH_EVERY_S = 1.0
+FLUSH_ROWS = 512
+
+
+@dataclass
+class RunPlan:
+    """Everything that defines a run's identity, plus how to execute it."""
+
+    suite: Suite
+    model_label: str
+    model_arg: str | None
+    task_options: dict[str, Any] = field(default_factory=dict)
+    backend_identity: dict[str, Any] = field(default_factory=dict)  # options that change results
+    seed: int = 0
+    limit: int | None = None
+    run_id: str | None = None
+    window: int = 64  # items in flight
+
+    def task(self) -> Task:
+        opts = dict(self.suite.task_options)
+        opts.update(self.task_options)
+        if self.suite.answers and "answers" not in opts:
+            opts["answers"] = self.suite.answers
+        opts.setdefault("templates", self.suite.templates)
+        opts.setdefault("text_field", self.suite.text_field)
+        return get_task(self.suite.task)(opts)
+
+    def config(self, model_hash: str | None) -> dict[str, Any]:
+        task_desc = self.task().describe()
+        task_desc.pop("templates", None)  # covered by the suite id
+        return {
+            "suite_id": self.suite.suite_id,
+            "model": self.model_arg or "default",
+            "model_hash": model_hash,
+            "task": task_desc,
+            "backend": self.backend_identity,
+            "seed": self.seed,
+        }
+
+    def derive_run_id(self, model_hash: str | None) -> str:
+        blob = json.dumps(self.config(model_hash), sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+class RunInterrupted(Exception):
+    """The run stopped early (Ctrl-C); everything scored so far is stored."""
+
+    def __init__(self, run_id: str, done: int, total: int) -> None:
+        self.run_id, self.done, self.total = run_id, done, total
+        super().__init__(f"run {run_id} interrupted at {done}/{total}")
+
+
+class Runner:
+    """Executes one run plan against a backend and a store."""
+
+    def __init__(self, plan: RunPlan, backend: Backend, store: Store, reporter: Reporter | None = None) -> None:
+        self.plan = plan
+        self.backend = backend
+        self.store = store
+        self.reporter: Reporter = reporter or NullReporter()
+        self.task = plan.task()
+        self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmscope-writer")
+        self._buffer: list[Result] = []
+        self._pending_write: asyncio.Future[Any] | None = None
+        self._seq = 0
+        self._tokens = 0
+        self.run_id = ""
+        self.progress: Progress | None = None
+
+    # -- setup -----------------------------------------------------------------------------
+    def prepare_run(self) -> tuple[dict[str, Any], list[Work]]:
+        """Store the suite, create or reopen the run, and list the work still to do."""
+        suite = self.plan.suite
+        items = suite.items()
+        self.store.add_suite(suite.suite_id, suite.name, suite.task, suite.spec, suite.source or "", items)
+        desc = self.backend.describe()
+        run_id = self.plan.run_id or self.plan.derive_run_id(desc.get("model_hash"))
+        all_work = suite.work(self.plan.limit)
+        existing = self.store.get_run(run_id)
+        task_desc = self.task.describe()
+        task_desc.pop("templates", None)
+        if existing is None:
+            self.store.create_run(
+                {
+                    "run_id": run_id,
+                    "suite_id": suite.suite_id,
+                    "suite_name": suite.name,
+                    "task": suite.task,
+                    "model": desc.get("model") or self.plan.model_label,
+                    "model_path": desc.get("model_path"),
+                    "model_hash": desc.get("model_hash"),
+                    "backend": desc.get("backend"),
+                    "dtype": desc.get("dtype"),
+                    "device": desc.get("device"),
+                    "batch_size": desc.get("batch_size"),
+                    "template_hash": desc.get("template_hash"),
+                    "seed": self.plan.seed,
+                    "options": {"task": task_desc, "backend": self.plan.backend_identity,
+                                "model_arg": self.plan.model_arg, "limit": self.plan.limit},
+                    "versions": {"llmscope": llmscope.__version__, **desc.get("versions", {})},
+                    "meta": {"backend": desc, "suite": suite.describe()},
+                    "config_hash": self.plan.derive_run_id(desc.get("model_hash")),
+                    "n_total": len(all_work),
+                    "status": "running",
+                }
+            )
+        else:
+            if existing["suite_id"] != suite.suite_id:
+                raise BackendError(
+                    f"run {run_id} belongs to suite {existing['suite_id']}, not {suite.suite_id}"
+                )
+            n_total = max(len(all_work), int(existing.get("n_total") or 0))
+            self.store.update_run(run_id, status="running", n_total=n_total, ended_at=None,
+                                  batch_size=desc.get("batch_size"), device=desc.get("device"))
+        self.run_id = run_id
+        done = self.store.done_keys(run_id)
+        todo = [w for w in all_work if (w.item.item_id, w.variant) not in done]
+        self._seq = self.store.max_seq(run_id) + 1
+        run = self.store.get_run(run_id) or {}
+        n_done, n_err = self.store.count_results(run_id)
+        scored_row = self.store.execute(
+            "SELECT count(correct), coalesce(sum(correct), 0) FROM results WHERE run_id = ?", [run_id]
+        ).fetchone()
+        self.progress = Progress(
+            run_id=run_id,
+            total=int(run.get("n_total") or len(all_work)),
+            done=n_done,
+            skipped=n_done,
+            errors=n_err,
+            scored=int(scored_row[0]) if scored_row else 0,
+            correct=float(scored_row[1]) if scored_row else 0.0,
+        )
+        return run, todo
+
+    # -- execution -------------------------------------------------------------------------
+    async def run(self) -> Progress:
+        run, todo = self.prepare_run()
+        assert self.progress is not None
+        prog = self.progress
+        self.reporter.on_start(run, prog)
+        t0 = time.perf_counter()
+        last_report = 0.0
+        await self.task.prepare(self.backend)
+        window = asyncio.Semaphore(max(1, self.plan.window))
+        in_flight: set[asyncio.Task[Result]] = set()
+        loop = asyncio.get_running_loop()
+        last_flush = loop.time()
+        status = "completed"
+
+        async def one(w: Work) -> Result:
+            start = time.perf_counter()
+            try:
+                res = await self.task.score(w, self.backend)
+            except BackendError as e:
+                res = Result(item_id=w.item.item_id, variant=w.variant, prompt=w.prompt, gold=w.gold,
+                             error=str(e) or type(e).__name__)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a bug or bad item must fail the item, loudly, not the run
+                res = Result(item_id=w.item.item_id, variant=w.variant, prompt=w.prompt, gold=w.gold,
+                             error=f"{type(e).__name__}: {e}")
+            finally:
+                window.release()
+            res.latency_ms = (time.perf_counter() - start) * 1000.0
+            return res
+
+        try:
+            it = iter(todo)
+            exhausted = False
+            while not exhausted or in_flight:
+                while not exhausted and not window.locked():
+                    w = next(it, None)
+                    if w is None:
+                        exhausted = True
+                        break
+                    await window.acquire()
+                    in_flight.add(asyncio.ensure_future(one(w)))
+                if not in_flight:
+                    break
+                done_set, in_flight = await asyncio.wait(
+                    in_flight, timeout=FLUSH_EVERY_S, return_when=asyncio.FIRST_COMPLETED
+                )
+                fresh = [d.result() for d in done_set]
+                if fresh:
+                    self._accumulate(fresh, prog)
+                    self.reporter.on_results(fresh, prog)
+                now = loop.time()
+                if len(self._buffer) >= FLUSH_ROWS or (self._buffer and now - last_flush >= FLUSH_EVERY_S):
+                    await self._flush()
+                    last_flush = now
+                if now - last_report >= 0.25:
+                    self._update_rates(prog, t0)
+                    self.reporter.on_progress(prog)
+                    last_report = now
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            status = "interrupted"
+            for t in in_flight:
+                t.cancel()
+            # Keep what finished before the interrupt; drop the rest (it is re-run on resume).
+            finished = [t.result() for t in in_flight if t.done() and not t.cancelled() and t.exception() is None]
+            if finished:
+                self._accumulate(finished, prog)
+        finally:
+            await self._flush(final=True)
+            self._update_rates(prog, t0)
+            if status == "completed" and prog.errors:
+                status = "completed_with_errors"
+            prog.status = status
+            meta = self.store.get_run(self.run_id) or {}
+            m = meta.get("meta") if isinstance(meta.get("meta"), dict) else {}
+            m = dict(m or {})
+            m["backend_stats"] = self.backend.stats()
+            m["last_session"] = {"seconds": round(prog.elapsed_s, 3), "items": prog.done - prog.skipped,
+                                 "items_per_s": prog.items_per_s, "tokens_per_s": prog.tokens_per_s}
+            end_fields: dict[str, Any] = {"status": status, "n_done": prog.done, "n_errors": prog.errors, "meta": m}
+            if status != "interrupted":
+                import datetime as dt
+
+                end_fields["ended_at"] = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+            self.store.update_run(self.run_id, **end_fields)
+            self._writer.shutdown(wait=True)
+            self.reporter.on_end(prog)
+        if status == "interrupted":
+            raise RunInterrupted(self.run_id, prog.done, prog.total)
+        return prog
+
+    def _accumulate(self, fresh: list[Result], prog: Progress) -> None:
+        self._buffer.extend(fresh)
+        prog.done += len(fresh)
+        for r in fresh:
+            self._tokens += r.n_tokens or 0
+            if r.error:
+                prog.errors += 1
+            elif r.correct is not None:
+                prog.scored += 1
+                prog.correct += r.correct
+
+    def _update_rates(self, prog: Progress, t0: float) -> None:
+        prog.elapsed_s = time.perf_counter() - t0
+        new = prog.done - prog.skipped
+        if prog.elapsed_s > 0:
+            prog.items_per_s = new / prog.elapsed_s
+            prog.tokens_per_s = self._tokens / prog.elapsed_s
+        remaining = max(0, prog.total - prog.done)
+        prog.eta_s = remaining / prog.items_per_s if prog.items_per_s > 0 else None
+        prog.backend = self.backend.stats()
+
+    async def _flush(self, final: bool = False) -> None:
+        """Hand the buffer to the writer thread; at most one write in flight."""
+        if self._pending_write is not None:
+            await self._pending_write
+            self._pending_write = None
+        if not self._buffer:
+            return
+        batch, self._buffer = self._buffer, []
+        seq = self._seq
+        self._seq += len(batch)
+        loop = asyncio.get_running_loop()
+        fut = loop.run_in_executor(self._writer, self.store.write_results, self.run_id, batch, seq)
+        if final:
+            await fut
+        else:
+            self._pending_write = asyncio.ensure_future(fut)
+
+
+def run_sync(plan: RunPlan, backend: Backend, store: Store, reporter: Reporter | None = None) -> Progress:
+    """Run a plan to completion from synchronous code (the CLI)."""
+
+    async def _main() -> Progress:
+        runner = Runner(plan, backend, store, reporter)
+        try:
+            return await runner.run()
+        finally:
+            await backend.aclose()
+
+    return asyncio.run(_main())

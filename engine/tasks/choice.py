@@ -1,0 +1,212 @@
+"""Multiple choice by option log-likelihood (`task: choice`).
+
+Each option is scored as log P(continuation.format(option=...) | prompt) with all
+options of an item sent in one `backend.loglik` call (the HF backend serves
+single-token options sharing a context from one forward pass).
+
+Task options (all optional):
+
+- ``chat`` (False): pass the prompt through the chat template.
+- ``continuation`` (" {option}"): how an option is appended to the prompt.
+- ``domain_prompt`` ("Answer:"): context for PMI; None/"" disables PMI.
+- ``content_free`` (["N/A", "", "[MASK]"]): strings put in place of the text
+  field for contextual calibration; [] disables calibration.
+- ``templates`` (variant -> template) and ``text_field``: passed by the runner
+  from the suite so content-free prompts can be rendered. Without them (or for
+  a variant not in `templates`) the item's text is replaced inside the rendered
+  prompt (`str.replace`) when it occurs there; otherwise calibration is skipped
+  and `extra["calibration"]` says why.
+- ``alpha`` (1.0): inverse temperature for expected accuracy.
+
+Result: `prediction` = argmax raw log-likelihood (first max on ties), `probs` =
+softmax of raw over options, `option_scores[option]` = {logprob, n_tokens,
+n_chars, n_bytes, mean_token, per_char, per_byte[, calibrated][, pmi]} where
+n_chars/n_bytes count the continuation string as scored (including its leading
+space) and `calibrated` is the calibrated *probability*; `extra["methods"]` =
+{method: {prediction, correct, expected_acc}}; `n_tokens` = prompt tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmscope.engine.backend import Backend
+from llmscope.engine.choice_math import ChoiceScores, content_free_probs, score_options, softmax
+from llmscope.engine.tasks.base import Task, register
+from llmscope.engine.types import Item, LogLikOut, Result, Work
+
+DEFAULT_CONTENT_FREE = ["N/A", "", "[MASK]"]
+
+
+def render_fields(template: str, fields: dict[str, Any]) -> str:
+    """Fill a suite template the way the suite loader does (its `render`, when present)."""
+    try:
+        from llmscope.data.suites import render
+    except ImportError:  # pragma: no cover - the loader ships with the package
+        return template.format_map({k: ("" if v is None else v) for k, v in fields.items()})
+    return render(template, fields)
+
+
+def continuation_text(fmt: str, option: str) -> str:
+    """The continuation string for an option: `fmt` with `{option}` filled."""
+    return fmt.replace("{option}", option)
+
+
+def gold_index(options: list[str], gold: str | None) -> int | None:
+    """Index of the gold option (exact string match first, then stripped/case-folded), or None."""
+    if gold is None:
+        return None
+    if gold in options:
+        return options.index(gold)
+    g = gold.strip().casefold()
+    for i, o in enumerate(options):
+        if o.strip().casefold() == g:
+            return i
+    raise ValueError(f"gold {gold!r} is not one of the options {options!r}")
+
+
+def loglik_option_result(
+    work: Work,
+    options: list[str],
+    outs: list[LogLikOut],
+    conts: list[str],
+    rendered_prompt: str,
+    *,
+    p_cf: list[float] | None = None,
+    domain: list[float] | None = None,
+    alpha: float = 1.0,
+) -> tuple[Result, ChoiceScores]:
+    """Build a Result from per-option log-likelihoods (shared by choice and constrained)."""
+    gi = gold_index(options, work.gold)
+    n_chars = [max(len(c), 1) for c in conts]
+    n_bytes = [max(len(c.encode("utf-8")), 1) for c in conts]
+    n_toks = [max(o.n_tokens, 1) for o in outs]
+    cs = score_options(
+        options,
+        [o.logprob for o in outs],
+        n_toks,
+        n_chars,
+        n_bytes,
+        p_cf=p_cf,
+        domain_logprobs=domain,
+        gold=gi,
+        alpha=alpha,
+    )
+    probs = softmax(cs.scores["raw"])
+    option_scores: dict[str, dict[str, float]] = {}
+    for i, opt in enumerate(options):
+        row = {
+            "logprob": float(outs[i].logprob),
+            "n_tokens": float(outs[i].n_tokens),
+            "n_chars": float(len(conts[i])),
+            "n_bytes": float(len(conts[i].encode("utf-8"))),
+            "mean_token": float(cs.values["mean_token"][i]),
+            "per_char": float(cs.values["per_char"][i]),
+            "per_byte": float(cs.values["per_byte"][i]),
+        }
+        for m in ("calibrated", "pmi"):
+            if m in cs.values:
+                row[m] = float(cs.values[m][i])
+        option_scores[opt] = row
+    pred = cs.predictions["raw"]
+    res = Result(
+        item_id=work.item.item_id,
+        variant=work.variant,
+        prompt=rendered_prompt,
+        probs={o: float(p) for o, p in zip(options, probs)},
+        option_scores=option_scores,
+        prediction=options[pred],
+        gold=work.gold,
+        correct=cs.correct["raw"],
+        confidence=float(probs[pred]),
+        n_tokens=int(outs[0].n_context_tokens) if outs else 0,
+    )
+    res.extra["methods"] = cs.method_summary()
+    res.extra["continuations"] = conts
+    return res, cs
+
+
+@register
+class ChoiceTask(Task):
+    """Score each option by log-likelihood; report raw, length-normalised, calibrated and PMI choices."""
+
+    name = "choice"
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        super().__init__(options)
+        self._cf_cache: dict[tuple[str, tuple[str, ...]], list[float]] = {}
+        self._domain_cache: dict[tuple[str, tuple[str, ...]], list[float]] = {}
+
+    def describe(self) -> dict[str, Any]:
+        # Templates are part of the suite's identity already; keep the run record small.
+        d = {k: v for k, v in self.options.items() if k not in ("templates",)}
+        return {"task": self.name, **d}
+
+    @property
+    def chat(self) -> bool:
+        return bool(self.options.get("chat", False))
+
+    @property
+    def continuation(self) -> str:
+        return str(self.options.get("continuation", " {option}"))
+
+    def content_free_prompts(self, work: Work) -> tuple[list[str], str]:
+        """Prompts with the text field replaced by each content-free string, and how they were made."""
+        cfs = self.options.get("content_free", DEFAULT_CONTENT_FREE)
+        if not cfs:
+            return [], "disabled"
+        templates = self.options.get("templates") or {}
+        text_field = self.options.get("text_field")
+        item: Item = work.item
+        tpl = templates.get(work.variant)
+        if tpl is not None and text_field:
+            out = []
+            for cf in cfs:
+                fields = dict(item.fields)
+                fields[text_field] = cf
+                out.append(render_fields(tpl, fields))
+            return out, "template"
+        if item.text and item.text in work.prompt:
+            return [work.prompt.replace(item.text, cf) for cf in cfs], "replace"
+        return [], "unavailable: no template for this variant and the item text is not in the prompt"
+
+    async def _option_logprobs(
+        self, backend: Backend, context: str, conts: list[str], cache: dict[tuple[str, tuple[str, ...]], list[float]]
+    ) -> list[float]:
+        key = (context, tuple(conts))
+        if key not in cache:
+            outs = await backend.loglik([(context, c) for c in conts], chat=self.chat)
+            cache[key] = [o.logprob for o in outs]
+        return cache[key]
+
+    async def score(self, work: Work, backend: Backend) -> Result:
+        options = list(work.options or work.item.options or [])
+        if not options:
+            raise ValueError("choice item has no options")
+        conts = [continuation_text(self.continuation, o) for o in options]
+        outs = await backend.loglik([(work.prompt, c) for c in conts], chat=self.chat)
+
+        cf_prompts, how = self.content_free_prompts(work)
+        p_cf = None
+        if cf_prompts:
+            rows = [await self._option_logprobs(backend, p, conts, self._cf_cache) for p in cf_prompts]
+            p_cf = content_free_probs(rows).tolist()
+        domain = None
+        dp = self.options.get("domain_prompt", "Answer:")
+        if dp:
+            domain = await self._option_logprobs(backend, str(dp), conts, self._domain_cache)
+
+        res, _ = loglik_option_result(
+            work,
+            options,
+            outs,
+            conts,
+            backend.render(work.prompt, chat=self.chat),
+            p_cf=p_cf,
+            domain=domain,
+            alpha=float(self.options.get("alpha", 1.0)),
+        )
+        res.extra["calibration"] = {"source": how, "content_free_prompts": cf_prompts, "p_cf": p_cf}
+        if dp:
+            res.extra["domain_prompt"] = dp
+        return res

@@ -1,0 +1,141 @@
+"""Minimal pairs (`task: minpairs`): is the acceptable sentence more probable?
+
+An item carries `sentences` (≥ 2 strings), `good` (index of the acceptable one,
+default 0) and optionally `critical`: a [start, end) character span applied to
+every sentence, or a list with one span (or null) per sentence.
+
+Each sentence is scored as log P(sentence) = loglik((context, sentence)) with the
+empty context by default (the backend prepends BOS); task option `context`
+sets a prefix. All sentences of an item go in one loglik call.
+
+correct = 1.0 when log P(good) > log P(s) for every other sentence (strictly; a
+tie counts as wrong), else 0.0. prediction = the sentence with the highest
+log-probability (first on ties); probs = softmax of the sentence log-probs (a
+forced choice between the sentences); confidence = probs[prediction].
+
+Critical region: token i covers the characters [off_i, off_i + len(tokens[i]))
+where off_i is the length of tokens[0..i-1] concatenated; this relies on the
+backend's `tokens` (decoded strings) concatenating to the sentence. A token is
+in the region when its span overlaps [start, end). Surprisal is −log P in nats
+(`surprisal_nats`) and in bits (`surprisal_bits` = nats / ln 2). When the
+tokens do not concatenate to the sentence (e.g. a byte split inside a
+multi-byte character), the region is reported with `aligned: False` and no
+surprisals rather than guessed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from llmscope.engine.backend import Backend
+from llmscope.engine.choice_math import argmax_first, softmax
+from llmscope.engine.tasks.base import Task, register
+from llmscope.engine.types import LogLikOut, Result, Work
+
+LN2 = math.log(2.0)
+
+
+def token_char_spans(tokens: list[str]) -> list[tuple[int, int]]:
+    """[start, end) character span of each token in the concatenation of `tokens`."""
+    spans = []
+    off = 0
+    for t in tokens:
+        spans.append((off, off + len(t)))
+        off += len(t)
+    return spans
+
+
+def critical_surprisal(text: str, out: LogLikOut, span: tuple[int, int]) -> dict[str, Any]:
+    """Per-token surprisal of the tokens overlapping the character span `span` of `text`."""
+    start, end = int(span[0]), int(span[1])
+    info: dict[str, Any] = {"span": [start, end], "text": text[start:end]}
+    if "".join(out.tokens) != text:
+        info["aligned"] = False
+        return info
+    idx = [i for i, (a, b) in enumerate(token_char_spans(out.tokens)) if a < end and b > start]
+    nats = [-float(out.token_logprobs[i]) for i in idx]
+    info.update(
+        aligned=True,
+        token_indices=idx,
+        tokens=[out.tokens[i] for i in idx],
+        surprisal_nats=nats,
+        surprisal_bits=[s / LN2 for s in nats],
+        total_nats=sum(nats),
+        total_bits=sum(nats) / LN2,
+    )
+    return info
+
+
+def _spans(critical: Any, n: int) -> list[tuple[int, int] | None]:
+    if critical is None:
+        return [None] * n
+    if (
+        isinstance(critical, (list, tuple))
+        and len(critical) == 2
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in critical)
+    ):
+        return [(critical[0], critical[1])] * n
+    if isinstance(critical, (list, tuple)) and len(critical) == n:
+        out: list[tuple[int, int] | None] = []
+        for c in critical:
+            if c is None:
+                out.append(None)
+            elif isinstance(c, (list, tuple)) and len(c) == 2:
+                out.append((int(c[0]), int(c[1])))
+            else:
+                raise ValueError(f"critical span must be [start, end], got {c!r}")
+        return out
+    raise ValueError(f"critical must be [start, end] or one span per sentence, got {critical!r}")
+
+
+@register
+class MinPairsTask(Task):
+    """Compare sentence log-probabilities; the acceptable sentence should win."""
+
+    name = "minpairs"
+
+    async def score(self, work: Work, backend: Backend) -> Result:
+        f = work.item.fields
+        sents = f.get("sentences")
+        if not isinstance(sents, list) or len(sents) < 2:
+            raise ValueError("minpairs item needs a list of at least two sentences")
+        sents = [str(s) for s in sents]
+        good = int(f.get("good", 0) if f.get("good") is not None else 0)
+        if not 0 <= good < len(sents):
+            raise ValueError(f"good index {good} out of range for {len(sents)} sentences")
+        spans = _spans(f.get("critical"), len(sents))
+        context = str(self.options.get("context", ""))
+        outs = await backend.loglik([(context, s) for s in sents], chat=False)
+        lps = [o.logprob for o in outs]
+        pred = argmax_first(lps)
+        probs = softmax(lps)
+        correct = 1.0 if all(lps[good] > lp for i, lp in enumerate(lps) if i != good) else 0.0
+        option_scores = {
+            s: {"logprob": float(o.logprob), "n_tokens": float(o.n_tokens), "mean_token": o.logprob / max(o.n_tokens, 1)}
+            for s, o in zip(sents, outs)
+        }
+        critical = [
+            None if sp is None else critical_surprisal(s, o, sp) for s, o, sp in zip(sents, outs, spans)
+        ]
+        res = Result(
+            item_id=work.item.item_id,
+            variant=work.variant,
+            prompt=backend.render(context, chat=False),
+            probs={s: float(p) for s, p in zip(sents, probs)},
+            option_scores=option_scores,
+            prediction=sents[pred],
+            gold=sents[good],
+            correct=correct,
+            confidence=float(probs[pred]),
+            n_tokens=sum(o.n_tokens for o in outs),
+        )
+        res.extra["sentences"] = sents
+        res.extra["good"] = good
+        res.extra["logprob_diff"] = float(lps[good] - max(lp for i, lp in enumerate(lps) if i != good))
+        res.extra["critical"] = critical
+        res.extra["surprisal_unit"] = "surprisal_nats = -ln P; surprisal_bits = -log2 P"
+        res.extra["per_token"] = [
+            {"tokens": list(o.tokens), "logprobs": [float(x) for x in o.token_logprobs]} for o in outs
+        ]
+        return res

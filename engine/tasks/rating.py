@@ -1,0 +1,100 @@
+"""k-point ratings from next-token label probabilities (`task: rating`).
+
+The labels are the suite's `answers` (task option `answers`, passed by the
+runner; falling back to the work's options, then "1".."5"). P(label) is the
+summed probability of the label's token variants at the first generated
+position (`backend.next_token`, the shared variant rule of `engine.answers`),
+renormalised over the labels.
+
+Stored: `probs` = renormalised distribution, `other` = 1 − label mass,
+`extra["label_mass"]` = unnormalised Σ P(label), `extra["raw_probs"]` =
+unnormalised per-label probabilities, `extra["expected"]` = Σ n · P(label_n)
+where n is the label's number for numeric labels and its 1-based position for
+word labels, `prediction` = argmax label (first on ties), `confidence` = its
+renormalised probability.
+
+Gold: when it equals a label (or a numeric label by value, so "4.0" matches
+"4"), correct = 1.0/0.0 and its number is the gold value; a numeric gold that
+is no label (e.g. a mean human rating 3.4) leaves correct None. In both cases
+`extra["abs_error"]` = |expected − gold value|.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmscope.engine.backend import Backend
+from llmscope.engine.tasks.base import Task, register
+from llmscope.engine.types import Result, Work
+
+
+def _num(s: Any) -> float | None:
+    try:
+        v = float(str(s).strip())
+    except ValueError:
+        return None
+    return v if v == v else None  # NaN is no number
+
+
+def label_values(labels: list[str]) -> list[float]:
+    """The number each label stands for: its value when all labels are numeric, else 1..k."""
+    nums = [_num(x) for x in labels]
+    if all(n is not None for n in nums):
+        return [float(n) for n in nums]  # type: ignore[arg-type]
+    return [float(i + 1) for i in range(len(labels))]
+
+
+@register
+class RatingTask(Task):
+    """Distribution over scale labels, expected rating and argmax label."""
+
+    name = "rating"
+
+    def labels(self, work: Work) -> list[str]:
+        labels = self.options.get("answers") or work.options or [str(i) for i in range(1, 6)]
+        return [str(x) for x in labels]
+
+    async def score(self, work: Work, backend: Backend) -> Result:
+        chat = bool(self.options.get("chat", True))
+        labels = self.labels(work)
+        values = label_values(labels)
+        out = await backend.next_token(work.prompt, labels, chat=chat, top_k=int(self.options.get("top_k", 20)))
+        raw = [float(out.probs.get(lab, 0.0)) for lab in labels]
+        mass = sum(raw)
+        res = Result(
+            item_id=work.item.item_id,
+            variant=work.variant,
+            prompt=out.prompt or backend.render(work.prompt, chat=chat),
+            other=float(out.other),
+            top_tokens=[{"token": t.token, "id": t.id, "prob": t.prob} for t in out.top],
+            gold=work.gold,
+            n_tokens=out.n_tokens,
+        )
+        res.extra.update(label_mass=mass, raw_probs=dict(zip(labels, raw)), label_values=values, meta=out.meta)
+        if mass <= 0:
+            res.error = "no probability mass on any label"
+            return res
+        probs = [p / mass for p in raw]
+        pred = max(range(len(labels)), key=lambda i: (probs[i], -i))
+        expected = sum(v * p for v, p in zip(values, probs))
+        res.probs = dict(zip(labels, probs))
+        res.prediction = labels[pred]
+        res.confidence = probs[pred]
+        res.extra["expected"] = expected
+        if work.gold is not None:
+            gold_label = None
+            if work.gold in labels:
+                gold_label = work.gold
+            else:
+                gv = _num(work.gold)
+                if gv is not None and all(_num(x) is not None for x in labels):
+                    gold_label = next((lab for lab, v in zip(labels, values) if v == gv), None)
+            if gold_label is not None:
+                res.correct = 1.0 if gold_label == labels[pred] else 0.0
+                gold_value = values[labels.index(gold_label)]
+            else:
+                gold_value = _num(work.gold)
+            if gold_value is not None:
+                res.extra["gold_value"] = gold_value
+                res.extra["abs_error"] = abs(expected - gold_value)
+        return res

@@ -1,0 +1,3 @@
+from llmscope.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,464 @@
+"""The DuckDB store: one connection, ordered migrations, batched Arrow writes.
+
+Only this module talks to DuckDB. Its errors are wrapped in `StoreError` with a
+message a researcher can act on (locked file, read-only path, full disk, a
+database written by a newer llmscope).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+
+from llmscope.engine.types import Item, Result
+
+SCHEMA_VERSION = 1
+
+MIGRATIONS: list[tuple[int, str]] = [
+    (
+        1,
+        """
+        CREATE TABLE suites (
+            suite_id VARCHAR PRIMARY KEY,
+            name VARCHAR NOT NULL,
+            task VARCHAR NOT NULL,
+            spec VARCHAR NOT NULL,          -- JSON
+            source VARCHAR,
+            n_items INTEGER,
+            created_at TIMESTAMP
+        );
+        CREATE TABLE items (
+            suite_id VARCHAR NOT NULL,
+            item_id VARCHAR NOT NULL,
+            idx INTEGER NOT NULL,
+            text VARCHAR,
+            gold VARCHAR,
+            options VARCHAR,               -- JSON list
+            fields VARCHAR,                -- JSON object: every field of the item
+            PRIMARY KEY (suite_id, item_id)
+        );
+        CREATE TABLE runs (
+            run_id VARCHAR PRIMARY KEY,
+            suite_id VARCHAR NOT NULL,
+            suite_name VARCHAR,
+            task VARCHAR,
+            model VARCHAR,
+            model_path VARCHAR,
+            model_hash VARCHAR,
+            backend VARCHAR,
+            dtype VARCHAR,
+            device VARCHAR,
+            batch_size INTEGER,
+            template_hash VARCHAR,
+            seed BIGINT,
+            options VARCHAR,               -- JSON: task + backend options (part of the run identity)
+            versions VARCHAR,              -- JSON: llmscope / torch / transformers / ...
+            meta VARCHAR,                  -- JSON: anything else (retries, tokens, warnings)
+            config_hash VARCHAR,
+            n_total INTEGER,
+            n_done INTEGER DEFAULT 0,
+            n_errors INTEGER DEFAULT 0,
+            started_at TIMESTAMP,
+            updated_at TIMESTAMP,
+            ended_at TIMESTAMP,
+            status VARCHAR
+        );
+        CREATE TABLE results (
+            run_id VARCHAR NOT NULL,
+            item_id VARCHAR NOT NULL,
+            variant VARCHAR NOT NULL,
+            seq BIGINT,                    -- order of arrival within the run
+            prompt VARCHAR,
+            probs VARCHAR,                 -- JSON: answer -> probability
+            p_yes DOUBLE,
+            p_no DOUBLE,
+            other DOUBLE,
+            top_tokens VARCHAR,            -- JSON list of {token, id, prob}
+            option_scores VARCHAR,         -- JSON: option -> {method: score}
+            prediction VARCHAR,
+            gold VARCHAR,
+            correct DOUBLE,
+            confidence DOUBLE,
+            n_tokens INTEGER,
+            latency_ms DOUBLE,
+            error VARCHAR,
+            extra VARCHAR,                 -- JSON: task-specific trace
+            written_at TIMESTAMP,
+            PRIMARY KEY (run_id, item_id, variant)
+        );
+        """,
+    ),
+]
+
+
+class StoreError(Exception):
+    """A database problem explained for the user."""
+
+
+class SchemaTooNew(StoreError):
+    pass
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+
+
+def _explain(e: Exception, path: str, action: str) -> StoreError:
+    msg = str(e)
+    low = msg.lower()
+    if "lock" in low and ("conflicting" in low or "could not set lock" in low):
+        return StoreError(
+            f"{path} is in use by another process (DuckDB allows one writer). "
+            "Wait for it to finish, use another --db file, or watch it with `llmscope view`."
+        )
+    if "read-only" in low or "readonly" in low or "permission denied" in low:
+        return StoreError(f"cannot write {path}: the file or its folder is read-only ({msg.splitlines()[0]})")
+    if "no space" in low or "disk is full" in low or "could not write" in low or "not enough space" in low:
+        return StoreError(f"cannot write {path}: the disk is full ({msg.splitlines()[0]}); nothing was half-written")
+    if "not a valid duckdb" in low or "unable to open" in low or "corrupt" in low:
+        return StoreError(f"{path} is not a DuckDB database llmscope can open: {msg.splitlines()[0]}")
+    return StoreError(f"database error while {action} ({path}): {msg.splitlines()[0]}")
+
+
+def _json(v: Any) -> str | None:
+    if v is None:
+        return None
+    return json.dumps(v, ensure_ascii=False, allow_nan=False, default=_json_default)
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "item"):
+        return o.item()
+    if hasattr(o, "__dict__"):
+        return o.__dict__
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _finite(x: float | None) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+class Store:
+    """One DuckDB file owned by one process; thread-safe through a lock."""
+
+    def __init__(self, path: str | Path = "llmscope.duckdb", *, read_only: bool = False) -> None:
+        self.path = str(path)
+        self.read_only = read_only
+        self._lock = threading.RLock()
+        p = Path(self.path)
+        if read_only and not p.exists():
+            raise StoreError(f"{self.path} does not exist")
+        if not read_only and not p.parent.exists():
+            raise StoreError(f"cannot create {self.path}: folder {p.parent} does not exist")
+        try:
+            self.con = duckdb.connect(self.path, read_only=read_only)
+        except Exception as e:  # duckdb raises IOException / others; all need a clear message
+            raise _explain(e, self.path, "opening the database") from e
+        self._migrate()
+
+    # -- schema ---------------------------------------------------------------------------
+    def schema_version(self) -> int:
+        try:
+            has = self.con.execute(
+                "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
+            ).fetchone()
+            if not has or not has[0]:
+                return 0
+            row = self.con.execute("SELECT max(version) FROM schema_version").fetchone()
+            return int(row[0]) if row and row[0] is not None else 0
+        except duckdb.Error as e:
+            raise _explain(e, self.path, "reading the schema version") from e
+
+    def _migrate(self) -> None:
+        current = self.schema_version()
+        if current > SCHEMA_VERSION:
+            self.con.close()
+            raise SchemaTooNew(
+                f"{self.path} was written by a newer llmscope (schema {current}; this version "
+                f"understands up to {SCHEMA_VERSION}). Upgrade llmscope to open it; the file was not changed."
+            )
+        if current == SCHEMA_VERSION:
+            return
+        if self.read_only:
+            raise StoreError(
+                f"{self.path} has schema {current}, older than {SCHEMA_VERSION}; open it once for writing to migrate"
+            )
+        try:
+            self.con.execute("BEGIN TRANSACTION")
+            self.con.execute(
+                "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at TIMESTAMP)"
+            )
+            for version, sql in MIGRATIONS:
+                if version > current:
+                    self.con.execute(sql)
+                    self.con.execute("INSERT INTO schema_version VALUES (?, ?)", [version, _now()])
+            self.con.execute("COMMIT")
+        except duckdb.Error as e:
+            try:
+                self.con.execute("ROLLBACK")
+            except duckdb.Error:
+                pass
+            self.con.close()
+            raise _explain(e, self.path, "creating or migrating the schema") from e
+
+    def close(self) -> None:
+        with self._lock:
+            try:
+                self.con.close()
+            except duckdb.Error:
+                pass
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- helpers --------------------------------------------------------------------------
+    def execute(self, sql: str, params: Sequence[Any] | None = None) -> duckdb.DuckDBPyConnection:
+        with self._lock:
+            try:
+                return self.con.execute(sql, params or [])
+            except duckdb.Error as e:
+                raise _explain(e, self.path, "querying") from e
+
+    def query_df(self, sql: str, params: Sequence[Any] | None = None) -> pd.DataFrame:
+        with self._lock:
+            try:
+                return self.con.execute(sql, params or []).df()
+            except duckdb.Error as e:
+                raise _explain(e, self.path, "querying") from e
+
+    def _insert_arrow(self, table: str, tbl: pa.Table, conflict: str = "DO NOTHING") -> None:
+        cols = ", ".join(tbl.column_names)
+        with self._lock:
+            try:
+                self.con.execute("BEGIN TRANSACTION")
+                self.con.register("_llmscope_batch", tbl)
+                self.con.execute(
+                    f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _llmscope_batch ON CONFLICT {conflict}"
+                )
+                self.con.unregister("_llmscope_batch")
+                self.con.execute("COMMIT")
+            except duckdb.Error as e:
+                try:
+                    self.con.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass
+                raise _explain(e, self.path, f"writing {table}") from e
+
+    # -- suites and items -----------------------------------------------------------------
+    def has_suite(self, suite_id: str) -> bool:
+        row = self.execute("SELECT count(*) FROM suites WHERE suite_id = ?", [suite_id]).fetchone()
+        return bool(row and row[0])
+
+    def add_suite(self, suite_id: str, name: str, task: str, spec: dict[str, Any], source: str,
+                  items: Sequence[Item]) -> None:
+        """Store a suite and its items in one transaction (skipped when already stored)."""
+        if self.has_suite(suite_id):
+            return
+        tbl = pa.table(
+            {
+                "suite_id": [suite_id] * len(items),
+                "item_id": [it.item_id for it in items],
+                "idx": list(range(len(items))),
+                "text": [it.text for it in items],
+                "gold": [it.gold for it in items],
+                "options": [_json(it.options) for it in items],
+                "fields": [_json(it.fields) for it in items],
+            },
+            schema=pa.schema(
+                [("suite_id", pa.string()), ("item_id", pa.string()), ("idx", pa.int32()),
+                 ("text", pa.string()), ("gold", pa.string()), ("options", pa.string()),
+                 ("fields", pa.string())]
+            ),
+        )
+        with self._lock:
+            try:
+                self.con.execute("BEGIN TRANSACTION")
+                self.con.execute(
+                    "INSERT INTO suites VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [suite_id, name, task, _json(spec), source, len(items), _now()],
+                )
+                self.con.register("_llmscope_items", tbl)
+                self.con.execute("INSERT INTO items SELECT * FROM _llmscope_items")
+                self.con.unregister("_llmscope_items")
+                self.con.execute("COMMIT")
+            except duckdb.Error as e:
+                try:
+                    self.con.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass
+                raise _explain(e, self.path, "storing the suite") from e
+
+    def suites(self) -> pd.DataFrame:
+        return self.query_df("SELECT suite_id, name, task, n_items, source, created_at FROM suites ORDER BY created_at")
+
+    def items_frame(self, suite_id: str) -> pd.DataFrame:
+        return self.query_df(
+            "SELECT item_id, idx, text, gold, options, fields FROM items WHERE suite_id = ? ORDER BY idx", [suite_id]
+        )
+
+    # -- runs -----------------------------------------------------------------------------
+    def get_run(self, run_id: str) -> dict[str, Any] | None:
+        df = self.query_df("SELECT * FROM runs WHERE run_id = ?", [run_id])
+        if df.empty:
+            return None
+        return _row(df)
+
+    def find_run(self, prefix: str) -> dict[str, Any] | None:
+        """A run by id or unique id prefix; `last` is the most recently started run."""
+        if prefix == "last":
+            df = self.query_df("SELECT * FROM runs ORDER BY started_at DESC LIMIT 1")
+        else:
+            df = self.query_df("SELECT * FROM runs WHERE run_id LIKE ? || '%' ORDER BY started_at", [prefix])
+            if len(df) > 1:
+                exact = df[df.run_id == prefix]
+                if len(exact) == 1:
+                    df = exact
+                else:
+                    raise StoreError(f"run id prefix {prefix!r} is ambiguous: {', '.join(df.run_id)}")
+        return None if df.empty else _row(df)
+
+    def create_run(self, run: dict[str, Any]) -> None:
+        run = dict(run)
+        for k in ("options", "versions", "meta"):
+            if k in run and not isinstance(run[k], str):
+                run[k] = _json(run[k])
+        run.setdefault("started_at", _now())
+        run.setdefault("updated_at", _now())
+        run.setdefault("status", "running")
+        cols = list(run)
+        with self._lock:
+            try:
+                self.con.execute(
+                    f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+                    [run[c] for c in cols],
+                )
+            except duckdb.Error as e:
+                raise _explain(e, self.path, "creating the run") from e
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        if not fields:
+            return
+        for k in ("options", "versions", "meta"):
+            if k in fields and not isinstance(fields[k], str):
+                fields[k] = _json(fields[k])
+        fields.setdefault("updated_at", _now())
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        self.execute(f"UPDATE runs SET {sets} WHERE run_id = ?", [*fields.values(), run_id])
+
+    def runs(self) -> pd.DataFrame:
+        return self.query_df(
+            """
+            SELECT r.run_id, r.suite_name, r.task, r.model, r.backend, r.status, r.n_total,
+                   (SELECT count(*) FROM results x WHERE x.run_id = r.run_id) AS n_done,
+                   (SELECT count(*) FROM results x WHERE x.run_id = r.run_id AND x.error IS NOT NULL) AS n_errors,
+                   (SELECT avg(correct) FROM results x WHERE x.run_id = r.run_id AND x.error IS NULL) AS accuracy,
+                   r.started_at, r.ended_at
+            FROM runs r ORDER BY r.started_at
+            """
+        )
+
+    # -- results --------------------------------------------------------------------------
+    def done_keys(self, run_id: str) -> set[tuple[str, str]]:
+        rows = self.execute("SELECT item_id, variant FROM results WHERE run_id = ?", [run_id]).fetchall()
+        return {(r[0], r[1]) for r in rows}
+
+    def count_results(self, run_id: str) -> tuple[int, int]:
+        row = self.execute(
+            "SELECT count(*), count(error) FROM results WHERE run_id = ?", [run_id]
+        ).fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+
+    def write_results(self, run_id: str, results: Iterable[Result], start_seq: int = 0) -> int:
+        """Append results in one Arrow batch and one transaction; duplicates are ignored."""
+        rs = list(results)
+        if not rs:
+            return 0
+        now = _now()
+        tbl = results_to_arrow(run_id, rs, start_seq, now)
+        self._insert_arrow("results", tbl)
+        return len(rs)
+
+    def results_frame(self, run_id: str, *, with_items: bool = True) -> pd.DataFrame:
+        """Per-item results of a run (JSON columns left as text), joined with item fields."""
+        if with_items:
+            return self.query_df(
+                """
+                SELECT r.*, i.text, i.fields, i.idx, i.options
+                FROM results r
+                JOIN runs u ON u.run_id = r.run_id
+                LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id
+                WHERE r.run_id = ? ORDER BY r.seq
+                """,
+                [run_id],
+            )
+        return self.query_df("SELECT * FROM results WHERE run_id = ? ORDER BY seq", [run_id])
+
+    def max_seq(self, run_id: str) -> int:
+        row = self.execute("SELECT coalesce(max(seq), -1) FROM results WHERE run_id = ?", [run_id]).fetchone()
+        return int(row[0]) if row else -1
+
+
+RESULT_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()), ("item_id", pa.string()), ("variant", pa.string()), ("seq", pa.int64()),
+        ("prompt", pa.string()), ("probs", pa.string()), ("p_yes", pa.float64()), ("p_no", pa.float64()),
+        ("other", pa.float64()), ("top_tokens", pa.string()), ("option_scores", pa.string()),
+        ("prediction", pa.string()), ("gold", pa.string()), ("correct", pa.float64()),
+        ("confidence", pa.float64()), ("n_tokens", pa.int32()), ("latency_ms", pa.float64()),
+        ("error", pa.string()), ("extra", pa.string()), ("written_at", pa.timestamp("us")),
+    ]
+)
+
+
+def results_to_arrow(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.datetime) -> pa.Table:
+    """Column-wise conversion of results to the `results` table's Arrow schema."""
+    probs = [r.probs for r in rs]
+    cols: dict[str, list[Any]] = {
+        "run_id": [run_id] * len(rs),
+        "item_id": [r.item_id for r in rs],
+        "variant": [r.variant for r in rs],
+        "seq": list(range(start_seq, start_seq + len(rs))),
+        "prompt": [r.prompt for r in rs],
+        "probs": [_json(p) for p in probs],
+        "p_yes": [_finite(p.get("yes")) if p else None for p in probs],
+        "p_no": [_finite(p.get("no")) if p else None for p in probs],
+        "other": [_finite(r.other) for r in rs],
+        "top_tokens": [_json(r.top_tokens) for r in rs],
+        "option_scores": [_json(r.option_scores) for r in rs],
+        "prediction": [r.prediction for r in rs],
+        "gold": [r.gold for r in rs],
+        "correct": [_finite(r.correct) for r in rs],
+        "confidence": [_finite(r.confidence) for r in rs],
+        "n_tokens": [int(r.n_tokens or 0) for r in rs],
+        "latency_ms": [_finite(r.latency_ms) for r in rs],
+        "error": [r.error for r in rs],
+        "extra": [_json(r.extra) if r.extra else None for r in rs],
+        "written_at": [now] * len(rs),
+    }
+    return pa.table(cols, schema=RESULT_SCHEMA)
+
+
+def _row(df: pd.DataFrame) -> dict[str, Any]:
+    rec = df.iloc[0].to_dict()
+    for k in ("options", "versions", "meta"):
+        if isinstance(rec.get(k), str):
+            try:
+                rec[k] = json.loads(rec[k])
+            except json.JSONDecodeError:
+                pass
+    return {k: (None if (isinstance(v, float) and math.isnan(v)) or v is pd.NaT else v) for k, v in rec.items()}
