@@ -86,7 +86,9 @@ def _need(rec: dict[str, Any], key: str, types: tuple[type, ...], p: Path, n: in
         raise SuiteError("missing field", p, n, key)
     v = rec[key]
     if not isinstance(v, types) or isinstance(v, bool):
-        raise SuiteError(f"expected {'/'.join(t.__name__ for t in types)}, got {type(v).__name__}", p, n, key)
+        raise SuiteError(
+            f"expected {'/'.join(t.__name__ for t in types)}, got {type(v).__name__}", p, n, key
+        )
     return v
 
 
@@ -106,7 +108,9 @@ def load_worldsense(path: str | Path) -> list[Item]:
                 except UnicodeDecodeError as e:
                     raise SuiteError("not valid UTF-8", p, n) from e
                 if not isinstance(rec, dict):
-                    raise SuiteError(f"each line must be a JSON object, got {type(rec).__name__}", p, n)
+                    raise SuiteError(
+                        f"each line must be a JSON object, got {type(rec).__name__}", p, n
+                    )
                 key = _need(rec, "Key", (int, str), p, n)
                 opts = _need(rec, "expectedresp", (list,), p, n)
                 if not opts or not all(isinstance(o, str) for o in opts):
@@ -116,14 +120,28 @@ def load_worldsense(path: str | Path) -> list[Item]:
                     raise SuiteError(f"unknown obfuscated gold {obf!r}", p, n, "goldresp_obfusc")
                 gold = DEOBFUSCATE[obf]
                 if gold not in opts:
-                    raise SuiteError(f"gold {gold!r} is not among the allowed responses {opts}", p, n, "goldresp_obfusc")
+                    raise SuiteError(
+                        f"gold {gold!r} is not among the allowed responses {opts}",
+                        p,
+                        n,
+                        "goldresp_obfusc",
+                    )
                 text = _need(rec, "text", (str,), p, n)
                 fields = {"Key": str(key), "goldresp": gold, "expectedresp": opts}
                 for k in FIELDS:
                     if k not in rec:
                         raise SuiteError("missing field", p, n, k)
                     fields[k] = rec[k]
-                items.append(Item(item_id=str(key), fields=fields, gold=gold, options=list(opts), text=text, line=n))
+                items.append(
+                    Item(
+                        item_id=str(key),
+                        fields=fields,
+                        gold=gold,
+                        options=list(opts),
+                        text=text,
+                        line=n,
+                    )
+                )
     except (OSError, EOFError) as e:  # unreadable or corrupt compressed stream
         raise SuiteError(f"cannot read: {e}", p) from e
     return items
@@ -147,7 +165,9 @@ def load_worldsense_suite(suite_path: str | Path | None = None) -> Suite:
     if suite_path is None:
         found = default_path()
         if found is None:
-            raise SuiteError("the worldsense suite needs --suite-path (trials.jsonl.bz2 or its folder)")
+            raise SuiteError(
+                "the worldsense suite needs --suite-path (trials.jsonl.bz2 or its folder)"
+            )
         trials = found
     else:
         trials = find_trials(suite_path)

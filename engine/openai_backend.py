@@ -57,7 +57,7 @@ _KNOWN_PARAMS = (
     "echo",
     *_DROPPABLE,
 )
-_EFFORT_LADDER = {"minimal": "low", "low": None}
+_EFFORT_LADDER = {"none": "minimal", "minimal": "low", "low": None}  # on rejection
 _LOGLIK_UNSUPPORTED = re.compile(
     r"echo|logprob|not supported|unsupported|chat model|not implemented", re.IGNORECASE
 )
@@ -302,6 +302,7 @@ class OpenAIBackend(Backend):
             "base_url": _public_url(self.base_url),
             "api_key": self._key_source,  # where it came from, never the key
             "client": f"openai-python {openai.__version__}",
+            "versions": {"openai": openai.__version__},
             "concurrency": self.concurrency,
             "top_logprobs": self.top_logprobs,
             "top_logprobs_used": self._k_cap,
@@ -389,8 +390,8 @@ class OpenAIBackend(Backend):
                     data = json.loads(raw.http_response.content)
                     if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
                         raise ValueError("no 'choices' list in the response")
-                    if not data["choices"]:
-                        raise ValueError("empty 'choices' list in the response")
+                    if not data["choices"] or not all(isinstance(c, dict) for c in data["choices"]):
+                        raise ValueError("empty or invalid 'choices' in the response")
                 except (TimeoutError, openai.APITimeoutError):
                     self._c["timeouts"] += 1
                     last = f"timed out after {self.timeout:g}s"
@@ -438,9 +439,9 @@ class OpenAIBackend(Backend):
         return self._redact(str(message))[:2000], param, code
 
     def _account(self, data: dict[str, Any]) -> None:
-        usage = data.get("usage") or {}
-        self._c["prompt_tokens"] += int(usage.get("prompt_tokens") or 0)
-        self._c["completion_tokens"] += int(usage.get("completion_tokens") or 0)
+        usage = self._usage([data])
+        self._c["prompt_tokens"] += usage["prompt_tokens"]
+        self._c["completion_tokens"] += usage["completion_tokens"]
         if data.get("model"):
             self._models_seen.add(str(data["model"]))
         if data.get("system_fingerprint"):
@@ -472,8 +473,16 @@ class OpenAIBackend(Backend):
         if param is None:
             return False
         k_key = "top_logprobs" if endpoint == "chat" else "logprobs"
-        if param == k_key and isinstance(body.get(k_key), int) and body[k_key] > 1:
-            cap = _parse_maximum(msg, body[k_key])
+        k_val = body.get(k_key)
+        # vLLM says "Requested sample logprobs of 30, which is greater than max allowed: 20"
+        # without naming the parameter, hence both names
+        if (
+            param in ("top_logprobs", "logprobs")
+            and isinstance(k_val, int)
+            and not isinstance(k_val, bool)
+            and k_val > 1
+        ):
+            cap = _parse_maximum(msg, k_val)
             if cap is not None:
                 if cap < MIN_TOP_LOGPROBS:
                     raise BackendError(
@@ -535,9 +544,14 @@ class OpenAIBackend(Backend):
     def _usage(datas: Sequence[dict[str, Any]]) -> dict[str, int]:
         out = {"prompt_tokens": 0, "completion_tokens": 0}
         for d in datas:
-            u = d.get("usage") or {}
+            u = d.get("usage")
+            if not isinstance(u, dict):
+                continue
             for k in out:
-                out[k] += int(u.get(k) or 0)
+                try:
+                    out[k] += int(u.get(k) or 0)
+                except (TypeError, ValueError):
+                    pass  # a server's odd usage block must not fail an item
         return out
 
     def _mark_no_logprobs(self, reason: str) -> None:
@@ -595,7 +609,7 @@ class OpenAIBackend(Backend):
             raise BackendError("response without logprobs (earlier responses had them)")
         self._logprobs = True
         probs, other, rule, details = apply_topk_rule(top, answers)
-        text = choice.get("message", {}).get("content") if chat else choice.get("text")
+        text = (choice.get("message") or {}).get("content") if chat else choice.get("text")
         k_sent = body.get("top_logprobs", body.get("logprobs"))
         usage = self._usage([data])
         meta = {
@@ -718,7 +732,7 @@ class OpenAIBackend(Backend):
             probs=probs,
             other=unmatched / n,
             top=[TopToken(w, None, c / n) for w, c in word_counts.most_common(20)],
-            n_tokens=int((datas[0].get("usage") or {}).get("prompt_tokens") or 0),
+            n_tokens=self._usage(datas[:1])["prompt_tokens"],
             meta=meta,
         )
 
@@ -835,6 +849,11 @@ class OpenAIBackend(Backend):
             lp = choice.get("logprobs")
             if not isinstance(lp, dict) or not lp.get("text_offset") or not lp.get("tokens"):
                 raise self._unsupported("response without logprobs.text_offset")
+            lens = {len(lp.get(k) or []) for k in ("tokens", "token_logprobs", "text_offset")}
+            if len(lens) != 1:
+                raise BackendError(
+                    "malformed echo logprobs: tokens/token_logprobs/text_offset differ"
+                )
             out.append(self._score(ctx, cont, full, lp))
         self._loglik = True
         return out
@@ -921,7 +940,7 @@ class OpenAIBackend(Backend):
         return GenerateOut(
             texts=[t for t, _ in pairs],
             prompt=prompt,
-            n_tokens=int((datas[0].get("usage") or {}).get("prompt_tokens") or 0),
+            n_tokens=self._usage(datas[:1])["prompt_tokens"],
             meta=meta,
         )
 

@@ -128,6 +128,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         async def main() -> Any:
             try:
+                if hasattr(backend, "probe"):
+                    # Learn up front whether the API returns log-probs, so the run records it.
+                    from llmscope.engine.backend import BackendError
+
+                    try:
+                        await backend.probe()
+                    except BackendError as e:
+                        reporter.on_message("warning", f"probe request failed: {e}")
+                    for note in backend.stats().get("notices", []):
+                        reporter.on_message("warning", str(note))
                 return await runner.run()
             finally:
                 await backend.aclose()
@@ -155,6 +165,11 @@ def cmd_suites(args: argparse.Namespace) -> int:
 
     rows = []
     for name in builtin_names():
+        if name in ("commonsense", "worldsense"):
+            # Loaders of full third-party corpora: listed, not parsed (WorldSense is 87k trials).
+            rows.append({"name": name, "task": _loader_task(name), "items": None, "variants": None,
+                         "description": f"full {name} corpus, read from --suite-path (or ../shared when present)"})
+            continue
         try:
             s = load_suite(name)
             n: int | None = len(s.items())
@@ -196,7 +211,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from llmscope.report import build_report, format_rows
+    from llmscope.report import build_report, format_rows, worldsense_reports
 
     store = _open_store(args.db, read_only=True)
     try:
@@ -206,30 +221,20 @@ def cmd_report(args: argparse.Namespace) -> int:
                 raise CLIError(f"no run {args.run!r} in {args.db}")
             runs = [run]
         else:
-            runs = [store.get_run(r) for r in store.runs()["run_id"]]
+            runs = [r for r in (store.get_run(x) for x in store.runs()["run_id"]) if r is not None]
         rows = []
         for run in runs:
-            if run is not None:
-                rows += build_report(store, run, args.by)
-        extra = _special_reports(store, runs, args)
+            rows += build_report(store, run, args.by)
+        ws_rows, ws_text = worldsense_reports(store, runs)
     finally:
         store.close()
     if args.json:
-        print(json.dumps(rows + extra.get("rows", []), indent=1, default=str))
+        print(json.dumps(rows + ws_rows, indent=1, default=str))
     else:
         print(format_rows(rows))
-        for text in extra.get("text", []):
-            print(text)
+        for line in ws_text:
+            print(line)
     return 0
-
-
-def _special_reports(store: Any, runs: list[Any], args: argparse.Namespace) -> dict[str, Any]:
-    """Reports defined by a suite's authors (WorldSense), added when such runs are present."""
-    try:
-        from llmscope.analysis_wiring import special_reports
-    except ImportError:
-        return {}
-    return special_reports(store, [r for r in runs if r is not None], args)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -305,11 +310,13 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from llmscope.compare import compare_runs, format_compare
+    from llmscope.compare import CompareError, compare_runs, format_compare
 
     store = _open_store(args.db, read_only=True)
     try:
         out = compare_runs(store, args.runs)
+    except CompareError as e:
+        raise CLIError(str(e)) from e
     finally:
         store.close()
     print(json.dumps(out, indent=1, default=str) if args.json else format_compare(out))

@@ -1,20 +1,27 @@
 """`llmscope report`: metric rows computed from stored per-item results.
 
-Every number is recomputed from the `results` table, so it can be traced to
-per-item rows (`llmscope export`). Rows follow one shape for text and JSON:
-{run, model, group, metric, value, ci95: [lo, hi] | None, n}.
+Every number is recomputed from the `results` table through `llmscope.analysis`, so
+it can be traced to per-item rows (`llmscope export`). Rows have one shape for text
+and JSON: {run, model, suite, group, metric, value, ci95: [lo, hi] | None, n}.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import warnings
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from llmscope.analysis.calibration import brier, calibration_table
+from llmscope.analysis.intervals import accuracy_ci
+from llmscope.analysis.rows import metric_row
+from llmscope.analysis.yesno import yesno_summary
 from llmscope.store.db import Store
+
+CALIBRATED_TASKS = ("yesno", "choice", "rating", "constrained")
 
 
 def results_with_fields(store: Store, run_id: str) -> pd.DataFrame:
@@ -27,13 +34,11 @@ def results_with_fields(store: Store, run_id: str) -> pd.DataFrame:
     return pd.concat([df, flat], axis=1)
 
 
-def _ci(correct: np.ndarray, clusters: np.ndarray | None) -> tuple[float, list[float] | None, int]:
-    from llmscope.analysis.intervals import accuracy_ci
-
-    res = accuracy_ci(correct, clusters)
-    lo, hi = float(res.lo), float(res.hi)
-    ci = None if math.isnan(lo) or math.isnan(hi) else [lo, hi]
-    return float(res.mean), ci, int(res.n)
+def _row(run: dict[str, Any], group: dict[str, Any], metric: str, value: float | None,
+         ci: list[float] | None, n: int | None) -> dict[str, Any]:
+    r = metric_row(run["run_id"], str(run.get("model")), metric, value, ci, n, group)
+    r["suite"] = run.get("suite_name")
+    return r
 
 
 def _cluster_key(df: pd.DataFrame, cluster_field: str | None) -> np.ndarray:
@@ -43,78 +48,206 @@ def _cluster_key(df: pd.DataFrame, cluster_field: str | None) -> np.ndarray:
     return df["item_id"].astype(str).to_numpy()
 
 
-def accuracy_rows(
-    df: pd.DataFrame, run: dict[str, Any], by: list[str], cluster_field: str | None
-) -> list[dict[str, Any]]:
-    """Accuracy (95% CI, clustered) overall, per variant, and per value of each `by` field."""
+def _group_col(df: pd.DataFrame, field: str) -> str | None:
+    if field in df:
+        return field
+    return f"f.{field}" if f"f.{field}" in df else None
+
+
+def accuracy_rows(df: pd.DataFrame, run: dict[str, Any], by: list[str], cluster_field: str | None) -> list[dict[str, Any]]:
+    """Accuracy with 95% CI (clustered over dependent trials): overall, per variant, per field."""
     rows: list[dict[str, Any]] = []
     ok = df[df["error"].isna() & df["correct"].notna()]
-    if ok.empty:
-        return rows
 
     def add(sub: pd.DataFrame, group: dict[str, Any]) -> None:
         if sub.empty:
             return
-        mean, ci, n = _ci(sub["correct"].to_numpy(float), _cluster_key(sub, cluster_field))
-        rows.append(_row(run, group, "accuracy", mean, ci, n))
+        iv = accuracy_ci(sub["correct"].to_numpy(float), _cluster_key(sub, cluster_field))
+        ci = None if math.isnan(iv.lo) else [iv.lo, iv.hi]
+        rows.append(_row(run, group, "accuracy", iv.mean, ci, iv.n))
 
+    if ok.empty:
+        return rows
     add(ok, {})
     if ok["variant"].nunique() > 1:
         for v, sub in ok.groupby("variant", sort=True):
             add(sub, {"variant": v})
     for field in by:
-        col = field if field in ok else f"f.{field}"
-        if col not in ok:
+        col = _group_col(ok, field)
+        if col is None:
             continue
         for key, sub in ok.groupby(ok[col].astype(str), sort=True):
             add(sub, {field: key})
     return rows
 
 
-def yesno_rows(df: pd.DataFrame, run: dict[str, Any], by: list[str]) -> list[dict[str, Any]]:
-    """Mean P(yes), P(no), P(other) (with normal-approximation CIs) and the gold yes-rate."""
-    ok = df[df["error"].isna() & df["p_yes"].notna()]
-    rows: list[dict[str, Any]] = []
-
-    def add(sub: pd.DataFrame, group: dict[str, Any]) -> None:
-        for metric, col in (("mean_p_yes", "p_yes"), ("mean_p_no", "p_no"), ("mean_p_other", "other")):
-            x = sub[col].to_numpy(float)
-            m = float(x.mean())
-            half = 1.96 * float(x.std(ddof=1)) / math.sqrt(len(x)) if len(x) > 1 else float("nan")
-            rows.append(_row(run, group, metric, m, None if math.isnan(half) else [m - half, m + half], len(x)))
-        gold = sub["gold"].dropna().str.lower()
-        if len(gold):
-            rows.append(_row(run, group, "gold_yes_rate", float((gold == "yes").mean()), None, len(gold)))
-
+def yesno_rows(df: pd.DataFrame, run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Mean P(yes)/P(no)/P(other) vs the gold yes-rate, and how often "other" dominates."""
+    ok = df[df["error"].isna() & df["p_yes"].notna()].rename(columns={"other": "p_other"})
     if ok.empty:
-        return rows
-    add(ok, {})
-    if ok["variant"].nunique() > 1:
-        for v, sub in ok.groupby("variant", sort=True):
-            add(sub, {"variant": v})
+        return []
+    rows: list[dict[str, Any]] = []
+    by = ["variant"] if ok["variant"].nunique() > 1 else []
+    tables = [yesno_summary(ok)] + ([yesno_summary(ok, by)] if by else [])
+    for t in tables:
+        for rec in t.to_dict("records"):
+            group = {k: rec[k] for k in by if k in rec}
+            n = int(rec["n"])
+            for m in ("p_yes", "p_no", "p_other"):
+                rows.append(_row(run, group, f"mean_{m}", rec[m], [rec[f"{m}_lo"], rec[f"{m}_hi"]], n))
+            rows.append(_row(run, group, "pred_yes_rate", rec["pred_yes_rate"],
+                             [rec["pred_yes_lo"], rec["pred_yes_hi"]], n))
+            if rec.get("n_gold"):
+                rows.append(_row(run, group, "gold_yes_rate", rec["gold_yes_rate"], None, int(rec["n_gold"])))
+            rows.append(_row(run, group, "off_format_rate", rec["off_format_rate"],
+                             [rec["off_format_lo"], rec["off_format_hi"]], n))
     return rows
 
 
-def _row(run: dict[str, Any], group: dict[str, Any], metric: str, value: float,
-         ci: list[float] | None, n: int) -> dict[str, Any]:
-    return {"run": run["run_id"], "model": run.get("model"), "suite": run.get("suite_name"),
-            "group": group, "metric": metric, "value": value, "ci95": ci, "n": n}
+def _prob_matrix(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+    """Answer-probability matrix and gold index from the stored `probs` JSON."""
+    probs = df["probs"].map(lambda s: json.loads(s) if isinstance(s, str) else None)
+    keys: list[str] = []
+    for p in probs:
+        for k in p or {}:
+            if k not in keys:
+                keys.append(k)
+    if not keys:
+        return None
+    mat = np.array([[float((p or {}).get(k, 0.0) or 0.0) for k in keys] for p in probs])
+    gold = np.array([keys.index(g) if g in keys else np.nan for g in df["gold"]], dtype=float)
+    return mat, gold
+
+
+def calibration_rows(df: pd.DataFrame, run: dict[str, Any]) -> list[dict[str, Any]]:
+    """ECE and MCE (10 equal-width bins) on the predicted answer's confidence, and Brier."""
+    ok = df[df["error"].isna() & df["correct"].notna() & df["confidence"].notna()]
+    if ok.empty:
+        return []
+    t = calibration_table(ok)
+    rec = t.to_dict("records")[0]
+    rows = [_row(run, {}, "ece", rec["ece"], None, int(rec["n"])),
+            _row(run, {}, "mce", rec["mce"], None, int(rec["n"]))]
+    pm = _prob_matrix(ok)
+    if pm is not None:
+        rows.append(_row(run, {}, "brier", brier(*pm), None, int(np.isfinite(pm[1]).sum())))
+    return rows
+
+
+def commonsense_rows_for(df: pd.DataFrame, run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Consensus, awareness and commonsensicality against the human majority (`human_q1`)."""
+    if "f.human_q1" not in df or not {"q1", "q2"} <= set(df["variant"]):
+        return []
+    from llmscope.analysis.commonsense import commonsense_frame, commonsense_rows, commonsensicality
+
+    ok = df[df["error"].isna() & df["p_yes"].notna()]
+    human = ok.drop_duplicates("item_id")[["item_id", "f.human_q1", "f.category"]].rename(
+        columns={"item_id": "id", "f.human_q1": "human_q1", "f.category": "category"})
+    human = human[human["human_q1"].notna()]
+    q = {v: ok[ok["variant"] == v][["item_id", "p_yes", "p_no"]].rename(columns={"item_id": "id"})
+         for v in ("q1", "q2")}
+    frame = commonsense_frame(human, q["q1"], q["q2"])
+    if frame.empty:
+        return []
+    rows = []
+    for by in ([], ["category"]):
+        table = commonsensicality(frame, by)
+        for r in commonsense_rows(table, run=run["run_id"], model=str(run.get("model")), by=by):
+            if by and r["group"].get("category") == "(all)":
+                continue
+            r["suite"] = run.get("suite_name")
+            rows.append(r)
+    return rows
 
 
 def build_report(store: Store, run: dict[str, Any], by: list[str] | None = None) -> list[dict[str, Any]]:
-    """All metric rows for one run."""
+    """All per-run metric rows."""
     df = results_with_fields(store, run["run_id"])
     if df.empty:
         return []
     spec = _suite_spec(store, run["suite_id"])
     by = list(by) if by else list(spec.get("group_by") or [])
-    cluster = spec.get("cluster_field")
-    rows = accuracy_rows(df, run, by, cluster)
+    rows = accuracy_rows(df, run, by, spec.get("cluster_field"))
+    rows += method_rows(df, run)
     if run.get("task") == "yesno":
-        rows += yesno_rows(df, run, by)
-    errors = int(df["error"].notna().sum())
-    rows.append(_row(run, {}, "errors", float(errors), None, len(df)))
+        rows += yesno_rows(df, run)
+        rows += commonsense_rows_for(df, run)
+    if run.get("task") in CALIBRATED_TASKS:
+        rows += calibration_rows(df, run)
+    rows.append(_row(run, {}, "errors", float(df["error"].notna().sum()), None, len(df)))
     return rows
+
+
+def method_rows(df: pd.DataFrame, run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Choice tasks: argmax and expected accuracy for each scoring method, side by side."""
+    ok = df[df["error"].isna() & df["extra"].notna()]
+    if ok.empty:
+        return []
+    extras = ok["extra"].map(json.loads)
+    methods = [e.get("methods") for e in extras]
+    if not any(isinstance(m, dict) and m for m in methods):
+        return []
+    names: list[str] = []
+    for m in methods:
+        for k in m or {}:
+            if k not in names:
+                names.append(k)
+    clusters = ok["item_id"].astype(str).to_numpy()
+    rows = []
+    for name in names:
+        for key, metric in (("correct", "accuracy"), ("expected_acc", "expected_accuracy")):
+            vals = np.array([
+                float(m[name][key]) if m and name in m and m[name].get(key) is not None else np.nan
+                for m in methods
+            ])
+            if np.isfinite(vals).any():
+                iv = accuracy_ci(vals, clusters)
+                ci = None if math.isnan(iv.lo) else [iv.lo, iv.hi]
+                rows.append(_row(run, {"method": name}, metric, iv.mean, ci, iv.n))
+    return rows
+
+
+def worldsense_reports(store: Store, runs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The WorldSense authors' analysis over every WorldSense run: rows and printable tables."""
+    ws = [r for r in runs if r.get("suite_name") == "worldsense"]
+    if not ws:
+        return [], []
+    from llmscope.analysis.worldsense import analyse, report_rows, worldsense_frame
+
+    items = None
+    frames = []
+    for run in ws:
+        if items is None:
+            it = store.items_frame(run["suite_id"])
+            fields = pd.DataFrame([json.loads(s) for s in it["fields"]])
+            items = fields.assign(Key=it["item_id"].to_numpy(), goldresp=it["gold"].to_numpy())
+        res = store.results_frame(run["run_id"], with_items=False)
+        opts = run.get("options") or {}
+        prompting = (opts.get("import") or {}).get("prompting") or (opts.get("task") or {}).get("prompting") or "basic"
+        resp = res["prediction"].where(res["error"].isna(), "").fillna("")
+        frames.append(pd.DataFrame({"Key": res["item_id"], "resp": resp, "modelname": str(run.get("model")),
+                                    "prompting": prompting}))
+    assert items is not None
+    if "expectedresp" not in items and "options" in items:
+        items["expectedresp"] = items["options"]
+    df = worldsense_frame(items, pd.concat(frames, ignore_index=True))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rep = analyse(df)
+    rows = []
+    by_model = {str(r.get("model")): r for r in ws}
+    for row in report_rows(rep, "worldsense"):
+        run = by_model.get(row["model"])
+        row["run"] = run["run_id"] if run else row["run"]
+        row["suite"] = "worldsense"
+        rows.append(row)
+    text = ["", "WorldSense (the authors' analysis: tuple-weighted, rebalanced; mean (ci95), accuracy in %)"]
+    text.append(rep.pivot("accuracy").to_string())
+    text += ["", "accuracy per problem", rep.pivot("problem_accuracy").to_string()]
+    text += ["", "bias per problem (+1 = always TRUE/POSSIBLE/KNOW)", rep.pivot("problem_bias").to_string()]
+    for w in caught:
+        text.append(f"warning: {w.message}")
+    return rows, text
 
 
 def _suite_spec(store: Store, suite_id: str) -> dict[str, Any]:
@@ -134,7 +267,9 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
             lines.append(head)
             cur = head
         group = ", ".join(f"{k}={v}" for k, v in r["group"].items()) or "overall"
-        ci = f"[{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]" if r["ci95"] else ""
-        val = f"{r['value']:.0f}" if r["metric"] == "errors" else f"{r['value']:.3f}"
-        lines.append(f"  {group[:48]:<48} {r['metric']:<14} {val:>8} {ci:<18} n={r['n']}")
+        ci = r.get("ci95")
+        cis = f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci and ci[0] is not None and ci[1] is not None else ""
+        v = r["value"]
+        val = "-" if v is None else (f"{v:.0f}" if r["metric"] == "errors" else f"{v:.3f}")
+        lines.append(f"  {group[:44]:<44} {r['metric']:<18} {val:>8} {cis:<18} n={r['n']}")
     return "\n".join(lines)

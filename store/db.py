@@ -100,6 +100,9 @@ MIGRATIONS: list[tuple[int, str]] = [
 ]
 
 
+LEGACY_TABLES = ("suites", "items", "runs", "results")  # created by migration 1, adopted from version 0
+
+
 class StoreError(Exception):
     """A database problem explained for the user."""
 
@@ -197,6 +200,7 @@ class Store:
             )
         try:
             self.con.execute("BEGIN TRANSACTION")
+            legacy = self._set_aside_legacy_tables() if current == 0 else []
             self.con.execute(
                 "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at TIMESTAMP)"
             )
@@ -204,6 +208,8 @@ class Store:
                 if version > current:
                     self.con.execute(sql)
                     self.con.execute("INSERT INTO schema_version VALUES (?, ?)", [version, _now()])
+            for table in legacy:
+                self._copy_legacy_table(table)
             self.con.execute("COMMIT")
         except duckdb.Error as e:
             try:
@@ -212,6 +218,40 @@ class Store:
                 pass
             self.con.close()
             raise _explain(e, self.path, "creating or migrating the schema") from e
+
+    def _set_aside_legacy_tables(self) -> list[str]:
+        """Rename the tables of a version-0 file (written before `schema_version` existed).
+
+        Such files carry llmscope's tables with fewer columns and possibly without their
+        primary keys; they are rebuilt in the current layout by `_copy_legacy_table`,
+        inside the migration's transaction, so a failure leaves the file as it was.
+        """
+        rows = self.con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'"
+        ).fetchall()
+        present = {r[0] for r in rows}
+        legacy = [t for t in LEGACY_TABLES if t in present]
+        for t in legacy:
+            self.con.execute(f"ALTER TABLE {t} RENAME TO _llmscope_v0_{t}")
+        return legacy
+
+    def _copy_legacy_table(self, table: str) -> None:
+        old = f"_llmscope_v0_{table}"
+
+        def columns(name: str) -> list[str]:
+            rows = self.con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
+                [name],
+            ).fetchall()
+            return [r[0] for r in rows]
+
+        old_cols = set(columns(old))
+        shared = [c for c in columns(table) if c in old_cols]
+        if shared:
+            cols = ", ".join(shared)
+            # Version 0 had no primary keys: keep the first copy of a duplicated key.
+            self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {old} ON CONFLICT DO NOTHING")
+        self.con.execute(f"DROP TABLE {old}")
 
     def close(self) -> None:
         with self._lock:

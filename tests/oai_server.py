@@ -15,14 +15,17 @@ A request is handled by the first script whose MARKER occurs in its prompt text
     faults         list consumed one per request to this marker, then normal answers:
                    {"status": 429, "headers": {"Retry-After": "0.2"}, "message": "..."},
                    {"sleep": 2.0} (sleep, then answer normally: a client timeout),
-                   {"malformed": true} (200 with a truncated JSON body)
+                   {"malformed": true} (200 with a truncated JSON body),
+                   {"json": {...}} (200 with this JSON body, e.g. without "choices")
     error          {"status": 400, "message": "...", "param": "...", "code": "..."}
     reject         [{"param": "top_logprobs", "gt": 10, "message": "..."},
                     {"param": "reasoning_effort", "equals": "minimal", "message": "..."},
                     {"param": "logprobs", "present": true, "message": "..."}] -> 400
+                   ("hide_param": true leaves the error's "param" null, as vLLM does)
     top            [[token, logprob], ...] the candidates at the first generated position
                    (the first min(k, len) are returned as top_logprobs)
     content        the generated text (default: the first `top` token)
+    delay          seconds to wait before every normal answer (for concurrency tests)
     no_logprobs    true: answer without logprobs (like reasoning models)
     samples        list of texts handed out in turn to each sampled choice
     token_logprobs {token: logprob} for echo scoring (merged over the global table)
@@ -30,7 +33,8 @@ A request is handled by the first script whose MARKER occurs in its prompt text
 
 Control endpoints (for tests): POST /_control/script {"marker": M, "spec": SPEC},
 POST /_control/faults {"rate": R, "seed": S, "kinds": [...], "sleep": T, "retry_after": A},
-POST /_control/reset, GET /_control/log (requests seen), GET /_control/stats (faults injected).
+POST /_control/reset, GET /_control/log (requests seen),
+GET /_control/stats (faults injected, requests, most requests handled at once per marker).
 
 Echo tokenisation is "optional whitespace + non-space run" (`\\s*\\S+`), so hand sums in
 tests are easy: "The cat sat" -> "The", " cat", " sat". The first prompt token has a
@@ -78,6 +82,8 @@ class State:
         faults.setdefault("kinds", ["429", "500", "timeout", "malformed"])
         self.set_faults(faults)
         self.injected = {"429": 0, "500": 0, "timeout": 0, "malformed": 0}
+        self.active: dict[str, int] = {}  # marker -> requests being handled now
+        self.max_active: dict[str, int] = {}
 
     def set_faults(self, faults: dict[str, Any]) -> None:
         self.faults = faults
@@ -89,6 +95,7 @@ class State:
         self.sample_counters.clear()
         self.log.clear()
         self.injected = {k: 0 for k in self.injected}
+        self.max_active.clear()
         self.set_faults({**self.faults, "rate": 0.0})
 
 
@@ -250,7 +257,8 @@ def _rejection(body: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any] | N
             or (r.get("present") and v not in (False, 0))
         )
         if hit:
-            return {"status": 400, "message": r["message"], "param": p, "code": r.get("code")}
+            param = None if r.get("hide_param") else p  # vLLM often names no param
+            return {"status": 400, "message": r["message"], "param": param, "code": r.get("code")}
     return None
 
 
@@ -292,7 +300,14 @@ class Handler(BaseHTTPRequestHandler):
                 self._send(200, list(STATE.log))
         elif self.path == "/_control/stats":
             with STATE.lock:
-                self._send(200, {"injected": dict(STATE.injected), "requests": len(STATE.log)})
+                self._send(
+                    200,
+                    {
+                        "injected": dict(STATE.injected),
+                        "requests": len(STATE.log),
+                        "max_active": dict(STATE.max_active),
+                    },
+                )
         elif self.path.rstrip("/").endswith("/models"):
             self._send(200, {"object": "list", "data": [{"id": "test-model", "object": "model"}]})
         else:
@@ -306,8 +321,18 @@ class Handler(BaseHTTPRequestHandler):
         if not (self.path.endswith("/chat/completions") or self.path.endswith("/completions")):
             self._error(404, f"no route {self.path}")
             return
-        text = _prompt_text(self.path, body)
-        marker, spec = _find_script(text)
+        marker, spec = _find_script(_prompt_text(self.path, body))
+        key = marker or ""
+        with STATE.lock:
+            STATE.active[key] = STATE.active.get(key, 0) + 1
+            STATE.max_active[key] = max(STATE.max_active.get(key, 0), STATE.active[key])
+        try:
+            self._api(body, marker, spec)
+        finally:
+            with STATE.lock:
+                STATE.active[key] -= 1
+
+    def _api(self, body: dict[str, Any], marker: str | None, spec: dict[str, Any]) -> None:
         with STATE.lock:
             attempt = STATE.counters.get(marker or "", 0)
             STATE.counters[marker or ""] = attempt + 1
@@ -346,10 +371,15 @@ class Handler(BaseHTTPRequestHandler):
                     headers=fault.get("headers"),
                 )
                 return
+            if "json" in fault:  # well-formed JSON that is not a completion
+                self._send(200, fault["json"])
+                return
             if fault.get("malformed"):
                 self._send(200, b'{"id": "chatcmpl-test", "choices": [{"index": 0, "mess')
                 return
             time.sleep(float(fault.get("sleep", 0)))  # the client should have given up by now
+        if spec.get("delay"):
+            time.sleep(float(spec["delay"]))
         err = spec.get("error") or _rejection(body, spec)
         if err:
             with STATE.lock:

@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 import pytest
-
 from llmscope.engine.choice_math import (
     calibrate,
     content_free_probs,
@@ -69,7 +68,9 @@ def test_contextual_calibration():
 
 
 def test_pmi():
-    s = score_options(OPTS, [-2.0, -3.0, -6.0], [1, 1, 1], domain_logprobs=[-1.0, -4.0, -2.0], gold=1)
+    s = score_options(
+        OPTS, [-2.0, -3.0, -6.0], [1, 1, 1], domain_logprobs=[-1.0, -4.0, -2.0], gold=1
+    )
     assert s.scores["pmi"].tolist() == [-1.0, 1.0, -4.0]
     assert s.predictions["pmi"] == 1 and s.correct["pmi"] == 1.0
     summ = s.method_summary()

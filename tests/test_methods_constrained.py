@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
-from test_methods_fakes import TableBackend
-
 from llmscope.engine.tasks.constrained import ConstrainedTask, clean_response, match_allowed
 from llmscope.engine.types import Item, Work
+from test_methods_fakes import TableBackend
 
 OPTS = ["TRUE", "FALSE"]
 P = "Is it so? Answer TRUE or FALSE."
@@ -16,13 +15,27 @@ RETRY = P + "\n\nOnly respond with one of these options: [TRUE, FALSE]"
 
 
 def work(gold="FALSE"):
-    return Work(item=Item(item_id="w1", fields={}, options=OPTS), variant="v", prompt=P, gold=gold, options=OPTS)
+    return Work(
+        item=Item(item_id="w1", fields={}, options=OPTS),
+        variant="v",
+        prompt=P,
+        gold=gold,
+        options=OPTS,
+    )
 
 
 @pytest.mark.parametrize(
     "raw,clean",
-    [(' "TRUE". ', "TRUE"), ("(1)", "1"), ("\u201cPossible.\u201d", "Possible"), ("TRUE\n", "TRUE"),
-     ("'FALSE'", "FALSE"), ("[2].", "2"), ("TRUE, because", "TRUE, because"), ("", "")],
+    [
+        (' "TRUE". ', "TRUE"),
+        ("(1)", "1"),
+        ("\u201cPossible.\u201d", "Possible"),
+        ("TRUE\n", "TRUE"),
+        ("'FALSE'", "FALSE"),
+        ("[2].", "2"),
+        ("TRUE, because", "TRUE, because"),
+        ("", ""),
+    ],
 )
 def test_clean_response(raw, clean):
     assert clean_response(raw) == clean
@@ -36,8 +49,10 @@ def test_match_allowed():
 
 async def test_loglik_mode_for_hf_backends():
     lp = math.log
-    be = TableBackend({(P, " TRUE"): [(" TRUE", lp(0.2))], (P, " FALSE"): [(" F", lp(0.6)), ("ALSE", lp(0.9))]},
-                      kind="hf")
+    be = TableBackend(
+        {(P, " TRUE"): [(" TRUE", lp(0.2))], (P, " FALSE"): [(" F", lp(0.6)), ("ALSE", lp(0.9))]},
+        kind="hf",
+    )
     r = await ConstrainedTask({}).score(work(), be)
     assert be.calls[0][0] == "loglik" and r.extra["mode"] == "loglik"
     assert r.prediction == "FALSE" and r.correct == 1.0
@@ -68,7 +83,11 @@ async def test_generate_reprompt_then_valid_and_invalid():
 async def test_fallback_to_generate_when_loglik_fails():
     be = TableBackend(gen_table={P: [["FALSE"]]}, kind="hf", can_loglik=False)
     r = await ConstrainedTask({}).score(work(), be)
-    assert r.extra["mode"] == "generate" and r.extra["loglik_error"] == "no loglik" and r.correct == 1.0
+    assert (
+        r.extra["mode"] == "generate"
+        and r.extra["loglik_error"] == "no loglik"
+        and r.correct == 1.0
+    )
     be2 = TableBackend(gen_table={P: [["TRUE"]]}, kind="hf")
     r2 = await ConstrainedTask({"mode": "generate"}).score(work(gold=None), be2)
     assert r2.extra["mode"] == "generate" and r2.correct is None and r2.prediction == "TRUE"

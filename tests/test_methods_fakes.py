@@ -53,7 +53,9 @@ class TableBackend(Backend):
             n_tokens=len(prompt.split()),
         )
 
-    async def loglik(self, requests: list[tuple[str, str]], *, chat: bool = False) -> list[LogLikOut]:
+    async def loglik(
+        self, requests: list[tuple[str, str]], *, chat: bool = False
+    ) -> list[LogLikOut]:
         self.calls.append(("loglik", (list(requests), chat)))
         if not self.can_loglik:
             raise BackendError("no loglik")

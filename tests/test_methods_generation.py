@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from test_methods_fakes import TableBackend
-
 from llmscope.engine.tasks.generation import GenerationTask, gold_answers
 from llmscope.engine.types import Item, Work
+from test_methods_fakes import TableBackend
 
 
 def work(prompt="Q?", gold="12.25", answers=None):
@@ -45,7 +44,9 @@ async def test_generation_dot_stop_warns_and_keeps_decimals():
 
 
 async def test_generation_samples_answers_and_majority():
-    be = TableBackend(gen_table={"Q?": [["\nThe Eiffel Tower", "eiffel tower.", "Paris", "Eiffel\ttower\n"]]})
+    be = TableBackend(
+        gen_table={"Q?": [["\nThe Eiffel Tower", "eiffel tower.", "Paris", "Eiffel\ttower\n"]]}
+    )
     t = GenerationTask({"n": 4, "temperature": 0.7, "top_p": 0.9, "seed": 3})
     r = await t.score(work(gold=None, answers=["Eiffel Tower", "the tower"]), be)
     p = be.calls[0][1][1]

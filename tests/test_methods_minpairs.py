@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
-from test_methods_fakes import TableBackend
-
-from llmscope.engine.tasks.minpairs import MinPairsTask, token_char_spans
+from llmscope.engine.tasks.minpairs import MinPairsTask, align_tokens, token_char_spans
 from llmscope.engine.types import Item, Work
+from test_methods_fakes import TableBackend
 
 GOOD = "The dog runs."
 BAD = "The dog run."
@@ -24,18 +23,34 @@ def backend(bad_token=" run"):
     return TableBackend(
         {
             ("", GOOD): [("The", lp(0.1)), (" dog", lp(0.01)), (" runs", lp(0.02)), (".", lp(0.5))],
-            ("", BAD): [("The", lp(0.1)), (" dog", lp(0.01)), (bad_token, lp(0.005)), (".", lp(0.25))],
+            ("", BAD): [
+                ("The", lp(0.1)),
+                (" dog", lp(0.01)),
+                (bad_token, lp(0.005)),
+                (".", lp(0.25)),
+            ],
         }
     )
 
 
-def test_token_char_spans():
+def test_token_char_spans_and_alignment():
     assert token_char_spans(["The", " dog", "."]) == [(0, 3), (3, 7), (7, 8)]
+    assert align_tokens("The dog.", ["The", " dog", "."]) == ([(0, 3), (3, 7), (7, 8)], "exact")
+    # single-token decode that dropped the word-initial spaces
+    assert align_tokens("The dog ran.", ["The", "dog", "r", "an", "."]) == (
+        [(0, 3), (3, 7), (7, 9), (9, 11), (11, 12)],
+        "whitespace",
+    )
+    assert align_tokens("The dog.", ["The", "cat", "."]) is None
+    assert align_tokens("The dog.", ["The", "dog"]) is None
+    assert align_tokens("é", ["\ufffd", "\ufffd"]) is None
 
 
 async def test_minpairs_scores_and_critical():
     be = backend()
-    r = await MinPairsTask().score(work({"sentences": [GOOD, BAD], "critical": [[8, 12], [8, 11]]}), be)
+    r = await MinPairsTask().score(
+        work({"sentences": [GOOD, BAD], "critical": [[8, 12], [8, 11]]}), be
+    )
     assert be.calls == [("loglik", ([("", GOOD), ("", BAD)], False))]
     g = math.log(0.1 * 0.01 * 0.02 * 0.5)
     b = math.log(0.1 * 0.01 * 0.005 * 0.25)
@@ -55,7 +70,9 @@ async def test_minpairs_scores_and_critical():
 async def test_minpairs_good_index_shared_span_and_ties():
     be = backend()
     # "good" = 1 (the ungrammatical one is marked acceptable): now wrong
-    r = await MinPairsTask().score(work({"sentences": [GOOD, BAD], "good": 1, "critical": [4, 12]}), be)
+    r = await MinPairsTask().score(
+        work({"sentences": [GOOD, BAD], "good": 1, "critical": [4, 12]}), be
+    )
     assert r.correct == 0.0 and r.gold == BAD and r.prediction == GOOD
     # shared span [4, 12) covers " dog" (3..7 overlaps) and the verb and, for BAD, "." at 11..12
     assert r.extra["critical"][0]["tokens"] == [" dog", " runs"]
@@ -70,9 +87,16 @@ async def test_minpairs_good_index_shared_span_and_ties():
 
 async def test_minpairs_unaligned_tokens_and_bad_input():
     be = backend(bad_token=" ru\ufffd")
-    r = await MinPairsTask().score(work({"sentences": [GOOD, BAD], "critical": [[8, 12], [8, 11]]}), be)
-    assert r.extra["critical"][1]["aligned"] is False and "surprisal_nats" not in r.extra["critical"][1]
+    r = await MinPairsTask().score(
+        work({"sentences": [GOOD, BAD], "critical": [[8, 12], [8, 11]]}), be
+    )
+    assert (
+        r.extra["critical"][1]["aligned"] is False
+        and "surprisal_nats" not in r.extra["critical"][1]
+    )
     with pytest.raises(ValueError):
         await MinPairsTask().score(work({"sentences": [GOOD, BAD], "good": 2}), backend())
     with pytest.raises(ValueError):
-        await MinPairsTask().score(work({"sentences": [GOOD, BAD], "critical": [[1, 2, 3]]}), backend())
+        await MinPairsTask().score(
+            work({"sentences": [GOOD, BAD], "critical": [[1, 2, 3]]}), backend()
+        )

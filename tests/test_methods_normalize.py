@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from llmscope.engine.normalize import (
     apply_stop,
     canonical_numbers,
@@ -30,15 +29,28 @@ def test_trace_records_every_step():
 
 @pytest.mark.parametrize(
     "a,b",
-    [("10\n", "10"), ("10.0", "10"), ("10.00", "10"), ("1,000", "1000"), ("  10 ", "10."), ("12.250", "12.25"),
-     (".5", "0.5"), ("-3.0", "-3"), ("\u22123", "-3"), ("-0", "0"), ("007", "7")],
+    [
+        ("10\n", "10"),
+        ("10.0", "10"),
+        ("10.00", "10"),
+        ("1,000", "1000"),
+        ("  10 ", "10."),
+        ("12.250", "12.25"),
+        (".5", "0.5"),
+        ("-3.0", "-3"),
+        ("\u22123", "-3"),
+        ("-0", "0"),
+        ("007", "7"),
+    ],
 )
 def test_numbers_agree(a, b):
     assert n(a) == n(b)
     assert exact_match(a, [b]) == 1.0
 
 
-@pytest.mark.parametrize("a,b", [("12.25", "12"), ("12.25", "1225"), ("-3", "3"), ("1,2", "1.2"), ("0.5", "5")])
+@pytest.mark.parametrize(
+    "a,b", [("12.25", "12"), ("12.25", "1225"), ("-3", "3"), ("1,2", "1.2"), ("0.5", "5")]
+)
 def test_numbers_differ(a, b):
     assert n(a) != n(b)
     assert exact_match(a, [b]) == 0.0

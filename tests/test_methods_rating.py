@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from test_methods_fakes import TableBackend
-
 from llmscope.engine.tasks.rating import RatingTask, label_values
 from llmscope.engine.types import Item, Work
+from test_methods_fakes import TableBackend
 
 
 def work(gold, prompt="Rate: water is wet."):
@@ -46,7 +45,11 @@ async def test_rating_word_labels_and_ties():
     # values 1,2,3: (0.3 + 0.6 + 0.3) / 0.7
     assert r.extra["expected"] == pytest.approx(1.2 / 0.7)
     assert r.extra["abs_error"] == pytest.approx(abs(1.2 / 0.7 - 2))
-    assert label_values(labels) == [1.0, 2.0, 3.0] and label_values(["0", "5", "10"]) == [0.0, 5.0, 10.0]
+    assert label_values(labels) == [1.0, 2.0, 3.0] and label_values(["0", "5", "10"]) == [
+        0.0,
+        5.0,
+        10.0,
+    ]
 
 
 async def test_rating_no_mass():

@@ -10,9 +10,8 @@ import logging
 import math
 from contextlib import asynccontextmanager
 
+import oai_fixtures
 import pytest
-from oai_fixtures import CANARY_KEY, OAIServer, oai, oai_server  # noqa: F401
-
 from llmscope.engine.backend import BackendError, GenParams
 from llmscope.engine.openai_backend import (
     REASONING_SUFFIX,
@@ -20,8 +19,12 @@ from llmscope.engine.openai_backend import (
     apply_topk_rule,
     is_reasoning_model,
 )
+from oai_fixtures import CANARY_KEY, OAIServer
 
 E = math.exp
+
+oai_server = oai_fixtures.oai_server
+oai = oai_fixtures.oai
 
 
 @asynccontextmanager
@@ -124,7 +127,9 @@ async def test_completions_endpoint_next_token(oai: OAIServer) -> None:
 async def test_top_logprobs_lowered_to_stated_maximum(oai: OAIServer) -> None:
     msg = "Invalid 'top_logprobs': integer above maximum value. Expected a value <= 10, but got 20 instead."
     m = oai.script(
-        "[kcap]", top=[["Yes", -0.1], ["No", -2.4]], reject=[{"param": "top_logprobs", "gt": 10, "message": msg}]
+        "[kcap]",
+        top=[["Yes", -0.1], ["No", -2.4]],
+        reject=[{"param": "top_logprobs", "gt": 10, "message": msg}],
     )
     async with backend(oai) as b:
         out = await b.next_token(f"{m} q", ["yes", "no"])
@@ -149,7 +154,18 @@ async def test_top_logprobs_below_five_is_an_error(oai: OAIServer) -> None:
 # ---------------------------------------------------------------- no logprobs: sampled estimate
 
 
-SAMPLES = ["Yes", "No.", "yes, because", "Maybe", "**Yes**", "No", "Yes", "I think so", "YES!", "no"]
+SAMPLES = [
+    "Yes",
+    "No.",
+    "yes, because",
+    "Maybe",
+    "**Yes**",
+    "No",
+    "Yes",
+    "I think so",
+    "YES!",
+    "no",
+]
 # first words: yes, no, yes, other, yes, no, yes, other, yes, no -> yes 5, no 3, other 2
 
 
@@ -238,7 +254,12 @@ TABLE = {" cat": -1.2, " sat": -2.0, " down": -0.5, " mat": -3.0, " on": -0.25}
 
 async def test_echo_loglik_sums_continuation_tokens(oai: OAIServer) -> None:
     m = oai.script("The", token_logprobs=TABLE)
-    reqs = [("The cat", " sat down"), ("The cat ", "sat"), ("The cat", " mat"), ("The cat", " sat on")]
+    reqs = [
+        ("The cat", " sat down"),
+        ("The cat ", "sat"),
+        ("The cat", " mat"),
+        ("The cat", " sat on"),
+    ]
     async with backend(oai, loglik_batch=3) as b:
         outs = await b.loglik(reqs)
         assert b.describe()["loglik"].startswith("completions-echo")
@@ -362,3 +383,50 @@ def test_base_url_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     d = b.describe()
     assert d["model"] == "llama" and d["base_url"] == "http://10.0.0.1:8000/v1/"
     assert "pw" not in repr(d) and "abc" not in repr(d)
+
+
+# ---------------------------------------------------------------- more server dialects
+
+
+async def test_vllm_style_logprobs_cap_without_param_name(oai: OAIServer) -> None:
+    msg = "Requested sample logprobs of 20, which is greater than max allowed: 8"
+    m = oai.script(
+        "[vllmk]",
+        top=[["Yes", -0.1]],
+        reject=[{"param": "top_logprobs", "gt": 8, "message": msg, "hide_param": True}],
+    )
+    async with backend(oai) as b:
+        out = await b.next_token(f"{m} q", ["yes", "no"])
+    assert out.meta["top_k"] == 8
+    assert [r["body"]["top_logprobs"] for r in oai.log(m)] == [20, 8]
+
+
+async def test_probe_reports_capabilities_up_front(oai: OAIServer) -> None:
+    oai.script("is water wet", no_logprobs=True, samples=["Yes"])
+    async with backend(oai, samples=3) as b:
+        d = await b.probe()
+    assert d["logprobs"] is False and d["method"] == "sampled-estimate"
+
+
+async def test_reasoning_effort_dropped_when_low_also_rejected(oai: OAIServer) -> None:
+    m = oai.script(
+        "[noeffort]",
+        samples=["No"],
+        reject=[
+            {
+                "param": "reasoning_effort",
+                "equals": "minimal",
+                "message": "unsupported 'reasoning_effort'",
+            },
+            {
+                "param": "reasoning_effort",
+                "equals": "low",
+                "message": "unsupported 'reasoning_effort'",
+            },
+        ],
+    )
+    async with backend(oai, reasoning=True, samples=2) as b:
+        out = await b.next_token(f"{m} q", ["yes", "no"])
+        assert b.describe()["reasoning_effort"] is None
+    assert out.probs == {"yes": 0.0, "no": 1.0}
+    assert [r["body"].get("reasoning_effort") for r in oai.log(m)] == ["minimal", "low", None]

@@ -12,8 +12,10 @@ Task options (all optional):
 - ``content_free`` (["N/A", "", "[MASK]"]): strings put in place of the text
   field for contextual calibration; [] disables calibration.
 - ``templates`` (variant -> template) and ``text_field``: passed by the runner
-  from the suite so content-free prompts can be rendered. Without them (or for
-  a variant not in `templates`) the item's text is replaced inside the rendered
+  from the suite so content-free prompts can be rendered. A variant missing from
+  `templates` uses the longest template name it starts with when the next
+  character is not a letter or digit (so "q1@p2" or "q1/perm1" use "q1").
+  Without a template the item's text is replaced inside the rendered
   prompt (`str.replace`) when it occurs there; otherwise calibration is skipped
   and `extra["calibration"]` says why.
 - ``alpha`` (1.0): inverse temperature for expected accuracy.
@@ -28,6 +30,7 @@ space) and `calibrated` is the calibrated *probability*; `extra["methods"]` =
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from llmscope.engine.backend import Backend
@@ -113,7 +116,7 @@ def loglik_option_result(
         item_id=work.item.item_id,
         variant=work.variant,
         prompt=rendered_prompt,
-        probs={o: float(p) for o, p in zip(options, probs)},
+        probs={o: float(p) for o, p in zip(options, probs, strict=True)},
         option_scores=option_scores,
         prediction=options[pred],
         gold=work.gold,
@@ -134,8 +137,8 @@ class ChoiceTask(Task):
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         super().__init__(options)
-        self._cf_cache: dict[tuple[str, tuple[str, ...]], list[float]] = {}
-        self._domain_cache: dict[tuple[str, tuple[str, ...]], list[float]] = {}
+        self._cf_cache: dict[tuple[str, str], Any] = {}
+        self._domain_cache: dict[tuple[str, str], Any] = {}
 
     def describe(self) -> dict[str, Any]:
         # Templates are part of the suite's identity already; keep the run record small.
@@ -159,6 +162,15 @@ class ChoiceTask(Task):
         text_field = self.options.get("text_field")
         item: Item = work.item
         tpl = templates.get(work.variant)
+        if tpl is None:
+            # derived variants (e.g. option permutations named "<variant><sep><k>") use their base template
+            bases = [
+                k
+                for k in templates
+                if work.variant.startswith(k) and not work.variant[len(k) :][:1].isalnum()
+            ]
+            if bases:
+                tpl = templates[max(bases, key=len)]
         if tpl is not None and text_field:
             out = []
             for cf in cfs:
@@ -168,16 +180,38 @@ class ChoiceTask(Task):
             return out, "template"
         if item.text and item.text in work.prompt:
             return [work.prompt.replace(item.text, cf) for cf in cfs], "replace"
-        return [], "unavailable: no template for this variant and the item text is not in the prompt"
+        return (
+            [],
+            "unavailable: no template for this variant and the item text is not in the prompt",
+        )
 
     async def _option_logprobs(
-        self, backend: Backend, context: str, conts: list[str], cache: dict[tuple[str, tuple[str, ...]], list[float]]
+        self, backend: Backend, context: str, conts: list[str], cache: dict[tuple[str, str], Any]
     ) -> list[float]:
-        key = (context, tuple(conts))
-        if key not in cache:
-            outs = await backend.loglik([(context, c) for c in conts], chat=self.chat)
-            cache[key] = [o.logprob for o in outs]
-        return cache[key]
+        """log P(cont | context) per continuation, cached per (context, continuation).
+
+        The cache holds futures, so items scored concurrently share one request, and
+        permuted option orders reuse the same values.
+        """
+        missing = [c for c in dict.fromkeys(conts) if (context, c) not in cache]
+        if missing:
+            fut = asyncio.ensure_future(
+                backend.loglik([(context, c) for c in missing], chat=self.chat)
+            )
+            for i, c in enumerate(missing):
+                cache[(context, c)] = (fut, i)
+        out = []
+        for c in conts:
+            fut, i = cache[(context, c)]
+            try:
+                res = await fut
+            except Exception:
+                # do not keep a failed request: a later item retries it
+                for k in [k for k, v in cache.items() if v[0] is fut]:
+                    del cache[k]
+                raise
+            out.append(float(res[i].logprob))
+        return out
 
     async def score(self, work: Work, backend: Backend) -> Result:
         options = list(work.options or work.item.options or [])
@@ -189,7 +223,9 @@ class ChoiceTask(Task):
         cf_prompts, how = self.content_free_prompts(work)
         p_cf = None
         if cf_prompts:
-            rows = [await self._option_logprobs(backend, p, conts, self._cf_cache) for p in cf_prompts]
+            rows = [
+                await self._option_logprobs(backend, p, conts, self._cf_cache) for p in cf_prompts
+            ]
             p_cf = content_free_probs(rows).tolist()
         domain = None
         dp = self.options.get("domain_prompt", "Answer:")

@@ -26,14 +26,20 @@ while anything changes, stripping whitespace after each removal. So
 
 from __future__ import annotations
 
-from typing import Any
-
 from llmscope.engine.backend import Backend, BackendError, GenParams
 from llmscope.engine.tasks.base import Task, register
 from llmscope.engine.tasks.choice import continuation_text, loglik_option_result
 from llmscope.engine.types import Result, Work
 
-_PAIRS = [('"', '"'), ("'", "'"), ("\u201c", "\u201d"), ("\u2018", "\u2019"), ("`", "`"), ("(", ")"), ("[", "]")]
+_PAIRS = [
+    ('"', '"'),
+    ("'", "'"),
+    ("\u201c", "\u201d"),
+    ("\u2018", "\u2019"),
+    ("`", "`"),
+    ("(", ")"),
+    ("[", "]"),
+]
 REPROMPT = "Only respond with one of these options: [{options}]"
 
 
@@ -95,9 +101,14 @@ class ConstrainedTask(Task):
 
     async def _score_loglik(self, work: Work, options: list[str], backend: Backend) -> Result:
         chat = bool(self.options.get("chat", False))
-        conts = [continuation_text(str(self.options.get("continuation", " {option}")), o) for o in options]
+        conts = [
+            continuation_text(str(self.options.get("continuation", " {option}")), o)
+            for o in options
+        ]
         outs = await backend.loglik([(work.prompt, c) for c in conts], chat=chat)
-        res, _ = loglik_option_result(work, options, outs, conts, backend.render(work.prompt, chat=chat))
+        res, _ = loglik_option_result(
+            work, options, outs, conts, backend.render(work.prompt, chat=chat)
+        )
         res.extra["mode"] = "loglik"
         return res
 
@@ -130,7 +141,9 @@ class ConstrainedTask(Task):
             prompt=prompts[0],
             prediction=response,
             gold=work.gold,
-            correct=None if work.gold is None else (1.0 if response != "" and response == work.gold else 0.0),
+            correct=None
+            if work.gold is None
+            else (1.0 if response != "" and response == work.gold else 0.0),
             n_tokens=n_tokens,
         )
         if work.gold is not None and res.correct == 0.0 and response and not cs:
@@ -144,4 +157,3 @@ class ConstrainedTask(Task):
             options=options,
         )
         return res
-

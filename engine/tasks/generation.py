@@ -27,7 +27,13 @@ from collections import Counter
 from typing import Any
 
 from llmscope.engine.backend import Backend, GenParams
-from llmscope.engine.normalize import decimal_unsafe_stop, apply_stop, check_stops, normalise, token_f1_normalised
+from llmscope.engine.normalize import (
+    apply_stop,
+    check_stops,
+    decimal_unsafe_stop,
+    normalise,
+    token_f1_normalised,
+)
 from llmscope.engine.tasks.base import Task, register
 from llmscope.engine.types import Result, Work
 
@@ -97,7 +103,10 @@ class GenerationTask(Task):
         res.extra.update(
             raw=list(out.texts),
             samples=samples,
-            golds=[{"text": g, "normalised": gn[0], "trace": gn[1]} for g, gn in zip(golds, gold_norm)],
+            golds=[
+                {"text": g, "normalised": gn[0], "trace": gn[1]}
+                for g, gn in zip(golds, gold_norm, strict=True)
+            ],
             stops=self.stops,
             meta=out.meta,
         )

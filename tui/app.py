@@ -1,0 +1,275 @@
+"""The llmscope terminal UI: browse runs, start runs, watch them live, drill into items.
+
+Design
+------
+Screens: Home (runs, suites, new-run form) → Dashboard (one run, live) → Item
+(drill-down); Home → Compare (two or more runs on one suite) → Item; `?` opens Help
+anywhere. Every blocking step (DuckDB queries, loading a suite, computing
+metrics, loading a model) runs in a `@work(thread=True, exclusive=True,
+exit_on_error=False)` worker that posts a message back; the app has one
+`Worker.StateChanged` handler that reports failures as notifications.
+
+Database access: one `StoreHandle` per app. `llmscope` (tui mode) opens the file
+for writing, since it can start runs; a run started here executes in this
+process (a thread with its own asyncio loop running `Runner`), writing through
+the same `Store` (its RLock serialises our reads with the run's writer thread),
+and also publishes the live channel so other terminals can watch.
+
+`llmscope view` (watch mode) never opens the DuckDB file of a running run: a
+writer holds an exclusive lock, so other processes fail to open it. While a run
+is live (`<db>.live/<run_id>/progress.json` present without `ended`) the viewer
+reads progress from that file and tails `results.jsonl`; item text comes from
+the suite's own files. Once the run has ended, the viewer opens the database
+read-only, and only around each batch of reads, so it never keeps the next
+`llmscope run` from taking the file. If `llmscope` finds the file locked by
+another process it falls back to watch mode and says so.
+
+Refresh: dashboards poll at most once a second and redraw only panels whose
+numbers changed; the failing-items list is a Line-API widget that renders only
+visible rows, so 100,000 rows stay responsive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+from textual.app import App
+from textual.binding import Binding
+from textual.message import Message
+from textual.worker import Worker, WorkerState
+
+from llmscope.tui.model import StoreHandle
+
+
+class TuiReporter:
+    """Receives engine events on the run's thread; the UI reads `snapshot()` when it redraws."""
+
+    def __init__(self, app: LlmscopeApp) -> None:
+        self.app = app
+        self._lock = threading.Lock()
+        self._progress: dict[str, Any] | None = None
+        self.run_id: str | None = None
+        self.ended = False
+        self.messages: list[tuple[str, str]] = []
+
+    def on_start(self, run: dict[str, Any], progress: Any) -> None:
+        with self._lock:
+            self.run_id = progress.run_id
+            self._progress = progress.to_dict()
+        self.app.post_message(RunStarted(progress.run_id, self))
+
+    def on_results(self, results: list[Any], progress: Any) -> None:
+        with self._lock:
+            self._progress = progress.to_dict()
+
+    def on_progress(self, progress: Any) -> None:
+        with self._lock:
+            self._progress = progress.to_dict()
+
+    def on_message(self, level: str, text: str) -> None:
+        with self._lock:
+            self.messages.append((level, text))
+
+    def on_end(self, progress: Any) -> None:
+        with self._lock:
+            self._progress = progress.to_dict()
+            self.ended = True
+        self.app.post_message(RunEnded(progress.run_id, progress.status))
+
+    def snapshot(self) -> dict[str, Any] | None:
+        with self._lock:
+            return dict(self._progress) if self._progress else None
+
+
+class RunStarted(Message):
+    def __init__(self, run_id: str, reporter: TuiReporter) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.reporter = reporter
+
+
+class RunEnded(Message):
+    def __init__(self, run_id: str, status: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.status = status
+
+
+class RunFailed(Message):
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
+class InProcessRun:
+    """A run executing in this process: its reporter and how to stop it."""
+
+    def __init__(self, reporter: TuiReporter) -> None:
+        self.reporter = reporter
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.task: asyncio.Task[Any] | None = None
+        self.thread: threading.Thread | None = None
+
+    def stop(self) -> None:
+        if self.loop is not None and self.task is not None and not self.task.done():
+            self.loop.call_soon_threadsafe(self.task.cancel)
+
+
+def run_params_namespace(params: dict[str, Any]) -> argparse.Namespace:
+    """The argparse-like options `make_backend` expects, from the new-run form."""
+    return argparse.Namespace(
+        base_url=params.get("base_url") or None,
+        concurrency=int(params.get("concurrency") or 8),
+        top_logprobs=int(params.get("top_logprobs") or 20),
+        seed=int(params.get("seed") or 0),
+        max_retries=params.get("max_retries"),
+        timeout=params.get("timeout"),
+        samples=params.get("samples"),
+        reasoning=bool(params.get("reasoning")),
+        device=params.get("device") or "auto",
+        dtype=params.get("dtype") or "auto",
+        batch_size=int(params.get("batch_size") or 16),
+        sp_prefix=bool(params.get("sp_prefix")),
+    )
+
+
+class LlmscopeApp(App[int]):
+    """The llmscope TUI."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "llmscope"
+    BINDINGS = [
+        Binding("question_mark", "help", "Help"),
+        Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
+    ]
+
+    def __init__(self, db: str | Path, run: str | None = None, watch: bool = False,
+                 refresh_s: float = 1.0) -> None:
+        super().__init__()
+        self.db_path = str(db)
+        self.initial_run = run
+        self.watch = watch
+        self.refresh_s = refresh_s
+        self.handle = StoreHandle(self.db_path, read_only=watch, persistent=not watch)
+        self.running: dict[str, InProcessRun] = {}
+        self._starting: dict[int, InProcessRun] = {}
+        self.notice = ""
+        self.sub_title = self.db_path + ("  (watching)" if watch else "")
+
+    def switch_to_watch(self, reason: str) -> None:
+        """The file is held by another process: read it only via the live channel / read-only."""
+        self.handle.close()
+        self.watch = True
+        self.handle = StoreHandle(self.db_path, read_only=True, persistent=False)
+        self.notice = reason
+        self.sub_title = self.db_path + "  (watching)"
+
+    def on_mount(self) -> None:
+        from llmscope.tui.screens import HomeScreen
+
+        self.push_screen(HomeScreen())
+
+    def action_help(self) -> None:
+        from llmscope.tui.screens import HelpScreen
+
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state == WorkerState.ERROR:
+            err = event.worker.error
+            self.notify(f"{type(err).__name__}: {err}", title="error", severity="error", timeout=8)
+
+    # -- in-process runs --------------------------------------------------------------------
+    def start_run(self, params: dict[str, Any]) -> None:
+        """Start a run in this process without blocking the interface."""
+        if self.watch:
+            self.notify("this window only watches; start runs from `llmscope` on a free database",
+                        severity="warning")
+            return
+        reporter = TuiReporter(self)
+        handle = InProcessRun(reporter)
+        t = threading.Thread(target=self._run_thread, args=(params, handle), name="llmscope-tui-run",
+                             daemon=True)
+        handle.thread = t
+        self._starting[id(reporter)] = handle
+        t.start()
+
+    def _run_thread(self, params: dict[str, Any], handle: InProcessRun) -> None:
+        from llmscope.cli import make_backend
+        from llmscope.data.suites import load_suite
+        from llmscope.engine.progress import MultiReporter
+        from llmscope.engine.runner import RunInterrupted, RunPlan, Runner
+        from llmscope.live import LiveWriter
+
+        try:
+            suite = load_suite(params["suite"], params.get("suite_path") or None)
+            suite.items()
+            ns = run_params_namespace(params)
+            model_arg = params.get("model") or None
+            backend, spec, ident = make_backend(model_arg, ns)
+            plan = RunPlan(
+                suite=suite, model_label=spec.display(), model_arg=model_arg,
+                task_options=dict(params.get("options") or {}), backend_identity=ident, seed=ns.seed,
+                limit=params.get("limit"), window=max(ns.batch_size * 4, ns.concurrency * 2, 8),
+            )
+            store = self.handle.open()
+            runner = Runner(plan, backend, store, MultiReporter(handle.reporter, LiveWriter(self.db_path)))
+
+            async def main() -> Any:
+                handle.loop = asyncio.get_running_loop()
+                handle.task = asyncio.current_task()
+                try:
+                    return await runner.run()
+                finally:
+                    await backend.aclose()
+
+            try:
+                asyncio.run(main())
+            except (RunInterrupted, asyncio.CancelledError):
+                self.post_message(RunEnded(runner.run_id, "interrupted"))
+        except Exception as e:  # shown to the user; the app keeps running
+            self._starting.pop(id(handle.reporter), None)
+            self.post_message(RunFailed(f"{type(e).__name__}: {e}"))
+
+    def on_run_started(self, msg: RunStarted) -> None:
+        self.running[msg.run_id] = self._starting.pop(id(msg.reporter), None) or InProcessRun(msg.reporter)
+        self.notify(f"run {msg.run_id} started")
+        from llmscope.tui.screens import DashboardScreen, HomeScreen
+
+        if isinstance(self.screen, HomeScreen):
+            self.screen.reload()
+            self.push_screen(DashboardScreen(msg.run_id))
+
+    def on_run_ended(self, msg: RunEnded) -> None:
+        self.notify(f"run {msg.run_id} {msg.status}")
+        from llmscope.tui.screens import HomeScreen
+
+        for s in self.screen_stack:
+            if isinstance(s, HomeScreen):
+                s.reload()
+
+    def on_run_failed(self, msg: RunFailed) -> None:
+        self.notify(msg.text, title="run failed", severity="error", timeout=10)
+
+    def stop_runs(self, wait_s: float = 10.0) -> None:
+        for h in self.running.values():
+            h.stop()
+        for h in self.running.values():
+            if h.thread is not None:
+                h.thread.join(timeout=wait_s)
+
+    def on_unmount(self) -> None:
+        self.stop_runs()
+        self.handle.close()
+
+
+def run_app(db: str | Path = "llmscope.duckdb", run: str | None = None, watch: bool = False) -> int:
+    """Run the TUI (`llmscope`, `llmscope view`); returns the exit status."""
+    app = LlmscopeApp(db, run=run, watch=watch)
+    rc = app.run()
+    return int(rc or 0)

@@ -1,0 +1,645 @@
+"""The TUI's data layer: where results come from and the numbers drawn from them.
+
+Nothing here imports Textual, so it is tested and reused without a terminal. The
+screens call these functions from thread workers and post the results back.
+
+Sources of a run's rows:
+
+- the database (`StoreHandle`): a finished run, or a run executing inside this
+  process (its writer thread and our reads share one `Store`, whose RLock makes
+  that safe); new rows are fetched with `seq > last_seq`;
+- the live channel (`LiveFeed`): a run executing in another process. DuckDB lets
+  only one process hold a file that is being written, so the viewer reads
+  `<db>.live/<run_id>/progress.json` and tails `results.jsonl` instead, and
+  opens the database (read-only) only once the run has ended.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from llmscope.live import ResultTail, live_dir, read_live
+from llmscope.store.db import Store, StoreError
+
+LIGHT_COLS = [
+    "item_id", "variant", "seq", "prediction", "gold", "correct", "confidence",
+    "p_yes", "p_no", "other", "error", "n_tokens", "latency_ms", "probs",
+]
+WORLDSENSE_FIELDS = ("tuple_ID", "expectedresp", "goldresp", "problemname")
+MAX_GROUPS = 40
+
+
+def is_lock_error(e: Exception) -> bool:
+    """True when a StoreError says another process holds the file."""
+    return "in use by another process" in str(e)
+
+
+class StoreHandle:
+    """The app's one Store, opened lazily.
+
+    `persistent=True` keeps one connection (the TUI that starts runs). In watch mode
+    (`persistent=False`) the file is opened read-only around each read and closed
+    again, so a viewer never keeps a researcher's next `llmscope run` from taking
+    the file.
+    """
+
+    def __init__(self, path: str | Path, *, read_only: bool, persistent: bool) -> None:
+        self.path = str(path)
+        self.read_only = read_only
+        self.persistent = persistent
+        self._store: Store | None = None
+        self._lock = threading.RLock()
+        self._depth = 0
+
+    @property
+    def store(self) -> Store | None:
+        return self._store
+
+    def open(self) -> Store:
+        with self._lock:
+            if self._store is None:
+                if self.read_only and not Path(self.path).exists():
+                    raise StoreError(f"no database at {self.path} (run `llmscope run` first, or pass --db)")
+                self._store = Store(self.path, read_only=self.read_only)
+            return self._store
+
+    @contextmanager
+    def use(self) -> Iterator[Store]:
+        """The Store for one batch of reads (closed after it unless persistent)."""
+        with self._lock:
+            store = self.open()
+            self._depth += 1
+            try:
+                yield store
+            finally:
+                self._depth -= 1
+                if not self.persistent and self._depth == 0:
+                    store.close()
+                    self._store = None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+
+
+# -- run list --------------------------------------------------------------------------------
+def live_runs(db: str | Path) -> list[dict[str, Any]]:
+    """Runs published on the live channel, as run-list rows (newest first)."""
+    out = []
+    for snap in read_live(db):
+        run = snap.get("run") or {}
+        prog = snap.get("progress") or {}
+        out.append(
+            {
+                "run_id": prog.get("run_id") or run.get("run_id"),
+                "suite_name": run.get("suite_name"),
+                "task": run.get("task"),
+                "model": run.get("model"),
+                "status": prog.get("status", "running") if snap["ended"] else "running (live)",
+                "n_total": prog.get("total"),
+                "n_done": prog.get("done"),
+                "n_errors": prog.get("errors"),
+                "accuracy": prog.get("accuracy"),
+                "started_at": run.get("started_at"),
+                "live": not snap["ended"],
+                "ended": snap["ended"],
+                "progress": prog,
+                "run": run,
+                "dir": snap["dir"],
+            }
+        )
+    return out
+
+
+def active_live_runs(db: str | Path) -> list[dict[str, Any]]:
+    return [r for r in live_runs(db) if r["live"]]
+
+
+def db_runs(store: Store) -> list[dict[str, Any]]:
+    df = store.runs()
+    rows = []
+    for rec in df.to_dict("records"):
+        rec = {k: (None if _isnan(v) else v) for k, v in rec.items()}
+        rec["live"] = False
+        rows.append(rec)
+    return rows
+
+
+def _isnan(v: Any) -> bool:
+    return v is pd.NaT or (isinstance(v, float) and math.isnan(v))
+
+
+# -- one run's rows --------------------------------------------------------------------------
+def _parse_json(s: Any) -> Any:
+    if isinstance(s, str):
+        try:
+            return json.loads(s)
+        except json.JSONDecodeError:
+            return None
+    return s
+
+
+def suite_spec(store: Store, suite_id: str) -> dict[str, Any]:
+    row = store.execute("SELECT spec FROM suites WHERE suite_id = ?", [suite_id]).fetchone()
+    return (_parse_json(row[0]) or {}) if row else {}
+
+
+def load_items(store: Store, suite_id: str) -> dict[str, dict[str, Any]]:
+    """item_id -> {text, gold, options, fields} for a stored suite."""
+    df = store.items_frame(suite_id)
+    out: dict[str, dict[str, Any]] = {}
+    for iid, text, gold, opts, fields in zip(
+        df["item_id"], df["text"], df["gold"], df["options"], df["fields"], strict=True
+    ):
+        out[str(iid)] = {"text": text or "", "gold": gold, "options": _parse_json(opts),
+                         "fields": _parse_json(fields) or {}}
+    return out
+
+
+def items_from_suite(run: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Spec and items of a live run's suite, read from its files (never from the DB)."""
+    meta = run.get("meta")
+    meta = _parse_json(meta) if isinstance(meta, str) else (meta or {})
+    sm = (meta or {}).get("suite") or {}
+    name = sm.get("spec_path") or sm.get("name")
+    if not name:
+        return {}, {}
+    try:
+        from llmscope.data.suites import load_suite
+
+        if sm.get("name") in ("commonsense", "worldsense"):
+            suite = load_suite(sm["name"], sm.get("items_path"))
+        else:
+            suite = load_suite(name)
+        items = {it.item_id: {"text": it.text, "gold": it.gold, "options": it.options, "fields": it.fields}
+                 for it in suite.items()}
+        spec = dict(suite.spec)
+        spec.setdefault("group_by", suite.group_by)
+        return spec, items
+    except Exception:  # a moved or edited suite file only costs the item text
+        return {}, {}
+
+
+def _live_to_frame(rows: list[dict[str, Any]], start_seq: int) -> pd.DataFrame:
+    recs = []
+    for i, r in enumerate(rows):
+        probs = r.get("probs") or None
+        recs.append(
+            {
+                "item_id": str(r.get("item_id")), "variant": r.get("variant"), "seq": start_seq + i,
+                "prediction": r.get("prediction"), "gold": r.get("gold"), "correct": r.get("correct"),
+                "confidence": r.get("confidence"),
+                "p_yes": probs.get("yes") if isinstance(probs, dict) else None,
+                "p_no": probs.get("no") if isinstance(probs, dict) else None,
+                "other": r.get("other"), "error": r.get("error"), "n_tokens": r.get("n_tokens"),
+                "latency_ms": r.get("latency_ms"), "probs": probs,
+            }
+        )
+    return pd.DataFrame(recs, columns=LIGHT_COLS)
+
+
+class RunModel:
+    """Accumulated per-item results of one run plus what the dashboard shows about them.
+
+    Rows arrive in chunks (`add_frame`); `compute()` turns everything so far into a
+    `Snapshot`. Both are called from worker threads; a lock keeps them serial.
+    """
+
+    def __init__(self, run: dict[str, Any], spec: dict[str, Any], items: dict[str, dict[str, Any]]) -> None:
+        self.run = run
+        self.spec = spec
+        self.items = items
+        self.task = run.get("task") or spec.get("task")
+        self.group_by: list[str] = [g for g in (spec.get("group_by") or []) if isinstance(g, str)]
+        self.cluster_field: str | None = spec.get("cluster_field")
+        self.lock = threading.RLock()
+        self.df = pd.DataFrame(columns=LIGHT_COLS)
+        self._chunks: list[pd.DataFrame] = []
+        self.last_seq = -1
+        self.version = 0
+        self._snap: Snapshot | None = None
+        self.has_human = any("human_q1" in (it.get("fields") or {}) for it in list(items.values())[:50])
+        self.is_worldsense = bool(items) and all(
+            f in (next(iter(items.values())).get("fields") or {}) for f in WORLDSENSE_FIELDS
+        )
+
+    @property
+    def run_id(self) -> str:
+        return str(self.run.get("run_id"))
+
+    # -- ingestion --------------------------------------------------------------------------
+    def add_frame(self, df: pd.DataFrame) -> int:
+        """Append new result rows (light columns); returns how many."""
+        if df.empty:
+            return 0
+        df = df.copy()
+        df["item_id"] = df["item_id"].astype(str)
+        df["probs"] = df["probs"].map(_parse_json)
+        fields = df["item_id"].map(lambda i: (self.items.get(i) or {}).get("fields") or {})
+        for g in self.group_by:
+            df[f"g.{g}"] = fields.map(lambda f, g=g: f.get(g)).astype(object)
+        if self.has_human:
+            df["human"] = pd.to_numeric(fields.map(lambda f: f.get("human_q1")), errors="coerce")
+        if self.cluster_field:
+            df["cluster"] = fields.map(lambda f: f.get(self.cluster_field)).astype(str)
+        df["brier_i"] = [_brier_row(p, g) for p, g in zip(df["probs"], df["gold"], strict=True)]
+        with self.lock:
+            self._chunks.append(df)
+            self.last_seq = max(self.last_seq, int(pd.to_numeric(df["seq"]).max()))
+            self.version += 1
+        return len(df)
+
+    def frame(self) -> pd.DataFrame:
+        with self.lock:
+            if self._chunks:
+                parts = [self.df, *self._chunks] if len(self.df) else self._chunks
+                self.df = pd.concat(parts, ignore_index=True)
+                self._chunks = []
+            return self.df
+
+    def poll_db(self, store: Store) -> int:
+        """Fetch rows stored since the last poll."""
+        cols = ", ".join(LIGHT_COLS)
+        df = store.query_df(
+            f"SELECT {cols} FROM results WHERE run_id = ? AND seq > ? ORDER BY seq", [self.run_id, self.last_seq]
+        )
+        return self.add_frame(df)
+
+    def add_live(self, rows: list[dict[str, Any]]) -> int:
+        return self.add_frame(_live_to_frame(rows, self.last_seq + 1))
+
+    # -- metrics ----------------------------------------------------------------------------
+    def compute(self) -> Snapshot:
+        """Metrics over every row so far (cached until new rows arrive)."""
+        with self.lock:
+            df = self.frame()
+            if self._snap is not None and self._snap.version == self.version:
+                return self._snap
+            snap = compute_snapshot(self, df)
+            snap.version = self.version
+            self._snap = snap
+            return snap
+
+
+def _brier_row(probs: Any, gold: Any) -> float:
+    # Multi-class Brier of one row: sum_k (p_k - 1[k = gold])^2 over the listed answers.
+    if not isinstance(probs, dict) or not probs or gold is None:
+        return float("nan")
+    g = str(gold).strip().lower()
+    s = 0.0
+    for k, p in probs.items():
+        if p is None:
+            return float("nan")
+        s += (float(p) - (1.0 if str(k).strip().lower() == g else 0.0)) ** 2
+    if g not in {str(k).strip().lower() for k in probs}:
+        s += 1.0
+    return s
+
+
+# -- snapshot --------------------------------------------------------------------------------
+@dataclass
+class Acc:
+    label: str
+    mean: float
+    lo: float
+    hi: float
+    n: int
+
+
+@dataclass
+class Snapshot:
+    """Everything the dashboard draws, computed off the UI thread."""
+
+    version: int = 0
+    n: int = 0
+    n_errors: int = 0
+    n_scored: int = 0
+    overall: Acc | None = None
+    variants: list[Acc] = field(default_factory=list)
+    groups: dict[str, list[Acc]] = field(default_factory=dict)
+    rel_bins: pd.DataFrame | None = None
+    ece: float = float("nan")
+    mce: float = float("nan")
+    brier: float = float("nan")
+    yesno: pd.DataFrame | None = None  # yesno_summary per variant
+    other_mean: float = float("nan")
+    other_hist: pd.DataFrame | None = None
+    off_format: float = float("nan")
+    human_hist: dict[str, list[int]] | None = None  # "agree"/"disagree" -> counts of model P(yes) bins
+    human_stats: dict[str, Any] | None = None
+    worldsense: pd.DataFrame | None = None  # problemname, acc, acc_ci, bias, bias_ci
+    failing: dict[str, list[Any]] = field(default_factory=dict)
+    group_values: list[str] = field(default_factory=list)
+
+
+def _acc(label: str, correct: np.ndarray, clusters: np.ndarray | None) -> Acc | None:
+    from llmscope.analysis.intervals import accuracy_ci
+
+    if len(correct) == 0:
+        return None
+    res = accuracy_ci(correct, clusters, n_boot=500)
+    return Acc(label, float(res.mean), float(res.lo), float(res.hi), int(res.n))
+
+
+def compute_snapshot(model: RunModel, df: pd.DataFrame) -> Snapshot:
+    snap = Snapshot(n=len(df))
+    if df.empty:
+        return snap
+    err = df["error"].notna().to_numpy()
+    snap.n_errors = int(err.sum())
+    correct = pd.to_numeric(df["correct"], errors="coerce").to_numpy(float)
+    ok = ~err & np.isfinite(correct)
+    snap.n_scored = int(ok.sum())
+    sc = df[ok]
+    if "cluster" in sc:
+        clusters = sc["cluster"].to_numpy()
+    else:
+        clusters = sc["item_id"].to_numpy()
+    c = correct[ok]
+    snap.overall = _acc("overall", c, clusters)
+    variants = sc["variant"].astype(str).to_numpy()
+    uniq = sorted(set(df["variant"].astype(str)))
+    if len(uniq) > 1:
+        for v in uniq:
+            m = variants == v
+            a = _acc(v, c[m], clusters[m])
+            if a:
+                snap.variants.append(a)
+    for g in model.group_by:
+        col = f"g.{g}"
+        if col not in sc:
+            continue
+        keys = sc[col].astype(str).to_numpy()
+        out = []
+        for k in sorted(set(keys))[:MAX_GROUPS]:
+            m = keys == k
+            a = _acc(k, c[m], clusters[m])
+            if a:
+                out.append(a)
+        snap.groups[g] = out
+    _calibration(model, df, ok, snap)
+    _yesno(model, df, err, snap)
+    if model.has_human:
+        _human(df, err, snap)
+    if model.is_worldsense:
+        snap.worldsense = _worldsense(model, df)
+    _failing(model, df, err, correct, snap)
+    return snap
+
+
+def _calibration(model: RunModel, df: pd.DataFrame, ok: np.ndarray, snap: Snapshot) -> None:
+    from llmscope.analysis.calibration import brier_binary, reliability
+
+    conf = pd.to_numeric(df["confidence"], errors="coerce").to_numpy(float)[ok]
+    corr = pd.to_numeric(df["correct"], errors="coerce").to_numpy(float)[ok]
+    if np.isfinite(conf).any():
+        rel = reliability(conf, corr, n_bins=10)
+        snap.rel_bins, snap.ece, snap.mce = rel.bins, rel.ece, rel.mce
+    sub = df[ok]
+    if model.task == "yesno":
+        snap.brier = brier_binary(pd.to_numeric(sub["p_yes"], errors="coerce"), sub["gold"].astype(object))
+    else:
+        b = pd.to_numeric(sub["brier_i"], errors="coerce").to_numpy(float)
+        b = b[np.isfinite(b)]
+        snap.brier = float(b.mean()) if len(b) else float("nan")
+
+
+def _yesno(model: RunModel, df: pd.DataFrame, err: np.ndarray, snap: Snapshot) -> None:
+    from llmscope.analysis.yesno import other_histogram, yesno_summary
+
+    other = pd.to_numeric(df["other"], errors="coerce").to_numpy(float)[~err]
+    other = other[np.isfinite(other)]
+    if len(other):
+        snap.other_mean = float(other.mean())
+        snap.other_hist = other_histogram(other, bins=10)
+    if model.task != "yesno":
+        return
+    sub = df[~err].copy()
+    sub["p_yes"] = pd.to_numeric(sub["p_yes"], errors="coerce")
+    sub["p_no"] = pd.to_numeric(sub["p_no"], errors="coerce")
+    sub["p_other"] = pd.to_numeric(sub["other"], errors="coerce")
+    sub = sub[sub["p_yes"].notna()]
+    if sub.empty:
+        return
+    sub["variant"] = sub["variant"].astype(str)
+    overall = yesno_summary(sub)
+    overall.insert(0, "variant", "all")
+    parts = [overall]
+    if sub["variant"].nunique() > 1:
+        parts.append(yesno_summary(sub, by=["variant"]))
+    snap.yesno = pd.concat(parts, ignore_index=True)
+    snap.off_format = float(overall["off_format_rate"].iloc[0])
+
+
+def _human(df: pd.DataFrame, err: np.ndarray, snap: Snapshot) -> None:
+    from llmscope.analysis.commonsense import binarize, commonsensicality, correlation
+
+    sub = df[~err & df["human"].notna().to_numpy()].copy()
+    if sub.empty:
+        return
+    sub["variant"] = sub["variant"].astype(str)
+    variants = set(sub["variant"])
+    q1 = sub[sub["variant"] == "q1"] if "q1" in variants else sub
+    py = pd.to_numeric(q1["p_yes"], errors="coerce").to_numpy(float)
+    hum = q1["human"].to_numpy(float)
+    edges = np.linspace(0, 1, 11)
+    fin = np.isfinite(py)
+    snap.human_hist = {
+        "humans agree": np.histogram(py[fin & (hum >= 0.5)], bins=edges)[0].tolist(),
+        "humans disagree": np.histogram(py[fin & (hum < 0.5)], bins=edges)[0].tolist(),
+    }
+    stats: dict[str, Any] = {"n": int(fin.sum())}
+    stats.update({k: v for k, v in correlation(py, hum).items() if k in ("pearson", "spearman")})
+    a = q1[["item_id", "human", "p_yes", "p_no"]].drop_duplicates("item_id")
+    frame = pd.DataFrame({"id": a["item_id"], "human": a["human"],
+                          "model_q1": binarize(a["p_yes"], a["p_no"])})
+    if "q2" in variants:
+        q2 = sub[sub["variant"] == "q2"].drop_duplicates("item_id")
+        m2 = pd.Series(binarize(q2["p_yes"], q2["p_no"]), index=q2["item_id"].to_numpy())
+        frame["model_q2"] = frame["id"].map(m2)
+    else:
+        frame["model_q2"] = np.nan
+    cs = commonsensicality(frame, n_boot=200).iloc[0].to_dict()
+    stats.update(cs)
+    snap.human_stats = stats
+
+
+def _worldsense(model: RunModel, df: pd.DataFrame) -> pd.DataFrame | None:
+    from llmscope.analysis.worldsense import group_stats, tuple_table
+
+    f = df["item_id"].map(lambda i: (model.items.get(i) or {}).get("fields") or {})
+    t = pd.DataFrame(
+        {
+            "Key": df["item_id"], "resp": df["prediction"].fillna(""), "modelname": "model",
+            "prompting": df["variant"].astype(str),
+            **{k: f.map(lambda x, k=k: x.get(k)) for k in ("tuple_ID", "expectedresp", "goldresp",
+                                                             "problemname", "problemsize")},
+        }
+    )
+    t = t[t["tuple_ID"].notna()]
+    if t.empty:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # incomplete tuples while a run streams are expected
+        tuples = tuple_table(t)
+        if tuples.empty:
+            return None
+        acc = group_stats(tuples, ["problemname"], "acc").reset_index()
+        bias = group_stats(tuples, ["problemname"], "bias").reset_index()
+    out = acc[["problemname", "mean", "conf95"]].rename(columns={"mean": "acc", "conf95": "acc_ci"})
+    out = out.merge(bias[["problemname", "mean", "conf95"]].rename(columns={"mean": "bias", "conf95": "bias_ci"}),
+                    on="problemname")
+    return out
+
+
+FAIL_COLS = ["item_id", "variant", "group", "gold", "prediction", "confidence", "distance", "error",
+             "text", "seq"]
+
+
+def _failing(model: RunModel, df: pd.DataFrame, err: np.ndarray, correct: np.ndarray, snap: Snapshot) -> None:
+    wrong = err | (np.isfinite(correct) & (correct < 0.5))
+    sub = df[wrong]
+    g0 = f"g.{model.group_by[0]}" if model.group_by else None
+    group = sub[g0].astype(str) if g0 and g0 in sub else pd.Series([""] * len(sub), index=sub.index)
+    if "human" in sub:
+        dist = (pd.to_numeric(sub["p_yes"], errors="coerce") - sub["human"]).abs()
+    else:
+        dist = pd.Series([np.nan] * len(sub), index=sub.index)
+    text = sub["item_id"].map(lambda i: (model.items.get(i) or {}).get("text") or "")
+    snap.failing = {
+        "item_id": sub["item_id"].astype(str).tolist(),
+        "variant": sub["variant"].astype(str).tolist(),
+        "group": group.tolist(),
+        "gold": sub["gold"].tolist(),
+        "prediction": sub["prediction"].tolist(),
+        "confidence": pd.to_numeric(sub["confidence"], errors="coerce").fillna(np.nan).tolist(),
+        "distance": dist.astype(float).tolist(),
+        "error": sub["error"].tolist(),
+        "text": text.tolist(),
+        "seq": pd.to_numeric(sub["seq"], errors="coerce").fillna(-1).astype(int).tolist(),
+    }
+    if g0 and g0 in df:
+        snap.group_values = sorted({str(v) for v in df[g0].dropna()})[:200]
+
+
+# -- live channel ----------------------------------------------------------------------------
+class LiveFeed:
+    """Progress and new results of one run executing in another process."""
+
+    def __init__(self, db: str | Path, run_id: str) -> None:
+        self.dir = live_dir(db) / run_id
+        self.tail = ResultTail(self.dir / "results.jsonl")
+
+    def progress(self) -> dict[str, Any] | None:
+        try:
+            snap = json.loads((self.dir / "progress.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+        snap["ended"] = (self.dir / "ended").exists()
+        return snap
+
+    @property
+    def ended(self) -> bool:
+        return (self.dir / "ended").exists()
+
+    def read_new(self) -> list[dict[str, Any]]:
+        return self.tail.read_new()
+
+
+# -- item detail -----------------------------------------------------------------------------
+def item_detail(store: Store, run_id: str, item_id: str) -> dict[str, Any]:
+    """Every stored variant of one item in one run, with the item's fields."""
+    df = store.query_df(
+        """
+        SELECT r.*, i.text AS item_text, i.fields AS item_fields, i.options AS item_options
+        FROM results r JOIN runs u ON u.run_id = r.run_id
+        LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id
+        WHERE r.run_id = ? AND r.item_id = ? ORDER BY r.variant
+        """,
+        [run_id, item_id],
+    )
+    rows = []
+    for rec in df.to_dict("records"):
+        rec = {k: (None if _isnan(v) else v) for k, v in rec.items()}
+        for k in ("probs", "top_tokens", "option_scores", "extra", "item_fields", "item_options"):
+            rec[k] = _parse_json(rec.get(k))
+        rows.append(rec)
+    first = rows[0] if rows else {}
+    return {
+        "item_id": item_id,
+        "text": first.get("item_text") or "",
+        "fields": first.get("item_fields") or {},
+        "options": first.get("item_options"),
+        "variants": rows,
+    }
+
+
+def item_detail_live(model: RunModel, item_id: str) -> dict[str, Any]:
+    """What the live channel knows about one item (no prompts or option scores)."""
+    df = model.frame()
+    sub = df[df["item_id"] == item_id]
+    rows = []
+    for rec in sub.to_dict("records"):
+        rec = {k: (None if not isinstance(v, (dict, list)) and _isnan(v) else v) for k, v in rec.items()}
+        rows.append(rec)
+    it = model.items.get(item_id) or {}
+    return {"item_id": item_id, "text": it.get("text", ""), "fields": it.get("fields") or {},
+            "options": it.get("options"), "variants": rows, "live": True}
+
+
+# -- compare ---------------------------------------------------------------------------------
+def compare_runs(store: Store, run_ids: list[str]) -> dict[str, Any]:
+    """Metrics side by side and paired tests of each run against the first."""
+    from llmscope.analysis.compare import compare_runs as paired
+    from llmscope.analysis.intervals import accuracy_ci
+
+    runs = [store.get_run(r) for r in run_ids]
+    runs = [r for r in runs if r is not None]
+    frames = {r["run_id"]: store.query_df(
+        "SELECT item_id, variant, correct, prediction, gold, confidence, error FROM results WHERE run_id = ?",
+        [r["run_id"]]) for r in runs}
+    table = []
+    for r in runs:
+        f = frames[r["run_id"]]
+        ok = f[f["error"].isna()]
+        ci = accuracy_ci(pd.to_numeric(ok["correct"], errors="coerce").to_numpy(float), ok["item_id"].to_numpy(),
+                         n_boot=500)
+        table.append({"run_id": r["run_id"], "model": r.get("model"), "suite": r.get("suite_name"),
+                      "status": r.get("status"), "n": len(f), "errors": int(f["error"].notna().sum()),
+                      "accuracy": ci.mean, "lo": ci.lo, "hi": ci.hi})
+    tests = []
+    disagreements = []
+    if runs:
+        base = runs[0]["run_id"]
+        for r in runs[1:]:
+            a = frames[base][frames[base]["error"].isna()]
+            b = frames[r["run_id"]][frames[r["run_id"]]["error"].isna()]
+            cmp = paired(a, b, cluster_col="item_id", n_boot=500)
+            tests.append({"a": base, "b": r["run_id"], "n": cmp.n, "diff": cmp.diff, "lo": cmp.diff_lo,
+                          "hi": cmp.diff_hi, "b_only_a": cmp.mcnemar.b, "c_only_b": cmp.mcnemar.c,
+                          "p": cmp.mcnemar.pvalue, "method": cmp.mcnemar.method})
+            for rec in cmp.disagreements.to_dict("records"):
+                disagreements.append({"a": base, "b": r["run_id"], **rec})
+    items: dict[str, str] = {}
+    if runs:
+        row = store.execute(
+            "SELECT item_id, text FROM items WHERE suite_id = ?", [runs[0]["suite_id"]]).fetchall()
+        items = {str(i): t or "" for i, t in row}
+    for d in disagreements:
+        d["text"] = items.get(str(d["item_id"]), "")
+    same_suite = len({r["suite_id"] for r in runs}) <= 1
+    return {"runs": runs, "table": table, "tests": tests, "disagreements": disagreements,
+            "same_suite": same_suite}

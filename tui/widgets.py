@@ -1,0 +1,324 @@
+"""Widgets: a virtual item list (Line API), plotext plots, and literal-text helpers."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+from rich.cells import set_cell_size
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual import events
+from textual.binding import Binding
+from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual_plotext import PlotextPlot
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def clean(s: Any) -> str:
+    """Item text made safe for a terminal: control characters (ANSI ESC included) become
+    visible escapes such as `\\x1b`, so an item can neither colour nor move the screen."""
+    if s is None:
+        return ""
+    s = str(s)
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", s)
+
+
+def literal(s: Any, style: str = "") -> Text:
+    """A Text that shows `s` exactly: no Rich markup parsing, control characters escaped."""
+    return Text(clean(s), style=style)
+
+
+def fmt(x: Any, digits: int = 3) -> str:
+    if x is None:
+        return "-"
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return str(x)
+    return "-" if math.isnan(f) else f"{f:.{digits}f}"
+
+
+def bar(p: float | None, width: int = 20, ch: str = "█") -> str:
+    """A horizontal bar for a value in [0, 1]."""
+    if p is None or not math.isfinite(p):
+        return " " * width
+    n = max(0, min(width, round(p * width)))
+    return ch * n + "·" * (width - n)
+
+
+def ci_bar(mean: float, lo: float, hi: float, width: int = 24) -> Text:
+    """`----[===|===]----`: the interval as a band and the estimate as a tick on [0, 1]."""
+    t = Text()
+    if not all(map(math.isfinite, (mean, lo, hi))):
+        return Text(" " * width)
+    a = max(0, min(width - 1, int(lo * (width - 1) + 0.5)))
+    b = max(0, min(width - 1, int(hi * (width - 1) + 0.5)))
+    m = max(0, min(width - 1, int(mean * (width - 1) + 0.5)))
+    for i in range(width):
+        if i == m:
+            t.append("┃", style="bold")
+        elif a <= i <= b:
+            t.append("━", style="cyan")
+        else:
+            t.append("─", style="dim")
+    return t
+
+
+# -- item list -------------------------------------------------------------------------------
+SORTS = ("arrival", "confidence", "distance", "group")
+
+
+class ItemList(ScrollView, can_focus=True):
+    """A list of result rows drawn line by line: only visible lines are rendered, and
+    rendered lines are cached, so 100,000 rows scroll as fast as 100.
+
+    Data is a dict of equal-length column lists (`set_data`); sorting and filtering
+    produce an index array, never a copy of the rows.
+    """
+
+    DEFAULT_CSS = """
+    ItemList { height: 1fr; }
+    """
+    BINDINGS = [
+        Binding("up", "cursor(-1)", "Up", show=False),
+        Binding("down", "cursor(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "jump(0)", "Top", show=False),
+        Binding("end", "jump(-1)", "Bottom", show=False),
+        Binding("enter", "open", "Open item"),
+    ]
+
+    cursor = reactive(0, always_update=True, repaint=False)
+
+    class Opened(Message):
+        """Enter or a second click on a row."""
+
+        def __init__(self, item_list: ItemList, row: dict[str, Any]) -> None:
+            super().__init__()
+            self.item_list = item_list
+            self.row = row
+
+        @property
+        def control(self) -> ItemList:
+            return self.item_list
+
+    def __init__(self, columns: list[tuple[str, str, int]], *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.columns = columns  # (key, title, width); width 0 = the rest
+        self.data: dict[str, list[Any]] = {}
+        self.n_total = 0
+        self.order = np.zeros(0, dtype=np.int64)
+        self.sort_key = "arrival"
+        self.descending = False
+        self.group_filter: str | None = None
+        self.min_conf: float | None = None
+        self._cache: OrderedDict[tuple[int, bool, int], Strip] = OrderedDict()
+
+    # -- data -------------------------------------------------------------------------------
+    def set_data(self, data: dict[str, list[Any]]) -> None:
+        key = self.current_key()
+        self.data = data
+        self.n_total = len(next(iter(data.values()))) if data else 0
+        self._apply(key)
+
+    def current_key(self) -> tuple[str, str] | None:
+        row = self.current_row()
+        return (row["item_id"], row["variant"]) if row else None
+
+    def set_view(self, *, sort: str | None = None, group: str | None | bool = False,
+                 min_conf: float | None | bool = False) -> None:
+        key = self.current_key()
+        if sort is not None:
+            self.sort_key = sort
+        if group is not False:
+            self.group_filter = group  # type: ignore[assignment]
+        if min_conf is not False:
+            self.min_conf = min_conf  # type: ignore[assignment]
+        self._apply(key)
+
+    def _apply(self, keep: tuple[str, str] | None) -> None:
+        n = self.n_total
+        idx = np.arange(n, dtype=np.int64)
+        d = self.data
+        if n and self.group_filter is not None and "group" in d:
+            g = np.asarray(d["group"], dtype=object)
+            idx = idx[g[idx] == self.group_filter]
+        if n and self.min_conf is not None and "confidence" in d:
+            c = np.asarray(d["confidence"], dtype=float)
+            idx = idx[np.nan_to_num(c[idx], nan=-1.0) >= self.min_conf]
+        if n and len(idx):
+            if self.sort_key == "confidence" and "confidence" in d:
+                c = np.nan_to_num(np.asarray(d["confidence"], dtype=float)[idx], nan=-1.0)
+                idx = idx[np.argsort(-c, kind="stable")]
+            elif self.sort_key == "distance" and "distance" in d:
+                c = np.nan_to_num(np.asarray(d["distance"], dtype=float)[idx], nan=-1.0)
+                idx = idx[np.argsort(-c, kind="stable")]
+            elif self.sort_key == "group" and "group" in d:
+                g = np.asarray(d["group"], dtype=object)[idx].astype(str)
+                idx = idx[np.argsort(g, kind="stable")]
+        self.order = idx
+        self._cache.clear()
+        pos = 0
+        if keep is not None and len(idx):
+            ids = np.asarray(d["item_id"], dtype=object)[idx]
+            vs = np.asarray(d["variant"], dtype=object)[idx]
+            hit = np.flatnonzero((ids == keep[0]) & (vs == keep[1]))
+            pos = int(hit[0]) if len(hit) else min(self.cursor, len(idx) - 1)
+        self.virtual_size = Size(self._line_width(), len(idx))
+        self.cursor = max(0, pos)
+        self.refresh()
+
+    def _line_width(self) -> int:
+        return sum(w + 1 for _, _, w in self.columns if w) + 40
+
+    def row(self, pos: int) -> dict[str, Any] | None:
+        if not 0 <= pos < len(self.order):
+            return None
+        i = int(self.order[pos])
+        return {k: v[i] for k, v in self.data.items()}
+
+    def current_row(self) -> dict[str, Any] | None:
+        return self.row(self.cursor)
+
+    @property
+    def count(self) -> int:
+        return len(self.order)
+
+    def header(self) -> Text:
+        t = Text(style="bold")
+        for _, title, w in self.columns:
+            t.append(set_cell_size(title, w) + " " if w else title)
+        return t
+
+    # -- rendering --------------------------------------------------------------------------
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        pos = y + scroll_y
+        width = self.size.width
+        if pos >= len(self.order):
+            return Strip.blank(width, self.rich_style)
+        selected = pos == self.cursor
+        key = (pos, selected, width)
+        strip = self._cache.get(key)
+        if strip is None:
+            strip = self._render_row(pos, selected, width + scroll_x)
+            self._cache[key] = strip
+            if len(self._cache) > 2000:
+                self._cache.popitem(last=False)
+        return strip.crop(scroll_x, scroll_x + width)
+
+    def _render_row(self, pos: int, selected: bool, width: int) -> Strip:
+        i = int(self.order[pos])
+        parts = []
+        used = 0
+        for key, _, w in self.columns:
+            v = self.data.get(key, [None] * (i + 1))[i]
+            if isinstance(v, float):
+                s = fmt(v, 2)
+            else:
+                s = clean(v).replace("\n", " ⏎ ").replace("\t", " ")
+            if w:
+                parts.append(set_cell_size(s, w) + " ")
+                used += w + 1
+            else:
+                parts.append(set_cell_size(s, max(0, width - used)))
+        line = "".join(parts)
+        style = self.rich_style
+        if selected:
+            style = style + Style(reverse=True, bold=self.has_focus)
+        elif self.data.get("error", [None] * (i + 1))[i]:
+            style = style + Style(color="red")
+        return Strip([Segment(set_cell_size(line, max(width, 1)), style)], max(width, 1))
+
+    def watch_cursor(self, old: int, new: int) -> None:
+        for p in (old, new):
+            self._cache.pop((p, True, self.size.width), None)
+            self._cache.pop((p, False, self.size.width), None)
+        self.scroll_to_region_cursor()
+        self.refresh()
+
+    def scroll_to_region_cursor(self) -> None:
+        from textual.geometry import Region
+
+        if self.order is not None and len(self.order):
+            self.scroll_to_region(Region(0, self.cursor, 1, 1), animate=False, force=True)
+
+    def on_focus(self) -> None:
+        self._cache.clear()
+        self.refresh()
+
+    def on_blur(self) -> None:
+        self._cache.clear()
+        self.refresh()
+
+    # -- actions ----------------------------------------------------------------------------
+    def action_cursor(self, delta: int) -> None:
+        if len(self.order):
+            self.cursor = max(0, min(len(self.order) - 1, self.cursor + delta))
+
+    def action_page(self, direction: int) -> None:
+        self.action_cursor(direction * max(1, self.size.height - 1))
+
+    def action_jump(self, where: int) -> None:
+        if len(self.order):
+            self.cursor = 0 if where == 0 else len(self.order) - 1
+
+    def action_open(self) -> None:
+        row = self.current_row()
+        if row is not None:
+            self.post_message(self.Opened(self, row))
+
+    def on_click(self, event: events.Click) -> None:
+        pos = event.y + int(self.scroll_offset.y)
+        if 0 <= pos < len(self.order):
+            again = pos == self.cursor
+            self.cursor = pos
+            if again or event.chain >= 2:
+                self.action_open()
+
+
+# -- plots -----------------------------------------------------------------------------------
+class ReliabilityPlot(PlotextPlot):
+    """Reliability diagram: accuracy per confidence bin against the diagonal."""
+
+    def show(self, bins: Any) -> None:
+        plt = self.plt
+        with self.app.batch_update():
+            plt.clear_figure()
+            plt.title("reliability")
+            plt.xlim(0, 1)
+            plt.ylim(0, 1)
+            plt.plot([0, 1], [0, 1], marker="dot", color="gray")
+            if bins is not None and len(bins):
+                b = bins[bins["count"] > 0]
+                if len(b):
+                    plt.plot(b["confidence"].tolist(), b["accuracy"].tolist(), marker="braille", color="cyan")
+                    plt.scatter(b["confidence"].tolist(), b["accuracy"].tolist(), marker="●", color="cyan")
+            plt.xlabel("confidence")
+            plt.ylabel("accuracy")
+            self.refresh()
+
+
+class HistPlot(PlotextPlot):
+    """Grouped histogram of model P(yes) bins (e.g. by human majority)."""
+
+    def show(self, hist: dict[str, list[int]] | None, title: str) -> None:
+        plt = self.plt
+        with self.app.batch_update():
+            plt.clear_figure()
+            plt.title(title)
+            if hist:
+                labels = [f"{i / 10:.1f}" for i in range(10)]
+                plt.multiple_bar(labels, list(hist.values()), labels=list(hist.keys()))
+            self.refresh()
