@@ -10,7 +10,14 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from llmscope.data.suites import BUILTIN_DIR, Suite, SuiteError, _find_shared, _read_spec, suite_from_spec
+from llmscope.data.suites import (
+    BUILTIN_DIR,
+    Suite,
+    SuiteError,
+    _find_shared,
+    _read_spec,
+    suite_from_spec,
+)
 from llmscope.engine.types import Item
 
 CATEGORY_FIELDS = ["behavior", "everyday", "figure_of_speech", "judgment", "opinion", "reasoning"]

@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from llmscope.engine.types import Item, Work
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "suites"
 TASK_TYPES = ("yesno", "choice", "minpairs", "rating", "constrained", "generation")
 SHARED_DIR_CANDIDATES = ("../shared", "../../shared")
+# Loaders for full third-party corpora: name -> task (read from --suite-path or ../shared).
+EXTERNAL_SUITES = {"commonsense": "yesno", "worldsense": "constrained", "cfc": "generation"}
 
 
 class SuiteError(Exception):
@@ -162,6 +163,7 @@ class Suite:
         items = self.items()
         if limit is not None:
             items = items[:limit]
+        n_perm = int(self.task_options.get("permutations", 0) or 0) if self.task == "choice" else 0
         out: list[Work] = []
         for it in items:
             for variant, tpl in (self.templates or {"default": "{" + self.text_field + "}"}).items():
@@ -172,6 +174,17 @@ class Suite:
                 out.append(
                     Work(item=it, variant=variant, prompt=render(tpl, it.fields), gold=gold, options=it.options)
                 )
+                if n_perm and it.options:
+                    from llmscope.engine.choice_math import permute_options
+
+                    # Option-order permutations are extra variants "<variant>@p<j>"; a template that
+                    # lists the options sees them in the permuted order.
+                    for j, order in enumerate(permute_options(it.options, n_perm, seed=0), 1):
+                        fields = dict(it.fields)
+                        if self.options_field:
+                            fields[self.options_field] = order
+                        out.append(Work(item=it, variant=f"{variant}@p{j}", prompt=render(tpl, fields),
+                                        gold=gold, options=list(order)))
         return out
 
     def describe(self) -> dict[str, Any]:
@@ -222,7 +235,7 @@ def _read_spec(path: Path) -> dict[str, Any]:
 def _spec_line(path: Path | None, key: str) -> int | None:
     if path is None or not path.is_file():
         return None
-    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").split("\n"), 1):
         if line.lstrip().startswith(f"{key}:") or line.lstrip().startswith(f"{key} ="):
             return n
     return None
@@ -354,6 +367,21 @@ def _make_item(suite: Suite, rec: dict[str, Any], path: Path, line: int) -> Item
     return Item(item_id=str(item_id), fields=rec, gold=gold, options=options, text=text or "", line=line)
 
 
+def _surrogate_field(rec: dict[str, Any]) -> str | None:
+    """The first field whose value holds a lone surrogate (JSON allows the escape; UTF-8 does not)."""
+
+    def bad(v: Any) -> bool:
+        if isinstance(v, str):
+            return any("\ud800" <= ch <= "\udfff" for ch in v)
+        if isinstance(v, list):
+            return any(bad(x) for x in v)
+        if isinstance(v, dict):
+            return any(bad(k) or bad(x) for k, x in v.items())
+        return False
+
+    return next((str(k) for k, v in rec.items() if bad(k) or bad(v)), None)
+
+
 def read_items(suite: Suite) -> list[Item]:
     """Read a JSONL or CSV items file into validated Items."""
     path = suite.items_path
@@ -369,7 +397,9 @@ def read_items(suite: Suite) -> list[Item]:
         raise SuiteError("not valid UTF-8", path, line) from e
     items: list[Item] = []
     if path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
-        for n, line_text in enumerate(text.splitlines(), 1):
+        # JSON Lines are separated by "\n" only; str.splitlines() would also split inside
+        # strings holding U+2028, U+0085, \x1c... (legal raw in JSON written with ensure_ascii=False).
+        for n, line_text in enumerate(text.split("\n"), 1):
             if not line_text.strip():
                 continue
             try:
@@ -378,6 +408,9 @@ def read_items(suite: Suite) -> list[Item]:
                 raise SuiteError(f"invalid JSON: {e.msg} (column {e.colno})", path, n) from e
             if not isinstance(rec, dict):
                 raise SuiteError(f"each line must be a JSON object, got {type(rec).__name__}", path, n)
+            bad = _surrogate_field(rec)
+            if bad is not None:
+                raise SuiteError("lone UTF-16 surrogate escape (\\ud800-\\udfff): not valid Unicode", path, n, bad)
             items.append(_make_item(suite, rec, path, n))
     elif path.suffix.lower() in (".csv", ".tsv"):
         delim = "\t" if path.suffix.lower() == ".tsv" else ","
@@ -422,7 +455,7 @@ def _find_shared() -> Path | None:
 def builtin_names() -> list[str]:
     """Names of the suites shipped in data/suites, plus the loaders that need a path."""
     names = sorted(p.parent.name for p in BUILTIN_DIR.glob("*/suite.yaml"))
-    return names + ["commonsense", "worldsense"]
+    return names + list(EXTERNAL_SUITES)
 
 
 def load_suite(name_or_path: str | Path, suite_path: str | Path | None = None) -> Suite:
@@ -440,6 +473,10 @@ def load_suite(name_or_path: str | Path, suite_path: str | Path | None = None) -
         from llmscope.data.worldsense import load_worldsense_suite
 
         return load_worldsense_suite(suite_path)
+    if s == "cfc":
+        from llmscope.data.cfc import load_cfc_suite
+
+        return load_cfc_suite(suite_path)
     builtin = BUILTIN_DIR / s / "suite.yaml"
     if builtin.is_file():
         path = builtin

@@ -73,5 +73,5 @@ class Backend(abc.ABC):
         """Counters for progress reporting (retries, rate limits, tokens)."""
         return {}
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release threads, connections and device memory."""

@@ -3,8 +3,12 @@
 Async callers submit jobs; a single worker thread drains the queue, groups jobs
 of one kind, sorts them by token length (little padding), runs left-padded
 batches with explicit position ids, and resolves the callers' futures. Logits
-are computed only at the positions that are read (`logits_to_keep`) and
-softmaxed in fp32.
+are computed only at the positions that are read (`logits_to_keep`, or the head
+applied to the selected hidden states) and softmaxed in fp32. A token prefix
+shared by a whole batch (chat system prompt, instructions, few-shot examples) is
+run once and its KV cache reused across batches (`LLMSCOPE_PREFIX_CACHE=0` turns
+this off); padding sits between prefix and suffix and is masked, positions count
+real tokens only.
 """
 
 from __future__ import annotations
@@ -68,7 +72,9 @@ def load_model(spec: ModelSpec, device: str, dtype: str) -> tuple[Any, Any, dict
             info["gguf_cache"] = str(cached)
         else:
             tok = AutoTokenizer.from_pretrained(spec.path, gguf_file=spec.gguf_file)
-            model = AutoModelForCausalLM.from_pretrained(spec.path, gguf_file=spec.gguf_file, dtype=tdtype)
+            model = AutoModelForCausalLM.from_pretrained(
+                spec.path, gguf_file=spec.gguf_file, dtype=tdtype
+            )
             info["gguf_cache"] = _save_gguf_cache(model, tok, cached)
     else:
         tok = AutoTokenizer.from_pretrained(spec.path)
@@ -158,14 +164,24 @@ class HFBackend(Backend):
         self.has_chat = bool(getattr(self.tok, "chat_template", None))
         if add_bos == "auto":
             probe = self.tok("a", add_special_tokens=True).input_ids
-            add_bos = bool(self.tok.bos_token_id is not None and probe and probe[0] == self.tok.bos_token_id)
+            add_bos = bool(
+                self.tok.bos_token_id is not None and probe and probe[0] == self.tok.bos_token_id
+            )
         self.add_bos = bool(add_bos)
-        self.max_length = max_length or int(getattr(model.config, "max_position_embeddings", 0) or 0) or None
+        self.max_length = (
+            max_length or int(getattr(model.config, "max_position_embeddings", 0) or 0) or None
+        )
         self._answer_cache: dict[tuple[str, ...], dict[str, list[int]]] = {}
         self._vocab_text: list[str] | None = None
         self._space_piece_id: int | None = None
         if self.sp_prefix:
             self._space_piece_id = self._find_space_piece()
+        self._keeps_logits = _accepts_logits_to_keep(model)
+        # Shared-prefix KV reuse (system prompt, instructions, few-shot examples).
+        self.prefix_cache = os.environ.get("LLMSCOPE_PREFIX_CACHE", "1") != "0"
+        self.min_prefix = 8
+        self._prefix_ids: list[int] = []
+        self._prefix_kv: list[tuple[Any, Any]] | None = None
         self._stats: dict[str, Any] = defaultdict(float)
         self._queue: queue.Queue[_Job | None] = queue.Queue()
         self._thread = threading.Thread(target=self._worker, name="llmscope-hf", daemon=True)
@@ -204,7 +220,9 @@ class HFBackend(Backend):
         if chat and self.has_chat:
             return str(
                 self.tok.apply_chat_template(
-                    [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+                    [{"role": "user", "content": prompt}],
+                    add_generation_prompt=True,
+                    tokenize=False,
                 )
             )
         return prompt
@@ -213,7 +231,11 @@ class HFBackend(Backend):
         # A rendered chat template already carries its special tokens.
         special = False if (chat and self.has_chat) else self.add_bos
         ids = list(self.tok(text, add_special_tokens=special).input_ids)
-        if special and self.tok.bos_token_id is not None and (not ids or ids[0] != self.tok.bos_token_id):
+        if (
+            special
+            and self.tok.bos_token_id is not None
+            and (not ids or ids[0] != self.tok.bos_token_id)
+        ):
             ids = [self.tok.bos_token_id, *ids]
         return ids
 
@@ -228,7 +250,9 @@ class HFBackend(Backend):
         """Each vocabulary id decoded on its own (cached)."""
         if self._vocab_text is None:
             n = len(self.tok)
-            self._vocab_text = self.tok.batch_decode([[i] for i in range(n)], skip_special_tokens=False)
+            self._vocab_text = self.tok.batch_decode(
+                [[i] for i in range(n)], skip_special_tokens=False
+            )
         return self._vocab_text
 
     def answer_token_ids(self, answers: list[str]) -> dict[str, list[int]]:
@@ -252,7 +276,9 @@ class HFBackend(Backend):
         out: NextTokenOut = await self._submit("next", (enc, list(answers), top_k), len(ids))
         return out
 
-    async def loglik(self, requests: list[tuple[str, str]], *, chat: bool = False) -> list[LogLikOut]:
+    async def loglik(
+        self, requests: list[tuple[str, str]], *, chat: bool = False
+    ) -> list[LogLikOut]:
         encs = [self._encode_pair(c, x, chat) for c, x in requests]
         futs = [self._submit("loglik", e, len(e.ids)) for e in encs]
         return list(await asyncio.gather(*futs))
@@ -277,7 +303,11 @@ class HFBackend(Backend):
             continuation = context[-n_space:] + continuation
             context = context[:-n_space]
         if not context:
-            prefix = self.tok.bos_token_id if self.tok.bos_token_id is not None else self.tok.eos_token_id
+            prefix = (
+                self.tok.bos_token_id
+                if self.tok.bos_token_id is not None
+                else self.tok.eos_token_id
+            )
             cont_ids = list(self.tok(continuation, add_special_tokens=False).input_ids)
             ids = [prefix, *cont_ids]
             n_cont = len(cont_ids)
@@ -361,7 +391,7 @@ class HFBackend(Backend):
                 self._stats["forward_seconds"] += dt
                 self._stats["batches"] += 1
                 self._stats["tokens"] += sum(j.length for j in batch)
-                for j, r in zip(batch, results):
+                for j, r in zip(batch, results, strict=True):
                     _resolve(j, r)
                 return len(batch)
             except torch.OutOfMemoryError:
@@ -375,7 +405,12 @@ class HFBackend(Backend):
                 batch = batch[: self.batch_size]
             except Exception as e:  # one bad batch must not kill the worker; items get the error
                 if len(batch) == 1:
-                    _fail(batch[0], e if isinstance(e, BackendError) else BackendError(f"{type(e).__name__}: {e}"))
+                    _fail(
+                        batch[0],
+                        e
+                        if isinstance(e, BackendError)
+                        else BackendError(f"{type(e).__name__}: {e}"),
+                    )
                     return 1
                 # retry one by one so only the offending item fails
                 for j in batch:
@@ -384,52 +419,151 @@ class HFBackend(Backend):
 
     def _run_safely(self, batch: list[_Job], runner: Any) -> None:
         try:
-            for j, r in zip(batch, runner(batch)):
+            for j, r in zip(batch, runner(batch), strict=True):
                 _resolve(j, r)
         except Exception as e:
             for j in batch:
-                _fail(j, e if isinstance(e, BackendError) else BackendError(f"{type(e).__name__}: {e}"))
+                _fail(
+                    j,
+                    e if isinstance(e, BackendError) else BackendError(f"{type(e).__name__}: {e}"),
+                )
 
-    def _forward_last(self, seqs: list[list[int]], keep: int) -> Any:
-        """Left-padded forward pass; returns fp32 log-softmax of the last `keep` positions."""
+    def _forward_last(
+        self, seqs: list[list[int]], keep: int, reserve: list[int] | None = None
+    ) -> Any:
+        """Left-padded forward pass; returns fp32 log-softmax of the last `keep` positions.
+
+        `reserve[r]` is how many trailing tokens of row r are read (they must follow any
+        shared prefix). A prefix common to every row is run once and its KV cache reused.
+        """
         import torch
 
-        n = max(len(s) for s in seqs)
+        reserve = reserve or [keep] * len(seqs)
+        prefix = self._pick_prefix(seqs, reserve)
+        p = len(prefix)
+        sufs = [s[p:] for s in seqs]
+        n = max(len(s) for s in sufs)
         pad = self.tok.pad_token_id
-        input_ids = torch.full((len(seqs), n), pad, dtype=torch.long)
-        mask = torch.zeros((len(seqs), n), dtype=torch.long)
-        for r, s in enumerate(seqs):
+        b = len(seqs)
+        input_ids = torch.full((b, n), pad, dtype=torch.long)
+        mask = torch.zeros((b, p + n), dtype=torch.long)
+        mask[:, :p] = 1
+        for r, s in enumerate(sufs):
             input_ids[r, n - len(s) :] = torch.tensor(s, dtype=torch.long)
-            mask[r, n - len(s) :] = 1
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            mask[r, p + n - len(s) :] = 1
+        # Positions count real tokens only, so padding between prefix and suffix is invisible.
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, p:]
         input_ids, mask, pos = (t.to(self.device) for t in (input_ids, mask, pos))
-        out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=pos, logits_to_keep=keep, use_cache=False)
-        logits = out.logits[:, -keep:, :]
+        kwargs: dict[str, Any] = {"attention_mask": mask, "position_ids": pos}
+        if p:
+            kwargs["past_key_values"] = self._expand_prefix(b)
+            kwargs["use_cache"] = True
+        else:
+            kwargs["use_cache"] = False
+        self._stats["tokens_computed"] += sum(len(s) for s in sufs)
+        self._stats["tokens_prefix_reused"] += p * b
+        logits = self._logits(input_ids, keep, kwargs)
         return torch.log_softmax(logits.float(), dim=-1)
+
+    def _logits(self, input_ids: Any, keep: int, kwargs: dict[str, Any]) -> Any:
+        """Logits of the last `keep` positions only: the LM head never sees other positions."""
+        if self._keeps_logits:
+            out = self.model(input_ids=input_ids, logits_to_keep=keep, **kwargs)
+            return out.logits[:, -keep:, :]
+        base = self.model.get_decoder() if hasattr(self.model, "get_decoder") else self.model.model
+        hidden = base(input_ids=input_ids, **kwargs).last_hidden_state[:, -keep:, :]
+        return self.model.get_output_embeddings()(hidden)
+
+    # -- shared-prefix KV cache ----------------------------------------------------------
+    def _pick_prefix(self, seqs: list[list[int]], reserve: list[int]) -> list[int]:
+        """The prefix to run once: the batch's common prefix, or the cached one if nearly as long."""
+        if not self.prefix_cache or len(seqs) < 2:
+            return []
+        limit = min(len(s) - k for s, k in zip(seqs, reserve, strict=True))
+        first = seqs[0]
+        n = 0
+        while n < limit and all(len(s) > n and s[n] == first[n] for s in seqs):
+            n += 1
+        if n < self.min_prefix:
+            return []
+        cached = self._prefix_ids
+        if (
+            cached
+            and len(cached) <= n
+            and first[: len(cached)] == cached
+            and len(cached) * 5 >= n * 4
+        ):
+            return cached  # reuse: a few extra shared tokens are not worth a new prefix pass
+        try:
+            self._build_prefix(first[:n])
+        except Exception:
+            self.prefix_cache = False  # an architecture whose cache we cannot share: plain batches
+            self._prefix_ids, self._prefix_kv = [], None
+            return []
+        return self._prefix_ids
+
+    def _build_prefix(self, ids: list[int]) -> None:
+        import torch
+
+        inp = torch.tensor([ids], dtype=torch.long, device=self.device)
+        out = (
+            self.model(input_ids=inp, use_cache=True, logits_to_keep=1)
+            if self._keeps_logits
+            else None
+        )
+        if out is None:
+            base = (
+                self.model.get_decoder() if hasattr(self.model, "get_decoder") else self.model.model
+            )
+            out = base(input_ids=inp, use_cache=True)
+        cache = out.past_key_values
+        layers = getattr(cache, "layers", None)
+        if not layers or any(type(lay).__name__ != "DynamicLayer" for lay in layers):
+            raise BackendError("prefix cache: only plain (non-sliding) dynamic caches are shared")
+        self._prefix_kv = [(lay.keys, lay.values) for lay in layers]
+        self._prefix_ids = list(ids)
+        self._stats["prefix_builds"] += 1
+        self._stats["tokens_computed"] += len(ids)
+
+    def _expand_prefix(self, b: int) -> Any:
+        from transformers import DynamicCache
+
+        assert self._prefix_kv is not None
+        # expand() is a view; the forward concatenates new keys into fresh tensors.
+        data = [(k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1)) for k, v in self._prefix_kv]
+        return DynamicCache(ddp_cache_data=data, config=self.model.config)
 
     def _run_next(self, batch: list[_Job]) -> list[NextTokenOut]:
         import torch
 
-        logp = self._forward_last([j.payload[0].ids for j in batch], 1)[:, -1, :]
+        logp = self._forward_last([j.payload[0].ids for j in batch], 1, [1] * len(batch))[:, -1, :]
         probs = logp.exp()
         outs = []
         for r, j in enumerate(batch):
             enc, answers, top_k = j.payload
             ids = self.answer_token_ids(answers)
             p = probs[r]
-            ans = {a: float(p[torch.tensor(v, dtype=torch.long, device=p.device)].sum()) if v else 0.0
-                   for a, v in ids.items()}
+            ans = {
+                a: float(p[torch.tensor(v, dtype=torch.long, device=p.device)].sum()) if v else 0.0
+                for a, v in ids.items()
+            }
             other = 1.0 - sum(ans.values())
             k = min(top_k, p.shape[-1])
             tv, ti = torch.topk(p, k)
             vocab = self.vocab_text()
             top = [
-                TopToken(token=vocab[i] if i < len(vocab) else f"<id {i}>", id=int(i), prob=float(v))
-                for v, i in zip(tv.tolist(), ti.tolist())
+                TopToken(
+                    token=vocab[i] if i < len(vocab) else f"<id {i}>", id=int(i), prob=float(v)
+                )
+                for v, i in zip(tv.tolist(), ti.tolist(), strict=True)
             ]
             outs.append(
                 NextTokenOut(
-                    prompt=enc.text, probs=ans, other=other, top=top, n_tokens=len(enc.ids),
+                    prompt=enc.text,
+                    probs=ans,
+                    other=other,
+                    top=top,
+                    n_tokens=len(enc.ids),
                     meta={"answer_token_counts": {a: len(v) for a, v in ids.items()}},
                 )
             )
@@ -438,34 +572,40 @@ class HFBackend(Backend):
     def _run_loglik(self, batch: list[_Job]) -> list[LogLikOut]:
         encs: list[_Encoded] = [j.payload for j in batch]
         # Jobs whose continuation is one token and that share a context need one sequence.
-        groups: dict[tuple[int, ...], list[int]] = {}
+        groups: dict[tuple[int, ...], int] = {}
         seqs: list[list[int]] = []
+        reserve: list[int] = []
         row_of: list[int] = []
         for e in encs:
             if e.n_cont == 1:
                 key = tuple(e.ids[:-1])
                 if key in groups:
-                    row_of.append(groups[key][0])
+                    row_of.append(groups[key])
                     continue
-                groups[key] = [len(seqs)]
-                seqs.append(list(key))
-                row_of.append(len(seqs) - 1)
-            else:
-                seqs.append(e.ids[:-1])
-                row_of.append(len(seqs) - 1)
+                groups[key] = len(seqs)
+            seqs.append(e.ids[:-1])
+            reserve.append(e.n_cont)
+            row_of.append(len(seqs) - 1)
         keep = max(e.n_cont for e in encs)
-        logp = self._forward_last(seqs, keep)
+        logp = self._forward_last(seqs, keep, reserve)
+        import torch
+
         outs = []
-        for e, r in zip(encs, row_of):
+        for e, r in zip(encs, row_of, strict=True):
             cont = e.ids[-e.n_cont :]
             rows = logp[r, keep - e.n_cont :, :]
-            import torch
-
-            tl = rows.gather(-1, torch.tensor(cont, device=rows.device).unsqueeze(-1)).squeeze(-1).tolist()
+            tl = (
+                rows.gather(-1, torch.tensor(cont, device=rows.device).unsqueeze(-1))
+                .squeeze(-1)
+                .tolist()
+            )
             outs.append(
                 LogLikOut(
-                    logprob=float(math.fsum(tl)), n_tokens=e.n_cont, token_logprobs=tl,
-                    tokens=e.cont_tokens, n_context_tokens=len(e.ids) - e.n_cont,
+                    logprob=float(math.fsum(tl)),
+                    n_tokens=e.n_cont,
+                    token_logprobs=tl,
+                    tokens=e.cont_tokens,
+                    n_context_tokens=len(e.ids) - e.n_cont,
                 )
             )
         self._stats["loglik_rows_saved"] += len(encs) - len(seqs)
@@ -496,7 +636,9 @@ class HFBackend(Backend):
         for row in out:
             t = self.tok.decode(row[len(ids) :], skip_special_tokens=True)
             texts.append(t)
-        return [GenerateOut(texts=texts, prompt=text, n_tokens=len(ids), meta={"do_sample": do_sample})]
+        return [
+            GenerateOut(texts=texts, prompt=text, n_tokens=len(ids), meta={"do_sample": do_sample})
+        ]
 
 
 def _resolve(job: _Job, value: Any) -> None:
@@ -513,6 +655,16 @@ def _fail(job: _Job, exc: BaseException) -> None:
             job.future.set_exception(exc)
 
     job.loop.call_soon_threadsafe(_set)
+
+
+def _accepts_logits_to_keep(model: Any) -> bool:
+    import inspect
+
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+    return "logits_to_keep" in params
 
 
 def _short_hash(s: str) -> str:

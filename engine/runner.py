@@ -17,13 +17,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import llmscope
 from llmscope.data.suites import Suite
 from llmscope.engine.backend import Backend, BackendError
 from llmscope.engine.progress import NullReporter, Progress, Reporter
 from llmscope.engine.tasks import Task, get_task
 from llmscope.engine.types import Result, Work
 from llmscope.store.db import Store
+
+import llmscope
 
 FLUSH_EVERY_S = 1.0
 FLUSH_ROWS = 512
@@ -243,7 +244,7 @@ class Runner:
             if status != "interrupted":
                 import datetime as dt
 
-                end_fields["ended_at"] = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+                end_fields["ended_at"] = dt.datetime.now(dt.UTC).replace(tzinfo=None)
             self.store.update_run(self.run_id, **end_fields)
             self._writer.shutdown(wait=True)
             self.reporter.on_end(prog)

@@ -83,7 +83,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from llmscope.console import ConsoleReporter
     from llmscope.data.suites import load_suite
     from llmscope.engine.progress import MultiReporter
-    from llmscope.engine.runner import RunInterrupted, RunPlan, Runner
+    from llmscope.engine.runner import RunInterrupted, Runner, RunPlan
     from llmscope.live import LiveWriter
     from llmscope.report import build_report, format_rows
 
@@ -101,7 +101,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             suite_meta = meta.get("suite") or {}
             model_arg = opts.get("model_arg")
             suite_name = suite_meta.get("spec_path") or suite_meta.get("name")
-            if suite_meta.get("name") in ("commonsense", "worldsense"):
+            if suite_meta.get("name") in ("commonsense", "worldsense", "cfc"):
                 suite_name, suite_path = suite_meta["name"], suite_meta.get("items_path")
             t = dict(opts.get("task") or {})
             t.pop("task", None)
@@ -161,13 +161,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_suites(args: argparse.Namespace) -> int:
-    from llmscope.data.suites import builtin_names, load_suite
+    from llmscope.data.suites import EXTERNAL_SUITES, SuiteError, builtin_names, load_suite
 
     rows = []
     for name in builtin_names():
-        if name in ("commonsense", "worldsense"):
+        if name in EXTERNAL_SUITES:
             # Loaders of full third-party corpora: listed, not parsed (WorldSense is 87k trials).
-            rows.append({"name": name, "task": _loader_task(name), "items": None, "variants": None,
+            rows.append({"name": name, "task": EXTERNAL_SUITES[name], "items": None, "variants": None,
                          "description": f"full {name} corpus, read from --suite-path (or ../shared when present)"})
             continue
         try:
@@ -175,9 +175,9 @@ def cmd_suites(args: argparse.Namespace) -> int:
             n: int | None = len(s.items())
             rows.append({"name": name, "task": s.task, "items": n, "variants": len(s.variant_names()),
                          "description": " ".join((s.description or "").split())})
-        except Exception as e:  # loaders that need external files still get listed
-            rows.append({"name": name, "task": _loader_task(name), "items": None, "variants": None,
-                         "description": f"needs --suite-path ({e})"})
+        except SuiteError as e:  # a broken built-in suite is listed with its error
+            rows.append({"name": name, "task": "?", "items": None, "variants": None,
+                         "description": f"error: {e}"})
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
@@ -185,10 +185,6 @@ def cmd_suites(args: argparse.Namespace) -> int:
             n = "-" if r["items"] is None else str(r["items"])
             print(f"{r['name']:<22} {r['task']:<12} {n:>7}  {r['description'][:70]}")
     return 0
-
-
-def _loader_task(name: str) -> str:
-    return {"commonsense": "yesno", "worldsense": "constrained"}.get(name, "?")
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -300,6 +296,9 @@ def cmd_import(args: argparse.Namespace) -> int:
     try:
         if args.kind == "worldsense":
             msgs = importers.import_worldsense(store, Path(args.paths[0]))
+        elif args.kind == "answers":
+            msgs = importers.import_answer_sets(store, [Path(p) for p in args.paths],
+                                                suite_path=args.suite_path, model=args.model)
         else:
             msgs = importers.import_results(store, [Path(p) for p in args.paths], suite_path=args.suite_path)
     finally:
@@ -393,11 +392,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--run")
     s.set_defaults(func=cmd_view)
 
-    s = sub.add_parser("import", help="import published results (worldsense DIR | results FILE...)")
+    s = sub.add_parser("import", help="import published results (worldsense DIR | results FILE... | answers FILE...)")
     db_arg(s)
-    s.add_argument("kind", choices=["worldsense", "results"])
+    s.add_argument("kind", choices=["worldsense", "results", "answers"])
     s.add_argument("paths", nargs="+")
-    s.add_argument("--suite-path", help="commonsense statements CSV for `import results`")
+    s.add_argument("--suite-path", help="commonsense statements CSV (results) or CFC targets file (answers)")
+    s.add_argument("--model", help="name of the imported answer set (answers)")
     s.set_defaults(func=cmd_import)
 
     s = sub.add_parser("compare", help="compare runs on the same suite (paired tests)")

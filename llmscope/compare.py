@@ -29,7 +29,7 @@ def compare_runs(store: Store, run_ids: list[str]) -> dict[str, Any]:
     frames = [f[f["error"].isna()] for f in frames]
     base, base_df = runs[0], frames[0]
     out: dict[str, Any] = {"suite": base["suite_name"], "base": _brief(base), "comparisons": []}
-    for run, df in zip(runs[1:], frames[1:]):
+    for run, df in zip(runs[1:], frames[1:], strict=False):
         c = _compare(base_df, df, cluster_col="item_id")
         dis = c.disagreements
         out["comparisons"].append({

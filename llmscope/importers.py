@@ -53,7 +53,7 @@ def _finish(store: Store, run_id: str) -> None:
 
     n, err = store.count_results(run_id)
     store.update_run(run_id, status="completed", n_done=n, n_errors=err,
-                     ended_at=dt.datetime.now(dt.timezone.utc).replace(tzinfo=None))
+                     ended_at=dt.datetime.now(dt.UTC).replace(tzinfo=None))
 
 
 def _jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
@@ -192,4 +192,56 @@ def import_results(store: Store, files: list[Path], suite_path: str | None = Non
         _finish(store, run_id)
         msgs.append(f"{model}: run {run_id}, {seq} results from {len(paths)} files"
                     + (f" ({mismatched} prompts differ from the suite's)" if mismatched else ""))
+    return msgs
+
+
+def import_answer_sets(store: Store, files: list[Path], suite_path: str | None = None,
+                       model: str | None = None) -> list[str]:
+    """Pre-generated answer sets `{"model_answers": {question_id: [answers...]}}` as runs on the
+    `cfc` suite, so human samples can be scored by ProbEval as if they were a model."""
+    suite = load_suite("cfc", suite_path)
+    items = {it.item_id: it for it in suite.items()}
+    _store_suite(store, suite)
+    variant = suite.variant_names()[0]
+    msgs = []
+    for f in files:
+        try:
+            data = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as e:
+            raise SuiteError(f"cannot read answer sets: {e}", f) from e
+        sets = data.get("model_answers") if isinstance(data, dict) else None
+        if not isinstance(sets, dict):
+            raise SuiteError('expected {"model_answers": {question_id: [answers...]}}', f, 1, "model_answers")
+        known = [q for q in sets if str(q) in items]
+        if not known:
+            raise SuiteError(
+                f"none of the {len(sets)} question ids ({', '.join(sorted(map(str, sets))[:3])}, ...) are in "
+                f"the suite's targets file {suite.items_path}; pass the matching targets with --suite-path",
+                f, 1, "model_answers")
+        name = model if (model and len(files) == 1) else f.stem
+        run_id = _run_id("answers", suite.suite_id, f.name, name)
+        if not _create_import_run(store, run_id, suite, name, f, len(items), {"answer_sets": f.name}):
+            msgs.append(f"{f.name}: already imported as run {run_id}")
+            continue
+        results = []
+        skipped = 0
+        for qid, answers in sets.items():
+            it = items.get(str(qid))
+            if it is None or not isinstance(answers, list):
+                skipped += 1
+                continue
+            texts = [str(a) for a in answers]
+            results.append(Result(
+                item_id=it.item_id, variant=variant, prompt=it.text, prediction=texts[0] if texts else None,
+                extra={"imported": True, "samples": [{"text": t} for t in texts]},
+            ))
+        store.write_results(run_id, results)
+        _finish(store, run_id)
+        from llmscope.report import probeval_for_run
+
+        run = store.get_run(run_id)
+        res = probeval_for_run(store, run, save=True) if run else None
+        kl = f", ProbEval KL {res.mean_kl:.3f}" if res is not None else ""
+        msgs.append(f"{f.name}: run {run_id} ({name}), {len(results)} questions"
+                    + (f", {skipped} ids not in the suite" if skipped else "") + kl)
     return msgs

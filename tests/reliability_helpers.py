@@ -34,7 +34,7 @@ def record(section: str, **figures: Any) -> None:
         data = json.loads(OUT_JSON.read_text())
     except (OSError, json.JSONDecodeError):
         data = {}
-    figures["recorded_at"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    figures["recorded_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     data[section] = figures
     try:
         OUT_JSON.parent.mkdir(parents=True, exist_ok=True)

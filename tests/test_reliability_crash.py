@@ -40,8 +40,23 @@ N_YESNO, N_CHOICE = 1200, 300  # 2400 + 300 prompts: a few seconds of scoring ea
 
 
 def _run_args(spec: Path, model: Path, db: Path) -> list[str]:
-    return ["run", "--suite", str(spec), "--model", f"hf:{model}", "--db", str(db),
-            "--dtype", "float32", "--device", "cpu", "--batch-size", "4", "--no-report", "--quiet"]
+    return [
+        "run",
+        "--suite",
+        str(spec),
+        "--model",
+        f"hf:{model}",
+        "--db",
+        str(db),
+        "--dtype",
+        "float32",
+        "--device",
+        "cpu",
+        "--batch-size",
+        "4",
+        "--no-report",
+        "--quiet",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -62,15 +77,22 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     rows = result_rows(baseline_db)
     assert len(rows) == 2 * N_YESNO + N_CHOICE
     assert not any(r["error"] for r in rows)
-    return {"base": base, "model": model, "suites": suites, "baseline": _by_key(rows),
-            "timings": timings}
+    return {
+        "base": base,
+        "model": model,
+        "suites": suites,
+        "baseline": _by_key(rows),
+        "timings": timings,
+    }
 
 
 def _by_key(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
     return {(r["item_id"], r["variant"]): r for r in rows}
 
 
-def _assert_same_numbers(rows: list[dict[str, Any]], baseline: dict[tuple[str, str], dict[str, Any]]) -> None:
+def _assert_same_numbers(
+    rows: list[dict[str, Any]], baseline: dict[tuple[str, str], dict[str, Any]]
+) -> None:
     for r in rows:
         b = baseline[(r["item_id"], r["variant"])]
         assert r["error"] is None
@@ -121,8 +143,13 @@ def test_sigkill_at_random_points_then_resume(setup: dict[str, Any]) -> None:
         assert attempts < 4 * N_KILLS, "could not land enough kills"
         name = names[attempts % 2]
         launched = time.time()
-        proc = subprocess.Popen(cli_cmd(*_run_args(suites[name], model, db)), env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            cli_cmd(*_run_args(suites[name], model, db)),
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         sessions += 1
         if rng.random() < 0.3:
             phase = "startup"
@@ -156,17 +183,30 @@ def test_sigkill_at_random_points_then_resume(setup: dict[str, Any]) -> None:
     assert len(rows) == expected
     assert {(r["item_id"], r["variant"]) for r in rows} == set(baseline)
     _assert_same_numbers(rows, baseline)
-    record("crash_sigkill", kills_survived=sum(kills.values()), kills_during_startup=kills["startup"],
-           kills_during_scoring=kills["scoring"], sessions=sessions, prompts=expected,
-           rows_stored=len(rows), items_lost=expected - len(rows), seed=SEED)
+    record(
+        "crash_sigkill",
+        kills_survived=sum(kills.values()),
+        kills_during_startup=kills["startup"],
+        kills_during_scoring=kills["scoring"],
+        sessions=sessions,
+        prompts=expected,
+        rows_stored=len(rows),
+        items_lost=expected - len(rows),
+        seed=SEED,
+    )
 
 
 def test_ctrl_c_stops_cleanly_and_says_how_to_resume(setup: dict[str, Any]) -> None:
     db = setup["base"] / "interrupted.duckdb"
     spec, model = setup["suites"]["yesno"], setup["model"]
     launched = time.time()
-    proc = subprocess.Popen(cli_cmd(*_run_args(spec, model, db)), env=cli_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cli_cmd(*_run_args(spec, model, db)),
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert _wait_scoring(db, launched - 1.0, proc), "the run never started scoring"
     time.sleep(1.5)  # past at least one flush
     proc.send_signal(signal.SIGINT)
@@ -175,7 +215,7 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(setup: dict[str, Any]) -> N
     assert "Traceback" not in err
     assert "interrupted: everything scored so far is stored" in err
     assert "Resume with the same command" in err
-    hint = err[err.index("llmscope run --resume"):].split("\n")[0].split()
+    hint = err[err.index("llmscope run --resume") :].split("\n")[0].split()
     assert hint[:3] == ["llmscope", "run", "--resume"] and hint[4] == "--db"
     rows = result_rows(db)
     assert 0 < len(rows) < 2 * N_YESNO
@@ -194,5 +234,10 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(setup: dict[str, Any]) -> N
     _assert_unique(done)
     assert len(done) == 2 * N_YESNO
     _assert_same_numbers(done, setup["baseline"])
-    record("crash_sigint", interrupted_at=len(rows), total=2 * N_YESNO, exit_code=proc.returncode,
-           items_lost=2 * N_YESNO - len(done))
+    record(
+        "crash_sigint",
+        interrupted_at=len(rows),
+        total=2 * N_YESNO,
+        exit_code=proc.returncode,
+        items_lost=2 * N_YESNO - len(done),
+    )

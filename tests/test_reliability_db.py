@@ -21,10 +21,16 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from oai_fixtures import OAIServer, start_server, stop_server
-from reliability_helpers import assert_clean_error, cli, cli_env, record, snapshot, write_yesno_suite
-
 from llmscope.store.db import SCHEMA_VERSION, Store
+from oai_fixtures import OAIServer, start_server, stop_server
+from reliability_helpers import (
+    assert_clean_error,
+    cli,
+    cli_env,
+    record,
+    snapshot,
+    write_yesno_suite,
+)
 
 pytestmark = pytest.mark.reliability
 
@@ -47,9 +53,21 @@ def _figures() -> Iterator[None]:
 
 
 def _run(spec: Path, db: Path, server: OAIServer, *extra: str) -> subprocess.CompletedProcess[str]:
-    return cli("run", "--suite", str(spec), "--db", str(db), "--model", "openai:test-model",
-               "--base-url", server.base_url, "--no-report", "--quiet", *extra,
-               env=cli_env(OPENAI_API_KEY="sk-test"))
+    return cli(
+        "run",
+        "--suite",
+        str(spec),
+        "--db",
+        str(db),
+        "--model",
+        "openai:test-model",
+        "--base-url",
+        server.base_url,
+        "--no-report",
+        "--quiet",
+        *extra,
+        env=cli_env(OPENAI_API_KEY="sk-test"),
+    )
 
 
 def _sha(path: Path) -> str:
@@ -75,10 +93,16 @@ def test_locked_by_another_process(tmp_path: Path, server: OAIServer) -> None:
     spec = write_yesno_suite(tmp_path / "s", 5)
     db = tmp_path / "locked.duckdb"
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, duckdb; c = duckdb.connect(sys.argv[1]); c.execute('CREATE TABLE mine (x INT)');"
-         "print('ready', flush=True); sys.stdin.read(); c.close()", str(db)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import sys, duckdb; c = duckdb.connect(sys.argv[1]); c.execute('CREATE TABLE mine (x INT)');"
+            "print('ready', flush=True); sys.stdin.read(); c.close()",
+            str(db),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
@@ -90,7 +114,9 @@ def test_locked_by_another_process(tmp_path: Path, server: OAIServer) -> None:
         holder.stdin.close()
         holder.wait(timeout=30)
     con = duckdb.connect(str(db), read_only=True)
-    tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    tables = {
+        r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
+    }
     con.close()
     assert tables == {"mine"}, "the refused run must not have written anything"
     FIGURES["locked"] = "refused, exit 2, file untouched"
@@ -110,7 +136,9 @@ def test_read_only_folder(tmp_path: Path, ro_dir: Path, server: OAIServer) -> No
     existing = ro_dir / "existing.duckdb"
     _make_db(existing, spec, server)
     before = _sha(existing)
-    if not (_mount("--bind", str(ro_dir), str(ro_dir)) and _mount("-o", "remount,ro,bind", str(ro_dir))):
+    if not (
+        _mount("--bind", str(ro_dir), str(ro_dir)) and _mount("-o", "remount,ro,bind", str(ro_dir))
+    ):
         if os.geteuid() != 0:
             os.chmod(ro_dir, 0o555)
             os.chmod(existing, 0o444)
@@ -140,7 +168,9 @@ def tiny_fs(tmp_path: Path) -> Iterator[Path]:
     d = tmp_path / "tmpfs"
     d.mkdir()
     if not _mount("-t", "tmpfs", "-o", "size=3m", "tmpfs", str(d)):
-        pytest.skip("needs `mount -t tmpfs` (root in a container that allows mounts) for a full disk")
+        pytest.skip(
+            "needs `mount -t tmpfs` (root in a container that allows mounts) for a full disk"
+        )
     yield d
     _umount(d)
 
@@ -165,12 +195,16 @@ def test_full_disk_when_creating(tmp_path: Path, tiny_fs: Path, server: OAIServe
     proc = _run(spec, db, server)
     assert proc.returncode == 0, proc.stderr
     con = duckdb.connect(str(db), read_only=True)
-    assert con.execute("SELECT count(*), count(DISTINCT (item_id, variant)) FROM results").fetchone() == (10, 10)
+    assert con.execute(
+        "SELECT count(*), count(DISTINCT (item_id, variant)) FROM results"
+    ).fetchone() == (10, 10)
     con.close()
     FIGURES["full_disk_create"] = "refused, exit 2; later run completes"
 
 
-def test_full_disk_during_a_run_then_resume(tmp_path: Path, tiny_fs: Path, server: OAIServer) -> None:
+def test_full_disk_during_a_run_then_resume(
+    tmp_path: Path, tiny_fs: Path, server: OAIServer
+) -> None:
     # Incompressible 3 kB texts: the suite fits, the results (which store prompts) do not.
     rng = random.Random(1)
     d = tmp_path / "big"
@@ -191,14 +225,21 @@ def test_full_disk_during_a_run_then_resume(tmp_path: Path, tiny_fs: Path, serve
     assert proc.returncode == 0, proc.stderr
     after = _rows(db)
     assert after["results"] == after["distinct"] == n
-    FIGURES["full_disk_mid_run"] = f"stopped at {rows['results']}/{n}, exit 2; resume stored {n}/{n}, 0 lost"
+    FIGURES["full_disk_mid_run"] = (
+        f"stopped at {rows['results']}/{n}, exit 2; resume stored {n}/{n}, 0 lost"
+    )
 
 
 def _rows(db: Path) -> dict[str, int]:
     con = duckdb.connect(str(db))
     try:
-        out = {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("suites", "items", "results")}
-        out["distinct"] = con.execute("SELECT count(DISTINCT (run_id, item_id, variant)) FROM results").fetchone()[0]
+        out = {
+            t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            for t in ("suites", "items", "results")
+        }
+        out["distinct"] = con.execute(
+            "SELECT count(DISTINCT (run_id, item_id, variant)) FROM results"
+        ).fetchone()[0]
         return out
     finally:
         con.close()
@@ -208,15 +249,23 @@ def _legacy_db(path: Path) -> None:
     """A version-0 file: llmscope's tables with fewer columns, no keys, no schema_version."""
     con = duckdb.connect(str(path))
     con.execute("CREATE TABLE suites (suite_id VARCHAR, name VARCHAR, task VARCHAR, spec VARCHAR)")
-    con.execute("CREATE TABLE items (suite_id VARCHAR, item_id VARCHAR, idx INTEGER, text VARCHAR, gold VARCHAR)")
-    con.execute("CREATE TABLE runs (run_id VARCHAR, suite_id VARCHAR, model VARCHAR, status VARCHAR)")
-    con.execute("CREATE TABLE results (run_id VARCHAR, item_id VARCHAR, variant VARCHAR, "
-                "p_yes DOUBLE, p_no DOUBLE, prediction VARCHAR)")
+    con.execute(
+        "CREATE TABLE items (suite_id VARCHAR, item_id VARCHAR, idx INTEGER, text VARCHAR, gold VARCHAR)"
+    )
+    con.execute(
+        "CREATE TABLE runs (run_id VARCHAR, suite_id VARCHAR, model VARCHAR, status VARCHAR)"
+    )
+    con.execute(
+        "CREATE TABLE results (run_id VARCHAR, item_id VARCHAR, variant VARCHAR, "
+        "p_yes DOUBLE, p_no DOUBLE, prediction VARCHAR)"
+    )
     con.execute("INSERT INTO suites VALUES ('old@1', 'old', 'yesno', '{}')")
     con.execute("INSERT INTO items VALUES ('old@1', 'a', 0, 'Is ice cold?', 'yes')")
     con.execute("INSERT INTO runs VALUES ('r0', 'old@1', 'some-model', 'completed')")
-    con.execute("INSERT INTO results VALUES ('r0', 'a', 'default', 0.75, 0.125, 'yes'), "
-                "('r0', 'a', 'default', 0.75, 0.125, 'yes')")
+    con.execute(
+        "INSERT INTO results VALUES ('r0', 'a', 'default', 0.75, 0.125, 'yes'), "
+        "('r0', 'a', 'default', 0.75, 0.125, 'yes')"
+    )
     con.close()
 
 
@@ -232,11 +281,17 @@ def test_older_schema_is_migrated(tmp_path: Path, server: OAIServer) -> None:
     assert proc.returncode == 0, proc.stderr
     con = duckdb.connect(str(db), read_only=True)
     assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION
-    old = con.execute("SELECT item_id, variant, p_yes, p_no, prediction, probs FROM results WHERE run_id = 'r0'").fetchall()
+    old = con.execute(
+        "SELECT item_id, variant, p_yes, p_no, prediction, probs FROM results WHERE run_id = 'r0'"
+    ).fetchall()
     assert old == [("a", "default", 0.75, 0.125, "yes", None)]  # kept once, new columns empty
-    assert con.execute("SELECT text, gold FROM items WHERE suite_id = 'old@1'").fetchall() == [("Is ice cold?", "yes")]
+    assert con.execute("SELECT text, gold FROM items WHERE suite_id = 'old@1'").fetchall() == [
+        ("Is ice cold?", "yes")
+    ]
     assert con.execute("SELECT count(*) FROM results WHERE run_id <> 'r0'").fetchone()[0] == 10
-    tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    tables = {
+        r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
+    }
     con.close()
     assert not any(t.startswith("_llmscope_v0_") for t in tables)
     listed = cli("runs", "--db", str(db), "--json")
@@ -256,7 +311,9 @@ def test_failed_migration_leaves_the_file_unchanged(tmp_path: Path, server: OAIS
     assert_clean_error(_run(spec, db, server), "migrating")
     assert _sha(db) == before
     con = duckdb.connect(str(db), read_only=True)
-    tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    tables = {
+        r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
+    }
     con.close()
     assert tables == {"results"}
     FIGURES["failed_migration"] = "refused, exit 2, file byte-identical"

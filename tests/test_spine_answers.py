@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from llmscope.engine.answers import answer_ids, match_answer
+
 from tests.conftest import shared_path
 
 
@@ -42,7 +43,7 @@ def _bytes_to_unicode() -> dict[str, int]:
             bs.append(b)
             cs.append(256 + n)
             n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
+    return {chr(c): b for b, c in zip(bs, cs, strict=False)}
 
 
 def test_tokens_command_on_qwen25():

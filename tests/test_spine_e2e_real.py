@@ -86,7 +86,7 @@ def test_run_embedded_model_matches_direct_transformers(tmp_path):
         for w in load_suite("commonsense-sample").work(limit=5)
     }
     direct = _direct_probs([work[(r[0], r[1])] for r in rows])
-    for r, (py, pn) in zip(rows, direct):
+    for r, (py, pn) in zip(rows, direct, strict=False):
         assert r[3] == pytest.approx(py, abs=1e-5)
         assert r[4] == pytest.approx(pn, abs=1e-5)
         assert r[3] + r[4] + r[5] == pytest.approx(1.0, abs=1e-6)

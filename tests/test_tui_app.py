@@ -6,6 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from llmscope.store.db import Store
+from llmscope.tui.app import LlmscopeApp
+from llmscope.tui.screens import CompareScreen, DashboardScreen, HelpScreen, HomeScreen, ItemScreen
+from llmscope.tui.widgets import ItemList
 from test_tui_fixtures import (
     TRICKY,
     add_suite,
@@ -19,11 +23,6 @@ from test_tui_fixtures import (
     wait_until,
 )
 from textual.widgets import DataTable
-
-from llmscope.store.db import Store
-from llmscope.tui.app import LlmscopeApp
-from llmscope.tui.screens import CompareScreen, DashboardScreen, HelpScreen, HomeScreen, ItemScreen
-from llmscope.tui.widgets import ItemList
 
 
 @pytest.fixture
@@ -83,13 +82,19 @@ async def test_dashboard_updates_while_rows_arrive(tmp_path: Path) -> None:
         # rows written by this process's store (as an in-process run's writer thread does)
         store = app.handle.store
         assert store is not None
-        store.write_results("run-live", [toy_result(it, i) for i, it in enumerate(items[:5])], start_seq=0)
+        store.write_results(
+            "run-live", [toy_result(it, i) for i, it in enumerate(items[:5])], start_seq=0
+        )
         assert await wait_until(pilot, lambda: "5/12 results" in screen_text(app))
-        right5 = sum(1 for i in range(5) if (0.05 + (i * 37 % 81) / 100 > 0.85 - (i * 37 % 81) / 100)
-                     == (i % 2 == 0))
+        right5 = sum(
+            1
+            for i in range(5)
+            if (0.05 + (i * 37 % 81) / 100 > 0.85 - (i * 37 % 81) / 100) == (i % 2 == 0)
+        )
         assert f"accuracy {right5 / 5:.3f}" in screen_text(app)
-        store.write_results("run-live", [toy_result(it, i) for i, it in enumerate(items) if i >= 5],
-                            start_seq=5)
+        store.write_results(
+            "run-live", [toy_result(it, i) for i, it in enumerate(items) if i >= 5], start_seq=5
+        )
         store.update_run("run-live", status="completed")
         assert await wait_until(pilot, lambda: "12/12 results" in screen_text(app))
         assert f"accuracy {expected_accuracy(12, ('q1',)):.3f}" in screen_text(app)
@@ -151,11 +156,18 @@ async def test_item_text_is_literal(tmp_path: Path) -> None:
         assert "Tricky [bold]x[/] and \\x1b[31mred" in text
         assert "\x1b" not in text
         # the rendered cells carry no bold style from the item's markup
-        lines = [s for s in app.screen._compositor.render_strips()
-                 if TRICKY.replace("\x1b", "\\x1b") in "".join(seg.text for seg in s)]
+        lines = [
+            s
+            for s in app.screen._compositor.render_strips()
+            if TRICKY.replace("\x1b", "\\x1b") in "".join(seg.text for seg in s)
+        ]
         assert lines
         assert not any(seg.style and seg.style.bold for s in lines for seg in s)
-        assert not any(seg.style and seg.style.color and seg.style.color.name == "red" for s in lines for seg in s)
+        assert not any(
+            seg.style and seg.style.color and seg.style.color.name == "red"
+            for s in lines
+            for seg in s
+        )
 
 
 async def test_help_and_mouse(db: Path) -> None:
@@ -188,6 +200,7 @@ async def test_compare_two_runs(db: Path) -> None:
         await pilot.press("space", "down", "space", "c")
         await settle(pilot)
         assert isinstance(app.screen, CompareScreen)
+
         # disagreements recomputed by hand from the generating rule
         def pred(i: int, shift: int) -> str:
             py = 0.05 + ((i * 37 + shift) % 81) / 100
@@ -232,3 +245,11 @@ async def test_dashboard_sort_and_filters(db: Path) -> None:
         await pilot.press("f")
         assert all(lst.row(i)["confidence"] >= 0.5 for i in range(lst.count))
         assert f"Failing items {lst.count}" in screen_text(app)
+
+
+async def test_view_with_run_argument_opens_it(db: Path) -> None:
+    app = LlmscopeApp(db, run="run-b", watch=True)  # `llmscope view --run run-b`
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert isinstance(app.screen, DashboardScreen) and app.screen.run_id == "run-b"
+        assert f"accuracy {expected_accuracy(12, shift=13):.3f}" in screen_text(app)

@@ -25,8 +25,13 @@ def toy_items(n: int) -> list[Item]:
     for i in range(n):
         text = TRICKY if i == 3 else f"Statement number {i} about {CATEGORIES[i % 3]}."
         gold = "yes" if i % 2 == 0 else "no"
-        fields = {"id": f"s{i:03d}", "statement": text, "category": CATEGORIES[i % 3],
-                  "human_q1": 1 if gold == "yes" else 0, "gold": gold}
+        fields = {
+            "id": f"s{i:03d}",
+            "statement": text,
+            "category": CATEGORIES[i % 3],
+            "human_q1": 1 if gold == "yes" else 0,
+            "gold": gold,
+        }
         items.append(Item(item_id=f"s{i:03d}", fields=fields, gold=gold, text=text))
     return items
 
@@ -41,47 +46,90 @@ def toy_result(item: Item, i: int, variant: str = "q1", shift: int = 0) -> Resul
     pn = round(0.9 - py, 6)
     pred = "yes" if py > pn else "no"
     return Result(
-        item_id=item.item_id, variant=variant,
+        item_id=item.item_id,
+        variant=variant,
         prompt=f'Consider the statement, "{item.text}" Do you agree?',
-        probs={"yes": py, "no": pn}, other=round(1 - py - pn, 6),
+        probs={"yes": py, "no": pn},
+        other=round(1 - py - pn, 6),
         top_tokens=[{"token": "Yes", "id": 1, "prob": py}, {"token": "No", "id": 2, "prob": pn}],
-        prediction=pred, gold=item.gold, correct=1.0 if pred == item.gold else 0.0,
-        confidence=max(py, pn) / (py + pn), n_tokens=20, latency_ms=5.0,
+        prediction=pred,
+        gold=item.gold,
+        correct=1.0 if pred == item.gold else 0.0,
+        confidence=max(py, pn) / (py + pn),
+        n_tokens=20,
+        latency_ms=5.0,
     )
 
 
 def add_suite(store: Store, n_items: int) -> list[Item]:
     items = toy_items(n_items)
-    spec = {"name": "toy", "task": "yesno", "group_by": ["category"], "cluster_field": "id",
-            "answers": ["yes", "no"]}
+    spec = {
+        "name": "toy",
+        "task": "yesno",
+        "group_by": ["category"],
+        "cluster_field": "id",
+        "answers": ["yes", "no"],
+    }
     store.add_suite(SUITE_ID, "toy", "yesno", spec, "tests", items)
     return items
 
 
-def create_run(store: Store, run_id: str, n_total: int, *, model: str = "model-A",
-               status: str = "completed", started: dt.datetime = STARTED) -> None:
-    store.create_run({
-        "run_id": run_id, "suite_id": SUITE_ID, "suite_name": "toy", "task": "yesno", "model": model,
-        "backend": "test", "n_total": n_total, "status": status, "started_at": started,
-        "updated_at": started, "options": {}, "meta": {}, "versions": {},
-    })
+def create_run(
+    store: Store,
+    run_id: str,
+    n_total: int,
+    *,
+    model: str = "model-A",
+    status: str = "completed",
+    started: dt.datetime = STARTED,
+) -> None:
+    store.create_run(
+        {
+            "run_id": run_id,
+            "suite_id": SUITE_ID,
+            "suite_name": "toy",
+            "task": "yesno",
+            "model": model,
+            "backend": "test",
+            "n_total": n_total,
+            "status": status,
+            "started_at": started,
+            "updated_at": started,
+            "options": {},
+            "meta": {},
+            "versions": {},
+        }
+    )
 
 
-def make_db(path: Path, *, n_items: int = 12, variants: tuple[str, ...] = ("q1", "q2"),
-            runs: tuple[tuple[str, str, int], ...] = (("run-a", "model-A", 0),),
-            status: str = "completed") -> Path:
+def make_db(
+    path: Path,
+    *,
+    n_items: int = 12,
+    variants: tuple[str, ...] = ("q1", "q2"),
+    runs: tuple[tuple[str, str, int], ...] = (("run-a", "model-A", 0),),
+    status: str = "completed",
+) -> Path:
     """A DB with the toy suite and finished runs (run id, model, P(yes) shift)."""
     with Store(path) as store:
         items = add_suite(store, n_items)
         for k, (rid, model, shift) in enumerate(runs):
-            create_run(store, rid, n_items * len(variants), model=model, status=status,
-                       started=STARTED + dt.timedelta(minutes=k))
+            create_run(
+                store,
+                rid,
+                n_items * len(variants),
+                model=model,
+                status=status,
+                started=STARTED + dt.timedelta(minutes=k),
+            )
             res = [toy_result(it, i, v, shift) for i, it in enumerate(items) for v in variants]
             store.write_results(rid, res)
     return path
 
 
-def expected_accuracy(n_items: int, variants: tuple[str, ...] = ("q1", "q2"), shift: int = 0) -> float:
+def expected_accuracy(
+    n_items: int, variants: tuple[str, ...] = ("q1", "q2"), shift: int = 0
+) -> float:
     """Accuracy recomputed by hand from the generating rule."""
     right = 0
     for i in range(n_items):

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from oai_fixtures import oai, oai_server  # noqa: F401
-from test_tui_fixtures import screen_text, settle, wait_until
-from textual.widgets import Input
-
 from llmscope.store.db import Store
 from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import DashboardScreen, HomeScreen
+from oai_fixtures import oai, oai_server  # noqa: F401
+from test_tui_fixtures import screen_text, settle, wait_until
+from textual.widgets import Input
 
 
 async def test_start_run_from_form(tmp_path: Path, oai) -> None:  # noqa: F811
@@ -30,8 +29,11 @@ async def test_start_run_from_form(tmp_path: Path, oai) -> None:  # noqa: F811
         # the run opens its dashboard by itself once it has started
         assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen), timeout=30)
         dash = app.screen
-        assert await wait_until(pilot, lambda: "12/12 results" in screen_text(app)
-                                and "completed" in screen_text(app), timeout=30)
+        assert await wait_until(
+            pilot,
+            lambda: "12/12 results" in screen_text(app) and "completed" in screen_text(app),
+            timeout=30,
+        )
         assert await wait_until(pilot, lambda: not dash.active, timeout=10)
         await settle(pilot)
         run_id = dash.run_id
@@ -59,6 +61,9 @@ async def test_bad_form_is_reported(tmp_path: Path) -> None:
         home = app.screen
         home.query_one("#f-suite", Input).value = "no-such-suite"
         await pilot.click("#start")
-        assert await wait_until(pilot, lambda: any("no built-in suite" in n.message
-                                                   for n in app._notifications), timeout=10)
+        assert await wait_until(
+            pilot,
+            lambda: any("no built-in suite" in n.message for n in app._notifications),
+            timeout=10,
+        )
         assert isinstance(app.screen, HomeScreen)

@@ -9,10 +9,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_tui_fixtures import make_db, screen_text, settle, wait_until
-
 from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import DashboardScreen, HomeScreen
+from test_tui_fixtures import make_db, screen_text, settle, wait_until
 
 WRITER = textwrap.dedent(
     """
@@ -53,8 +52,9 @@ WRITER = textwrap.dedent(
 def writer(tmp_path: Path):
     db = make_db(tmp_path / "w.duckdb")
     code = WRITER.format(tests=str(Path(__file__).parent), db=str(db))
-    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     yield db, proc
     if proc.poll() is None:
@@ -81,8 +81,11 @@ async def test_view_follows_live_run_then_opens_db(writer) -> None:
         assert isinstance(dash, DashboardScreen) and dash.source == "live"
         assert await wait_until(pilot, lambda: "5/12 results" in screen_text(app))
         assert "(live channel)" in screen_text(app)
-        right5 = sum(1 for i in range(5) if ((0.05 + (i * 37 % 81) / 100) > 0.85 - (i * 37 % 81) / 100)
-                     == (i % 2 == 0))
+        right5 = sum(
+            1
+            for i in range(5)
+            if ((0.05 + (i * 37 % 81) / 100) > 0.85 - (i * 37 % 81) / 100) == (i % 2 == 0)
+        )
         assert f"accuracy {right5 / 5:.3f}" in screen_text(app)
         assert _errors(app) == []  # the locked file was never opened
         assert proc.stdin is not None

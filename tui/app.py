@@ -37,12 +37,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from llmscope.tui.model import StoreHandle
 from textual.app import App
 from textual.binding import Binding
 from textual.message import Message
 from textual.worker import Worker, WorkerState
-
-from llmscope.tui.model import StoreHandle
 
 
 class TuiReporter:
@@ -147,8 +146,9 @@ class LlmscopeApp(App[int]):
         Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
     ]
 
-    def __init__(self, db: str | Path, run: str | None = None, watch: bool = False,
-                 refresh_s: float = 1.0) -> None:
+    def __init__(
+        self, db: str | Path, run: str | None = None, watch: bool = False, refresh_s: float = 1.0
+    ) -> None:
         super().__init__()
         self.db_path = str(db)
         self.initial_run = run
@@ -188,22 +188,26 @@ class LlmscopeApp(App[int]):
     def start_run(self, params: dict[str, Any]) -> None:
         """Start a run in this process without blocking the interface."""
         if self.watch:
-            self.notify("this window only watches; start runs from `llmscope` on a free database",
-                        severity="warning")
+            self.notify(
+                "this window only watches; start runs from `llmscope` on a free database",
+                severity="warning",
+            )
             return
         reporter = TuiReporter(self)
         handle = InProcessRun(reporter)
-        t = threading.Thread(target=self._run_thread, args=(params, handle), name="llmscope-tui-run",
-                             daemon=True)
+        t = threading.Thread(
+            target=self._run_thread, args=(params, handle), name="llmscope-tui-run", daemon=True
+        )
         handle.thread = t
         self._starting[id(reporter)] = handle
         t.start()
 
     def _run_thread(self, params: dict[str, Any], handle: InProcessRun) -> None:
-        from llmscope.cli import make_backend
         from llmscope.data.suites import load_suite
         from llmscope.engine.progress import MultiReporter
-        from llmscope.engine.runner import RunInterrupted, RunPlan, Runner
+        from llmscope.engine.runner import RunInterrupted, Runner, RunPlan
+
+        from llmscope.cli import make_backend
         from llmscope.live import LiveWriter
 
         try:
@@ -213,12 +217,19 @@ class LlmscopeApp(App[int]):
             model_arg = params.get("model") or None
             backend, spec, ident = make_backend(model_arg, ns)
             plan = RunPlan(
-                suite=suite, model_label=spec.display(), model_arg=model_arg,
-                task_options=dict(params.get("options") or {}), backend_identity=ident, seed=ns.seed,
-                limit=params.get("limit"), window=max(ns.batch_size * 4, ns.concurrency * 2, 8),
+                suite=suite,
+                model_label=spec.display(),
+                model_arg=model_arg,
+                task_options=dict(params.get("options") or {}),
+                backend_identity=ident,
+                seed=ns.seed,
+                limit=params.get("limit"),
+                window=max(ns.batch_size * 4, ns.concurrency * 2, 8),
             )
             store = self.handle.open()
-            runner = Runner(plan, backend, store, MultiReporter(handle.reporter, LiveWriter(self.db_path)))
+            runner = Runner(
+                plan, backend, store, MultiReporter(handle.reporter, LiveWriter(self.db_path))
+            )
 
             async def main() -> Any:
                 handle.loop = asyncio.get_running_loop()
@@ -237,7 +248,9 @@ class LlmscopeApp(App[int]):
             self.post_message(RunFailed(f"{type(e).__name__}: {e}"))
 
     def on_run_started(self, msg: RunStarted) -> None:
-        self.running[msg.run_id] = self._starting.pop(id(msg.reporter), None) or InProcessRun(msg.reporter)
+        self.running[msg.run_id] = self._starting.pop(id(msg.reporter), None) or InProcessRun(
+            msg.reporter
+        )
         self.notify(f"run {msg.run_id} started")
         from llmscope.tui.screens import DashboardScreen, HomeScreen
 

@@ -28,13 +28,25 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-
-from llmscope.live import ResultTail, live_dir, read_live
 from llmscope.store.db import Store, StoreError
 
+from llmscope.live import ResultTail, live_dir, read_live
+
 LIGHT_COLS = [
-    "item_id", "variant", "seq", "prediction", "gold", "correct", "confidence",
-    "p_yes", "p_no", "other", "error", "n_tokens", "latency_ms", "probs",
+    "item_id",
+    "variant",
+    "seq",
+    "prediction",
+    "gold",
+    "correct",
+    "confidence",
+    "p_yes",
+    "p_no",
+    "other",
+    "error",
+    "n_tokens",
+    "latency_ms",
+    "probs",
 ]
 WORLDSENSE_FIELDS = ("tuple_ID", "expectedresp", "goldresp", "problemname")
 MAX_GROUPS = 40
@@ -70,7 +82,9 @@ class StoreHandle:
         with self._lock:
             if self._store is None:
                 if self.read_only and not Path(self.path).exists():
-                    raise StoreError(f"no database at {self.path} (run `llmscope run` first, or pass --db)")
+                    raise StoreError(
+                        f"no database at {self.path} (run `llmscope run` first, or pass --db)"
+                    )
                 self._store = Store(self.path, read_only=self.read_only)
             return self._store
 
@@ -164,8 +178,12 @@ def load_items(store: Store, suite_id: str) -> dict[str, dict[str, Any]]:
     for iid, text, gold, opts, fields in zip(
         df["item_id"], df["text"], df["gold"], df["options"], df["fields"], strict=True
     ):
-        out[str(iid)] = {"text": text or "", "gold": gold, "options": _parse_json(opts),
-                         "fields": _parse_json(fields) or {}}
+        out[str(iid)] = {
+            "text": text or "",
+            "gold": gold,
+            "options": _parse_json(opts),
+            "fields": _parse_json(fields) or {},
+        }
     return out
 
 
@@ -184,8 +202,15 @@ def items_from_suite(run: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dic
             suite = load_suite(sm["name"], sm.get("items_path"))
         else:
             suite = load_suite(name)
-        items = {it.item_id: {"text": it.text, "gold": it.gold, "options": it.options, "fields": it.fields}
-                 for it in suite.items()}
+        items = {
+            it.item_id: {
+                "text": it.text,
+                "gold": it.gold,
+                "options": it.options,
+                "fields": it.fields,
+            }
+            for it in suite.items()
+        }
         spec = dict(suite.spec)
         spec.setdefault("group_by", suite.group_by)
         return spec, items
@@ -199,13 +224,20 @@ def _live_to_frame(rows: list[dict[str, Any]], start_seq: int) -> pd.DataFrame:
         probs = r.get("probs") or None
         recs.append(
             {
-                "item_id": str(r.get("item_id")), "variant": r.get("variant"), "seq": start_seq + i,
-                "prediction": r.get("prediction"), "gold": r.get("gold"), "correct": r.get("correct"),
+                "item_id": str(r.get("item_id")),
+                "variant": r.get("variant"),
+                "seq": start_seq + i,
+                "prediction": r.get("prediction"),
+                "gold": r.get("gold"),
+                "correct": r.get("correct"),
                 "confidence": r.get("confidence"),
                 "p_yes": probs.get("yes") if isinstance(probs, dict) else None,
                 "p_no": probs.get("no") if isinstance(probs, dict) else None,
-                "other": r.get("other"), "error": r.get("error"), "n_tokens": r.get("n_tokens"),
-                "latency_ms": r.get("latency_ms"), "probs": probs,
+                "other": r.get("other"),
+                "error": r.get("error"),
+                "n_tokens": r.get("n_tokens"),
+                "latency_ms": r.get("latency_ms"),
+                "probs": probs,
             }
         )
     return pd.DataFrame(recs, columns=LIGHT_COLS)
@@ -218,7 +250,9 @@ class RunModel:
     `Snapshot`. Both are called from worker threads; a lock keeps them serial.
     """
 
-    def __init__(self, run: dict[str, Any], spec: dict[str, Any], items: dict[str, dict[str, Any]]) -> None:
+    def __init__(
+        self, run: dict[str, Any], spec: dict[str, Any], items: dict[str, dict[str, Any]]
+    ) -> None:
         self.run = run
         self.spec = spec
         self.items = items
@@ -231,7 +265,9 @@ class RunModel:
         self.last_seq = -1
         self.version = 0
         self._snap: Snapshot | None = None
-        self.has_human = any("human_q1" in (it.get("fields") or {}) for it in list(items.values())[:50])
+        self.has_human = any(
+            "human_q1" in (it.get("fields") or {}) for it in list(items.values())[:50]
+        )
         self.is_worldsense = bool(items) and all(
             f in (next(iter(items.values())).get("fields") or {}) for f in WORLDSENSE_FIELDS
         )
@@ -274,7 +310,8 @@ class RunModel:
         """Fetch rows stored since the last poll."""
         cols = ", ".join(LIGHT_COLS)
         df = store.query_df(
-            f"SELECT {cols} FROM results WHERE run_id = ? AND seq > ? ORDER BY seq", [self.run_id, self.last_seq]
+            f"SELECT {cols} FROM results WHERE run_id = ? AND seq > ? ORDER BY seq",
+            [self.run_id, self.last_seq],
         )
         return self.add_frame(df)
 
@@ -338,7 +375,9 @@ class Snapshot:
     other_mean: float = float("nan")
     other_hist: pd.DataFrame | None = None
     off_format: float = float("nan")
-    human_hist: dict[str, list[int]] | None = None  # "agree"/"disagree" -> counts of model P(yes) bins
+    human_hist: dict[str, list[int]] | None = (
+        None  # "agree"/"disagree" -> counts of model P(yes) bins
+    )
     human_stats: dict[str, Any] | None = None
     worldsense: pd.DataFrame | None = None  # problemname, acc, acc_ci, bias, bias_ci
     failing: dict[str, list[Any]] = field(default_factory=dict)
@@ -410,7 +449,9 @@ def _calibration(model: RunModel, df: pd.DataFrame, ok: np.ndarray, snap: Snapsh
         snap.rel_bins, snap.ece, snap.mce = rel.bins, rel.ece, rel.mce
     sub = df[ok]
     if model.task == "yesno":
-        snap.brier = brier_binary(pd.to_numeric(sub["p_yes"], errors="coerce"), sub["gold"].astype(object))
+        snap.brier = brier_binary(
+            pd.to_numeric(sub["p_yes"], errors="coerce"), sub["gold"].astype(object)
+        )
     else:
         b = pd.to_numeric(sub["brier_i"], errors="coerce").to_numpy(float)
         b = b[np.isfinite(b)]
@@ -464,8 +505,9 @@ def _human(df: pd.DataFrame, err: np.ndarray, snap: Snapshot) -> None:
     stats: dict[str, Any] = {"n": int(fin.sum())}
     stats.update({k: v for k, v in correlation(py, hum).items() if k in ("pearson", "spearman")})
     a = q1[["item_id", "human", "p_yes", "p_no"]].drop_duplicates("item_id")
-    frame = pd.DataFrame({"id": a["item_id"], "human": a["human"],
-                          "model_q1": binarize(a["p_yes"], a["p_no"])})
+    frame = pd.DataFrame(
+        {"id": a["item_id"], "human": a["human"], "model_q1": binarize(a["p_yes"], a["p_no"])}
+    )
     if "q2" in variants:
         q2 = sub[sub["variant"] == "q2"].drop_duplicates("item_id")
         m2 = pd.Series(binarize(q2["p_yes"], q2["p_no"]), index=q2["item_id"].to_numpy())
@@ -483,10 +525,14 @@ def _worldsense(model: RunModel, df: pd.DataFrame) -> pd.DataFrame | None:
     f = df["item_id"].map(lambda i: (model.items.get(i) or {}).get("fields") or {})
     t = pd.DataFrame(
         {
-            "Key": df["item_id"], "resp": df["prediction"].fillna(""), "modelname": "model",
+            "Key": df["item_id"],
+            "resp": df["prediction"].fillna(""),
+            "modelname": "model",
             "prompting": df["variant"].astype(str),
-            **{k: f.map(lambda x, k=k: x.get(k)) for k in ("tuple_ID", "expectedresp", "goldresp",
-                                                             "problemname", "problemsize")},
+            **{
+                k: f.map(lambda x, k=k: x.get(k))
+                for k in ("tuple_ID", "expectedresp", "goldresp", "problemname", "problemsize")
+            },
         }
     )
     t = t[t["tuple_ID"].notna()]
@@ -500,16 +546,32 @@ def _worldsense(model: RunModel, df: pd.DataFrame) -> pd.DataFrame | None:
         acc = group_stats(tuples, ["problemname"], "acc").reset_index()
         bias = group_stats(tuples, ["problemname"], "bias").reset_index()
     out = acc[["problemname", "mean", "conf95"]].rename(columns={"mean": "acc", "conf95": "acc_ci"})
-    out = out.merge(bias[["problemname", "mean", "conf95"]].rename(columns={"mean": "bias", "conf95": "bias_ci"}),
-                    on="problemname")
+    out = out.merge(
+        bias[["problemname", "mean", "conf95"]].rename(
+            columns={"mean": "bias", "conf95": "bias_ci"}
+        ),
+        on="problemname",
+    )
     return out
 
 
-FAIL_COLS = ["item_id", "variant", "group", "gold", "prediction", "confidence", "distance", "error",
-             "text", "seq"]
+FAIL_COLS = [
+    "item_id",
+    "variant",
+    "group",
+    "gold",
+    "prediction",
+    "confidence",
+    "distance",
+    "error",
+    "text",
+    "seq",
+]
 
 
-def _failing(model: RunModel, df: pd.DataFrame, err: np.ndarray, correct: np.ndarray, snap: Snapshot) -> None:
+def _failing(
+    model: RunModel, df: pd.DataFrame, err: np.ndarray, correct: np.ndarray, snap: Snapshot
+) -> None:
     wrong = err | (np.isfinite(correct) & (correct < 0.5))
     sub = df[wrong]
     g0 = f"g.{model.group_by[0]}" if model.group_by else None
@@ -593,11 +655,20 @@ def item_detail_live(model: RunModel, item_id: str) -> dict[str, Any]:
     sub = df[df["item_id"] == item_id]
     rows = []
     for rec in sub.to_dict("records"):
-        rec = {k: (None if not isinstance(v, (dict, list)) and _isnan(v) else v) for k, v in rec.items()}
+        rec = {
+            k: (None if not isinstance(v, (dict, list)) and _isnan(v) else v)
+            for k, v in rec.items()
+        }
         rows.append(rec)
     it = model.items.get(item_id) or {}
-    return {"item_id": item_id, "text": it.get("text", ""), "fields": it.get("fields") or {},
-            "options": it.get("options"), "variants": rows, "live": True}
+    return {
+        "item_id": item_id,
+        "text": it.get("text", ""),
+        "fields": it.get("fields") or {},
+        "options": it.get("options"),
+        "variants": rows,
+        "live": True,
+    }
 
 
 # -- compare ---------------------------------------------------------------------------------
@@ -608,18 +679,35 @@ def compare_runs(store: Store, run_ids: list[str]) -> dict[str, Any]:
 
     runs = [store.get_run(r) for r in run_ids]
     runs = [r for r in runs if r is not None]
-    frames = {r["run_id"]: store.query_df(
-        "SELECT item_id, variant, correct, prediction, gold, confidence, error FROM results WHERE run_id = ?",
-        [r["run_id"]]) for r in runs}
+    frames = {
+        r["run_id"]: store.query_df(
+            "SELECT item_id, variant, correct, prediction, gold, confidence, error FROM results WHERE run_id = ?",
+            [r["run_id"]],
+        )
+        for r in runs
+    }
     table = []
     for r in runs:
         f = frames[r["run_id"]]
         ok = f[f["error"].isna()]
-        ci = accuracy_ci(pd.to_numeric(ok["correct"], errors="coerce").to_numpy(float), ok["item_id"].to_numpy(),
-                         n_boot=500)
-        table.append({"run_id": r["run_id"], "model": r.get("model"), "suite": r.get("suite_name"),
-                      "status": r.get("status"), "n": len(f), "errors": int(f["error"].notna().sum()),
-                      "accuracy": ci.mean, "lo": ci.lo, "hi": ci.hi})
+        ci = accuracy_ci(
+            pd.to_numeric(ok["correct"], errors="coerce").to_numpy(float),
+            ok["item_id"].to_numpy(),
+            n_boot=500,
+        )
+        table.append(
+            {
+                "run_id": r["run_id"],
+                "model": r.get("model"),
+                "suite": r.get("suite_name"),
+                "status": r.get("status"),
+                "n": len(f),
+                "errors": int(f["error"].notna().sum()),
+                "accuracy": ci.mean,
+                "lo": ci.lo,
+                "hi": ci.hi,
+            }
+        )
     tests = []
     disagreements = []
     if runs:
@@ -628,18 +716,35 @@ def compare_runs(store: Store, run_ids: list[str]) -> dict[str, Any]:
             a = frames[base][frames[base]["error"].isna()]
             b = frames[r["run_id"]][frames[r["run_id"]]["error"].isna()]
             cmp = paired(a, b, cluster_col="item_id", n_boot=500)
-            tests.append({"a": base, "b": r["run_id"], "n": cmp.n, "diff": cmp.diff, "lo": cmp.diff_lo,
-                          "hi": cmp.diff_hi, "b_only_a": cmp.mcnemar.b, "c_only_b": cmp.mcnemar.c,
-                          "p": cmp.mcnemar.pvalue, "method": cmp.mcnemar.method})
+            tests.append(
+                {
+                    "a": base,
+                    "b": r["run_id"],
+                    "n": cmp.n,
+                    "diff": cmp.diff,
+                    "lo": cmp.diff_lo,
+                    "hi": cmp.diff_hi,
+                    "b_only_a": cmp.mcnemar.b,
+                    "c_only_b": cmp.mcnemar.c,
+                    "p": cmp.mcnemar.pvalue,
+                    "method": cmp.mcnemar.method,
+                }
+            )
             for rec in cmp.disagreements.to_dict("records"):
                 disagreements.append({"a": base, "b": r["run_id"], **rec})
     items: dict[str, str] = {}
     if runs:
         row = store.execute(
-            "SELECT item_id, text FROM items WHERE suite_id = ?", [runs[0]["suite_id"]]).fetchall()
+            "SELECT item_id, text FROM items WHERE suite_id = ?", [runs[0]["suite_id"]]
+        ).fetchall()
         items = {str(i): t or "" for i, t in row}
     for d in disagreements:
         d["text"] = items.get(str(d["item_id"]), "")
     same_suite = len({r["suite_id"] for r in runs}) <= 1
-    return {"runs": runs, "table": table, "tests": tests, "disagreements": disagreements,
-            "same_suite": same_suite}
+    return {
+        "runs": runs,
+        "table": table,
+        "tests": tests,
+        "disagreements": disagreements,
+        "same_suite": same_suite,
+    }

@@ -8,18 +8,6 @@ import shlex
 from typing import Any
 
 import pandas as pd
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
-from textual import work
-from textual.app import ComposeResult
-from textual.binding import Binding
-from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
-from textual.message import Message
-from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, DataTable, Footer, Header, Input, Label, ProgressBar, Static
-from textual.worker import Worker
-
 from llmscope.store.db import StoreError
 from llmscope.tui.model import (
     LiveFeed,
@@ -37,7 +25,6 @@ from llmscope.tui.model import (
     suite_spec,
 )
 from llmscope.tui.widgets import (
-    HistPlot,
     ItemList,
     ReliabilityPlot,
     bar,
@@ -46,6 +33,17 @@ from llmscope.tui.widgets import (
     fmt,
     literal,
 )
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Button, DataTable, Footer, Header, Input, Label, ProgressBar, Static
+from textual.worker import Worker
 
 
 def _fmt_time(v: Any) -> str:
@@ -59,7 +57,9 @@ def _duration(s: float | None) -> str:
     if s is None or not math.isfinite(s):
         return "-"
     s = int(s)
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    return (
+        f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    )
 
 
 def _set(widget: Static, renderable: Any, sig: str) -> None:
@@ -124,7 +124,11 @@ class HomeScreen(BaseScreen):
                 yield Label("suite")
                 yield Input(id="f-suite", placeholder="built-in name or spec path", compact=True)
                 yield Label("model")
-                yield Input(id="f-model", placeholder="default | hf:ID | gguf:FILE | openai:NAME", compact=True)
+                yield Input(
+                    id="f-model",
+                    placeholder="default | hf:ID | gguf:FILE | openai:NAME",
+                    compact=True,
+                )
                 yield Label("base URL")
                 yield Input(id="f-base-url", placeholder="for openai: models", compact=True)
                 yield Label("options")
@@ -154,8 +158,10 @@ class HomeScreen(BaseScreen):
 
     def _tick(self) -> None:
         # Only refresh while something is running: finished lists don't change by themselves.
-        if any(r.get("live") or str(r.get("status", "")).startswith("running") for r in self.rows) \
-                or self.app.running:
+        if (
+            any(r.get("live") or str(r.get("status", "")).startswith("running") for r in self.rows)
+            or self.app.running
+        ):
             self.reload()
 
     def action_reload(self) -> None:
@@ -171,8 +177,10 @@ class HomeScreen(BaseScreen):
         rows: list[dict[str, Any]] = []
         if app.watch and active_live_runs(app.db_path):
             rows = live_runs(app.db_path)
-            notice = ("a run is writing this database: showing the live channel; "
-                      "finished runs appear when it ends")
+            notice = (
+                "a run is writing this database: showing the live channel; "
+                "finished runs appear when it ends"
+            )
         else:
             try:
                 with app.handle.use() as store:
@@ -181,17 +189,25 @@ class HomeScreen(BaseScreen):
                 if not is_lock_error(e):
                     raise
                 if not app.watch:
-                    app.switch_to_watch(f"{app.db_path} is in use by another process; watching it "
-                                        "through the live channel (read-only)")
+                    app.switch_to_watch(
+                        f"{app.db_path} is in use by another process; watching it "
+                        "through the live channel (read-only)"
+                    )
                 rows = live_runs(app.db_path)
-                notice = (f"{app.db_path} is in use by another process (DuckDB allows one writer); "
-                          "showing runs published on its live channel")
+                notice = (
+                    f"{app.db_path} is in use by another process (DuckDB allows one writer); "
+                    "showing runs published on its live channel"
+                )
         for r in rows:
             h = app.running.get(str(r.get("run_id")))
             if h is not None:
                 p = h.reporter.snapshot()
                 if p:
-                    r["n_done"], r["n_total"], r["accuracy"] = p.get("done"), p.get("total"), p.get("accuracy")
+                    r["n_done"], r["n_total"], r["accuracy"] = (
+                        p.get("done"),
+                        p.get("total"),
+                        p.get("accuracy"),
+                    )
         self.post_message(RunsLoaded(rows, notice))
 
     def on_runs_loaded(self, msg: RunsLoaded) -> None:
@@ -225,8 +241,13 @@ class HomeScreen(BaseScreen):
             acc = r.get("accuracy")
             t.add_row(
                 "●" if rid in self.marked else " ",
-                literal(rid), literal(r.get("suite_name")), literal(str(r.get("model") or "")[:40]),
-                literal(r.get("status")), prog, fmt(acc), _fmt_time(r.get("started_at")),
+                literal(rid),
+                literal(r.get("suite_name")),
+                literal(str(r.get("model") or "")[:40]),
+                literal(r.get("status")),
+                prog,
+                fmt(acc),
+                _fmt_time(r.get("started_at")),
                 key=rid,
             )
         if self.rows:
@@ -263,8 +284,10 @@ class HomeScreen(BaseScreen):
             self.notify("mark two or more runs with Space, then press c", severity="warning")
             return
         if self.app.watch and active_live_runs(self.app.db_path):
-            self.notify("compare needs the database, which a live run holds; try again when it ends",
-                        severity="warning")
+            self.notify(
+                "compare needs the database, which a live run holds; try again when it ends",
+                severity="warning",
+            )
             return
         self.app.push_screen(CompareScreen(ids))
 
@@ -279,13 +302,25 @@ class HomeScreen(BaseScreen):
         rows = []
         for name in builtin_names():
             if name in ("commonsense", "worldsense"):
-                rows.append({"name": name, "task": {"commonsense": "yesno"}.get(name, "constrained"),
-                             "items": None, "description": "full data set (needs --suite-path or ../shared)"})
+                rows.append(
+                    {
+                        "name": name,
+                        "task": {"commonsense": "yesno"}.get(name, "constrained"),
+                        "items": None,
+                        "description": "full data set (needs --suite-path or ../shared)",
+                    }
+                )
                 continue
             try:
                 s = load_suite(name)
-                rows.append({"name": name, "task": s.task, "items": len(s.items()),
-                             "description": " ".join((s.description or "").split())})
+                rows.append(
+                    {
+                        "name": name,
+                        "task": s.task,
+                        "items": len(s.items()),
+                        "description": " ".join((s.description or "").split()),
+                    }
+                )
             except Exception as e:  # a broken spec is listed with its error
                 rows.append({"name": name, "task": "?", "items": None, "description": str(e)})
         self.post_message(SuitesLoaded(rows))
@@ -294,8 +329,13 @@ class HomeScreen(BaseScreen):
         t = self.query_one("#suites", DataTable)
         t.clear()
         for r in msg.rows:
-            t.add_row(literal(r["name"]), r["task"], "-" if r["items"] is None else str(r["items"]),
-                      literal(r["description"][:60]), key=r["name"])
+            t.add_row(
+                literal(r["name"]),
+                r["task"],
+                "-" if r["items"] is None else str(r["items"]),
+                literal(r["description"][:60]),
+                key=r["name"],
+            )
         inp = self.query_one("#f-suite", Input)
         if not inp.value and msg.rows:
             inp.value = msg.rows[0]["name"]
@@ -345,7 +385,9 @@ class HomeScreen(BaseScreen):
 # Dashboard
 # =============================================================================================
 class DashData(Message):
-    def __init__(self, run: dict[str, Any], progress: dict[str, Any] | None, snap: Snapshot, source: str) -> None:
+    def __init__(
+        self, run: dict[str, Any], progress: dict[str, Any] | None, snap: Snapshot, source: str
+    ) -> None:
         super().__init__()
         self.run = run
         self.progress = progress
@@ -353,9 +395,16 @@ class DashData(Message):
         self.source = source
 
 
-FAIL_COLUMNS = [("item_id", "item", 12), ("variant", "variant", 8), ("group", "group", 16),
-                ("gold", "gold", 8), ("prediction", "pred", 10), ("confidence", "conf", 5),
-                ("distance", "|m-h|", 5), ("text", "text", 0)]
+FAIL_COLUMNS = [
+    ("item_id", "item", 12),
+    ("variant", "variant", 8),
+    ("group", "group", 16),
+    ("gold", "gold", 8),
+    ("prediction", "pred", 10),
+    ("confidence", "conf", 5),
+    ("distance", "|m-h|", 5),
+    ("text", "text", 0),
+]
 
 
 class DashboardScreen(BaseScreen):
@@ -394,8 +443,8 @@ class DashboardScreen(BaseScreen):
             with Vertical(id="middle"):
                 yield ReliabilityPlot(id="rel")
                 yield Static("", id="cal")
-            with Vertical(id="right"):
-                yield HistPlot(id="human-plot")
+            with VerticalScroll(id="right"):
+                yield Static("", id="human-plot")
                 yield Static("", id="human")
         yield Static("", id="fail-title")
         yield Static("", id="fail-head")
@@ -404,7 +453,9 @@ class DashboardScreen(BaseScreen):
 
     def on_mount(self) -> None:
         self.query_one("#fail-head", Static).update(self.query_one(ItemList).header())
-        self.query_one("#right").display = False
+        self.query_one("#human", Static).update(
+            Text("no human judgements in this suite", style="dim")
+        )
         self.load(initial=True)
         self.set_interval(self.app.refresh_s, self._tick)
         self.query_one(ItemList).focus()
@@ -471,7 +522,9 @@ class DashboardScreen(BaseScreen):
             self.run = run
             if initial:
                 self.run_id = str(run["run_id"])
-                self.model = RunModel(run, suite_spec(store, run["suite_id"]), load_items(store, run["suite_id"]))
+                self.model = RunModel(
+                    run, suite_spec(store, run["suite_id"]), load_items(store, run["suite_id"])
+                )
             assert self.model is not None
             self.model.run = run
             self.model.poll_db(store)
@@ -484,7 +537,9 @@ class DashboardScreen(BaseScreen):
             self._show_panels(msg.snap)
 
     # -- drawing ----------------------------------------------------------------------------
-    def _show_header(self, run: dict[str, Any], p: dict[str, Any] | None, snap: Snapshot, source: str) -> None:
+    def _show_header(
+        self, run: dict[str, Any], p: dict[str, Any] | None, snap: Snapshot, source: str
+    ) -> None:
         total = int((p or {}).get("total") or run.get("n_total") or 0)
         done = int((p or {}).get("done") if p else snap.n)
         errors = int((p or {}).get("errors") if p else snap.n_errors)
@@ -494,7 +549,9 @@ class DashboardScreen(BaseScreen):
         t.append("  on  ")
         t.append(clean(run.get("suite_name") or "?"), style="bold")
         t.append(f"  [{clean(run.get('task'))}]  run {clean(self.run_id)}  ")
-        t.append(clean(status or "?"), style="green" if str(status).startswith("completed") else "yellow")
+        t.append(
+            clean(status or "?"), style="green" if str(status).startswith("completed") else "yellow"
+        )
         if source == "live":
             t.append("  (live channel)", style="magenta")
         t.append("\n")
@@ -502,8 +559,10 @@ class DashboardScreen(BaseScreen):
         if p and self._is_active(run):
             be = p.get("backend") or {}
             retries = be.get("retries", be.get("n_retries", 0))
-            t.append(f"   retries {retries}   {p.get('items_per_s', 0):.1f} items/s   "
-                     f"{p.get('tokens_per_s', 0):.0f} tok/s   ETA {_duration(p.get('eta_s'))}")
+            t.append(
+                f"   retries {retries}   {p.get('items_per_s', 0):.1f} items/s   "
+                f"{p.get('tokens_per_s', 0):.0f} tok/s   ETA {_duration(p.get('eta_s'))}"
+            )
         acc = snap.overall
         if acc is not None:
             t.append(f"   accuracy {acc.mean:.3f} [{acc.lo:.3f}, {acc.hi:.3f}]")
@@ -522,7 +581,9 @@ class DashboardScreen(BaseScreen):
         tab.add_column("n", justify="right", width=5)
 
         def row(a: Any, indent: str = "") -> None:
-            tab.add_row(literal(indent + a.label), f"{a.mean:.3f}", ci_bar(a.mean, a.lo, a.hi, 16), str(a.n))
+            tab.add_row(
+                literal(indent + a.label), f"{a.mean:.3f}", ci_bar(a.mean, a.lo, a.hi, 16), str(a.n)
+            )
 
         if snap.overall:
             row(snap.overall)
@@ -543,7 +604,9 @@ class DashboardScreen(BaseScreen):
         o = Text()
         if snap.other_hist is not None:
             o.append("P(other) — mass outside the answers\n", style="bold")
-            o.append(f"mean {fmt(snap.other_mean)}   off-format (other > answers) {fmt(snap.off_format)}\n")
+            o.append(
+                f"mean {fmt(snap.other_mean)}   off-format (other > answers) {fmt(snap.off_format)}\n"
+            )
             for r in snap.other_hist.itertuples():
                 o.append(f"{r.lo:.1f}-{r.hi:.1f} {bar(r.share, 20)} {int(r.count)}\n")
         self.query_one("#other", Static).update(o)
@@ -559,15 +622,21 @@ class DashboardScreen(BaseScreen):
         self.query_one("#cal", Static).update(cal)
         # humans
         if model is not None and model.has_human and snap.human_hist:
-            self.query_one("#right").display = True
-            self.query_one(HistPlot).show(snap.human_hist, "model P(yes) by human majority")
+            self.query_one("#human-plot", Static).update(human_histogram(snap.human_hist))
             hs = snap.human_stats or {}
             h = Text()
-            for k, name in (("consensus", "consensus"), ("awareness", "awareness"),
-                            ("commonsensicality", "common sense")):
+            for k, name in (
+                ("consensus", "consensus"),
+                ("awareness", "awareness"),
+                ("commonsensicality", "common sense"),
+            ):
                 h.append(f"{name:<13}", style="bold")
-                h.append(f"{fmt(hs.get(k))} [{fmt(hs.get(k + '_lo'), 2)}, {fmt(hs.get(k + '_hi'), 2)}]\n")
-            h.append(f"r {fmt(hs.get('pearson'), 2)}  rho {fmt(hs.get('spearman'), 2)}  (P(yes) vs humans)")
+                h.append(
+                    f"{fmt(hs.get(k))} [{fmt(hs.get(k + '_lo'), 2)}, {fmt(hs.get(k + '_hi'), 2)}]\n"
+                )
+            h.append(
+                f"r {fmt(hs.get('pearson'), 2)}  rho {fmt(hs.get('spearman'), 2)}  (P(yes) vs humans)"
+            )
             self.query_one("#human", Static).update(h)
         # failing items
         lst = self.query_one(ItemList)
@@ -578,22 +647,44 @@ class DashboardScreen(BaseScreen):
     def _bias(self, snap: Snapshot) -> Any:
         parts: list[Any] = []
         if snap.yesno is not None and len(snap.yesno):
-            t = Table(box=None, padding=(0, 1), header_style="bold", title="yes/no bias", title_justify="left",
-                      expand=True)
+            t = Table(
+                box=None,
+                padding=(0, 1),
+                header_style="bold",
+                title="yes/no bias",
+                title_justify="left",
+                expand=True,
+            )
             for c in ("variant", "mean P(yes)", "pred yes", "gold yes", "bias"):
                 t.add_column(c, justify="left" if c == "variant" else "right")
             for r in snap.yesno.to_dict("records"):
-                t.add_row(literal(r.get("variant")), fmt(r["p_yes"]), fmt(r["pred_yes_rate"]),
-                          fmt(r["gold_yes_rate"]), fmt(r["yes_bias"]))
+                t.add_row(
+                    literal(r.get("variant")),
+                    fmt(r["p_yes"]),
+                    fmt(r["pred_yes_rate"]),
+                    fmt(r["gold_yes_rate"]),
+                    fmt(r["yes_bias"]),
+                )
             parts.append(t)
         if snap.worldsense is not None and len(snap.worldsense):
-            t = Table(box=None, padding=(0, 1), header_style="bold", title="WorldSense per problem",
-                      title_justify="left", expand=True)
+            t = Table(
+                box=None,
+                padding=(0, 1),
+                header_style="bold",
+                title="WorldSense per problem",
+                title_justify="left",
+                expand=True,
+            )
             for c in ("problem", "acc", "±", "bias", "±"):
                 t.add_column(c, justify="left" if c == "problem" else "right")
             for r in snap.worldsense.to_dict("records"):
-                t.add_row(literal(r["problemname"]), fmt(r["acc"]), fmt(r["acc_ci"]), fmt(r["bias"]),
-                          fmt(r["bias_ci"]))
+                t.add_row(
+                    literal(r["problemname"]),
+                    fmt(r["acc"]),
+                    fmt(r["acc_ci"]),
+                    fmt(r["bias"]),
+                    fmt(r["bias_ci"]),
+                )
             parts.append(t)
         return Group(*parts) if parts else Text("")
 
@@ -642,8 +733,28 @@ class DashboardScreen(BaseScreen):
         self.notify("stopping: results so far are kept; resume with the same settings")
 
     def on_item_list_opened(self, event: ItemList.Opened) -> None:
-        self.app.push_screen(ItemScreen([self.run_id], event.row["item_id"], nav=event.item_list,
-                                        dashboard=self))
+        self.app.push_screen(
+            ItemScreen([self.run_id], event.row["item_id"], nav=event.item_list, dashboard=self)
+        )
+
+
+def human_histogram(hist: dict[str, list[int]]) -> Text:
+    """Model P(yes) (q1) in ten bins, items split by the human majority: agree █, disagree ▒."""
+    agree, disagree = list(hist.values())[0], list(hist.values())[1]
+    top = max([1, *agree, *disagree])
+    t = Text()
+    t.append("model P(yes) by human majority\n", style="bold")
+    t.append("█ agree", style="green")
+    t.append(" / ")
+    t.append("▒ disagree", style="red")
+    t.append(" (humans)\n")
+    for i in range(10):
+        a, d = agree[i], disagree[i]
+        t.append(f"{i / 10:.1f}-{(i + 1) / 10:.1f} ")
+        t.append("█" * round(10 * a / top), style="green")
+        t.append("▒" * round(10 * d / top), style="red")
+        t.append(f" {a}/{d}\n")
+    return t
 
 
 # =============================================================================================
@@ -664,8 +775,14 @@ class ItemScreen(BaseScreen):
         Binding("p", "step(-1)", "Previous item"),
     ]
 
-    def __init__(self, run_ids: list[str], item_id: str, *, nav: ItemList | None = None,
-                 dashboard: DashboardScreen | None = None) -> None:
+    def __init__(
+        self,
+        run_ids: list[str],
+        item_id: str,
+        *,
+        nav: ItemList | None = None,
+        dashboard: DashboardScreen | None = None,
+    ) -> None:
         super().__init__()
         self.run_ids = run_ids
         self.item_id = item_id
@@ -724,7 +841,9 @@ def render_item(details: list[dict[str, Any]]) -> Group:
     fields = first.get("fields") or {}
     human = {k: v for k, v in fields.items() if k.startswith("human")}
     if first.get("options"):
-        parts.append(Text.assemble(("options  ", "bold"), literal(" | ".join(map(str, first["options"])))))
+        parts.append(
+            Text.assemble(("options  ", "bold"), literal(" | ".join(map(str, first["options"]))))
+        )
     if human:
         parts.append(Text("human", style="bold underline"))
         for k, v in human.items():
@@ -735,8 +854,12 @@ def render_item(details: list[dict[str, Any]]) -> Group:
                 line.append(literal(v))
             parts.append(line)
     if first.get("live"):
-        parts.append(Text("live run: prompts, top tokens and option scores appear once the run has ended",
-                          style="yellow"))
+        parts.append(
+            Text(
+                "live run: prompts, top tokens and option scores appear once the run has ended",
+                style="yellow",
+            )
+        )
     for d in details:
         if len(details) > 1:
             parts.append(Text(f"\n══ run {d.get('run_id')} ══", style="bold magenta"))
@@ -750,7 +873,11 @@ def render_item(details: list[dict[str, Any]]) -> Group:
 def _render_variant(v: dict[str, Any]) -> list[Any]:
     out: list[Any] = []
     corr = v.get("correct")
-    mark = ("✔", "green") if corr is not None and corr >= 0.5 else (("✘", "red") if corr is not None else ("·", "dim"))
+    mark = (
+        ("✔", "green")
+        if corr is not None and corr >= 0.5
+        else (("✘", "red") if corr is not None else ("·", "dim"))
+    )
     head = Text("\n")
     head.append(f"── variant {clean(v.get('variant'))} ", style="bold cyan")
     head.append(mark[0], style=mark[1])
@@ -788,7 +915,11 @@ def _render_variant(v: dict[str, Any]) -> list[Any]:
         t.add_column(justify="right")
         for tok in top[:20]:
             if isinstance(tok, dict):
-                t.add_row(literal(repr(tok.get("token"))), bar(tok.get("prob"), 30), fmt(tok.get("prob"), 4))
+                t.add_row(
+                    literal(repr(tok.get("token"))),
+                    bar(tok.get("prob"), 30),
+                    fmt(tok.get("prob"), 4),
+                )
         out.append(t)
     scores = v.get("option_scores")
     if isinstance(scores, dict) and scores:
@@ -809,7 +940,9 @@ def _render_variant(v: dict[str, Any]) -> list[Any]:
     if isinstance(extra, dict) and extra:
         if "methods" in extra:
             out.append(Text("methods", style="bold"))
-            out.append(literal(json.dumps(extra["methods"], ensure_ascii=False, default=str)[:2000]))
+            out.append(
+                literal(json.dumps(extra["methods"], ensure_ascii=False, default=str)[:2000])
+            )
         trace = {k: x for k, x in extra.items() if k != "methods"}
         if trace:
             out.append(Text("normalisation trace / task detail", style="bold"))
@@ -828,9 +961,15 @@ class CompareLoaded(Message):
         self.data = data
 
 
-DIS_COLUMNS = [("item_id", "item", 12), ("variant", "variant", 8), ("b", "vs run", 13),
-               ("prediction_a", "pred A", 10), ("prediction_b", "pred B", 10), ("gold_a", "gold", 8),
-               ("text", "text", 0)]
+DIS_COLUMNS = [
+    ("item_id", "item", 12),
+    ("variant", "variant", 8),
+    ("b", "vs run", 13),
+    ("prediction_a", "pred A", 10),
+    ("prediction_b", "pred B", 10),
+    ("gold_a", "gold", 8),
+    ("text", "text", 0),
+]
 
 
 class CompareScreen(BaseScreen):
@@ -844,7 +983,9 @@ class CompareScreen(BaseScreen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Label("Compare (first run = A; each other run B is tested against it)", classes="title")
+        yield Label(
+            "Compare (first run = A; each other run B is tested against it)", classes="title"
+        )
         yield DataTable(id="cmp-table", cursor_type="row")
         yield Static("", id="cmp-tests")
         yield Static("", id="dis-title")
@@ -867,23 +1008,36 @@ class CompareScreen(BaseScreen):
         d = msg.data
         t = self.query_one("#cmp-table", DataTable)
         for r in d["table"]:
-            t.add_row(literal(r["run_id"]), literal(str(r["model"])[:40]), literal(r["status"]), str(r["n"]),
-                      str(r["errors"]), fmt(r["accuracy"]), ci_bar(r["accuracy"], r["lo"], r["hi"], 24))
+            t.add_row(
+                literal(r["run_id"]),
+                literal(str(r["model"])[:40]),
+                literal(r["status"]),
+                str(r["n"]),
+                str(r["errors"]),
+                fmt(r["accuracy"]),
+                ci_bar(r["accuracy"], r["lo"], r["hi"], 24),
+            )
         s = Text()
         if not d["same_suite"]:
-            s.append("warning: these runs are on different suites; paired tests use items with the same id\n",
-                     style="yellow")
+            s.append(
+                "warning: these runs are on different suites; paired tests use items with the same id\n",
+                style="yellow",
+            )
         for x in d["tests"]:
             s.append(f"{x['b']} vs {x['a']}: ", style="bold")
-            s.append(f"Δacc {x['diff']:+.3f} [{x['lo']:+.3f}, {x['hi']:+.3f}]  n={x['n']}   McNemar "
-                     f"b={x['b_only_a']} c={x['c_only_b']} p={x['p']:.4g} ({x['method']})\n")
+            s.append(
+                f"Δacc {x['diff']:+.3f} [{x['lo']:+.3f}, {x['hi']:+.3f}]  n={x['n']}   McNemar "
+                f"b={x['b_only_a']} c={x['c_only_b']} p={x['p']:.4g} ({x['method']})\n"
+            )
         self.query_one("#cmp-tests", Static).update(s)
         dis = d["disagreements"]
         cols = {k: [r.get(k) for r in dis] for k, _, _ in DIS_COLUMNS}
         cols["a"] = [r.get("a") for r in dis]
         lst = self.query_one("#dis", ItemList)
         lst.set_data(cols)
-        self.query_one("#dis-title", Static).update(Text(f"Items they disagree on: {len(dis)}", style="bold"))
+        self.query_one("#dis-title", Static).update(
+            Text(f"Items they disagree on: {len(dis)}", style="bold")
+        )
         lst.focus()
 
     def on_item_list_opened(self, event: ItemList.Opened) -> None:
@@ -921,8 +1075,11 @@ channel beside the database; the database is opened read-only once the run has e
 
 
 class HelpScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape", "dismiss", "Close"), Binding("question_mark", "dismiss", "Close"),
-                Binding("q", "dismiss", "Close", show=False)]
+    BINDINGS = [
+        Binding("escape", "dismiss", "Close"),
+        Binding("question_mark", "dismiss", "Close"),
+        Binding("q", "dismiss", "Close", show=False),
+    ]
 
     def compose(self) -> ComposeResult:
         with Vertical(id="help-box"):

@@ -136,8 +136,13 @@ class ItemList(ScrollView, can_focus=True):
         row = self.current_row()
         return (row["item_id"], row["variant"]) if row else None
 
-    def set_view(self, *, sort: str | None = None, group: str | None | bool = False,
-                 min_conf: float | None | bool = False) -> None:
+    def set_view(
+        self,
+        *,
+        sort: str | None = None,
+        group: str | None | bool = False,
+        min_conf: float | None | bool = False,
+    ) -> None:
         key = self.current_key()
         if sort is not None:
             self.sort_key = sort
@@ -303,8 +308,15 @@ class ReliabilityPlot(PlotextPlot):
             if bins is not None and len(bins):
                 b = bins[bins["count"] > 0]
                 if len(b):
-                    plt.plot(b["confidence"].tolist(), b["accuracy"].tolist(), marker="braille", color="cyan")
-                    plt.scatter(b["confidence"].tolist(), b["accuracy"].tolist(), marker="●", color="cyan")
+                    plt.plot(
+                        b["confidence"].tolist(),
+                        b["accuracy"].tolist(),
+                        marker="braille",
+                        color="cyan",
+                    )
+                    plt.scatter(
+                        b["confidence"].tolist(), b["accuracy"].tolist(), marker="●", color="cyan"
+                    )
             plt.xlabel("confidence")
             plt.ylabel("accuracy")
             self.refresh()

@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from llmscope.engine.backend import Backend
+from llmscope.engine.backend import Backend, BackendError
 from llmscope.engine.choice_math import ChoiceScores, content_free_probs, score_options, softmax
 from llmscope.engine.tasks.base import Task, register
 from llmscope.engine.types import Item, LogLikOut, Result, Work
@@ -218,7 +218,14 @@ class ChoiceTask(Task):
         if not options:
             raise ValueError("choice item has no options")
         conts = [continuation_text(self.continuation, o) for o in options]
-        outs = await backend.loglik([(work.prompt, c) for c in conts], chat=self.chat)
+        try:
+            outs = await backend.loglik([(work.prompt, c) for c in conts], chat=self.chat)
+        except BackendError:
+            # APIs without prompt log-probs (OpenAI chat): single-token labels + the top-k rule.
+            by_labels = getattr(backend, "choice_by_labels", None)
+            if by_labels is None:
+                raise
+            return await self._score_by_labels(work, options, by_labels)
 
         cf_prompts, how = self.content_free_prompts(work)
         p_cf = None
@@ -243,6 +250,22 @@ class ChoiceTask(Task):
             alpha=float(self.options.get("alpha", 1.0)),
         )
         res.extra["calibration"] = {"source": how, "content_free_prompts": cf_prompts, "p_cf": p_cf}
+        res.extra["choice_method"] = "loglik"
         if dp:
             res.extra["domain_prompt"] = dp
         return res
+
+    async def _score_by_labels(self, work: Work, options: list[str], by_labels: Any) -> Result:
+        out = await by_labels(work.prompt, options)
+        probs = {o: float(out.probs.get(o, 0.0)) for o in options}
+        pred = max(options, key=lambda o: probs[o])
+        gi = gold_index(options, work.gold)
+        mass = sum(probs.values())
+        return Result(
+            item_id=work.item.item_id, variant=work.variant, prompt=out.prompt, probs=probs,
+            other=out.other, top_tokens=[{"token": t.token, "id": t.id, "prob": t.prob} for t in out.top],
+            option_scores={o: {"label_prob": probs[o]} for o in options}, prediction=pred, gold=work.gold,
+            correct=None if gi is None else float(options[gi] == pred),
+            confidence=probs[pred] / mass if mass > 0 else None, n_tokens=out.n_tokens,
+            extra={"choice_method": "labels-topk", **out.meta},
+        )

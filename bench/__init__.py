@@ -1,0 +1,1 @@
+"""Throughput and store benchmarks (not part of the installed package)."""

@@ -1,0 +1,138 @@
+"""Store write throughput and the store's share of a run's wall time.
+
+    python -m bench.store_bench [--rows 100000] [--batch 512] [--run-limit 243]
+
+1. Rows per second through `Store.write_results`, in the run loop's batch size, with
+   yes/no-shaped rows (probabilities, 20 top tokens, prompt, extra).
+2. A real run (`commonsense-sample`, yesno task, Runner) on the tiny random-weight model
+   from tests/tinymodel.py, so the model is as fast as it gets and the store's share is an
+   upper bound; time inside `write_results` (writer thread) over the run's wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _rows(n: int, offset: int = 0) -> list[Any]:
+    from llmscope.engine.types import Result
+
+    rng = random.Random(offset)
+    out = []
+    for i in range(offset, offset + n):
+        py = rng.random()
+        top = [{"token": f" tok{j}", "id": 1000 + j, "prob": rng.random() / 20} for j in range(20)]
+        out.append(
+            Result(
+                item_id=f"item{i // 3:06d}",
+                variant=f"q{i % 3 + 1}",
+                prompt=f'<|im_start|>user\nConsider the statement, "Statement number {i}." Do you agree?<|im_end|>',
+                probs={"yes": py * 0.9, "no": (1 - py) * 0.9},
+                other=0.1,
+                top_tokens=top,
+                prediction="yes" if py > 0.5 else "no",
+                gold="yes",
+                correct=float(py > 0.5),
+                confidence=max(py, 1 - py),
+                n_tokens=60,
+                latency_ms=12.5,
+                extra={"answer_token_counts": {"yes": 8, "no": 6}},
+            )
+        )
+    return out
+
+
+def write_rate(rows: int, batch: int) -> float:
+    """Rows per second through Store.write_results (rows prepared beforehand)."""
+    from llmscope.store.db import Store
+
+    d = tempfile.mkdtemp(prefix="llmscope-store-bench-")
+    store = Store(os.path.join(d, "s.duckdb"))
+    data = _rows(rows)
+    chunks = [data[i : i + batch] for i in range(0, rows, batch)]
+    t0 = time.perf_counter()
+    seq = 0
+    for c in chunks:
+        seq += store.write_results("bench-run", c, seq)
+    dt = time.perf_counter() - t0
+    n = store.count_results("bench-run")[0]
+    store.close()
+    assert n == rows, (n, rows)
+    return rows / dt
+
+
+def run_share(limit: int | None) -> tuple[float, float, int]:
+    """(store seconds, run wall seconds, rows) of a tiny-model run of commonsense-sample."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from llmscope.data.suites import load_suite
+    from llmscope.engine.hf_backend import HFBackend
+    from llmscope.engine.runner import Runner, RunPlan
+    from llmscope.store.db import Store
+    from tinymodel import make_tiny_model, tiny_spec
+
+    d = tempfile.mkdtemp(prefix="llmscope-store-bench-")
+    model, tok = make_tiny_model(d, vocab="trained")
+    backend = HFBackend(
+        tiny_spec(d), model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=16
+    )
+    store = Store(os.path.join(d, "run.duckdb"))
+    spent = [0.0]
+    inner = store.write_results
+
+    def timed(*a: Any, **k: Any) -> int:
+        t = time.perf_counter()
+        try:
+            return inner(*a, **k)
+        finally:
+            spent[0] += time.perf_counter() - t
+
+    store.write_results = timed  # type: ignore[method-assign]
+    plan = RunPlan(
+        suite=load_suite("commonsense-sample"), model_label="tiny", model_arg=None, limit=limit
+    )
+
+    async def go() -> tuple[float, int]:
+        runner = Runner(plan, backend, store)
+        t = time.perf_counter()
+        prog = await runner.run()
+        wall = time.perf_counter() - t
+        await backend.aclose()
+        return wall, prog.done
+
+    wall, done = asyncio.run(go())
+    store.close()
+    return spent[0], wall, done
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, default=100_000)
+    ap.add_argument(
+        "--batch", type=int, default=512, help="rows per write (the run loop flushes 512)"
+    )
+    ap.add_argument(
+        "--run-limit", type=int, default=None, help="statements of commonsense-sample (default all)"
+    )
+    args = ap.parse_args(argv)
+    rate = write_rate(args.rows, args.batch)
+    print(
+        f"write_results: {args.rows} rows in batches of {args.batch}: {rate:,.0f} rows/s (target >= 100,000)"
+    )
+    spent, wall, done = run_share(args.run_limit)
+    print(
+        f"tiny-model run: {done} results in {wall:.2f} s ({done / wall:.0f} items/s); "
+        f"store {spent:.3f} s = {spent / wall:.2%} of wall time (target < 2%)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

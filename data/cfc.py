@@ -1,0 +1,76 @@
+"""Open-ended questions with clustered human answers (CFC / ProtoQA format), for ProbEval.
+
+Each line of a `*_targets.jsonl` file holds `metadata.id`, `question.{original,normalized}`
+and `answers.raw` (answer -> count) with `answers.clusters` (name -> {count, answers}).
+Items become `generation` items sampled N times; `llmscope report` scores the samples
+against the human clusters (ProbEval, Cheng et al. 2024).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from llmscope.data.suites import Suite, SuiteError, _find_shared, suite_from_spec
+from llmscope.engine.types import Item
+
+SPEC: dict[str, Any] = {
+    "name": "cfc",
+    "task": "generation",
+    "description": "open-ended commonsense questions with ~100 clustered human answers each (CFC / ProtoQA)",
+    "source": "qxc101/PROBEVAL_CFC",
+    "id_field": "id",
+    "text_field": "question",
+    "templates": {"default": "{question} Answer with a short phrase."},
+    "task_options": {"n": 20, "temperature": 1.0, "top_p": 1.0, "max_new_tokens": 12, "stop": ["\n"],
+                     "seed": 0, "chat": True},
+}
+
+
+def load_cfc_items(path: Path) -> list[Item]:
+    """Read a targets file; errors name the file, line and field."""
+    items = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise SuiteError(f"invalid JSON: {e.msg}", path, n) from e
+            try:
+                qid = str(rec["metadata"]["id"])
+            except (KeyError, TypeError):
+                raise SuiteError("missing metadata.id", path, n, "metadata.id") from None
+            q = rec.get("question")
+            text = (q.get("normalized") or q.get("original")) if isinstance(q, dict) else q
+            if not isinstance(text, str) or not text:
+                raise SuiteError("missing question text", path, n, "question")
+            ans = rec.get("answers") or {}
+            raw = ans.get("raw") or {}
+            if not isinstance(raw, dict):
+                raise SuiteError("answers.raw must map answers to counts", path, n, "answers.raw")
+            clusters = {k: {"count": v.get("count"), "answers": list(v.get("answers", []))}
+                        for k, v in (ans.get("clusters") or {}).items()}
+            fields = {"id": qid, "question": text, "raw": raw, "clusters": clusters}
+            items.append(Item(item_id=qid, fields=fields, text=text, line=n))
+    return items
+
+
+def load_cfc_suite(suite_path: str | Path | None = None) -> Suite:
+    """The `cfc` suite from a targets file (default: the shared CFC dev set when present)."""
+    if suite_path is None:
+        shared = _find_shared()
+        cand = shared / "data" / "cfc" / "cfc_dev_targets.jsonl" if shared else None
+        if cand is None or not cand.is_file():
+            raise SuiteError("the cfc suite needs --suite-path (a CFC/ProtoQA *_targets.jsonl file)")
+        path = cand
+    else:
+        path = Path(suite_path)
+    if not path.is_file():
+        raise SuiteError("file not found", path)
+    suite = suite_from_spec(dict(SPEC, source=str(path)), None)
+    suite.items_path = path.resolve()
+    suite._loader = lambda: load_cfc_items(path)
+    return suite
