@@ -101,7 +101,8 @@ def paired_frame(
     m = m.rename(columns={f"{correct_col}_a": "correct_a", f"{correct_col}_b": "correct_b"})
     for c in ("correct_a", "correct_b"):
         m[c] = pd.to_numeric(m[c], errors="coerce").astype(float)
-    m = m.dropna(subset=["correct_a", "correct_b"]).reset_index(drop=True)
+    # Sorted by key so the pairing (and the disagreement list) does not depend on arrival order.
+    m = m.dropna(subset=["correct_a", "correct_b"]).sort_values(keys, kind="stable").reset_index(drop=True)
     m["d"] = m["correct_b"] - m["correct_a"]
     return m
 

@@ -195,7 +195,12 @@ def accuracy_ci(
         elif G >= MIN_CLUSTERS_CLOSED_FORM:
             method = "cluster"
         else:
-            method = "bootstrap"
+            # Few clusters: a bootstrap over them collapses when their means coincide (one
+            # statement, or two alike), so take the wider of it and Wilson counting each
+            # cluster once.
+            blo, bhi = _boot_ratio(y, m, n_boot, seed, level) if G > 1 else (p, p)
+            wlo, whi = wilson_interval(p * G, G, level)
+            return Interval(p, min(blo, wlo), max(bhi, whi), n, G, "cluster-bootstrap|wilson-clusters", n_missing)
 
     if method == "wilson":
         lo, hi = wilson_interval(float(c.sum()), n, level)

@@ -65,10 +65,14 @@ _SpecLoader.add_implicit_resolver(
 
 
 def template_fields(template: str) -> list[str]:
-    """The `{field}` names a prompt template refers to."""
+    """The `{field}` names a prompt template refers to (ValueError when it is malformed)."""
     names = []
-    for _, name, _, _ in _FORMATTER.parse(template):
-        if name is not None and name != "":
+    for _, name, _, conv in _FORMATTER.parse(template):
+        if conv is not None and conv not in ("r", "s", "a"):
+            raise ValueError(f"unknown conversion '!{conv}' (use !r, !s or !a)")
+        if name is not None:
+            if name == "" or name.isdigit():
+                raise ValueError("positional fields ({} or {0}) are not allowed; name an item field")
             names.append(name.split(".")[0].split("[")[0])
     return names
 
@@ -224,9 +228,10 @@ def _read_spec(path: Path) -> dict[str, Any]:
         raise SuiteError(f"invalid TOML: {e}", path, getattr(e, "lineno", None)) from e
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        raise SuiteError(
-            f"invalid YAML: {getattr(e, 'problem', e)}", path, mark.line + 1 if mark else None
-        ) from e
+        line = mark.line + 1 if mark else None
+        if line is None and isinstance(getattr(e, "position", None), int):
+            line = text[: e.position].count("\n") + 1  # reader errors (control characters) give a position
+        raise SuiteError(f"invalid YAML: {getattr(e, 'problem', None) or getattr(e, 'reason', e)}", path, line) from e
     if not isinstance(data, dict):
         raise SuiteError("the spec must be a mapping of keys to values", path)
     return data

@@ -14,6 +14,7 @@ real tokens only.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import os
 import queue
@@ -109,12 +110,37 @@ def _save_gguf_cache(model: Any, tok: Any, target: Path) -> str | None:
 
 
 @dataclass
+class _Call:
+    """One API call: its future resolves once every part has a result, or at the first error.
+
+    Only the worker (or, for encoding errors, the tokenising thread before any part is
+    queued) touches `results`/`remaining`, so no lock is needed.
+    """
+
+    future: asyncio.Future[Any]
+    loop: asyncio.AbstractEventLoop
+    n: int
+    single: bool  # resolve to the one result instead of a list
+    results: list[Any] = field(default_factory=list)
+    remaining: int = 0
+    done: bool = False
+
+    def __post_init__(self) -> None:
+        self.results = [None] * self.n
+        self.remaining = self.n
+
+    def dead(self) -> bool:
+        return self.done or self.future.cancelled()
+
+
+@dataclass
 class _Job:
     kind: str  # "next" | "loglik" | "gen"
     payload: Any
-    future: asyncio.Future[Any]
-    loop: asyncio.AbstractEventLoop
+    call: _Call
+    slot: int = 0
     length: int = 0
+    ctx: tuple[int, ...] = ()  # loglik: the context's token ids (jobs sharing it share its KV)
 
 
 @dataclass
@@ -125,8 +151,17 @@ class _Encoded:
     cont_tokens: list[str] = field(default_factory=list)
 
 
+class _Incompatible(Exception):
+    """The model's KV cache cannot be gathered per row (e.g. sliding-window layers)."""
+
+
 class HFBackend(Backend):
-    """A local transformers model scored in batches by one worker thread."""
+    """A local transformers model scored in batches by one worker thread.
+
+    Requests are tokenised on a second thread ahead of the model, so the model thread
+    does not wait on Python tokenisation in steady state. `threads` sets torch's
+    intra-op threads of the model thread only (default: torch's own choice).
+    """
 
     kind = "hf"
 
@@ -142,11 +177,20 @@ class HFBackend(Backend):
         max_length: int | None = None,
         model: Any = None,
         tokenizer: Any = None,
+        threads: int | None = None,
     ) -> None:
         self.spec = spec
         self.device = pick_device(device)
         self.dtype = pick_dtype(self.device, dtype)
         self.batch_size = max(1, int(batch_size))
+        # After an out-of-memory back-off the batch grows again (x1.5, up to this) once
+        # `grow_after` full batches in a row succeeded; each relapse doubles `grow_after`.
+        self.max_batch_size = self.batch_size
+        self.grow_after = 8
+        self._ok_streak = 0
+        self._grown_since_oom = False
+        self.threads = int(threads) if threads else None
+        self._torch_threads: int | None = None
         self.sp_prefix = bool(sp_prefix)
         self._info: dict[str, Any] = {}
         if model is None or tokenizer is None:
@@ -172,20 +216,29 @@ class HFBackend(Backend):
             max_length or int(getattr(model.config, "max_position_embeddings", 0) or 0) or None
         )
         self._answer_cache: dict[tuple[str, ...], dict[str, list[int]]] = {}
+        self._answer_index: dict[tuple[str, ...], tuple[Any, list[int]]] = {}
         self._vocab_text: list[str] | None = None
+        self._piece_text: dict[int, str] = {}
         self._space_piece_id: int | None = None
         if self.sp_prefix:
             self._space_piece_id = self._find_space_piece()
         self._keeps_logits = _accepts_logits_to_keep(model)
-        # Shared-prefix KV reuse (system prompt, instructions, few-shot examples).
+        # Shared-prefix KV reuse (system prompt, instructions, few-shot examples), and
+        # per-context reuse: the options of one item are scored on top of their context's KV.
         self.prefix_cache = os.environ.get("LLMSCOPE_PREFIX_CACHE", "1") != "0"
+        self.context_cache = self.prefix_cache
         self.min_prefix = 8
         self._prefix_ids: list[int] = []
         self._prefix_kv: list[tuple[Any, Any]] | None = None
         self._stats: dict[str, Any] = defaultdict(float)
-        self._queue: queue.Queue[_Job | None] = queue.Queue()
+        self._tok_queue: queue.Queue[tuple[str, Any, _Call] | None] = queue.Queue()
+        self._queue: queue.Queue[list[_Job] | None] = queue.Queue()
+        self._tok_thread = threading.Thread(
+            target=self._tokeniser, name="llmscope-hf-tok", daemon=True
+        )
         self._thread = threading.Thread(target=self._worker, name="llmscope-hf", daemon=True)
         self._closed = False
+        self._tok_thread.start()
         self._thread.start()
 
     # -- description ---------------------------------------------------------------------
@@ -203,7 +256,9 @@ class HFBackend(Backend):
             "model_hash": src["model_hash"],
             "dtype": self.dtype,
             "device": self.device,
-            "batch_size": self.batch_size,
+            "batch_size": self.max_batch_size,
+            "threads": self.threads,
+            "torch_threads": self._torch_threads or self.threads or torch.get_num_threads(),
             "chat_template": self.has_chat,
             "template_hash": _short_hash(getattr(self.tok, "chat_template", None) or ""),
             "sp_prefix": self.sp_prefix,
@@ -255,6 +310,12 @@ class HFBackend(Backend):
             )
         return self._vocab_text
 
+    def _piece(self, tid: int) -> str:
+        text = self._piece_text.get(tid)
+        if text is None:
+            text = self._piece_text[tid] = self.tok.decode([tid])
+        return text
+
     def answer_token_ids(self, answers: list[str]) -> dict[str, list[int]]:
         key = tuple(answers)
         if key not in self._answer_cache:
@@ -267,92 +328,170 @@ class HFBackend(Backend):
     async def next_token(
         self, prompt: str, answers: list[str], *, chat: bool = True, top_k: int = 20
     ) -> NextTokenOut:
-        text = self.render(prompt, chat=chat)
-        ids = self._encode_prompt(text, chat)
-        if self._space_piece_id is not None:
-            ids = [*ids, self._space_piece_id]
-        self.answer_token_ids(answers)  # build the id sets outside the worker's hot loop
-        enc = _Encoded(ids=ids, n_cont=0, text=text)
-        out: NextTokenOut = await self._submit("next", (enc, list(answers), top_k), len(ids))
+        out: NextTokenOut = await self._submit("next", (prompt, list(answers), chat, top_k), 1)
         return out
 
     async def loglik(
         self, requests: list[tuple[str, str]], *, chat: bool = False
     ) -> list[LogLikOut]:
-        encs = [self._encode_pair(c, x, chat) for c, x in requests]
-        futs = [self._submit("loglik", e, len(e.ids)) for e in encs]
-        return list(await asyncio.gather(*futs))
+        if not requests:
+            return []
+        out: list[LogLikOut] = await self._submit("loglik", (list(requests), chat), len(requests))
+        return list(out)
 
     async def generate(self, prompt: str, params: GenParams, *, chat: bool = True) -> GenerateOut:
-        text = self.render(prompt, chat=chat)
-        ids = self._encode_prompt(text, chat)
-        out: GenerateOut = await self._submit("gen", (ids, text, params), len(ids))
+        out: GenerateOut = await self._submit("gen", (prompt, params, chat), 1)
         return out
 
     def _encode_pair(self, context: str, continuation: str, chat: bool) -> _Encoded:
-        """Tokenise context+continuation together; score the tokens after the context's own.
+        """Tokenise context+continuation together; score the tokens after the context's own."""
+        return self._encode_pairs([(context, continuation)], chat)[0]
+
+    def _encode_pairs(self, requests: list[tuple[str, str]], chat: bool) -> list[_Encoded]:
+        """Tokenise (context, continuation) pairs; score the tokens after the context's own.
 
         Trailing spaces of the context move to the continuation (as lm-evaluation-harness
         does) so " Paris" is scored as one word token. An empty context is replaced by
         the BOS (or EOS) token so the first token of the continuation is scored too.
+        Each distinct context is tokenised once, and all texts in one tokenizer call.
         """
-        if chat:
-            context = self.render(context, chat=True)
-        n_space = len(context) - len(context.rstrip(" "))
-        if n_space and not chat:
-            continuation = context[-n_space:] + continuation
-            context = context[:-n_space]
-        if not context:
-            prefix = (
-                self.tok.bos_token_id
-                if self.tok.bos_token_id is not None
-                else self.tok.eos_token_id
-            )
-            cont_ids = list(self.tok(continuation, add_special_tokens=False).input_ids)
-            ids = [prefix, *cont_ids]
-            n_cont = len(cont_ids)
-        else:
-            special = False if chat else self.add_bos
-            whole = list(self.tok(context + continuation, add_special_tokens=special).input_ids)
-            ctx = list(self.tok(context, add_special_tokens=special).input_ids)
-            n_cont = len(whole) - len(ctx)
-            ids = whole
-            if special and self.tok.bos_token_id is not None and ids[0] != self.tok.bos_token_id:
-                ids = [self.tok.bos_token_id, *ids]
-        if n_cont <= 0:
-            raise BackendError(f"continuation {continuation!r} adds no tokens to its context")
-        cont_tokens = [self.tok.decode([t]) for t in ids[-n_cont:]]
-        return _Encoded(ids=ids, n_cont=n_cont, text=context, cont_tokens=cont_tokens)
+        pairs: list[tuple[str, str]] = []
+        for context, continuation in requests:
+            if chat:
+                context = self.render(context, chat=True)
+            n_space = len(context) - len(context.rstrip(" "))
+            if n_space and not chat:
+                continuation = context[-n_space:] + continuation
+                context = context[:-n_space]
+            pairs.append((context, continuation))
+        special = False if chat else self.add_bos
+        contexts = list(dict.fromkeys(c for c, _ in pairs if c))
+        texts = [c + x if c else x for c, x in pairs] + contexts
+        flags = [bool(c) for c, _ in pairs]
+        # Continuations of an empty context are tokenised without special tokens.
+        enc_with = [t for t, f in zip(texts, flags + [True] * len(contexts), strict=True) if f]
+        enc_without = [t for t, f in zip(texts, flags, strict=False) if not f]
+        ids_with = iter(
+            self.tok(enc_with, add_special_tokens=special).input_ids if enc_with else []
+        )
+        ids_without = iter(
+            self.tok(enc_without, add_special_tokens=False).input_ids if enc_without else []
+        )
+        wholes = [list(next(ids_with) if f else next(ids_without)) for f in flags]
+        ctx_len = {c: len(next(ids_with)) for c in contexts}
+        bos = self.tok.bos_token_id
+        out: list[_Encoded] = []
+        for (context, continuation), whole in zip(pairs, wholes, strict=True):
+            if not context:
+                prefix = bos if bos is not None else self.tok.eos_token_id
+                ids = [prefix, *whole]
+                n_cont = len(whole)
+            else:
+                n_cont = len(whole) - ctx_len[context]
+                ids = whole
+                if special and bos is not None and ids[0] != bos:
+                    ids = [bos, *ids]
+            if n_cont <= 0:
+                raise BackendError(f"continuation {continuation!r} adds no tokens to its context")
+            cont_tokens = [self._piece(t) for t in ids[-n_cont:]]
+            out.append(_Encoded(ids=ids, n_cont=n_cont, text=context, cont_tokens=cont_tokens))
+        return out
 
-    def _submit(self, kind: str, payload: Any, length: int) -> asyncio.Future[Any]:
+    def _submit(self, kind: str, args: Any, n: int) -> asyncio.Future[Any]:
         if self._closed:
             raise BackendError("backend is closed")
-        if self.max_length and length > self.max_length:
-            raise BackendError(f"prompt has {length} tokens; the model accepts {self.max_length}")
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        self._queue.put(_Job(kind, payload, fut, loop, length))
+        self._tok_queue.put((kind, args, _Call(fut, loop, n, single=kind != "loglik")))
         return fut
 
     async def aclose(self) -> None:
         if not self._closed:
             self._closed = True
-            self._queue.put(None)
-            await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 30)
+            self._tok_queue.put(None)
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, self._tok_thread.join, 30)
+            await loop.run_in_executor(None, self._thread.join, 30)
+
+    # -- tokenising thread ---------------------------------------------------------------
+    def _tokeniser(self) -> None:
+        """Turn calls into jobs ahead of the model thread (tokenisation is off its path)."""
+        while True:
+            item = self._tok_queue.get()
+            if item is None:
+                self._queue.put(None)
+                return
+            kind, args, call = item
+            if call.future.cancelled():
+                continue
+            try:
+                jobs = self._make_jobs(kind, args, call)
+            except Exception as e:
+                call.done = True
+                _set(call, exc=e if isinstance(e, BackendError) else _wrap(e))
+                continue
+            self._queue.put(jobs)
+
+    def _make_jobs(self, kind: str, args: Any, call: _Call) -> list[_Job]:
+        if kind == "loglik":
+            requests, chat = args
+            encs = self._encode_pairs(requests, chat)
+            for e in encs:
+                self._check_length(len(e.ids))
+            return [
+                _Job("loglik", e, call, i, len(e.ids), tuple(e.ids[: -e.n_cont]))
+                for i, e in enumerate(encs)
+            ]
+        if kind == "next":
+            prompt, answers, chat, top_k = args
+            text = self.render(prompt, chat=chat)
+            ids = self._encode_prompt(text, chat)
+            if self._space_piece_id is not None:
+                ids = [*ids, self._space_piece_id]
+            self._check_length(len(ids))
+            self._answers_index(answers)  # built here, outside the model thread's loop
+            enc = _Encoded(ids=ids, n_cont=0, text=text)
+            return [_Job("next", (enc, answers, top_k), call, 0, len(ids))]
+        prompt, params, chat = args
+        text = self.render(prompt, chat=chat)
+        ids = self._encode_prompt(text, chat)
+        self._check_length(len(ids))
+        return [_Job("gen", (ids, text, params), call, 0, len(ids))]
+
+    def _check_length(self, n: int) -> None:
+        if self.max_length and n > self.max_length:
+            raise BackendError(f"prompt has {n} tokens; the model accepts {self.max_length}")
+
+    def _answers_index(self, answers: list[str]) -> tuple[Any, list[int]]:
+        """All answers' token ids in one tensor, and where each answer's run ends."""
+        key = tuple(answers)
+        idx = self._answer_index.get(key)
+        if idx is None:
+            import torch
+
+            ids = self.answer_token_ids(answers)
+            flat = [t for a in answers for t in ids[a]]
+            ends = list(itertools.accumulate(len(ids[a]) for a in answers))
+            idx = self._answer_index[key] = (torch.tensor(flat, dtype=torch.long), ends)
+        return idx
 
     # -- worker thread -------------------------------------------------------------------
     def _worker(self) -> None:
         import torch
 
         torch.set_grad_enabled(False)
+        if self.threads:
+            torch.set_num_threads(self.threads)  # this thread's intra-op pool only
+        self._torch_threads = torch.get_num_threads()
         while True:
-            job = self._queue.get()
-            if job is None:
+            item = self._queue.get()
+            if item is None:
                 return
-            jobs = [job]
-            # Drain what is already waiting so neighbours in length share a batch.
+            jobs = list(item)
+            # Drain what is already waiting so neighbours in length share a batch; a burst
+            # still being tokenised joins as long as parts keep arriving within 2 ms.
             deadline = time.perf_counter() + 0.002
-            while len(jobs) < self.batch_size * 8:
+            while len(jobs) < self.max_batch_size * 8:
                 try:
                     nxt = self._queue.get(timeout=max(0.0, deadline - time.perf_counter()))
                 except queue.Empty:
@@ -360,62 +499,122 @@ class HFBackend(Backend):
                 if nxt is None:
                     self._queue.put(None)
                     break
-                jobs.append(nxt)
-            by_kind: dict[str, list[_Job]] = defaultdict(list)
-            for j in jobs:
-                if not j.future.cancelled():
-                    by_kind[j.kind].append(j)
-            for kind, group in by_kind.items():
-                group.sort(key=lambda j: -j.length)
-                if kind == "gen":
-                    for j in group:
-                        self._run_safely([j], self._run_generate)
-                    continue
-                runner = self._run_next if kind == "next" else self._run_loglik
-                i = 0
-                while i < len(group):
-                    size = self.batch_size
-                    batch = group[i : i + size]
-                    done = self._run_with_backoff(batch, runner)
-                    i += done
+                jobs.extend(nxt)
+                deadline = time.perf_counter() + 0.002
+            self._run_jobs(jobs)
 
-    def _run_with_backoff(self, batch: list[_Job], runner: Any) -> int:
-        """Run a batch; on out-of-memory halve it and retry (no job is lost)."""
+    def _run_jobs(self, jobs: list[_Job]) -> None:
+        by_kind: dict[str, list[_Job]] = defaultdict(list)
+        for j in jobs:
+            if not j.call.dead():
+                by_kind[j.kind].append(j)
+        for kind, group in by_kind.items():
+            if kind == "gen":
+                for j in group:
+                    self._run_safely([j], self._run_generate)
+                continue
+            if kind == "next":
+                group.sort(key=lambda j: -j.length)
+                runner = self._run_next
+            else:
+                # The options of one context stay adjacent, longest contexts first.
+                group.sort(key=lambda j: (-len(j.ctx), j.ctx, -j.payload.n_cont))
+                runner = self._run_loglik
+            i = 0
+            while i < len(group):
+                n, rows = self._cut(kind, group, i)
+                i += self._run_with_backoff(group[i : i + n], runner, rows)
+
+    def _cut(self, kind: str, group: list[_Job], i: int) -> tuple[int, int]:
+        """How many jobs from `i` make the next batch, and its row count (≤ batch_size).
+
+        A loglik batch runs one row per context, then one row per multi-token option of a
+        shared context; each pass holds at most batch_size rows.
+        """
+        bs = self.batch_size
+        if kind != "loglik":
+            n = min(bs, len(group) - i)
+            return n, n
+        rows1 = rows2 = n = 0
+        j = i
+        while j < len(group):
+            k = j + 1
+            while k < len(group) and group[k].ctx == group[j].ctx:
+                k += 1
+            multi = sum(1 for x in group[j:k] if x.payload.n_cont > 1)
+            if self.context_cache and k - j > 1:
+                r1, r2 = 1, multi
+            else:  # one row per multi-token option, one for all one-token options
+                r1, r2 = multi + (multi < k - j), 0
+            if rows1 + r1 > bs or rows2 + r2 > bs:
+                if n == 0:  # one context with more options than a batch holds: split it
+                    take = m = singles = 0
+                    while j + take < k:
+                        one = group[j + take].payload.n_cont == 1
+                        if m >= bs and (not one or not self.context_cache):
+                            break
+                        m += not one
+                        singles += one
+                        take += 1
+                    extra = 1 if singles and not self.context_cache else 0
+                    return take, max(1, m + extra)
+                break
+            rows1 += r1
+            rows2 += r2
+            n += k - j
+            j = k
+        return n, max(rows1, rows2)
+
+    def _run_with_backoff(self, batch: list[_Job], runner: Any, rows: int) -> int:
+        """Run a batch; returns how many jobs were settled (0: re-cut at a smaller size)."""
         import torch
 
-        while True:
-            try:
-                t0 = time.perf_counter()
-                results = runner(batch)
-                dt = time.perf_counter() - t0
-                self._stats["forward_seconds"] += dt
-                self._stats["batches"] += 1
-                self._stats["tokens"] += sum(j.length for j in batch)
-                for j, r in zip(batch, results, strict=True):
-                    _resolve(j, r)
-                return len(batch)
-            except torch.OutOfMemoryError:
-                if len(batch) == 1:
-                    _fail(batch[0], BackendError("out of memory even with batch size 1"))
-                    return 1
-                if self.device.startswith("cuda"):
-                    torch.cuda.empty_cache()
-                self.batch_size = max(1, len(batch) // 2)
-                self._stats["oom_backoffs"] += 1
-                batch = batch[: self.batch_size]
-            except Exception as e:  # one bad batch must not kill the worker; items get the error
-                if len(batch) == 1:
-                    _fail(
-                        batch[0],
-                        e
-                        if isinstance(e, BackendError)
-                        else BackendError(f"{type(e).__name__}: {e}"),
-                    )
-                    return 1
-                # retry one by one so only the offending item fails
+        try:
+            t0 = time.perf_counter()
+            results = runner(batch)
+            self._stats["forward_seconds"] += time.perf_counter() - t0
+            self._stats["batches"] += 1
+            self._stats["tokens"] += sum(j.length for j in batch)
+            for j, r in zip(batch, results, strict=True):
+                _resolve(j, r)
+            self._batch_ok(rows)
+            return len(batch)
+        except torch.OutOfMemoryError:
+            if len(batch) == 1 or rows <= 1:
                 for j in batch:
-                    self._run_safely([j], runner)
+                    _fail(j, BackendError("out of memory even with batch size 1"))
                 return len(batch)
+            if self.device.startswith("cuda"):
+                torch.cuda.empty_cache()
+            self._batch_oom(rows)
+            return 0
+        except Exception as e:  # one bad batch must not kill the worker; items get the error
+            if len(batch) == 1:
+                _fail(batch[0], e if isinstance(e, BackendError) else _wrap(e))
+                return 1
+            # retry one by one so only the offending item fails
+            for j in batch:
+                self._run_safely([j], runner)
+            return len(batch)
+
+    def _batch_ok(self, rows: int) -> None:
+        # Only a full batch shows that the current size fits.
+        if self.batch_size >= self.max_batch_size or rows < self.batch_size:
+            return
+        self._ok_streak += 1
+        if self._ok_streak >= self.grow_after:
+            self.batch_size = min(self.max_batch_size, self.batch_size + (self.batch_size + 1) // 2)
+            self._ok_streak = 0
+            self._grown_since_oom = True
+            self._stats["batch_regrowths"] += 1
+
+    def _batch_oom(self, rows: int) -> None:
+        if self._grown_since_oom:
+            self.grow_after *= 2  # the larger size failed again: be slower to try it next time
+        self._grown_since_oom = False
+        self._ok_streak = 0
+        self.batch_size = max(1, min(self.batch_size, rows) // 2)
+        self._stats["oom_backoffs"] += 1
 
     def _run_safely(self, batch: list[_Job], runner: Any) -> None:
         try:
@@ -423,70 +622,89 @@ class HFBackend(Backend):
                 _resolve(j, r)
         except Exception as e:
             for j in batch:
-                _fail(
-                    j,
-                    e if isinstance(e, BackendError) else BackendError(f"{type(e).__name__}: {e}"),
-                )
+                _fail(j, e if isinstance(e, BackendError) else _wrap(e))
 
     def _forward_last(
-        self, seqs: list[list[int]], keep: int, reserve: list[int] | None = None
+        self,
+        seqs: list[list[int]],
+        keep: int,
+        reserve: list[int] | None = None,
+        *,
+        want_cache: bool = False,
+        past: tuple[Any, Any] | None = None,
     ) -> Any:
         """Left-padded forward pass; returns fp32 log-softmax of the last `keep` positions.
 
         `reserve[r]` is how many trailing tokens of row r are read (they must follow any
         shared prefix). A prefix common to every row is run once and its KV cache reused.
+        `past=(cache, mask)` continues rows from a per-row cache instead. With
+        `want_cache`, returns (log-probs, (cache, mask)) for such a continuation.
         """
         import torch
 
         reserve = reserve or [keep] * len(seqs)
-        prefix = self._pick_prefix(seqs, reserve)
-        p = len(prefix)
-        sufs = [s[p:] for s in seqs]
+        b = len(seqs)
+        cache: Any = None
+        if past is None:
+            prefix = self._pick_prefix(seqs, reserve)
+            p = len(prefix)
+            sufs = [s[p:] for s in seqs]
+            past_mask = torch.ones((b, p), dtype=torch.long)
+            if p:
+                cache = self._expand_prefix(b)
+        else:
+            cache, past_mask = past
+            p = int(past_mask.shape[1])
+            sufs = seqs
         n = max(len(s) for s in sufs)
         pad = self.tok.pad_token_id
-        b = len(seqs)
         input_ids = torch.full((b, n), pad, dtype=torch.long)
-        mask = torch.zeros((b, p + n), dtype=torch.long)
-        mask[:, :p] = 1
+        suf_mask = torch.zeros((b, n), dtype=torch.long)
         for r, s in enumerate(sufs):
             input_ids[r, n - len(s) :] = torch.tensor(s, dtype=torch.long)
-            mask[r, p + n - len(s) :] = 1
+            suf_mask[r, n - len(s) :] = 1
+        mask = torch.cat([past_mask.to(self.device), suf_mask.to(self.device)], dim=1)
         # Positions count real tokens only, so padding between prefix and suffix is invisible.
         pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, p:]
-        input_ids, mask, pos = (t.to(self.device) for t in (input_ids, mask, pos))
+        input_ids = input_ids.to(self.device)
         kwargs: dict[str, Any] = {"attention_mask": mask, "position_ids": pos}
-        if p:
-            kwargs["past_key_values"] = self._expand_prefix(b)
-            kwargs["use_cache"] = True
-        else:
-            kwargs["use_cache"] = False
+        kwargs["use_cache"] = cache is not None or want_cache
+        if cache is not None:
+            kwargs["past_key_values"] = cache
         self._stats["tokens_computed"] += sum(len(s) for s in sufs)
-        self._stats["tokens_prefix_reused"] += p * b
-        logits = self._logits(input_ids, keep, kwargs)
-        return torch.log_softmax(logits.float(), dim=-1)
+        self._stats["tokens_padding"] += b * n - sum(len(s) for s in sufs)
+        self._stats["tokens_prefix_reused"] += int(past_mask.sum()) if p else 0
+        logits, out_cache = self._logits(input_ids, keep, kwargs)
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        return (logp, (out_cache, mask)) if want_cache else logp
 
-    def _logits(self, input_ids: Any, keep: int, kwargs: dict[str, Any]) -> Any:
+    def _logits(self, input_ids: Any, keep: int, kwargs: dict[str, Any]) -> tuple[Any, Any]:
         """Logits of the last `keep` positions only: the LM head never sees other positions."""
         if self._keeps_logits:
             out = self.model(input_ids=input_ids, logits_to_keep=keep, **kwargs)
-            return out.logits[:, -keep:, :]
+            return out.logits[:, -keep:, :], getattr(out, "past_key_values", None)
         base = self.model.get_decoder() if hasattr(self.model, "get_decoder") else self.model.model
-        hidden = base(input_ids=input_ids, **kwargs).last_hidden_state[:, -keep:, :]
-        return self.model.get_output_embeddings()(hidden)
+        out = base(input_ids=input_ids, **kwargs)
+        hidden = out.last_hidden_state[:, -keep:, :]
+        return self.model.get_output_embeddings()(hidden), getattr(out, "past_key_values", None)
 
     # -- shared-prefix KV cache ----------------------------------------------------------
     def _pick_prefix(self, seqs: list[list[int]], reserve: list[int]) -> list[int]:
         """The prefix to run once: the batch's common prefix, or the cached one if nearly as long."""
-        if not self.prefix_cache or len(seqs) < 2:
+        if not self.prefix_cache:
             return []
         limit = min(len(s) - k for s, k in zip(seqs, reserve, strict=True))
         first = seqs[0]
+        cached = self._prefix_ids
+        if len(seqs) < 2:
+            # A lone row still reuses the cached prefix it starts with.
+            ok = cached and len(cached) <= limit and first[: len(cached)] == cached
+            return cached if ok else []
         n = 0
         while n < limit and all(len(s) > n and s[n] == first[n] for s in seqs):
             n += 1
         if n < self.min_prefix:
             return []
-        cached = self._prefix_ids
         if (
             cached
             and len(cached) <= n
@@ -516,11 +734,7 @@ class HFBackend(Backend):
                 self.model.get_decoder() if hasattr(self.model, "get_decoder") else self.model.model
             )
             out = base(input_ids=inp, use_cache=True)
-        cache = out.past_key_values
-        layers = getattr(cache, "layers", None)
-        if not layers or any(type(lay).__name__ != "DynamicLayer" for lay in layers):
-            raise BackendError("prefix cache: only plain (non-sliding) dynamic caches are shared")
-        self._prefix_kv = [(lay.keys, lay.values) for lay in layers]
+        self._prefix_kv = _plain_layers(out.past_key_values)
         self._prefix_ids = list(ids)
         self._stats["prefix_builds"] += 1
         self._stats["tokens_computed"] += len(ids)
@@ -533,35 +747,61 @@ class HFBackend(Backend):
         data = [(k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1)) for k, v in self._prefix_kv]
         return DynamicCache(ddp_cache_data=data, config=self.model.config)
 
+    def _gather_rows(self, past: tuple[Any, Any], rows: list[int]) -> tuple[Any, Any]:
+        """The per-row KV cache and mask of a finished pass, picked (and repeated) by row."""
+        import torch
+        from transformers import DynamicCache
+
+        cache, mask = past
+        layers = _plain_layers(cache)
+        idx = torch.tensor(rows, dtype=torch.long, device=mask.device)
+        data = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in layers]
+        return DynamicCache(ddp_cache_data=data, config=self.model.config), mask.index_select(
+            0, idx
+        )
+
     def _run_next(self, batch: list[_Job]) -> list[NextTokenOut]:
         import torch
 
         logp = self._forward_last([j.payload[0].ids for j in batch], 1, [1] * len(batch))[:, -1, :]
         probs = logp.exp()
+        # One top-k and one gather per batch, one device->host copy each.
+        k = min(max(j.payload[2] for j in batch), probs.shape[-1])
+        tv, ti = torch.topk(probs, k)
+        top_v, top_i = tv.tolist(), ti.tolist()
+        ans_p: list[list[float]] = [[] for _ in batch]
+        by_answers: dict[tuple[str, ...], list[int]] = defaultdict(list)
+        for r, j in enumerate(batch):
+            by_answers[tuple(j.payload[1])].append(r)
+        for key, rows in by_answers.items():
+            flat, ends = self._answers_index(list(key))
+            if not ends or ends[-1] == 0:
+                for r in rows:
+                    ans_p[r] = [0.0] * len(key)
+                continue
+            sel = probs[torch.tensor(rows, device=probs.device)][:, flat.to(probs.device)]
+            cum = torch.nn.functional.pad(sel.double().cumsum(-1), (1, 0))
+            bounds = torch.tensor([0, *ends], device=probs.device)
+            sums = (cum[:, bounds[1:]] - cum[:, bounds[:-1]]).tolist()
+            for r, s in zip(rows, sums, strict=True):
+                ans_p[r] = s
+        vocab = self.vocab_text()
         outs = []
         for r, j in enumerate(batch):
             enc, answers, top_k = j.payload
             ids = self.answer_token_ids(answers)
-            p = probs[r]
-            ans = {
-                a: float(p[torch.tensor(v, dtype=torch.long, device=p.device)].sum()) if v else 0.0
-                for a, v in ids.items()
-            }
-            other = 1.0 - sum(ans.values())
-            k = min(top_k, p.shape[-1])
-            tv, ti = torch.topk(p, k)
-            vocab = self.vocab_text()
+            ans = {a: (float(v) if ids[a] else 0.0) for a, v in zip(answers, ans_p[r], strict=True)}
             top = [
                 TopToken(
                     token=vocab[i] if i < len(vocab) else f"<id {i}>", id=int(i), prob=float(v)
                 )
-                for v, i in zip(tv.tolist(), ti.tolist(), strict=True)
+                for v, i in zip(top_v[r][:top_k], top_i[r][:top_k], strict=True)
             ]
             outs.append(
                 NextTokenOut(
                     prompt=enc.text,
                     probs=ans,
-                    other=other,
+                    other=1.0 - sum(ans.values()),
                     top=top,
                     n_tokens=len(enc.ids),
                     meta={"answer_token_counts": {a: len(v) for a, v in ids.items()}},
@@ -570,46 +810,82 @@ class HFBackend(Backend):
         return outs
 
     def _run_loglik(self, batch: list[_Job]) -> list[LogLikOut]:
-        encs: list[_Encoded] = [j.payload for j in batch]
-        # Jobs whose continuation is one token and that share a context need one sequence.
-        groups: dict[tuple[int, ...], int] = {}
-        seqs: list[list[int]] = []
-        reserve: list[int] = []
-        row_of: list[int] = []
-        for e in encs:
-            if e.n_cont == 1:
-                key = tuple(e.ids[:-1])
-                if key in groups:
-                    row_of.append(groups[key])
-                    continue
-                groups[key] = len(seqs)
-            seqs.append(e.ids[:-1])
-            reserve.append(e.n_cont)
-            row_of.append(len(seqs) - 1)
-        keep = max(e.n_cont for e in encs)
-        logp = self._forward_last(seqs, keep, reserve)
+        try:
+            return self._loglik_batch(batch, self.context_cache)
+        except _Incompatible:
+            self.context_cache = False  # e.g. sliding-window layers: one row per option
+            return self._loglik_batch(batch, False)
+
+    def _loglik_batch(self, batch: list[_Job], share: bool) -> list[LogLikOut]:
+        """Score continuations. Pass 1: one row per context (its last position scores
+        every option's first token); a context that is alone keeps its continuation in
+        the row. Pass 2: the other tokens of multi-token options, as rows continuing
+        their context's KV cache from pass 1, so a context runs once per item.
+        """
         import torch
 
-        outs = []
-        for e, r in zip(encs, row_of, strict=True):
-            cont = e.ids[-e.n_cont :]
-            rows = logp[r, keep - e.n_cont :, :]
-            tl = (
-                rows.gather(-1, torch.tensor(cont, device=rows.device).unsqueeze(-1))
-                .squeeze(-1)
-                .tolist()
+        encs: list[_Encoded] = [j.payload for j in batch]
+        groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
+        for i, j in enumerate(batch):
+            groups[j.ctx].append(i)
+        seqs: list[list[int]] = []
+        reserve: list[int] = []
+        row1 = [0] * len(batch)  # pass-1 row of each job
+        whole = [False] * len(batch)  # all of the job's tokens are read from pass 1
+        second: list[int] = []  # jobs continued in pass 2
+        for ctx, members in groups.items():
+            multi = [i for i in members if encs[i].n_cont > 1]
+            singles = [i for i in members if encs[i].n_cont == 1]
+            if multi and (len(members) == 1 or not share):
+                for i in multi:
+                    seqs.append(encs[i].ids[:-1])
+                    reserve.append(encs[i].n_cont)
+                    row1[i], whole[i] = len(seqs) - 1, True
+                multi = []
+            if multi or singles:
+                seqs.append(list(ctx))
+                reserve.append(1)
+                for i in multi + singles:
+                    row1[i] = len(seqs) - 1
+                second.extend(multi)
+        keep1 = max(reserve)
+        res = self._forward_last(seqs, keep1, reserve, want_cache=bool(second))
+        logp1, past1 = res if second else (res, None)
+        tl: list[list[float]] = [[] for _ in batch]
+        for i, e in enumerate(encs):
+            n = e.n_cont if whole[i] else 1
+            cont = e.ids[-e.n_cont :][:n]
+            rows = logp1[row1[i], keep1 - n :, :]
+            tl[i] = rows.gather(-1, torch.tensor(cont, device=rows.device)[:, None])[:, 0].tolist()
+        if second:
+            try:
+                past2 = self._gather_rows(past1, [row1[i] for i in second])
+            except BackendError as err:
+                raise _Incompatible from err
+            reserve2 = [encs[i].n_cont - 1 for i in second]
+            keep2 = max(reserve2)
+            logp2 = self._forward_last(
+                [encs[i].ids[-encs[i].n_cont : -1] for i in second], keep2, reserve2, past=past2
             )
-            outs.append(
-                LogLikOut(
-                    logprob=float(math.fsum(tl)),
-                    n_tokens=e.n_cont,
-                    token_logprobs=tl,
-                    tokens=e.cont_tokens,
-                    n_context_tokens=len(e.ids) - e.n_cont,
-                )
+            for r, i in enumerate(second):
+                e = encs[i]
+                cont = e.ids[-e.n_cont + 1 :]
+                rows = logp2[r, keep2 - len(cont) :, :]
+                tl[i] += rows.gather(-1, torch.tensor(cont, device=rows.device)[:, None])[
+                    :, 0
+                ].tolist()
+            self._stats["loglik_context_shared"] += len(second)
+        self._stats["loglik_rows_saved"] += len(batch) - len(seqs)
+        return [
+            LogLikOut(
+                logprob=float(math.fsum(t)),
+                n_tokens=e.n_cont,
+                token_logprobs=t,
+                tokens=e.cont_tokens,
+                n_context_tokens=len(e.ids) - e.n_cont,
             )
-        self._stats["loglik_rows_saved"] += len(encs) - len(seqs)
-        return outs
+            for e, t in zip(encs, tl, strict=True)
+        ]
 
     def _run_generate(self, batch: list[_Job]) -> list[GenerateOut]:
         import torch
@@ -641,20 +917,49 @@ class HFBackend(Backend):
         ]
 
 
-def _resolve(job: _Job, value: Any) -> None:
-    def _set() -> None:
-        if not job.future.done():
-            job.future.set_result(value)
+def _plain_layers(cache: Any) -> list[tuple[Any, Any]]:
+    """(keys, values) per layer of a plain dynamic cache; anything else cannot be shared."""
+    layers = getattr(cache, "layers", None)
+    if not layers or any(type(lay).__name__ != "DynamicLayer" for lay in layers):
+        raise BackendError("prefix cache: only plain (non-sliding) dynamic caches are shared")
+    return [(lay.keys, lay.values) for lay in layers]
 
-    job.loop.call_soon_threadsafe(_set)
+
+def _wrap(e: BaseException) -> BackendError:
+    return BackendError(f"{type(e).__name__}: {e}")
+
+
+def _set(call: _Call, value: Any = None, exc: BaseException | None = None) -> None:
+    def apply() -> None:
+        if call.future.done():
+            return
+        if exc is not None:
+            call.future.set_exception(exc)
+        else:
+            call.future.set_result(value)
+
+    try:
+        call.loop.call_soon_threadsafe(apply)
+    except RuntimeError:  # the caller's event loop is gone; nobody is waiting
+        pass
+
+
+def _resolve(job: _Job, value: Any) -> None:
+    call = job.call
+    if call.done:
+        return
+    call.results[job.slot] = value
+    call.remaining -= 1
+    if call.remaining == 0:
+        call.done = True
+        _set(call, call.results[0] if call.single else call.results)
 
 
 def _fail(job: _Job, exc: BaseException) -> None:
-    def _set() -> None:
-        if not job.future.done():
-            job.future.set_exception(exc)
-
-    job.loop.call_soon_threadsafe(_set)
+    call = job.call
+    if not call.done:
+        call.done = True
+        _set(call, exc=exc)
 
 
 def _accepts_logits_to_keep(model: Any) -> bool:

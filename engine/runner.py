@@ -228,29 +228,46 @@ class Runner:
             finished = [t.result() for t in in_flight if t.done() and not t.cancelled() and t.exception() is None]
             if finished:
                 self._accumulate(finished, prog)
+        except BaseException:
+            status = "failed"
+            raise
         finally:
-            await self._flush(final=True)
+            # Whatever happened, store what was scored and leave the run in a truthful state.
+            failure: BaseException | None = None
+            try:
+                await self._flush(final=True)
+            except Exception as e:  # e.g. StoreError: disk full; stored batches stay intact
+                failure, status = e, "failed"
             self._update_rates(prog, t0)
             if status == "completed" and prog.errors:
                 status = "completed_with_errors"
             prog.status = status
-            meta = self.store.get_run(self.run_id) or {}
-            m = meta.get("meta") if isinstance(meta.get("meta"), dict) else {}
-            m = dict(m or {})
-            m["backend_stats"] = self.backend.stats()
-            m["last_session"] = {"seconds": round(prog.elapsed_s, 3), "items": prog.done - prog.skipped,
-                                 "items_per_s": prog.items_per_s, "tokens_per_s": prog.tokens_per_s}
-            end_fields: dict[str, Any] = {"status": status, "n_done": prog.done, "n_errors": prog.errors, "meta": m}
-            if status != "interrupted":
-                import datetime as dt
-
-                end_fields["ended_at"] = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-            self.store.update_run(self.run_id, **end_fields)
+            try:
+                self._finish_run(prog, status)
+            except Exception as e:
+                failure = failure or e
             self._writer.shutdown(wait=True)
             self.reporter.on_end(prog)
+            if failure is not None:
+                raise failure
         if status == "interrupted":
             raise RunInterrupted(self.run_id, prog.done, prog.total)
         return prog
+
+    def _finish_run(self, prog: Progress, status: str) -> None:
+        import datetime as dt
+
+        n_done, n_err = self.store.count_results(self.run_id)
+        prog.done, prog.errors = n_done, n_err  # what is actually stored
+        meta = self.store.get_run(self.run_id) or {}
+        m = dict(meta.get("meta") if isinstance(meta.get("meta"), dict) else {})
+        m["backend_stats"] = self.backend.stats()
+        m["last_session"] = {"seconds": round(prog.elapsed_s, 3), "items": prog.done - prog.skipped,
+                             "items_per_s": prog.items_per_s, "tokens_per_s": prog.tokens_per_s}
+        end_fields: dict[str, Any] = {"status": status, "n_done": n_done, "n_errors": n_err, "meta": m}
+        if status not in ("interrupted", "failed"):
+            end_fields["ended_at"] = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        self.store.update_run(self.run_id, **end_fields)
 
     def _accumulate(self, fresh: list[Result], prog: Progress) -> None:
         self._buffer.extend(fresh)

@@ -80,6 +80,15 @@ def make_backend(model_arg: str | None, args: argparse.Namespace) -> tuple[Any, 
 
 # -- commands ---------------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        return _cmd_run(args)
+    except KeyboardInterrupt:
+        # Ctrl-C before scoring started (loading the model, reading the suite): nothing to keep.
+        print("\ninterrupted before any item was scored; run the same command again to start.", file=sys.stderr)
+        return 130
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
     from llmscope.console import ConsoleReporter
     from llmscope.data.suites import load_suite
     from llmscope.engine.progress import MultiReporter

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import orjson
 import pandas as pd
 import pyarrow as pa
 
@@ -117,6 +118,24 @@ MIGRATIONS: list[tuple[int, str]] = [
 LEGACY_TABLES = ("suites", "items", "runs", "results")  # created by migration 1, adopted from version 0
 
 
+class Rows:
+    """Fetched rows of a statement (fetchone / fetchall like a cursor)."""
+
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        self._rows = rows
+        self._i = 0
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        if self._i >= len(self._rows):
+            return None
+        self._i += 1
+        return self._rows[self._i - 1]
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        out, self._i = self._rows[self._i :], len(self._rows)
+        return out
+
+
 class StoreError(Exception):
     """A database problem explained for the user."""
 
@@ -146,10 +165,18 @@ def _explain(e: Exception, path: str, action: str) -> StoreError:
     return StoreError(f"database error while {action} ({path}): {msg.splitlines()[0]}")
 
 
+_ORJSON_OPTS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+
+
 def _json(v: Any) -> str | None:
+    """JSON text for a column; NaN/inf become null. orjson first: it is ~8x faster on result rows."""
     if v is None:
         return None
-    return json.dumps(v, ensure_ascii=False, allow_nan=False, default=_json_default)
+    try:
+        return orjson.dumps(v, default=_json_default, option=_ORJSON_OPTS).decode()
+    except (orjson.JSONEncodeError, TypeError):
+        # e.g. lone surrogates, which the stdlib escapes instead of refusing
+        return json.dumps(v, ensure_ascii=False, default=_json_default).replace("NaN", "null")
 
 
 def _json_default(o: Any) -> Any:
@@ -295,10 +322,16 @@ class Store:
         self.close()
 
     # -- helpers --------------------------------------------------------------------------
-    def execute(self, sql: str, params: Sequence[Any] | None = None) -> duckdb.DuckDBPyConnection:
+    def execute(self, sql: str, params: Sequence[Any] | None = None) -> Rows:
+        """Run a statement and fetch its rows while holding the lock.
+
+        The connection is shared by the writer thread and readers; a result left unfetched
+        would block the other thread's next statement.
+        """
         with self._lock:
             try:
-                return self.con.execute(sql, params or [])
+                cur = self.con.execute(sql, params or [])
+                return Rows(cur.fetchall() if cur.description else [])
             except duckdb.Error as e:
                 raise _explain(e, self.path, "querying") from e
 
@@ -313,13 +346,22 @@ class Store:
         cols = ", ".join(tbl.column_names)
         with self._lock:
             try:
-                self.con.execute("BEGIN TRANSACTION")
                 self.con.register("_llmscope_batch", tbl)
-                self.con.execute(
-                    f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _llmscope_batch ON CONFLICT {conflict}"
-                )
-                self.con.unregister("_llmscope_batch")
-                self.con.execute("COMMIT")
+                try:
+                    # The runner never writes a key twice, so a plain insert is the common case;
+                    # ON CONFLICT (about 30% slower) is the safety net when a key exists already.
+                    self.con.execute("BEGIN TRANSACTION")
+                    self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _llmscope_batch").fetchall()
+                    self.con.execute("COMMIT")
+                except duckdb.ConstraintException:
+                    self.con.execute("ROLLBACK")
+                    self.con.execute("BEGIN TRANSACTION")
+                    self.con.execute(
+                        f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _llmscope_batch ON CONFLICT {conflict}"
+                    ).fetchall()
+                    self.con.execute("COMMIT")
+                finally:
+                    self.con.unregister("_llmscope_batch")
             except duckdb.Error as e:
                 try:
                     self.con.execute("ROLLBACK")

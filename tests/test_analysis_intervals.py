@@ -87,7 +87,16 @@ def test_auto_method_selection():
     ids = np.repeat(np.arange(40), 3)
     assert accuracy_ci(np.repeat(base, 3), ids).method == "cluster-t"
     few = accuracy_ci(np.repeat(base[:10], 3), ids[:30])
-    assert few.method == "cluster-bootstrap"
+    assert few.method == "cluster-bootstrap|wilson-clusters"
+    boot = accuracy_ci(np.repeat(base[:10], 3), ids[:30], method="bootstrap")
+    k = float(base[:10].sum())
+    wl, wh = hand_wilson(k, 10)
+    assert few.lo == pytest.approx(min(boot.lo, wl)) and few.hi == pytest.approx(max(boot.hi, wh))
+    # one statement answered right under one prompt and wrong under the other: the interval
+    # must not collapse to a point (each cluster counts once: Wilson for 0.5 of 1 trial)
+    one = accuracy_ci(np.array([1.0, 0.0]), np.array([7, 7]))
+    assert one.mean == 0.5 and one.lo == pytest.approx(hand_wilson(0.5, 1)[0])
+    assert one.hi == pytest.approx(hand_wilson(0.5, 1)[1])
     # singleton clusters are independent trials
     assert accuracy_ci(base, np.arange(40)).method == "wilson"
     # all-correct clustered data: Wilson counted per cluster

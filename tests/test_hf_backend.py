@@ -207,3 +207,172 @@ def test_single_token_options_share_one_row(tiny: tuple[Any, Any, Any]) -> None:
     assert b.stats()["loglik_rows_saved"] == len(opts) - 1
     for o, r in zip(opts, out, strict=True):
         assert r.token_logprobs == pytest.approx(_direct_loglik(model, tok, ctx, o), abs=1e-5)
+
+
+MC_CTX = "Question: which of these is an animal?\nAnswer:"
+MC_OPTS = [" a dog", " the big stone", " red green blue", " a cat", " yes"]
+
+
+def test_options_of_one_context_continue_its_kv_cache(tiny: tuple[Any, Any, Any]) -> None:
+    model, tok, _ = tiny
+    assert sum(len(tok(o, add_special_tokens=False).input_ids) > 1 for o in MC_OPTS) >= 3
+    reqs = [(MC_CTX, o) for o in MC_OPTS] + [("Is the sky blue?", " no sir"), ("Q", " red")]
+    expected = [_direct_loglik(model, tok, c, x) for c, x in reqs]
+    computed = {}
+    for bs, share in ((8, True), (2, True), (1, True), (8, False), (2, False), (1, False)):
+        b = _backend(tiny, bs)
+        b.context_cache = share
+
+        async def go(b: HFBackend = b) -> list[Any]:
+            try:
+                return await b.loglik(reqs)
+            finally:
+                await b.aclose()
+
+        out = asyncio.run(go())
+        for got, exp in zip(out, expected, strict=True):
+            assert got.token_logprobs == pytest.approx(exp, abs=1e-5)
+            assert got.logprob == pytest.approx(math.fsum(exp), abs=1e-5)
+        st = b.stats()
+        computed[(bs, share)] = st["tokens_computed"]
+        if share and bs == 8:
+            # The multi-token options of MC_CTX ran on top of its cache, one row each.
+            n_multi = sum(len(tok(o, add_special_tokens=False).input_ids) > 1 for o in MC_OPTS)
+            assert st["loglik_context_shared"] == n_multi
+    assert computed[(8, True)] < computed[(8, False)]
+
+
+class _TokProxy:
+    """Delegates to a tokenizer and records which threads call it."""
+
+    def __init__(self, inner: Any) -> None:
+        self.__dict__["inner"] = inner
+        self.__dict__["threads"] = set()
+
+    def __call__(self, *a: Any, **kw: Any) -> Any:
+        import threading
+
+        self.threads.add(threading.current_thread().name)
+        return self.inner(*a, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self.inner, name, value)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+
+def test_tokenising_happens_off_the_event_loop_and_model_threads(
+    tiny: tuple[Any, Any, Any],
+) -> None:
+    import threading
+
+    ref_next, ref_ll = _run(_backend(tiny, 4))
+    b = _backend(tiny, 4)
+    proxy = _TokProxy(b.tok)
+    b.tok = proxy
+    loop_thread = threading.current_thread().name
+    got_next, got_ll = _run(b)
+    assert proxy.threads == {"llmscope-hf-tok"} and loop_thread not in proxy.threads
+    for a, c in zip(ref_next, got_next, strict=True):
+        assert c.probs == pytest.approx(a.probs, abs=1e-5)
+    for a, c in zip(ref_ll, got_ll, strict=True):
+        assert c.token_logprobs == pytest.approx(a.token_logprobs, abs=1e-5)
+
+
+def test_bad_request_fails_only_its_own_call(tiny: tuple[Any, Any, Any]) -> None:
+    from llmscope.engine.backend import BackendError
+
+    b = _backend(tiny, 4)
+
+    async def go() -> list[Any]:
+        try:
+            return await asyncio.gather(
+                b.loglik([("Q", " red"), ("Q", "")]), b.loglik(PAIRS[:2]), return_exceptions=True
+            )
+        finally:
+            await b.aclose()
+
+    bad, good = asyncio.run(go())
+    assert isinstance(bad, BackendError) and "adds no tokens" in str(bad)
+    assert [x.n_tokens for x in good] == [
+        len(_direct_loglik(tiny[0], tiny[1], *p)) for p in PAIRS[:2]
+    ]
+
+
+def test_threads_setting_is_reported_and_local_to_the_model_thread(
+    tiny: tuple[Any, Any, Any],
+) -> None:
+    m, tok, spec = tiny
+    before = torch.get_num_threads()
+    b = HFBackend(spec, model=m, tokenizer=tok, device="cpu", dtype="float32", threads=1)
+    _run(b)
+    d = b.describe()
+    assert d["threads"] == 1 and d["torch_threads"] == 1
+    assert torch.get_num_threads() == before  # the caller's thread keeps its own setting
+    default = _backend(tiny, 4)
+    _run(default)
+    assert default.describe()["threads"] is None
+
+
+class _OOMTimes(_OOMAbove):
+    """Fails batches larger than `limit` only `times` times (a transient memory spike)."""
+
+    def __init__(self, inner: Any, limit: int, times: int) -> None:
+        super().__init__(inner, limit)
+        self.times = times
+
+    def forward(self, input_ids: Any = None, logits_to_keep: int = 0, **kw: Any) -> Any:
+        if input_ids.shape[0] > self.limit and self.times > 0:
+            self.times -= 1
+            self.sizes.append(int(input_ids.shape[0]))
+            raise torch.OutOfMemoryError("simulated: CUDA out of memory")
+        self.sizes.append(int(input_ids.shape[0]))
+        return self.inner(input_ids=input_ids, logits_to_keep=logits_to_keep, **kw)
+
+
+MANY = [f"{p} Think of {w}." for p in PROMPTS for w in ("it", "them", "rain", "snow")]
+
+
+def _next_all(b: HFBackend, prompts: list[str]) -> list[Any]:
+    async def go() -> list[Any]:
+        try:
+            return list(await asyncio.gather(*[b.next_token(p, ["yes", "no"]) for p in prompts]))
+        finally:
+            await b.aclose()
+
+    return asyncio.run(go())
+
+
+def test_batch_size_grows_back_after_a_transient_out_of_memory(
+    tiny: tuple[Any, Any, Any],
+) -> None:
+    ref = _next_all(_backend(tiny, 1), MANY)
+    wrapped = _OOMTimes(tiny[0], limit=8, times=1)
+    b = _backend(tiny, 16, model=wrapped, prefix=False)
+    b.grow_after = 2
+    got = _next_all(b, MANY)
+    st = b.stats()
+    # 16 fails once -> 8, two full batches of 8 -> 12, two of 12 -> 16.
+    assert st["oom_backoffs"] == 1 and st["batch_regrowths"] == 2
+    assert b.batch_size == 16 and wrapped.sizes[:4] == [16, 8, 8, 12]
+    for a, c in zip(ref, got, strict=True):
+        assert c.probs == pytest.approx(a.probs, abs=1e-5)
+
+
+def test_regrowth_slows_down_when_the_larger_batch_fails_again(
+    tiny: tuple[Any, Any, Any],
+) -> None:
+    ref = _next_all(_backend(tiny, 1), MANY)
+    wrapped = _OOMAbove(tiny[0], limit=5)
+    b = _backend(tiny, 16, model=wrapped, prefix=False)
+    b.grow_after = 2
+    got = _next_all(b, MANY)
+    # 16 -> 8 -> 4 (fits), grows to 6 after two full batches, fails, back to 3: wait longer.
+    assert wrapped.sizes[:6] == [16, 8, 4, 4, 6, 3]
+    assert b.grow_after >= 4 and b.stats()["oom_backoffs"] >= 3
+    for a, c in zip(ref, got, strict=True):
+        assert c.probs == pytest.approx(a.probs, abs=1e-5)

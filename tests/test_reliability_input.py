@@ -445,10 +445,6 @@ def test_cli_stores_hostile_text_literally(tmp_path: Path) -> None:
     assert [r[0].encode() for r in prompts] == [t.encode() for t in texts]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a bad conversion ({text!z}) passes load_suite and fails at render time",
-)
 def test_bad_template_conversion_is_rejected_at_load(tmp_path: Path) -> None:
     (tmp_path / "items.jsonl").write_text('{"id": 1, "text": "t"}\n')
     (tmp_path / "suite.yaml").write_text(
