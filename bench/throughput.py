@@ -161,12 +161,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
     import transformers
-    from llmscope.data.suites import load_suite
-    from llmscope.engine.hf_backend import HFBackend, load_model
-    from llmscope.engine.models import parse_model
     from lm_eval.models.huggingface import HFLM
 
     from bench.mc_items import mc_items
+    from llmscope.data.suites import load_suite
+    from llmscope.engine.hf_backend import HFBackend, load_model
+    from llmscope.engine.models import parse_model
 
     if args.threads:
         torch.set_num_threads(args.threads)

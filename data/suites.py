@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from llmscope.engine.types import Item, Work
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "suites"
@@ -441,7 +442,7 @@ def read_items(suite: Suite) -> list[Item]:
                 continue
             if len(row) != len(header):
                 raise SuiteError(f"expected {len(header)} columns, found {len(row)}", path, n)
-            items.append(_make_item(suite, dict(zip(header, row)), path, n))
+            items.append(_make_item(suite, dict(zip(header, row, strict=False)), path, n))
     else:
         raise SuiteError("items must be a .jsonl or .csv file", path)
     return items

@@ -33,6 +33,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import openai
+
 from llmscope.engine.answers import match_answer
 from llmscope.engine.backend import Backend, BackendError, GenParams
 from llmscope.engine.retry import RetryPolicy, parse_retry_after

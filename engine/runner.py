@@ -17,14 +17,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import llmscope
 from llmscope.data.suites import Suite
 from llmscope.engine.backend import Backend, BackendError
 from llmscope.engine.progress import NullReporter, Progress, Reporter
 from llmscope.engine.tasks import Task, get_task
 from llmscope.engine.types import Result, Work
 from llmscope.store.db import Store
-
-import llmscope
 
 FLUSH_EVERY_S = 1.0
 FLUSH_ROWS = 512

@@ -145,7 +145,7 @@ class SchemaTooNew(StoreError):
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
 def _explain(e: Exception, path: str, action: str) -> StoreError:

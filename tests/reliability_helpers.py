@@ -176,7 +176,7 @@ def result_rows(db: Path) -> list[dict[str, Any]]:
             "SELECT run_id, item_id, variant, p_yes, p_no, other, option_scores, error FROM results"
         )
         cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, r)) for r in cur.fetchall()]
+        return [dict(zip(cols, r, strict=False)) for r in cur.fetchall()]
     finally:
         con.close()
 

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+
 from llmscope.analysis.calibration import (
     brier,
     brier_binary,

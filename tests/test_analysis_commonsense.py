@@ -5,6 +5,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+
 from llmscope.analysis import commonsense as cs
 from llmscope.analysis.intervals import wilson_interval
 

@@ -4,8 +4,9 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from llmscope.analysis.compare import compare_runs, mcnemar
 from scipy import stats
+
+from llmscope.analysis.compare import compare_runs, mcnemar
 
 
 def test_mcnemar_exact_by_hand():

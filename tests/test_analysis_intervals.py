@@ -4,6 +4,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+
 from llmscope.analysis.intervals import (
     accuracy_ci,
     accuracy_table,

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from llmscope.analysis import probeval as pe
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"

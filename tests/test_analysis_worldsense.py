@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
 from llmscope.analysis import worldsense as ws
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"

@@ -1,6 +1,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+
 from llmscope.analysis.intervals import wilson_interval
 from llmscope.analysis.yesno import other_histogram, yesno_frame, yesno_summary
 

@@ -16,8 +16,9 @@ import pytest
 torch = pytest.importorskip("torch")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from llmscope.engine.hf_backend import HFBackend  # noqa: E402
 from tinymodel import make_tiny_model, tiny_spec  # noqa: E402
+
+from llmscope.engine.hf_backend import HFBackend  # noqa: E402
 
 PROMPTS = [
     f"Is a {a} bigger than a {b}?"

@@ -6,10 +6,11 @@ import asyncio
 import math
 
 import pytest
+from test_methods_fakes import TableBackend
+
 from llmscope.engine.tasks.base import TASKS
 from llmscope.engine.tasks.choice import ChoiceTask
 from llmscope.engine.types import Item, Work
-from test_methods_fakes import TableBackend
 
 TPL = "Q: {question}\nA:"
 

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+
 from llmscope.engine.choice_math import (
     calibrate,
     content_free_probs,

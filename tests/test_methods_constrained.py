@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
+from test_methods_fakes import TableBackend
+
 from llmscope.engine.tasks.constrained import ConstrainedTask, clean_response, match_allowed
 from llmscope.engine.types import Item, Work
-from test_methods_fakes import TableBackend
 
 OPTS = ["TRUE", "FALSE"]
 P = "Is it so? Answer TRUE or FALSE."

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from test_methods_fakes import TableBackend
+
 from llmscope.engine.tasks.generation import GenerationTask, gold_answers
 from llmscope.engine.types import Item, Work
-from test_methods_fakes import TableBackend
 
 
 def work(prompt="Q?", gold="12.25", answers=None):

@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
+from test_methods_fakes import TableBackend
+
 from llmscope.engine.tasks.minpairs import MinPairsTask, align_tokens, token_char_spans
 from llmscope.engine.types import Item, Work
-from test_methods_fakes import TableBackend
 
 GOOD = "The dog runs."
 BAD = "The dog run."

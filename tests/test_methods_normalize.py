@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from llmscope.engine.normalize import (
     apply_stop,
     canonical_numbers,

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from test_methods_fakes import TableBackend
+
 from llmscope.engine.tasks.rating import RatingTask, label_values
 from llmscope.engine.types import Item, Work
-from test_methods_fakes import TableBackend
 
 
 def work(gold, prompt="Rate: water is wet."):

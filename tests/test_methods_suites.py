@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 
 import pytest
+
 from llmscope.data.suites import load_suite
 from llmscope.engine.normalize import normalise
 from llmscope.engine.tasks import get_task

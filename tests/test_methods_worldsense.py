@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from llmscope.data.suites import SuiteError
 from llmscope.data.worldsense import load_worldsense, load_worldsense_suite, suite_spec
 

@@ -12,6 +12,8 @@ from contextlib import asynccontextmanager
 
 import oai_fixtures
 import pytest
+from oai_fixtures import CANARY_KEY, OAIServer
+
 from llmscope.engine.backend import BackendError, GenParams
 from llmscope.engine.openai_backend import (
     REASONING_SUFFIX,
@@ -19,7 +21,6 @@ from llmscope.engine.openai_backend import (
     apply_topk_rule,
     is_reasoning_model,
 )
-from oai_fixtures import CANARY_KEY, OAIServer
 
 E = math.exp
 

@@ -11,9 +11,10 @@ import math
 from collections.abc import Iterator
 
 import pytest
+from oai_fixtures import OAIServer, start_server, stop_server
+
 from llmscope.engine.backend import GenParams
 from llmscope.engine.openai_backend import OpenAIBackend
-from oai_fixtures import OAIServer, start_server, stop_server
 
 pytestmark = pytest.mark.reliability
 

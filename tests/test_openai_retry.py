@@ -13,10 +13,11 @@ from email.utils import formatdate
 
 import oai_fixtures
 import pytest
+from oai_fixtures import OAIServer, start_server, stop_server
+
 from llmscope.engine.backend import BackendError
 from llmscope.engine.openai_backend import OpenAIBackend
 from llmscope.engine.retry import RetryPolicy, parse_retry_after
-from oai_fixtures import OAIServer, start_server, stop_server
 
 YES_NO = ["yes", "no"]
 TOP = [["Yes", -0.1], ["No", -2.5]]

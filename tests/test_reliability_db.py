@@ -21,7 +21,6 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from llmscope.store.db import SCHEMA_VERSION, Store
 from oai_fixtures import OAIServer, start_server, stop_server
 from reliability_helpers import (
     assert_clean_error,
@@ -31,6 +30,8 @@ from reliability_helpers import (
     snapshot,
     write_yesno_suite,
 )
+
+from llmscope.store.db import SCHEMA_VERSION, Store
 
 pytestmark = pytest.mark.reliability
 

@@ -20,10 +20,11 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from llmscope.data.suites import SuiteError, load_suite
-from llmscope.store.db import Store
 from oai_fixtures import start_server, stop_server
 from reliability_helpers import assert_clean_error, cli, cli_env, record
+
+from llmscope.data.suites import SuiteError, load_suite
+from llmscope.store.db import Store
 
 pytestmark = pytest.mark.reliability
 

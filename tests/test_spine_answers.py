@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 from llmscope.engine.answers import answer_ids, match_answer
-
 from tests.conftest import shared_path
 
 

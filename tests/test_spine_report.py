@@ -9,10 +9,10 @@ import subprocess
 import sys
 
 import pytest
-from llmscope.engine.types import Item, Result
-from llmscope.store.db import Store
 
+from llmscope.engine.types import Item, Result
 from llmscope.report import build_report
+from llmscope.store.db import Store
 from tests.conftest import shared_path
 
 

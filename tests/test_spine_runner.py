@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+
 from llmscope.data.suites import load_suite
 from llmscope.engine.progress import NullReporter, Progress
 from llmscope.engine.runner import Runner, RunPlan
 from llmscope.store.db import Store
-
 from tests.tinymodel import make_tiny_model, tiny_spec
 
 

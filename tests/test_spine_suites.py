@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from llmscope.data.suites import SuiteError, load_suite
 
+from llmscope.data.suites import SuiteError, load_suite
 from tests.conftest import shared_path
 
 

@@ -6,10 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from llmscope.store.db import Store
-from llmscope.tui.app import LlmscopeApp
-from llmscope.tui.screens import CompareScreen, DashboardScreen, HelpScreen, HomeScreen, ItemScreen
-from llmscope.tui.widgets import ItemList
 from test_tui_fixtures import (
     TRICKY,
     add_suite,
@@ -23,6 +19,11 @@ from test_tui_fixtures import (
     wait_until,
 )
 from textual.widgets import DataTable
+
+from llmscope.store.db import Store
+from llmscope.tui.app import LlmscopeApp
+from llmscope.tui.screens import CompareScreen, DashboardScreen, HelpScreen, HomeScreen, ItemScreen
+from llmscope.tui.widgets import ItemList
 
 
 @pytest.fixture

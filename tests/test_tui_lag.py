@@ -10,11 +10,12 @@ import threading
 import time
 from pathlib import Path
 
+from test_tui_fixtures import add_suite, create_run, screen_text, settle, toy_result, wait_until
+
 from llmscope.store.db import Store
 from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import DashboardScreen
 from llmscope.tui.widgets import ItemList
-from test_tui_fixtures import add_suite, create_run, screen_text, settle, toy_result, wait_until
 
 N = 10_000
 BATCH = 250

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmscope.store.db import Store
-from llmscope.tui.app import LlmscopeApp
-from llmscope.tui.screens import DashboardScreen, HomeScreen
 from oai_fixtures import oai, oai_server  # noqa: F401
 from test_tui_fixtures import screen_text, settle, wait_until
 from textual.widgets import Input
+
+from llmscope.store.db import Store
+from llmscope.tui.app import LlmscopeApp
+from llmscope.tui.screens import DashboardScreen, HomeScreen
 
 
 async def test_start_run_from_form(tmp_path: Path, oai) -> None:  # noqa: F811

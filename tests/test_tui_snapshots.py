@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from llmscope.tui.app import LlmscopeApp
 from test_tui_fixtures import make_db, settle
+
+from llmscope.tui.app import LlmscopeApp
 
 SIZE = (120, 40)
 

@@ -9,9 +9,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from test_tui_fixtures import make_db, screen_text, settle, wait_until
+
 from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import DashboardScreen, HomeScreen
-from test_tui_fixtures import make_db, screen_text, settle, wait_until
 
 WRITER = textwrap.dedent(
     """

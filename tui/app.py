@@ -37,11 +37,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from llmscope.tui.model import StoreHandle
 from textual.app import App
 from textual.binding import Binding
 from textual.message import Message
 from textual.worker import Worker, WorkerState
+
+from llmscope.tui.model import StoreHandle
 
 
 class TuiReporter:
@@ -203,11 +204,10 @@ class LlmscopeApp(App[int]):
         t.start()
 
     def _run_thread(self, params: dict[str, Any], handle: InProcessRun) -> None:
+        from llmscope.cli import make_backend
         from llmscope.data.suites import load_suite
         from llmscope.engine.progress import MultiReporter
         from llmscope.engine.runner import RunInterrupted, Runner, RunPlan
-
-        from llmscope.cli import make_backend
         from llmscope.live import LiveWriter
 
         try:

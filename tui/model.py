@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from llmscope.store.db import Store, StoreError
 
 from llmscope.live import ResultTail, live_dir, read_live
+from llmscope.store.db import Store, StoreError
 
 LIGHT_COLS = [
     "item_id",

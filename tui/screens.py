@@ -8,6 +8,18 @@ import shlex
 from typing import Any
 
 import pandas as pd
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Button, DataTable, Footer, Header, Input, Label, ProgressBar, Static
+from textual.worker import Worker
+
 from llmscope.store.db import StoreError
 from llmscope.tui.model import (
     LiveFeed,
@@ -33,17 +45,6 @@ from llmscope.tui.widgets import (
     fmt,
     literal,
 )
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
-from textual import work
-from textual.app import ComposeResult
-from textual.binding import Binding
-from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
-from textual.message import Message
-from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, DataTable, Footer, Header, Input, Label, ProgressBar, Static
-from textual.worker import Worker
 
 
 def _fmt_time(v: Any) -> str:
