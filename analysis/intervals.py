@@ -207,6 +207,11 @@ def accuracy_ci(
         return Interval(p, lo, hi, n, n if g is None else G, "wilson", n_missing)
     if method == "cluster":
         _, lo, hi = cluster_robust_interval(y, m, level)
+        if hi - lo < 1e-12:
+            # Every cluster has the same mean (e.g. a model that always gives the same answer
+            # to each WorldSense tuple): the sandwich variance is 0, which is not certainty.
+            lo, hi = wilson_interval(p * G, G, level)
+            return Interval(p, lo, hi, n, G, "wilson-clusters", n_missing)
         return Interval(p, lo, hi, n, G, "cluster-t", n_missing)
     if method == "bootstrap":
         lo, hi = _boot_ratio(y, m, n_boot, seed, level)

@@ -230,8 +230,9 @@ def _read_spec(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark else None
-        if line is None and isinstance(getattr(e, "position", None), int):
-            line = text[: e.position].count("\n") + 1  # reader errors (control characters) give a position
+        pos = getattr(e, "position", None)
+        if line is None and isinstance(pos, int):
+            line = text[:pos].count("\n") + 1  # reader errors (control characters) give a position
         raise SuiteError(f"invalid YAML: {getattr(e, 'problem', None) or getattr(e, 'reason', e)}", path, line) from e
     if not isinstance(data, dict):
         raise SuiteError("the spec must be a mapping of keys to values", path)

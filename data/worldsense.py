@@ -11,12 +11,14 @@ from __future__ import annotations
 import bz2
 import gzip
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from llmscope.data.suites import Suite, SuiteError
 from llmscope.engine.types import Item
 
+_loads: Callable[[str | bytes], Any]
 try:  # a faster parser when the environment has one; stdlib json is fast enough
     import orjson
 

@@ -64,7 +64,7 @@ def content_free_probs(cf_logprobs: Sequence[Sequence[float]]) -> np.ndarray:
     return np.mean([softmax(r) for r in rows], axis=0)
 
 
-def calibrate(raw: Sequence[float], p_cf: Sequence[float]) -> np.ndarray:
+def calibrate(raw: Sequence[float] | np.ndarray, p_cf: Sequence[float] | np.ndarray) -> np.ndarray:
     """Contextual calibration: normalise(diag(p_cf)^-1 · softmax(raw))."""
     p = softmax(raw)
     q = np.asarray(p_cf, dtype=np.float64)

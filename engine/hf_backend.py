@@ -1,13 +1,15 @@
 """Local Hugging Face models (transformers/torch) behind one batching thread.
 
-Async callers submit jobs; a single worker thread drains the queue, groups jobs
-of one kind, sorts them by token length (little padding), runs left-padded
-batches with explicit position ids, and resolves the callers' futures. Logits
-are computed only at the positions that are read (`logits_to_keep`, or the head
-applied to the selected hidden states) and softmaxed in fp32. A token prefix
-shared by a whole batch (chat system prompt, instructions, few-shot examples) is
-run once and its KV cache reused across batches (`LLMSCOPE_PREFIX_CACHE=0` turns
-this off); padding sits between prefix and suffix and is masked, positions count
+Async callers submit calls; a tokenising thread renders and tokenises them ahead of
+the model, and a single worker thread drains the jobs, groups them by kind, sorts
+them by token length (little padding), runs left-padded batches with explicit
+position ids, and resolves the callers' futures. Logits are computed only at the
+positions that are read (`logits_to_keep`, or the head applied to the selected
+hidden states) and softmaxed in fp32. A token prefix shared by a whole batch (chat
+system prompt, instructions, few-shot examples) is run once and its KV cache reused
+across batches; the options of one context (an item's choices) are scored on top of
+that context's KV cache, so the context runs once (`LLMSCOPE_PREFIX_CACHE=0` turns
+both off). Padding sits between cached and new tokens and is masked; positions count
 real tokens only.
 """
 

@@ -20,6 +20,7 @@ raise `BackendError` (after the parameter adaptations in `_adapt`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 import logging
@@ -672,7 +673,7 @@ class OpenAIBackend(Backend):
         if missing > 0:
             results = await asyncio.gather(
                 *(
-                    self._adaptive(endpoint, lambda i=i: make(1, len(out) + i))
+                    self._adaptive(endpoint, functools.partial(make, 1, len(out) + i))
                     for i in range(missing)
                 )
             )

@@ -259,7 +259,8 @@ class Runner:
         n_done, n_err = self.store.count_results(self.run_id)
         prog.done, prog.errors = n_done, n_err  # what is actually stored
         meta = self.store.get_run(self.run_id) or {}
-        m = dict(meta.get("meta") if isinstance(meta.get("meta"), dict) else {})
+        old_meta = meta.get("meta")
+        m: dict[str, Any] = dict(old_meta) if isinstance(old_meta, dict) else {}
         m["backend_stats"] = self.backend.stats()
         m["last_session"] = {"seconds": round(prog.elapsed_s, 3), "items": prog.done - prog.skipped,
                              "items_per_s": prog.items_per_s, "tokens_per_s": prog.tokens_per_s}

@@ -191,8 +191,8 @@ def cmd_suites(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
     else:
         for r in rows:
-            n = "-" if r["items"] is None else str(r["items"])
-            print(f"{r['name']:<22} {r['task']:<12} {n:>7}  {r['description'][:70]}")
+            n_txt = "-" if r["items"] is None else str(r["items"])
+            print(f"{r['name']:<22} {r['task']:<12} {n_txt:>7}  {r['description'][:70]}")
     return 0
 
 

@@ -173,6 +173,7 @@ def import_results(store: Store, files: list[Path], suite_path: str | None = Non
                 probs, other, text_answer = _response_probs(rec.get("response"), p, n)
                 if rec.get("prompt") is not None and rec["prompt"] != w.prompt:
                     mismatched += 1
+                pred: str | None
                 if probs is not None:
                     pred = "yes" if probs["yes"] > probs["no"] else "no"
                     mass = probs["yes"] + probs["no"]

@@ -122,7 +122,7 @@ class LiveWriter:
 def read_live(db: str | Path) -> list[dict[str, Any]]:
     """Snapshots of every run published beside a database (newest first)."""
     base = live_dir(db)
-    out = []
+    out: list[dict[str, Any]] = []
     if not base.is_dir():
         return out
     for d in base.iterdir():

@@ -177,9 +177,28 @@ def build_report(store: Store, run: dict[str, Any], by: list[str] | None = None)
         rows += commonsense_rows_for(df, run)
     if run.get("task") in CALIBRATED_TASKS:
         rows += calibration_rows(df, run)
-    if run.get("task") == "generation" and "f.clusters" in df:
-        rows += probeval_rows(store, run)
+    if run.get("task") == "generation":
+        rows += generation_rows(df, run)
+        if "f.clusters" in df:
+            rows += probeval_rows(store, run)
     rows.append(_row(run, {}, "errors", float(df["error"].notna().sum()), None, len(df)))
+    return rows
+
+
+def generation_rows(df: pd.DataFrame, run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Token-F1 of the first sample, and exact match / F1 averaged over samples when sampled."""
+    ok = df[df["error"].isna() & df["extra"].notna()]
+    if ok.empty:
+        return []
+    extras = ok["extra"].map(json.loads)
+    clusters = ok["item_id"].astype(str).to_numpy()
+    rows = []
+    for key, metric in (("f1", "token_f1"), ("em_majority", "em_majority"), ("em_mean", "em_mean"),
+                        ("f1_mean", "token_f1_mean")):
+        vals = np.array([float(e[key]) if e.get(key) is not None else np.nan for e in extras])
+        if np.isfinite(vals).any() and not (key != "f1" and all(len(e.get("samples") or []) <= 1 for e in extras)):
+            iv = accuracy_ci(vals, clusters)
+            rows.append(_row(run, {}, metric, iv.mean, None if math.isnan(iv.lo) else [iv.lo, iv.hi], iv.n))
     return rows
 
 
@@ -336,8 +355,8 @@ def worldsense_reports(store: Store, runs: list[dict[str, Any]]) -> tuple[list[d
     rows = []
     by_model = {str(r.get("model")): r for r in ws}
     for row in report_rows(rep, "worldsense"):
-        run = by_model.get(row["model"])
-        row["run"] = run["run_id"] if run else row["run"]
+        ws_run = by_model.get(row["model"])
+        row["run"] = ws_run["run_id"] if ws_run else row["run"]
         row["suite"] = "worldsense"
         rows.append(row)
     text = ["", "WorldSense (the authors' analysis: tuple-weighted, rebalanced; mean (ci95), accuracy in %)"]

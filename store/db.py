@@ -581,4 +581,4 @@ def _row(df: pd.DataFrame) -> dict[str, Any]:
                 rec[k] = json.loads(rec[k])
             except json.JSONDecodeError:
                 pass
-    return {k: (None if (isinstance(v, float) and math.isnan(v)) or v is pd.NaT else v) for k, v in rec.items()}
+    return {str(k): (None if (isinstance(v, float) and math.isnan(v)) or v is pd.NaT else v) for k, v in rec.items()}

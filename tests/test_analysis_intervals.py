@@ -163,3 +163,12 @@ def test_accuracy_table_and_metric_rows_are_json():
     json.dumps(rows)
     r = metric_row("r", "m", "x", float("nan"), None, None)
     assert r["value"] is None and r["ci95"] is None and r["group"] == {}
+
+
+def test_identical_cluster_means_do_not_give_a_zero_width_interval():
+    # 40 tuples of two trials, exactly one right in each: the sandwich variance is 0
+    y = np.tile([1.0, 0.0], 40)
+    g = np.repeat(np.arange(40), 2)
+    iv = accuracy_ci(y, g)
+    assert iv.mean == 0.5 and iv.method == "wilson-clusters"
+    assert (iv.lo, iv.hi) == pytest.approx(hand_wilson(20, 40))

@@ -377,3 +377,39 @@ def test_regrowth_slows_down_when_the_larger_batch_fails_again(
     assert b.grow_after >= 4 and b.stats()["oom_backoffs"] >= 3
     for a, c in zip(ref, got, strict=True):
         assert c.probs == pytest.approx(a.probs, abs=1e-5)
+
+
+def test_sliding_window_cache_falls_back_to_one_row_per_option(
+    tiny: tuple[Any, Any, Any],
+) -> None:
+    from transformers import MistralConfig, MistralForCausalLM
+
+    _, tok, spec = tiny
+    cfg = MistralConfig(
+        vocab_size=len(tok) + (-len(tok)) % 64,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        sliding_window=4096,
+        pad_token_id=tok.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        model = MistralForCausalLM(cfg).float().eval()
+    reqs = [(MC_CTX, o) for o in MC_OPTS]
+    expected = [_direct_loglik(model, tok, c, x) for c, x in reqs]
+    b = HFBackend(spec, model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=8)
+
+    async def go() -> list[Any]:
+        try:
+            return await b.loglik(reqs)
+        finally:
+            await b.aclose()
+
+    out = asyncio.run(go())
+    # Sliding-window layers cannot be gathered per row: both caches switch themselves off.
+    assert b.context_cache is False and b.prefix_cache is False
+    for got, exp in zip(out, expected, strict=True):
+        assert got.token_logprobs == pytest.approx(exp, abs=1e-5)

@@ -105,7 +105,10 @@ def _assert_same_numbers(
             mine, theirs = json.loads(r["option_scores"]), json.loads(b["option_scores"])
             assert mine.keys() == theirs.keys()
             for opt in theirs:
-                assert mine[opt]["logprob"] == pytest.approx(theirs[opt]["logprob"], abs=TOL)
+                # A summed log-likelihood of magnitude ~20 carries fp32 rounding of ~2e-6 that
+                # depends on how a resumed run's batches (and shared prefixes) fall; 1e-6
+                # relative is the fp32 precision of the sum, the probabilities stay at 1e-6 absolute.
+                assert mine[opt]["logprob"] == pytest.approx(theirs[opt]["logprob"], rel=TOL, abs=TOL)
 
 
 def _assert_unique(rows: list[dict[str, Any]]) -> None:

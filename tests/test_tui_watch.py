@@ -108,7 +108,7 @@ async def test_tui_on_locked_db_falls_back_to_watching(writer) -> None:
     app = LlmscopeApp(db)  # `llmscope` wants to write, but another process holds the file
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        assert app.watch
+        assert app.watch_mode
         text = screen_text(app)
         assert "in use by another process" in text or "showing the live channel" in text
         assert "run-w" in text

@@ -153,7 +153,8 @@ class LlmscopeApp(App[int]):
         super().__init__()
         self.db_path = str(db)
         self.initial_run = run
-        self.watch = watch
+        # Not `self.watch`: that would shadow Textual's `DOMNode.watch` method.
+        self.watch_mode = watch
         self.refresh_s = refresh_s
         self.handle = StoreHandle(self.db_path, read_only=watch, persistent=not watch)
         self.running: dict[str, InProcessRun] = {}
@@ -164,7 +165,7 @@ class LlmscopeApp(App[int]):
     def switch_to_watch(self, reason: str) -> None:
         """The file is held by another process: read it only via the live channel / read-only."""
         self.handle.close()
-        self.watch = True
+        self.watch_mode = True
         self.handle = StoreHandle(self.db_path, read_only=True, persistent=False)
         self.notice = reason
         self.sub_title = self.db_path + "  (watching)"
@@ -188,7 +189,7 @@ class LlmscopeApp(App[int]):
     # -- in-process runs --------------------------------------------------------------------
     def start_run(self, params: dict[str, Any]) -> None:
         """Start a run in this process without blocking the interface."""
-        if self.watch:
+        if self.watch_mode:
             self.notify(
                 "this window only watches; start runs from `llmscope` on a free database",
                 severity="warning",
@@ -248,9 +249,8 @@ class LlmscopeApp(App[int]):
             self.post_message(RunFailed(f"{type(e).__name__}: {e}"))
 
     def on_run_started(self, msg: RunStarted) -> None:
-        self.running[msg.run_id] = self._starting.pop(id(msg.reporter), None) or InProcessRun(
-            msg.reporter
-        )
+        started = self._starting.pop(id(msg.reporter), None)
+        self.running[msg.run_id] = started if started is not None else InProcessRun(msg.reporter)
         self.notify(f"run {msg.run_id} started")
         from llmscope.tui.screens import DashboardScreen, HomeScreen
 

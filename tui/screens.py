@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pandas as pd
 from rich.console import Group
@@ -46,6 +46,9 @@ from llmscope.tui.widgets import (
     literal,
 )
 
+if TYPE_CHECKING:
+    from llmscope.tui.app import LlmscopeApp
+
 
 def _fmt_time(v: Any) -> str:
     if v is None or v is pd.NaT:
@@ -70,11 +73,17 @@ def _set(widget: Static, renderable: Any, sig: str) -> None:
         widget.update(renderable)
 
 
-class BaseScreen(Screen):
+class BaseScreen(Screen[None]):
     """Worker state changes don't bubble: every screen hands them to the app's one handler."""
 
+    @property
+    def llm_app(self) -> LlmscopeApp:
+        """`self.app`, typed as the llmscope app so its attributes are checked."""
+        # Screens are only ever pushed by LlmscopeApp; the import stays lazy (app imports us).
+        return cast("LlmscopeApp", self.app)
+
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        self.app.on_worker_state_changed(event)
+        self.llm_app.on_worker_state_changed(event)
 
 
 # =============================================================================================
@@ -155,13 +164,13 @@ class HomeScreen(BaseScreen):
             inp.cursor_blink = False
         self.reload()
         self.load_suites()
-        self.set_interval(self.app.refresh_s * 2, self._tick)
+        self.set_interval(self.llm_app.refresh_s * 2, self._tick)
 
     def _tick(self) -> None:
         # Only refresh while something is running: finished lists don't change by themselves.
         if (
             any(r.get("live") or str(r.get("status", "")).startswith("running") for r in self.rows)
-            or self.app.running
+            or self.llm_app.running
         ):
             self.reload()
 
@@ -173,10 +182,10 @@ class HomeScreen(BaseScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="home-runs")
     def load_runs(self) -> None:
-        app = self.app
+        app = self.llm_app
         notice = app.notice
         rows: list[dict[str, Any]] = []
-        if app.watch and active_live_runs(app.db_path):
+        if app.watch_mode and active_live_runs(app.db_path):
             rows = live_runs(app.db_path)
             notice = (
                 "a run is writing this database: showing the live channel; "
@@ -189,7 +198,7 @@ class HomeScreen(BaseScreen):
             except StoreError as e:
                 if not is_lock_error(e):
                     raise
-                if not app.watch:
+                if not app.watch_mode:
                     app.switch_to_watch(
                         f"{app.db_path} is in use by another process; watching it "
                         "through the live channel (read-only)"
@@ -216,9 +225,9 @@ class HomeScreen(BaseScreen):
         _set(self.query_one("#notice", Static), literal(msg.notice, "yellow"), msg.notice)
         self.query_one("#notice").display = bool(msg.notice)
         self._fill_runs()
-        if self.app.initial_run and not self._opened_initial:
+        if self.llm_app.initial_run and not self._opened_initial:
             self._opened_initial = True
-            want = self.app.initial_run
+            want = self.llm_app.initial_run
             ids = [str(r["run_id"]) for r in self.rows]
             if want == "last" and ids:
                 match = [ids[-1] if not self.rows[0].get("live") else ids[0]]
@@ -284,7 +293,7 @@ class HomeScreen(BaseScreen):
         if len(ids) < 2:
             self.notify("mark two or more runs with Space, then press c", severity="warning")
             return
-        if self.app.watch and active_live_runs(self.app.db_path):
+        if self.llm_app.watch_mode and active_live_runs(self.llm_app.db_path):
             self.notify(
                 "compare needs the database, which a live run holds; try again when it ends",
                 severity="warning",
@@ -379,7 +388,7 @@ class HomeScreen(BaseScreen):
             self.notify(str(e), severity="error")
             return
         self.notify(f"starting {params['suite']} with {params['model'] or 'the default model'} ...")
-        self.app.start_run(params)
+        self.llm_app.start_run(params)
 
 
 # =============================================================================================
@@ -458,7 +467,7 @@ class DashboardScreen(BaseScreen):
             Text("no human judgements in this suite", style="dim")
         )
         self.load(initial=True)
-        self.set_interval(self.app.refresh_s, self._tick)
+        self.set_interval(self.llm_app.refresh_s, self._tick)
         self.query_one(ItemList).focus()
 
     def _tick(self) -> None:
@@ -472,15 +481,15 @@ class DashboardScreen(BaseScreen):
     def _is_active(self, run: dict[str, Any]) -> bool:
         if self.source == "live":
             return True
-        h = self.app.running.get(self.run_id)
+        h = self.llm_app.running.get(self.run_id)
         if h is not None and not h.reporter.ended:
             return True
         return str(run.get("status") or "").startswith("running")
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="dash")
     def load(self, initial: bool) -> None:
-        app = self.app
-        if initial and app.watch and self.run_id not in app.running:
+        app = self.llm_app
+        if initial and app.watch_mode and self.run_id not in app.running:
             feed = LiveFeed(app.db_path, self.run_id)
             snap = feed.progress()
             if snap is not None and not snap["ended"]:
@@ -516,10 +525,10 @@ class DashboardScreen(BaseScreen):
         self.post_message(DashData(run, progress, snap_, self.source))
 
     def _load_db(self, initial: bool) -> None:
-        with self.app.handle.use() as store:
+        with self.llm_app.handle.use() as store:
             run = store.get_run(self.run_id) or store.find_run(self.run_id)
             if run is None:
-                raise StoreError(f"no run {self.run_id!r} in {self.app.db_path}")
+                raise StoreError(f"no run {self.run_id!r} in {self.llm_app.db_path}")
             self.run = run
             if initial:
                 self.run_id = str(run["run_id"])
@@ -542,8 +551,8 @@ class DashboardScreen(BaseScreen):
         self, run: dict[str, Any], p: dict[str, Any] | None, snap: Snapshot, source: str
     ) -> None:
         total = int((p or {}).get("total") or run.get("n_total") or 0)
-        done = int((p or {}).get("done") if p else snap.n)
-        errors = int((p or {}).get("errors") if p else snap.n_errors)
+        done = int(p.get("done") or 0) if p else snap.n
+        errors = int(p.get("errors") or 0) if p else snap.n_errors
         status = (p or {}).get("status") if p else run.get("status")
         t = Text()
         t.append(clean(run.get("model") or "?"), style="bold")
@@ -726,7 +735,7 @@ class DashboardScreen(BaseScreen):
         self.query_one(ItemList).focus()
 
     def action_stop(self) -> None:
-        h = self.app.running.get(self.run_id)
+        h = self.llm_app.running.get(self.run_id)
         if h is None or h.reporter.ended:
             self.notify("this run is not running in this window", severity="warning")
             return
@@ -808,7 +817,7 @@ class ItemScreen(BaseScreen):
         if d is not None and d.source == "live" and d.model is not None:
             out.append({"run_id": self.run_ids[0], **item_detail_live(d.model, self.item_id)})
         else:
-            with self.app.handle.use() as store:
+            with self.llm_app.handle.use() as store:
                 for rid in self.run_ids:
                     out.append({"run_id": rid, **item_detail(store, rid, self.item_id)})
         self.post_message(ItemLoaded(out))
@@ -1001,7 +1010,7 @@ class CompareScreen(BaseScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="compare")
     def load(self) -> None:
-        with self.app.handle.use() as store:
+        with self.llm_app.handle.use() as store:
             data = compare_runs(store, self.run_ids)
         self.post_message(CompareLoaded(data))
 

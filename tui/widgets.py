@@ -332,5 +332,6 @@ class HistPlot(PlotextPlot):
             plt.title(title)
             if hist:
                 labels = [f"{i / 10:.1f}" for i in range(10)]
-                plt.multiple_bar(labels, list(hist.values()), labels=list(hist.keys()))
+                # The bundled stub names this `label`; plotext's multiple_bar takes `labels`.
+                plt.multiple_bar(labels, list(hist.values()), labels=list(hist.keys()))  # type: ignore[call-arg]
             self.refresh()

@@ -98,6 +98,7 @@ class RatingTask(Task):
                     gold_label = next(
                         (lab for lab, v in zip(labels, values, strict=True) if v == gv), None
                     )
+            gold_value: float | None
             if gold_label is not None:
                 res.correct = 1.0 if gold_label == labels[pred] else 0.0
                 gold_value = values[labels.index(gold_label)]

