@@ -8,11 +8,10 @@ against the human clusters (ProbEval, Cheng et al. 2024).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from llmscope.data.suites import Suite, SuiteError, _find_shared, suite_from_spec
+from llmscope.data.suites import Suite, SuiteError, _find_shared, read_jsonl, suite_from_spec
 from llmscope.engine.types import Item
 
 SPEC: dict[str, Any] = {
@@ -31,30 +30,23 @@ SPEC: dict[str, Any] = {
 def load_cfc_items(path: Path) -> list[Item]:
     """Read a targets file; errors name the file, line and field."""
     items = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise SuiteError(f"invalid JSON: {e.msg}", path, n) from e
-            try:
-                qid = str(rec["metadata"]["id"])
-            except (KeyError, TypeError):
-                raise SuiteError("missing metadata.id", path, n, "metadata.id") from None
-            q = rec.get("question")
-            text = (q.get("normalized") or q.get("original")) if isinstance(q, dict) else q
-            if not isinstance(text, str) or not text:
-                raise SuiteError("missing question text", path, n, "question")
-            ans = rec.get("answers") or {}
-            raw = ans.get("raw") or {}
-            if not isinstance(raw, dict):
-                raise SuiteError("answers.raw must map answers to counts", path, n, "answers.raw")
-            clusters = {k: {"count": v.get("count"), "answers": list(v.get("answers", []))}
-                        for k, v in (ans.get("clusters") or {}).items()}
-            fields = {"id": qid, "question": text, "raw": raw, "clusters": clusters}
-            items.append(Item(item_id=qid, fields=fields, text=text, line=n))
+    for n, rec in read_jsonl(path):
+        try:
+            qid = str(rec["metadata"]["id"])
+        except (KeyError, TypeError):
+            raise SuiteError("missing metadata.id", path, n, "metadata.id") from None
+        q = rec.get("question")
+        text = (q.get("normalized") or q.get("original")) if isinstance(q, dict) else q
+        if not isinstance(text, str) or not text:
+            raise SuiteError("missing question text", path, n, "question")
+        ans = rec.get("answers") or {}
+        raw = ans.get("raw") or {}
+        if not isinstance(raw, dict):
+            raise SuiteError("answers.raw must map answers to counts", path, n, "answers.raw")
+        clusters = {k: {"count": v.get("count"), "answers": list(v.get("answers", []))}
+                    for k, v in (ans.get("clusters") or {}).items()}
+        fields = {"id": qid, "question": text, "raw": raw, "clusters": clusters}
+        items.append(Item(item_id=qid, fields=fields, text=text, line=n))
     return items
 
 

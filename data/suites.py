@@ -389,6 +389,35 @@ def _surrogate_field(rec: dict[str, Any]) -> str | None:
     return next((str(k) for k, v in rec.items() if bad(k) or bad(v)), None)
 
 
+def jsonl_records(text: str, path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line of JSON Lines text; SuiteError otherwise."""
+    out = []
+    # JSON Lines are separated by "\n" only; str.splitlines() would also split inside
+    # strings holding U+2028, U+0085, \x1c... (legal raw in JSON written with ensure_ascii=False).
+    for n, line_text in enumerate(text.split("\n"), 1):
+        if not line_text.strip():
+            continue
+        try:
+            rec = json.loads(line_text)
+        except json.JSONDecodeError as e:
+            raise SuiteError(f"invalid JSON: {e.msg} (column {e.colno})", path, n) from e
+        if not isinstance(rec, dict):
+            raise SuiteError(f"each line must be a JSON object, got {type(rec).__name__}", path, n)
+        out.append((n, rec))
+    return out
+
+
+def read_jsonl(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """`jsonl_records` of a UTF-8 file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise SuiteError("not valid UTF-8", path) from e
+    except OSError as e:
+        raise SuiteError(f"cannot read: {e.strerror}", path) from e
+    return jsonl_records(text, path)
+
+
 def read_items(suite: Suite) -> list[Item]:
     """Read a JSONL or CSV items file into validated Items."""
     path = suite.items_path
@@ -404,17 +433,7 @@ def read_items(suite: Suite) -> list[Item]:
         raise SuiteError("not valid UTF-8", path, line) from e
     items: list[Item] = []
     if path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
-        # JSON Lines are separated by "\n" only; str.splitlines() would also split inside
-        # strings holding U+2028, U+0085, \x1c... (legal raw in JSON written with ensure_ascii=False).
-        for n, line_text in enumerate(text.split("\n"), 1):
-            if not line_text.strip():
-                continue
-            try:
-                rec = json.loads(line_text)
-            except json.JSONDecodeError as e:
-                raise SuiteError(f"invalid JSON: {e.msg} (column {e.colno})", path, n) from e
-            if not isinstance(rec, dict):
-                raise SuiteError(f"each line must be a JSON object, got {type(rec).__name__}", path, n)
+        for n, rec in jsonl_records(text, path):
             bad = _surrogate_field(rec)
             if bad is not None:
                 raise SuiteError("lone UTF-16 surrogate escape (\\ud800-\\udfff): not valid Unicode", path, n, bad)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import llmscope
-from llmscope.data.suites import Suite, SuiteError, load_suite
+from llmscope.data.suites import Suite, SuiteError, load_suite, read_jsonl
 from llmscope.engine.answers import match_answer
 from llmscope.engine.types import Result
 from llmscope.store.db import Store
@@ -56,22 +56,6 @@ def _finish(store: Store, run_id: str) -> None:
                      ended_at=dt.datetime.now(dt.UTC).replace(tzinfo=None))
 
 
-def _jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise SuiteError(f"invalid JSON: {e.msg}", path, n) from e
-            if not isinstance(rec, dict):
-                raise SuiteError("each line must be a JSON object", path, n)
-            out.append((n, rec))
-    return out
-
-
 def worldsense_correct(resp: str, gold: str | None) -> float | None:
     """Per-trial accuracy as the WorldSense authors define it (1, 2 → KNOW; 3 → UNKNOWN)."""
     if gold is None:
@@ -94,7 +78,7 @@ def import_worldsense(store: Store, directory: Path) -> list[str]:
     for f in files:
         prompting, model, _ = f.name.split("___")
         run_id = _run_id("worldsense", suite.suite_id, f.name)
-        recs = _jsonl(f)
+        recs = read_jsonl(f)
         if not _create_import_run(store, run_id, suite, model, f, len(items), {"prompting": prompting}):
             msgs.append(f"{f.name}: already imported as run {run_id}")
             continue
@@ -164,7 +148,7 @@ def import_results(store: Store, files: list[Path], suite_path: str | None = Non
                 raise SuiteError("cannot tell the prompt variant (q1/q2/q3) from the file name", p)
             variant = m.group(1)
             batch = []
-            for n, rec in _jsonl(p):
+            for n, rec in read_jsonl(p):
                 if "id" not in rec:
                     raise SuiteError("missing id", p, n, "id")
                 w = work.get((str(rec["id"]), variant))
