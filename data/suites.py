@@ -21,7 +21,7 @@ import yaml
 
 from llmscope.engine.types import Item, Work
 
-BUILTIN_DIR = Path(__file__).resolve().parent / "suites"
+BUILTIN_DIR = Path(__file__).resolve().parent / "builtin"
 TASK_TYPES = ("yesno", "choice", "minpairs", "rating", "constrained", "generation")
 SHARED_DIR_CANDIDATES = ("../shared", "../../shared")
 # Loaders for full third-party corpora: name -> task (read from --suite-path or ../shared).
@@ -479,7 +479,7 @@ def _find_shared() -> Path | None:
 
 
 def builtin_names() -> list[str]:
-    """Names of the suites shipped in data/suites, plus the loaders that need a path."""
+    """Names of the suites shipped in data/builtin, plus the loaders that need a path."""
     names = sorted(p.parent.name for p in BUILTIN_DIR.glob("*/suite.yaml"))
     return names + list(EXTERNAL_SUITES)
 
