@@ -85,7 +85,7 @@ def load_model(spec: ModelSpec, device: str, dtype: str) -> tuple[Any, Any, dict
         rev = getattr(model.config, "_commit_hash", None)
         if rev:
             info["revision"] = rev
-    model.to(device)
+    model.to(device)  # type: ignore[arg-type]  # transformers' stub wants a model; a device string is valid
     model.eval()
     return tok, model, info
 
@@ -102,6 +102,10 @@ def _save_gguf_cache(model: Any, tok: Any, target: Path) -> str | None:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         (tmp / "llmscope-ok").write_text("converted from GGUF by llmscope\n")
+        if (target / "llmscope-ok").is_file():
+            # Another process finished first and may be loading it: keep its copy.
+            shutil.rmtree(tmp, ignore_errors=True)
+            return str(target)
         if target.exists():
             shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)
@@ -860,6 +864,7 @@ class HFBackend(Backend):
             rows = logp1[row1[i], keep1 - n :, :]
             tl[i] = rows.gather(-1, torch.tensor(cont, device=rows.device)[:, None])[:, 0].tolist()
         if second:
+            assert past1 is not None  # the forward returned its cache because `second` is non-empty
             try:
                 past2 = self._gather_rows(past1, [row1[i] for i in second])
             except BackendError as err:

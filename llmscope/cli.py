@@ -71,7 +71,8 @@ def make_backend(model_arg: str | None, args: argparse.Namespace) -> tuple[Any, 
             f"local models need the `hf` extra ({e.name} is missing): pip install 'llmscope[hf]'"
         ) from e
     backend = HFBackend(
-        spec, device=args.device, dtype=args.dtype, batch_size=args.batch_size, sp_prefix=args.sp_prefix
+        spec, device=args.device, dtype=args.dtype, batch_size=args.batch_size, sp_prefix=args.sp_prefix,
+        threads=args.threads,
     )
     ident = {"backend": "hf", "dtype": backend.dtype, "device": backend.device.split(":")[0],
              "sp_prefix": backend.sp_prefix, "add_bos": backend.add_bos}
@@ -349,6 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--batch-size", type=int, default=16)
     r.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda, cuda:1, mps")
     r.add_argument("--dtype", default="auto", help="auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16, float16")
+    r.add_argument("--threads", type=int, default=None,
+                   help="torch threads for a local model on CPU (default: torch's choice; 1 is best on a busy machine)")
     r.add_argument("--sp-prefix", action="store_true",
                    help="append the bare SentencePiece word-boundary piece to chat prompts (LLaMA-2 style models)")
     r.add_argument("--chat", dest="chat", action="store_true", default=None, help="apply the chat template")
