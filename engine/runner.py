@@ -306,16 +306,3 @@ class Runner:
             await fut
         else:
             self._pending_write = asyncio.ensure_future(fut)
-
-
-def run_sync(plan: RunPlan, backend: Backend, store: Store, reporter: Reporter | None = None) -> Progress:
-    """Run a plan to completion from synchronous code (the CLI)."""
-
-    async def _main() -> Progress:
-        runner = Runner(plan, backend, store, reporter)
-        try:
-            return await runner.run()
-        finally:
-            await backend.aclose()
-
-    return asyncio.run(_main())

