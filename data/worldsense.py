@@ -59,7 +59,8 @@ def suite_spec() -> dict[str, Any]:
         "templates": {"default": "{text}"},
         "group_by": ["problemname", "problemsize"],
         "cluster_field": "tuple_ID",
-        "task_options": {"mode": "auto"},
+        # The authors' per-trial accuracy: responses 1 and 2 are both KNOW, 3 is UNKNOWN.
+        "task_options": {"mode": "auto", "equivalent": {"1": "KNOW", "2": "KNOW", "3": "UNKNOWN"}},
     }
 
 

@@ -92,3 +92,23 @@ async def test_fallback_to_generate_when_loglik_fails():
     be2 = TableBackend(gen_table={P: [["TRUE"]]}, kind="hf")
     r2 = await ConstrainedTask({"mode": "generate"}).score(work(gold=None), be2)
     assert r2.extra["mode"] == "generate" and r2.correct is None and r2.prediction == "TRUE"
+
+
+async def test_answer_classes_score_worldsense_style():
+    # WorldSense: responses "1" and "2" are both KNOW, so answering 1 to a gold 2 is right;
+    # "3" (UNKNOWN) is wrong, and an invalid reply ("") stays wrong.
+    opts = ["1", "2", "3"]
+    eq = {"1": "KNOW", "2": "KNOW", "3": "UNKNOWN"}
+
+    def w():
+        return Work(item=Item(item_id="k", fields={}, options=opts), variant="v", prompt=P, gold="2", options=opts)
+
+    for reply, want in (("(1)", 1.0), ("2", 1.0), ("3", 0.0)):
+        be = TableBackend(gen_table={P: [[reply]]})
+        r = await ConstrainedTask({"mode": "generate", "equivalent": eq}).score(w(), be)
+        assert r.correct == want, reply
+        assert r.extra["exact_correct"] == float(r.prediction == "2")
+    retry = P + "\n\nOnly respond with one of these options: [1, 2, 3]"
+    be = TableBackend(gen_table={P: [["maybe"]], retry: [["no idea"]]})
+    r = await ConstrainedTask({"mode": "generate", "equivalent": eq}).score(w(), be)
+    assert r.prediction == "" and r.correct == 0.0

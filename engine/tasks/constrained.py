@@ -90,14 +90,30 @@ class ConstrainedTask(Task):
         mode = self.mode_for(backend)
         if mode == "loglik":
             try:
-                return await self._score_loglik(work, options, backend)
+                res = await self._score_loglik(work, options, backend)
             except BackendError as e:
                 if self.options.get("mode", "auto") == "loglik":
                     raise
                 res = await self._score_generate(work, options, backend)
                 res.extra["loglik_error"] = str(e)
-                return res
-        return await self._score_generate(work, options, backend)
+        else:
+            res = await self._score_generate(work, options, backend)
+        return self._apply_equivalence(res)
+
+    def _apply_equivalence(self, res: Result) -> Result:
+        """Score with the suite's answer classes when it defines them (task option `equivalent`).
+
+        WorldSense counts responses 1 and 2 as the same answer (KNOW): its authors' accuracy
+        compares classes, not strings. An empty (invalid) response stays wrong.
+        """
+        eq = self.options.get("equivalent")
+        if not isinstance(eq, dict) or res.gold is None or res.prediction is None:
+            return res
+        pred, gold = str(res.prediction), str(res.gold)
+        res.extra["exact_correct"] = res.correct
+        res.correct = float(pred != "" and eq.get(pred, pred) == eq.get(gold, gold))
+        res.extra["scored_as"] = {"prediction": eq.get(pred, pred), "gold": eq.get(gold, gold)}
+        return res
 
     async def _score_loglik(self, work: Work, options: list[str], backend: Backend) -> Result:
         chat = bool(self.options.get("chat", False))
