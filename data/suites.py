@@ -13,6 +13,7 @@ import json
 import re
 import string
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -389,9 +390,11 @@ def _surrogate_field(rec: dict[str, Any]) -> str | None:
     return next((str(k) for k, v in rec.items() if bad(k) or bad(v)), None)
 
 
-def jsonl_records(text: str, path: str | Path) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line of JSON Lines text; SuiteError otherwise."""
-    out = []
+def jsonl_records(text: str, path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line of JSON Lines text; SuiteError otherwise.
+
+    A generator, so a caller validating records reports the first defect in file order.
+    """
     # JSON Lines are separated by "\n" only; str.splitlines() would also split inside
     # strings holding U+2028, U+0085, \x1c... (legal raw in JSON written with ensure_ascii=False).
     for n, line_text in enumerate(text.split("\n"), 1):
@@ -403,8 +406,7 @@ def jsonl_records(text: str, path: str | Path) -> list[tuple[int, dict[str, Any]
             raise SuiteError(f"invalid JSON: {e.msg} (column {e.colno})", path, n) from e
         if not isinstance(rec, dict):
             raise SuiteError(f"each line must be a JSON object, got {type(rec).__name__}", path, n)
-        out.append((n, rec))
-    return out
+        yield n, rec
 
 
 def read_jsonl(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
@@ -415,7 +417,7 @@ def read_jsonl(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
         raise SuiteError("not valid UTF-8", path) from e
     except OSError as e:
         raise SuiteError(f"cannot read: {e.strerror}", path) from e
-    return jsonl_records(text, path)
+    return list(jsonl_records(text, path))
 
 
 def read_items(suite: Suite) -> list[Item]:

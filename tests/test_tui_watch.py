@@ -73,6 +73,8 @@ async def test_view_follows_live_run_then_opens_db(writer) -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         assert isinstance(app.screen, HomeScreen)
+        # the run list is read by a worker on the refresh timer: wait for it (bounded)
+        assert await wait_until(pilot, lambda: "running (live)" in screen_text(app))
         text = screen_text(app)
         assert "run-w" in text and "running (live)" in text
         assert "showing the live channel" in text
