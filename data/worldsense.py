@@ -41,6 +41,11 @@ FIELDS = ("problemname", "problemsize", "tuple_ID", "skin", "qskin", "complexity
 TRIALS_NAMES = ("trials.jsonl.bz2", "test_set/trials.jsonl.bz2", "trials.jsonl")
 
 
+# The authors' per-trial accuracy compares answer classes: responses 1 and 2 are both KNOW,
+# 3 is UNKNOWN (TRUE, FALSE, POSSIBLE, IMPOSSIBLE are their own class).
+ANSWER_CLASSES = {"1": "KNOW", "2": "KNOW", "3": "UNKNOWN"}
+
+
 def suite_spec() -> dict[str, Any]:
     """The spec of the built-in `worldsense` suite (items come from `load_worldsense`)."""
     return {
@@ -59,8 +64,7 @@ def suite_spec() -> dict[str, Any]:
         "templates": {"default": "{text}"},
         "group_by": ["problemname", "problemsize"],
         "cluster_field": "tuple_ID",
-        # The authors' per-trial accuracy: responses 1 and 2 are both KNOW, 3 is UNKNOWN.
-        "task_options": {"mode": "auto", "equivalent": {"1": "KNOW", "2": "KNOW", "3": "UNKNOWN"}},
+        "task_options": {"mode": "auto", "equivalent": dict(ANSWER_CLASSES)},
     }
 
 

@@ -101,7 +101,8 @@ class Runner:
         items = suite.items()
         self.store.add_suite(suite.suite_id, suite.name, suite.task, suite.spec, suite.source or "", items)
         desc = self.backend.describe()
-        run_id = self.plan.run_id or self.plan.derive_run_id(desc.get("model_hash"))
+        config_hash = self.plan.derive_run_id(desc.get("model_hash"))
+        run_id = self.plan.run_id or config_hash
         all_work = suite.work(self.plan.limit)
         existing = self.store.get_run(run_id)
         task_desc = self.task.describe()
@@ -126,7 +127,7 @@ class Runner:
                                 "model_arg": self.plan.model_arg, "limit": self.plan.limit},
                     "versions": {"llmscope": llmscope.__version__, **desc.get("versions", {})},
                     "meta": {"backend": desc, "suite": suite.describe()},
-                    "config_hash": self.plan.derive_run_id(desc.get("model_hash")),
+                    "config_hash": config_hash,
                     "n_total": len(all_work),
                     "status": "running",
                 }

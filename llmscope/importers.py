@@ -19,10 +19,9 @@ from typing import Any
 import llmscope
 from llmscope.data.suites import Suite, SuiteError, load_suite, read_jsonl
 from llmscope.engine.answers import match_answer
+from llmscope.engine.tasks.constrained import class_correct
 from llmscope.engine.types import Result
 from llmscope.store.db import Store
-
-WORLDSENSE_KNOW = {"1": "KNOW", "2": "KNOW", "3": "UNKNOWN"}
 
 
 def _run_id(*parts: str) -> str:
@@ -56,15 +55,6 @@ def _finish(store: Store, run_id: str) -> None:
                      ended_at=dt.datetime.now(dt.UTC).replace(tzinfo=None))
 
 
-def worldsense_correct(resp: str, gold: str | None) -> float | None:
-    """Per-trial accuracy as the WorldSense authors define it (1, 2 → KNOW; 3 → UNKNOWN)."""
-    if gold is None:
-        return None
-    if not resp:
-        return 0.0
-    return float(WORLDSENSE_KNOW.get(resp, resp) == WORLDSENSE_KNOW.get(gold, gold))
-
-
 def import_worldsense(store: Store, directory: Path) -> list[str]:
     """Load the WorldSense test set and every results file in `directory/results`."""
     suite = load_suite("worldsense", directory)
@@ -72,6 +62,7 @@ def import_worldsense(store: Store, directory: Path) -> list[str]:
     _store_suite(store, suite)
     msgs = [f"suite {suite.suite_id}: {len(items)} trials"]
     variant = suite.variant_names()[0]
+    classes = dict(suite.task_options.get("equivalent") or {})
     files = sorted((Path(directory) / "results").glob("*___results.jsonl"))
     if not files:
         msgs.append(f"no results files matching {directory}/results/<prompting>___<model>___results.jsonl")
@@ -96,7 +87,7 @@ def import_worldsense(store: Store, directory: Path) -> list[str]:
             resp = "" if resp is None else str(resp).strip()
             results.append(Result(
                 item_id=key, variant=variant, prompt=it.text, prediction=resp, gold=it.gold,
-                correct=worldsense_correct(resp, it.gold),
+                correct=None if it.gold is None else class_correct(resp, it.gold, classes),
                 extra={"imported": True, "prompting": prompting, "valid": resp in (it.options or [])},
             ))
         for i in range(0, len(results), 20000):

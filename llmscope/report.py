@@ -165,7 +165,7 @@ def build_report(store: Store, run: dict[str, Any], by: list[str] | None = None)
     df = results_with_fields(store, run["run_id"])
     if df.empty:
         return []
-    spec = _suite_spec(store, run["suite_id"])
+    spec = store.suite_spec(run["suite_id"])
     by = list(by) if by else list(spec.get("group_by") or [])
     rows = accuracy_rows(df, run, by, spec.get("cluster_field"))
     rows += variant_spread_rows(rows, run)
@@ -366,11 +366,6 @@ def worldsense_reports(store: Store, runs: list[dict[str, Any]]) -> tuple[list[d
     for w in caught:
         text.append(f"warning: {w.message}")
     return rows, text
-
-
-def _suite_spec(store: Store, suite_id: str) -> dict[str, Any]:
-    row = store.execute("SELECT spec FROM suites WHERE suite_id = ?", [suite_id]).fetchone()
-    return json.loads(row[0]) if row and row[0] else {}
 
 
 def format_rows(rows: list[dict[str, Any]]) -> str:

@@ -416,6 +416,17 @@ class Store:
     def suites(self) -> pd.DataFrame:
         return self.query_df("SELECT suite_id, name, task, n_items, source, created_at FROM suites ORDER BY created_at")
 
+    def suite_spec(self, suite_id: str) -> dict[str, Any]:
+        """The stored spec of a suite ({} when unknown)."""
+        row = self.execute("SELECT spec FROM suites WHERE suite_id = ?", [suite_id]).fetchone()
+        if not row or not row[0]:
+            return {}
+        try:
+            spec = json.loads(row[0])
+        except json.JSONDecodeError:
+            return {}
+        return spec if isinstance(spec, dict) else {}
+
     def items_frame(self, suite_id: str) -> pd.DataFrame:
         return self.query_df(
             "SELECT item_id, idx, text, gold, options, fields FROM items WHERE suite_id = ? ORDER BY idx", [suite_id]

@@ -166,9 +166,6 @@ def _parse_json(s: Any) -> Any:
     return s
 
 
-def suite_spec(store: Store, suite_id: str) -> dict[str, Any]:
-    row = store.execute("SELECT spec FROM suites WHERE suite_id = ?", [suite_id]).fetchone()
-    return (_parse_json(row[0]) or {}) if row else {}
 
 
 def load_items(store: Store, suite_id: str) -> dict[str, dict[str, Any]]:

@@ -34,7 +34,6 @@ from llmscope.tui.model import (
     items_from_suite,
     live_runs,
     load_items,
-    suite_spec,
 )
 from llmscope.tui.widgets import (
     ItemList,
@@ -533,7 +532,7 @@ class DashboardScreen(BaseScreen):
             if initial:
                 self.run_id = str(run["run_id"])
                 self.model = RunModel(
-                    run, suite_spec(store, run["suite_id"]), load_items(store, run["suite_id"])
+                    run, store.suite_spec(run["suite_id"]), load_items(store, run["suite_id"])
                 )
             assert self.model is not None
             self.model.run = run

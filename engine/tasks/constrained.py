@@ -69,6 +69,11 @@ def match_allowed(text: str, options: list[str], case_sensitive: bool = False) -
     return None
 
 
+def class_correct(pred: str, gold: str, classes: dict[str, str]) -> float:
+    """1.0 when the response and the gold fall in the same answer class; "" (invalid) is wrong."""
+    return float(pred != "" and classes.get(pred, pred) == classes.get(gold, gold))
+
+
 @register
 class ConstrainedTask(Task):
     """Pick one allowed response: by likelihood for local models, by generation otherwise."""
@@ -111,7 +116,7 @@ class ConstrainedTask(Task):
             return res
         pred, gold = str(res.prediction), str(res.gold)
         res.extra["exact_correct"] = res.correct
-        res.correct = float(pred != "" and eq.get(pred, pred) == eq.get(gold, gold))
+        res.correct = class_correct(pred, gold, eq)
         res.extra["scored_as"] = {"prediction": eq.get(pred, pred), "gold": eq.get(gold, gold)}
         return res
 
