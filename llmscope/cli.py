@@ -70,10 +70,18 @@ def make_backend(model_arg: str | None, args: argparse.Namespace) -> tuple[Any, 
         raise CLIError(
             f"local models need the `hf` extra ({e.name} is missing): pip install 'llmscope[hf]'"
         ) from e
-    backend = HFBackend(
-        spec, device=args.device, dtype=args.dtype, batch_size=args.batch_size, sp_prefix=args.sp_prefix,
-        threads=args.threads,
-    )
+    try:
+        backend = HFBackend(
+            spec, device=args.device, dtype=args.dtype, batch_size=args.batch_size, sp_prefix=args.sp_prefix,
+            threads=args.threads,
+        )
+    except (OSError, ValueError, RuntimeError) as e:
+        # transformers reports a missing hub id, no network, a bad GGUF or a wrong device this way
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(".")
+        raise CLIError(
+            f"cannot load model {model_arg or 'default'!r}: {first}. Hub ids need internet the first time; "
+            "a local folder needs config.json and weights; a .gguf file needs the `gguf` package."
+        ) from e
     ident = {"backend": "hf", "dtype": backend.dtype, "device": backend.device.split(":")[0],
              "sp_prefix": backend.sp_prefix, "add_bos": backend.add_bos}
     return backend, spec, ident
@@ -91,7 +99,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from llmscope.console import ConsoleReporter
-    from llmscope.data.suites import load_suite
+    from llmscope.data.suites import EXTERNAL_SUITES, load_suite
     from llmscope.engine.progress import MultiReporter
     from llmscope.engine.runner import RunInterrupted, Runner, RunPlan
     from llmscope.live import LiveWriter
@@ -111,7 +119,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             suite_meta = meta.get("suite") or {}
             model_arg = opts.get("model_arg")
             suite_name = suite_meta.get("spec_path") or suite_meta.get("name")
-            if suite_meta.get("name") in ("commonsense", "worldsense", "cfc"):
+            if suite_meta.get("name") in EXTERNAL_SUITES:
                 suite_name, suite_path = suite_meta["name"], suite_meta.get("items_path")
             t = dict(opts.get("task") or {})
             t.pop("task", None)
@@ -251,6 +259,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         run = store.find_run(args.run)
         if run is None:
             raise CLIError(f"no run {args.run!r} in {args.db}")
+        if args.format == "parquet" and not args.output:
+            raise CLIError("--format parquet writes a binary file: pass -o FILE")
         n = export_run(store, run, args.format, args.output)
     finally:
         store.close()
