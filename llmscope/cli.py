@@ -331,107 +331,153 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from llmscope.compare import CompareError, compare_runs, format_compare
 
-    store = _open_store(args.db, read_only=True)
+    paths = args.db if isinstance(args.db, list) else [args.db]
+    stores = []
     try:
-        out = compare_runs(store, args.runs)
+        for path in dict.fromkeys(paths):  # the same file twice is opened once
+            stores.append(_open_store(path, read_only=True))
+        out = compare_runs(stores, args.runs)
     except CompareError as e:
         raise CLIError(str(e)) from e
     finally:
-        store.close()
+        for st in stores:
+            st.close()
     print(json.dumps(out, indent=1, default=str) if args.json else format_compare(out))
     return 0
 
 
 # -- parser -----------------------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="llmscope", description="A terminal microscope for LLM behaviour.")
-    p.add_argument("--db", default=os.environ.get("LLMSCOPE_DB", DEFAULT_DB), help="DuckDB file (default ./llmscope.duckdb)")
-    sub = p.add_subparsers(dest="command")
+def build_parser(settings: Any = None) -> argparse.ArgumentParser:
+    """The argument parser; `settings` (from llmscope.toml files) supplies defaults beneath flags."""
+    from llmscope import __version__
+    from llmscope.settings import Settings
+
+    cfg: Settings = settings if settings is not None else Settings()
+    env_db = os.environ.get("LLMSCOPE_DB")
+    default_db = env_db or cfg.get("db") or DEFAULT_DB
+    # $OPENAI_BASE_URL wins over a config file; the backend reads it when --base-url is absent.
+    default_base_url = None if os.environ.get("OPENAI_BASE_URL") else cfg.get("base_url")
+
+    p = argparse.ArgumentParser(
+        prog="llmscope",
+        description="A terminal microscope for LLM behaviour. With no command, opens the TUI.",
+        epilog="Defaults can be set in ./llmscope.toml or ~/.config/llmscope/llmscope.toml "
+        "(keys: db, model, base_url, concurrency, timeout, device, dtype, batch_size, threads); "
+        "flags and environment variables win.",
+    )
+    p.add_argument("--version", action="version", version=f"llmscope {__version__}",
+                   help="print the version and exit")
+    p.add_argument("--db", default=default_db, help=f"DuckDB file (default {default_db})")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     def db_arg(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--db", default=argparse.SUPPRESS, help="DuckDB file (default ./llmscope.duckdb)")
+        sp.add_argument("--db", default=argparse.SUPPRESS, help=f"DuckDB file (default {default_db})")
+
+    def json_arg(sp: argparse.ArgumentParser, what: str) -> None:
+        sp.add_argument("--json", action="store_true", help=f"print {what} as JSON")
 
     r = sub.add_parser("run", help="score a suite with a model and store per-item results")
     db_arg(r)
-    r.add_argument("--suite", help="built-in suite name or path of a suite spec")
+    r.add_argument("--suite", help="built-in suite name (see `llmscope suites`) or path of a suite spec")
     r.add_argument("--suite-path", help="data file or folder for loaders (commonsense CSV, WorldSense dir)")
-    r.add_argument("--model", help="hf:<hub id or folder> | gguf:<file> | openai:<name>; default: embedded SmolLM2-135M-Instruct")
-    r.add_argument("--limit", type=int, help="only the first N items")
-    r.add_argument("--batch-size", type=int, default=16)
-    r.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda, cuda:1, mps")
-    r.add_argument("--dtype", default="auto", help="auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16, float16")
-    r.add_argument("--threads", type=int, default=None,
+    r.add_argument("--model", default=cfg.get("model"),
+                   help="hf:<hub id or folder> | gguf:<file> | openai:<name>; default: embedded SmolLM2-135M-Instruct")
+    r.add_argument("--limit", type=int, help="only the first N items (N >= 1)")
+    r.add_argument("--batch-size", type=int, default=cfg.get("batch_size", 16),
+                   help="sequences per forward pass for a local model (default %(default)s)")
+    r.add_argument("--device", default=cfg.get("device", "auto"), help="auto (cuda > mps > cpu), cpu, cuda, cuda:1, mps")
+    r.add_argument("--dtype", default=cfg.get("dtype", "auto"),
+                   help="auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16, float16")
+    r.add_argument("--threads", type=int, default=cfg.get("threads"),
                    help="torch threads for a local model on CPU (default: torch's choice; 1 is best on a busy machine)")
     r.add_argument("--sp-prefix", action="store_true",
                    help="append the bare SentencePiece word-boundary piece to chat prompts (LLaMA-2 style models)")
-    r.add_argument("--chat", dest="chat", action="store_true", default=None, help="apply the chat template")
+    r.add_argument("--chat", dest="chat", action="store_true", default=None,
+                   help="apply the chat template (default: the task's choice)")
     r.add_argument("--no-chat", dest="chat", action="store_false", help="score raw text, no chat template")
-    r.add_argument("--opt", action="append", metavar="KEY=VALUE", help="task option (JSON value), repeatable")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--opt", action="append", metavar="KEY=VALUE",
+                   help="task option (value parsed as JSON, else text), repeatable; e.g. --opt permutations=2")
+    r.add_argument("--seed", type=int, default=0, help="seed for sampling and permutations (part of the run id; default 0)")
     r.add_argument("--resume", metavar="RUN", help="continue a stored run (id or prefix; 'last')")
-    r.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
-    r.add_argument("--concurrency", type=int, default=8, help="API requests in flight")
-    r.add_argument("--top-logprobs", type=int, default=20)
-    r.add_argument("--max-retries", type=int, default=None)
-    r.add_argument("--timeout", type=float, default=None, help="API request timeout in seconds")
+    r.add_argument("--base-url", default=default_base_url,
+                   help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL, then llmscope.toml)")
+    r.add_argument("--concurrency", type=int, default=cfg.get("concurrency", 8),
+                   help="API requests in flight (default %(default)s)")
+    r.add_argument("--top-logprobs", type=int, default=20,
+                   help="top log-probabilities asked of an API per position (default 20; the server's maximum when lower)")
+    r.add_argument("--max-retries", type=int, default=None,
+                   help="retries per API request on 429/5xx/timeouts (default 6)")
+    r.add_argument("--timeout", type=float, default=cfg.get("timeout"), help="API request timeout in seconds")
     r.add_argument("--samples", type=int, default=None, help="samples per item when an API gives no logprobs")
     r.add_argument("--reasoning", action="store_true", help="treat the API model as a reasoning model")
-    r.add_argument("--quiet", action="store_true")
-    r.add_argument("--no-report", action="store_true")
+    r.add_argument("--no-cache", action="store_true",
+                   help="do not reuse or store responses in the shared response cache")
+    r.add_argument("--quiet", action="store_true", help="no progress line, only warnings and the report")
+    r.add_argument("--no-report", action="store_true", help="do not print the report when the run ends")
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("suites", help="list built-in suites")
-    s.add_argument("--json", action="store_true")
+    json_arg(s, "the list")
     s.set_defaults(func=cmd_suites)
 
     s = sub.add_parser("runs", help="list runs in the database")
     db_arg(s)
-    s.add_argument("--json", action="store_true")
+    json_arg(s, "the runs")
     s.set_defaults(func=cmd_runs)
 
     s = sub.add_parser("report", help="accuracy with 95%% CIs and other metrics")
     db_arg(s)
     s.add_argument("--run", help="run id or prefix (default: every run)")
     s.add_argument("--by", action="append", help="group by this item field (repeatable)")
-    s.add_argument("--json", action="store_true")
+    json_arg(s, "metric rows")
     s.set_defaults(func=cmd_report)
 
     s = sub.add_parser("export", help="write a run's per-item results")
     db_arg(s)
-    s.add_argument("--run", required=True)
-    s.add_argument("--format", choices=["jsonl", "csv", "parquet", "worldsense"], default="jsonl")
-    s.add_argument("-o", "--output")
+    s.add_argument("--run", required=True, help="run id or prefix ('last' for the newest)")
+    s.add_argument("--format", choices=["jsonl", "csv", "parquet", "worldsense"], default="jsonl",
+                   help="output format (default %(default)s; worldsense: the authors' results-file shape)")
+    s.add_argument("-o", "--output", help="file to write (default: standard output; required for parquet)")
     s.set_defaults(func=cmd_export)
 
     s = sub.add_parser("tokens", help="list a tokenizer's answer-token ids")
-    s.add_argument("--tokenizer", required=True)
-    s.add_argument("--answers", default="yes,no")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--tokenizer", required=True, help="tokenizer folder (tokenizer.json / vocab files)")
+    s.add_argument("--answers", default="yes,no", help="comma-separated answers (default %(default)s)")
+    json_arg(s, "the ids")
     s.set_defaults(func=cmd_tokens)
 
     s = sub.add_parser("view", aliases=["watch"], help="watch runs live (also from another terminal)")
     db_arg(s)
-    s.add_argument("--run")
+    s.add_argument("--run", help="open this run (id or prefix) directly")
     s.set_defaults(func=cmd_view)
 
     s = sub.add_parser("import", help="import published results (worldsense DIR | results FILE... | answers FILE...)")
     db_arg(s)
-    s.add_argument("kind", choices=["worldsense", "results", "answers"])
-    s.add_argument("paths", nargs="+")
+    s.add_argument("kind", choices=["worldsense", "results", "answers"], help="what the files are")
+    s.add_argument("paths", nargs="+", help="the folder (worldsense) or files to import")
     s.add_argument("--suite-path", help="commonsense statements CSV (results) or CFC targets file (answers)")
     s.add_argument("--model", help="name of the imported answer set (answers)")
     s.set_defaults(func=cmd_import)
 
     s = sub.add_parser("compare", help="compare runs on the same suite (paired tests)")
-    db_arg(s)
-    s.add_argument("runs", nargs="+")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--db", action="append", default=argparse.SUPPRESS, metavar="FILE",
+                   help="database holding the runs; repeat to compare runs from several files "
+                   f"(runs are then looked up in every file; default {default_db})")
+    s.add_argument("runs", nargs="+", help="run ids or prefixes (FILE:RUN picks the file explicitly)")
+    json_arg(s, "the comparison")
     s.set_defaults(func=cmd_compare)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    from llmscope.settings import SettingsError, load_settings
+
+    try:
+        settings = load_settings()
+    except SettingsError as e:
+        print(f"llmscope: error: {e}", file=sys.stderr)
+        return 2
+    parser = build_parser(settings)
     args = parser.parse_args(argv)
     if not args.command:
         args.func = cmd_tui

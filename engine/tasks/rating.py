@@ -11,7 +11,7 @@ Stored: `probs` = renormalised distribution, `other` = 1 − label mass,
 unnormalised per-label probabilities, `extra["expected"]` = Σ n · P(label_n)
 where n is the label's number for numeric labels and its 1-based position for
 word labels, `prediction` = argmax label (first on ties), `confidence` = its
-renormalised probability.
+renormalised probability. No mass on any label is an abstention (`engine.abstain`).
 
 Gold: when it equals a label (or a numeric label by value, so "4.0" matches
 "4"), correct = 1.0/0.0 and its number is the gold value; a numeric gold that
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmscope.engine.abstain import abstain
 from llmscope.engine.backend import Backend
 from llmscope.engine.tasks.base import Task, register
 from llmscope.engine.types import Result, Work
@@ -78,9 +79,9 @@ class RatingTask(Task):
             label_values=values,
             meta=out.meta,
         )
-        if mass <= 0:
-            res.error = "no probability mass on any label"
-            return res
+        if not mass > 0:
+            # The model answered, but with no label: an abstention, not a fault to retry.
+            return abstain(res, "no probability mass on any label")
         probs = [p / mass for p in raw]
         pred = max(range(len(labels)), key=lambda i: (probs[i], -i))
         expected = sum(v * p for v, p in zip(values, probs, strict=True))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from llmscope.engine.abstain import abstain
 from llmscope.engine.backend import Backend
 from llmscope.engine.tasks.base import Task, register
 from llmscope.engine.types import Result, Work
@@ -30,10 +31,10 @@ class YesNoTask(Task):
         )
         # The prediction is the likelier answer; "other" mass never wins (it is not an answer).
         pred = max(self.answers, key=lambda a: out.probs.get(a, 0.0))
-        mass = sum(out.probs.values())
+        mass = sum(v for v in out.probs.values() if v == v)
         correct = None if work.gold is None else float(pred == work.gold.strip().lower())
         extra = dict(out.meta)
-        return Result(
+        res = Result(
             item_id=work.item.item_id,
             variant=work.variant,
             prompt=out.prompt,
@@ -48,3 +49,7 @@ class YesNoTask(Task):
             n_tokens=out.n_tokens,
             extra=extra,
         )
+        if not mass > 0:
+            # No mass on any answer is no evidence: abstain rather than default to the first answer.
+            return abstain(res, "no probability mass on any answer")
+        return res

@@ -1,0 +1,126 @@
+"""Defaults from `llmscope.toml` files, beneath command-line flags and environment variables.
+
+Files read, later ones overriding earlier ones key by key:
+
+1. the user file: `$XDG_CONFIG_HOME/llmscope/llmscope.toml` (default `~/.config/llmscope/llmscope.toml`);
+2. the project file: `./llmscope.toml` in the working directory;
+3. or, instead of both, the file named by `$LLMSCOPE_CONFIG`.
+
+Precedence for a value: command-line flag > environment variable (`LLMSCOPE_DB`,
+`OPENAI_BASE_URL`) > project file > user file > built-in default. The API key is never read
+from a file: it stays in `$OPENAI_API_KEY`, so a config file can be shared or committed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class SettingsError(Exception):
+    """A config file that cannot be used; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Key:
+    """One settable key: its type, the allowed range, and what it sets."""
+
+    type: type
+    help: str
+    minimum: float | None = None
+
+
+KEYS: dict[str, Key] = {
+    "db": Key(str, "DuckDB file for every command (flag --db, env LLMSCOPE_DB)"),
+    "model": Key(str, "model for `llmscope run` (flag --model)"),
+    "base_url": Key(str, "OpenAI-compatible endpoint (flag --base-url, env OPENAI_BASE_URL)"),
+    "concurrency": Key(int, "API requests in flight (flag --concurrency)", minimum=1),
+    "timeout": Key(float, "API request timeout in seconds (flag --timeout)", minimum=0.001),
+    "device": Key(str, "device for local models (flag --device)"),
+    "dtype": Key(str, "dtype for local models (flag --dtype)"),
+    "batch_size": Key(int, "batch size for local models (flag --batch-size)", minimum=1),
+    "threads": Key(int, "torch threads for local models on CPU (flag --threads)", minimum=1),
+}
+
+SECRET_KEYS = ("api_key", "openai_api_key", "key")
+
+
+@dataclass
+class Settings:
+    """Values read from config files, and where each came from."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, Path] = field(default_factory=dict)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+
+def config_paths(cwd: Path | None = None, env: dict[str, str] | None = None) -> list[Path]:
+    """The config files consulted, lowest precedence first (whether or not they exist)."""
+    env = dict(os.environ) if env is None else env
+    if env.get("LLMSCOPE_CONFIG"):
+        return [Path(env["LLMSCOPE_CONFIG"]).expanduser()]
+    base = Path(env.get("XDG_CONFIG_HOME") or Path(env.get("HOME") or Path.home()) / ".config")
+    return [base / "llmscope" / "llmscope.toml", (cwd or Path.cwd()) / "llmscope.toml"]
+
+
+def _check(path: Path, key: str, value: Any) -> Any:
+    spec = KEYS[key]
+    if spec.type is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if isinstance(value, bool) or not isinstance(value, spec.type):
+        raise SettingsError(
+            f"{path}: {key} must be {spec.type.__name__}, got {type(value).__name__} {value!r}"
+        )
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SettingsError(f"{path}: {key} must be a finite number, got {value!r}")
+    if spec.minimum is not None and value < spec.minimum:
+        raise SettingsError(f"{path}: {key} must be >= {spec.minimum:g}, got {value!r}")
+    if isinstance(value, str) and not value.strip():
+        raise SettingsError(f"{path}: {key} is empty")
+    return value
+
+
+def read_file(path: Path) -> dict[str, Any]:
+    """Parse and validate one config file; every problem names the file and the key."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise SettingsError(f"{path}: not valid TOML: {e}") from e
+    except OSError as e:
+        raise SettingsError(f"{path}: cannot read: {e.strerror or e}") from e
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key.lower() in SECRET_KEYS:
+            raise SettingsError(
+                f"{path}: {key}: keys are never read from files; set OPENAI_API_KEY in the environment"
+            )
+        if key not in KEYS:
+            raise SettingsError(f"{path}: unknown key {key!r} (allowed: {', '.join(KEYS)})")
+        out[key] = _check(path, key, value)
+    return out
+
+
+def load_settings(cwd: Path | None = None, env: dict[str, str] | None = None) -> Settings:
+    """Read the config files that exist, later files overriding earlier ones."""
+    env = dict(os.environ) if env is None else env
+    s = Settings()
+    paths = config_paths(cwd, env)
+    explicit = bool(env.get("LLMSCOPE_CONFIG"))
+    for p in paths:
+        if not p.exists():
+            if explicit:
+                raise SettingsError(f"{p}: LLMSCOPE_CONFIG names a file that does not exist")
+            continue
+        if p.is_dir():
+            raise SettingsError(f"{p}: is a directory, expected a TOML file")
+        for k, v in read_file(p).items():
+            s.values[k] = v
+            s.sources[k] = p
+    return s
