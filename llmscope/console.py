@@ -15,6 +15,17 @@ from llmscope.engine.progress import Progress
 from llmscope.engine.types import Result
 
 
+def _where(run: dict[str, Any]) -> str:
+    """" on cpu/float32" for local models, " at <endpoint>" for API models (no None/None)."""
+    device, dtype = run.get("device"), run.get("dtype")
+    if device or dtype:
+        return " on " + "/".join(str(x) for x in (device, dtype) if x)
+    meta = run.get("meta") if isinstance(run.get("meta"), dict) else {}
+    backend = (meta or {}).get("backend") or {}
+    url = backend.get("base_url") if isinstance(backend, dict) else None
+    return f" at {url}" if url else ""
+
+
 def _fmt_rate(p: Progress) -> str:
     parts = [f"{p.items_per_s:.1f} it/s", f"{p.tokens_per_s:,.0f} tok/s"]
     if p.accuracy is not None:
@@ -45,7 +56,7 @@ class ConsoleReporter:
         resumed = f" (resuming: {progress.skipped} already stored)" if progress.skipped else ""
         self.console.print(
             f"run [bold]{escape(progress.run_id)}[/]: {escape(str(run.get('suite_name')))} × "
-            f"{escape(str(run.get('model')))} on {escape(str(run.get('device')))}/{escape(str(run.get('dtype')))}, "
+            f"{escape(str(run.get('model')))}{escape(_where(run))}, "
             f"{progress.total} prompts{resumed}"
         )
         if self.tty:
