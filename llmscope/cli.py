@@ -134,6 +134,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         reporter = ConsoleReporter(quiet=args.quiet)
         reporter.on_message("info", f"loading model {model_arg or 'SmolLM2-135M-Instruct (embedded default)'} ...")
         backend, spec, ident = make_backend(model_arg, args)
+        from llmscope.engine.cache import with_cache
+
+        backend = with_cache(backend, enabled=not args.no_cache,
+                             warn=lambda m: reporter.on_message("warning", m))
         plan = RunPlan(
             suite=suite, model_label=spec.display(), model_arg=model_arg, task_options=task_opts,
             backend_identity=ident, seed=args.seed, limit=limit,

@@ -32,3 +32,6 @@ def _isolated_cache(
     # (not the user's) so they neither depend on nor pollute it.
     cache = tmp_path_factory.getbasetemp() / "llmscope-cache"
     monkeypatch.setenv("LLMSCOPE_CACHE", os.environ.get("LLMSCOPE_TEST_CACHE", str(cache)))
+    # Tests measure models and servers (request counts, retries, kills mid-run), so the
+    # response cache shared across runs is off unless a test turns it on (tests/test_cache.py).
+    monkeypatch.setenv("LLMSCOPE_RESPONSE_CACHE", "off")
