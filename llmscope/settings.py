@@ -79,7 +79,7 @@ def _check(path: Path, key: str, value: Any) -> Any:
         )
     if isinstance(value, float) and not math.isfinite(value):
         raise SettingsError(f"{path}: {key} must be a finite number, got {value!r}")
-    if spec.minimum is not None and value < spec.minimum:
+    if spec.minimum is not None and isinstance(value, int | float) and value < spec.minimum:
         raise SettingsError(f"{path}: {key} must be >= {spec.minimum:g}, got {value!r}")
     if isinstance(value, str) and not value.strip():
         raise SettingsError(f"{path}: {key} is empty")
