@@ -1,10 +1,5 @@
-"""`llmscope import`: published per-item results stored as runs, so the same report,
-comparison and TUI apply to them.
-
-- `import worldsense DIR`: `DIR/trials.jsonl.bz2` as the `worldsense` suite and every
-  `DIR/results/<prompting>___<model>___results.jsonl` ({"Key", "resp"}) as a run.
-- `import results FILE...`: commonsense `results_raw_q{1,2,3}.jsonl` files
-  ({"id", "prompt", "response": {yes, no, other} | "text"}) as one run per model folder.
+"""The import path as it was before issue 17 (commit a2b14b8), kept callable so that
+`python -m bench.scale` can print before/after figures in one run. Not used by llmscope.
 """
 
 from __future__ import annotations
@@ -221,3 +216,71 @@ def import_answer_sets(store: Store, files: list[Path], suite_path: str | None =
         msgs.append(f"{f.name}: run {run_id} ({name}), {len(results)} questions"
                     + (f", {skipped} ids not in the suite" if skipped else "") + kl)
     return msgs
+
+
+# -- the WorldSense trials reader before 2026-11-23 (a readline per trial) -------------------
+from llmscope.data.worldsense import (  # noqa: E402
+    DEOBFUSCATE,
+    FIELDS,
+    _DecodeError,
+    _loads,
+    _need,
+    _open,
+    find_trials,
+)
+from llmscope.engine.types import Item  # noqa: E402
+
+
+def load_worldsense_before(path: str | Path) -> list[Item]:
+    """All trials as Items: id = Key, options = expectedresp, gold de-obfuscated."""
+    p = find_trials(path)
+    items: list[Item] = []
+    try:
+        with _open(p) as f:
+            for n, raw in enumerate(f, 1):
+                if not raw.strip():
+                    continue
+                try:
+                    rec = _loads(raw)
+                except _DecodeError as e:
+                    raise SuiteError(f"invalid JSON: {e}", p, n) from e
+                except UnicodeDecodeError as e:
+                    raise SuiteError("not valid UTF-8", p, n) from e
+                if not isinstance(rec, dict):
+                    raise SuiteError(
+                        f"each line must be a JSON object, got {type(rec).__name__}", p, n
+                    )
+                key = _need(rec, "Key", (int, str), p, n)
+                opts = _need(rec, "expectedresp", (list,), p, n)
+                if not opts or not all(isinstance(o, str) for o in opts):
+                    raise SuiteError("must be a non-empty list of strings", p, n, "expectedresp")
+                obf = _need(rec, "goldresp_obfusc", (str,), p, n)
+                if obf not in DEOBFUSCATE:
+                    raise SuiteError(f"unknown obfuscated gold {obf!r}", p, n, "goldresp_obfusc")
+                gold = DEOBFUSCATE[obf]
+                if gold not in opts:
+                    raise SuiteError(
+                        f"gold {gold!r} is not among the allowed responses {opts}",
+                        p,
+                        n,
+                        "goldresp_obfusc",
+                    )
+                text = _need(rec, "text", (str,), p, n)
+                fields = {"Key": str(key), "goldresp": gold, "expectedresp": opts}
+                for k in FIELDS:
+                    if k not in rec:
+                        raise SuiteError("missing field", p, n, k)
+                    fields[k] = rec[k]
+                items.append(
+                    Item(
+                        item_id=str(key),
+                        fields=fields,
+                        gold=gold,
+                        options=list(opts),
+                        text=text,
+                        line=n,
+                    )
+                )
+    except (OSError, EOFError) as e:  # unreadable or corrupt compressed stream
+        raise SuiteError(f"cannot read: {e}", p) from e
+    return items

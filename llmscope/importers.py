@@ -22,7 +22,7 @@ import llmscope
 from llmscope.data.suites import Suite, SuiteError, load_suite, read_jsonl
 from llmscope.engine.answers import match_answer
 from llmscope.engine.tasks.constrained import class_correct
-from llmscope.engine.types import Result
+from llmscope.engine.types import Item, Result
 from llmscope.store.db import Store
 
 
@@ -57,6 +57,10 @@ def _finish(store: Store, run_id: str) -> None:
                      ended_at=dt.datetime.now(dt.UTC).replace(tzinfo=None))
 
 
+# 19+ digits not part of a fraction or exponent (also matches inside strings: only a slower parse)
+_LONG_INT = re.compile(rb"(?<![0-9.eE+-])-?[0-9]{19,}")
+
+
 def fast_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """`read_jsonl`'s records parsed with orjson (~5x faster on results files).
 
@@ -70,6 +74,8 @@ def fast_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
         return read_jsonl(path)
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
+    if _LONG_INT.search(raw):  # orjson reads integers beyond 64 bits as floats; the stdlib keeps them
+        return read_jsonl(path)
     out: list[tuple[int, dict[str, Any]]] = []
     loads = orjson.loads
     try:
@@ -85,6 +91,17 @@ def fast_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
     return out
 
 
+def _stored_items(store: Store, suite_id: str) -> dict[str, Item] | None:
+    """The items of a suite as stored (id, text, gold, options), or None when not stored."""
+    if not store.has_suite(suite_id):
+        return None
+    rows = store.execute("SELECT item_id, text, gold, options FROM items WHERE suite_id = ? ORDER BY idx",
+                         [suite_id]).fetchall()
+    return {item_id: Item(item_id=item_id, fields={}, text=text, gold=gold,
+                          options=orjson.loads(options) if options else None)
+            for item_id, text, gold, options in rows}
+
+
 def _json_text(v: Any) -> str:
     """The JSON text the store writes for `v` (so bulk-imported rows equal row-by-row ones)."""
     return orjson.dumps(v).decode()
@@ -97,8 +114,12 @@ def import_worldsense(store: Store, directory: Path) -> list[str]:
     columnar bulk path (no `Result` object per row): a killed import leaves no partial run.
     """
     suite = load_suite("worldsense", directory)
-    items = {it.item_id: it for it in suite.items()}
-    _store_suite(store, suite)
+    # The suite id hashes the trials file's bytes; when the store holds that suite already,
+    # its items come from the store instead of decompressing the bz2 file again (~5 s).
+    items = _stored_items(store, suite.suite_id)
+    if items is None:
+        items = {it.item_id: it for it in suite.items()}
+        _store_suite(store, suite)
     msgs = [f"suite {suite.suite_id}: {len(items)} trials"]
     variant = suite.variant_names()[0]
     classes = dict(suite.task_options.get("equivalent") or {})

@@ -230,13 +230,15 @@ class Store:
     # -- schema ---------------------------------------------------------------------------
     def schema_version(self) -> int:
         try:
+            # fetchall, not fetchone: DuckDB keeps a half-fetched result open, and the next
+            # `register` (the first write of a reopened file) then fails with "unfinished result".
             has = self.con.execute(
                 "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
-            ).fetchone()
-            if not has or not has[0]:
+            ).fetchall()
+            if not has or not has[0][0]:
                 return 0
-            row = self.con.execute("SELECT max(version) FROM schema_version").fetchone()
-            return int(row[0]) if row and row[0] is not None else 0
+            rows = self.con.execute("SELECT max(version) FROM schema_version").fetchall()
+            return int(rows[0][0]) if rows and rows[0][0] is not None else 0
         except duckdb.Error as e:
             raise _explain(e, self.path, "reading the schema version") from e
 
@@ -388,7 +390,7 @@ class Store:
                 try:
                     self.con.register("_llmscope_batch", tbl)
                     try:
-                        self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _llmscope_batch")
+                        self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _llmscope_batch").fetchall()
                     finally:
                         self.con.unregister("_llmscope_batch")
                 except duckdb.Error as e:
