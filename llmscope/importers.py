@@ -16,11 +16,13 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 import llmscope
 from llmscope.data.suites import Suite, SuiteError, load_suite, read_jsonl
 from llmscope.engine.answers import match_answer
 from llmscope.engine.tasks.constrained import class_correct
-from llmscope.engine.types import Result
+from llmscope.engine.types import Item, Result
 from llmscope.store.db import Store
 
 
@@ -55,11 +57,69 @@ def _finish(store: Store, run_id: str) -> None:
                      ended_at=dt.datetime.now(dt.UTC).replace(tzinfo=None))
 
 
+# 19+ digits not part of a fraction or exponent (also matches inside strings: only a slower parse)
+_LONG_INT = re.compile(rb"(?<![0-9.eE+-])-?[0-9]{19,}")
+
+
+def fast_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """`read_jsonl`'s records parsed with orjson (~5x faster on results files).
+
+    Any line orjson refuses (or a non-object) hands the whole file to `read_jsonl`, which
+    accepts what the stdlib accepts (NaN, big integers) and reports the first defect with its
+    file and line exactly as before.
+    """
+    try:
+        raw = Path(path).read_bytes()
+    except OSError:
+        return read_jsonl(path)
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    if _LONG_INT.search(raw):  # orjson reads integers beyond 64 bits as floats; the stdlib keeps them
+        return read_jsonl(path)
+    out: list[tuple[int, dict[str, Any]]] = []
+    loads = orjson.loads
+    try:
+        for n, line in enumerate(raw.split(b"\n"), 1):
+            if not line.strip():
+                continue
+            rec = loads(line)
+            if not isinstance(rec, dict):
+                return read_jsonl(path)
+            out.append((n, rec))
+    except orjson.JSONDecodeError:
+        return read_jsonl(path)
+    return out
+
+
+def _stored_items(store: Store, suite_id: str) -> dict[str, Item] | None:
+    """The items of a suite as stored (id, text, gold, options), or None when not stored."""
+    if not store.has_suite(suite_id):
+        return None
+    rows = store.execute("SELECT item_id, text, gold, options FROM items WHERE suite_id = ? ORDER BY idx",
+                         [suite_id]).fetchall()
+    return {item_id: Item(item_id=item_id, fields={}, text=text, gold=gold,
+                          options=orjson.loads(options) if options else None)
+            for item_id, text, gold, options in rows}
+
+
+def _json_text(v: Any) -> str:
+    """The JSON text the store writes for `v` (so bulk-imported rows equal row-by-row ones)."""
+    return orjson.dumps(v).decode()
+
+
 def import_worldsense(store: Store, directory: Path) -> list[str]:
-    """Load the WorldSense test set and every results file in `directory/results`."""
+    """Load the WorldSense test set and every results file in `directory/results`.
+
+    Each results file becomes one run written in one transaction through the store's
+    columnar bulk path (no `Result` object per row): a killed import leaves no partial run.
+    """
     suite = load_suite("worldsense", directory)
-    items = {it.item_id: it for it in suite.items()}
-    _store_suite(store, suite)
+    # The suite id hashes the trials file's bytes; when the store holds that suite already,
+    # its items come from the store instead of decompressing the bz2 file again (~5 s).
+    items = _stored_items(store, suite.suite_id)
+    if items is None:
+        items = {it.item_id: it for it in suite.items()}
+        _store_suite(store, suite)
     msgs = [f"suite {suite.suite_id}: {len(items)} trials"]
     variant = suite.variant_names()[0]
     classes = dict(suite.task_options.get("equivalent") or {})
@@ -69,12 +129,21 @@ def import_worldsense(store: Store, directory: Path) -> list[str]:
     for f in files:
         prompting, model, _ = f.name.split("___")
         run_id = _run_id("worldsense", suite.suite_id, f.name)
-        recs = read_jsonl(f)
-        if not _create_import_run(store, run_id, suite, model, f, len(items), {"prompting": prompting}):
+        if store.get_run(run_id) is not None:
             msgs.append(f"{f.name}: already imported as run {run_id}")
             continue
-        results: list[Result] = []
-        unknown = 0
+        recs = fast_jsonl(f)
+        # The per-row extra has two possible values: encode each once.
+        extra_text = {v: _json_text({"imported": True, "prompting": prompting, "valid": v})
+                      for v in (True, False)}
+        keys: list[str] = []
+        prompts: list[str] = []
+        preds: list[str] = []
+        golds: list[str | None] = []
+        correct: list[float | None] = []
+        extras: list[str] = []
+        seen: set[str] = set()
+        unknown = dupes = 0
         for n, rec in recs:
             if "Key" not in rec:
                 raise SuiteError("missing Key", f, n, "Key")
@@ -83,20 +152,33 @@ def import_worldsense(store: Store, directory: Path) -> list[str]:
             if it is None:
                 unknown += 1
                 continue
+            if key in seen:  # the first response to a trial counts, as the keyed store did
+                dupes += 1
+                continue
+            seen.add(key)
             resp = rec.get("resp")
             resp = "" if resp is None else str(resp).strip()
-            results.append(Result(
-                item_id=key, variant=variant, prompt=it.text, prediction=resp, gold=it.gold,
-                correct=None if it.gold is None else class_correct(resp, it.gold, classes),
-                extra={"imported": True, "prompting": prompting, "valid": resp in (it.options or [])},
-            ))
-        for i in range(0, len(results), 20000):
-            store.write_results(run_id, results[i : i + 20000], start_seq=i)
-        store.update_run(run_id, meta={"imported_from": str(f), "prompting": prompting,
-                                       "unknown_keys": unknown, "suite": suite.describe()})
-        _finish(store, run_id)
-        msgs.append(f"{f.name}: run {run_id} ({model}, {prompting}), {len(results)} responses"
-                    + (f", {unknown} keys not in the test set" if unknown else ""))
+            keys.append(key)
+            prompts.append(it.text)
+            preds.append(resp)
+            golds.append(it.gold)
+            correct.append(None if it.gold is None else class_correct(resp, it.gold, classes))
+            extras.append(extra_text[resp in (it.options or [])])
+        meta = {"imported_from": str(f), "prompting": prompting, "unknown_keys": unknown,
+                "suite": suite.describe()}
+        if dupes:
+            meta["duplicate_keys"] = dupes
+        with store.transaction():
+            _create_import_run(store, run_id, suite, model, f, len(items), {"prompting": prompting})
+            store.append_results(run_id, {
+                "item_id": keys, "variant": [variant] * len(keys), "prompt": prompts,
+                "prediction": preds, "gold": golds, "correct": correct, "extra": extras,
+            })
+            store.update_run(run_id, meta=meta)
+            _finish(store, run_id)
+        msgs.append(f"{f.name}: run {run_id} ({model}, {prompting}), {len(keys)} responses"
+                    + (f", {unknown} keys not in the test set" if unknown else "")
+                    + (f", {dupes} repeated keys ignored (first kept)" if dupes else ""))
     return msgs
 
 
@@ -127,25 +209,28 @@ def import_results(store: Store, files: list[Path], suite_path: str | None = Non
     msgs = []
     for model, paths in sorted(by_model.items()):
         run_id = _run_id("results", suite.suite_id, model, *sorted(p.name for p in paths))
-        if not _create_import_run(store, run_id, suite, model, paths[0].parent, len(work),
-                                  {"files": [p.name for p in paths]}):
+        if store.get_run(run_id) is not None:
             msgs.append(f"{model}: already imported as run {run_id}")
             continue
-        seq = 0
-        mismatched = 0
+        mismatched = dupes = 0
+        seen: set[tuple[str, str]] = set()
+        rows: list[Result] = []
         for p in sorted(paths):
             m = re.search(r"(q\d)", p.name)
             if not m:
                 raise SuiteError("cannot tell the prompt variant (q1/q2/q3) from the file name", p)
             variant = m.group(1)
-            batch = []
-            for n, rec in read_jsonl(p):
+            for n, rec in fast_jsonl(p):
                 if "id" not in rec:
                     raise SuiteError("missing id", p, n, "id")
                 w = work.get((str(rec["id"]), variant))
                 if w is None:
                     raise SuiteError(f"id {rec['id']} / {variant} is not in the suite", p, n, "id")
                 probs, other, text_answer = _response_probs(rec.get("response"), p, n)
+                if (w.item.item_id, variant) in seen:  # the first line of a key counts
+                    dupes += 1
+                    continue
+                seen.add((w.item.item_id, variant))
                 if rec.get("prompt") is not None and rec["prompt"] != w.prompt:
                     mismatched += 1
                 pred: str | None
@@ -156,18 +241,25 @@ def import_results(store: Store, files: list[Path], suite_path: str | None = Non
                 else:
                     pred, conf = text_answer, None
                 correct = None if w.gold is None else float(pred == w.gold)
-                batch.append(Result(
+                rows.append(Result(
                     item_id=w.item.item_id, variant=variant, prompt=rec.get("prompt") or w.prompt,
                     probs=probs, other=other, prediction=pred, gold=w.gold, correct=correct,
                     confidence=conf, extra={"imported": True,
                                             **({"response_text": rec["response"]} if text_answer is not None
                                                or isinstance(rec.get("response"), str) else {})},
                 ))
-            store.write_results(run_id, batch, start_seq=seq)
-            seq += len(batch)
-        _finish(store, run_id)
-        msgs.append(f"{model}: run {run_id}, {seq} results from {len(paths)} files"
-                    + (f" ({mismatched} prompts differ from the suite's)" if mismatched else ""))
+        # One transaction per model: the run, its rows and its final counts, or nothing.
+        with store.transaction():
+            _create_import_run(store, run_id, suite, model, paths[0].parent, len(work),
+                               {"files": [p.name for p in paths]})
+            store.write_results(run_id, rows, start_seq=0)
+            if dupes:
+                store.update_run(run_id, meta={"imported_from": str(paths[0].parent), "suite": suite.describe(),
+                                               "duplicate_keys": dupes})
+            _finish(store, run_id)
+        msgs.append(f"{model}: run {run_id}, {len(rows)} results from {len(paths)} files"
+                    + (f" ({mismatched} prompts differ from the suite's)" if mismatched else "")
+                    + (f", {dupes} repeated ids ignored (first kept)" if dupes else ""))
     return msgs
 
 

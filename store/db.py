@@ -7,11 +7,12 @@ database written by a newer llmscope).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import math
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +202,7 @@ class Store:
         self.path = str(path)
         self.read_only = read_only
         self._lock = threading.RLock()
+        self._in_tx = False  # inside `transaction()`: writes join it instead of committing
         p = Path(self.path)
         if read_only and not p.exists():
             raise StoreError(f"{self.path} does not exist")
@@ -228,13 +230,15 @@ class Store:
     # -- schema ---------------------------------------------------------------------------
     def schema_version(self) -> int:
         try:
+            # fetchall, not fetchone: DuckDB keeps a half-fetched result open, and the next
+            # `register` (the first write of a reopened file) then fails with "unfinished result".
             has = self.con.execute(
                 "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
-            ).fetchone()
-            if not has or not has[0]:
+            ).fetchall()
+            if not has or not has[0][0]:
                 return 0
-            row = self.con.execute("SELECT max(version) FROM schema_version").fetchone()
-            return int(row[0]) if row and row[0] is not None else 0
+            rows = self.con.execute("SELECT max(version) FROM schema_version").fetchall()
+            return int(rows[0][0]) if rows and rows[0][0] is not None else 0
         except duckdb.Error as e:
             raise _explain(e, self.path, "reading the schema version") from e
 
@@ -342,8 +346,56 @@ class Store:
             except duckdb.Error as e:
                 raise _explain(e, self.path, "querying") from e
 
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Hold the lock and group the writes inside into one transaction (all or nothing).
+
+        Used by bulk writers (imports) so a killed import leaves no partial run behind and
+        the rows are appended in a single commit. Nested use joins the outer transaction.
+        Inside it, a duplicate key is an error (no ON CONFLICT fallback), so callers dedupe.
+        """
+        with self._lock:
+            if self._in_tx:
+                yield
+                return
+            try:
+                self.con.execute("BEGIN TRANSACTION")
+            except duckdb.Error as e:
+                raise _explain(e, self.path, "starting a transaction") from e
+            self._in_tx = True
+            try:
+                yield
+            except BaseException:
+                try:
+                    self.con.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass
+                raise
+            else:
+                try:
+                    self.con.execute("COMMIT")
+                except duckdb.Error as e:
+                    try:
+                        self.con.execute("ROLLBACK")
+                    except duckdb.Error:
+                        pass
+                    raise _explain(e, self.path, "committing") from e
+            finally:
+                self._in_tx = False
+
     def _insert_arrow(self, table: str, tbl: pa.Table, conflict: str = "DO NOTHING") -> None:
         cols = ", ".join(tbl.column_names)
+        if self._in_tx:
+            with self._lock:
+                try:
+                    self.con.register("_llmscope_batch", tbl)
+                    try:
+                        self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _llmscope_batch").fetchall()
+                    finally:
+                        self.con.unregister("_llmscope_batch")
+                except duckdb.Error as e:
+                    raise _explain(e, self.path, f"writing {table}") from e
+            return
         with self._lock:
             try:
                 self.con.register("_llmscope_batch", tbl)
@@ -513,6 +565,41 @@ class Store:
         tbl = results_to_arrow(run_id, rs, start_seq, now)
         self._insert_arrow("results", tbl)
         return len(rs)
+
+    def append_results(self, run_id: str, columns: Mapping[str, Any], start_seq: int = 0) -> int:
+        """Bulk path: append result rows given as columns (lists or Arrow arrays named like the
+        `results` table), without building a `Result` per row. Absent columns are null
+        (`n_tokens` 0, `latency_ms` 0.0, as a default `Result` stores them); `run_id`, `seq`
+        and `written_at` are filled in. One transaction (or the caller's `transaction()`).
+        """
+        lengths = {len(v) for v in columns.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"columns of different lengths: {sorted(lengths)}")
+        n = lengths.pop() if lengths else 0
+        if not n:
+            return 0
+        unknown = set(columns) - set(RESULT_SCHEMA.names) - {"run_id", "seq", "written_at"}
+        if unknown:
+            raise ValueError(f"not columns of results: {sorted(unknown)}")
+        arrays = []
+        for f in RESULT_SCHEMA:
+            if f.name == "run_id":
+                arrays.append(pa.array([run_id] * n, type=f.type))
+            elif f.name == "seq":
+                arrays.append(pa.array(range(start_seq, start_seq + n), type=f.type))
+            elif f.name == "written_at":
+                arrays.append(pa.array([_now()] * n, type=f.type))
+            elif f.name in columns:
+                v = columns[f.name]
+                arrays.append(v.cast(f.type) if isinstance(v, pa.Array) else pa.array(v, type=f.type))
+            elif f.name == "n_tokens":
+                arrays.append(pa.array([0] * n, type=f.type))
+            elif f.name == "latency_ms":
+                arrays.append(pa.array([0.0] * n, type=f.type))
+            else:
+                arrays.append(pa.nulls(n, type=f.type))
+        self._insert_arrow("results", pa.Table.from_arrays(arrays, schema=RESULT_SCHEMA))
+        return n
 
     def results_frame(self, run_id: str, *, with_items: bool = True) -> pd.DataFrame:
         """Per-item results of a run (JSON columns left as text), joined with item fields."""

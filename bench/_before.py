@@ -1,0 +1,286 @@
+"""The import path as it was before issue 17 (commit a2b14b8), kept callable so that
+`python -m bench.scale` can print before/after figures in one run. Not used by llmscope.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import llmscope
+from llmscope.data.suites import Suite, SuiteError, load_suite, read_jsonl
+from llmscope.engine.answers import match_answer
+from llmscope.engine.tasks.constrained import class_correct
+from llmscope.engine.types import Result
+from llmscope.store.db import Store
+
+
+def _run_id(*parts: str) -> str:
+    return "imp-" + hashlib.sha256("|".join(parts).encode()).hexdigest()[:10]
+
+
+def _store_suite(store: Store, suite: Suite) -> None:
+    store.add_suite(suite.suite_id, suite.name, suite.task, suite.spec, suite.source or "", suite.items())
+
+
+def _create_import_run(store: Store, run_id: str, suite: Suite, model: str, source: Path,
+                       n_total: int, options: dict[str, Any]) -> bool:
+    """Create the run; False when it was imported before (re-importing adds nothing)."""
+    if store.get_run(run_id) is not None:
+        return False
+    store.create_run({
+        "run_id": run_id, "suite_id": suite.suite_id, "suite_name": suite.name, "task": suite.task,
+        "model": model, "model_path": str(source), "backend": "import", "seed": None,
+        "options": {"import": options}, "versions": {"llmscope": llmscope.__version__},
+        "meta": {"imported_from": str(source), "suite": suite.describe()}, "config_hash": run_id,
+        "n_total": n_total, "status": "running",
+    })
+    return True
+
+
+def _finish(store: Store, run_id: str) -> None:
+    import datetime as dt
+
+    n, err = store.count_results(run_id)
+    store.update_run(run_id, status="completed", n_done=n, n_errors=err,
+                     ended_at=dt.datetime.now(dt.UTC).replace(tzinfo=None))
+
+
+def import_worldsense(store: Store, directory: Path) -> list[str]:
+    """Load the WorldSense test set and every results file in `directory/results`."""
+    suite = load_suite("worldsense", directory)
+    items = {it.item_id: it for it in suite.items()}
+    _store_suite(store, suite)
+    msgs = [f"suite {suite.suite_id}: {len(items)} trials"]
+    variant = suite.variant_names()[0]
+    classes = dict(suite.task_options.get("equivalent") or {})
+    files = sorted((Path(directory) / "results").glob("*___results.jsonl"))
+    if not files:
+        msgs.append(f"no results files matching {directory}/results/<prompting>___<model>___results.jsonl")
+    for f in files:
+        prompting, model, _ = f.name.split("___")
+        run_id = _run_id("worldsense", suite.suite_id, f.name)
+        recs = read_jsonl(f)
+        if not _create_import_run(store, run_id, suite, model, f, len(items), {"prompting": prompting}):
+            msgs.append(f"{f.name}: already imported as run {run_id}")
+            continue
+        results: list[Result] = []
+        unknown = 0
+        for n, rec in recs:
+            if "Key" not in rec:
+                raise SuiteError("missing Key", f, n, "Key")
+            key = str(rec["Key"])
+            it = items.get(key)
+            if it is None:
+                unknown += 1
+                continue
+            resp = rec.get("resp")
+            resp = "" if resp is None else str(resp).strip()
+            results.append(Result(
+                item_id=key, variant=variant, prompt=it.text, prediction=resp, gold=it.gold,
+                correct=None if it.gold is None else class_correct(resp, it.gold, classes),
+                extra={"imported": True, "prompting": prompting, "valid": resp in (it.options or [])},
+            ))
+        for i in range(0, len(results), 20000):
+            store.write_results(run_id, results[i : i + 20000], start_seq=i)
+        store.update_run(run_id, meta={"imported_from": str(f), "prompting": prompting,
+                                       "unknown_keys": unknown, "suite": suite.describe()})
+        _finish(store, run_id)
+        msgs.append(f"{f.name}: run {run_id} ({model}, {prompting}), {len(results)} responses"
+                    + (f", {unknown} keys not in the test set" if unknown else ""))
+    return msgs
+
+
+def _response_probs(resp: Any, path: Path, line: int) -> tuple[dict[str, float] | None, float | None, str | None]:
+    if isinstance(resp, dict):
+        try:
+            y, n = float(resp["yes"]), float(resp["no"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise SuiteError("response needs numeric yes and no", path, line, "response") from e
+        other = float(resp["other"]) if "other" in resp else 1.0 - y - n
+        return {"yes": y, "no": n}, other, None
+    if isinstance(resp, str):
+        first = re.split(r"\s+", resp.strip(), maxsplit=1)[0] if resp.strip() else ""
+        return None, None, match_answer(first, ["yes", "no"])
+    raise SuiteError("response must be {yes, no, other} or a text answer", path, line, "response")
+
+
+def import_results(store: Store, files: list[Path], suite_path: str | None = None) -> list[str]:
+    """Published commonsense results (one file per prompt variant) as one run per model."""
+    suite = load_suite("commonsense", suite_path)
+    work = {(w.item.item_id, w.variant): w for w in suite.work()}
+    _store_suite(store, suite)
+    by_model: dict[str, list[Path]] = defaultdict(list)
+    for f in files:
+        if not f.is_file():
+            raise SuiteError("file not found", f)
+        by_model[f.parent.name].append(f)
+    msgs = []
+    for model, paths in sorted(by_model.items()):
+        run_id = _run_id("results", suite.suite_id, model, *sorted(p.name for p in paths))
+        if not _create_import_run(store, run_id, suite, model, paths[0].parent, len(work),
+                                  {"files": [p.name for p in paths]}):
+            msgs.append(f"{model}: already imported as run {run_id}")
+            continue
+        seq = 0
+        mismatched = 0
+        for p in sorted(paths):
+            m = re.search(r"(q\d)", p.name)
+            if not m:
+                raise SuiteError("cannot tell the prompt variant (q1/q2/q3) from the file name", p)
+            variant = m.group(1)
+            batch = []
+            for n, rec in read_jsonl(p):
+                if "id" not in rec:
+                    raise SuiteError("missing id", p, n, "id")
+                w = work.get((str(rec["id"]), variant))
+                if w is None:
+                    raise SuiteError(f"id {rec['id']} / {variant} is not in the suite", p, n, "id")
+                probs, other, text_answer = _response_probs(rec.get("response"), p, n)
+                if rec.get("prompt") is not None and rec["prompt"] != w.prompt:
+                    mismatched += 1
+                pred: str | None
+                if probs is not None:
+                    pred = "yes" if probs["yes"] > probs["no"] else "no"
+                    mass = probs["yes"] + probs["no"]
+                    conf = (probs[pred] / mass) if mass > 0 else None
+                else:
+                    pred, conf = text_answer, None
+                correct = None if w.gold is None else float(pred == w.gold)
+                batch.append(Result(
+                    item_id=w.item.item_id, variant=variant, prompt=rec.get("prompt") or w.prompt,
+                    probs=probs, other=other, prediction=pred, gold=w.gold, correct=correct,
+                    confidence=conf, extra={"imported": True,
+                                            **({"response_text": rec["response"]} if text_answer is not None
+                                               or isinstance(rec.get("response"), str) else {})},
+                ))
+            store.write_results(run_id, batch, start_seq=seq)
+            seq += len(batch)
+        _finish(store, run_id)
+        msgs.append(f"{model}: run {run_id}, {seq} results from {len(paths)} files"
+                    + (f" ({mismatched} prompts differ from the suite's)" if mismatched else ""))
+    return msgs
+
+
+def import_answer_sets(store: Store, files: list[Path], suite_path: str | None = None,
+                       model: str | None = None) -> list[str]:
+    """Pre-generated answer sets `{"model_answers": {question_id: [answers...]}}` as runs on the
+    `cfc` suite, so human samples can be scored by ProbEval as if they were a model."""
+    suite = load_suite("cfc", suite_path)
+    items = {it.item_id: it for it in suite.items()}
+    _store_suite(store, suite)
+    variant = suite.variant_names()[0]
+    msgs = []
+    for f in files:
+        try:
+            data = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as e:
+            raise SuiteError(f"cannot read answer sets: {e}", f) from e
+        sets = data.get("model_answers") if isinstance(data, dict) else None
+        if not isinstance(sets, dict):
+            raise SuiteError('expected {"model_answers": {question_id: [answers...]}}', f, 1, "model_answers")
+        known = [q for q in sets if str(q) in items]
+        if not known:
+            raise SuiteError(
+                f"none of the {len(sets)} question ids ({', '.join(sorted(map(str, sets))[:3])}, ...) are in "
+                f"the suite's targets file {suite.items_path}; pass the matching targets with --suite-path",
+                f, 1, "model_answers")
+        name = model if (model and len(files) == 1) else f.stem
+        run_id = _run_id("answers", suite.suite_id, f.name, name)
+        if not _create_import_run(store, run_id, suite, name, f, len(items), {"answer_sets": f.name}):
+            msgs.append(f"{f.name}: already imported as run {run_id}")
+            continue
+        results = []
+        skipped = 0
+        for qid, answers in sets.items():
+            it = items.get(str(qid))
+            if it is None or not isinstance(answers, list):
+                skipped += 1
+                continue
+            texts = [str(a) for a in answers]
+            results.append(Result(
+                item_id=it.item_id, variant=variant, prompt=it.text, prediction=texts[0] if texts else None,
+                extra={"imported": True, "samples": [{"text": t} for t in texts]},
+            ))
+        store.write_results(run_id, results)
+        _finish(store, run_id)
+        from llmscope.report import probeval_for_run
+
+        run = store.get_run(run_id)
+        res = probeval_for_run(store, run, save=True) if run else None
+        kl = f", ProbEval KL {res.mean_kl:.3f}" if res is not None else ""
+        msgs.append(f"{f.name}: run {run_id} ({name}), {len(results)} questions"
+                    + (f", {skipped} ids not in the suite" if skipped else "") + kl)
+    return msgs
+
+
+# -- the WorldSense trials reader before 2026-11-23 (a readline per trial) -------------------
+from llmscope.data.worldsense import (  # noqa: E402
+    DEOBFUSCATE,
+    FIELDS,
+    _DecodeError,
+    _loads,
+    _need,
+    _open,
+    find_trials,
+)
+from llmscope.engine.types import Item  # noqa: E402
+
+
+def load_worldsense_before(path: str | Path) -> list[Item]:
+    """All trials as Items: id = Key, options = expectedresp, gold de-obfuscated."""
+    p = find_trials(path)
+    items: list[Item] = []
+    try:
+        with _open(p) as f:
+            for n, raw in enumerate(f, 1):
+                if not raw.strip():
+                    continue
+                try:
+                    rec = _loads(raw)
+                except _DecodeError as e:
+                    raise SuiteError(f"invalid JSON: {e}", p, n) from e
+                except UnicodeDecodeError as e:
+                    raise SuiteError("not valid UTF-8", p, n) from e
+                if not isinstance(rec, dict):
+                    raise SuiteError(
+                        f"each line must be a JSON object, got {type(rec).__name__}", p, n
+                    )
+                key = _need(rec, "Key", (int, str), p, n)
+                opts = _need(rec, "expectedresp", (list,), p, n)
+                if not opts or not all(isinstance(o, str) for o in opts):
+                    raise SuiteError("must be a non-empty list of strings", p, n, "expectedresp")
+                obf = _need(rec, "goldresp_obfusc", (str,), p, n)
+                if obf not in DEOBFUSCATE:
+                    raise SuiteError(f"unknown obfuscated gold {obf!r}", p, n, "goldresp_obfusc")
+                gold = DEOBFUSCATE[obf]
+                if gold not in opts:
+                    raise SuiteError(
+                        f"gold {gold!r} is not among the allowed responses {opts}",
+                        p,
+                        n,
+                        "goldresp_obfusc",
+                    )
+                text = _need(rec, "text", (str,), p, n)
+                fields = {"Key": str(key), "goldresp": gold, "expectedresp": opts}
+                for k in FIELDS:
+                    if k not in rec:
+                        raise SuiteError("missing field", p, n, k)
+                    fields[k] = rec[k]
+                items.append(
+                    Item(
+                        item_id=str(key),
+                        fields=fields,
+                        gold=gold,
+                        options=list(opts),
+                        text=text,
+                        line=n,
+                    )
+                )
+    except (OSError, EOFError) as e:  # unreadable or corrupt compressed stream
+        raise SuiteError(f"cannot read: {e}", p) from e
+    return items
