@@ -147,15 +147,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         async def main() -> Any:
             try:
                 if hasattr(backend, "probe"):
-                    # Learn up front whether the API returns log-probs, so the run records it.
-                    from llmscope.engine.backend import BackendError
-
-                    try:
-                        await backend.probe()
-                    except BackendError as e:
-                        reporter.on_message("warning", f"probe request failed: {e}")
+                    # Check the configuration and learn the server's capabilities before
+                    # anything is written; BackendConfigError ends the command with one line.
+                    await backend.probe(suite.task, runner.task.options)
                     for note in backend.stats().get("notices", []):
                         reporter.on_message("warning", str(note))
+                    choice = (backend.describe().get("method_choice") or {})
+                    if choice.get("method"):
+                        reporter.on_message("info", f"method: {choice['method']} ({choice.get('reason')})")
                 return await runner.run()
             finally:
                 await backend.aclose()
@@ -436,12 +435,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         args.func = cmd_tui
     from llmscope.data.suites import SuiteError
+    from llmscope.engine.backend import BackendConfigError
     from llmscope.engine.models import ModelSpecError
     from llmscope.store.db import StoreError
 
     try:
         return int(args.func(args) or 0)
-    except (CLIError, SuiteError, StoreError, ModelSpecError) as e:
+    except (CLIError, SuiteError, StoreError, ModelSpecError, BackendConfigError) as e:
         print(f"llmscope: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:

@@ -71,6 +71,7 @@ class State:
         self.lock = threading.Lock()
         self.scripts: dict[str, dict[str, Any]] = dict(scenario.get("scripts", {}))
         self.token_logprobs: dict[str, float] = dict(scenario.get("token_logprobs", {}))
+        self.echo_shift = bool(scenario.get("echo_shift", False))
         self.counters: dict[str, int] = {}
         self.sample_counters: dict[str, int] = {}
         self.log: list[dict[str, Any]] = []
@@ -202,6 +203,8 @@ def completion_response(body: dict[str, Any], marker: str | None, spec: dict[str
         text = ""
         ptoks = tokenize(prompt)
         prompt_tokens += len(ptoks)
+        gen = _content(spec) if "content" in spec else " yes"
+        gtoks = tokenize(gen)[:max_tokens] if max_tokens > 0 else []
         if echo:
             pos = 0
             for j, t in enumerate(ptoks):
@@ -211,16 +214,21 @@ def completion_response(body: dict[str, Any], marker: str | None, spec: dict[str
                 tops.append(None if lp is None else {t: lp})
                 offsets.append(pos)
                 pos += len(t)
+            if spec.get("echo_shift", STATE.echo_shift):
+                # llama-cpp-python's bug: each prompt token carries the next token's log-prob
+                after = [float(table.get(t, -1.0)) for t in gtoks[:1]] or [-7.5]
+                lps = [*lps[1:], after[0]]
+                tops = [None if lp is None else {t: lp} for t, lp in zip(toks, lps, strict=True)]
             text = prompt
-        if max_tokens > 0:
-            gen = _content(spec) if "content" in spec else " yes"
-            gtoks = tokenize(gen)[:max_tokens]
+        if gtoks:
             top = (spec.get("top") or DEFAULT_TOP)[: int(k or 0)]
             pos = len(text) if echo else 0
             for j, t in enumerate(gtoks):
+                # a generated token's own log-prob is what echo would give it (a consistent
+                # model), so echo and next-token log-probs agree unless a script says otherwise
                 toks.append(t)
-                lps.append(top[0][1] if (j == 0 and top) else -0.3)
-                tops.append({tt: lp for tt, lp in top} if j == 0 else {t: -0.3})
+                lps.append(float(table.get(t, -1.0)))
+                tops.append({tt: lp for tt, lp in top} if j == 0 else {t: float(table.get(t, -1.0))})
                 offsets.append(pos)
                 pos += len(t)
             text += "".join(gtoks)
