@@ -16,12 +16,22 @@ A request is handled by the first script whose MARKER occurs in its prompt text
                    {"status": 429, "headers": {"Retry-After": "0.2"}, "message": "..."},
                    {"sleep": 2.0} (sleep, then answer normally: a client timeout),
                    {"malformed": true} (200 with a truncated JSON body),
-                   {"json": {...}} (200 with this JSON body, e.g. without "choices")
+                   {"json": {...}} (200 with this JSON body, e.g. without "choices"),
+                   {"reset": true} (200 headers, half the body, then a TCP reset),
+                   {"spec": {...}} (answer normally with these SPEC keys overridden,
+                   e.g. {"no_logprobs": true} for one transient `logprobs: null`)
     error          {"status": 400, "message": "...", "param": "...", "code": "..."}
+                   ("echo_request": true appends the request's headers and body to the
+                   message, as some proxies do: a secret-leak test)
     reject         [{"param": "top_logprobs", "gt": 10, "message": "..."},
                     {"param": "reasoning_effort", "equals": "minimal", "message": "..."},
-                    {"param": "logprobs", "present": true, "message": "..."}] -> 400
-                   ("hide_param": true leaves the error's "param" null, as vLLM does)
+                    {"param": "logprobs", "present": true, "message": "..."},
+                    {"param": "prompt", "is_list": true, "status": 500, "message": "..."}]
+                   -> 400 unless "status" says otherwise ("hide_param": true leaves the
+                   error's "param" null, as vLLM does; "is_list" is llama.cpp refusing a
+                   list of prompts with HTTP 500)
+    echo_shift     true: echo log-probs shifted by one token (llama-cpp-python's bug);
+                   also a scenario-level key for every prompt
     top            [[token, logprob], ...] the candidates at the first generated position
                    (the first min(k, len) are returned as top_logprobs)
     content        the generated text (default: the first `top` token)
@@ -48,6 +58,8 @@ import json
 import os
 import random
 import re
+import socket
+import struct
 import sys
 import threading
 import time
@@ -263,10 +275,12 @@ def _rejection(body: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any] | N
             ("gt" in r and isinstance(v, (int, float)) and v > r["gt"])
             or ("equals" in r and v == r["equals"])
             or (r.get("present") and v not in (False, 0))
+            or (r.get("is_list") and isinstance(v, list) and len(v) > 1)
         )
         if hit:
             param = None if r.get("hide_param") else p  # vLLM often names no param
-            return {"status": 400, "message": r["message"], "param": param, "code": r.get("code")}
+            status = int(r.get("status", 400))
+            return {"status": status, "message": r["message"], "param": param, "code": r.get("code")}
     return None
 
 
@@ -289,6 +303,24 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True
+
+    def _reset_mid_body(self) -> None:
+        """Promise a body, send half of it, then reset the connection (SO_LINGER 0 -> RST)."""
+        data = json.dumps({"id": "x", "choices": [{"index": 0, "text": "y" * 200}]}).encode()
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+            self.connection.setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+            )
+            self.connection.close()
+        except OSError:
+            pass
+        self.close_connection = True
 
     def _error(self, status: int, message: str, param: Any = None, code: Any = None, headers=None):
         err = {"message": message, "type": "invalid_request_error", "param": param, "code": code}
@@ -385,6 +417,11 @@ class Handler(BaseHTTPRequestHandler):
             if fault.get("malformed"):
                 self._send(200, b'{"id": "chatcmpl-test", "choices": [{"index": 0, "mess')
                 return
+            if fault.get("reset"):
+                self._reset_mid_body()
+                return
+            if "spec" in fault:
+                spec = {**spec, **fault["spec"]}
             time.sleep(float(fault.get("sleep", 0)))  # the client should have given up by now
         if spec.get("delay"):
             time.sleep(float(spec["delay"]))
@@ -392,7 +429,10 @@ class Handler(BaseHTTPRequestHandler):
         if err:
             with STATE.lock:
                 entry["outcome"] = f"error:{err['status']}"
-            self._error(err["status"], err["message"], err.get("param"), err.get("code"))
+            message = err["message"]
+            if err.get("echo_request"):
+                message += f" -- request headers: {dict(self.headers)!r} body: {json.dumps(body)}"
+            self._error(err["status"], message, err.get("param"), err.get("code"))
             return
         if self.path.endswith("/chat/completions"):
             self._send(200, chat_response(body, marker, spec))
