@@ -636,7 +636,7 @@ class OpenAIBackend(Backend):
                 f"connection failures in a row, last: {last}); the run is paused, resume it when "
                 "the server is back"
             )
-            self._warn_once("breaker", self._breaker)
+            self.notices.append(self._breaker)  # the runner prints it when it pauses the run
         if self._breaker:
             raise BackendUnavailable(self._breaker)
 

@@ -149,9 +149,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 if hasattr(backend, "probe"):
                     # Check the configuration and learn the server's capabilities before
                     # anything is written; BackendConfigError ends the command with one line.
+                    # (the backend's notices reach stderr once, through its logger)
                     await backend.probe(suite.task, runner.task.options)
-                    for note in backend.stats().get("notices", []):
-                        reporter.on_message("warning", str(note))
                     choice = (backend.describe().get("method_choice") or {})
                     if choice.get("method"):
                         reporter.on_message("info", f"method: {choice['method']} ({choice.get('reason')})")
