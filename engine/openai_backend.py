@@ -120,6 +120,52 @@ class _NoLogprobs(BackendError):
     """The server said it cannot return log-probabilities for this model."""
 
 
+def prompt_logprobs_as_echo(choice: dict[str, Any], full: str) -> dict[str, Any]:
+    """vLLM's `prompt_logprobs` for one prompt, in the echo shape `_score` reads.
+
+    vLLM returns, per prompt token, None (the first) or {token_id: {"logprob", "rank",
+    "decoded_token"}} holding the prompt token (and top alternatives when asked for);
+    `prompt_token_ids` names the prompt token. Text offsets are rebuilt from the end of
+    the prompt, since the first token's text is not returned.
+    """
+    pl = choice.get("prompt_logprobs")
+    if not isinstance(pl, list) or not pl:
+        raise InvalidResponse("response without prompt_logprobs")
+    ids = choice.get("prompt_token_ids")
+    if ids is not None and (not isinstance(ids, list) or len(ids) != len(pl)):
+        raise InvalidResponse("prompt_token_ids and prompt_logprobs differ in length")
+    tokens: list[str] = []
+    lps: list[float | None] = []
+    for i, entry in enumerate(pl):
+        if entry is None:
+            tokens.append("")
+            lps.append(None)
+            continue
+        if not isinstance(entry, dict) or not entry:
+            raise InvalidResponse(f"prompt_logprobs[{i}] is not a token dict")
+        if ids is not None:
+            got = entry.get(str(ids[i]))
+        elif len(entry) == 1:
+            got = next(iter(entry.values()))
+        else:
+            raise InvalidResponse("prompt_logprobs without prompt_token_ids: cannot tell the prompt token")
+        if not isinstance(got, dict) or "logprob" not in got:
+            raise InvalidResponse(f"prompt_logprobs[{i}] lacks the prompt token's log-prob")
+        tokens.append(str(got.get("decoded_token") or ""))
+        lps.append(valid_logprob(got["logprob"], f"prompt token {i}"))
+    tail = "".join(tokens)
+    if not full.endswith(tail):
+        raise InvalidResponse("decoded prompt tokens do not spell the prompt")
+    offsets = []
+    pos = len(full) - len(tail)
+    tokens[0] = full[:pos] if lps[0] is None else tokens[0]
+    pos = 0
+    for t in tokens:
+        offsets.append(pos)
+        pos += len(t)
+    return {"tokens": tokens, "token_logprobs": lps, "text_offset": offsets}
+
+
 class InvalidResponse(ValueError):
     """A 200 response whose numbers cannot be right (NaN/inf or positive log-probs, no
     log-probs where the server had them): retried like a transient fault."""
@@ -430,6 +476,10 @@ class OpenAIBackend(Backend):
         self.capabilities: dict[str, Any] = {}
         self.method_choice: dict[str, Any] = {}
         self.adaptations: list[str] = []
+        # how prompt log-likelihoods are read: "echo" (completions echo=True) or
+        # "prompt_logprobs" (vLLM's extension, chosen when the probe finds it and it agrees)
+        self._loglik_via = "echo"
+        self._prompt_lp_note: str | None = None
         self._echo_ok: bool | None = None if self.echo_check else True
         self._echo_reason: str | None = None if self.echo_check else "echo check disabled"
         self._echo_lock = asyncio.Lock()
@@ -502,6 +552,8 @@ class OpenAIBackend(Backend):
     def _loglik_method(self) -> str:
         if self._loglik is False or self._echo_ok is False:
             return "unsupported"
+        if self._loglik_via == "prompt_logprobs":
+            return "vllm-prompt_logprobs"
         return f"completions-echo(max_tokens={self._echo_max_tokens})"
 
     def _warn_once(self, key: str, message: str) -> None:
@@ -1108,6 +1160,8 @@ class OpenAIBackend(Backend):
             self._echo_reason = "unchecked: the completions endpoint returned no token log-probs"
             return
         cont = "".join(gen_toks)
+        if await self._try_prompt_logprobs(ctx, cont, gen_toks, gen_lps):
+            return
         (echo,) = await self._loglik_all([(ctx, cont)])
         if echo.tokens[: len(gen_toks)] != gen_toks:
             self._echo_ok = True
@@ -1133,6 +1187,51 @@ class OpenAIBackend(Backend):
             return
         self._echo_ok = True
         self._echo_reason = f"echo agrees with next-token log-probs ({shown})"
+
+    async def _try_prompt_logprobs(
+        self, ctx: str, cont: str, gen_toks: list[str], gen_lps: list[float]
+    ) -> bool:
+        """Use vLLM's `prompt_logprobs` when the server returns them and they agree with the
+        next-token log-probs of the greedy continuation (one request; anything else: no)."""
+        full = ctx + cont
+
+        def build() -> dict[str, Any]:
+            body = {
+                "model": self.model,
+                "prompt": full,
+                "max_tokens": 1,
+                "temperature": 0.0,
+                "prompt_logprobs": 0,
+                "return_token_ids": True,
+            }
+            return self._finish(body)
+
+        try:
+            _, data = await self._adaptive("completions", build, retries=min(1, self.policy.max_retries))
+            choice = data["choices"][0]
+            if choice.get("prompt_logprobs") is None:
+                self._prompt_lp_note = "prompt_logprobs: not returned"
+                return False
+            got = self._score(ctx, cont, full, prompt_logprobs_as_echo(choice, full))
+        except (BackendError, InvalidResponse) as e:
+            self._prompt_lp_note = f"prompt_logprobs: {self._redact(str(e))[:200]}"
+            return False
+        pairs = list(zip(gen_lps, got.token_logprobs, strict=False))
+        if got.tokens[: len(gen_toks)] != gen_toks or not pairs:
+            self._prompt_lp_note = f"prompt_logprobs: tokenises {cont!r} as {got.tokens}"
+            return False
+        shown = ", ".join(
+            f"{t!r}: next-token {a:.3f} vs prompt_logprobs {b:.3f}"
+            for t, (a, b) in zip(gen_toks, pairs, strict=False)
+        )
+        if max(abs(a - b) for a, b in pairs) > ECHO_CHECK_TOL:
+            self._prompt_lp_note = f"prompt_logprobs refused: they disagree ({shown})"
+            return False
+        self._loglik_via = "prompt_logprobs"
+        self._loglik = True
+        self._echo_ok = True
+        self._echo_reason = f"vLLM prompt_logprobs agree with next-token log-probs ({shown})"
+        return True
 
     async def _one_per_request(
         self, pairs: list[tuple[str, str]], e: APIRequestError
@@ -1167,20 +1266,28 @@ class OpenAIBackend(Backend):
             shifted.append((stripped, ctx[len(stripped) :] + cont))
         prompts = [c + x for c, x in shifted]
 
+        via = self._loglik_via
+
         def build() -> dict[str, Any]:
-            body = {
+            body: dict[str, Any] = {
                 "model": self.model,
                 "prompt": prompts if len(prompts) > 1 else prompts[0],
-                "echo": True,
-                "logprobs": 1,
-                "max_tokens": self._echo_max_tokens,
                 "temperature": 0.0,
             }
+            if via == "prompt_logprobs":
+                # vLLM: the log-prob of every prompt token (0 = the prompt token only) and
+                # the prompt's token ids, to pick that token out of each position's dict
+                body.update(max_tokens=1, prompt_logprobs=0, return_token_ids=True)
+            else:
+                body.update(echo=True, logprobs=1, max_tokens=self._echo_max_tokens)
             if self.seed is not None:
                 body["seed"] = self.seed
             return self._finish(body)
 
         def check(data: dict[str, Any]) -> None:
+            if via == "prompt_logprobs":
+                for c, full in zip(data["choices"], prompts, strict=False):
+                    c["logprobs"] = prompt_logprobs_as_echo(c, full)
             for c in data["choices"]:
                 lp = c.get("logprobs")
                 if isinstance(lp, dict):
@@ -1380,6 +1487,9 @@ class OpenAIBackend(Backend):
             "top_logprobs_limit": self._k_cap,
             "echo_loglik": None if self._loglik is None else bool(self._loglik and self._echo_ok),
             "echo_check": self._echo_reason,
+            "prompt_logprobs": self._loglik_via == "prompt_logprobs"
+            or (None if self._prompt_lp_note is None else False),
+            "prompt_logprobs_note": self._prompt_lp_note,
             "batched_prompts": None if self._loglik is None else self.loglik_batch > 1,
             "reasoning": self.reasoning,
             "reasoning_effort": self.reasoning_effort,
@@ -1394,6 +1504,9 @@ class OpenAIBackend(Backend):
             method, reason = nt, nt_why
         elif need == "generate":
             method, reason = "generate", "the task scores generated text"
+        elif ll_ok and self._loglik_via == "prompt_logprobs":
+            method = "vLLM prompt_logprobs log-likelihoods"
+            reason = self._echo_reason or ""
         elif ll_ok:
             method = "completions echo log-likelihoods"
             reason = self._echo_reason or "echo accepted"

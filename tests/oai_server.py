@@ -32,6 +32,10 @@ A request is handled by the first script whose MARKER occurs in its prompt text
                    list of prompts with HTTP 500)
     echo_shift     true: echo log-probs shifted by one token (llama-cpp-python's bug);
                    also a scenario-level key for every prompt
+    vllm           true: honour vLLM's `prompt_logprobs` on completions (choices[i] get
+                   "prompt_logprobs": [null, {"<id>": {"logprob", "rank", "decoded_token"}}, ...]
+                   and, with "return_token_ids", "prompt_token_ids"; token ids come from a
+                   per-server vocabulary; the table's log-probs, like echo)
     top            [[token, logprob], ...] the candidates at the first generated position
                    (the first min(k, len) are returned as top_logprobs)
     content        the generated text (default: the first `top` token)
@@ -84,6 +88,8 @@ class State:
         self.scripts: dict[str, dict[str, Any]] = dict(scenario.get("scripts", {}))
         self.token_logprobs: dict[str, float] = dict(scenario.get("token_logprobs", {}))
         self.echo_shift = bool(scenario.get("echo_shift", False))
+        self.vllm = bool(scenario.get("vllm", False))
+        self.vocab: dict[str, int] = {}
         self.counters: dict[str, int] = {}
         self.sample_counters: dict[str, int] = {}
         self.log: list[dict[str, Any]] = []
@@ -253,7 +259,10 @@ def completion_response(body: dict[str, Any], marker: str | None, spec: dict[str
                 "top_logprobs": tops,
                 "text_offset": offsets,
             }
-        choices.append({"index": i, "text": text, "logprobs": logprobs, "finish_reason": "length"})
+        choice: dict[str, Any] = {"index": i, "text": text, "logprobs": logprobs, "finish_reason": "length"}
+        if body.get("prompt_logprobs") is not None and spec.get("vllm", STATE.vllm):
+            choice.update(_vllm_prompt_logprobs(ptoks, table, int(body["prompt_logprobs"]), body))
+        choices.append(choice)
     return {
         "id": "cmpl-test",
         "object": "text_completion",
@@ -263,6 +272,30 @@ def completion_response(body: dict[str, Any], marker: str | None, spec: dict[str
         "choices": choices,
         "usage": _usage(prompt_tokens, completion_tokens),
     }
+
+
+def _token_id(tok: str) -> int:
+    with STATE.lock:
+        return STATE.vocab.setdefault(tok, 1000 + len(STATE.vocab))
+
+
+def _vllm_prompt_logprobs(
+    ptoks: list[str], table: dict[str, float], k: int, body: dict[str, Any]
+) -> dict[str, Any]:
+    """vLLM's shape: None for the first prompt token, then {id: Logprob} per token holding the
+    prompt token and, for k > 0, the k best alternatives (here: fixed decoys)."""
+    out: list[dict[str, dict[str, Any]] | None] = [None]
+    for t in ptoks[1:]:
+        lp = float(table.get(t, -1.0))
+        entry = {str(_token_id(t)): {"logprob": lp, "rank": 2, "decoded_token": t}}
+        for j in range(k):
+            decoy = f" decoy{j}"
+            entry[str(_token_id(decoy))] = {"logprob": -0.05 * (j + 1), "rank": j + 1, "decoded_token": decoy}
+        out.append(entry)
+    res: dict[str, Any] = {"prompt_logprobs": out}
+    if body.get("return_token_ids"):
+        res["prompt_token_ids"] = [_token_id(t) for t in ptoks]
+    return res
 
 
 def _rejection(body: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any] | None:

@@ -272,9 +272,11 @@ async def test_echo_loglik_sums_continuation_tokens(oai: OAIServer) -> None:
     assert outs[0].n_context_tokens == 2
     # trailing space of the context moved to the continuation: " sat" scored whole
     assert outs[1].tokens == [" sat"]
-    # the echo sanity check comes first: a greedy request, then the same text echoed
-    check, check_echo, *sent = oai.log(m)
+    # the sanity check comes first: a greedy request, a try of vLLM's prompt_logprobs
+    # (this server ignores it), then the same text echoed
+    check, try_vllm, check_echo, *sent = oai.log(m)
     assert check["body"]["prompt"] == "The capital of France is" and "echo" not in check["body"]
+    assert try_vllm["body"]["prompt_logprobs"] == 0
     assert check_echo["body"]["prompt"] == "The capital of France is yes"
     assert len(sent) == 2  # batches of 3 + 1
     assert sent[0]["body"]["echo"] is True and sent[0]["body"]["max_tokens"] == 0

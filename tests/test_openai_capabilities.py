@@ -289,3 +289,40 @@ def test_api_method_rows_mean_seen_mass() -> None:
     assert rows[("method_share", "logprobs")]["value"] == pytest.approx(2 / 3)
     assert rows[("method_share", "sampled-estimate")]["n"] == 1
     assert api_method_rows(df, {**run, "backend": "hf"}, {}) == []
+
+
+# ------------------------------------------------------------ vLLM prompt_logprobs
+
+
+async def test_vllm_prompt_logprobs_scoring(oai: OAIServer) -> None:
+    """vLLM's completions extension: per-prompt-token {id: {logprob, rank, decoded_token}}."""
+    table = {" yes": -0.4, " cat": -1.2, " sat": -2.0, " down": -0.5, " mat": -3.0}
+    oai.script("", vllm=True, token_logprobs=table)
+    b = _backend(oai, loglik_batch=2)
+    try:
+        outs = await b.loglik([("The cat", " sat down"), ("The cat ", "sat"), ("The cat", " mat")])
+        d = b.describe()
+    finally:
+        await b.aclose()
+    assert [o.logprob for o in outs] == pytest.approx([-2.0 - 0.5, -2.0, -3.0])
+    assert outs[0].tokens == [" sat", " down"] and outs[0].n_context_tokens == 2
+    assert d["loglik"] == "vllm-prompt_logprobs" and d["capabilities"]["prompt_logprobs"] is True
+    scored = [e["body"] for e in oai.log() if isinstance(e["body"].get("prompt"), list)]
+    assert scored and all(x.get("prompt_logprobs") == 0 and "echo" not in x for x in scored)
+    assert sum(1 for e in oai.log() if e["body"].get("echo")) == 0  # echo never needed
+
+
+def test_vllm_prompt_logprobs_choice_run(oai: OAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    oai.script("", vllm=True, echo_shift=True, token_logprobs={" red": -0.3, " blue": -2.3})
+    db = tmp_path / "v.duckdb"
+    rc, out = _run(capsys, _choice_suite(tmp_path), db, oai.base_url)
+    assert rc == 0, out
+    run = _run_row(db)
+    assert run["meta"]["backend"]["method_choice"]["method"] == "vLLM prompt_logprobs log-likelihoods"
+    con = duckdb.connect(str(db), read_only=True)
+    got = con.execute("SELECT prediction, option_scores FROM results ORDER BY item_id").fetchall()
+    con.close()
+    for pred, scores in got:
+        s = json.loads(scores)
+        assert pred == "red"
+        assert s["red"]["logprob"] == pytest.approx(-0.3) and s["blue"]["logprob"] == pytest.approx(-2.3)
