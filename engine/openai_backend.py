@@ -105,7 +105,14 @@ class APIRequestError(BackendError):
 
 
 class DeterministicError(APIRequestError):
-    """The server gave the same error body DETERMINISTIC_REPEATS times for one request."""
+    """The server gave the same 5xx body `deterministic_after` times in a row for one request."""
+
+    def __init__(self, status: int, message: str, param: str | None, code: Any, repeats: int):
+        super().__init__(status, message, param, code)
+        self.args = (
+            f"HTTP {status}: {message} (the same answer {repeats} times in a row: a "
+            "deterministic server error, not retried further)",
+        )
 
 
 class _GaveUp(BackendError):
@@ -297,6 +304,31 @@ def _public_url(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
+def expand_base_urls(value: str | Sequence[str] | None) -> list[str]:
+    """Base URLs from one string or a list; `@FILE` items read one URL per line (blank
+    lines and `#` comments skipped). Trailing slashes are dropped."""
+    if value is None:
+        return []
+    items = [value] if isinstance(value, str) else list(value)
+    out: list[str] = []
+    for item in items:
+        item = str(item).strip()
+        if item.startswith("@"):
+            path = item[1:]
+            try:
+                with open(path, encoding="utf-8") as f:
+                    lines = [ln.split("#", 1)[0].strip() for ln in f]
+            except OSError as e:
+                raise BackendConfigError(f"--base-url {item}: cannot read {path}: {e.strerror or e}") from None
+            found = [ln for ln in lines if ln]
+            if not found:
+                raise BackendConfigError(f"--base-url {item}: no URLs in {path}")
+            out.extend(found)
+        elif item:
+            out.append(item)
+    return [u.rstrip("/") for u in out]
+
+
 def _check_base_url(url: str) -> None:
     """Refuse a base URL that would leak or mis-send the key (userinfo goes out as HTTP Basic)."""
     try:
@@ -346,7 +378,7 @@ class OpenAIBackend(Backend):
     def __init__(
         self,
         model: str,
-        base_url: str | None = None,
+        base_url: str | Sequence[str] | None = None,
         api_key: str | None = None,
         concurrency: int = 8,
         top_logprobs: int = 20,
@@ -370,6 +402,10 @@ class OpenAIBackend(Backend):
         deterministic_after: int = DETERMINISTIC_REPEATS,
     ) -> None:
         """See docs/scale-out.md. `model` may carry the `openai:` prefix of `--model`.
+
+        - `base_url`: one URL, or several (a list; an item `@FILE` reads one URL per line)
+          served round-robin, each with its own `concurrency` limit (a fleet of replicas
+          of the same model: a failed attempt is retried on the next one).
 
         - `concurrency`: requests in flight at once; `timeout`: seconds per HTTP attempt;
           `max_retries`: retries per request (429/5xx/timeouts/malformed bodies).
@@ -396,8 +432,12 @@ class OpenAIBackend(Backend):
         if model.startswith("openai:"):
             model = model[len("openai:") :]
         self.model = model
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_URL).rstrip("/")
-        _check_base_url(self.base_url)
+        self.base_urls = expand_base_urls(base_url) or [
+            (os.environ.get("OPENAI_BASE_URL") or OPENAI_URL).rstrip("/")
+        ]
+        for u in self.base_urls:
+            _check_base_url(u)
+        self.base_url = self.base_urls[0]
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self._key_source = "argument" if api_key is not None else ("env" if key else "none")
         if not key:
@@ -428,12 +468,16 @@ class OpenAIBackend(Backend):
             max_retry_after=max_retry_after,
         )
         self._rng = random.Random(jitter_seed)
-        self._client = openai.AsyncOpenAI(
-            api_key=key, base_url=self.base_url, max_retries=0, timeout=self.timeout
-        )
+        self._clients = [
+            openai.AsyncOpenAI(api_key=key, base_url=u, max_retries=0, timeout=self.timeout)
+            for u in self.base_urls
+        ]
+        self._client = self._clients[0]
+        self._sems = [asyncio.Semaphore(self.concurrency) for _ in self.base_urls]
+        self._per_endpoint = [0 for _ in self.base_urls]  # HTTP attempts sent to each
+        self._rr = 0
         self._chat_params = _param_names(self._client.chat.completions.create)
         self._cmpl_params = _param_names(self._client.completions.create)
-        self._sem = asyncio.Semaphore(self.concurrency)
         self._pause_until = 0.0
         # what we have learned about the server
         self._logprobs: bool | None = False if logprobs is False else None
@@ -485,6 +529,7 @@ class OpenAIBackend(Backend):
         self._echo_lock = asyncio.Lock()
         self._detect_lock = asyncio.Lock()
         self._probing = False
+        self._pinned: int | None = None  # the probe checks each endpoint in turn
         if self._logprobs is False:
             self._warn_once(
                 "nologprobs",
@@ -500,6 +545,7 @@ class OpenAIBackend(Backend):
             "backend": self.kind,
             "model": self.model,
             "base_url": _public_url(self.base_url),
+            "base_urls": [_public_url(u) for u in self.base_urls],
             "api_key": self._key_source,  # where it came from, never the key
             "client": f"openai-python {openai.__version__}",
             "versions": {"openai": openai.__version__},
@@ -537,6 +583,7 @@ class OpenAIBackend(Backend):
         return {
             **self._c,
             "in_flight": self._in_flight,
+            "requests_per_endpoint": list(self._per_endpoint),
             "logprobs": self._logprobs,
             "method": self._method(),
             "top_logprobs_used": self._k_cap,
@@ -587,12 +634,8 @@ class OpenAIBackend(Backend):
         DeterministicError; `breaker_after` consecutive timeouts/connection failures open
         the circuit breaker (BackendUnavailable, also for every later request).
         """
-        api = self._client.chat.completions if endpoint == "chat" else self._client.completions
-        create = api.with_raw_response.create
         kwargs = self._split(endpoint, body)
         loop = asyncio.get_running_loop()
-        if retries is None and self._probing:
-            retries = PROBE_RETRIES
         max_retries = self.policy.max_retries if retries is None else retries
         last, kind = "no attempt made", "none"
         same: tuple[int, str] | None = None
@@ -606,8 +649,18 @@ class OpenAIBackend(Backend):
             if wait > 0:
                 await asyncio.sleep(wait)
             retry_after: float | None = None
-            async with self._sem:
+            # round-robin over the endpoints, per attempt: a retry goes to the next replica
+            if self._pinned is not None:
+                ep = self._pinned
+            else:
+                ep = self._rr % len(self._clients)
+                self._rr += 1
+            client = self._clients[ep]
+            api = client.chat.completions if endpoint == "chat" else client.completions
+            create = api.with_raw_response.create
+            async with self._sems[ep]:
                 self._c["requests"] += 1
+                self._per_endpoint[ep] += 1
                 self._in_flight += 1
                 try:
                     # the client's own timeout covers connect/read/write; the outer bound
@@ -657,7 +710,7 @@ class OpenAIBackend(Backend):
                         and repeats >= self.deterministic_after
                     ):
                         self._c["deterministic"] += 1
-                        raise DeterministicError(status, message, param, code) from None
+                        raise DeterministicError(status, message, param, code, repeats) from None
                 except InvalidResponse as e:
                     self._c["invalid"] += 1
                     last, kind = f"invalid response: {self._redact(str(e))[:300]}", "invalid"
@@ -671,13 +724,15 @@ class OpenAIBackend(Backend):
                     return data
                 finally:
                     self._in_flight -= 1
+            if self._probing and kind in ("connection", "timeout") and attempt >= PROBE_RETRIES:
+                break  # an unreachable server is a configuration error at probe time
             if attempt < max_retries:
                 delay = self.policy.delay(attempt, retry_after, self._rng)
                 if retry_after is not None:
                     # the server asked everyone to hold off, not just this request
                     self._pause_until = max(self._pause_until, loop.time() + delay)
                 await asyncio.sleep(delay)
-        raise _GaveUp(f"giving up after {max_retries} retries: {last}", kind)
+        raise _GaveUp(f"giving up after {attempt} retries: {last}", kind)
 
     def _went_down(self, last: str) -> None:
         """Count a timeout/connection failure; open the breaker after `breaker_after` in a row."""
@@ -1436,38 +1491,51 @@ class OpenAIBackend(Backend):
         need = TASK_NEEDS.get(task or "yesno", "next_token")
         if task == "constrained" and (options or {}).get("mode") == "loglik":
             need = "loglik"
-        url = _public_url(self.base_url)
         self._probing = True
         try:
-            if need == "generate":
-                await self.generate("Say yes.", GenParams(max_new_tokens=1, stop=[]))
-            else:
-                await self.next_token("Answer yes or no: is water wet?", ["yes", "no"])
-            if need in ("loglik", "options"):
-                await self._probe_loglik()
-        except BackendConfigError:
-            raise
-        except (BackendUnavailable, _GaveUp) as e:
-            raise BackendConfigError(f"cannot use {url}: {self._redact(str(e))}") from None
-        except APIRequestError as e:
+            self._pinned = 0
+            try:
+                if need == "generate":
+                    await self.generate("Say yes.", GenParams(max_new_tokens=1, stop=[]))
+                else:
+                    await self.next_token("Answer yes or no: is water wet?", ["yes", "no"])
+                if need in ("loglik", "options"):
+                    await self._probe_loglik()
+            except BackendError as e:
+                raise self._config_error(e, 0) from None
+            for i in range(1, len(self._clients)):  # every replica must answer too
+                self._pinned = i
+                try:
+                    await self.generate("Say yes.", GenParams(max_new_tokens=1, stop=[]))
+                except BackendError as e:
+                    raise self._config_error(e, i) from None
+        finally:
+            self._probing = False
+            self._pinned = None
+        self.capabilities = self._capabilities()
+        self.method_choice = self._choose_method(task, need)
+        if self.method_choice["method"] is None:
+            raise BackendConfigError(
+                f"{_public_url(self.base_url)} cannot score task {task!r}: {self.method_choice['reason']}"
+            )
+        return self.describe()
+
+    def _config_error(self, e: BackendError, ep: int) -> BackendConfigError:
+        """One clear line for a probe failure at endpoint `ep`."""
+        url = _public_url(self.base_urls[ep])
+        if isinstance(e, BackendConfigError):
+            return e
+        if isinstance(e, BackendUnavailable | _GaveUp):
+            return BackendConfigError(f"cannot use {url}: {self._redact(str(e))}")
+        if isinstance(e, APIRequestError):
             if e.status in (401, 403):
                 why = f"the API key was rejected (HTTP {e.status}: {e.message})"
             elif e.status == 404:
                 why = f"model {self.model!r} or the endpoint was not found (HTTP 404: {e.message})"
             else:
                 why = f"the server rejects the probe request (HTTP {e.status}: {e.message})"
-            raise BackendConfigError(f"{url}: {why}") from None
-        except BackendError as e:
-            raise BackendConfigError(f"{url}: probe failed: {self._redact(str(e))}") from None
-        finally:
-            self._probing = False
-        self.capabilities = self._capabilities()
-        self.method_choice = self._choose_method(task, need)
-        if self.method_choice["method"] is None:
-            raise BackendConfigError(
-                f"{url} cannot score task {task!r}: {self.method_choice['reason']}"
-            )
-        return self.describe()
+            return BackendConfigError(f"{url}: {why}")
+        return BackendConfigError(f"{url}: probe failed: {self._redact(str(e))}")
 
     async def _probe_loglik(self) -> None:
         """Echo log-likelihoods (checked against next-token log-probs) and, when the server
@@ -1525,4 +1593,5 @@ class OpenAIBackend(Backend):
 
     async def aclose(self) -> None:
         """Close the HTTP connections."""
-        await self._client.close()
+        for c in self._clients:
+            await c.close()

@@ -367,7 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--opt", action="append", metavar="KEY=VALUE", help="task option (JSON value), repeatable")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--resume", metavar="RUN", help="continue a stored run (id or prefix; 'last')")
-    r.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
+    r.add_argument("--base-url", action="append", default=None,
+                   help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL); repeat it, or give @FILE with one "
+                        "URL per line, to spread requests round-robin over replicas of the same model")
     r.add_argument("--concurrency", type=int, default=8, help="API requests in flight")
     r.add_argument("--top-logprobs", type=int, default=20)
     r.add_argument("--max-retries", type=int, default=None)

@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 import oai_fixtures
 import pytest
-from oai_fixtures import CANARY_KEY, OAIServer
+from oai_fixtures import CANARY_KEY, OAIServer, note_fault_outcome
 
 from llmscope import cli
 from llmscope.analysis.api_method import api_method_rows, method_banner
@@ -175,6 +175,8 @@ def test_list_of_prompts_rejected_adapts_to_one_prompt_per_request(
     assert be["loglik_batch"] == 1 and be["capabilities"]["batched_prompts"] is False
     assert any("one prompt per request" in a and "assert len(body.prompt)" in a for a in be["adaptations"])
     assert run["meta"]["backend_stats"]["deterministic"] == 1
+    note_fault_outcome("batched prompts rejected (HTTP 500)", "adapted once to one prompt per request after 3 identical "
+          "500s (probe); 3/3 items scored, 0 list requests during the run")
     con = duckdb.connect(str(db), read_only=True)
     rows = con.execute("SELECT option_scores, correct, error FROM results ORDER BY item_id").fetchall()
     con.close()

@@ -18,7 +18,7 @@ from typing import Any
 import duckdb
 import oai_fixtures
 import pytest
-from oai_fixtures import CANARY_KEY, OAIServer
+from oai_fixtures import CANARY_KEY, OAIServer, note_fault_outcome
 
 from llmscope import cli
 
@@ -28,6 +28,9 @@ oai = oai_fixtures.oai
 E = math.exp
 TOP = [["Yes", -0.3], ["No", -1.6], ["The", -3.0]]  # mass 0.993
 PROBE = "Answer yes or no: is water wet?"
+
+
+_note = note_fault_outcome
 
 
 def _yesno_suite(tmp: Path, texts: list[str]) -> Path:
@@ -133,6 +136,7 @@ def test_transient_fault_is_retried_and_scored(
     # the run was scored by log-probs throughout: one transient answer did not switch methods
     assert run["meta"]["backend"]["method_choice"]["method"] == "chat top-k log-probs"
     assert [e["outcome"].startswith("fault") for e in oai.log("[hit]")] == [True, True, False]
+    _note(case, f"2 faults, 3 requests, scored; status {run['status']}, exit {rc}, {counter}={stats[counter]}")
 
 
 # ------------------------------------------------------------ persistent faults: item errors
@@ -168,6 +172,8 @@ def test_persistent_fault_is_an_item_error_never_a_score(
         assert n_hit == 3  # classified as deterministic after 3 identical answers, not 6 retries
     else:
         assert n_hit == 3  # 1 + --max-retries 2
+    _note(case, f"item error after {n_hit} requests ({bad[6][:70]}...); others scored; "
+                f"status {run['status']}, exit {rc}")
 
 
 # ------------------------------------------------------------ configuration: fail fast
@@ -185,6 +191,7 @@ def test_unreachable_server_fails_fast_and_stores_nothing(
     assert len(lines) == 1 and "cannot use http://127.0.0.1:9/v1" in lines[0]
     assert "connection" in lines[0].lower()
     _no_run_stored(db)
+    _note("unreachable base URL", f"exit {rc}, one line, no run stored: {lines[0][17:100]}...")
 
 
 def test_missing_key_for_default_endpoint_is_one_line(
@@ -210,6 +217,7 @@ def test_401_fails_fast_with_one_line(oai: OAIServer, tmp_path: Path, capsys: py
     assert "API key was rejected (HTTP 401" in err and CANARY_KEY not in err
     assert len(oai.log()) == 1  # a 401 is not retried
     _no_run_stored(db)
+    _note("401", f"exit {rc} after 1 request, one line (API key was rejected), no run stored")
 
 
 def test_404_model_fails_fast(oai: OAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -237,6 +245,7 @@ def test_400_logprobs_not_supported_uses_sampled_estimate(
     assert choice["method"] == "sampled estimate (4 answers)"
     assert "logprobs is not supported" in choice["reason"]
     assert "method: sampled estimate (4 answers)" in err
+    _note("400 logprobs not supported", f"sampled estimate chosen and shown; status {run['status']}, exit {rc}")
     # the no-logprobs warning is emitted once (through the backend's logger, which pytest
     # captures here; a terminal gets it on stderr) and the CLI does not repeat it
     warned = [r for r in caplog.records if "log-probabilities" in r.getMessage()]
@@ -251,6 +260,7 @@ def test_400_on_every_request_fails_fast(oai: OAIServer, tmp_path: Path, capsys:
     rc, err = _run(capsys, spec, db, oai.base_url)
     assert rc == 2 and "rejects the probe request (HTTP 400: logprobs is not supported)" in err
     _no_run_stored(db)
+    _note("400 on every request", f"exit {rc}, one line, no run stored")
 
 
 # ------------------------------------------------------------ circuit breaker
@@ -270,7 +280,10 @@ def test_server_that_stops_answering_pauses_the_run(
     rows, run = _rows(db)
     assert run["status"] == "interrupted"
     assert all(r[6] is None for r in rows)  # no error rows: the rest is left for resume
-    assert len(oai.log("[dead]")) <= 8 + 4  # breaker_after=8, plus requests already in flight
+    n_dead = len(oai.log("[dead]"))
+    assert n_dead <= 8 + 4  # breaker_after=8, plus requests already in flight
+    _note("server stops answering", f"paused after {n_dead} timed-out requests: status {run['status']}, "
+                                     f"exit {rc}, 0 error rows, {len(rows)} scored kept")
 
 
 # ------------------------------------------------------------ secrets
