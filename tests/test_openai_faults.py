@@ -109,8 +109,8 @@ TRANSIENT = {
     "hang past timeout": ({"sleep": 2.5}, "timeouts"),
     "malformed JSON": ({"malformed": True}, "malformed"),
     "200 empty choices": ({"json": {"id": "x", "object": "chat.completion", "choices": []}}, "malformed"),
-    "null logprobs": ({"spec": {"no_logprobs": True}}, "invalid"),
-    "NaN logprobs": ({"spec": {"top": [["Yes", float("nan")], ["No", -1.0]]}}, "invalid"),
+    "null logprobs (once)": ({"spec": {"no_logprobs": True}}, "invalid"),
+    "NaN logprobs (once)": ({"spec": {"top": [["Yes", float("nan")], ["No", -1.0]]}}, "invalid"),
 }
 
 
