@@ -7,6 +7,7 @@ scripted log-probs.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import math
@@ -328,3 +329,27 @@ def test_vllm_prompt_logprobs_choice_run(oai: OAIServer, tmp_path: Path, capsys:
         s = json.loads(scores)
         assert pred == "red"
         assert s["red"]["logprob"] == pytest.approx(-0.3) and s["blue"]["logprob"] == pytest.approx(-2.3)
+
+
+# ------------------------------------------------------------ TUI banner
+
+
+async def test_tui_dashboard_shows_the_api_method(oai: OAIServer, tmp_path: Path) -> None:
+    from test_tui_fixtures import screen_text, settle
+
+    from llmscope.tui.app import LlmscopeApp
+    from llmscope.tui.screens import DashboardScreen
+
+    oai.script("", echo_shift=True, top=[["A", -0.2], ["B", -2.0]])
+    db = tmp_path / "t.duckdb"
+    argv = ["run", "--suite", str(_choice_suite(tmp_path)), "--db", str(db), "--model",
+            "openai:test-model", "--base-url", oai.base_url, "--no-report", "--quiet"]
+    assert await asyncio.to_thread(cli.main, argv) == 0  # the CLI runs its own event loop
+    app = LlmscopeApp(db)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, DashboardScreen)
+        text = screen_text(app)
+    assert "API method: option labels A/B/C... (chat top-k log-probs)" in text
