@@ -11,10 +11,20 @@ sampled answers. Option scoring (`loglik`) uses the completions endpoint with
 `echo=True` where the server supports it; otherwise callers use `choice_by_labels` or
 `generate` (generate-and-match).
 
-Every HTTP attempt goes through `_request`: a semaphore bounds requests in flight,
-429/5xx/timeouts/connection errors/malformed bodies are retried with exponential
-backoff and full jitter (honouring `Retry-After` and `retry-after-ms`), and other 4xx
-raise `BackendError` (after the parameter adaptations in `_adapt`).
+Every HTTP attempt goes through `_request`: a semaphore per endpoint bounds requests in
+flight (several base URLs are served round-robin), 429/5xx/timeouts/connection errors/
+malformed or invalid bodies (non-finite or positive log-probs) are retried with
+exponential backoff and full jitter (honouring `Retry-After` and `retry-after-ms`), the
+same 5xx body three times in a row is a deterministic error (adapted to, or the item's
+error), consecutive timeouts/connection failures open a circuit breaker
+(`BackendUnavailable`: the run pauses), and other 4xx raise `BackendError` (after the
+parameter adaptations in `_adapt`).
+
+`probe(task)` runs before a run stores anything: it raises `BackendConfigError` (one line
+in the CLI) for an unreachable server, a rejected key, a missing model or a task the
+server cannot score, and records `capabilities` and `method_choice` in `describe()`.
+Prompt log-likelihoods come from vLLM's `prompt_logprobs` or completions echo, each
+accepted only when it agrees with next-token log-probs of the same tokens (`_check_echo`).
 """
 
 from __future__ import annotations
