@@ -42,15 +42,19 @@ def item_method(extra: dict[str, Any]) -> str | None:
     return str(m) if m else None
 
 
-def _backend_meta(run: dict[str, Any]) -> dict[str, Any]:
+def _meta(run: dict[str, Any], key: str) -> dict[str, Any]:
     meta = run.get("meta")
     if isinstance(meta, str):
         try:
             meta = json.loads(meta)
         except json.JSONDecodeError:
             meta = None
-    be = (meta or {}).get("backend") if isinstance(meta, dict) else None
+    be = meta.get(key) if isinstance(meta, dict) else None
     return be if isinstance(be, dict) else {}
+
+
+def _backend_meta(run: dict[str, Any]) -> dict[str, Any]:
+    return _meta(run, "backend")
 
 
 def method_banner(run: dict[str, Any]) -> str | None:
@@ -62,7 +66,9 @@ def method_banner(run: dict[str, Any]) -> str | None:
     line = f"API method: {choice['method']}"
     if choice.get("reason"):
         line += f" ({choice['reason']})"
-    adapt = be.get("adaptations") or []
+    # adaptations made after the run started are in the end-of-run stats
+    adapt = list(be.get("adaptations") or [])
+    adapt += [a for a in _meta(run, "backend_stats").get("adaptations") or [] if a not in adapt]
     if adapt:
         line += "; adapted: " + "; ".join(str(a) for a in adapt)
     return line

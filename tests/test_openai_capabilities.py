@@ -353,3 +353,15 @@ async def test_tui_dashboard_shows_the_api_method(oai: OAIServer, tmp_path: Path
         assert isinstance(app.screen, DashboardScreen)
         text = screen_text(app)
     assert "API method: option labels A/B/C... (chat top-k log-probs)" in text
+
+
+def test_method_banner_lists_adaptations_made_mid_run() -> None:
+    meta = {
+        "backend": {"method_choice": {"method": "completions echo log-likelihoods", "reason": "agree"},
+                    "adaptations": ["a1"]},
+        "backend_stats": {"adaptations": ["a1", "one prompt per request: HTTP 500"]},
+    }
+    banner = method_banner({"meta": json.dumps(meta)})
+    assert banner == ("API method: completions echo log-likelihoods (agree); adapted: a1; "
+                      "one prompt per request: HTTP 500")
+    assert method_banner({"meta": json.dumps({"backend": {"backend": "hf"}})}) is None
