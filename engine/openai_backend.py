@@ -172,7 +172,12 @@ def prompt_logprobs_as_echo(choice: dict[str, Any], full: str) -> dict[str, Any]
         lps.append(valid_logprob(got["logprob"], f"prompt token {i}"))
     tail = "".join(tokens)
     if not full.endswith(tail):
-        raise InvalidResponse("decoded prompt tokens do not spell the prompt")
+        # not a transient fault (e.g. a character split over byte-level tokens decodes to
+        # U+FFFD): the same request gives the same text, so the item fails at once, saying why
+        raise BackendError(
+            "vLLM prompt_logprobs: the decoded prompt tokens do not spell the prompt "
+            f"(...{tail[-40:]!r} vs ...{full[-40:]!r}); the continuation boundary cannot be placed"
+        )
     offsets = []
     pos = len(full) - len(tail)
     tokens[0] = full[:pos] if lps[0] is None else tokens[0]

@@ -365,3 +365,18 @@ def test_method_banner_lists_adaptations_made_mid_run() -> None:
     assert banner == ("API method: completions echo log-likelihoods (agree); adapted: a1; "
                       "one prompt per request: HTTP 500")
     assert method_banner({"meta": json.dumps({"backend": {"backend": "hf"}})}) is None
+
+
+def test_prompt_logprobs_that_do_not_spell_the_prompt_fail_at_once() -> None:
+    from llmscope.engine.openai_backend import prompt_logprobs_as_echo
+
+    choice = {
+        "prompt_logprobs": [None, {"7": {"logprob": -1.0, "rank": 1, "decoded_token": " caf\ufffd"}}],
+        "prompt_token_ids": [5, 7],
+    }
+    with pytest.raises(BackendError, match="do not spell the prompt"):
+        prompt_logprobs_as_echo(choice, "The café")
+    ok = prompt_logprobs_as_echo({**choice, "prompt_logprobs": [None, {"7": {"logprob": -1.0, "decoded_token": " café"}}]},
+                                 "The café")
+    # the first token's text is rebuilt from the prompt; offsets follow the decoded texts
+    assert ok == {"tokens": ["The", " café"], "token_logprobs": [None, -1.0], "text_offset": [0, 3]}
