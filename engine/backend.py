@@ -18,6 +18,16 @@ class BackendError(Exception):
     """A request failed for a reason worth storing with the item (not retried further)."""
 
 
+class BackendConfigError(BackendError):
+    """The backend cannot run at all (unreachable server, key rejected, model missing, a method
+    the task needs is unavailable): found before anything is stored; the CLI prints one line."""
+
+
+class BackendUnavailable(BackendError):
+    """The server stopped answering mid-run (circuit breaker open): the run pauses as
+    `interrupted` instead of storing an error row for every remaining item."""
+
+
 @dataclass
 class AnswerSet:
     """Named answers to sum over at the next-token position, e.g. {"yes", "no"}.

@@ -11,15 +11,26 @@ sampled answers. Option scoring (`loglik`) uses the completions endpoint with
 `echo=True` where the server supports it; otherwise callers use `choice_by_labels` or
 `generate` (generate-and-match).
 
-Every HTTP attempt goes through `_request`: a semaphore bounds requests in flight,
-429/5xx/timeouts/connection errors/malformed bodies are retried with exponential
-backoff and full jitter (honouring `Retry-After` and `retry-after-ms`), and other 4xx
-raise `BackendError` (after the parameter adaptations in `_adapt`).
+Every HTTP attempt goes through `_request`: a semaphore per endpoint bounds requests in
+flight (several base URLs are served round-robin), 429/5xx/timeouts/connection errors/
+malformed or invalid bodies (non-finite or positive log-probs) are retried with
+exponential backoff and full jitter (honouring `Retry-After` and `retry-after-ms`), the
+same 5xx body three times in a row is a deterministic error (adapted to, or the item's
+error), consecutive timeouts/connection failures open a circuit breaker
+(`BackendUnavailable`: the run pauses), and other 4xx raise `BackendError` (after the
+parameter adaptations in `_adapt`).
+
+`probe(task)` runs before a run stores anything: it raises `BackendConfigError` (one line
+in the CLI) for an unreachable server, a rejected key, a missing model or a task the
+server cannot score, and records `capabilities` and `method_choice` in `describe()`.
+Prompt log-likelihoods come from vLLM's `prompt_logprobs` or completions echo, each
+accepted only when it agrees with next-token log-probs of the same tokens (`_check_echo`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
 import inspect
 import json
@@ -36,7 +47,13 @@ from urllib.parse import urlsplit, urlunsplit
 import openai
 
 from llmscope.engine.answers import match_answer
-from llmscope.engine.backend import Backend, BackendError, GenParams
+from llmscope.engine.backend import (
+    Backend,
+    BackendConfigError,
+    BackendError,
+    BackendUnavailable,
+    GenParams,
+)
 from llmscope.engine.retry import RetryPolicy, parse_retry_after
 from llmscope.engine.types import GenerateOut, LogLikOut, NextTokenOut, TopToken
 
@@ -63,6 +80,27 @@ _EFFORT_LADDER = {"none": "minimal", "minimal": "low", "low": None}  # on reject
 _LOGLIK_UNSUPPORTED = re.compile(
     r"echo|logprob|not supported|unsupported|chat model|not implemented", re.IGNORECASE
 )
+# the same 5xx body this many times in a row for one request is a capability problem,
+# not a transient fault (llama.cpp answers a list of prompts with HTTP 500 every time)
+DETERMINISTIC_REPEATS = 3
+# log-probs a hair above 0 are float noise from servers (exp() rounding), not invalid
+LOGPROB_SLACK = 1e-6
+PROBE_RETRIES = 2  # a configuration probe fails fast: an unreachable server is not a transient fault
+PROBE_REPEATS = 3  # "no log-probs" must be the answer to this many probe requests, not one
+ECHO_CHECK_CONTEXT = "The capital of France is"
+ECHO_CHECK_TOL = 0.05  # nats: echo and next-token log-probs of the same token must agree
+
+
+# what each task asks of the backend: next-token answer probabilities, log-likelihoods of
+# given text (minpairs), options scored by log-likelihood or else by labels, generated text
+TASK_NEEDS = {
+    "yesno": "next_token",
+    "rating": "next_token",
+    "choice": "options",
+    "minpairs": "loglik",
+    "constrained": "generate",
+    "generation": "generate",
+}
 
 
 class APIRequestError(BackendError):
@@ -76,8 +114,96 @@ class APIRequestError(BackendError):
         self.code = code
 
 
-class _NoLogprobs(Exception):
+class DeterministicError(APIRequestError):
+    """The server gave the same 5xx body `deterministic_after` times in a row for one request."""
+
+    def __init__(self, status: int, message: str, param: str | None, code: Any, repeats: int):
+        super().__init__(status, message, param, code)
+        self.args = (
+            f"HTTP {status}: {message} (the same answer {repeats} times in a row: a "
+            "deterministic server error, not retried further)",
+        )
+
+
+class _GaveUp(BackendError):
+    """Retries exhausted; `kind` is the last fault: connection, timeout, server, malformed, invalid."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class _NoLogprobs(BackendError):
     """The server said it cannot return log-probabilities for this model."""
+
+
+def prompt_logprobs_as_echo(choice: dict[str, Any], full: str) -> dict[str, Any]:
+    """vLLM's `prompt_logprobs` for one prompt, in the echo shape `_score` reads.
+
+    vLLM returns, per prompt token, None (the first) or {token_id: {"logprob", "rank",
+    "decoded_token"}} holding the prompt token (and top alternatives when asked for);
+    `prompt_token_ids` names the prompt token. Text offsets are rebuilt from the end of
+    the prompt, since the first token's text is not returned.
+    """
+    pl = choice.get("prompt_logprobs")
+    if not isinstance(pl, list) or not pl:
+        raise InvalidResponse("response without prompt_logprobs")
+    ids = choice.get("prompt_token_ids")
+    if ids is not None and (not isinstance(ids, list) or len(ids) != len(pl)):
+        raise InvalidResponse("prompt_token_ids and prompt_logprobs differ in length")
+    tokens: list[str] = []
+    lps: list[float | None] = []
+    for i, entry in enumerate(pl):
+        if entry is None:
+            tokens.append("")
+            lps.append(None)
+            continue
+        if not isinstance(entry, dict) or not entry:
+            raise InvalidResponse(f"prompt_logprobs[{i}] is not a token dict")
+        if ids is not None:
+            got = entry.get(str(ids[i]))
+        elif len(entry) == 1:
+            got = next(iter(entry.values()))
+        else:
+            raise InvalidResponse("prompt_logprobs without prompt_token_ids: cannot tell the prompt token")
+        if not isinstance(got, dict) or "logprob" not in got:
+            raise InvalidResponse(f"prompt_logprobs[{i}] lacks the prompt token's log-prob")
+        tokens.append(str(got.get("decoded_token") or ""))
+        lps.append(valid_logprob(got["logprob"], f"prompt token {i}"))
+    tail = "".join(tokens)
+    if not full.endswith(tail):
+        # not a transient fault (e.g. a character split over byte-level tokens decodes to
+        # U+FFFD): the same request gives the same text, so the item fails at once, saying why
+        raise BackendError(
+            "vLLM prompt_logprobs: the decoded prompt tokens do not spell the prompt "
+            f"(...{tail[-40:]!r} vs ...{full[-40:]!r}); the continuation boundary cannot be placed"
+        )
+    offsets = []
+    pos = len(full) - len(tail)
+    tokens[0] = full[:pos] if lps[0] is None else tokens[0]
+    pos = 0
+    for t in tokens:
+        offsets.append(pos)
+        pos += len(t)
+    return {"tokens": tokens, "token_logprobs": lps, "text_offset": offsets}
+
+
+class InvalidResponse(ValueError):
+    """A 200 response whose numbers cannot be right (NaN/inf or positive log-probs, no
+    log-probs where the server had them): retried like a transient fault."""
+
+
+def valid_logprob(value: Any, where: str) -> float:
+    """`value` as a log-probability: finite and <= 0 (tiny float noise above 0 clamps to 0)."""
+    try:
+        lp = float(value)
+    except (TypeError, ValueError):
+        raise InvalidResponse(f"{where}: log-probability {value!r} is not a number") from None
+    if not math.isfinite(lp):
+        raise InvalidResponse(f"{where}: log-probability {lp} is not finite")
+    if lp > LOGPROB_SLACK:
+        raise InvalidResponse(f"{where}: log-probability {lp:g} is above 0")
+    return min(lp, 0.0)
 
 
 def is_reasoning_model(model: str) -> bool:
@@ -129,7 +255,15 @@ def apply_topk_rule(
         share = outside / len(answers)
         probs = {a: share for a in answers}
         other = min(1.0, total)
-    details = {"topk_mass": total, "outside_mass": outside, "missing": missing}
+    # The raw top-k numbers beside the rule's result: how much mass the rule saw and the
+    # bounds it implies (an answer has at least its seen mass, at most that plus all unseen mass).
+    details = {
+        "topk_mass": total,
+        "outside_mass": outside,
+        "missing": missing,
+        "raw_probs": dict(mass),
+        "prob_bounds": {a: [mass[a], min(1.0, mass[a] + outside)] for a in answers},
+    }
     return probs, other, rule, details
 
 
@@ -139,10 +273,41 @@ def first_word(text: str | None) -> str:
     return words[0] if words else ""
 
 
+_AUTH_VALUE = re.compile(
+    r"((?:proxy-)?authorization['\"]?\s*[:=]\s*['\"]?)(?:(?:bearer|basic|token)\s+)?[^\s'\",;}\]]+",
+    re.IGNORECASE,
+)
+_SCHEME_VALUE = re.compile(r"\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE)
+_USERINFO = re.compile(r"(\w+://)[^/\s@]+@")
+
+
+def _secret_forms(secret: str) -> list[str]:
+    """The key and the encodings it may travel in. HTTP Basic puts base64("user:key") on the
+    wire, so the key's base64 sits at one of three byte alignments inside a longer blob: for
+    each, keep the characters that depend on key bytes only."""
+    raw = secret.encode()
+    forms = {secret, base64.b64encode(raw).decode().rstrip("=")}
+    for shift in (0, 1, 2):
+        enc = base64.b64encode(b"\0" * shift + raw).decode()
+        start = -(-shift // 3) * 4
+        end = ((shift + len(raw)) // 3) * 4
+        if end - start >= 8:
+            forms.add(enc[start:end])
+    return sorted(forms, key=len, reverse=True)
+
+
 def _redactor(secret: str | None) -> Callable[[str], str]:
-    if not secret or len(secret) < 4:
-        return lambda s: s
-    return lambda s: s.replace(secret, "***")
+    """Redact the key, its base64 forms, any Authorization value and URL userinfo."""
+    forms = _secret_forms(secret) if secret and len(secret) >= 4 and secret != "EMPTY" else []
+
+    def redact(text: str) -> str:
+        for f in forms:
+            text = text.replace(f, "***")
+        text = _AUTH_VALUE.sub(lambda m: m.group(1) + "***", text)
+        text = _SCHEME_VALUE.sub(lambda m: m.group(1) + " ***", text)
+        return _USERINFO.sub(lambda m: m.group(1) + "***@", text)
+
+    return redact
 
 
 def _public_url(url: str) -> str:
@@ -152,6 +317,53 @@ def _public_url(url: str) -> str:
     if parts.port:
         host = f"{host}:{parts.port}"
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def expand_base_urls(value: str | Sequence[str] | None) -> list[str]:
+    """Base URLs from one string or a list; `@FILE` items read one URL per line (blank
+    lines and `#` comments skipped). Trailing slashes are dropped."""
+    if value is None:
+        return []
+    items = [value] if isinstance(value, str) else list(value)
+    out: list[str] = []
+    for item in items:
+        item = str(item).strip()
+        if item.startswith("@"):
+            path = item[1:]
+            try:
+                with open(path, encoding="utf-8") as f:
+                    lines = [ln.split("#", 1)[0].strip() for ln in f]
+            except OSError as e:
+                raise BackendConfigError(f"--base-url {item}: cannot read {path}: {e.strerror or e}") from None
+            found = [ln for ln in lines if ln]
+            if not found:
+                raise BackendConfigError(f"--base-url {item}: no URLs in {path}")
+            out.extend(found)
+        elif item:
+            out.append(item)
+    return [u.rstrip("/") for u in out]
+
+
+def _check_base_url(url: str) -> None:
+    """Refuse a base URL that would leak or mis-send the key (userinfo goes out as HTTP Basic)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as e:
+        raise BackendConfigError(f"--base-url {_public_url_safe(url)!r} is not a valid URL: {e}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BackendConfigError(
+            f"--base-url {_public_url_safe(url)!r} must be an http(s) URL such as http://127.0.0.1:8000/v1"
+        )
+    if parts.username is not None or parts.password is not None:
+        raise BackendConfigError(
+            "--base-url must not contain user:password@ (it would be sent as HTTP Basic auth and "
+            "could be stored); put the key in OPENAI_API_KEY instead"
+        )
+
+
+def _public_url_safe(url: str) -> str:
+    return _USERINFO.sub(lambda m: m.group(1) + "***@", url.split("?", 1)[0])
 
 
 def _param_names(fn: Any) -> set[str]:
@@ -181,7 +393,7 @@ class OpenAIBackend(Backend):
     def __init__(
         self,
         model: str,
-        base_url: str | None = None,
+        base_url: str | Sequence[str] | None = None,
         api_key: str | None = None,
         concurrency: int = 8,
         top_logprobs: int = 20,
@@ -200,8 +412,15 @@ class OpenAIBackend(Backend):
         backoff_cap: float = 30.0,
         max_retry_after: float = 300.0,
         jitter_seed: int | None = None,
+        breaker_after: int = 8,
+        echo_check: bool = True,
+        deterministic_after: int = DETERMINISTIC_REPEATS,
     ) -> None:
         """See docs/scale-out.md. `model` may carry the `openai:` prefix of `--model`.
+
+        - `base_url`: one URL, or several (a list; an item `@FILE` reads one URL per line)
+          served round-robin, each with its own `concurrency` limit (a fleet of replicas
+          of the same model: a failed attempt is retried on the next one).
 
         - `concurrency`: requests in flight at once; `timeout`: seconds per HTTP attempt;
           `max_retries`: retries per request (429/5xx/timeouts/malformed bodies).
@@ -216,19 +435,37 @@ class OpenAIBackend(Backend):
         - `max_tokens`: tokens generated for the log-probability request (1-2 suffice).
         - `sample_max_tokens`: tokens per sampled answer (default 8, 2048 for reasoning
           models whose hidden reasoning counts against it).
-        - `loglik_batch`: (context, continuation) pairs per completions request.
+        - `loglik_batch`: (context, continuation) pairs per completions request (set to 1
+          when the server answers a list of prompts with the same error every time).
+        - `breaker_after`: consecutive timeouts/connection failures (across all requests)
+          after which the run pauses (`BackendUnavailable`); 0 disables the breaker.
+        - `deterministic_after`: the same 5xx body this many times in a row for one request
+          is a capability problem (adapt or stop), not retried further; 0 disables.
+        - `echo_check`: before trusting echo log-likelihoods, compare them with next-token
+          log-probs of the same tokens and refuse echo when they disagree.
         """
         if model.startswith("openai:"):
             model = model[len("openai:") :]
         self.model = model
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_URL).rstrip("/")
+        self.base_urls = expand_base_urls(base_url) or [
+            (os.environ.get("OPENAI_BASE_URL") or OPENAI_URL).rstrip("/")
+        ]
+        for u in self.base_urls:
+            _check_base_url(u)
+        self.base_url = self.base_urls[0]
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self._key_source = "argument" if api_key is not None else ("env" if key else "none")
         if not key:
             if urlsplit(self.base_url).hostname == "api.openai.com":
-                raise BackendError("OPENAI_API_KEY is not set (needed for api.openai.com)")
+                raise BackendConfigError(
+                    "OPENAI_API_KEY is not set (needed for api.openai.com); export it, or pass "
+                    "--base-url for a local server"
+                )
             key = "EMPTY"  # local servers (vLLM, llama.cpp) accept any key
         self._redact = _redactor(key)
+        self.breaker_after = max(0, int(breaker_after))
+        self.echo_check = bool(echo_check)
+        self.deterministic_after = max(0, int(deterministic_after))
         self.concurrency = max(1, int(concurrency))
         self.top_logprobs = int(top_logprobs)
         self.seed = seed
@@ -246,12 +483,16 @@ class OpenAIBackend(Backend):
             max_retry_after=max_retry_after,
         )
         self._rng = random.Random(jitter_seed)
-        self._client = openai.AsyncOpenAI(
-            api_key=key, base_url=self.base_url, max_retries=0, timeout=self.timeout
-        )
+        self._clients = [
+            openai.AsyncOpenAI(api_key=key, base_url=u, max_retries=0, timeout=self.timeout)
+            for u in self.base_urls
+        ]
+        self._client = self._clients[0]
+        self._sems = [asyncio.Semaphore(self.concurrency) for _ in self.base_urls]
+        self._per_endpoint = [0 for _ in self.base_urls]  # HTTP attempts sent to each
+        self._rr = 0
         self._chat_params = _param_names(self._client.chat.completions.create)
         self._cmpl_params = _param_names(self._client.completions.create)
-        self._sem = asyncio.Semaphore(self.concurrency)
         self._pause_until = 0.0
         # what we have learned about the server
         self._logprobs: bool | None = False if logprobs is False else None
@@ -280,6 +521,8 @@ class OpenAIBackend(Backend):
                 "timeouts",
                 "connection_errors",
                 "malformed",
+                "invalid",
+                "deterministic",
                 "failed",
                 "prompt_tokens",
                 "completion_tokens",
@@ -287,6 +530,21 @@ class OpenAIBackend(Backend):
             0,
         )
         self._in_flight = 0
+        self._down_streak = 0  # consecutive timeouts/connection failures, all requests
+        self._breaker: str | None = None  # set when the breaker opened: why
+        self.capabilities: dict[str, Any] = {}
+        self.method_choice: dict[str, Any] = {}
+        self.adaptations: list[str] = []
+        # how prompt log-likelihoods are read: "echo" (completions echo=True) or
+        # "prompt_logprobs" (vLLM's extension, chosen when the probe finds it and it agrees)
+        self._loglik_via = "echo"
+        self._prompt_lp_note: str | None = None
+        self._echo_ok: bool | None = None if self.echo_check else True
+        self._echo_reason: str | None = None if self.echo_check else "echo check disabled"
+        self._echo_lock = asyncio.Lock()
+        self._detect_lock = asyncio.Lock()
+        self._probing = False
+        self._pinned: int | None = None  # the probe checks each endpoint in turn
         if self._logprobs is False:
             self._warn_once(
                 "nologprobs",
@@ -302,6 +560,7 @@ class OpenAIBackend(Backend):
             "backend": self.kind,
             "model": self.model,
             "base_url": _public_url(self.base_url),
+            "base_urls": [_public_url(u) for u in self.base_urls],
             "api_key": self._key_source,  # where it came from, never the key
             "client": f"openai-python {openai.__version__}",
             "versions": {"openai": openai.__version__},
@@ -323,6 +582,11 @@ class OpenAIBackend(Backend):
             "reasoning_efforts_rejected": list(self._efforts_tried),
             "reasoning_suffix": REASONING_SUFFIX if self.reasoning else None,
             "loglik": self._loglik_method(),
+            "loglik_batch": self.loglik_batch,
+            "capabilities": self.capabilities or self._capabilities(),
+            "method_choice": self.method_choice,
+            "adaptations": list(self.adaptations),
+            "breaker_after": self.breaker_after,
             "dropped_params": sorted(self._dropped),
             "served_models": sorted(self._models_seen),
             "system_fingerprints": sorted(self._fingerprints),
@@ -334,10 +598,13 @@ class OpenAIBackend(Backend):
         return {
             **self._c,
             "in_flight": self._in_flight,
+            "requests_per_endpoint": list(self._per_endpoint),
             "logprobs": self._logprobs,
             "method": self._method(),
             "top_logprobs_used": self._k_cap,
             "reasoning_effort": self.reasoning_effort,
+            "adaptations": list(self.adaptations),
+            "breaker": self._breaker,
             "notices": list(self.notices),
         }
 
@@ -345,8 +612,10 @@ class OpenAIBackend(Backend):
         return {True: "logprobs", False: "sampled-estimate"}.get(self._logprobs, "undetected")  # type: ignore[arg-type]
 
     def _loglik_method(self) -> str:
-        if self._loglik is False:
+        if self._loglik is False or self._echo_ok is False:
             return "unsupported"
+        if self._loglik_via == "prompt_logprobs":
+            return "vllm-prompt_logprobs"
         return f"completions-echo(max_tokens={self._echo_max_tokens})"
 
     def _warn_once(self, key: str, message: str) -> None:
@@ -366,22 +635,47 @@ class OpenAIBackend(Backend):
             kwargs["extra_body"] = extra
         return kwargs
 
-    async def _request(self, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
-        """One logical request with retries; returns the parsed JSON body."""
-        api = self._client.chat.completions if endpoint == "chat" else self._client.completions
-        create = api.with_raw_response.create
+    async def _request(
+        self,
+        endpoint: str,
+        body: dict[str, Any],
+        check: Callable[[dict[str, Any]], None] | None = None,
+        retries: int | None = None,
+    ) -> dict[str, Any]:
+        """One logical request with retries; returns the parsed JSON body.
+
+        `check` validates a 200 body (raising InvalidResponse); a body that fails is retried
+        like a 5xx. The same 5xx body DETERMINISTIC_REPEATS times in a row raises
+        DeterministicError; `breaker_after` consecutive timeouts/connection failures open
+        the circuit breaker (BackendUnavailable, also for every later request).
+        """
         kwargs = self._split(endpoint, body)
         loop = asyncio.get_running_loop()
-        last = "no attempt made"
-        for attempt in range(self.policy.max_retries + 1):
+        max_retries = self.policy.max_retries if retries is None else retries
+        last, kind = "no attempt made", "none"
+        same: tuple[int, str] | None = None
+        repeats = 0
+        for attempt in range(max_retries + 1):
+            if self._breaker:
+                raise BackendUnavailable(self._breaker)
             if attempt:
                 self._c["retries"] += 1
             wait = self._pause_until - loop.time()
             if wait > 0:
                 await asyncio.sleep(wait)
             retry_after: float | None = None
-            async with self._sem:
+            # round-robin over the endpoints, per attempt: a retry goes to the next replica
+            if self._pinned is not None:
+                ep = self._pinned
+            else:
+                ep = self._rr % len(self._clients)
+                self._rr += 1
+            client = self._clients[ep]
+            api = client.chat.completions if endpoint == "chat" else client.completions
+            create = api.with_raw_response.create
+            async with self._sems[ep]:
                 self._c["requests"] += 1
+                self._per_endpoint[ep] += 1
                 self._in_flight += 1
                 try:
                     # the client's own timeout covers connect/read/write; the outer bound
@@ -389,18 +683,26 @@ class OpenAIBackend(Backend):
                     raw = await asyncio.wait_for(
                         create(**kwargs, timeout=self.timeout), self.timeout + 1.0
                     )
+                    self._down_streak = 0
                     data = json.loads(raw.http_response.content)
                     if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
                         raise ValueError("no 'choices' list in the response")
                     if not data["choices"] or not all(isinstance(c, dict) for c in data["choices"]):
                         raise ValueError("empty or invalid 'choices' in the response")
+                    if check is not None:
+                        check(data)
                 except (TimeoutError, openai.APITimeoutError):
                     self._c["timeouts"] += 1
-                    last = f"timed out after {self.timeout:g}s"
+                    last, kind = f"timed out after {self.timeout:g}s", "timeout"
+                    self._went_down(last)
                 except openai.APIConnectionError as e:
                     self._c["connection_errors"] += 1
-                    last = f"connection error: {self._redact(str(e))}"
+                    cause = e.__cause__ or e
+                    last = f"connection error: {self._redact(str(cause) or str(e))[:300]}"
+                    kind = "connection"
+                    self._went_down(last)
                 except openai.APIStatusError as e:
+                    self._down_streak = 0
                     status = e.status_code
                     message, param, code = self._error_fields(e)
                     retry_after = parse_retry_after(e.response.headers)
@@ -412,22 +714,53 @@ class OpenAIBackend(Backend):
                         self._c["timeouts"] += 1
                     else:
                         raise APIRequestError(status, message, param, code) from None
-                    last = f"HTTP {status}: {message}"
+                    last, kind = f"HTTP {status}: {message}", "server"
+                    sig = (status, message)
+                    repeats = repeats + 1 if sig == same else 1
+                    same = sig
+                    if (
+                        status >= 500
+                        and retry_after is None
+                        and self.deterministic_after
+                        and repeats >= self.deterministic_after
+                    ):
+                        self._c["deterministic"] += 1
+                        raise DeterministicError(status, message, param, code, repeats) from None
+                except InvalidResponse as e:
+                    self._c["invalid"] += 1
+                    last, kind = f"invalid response: {self._redact(str(e))[:300]}", "invalid"
+                    same, repeats = None, 0
                 except (ValueError, UnicodeDecodeError) as e:
                     self._c["malformed"] += 1
-                    last = f"malformed response: {self._redact(str(e))[:200]}"
+                    last, kind = f"malformed response: {self._redact(str(e))[:200]}", "malformed"
+                    same, repeats = None, 0
                 else:
                     self._account(data)
                     return data
                 finally:
                     self._in_flight -= 1
-            if attempt < self.policy.max_retries:
+            if self._probing and kind in ("connection", "timeout") and attempt >= PROBE_RETRIES:
+                break  # an unreachable server is a configuration error at probe time
+            if attempt < max_retries:
                 delay = self.policy.delay(attempt, retry_after, self._rng)
                 if retry_after is not None:
                     # the server asked everyone to hold off, not just this request
                     self._pause_until = max(self._pause_until, loop.time() + delay)
                 await asyncio.sleep(delay)
-        raise BackendError(f"giving up after {self.policy.max_retries} retries: {last}")
+        raise _GaveUp(f"giving up after {attempt} retries: {last}", kind)
+
+    def _went_down(self, last: str) -> None:
+        """Count a timeout/connection failure; open the breaker after `breaker_after` in a row."""
+        self._down_streak += 1
+        if self.breaker_after and self._down_streak >= self.breaker_after and not self._breaker:
+            self._breaker = (
+                f"{_public_url(self.base_url)} stopped answering ({self._down_streak} timeouts or "
+                f"connection failures in a row, last: {last}); the run is paused, resume it when "
+                "the server is back"
+            )
+            self.notices.append(self._breaker)  # the runner prints it when it pauses the run
+        if self._breaker:
+            raise BackendUnavailable(self._breaker)
 
     def _error_fields(self, e: openai.APIStatusError) -> tuple[str, str | None, Any]:
         body = e.body
@@ -450,13 +783,17 @@ class OpenAIBackend(Backend):
             self._fingerprints.add(str(data["system_fingerprint"]))
 
     async def _adaptive(
-        self, endpoint: str, build: Callable[[], dict[str, Any]]
+        self,
+        endpoint: str,
+        build: Callable[[], dict[str, Any]],
+        check: Callable[[dict[str, Any]], None] | None = None,
+        retries: int | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """`_request` with the body rebuilt after each parameter the server rejected."""
         for _ in range(8):
             body = build()
             try:
-                return body, await self._request(endpoint, body)
+                return body, await self._request(endpoint, body, check, retries)
             except APIRequestError as e:
                 if not self._adapt(endpoint, e, body):
                     raise
@@ -506,7 +843,7 @@ class OpenAIBackend(Backend):
             if body.get("echo") and body["max_tokens"] == 0:
                 self._echo_max_tokens = 1  # generated tokens are ignored by offset
                 return True
-        if param in ("logprobs", "top_logprobs", "echo") and re.search(
+        if param in ("logprobs", "top_logprobs", "echo") and param in body and re.search(
             r"not support|unsupported|not available|not allowed|disabled", msg, re.IGNORECASE
         ):
             raise _NoLogprobs(msg)
@@ -597,18 +934,27 @@ class OpenAIBackend(Backend):
                 body["logprobs"] = k
             return self._finish(body)
 
+        endpoint = "chat" if chat else "completions"
+        found = None
+        if self._logprobs is None:
+            async with self._detect_lock:
+                if self._logprobs is None:
+                    found = await self._detect_logprobs(endpoint, build, chat)
+            if self._logprobs is False:
+                return await self._sampled(message, answers, chat)
+
+        def check(data: dict[str, Any]) -> None:
+            if self._first_top(data["choices"][0], chat) is None:
+                raise InvalidResponse("response without logprobs (the server returned them before)")
+
         try:
-            body, data = await self._adaptive("chat" if chat else "completions", build)
+            body, data = found or await self._adaptive(endpoint, build, check)
         except _NoLogprobs as e:
-            self._mark_no_logprobs(f"server: {e}")
-            return await self._sampled(message, answers, chat)
+            # the server returned log-probs before; a refusal now is an item error, not a new mode
+            raise BackendError(f"server refused logprobs after returning them: {e}") from None
         choice = data["choices"][0]
         top = self._first_top(choice, chat)
-        if top is None:
-            if self._logprobs is None:
-                self._mark_no_logprobs("response without logprobs")
-                return await self._sampled(message, answers, chat)
-            raise BackendError("response without logprobs (earlier responses had them)")
+        assert top is not None  # checked above
         self._logprobs = True
         probs, other, rule, details = apply_topk_rule(top, answers)
         text = (choice.get("message") or {}).get("content") if chat else choice.get("text")
@@ -638,8 +984,35 @@ class OpenAIBackend(Backend):
             meta=meta,
         )
 
+    async def _detect_logprobs(
+        self, endpoint: str, build: Callable[[], dict[str, Any]], chat: bool
+    ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """Decide once whether the server returns log-probs: one response with them settles
+        "yes"; "no" needs PROBE_REPEATS responses without them (or a refusal), so a single
+        transient `logprobs: null` cannot switch a whole run to sampled estimates."""
+        def check(data: dict[str, Any]) -> None:
+            self._first_top(data["choices"][0], chat)  # absent is an answer; invalid is not
+
+        absent = 0
+        for _ in range(PROBE_REPEATS):
+            try:
+                body, data = await self._adaptive(endpoint, build, check)
+            except _NoLogprobs as e:
+                self._mark_no_logprobs(f"server: {e}")
+                return None
+            if self._first_top(data["choices"][0], chat) is not None:
+                self._logprobs = True
+                self._logprobs_reason = f"{endpoint} responses carry top-k log-probs"
+                return body, data
+            absent += 1
+        self._mark_no_logprobs(f"{absent} of {absent} probe responses had no logprobs")
+        return None
+
     @staticmethod
     def _first_top(choice: dict[str, Any], chat: bool) -> list[tuple[str, float]] | None:
+        """The (token, logprob) list at the first generated position, best first; None when
+        the response has none. Non-finite or positive log-probs, and top-k probabilities
+        summing above 1, raise InvalidResponse."""
         lp = choice.get("logprobs")
         if not isinstance(lp, dict):
             return None
@@ -648,16 +1021,18 @@ class OpenAIBackend(Backend):
                 content = lp.get("content") or []
                 if not content or not content[0].get("top_logprobs"):
                     return None
-                entries = [
-                    (str(t["token"]), float(t["logprob"])) for t in content[0]["top_logprobs"]
-                ]
+                raw = [(str(t["token"]), t["logprob"]) for t in content[0]["top_logprobs"]]
             else:
                 tops = lp.get("top_logprobs") or []
                 if not tops or not tops[0]:
                     return None
-                entries = [(str(t), float(v)) for t, v in tops[0].items()]
-        except (KeyError, TypeError, ValueError, AttributeError):
-            return None
+                raw = [(str(t), v) for t, v in tops[0].items()]
+        except (KeyError, TypeError, AttributeError) as e:
+            raise InvalidResponse(f"top_logprobs malformed ({type(e).__name__}: {e})") from None
+        entries = [(t, valid_logprob(v, f"top_logprobs[{t!r}]")) for t, v in raw]
+        total = sum(math.exp(v) for _, v in entries)
+        if total > 1.0 + 1e-3:
+            raise InvalidResponse(f"top-k probabilities sum to {total:.4f} > 1")
         entries.sort(key=lambda e: -e[1])
         return entries
 
@@ -789,17 +1164,158 @@ class OpenAIBackend(Backend):
                     "(the chat template is applied server-side); use choice_by_labels() or "
                     "generate-and-match"
                 )
+            if self._loglik is not False and self._echo_ok is None:
+                async with self._echo_lock:
+                    if self._echo_ok is None:
+                        await self._check_echo()
             if self._loglik is False:
                 raise BackendError(self._loglik_error or "loglik unsupported")
-            batches = [
-                requests[i : i + self.loglik_batch]
-                for i in range(0, len(requests), self.loglik_batch)
-            ]
-            results = await asyncio.gather(*(self._loglik_batch(b) for b in batches))
-            return [r for batch in results for r in batch]
+            return await self._loglik_all(requests)
         except BackendError:
             self._c["failed"] += 1
             raise
+
+    async def _loglik_all(self, requests: list[tuple[str, str]]) -> list[LogLikOut]:
+        batches = [
+            requests[i : i + self.loglik_batch] for i in range(0, len(requests), self.loglik_batch)
+        ]
+        results = await asyncio.gather(*(self._loglik_batch(b) for b in batches))
+        return [r for batch in results for r in batch]
+
+    async def _check_echo(self) -> None:
+        """Score a known continuation both ways before trusting echo log-likelihoods.
+
+        The greedy continuation of ECHO_CHECK_CONTEXT comes back with the log-prob of each
+        generated token; echoing context + continuation must give the same numbers for the
+        same tokens. llama-cpp-python's server shifts echo log-probs by one token, which
+        this catches; a disagreement marks echo unusable, with the numbers as the reason.
+        """
+        ctx = ECHO_CHECK_CONTEXT
+
+        def build() -> dict[str, Any]:
+            body = {
+                "model": self.model,
+                "prompt": ctx,
+                "max_tokens": 3,
+                "temperature": 0.0,
+                "logprobs": 1,
+            }
+            if self.seed is not None:
+                body["seed"] = self.seed
+            return self._finish(body)
+
+        try:
+            _, data = await self._adaptive("completions", build)
+        except _NoLogprobs as e:
+            raise self._unsupported(str(e)) from None
+        except APIRequestError as e:
+            if (
+                e.status in (404, 405)
+                or isinstance(e, DeterministicError)
+                or (e.status in (400, 422) and _LOGLIK_UNSUPPORTED.search(e.message))
+            ):
+                raise self._unsupported(f"HTTP {e.status}: {e.message}") from None
+            raise
+        lp = data["choices"][0].get("logprobs")
+        gen_toks: list[str] = []
+        gen_lps: list[float] = []
+        if isinstance(lp, dict):
+            for t, v in zip(lp.get("tokens") or [], lp.get("token_logprobs") or [], strict=False):
+                if v is None or not str(t):
+                    break
+                gen_toks.append(str(t))
+                gen_lps.append(valid_logprob(v, f"generated token {t!r}"))
+        if not gen_toks or not "".join(gen_toks).strip():
+            self._echo_ok = True
+            self._echo_reason = "unchecked: the completions endpoint returned no token log-probs"
+            return
+        cont = "".join(gen_toks)
+        if await self._try_prompt_logprobs(ctx, cont, gen_toks, gen_lps):
+            return
+        (echo,) = await self._loglik_all([(ctx, cont)])
+        if echo.tokens[: len(gen_toks)] != gen_toks:
+            self._echo_ok = True
+            self._echo_reason = (
+                f"unchecked: echo tokenises {cont!r} as {echo.tokens} (generated {gen_toks})"
+            )
+            return
+        pairs = list(zip(gen_lps, echo.token_logprobs, strict=False))
+        worst = max(abs(a - b) for a, b in pairs)
+        shown = ", ".join(
+            f"{t!r}: next-token {a:.3f} vs echo {b:.3f}" for t, (a, b) in zip(gen_toks, pairs, strict=False)
+        )
+        if worst > ECHO_CHECK_TOL:
+            self._echo_ok = False
+            self._loglik = False
+            self._loglik_error = (
+                f"echo log-likelihoods from {_public_url(self.base_url)} disagree with next-token "
+                f"log-probs of the same tokens after {ctx!r} ({shown}); echo is refused (some "
+                "servers shift echo log-probs by one token)"
+            )
+            self.adaptations.append("echo refused: " + self._loglik_error)
+            self._warn_once("echo-refused", self._loglik_error)
+            return
+        self._echo_ok = True
+        self._echo_reason = f"echo agrees with next-token log-probs ({shown})"
+
+    async def _try_prompt_logprobs(
+        self, ctx: str, cont: str, gen_toks: list[str], gen_lps: list[float]
+    ) -> bool:
+        """Use vLLM's `prompt_logprobs` when the server returns them and they agree with the
+        next-token log-probs of the greedy continuation (one request; anything else: no)."""
+        full = ctx + cont
+
+        def build() -> dict[str, Any]:
+            body = {
+                "model": self.model,
+                "prompt": full,
+                "max_tokens": 1,
+                "temperature": 0.0,
+                "prompt_logprobs": 0,
+                "return_token_ids": True,
+            }
+            return self._finish(body)
+
+        try:
+            _, data = await self._adaptive("completions", build, retries=min(1, self.policy.max_retries))
+            choice = data["choices"][0]
+            if choice.get("prompt_logprobs") is None:
+                self._prompt_lp_note = "prompt_logprobs: not returned"
+                return False
+            got = self._score(ctx, cont, full, prompt_logprobs_as_echo(choice, full))
+        except (BackendError, InvalidResponse) as e:
+            self._prompt_lp_note = f"prompt_logprobs: {self._redact(str(e))[:200]}"
+            return False
+        pairs = list(zip(gen_lps, got.token_logprobs, strict=False))
+        if got.tokens[: len(gen_toks)] != gen_toks or not pairs:
+            self._prompt_lp_note = f"prompt_logprobs: tokenises {cont!r} as {got.tokens}"
+            return False
+        shown = ", ".join(
+            f"{t!r}: next-token {a:.3f} vs prompt_logprobs {b:.3f}"
+            for t, (a, b) in zip(gen_toks, pairs, strict=False)
+        )
+        if max(abs(a - b) for a, b in pairs) > ECHO_CHECK_TOL:
+            self._prompt_lp_note = f"prompt_logprobs refused: they disagree ({shown})"
+            return False
+        self._loglik_via = "prompt_logprobs"
+        self._loglik = True
+        self._echo_ok = True
+        self._echo_reason = f"vLLM prompt_logprobs agree with next-token log-probs ({shown})"
+        return True
+
+    async def _one_per_request(
+        self, pairs: list[tuple[str, str]], e: APIRequestError
+    ) -> list[LogLikOut]:
+        """Adapt once to a server that rejects a list of prompts: one prompt per request."""
+        if self.loglik_batch > 1:
+            self.loglik_batch = 1
+            note = (
+                f"one prompt per request: the server answered a list of prompts with "
+                f"HTTP {e.status}: {e.message[:200]}"
+            )
+            self.adaptations.append(note)
+            self._warn_once("one-prompt", f"{self.model}: {note}")
+        return await self._loglik_all(pairs)
 
     def _unsupported(self, why: str) -> BackendError:
         if self._loglik is not True:
@@ -820,28 +1336,54 @@ class OpenAIBackend(Backend):
             shifted.append((stripped, ctx[len(stripped) :] + cont))
         prompts = [c + x for c, x in shifted]
 
+        via = self._loglik_via
+
         def build() -> dict[str, Any]:
-            body = {
+            body: dict[str, Any] = {
                 "model": self.model,
                 "prompt": prompts if len(prompts) > 1 else prompts[0],
-                "echo": True,
-                "logprobs": 1,
-                "max_tokens": self._echo_max_tokens,
                 "temperature": 0.0,
             }
+            if via == "prompt_logprobs":
+                # vLLM: the log-prob of every prompt token (0 = the prompt token only) and
+                # the prompt's token ids, to pick that token out of each position's dict
+                body.update(max_tokens=1, prompt_logprobs=0, return_token_ids=True)
+            else:
+                body.update(echo=True, logprobs=1, max_tokens=self._echo_max_tokens)
             if self.seed is not None:
                 body["seed"] = self.seed
             return self._finish(body)
 
+        def check(data: dict[str, Any]) -> None:
+            if via == "prompt_logprobs":
+                for c, full in zip(data["choices"], prompts, strict=False):
+                    c["logprobs"] = prompt_logprobs_as_echo(c, full)
+            for c in data["choices"]:
+                lp = c.get("logprobs")
+                if isinstance(lp, dict):
+                    for t, v in zip(lp.get("tokens") or [], lp.get("token_logprobs") or [], strict=False):
+                        if v is not None:
+                            valid_logprob(v, f"echo token {t!r}")
+
         try:
-            _, data = await self._adaptive("completions", build)
+            _, data = await self._adaptive("completions", build, check)
         except _NoLogprobs as e:
             raise self._unsupported(str(e)) from None
+        except DeterministicError as e:
+            if len(prompts) > 1:
+                return await self._one_per_request(pairs, e)
+            raise self._unsupported(
+                f"HTTP {e.status} with the same body {self.deterministic_after} times: {e.message}"
+            ) from None
         except APIRequestError as e:
             if e.status in (404, 405) or (
                 e.status in (400, 422) and _LOGLIK_UNSUPPORTED.search(e.message)
             ):
                 raise self._unsupported(f"HTTP {e.status}: {e.message}") from None
+            if len(prompts) > 1 and e.status in (400, 422) and re.search(
+                r"prompt|list|array|batch", e.message, re.IGNORECASE
+            ):
+                return await self._one_per_request(pairs, e)
             raise
         choices = sorted(data["choices"], key=lambda c: c.get("index", 0))
         if len(choices) != len(prompts):
@@ -948,12 +1490,123 @@ class OpenAIBackend(Backend):
 
     # ------------------------------------------------------------------ misc
 
-    async def probe(self) -> dict[str, Any]:
-        """One tiny yes/no request so that describe() reports log-probability support,
-        the top-k cap and the accepted reasoning effort before a run starts."""
-        await self.next_token("Answer yes or no: is water wet?", ["yes", "no"])
+    async def probe(self, task: str | None = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Check the configuration and learn the server's capabilities before a run writes
+        anything; returns describe().
+
+        One tiny request proves the endpoint answers, the key is accepted and the model
+        exists (retried only PROBE_RETRIES times: an unreachable server is a configuration
+        error here). Then what the task needs is probed: log-probs on chat (several
+        consistent answers, see `_detect_logprobs`) and the top-k limit for next-token
+        tasks; echo log-likelihoods (with the echo sanity check) and batched prompts for
+        option-scoring tasks. The method chosen for the task and the reason are recorded
+        in `method_choice`. Raises BackendConfigError with one clear line when the server
+        cannot be used or cannot answer the task's question.
+        """
+        need = TASK_NEEDS.get(task or "yesno", "next_token")
+        if task == "constrained" and (options or {}).get("mode") == "loglik":
+            need = "loglik"
+        self._probing = True
+        try:
+            self._pinned = 0
+            try:
+                if need == "generate":
+                    await self.generate("Say yes.", GenParams(max_new_tokens=1, stop=[]))
+                else:
+                    await self.next_token("Answer yes or no: is water wet?", ["yes", "no"])
+                if need in ("loglik", "options"):
+                    await self._probe_loglik()
+            except BackendError as e:
+                raise self._config_error(e, 0) from None
+            for i in range(1, len(self._clients)):  # every replica must answer too
+                self._pinned = i
+                try:
+                    await self.generate("Say yes.", GenParams(max_new_tokens=1, stop=[]))
+                except BackendError as e:
+                    raise self._config_error(e, i) from None
+        finally:
+            self._probing = False
+            self._pinned = None
+        self.capabilities = self._capabilities()
+        self.method_choice = self._choose_method(task, need)
+        if self.method_choice["method"] is None:
+            raise BackendConfigError(
+                f"{_public_url(self.base_url)} cannot score task {task!r}: {self.method_choice['reason']}"
+            )
         return self.describe()
+
+    def _config_error(self, e: BackendError, ep: int) -> BackendConfigError:
+        """One clear line for a probe failure at endpoint `ep`."""
+        url = _public_url(self.base_urls[ep])
+        if isinstance(e, BackendConfigError):
+            return e
+        if isinstance(e, BackendUnavailable | _GaveUp):
+            return BackendConfigError(f"cannot use {url}: {self._redact(str(e))}")
+        if isinstance(e, APIRequestError):
+            if e.status in (401, 403):
+                why = f"the API key was rejected (HTTP {e.status}: {e.message})"
+            elif e.status == 404:
+                why = f"model {self.model!r} or the endpoint was not found (HTTP 404: {e.message})"
+            else:
+                why = f"the server rejects the probe request (HTTP {e.status}: {e.message})"
+            return BackendConfigError(f"{url}: {why}")
+        return BackendConfigError(f"{url}: probe failed: {self._redact(str(e))}")
+
+    async def _probe_loglik(self) -> None:
+        """Echo log-likelihoods (checked against next-token log-probs) and, when the server
+        takes them, a list of two prompts in one request."""
+        try:
+            await self.loglik([("The sky is", " blue")])
+        except BackendError:
+            if self._loglik is not False:
+                raise
+            return
+        if self.loglik_batch > 1:
+            await self.loglik([("The sky is", " blue"), ("The sea is", " wet")])
+
+    def _capabilities(self) -> dict[str, Any]:
+        return {
+            "chat_logprobs": self._logprobs,
+            "top_logprobs_limit": self._k_cap,
+            "echo_loglik": None if self._loglik is None else bool(self._loglik and self._echo_ok),
+            "echo_check": self._echo_reason,
+            "prompt_logprobs": self._loglik_via == "prompt_logprobs"
+            or (None if self._prompt_lp_note is None else False),
+            "prompt_logprobs_note": self._prompt_lp_note,
+            "batched_prompts": None if self._loglik is None else self.loglik_batch > 1,
+            "reasoning": self.reasoning,
+            "reasoning_effort": self.reasoning_effort,
+        }
+
+    def _choose_method(self, task: str | None, need: str) -> dict[str, Any]:
+        lp = self._logprobs is True
+        nt = "chat top-k log-probs" if lp else f"sampled estimate ({self.samples} answers)"
+        nt_why = "the server returns top-k log-probs" if lp else (self._logprobs_reason or "")
+        ll_ok = self._loglik is True and self._echo_ok is not False
+        if need == "next_token":
+            method, reason = nt, nt_why
+        elif need == "generate":
+            method, reason = "generate", "the task scores generated text"
+        elif ll_ok and self._loglik_via == "prompt_logprobs":
+            method = "vLLM prompt_logprobs log-likelihoods"
+            reason = self._echo_reason or ""
+        elif ll_ok:
+            method = "completions echo log-likelihoods"
+            reason = self._echo_reason or "echo accepted"
+            if self.loglik_batch == 1:
+                reason += "; one prompt per request"
+        elif need == "options":
+            method = f"option labels A/B/C... ({nt})"
+            reason = f"no prompt log-likelihoods: {self._loglik_error}"
+        else:
+            method = None
+            reason = (
+                f"{task or 'the task'} needs log-likelihoods of given text and the server "
+                f"offers none ({self._loglik_error})"
+            )
+        return {"task": task, "needs": need, "method": method, "reason": reason}
 
     async def aclose(self) -> None:
         """Close the HTTP connections."""
-        await self._client.close()
+        for c in self._clients:
+            await c.close()

@@ -19,7 +19,7 @@ from typing import Any
 
 import llmscope
 from llmscope.data.suites import Suite
-from llmscope.engine.backend import Backend, BackendError
+from llmscope.engine.backend import Backend, BackendError, BackendUnavailable
 from llmscope.engine.progress import NullReporter, Progress, Reporter
 from llmscope.engine.tasks import Task, get_task
 from llmscope.engine.types import Result, Work
@@ -179,6 +179,8 @@ class Runner:
             start = time.perf_counter()
             try:
                 res = await self.task.score(w, self.backend)
+            except BackendUnavailable:
+                raise  # the server is gone: pause the run (below), no error row
             except BackendError as e:
                 res = Result(item_id=w.item.item_id, variant=w.variant, prompt=w.prompt, gold=w.gold,
                              error=str(e) or type(e).__name__)
@@ -220,8 +222,10 @@ class Runner:
                     self._update_rates(prog, t0)
                     self.reporter.on_progress(prog)
                     last_report = now
-        except (asyncio.CancelledError, KeyboardInterrupt):
+        except (asyncio.CancelledError, KeyboardInterrupt, BackendUnavailable) as e:
             status = "interrupted"
+            if isinstance(e, BackendUnavailable):
+                self.reporter.on_message("warning", str(e))
             for t in in_flight:
                 t.cancel()
             # Keep what finished before the interrupt; drop the rest (it is re-run on resume).

@@ -47,7 +47,7 @@ def make_backend(model_arg: str | None, args: argparse.Namespace) -> tuple[Any, 
 
         kw: dict[str, Any] = {
             "model": spec.name,
-            "base_url": args.base_url,
+            "base_url": args.base_url or getattr(args, "config_base_url", None),
             "concurrency": args.concurrency,
             "top_logprobs": args.top_logprobs,
             "seed": args.seed,
@@ -151,15 +151,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         async def main() -> Any:
             try:
                 if hasattr(backend, "probe"):
-                    # Learn up front whether the API returns log-probs, so the run records it.
-                    from llmscope.engine.backend import BackendError
-
-                    try:
-                        await backend.probe()
-                    except BackendError as e:
-                        reporter.on_message("warning", f"probe request failed: {e}")
-                    for note in backend.stats().get("notices", []):
-                        reporter.on_message("warning", str(note))
+                    # Check the configuration and learn the server's capabilities before
+                    # anything is written; BackendConfigError ends the command with one line.
+                    # (the backend's notices reach stderr once, through its logger)
+                    await backend.probe(suite.task, runner.task.options)
+                    choice = (backend.describe().get("method_choice") or {})
+                    if choice.get("method"):
+                        reporter.on_message("info", f"method: {choice['method']} ({choice.get('reason')})")
                 return await runner.run()
             finally:
                 await backend.aclose()
@@ -403,10 +401,12 @@ def build_parser(settings: Any = None) -> argparse.ArgumentParser:
                    help="task option (value parsed as JSON, else text), repeatable; e.g. --opt permutations=2")
     r.add_argument("--seed", type=int, default=0, help="seed for sampling and permutations (part of the run id; default 0)")
     r.add_argument("--resume", metavar="RUN", help="continue a stored run (id or prefix; 'last')")
-    r.add_argument("--base-url", default=default_base_url,
-                   help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL, then llmscope.toml)")
+    r.add_argument("--base-url", action="append", default=None,
+                   help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL, then llmscope.toml); repeat it, or "
+                        "give @FILE with one URL per line, to spread requests round-robin over replicas of one model")
+    r.set_defaults(config_base_url=default_base_url)
     r.add_argument("--concurrency", type=int, default=cfg.get("concurrency", 8),
-                   help="API requests in flight (default %(default)s)")
+                   help="API requests in flight, per endpoint (default %(default)s)")
     r.add_argument("--top-logprobs", type=int, default=20,
                    help="top log-probabilities asked of an API per position (default 20; the server's maximum when lower)")
     r.add_argument("--max-retries", type=int, default=None,
@@ -486,12 +486,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         args.func = cmd_tui
     from llmscope.data.suites import SuiteError
+    from llmscope.engine.backend import BackendConfigError
     from llmscope.engine.models import ModelSpecError
     from llmscope.store.db import StoreError
 
     try:
         return int(args.func(args) or 0)
-    except (CLIError, SuiteError, StoreError, ModelSpecError) as e:
+    except (CLIError, SuiteError, StoreError, ModelSpecError, BackendConfigError) as e:
         print(f"llmscope: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:

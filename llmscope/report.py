@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from llmscope.analysis.abstention import abstention_rows
+from llmscope.analysis.api_method import api_method_rows
 from llmscope.analysis.calibration import brier, calibration_table
 from llmscope.analysis.intervals import accuracy_ci
 from llmscope.analysis.rows import metric_row
@@ -183,6 +184,7 @@ def build_report(store: Store, run: dict[str, Any], by: list[str] | None = None)
         if "f.clusters" in df:
             rows += probeval_rows(store, run)
     rows += abstention_rows(df, run, spec)  # pipeline: abstention
+    rows += api_method_rows(df, run, spec)  # pipeline: api_method
     rows.append(_row(run, {}, "errors", float(df["error"].notna().sum()), None, len(df)))
     return rows
 

@@ -104,3 +104,17 @@ def oai(oai_server: OAIServer, monkeypatch: pytest.MonkeyPatch) -> OAIServer:
     monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     return oai_server
+
+
+def note_fault_outcome(case: str, outcome: str) -> None:
+    """Add one measured outcome to the `api_fault_matrix` figures that RELIABILITY.md lists
+    (bench/_out/reliability.json, via reliability_helpers.record)."""
+    from reliability_helpers import OUT_JSON, record
+
+    try:
+        section = dict(json.loads(OUT_JSON.read_text()).get("api_fault_matrix") or {})
+    except (OSError, ValueError):
+        section = {}
+    section.pop("recorded_at", None)
+    section[case] = outcome
+    record("api_fault_matrix", **section)

@@ -16,12 +16,26 @@ A request is handled by the first script whose MARKER occurs in its prompt text
                    {"status": 429, "headers": {"Retry-After": "0.2"}, "message": "..."},
                    {"sleep": 2.0} (sleep, then answer normally: a client timeout),
                    {"malformed": true} (200 with a truncated JSON body),
-                   {"json": {...}} (200 with this JSON body, e.g. without "choices")
+                   {"json": {...}} (200 with this JSON body, e.g. without "choices"),
+                   {"reset": true} (200 headers, half the body, then a TCP reset),
+                   {"spec": {...}} (answer normally with these SPEC keys overridden,
+                   e.g. {"no_logprobs": true} for one transient `logprobs: null`)
     error          {"status": 400, "message": "...", "param": "...", "code": "..."}
+                   ("echo_request": true appends the request's headers and body to the
+                   message, as some proxies do: a secret-leak test)
     reject         [{"param": "top_logprobs", "gt": 10, "message": "..."},
                     {"param": "reasoning_effort", "equals": "minimal", "message": "..."},
-                    {"param": "logprobs", "present": true, "message": "..."}] -> 400
-                   ("hide_param": true leaves the error's "param" null, as vLLM does)
+                    {"param": "logprobs", "present": true, "message": "..."},
+                    {"param": "prompt", "is_list": true, "status": 500, "message": "..."}]
+                   -> 400 unless "status" says otherwise ("hide_param": true leaves the
+                   error's "param" null, as vLLM does; "is_list" is llama.cpp refusing a
+                   list of prompts with HTTP 500)
+    echo_shift     true: echo log-probs shifted by one token (llama-cpp-python's bug);
+                   also a scenario-level key for every prompt
+    vllm           true: honour vLLM's `prompt_logprobs` on completions (choices[i] get
+                   "prompt_logprobs": [null, {"<id>": {"logprob", "rank", "decoded_token"}}, ...]
+                   and, with "return_token_ids", "prompt_token_ids"; token ids come from a
+                   per-server vocabulary; the table's log-probs, like echo)
     top            [[token, logprob], ...] the candidates at the first generated position
                    (the first min(k, len) are returned as top_logprobs)
     content        the generated text (default: the first `top` token)
@@ -49,6 +63,8 @@ import json
 import os
 import random
 import re
+import socket
+import struct
 import sys
 import threading
 import time
@@ -72,6 +88,9 @@ class State:
         self.lock = threading.Lock()
         self.scripts: dict[str, dict[str, Any]] = dict(scenario.get("scripts", {}))
         self.token_logprobs: dict[str, float] = dict(scenario.get("token_logprobs", {}))
+        self.echo_shift = bool(scenario.get("echo_shift", False))
+        self.vllm = bool(scenario.get("vllm", False))
+        self.vocab: dict[str, int] = {}
         self.counters: dict[str, int] = {}
         self.sample_counters: dict[str, int] = {}
         self.log: list[dict[str, Any]] = []
@@ -203,6 +222,8 @@ def completion_response(body: dict[str, Any], marker: str | None, spec: dict[str
         text = ""
         ptoks = tokenize(prompt)
         prompt_tokens += len(ptoks)
+        gen = _content(spec) if "content" in spec else " yes"
+        gtoks = tokenize(gen)[:max_tokens] if max_tokens > 0 else []
         if echo:
             pos = 0
             for j, t in enumerate(ptoks):
@@ -212,16 +233,21 @@ def completion_response(body: dict[str, Any], marker: str | None, spec: dict[str
                 tops.append(None if lp is None else {t: lp})
                 offsets.append(pos)
                 pos += len(t)
+            if spec.get("echo_shift", STATE.echo_shift):
+                # llama-cpp-python's bug: each prompt token carries the next token's log-prob
+                after = [float(table.get(t, -1.0)) for t in gtoks[:1]] or [-7.5]
+                lps = [*lps[1:], after[0]]
+                tops = [None if lp is None else {t: lp} for t, lp in zip(toks, lps, strict=True)]
             text = prompt
-        if max_tokens > 0:
-            gen = _content(spec) if "content" in spec else " yes"
-            gtoks = tokenize(gen)[:max_tokens]
+        if gtoks:
             top = (spec.get("top") or DEFAULT_TOP)[: int(k or 0)]
             pos = len(text) if echo else 0
             for j, t in enumerate(gtoks):
+                # a generated token's own log-prob is what echo would give it (a consistent
+                # model), so echo and next-token log-probs agree unless a script says otherwise
                 toks.append(t)
-                lps.append(top[0][1] if (j == 0 and top) else -0.3)
-                tops.append({tt: lp for tt, lp in top} if j == 0 else {t: -0.3})
+                lps.append(float(table.get(t, -1.0)))
+                tops.append({tt: lp for tt, lp in top} if j == 0 else {t: float(table.get(t, -1.0))})
                 offsets.append(pos)
                 pos += len(t)
             text += "".join(gtoks)
@@ -234,7 +260,10 @@ def completion_response(body: dict[str, Any], marker: str | None, spec: dict[str
                 "top_logprobs": tops,
                 "text_offset": offsets,
             }
-        choices.append({"index": i, "text": text, "logprobs": logprobs, "finish_reason": "length"})
+        choice: dict[str, Any] = {"index": i, "text": text, "logprobs": logprobs, "finish_reason": "length"}
+        if body.get("prompt_logprobs") is not None and spec.get("vllm", STATE.vllm):
+            choice.update(_vllm_prompt_logprobs(ptoks, table, int(body["prompt_logprobs"]), body))
+        choices.append(choice)
     return {
         "id": "cmpl-test",
         "object": "text_completion",
@@ -244,6 +273,30 @@ def completion_response(body: dict[str, Any], marker: str | None, spec: dict[str
         "choices": choices,
         "usage": _usage(prompt_tokens, completion_tokens),
     }
+
+
+def _token_id(tok: str) -> int:
+    with STATE.lock:
+        return STATE.vocab.setdefault(tok, 1000 + len(STATE.vocab))
+
+
+def _vllm_prompt_logprobs(
+    ptoks: list[str], table: dict[str, float], k: int, body: dict[str, Any]
+) -> dict[str, Any]:
+    """vLLM's shape: None for the first prompt token, then {id: Logprob} per token holding the
+    prompt token and, for k > 0, the k best alternatives (here: fixed decoys)."""
+    out: list[dict[str, dict[str, Any]] | None] = [None]
+    for t in ptoks[1:]:
+        lp = float(table.get(t, -1.0))
+        entry = {str(_token_id(t)): {"logprob": lp, "rank": 2, "decoded_token": t}}
+        for j in range(k):
+            decoy = f" decoy{j}"
+            entry[str(_token_id(decoy))] = {"logprob": -0.05 * (j + 1), "rank": j + 1, "decoded_token": decoy}
+        out.append(entry)
+    res: dict[str, Any] = {"prompt_logprobs": out}
+    if body.get("return_token_ids"):
+        res["prompt_token_ids"] = [_token_id(t) for t in ptoks]
+    return res
 
 
 def _rejection(body: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any] | None:
@@ -256,10 +309,12 @@ def _rejection(body: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any] | N
             ("gt" in r and isinstance(v, (int, float)) and v > r["gt"])
             or ("equals" in r and v == r["equals"])
             or (r.get("present") and v not in (False, 0))
+            or (r.get("is_list") and isinstance(v, list) and len(v) > 1)
         )
         if hit:
             param = None if r.get("hide_param") else p  # vLLM often names no param
-            return {"status": 400, "message": r["message"], "param": param, "code": r.get("code")}
+            status = int(r.get("status", 400))
+            return {"status": status, "message": r["message"], "param": param, "code": r.get("code")}
     return None
 
 
@@ -282,6 +337,24 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True
+
+    def _reset_mid_body(self) -> None:
+        """Promise a body, send half of it, then reset the connection (SO_LINGER 0 -> RST)."""
+        data = json.dumps({"id": "x", "choices": [{"index": 0, "text": "y" * 200}]}).encode()
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+            self.connection.setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+            )
+            self.connection.close()
+        except OSError:
+            pass
+        self.close_connection = True
 
     def _error(self, status: int, message: str, param: Any = None, code: Any = None, headers=None):
         err = {"message": message, "type": "invalid_request_error", "param": param, "code": code}
@@ -378,6 +451,11 @@ class Handler(BaseHTTPRequestHandler):
             if fault.get("malformed"):
                 self._send(200, b'{"id": "chatcmpl-test", "choices": [{"index": 0, "mess')
                 return
+            if fault.get("reset"):
+                self._reset_mid_body()
+                return
+            if "spec" in fault:
+                spec = {**spec, **fault["spec"]}
             time.sleep(float(fault.get("sleep", 0)))  # the client should have given up by now
         if spec.get("delay"):
             time.sleep(float(spec["delay"]))
@@ -385,7 +463,10 @@ class Handler(BaseHTTPRequestHandler):
         if err:
             with STATE.lock:
                 entry["outcome"] = f"error:{err['status']}"
-            self._error(err["status"], err["message"], err.get("param"), err.get("code"))
+            message = err["message"]
+            if err.get("echo_request"):
+                message += f" -- request headers: {dict(self.headers)!r} body: {json.dumps(body)}"
+            self._error(err["status"], message, err.get("param"), err.get("code"))
             return
         if self.path.endswith("/chat/completions"):
             self._send(200, chat_response(body, marker, spec))

