@@ -427,6 +427,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("runs", nargs="+")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_compare)
+
+    from llmscope.toolkit2 import add_parsers as add_toolkit2_parsers
+
+    add_toolkit2_parsers(sub, db_arg)  # surprisal, rerun
     return p
 
 

@@ -181,6 +181,9 @@ def build_report(store: Store, run: dict[str, Any], by: list[str] | None = None)
         rows += generation_rows(df, run)
         if "f.clusters" in df:
             rows += probeval_rows(store, run)
+    from llmscope.analysis.syntaxgym import sg_rows
+
+    rows += sg_rows(df, run, spec)  # pipeline: syntaxgym
     rows.append(_row(run, {}, "errors", float(df["error"].notna().sum()), None, len(df)))
     return rows
 
