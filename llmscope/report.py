@@ -184,6 +184,9 @@ def build_report(store: Store, run: dict[str, Any], by: list[str] | None = None)
     from llmscope.analysis.syntaxgym import sg_rows
 
     rows += sg_rows(df, run, spec)  # pipeline: syntaxgym
+    from llmscope.analysis.contamination import contamination_rows
+
+    rows += contamination_rows(df, run, spec)  # pipeline: contamination
     rows.append(_row(run, {}, "errors", float(df["error"].notna().sum()), None, len(df)))
     return rows
 
