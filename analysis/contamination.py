@@ -49,7 +49,8 @@ def contamination_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, An
         ex = extras[mask]
         n = len(ex)
         flagged = float(sum(bool(e.get("flagged")) for e in ex))
-        rows = [("flagged_rate", flagged / n, list(wilson_interval(flagged, n)))]
+        rows: list[tuple[str, float, list[float] | None]] = [
+            ("flagged_rate", flagged / n, list(wilson_interval(flagged, n)))]
         for key in ("min_k_prob", "ngram_overlap"):
             m, ci = _mean_t(np.array([float(e.get(key, math.nan)) for e in ex]))
             rows.append((key, m, ci))

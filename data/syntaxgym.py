@@ -42,7 +42,12 @@ def _files(path: Path) -> list[Path]:
 
 def load_syntaxgym_file(path: Path) -> list[Item]:
     """Items of one SyntaxGym JSON suite; errors name the file and field."""
-    from llmscope.engine.tasks.syntaxgym import FormulaError, build_sentence, item_conditions, parse_formula
+    from llmscope.engine.tasks.syntaxgym import (
+        FormulaError,
+        build_sentence,
+        item_conditions,
+        parse_formula,
+    )
 
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

@@ -13,7 +13,12 @@ import pandas as pd
 import pytest
 
 from llmscope.analysis.contamination import contamination_rows
-from llmscope.engine.tasks.contamination import ContaminationTask, min_k_prob, ngram_recall, split_half
+from llmscope.engine.tasks.contamination import (
+    ContaminationTask,
+    min_k_prob,
+    ngram_recall,
+    split_half,
+)
 from llmscope.engine.types import Item, Work
 
 torch = pytest.importorskip("torch")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+
 from llmscope.engine.backend import Backend, GenParams
 from llmscope.engine.tasks.base import Task, register
 from llmscope.engine.types import Result, Work
