@@ -1,4 +1,4 @@
-"""CLI commands of the machine-psychology toolkit II: `surprisal` and `rerun`.
+"""CLI commands of the machine-psychology toolkit II: `surprisal`, `rerun` and `probeval`.
 
 `llmscope surprisal RUN [-o words.csv|words.parquet] [--rt FILE]` writes the
 word-level surprisal table of a syntaxgym run (long format, one row per item,
@@ -195,6 +195,54 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         store.close()
 
 
+def cmd_probeval(args: argparse.Namespace) -> int:
+    """ProbEval of an answers file against a targets file, as the paper runs it."""
+    from llmscope.analysis.probeval import load_answer_sets, load_targets, probeval, question_set
+
+    for p in (args.targets, args.answers):
+        if not Path(p).is_file():
+            raise _cli_error(f"file not found: {p}")
+    questions = load_targets(args.targets)
+    answers = load_answer_sets(args.answers)
+    shared = sorted(set(questions) & set(answers))
+    if not shared:
+        raise _cli_error(f"{args.answers} answers none of the {len(questions)} questions in {args.targets}")
+    matcher = embed = None
+    method = args.matcher
+    if method == "wordnet":
+        from llmscope.analysis.wordnet_match import WordNetMatcher, WordNetUnavailable
+
+        try:
+            matcher = WordNetMatcher(args.wordnet_dir)
+        except WordNetUnavailable as e:
+            print(f"llmscope: warning: {e}; using the embedding matcher instead", file=sys.stderr)
+            method = "embedding"
+    if method == "embedding":
+        from llmscope.report import _default_embedder
+
+        embed = _default_embedder()
+        if embed is None:
+            print("llmscope: warning: no sentence embedder installed; exact matching only", file=sys.stderr)
+            method = "exact"
+    res = probeval({q: questions[q] for q in shared}, answers, embed, matcher=matcher)
+    per = res.per_question.assign(question_set=res.per_question["qid"].map(question_set))
+    sets = per.groupby("question_set")["kl"].agg(["mean", "count"]).reset_index()
+    wrong = float(per["n_wrong"].sum() / max(1, per["n_model"].sum()))
+    out = {"matcher": method, "mean_kl": res.mean_kl, "n_questions": len(per), "wrong_share": wrong,
+           "by_question_set": sets.to_dict("records")}
+    if matcher is not None:
+        out["stopwords"] = matcher.stopwords_source
+        out["wordnet_dir"] = matcher.wordnet_dir
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        print(f"ProbEval ({method} matching): mean KL {res.mean_kl:.4f} over {len(per)} questions; "
+              f"{wrong:.1%} of answers matched no cluster")
+        for r in sets.to_dict("records"):
+            print(f"  {r['question_set']:<6} mean KL {r['mean']:.4f}  ({r['count']} questions)")
+    return 0
+
+
 def add_parsers(sub: Any, db_arg: Any) -> None:
     """Register `surprisal` and `rerun` on the CLI's subparsers."""
     s = sub.add_parser("surprisal", help="word-level surprisal of a syntaxgym run; optional reading-time model")
@@ -231,3 +279,12 @@ def add_parsers(sub: Any, db_arg: Any) -> None:
     r.add_argument("--quiet", action="store_true")
     r.add_argument("--no-report", action="store_true")
     r.set_defaults(func=cmd_rerun)
+
+    p = sub.add_parser("probeval", help="ProbEval KL of an answers file against clustered human answers")
+    p.add_argument("targets", help="CFC/ProtoQA *_targets.jsonl (human answers and clusters)")
+    p.add_argument("answers", help='answers JSON: {"model_answers": {qid: [answer, ...]}}')
+    p.add_argument("--matcher", choices=["wordnet", "embedding"], default="wordnet",
+                   help="wordnet: ProtoQA WordNet matching with even splits (the paper's); embedding: MiniLM cosine")
+    p.add_argument("--wordnet-dir", help="folder with WordNet 3.0 files (default $WORDNET_DIR or /usr/share/wordnet)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_probeval)
