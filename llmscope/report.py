@@ -187,6 +187,9 @@ def build_report(store: Store, run: dict[str, Any], by: list[str] | None = None)
     from llmscope.analysis.contamination import contamination_rows
 
     rows += contamination_rows(df, run, spec)  # pipeline: contamination
+    from llmscope.analysis.genmetrics import generation_library_rows
+
+    rows += generation_library_rows(df, run, spec)  # pipeline: genmetrics
     rows.append(_row(run, {}, "errors", float(df["error"].notna().sum()), None, len(df)))
     return rows
 
