@@ -258,15 +258,15 @@ def smoothed_distribution(counts: Mapping[str, float], buckets: Sequence[str]) -
     return (c + 1.0) / (c.sum() + len(buckets))
 
 
-def kl_divergence(p: Sequence[float] | np.ndarray, q: Sequence[float] | np.ndarray) -> float:
+def kl_divergence(p_in: Sequence[float] | np.ndarray, q_in: Sequence[float] | np.ndarray) -> float:
     """KL(p || q) in nats after normalising both to sum 1 (terms with p = 0 contribute 0).
 
     Unnormalised inputs (e.g. the reference code's model distribution that leaves out the
     answers matched to no cluster) would otherwise give negative "divergences". Equals
     ``scipy.stats.entropy(p, q)``; +inf when q is 0 where p is not.
     """
-    p = np.asarray(p, dtype=float)
-    q = np.asarray(q, dtype=float)
+    p = np.asarray(p_in, dtype=float)
+    q = np.asarray(q_in, dtype=float)
     if p.shape != q.shape:
         raise ValueError(f"p and q differ in length ({p.size} vs {q.size})")
     if (p < 0).any() or (q < 0).any() or not np.isfinite(p).all() or not np.isfinite(q).all():

@@ -36,8 +36,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 WRONG = "wrong"
 # Content tokens kept per answer (2**n subsets are enumerated); longer generated answers are cut.
 MAX_TOKENS = 10
