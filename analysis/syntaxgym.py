@@ -4,7 +4,7 @@ SG score (Hu et al. 2020): the share of a suite's items whose predictions all ho
 Per suite it comes with a Wilson 95% interval (items are independent within a
 suite); the overall score is the mean of the per-suite scores, as the paper
 averages over suites, with a stratified bootstrap interval (items resampled within
-each suite, 2000 replicates, seed 0).
+each suite, 2000 replicates, seed 0), or the Wilson interval when there is one suite.
 
 Word table: one row per (item, condition, word) in the long format reading-time
 researchers join on (`item_id`, `condition`, `word_index`), with surprisal in bits.
@@ -102,7 +102,11 @@ def sg_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list
     per_item = {s: ok.loc[suites == s, "correct"].to_numpy(float) for s in table["suite"]}
     key = "suite" if ok["fields"].map(lambda f: "suite" in (_json(f) or {})).any() else (
         (spec.get("group_by") or ["suite"])[0])
-    est, lo, hi = overall_sg(per_item)
+    if len(per_item) == 1:  # one suite: its own (Wilson) interval
+        rec0 = table.iloc[0]
+        est, lo, hi = float(rec0["score"]), float(rec0["lo"]), float(rec0["hi"])
+    else:
+        est, lo, hi = overall_sg(per_item)
     row("sg_score", est, [lo, hi], len(ok), {})
     if len(table) > 1:
         for rec in table.to_dict("records"):
