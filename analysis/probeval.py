@@ -258,11 +258,26 @@ def smoothed_distribution(counts: Mapping[str, float], buckets: Sequence[str]) -
     return (c + 1.0) / (c.sum() + len(buckets))
 
 
-def kl_divergence(p: Sequence[float] | np.ndarray, q: Sequence[float] | np.ndarray) -> float:
-    """KL(p || q) in nats (terms with p = 0 contribute 0)."""
-    p = np.asarray(p, dtype=float)
-    q = np.asarray(q, dtype=float)
+def kl_divergence(p_in: Sequence[float] | np.ndarray, q_in: Sequence[float] | np.ndarray) -> float:
+    """KL(p || q) in nats after normalising both to sum 1 (terms with p = 0 contribute 0).
+
+    Unnormalised inputs (e.g. the reference code's model distribution that leaves out the
+    answers matched to no cluster) would otherwise give negative "divergences". Equals
+    ``scipy.stats.entropy(p, q)``; +inf when q is 0 where p is not.
+    """
+    p = np.asarray(p_in, dtype=float)
+    q = np.asarray(q_in, dtype=float)
+    if p.shape != q.shape:
+        raise ValueError(f"p and q differ in length ({p.size} vs {q.size})")
+    if (p < 0).any() or (q < 0).any() or not np.isfinite(p).all() or not np.isfinite(q).all():
+        raise ValueError("KL needs finite non-negative weights")
+    if p.sum() <= 0 or q.sum() <= 0:
+        raise ValueError("KL needs weights with a positive sum")
+    p = p / p.sum()
+    q = q / q.sum()
     nz = p > 0
+    if (q[nz] == 0).any():
+        return math.inf
     return float(np.sum(p[nz] * np.log(p[nz] / q[nz])))
 
 
@@ -272,8 +287,14 @@ def score_question(
     embed: Embedder | None = None,
     *,
     threshold: float = 0.67,
+    matcher: Any = None,
 ) -> QuestionScore:
-    """ProbEval KL for one question (clusters the human answers first when it has none)."""
+    """ProbEval KL for one question (clusters the human answers first when it has none).
+
+    With ``matcher`` (an ``analysis.wordnet_match.WordNetMatcher``) answers are matched as
+    the ProtoQA evaluator does and an answer tied between clusters is split evenly among
+    them (the paper's protocol); otherwise exact match, then nearest-member cosine.
+    """
     clusters = question.clusters
     if not clusters:
         if embed is None:
@@ -287,8 +308,19 @@ def score_question(
         question = Question(question.qid, question.question, question.raw, clusters)
     buckets = [*clusters, WRONG]
     human_counts = question.cluster_counts()
-    assigned = assign_answers(model_answers, clusters, embed, threshold=threshold)
-    model_counts = Counter(assigned)
+    model_counts: Counter[str] | dict[str, float]
+    if matcher is not None:
+        from .wordnet_match import assign_split
+
+        split = assign_split(model_answers, clusters, matcher, normalize_answer)
+        model_counts = {}
+        for weights in split:
+            for k, w in weights.items():
+                model_counts[k] = model_counts.get(k, 0.0) + w
+        assigned = [max(w, key=lambda k: w[k]) for w in split]
+    else:
+        assigned = assign_answers(model_answers, clusters, embed, threshold=threshold)
+        model_counts = Counter(assigned)
     ph = smoothed_distribution(human_counts, buckets)
     pm = smoothed_distribution(model_counts, buckets)
     table = pd.DataFrame(
@@ -301,7 +333,7 @@ def score_question(
         }
     )
     return QuestionScore(
-        question.qid, kl_divergence(ph, pm), len(assigned), model_counts.get(WRONG, 0), table
+        question.qid, kl_divergence(ph, pm), len(assigned), int(round(model_counts.get(WRONG, 0))), table
     )
 
 
@@ -311,12 +343,13 @@ def probeval(
     embed: Embedder | None = None,
     *,
     threshold: float = 0.67,
+    matcher: Any = None,
 ) -> ProbEvalResult:
     """Score every question that has both human data and model answers; mean KL over them."""
     scores: dict[str, QuestionScore] = {}
     for qid, q in questions.items():
         if qid in answer_sets and len(answer_sets[qid]):
-            scores[qid] = score_question(q, answer_sets[qid], embed, threshold=threshold)
+            scores[qid] = score_question(q, answer_sets[qid], embed, threshold=threshold, matcher=matcher)
     per = pd.DataFrame(
         [
             {"qid": s.qid, "kl": s.kl, "n_model": s.n_model, "n_wrong": s.n_wrong}
@@ -343,3 +376,37 @@ def split_human_answers(
     clusters = {n: [a for a in m if kept.get(a, 0)] for n, m in question.clusters.items()}
     clusters = {n: m for n, m in clusters.items() if m}
     return Question(question.qid, question.question, dict(kept), clusters), held
+
+
+def gold_cluster_kl(question: Question, labels: Sequence[str]) -> float:
+    """KL(P_human || P_model) when each model answer's cluster is given (human annotation)."""
+    buckets = [*question.clusters, WRONG]
+    counts = Counter(lbl if lbl in question.clusters else WRONG for lbl in labels)
+    return kl_divergence(smoothed_distribution(question.cluster_counts(), buckets),
+                         smoothed_distribution(counts, buckets))
+
+
+@dataclass
+class Validation:
+    """Spearman correlation between automatic and gold-cluster KL across questions."""
+
+    rho: float
+    p_value: float
+    n_questions: int
+
+
+def spearman_validation(auto_kl: Mapping[str, float], gold_kl: Mapping[str, float]) -> Validation:
+    """The paper's validation protocol: rank agreement of the two KLs over shared questions."""
+    from scipy.stats import spearmanr
+
+    qids = sorted(set(auto_kl) & set(gold_kl))
+    if len(qids) < 3:
+        raise ValueError(f"Spearman validation needs at least 3 shared questions, got {len(qids)}")
+    res = spearmanr([auto_kl[q] for q in qids], [gold_kl[q] for q in qids])
+    return Validation(float(res.statistic), float(res.pvalue), len(qids))
+
+
+def question_set(qid: str) -> str:
+    """The question set of a CFC/ProtoQA id: its round prefix ("r1q7" -> "r1")."""
+    m = re.match(r"^(r\d+)q", qid)
+    return m.group(1) if m else "all"

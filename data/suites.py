@@ -23,10 +23,10 @@ import yaml
 from llmscope.engine.types import Item, Work
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "builtin"
-TASK_TYPES = ("yesno", "choice", "minpairs", "rating", "constrained", "generation")
+TASK_TYPES = ("yesno", "choice", "minpairs", "rating", "constrained", "generation", "syntaxgym", "contamination")
 SHARED_DIR_CANDIDATES = ("../shared", "../../shared")
 # Loaders for full third-party corpora: name -> task (read from --suite-path or ../shared).
-EXTERNAL_SUITES = {"commonsense": "yesno", "worldsense": "constrained", "cfc": "generation"}
+EXTERNAL_SUITES = {"commonsense": "yesno", "worldsense": "constrained", "cfc": "generation", "syntaxgym": "syntaxgym"}
 
 
 class SuiteError(Exception):
@@ -160,6 +160,10 @@ class Suite:
                 sents = it.fields.get("sentences")
                 if not isinstance(sents, list) or len(sents) < 2 or not all(isinstance(s, str) for s in sents):
                     raise SuiteError("needs a list of at least two sentences", src, it.line, "sentences")
+            if self.task == "syntaxgym":
+                from llmscope.engine.tasks.syntaxgym import check_item
+
+                check_item(it, src, self.task_options)
 
     def variant_names(self) -> list[str]:
         return list(self.templates) or ["default"]
@@ -501,6 +505,10 @@ def load_suite(name_or_path: str | Path, suite_path: str | Path | None = None) -
         from llmscope.data.worldsense import load_worldsense_suite
 
         return load_worldsense_suite(suite_path)
+    if s == "syntaxgym":
+        from llmscope.data.syntaxgym import load_syntaxgym_suite
+
+        return load_syntaxgym_suite(suite_path)
     if s == "cfc":
         from llmscope.data.cfc import load_cfc_suite
 

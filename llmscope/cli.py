@@ -470,6 +470,10 @@ def build_parser(settings: Any = None) -> argparse.ArgumentParser:
     s.add_argument("runs", nargs="+", help="run ids or prefixes (FILE:RUN picks the file explicitly)")
     json_arg(s, "the comparison")
     s.set_defaults(func=cmd_compare)
+
+    from llmscope.toolkit2 import add_parsers as add_toolkit2_parsers
+
+    add_toolkit2_parsers(sub, db_arg)  # surprisal, rerun
     return p
 
 

@@ -185,6 +185,15 @@ def build_report(store: Store, run: dict[str, Any], by: list[str] | None = None)
             rows += probeval_rows(store, run)
     rows += abstention_rows(df, run, spec)  # pipeline: abstention
     rows += api_method_rows(df, run, spec)  # pipeline: api_method
+    from llmscope.analysis.syntaxgym import sg_rows
+
+    rows += sg_rows(df, run, spec)  # pipeline: syntaxgym
+    from llmscope.analysis.contamination import contamination_rows
+
+    rows += contamination_rows(df, run, spec)  # pipeline: contamination
+    from llmscope.analysis.genmetrics import generation_library_rows
+
+    rows += generation_library_rows(df, run, spec)  # pipeline: genmetrics
     rows.append(_row(run, {}, "errors", float(df["error"].notna().sum()), None, len(df)))
     return rows
 

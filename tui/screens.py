@@ -623,6 +623,10 @@ class DashboardScreen(BaseScreen):
             for r in snap.other_hist.itertuples():
                 o.append(f"{r.lo:.1f}-{r.hi:.1f} {bar(r.share, 20)} {int(r.count)}\n")
         self.query_one("#other", Static).update(o)
+        if self.run.get("task") == "syntaxgym":  # SG panel
+            from llmscope.tui.panels_surprisal import sg_panel
+
+            self.query_one("#other", Static).update(sg_panel(snap))
         # calibration
         self.query_one(ReliabilityPlot).show(snap.rel_bins)
         cal = Text()
@@ -956,6 +960,11 @@ def _render_variant(v: dict[str, Any]) -> list[Any]:
             out.append(
                 literal(json.dumps(extra["methods"], ensure_ascii=False, default=str)[:2000])
             )
+        if "conditions" in extra and "predictions" in extra:  # syntaxgym: word-surprisal drill-down
+            from llmscope.tui.panels_surprisal import render_surprisal
+
+            out.extend(render_surprisal(extra))
+            extra = {k: x for k, x in extra.items() if k not in ("conditions", "per_token", "predictions")}
         trace = {k: x for k, x in extra.items() if k != "methods"}
         if trace:
             out.append(Text("normalisation trace / task detail", style="bold"))

@@ -1,0 +1,61 @@
+"""Suite-level summary of contamination probes (`task: contamination`).
+
+Rows: `flagged_rate` (share of items flagged, Wilson 95% interval), `min_k_prob`
+(mean Min-K% log-probability in nats, Shi et al. 2023; t interval over items) and
+`ngram_overlap` (mean completion-probe n-gram recall; t interval), overall and per
+value of the suite's first `group_by` field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from llmscope.analysis.intervals import wilson_interval
+from llmscope.analysis.rows import metric_row
+
+
+def _mean_t(v: np.ndarray) -> tuple[float, list[float] | None]:
+    v = v[np.isfinite(v)]
+    if len(v) == 0:
+        return math.nan, None
+    if len(v) < 2:
+        return float(v.mean()), None
+    half = float(stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v)))
+    return float(v.mean()), [float(v.mean()) - half, float(v.mean()) + half]
+
+
+def contamination_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Metric rows for a contamination run (empty for other tasks)."""
+    if run.get("task") != "contamination" or df.empty:
+        return []
+    ok = df[df["error"].isna() & df["extra"].notna()]
+    if ok.empty:
+        return []
+    extras = ok["extra"].map(lambda s: json.loads(s) if isinstance(s, str) else s)
+    fields = ok["fields"].map(lambda s: json.loads(s) if isinstance(s, str) else (s or {})) if "fields" in ok else None
+    by = (spec.get("group_by") or [None])[0]
+    groups: list[tuple[dict[str, Any], pd.Series]] = [({}, pd.Series(True, index=ok.index))]
+    if by and fields is not None:
+        keys = fields.map(lambda f: str(f.get(by)))
+        groups += [({by: k}, keys == k) for k in sorted(keys.unique())]
+    out = []
+    for group, mask in groups:
+        ex = extras[mask]
+        n = len(ex)
+        flagged = float(sum(bool(e.get("flagged")) for e in ex))
+        rows: list[tuple[str, float, list[float] | None]] = [
+            ("flagged_rate", flagged / n, list(wilson_interval(flagged, n)))]
+        for key in ("min_k_prob", "ngram_overlap"):
+            m, ci = _mean_t(np.array([float(e.get(key, math.nan)) for e in ex]))
+            rows.append((key, m, ci))
+        for metric, value, ci in rows:
+            r = metric_row(run["run_id"], str(run.get("model")), metric, value, ci, n, group)
+            r["suite"] = run.get("suite_name")
+            out.append(r)
+    return out

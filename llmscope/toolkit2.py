@@ -1,0 +1,290 @@
+"""CLI commands of the machine-psychology toolkit II: `surprisal`, `rerun` and `probeval`.
+
+`llmscope surprisal RUN [-o words.csv|words.parquet] [--rt FILE]` writes the
+word-level surprisal table of a syntaxgym run (long format, one row per item,
+condition and word) and, with reading times, fits rt ~ surprisal + length
+(+ log frequency) on held-out words.
+
+`llmscope rerun RUN --where FILTER [--model M] [--opt k=v]` runs only the selected
+items of a stored run again (another model or options) as a new run whose
+`runs.meta.rerun_of` names the old one. FILTER is a SQL condition (DuckDB) over the
+old run's rows: columns item_id, variant, correct, error, prediction, gold,
+confidence, flagged, and every item field; the words `failing`, `errored` and
+`flagged` are shorthands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+WHERE_SHORTHANDS = {
+    "failing": "correct = 0",
+    "errored": "error IS NOT NULL",
+    "flagged": "flagged",
+}
+RESULT_COLUMNS = ("item_id", "variant", "correct", "error", "prediction", "gold", "confidence")
+
+
+def _cli_error(msg: str) -> Exception:
+    from llmscope.cli import CLIError
+
+    return CLIError(msg)
+
+
+def cmd_surprisal(args: argparse.Namespace) -> int:
+    from llmscope.analysis.syntaxgym import rt_fit, word_frame
+    from llmscope.cli import _open_store
+
+    out = args.output
+    if out and Path(out).suffix.lower() not in (".csv", ".parquet", ".tsv"):
+        raise _cli_error(f"-o must end in .csv, .tsv or .parquet, got {out!r}")
+    store = _open_store(args.db, read_only=True)
+    try:
+        run = store.find_run(args.run)
+        if run is None:
+            raise _cli_error(f"no run {args.run!r} in {args.db}")
+        if run.get("task") != "syntaxgym":
+            raise _cli_error(f"run {run['run_id']} is a {run.get('task')} run; word surprisal needs a syntaxgym run")
+        words = word_frame(store.results_frame(run["run_id"]), run)
+    finally:
+        store.close()
+    if out:
+        if out.lower().endswith(".parquet"):
+            words.to_parquet(out, index=False)
+        else:
+            words.to_csv(out, index=False, sep="\t" if out.lower().endswith(".tsv") else ",")
+        print(f"wrote {len(words)} words to {out}", file=sys.stderr)
+    elif not args.rt:
+        words.to_csv(sys.stdout, index=False)
+    if args.rt:
+        path = Path(args.rt)
+        if not path.is_file():
+            raise _cli_error(f"reading-time file not found: {path}")
+        try:
+            rts = pd.read_parquet(path) if path.suffix.lower() == ".parquet" else pd.read_csv(
+                path, sep="\t" if path.suffix.lower() == ".tsv" else ",")
+        except (ValueError, OSError, pd.errors.ParserError) as e:
+            raise _cli_error(f"{path}: cannot read reading times: {str(e).splitlines()[0]}") from e
+        try:
+            fit = rt_fit(words, rts, folds=args.folds)
+        except ValueError as e:
+            raise _cli_error(f"{path}: {e}") from e
+        if args.json:
+            print(json.dumps(fit.__dict__, indent=1))
+        else:
+            print(f"rt ~ {' + '.join(fit.predictors)}: {fit.n_words} words, {fit.n_folds}-fold held out by sentence")
+            print(f"  held-out R2 {fit.r2_heldout:.4f} (without surprisal {fit.r2_heldout_baseline:.4f}); "
+                  f"delta log-lik per word {fit.delta_ll_per_word:.5f} nats")
+            print("  coefficients (all words): " + ", ".join(f"{k} {v:.4g}" for k, v in fit.coef.items()))
+    return 0
+
+
+def selection_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """The old run's rows as the table a --where filter sees (result columns + item fields)."""
+    base = df[[c for c in RESULT_COLUMNS if c in df]].copy()
+    base["flagged"] = df["extra"].map(_flag) if "extra" in df else False
+    fields = df["fields"].map(lambda s: json.loads(s) if isinstance(s, str) else {}) if "fields" in df else None
+    if fields is not None:
+        flat = pd.DataFrame(list(fields), index=df.index)
+        for c in flat.columns:
+            if c not in base and all(isinstance(v, (str, int, float, bool, type(None))) for v in flat[c]):
+                base[c] = flat[c]
+    return base
+
+
+def _flag(extra: Any) -> bool:
+    e = json.loads(extra) if isinstance(extra, str) else (extra or {})
+    return bool(isinstance(e, dict) and e.get("flagged"))
+
+
+def select_items(df: pd.DataFrame, where: str) -> list[str]:
+    """Item ids of the rows matching a SQL condition (ValueError with DuckDB's message when invalid)."""
+    import duckdb
+
+    cond = WHERE_SHORTHANDS.get(where.strip(), where)
+    sel = selection_frame(df)
+    con = duckdb.connect()
+    try:
+        con.register("r", sel)
+        ids = con.execute(f"SELECT DISTINCT item_id FROM r WHERE {cond}").fetchall()  # noqa: S608 - the user's own filter on an in-memory copy
+    except duckdb.Error as e:
+        cols = ", ".join(sel.columns)
+        raise ValueError(f"--where {where!r}: {str(e).splitlines()[0]} (columns: {cols})") from e
+    finally:
+        con.close()
+    keep = {i for (i,) in ids}
+    order = list(dict.fromkeys(df["item_id"]))
+    return [i for i in order if i in keep]
+
+
+def cmd_rerun(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from llmscope.cli import _open_store, _parse_opts, make_backend
+    from llmscope.console import ConsoleReporter
+    from llmscope.data.suites import EXTERNAL_SUITES, load_suite
+    from llmscope.engine.runner import Runner, RunPlan
+    from llmscope.report import build_report, format_rows
+
+    store = _open_store(args.db)
+    try:
+        old = store.find_run(args.run)
+        if old is None:
+            raise _cli_error(f"no run {args.run!r} in {args.db}")
+        try:
+            ids = select_items(store.results_frame(old["run_id"]), args.where)
+        except ValueError as e:
+            raise _cli_error(str(e)) from e
+        if not ids:
+            raise _cli_error(f"--where {args.where!r} selects no items of run {old['run_id']}")
+        opts = old.get("options") or {}
+        suite_meta = (old.get("meta") or {}).get("suite") or {}
+        name = suite_meta.get("spec_path") or suite_meta.get("name")
+        path = None
+        if suite_meta.get("name") in EXTERNAL_SUITES:
+            name, path = suite_meta["name"], suite_meta.get("items_path")
+        suite = load_suite(name, path)
+        keep = set(ids)
+        suite._items = [it for it in suite.items() if it.item_id in keep]
+        if suite.suite_id != old["suite_id"]:
+            raise _cli_error(f"the suite's files changed since run {old['run_id']} ({suite.suite_id} != "
+                             f"{old['suite_id']}); rerun needs the same items")
+        task_opts = dict(opts.get("task") or {})
+        task_opts.pop("task", None)
+        task_opts.update(_parse_opts(args.opt))
+        model_arg = args.model if args.model is not None else opts.get("model_arg")
+        reporter = ConsoleReporter(quiet=args.quiet)
+        reporter.on_message("info", f"re-running {len(ids)} item(s) of {old['run_id']} selected by {args.where!r}")
+        backend, spec, ident = make_backend(model_arg, args)
+        plan = RunPlan(suite=suite, model_label=spec.display(), model_arg=model_arg, task_options=task_opts,
+                       backend_identity=ident, seed=args.seed, window=max(args.batch_size * 4, 8))
+        new_id = hashlib.sha256(json.dumps(
+            [plan.config(backend.describe().get("model_hash")), old["run_id"], args.where, ids],
+            sort_keys=True, default=str).encode()).hexdigest()[:12]
+        plan.run_id = new_id
+        runner = Runner(plan, backend, store, reporter)
+
+        async def main() -> Any:
+            try:
+                return await runner.run()
+            finally:
+                await backend.aclose()
+
+        try:
+            prog = asyncio.run(main())
+        finally:
+            row = store.get_run(new_id)
+            if row is not None:
+                meta = dict(row.get("meta") or {})
+                meta["rerun_of"] = {"run_id": old["run_id"], "where": args.where, "n_items": len(ids),
+                                    "model": old.get("model")}
+                store.update_run(new_id, meta=meta)
+        run_row = store.get_run(prog.run_id)
+        if run_row and not args.no_report:
+            print(format_rows(build_report(store, run_row)))
+        print(f"rerun {prog.run_id} of {old['run_id']}: {len(ids)} item(s)", file=sys.stderr)
+        return 0 if prog.errors == 0 else 1
+    finally:
+        store.close()
+
+
+def cmd_probeval(args: argparse.Namespace) -> int:
+    """ProbEval of an answers file against a targets file, as the paper runs it."""
+    from llmscope.analysis.probeval import load_answer_sets, load_targets, probeval, question_set
+
+    for p in (args.targets, args.answers):
+        if not Path(p).is_file():
+            raise _cli_error(f"file not found: {p}")
+    questions = load_targets(args.targets)
+    answers = load_answer_sets(args.answers)
+    shared = sorted(set(questions) & set(answers))
+    if not shared:
+        raise _cli_error(f"{args.answers} answers none of the {len(questions)} questions in {args.targets}")
+    matcher = embed = None
+    method = args.matcher
+    if method == "wordnet":
+        from llmscope.analysis.wordnet_match import WordNetMatcher, WordNetUnavailable
+
+        try:
+            matcher = WordNetMatcher(args.wordnet_dir)
+        except WordNetUnavailable as e:
+            print(f"llmscope: warning: {e}; using the embedding matcher instead", file=sys.stderr)
+            method = "embedding"
+    if method == "embedding":
+        from llmscope.report import _default_embedder
+
+        embed = _default_embedder()
+        if embed is None:
+            print("llmscope: warning: no sentence embedder installed; exact matching only", file=sys.stderr)
+            method = "exact"
+    res = probeval({q: questions[q] for q in shared}, answers, embed, matcher=matcher)
+    per = res.per_question.assign(question_set=res.per_question["qid"].map(question_set))
+    sets = per.groupby("question_set")["kl"].agg(["mean", "count"]).reset_index()
+    wrong = float(per["n_wrong"].sum() / max(1, per["n_model"].sum()))
+    out = {"matcher": method, "mean_kl": res.mean_kl, "n_questions": len(per), "wrong_share": wrong,
+           "by_question_set": sets.to_dict("records")}
+    if matcher is not None:
+        out["stopwords"] = matcher.stopwords_source
+        out["wordnet_dir"] = matcher.wordnet_dir
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        print(f"ProbEval ({method} matching): mean KL {res.mean_kl:.4f} over {len(per)} questions; "
+              f"{wrong:.1%} of answers matched no cluster")
+        for r in sets.to_dict("records"):
+            print(f"  {r['question_set']:<6} mean KL {r['mean']:.4f}  ({r['count']} questions)")
+    return 0
+
+
+def add_parsers(sub: Any, db_arg: Any) -> None:
+    """Register `surprisal` and `rerun` on the CLI's subparsers."""
+    s = sub.add_parser("surprisal", help="word-level surprisal of a syntaxgym run; optional reading-time model")
+    db_arg(s)
+    s.add_argument("run", help="run id or prefix ('last')")
+    s.add_argument("-o", "--output", help="write the word table to FILE.csv, .tsv or .parquet (default stdout)")
+    s.add_argument("--rt", metavar="FILE", help="reading times (csv/tsv/parquet): item_id, condition, word_index, "
+                   "rt[, frequency]; fits rt ~ surprisal + length (+ log frequency) on held-out words")
+    s.add_argument("--folds", type=int, default=10, help="cross-validation folds over sentences (default 10)")
+    s.add_argument("--json", action="store_true", help="print the reading-time fit as JSON")
+    s.set_defaults(func=cmd_surprisal)
+
+    r = sub.add_parser("rerun", help="re-run selected items of a stored run as a new linked run")
+    db_arg(r)
+    r.add_argument("run", help="run id or prefix ('last')")
+    r.add_argument("--where", required=True,
+                   help="SQL condition over the old rows (item_id, variant, correct, error, prediction, gold, "
+                        "confidence, flagged, item fields) or failing | errored | flagged")
+    r.add_argument("--model", help="model for the new run (default: the old run's)")
+    r.add_argument("--opt", action="append", metavar="KEY=VALUE", help="task option (JSON value), repeatable")
+    r.add_argument("--batch-size", type=int, default=16)
+    r.add_argument("--device", default="auto")
+    r.add_argument("--dtype", default="auto")
+    r.add_argument("--threads", type=int, default=None)
+    r.add_argument("--sp-prefix", action="store_true")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--base-url", default=None)
+    r.add_argument("--concurrency", type=int, default=8)
+    r.add_argument("--top-logprobs", type=int, default=20)
+    r.add_argument("--max-retries", type=int, default=None)
+    r.add_argument("--timeout", type=float, default=None)
+    r.add_argument("--samples", type=int, default=None)
+    r.add_argument("--reasoning", action="store_true")
+    r.add_argument("--quiet", action="store_true")
+    r.add_argument("--no-report", action="store_true")
+    r.set_defaults(func=cmd_rerun)
+
+    p = sub.add_parser("probeval", help="ProbEval KL of an answers file against clustered human answers")
+    p.add_argument("targets", help="CFC/ProtoQA *_targets.jsonl (human answers and clusters)")
+    p.add_argument("answers", help='answers JSON: {"model_answers": {qid: [answer, ...]}}')
+    p.add_argument("--matcher", choices=["wordnet", "embedding"], default="wordnet",
+                   help="wordnet: ProtoQA WordNet matching with even splits (the paper's); embedding: MiniLM cosine")
+    p.add_argument("--wordnet-dir", help="folder with WordNet 3.0 files (default $WORDNET_DIR or /usr/share/wordnet)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_probeval)
