@@ -30,7 +30,7 @@ SPEC: dict[str, Any] = {
 def load_cfc_items(path: Path) -> list[Item]:
     """Read a targets file; errors name the file, line and field."""
     items = []
-    for n, rec in read_jsonl(path, allow_nan=False):
+    for n, rec in read_jsonl(path):
         try:
             qid = str(rec["metadata"]["id"])
         except (KeyError, TypeError):
