@@ -252,7 +252,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from llmscope.export import export_run
+    from llmscope.export import ExportError, export_run
 
     store = _open_store(args.db, read_only=True)
     try:
@@ -261,7 +261,9 @@ def cmd_export(args: argparse.Namespace) -> int:
             raise CLIError(f"no run {args.run!r} in {args.db}")
         if args.format == "parquet" and not args.output:
             raise CLIError("--format parquet writes a binary file: pass -o FILE")
-        n = export_run(store, run, args.format, args.output)
+        n = export_run(store, run, args.format, args.output, force=args.force, raw=args.raw)
+    except ExportError as e:
+        raise CLIError(str(e)) from e
     finally:
         store.close()
     if args.output:
@@ -399,8 +401,13 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("export", help="write a run's per-item results")
     db_arg(s)
     s.add_argument("--run", required=True)
-    s.add_argument("--format", choices=["jsonl", "csv", "parquet", "worldsense"], default="jsonl")
-    s.add_argument("-o", "--output")
+    s.add_argument("--format", choices=["jsonl", "csv", "parquet", "worldsense", "lm-eval"], default="jsonl",
+                   help="lm-eval: a folder of samples_<task>_<run>.jsonl and results_<run>.json (-o DIR)")
+    s.add_argument("-o", "--output", help="file (folder for lm-eval); default: stdout for text formats")
+    s.add_argument("--force", action="store_true", help="replace an existing output file")
+    s.add_argument("--raw", action="store_true",
+                   help="CSV: write cells starting with = + - @ tab CR unchanged (default: prefix ' so "
+                        "spreadsheets show them as text)")
     s.set_defaults(func=cmd_export)
 
     s = sub.add_parser("tokens", help="list a tokenizer's answer-token ids")
