@@ -140,7 +140,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             run_id=run["run_id"] if args.resume else None,
             window=max(args.batch_size * 4, args.concurrency * 2, 8),
         )
-        live = LiveWriter(args.db)
+        live = LiveWriter(args.db, store=store)
         runner = Runner(plan, backend, store, MultiReporter(reporter, live))
         import asyncio
 
