@@ -16,7 +16,7 @@ from typing import Any
 
 import duckdb
 import pytest
-from reliability_helpers import cli, cli_cmd, cli_env, tiny_model_dir, write_yesno_suite
+from reliability_helpers import cli, cli_cmd, cli_env, record, tiny_model_dir, write_yesno_suite
 
 from llmscope.engine.progress import Progress
 from llmscope.engine.types import Result
@@ -121,6 +121,10 @@ def test_kill_9_and_resume_one_line_per_key(tmp_path: Path) -> None:
         if kills >= 3:
             break
     assert kills >= 2, "the run finished before it could be killed: the test proves nothing"
+    lines_after_kills = _n_lines(db)
+    con = duckdb.connect(str(db), read_only=True)
+    rows_after_kills = con.execute("SELECT count(*) FROM results").fetchone()[0]  # type: ignore[index]
+    con.close()
     done = cli(*args, env=cli_env())
     assert done.returncode == 0, done.stderr
     con = duckdb.connect(str(db), read_only=True)
@@ -131,6 +135,8 @@ def test_kill_9_and_resume_one_line_per_key(tmp_path: Path) -> None:
     lines = [json.loads(x) for x in (live_dir(db) / run_id / "results.jsonl").read_text().splitlines()]
     keys = [(r["item_id"], r["variant"]) for r in lines]
     assert len(keys) == len(set(keys)) == n_db  # exactly one line per stored (item, variant)
+    record("live_channel", kills=kills, lines_after_kills=lines_after_kills, rows_after_kills=rows_after_kills,
+           lines_after_resume=len(lines), rows_after_resume=n_db)
     stored = _db_rows(db, run_id)
     assert set(keys) == set(stored)
     # a viewer opened now counts what the database holds, and its drill-down equals the stored one
