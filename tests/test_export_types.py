@@ -53,15 +53,20 @@ def runs_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, s
     db = tmp / "runs.duckdb"
     model, tok = make_tiny_model(tmp)
     names = list(BUILTIN)
-    if (SHARED / "data" / "worldsense").is_dir():
-        names.append("worldsense")
+    # The loaders of the full third-party corpora, when ../shared holds them.
+    for name in ("worldsense", "commonsense", "cfc"):
+        if (SHARED / "data" / name).is_dir():
+            names.append(name)
     ids: dict[str, str] = {}
     with Store(db) as store:
         for name in names:
             backend = HFBackend(tiny_spec(tmp), model=model, tokenizer=tok, device="cpu", dtype="float32",
                                 batch_size=8)
-            opts = {"max_new_tokens": 4} if name == "generation-sample" else {}
-            plan = RunPlan(suite=load_suite(name), model_label="tiny", model_arg="tiny", limit=4, task_options=opts)
+            opts: dict[str, Any] = {"max_new_tokens": 4} if name in ("generation-sample", "cfc") else {}
+            if name == "cfc":
+                opts["n"] = 2
+            plan = RunPlan(suite=load_suite(name), model_label="tiny", model_arg="tiny", limit=2 if name in (
+                "commonsense", "cfc") else 4, task_options=opts)
 
             async def main(plan: RunPlan = plan, backend: Any = backend) -> Any:
                 try:
