@@ -296,6 +296,9 @@ def test_lm_eval_shape(tmp_path: Path) -> None:
         export_run(st, run, "lm-eval", str(tmp_path / "lm"))
         with pytest.raises(ExportError, match="exists; pass --force"):
             export_run(st, run, "lm-eval", str(tmp_path / "lm"))
+        from llmscope.report import build_report
+
+        report = build_report(st, run)
     files = sorted(p.name for p in (tmp_path / "lm").iterdir())
     assert files == ["results_r1.json", "samples_commonsense-sample_q1_r1.jsonl", "samples_commonsense-sample_q3_r1.jsonl"]
     res = json.loads((tmp_path / "lm" / "results_r1.json").read_text())
@@ -307,6 +310,10 @@ def test_lm_eval_shape(tmp_path: Path) -> None:
     assert block["alias"] == "commonsense-sample_q1"
     assert block["acc,none"] == pytest.approx(mean) and block["acc_stderr,none"] == pytest.approx(se)
     assert res["results"]["commonsense-sample_q3"]["acc,none"] is None  # no gold: no accuracy
+    # the same accuracy `llmscope report` prints for the variant
+    acc_rows = {json.dumps(r["group"], sort_keys=True): r["value"] for r in report if r["metric"] == "accuracy"}
+    assert block["acc,none"] == pytest.approx(acc_rows["{}"])  # q3 has no gold: the run's accuracy is q1's
+    assert res["groups"]["commonsense-sample"]["acc,none"] == pytest.approx(acc_rows["{}"])
     assert res["n-samples"]["commonsense-sample_q1"] == {"original": 243, "effective": 3}
     assert res["group_subtasks"] == {"commonsense-sample": ["commonsense-sample_q1", "commonsense-sample_q3"]}
     samples = [json.loads(x) for x in (tmp_path / "lm" / "samples_commonsense-sample_q1_r1.jsonl").read_text().splitlines()]
