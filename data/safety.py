@@ -12,6 +12,7 @@ suite loader turns it into a `SuiteError` naming the file.
 
 from __future__ import annotations
 
+import collections
 import errno
 import functools
 import json
@@ -153,15 +154,15 @@ def loads_bounded(text: str, *, allow_nan: bool = True) -> Any:
 
 def first_nonfinite(obj: Any, path: str = "") -> str | None:
     """The dotted path of the first NaN/±Infinity float inside `obj` (None when all finite)."""
-    stack: list[tuple[Any, str]] = [(obj, path)]
-    while stack:
-        o, p = stack.pop(0)
+    queue: collections.deque[tuple[Any, str]] = collections.deque([(obj, path)])
+    while queue:
+        o, p = queue.popleft()
         if isinstance(o, float) and not math.isfinite(o):
             return p or "<value>"
         if isinstance(o, dict):
-            stack.extend((v, f"{p}.{k}" if p else str(k)) for k, v in o.items())
+            queue.extend((v, f"{p}.{k}" if p else str(k)) for k, v in o.items())
         elif isinstance(o, list):
-            stack.extend((v, f"{p}[{i}]") for i, v in enumerate(o))
+            queue.extend((v, f"{p}[{i}]") for i, v in enumerate(o))
     return None
 
 
