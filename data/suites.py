@@ -7,11 +7,12 @@ Every malformed input raises `SuiteError` naming the file, the line and the fiel
 from __future__ import annotations
 
 import csv
+import difflib
 import hashlib
 import io
 import json
+import math
 import re
-import string
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,6 +21,18 @@ from typing import Any
 
 import yaml
 
+from llmscope.data.safety import (
+    MAX_SPEC_BYTES,
+    UnsafeInput,
+    check_template,
+    depth_exceeds,
+    file_problem,
+    first_nonfinite,
+    loads_bounded,
+    read_regular,
+    render_template,
+    safe_resolve,
+)
 from llmscope.engine.types import Item, Work
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "builtin"
@@ -50,11 +63,21 @@ class SuiteError(Exception):
         return f"{where}: {self.message}"
 
 
-_FORMATTER = string.Formatter()
 
 
 class _SpecLoader(yaml.SafeLoader):
-    """YAML 1.2 booleans: only true/false, so `answers: [yes, no]` stays strings."""
+    """YAML 1.2 booleans: only true/false, so `answers: [yes, no]` stays strings; no aliases."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        # An alias bomb (each anchor listing the previous one nine times) expands exponentially
+        # when the spec is walked; suite specs have no need for aliases, so none are accepted.
+        if self.check_event(yaml.AliasEvent):
+            ev = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, f"YAML aliases (*{ev.anchor}) are not allowed in suite specs; repeat the value",
+                ev.start_mark,
+            )
+        return super().compose_node(parent, index)
 
 
 _SpecLoader.yaml_implicit_resolvers = {
@@ -67,21 +90,13 @@ _SpecLoader.add_implicit_resolver(
 
 
 def template_fields(template: str) -> list[str]:
-    """The `{field}` names a prompt template refers to (ValueError when it is malformed)."""
-    names = []
-    for _, name, _, conv in _FORMATTER.parse(template):
-        if conv is not None and conv not in ("r", "s", "a"):
-            raise ValueError(f"unknown conversion '!{conv}' (use !r, !s or !a)")
-        if name is not None:
-            if name == "" or name.isdigit():
-                raise ValueError("positional fields ({} or {0}) are not allowed; name an item field")
-            names.append(name.split(".")[0].split("[")[0])
-    return names
+    """The `{field}` names a prompt template refers to (ValueError when it is malformed or unsafe)."""
+    return check_template(template)
 
 
 def render(template: str, fields: dict[str, Any]) -> str:
-    """Fill a template from item fields; values are inserted literally."""
-    return template.format_map({k: ("" if v is None else v) for k, v in fields.items()})
+    """Fill a template from item fields; values are inserted literally (restricted formatter)."""
+    return render_template(template, fields)
 
 
 @dataclass
@@ -154,8 +169,13 @@ class Suite:
                         raise SuiteError(
                             f"missing field used by template {variant!r}", src, it.line, name
                         )
+                try:
+                    render(tpl, it.fields)
+                except ValueError as e:
+                    raise SuiteError(f"template {variant!r}: {e}", src, it.line) from e
             if self.task in ("choice", "constrained") and not it.options:
                 raise SuiteError("needs a non-empty list of options", src, it.line, self.options_field)
+            self._check_item_semantics(it, src)
             if self.task == "minpairs":
                 sents = it.fields.get("sentences")
                 if not isinstance(sents, list) or len(sents) < 2 or not all(isinstance(s, str) for s in sents):
@@ -164,6 +184,59 @@ class Suite:
                 from llmscope.engine.tasks.syntaxgym import check_item
 
                 check_item(it, src, self.task_options)
+
+    def _check_item_semantics(self, it: Item, src: Path | None) -> None:
+        """Gold that the task can score, distinct options, finite numbers (file, line, field)."""
+        bad = first_nonfinite(it.fields)
+        if bad is not None:
+            raise SuiteError("NaN or Infinity is not a number a suite may hold; write null", src, it.line, bad)
+        if it.options is not None:
+            for o in it.options:
+                if not o.strip():
+                    raise SuiteError("options must not be empty or whitespace", src, it.line, self.options_field)
+            dup = next((o for i, o in enumerate(it.options) if o in it.options[:i]), None)
+            if dup is not None:
+                raise SuiteError(f"option {dup!r} appears twice", src, it.line, self.options_field)
+        golds: list[tuple[str | None, str | None]] = [(it.gold, self.gold_field)]
+        golds += [(_as_str(it.fields.get(g)), g) for g in self.variant_gold.values() if g is not None]
+        for gold, fname in golds:
+            if gold is None:
+                continue
+            problem = self._gold_problem(gold, it.options)
+            if problem:
+                raise SuiteError(problem, src, it.line, fname)
+
+    def _gold_problem(self, gold: str, options: list[str] | None) -> str | None:
+        # The same rules the tasks score by (engine/tasks/*), so an accepted gold can be matched.
+        if self.task == "yesno":
+            labels = self.answers or ["yes", "no"]
+            if gold.strip().lower() not in labels:
+                return f"gold {gold!r} is not one of the answers {labels} (compared lower-cased)"
+        elif self.task == "rating" and self.answers:
+            if gold in self.answers:
+                return None
+            from llmscope.engine.tasks.rating import label_values
+
+            try:
+                v = float(gold.strip())
+            except ValueError:
+                return f"gold {gold!r} is neither a scale label {self.answers} nor a number"
+            if not math.isfinite(v):
+                return f"gold {gold!r} is not a finite number"
+            values = label_values(self.answers)
+            if not min(values) <= v <= max(values):
+                return f"gold {gold!r} is outside the scale {min(values):g}..{max(values):g}"
+        elif self.task == "choice" and options:
+            from llmscope.engine.tasks.choice import gold_index
+
+            try:
+                gold_index(options, gold)
+            except ValueError:
+                return f"gold {gold!r} is not one of the options {options}"
+        elif self.task == "constrained" and options:
+            if gold.casefold() not in {o.casefold() for o in options}:
+                return f"gold {gold!r} is not one of the options {options}"
+        return None
 
     def variant_names(self) -> list[str]:
         return list(self.templates) or ["default"]
@@ -220,16 +293,18 @@ def _as_str(v: Any) -> str | None:
 
 def _read_spec(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path, MAX_SPEC_BYTES).decode("utf-8")
     except UnicodeDecodeError as e:
         raise SuiteError(f"not UTF-8 text ({e.reason})", path) from e
-    except OSError as e:
-        raise SuiteError(f"cannot read: {e.strerror}", path) from e
+    except UnsafeInput as e:
+        raise SuiteError(e.message, path) from e
     try:
         if path.suffix == ".toml":
             data = tomllib.loads(text)
         else:
             data = yaml.load(text, Loader=_SpecLoader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise SuiteError("nested too deeply", path) from None
     except tomllib.TOMLDecodeError as e:
         raise SuiteError(f"invalid TOML: {e}", path, getattr(e, "lineno", None)) from e
     except yaml.YAMLError as e:
@@ -241,6 +316,8 @@ def _read_spec(path: Path) -> dict[str, Any]:
         raise SuiteError(f"invalid YAML: {getattr(e, 'problem', None) or getattr(e, 'reason', e)}", path, line) from e
     if not isinstance(data, dict):
         raise SuiteError("the spec must be a mapping of keys to values", path)
+    if depth_exceeds(data, 16):
+        raise SuiteError("nested too deeply (the limit is 16 levels)", path)
     return data
 
 
@@ -253,11 +330,43 @@ def _spec_line(path: Path | None, key: str) -> int | None:
     return None
 
 
+# Every key a suite spec may hold (docs/SUITES.md); anything else is a typo such as `answer:`.
+SPEC_KEYS = (
+    "name", "task", "description", "source", "license", "items", "id_field", "text_field", "gold_field",
+    "options_field", "answers", "templates", "template", "variant_gold", "group_by", "cluster_field",
+    "task_options",
+)
+
+
+def _check_spec_keys(spec: dict[str, Any], err: Any) -> None:
+    for key in spec:
+        if key not in SPEC_KEYS:
+            k = str(key)
+            close = difflib.get_close_matches(k, SPEC_KEYS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise err(f"unknown key {k!r}{hint}; allowed keys: {', '.join(SPEC_KEYS)}", k)
+
+
+def _check_answers(answers: list[Any], err: Any) -> list[str]:
+    labels = [str(a) for a in answers]
+    for a in labels:
+        if not a.strip():
+            raise err("answer labels must not be empty or whitespace", "answers")
+    dup = next((a for i, a in enumerate(labels) if a in labels[:i]), None)
+    if dup is not None:
+        raise err(f"answer label {dup!r} appears twice", "answers")
+    if len(labels) < 2:
+        raise err(f"needs at least two answer labels, got {labels!r}", "answers")
+    return labels
+
+
 def suite_from_spec(spec: dict[str, Any], spec_path: Path | None = None, base_dir: Path | None = None) -> Suite:
     """Validate a spec mapping and build a Suite."""
 
     def err(msg: str, key: str) -> SuiteError:
         return SuiteError(msg, spec_path, _spec_line(spec_path, key), key)
+
+    _check_spec_keys(spec, err)
 
     def get_str(key: str, default: str | None = None, required: bool = False) -> str | None:
         if key not in spec or spec[key] is None:
@@ -300,6 +409,8 @@ def suite_from_spec(spec: dict[str, Any], spec_path: Path | None = None, base_di
         answers = ["yes", "no"]
     if task == "rating" and not answers:
         raise err("a rating suite needs its scale labels", "answers")
+    if answers is not None:
+        answers = _check_answers(answers, err)
     group_by = spec.get("group_by", [])
     if isinstance(group_by, str):
         group_by = [group_by]
@@ -315,9 +426,15 @@ def suite_from_spec(spec: dict[str, Any], spec_path: Path | None = None, base_di
     items_name = get_str("items")
     if items_name:
         base = base_dir or (spec_path.parent if spec_path else Path.cwd())
-        items_path = (base / items_name).resolve()
-        if not items_path.is_file():
+        try:
+            items_path = safe_resolve(base / items_name)
+        except UnsafeInput as e:
+            raise err(f"{e.message}: {base / items_name}", "items") from e
+        problem = file_problem(items_path)
+        if problem == "file not found":
             raise err(f"items file not found: {items_path}", "items")
+        if problem:
+            raise err(f"items file {items_path}: {problem}", "items")
     return Suite(
         name=name,
         task=task,
@@ -368,6 +485,8 @@ def _make_item(suite: Suite, rec: dict[str, Any], path: Path, line: int) -> Item
         if g is not None and not isinstance(g, (str, int, float, bool)):
             raise SuiteError(f"gold must be a scalar, got {type(g).__name__}", path, line, suite.gold_field)
         gold = _as_str(g)
+        if gold is not None and not gold.strip():
+            gold = None  # a blank cell means "no gold" (unscored), never a gold answer of ""
     options = None
     if suite.options_field and suite.options_field in rec:
         options = _parse_options(rec[suite.options_field], path, line, suite.options_field)
@@ -394,10 +513,14 @@ def _surrogate_field(rec: dict[str, Any]) -> str | None:
     return next((str(k) for k, v in rec.items() if bad(k) or bad(v)), None)
 
 
-def jsonl_records(text: str, path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def jsonl_records(
+    text: str, path: str | Path, *, allow_nan: bool = True
+) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for each non-blank line of JSON Lines text; SuiteError otherwise.
 
     A generator, so a caller validating records reports the first defect in file order.
+    Nesting is limited and integers must fit 64 bits; `allow_nan=False` also refuses
+    NaN/Infinity (suite items; published results files do hold NaN).
     """
     # JSON Lines are separated by "\n" only; str.splitlines() would also split inside
     # strings holding U+2028, U+0085, \x1c... (legal raw in JSON written with ensure_ascii=False).
@@ -405,23 +528,25 @@ def jsonl_records(text: str, path: str | Path) -> Iterator[tuple[int, dict[str, 
         if not line_text.strip():
             continue
         try:
-            rec = json.loads(line_text)
+            rec = loads_bounded(line_text, allow_nan=allow_nan)
         except json.JSONDecodeError as e:
             raise SuiteError(f"invalid JSON: {e.msg} (column {e.colno})", path, n) from e
+        except UnsafeInput as e:
+            raise SuiteError(e.message, path, n) from e
         if not isinstance(rec, dict):
             raise SuiteError(f"each line must be a JSON object, got {type(rec).__name__}", path, n)
         yield n, rec
 
 
-def read_jsonl(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
-    """`jsonl_records` of a UTF-8 file."""
+def read_jsonl(path: str | Path, *, allow_nan: bool = True) -> list[tuple[int, dict[str, Any]]]:
+    """`jsonl_records` of a UTF-8 regular file."""
     try:
-        text = Path(path).read_text(encoding="utf-8-sig")
+        text = read_regular(Path(path)).decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise SuiteError("not valid UTF-8", path) from e
-    except OSError as e:
-        raise SuiteError(f"cannot read: {e.strerror}", path) from e
-    return list(jsonl_records(text, path))
+    except UnsafeInput as e:
+        raise SuiteError(e.message, path) from e
+    return list(jsonl_records(text, path, allow_nan=allow_nan))
 
 
 def read_items(suite: Suite) -> list[Item]:
@@ -429,9 +554,9 @@ def read_items(suite: Suite) -> list[Item]:
     path = suite.items_path
     assert path is not None
     try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise SuiteError(f"cannot read: {e.strerror}", path) from e
+        raw = read_regular(path)
+    except UnsafeInput as e:
+        raise SuiteError(e.message, path) from e
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -439,7 +564,7 @@ def read_items(suite: Suite) -> list[Item]:
         raise SuiteError("not valid UTF-8", path, line) from e
     items: list[Item] = []
     if path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
-        for n, rec in jsonl_records(text, path):
+        for n, rec in jsonl_records(text, path):  # NaN is refused with its field by _validate
             bad = _surrogate_field(rec)
             if bad is not None:
                 raise SuiteError("lone UTF-16 surrogate escape (\\ud800-\\udfff): not valid Unicode", path, n, bad)
@@ -524,8 +649,15 @@ def load_suite(name_or_path: str | Path, suite_path: str | Path | None = None) -
                     path = path / cand
                     break
         if not path.is_file():
+            problem = file_problem(path)
+            if problem and problem != "file not found":
+                raise SuiteError(problem, path)
             raise SuiteError(
                 f"no built-in suite or spec file called {s!r}; built-in suites: {', '.join(builtin_names())}"
             )
     spec = _read_spec(path)
-    return suite_from_spec(spec, path.resolve())
+    try:
+        resolved = safe_resolve(path)
+    except UnsafeInput as e:
+        raise SuiteError(e.message, path) from e
+    return suite_from_spec(spec, resolved)

@@ -144,7 +144,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             run_id=run["run_id"] if args.resume else None,
             window=max(args.batch_size * 4, args.concurrency * 2, 8),
         )
-        live = LiveWriter(args.db)
+        live = LiveWriter(args.db, store=store)
         runner = Runner(plan, backend, store, MultiReporter(reporter, live))
         import asyncio
 
@@ -254,7 +254,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from llmscope.export import export_run
+    from llmscope.export import ExportError, export_run
 
     store = _open_store(args.db, read_only=True)
     try:
@@ -263,7 +263,9 @@ def cmd_export(args: argparse.Namespace) -> int:
             raise CLIError(f"no run {args.run!r} in {args.db}")
         if args.format == "parquet" and not args.output:
             raise CLIError("--format parquet writes a binary file: pass -o FILE")
-        n = export_run(store, run, args.format, args.output)
+        n = export_run(store, run, args.format, args.output, force=args.force, raw=args.raw)
+    except ExportError as e:
+        raise CLIError(str(e)) from e
     finally:
         store.close()
     if args.output:
@@ -439,9 +441,14 @@ def build_parser(settings: Any = None) -> argparse.ArgumentParser:
     s = sub.add_parser("export", help="write a run's per-item results")
     db_arg(s)
     s.add_argument("--run", required=True, help="run id or prefix ('last' for the newest)")
-    s.add_argument("--format", choices=["jsonl", "csv", "parquet", "worldsense"], default="jsonl",
-                   help="output format (default %(default)s; worldsense: the authors' results-file shape)")
-    s.add_argument("-o", "--output", help="file to write (default: standard output; required for parquet)")
+    s.add_argument("--format", choices=["jsonl", "csv", "parquet", "worldsense", "lm-eval"], default="jsonl",
+                   help="output format (default %(default)s; worldsense: the authors' results-file shape; "
+                        "lm-eval: a folder of samples_<task>_<run>.jsonl and results_<run>.json, -o DIR)")
+    s.add_argument("-o", "--output", help="file (folder for lm-eval); default: stdout for text formats")
+    s.add_argument("--force", action="store_true", help="replace an existing output file")
+    s.add_argument("--raw", action="store_true",
+                   help="CSV: write cells starting with = + - @ tab CR unchanged (default: prefix ' so "
+                        "spreadsheets show them as text)")
     s.set_defaults(func=cmd_export)
 
     s = sub.add_parser("tokens", help="list a tokenizer's answer-token ids")

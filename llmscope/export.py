@@ -1,91 +1,420 @@
-"""`llmscope export`: a run's per-item rows as JSONL, CSV, Parquet or WorldSense results."""
+"""`llmscope export`: a run's per-item rows as JSONL, CSV, Parquet, WorldSense or lm-eval files.
+
+Rules (docs: README "Export"):
+
+- Types are kept: `prediction`, `gold`, `item_id`, `prompt` stay text ("5" stays "5"), numbers
+  are numbers (float64 probabilities, int64 token counts), missing is null.
+- Flat numeric columns beside the JSON detail: `p_yes`, `p_no`, `p_other` (the stored
+  per-row values), `chosen_option` (the prediction of a task that picks among answers or
+  options) and `chosen_prob` (its probability in `probs`).
+- Every row names its run: `run_id`, `model`, `suite`, `suite_id`, `task`, `method`.
+- An existing file is never replaced without `force`; a file is written whole (temp + rename)
+  or not at all, and every path problem is one `ExportError` line.
+- CSV text cells that a spreadsheet would run as a formula (first character `=`, `+`, `-`,
+  `@`, tab or CR) get a leading `'` (OWASP's advice); `raw=True` writes them unchanged.
+"""
 
 from __future__ import annotations
 
+import csv
+import errno
+import hashlib
+import io
 import json
+import math
+import os
+import re
+import stat
 import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
+import pyarrow as pa
 
 from llmscope.store.db import Store
 
-JSON_COLS = ("probs", "top_tokens", "option_scores", "extra")
+FORMATS = ("jsonl", "csv", "parquet", "worldsense", "lm-eval")
+JSON_COLS = ("probs", "top_tokens", "option_scores", "option_logprobs", "extra")
+# Tasks whose prediction is one of a fixed set of answers/options (chosen_option applies).
+CHOICE_TASKS = ("yesno", "choice", "rating", "constrained")
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+# The method a task uses when a row does not record one itself (extra.method / choice_method / mode).
+DEFAULT_METHOD = {"yesno": "next-token", "rating": "next-token", "choice": "loglik", "minpairs": "loglik",
+                  "constrained": "constrained", "generation": "generate"}
 
 
-def _load(v: Any) -> Any:
-    if isinstance(v, str):
-        try:
-            return json.loads(v)
-        except json.JSONDecodeError:
-            return v
-    return None if v is None or (isinstance(v, float) and v != v) else v
+class ExportError(Exception):
+    """An export that cannot be written; the message is one line naming the path."""
 
 
-def export_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
-    """One dict per stored result, nested fields decoded."""
-    df = store.results_frame(run_id, with_items=False)
-    rows = []
+@dataclass
+class ExportRow:
+    """One exported result row (types are the file's column types)."""
+
+    run_id: str
+    model: str | None
+    suite: str | None
+    suite_id: str | None
+    task: str | None
+    method: str | None
+    item_id: str
+    variant: str
+    prediction: str | None
+    gold: str | None
+    correct: float | None
+    confidence: float | None
+    p_yes: float | None
+    p_no: float | None
+    p_other: float | None
+    chosen_option: str | None
+    chosen_prob: float | None
+    n_tokens: int | None
+    latency_ms: float | None
+    error: str | None
+    prompt: str | None
+    probs: dict[str, Any] | None
+    top_tokens: list[Any] | None
+    option_scores: dict[str, Any] | None
+    option_logprobs: dict[str, Any] | None
+    extra: dict[str, Any] | None
+
+
+ARROW_TYPES = {"correct": pa.float64(), "confidence": pa.float64(), "p_yes": pa.float64(), "p_no": pa.float64(),
+               "p_other": pa.float64(), "chosen_prob": pa.float64(), "n_tokens": pa.int64(),
+               "latency_ms": pa.float64()}
+COLUMNS = [f.name for f in fields(ExportRow)]
+SCHEMA = pa.schema([(c, ARROW_TYPES.get(c, pa.string())) for c in COLUMNS])
+TEXT_COLUMNS = [c for c in COLUMNS if c not in ARROW_TYPES]
+# CSV has no types: read the text columns as text, e.g. pandas.read_csv(f, dtype=CSV_DTYPES),
+# or "5" comes back as the number 5.
+CSV_DTYPES = {c: "str" for c in TEXT_COLUMNS}
+# The same for DuckDB: read_csv(f, types=CSV_SQL_TYPES) (a column that is empty in every row
+# would otherwise be guessed as VARCHAR).
+CSV_SQL_TYPES = {f.name: {"double": "DOUBLE", "int64": "BIGINT"}.get(str(f.type), "VARCHAR") for f in SCHEMA}
+
+
+def _num(v: Any) -> float | None:
+    if v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _text(v: Any) -> str | None:
+    if v is None or (isinstance(v, float) and v != v):
+        return None
+    return str(v)
+
+
+def _json_obj(v: Any) -> Any:
+    """Decode a stored JSON column (only these; text columns are never decoded)."""
+    if not isinstance(v, str):
+        return None
+    try:
+        return json.loads(v)
+    except json.JSONDecodeError:
+        return None
+
+
+def _method(task: str | None, extra: dict[str, Any] | None, run: dict[str, Any]) -> str | None:
+    ex = extra or {}
+    for key in ("method", "choice_method", "mode"):
+        if isinstance(ex.get(key), str):
+            return str(ex[key])
+    backend = ((run.get("meta") or {}).get("backend") or {}) if isinstance(run.get("meta"), dict) else {}
+    if isinstance(backend.get("method"), str):
+        return str(backend["method"])
+    return DEFAULT_METHOD.get(task or "")
+
+
+def export_rows(store: Store, run: dict[str, Any]) -> list[ExportRow]:
+    """The run's stored results as typed rows, in arrival order."""
+    df = store.results_frame(run["run_id"], with_items=False)
+    task = run.get("task")
+    out: list[ExportRow] = []
     for rec in df.to_dict(orient="records"):
-        row: dict[str, Any] = {
-            "run_id": rec["run_id"],
-            "item_id": rec["item_id"],
-            "variant": rec["variant"],
-            "prompt": rec["prompt"],
-        }
-        for c in JSON_COLS:
-            row[c] = _load(rec[c])
-        row["other"] = _load(rec["other"])
-        scores = row["option_scores"] or None
-        row["option_logprobs"] = (
-            {o: s.get("logprob") for o, s in scores.items()} if isinstance(scores, dict) else None
-        )
-        for c in ("prediction", "gold", "correct", "confidence", "n_tokens", "latency_ms", "error"):
-            row[c] = _load(rec[c])
-        rows.append(row)
-    return rows
+        probs = _json_obj(rec["probs"])
+        scores = _json_obj(rec["option_scores"])
+        extra = _json_obj(rec["extra"])
+        pred = _text(rec["prediction"])
+        chosen = pred if task in CHOICE_TASKS and pred is not None and rec["error"] is None else None
+        chosen_prob = _num(probs.get(chosen)) if isinstance(probs, dict) and chosen is not None else None
+        out.append(ExportRow(
+            run_id=str(rec["run_id"]), model=_text(run.get("model")), suite=_text(run.get("suite_name")),
+            suite_id=_text(run.get("suite_id")), task=_text(task), method=_method(task, extra, run),
+            item_id=str(rec["item_id"]), variant=str(rec["variant"]), prediction=pred, gold=_text(rec["gold"]),
+            correct=_num(rec["correct"]), confidence=_num(rec["confidence"]), p_yes=_num(rec["p_yes"]),
+            p_no=_num(rec["p_no"]), p_other=_num(rec["other"]), chosen_option=chosen, chosen_prob=chosen_prob,
+            n_tokens=None if _num(rec["n_tokens"]) is None else int(rec["n_tokens"]),
+            latency_ms=_num(rec["latency_ms"]), error=_text(rec["error"]), prompt=_text(rec["prompt"]),
+            probs=probs, top_tokens=_json_obj(rec["top_tokens"]), option_scores=scores,
+            option_logprobs=({o: s.get("logprob") for o, s in scores.items() if isinstance(s, dict)}
+                             if isinstance(scores, dict) else None),
+            extra=extra,
+        ))
+    return out
 
 
-def export_run(store: Store, run: dict[str, Any], fmt: str, output: str | None) -> int:
-    """Write a run in `fmt` to `output` (stdout when None, text formats only)."""
-    run_id = run["run_id"]
+def to_arrow(rows: list[ExportRow]) -> pa.Table:
+    """Rows as an Arrow table with the export schema (JSON detail as JSON text)."""
+    cols: dict[str, list[Any]] = {c: [] for c in COLUMNS}
+    for r in rows:
+        for c, v in asdict(r).items():
+            cols[c].append(json.dumps(v, ensure_ascii=False) if c in JSON_COLS and v is not None else v)
+    return pa.table(cols, schema=SCHEMA)
+
+
+def csv_escape(cell: str) -> str:
+    """A text cell a spreadsheet would evaluate as a formula, made literal with a leading quote."""
+    return "'" + cell if cell.startswith(FORMULA_START) else cell
+
+
+def to_csv(rows: list[ExportRow], *, raw: bool = False) -> str:
+    """CSV text: numbers as numbers, JSON detail as JSON text, formula-like text cells escaped."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\r\n")  # RFC 4180: cells holding CR or LF get quoted
+    w.writerow(COLUMNS)
+    for r in rows:
+        line = []
+        for c, v in asdict(r).items():
+            if v is None:
+                line.append("")
+            elif c in JSON_COLS:
+                line.append(json.dumps(v, ensure_ascii=False))
+            elif c in TEXT_COLUMNS:
+                line.append(v if raw else csv_escape(v))
+            else:
+                line.append(repr(v) if isinstance(v, float) else str(v))  # repr: shortest exact float
+        w.writerow(line)
+    return buf.getvalue()
+
+
+def to_jsonl(rows: list[ExportRow]) -> str:
+    return "".join(json.dumps(asdict(r), ensure_ascii=False) + "\n" for r in rows)
+
+
+# -- lm-eval shape ----------------------------------------------------------------------------
+def _task_name(run: dict[str, Any], variant: str, n_variants: int) -> str:
+    base = str(run.get("suite_name") or "llmscope")
+    name = base if n_variants == 1 else f"{base}_{variant}"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
+def _sha(s: str) -> str:
+    return hashlib.sha256(s.encode("utf-8")).hexdigest()
+
+
+def lm_eval_samples(store: Store, run: dict[str, Any], rows: list[ExportRow]) -> dict[str, list[dict[str, Any]]]:
+    """Per-task sample records shaped like lm-eval's `--log_samples` output.
+
+    doc_id is the item's position in the suite; `arguments`/`resps` list one
+    (context, continuation) request per answer or option with its log-probability
+    (`is_greedy` is not known here and is null); generation rows list the text.
+    """
+    items = store.items_frame(str(run.get("suite_id"))) if run.get("suite_id") else None
+    doc_of: dict[str, tuple[int | None, dict[str, Any]]] = {}
+    if items is not None and not items.empty:
+        for it in items.to_dict(orient="records"):
+            doc_of[str(it["item_id"])] = (int(it["idx"]), _json_obj(it.get("fields")) or {})
+    variants = sorted({r.variant for r in rows})
+    metric = "exact_match" if run.get("task") == "generation" else "acc"
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        idx, doc = doc_of.get(r.item_id, (None, {}))
+        labels = list(r.probs) if isinstance(r.probs, dict) else None
+        if r.option_logprobs:
+            labels = list(r.option_logprobs)
+        rec: dict[str, Any] = {"doc_id": idx, "doc": doc, "llmscope_item_id": r.item_id, "variant": r.variant}
+        if labels and r.task in CHOICE_TASKS:
+            lps: list[float | None] = []
+            for lab in labels:
+                lp = (r.option_logprobs or {}).get(lab)
+                if lp is None and isinstance(r.probs, dict):
+                    p = _num(r.probs.get(lab))
+                    lp = math.log(p) if p else None
+                lps.append(_num(lp))
+            rec["target"] = labels.index(r.gold) if r.gold in labels else r.gold
+            rec["arguments"] = {f"gen_args_{i}": {"arg_0": r.prompt, "arg_1": lab} for i, lab in enumerate(labels)}
+            rec["resps"] = [[[lp, None]] for lp in lps]
+            rec["filtered_resps"] = [[lp, None] for lp in lps]
+        else:
+            rec["target"] = r.gold
+            rec["arguments"] = {"gen_args_0": {"arg_0": r.prompt, "arg_1": {}}}
+            rec["resps"] = [[r.prediction]]
+            rec["filtered_resps"] = [r.prediction]
+        rec["filter"] = "none"
+        rec["metrics"] = [metric]
+        rec["doc_hash"] = _sha(json.dumps(doc, indent=2, ensure_ascii=False, default=str))
+        rec["prompt_hash"] = _sha(r.prompt or "")
+        rec["target_hash"] = _sha(str(rec["target"]))
+        rec[metric] = r.correct
+        if r.error:
+            rec["error"] = r.error
+        out.setdefault(_task_name(run, r.variant, len(variants)), []).append(rec)
+    return out
+
+
+def lm_eval_results(run: dict[str, Any], rows: list[ExportRow], n_items: int | None) -> dict[str, Any]:
+    """A summary shaped like lm-eval's results JSON (`results`, `n-samples`, `config`...).
+
+    `acc,none` is the mean of `correct` over the scored rows (errors and rows without gold
+    excluded), the same mean the report gives; `acc_stderr,none` is lm-eval's
+    sample standard deviation / sqrt(n), which treats rows as independent (the report's
+    intervals cluster prompt variants of one item, so they are wider).
+    """
+    variants = sorted({r.variant for r in rows})
+    metric = "exact_match" if run.get("task") == "generation" else "acc"
+    by_task: dict[str, list[ExportRow]] = {}
+    for r in rows:
+        by_task.setdefault(_task_name(run, r.variant, len(variants)), []).append(r)
+
+    def block(name: str, rs: list[ExportRow]) -> dict[str, Any]:
+        vals = [r.correct for r in rs if r.correct is not None and r.error is None]
+        n = len(vals)
+        mean = sum(vals) / n if n else None
+        se = (math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1) / n) if n > 1 and mean is not None
+              else None)
+        return {"alias": name, f"{metric},none": mean, f"{metric}_stderr,none": se}
+
+    results = {t: block(t, rs) for t, rs in by_task.items()}
+    group = str(run.get("suite_name") or "llmscope")
+    out: dict[str, Any] = {"results": results}
+    if len(by_task) > 1:
+        out["groups"] = {group: block(group, rows)}
+        out["group_subtasks"] = {group: sorted(by_task)}
+    out["n-shot"] = {t: 0 for t in by_task}
+    out["higher_is_better"] = {t: {metric: True} for t in by_task}
+    out["n-samples"] = {t: {"original": n_items if n_items is not None else len(rs), "effective": len(rs)}
+                        for t, rs in by_task.items()}
+    out["config"] = {"model": run.get("backend"), "model_args": run.get("model"), "llmscope_run_id": run.get("run_id"),
+                     "llmscope_suite_id": run.get("suite_id"), "seed": run.get("seed")}
+    out["model_name"] = run.get("model")
+    out["date"] = str(run.get("started_at")) if run.get("started_at") is not None else None
+    return out
+
+
+# -- writing --------------------------------------------------------------------------------
+def _check_target(path: Path, force: bool) -> None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise ExportError(f"cannot write {path}: {e.strerror}") from e
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            raise ExportError(f"{path} is a directory; give a file name, e.g. -o {path / 'run.jsonl'}")
+        if not stat.S_ISREG(st.st_mode):
+            raise ExportError(f"{path} exists and is not a regular file; refusing to write to it")
+        if not force:
+            raise ExportError(f"{path} exists; pass --force to replace it")
+    parent = path.parent
+    if not parent.is_dir():
+        raise ExportError(f"cannot write {path}: folder {parent} does not exist")
+
+
+def _write_atomic(path: Path, write: Callable[[Path], None], force: bool) -> None:
+    """Write through a temp file in the same folder, then rename: whole file or nothing."""
+    _check_target(path, force)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        if not force and path.exists():  # appeared while writing: still never clobber
+            raise ExportError(f"{path} exists; pass --force to replace it")
+        os.replace(tmp, path)
+    except OSError as e:
+        reason = {errno.ENOSPC: "disk full", errno.EROFS: "read-only file system", errno.EDQUOT: "disk quota exceeded",
+                  errno.EFBIG: "file too large", errno.EACCES: "permission denied"}.get(e.errno or 0, e.strerror)
+        raise ExportError(f"cannot write {path}: {reason}; nothing was written") from e
+    finally:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+
+
+def _write_text(text: str, output: str | None, force: bool) -> None:
+    if not output:
+        sys.stdout.write(text)
+        return
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "x", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+
+    _write_atomic(Path(output), write, force)
+
+
+def export_run(store: Store, run: dict[str, Any], fmt: str, output: str | None, *, force: bool = False,
+               raw: bool = False) -> int:
+    """Write a run in `fmt` to `output` (stdout when None, text formats only); returns rows written."""
+    if fmt not in FORMATS:
+        raise ExportError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if fmt == "worldsense":
-        return _export_worldsense(store, run, output)
-    rows = export_rows(store, run_id)
+        return _export_worldsense(store, run, output, force)
+    rows = export_rows(store, run)
     if fmt == "jsonl":
-        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-        _write_text(text, output)
-        return len(rows)
-    flat = pd.DataFrame(rows)
-    for c in (*JSON_COLS, "option_logprobs"):
-        if c in flat:
-            flat[c] = flat[c].map(lambda v: None if v is None else json.dumps(v, ensure_ascii=False))
-    if fmt == "csv":
-        _write_text(flat.to_csv(index=False), output)
+        _write_text(to_jsonl(rows), output, force)
+    elif fmt == "csv":
+        _write_text(to_csv(rows, raw=raw), output, force)
     elif fmt == "parquet":
         if not output:
-            raise ValueError("parquet export needs -o FILE")
-        flat.to_parquet(output, index=False)
+            raise ExportError("--format parquet writes a binary file: pass -o FILE")
+        import pyarrow.parquet as pq
+
+        table = to_arrow(rows)
+        _write_atomic(Path(output), lambda tmp: pq.write_table(table, tmp), force)
+    elif fmt == "lm-eval":
+        _export_lm_eval(store, run, rows, output, force)
     return len(rows)
 
 
-def _export_worldsense(store: Store, run: dict[str, Any], output: str | None) -> int:
+def _export_lm_eval(store: Store, run: dict[str, Any], rows: list[ExportRow], output: str | None,
+                    force: bool) -> None:
+    if not output:
+        raise ExportError("--format lm-eval writes a folder (samples_<task>_<run>.jsonl, results_<run>.json): "
+                          "pass -o DIR")
+    folder = Path(output)
+    if folder.exists() and not folder.is_dir():
+        raise ExportError(f"{folder} exists and is not a folder; --format lm-eval writes a folder")
+    if not folder.parent.is_dir():
+        raise ExportError(f"cannot write {folder}: folder {folder.parent} does not exist")
+    n_items = None
+    if run.get("suite_id"):
+        row = store.execute("SELECT count(*) FROM items WHERE suite_id = ?", [run["suite_id"]]).fetchone()
+        n_items = int(row[0]) if row and row[0] else None
+    samples = lm_eval_samples(store, run, rows)
+    files = {f"samples_{task}_{run['run_id']}.jsonl": "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rs)
+             for task, rs in samples.items()}
+    files[f"results_{run['run_id']}.json"] = json.dumps(lm_eval_results(run, rows, n_items), indent=2,
+                                                        ensure_ascii=False)
+    if folder.is_dir():
+        for name in files:  # refuse before writing anything
+            _check_target(folder / name, force)
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError as e:
+        raise ExportError(f"cannot create {folder}: {e.strerror}") from e
+    for name, text in files.items():
+        _write_text(text, str(folder / name), force)
+
+
+def _export_worldsense(store: Store, run: dict[str, Any], output: str | None, force: bool) -> int:
     df = store.results_frame(run["run_id"], with_items=False)
     lines = []
     for rec in df.to_dict(orient="records"):
         resp = rec["prediction"] if rec["error"] is None and rec["prediction"] is not None else ""
         lines.append(json.dumps({"Key": _key(rec["item_id"]), "resp": resp}))
-    _write_text("\n".join(lines) + ("\n" if lines else ""), output)
+    _write_text("\n".join(lines) + ("\n" if lines else ""), output, force)
     return len(lines)
 
 
 def _key(item_id: str) -> Any:
     return int(item_id) if item_id.lstrip("-").isdigit() else item_id
-
-
-def _write_text(text: str, output: str | None) -> None:
-    if output:
-        Path(output).write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)

@@ -6,9 +6,18 @@ the runner publishes, beside the database, a folder `<db>.live/<run_id>/` with:
 
 - `progress.json`: the latest Progress snapshot plus run metadata, replaced
   atomically (write + rename) at most once a second;
-- `results.jsonl`: one compact JSON line per stored result, appended in batches
-  after they are handed to the store (a viewer tails it from its last offset);
+- `results.jsonl`: one JSON line per result with the same columns and values the
+  `results` table stores (prompt as rendered, probabilities, top tokens, option scores,
+  the normalisation trace in `extra`...), appended in batches as results are handed to
+  the store (a viewer tails it from its last offset and indexes lines by key, so the
+  drill-down during a run shows what it shows afterwards);
 - `ended`: created when the run stops (completed, interrupted or failed).
+
+Exactly one line per (item, variant): a run killed with rows scored but not yet stored
+leaves lines the database lacks, and its resume scores those items again. So a writer that
+starts on an existing file rewrites it first, keeping for each key stored in the database
+its latest line and dropping the rest; readers also keep only the latest line per key
+(a retried item replaces its earlier row), so a viewer counts what the database holds.
 
 The viewer only reads these files, so it can neither block nor slow nor corrupt
 the writer; the writer never waits for a viewer. When no run is live, the viewer
@@ -17,14 +26,23 @@ opens the database read-only.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from llmscope.engine.progress import Progress
 from llmscope.engine.types import Result
+
+# A text cell longer than this is cut in the live channel (the database keeps it whole), so a
+# 50 MB generation cannot make every viewer re-read 50 MB; the row then lists it in `_truncated`.
+MAX_LIVE_TEXT = 64 * 1024
+# Columns of the `results` table that the live channel does not carry (the store assigns them).
+_NOT_LIVE = ("run_id", "seq", "written_at")
 
 
 def live_dir(db: str | Path) -> Path:
@@ -32,28 +50,70 @@ def live_dir(db: str | Path) -> Path:
     return p.with_name(p.name + ".live")
 
 
+def result_rows(results: list[Result]) -> list[dict[str, Any]]:
+    """The live records of results: the `results` table's columns with the values it stores
+    (JSON columns as JSON text, NaN as null), converted by the store's own function."""
+    from llmscope.store.db import results_to_arrow
+
+    rows = results_to_arrow("", results, 0, dt.datetime.now()).to_pylist()
+    out = []
+    for row in rows:
+        for k in _NOT_LIVE:
+            row.pop(k, None)
+        cut = [k for k, v in row.items() if isinstance(v, str) and len(v) > MAX_LIVE_TEXT]
+        for k in cut:
+            row[k] = row[k][:MAX_LIVE_TEXT]
+        if cut:
+            row["_truncated"] = cut
+        out.append(row)
+    return out
+
+
 def result_row(r: Result) -> dict[str, Any]:
-    """The compact per-result record published on the live channel (and used by export)."""
-    return {
-        "item_id": r.item_id,
-        "variant": r.variant,
-        "prediction": r.prediction,
-        "gold": r.gold,
-        "correct": r.correct,
-        "confidence": r.confidence,
-        "probs": r.probs,
-        "other": r.other,
-        "error": r.error,
-        "n_tokens": r.n_tokens,
-        "latency_ms": r.latency_ms,
-    }
+    """The live record of one result (see `result_rows`)."""
+    return result_rows([r])[0]
+
+
+def _key(row: dict[str, Any]) -> tuple[str, str]:
+    return (str(row.get("item_id")), str(row.get("variant")))
+
+
+def compact_results(path: Path, stored: set[tuple[str, str]]) -> tuple[int, int]:
+    """Rewrite a results.jsonl so it holds one line per stored key (its latest); atomic.
+
+    Returns (lines before, lines after). Lines that do not parse, and keys the database
+    does not hold (scored by a process killed before it stored them), are dropped.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return 0, 0
+    latest: dict[tuple[str, str], bytes] = {}
+    n = 0
+    for line in data.split(b"\n"):
+        if not line.strip():
+            continue
+        n += 1
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue  # a line cut by a kill
+        if isinstance(row, dict) and _key(row) in stored:
+            latest.pop(_key(row), None)  # re-insert: dict order follows the latest line
+            latest[_key(row)] = line
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(b"".join(v + b"\n" for v in latest.values()))
+    os.replace(tmp, path)
+    return n, len(latest)
 
 
 class LiveWriter:
     """A Reporter that publishes progress and results for viewers in other processes."""
 
-    def __init__(self, db: str | Path, *, interval_s: float = 1.0) -> None:
+    def __init__(self, db: str | Path, *, interval_s: float = 1.0, store: Any = None) -> None:
+        """`store`: the run's Store; with it a resumed run's file is compacted to the stored keys."""
         self.base = live_dir(db)
+        self.store = store
         self.interval_s = interval_s
         self.dir: Path | None = None
         self._last = 0.0
@@ -77,7 +137,10 @@ class LiveWriter:
             (self.dir / "ended").unlink(missing_ok=True)
             self._run = {k: (str(v) if v is not None and not isinstance(v, (int, float, str, bool, dict, list)) else v)
                          for k, v in run.items()}
-            self._fh = open(self.dir / "results.jsonl", "a", encoding="utf-8")
+            results = self.dir / "results.jsonl"
+            if self.store is not None and results.exists():
+                compact_results(results, self.store.done_keys(progress.run_id))
+            self._fh = open(results, "a", encoding="utf-8")
             self._write_progress(progress, force=True)
 
         self._safe(start)
@@ -86,7 +149,8 @@ class LiveWriter:
         def write() -> None:
             if self._fh is None:
                 return
-            self._fh.write("".join(json.dumps(result_row(r), default=str) + "\n" for r in results))
+            self._fh.write("".join(json.dumps(row, ensure_ascii=False, default=str) + "\n"
+                                   for row in result_rows(results)))
             self._fh.flush()
 
         self._safe(write)
@@ -139,29 +203,72 @@ def read_live(db: str | Path) -> list[dict[str, Any]]:
 
 
 class ResultTail:
-    """Reads new lines of a run's `results.jsonl` from where it last stopped."""
+    """Reads new lines of a run's `results.jsonl` from where it last stopped.
+
+    Keeps, per (item, variant), where its latest line lies, so `detail(item_id)` can read an
+    item's full rows back without holding every row in memory. When the file is replaced
+    (a resumed run compacts it) reading starts again from the top and `resets` counts it.
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.offset = 0
         self._partial = b""
+        self._ino: int | None = None
+        self.resets = 0
+        self.index: dict[str, dict[str, tuple[int, int]]] = {}
 
     def read_new(self) -> list[dict[str, Any]]:
+        """Rows of lines appended since the last call; one per key (the latest line wins)."""
         try:
             with open(self.path, "rb") as f:
+                st = os.fstat(f.fileno())
+                if self._ino is not None and (st.st_ino != self._ino or st.st_size < self.offset):
+                    self.offset, self._partial, self.index = 0, b"", {}
+                    self.resets += 1
+                self._ino = st.st_ino
                 f.seek(self.offset)
                 chunk = f.read()
         except OSError:
             return []
+        start = self.offset - len(self._partial)
         self.offset += len(chunk)
         data = self._partial + chunk
         lines = data.split(b"\n")
         self._partial = lines.pop()  # an incomplete last line waits for the next read
-        out = []
+        out: dict[tuple[str, str], dict[str, Any]] = {}
+        pos = start
         for line in lines:
-            if line.strip():
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-        return out
+            at, pos = pos, pos + len(line) + 1
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if not isinstance(row, dict):
+                continue
+            key = _key(row)
+            self.index.setdefault(key[0], {})[key[1]] = (at, len(line))
+            out.pop(key, None)
+            out[key] = row
+        return list(out.values())
+
+    def detail(self, item_id: str) -> list[dict[str, Any]]:
+        """The latest full row of each variant of one item (as the `results` table holds it)."""
+        spans = self.index.get(str(item_id)) or {}
+        rows = []
+        try:
+            with open(self.path, "rb") as f:
+                for variant in sorted(spans):
+                    at, n = spans[variant]
+                    f.seek(at)
+                    try:
+                        row = json.loads(f.read(n))
+                    except json.JSONDecodeError:
+                        continue
+                    if isinstance(row, dict) and _key(row) == (str(item_id), variant):
+                        rows.append(row)
+        except OSError:
+            return []
+        return rows

@@ -163,6 +163,9 @@ def _expected_error(
         seen.add(rid)
         if kind == "notext":
             return n, "text"
+        # A yes/no gold must be one of the answers: JSON true reads as "yes"; 1 and 0.5 are defects.
+        if rec.get("gold") not in (None, "yes", "no", True):
+            return n, "gold"
     return None
 
 

@@ -129,7 +129,7 @@ def test_run_embedded_model_matches_direct_transformers(tmp_path):
         "variant",
         "prompt",
         "probs",
-        "other",
+        "p_other",
         "top_tokens",
         "option_logprobs",
         "prediction",

@@ -229,7 +229,7 @@ class LlmscopeApp(App[int]):
             )
             store = self.handle.open()
             runner = Runner(
-                plan, backend, store, MultiReporter(handle.reporter, LiveWriter(self.db_path))
+                plan, backend, store, MultiReporter(handle.reporter, LiveWriter(self.db_path, store=store))
             )
 
             async def main() -> Any:

@@ -218,7 +218,7 @@ def items_from_suite(run: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dic
 def _live_to_frame(rows: list[dict[str, Any]], start_seq: int) -> pd.DataFrame:
     recs = []
     for i, r in enumerate(rows):
-        probs = r.get("probs") or None
+        probs = _parse_json(r.get("probs")) or None  # JSON text, as the results table holds it
         recs.append(
             {
                 "item_id": str(r.get("item_id")),
@@ -228,8 +228,8 @@ def _live_to_frame(rows: list[dict[str, Any]], start_seq: int) -> pd.DataFrame:
                 "gold": r.get("gold"),
                 "correct": r.get("correct"),
                 "confidence": r.get("confidence"),
-                "p_yes": probs.get("yes") if isinstance(probs, dict) else None,
-                "p_no": probs.get("no") if isinstance(probs, dict) else None,
+                "p_yes": r["p_yes"] if "p_yes" in r else probs.get("yes") if isinstance(probs, dict) else None,
+                "p_no": r["p_no"] if "p_no" in r else probs.get("no") if isinstance(probs, dict) else None,
                 "other": r.get("other"),
                 "error": r.get("error"),
                 "n_tokens": r.get("n_tokens"),
@@ -261,6 +261,7 @@ class RunModel:
         self._chunks: list[pd.DataFrame] = []
         self.last_seq = -1
         self.version = 0
+        self._live_keys: set[tuple[str, str]] = set()  # (item, variant) seen on the live channel
         self._snap: Snapshot | None = None
         self.has_human = any(
             "human_q1" in (it.get("fields") or {}) for it in list(items.values())[:50]
@@ -313,6 +314,16 @@ class RunModel:
         return self.add_frame(df)
 
     def add_live(self, rows: list[dict[str, Any]]) -> int:
+        """Add live-channel rows; a key seen before is replaced (latest wins), never counted twice."""
+        keys = [(str(r.get("item_id")), str(r.get("variant"))) for r in rows]
+        with self.lock:
+            again = {k for k in keys if k in self._live_keys}
+            if again:
+                df = self.frame()
+                old = [(str(i), str(v)) in again for i, v in zip(df["item_id"], df["variant"], strict=True)]
+                self.df = df[[not o for o in old]].reset_index(drop=True)
+                self.version += 1
+            self._live_keys.update(keys)
         return self.add_frame(_live_to_frame(rows, self.last_seq + 1))
 
     # -- metrics ----------------------------------------------------------------------------
@@ -617,6 +628,10 @@ class LiveFeed:
     def read_new(self) -> list[dict[str, Any]]:
         return self.tail.read_new()
 
+    def detail(self, item_id: str) -> list[dict[str, Any]]:
+        """Full live rows of one item's variants (prompt, top tokens, option scores, trace)."""
+        return self.tail.detail(item_id)
+
 
 # -- item detail -----------------------------------------------------------------------------
 def item_detail(store: Store, run_id: str, item_id: str) -> dict[str, Any]:
@@ -646,17 +661,22 @@ def item_detail(store: Store, run_id: str, item_id: str) -> dict[str, Any]:
     }
 
 
-def item_detail_live(model: RunModel, item_id: str) -> dict[str, Any]:
-    """What the live channel knows about one item (no prompts or option scores)."""
-    df = model.frame()
-    sub = df[df["item_id"] == item_id]
+def item_detail_live(model: RunModel, item_id: str, feed: LiveFeed | None = None) -> dict[str, Any]:
+    """What the live channel knows about one item: with `feed`, the full rows (as item_detail)."""
     rows = []
-    for rec in sub.to_dict("records"):
-        rec = {
-            k: (None if not isinstance(v, (dict, list)) and _isnan(v) else v)
-            for k, v in rec.items()
-        }
-        rows.append(rec)
+    if feed is not None:
+        for rec in feed.detail(item_id):
+            for k in ("probs", "top_tokens", "option_scores", "extra"):
+                rec[k] = _parse_json(rec.get(k))
+            rows.append(rec)
+    if not rows:
+        df = model.frame()
+        sub = df[df["item_id"] == item_id]
+        for light in sub.to_dict("records"):
+            rows.append({
+                str(k): (None if not isinstance(v, (dict, list)) and _isnan(v) else v)
+                for k, v in light.items()
+            })
     it = model.items.get(item_id) or {}
     return {
         "item_id": item_id,

@@ -822,7 +822,7 @@ class ItemScreen(BaseScreen):
         out = []
         d = self.dashboard
         if d is not None and d.source == "live" and d.model is not None:
-            out.append({"run_id": self.run_ids[0], **item_detail_live(d.model, self.item_id)})
+            out.append({"run_id": self.run_ids[0], **item_detail_live(d.model, self.item_id, d.feed)})
         else:
             with self.llm_app.handle.use() as store:
                 for rid in self.run_ids:
