@@ -131,6 +131,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         suite.items()  # validate before any model is loaded or anything is written
         if args.chat is not None:
             task_opts["chat"] = args.chat
+        from llmscope.engine.tasks.options import TaskOptionError, validate_task_options
+
+        try:
+            validate_task_options(suite.task, {**suite.task_options, **task_opts})
+        except TaskOptionError as e:
+            raise CLIError(f"--opt: {e}") from None
         reporter = ConsoleReporter(quiet=args.quiet)
         reporter.on_message("info", f"loading model {model_arg or 'SmolLM2-135M-Instruct (embedded default)'} ...")
         backend, spec, ident = make_backend(model_arg, args)

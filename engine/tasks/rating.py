@@ -24,7 +24,8 @@ from __future__ import annotations
 from typing import Any
 
 from llmscope.engine.backend import Backend
-from llmscope.engine.tasks.base import Task, register
+from llmscope.engine.tasks.base import Task, chat_option, register
+from llmscope.engine.tasks.options import OptionSpec
 from llmscope.engine.types import Result, Work
 
 
@@ -49,6 +50,10 @@ class RatingTask(Task):
     """Distribution over scale labels, expected rating and argmax label."""
 
     name = "rating"
+    option_specs = (
+        chat_option(True),
+        OptionSpec("top_k", "int", 20, "top tokens read at the answer position", min=1),
+    )
 
     def labels(self, work: Work) -> list[str]:
         labels = self.options.get("answers") or work.options or [str(i) for i in range(1, 6)]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from llmscope.engine.backend import Backend
-from llmscope.engine.tasks.base import Task, register
+from llmscope.engine.tasks.base import Task, chat_option, register
+from llmscope.engine.tasks.options import OptionSpec
 from llmscope.engine.types import Result, Work
 
 
@@ -16,6 +17,10 @@ class YesNoTask(Task):
     """
 
     name = "yesno"
+    option_specs = (
+        chat_option(True),
+        OptionSpec("top_k", "int", 20, "top tokens read at the answer position", min=1),
+    )
 
     @property
     def answers(self) -> list[str]:
