@@ -9,6 +9,7 @@ from llmscope.engine.backend import Backend
 from llmscope.engine.tasks.options import OptionSpec, validate_task_options
 from llmscope.engine.types import Result, Work
 
+
 # Shared by the tasks that can use a chat template (each states its own default).
 def chat_option(default: bool) -> OptionSpec:
     """The ``chat`` option with a task's default."""
