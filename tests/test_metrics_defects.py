@@ -169,7 +169,7 @@ def test_context_modes_resolve_and_are_recorded():
     res = asyncio.run(task.score(_mp_work(), b))
     assert res.extra["context"]["mode"] == "eos" and res.extra["context"]["text"] == "<|endoftext|>"
     assert b.calls[0][1][0][0] == ("<|endoftext|>", GOOD)
-    # log P: good = ln(.1*.01*.02*.5), bad = ln(.1*.01*.04*.25) -> equal products: a tie counts as wrong
+    # log P: good = ln(.1*.01*.02*.5), bad = ln(.1*.01*.04*.25): equal products, a tie is never credited
     assert res.extra["logprob_diff"] == pytest.approx(0.0, abs=1e-12)
     assert res.correct == 0.0
 

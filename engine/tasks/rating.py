@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmscope.engine.backend import Backend
+from llmscope.engine.choice_math import strict_win
 from llmscope.engine.tasks.base import Task, chat_option, register
 from llmscope.engine.tasks.options import OptionSpec
 from llmscope.engine.types import Result, Work
@@ -105,7 +106,8 @@ class RatingTask(Task):
                     )
             gold_value: float | None
             if gold_label is not None:
-                res.correct = 1.0 if gold_label == labels[pred] else 0.0
+                # Tie rule (docs/METRICS.md): a tie is never credited.
+                res.correct = strict_win(probs, labels.index(gold_label))
                 gold_value = values[labels.index(gold_label)]
             else:
                 gold_value = _num(work.gold)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from llmscope.engine.backend import Backend
+from llmscope.engine.choice_math import strict_win
 from llmscope.engine.tasks.base import Task, chat_option, register
 from llmscope.engine.tasks.options import OptionSpec
 from llmscope.engine.types import Result, Work
@@ -36,7 +37,11 @@ class YesNoTask(Task):
         # The prediction is the likelier answer; "other" mass never wins (it is not an answer).
         pred = max(self.answers, key=lambda a: out.probs.get(a, 0.0))
         mass = sum(out.probs.values())
-        correct = None if work.gold is None else float(pred == work.gold.strip().lower())
+        # Tie rule (docs/METRICS.md): the first listed answer is shown, a tie is never credited.
+        scores = [out.probs.get(a, 0.0) for a in self.answers]
+        g = work.gold.strip().lower() if work.gold is not None else None
+        correct = (None if g is None else
+                   (strict_win(scores, self.answers.index(g)) if g in self.answers else 0.0))
         extra = dict(out.meta)
         return Result(
             item_id=work.item.item_id,
