@@ -231,8 +231,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from llmscope.report import build_report, format_rows, worldsense_reports
+    from llmscope.report import build_report, explain_text, format_rows, worldsense_reports
 
+    if getattr(args, "explain", False):
+        print(explain_text())
+        return 0
     store = _open_store(args.db, read_only=True)
     try:
         if args.run:
@@ -400,6 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--run", help="run id or prefix (default: every run)")
     s.add_argument("--by", action="append", help="group by this item field (repeatable)")
     s.add_argument("--json", action="store_true")
+    s.add_argument("--explain", action="store_true", help="print how every metric is computed and exit")
     s.set_defaults(func=cmd_report)
 
     s = sub.add_parser("export", help="write a run's per-item results")
