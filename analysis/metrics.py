@@ -147,6 +147,9 @@ _DEFS: list[MetricDef] = [
               "matches the human majority", _BOOT_CI, "yesno (commonsense)"),
     MetricDef("commonsensicality", "geometric mean sqrt(consensus x awareness)", _BOOT_CI,
               "yesno (commonsense)"),
+    MetricDef("human_pearson", "Pearson correlation over statements of P(yes) (variant q1) with the "
+              "human agreement rate `human_q1`", "none", "yesno (commonsense)"),
+    MetricDef("human_spearman", "Spearman rank correlation of the same pairs", "none", "yesno (commonsense)"),
     MetricDef("probeval_kl", "mean over questions of KL(P_human || P_model) over answer clusters "
               "(ProbEval, Cheng et al. 2024)", "percentile bootstrap over questions (BOOTSTRAP)",
               "generation (CFC)"),
@@ -615,11 +618,9 @@ def calibration_metrics(ctx: MetricContext) -> list[Metric]:
     if keep.any():
         c, y = conf[keep], corr[keep]
         cl = ctx.clusters(ok)[keep]
-        for name, attr in (("ece", "ece"), ("mce", "mce")):
-            def stat(ix: np.ndarray, attr: str = attr) -> float:
-                return float(getattr(reliability(c[ix], y[ix], n_bins=10), attr))
-
-            est, lo, hi, G = cluster_bootstrap_stat(stat, len(c), cl, ctx.bootstrap)
+        rel = reliability(c, y, n_bins=10)
+        (elo, ehi), (mlo, mhi), G = _calibration_bootstrap(c, y, cl, 10, ctx.bootstrap)
+        for name, est, lo, hi in (("ece", rel.ece, elo, ehi), ("mce", rel.mce, mlo, mhi)):
             out.append(Metric(name, est, None if math.isnan(lo) else lo, None if math.isnan(hi) else hi,
                               "cluster-bootstrap", int(keep.sum()), G, {}, "calibration"))
     if "probs" in ok:
@@ -642,6 +643,48 @@ def calibration_metrics(ctx: MetricContext) -> list[Metric]:
             out.append(Metric("tie_rate", float(np.nanmean(tv)), n=int(np.isfinite(tv).sum()),
                               producer="calibration"))
     return out
+
+
+def _calibration_bootstrap(
+    conf: np.ndarray, correct: np.ndarray, clusters: np.ndarray, n_bins: int, cfg: BootstrapConfig
+) -> tuple[tuple[float, float], tuple[float, float], int]:
+    """Cluster-bootstrap percentile intervals of ECE and MCE, vectorised.
+
+    Per cluster and bin we keep (count, sum of confidence, sum of correct); a resample is a
+    vector of cluster multiplicities, so its bin totals are one matrix product. ECE of a
+    resample = sum_b |sum_y - sum_c| / n (count x |acc - conf| per bin), as in `reliability`.
+    """
+    from .calibration import uniform_bin
+
+    codes, _ = pd.factorize(pd.Series(clusters, dtype="object"), sort=False)
+    G = int(codes.max()) + 1 if len(codes) else 0
+    if G < 2:
+        return (math.nan, math.nan), (math.nan, math.nan), G
+    b = uniform_bin(conf, n_bins)
+    cell = codes * n_bins + b
+    cnt = np.bincount(cell, minlength=G * n_bins).reshape(G, n_bins).astype(float)
+    sc = np.bincount(cell, weights=conf, minlength=G * n_bins).reshape(G, n_bins)
+    sy = np.bincount(cell, weights=correct, minlength=G * n_bins).reshape(G, n_bins)
+    rng = np.random.default_rng(cfg.seed)
+    R = cfg.resamples
+    eces = np.empty(R)
+    mces = np.empty(R)
+    chunk = max(1, min(R, 2_000_000 // G))
+    done = 0
+    while done < R:
+        k = min(chunk, R - done)
+        idx = rng.integers(0, G, size=(k, G))
+        W = np.bincount((idx + G * np.arange(k)[:, None]).ravel(), minlength=k * G).reshape(k, G).astype(float)
+        n_b, c_b, y_b = W @ cnt, W @ sc, W @ sy
+        gap = np.abs(y_b - c_b)
+        eces[done:done + k] = gap.sum(axis=1) / n_b.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mces[done:done + k] = np.where(n_b > 0, gap / n_b, -np.inf).max(axis=1)
+        done += k
+    a = (1 - cfg.level) / 2
+    e = tuple(float(x) for x in np.quantile(eces, [a, 1 - a]))
+    m = tuple(float(x) for x in np.quantile(mces, [a, 1 - a]))
+    return (e[0], e[1]), (m[0], m[1]), G
 
 
 def _is_tie(p: Mapping[str, Any]) -> bool:
@@ -702,6 +745,22 @@ def commonsense_metrics(ctx: MetricContext) -> list[Metric]:
             m.interval_method = "bootstrap over statements"
             out.append(m)
     return out
+
+
+@register_producer("human_correlation", tasks=("yesno",))
+def human_correlation_metrics(ctx: MetricContext) -> list[Metric]:
+    """Pearson and Spearman correlation of P(yes) (variant q1 when present) with `human_q1`."""
+    if "f.human_q1" not in ctx.df:
+        return []
+    from .commonsense import correlation
+
+    ok = ctx.ok()
+    if "q1" in set(ok["variant"].astype(str)):
+        ok = ok[ok["variant"].astype(str) == "q1"]
+    ok = ok.drop_duplicates("item_id")
+    c = correlation(ok["p_yes"], ok["f.human_q1"])
+    return [Metric(f"human_{k}", c.get(k), n=int(c["n"]), producer="human_correlation")
+            for k in ("pearson", "spearman")]
 
 
 @register_producer("probeval", tasks=("generation",))

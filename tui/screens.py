@@ -20,6 +20,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, DataTable, Footer, Header, Input, Label, ProgressBar, Static
 from textual.worker import Worker
 
+from llmscope.analysis.metrics import display
 from llmscope.store.db import StoreError
 from llmscope.tui.model import (
     LiveFeed,
@@ -520,7 +521,8 @@ class DashboardScreen(BaseScreen):
                 progress = h.reporter.snapshot()
         self.run = run
         assert self.model is not None
-        snap_ = self.model.compute()
+        # While a run streams, the metrics pipeline runs at most every two refreshes.
+        snap_ = self.model.compute(throttle_s=app.refresh_s * 2 if self._is_active(run) else 0.0)
         self.post_message(DashData(run, progress, snap_, self.source))
 
     def _load_db(self, initial: bool) -> None:
@@ -574,7 +576,7 @@ class DashboardScreen(BaseScreen):
             )
         acc = snap.overall
         if acc is not None:
-            t.append(f"   accuracy {acc.mean:.3f} [{acc.lo:.3f}, {acc.hi:.3f}]")
+            t.append(f"   {snap.accuracy_name} {acc.mean:.3f} [{acc.lo:.3f}, {acc.hi:.3f}]")
         _set(self.query_one("#head", Static), t, t.plain)
         b = self.query_one("#bar", ProgressBar)
         if total:
@@ -584,7 +586,7 @@ class DashboardScreen(BaseScreen):
         model = self.model
         # accuracy
         tab = Table(box=None, padding=(0, 1), show_header=True, header_style="bold", expand=True)
-        tab.add_column("accuracy", no_wrap=True, overflow="ellipsis", ratio=2)
+        tab.add_column(snap.accuracy_name, no_wrap=True, overflow="ellipsis", ratio=2)
         tab.add_column("mean", justify="right", width=5)
         tab.add_column("95% CI", width=16, no_wrap=True)
         tab.add_column("n", justify="right", width=5)
@@ -621,13 +623,17 @@ class DashboardScreen(BaseScreen):
         self.query_one("#other", Static).update(o)
         # calibration
         self.query_one(ReliabilityPlot).show(snap.rel_bins)
+        # Labels are the metric names `llmscope report` prints (docs/METRICS.md).
         cal = Text()
-        cal.append("ECE ", style="bold")
+        cal.append("ece ", style="bold")
         cal.append(fmt(snap.ece))
-        cal.append("   MCE ", style="bold")
+        cal.append("   mce ", style="bold")
         cal.append(fmt(snap.mce))
-        cal.append("\nBrier ", style="bold")
+        cal.append("\nbrier ", style="bold")
         cal.append(fmt(snap.brier))
+        if not math.isnan(snap.brier_yes):
+            cal.append("   brier_yes ", style="bold")
+            cal.append(fmt(snap.brier_yes))
         self.query_one("#cal", Static).update(cal)
         # humans
         if model is not None and model.has_human and snap.human_hist:
@@ -664,15 +670,17 @@ class DashboardScreen(BaseScreen):
                 title_justify="left",
                 expand=True,
             )
-            for c in ("variant", "mean P(yes)", "pred yes", "gold yes", "bias"):
+            for c in ("variant", "mean_p_yes", "pred_yes_rate", "gold_yes_rate", "yes_bias", "95% CI"):
                 t.add_column(c, justify="left" if c == "variant" else "right")
             for r in snap.yesno.to_dict("records"):
+                ci = r.get("yes_bias_ci")
                 t.add_row(
                     literal(r.get("variant")),
-                    fmt(r["p_yes"]),
+                    fmt(r["mean_p_yes"]),
                     fmt(r["pred_yes_rate"]),
                     fmt(r["gold_yes_rate"]),
                     fmt(r["yes_bias"]),
+                    f"[{fmt(ci[0])}, {fmt(ci[1])}]" if ci else "",
                 )
             parts.append(t)
         if snap.worldsense is not None and len(snap.worldsense):
@@ -680,7 +688,7 @@ class DashboardScreen(BaseScreen):
                 box=None,
                 padding=(0, 1),
                 header_style="bold",
-                title="WorldSense per problem",
+                title="WorldSense per problem (the authors' metrics: worldsense_accuracy %, worldsense_bias)",
                 title_justify="left",
                 expand=True,
             )
@@ -689,10 +697,10 @@ class DashboardScreen(BaseScreen):
             for r in snap.worldsense.to_dict("records"):
                 t.add_row(
                     literal(r["problemname"]),
-                    fmt(r["acc"]),
-                    fmt(r["acc_ci"]),
-                    fmt(r["bias"]),
-                    fmt(r["bias_ci"]),
+                    display("worldsense_accuracy", r["acc"]),
+                    display("worldsense_accuracy", r["acc_ci"]),
+                    display("worldsense_bias", r["bias"]),
+                    display("worldsense_bias", r["bias_ci"]),
                 )
             parts.append(t)
         return Group(*parts) if parts else Text("")
@@ -1034,9 +1042,11 @@ class CompareScreen(BaseScreen):
             )
         for x in d["tests"]:
             s.append(f"{x['b']} vs {x['a']}: ", style="bold")
+            mp = "-" if x["p"] is None else f"{x['p']:.4g}"
             s.append(
-                f"Δacc {x['diff']:+.3f} [{x['lo']:+.3f}, {x['hi']:+.3f}]  n={x['n']}   McNemar "
-                f"b={x['b_only_a']} c={x['c_only_b']} p={x['p']:.4g} ({x['method']})\n"
+                f"Δacc {x['diff']:+.3f} [{x['lo']:+.3f}, {x['hi']:+.3f}] p={x['p_value']:.4g}  "
+                f"n={x['n']} clusters={x['n_clusters']}   McNemar "
+                f"b={x['b_only_a']} c={x['c_only_b']} p={mp} ({x['method']})\n"
             )
         self.query_one("#cmp-tests", Static).update(s)
         dis = d["disagreements"]
