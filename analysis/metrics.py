@@ -1,8 +1,8 @@
 """One metrics pipeline: a run's stored per-item rows (plus its suite spec) → :class:`RunMetrics`.
 
-Every number `llmscope report` (text, ``--json``, ``--explain``), `llmscope compare`, the TUI
-dashboard and compare screen, and export summaries show comes from :func:`compute_metrics`.
-Nothing else computes a metric.
+Every number `llmscope report` (text, ``--json``, ``--explain``), `llmscope compare` and the TUI
+dashboard and compare screen show comes from :func:`compute_metrics`. Nothing else computes a
+metric.
 
 * Each metric is a :class:`Metric`: name, one-line definition, value, 95% interval, interval
   method, n (trials) and n_clusters (independent units), per group.
@@ -950,9 +950,10 @@ def metrics_markdown() -> str:
     lines = [
         "# Metrics",
         "",
-        "Generated from `llmscope/analysis/metrics.py` (`METRICS`); `llmscope report --explain` prints",
-        "the same text. Every number the report, the TUI, `compare` and export summaries show is",
-        "computed by `analysis.metrics.compute_metrics` from a run's stored per-item rows.",
+        "Generated from `analysis/metrics.py` (`llmscope.analysis.metrics.METRICS`); `llmscope report",
+        "--explain` prints the same text. Every number `llmscope report` (text and `--json`), the TUI",
+        "dashboard and compare screen and `llmscope compare` show is computed by `compute_metrics`",
+        "from a run's stored per-item rows.",
         "",
         "## Conventions",
         "",
