@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from llmscope.analysis.metrics import BOOTSTRAP, RunMetrics
+from llmscope.analysis.metrics import BOOTSTRAP, RunMetrics, compute_metrics
 from llmscope.analysis.metrics import results_with_fields as _results_with_fields
 from llmscope.analysis.metrics import run_metrics as _run_metrics
 from llmscope.store.db import Store
@@ -36,7 +36,11 @@ def build_report(store: Store, run: dict[str, Any], by: list[str] | None = None)
     Other modules add their rows with one line each, marked `# pipeline: <name>`; they are
     moved into the pipeline's producer registry (`analysis.metrics.register_row_producer`).
     """
-    rows = run_metrics(store, run, by).rows()
+    df = results_with_fields(store, run["run_id"])
+    if df.empty:
+        return []
+    spec = store.suite_spec(run["suite_id"])
+    rows = compute_metrics(df, run, spec, by, store=store).rows()
     return rows
 
 

@@ -632,7 +632,7 @@ class DashboardScreen(BaseScreen):
         cal.append("\nbrier ", style="bold")
         cal.append(fmt(snap.brier))
         if not math.isnan(snap.brier_yes):
-            cal.append("   brier_yes ", style="bold")
+            cal.append("\nbrier_yes ", style="bold")
             cal.append(fmt(snap.brier_yes))
         self.query_one("#cal", Static).update(cal)
         # humans
@@ -662,26 +662,22 @@ class DashboardScreen(BaseScreen):
     def _bias(self, snap: Snapshot) -> Any:
         parts: list[Any] = []
         if snap.yesno is not None and len(snap.yesno):
+            recs = snap.yesno.to_dict("records")
+            ci = recs[0].get("yes_bias_ci")
             t = Table(
                 box=None,
                 padding=(0, 1),
                 header_style="bold",
-                title="yes/no bias",
+                title="yes/no bias" + (f" (yes_bias 95% CI [{fmt(ci[0])}, {fmt(ci[1])}])" if ci else ""),
                 title_justify="left",
                 expand=True,
             )
-            for c in ("variant", "mean_p_yes", "pred_yes_rate", "gold_yes_rate", "yes_bias", "95% CI"):
-                t.add_column(c, justify="left" if c == "variant" else "right")
-            for r in snap.yesno.to_dict("records"):
-                ci = r.get("yes_bias_ci")
-                t.add_row(
-                    literal(r.get("variant")),
-                    fmt(r["mean_p_yes"]),
-                    fmt(r["pred_yes_rate"]),
-                    fmt(r["gold_yes_rate"]),
-                    fmt(r["yes_bias"]),
-                    f"[{fmt(ci[0])}, {fmt(ci[1])}]" if ci else "",
-                )
+            # One row per metric (the names `llmscope report` prints), one column per variant.
+            t.add_column("metric", justify="left", no_wrap=True)
+            for r in recs:
+                t.add_column(literal(str(r.get("variant"))), justify="right", no_wrap=True)
+            for name in ("mean_p_yes", "pred_yes_rate", "gold_yes_rate", "yes_bias"):
+                t.add_row(name, *[fmt(r[name]) for r in recs])
             parts.append(t)
         if snap.worldsense is not None and len(snap.worldsense):
             t = Table(
@@ -954,6 +950,11 @@ def _render_variant(v: dict[str, Any]) -> list[Any]:
             t.add_row(literal(opt), *[fmt(m.get(k), 4) for k in methods])
         out.append(t)
     extra = v.get("extra")
+    if isinstance(extra, dict) and isinstance(extra.get("context"), dict):
+        # Minimal pairs: what each sentence was conditioned on (task option `context`).
+        c = extra["context"]
+        out.append(Text.assemble(("sentence context ", "bold"), literal(f"{c.get('mode')} {c.get('text')!r}"),
+                                 (f"  ({c.get('why')})", "dim")))
     if isinstance(extra, dict) and extra:
         if "methods" in extra:
             out.append(Text("methods", style="bold"))
