@@ -340,12 +340,20 @@ def mean_ci(values: Any, clusters: Any, level: float = 0.95) -> tuple[float, flo
     return (p, p - half, p + half, n, G, "cluster-t")
 
 
+# The range each mean-type metric can take; its interval is clipped to it (a probability's
+# mean cannot leave [0, 1]).
+SUPPORT: dict[str, tuple[float, float]] = {"brier": (0.0, 2.0), "yes_bias": (-1.0, 1.0)}
+
+
 def mean_metric(name: str, values: Any, clusters: Any, group: dict[str, Any] | None = None,
                 producer: str = "") -> Metric | None:
-    """:func:`mean_ci` as a Metric (None when there is no finite value)."""
+    """:func:`mean_ci` as a Metric (None when there is no finite value), the interval clipped
+    to the metric's range (:data:`SUPPORT`, default [0, 1])."""
     p, lo, hi, n, G, how = mean_ci(values, clusters)
     if n == 0:
         return None
+    a, b = SUPPORT.get(name, (0.0, 1.0))
+    lo, hi = max(a, lo), min(b, hi)
     return Metric(name, p, None if math.isnan(lo) else lo, None if math.isnan(hi) else hi, how, n, G,
                   dict(group or {}), producer)
 
@@ -965,7 +973,8 @@ def metrics_markdown() -> str:
         "  Student t with G-1 df) with clusters; Wilson counting each cluster once when the sandwich",
         "  variance is zero (all clusters alike, accuracy 0 or 1, a single cluster).",
         "- Means of per-item values that are not proportions (F1, Brier, probabilities, yes bias):",
-        "  cluster-t interval, never Wilson.",
+        "  cluster-t interval, never Wilson; clipped to the metric's range ([0, 1]; `brier` [0, 2];",
+        "  `yes_bias` [-1, 1]).",
         "- Comparisons (`llmscope compare`, TUI compare): paired cluster bootstrap of per-item",
         "  differences matched on (item, variant): difference, interval and a two-sided bootstrap",
         "  p-value; McNemar's test only when every cluster is a single pair.",
