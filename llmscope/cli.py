@@ -136,7 +136,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         try:
             validate_task_options(suite.task, {**suite.task_options, **task_opts})
         except TaskOptionError as e:
-            raise CLIError(f"--opt: {e}") from None
+            raise CLIError(f"task options (--opt, --chat, suite task_options): {e}") from None
         reporter = ConsoleReporter(quiet=args.quiet)
         reporter.on_message("info", f"loading model {model_arg or 'SmolLM2-135M-Instruct (embedded default)'} ...")
         backend, spec, ident = make_backend(model_arg, args)
