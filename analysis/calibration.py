@@ -25,6 +25,7 @@ __all__ = [
     "Reliability",
     "predicted_confidence",
     "reliability",
+    "uniform_bin",
     "ece",
     "brier",
     "brier_binary",
@@ -74,13 +75,26 @@ def predicted_confidence(
 
 def _edges(conf: np.ndarray, n_bins: int, strategy: str) -> np.ndarray:
     if strategy == "uniform":
-        return np.linspace(0.0, 1.0, n_bins + 1)
+        # i / n is the correctly rounded edge (0.3, not linspace's 0.30000000000000004).
+        return np.arange(n_bins + 1) / n_bins
     if strategy == "quantile":
         e = np.unique(np.quantile(conf, np.linspace(0.0, 1.0, n_bins + 1)))
         if len(e) == 1:
             e = np.array([e[0], e[0]])
         return e
     raise ValueError(f"unknown strategy {strategy!r}")
+
+
+def uniform_bin(conf: np.ndarray, n_bins: int) -> np.ndarray:
+    """Bin index of each confidence among ``n_bins`` equal-width bins ``[i/n, (i+1)/n)``.
+
+    Computed as ``floor(conf * n)`` after rounding the product to 9 decimals, so a
+    confidence that sits on an edge (0.3 with ten bins, whose float product is
+    2.9999999999999996 for some edges) lands in the bin that starts there; 1.0 goes in
+    the last bin.
+    """
+    x = np.round(np.asarray(conf, dtype=float) * n_bins, 9)
+    return np.clip(np.floor(x).astype(int), 0, n_bins - 1)
 
 
 def reliability(
@@ -110,10 +124,15 @@ def reliability(
             0,
             int((~keep).sum()),
         )
+    if n_bins < 1:
+        raise ValueError(f"n_bins must be >= 1, got {n_bins}")
     edges = _edges(c, n_bins, strategy)
     nb = len(edges) - 1
     # right-open bins, the last one closed so conf == hi lands in it
-    b = np.clip(np.searchsorted(edges, c, side="right") - 1, 0, nb - 1)
+    if strategy == "uniform":
+        b = uniform_bin(c, nb)
+    else:
+        b = np.clip(np.searchsorted(edges, c, side="right") - 1, 0, nb - 1)
     count = np.bincount(b, minlength=nb)
     sum_c = np.bincount(b, weights=c, minlength=nb)
     sum_y = np.bincount(b, weights=y, minlength=nb)

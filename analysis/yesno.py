@@ -83,8 +83,10 @@ def other_histogram(
     """Histogram of P(other) on [0, 1]: columns ``lo, hi, count, share`` (last bin closed)."""
     x = pd.to_numeric(pd.Series(p_other), errors="coerce").to_numpy(dtype=float)
     x = np.clip(x[np.isfinite(x)], 0.0, 1.0)
-    edges = np.linspace(0.0, 1.0, bins + 1)
-    count, _ = np.histogram(x, bins=edges)
+    from .calibration import uniform_bin
+
+    edges = np.arange(bins + 1) / bins
+    count = np.bincount(uniform_bin(x, bins), minlength=bins)
     share = count / len(x) if len(x) else np.full(bins, np.nan)
     return pd.DataFrame({"lo": edges[:-1], "hi": edges[1:], "count": count, "share": share})
 
@@ -127,7 +129,9 @@ def yesno_summary(
             m, lo, hi = _mean_ci(arr)
             row[name], row[f"{name}_lo"], row[f"{name}_hi"] = m, lo, hi
         with np.errstate(invalid="ignore", divide="ignore"):
-            row["p_yes_norm"] = float(np.nanmean(y / (y + n_))) if n else np.nan
+            ratio = y / (y + n_)
+        # np.nanmean warns "Mean of empty slice" when no item has any yes/no mass.
+        row["p_yes_norm"] = float(np.mean(ratio[np.isfinite(ratio)])) if np.isfinite(ratio).any() else np.nan
         k_yes = int(np.sum(y > n_))
         row["pred_yes_rate"] = k_yes / n if n else np.nan
         row["pred_yes_lo"], row["pred_yes_hi"] = wilson_interval(k_yes, n)

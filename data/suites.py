@@ -241,12 +241,18 @@ class Suite:
     def variant_names(self) -> list[str]:
         return list(self.templates) or ["default"]
 
-    def work(self, limit: int | None = None) -> list[Work]:
-        """Items × prompt variants, in a stable order (item-major)."""
+    def work(self, limit: int | None = None, task_options: dict[str, Any] | None = None) -> list[Work]:
+        """Items × prompt variants, in a stable order (item-major).
+
+        ``task_options`` are the run's options (suite spec merged with ``--opt`` / the TUI
+        form); option ``permutations`` of a choice task comes from them when given, so it
+        acts the same from every source.
+        """
         items = self.items()
         if limit is not None:
             items = items[:limit]
-        n_perm = int(self.task_options.get("permutations", 0) or 0) if self.task == "choice" else 0
+        opts = {**self.task_options, **(task_options or {})}
+        n_perm = int(opts.get("permutations", 0) or 0) if self.task == "choice" else 0
         out: list[Work] = []
         for it in items:
             for variant, tpl in (self.templates or {"default": "{" + self.text_field + "}"}).items():
@@ -422,6 +428,12 @@ def suite_from_spec(spec: dict[str, Any], spec_path: Path | None = None, base_di
     task_options = spec.get("task_options", {}) or {}
     if not isinstance(task_options, dict):
         raise err("must be a mapping", "task_options")
+    from llmscope.engine.tasks.options import TaskOptionError, validate_task_options
+
+    try:
+        validate_task_options(task, task_options)
+    except TaskOptionError as e:
+        raise err(str(e), "task_options") from None
     items_path = None
     items_name = get_str("items")
     if items_name:

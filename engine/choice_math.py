@@ -52,8 +52,19 @@ def softmax(x: Sequence[float] | np.ndarray, alpha: float = 1.0) -> np.ndarray:
 
 
 def argmax_first(x: Sequence[float] | np.ndarray) -> int:
-    """Index of the first maximum (the documented tie rule)."""
+    """Index of the first maximum (the documented tie rule: the prediction shown)."""
     return int(np.argmax(np.asarray(x, dtype=np.float64)))
+
+
+def strict_win(x: Sequence[float] | np.ndarray, gold: int) -> float:
+    """1.0 when option ``gold`` scores strictly above every other option, else 0.0.
+
+    The tie rule (docs/METRICS.md): a tie is never credited; the prediction shown is the
+    first listed of the tied answers (:func:`argmax_first`).
+    """
+    a = np.asarray(x, dtype=np.float64)
+    others = np.delete(a, gold)
+    return 1.0 if others.size == 0 or bool(np.all(a[gold] > others)) else 0.0
 
 
 def content_free_probs(cf_logprobs: Sequence[Sequence[float]]) -> np.ndarray:
@@ -165,7 +176,7 @@ def score_options(
             out.correct[m] = None
         else:
             out.expected_acc[m] = float(softmax(s, alpha)[gold])
-            out.correct[m] = 1.0 if out.predictions[m] == gold else 0.0
+            out.correct[m] = strict_win(s, gold)
     return out
 
 

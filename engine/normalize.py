@@ -14,7 +14,10 @@
    P* and S*) is removed, except a "." with a digit on both sides (a decimal
    point) and a "-" directly before a digit that is not preceded by a letter or
    digit (a minus sign). As in SQuAD, characters are deleted, not replaced by
-   spaces ("well-known" → "wellknown").
+   spaces ("well-known" → "wellknown"), except between two digits, where the
+   mark becomes a space so two numbers never merge ("3,4" → "3 4", "1,0000" →
+   "1 0000", "3/4" → "3 4"; a real thousands separator was already removed in
+   step 2, "1,000" → "1000").
 4. ``articles``: the words "a", "an", "the" are replaced by a space.
 5. ``whitespace``: runs of any Unicode whitespace (spaces, tabs, newlines, NBSP)
    become one space; leading and trailing whitespace is removed.
@@ -72,6 +75,10 @@ def remove_punctuation(text: str) -> str:
         nxt = text[i + 1] if i + 1 < n else ""
         if ch == "." and prev.isdigit() and nxt.isdigit():
             out.append(ch)
+        elif prev.isdigit() and nxt.isdigit():
+            # Thousands separators are gone after the numbers step, so a comma (or any other
+            # mark) left between two digits separates numbers: "3,4" is 3 and 4, never 34.
+            out.append(" ")
         elif ch in "-\u2212" and nxt.isdigit() and not (prev.isalnum()):
             out.append("-")
         # everything else is dropped

@@ -103,7 +103,7 @@ class Runner:
         desc = self.backend.describe()
         config_hash = self.plan.derive_run_id(desc.get("model_hash"))
         run_id = self.plan.run_id or config_hash
-        all_work = suite.work(self.plan.limit)
+        all_work = suite.work(self.plan.limit, self.task.options)
         existing = self.store.get_run(run_id)
         task_desc = self.task.describe()
         task_desc.pop("templates", None)

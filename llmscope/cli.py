@@ -131,6 +131,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         suite.items()  # validate before any model is loaded or anything is written
         if args.chat is not None:
             task_opts["chat"] = args.chat
+        from llmscope.engine.tasks.options import TaskOptionError, validate_task_options
+
+        try:
+            validate_task_options(suite.task, {**suite.task_options, **task_opts})
+        except TaskOptionError as e:
+            raise CLIError(f"task options (--opt, --chat, suite task_options): {e}") from None
         reporter = ConsoleReporter(quiet=args.quiet)
         reporter.on_message("info", f"loading model {model_arg or 'SmolLM2-135M-Instruct (embedded default)'} ...")
         backend, spec, ident = make_backend(model_arg, args)
@@ -227,8 +233,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from llmscope.report import build_report, format_rows, worldsense_reports
+    from llmscope.report import build_report, explain_text, format_rows, worldsense_reports
 
+    if getattr(args, "explain", False):
+        print(explain_text())
+        return 0
     store = _open_store(args.db, read_only=True)
     try:
         if args.run:
@@ -436,6 +445,7 @@ def build_parser(settings: Any = None) -> argparse.ArgumentParser:
     s.add_argument("--run", help="run id or prefix (default: every run)")
     s.add_argument("--by", action="append", help="group by this item field (repeatable)")
     json_arg(s, "metric rows")
+    s.add_argument("--explain", action="store_true", help="print how every metric is computed and exit")
     s.set_defaults(func=cmd_report)
 
     s = sub.add_parser("export", help="write a run's per-item results")

@@ -1,18 +1,46 @@
-"""`llmscope compare`: paired comparison of runs on the same suite."""
+"""`llmscope compare` (and the TUI compare screen): paired comparison of runs on one suite.
+
+Numbers come from the metrics pipeline (`llmscope.analysis.metrics`): each run's accuracy is
+the report's `accuracy` row, and the difference of each run against the first is a paired
+cluster bootstrap on per-item differences (difference, interval, p-value) with the
+program's one bootstrap configuration.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-import pandas as pd
-
-from llmscope.analysis.compare import compare_runs as _compare
+from llmscope.analysis.compare import mcnemar
+from llmscope.analysis.metrics import (
+    BOOTSTRAP,
+    compute_metrics,
+    paired_comparison,
+    results_with_fields,
+)
 from llmscope.store.db import Store, StoreError
 
 
 class CompareError(ValueError):
     pass
+
+
+def _accuracy(store: Store, run: dict[str, Any], df: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    rm = compute_metrics(df, run, spec, [], store=store, producers=["accuracy"])
+    m = rm.get("accuracy") or rm.get("item_accuracy")
+    return {
+        "metric": m.name if m else "accuracy",
+        "value": m.value if m else None,
+        "ci95": m.ci95 if m else None,
+        "n": m.n if m else 0,
+        "n_clusters": m.n_clusters if m else 0,
+        "interval_method": m.interval_method if m else None,
+    }
+
+
+def run_accuracy(store: Store, run: dict[str, Any]) -> dict[str, Any]:
+    """A run's overall accuracy exactly as the report gives it (value, ci95, n, ...)."""
+    return _accuracy(store, run, results_with_fields(store, run["run_id"]), store.suite_spec(run["suite_id"]))
 
 
 def resolve_runs(stores: Sequence[Store], refs: Sequence[str]) -> list[tuple[dict[str, Any], Store]]:
@@ -49,7 +77,8 @@ def resolve_runs(stores: Sequence[Store], refs: Sequence[str]) -> list[tuple[dic
 
 
 def compare_runs(store: Store | Sequence[Store], run_ids: list[str]) -> dict[str, Any]:
-    """Each run against the first: accuracies, paired difference (bootstrap CI), McNemar, disagreements.
+    """Each run against the first: accuracies, paired difference (cluster bootstrap CI and
+    p-value), McNemar when pairs are independent, disagreements.
 
     `store` may be several databases: runs are then looked up in each (see `resolve_runs`);
     runs from different files pair up when they score the same suite (same suite id, which is a
@@ -63,26 +92,46 @@ def compare_runs(store: Store | Sequence[Store], run_ids: list[str]) -> dict[str
     suites = {r["suite_id"] for r in runs}
     if len(suites) > 1:
         raise CompareError(f"runs are on different suites ({', '.join(sorted(suites))}); compare needs one suite")
-    frames: list[pd.DataFrame] = [st.results_frame(r["run_id"], with_items=False) for r, st in located]
-    frames = [f[f["error"].isna()] for f in frames]
-    base, base_df = runs[0], frames[0]
+    first = located[0][1]
+    spec = first.suite_spec(runs[0]["suite_id"])
+    cluster_field = spec.get("cluster_field") if isinstance(spec.get("cluster_field"), str) else None
+    frames = [results_with_fields(st, r["run_id"]) for r, st in located]
     multi = len({str(st.path) for _, st in located}) > 1
     briefs = [_brief(r, str(st.path) if multi else None) for r, st in located]
-    out: dict[str, Any] = {"suite": base["suite_name"], "base": briefs[0], "comparisons": []}
-    for df, brief in zip(frames[1:], briefs[1:], strict=True):
-        c = _compare(base_df, df, cluster_col="item_id")
-        dis = c.disagreements
+    base, base_df = runs[0], frames[0]
+    out: dict[str, Any] = {
+        "suite": base["suite_name"],
+        "bootstrap": {"resamples": BOOTSTRAP.resamples, "seed": BOOTSTRAP.seed, "level": BOOTSTRAP.level},
+        "base": {**briefs[0], "accuracy": _accuracy(first, base, base_df, spec)},
+        "comparisons": [],
+    }
+    for (run, st), df, brief in zip(located[1:], frames[1:], briefs[1:], strict=True):
+        c = paired_comparison(base_df, df, cluster_field)
+        p = c.paired
+        ba, bb = p["correct_a"] >= 0.5, p["correct_b"] >= 0.5
+        b_only, c_only = int((ba & ~bb).sum()), int((~ba & bb).sum())
+        if c.n and c.n_clusters == c.n:
+            t = mcnemar(b_only, c_only)
+            mc = {"statistic": t.statistic, "p": t.pvalue, "method": t.method}
+        else:
+            # Pairs within a cluster (prompt variants, permutations, a WorldSense tuple) are
+            # dependent, which McNemar's test assumes away; the bootstrap p-value accounts for it.
+            mc = {"statistic": None, "p": None, "method": "not applicable: dependent pairs within clusters"}
         out["comparisons"].append({
-            "run": brief,
+            "run": {**brief, "accuracy": _accuracy(st, run, df, spec)},
             "n": c.n,
+            "n_clusters": c.n_clusters,
             "acc_base": c.acc_a,
             "acc_run": c.acc_b,
             "diff": c.diff,
-            "diff_ci95": [c.diff_lo, c.diff_hi],
-            "mcnemar": {"b_base_only": c.mcnemar.b, "c_run_only": c.mcnemar.c,
-                        "statistic": c.mcnemar.statistic, "p": c.mcnemar.pvalue, "method": c.mcnemar.method},
-            "disagreements": dis[["item_id", "variant", "correct_a", "correct_b"]].rename(
-                columns={"correct_a": "correct_base", "correct_b": "correct_run"}).to_dict("records"),
+            "diff_ci95": [c.lo, c.hi],
+            "p_value": c.p_value,
+            "interval_method": c.interval_method,
+            "mcnemar": {"b_base_only": b_only, "c_run_only": c_only, **mc},
+            "disagreements": c.disagreements.reindex(
+                columns=["item_id", "variant", "correct_a", "correct_b", "prediction_a", "prediction_b", "gold_a"]
+            ).rename(columns={"correct_a": "correct_base", "correct_b": "correct_run", "prediction_a": "prediction_base",
+                              "prediction_b": "prediction_run", "gold_a": "gold"}).to_dict("records"),
         })
     return out
 
@@ -94,24 +143,31 @@ def _brief(run: dict[str, Any], db: str | None = None) -> dict[str, Any]:
     return out
 
 
+def _label(brief: dict[str, Any]) -> str:
+    return f"{brief['db']}:{brief['run_id']}" if brief.get("db") else str(brief["run_id"])
+
+
+def _f(v: Any, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
 def format_compare(out: dict[str, Any]) -> str:
     """Text table: one line per compared run, then its disagreeing items."""
     b = out["base"]
-    lines = [f"suite {out['suite']}; base {_label(b)} ({b['model']})"]
+    bs = out["bootstrap"]
+    lines = [f"suite {out['suite']}; base {_label(b)} ({b['model']}); paired cluster bootstrap "
+             f"{bs['resamples']} resamples, seed {bs['seed']}"]
     for c in out["comparisons"]:
         m = c["mcnemar"]
         lo, hi = c["diff_ci95"]
+        mc = (f"McNemar b={m['b_base_only']} c={m['c_run_only']} p={_f(m['p'], '.4g')} ({m['method']})")
         lines.append(
-            f"  vs {_label(c['run'])} ({c['run']['model']}): n={c['n']}  acc {c['acc_base']:.3f} → {c['acc_run']:.3f}  "
-            f"diff {c['diff']:+.3f} [{lo:+.3f}, {hi:+.3f}]  McNemar b={m['b_base_only']} c={m['c_run_only']} "
-            f"p={m['p']:.4g} ({m['method']})"
+            f"  vs {_label(c['run'])} ({c['run']['model']}): n={c['n']} clusters={c['n_clusters']}  "
+            f"acc {_f(c['acc_base'], '.3f')} → {_f(c['acc_run'], '.3f')}  diff {_f(c['diff'], '+.3f')} "
+            f"[{_f(lo, '+.3f')}, {_f(hi, '+.3f')}] p={_f(c['p_value'], '.4g')}  {mc}"
         )
         for d in c["disagreements"][:20]:
             lines.append(f"      {d['item_id']} / {d['variant']}: base {d['correct_base']:.0f}, run {d['correct_run']:.0f}")
         if len(c["disagreements"]) > 20:
             lines.append(f"      ... {len(c['disagreements']) - 20} more (use --json)")
     return "\n".join(lines)
-
-
-def _label(brief: dict[str, Any]) -> str:
-    return f"{brief['db']}:{brief['run_id']}" if brief.get("db") else str(brief["run_id"])

@@ -156,10 +156,22 @@ def run_info(store: Store, run_id: str) -> dict[str, Any]:
 
 async def settle(pilot: Any) -> None:
     """Let pending messages, then every worker, then their messages finish."""
+    from textual.worker import WorkerCancelled
+
+    async def wait() -> None:
+        # An exclusive worker cancelled by its newer replacement (a screen's refresh tick
+        # firing during the wait) is not a failure; the next wait covers the replacement.
+        for _ in range(5):
+            try:
+                await pilot.app.workers.wait_for_complete()
+                return
+            except WorkerCancelled:
+                await pilot.pause()
+
     await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
+    await wait()
     await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
+    await wait()
     await pilot.pause()
 
 

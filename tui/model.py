@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import threading
-import warnings
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -263,6 +263,7 @@ class RunModel:
         self.version = 0
         self._live_keys: set[tuple[str, str]] = set()  # (item, variant) seen on the live channel
         self._snap: Snapshot | None = None
+        self._computed_at = 0.0
         self.has_human = any(
             "human_q1" in (it.get("fields") or {}) for it in list(items.values())[:50]
         )
@@ -289,7 +290,6 @@ class RunModel:
             df["human"] = pd.to_numeric(fields.map(lambda f: f.get("human_q1")), errors="coerce")
         if self.cluster_field:
             df["cluster"] = fields.map(lambda f: f.get(self.cluster_field)).astype(str)
-        df["brier_i"] = [_brier_row(p, g) for p, g in zip(df["probs"], df["gold"], strict=True)]
         with self.lock:
             self._chunks.append(df)
             self.last_seq = max(self.last_seq, int(pd.to_numeric(df["seq"]).max()))
@@ -327,31 +327,24 @@ class RunModel:
         return self.add_frame(_live_to_frame(rows, self.last_seq + 1))
 
     # -- metrics ----------------------------------------------------------------------------
-    def compute(self) -> Snapshot:
-        """Metrics over every row so far (cached until new rows arrive)."""
+    def compute(self, throttle_s: float = 0.0) -> Snapshot:
+        """Metrics over every row so far (cached until new rows arrive).
+
+        With ``throttle_s`` (a live run) the pipeline runs at most once per that many
+        seconds; the last snapshot is returned in between.
+        """
         with self.lock:
             df = self.frame()
             if self._snap is not None and self._snap.version == self.version:
                 return self._snap
+            now = time.monotonic()
+            if self._snap is not None and throttle_s > 0 and now - self._computed_at < throttle_s:
+                return self._snap
             snap = compute_snapshot(self, df)
             snap.version = self.version
             self._snap = snap
+            self._computed_at = now
             return snap
-
-
-def _brier_row(probs: Any, gold: Any) -> float:
-    # Multi-class Brier of one row: sum_k (p_k - 1[k = gold])^2 over the listed answers.
-    if not isinstance(probs, dict) or not probs or gold is None:
-        return float("nan")
-    g = str(gold).strip().lower()
-    s = 0.0
-    for k, p in probs.items():
-        if p is None:
-            return float("nan")
-        s += (float(p) - (1.0 if str(k).strip().lower() == g else 0.0)) ** 2
-    if g not in {str(k).strip().lower() for k in probs}:
-        s += 1.0
-    return s
 
 
 # -- snapshot --------------------------------------------------------------------------------
@@ -388,20 +381,48 @@ class Snapshot:
     )
     human_stats: dict[str, Any] | None = None
     worldsense: pd.DataFrame | None = None  # problemname, acc, acc_ci, bias, bias_ci
+    brier_yes: float = float("nan")
+    accuracy_name: str = "accuracy"
+    metrics: Any = None  # the pipeline's RunMetrics these numbers come from
     failing: dict[str, list[Any]] = field(default_factory=dict)
     group_values: list[str] = field(default_factory=list)
 
 
-def _acc(label: str, correct: np.ndarray, clusters: np.ndarray | None) -> Acc | None:
-    from llmscope.analysis.intervals import accuracy_ci
+# The dashboard runs these producers of the metrics pipeline (the others need columns the
+# light rows do not carry, and the dashboard does not show them).
+DASHBOARD_PRODUCERS = ("accuracy", "yesno", "calibration", "commonsense", "human_correlation", "worldsense")
+# Fields the pipeline reads from an item (besides the suite's group_by and cluster field).
+_PIPELINE_FIELDS = ("human_q1", "category", "tuple_ID", "expectedresp", "problemname", "problemsize",
+                    "options")
 
-    if len(correct) == 0:
+
+def pipeline_frame(model: RunModel, df: pd.DataFrame) -> pd.DataFrame:
+    """The light rows with the item fields the pipeline needs as ``f.<name>`` columns."""
+    out = df.copy()
+    fields = out["item_id"].map(lambda i: (model.items.get(i) or {}).get("fields") or {})
+    names = [*model.group_by, *([model.cluster_field] if model.cluster_field else []), *_PIPELINE_FIELDS]
+    for f in dict.fromkeys(names):
+        vals = fields.map(lambda d, f=f: d.get(f))
+        if vals.notna().any():
+            out[f"f.{f}"] = vals.astype(object)
+    out["run_id"] = model.run_id
+    return out
+
+
+def _acc_of(m: Any, label: str) -> Acc | None:
+    if m is None or m.value is None:
         return None
-    res = accuracy_ci(correct, clusters, n_boot=500)
-    return Acc(label, float(res.mean), float(res.lo), float(res.hi), int(res.n))
+    lo = float("nan") if m.lo is None else float(m.lo)
+    hi = float("nan") if m.hi is None else float(m.hi)
+    return Acc(label, float(m.value), lo, hi, int(m.n or 0))
 
 
 def compute_snapshot(model: RunModel, df: pd.DataFrame) -> Snapshot:
+    """What the dashboard draws: every number from the metrics pipeline (`analysis.metrics`)."""
+    from llmscope.analysis.calibration import reliability
+    from llmscope.analysis.metrics import compute_metrics
+    from llmscope.analysis.yesno import other_histogram
+
     snap = Snapshot(n=len(df))
     if df.empty:
         return snap
@@ -410,157 +431,95 @@ def compute_snapshot(model: RunModel, df: pd.DataFrame) -> Snapshot:
     correct = pd.to_numeric(df["correct"], errors="coerce").to_numpy(float)
     ok = ~err & np.isfinite(correct)
     snap.n_scored = int(ok.sum())
-    sc = df[ok]
-    if "cluster" in sc:
-        clusters = sc["cluster"].to_numpy()
-    else:
-        clusters = sc["item_id"].to_numpy()
-    c = correct[ok]
-    snap.overall = _acc("overall", c, clusters)
-    variants = sc["variant"].astype(str).to_numpy()
-    uniq = sorted(set(df["variant"].astype(str)))
-    if len(uniq) > 1:
-        for v in uniq:
-            m = variants == v
-            a = _acc(v, c[m], clusters[m])
-            if a:
-                snap.variants.append(a)
+    rm = compute_metrics(pipeline_frame(model, df), model.run, model.spec, producers=DASHBOARD_PRODUCERS)
+    snap.metrics = rm
+    acc_name = "item_accuracy" if rm.get("item_accuracy") is not None else "accuracy"
+    snap.accuracy_name = acc_name
+    snap.overall = _acc_of(rm.get(acc_name), "overall")
+    snap.variants = [a for m in rm.by_group(acc_name, "variant") if (a := _acc_of(m, str(m.group["variant"])))]
     for g in model.group_by:
-        col = f"g.{g}"
-        if col not in sc:
-            continue
-        keys = sc[col].astype(str).to_numpy()
-        out = []
-        for k in sorted(set(keys))[:MAX_GROUPS]:
-            m = keys == k
-            a = _acc(k, c[m], clusters[m])
-            if a:
-                out.append(a)
-        snap.groups[g] = out
-    _calibration(model, df, ok, snap)
-    _yesno(model, df, err, snap)
+        accs = [a for m in rm.by_group(acc_name, g)[:MAX_GROUPS] if (a := _acc_of(m, str(m.group[g])))]
+        if accs:
+            snap.groups[g] = accs
+
+    def val(name: str) -> float:
+        m = rm.get(name)
+        return float("nan") if m is None or m.value is None else float(m.value)
+
+    snap.ece, snap.mce, snap.brier, snap.brier_yes = val("ece"), val("mce"), val("brier"), val("brier_yes")
+    conf = pd.to_numeric(df["confidence"], errors="coerce").to_numpy(float)[ok]
+    if np.isfinite(conf).any():
+        # The diagram's bins; ECE/MCE above are the pipeline's numbers for the same rows.
+        snap.rel_bins = reliability(conf, correct[ok], n_bins=10).bins
+    other = pd.to_numeric(df["other"], errors="coerce").to_numpy(float)[~err]
+    other = other[np.isfinite(other)]
+    if len(other) and model.task == "yesno":
+        snap.other_mean = val("mean_p_other")
+        snap.off_format = val("off_format_rate")
+        snap.other_hist = other_histogram(other, bins=10)
+    _yesno_table(rm, snap)
     if model.has_human:
         _human(df, err, snap)
+        hs: dict[str, Any] = {}
+        for k in ("consensus", "awareness", "commonsensicality"):
+            m = rm.get(k)
+            if m is not None:
+                hs[k], hs[f"{k}_lo"], hs[f"{k}_hi"] = m.value, m.lo, m.hi
+        hs["pearson"], hs["spearman"] = val("human_pearson"), val("human_spearman")
+        snap.human_stats = hs
     if model.is_worldsense:
-        snap.worldsense = _worldsense(model, df)
+        snap.worldsense = _worldsense_table(rm)
     _failing(model, df, err, correct, snap)
     return snap
 
 
-def _calibration(model: RunModel, df: pd.DataFrame, ok: np.ndarray, snap: Snapshot) -> None:
-    from llmscope.analysis.calibration import brier_binary, reliability
-
-    conf = pd.to_numeric(df["confidence"], errors="coerce").to_numpy(float)[ok]
-    corr = pd.to_numeric(df["correct"], errors="coerce").to_numpy(float)[ok]
-    if np.isfinite(conf).any():
-        rel = reliability(conf, corr, n_bins=10)
-        snap.rel_bins, snap.ece, snap.mce = rel.bins, rel.ece, rel.mce
-    sub = df[ok]
-    if model.task == "yesno":
-        snap.brier = brier_binary(
-            pd.to_numeric(sub["p_yes"], errors="coerce"), sub["gold"].astype(object)
-        )
-    else:
-        b = pd.to_numeric(sub["brier_i"], errors="coerce").to_numpy(float)
-        b = b[np.isfinite(b)]
-        snap.brier = float(b.mean()) if len(b) else float("nan")
-
-
-def _yesno(model: RunModel, df: pd.DataFrame, err: np.ndarray, snap: Snapshot) -> None:
-    from llmscope.analysis.yesno import other_histogram, yesno_summary
-
-    other = pd.to_numeric(df["other"], errors="coerce").to_numpy(float)[~err]
-    other = other[np.isfinite(other)]
-    if len(other):
-        snap.other_mean = float(other.mean())
-        snap.other_hist = other_histogram(other, bins=10)
-    if model.task != "yesno":
-        return
-    sub = df[~err].copy()
-    sub["p_yes"] = pd.to_numeric(sub["p_yes"], errors="coerce")
-    sub["p_no"] = pd.to_numeric(sub["p_no"], errors="coerce")
-    sub["p_other"] = pd.to_numeric(sub["other"], errors="coerce")
-    sub = sub[sub["p_yes"].notna()]
-    if sub.empty:
-        return
-    sub["variant"] = sub["variant"].astype(str)
-    overall = yesno_summary(sub)
-    overall.insert(0, "variant", "all")
-    parts = [overall]
-    if sub["variant"].nunique() > 1:
-        parts.append(yesno_summary(sub, by=["variant"]))
-    snap.yesno = pd.concat(parts, ignore_index=True)
-    snap.off_format = float(overall["off_format_rate"].iloc[0])
+def _yesno_table(rm: Any, snap: Snapshot) -> None:
+    names = ("mean_p_yes", "pred_yes_rate", "gold_yes_rate", "yes_bias")
+    groups: list[dict[str, Any]] = [{}] + [m.group for m in rm.by_group("mean_p_yes", "variant")]
+    recs = []
+    for g in groups:
+        if rm.get("mean_p_yes", g) is None:
+            continue
+        rec: dict[str, Any] = {"variant": g.get("variant", "all")}
+        for n in names:
+            m = rm.get(n, g)
+            rec[n] = None if m is None else m.value
+            rec[n + "_ci"] = None if m is None else m.ci95
+        recs.append(rec)
+    snap.yesno = pd.DataFrame(recs) if recs else None
 
 
 def _human(df: pd.DataFrame, err: np.ndarray, snap: Snapshot) -> None:
-    from llmscope.analysis.commonsense import binarize, commonsensicality, correlation
-
-    sub = df[~err & df["human"].notna().to_numpy()].copy()
-    if sub.empty:
+    """The P(yes) histograms split by the human majority (drawn, not a metric)."""
+    sub = df[~err].copy()
+    if "human" not in sub or pd.to_numeric(sub["human"], errors="coerce").isna().all():
         return
     sub["variant"] = sub["variant"].astype(str)
-    variants = set(sub["variant"])
-    q1 = sub[sub["variant"] == "q1"] if "q1" in variants else sub
+    q1 = sub[sub["variant"] == "q1"] if "q1" in set(sub["variant"]) else sub
     py = pd.to_numeric(q1["p_yes"], errors="coerce").to_numpy(float)
-    hum = q1["human"].to_numpy(float)
-    edges = np.linspace(0, 1, 11)
-    fin = np.isfinite(py)
-    snap.human_hist = {
-        "humans agree": np.histogram(py[fin & (hum >= 0.5)], bins=edges)[0].tolist(),
-        "humans disagree": np.histogram(py[fin & (hum < 0.5)], bins=edges)[0].tolist(),
-    }
-    stats: dict[str, Any] = {"n": int(fin.sum())}
-    stats.update({k: v for k, v in correlation(py, hum).items() if k in ("pearson", "spearman")})
-    a = q1[["item_id", "human", "p_yes", "p_no"]].drop_duplicates("item_id")
-    frame = pd.DataFrame(
-        {"id": a["item_id"], "human": a["human"], "model_q1": binarize(a["p_yes"], a["p_no"])}
-    )
-    if "q2" in variants:
-        q2 = sub[sub["variant"] == "q2"].drop_duplicates("item_id")
-        m2 = pd.Series(binarize(q2["p_yes"], q2["p_no"]), index=q2["item_id"].to_numpy())
-        frame["model_q2"] = frame["id"].map(m2)
-    else:
-        frame["model_q2"] = np.nan
-    cs = commonsensicality(frame, n_boot=200).iloc[0].to_dict()
-    stats.update(cs)
-    snap.human_stats = stats
+    hum = pd.to_numeric(q1["human"], errors="coerce").to_numpy(float)
+    fin = np.isfinite(py) & np.isfinite(hum)
+    from llmscope.analysis.calibration import uniform_bin
+
+    def hist(x: np.ndarray) -> list[int]:
+        return np.bincount(uniform_bin(x, 10), minlength=10).tolist()
+
+    snap.human_hist = {"humans agree": hist(py[fin & (hum >= 0.5)]),
+                       "humans disagree": hist(py[fin & (hum < 0.5)])}
 
 
-def _worldsense(model: RunModel, df: pd.DataFrame) -> pd.DataFrame | None:
-    from llmscope.analysis.worldsense import group_stats, tuple_table
-
-    f = df["item_id"].map(lambda i: (model.items.get(i) or {}).get("fields") or {})
-    t = pd.DataFrame(
-        {
-            "Key": df["item_id"],
-            "resp": df["prediction"].fillna(""),
-            "modelname": "model",
-            "prompting": df["variant"].astype(str),
-            **{
-                k: f.map(lambda x, k=k: x.get(k))
-                for k in ("tuple_ID", "expectedresp", "goldresp", "problemname", "problemsize")
-            },
-        }
-    )
-    t = t[t["tuple_ID"].notna()]
-    if t.empty:
-        return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # incomplete tuples while a run streams are expected
-        tuples = tuple_table(t)
-        if tuples.empty:
-            return None
-        acc = group_stats(tuples, ["problemname"], "acc").reset_index()
-        bias = group_stats(tuples, ["problemname"], "bias").reset_index()
-    out = acc[["problemname", "mean", "conf95"]].rename(columns={"mean": "acc", "conf95": "acc_ci"})
-    out = out.merge(
-        bias[["problemname", "mean", "conf95"]].rename(
-            columns={"mean": "bias", "conf95": "bias_ci"}
-        ),
-        on="problemname",
-    )
-    return out
+def _worldsense_table(rm: Any) -> pd.DataFrame | None:
+    recs = []
+    for m in rm.by_group("worldsense_accuracy", "problemname"):
+        b = rm.get("worldsense_bias", m.group)
+        recs.append({
+            "problemname": m.group["problemname"],
+            "acc": m.value,
+            "acc_ci": None if m.hi is None else m.hi - m.value,
+            "bias": None if b is None else b.value,
+            "bias_ci": None if b is None or b.hi is None else b.hi - b.value,
+        })
+    return pd.DataFrame(recs) if recs else None
 
 
 FAIL_COLS = [
@@ -690,65 +649,67 @@ def item_detail_live(model: RunModel, item_id: str, feed: LiveFeed | None = None
 
 # -- compare ---------------------------------------------------------------------------------
 def compare_runs(store: Store, run_ids: list[str]) -> dict[str, Any]:
-    """Metrics side by side and paired tests of each run against the first."""
-    from llmscope.analysis.compare import compare_runs as paired
-    from llmscope.analysis.intervals import accuracy_ci
+    """Metrics side by side and paired tests of each run against the first.
+
+    Every number comes from `llmscope.compare` (the metrics pipeline), as in `llmscope compare`.
+    """
+    from llmscope.compare import compare_runs as core
+    from llmscope.compare import run_accuracy
 
     runs = [store.get_run(r) for r in run_ids]
     runs = [r for r in runs if r is not None]
-    frames = {
-        r["run_id"]: store.query_df(
-            "SELECT item_id, variant, correct, prediction, gold, confidence, error FROM results WHERE run_id = ?",
-            [r["run_id"]],
-        )
-        for r in runs
-    }
     table = []
     for r in runs:
-        f = frames[r["run_id"]]
-        ok = f[f["error"].isna()]
-        ci = accuracy_ci(
-            pd.to_numeric(ok["correct"], errors="coerce").to_numpy(float),
-            ok["item_id"].to_numpy(),
-            n_boot=500,
-        )
+        n_all, n_err = store.execute(
+            "SELECT count(*), count(error) FROM results WHERE run_id = ?", [r["run_id"]]
+        ).fetchone() or (0, 0)
+        acc = run_accuracy(store, r)
+        ci = acc["ci95"] or [float("nan"), float("nan")]
         table.append(
             {
                 "run_id": r["run_id"],
                 "model": r.get("model"),
                 "suite": r.get("suite_name"),
                 "status": r.get("status"),
-                "n": len(f),
-                "errors": int(f["error"].notna().sum()),
-                "accuracy": ci.mean,
-                "lo": ci.lo,
-                "hi": ci.hi,
+                "n": int(n_all),
+                "errors": int(n_err),
+                "accuracy": float("nan") if acc["value"] is None else acc["value"],
+                "lo": ci[0],
+                "hi": ci[1],
             }
         )
+    same_suite = len({r["suite_id"] for r in runs}) <= 1
     tests = []
     disagreements = []
-    if runs:
+    if len(runs) >= 2 and same_suite:
+        out = core(store, [r["run_id"] for r in runs])
         base = runs[0]["run_id"]
-        for r in runs[1:]:
-            a = frames[base][frames[base]["error"].isna()]
-            b = frames[r["run_id"]][frames[r["run_id"]]["error"].isna()]
-            cmp = paired(a, b, cluster_col="item_id", n_boot=500)
+        for c in out["comparisons"]:
+            b = c["run"]["run_id"]
+            m = c["mcnemar"]
             tests.append(
                 {
                     "a": base,
-                    "b": r["run_id"],
-                    "n": cmp.n,
-                    "diff": cmp.diff,
-                    "lo": cmp.diff_lo,
-                    "hi": cmp.diff_hi,
-                    "b_only_a": cmp.mcnemar.b,
-                    "c_only_b": cmp.mcnemar.c,
-                    "p": cmp.mcnemar.pvalue,
-                    "method": cmp.mcnemar.method,
+                    "b": b,
+                    "n": c["n"],
+                    "n_clusters": c["n_clusters"],
+                    "diff": c["diff"],
+                    "lo": c["diff_ci95"][0],
+                    "hi": c["diff_ci95"][1],
+                    "p_value": c["p_value"],
+                    "b_only_a": m["b_base_only"],
+                    "c_only_b": m["c_run_only"],
+                    "p": m["p"],
+                    "method": m["method"],
                 }
             )
-            for rec in cmp.disagreements.to_dict("records"):
-                disagreements.append({"a": base, "b": r["run_id"], **rec})
+            for rec in c["disagreements"]:
+                disagreements.append(
+                    {"a": base, "b": b, "item_id": rec["item_id"], "variant": rec["variant"],
+                     "correct_a": rec["correct_base"], "correct_b": rec["correct_run"],
+                     "prediction_a": rec["prediction_base"], "prediction_b": rec["prediction_run"],
+                     "gold_a": rec["gold"]}
+                )
     items: dict[str, str] = {}
     if runs:
         row = store.execute(

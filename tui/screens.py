@@ -21,6 +21,7 @@ from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Pro
 from textual.worker import Worker
 
 from llmscope.analysis.api_method import method_banner
+from llmscope.analysis.metrics import display
 from llmscope.store.db import StoreError
 from llmscope.tui.model import (
     LiveFeed,
@@ -521,7 +522,8 @@ class DashboardScreen(BaseScreen):
                 progress = h.reporter.snapshot()
         self.run = run
         assert self.model is not None
-        snap_ = self.model.compute()
+        # While a run streams, the metrics pipeline runs at most every two refreshes.
+        snap_ = self.model.compute(throttle_s=app.refresh_s * 2 if self._is_active(run) else 0.0)
         self.post_message(DashData(run, progress, snap_, self.source))
 
     def _load_db(self, initial: bool) -> None:
@@ -575,7 +577,7 @@ class DashboardScreen(BaseScreen):
             )
         acc = snap.overall
         if acc is not None:
-            t.append(f"   accuracy {acc.mean:.3f} [{acc.lo:.3f}, {acc.hi:.3f}]")
+            t.append(f"   {snap.accuracy_name} {acc.mean:.3f} [{acc.lo:.3f}, {acc.hi:.3f}]")
         banner = method_banner(run)  # API runs: the scoring method chosen and why
         if banner:
             t.append("\n" + clean(banner), style="cyan")
@@ -588,7 +590,7 @@ class DashboardScreen(BaseScreen):
         model = self.model
         # accuracy
         tab = Table(box=None, padding=(0, 1), show_header=True, header_style="bold", expand=True)
-        tab.add_column("accuracy", no_wrap=True, overflow="ellipsis", ratio=2)
+        tab.add_column(snap.accuracy_name, no_wrap=True, overflow="ellipsis", ratio=2)
         tab.add_column("mean", justify="right", width=5)
         tab.add_column("95% CI", width=16, no_wrap=True)
         tab.add_column("n", justify="right", width=5)
@@ -629,13 +631,17 @@ class DashboardScreen(BaseScreen):
             self.query_one("#other", Static).update(sg_panel(snap))
         # calibration
         self.query_one(ReliabilityPlot).show(snap.rel_bins)
+        # Labels are the metric names `llmscope report` prints (docs/METRICS.md).
         cal = Text()
-        cal.append("ECE ", style="bold")
+        cal.append("ece ", style="bold")
         cal.append(fmt(snap.ece))
-        cal.append("   MCE ", style="bold")
+        cal.append("   mce ", style="bold")
         cal.append(fmt(snap.mce))
-        cal.append("\nBrier ", style="bold")
+        cal.append("\nbrier ", style="bold")
         cal.append(fmt(snap.brier))
+        if not math.isnan(snap.brier_yes):
+            cal.append("\nbrier_yes ", style="bold")
+            cal.append(fmt(snap.brier_yes))
         self.query_one("#cal", Static).update(cal)
         # humans
         if model is not None and model.has_human and snap.human_hist:
@@ -664,31 +670,29 @@ class DashboardScreen(BaseScreen):
     def _bias(self, snap: Snapshot) -> Any:
         parts: list[Any] = []
         if snap.yesno is not None and len(snap.yesno):
+            recs = snap.yesno.to_dict("records")
+            ci = recs[0].get("yes_bias_ci")
             t = Table(
                 box=None,
                 padding=(0, 1),
                 header_style="bold",
-                title="yes/no bias",
+                title="yes/no bias" + (f" (yes_bias 95% CI [{fmt(ci[0])}, {fmt(ci[1])}])" if ci else ""),
                 title_justify="left",
                 expand=True,
             )
-            for c in ("variant", "mean P(yes)", "pred yes", "gold yes", "bias"):
-                t.add_column(c, justify="left" if c == "variant" else "right")
-            for r in snap.yesno.to_dict("records"):
-                t.add_row(
-                    literal(r.get("variant")),
-                    fmt(r["p_yes"]),
-                    fmt(r["pred_yes_rate"]),
-                    fmt(r["gold_yes_rate"]),
-                    fmt(r["yes_bias"]),
-                )
+            # One row per metric (the names `llmscope report` prints), one column per variant.
+            t.add_column("metric", justify="left", no_wrap=True)
+            for r in recs:
+                t.add_column(literal(str(r.get("variant"))), justify="right", no_wrap=True)
+            for name in ("mean_p_yes", "pred_yes_rate", "gold_yes_rate", "yes_bias"):
+                t.add_row(name, *[fmt(r[name]) for r in recs])
             parts.append(t)
         if snap.worldsense is not None and len(snap.worldsense):
             t = Table(
                 box=None,
                 padding=(0, 1),
                 header_style="bold",
-                title="WorldSense per problem",
+                title="WorldSense per problem (the authors' metrics: worldsense_accuracy %, worldsense_bias)",
                 title_justify="left",
                 expand=True,
             )
@@ -697,10 +701,10 @@ class DashboardScreen(BaseScreen):
             for r in snap.worldsense.to_dict("records"):
                 t.add_row(
                     literal(r["problemname"]),
-                    fmt(r["acc"]),
-                    fmt(r["acc_ci"]),
-                    fmt(r["bias"]),
-                    fmt(r["bias_ci"]),
+                    display("worldsense_accuracy", r["acc"]),
+                    display("worldsense_accuracy", r["acc_ci"]),
+                    display("worldsense_bias", r["bias"]),
+                    display("worldsense_bias", r["bias_ci"]),
                 )
             parts.append(t)
         return Group(*parts) if parts else Text("")
@@ -954,6 +958,11 @@ def _render_variant(v: dict[str, Any]) -> list[Any]:
             t.add_row(literal(opt), *[fmt(m.get(k), 4) for k in methods])
         out.append(t)
     extra = v.get("extra")
+    if isinstance(extra, dict) and isinstance(extra.get("context"), dict):
+        # Minimal pairs: what each sentence was conditioned on (task option `context`).
+        c = extra["context"]
+        out.append(Text.assemble(("sentence context ", "bold"), literal(f"{c.get('mode')} {c.get('text')!r}"),
+                                 (f"  ({c.get('why')})", "dim")))
     if isinstance(extra, dict) and extra:
         if "methods" in extra:
             out.append(Text("methods", style="bold"))
@@ -1047,9 +1056,11 @@ class CompareScreen(BaseScreen):
             )
         for x in d["tests"]:
             s.append(f"{x['b']} vs {x['a']}: ", style="bold")
+            mp = "-" if x["p"] is None else f"{x['p']:.4g}"
             s.append(
-                f"Δacc {x['diff']:+.3f} [{x['lo']:+.3f}, {x['hi']:+.3f}]  n={x['n']}   McNemar "
-                f"b={x['b_only_a']} c={x['c_only_b']} p={x['p']:.4g} ({x['method']})\n"
+                f"Δacc {x['diff']:+.3f} [{x['lo']:+.3f}, {x['hi']:+.3f}] p={x['p_value']:.4g}  "
+                f"n={x['n']} clusters={x['n_clusters']}   McNemar "
+                f"b={x['b_only_a']} c={x['c_only_b']} p={mp} ({x['method']})\n"
             )
         self.query_one("#cmp-tests", Static).update(s)
         dis = d["disagreements"]

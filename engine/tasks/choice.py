@@ -37,7 +37,8 @@ from typing import Any
 from llmscope.engine.abstain import abstain
 from llmscope.engine.backend import Backend, BackendError
 from llmscope.engine.choice_math import ChoiceScores, content_free_probs, score_options, softmax
-from llmscope.engine.tasks.base import Task, register
+from llmscope.engine.tasks.base import Task, chat_option, register
+from llmscope.engine.tasks.options import OptionSpec
 from llmscope.engine.types import Item, LogLikOut, Result, Work
 
 DEFAULT_CONTENT_FREE = ["N/A", "", "[MASK]"]
@@ -136,6 +137,16 @@ class ChoiceTask(Task):
     """Score each option by log-likelihood; report raw, length-normalised, calibrated and PMI choices."""
 
     name = "choice"
+    option_specs = (
+        chat_option(False),
+        OptionSpec("continuation", "str", " {option}", "how an option is appended to the prompt"),
+        OptionSpec("domain_prompt", "str?", "Answer:", "context for PMI scoring; null or \"\" disables PMI"),
+        OptionSpec("content_free", "list[str]", list(DEFAULT_CONTENT_FREE),
+                   "content-free inputs for contextual calibration; [] disables it"),
+        OptionSpec("alpha", "float", 1.0, "inverse temperature of expected accuracy", min=0.0),
+        OptionSpec("permutations", "int", 0, "extra option-order permutations per item (variants <v>@p<j>)",
+                   min=0),
+    )
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         super().__init__(options)

@@ -29,6 +29,7 @@ from __future__ import annotations
 from llmscope.engine.backend import Backend, BackendError, GenParams
 from llmscope.engine.tasks.base import Task, register
 from llmscope.engine.tasks.choice import continuation_text, loglik_option_result
+from llmscope.engine.tasks.options import OptionSpec
 from llmscope.engine.types import Result, Work
 
 _PAIRS = [
@@ -79,6 +80,18 @@ class ConstrainedTask(Task):
     """Pick one allowed response: by likelihood for local models, by generation otherwise."""
 
     name = "constrained"
+    option_specs = (
+        OptionSpec("chat", "bool", None, "chat template (unset: false for loglik, true for generate)"),
+        OptionSpec("mode", "str", "auto", "loglik (local models), generate, or auto",
+                   choices=("auto", "loglik", "generate")),
+        OptionSpec("equivalent", "dict[str,str]?", None, "answer classes: response -> class scored as equal"),
+        OptionSpec("continuation", "str", " {option}", "how a response is appended (loglik mode)"),
+        OptionSpec("case_sensitive", "bool", False, "match generated responses case-sensitively"),
+        OptionSpec("stop", "str|list[str]", [], "stop sequences (generate mode)"),
+        OptionSpec("max_new_tokens", "int", 16, "generation budget (generate mode)", min=1),
+        OptionSpec("seed", "int?", 0, "sampling seed passed to the backend"),
+        OptionSpec("prompting", "str", "basic", "prompting condition label (WorldSense analysis)"),
+    )
 
     def mode_for(self, backend: Backend) -> str:
         mode = str(self.options.get("mode", "auto"))

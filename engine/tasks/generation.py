@@ -34,7 +34,8 @@ from llmscope.engine.normalize import (
     normalise,
     token_f1_normalised,
 )
-from llmscope.engine.tasks.base import Task, register
+from llmscope.engine.tasks.base import Task, chat_option, register
+from llmscope.engine.tasks.options import OptionSpec
 from llmscope.engine.types import Result, Work
 
 
@@ -58,6 +59,16 @@ class GenerationTask(Task):
     """Generate a short answer; exact match and token F1 against the gold answers."""
 
     name = "generation"
+    option_specs = (
+        chat_option(True),
+        OptionSpec("stop", "str|list[str]", ["\n"], "stop sequences"),
+        OptionSpec("max_new_tokens", "int", 32, "generation budget", min=1),
+        OptionSpec("temperature", "float", 0.0, "sampling temperature (0 = greedy)", min=0.0),
+        OptionSpec("top_p", "float", 1.0, "nucleus sampling mass", min=0.0, max=1.0),
+        OptionSpec("n", "int", 1, "samples per item", min=1),
+        OptionSpec("seed", "int?", 0, "sampling seed"),
+        OptionSpec("answers_field", "str", "answers", "item field with the acceptable answers"),
+    )
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         super().__init__(options)

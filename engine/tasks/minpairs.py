@@ -4,13 +4,29 @@ An item carries `sentences` (≥ 2 strings), `good` (index of the acceptable one
 default 0) and optionally `critical`: a [start, end) character span applied to
 every sentence, or a list with one span (or null) per sentence.
 
-Each sentence is scored as log P(sentence) = loglik((context, sentence)) with the
-empty context by default (the backend prepends BOS); task option `context`
-sets a prefix. All sentences of an item go in one loglik call.
+Each sentence is scored as log P(sentence | context). Task option `context` says
+what the sentence is conditioned on (all sentences of an item go in one loglik call):
+
+- ``eos``: the tokenizer's document separator, the token that sat between documents
+  in pretraining: ``<|endoftext|>`` when the vocabulary has it (GPT-2, Qwen, SmolLM),
+  else the EOS token. For SmolLM2-Instruct this matters: its BOS is the chat token
+  ``<|im_start|>``, after which a sentence scores far lower than after
+  ``<|endoftext|>``.
+- ``bos``: the backend's start token (the empty context: BOS, or EOS without one).
+- ``none``: no conditioning token is scored against: the sentence's first token is
+  left out of log P (it has no context); later tokens are scored as for ``bos``.
+- ``text``: the literal prefix in option ``context_text``.
+- ``auto`` (default): ``eos`` when the backend's tokenizer has a document separator
+  (``<|endoftext|>``) and does not add a BOS itself; ``bos`` otherwise (tokenizers that
+  start every document with BOS, such as Llama and Gemma, and API backends whose
+  tokenizer is unknown).
+
+The resolved context is stored with every item (`extra["context"]`: mode, text,
+why) and the option itself with the run, so the drill-down and the run record show it.
 
 correct = 1.0 when log P(good) > log P(s) for every other sentence (strictly; a
-tie counts as wrong), else 0.0. prediction = the sentence with the highest
-log-probability (first on ties); probs = softmax of the sentence log-probs (a
+tie counts as wrong, the project's tie rule, docs/METRICS.md), else 0.0.
+prediction = the sentence with the highest log-probability (first on ties); probs = softmax of the sentence log-probs (a
 forced choice between the sentences); confidence = probs[prediction].
 
 Critical region: tokens are mapped to characters with the backend's `tokens`
@@ -35,6 +51,7 @@ from typing import Any
 from llmscope.engine.backend import Backend
 from llmscope.engine.choice_math import argmax_first, softmax
 from llmscope.engine.tasks.base import Task, register
+from llmscope.engine.tasks.options import OptionSpec
 from llmscope.engine.types import LogLikOut, Result, Work
 
 LN2 = math.log(2.0)
@@ -96,6 +113,51 @@ def critical_surprisal(text: str, out: LogLikOut, span: tuple[int, int]) -> dict
     return info
 
 
+CONTEXT_MODES = ("auto", "eos", "bos", "none", "text")
+DOC_SEPARATOR = "<|endoftext|>"
+
+
+def document_separator(tok: Any) -> str | None:
+    """The token a tokenizer's pretraining put between documents, or None when unknown."""
+    if tok is None:
+        return None
+    vocab = set(getattr(tok, "all_special_tokens", []) or []) | set(
+        (getattr(tok, "get_added_vocab", lambda: {})() or {}).keys()
+    )
+    if DOC_SEPARATOR in vocab:
+        return DOC_SEPARATOR
+    eos = getattr(tok, "eos_token", None)
+    return str(eos) if eos else None
+
+
+def resolve_context(mode: str, text: str, backend: Backend) -> dict[str, Any]:
+    """{mode, text, why} for a context option on a backend (see module docstring)."""
+    tok = getattr(backend, "tok", None)
+    adds_bos = bool(getattr(backend, "add_bos", False))
+    sep = document_separator(tok)
+    if mode == "auto":
+        if sep is not None and not adds_bos:
+            return {"mode": "eos", "text": sep, "why": "auto: the tokenizer's document separator"}
+        why = ("auto: the tokenizer starts documents with BOS" if adds_bos
+               else "auto: no tokenizer to find a document separator in (backend default start token)")
+        return {"mode": "bos", "text": "", "why": why}
+    if mode == "eos":
+        if sep is None:
+            raise ValueError("context 'eos': the backend has no tokenizer with a document separator; "
+                             "use context bos, none or text")
+        return {"mode": "eos", "text": sep, "why": "option"}
+    if mode == "text":
+        return {"mode": "text", "text": text, "why": "option"}
+    return {"mode": mode, "text": "", "why": "option"}
+
+
+def _drop_first(o: LogLikOut) -> LogLikOut:
+    """The sentence's log-probability without its first token (context `none`)."""
+    lps = list(o.token_logprobs)[1:]
+    return LogLikOut(logprob=float(sum(lps)), n_tokens=len(lps), token_logprobs=lps,
+                     tokens=list(o.tokens)[1:], n_context_tokens=o.n_context_tokens + 1)
+
+
 def _spans(critical: Any, n: int) -> list[tuple[int, int] | None]:
     if critical is None:
         return [None] * n
@@ -123,6 +185,32 @@ class MinPairsTask(Task):
     """Compare sentence log-probabilities; the acceptable sentence should win."""
 
     name = "minpairs"
+    option_specs = (
+        OptionSpec("context", "str", "auto", "what each sentence is conditioned on",
+                   choices=CONTEXT_MODES),
+        OptionSpec("context_text", "str", "", "the literal prefix for context: text"),
+    )
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        super().__init__(options)
+        mode = self.options.get("context", "auto")
+        if mode == "text" and "context_text" not in self.options:
+            from llmscope.engine.tasks.options import TaskOptionError
+
+            raise TaskOptionError("option 'context' of task 'minpairs' is 'text' but no 'context_text' is given")
+        self._resolved: dict[str, Any] | None = None
+
+    def describe(self) -> dict[str, Any]:
+        # The context mode is part of the run's identity even when left at its default.
+        return {"task": self.name, "context": "auto", **self.options}
+
+    def resolve_context(self, backend: Backend) -> dict[str, Any]:
+        """The context actually used: {mode, text, why} (see module docstring)."""
+        if self._resolved is None:
+            self._resolved = resolve_context(
+                str(self.options.get("context", "auto")), str(self.options.get("context_text", "")), backend
+            )
+        return self._resolved
 
     async def score(self, work: Work, backend: Backend) -> Result:
         f = work.item.fields
@@ -134,9 +222,13 @@ class MinPairsTask(Task):
         if not 0 <= good < len(sents):
             raise ValueError(f"good index {good} out of range for {len(sents)} sentences")
         spans = _spans(f.get("critical"), len(sents))
-        context = str(self.options.get("context", ""))
+        ctx = self.resolve_context(backend)
+        context = str(ctx["text"])
         outs = await backend.loglik([(context, s) for s in sents], chat=False)
-        lps = [o.logprob for o in outs]
+        # Critical regions keep every token (they align to the sentence text); the score
+        # leaves the unconditioned first token out under context `none`.
+        scored = [_drop_first(o) for o in outs] if ctx["mode"] == "none" else outs
+        lps = [o.logprob for o in scored]
         pred = argmax_first(lps)
         probs = softmax(lps)
         correct = 1.0 if all(lps[good] > lp for i, lp in enumerate(lps) if i != good) else 0.0
@@ -146,7 +238,7 @@ class MinPairsTask(Task):
                 "n_tokens": float(o.n_tokens),
                 "mean_token": o.logprob / max(o.n_tokens, 1),
             }
-            for s, o in zip(sents, outs, strict=True)
+            for s, o in zip(sents, scored, strict=True)
         }
         critical = [
             None if sp is None else critical_surprisal(s, o, sp)
@@ -170,6 +262,7 @@ class MinPairsTask(Task):
             lps[good] - max(lp for i, lp in enumerate(lps) if i != good)
         )
         res.extra["critical"] = critical
+        res.extra["context"] = dict(ctx)
         res.extra["surprisal_unit"] = "surprisal_nats = -ln P; surprisal_bits = -log2 P"
         res.extra["per_token"] = [
             {"tokens": list(o.tokens), "logprobs": [float(x) for x in o.token_logprobs]}

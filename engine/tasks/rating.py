@@ -25,7 +25,9 @@ from typing import Any
 
 from llmscope.engine.abstain import abstain
 from llmscope.engine.backend import Backend
-from llmscope.engine.tasks.base import Task, register
+from llmscope.engine.choice_math import strict_win
+from llmscope.engine.tasks.base import Task, chat_option, register
+from llmscope.engine.tasks.options import OptionSpec
 from llmscope.engine.types import Result, Work
 
 
@@ -50,6 +52,10 @@ class RatingTask(Task):
     """Distribution over scale labels, expected rating and argmax label."""
 
     name = "rating"
+    option_specs = (
+        chat_option(True),
+        OptionSpec("top_k", "int", 20, "top tokens read at the answer position", min=1),
+    )
 
     def labels(self, work: Work) -> list[str]:
         labels = self.options.get("answers") or work.options or [str(i) for i in range(1, 6)]
@@ -101,7 +107,8 @@ class RatingTask(Task):
                     )
             gold_value: float | None
             if gold_label is not None:
-                res.correct = 1.0 if gold_label == labels[pred] else 0.0
+                # Tie rule (docs/METRICS.md): a tie is never credited.
+                res.correct = strict_win(probs, labels.index(gold_label))
                 gold_value = values[labels.index(gold_label)]
             else:
                 gold_value = _num(work.gold)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from llmscope.engine.abstain import abstain
 from llmscope.engine.backend import Backend
-from llmscope.engine.tasks.base import Task, register
+from llmscope.engine.choice_math import strict_win
+from llmscope.engine.tasks.base import Task, chat_option, register
+from llmscope.engine.tasks.options import OptionSpec
 from llmscope.engine.types import Result, Work
 
 
@@ -17,6 +19,10 @@ class YesNoTask(Task):
     """
 
     name = "yesno"
+    option_specs = (
+        chat_option(True),
+        OptionSpec("top_k", "int", 20, "top tokens read at the answer position", min=1),
+    )
 
     @property
     def answers(self) -> list[str]:
@@ -32,7 +38,11 @@ class YesNoTask(Task):
         # The prediction is the likelier answer; "other" mass never wins (it is not an answer).
         pred = max(self.answers, key=lambda a: out.probs.get(a, 0.0))
         mass = sum(v for v in out.probs.values() if v == v)
-        correct = None if work.gold is None else float(pred == work.gold.strip().lower())
+        # Tie rule (docs/METRICS.md): the first listed answer is shown, a tie is never credited.
+        scores = [out.probs.get(a, 0.0) for a in self.answers]
+        g = work.gold.strip().lower() if work.gold is not None else None
+        correct = (None if g is None else
+                   (strict_win(scores, self.answers.index(g)) if g in self.answers else 0.0))
         extra = dict(out.meta)
         res = Result(
             item_id=work.item.item_id,

@@ -1,0 +1,1050 @@
+"""One metrics pipeline: a run's stored per-item rows (plus its suite spec) → :class:`RunMetrics`.
+
+Every number `llmscope report` (text, ``--json``, ``--explain``), `llmscope compare` and the TUI
+dashboard and compare screen show comes from :func:`compute_metrics`. Nothing else computes a
+metric.
+
+* Each metric is a :class:`Metric`: name, one-line definition, value, 95% interval, interval
+  method, n (trials) and n_clusters (independent units), per group.
+* Definitions live in one registry, :data:`METRICS`; docs/METRICS.md and ``report --explain``
+  are generated from it (a test keeps the file in step).
+* Producers are registered in :data:`PRODUCERS`. A producer is ``f(ctx) -> list[Metric]``;
+  a function shaped ``f(df, run, spec) -> list[metric_row dicts]`` (the shape other modules
+  use) plugs in through :func:`register_row_producer`.
+* Dependence: every interval is computed over the suite's clusters (:func:`cluster_key`):
+  the suite's ``cluster_field`` when it has one (WorldSense: the tuple), otherwise the item,
+  so an item's prompt variants and option permutations are one unit (ProbEval: the question).
+* One bootstrap configuration (:data:`BOOTSTRAP`) for the whole program, recorded in the
+  report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from .intervals import accuracy_ci
+from .rows import metric_row
+
+__all__ = [
+    "BootstrapConfig",
+    "BOOTSTRAP",
+    "MetricDef",
+    "METRICS",
+    "Metric",
+    "RunMetrics",
+    "MetricContext",
+    "PRODUCERS",
+    "register_producer",
+    "register_row_producer",
+    "compute_metrics",
+    "run_metrics",
+    "results_with_fields",
+    "cluster_key",
+    "mean_ci",
+    "cluster_bootstrap_stat",
+    "paired_comparison",
+    "PairedComparison",
+    "metrics_markdown",
+    "display",
+    "TIE_RULE",
+]
+
+
+# -- configuration ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BootstrapConfig:
+    """Resamples, seed and level of every bootstrap interval the program prints."""
+
+    resamples: int = 2000
+    seed: int = 0
+    level: float = 0.95
+
+    def describe(self) -> str:
+        return f"{self.level:.0%} intervals; cluster bootstrap {self.resamples} resamples, seed {self.seed}"
+
+
+BOOTSTRAP = BootstrapConfig()
+
+TIE_RULE = (
+    "A tie is never credited: the prediction shown is the first listed of the tied answers "
+    "(yes before no, options and sentences in item order), but an item counts as correct only "
+    "when the gold answer scores strictly above every other answer, and as a yes prediction "
+    "only when P(yes) > P(no)."
+)
+
+
+# -- definitions -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MetricDef:
+    """A metric's one name, its definition and how its interval is computed."""
+
+    name: str
+    definition: str
+    interval: str
+    tasks: str = "all"
+
+
+_RATE_CI = "cluster-t (CR1 sandwich, t with G-1 df) over clusters; Wilson without clustering"
+_MEAN_CI = "cluster-t (CR1 sandwich, t with G-1 df) on the per-item values, over clusters"
+_BOOT_CI = "percentile cluster bootstrap (BOOTSTRAP resamples and seed), clusters resampled"
+
+_DEFS: list[MetricDef] = [
+    MetricDef("accuracy", "share of scored items whose prediction is correct (mean of per-item "
+              "`correct`; generation: exact match of the first sample); per method for choice tasks",
+              _RATE_CI),
+    MetricDef("item_accuracy", "WorldSense runs only: the plain share of trials answered in the gold "
+              "answer class, unweighted and not rebalanced; NOT the published metric (see "
+              "worldsense_accuracy)", _RATE_CI, "constrained (WorldSense)"),
+    MetricDef("expected_accuracy", "mean over items of the softmax probability (alpha) of the gold "
+              "option under a scoring method", _MEAN_CI, "choice, constrained"),
+    MetricDef("variant_acc_range", "max minus min of the per-variant accuracies", "none"),
+    MetricDef("variant_acc_sd", "sample standard deviation (ddof=1) of the per-variant accuracies",
+              "none"),
+    MetricDef("chosen_rate", "share of items whose prediction is the option at this position "
+              "(first / last listed)", _RATE_CI, "choice, constrained"),
+    MetricDef("gold_rate", "share of items whose gold answer is the option at this position",
+              "none", "choice, constrained"),
+    MetricDef("mean_p_yes", "mean over items of P(yes) at the first answer position", _MEAN_CI, "yesno"),
+    MetricDef("mean_p_no", "mean over items of P(no)", _MEAN_CI, "yesno"),
+    MetricDef("mean_p_other", "mean over items of P(other) = 1 - P(yes) - P(no)", _MEAN_CI, "yesno"),
+    MetricDef("pred_yes_rate", "share of items predicted yes (P(yes) > P(no); a tie is not yes)",
+              _RATE_CI, "yesno"),
+    MetricDef("gold_yes_rate", "share of items (with a yes/no gold) whose gold is yes", "none", "yesno"),
+    MetricDef("yes_bias", "mean over items with a yes/no gold of 1[predicted yes] - 1[gold yes] "
+              "(= pred_yes_rate - gold_yes_rate on those items; > 0 leans yes)", _MEAN_CI, "yesno"),
+    MetricDef("off_format_rate", "share of items where P(other) > P(yes) + P(no)", _RATE_CI, "yesno"),
+    MetricDef("ece", "expected calibration error: count-weighted mean over 10 equal-width bins "
+              "[i/10, (i+1)/10) (last closed) of |accuracy - mean confidence|; confidence = "
+              "probability of the predicted answer", _BOOT_CI, "yesno, choice, rating, constrained"),
+    MetricDef("mce", "maximum calibration error: the largest |accuracy - confidence| over non-empty bins",
+              _BOOT_CI, "yesno, choice, rating, constrained"),
+    MetricDef("brier", "multi-class Brier score: mean over items of sum_k (p_k - 1[k = gold])^2 over "
+              "the listed answers (mass outside them is not renormalised; a gold not listed adds 1)",
+              _MEAN_CI, "yesno, choice, rating, constrained"),
+    MetricDef("brier_yes", "binary Brier score: mean over items of (P(yes) - 1[gold = yes])^2 "
+              "(half the two-class `brier` when P(other) = 0)", _MEAN_CI, "yesno"),
+    MetricDef("tie_rate", "share of scored items whose two best answers have exactly equal "
+              "probability (ties are never credited, see the tie rule)", "none"),
+    MetricDef("token_f1", "mean over items of SQuAD token F1 (max over golds) of the first sample",
+              _MEAN_CI, "generation"),
+    MetricDef("em_majority", "mean over items of exact match of the majority normalised sample",
+              _RATE_CI, "generation"),
+    MetricDef("em_mean", "mean over items of the per-item mean exact match over samples", _MEAN_CI,
+              "generation"),
+    MetricDef("token_f1_mean", "mean over items of the per-item mean token F1 over samples", _MEAN_CI,
+              "generation"),
+    MetricDef("consensus", "share of statements whose model answer (q1) agrees with the human "
+              "majority (Whiting & Watts 2024)", _BOOT_CI, "yesno (commonsense)"),
+    MetricDef("awareness", "share of statements where the model's q2 (do most people agree?) "
+              "matches the human majority", _BOOT_CI, "yesno (commonsense)"),
+    MetricDef("commonsensicality", "geometric mean sqrt(consensus x awareness)", _BOOT_CI,
+              "yesno (commonsense)"),
+    MetricDef("human_pearson", "Pearson correlation over statements of P(yes) (variant q1) with the "
+              "human agreement rate `human_q1`", "none", "yesno (commonsense)"),
+    MetricDef("human_spearman", "Spearman rank correlation of the same pairs", "none", "yesno (commonsense)"),
+    MetricDef("probeval_kl", "mean over questions of KL(P_human || P_model) over answer clusters "
+              "(ProbEval, Cheng et al. 2024)", "percentile bootstrap over questions (BOOTSTRAP)",
+              "generation (CFC)"),
+    MetricDef("probeval_wrong_share", "share of model samples matched to no human answer cluster",
+              "none", "generation (CFC)"),
+    MetricDef("worldsense_accuracy", "the WorldSense authors' accuracy in %: tuple-weighted, "
+              "rebalanced, answer classes (1 and 2 are KNOW); the published metric",
+              "the authors' conf95 (mean +/- 1.96 sd / sqrt(n tuples))", "constrained (WorldSense)"),
+    MetricDef("worldsense_bias", "the WorldSense authors' bias per problem (+1 = always "
+              "TRUE/POSSIBLE/KNOW)", "the authors' conf95", "constrained (WorldSense)"),
+    MetricDef("errors", "number of items whose scoring raised an error (n = all items)", "none"),
+]
+METRICS: dict[str, MetricDef] = {d.name: d for d in _DEFS}
+
+
+def define_metric(d: MetricDef) -> MetricDef:
+    """Register another metric's definition (producers added by other modules call this)."""
+    METRICS[d.name] = d
+    return d
+
+
+# -- values ----------------------------------------------------------------------------------
+@dataclass
+class Metric:
+    """One number with its interval, for the whole run or one group."""
+
+    name: str
+    value: float | None
+    lo: float | None = None
+    hi: float | None = None
+    interval_method: str | None = None
+    n: int | None = None
+    n_clusters: int | None = None
+    group: dict[str, Any] = field(default_factory=dict)
+    producer: str = ""
+
+    @property
+    def definition(self) -> str:
+        d = METRICS.get(self.name)
+        return d.definition if d else "(no definition registered)"
+
+    @property
+    def ci95(self) -> list[float] | None:
+        if self.lo is None or self.hi is None or _nan(self.lo) or _nan(self.hi):
+            return None
+        return [float(self.lo), float(self.hi)]
+
+
+def _nan(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+@dataclass
+class RunMetrics:
+    """Every metric of one run, in report order."""
+
+    run_id: str
+    model: str
+    suite: str | None
+    task: str | None
+    cluster_unit: str
+    bootstrap: BootstrapConfig
+    metrics: list[Metric] = field(default_factory=list)
+
+    def get(self, name: str, group: Mapping[str, Any] | None = None) -> Metric | None:
+        """The metric ``name`` for exactly ``group`` (None/{} = overall), or None."""
+        g = {str(k): v for k, v in (group or {}).items()}
+        for m in self.metrics:
+            if m.name == name and m.group == g:
+                return m
+        return None
+
+    def by_group(self, name: str, key: str) -> list[Metric]:
+        """The metric ``name`` for every group that has exactly the one key ``key``."""
+        return [m for m in self.metrics if m.name == name and set(m.group) == {key}]
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Metric rows (the `report --json` shape) with interval method and cluster count."""
+        out = []
+        for m in self.metrics:
+            r = metric_row(self.run_id, self.model, m.name, m.value, m.ci95, m.n, m.group)
+            r["suite"] = self.suite
+            r["interval_method"] = m.interval_method if m.ci95 is not None else None
+            r["n_clusters"] = m.n_clusters
+            out.append(r)
+        return out
+
+
+# -- inputs ----------------------------------------------------------------------------------
+def _json(v: Any) -> Any:
+    if isinstance(v, str):
+        try:
+            return json.loads(v)
+        except ValueError:
+            return None
+    return v
+
+
+def results_with_fields(store: Any, run_id: str) -> pd.DataFrame:
+    """A run's results with each item's fields expanded into ``f.<name>`` columns."""
+    df = store.results_frame(run_id)
+    return expand_fields(df)
+
+
+def expand_fields(df: pd.DataFrame) -> pd.DataFrame:
+    """Add ``f.<name>`` columns from the ``fields`` JSON column (when present)."""
+    if df.empty or "fields" not in df:
+        return df
+    fields = df["fields"].map(lambda s: _json(s) if s is not None else {}).map(lambda d: d if isinstance(d, dict) else {})
+    flat = pd.DataFrame(list(fields), index=df.index).add_prefix("f.")
+    flat = flat[[c for c in flat.columns if c not in df.columns]]
+    return pd.concat([df, flat], axis=1)
+
+
+def cluster_key(df: pd.DataFrame, cluster_field: str | None) -> np.ndarray:
+    """The independent unit of each row: the suite's cluster field, else the item."""
+    if cluster_field and f"f.{cluster_field}" in df:
+        return df[f"f.{cluster_field}"].astype(str).to_numpy()
+    return df["item_id"].astype(str).to_numpy()
+
+
+@dataclass
+class MetricContext:
+    """What a producer sees: the rows, the run, the suite spec, grouping and configuration."""
+
+    df: pd.DataFrame
+    run: dict[str, Any]
+    spec: dict[str, Any]
+    by: list[str]
+    bootstrap: BootstrapConfig
+    store: Any = None
+
+    @property
+    def task(self) -> str | None:
+        return self.run.get("task") or self.spec.get("task")
+
+    @property
+    def cluster_field(self) -> str | None:
+        cf = self.spec.get("cluster_field")
+        return cf if isinstance(cf, str) else None
+
+    def ok(self) -> pd.DataFrame:
+        """Rows without an error."""
+        if "error" not in self.df:
+            return self.df
+        return self.df[self.df["error"].isna()]
+
+    def clusters(self, sub: pd.DataFrame) -> np.ndarray:
+        return cluster_key(sub, self.cluster_field)
+
+
+# -- interval helpers ------------------------------------------------------------------------
+def rate(name: str, values: Any, clusters: np.ndarray, group: dict[str, Any] | None = None,
+         producer: str = "") -> Metric | None:
+    """A share or mean of per-item scores in [0, 1], with the clustered accuracy interval."""
+    v = pd.to_numeric(pd.Series(np.asarray(values, dtype=object)), errors="coerce").to_numpy(float)
+    keep = np.isfinite(v)
+    if not keep.any():
+        return None
+    iv = accuracy_ci(v[keep], np.asarray(clusters)[keep])
+    lo, hi = (None, None) if math.isnan(iv.lo) else (iv.lo, iv.hi)
+    return Metric(name, iv.mean, lo, hi, iv.method, iv.n, iv.n_clusters, dict(group or {}), producer)
+
+
+def mean_ci(values: Any, clusters: Any, level: float = 0.95) -> tuple[float, float, float, int, int, str]:
+    """Mean of per-item values with a cluster-robust (CR1) t interval over clusters.
+
+    Not clipped (differences and scores may leave [0, 1]). Returns
+    ``(mean, lo, hi, n, n_clusters, method)``; with one cluster the interval is NaN.
+    """
+    v = pd.to_numeric(pd.Series(np.asarray(values, dtype=object)), errors="coerce").to_numpy(float)
+    g = np.asarray(clusters, dtype=object)
+    keep = np.isfinite(v)
+    v, g = v[keep], g[keep]
+    n = len(v)
+    if n == 0:
+        return (math.nan, math.nan, math.nan, 0, 0, "empty")
+    codes, _ = pd.factorize(pd.Series(g, dtype="object"), sort=False)
+    y = np.bincount(codes, weights=v)
+    m = np.bincount(codes).astype(float)
+    G = len(y)
+    p = float(y.sum() / m.sum())
+    if G < 2:
+        return (p, math.nan, math.nan, n, G, "cluster-t")
+    var = G / (G - 1) * float(np.sum((y - p * m) ** 2)) / float(m.sum()) ** 2
+    t = float(stats.t.ppf(0.5 + level / 2, df=G - 1))
+    half = t * math.sqrt(var)
+    return (p, p - half, p + half, n, G, "cluster-t")
+
+
+# The range each mean-type metric can take; its interval is clipped to it (a probability's
+# mean cannot leave [0, 1]).
+SUPPORT: dict[str, tuple[float, float]] = {"brier": (0.0, 2.0), "yes_bias": (-1.0, 1.0)}
+
+
+def mean_metric(name: str, values: Any, clusters: Any, group: dict[str, Any] | None = None,
+                producer: str = "") -> Metric | None:
+    """:func:`mean_ci` as a Metric (None when there is no finite value), the interval clipped
+    to the metric's range (:data:`SUPPORT`, default [0, 1])."""
+    p, lo, hi, n, G, how = mean_ci(values, clusters)
+    if n == 0:
+        return None
+    a, b = SUPPORT.get(name, (0.0, 1.0))
+    lo, hi = max(a, lo), min(b, hi)
+    return Metric(name, p, None if math.isnan(lo) else lo, None if math.isnan(hi) else hi, how, n, G,
+                  dict(group or {}), producer)
+
+
+def cluster_bootstrap_stat(
+    stat: Callable[[np.ndarray], float], n_rows: int, clusters: Any, cfg: BootstrapConfig
+) -> tuple[float, float, float, int]:
+    """Percentile interval of ``stat(row_index)`` resampling whole clusters.
+
+    ``stat`` gets an integer index array into the rows (clusters drawn twice repeat their
+    rows). Returns ``(estimate, lo, hi, n_clusters)``; NaN replicates are dropped.
+    """
+    idx_all = np.arange(n_rows)
+    est = float(stat(idx_all))
+    codes, _ = pd.factorize(pd.Series(np.asarray(clusters, dtype=object), dtype="object"), sort=False)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.flatnonzero(np.diff(codes[order])) + 1
+    groups = np.split(order, bounds)
+    G = len(groups)
+    if G < 2:
+        return est, math.nan, math.nan, G
+    rng = np.random.default_rng(cfg.seed)
+    reps = np.empty(cfg.resamples)
+    for b in range(cfg.resamples):
+        pick = rng.integers(0, G, size=G)
+        reps[b] = stat(np.concatenate([groups[i] for i in pick]))
+    reps = reps[np.isfinite(reps)]
+    if not len(reps):
+        return est, math.nan, math.nan, G
+    a = (1 - cfg.level) / 2
+    lo, hi = np.quantile(reps, [a, 1 - a])
+    return est, float(lo), float(hi), G
+
+
+# -- producers -------------------------------------------------------------------------------
+Producer = Callable[[MetricContext], list[Metric]]
+
+
+@dataclass
+class _Registered:
+    name: str
+    fn: Producer
+    tasks: tuple[str, ...] | None
+
+
+PRODUCERS: list[_Registered] = []
+
+
+def register_producer(name: str, tasks: Iterable[str] | None = None) -> Callable[[Producer], Producer]:
+    """Decorator: add a producer, run for ``tasks`` (None = every task), in registration order."""
+
+    def deco(fn: Producer) -> Producer:
+        PRODUCERS.append(_Registered(name, fn, tuple(tasks) if tasks is not None else None))
+        return fn
+
+    return deco
+
+
+RowProducer = Callable[[pd.DataFrame, dict[str, Any], dict[str, Any]], list[dict[str, Any]]]
+
+
+def rows_to_metrics(rows: Iterable[Mapping[str, Any]], producer: str = "") -> list[Metric]:
+    """Metric rows (``metric_row`` dicts) as Metrics."""
+    out = []
+    for r in rows:
+        ci = r.get("ci95")
+        lo, hi = (ci[0], ci[1]) if ci else (None, None)
+        out.append(Metric(str(r["metric"]), r.get("value"), lo, hi,
+                          r.get("interval_method") or ("given by producer" if ci else None),
+                          r.get("n"), r.get("n_clusters"), dict(r.get("group") or {}), producer))
+    return out
+
+
+def register_row_producer(name: str, fn: RowProducer, tasks: Iterable[str] | None = None) -> None:
+    """Adapter: plug in ``fn(df, run, spec) -> list[metric_row dicts]`` as a producer."""
+
+    def adapted(ctx: MetricContext) -> list[Metric]:
+        return rows_to_metrics(fn(ctx.df, ctx.run, ctx.spec), name)
+
+    register_producer(name, tasks)(adapted)
+
+
+def _group_col(df: pd.DataFrame, fieldname: str) -> str | None:
+    if fieldname in df:
+        return fieldname
+    return f"f.{fieldname}" if f"f.{fieldname}" in df else None
+
+
+@register_producer("accuracy")
+def accuracy_metrics(ctx: MetricContext) -> list[Metric]:
+    """Accuracy overall, per prompt variant, per ``by`` field."""
+    if "correct" not in ctx.df:
+        return []
+    ok = ctx.ok()
+    ok = ok[pd.to_numeric(ok["correct"], errors="coerce").notna()]
+    if ok.empty:
+        return []
+    out: list[Metric] = []
+
+    def add(sub: pd.DataFrame, group: dict[str, Any]) -> None:
+        m = rate("accuracy", sub["correct"], ctx.clusters(sub), group, "accuracy")
+        if m is not None:
+            out.append(m)
+
+    add(ok, {})
+    if ok["variant"].nunique() > 1:
+        for v, sub in ok.groupby(ok["variant"].astype(str), sort=True):
+            add(sub, {"variant": v})
+    for f in ctx.by:
+        col = _group_col(ok, f)
+        if col is None:
+            continue
+        for key, sub in ok.groupby(ok[col].astype(str), sort=True):
+            add(sub, {f: key})
+    accs = [m.value for m in out if set(m.group) == {"variant"} and m.value is not None]
+    if len(accs) >= 2:
+        a = np.asarray(accs, dtype=float)
+        out.append(Metric("variant_acc_range", float(a.max() - a.min()), n=len(a), producer="accuracy"))
+        out.append(Metric("variant_acc_sd", float(a.std(ddof=1)), n=len(a), producer="accuracy"))
+    return out
+
+
+def _extras(df: pd.DataFrame) -> pd.Series:
+    if "extra" not in df:
+        return pd.Series([{}] * len(df), index=df.index, dtype=object)
+    return df["extra"].map(lambda s: _json(s) or {}).map(lambda d: d if isinstance(d, dict) else {})
+
+
+@register_producer("methods", tasks=("choice", "constrained"))
+def method_metrics(ctx: MetricContext) -> list[Metric]:
+    """Choice tasks: accuracy and expected accuracy for each scoring method."""
+    ok = ctx.ok()
+    if ok.empty or "extra" not in ok:
+        return []
+    methods = [e.get("methods") if isinstance(e.get("methods"), dict) else None for e in _extras(ok)]
+    if not any(methods):
+        return []
+    names: list[str] = []
+    for m in methods:
+        for k in m or {}:
+            if k not in names:
+                names.append(k)
+    cl = ctx.clusters(ok)
+    out: list[Metric] = []
+    for name in names:
+        for key, metric in (("correct", "accuracy"), ("expected_acc", "expected_accuracy")):
+            vals = [float(m[name][key]) if m and name in m and m[name].get(key) is not None else np.nan
+                    for m in methods]
+            r = (rate if metric == "accuracy" else mean_metric)(metric, vals, cl, {"method": name}, "methods")
+            if r is not None:
+                out.append(r)
+    return out
+
+
+@register_producer("position", tasks=("choice", "constrained"))
+def position_metrics(ctx: MetricContext) -> list[Metric]:
+    """Position bias: how often the first / last listed option is predicted vs is gold."""
+    ok = ctx.ok()
+    if ok.empty or "option_scores" not in ok:
+        return []
+    ok = ok[ok["option_scores"].notna() & ok["prediction"].notna()]
+    if ok.empty:
+        return []
+    orders = ok["option_scores"].map(lambda s: list(_json(s) or {}))
+    cl = ctx.clusters(ok)
+    out: list[Metric] = []
+    for name, pos in (("first", 0), ("last", -1)):
+        pred = [float(o[pos] == p) if o else np.nan for o, p in zip(orders, ok["prediction"], strict=True)]
+        gold = np.array([float(o[pos] == g) if o and g is not None else np.nan
+                         for o, g in zip(orders, ok["gold"], strict=True)])
+        r = rate("chosen_rate", pred, cl, {"position": name}, "position")
+        if r is not None:
+            out.append(r)
+        if np.isfinite(gold).any():
+            out.append(Metric("gold_rate", float(np.nanmean(gold)), n=int(np.isfinite(gold).sum()),
+                              group={"position": name}, producer="position"))
+    return out
+
+
+def _gold_yes(g: Any) -> float:
+    if g is None or (isinstance(g, float) and math.isnan(g)):
+        return math.nan
+    if isinstance(g, str):
+        return {"yes": 1.0, "no": 0.0, "true": 1.0, "false": 0.0}.get(g.strip().lower(), math.nan)
+    return float(bool(g))
+
+
+def _yesno_frame(ok: pd.DataFrame) -> pd.DataFrame:
+    y = pd.to_numeric(ok["p_yes"], errors="coerce")
+    n = pd.to_numeric(ok["p_no"], errors="coerce")
+    o = pd.to_numeric(ok["other"], errors="coerce") if "other" in ok else pd.Series(np.nan, index=ok.index)
+    o = o.where(o.notna(), 1.0 - y - n)
+    f = pd.DataFrame({"p_yes": y, "p_no": n, "p_other": o}, index=ok.index)
+    f["pred_yes"] = (y > n).astype(float)
+    f["gold_yes"] = ok["gold"].map(_gold_yes).astype(float)
+    f["off_format"] = (o > y + n).astype(float)
+    return f[np.isfinite(y) & np.isfinite(n)]
+
+
+@register_producer("yesno", tasks=("yesno",))
+def yesno_metrics(ctx: MetricContext) -> list[Metric]:
+    """Mean P(yes)/P(no)/P(other), yes rate vs gold, yes bias and off-format rate."""
+    ok = ctx.ok()
+    if ok.empty or "p_yes" not in ok:
+        return []
+    out: list[Metric] = []
+    groups: list[tuple[dict[str, Any], pd.DataFrame]] = [({}, ok)]
+    if ok["variant"].nunique() > 1:
+        groups += [({"variant": v}, s) for v, s in ok.groupby(ok["variant"].astype(str), sort=True)]
+    for group, sub in groups:
+        f = _yesno_frame(sub)
+        if f.empty:
+            continue
+        cl = ctx.clusters(sub.loc[f.index])
+        for m in ("p_yes", "p_no", "p_other"):
+            r = mean_metric(f"mean_{m}", f[m], cl, group, "yesno")
+            if r is not None:
+                out.append(r)
+        for name, col in (("pred_yes_rate", "pred_yes"),):
+            r = rate(name, f[col], cl, group, "yesno")
+            if r is not None:
+                out.append(r)
+        gk = np.isfinite(f["gold_yes"].to_numpy(float))
+        if gk.any():
+            out.append(Metric("gold_yes_rate", float(f["gold_yes"][gk].mean()), n=int(gk.sum()),
+                              group=dict(group), producer="yesno"))
+            r = mean_metric("yes_bias", (f["pred_yes"] - f["gold_yes"])[gk], cl[gk], group, "yesno")
+            if r is not None:
+                out.append(r)
+        r = rate("off_format_rate", f["off_format"], cl, group, "yesno")
+        if r is not None:
+            out.append(r)
+    return out
+
+
+def _prob_rows(ok: pd.DataFrame) -> list[dict[str, float] | None]:
+    return [p if isinstance(p, dict) and p else None for p in ok["probs"].map(_json)]
+
+
+def brier_item(probs: Mapping[str, Any] | None, gold: Any) -> float:
+    """Multi-class Brier of one item over its listed answers (gold not listed adds 1)."""
+    if not probs or gold is None or (isinstance(gold, float) and math.isnan(gold)):
+        return math.nan
+    g = str(gold).strip().lower()
+    s = 0.0
+    for k, p in probs.items():
+        if p is None:
+            return math.nan
+        s += (float(p) - (1.0 if str(k).strip().lower() == g else 0.0)) ** 2
+    if g not in {str(k).strip().lower() for k in probs}:
+        s += 1.0
+    return s
+
+
+CALIBRATED_TASKS = ("yesno", "choice", "rating", "constrained")
+
+
+@register_producer("calibration", tasks=CALIBRATED_TASKS)
+def calibration_metrics(ctx: MetricContext) -> list[Metric]:
+    """ECE and MCE (10 equal-width bins), Brier (multi-class; `brier_yes` for yes/no), ties."""
+    from .calibration import reliability
+
+    ok = ctx.ok()
+    if ok.empty or "confidence" not in ok:
+        return []
+    corr = pd.to_numeric(ok["correct"], errors="coerce").to_numpy(float)
+    conf = pd.to_numeric(ok["confidence"], errors="coerce").to_numpy(float)
+    keep = np.isfinite(corr) & np.isfinite(conf)
+    out: list[Metric] = []
+    if keep.any():
+        c, y = conf[keep], corr[keep]
+        cl = ctx.clusters(ok)[keep]
+        rel = reliability(c, y, n_bins=10)
+        (elo, ehi), (mlo, mhi), G = _calibration_bootstrap(c, y, cl, 10, ctx.bootstrap)
+        for name, est, lo, hi in (("ece", rel.ece, elo, ehi), ("mce", rel.mce, mlo, mhi)):
+            out.append(Metric(name, est, None if math.isnan(lo) else lo, None if math.isnan(hi) else hi,
+                              "cluster-bootstrap", int(keep.sum()), G, {}, "calibration"))
+    if "probs" in ok:
+        probs = _prob_rows(ok)
+        scored = np.isfinite(corr)
+        b = np.array([brier_item(p, g) if s else math.nan
+                      for p, g, s in zip(probs, ok["gold"], scored, strict=True)])
+        r = mean_metric("brier", b, ctx.clusters(ok), {}, "calibration")
+        if r is not None:
+            out.append(r)
+        if ctx.task == "yesno" and "p_yes" in ok:
+            py = pd.to_numeric(ok["p_yes"], errors="coerce").to_numpy(float)
+            gy = ok["gold"].map(_gold_yes).to_numpy(float)
+            r = mean_metric("brier_yes", (py - gy) ** 2, ctx.clusters(ok), {}, "calibration")
+            if r is not None:
+                out.append(r)
+        ties = [float(_is_tie(p)) if p and s else math.nan for p, s in zip(probs, scored, strict=True)]
+        tv = np.asarray(ties, dtype=float)
+        if np.isfinite(tv).any():
+            out.append(Metric("tie_rate", float(np.nanmean(tv)), n=int(np.isfinite(tv).sum()),
+                              producer="calibration"))
+    return out
+
+
+def _calibration_bootstrap(
+    conf: np.ndarray, correct: np.ndarray, clusters: np.ndarray, n_bins: int, cfg: BootstrapConfig
+) -> tuple[tuple[float, float], tuple[float, float], int]:
+    """Cluster-bootstrap percentile intervals of ECE and MCE, vectorised.
+
+    Per cluster and bin we keep (count, sum of confidence, sum of correct); a resample is a
+    vector of cluster multiplicities, so its bin totals are one matrix product. ECE of a
+    resample = sum_b |sum_y - sum_c| / n (count x |acc - conf| per bin), as in `reliability`.
+    """
+    from .calibration import uniform_bin
+
+    codes, _ = pd.factorize(pd.Series(clusters, dtype="object"), sort=False)
+    G = int(codes.max()) + 1 if len(codes) else 0
+    if G < 2:
+        return (math.nan, math.nan), (math.nan, math.nan), G
+    b = uniform_bin(conf, n_bins)
+    cell = codes * n_bins + b
+    cnt = np.bincount(cell, minlength=G * n_bins).reshape(G, n_bins).astype(float)
+    sc = np.bincount(cell, weights=conf, minlength=G * n_bins).reshape(G, n_bins)
+    sy = np.bincount(cell, weights=correct, minlength=G * n_bins).reshape(G, n_bins)
+    rng = np.random.default_rng(cfg.seed)
+    R = cfg.resamples
+    eces = np.empty(R)
+    mces = np.empty(R)
+    chunk = max(1, min(R, 2_000_000 // G))
+    done = 0
+    while done < R:
+        k = min(chunk, R - done)
+        idx = rng.integers(0, G, size=(k, G))
+        W = np.bincount((idx + G * np.arange(k)[:, None]).ravel(), minlength=k * G).reshape(k, G).astype(float)
+        n_b, c_b, y_b = W @ cnt, W @ sc, W @ sy
+        gap = np.abs(y_b - c_b)
+        eces[done:done + k] = gap.sum(axis=1) / n_b.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mces[done:done + k] = np.where(n_b > 0, gap / n_b, -np.inf).max(axis=1)
+        done += k
+    a = (1 - cfg.level) / 2
+    e = tuple(float(x) for x in np.quantile(eces, [a, 1 - a]))
+    m = tuple(float(x) for x in np.quantile(mces, [a, 1 - a]))
+    return (e[0], e[1]), (m[0], m[1]), G
+
+
+def _is_tie(p: Mapping[str, Any]) -> bool:
+    v = sorted((float(x) for x in p.values() if x is not None), reverse=True)
+    return len(v) >= 2 and v[0] == v[1]
+
+
+@register_producer("generation", tasks=("generation",))
+def generation_metrics(ctx: MetricContext) -> list[Metric]:
+    """Token F1 of the first sample; with several samples majority / mean exact match and F1."""
+    ok = ctx.ok()
+    if ok.empty or "extra" not in ok:
+        return []
+    ex = list(_extras(ok))
+    cl = ctx.clusters(ok)
+    sampled = any(len(e.get("samples") or []) > 1 for e in ex)
+    out: list[Metric] = []
+    for key, metric in (("f1", "token_f1"), ("em_majority", "em_majority"), ("em_mean", "em_mean"),
+                        ("f1_mean", "token_f1_mean")):
+        if key != "f1" and not sampled:
+            continue
+        vals = [float(e[key]) if e.get(key) is not None else np.nan for e in ex]
+        # F1 and means of sample scores are means, not proportions: no Wilson interval.
+        r = (rate if metric == "em_majority" else mean_metric)(metric, vals, cl, {}, "generation")
+        if r is not None:
+            out.append(r)
+    return out
+
+
+@register_producer("commonsense", tasks=("yesno",))
+def commonsense_metrics(ctx: MetricContext) -> list[Metric]:
+    """Consensus, awareness and commonsensicality against the human majority (`human_q1`)."""
+    df = ctx.df
+    if "f.human_q1" not in df or not {"q1", "q2"} <= set(df["variant"].astype(str)):
+        return []
+    from .commonsense import commonsense_frame, commonsense_rows, commonsensicality
+
+    ok = ctx.ok()
+    ok = ok[pd.to_numeric(ok["p_yes"], errors="coerce").notna()]
+    cat = ok["f.category"] if "f.category" in ok else pd.Series([None] * len(ok), index=ok.index)
+    human = pd.DataFrame({"id": ok["item_id"], "human_q1": ok["f.human_q1"], "category": cat})
+    human = human.drop_duplicates("id")
+    human = human[human["human_q1"].notna()]
+    q = {v: ok[ok["variant"].astype(str) == v][["item_id", "p_yes", "p_no"]].rename(columns={"item_id": "id"})
+         for v in ("q1", "q2")}
+    frame = commonsense_frame(human, q["q1"], q["q2"])
+    if frame.empty:
+        return []
+    out: list[Metric] = []
+    for by in ([], ["category"]):
+        if by and frame["category"].isna().all():
+            continue
+        table = commonsensicality(frame, by, n_boot=ctx.bootstrap.resamples, seed=ctx.bootstrap.seed)
+        rows = commonsense_rows(table, run=str(ctx.run.get("run_id")), model=str(ctx.run.get("model")), by=by)
+        for m in rows_to_metrics(rows, "commonsense"):
+            if by and m.group.get("category") == "(all)":
+                continue
+            m.interval_method = "bootstrap over statements"
+            out.append(m)
+    return out
+
+
+@register_producer("human_correlation", tasks=("yesno",))
+def human_correlation_metrics(ctx: MetricContext) -> list[Metric]:
+    """Pearson and Spearman correlation of P(yes) (variant q1 when present) with `human_q1`."""
+    if "f.human_q1" not in ctx.df:
+        return []
+    from .commonsense import correlation
+
+    ok = ctx.ok()
+    if "q1" in set(ok["variant"].astype(str)):
+        ok = ok[ok["variant"].astype(str) == "q1"]
+    ok = ok.drop_duplicates("item_id")
+    c = correlation(ok["p_yes"], ok["f.human_q1"])
+    return [Metric(f"human_{k}", c.get(k), n=int(c["n"]), producer="human_correlation")
+            for k in ("pearson", "spearman")]
+
+
+@register_producer("probeval", tasks=("generation",))
+def probeval_metrics(ctx: MetricContext) -> list[Metric]:
+    """Mean ProbEval KL(P_human || P_model) with a bootstrap interval over questions."""
+    if ctx.store is None or "f.clusters" not in ctx.df:
+        return []
+    from llmscope.report import probeval_for_run  # the per-question analysis stays there
+
+    res = probeval_for_run(ctx.store, ctx.run)
+    if res is None or res.per_question.empty:
+        return []
+    kl = res.per_question["kl"].to_numpy(float)
+
+    def stat(ix: np.ndarray) -> float:
+        return float(kl[ix].mean())
+
+    est, lo, hi, G = cluster_bootstrap_stat(stat, len(kl), np.arange(len(kl)), ctx.bootstrap)
+    n_model = int(res.per_question["n_model"].sum())
+    return [
+        Metric("probeval_kl", est, lo, hi, "bootstrap over questions", len(kl), G, {}, "probeval"),
+        Metric("probeval_wrong_share", float(res.per_question["n_wrong"].sum() / max(1, n_model)),
+               n=n_model, producer="probeval"),
+    ]
+
+
+@register_producer("worldsense", tasks=("constrained",))
+def worldsense_metrics(ctx: MetricContext) -> list[Metric]:
+    """The authors' WorldSense accuracy (%) of this run, first in the report."""
+    if ctx.run.get("suite_name") != "worldsense" or "f.tuple_ID" not in ctx.df:
+        return []
+    import warnings
+
+    from .worldsense import group_stats, tuple_table
+
+    df = ctx.df
+    exp = df["f.expectedresp"] if "f.expectedresp" in df else df.get("f.options")
+    t = pd.DataFrame({
+        "Key": df["item_id"], "resp": df["prediction"].where(df["error"].isna(), "").fillna(""),
+        "modelname": str(ctx.run.get("model")), "prompting": "run",
+        "tuple_ID": df["f.tuple_ID"], "expectedresp": exp, "goldresp": df["gold"],
+        "problemname": df.get("f.problemname"), "problemsize": df.get("f.problemsize"),
+    })
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # incomplete tuples (a run still streaming) are excluded
+        tuples = tuple_table(t)
+        if tuples.empty:
+            return []
+        acc = group_stats(tuples, ["prompting", "modelname"]).reset_index()
+        pacc = group_stats(tuples, ["prompting", "modelname", "problemname"]).reset_index()
+        pbias = group_stats(tuples, ["prompting", "modelname", "problemname"], "bias").reset_index()
+    out: list[Metric] = []
+    for name, table, gcols in (("worldsense_accuracy", acc, []),
+                               ("worldsense_accuracy", pacc, ["problemname"]),
+                               ("worldsense_bias", pbias, ["problemname"])):
+        for rec in table.to_dict("records"):
+            m, c = float(rec["mean"]), float(rec["conf95"])
+            lo, hi = (None, None) if math.isnan(c) else (m - c, m + c)
+            out.append(Metric(name, m, lo, hi, "authors' conf95 over tuples", int(rec["count"]),
+                              int(rec["count"]), {k: rec[k] for k in gcols}, "worldsense"))
+    return out
+
+
+# -- the pipeline ----------------------------------------------------------------------------
+def compute_metrics(
+    df: pd.DataFrame,
+    run: Mapping[str, Any],
+    spec: Mapping[str, Any] | None = None,
+    by: Sequence[str] | None = None,
+    *,
+    store: Any = None,
+    bootstrap: BootstrapConfig = BOOTSTRAP,
+    producers: Sequence[str] | None = None,
+) -> RunMetrics:
+    """Every registered metric of a run from its rows (``results_with_fields`` shape).
+
+    ``by`` defaults to the suite's ``group_by``; ``producers`` restricts which producers run
+    (the live dashboard skips the expensive ones).
+    """
+    spec = dict(spec or {})
+    run = dict(run)
+    by_l = list(by) if by else [g for g in (spec.get("group_by") or []) if isinstance(g, str)]
+    ctx = MetricContext(df, run, spec, by_l, bootstrap, store)
+    cf = ctx.cluster_field
+    rm = RunMetrics(str(run.get("run_id")), str(run.get("model")), run.get("suite_name"), ctx.task,
+                    f"suite field {cf!r}" if cf else "item (prompt variants and permutations together)",
+                    bootstrap)
+    if df.empty:
+        return rm
+    for p in PRODUCERS:
+        if producers is not None and p.name not in producers:
+            continue
+        if p.tasks is not None and ctx.task not in p.tasks:
+            continue
+        rm.metrics.extend(p.fn(ctx))
+    n_err = int(df["error"].notna().sum()) if "error" in df else 0
+    rm.metrics.append(Metric("errors", float(n_err), n=len(df), producer="errors"))
+    # The published metric first: a WorldSense run leads with the authors' accuracy, and its
+    # plain per-trial share is renamed so the two cannot be confused.
+    if any(m.name.startswith("worldsense_") for m in rm.metrics):
+        for m in rm.metrics:
+            if m.name == "accuracy":
+                m.name = "item_accuracy"
+        rm.metrics.sort(key=lambda m: 0 if m.name.startswith("worldsense_") else 1)
+    return rm
+
+
+def run_metrics(store: Any, run: Mapping[str, Any], by: Sequence[str] | None = None,
+                *, bootstrap: BootstrapConfig = BOOTSTRAP) -> RunMetrics:
+    """:func:`compute_metrics` for a stored run."""
+    df = results_with_fields(store, str(run["run_id"]))
+    spec = store.suite_spec(run["suite_id"]) if run.get("suite_id") else {}
+    return compute_metrics(df, run, spec, by, store=store, bootstrap=bootstrap)
+
+
+# -- comparisons -----------------------------------------------------------------------------
+@dataclass
+class PairedComparison:
+    """Run B against run A on their common (item, variant) rows: ``diff = acc_b - acc_a``."""
+
+    n: int
+    n_clusters: int
+    acc_a: float
+    acc_b: float
+    diff: float
+    lo: float
+    hi: float
+    p_value: float
+    interval_method: str
+    paired: pd.DataFrame = field(repr=False)
+    disagreements: pd.DataFrame = field(repr=False)
+
+
+def paired_comparison(a: pd.DataFrame, b: pd.DataFrame, cluster_field: str | None = None,
+                      cfg: BootstrapConfig = BOOTSTRAP) -> PairedComparison:
+    """Paired cluster bootstrap of the accuracy difference on per-item differences.
+
+    Rows are matched on (item_id, variant); whole clusters (``cluster_key``) are resampled
+    for both runs jointly. The p-value is two-sided from the bootstrap distribution of the
+    centred difference: ``(1 + #|d* - d| >= |d|) / (1 + B)``.
+    """
+    from .compare import paired_frame
+
+    a = a[a["error"].isna()] if "error" in a else a
+    b = b[b["error"].isna()] if "error" in b else b
+    extra_a = [c for c in a.columns if c.startswith("f.")]
+    p = paired_frame(a, b, extra=("prediction", "gold", *extra_a))
+    p = p.rename(columns={f"{c}_a": c for c in extra_a})
+    n = len(p)
+    if n == 0:
+        e = p.iloc[0:0]
+        return PairedComparison(0, 0, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan, "empty", p, e)
+    cl = cluster_key(p, cluster_field)
+    d = p["d"].to_numpy(float)
+    codes, _ = pd.factorize(pd.Series(cl, dtype="object"), sort=False)
+    ds = np.bincount(codes, weights=d)
+    m = np.bincount(codes).astype(float)
+    G = len(m)
+    diff = float(d.mean())
+    rng = np.random.default_rng(cfg.seed)
+    idx = rng.integers(0, G, size=(cfg.resamples, G))
+    reps = ds[idx].sum(axis=1) / m[idx].sum(axis=1)
+    al = (1 - cfg.level) / 2
+    lo, hi = (float(x) for x in np.quantile(reps, [al, 1 - al]))
+    pval = float((1 + np.sum(np.abs(reps - diff) >= abs(diff) - 1e-12)) / (1 + cfg.resamples))
+    ca, cb = p["correct_a"].to_numpy(float), p["correct_b"].to_numpy(float)
+    dis = p[(ca >= 0.5) != (cb >= 0.5)].reset_index(drop=True)
+    return PairedComparison(n, G, float(ca.mean()), float(cb.mean()), diff, lo, hi, min(1.0, pval),
+                            "paired cluster bootstrap", p, dis)
+
+
+# -- display ---------------------------------------------------------------------------------
+def display(name: str, value: float | None) -> str:
+    """A metric value at the precision every surface prints it (report text, TUI)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if name == "errors":
+        return f"{value:.0f}"
+    if name.startswith("worldsense_"):
+        return f"{value:.1f}"  # the authors' scale: percent (accuracy) or [-1, 1] (bias)
+    return f"{value:.3f}"
+
+
+# -- documentation ---------------------------------------------------------------------------
+def metrics_markdown() -> str:
+    """docs/METRICS.md, generated from :data:`METRICS` (tests keep the file in step)."""
+    lines = [
+        "# Metrics",
+        "",
+        "Generated from `analysis/metrics.py` (`llmscope.analysis.metrics.METRICS`); `llmscope report",
+        "--explain` prints the same text. Every number `llmscope report` (text and `--json`), the TUI",
+        "dashboard and compare screen and `llmscope compare` show is computed by `compute_metrics`",
+        "from a run's stored per-item rows.",
+        "",
+        "## Conventions",
+        "",
+        f"- Intervals: {BOOTSTRAP.describe()} (one configuration for the whole program).",
+        "- Clusters: the suite's `cluster_field` when it has one (WorldSense: `tuple_ID`), otherwise the",
+        "  item, so an item's prompt variants and option permutations count as one independent unit",
+        "  (ProbEval: the question).",
+        "- Automatic interval for shares: Wilson without clustering; cluster-t (CR1 sandwich variance,",
+        "  Student t with G-1 df) with clusters; Wilson counting each cluster once when the sandwich",
+        "  variance is zero (all clusters alike, accuracy 0 or 1, a single cluster).",
+        "- Means of per-item values that are not proportions (F1, Brier, probabilities, yes bias):",
+        "  cluster-t interval, never Wilson; clipped to the metric's range ([0, 1]; `brier` [0, 2];",
+        "  `yes_bias` [-1, 1]).",
+        "- Comparisons (`llmscope compare`, TUI compare): paired cluster bootstrap of per-item",
+        "  differences matched on (item, variant): difference, interval and a two-sided bootstrap",
+        "  p-value; McNemar's test only when every cluster is a single pair.",
+        f"- Ties: {TIE_RULE}",
+        "- Reliability bins: `[i/n, (i+1)/n)`, the last closed; a confidence on an edge (0.3 with",
+        "  ten bins) belongs to the bin that starts there.",
+        "- Numbers in generated answers: only a thousands separator merges digits (`1,000` -> `1000`);",
+        "  any other mark between two digits separates numbers (`3,4` -> `3 4`).",
+        "",
+        "## Metrics",
+        "",
+        "| metric | definition | interval | tasks |",
+        "|---|---|---|---|",
+    ]
+    for d in METRICS.values():
+        lines.append(f"| `{d.name}` | {d.definition} | {d.interval} | {d.tasks} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def definitions() -> list[dict[str, Any]]:
+    """The registry as plain dicts (for `report --explain --json`)."""
+    return [asdict(d) for d in METRICS.values()]
+
+
+# -- producers written beside their features (row-shaped; adapted into the registry) ----------
+def _register_feature_producers() -> None:
+    """Producers that live in feature modules, registered once with their definitions."""
+    from llmscope.analysis.abstention import ABSTAINING_TASKS, abstention_rows
+    from llmscope.analysis.api_method import api_method_rows
+    from llmscope.analysis.contamination import contamination_rows
+    from llmscope.analysis.genmetrics import generation_library_rows
+    from llmscope.analysis.syntaxgym import sg_rows
+
+    for d in (
+        MetricDef("abstain_rate", "share of scored items that abstained: no evidence for any answer "
+                  "(no probability mass on any answer, or no option with a finite log-likelihood); "
+                  "an abstention is counted wrong in `accuracy`", _RATE_CI, "yesno, rating, choice"),
+        MetricDef("accuracy_answered", "accuracy over the items with gold that did not abstain (shown "
+                  "only when some item abstained)", _RATE_CI, "yesno, rating, choice"),
+        MetricDef("method_share", "share of scored rows produced by this scoring method (API runs: "
+                  "log-probs, sampled estimate, labels...)", "none"),
+        MetricDef("topk_seen_mass", "mean over rows scored from API log-probs of the top-k probability "
+                  "mass the top-k rule saw (1 minus it is the mass the rule assumed)", _MEAN_CI, "yesno, rating"),
+        MetricDef("sg_score", "SyntaxGym score: share of items meeting all their predictions (Hu et al. "
+                  "2020); per suite Wilson, overall the mean over suites with a stratified bootstrap",
+                  "Wilson per suite; stratified bootstrap overall", "syntaxgym"),
+        MetricDef("prediction_met", "share of items meeting one prediction (one conjunct) of a suite",
+                  "Wilson", "syntaxgym"),
+        MetricDef("flagged_rate", "share of items flagged as possibly seen in training (Min-K% or the "
+                  "completion probe over its threshold)", "Wilson", "contamination"),
+        MetricDef("min_k_prob", "mean over items of Min-K% probability: mean log-probability of the "
+                  "k% least likely tokens (Shi et al. 2023)", "t interval over items", "contamination"),
+        MetricDef("ngram_overlap", "mean over items of the n-gram recall of the greedy continuation of "
+                  "an item's first half against its second half", "t interval over items", "contamination"),
+        MetricDef("bleu_mean", "mean over items of sentence BLEU (sacrebleu) of the first sample against "
+                  "the gold answers", _MEAN_CI, "generation"),
+        MetricDef("chrf_mean", "mean over items of sentence chrF (sacrebleu)", _MEAN_CI, "generation"),
+        MetricDef("rougeL_mean", "mean over items of ROUGE-L F (rouge-score)", _MEAN_CI, "generation"),
+        MetricDef("embed_cos_mean", "mean over items of the cosine similarity of MiniLM sentence "
+                  "embeddings of answer and gold", _MEAN_CI, "generation"),
+        MetricDef("corpus_bleu", "corpus BLEU (sacrebleu) over all items", "none", "generation"),
+        MetricDef("corpus_chrf", "corpus chrF (sacrebleu) over all items", "none", "generation"),
+    ):
+        define_metric(d)
+    register_row_producer("abstention", abstention_rows, ABSTAINING_TASKS)
+    register_row_producer("api_method", api_method_rows)
+    register_row_producer("syntaxgym", sg_rows, ["syntaxgym"])
+    register_row_producer("contamination", contamination_rows, ["contamination"])
+    register_row_producer("genmetrics", generation_library_rows, ["generation"])
+
+
+_register_feature_producers()
