@@ -19,6 +19,8 @@ Task options (all optional):
   prompt (`str.replace`) when it occurs there; otherwise calibration is skipped
   and `extra["calibration"]` says why.
 - ``alpha`` (1.0): inverse temperature for expected accuracy.
+- ``schemes`` ([]): extra scoring schemes from engine/schemes.py ("labels",
+  "free", "rating", "embedding"), stored beside the log-likelihood methods.
 
 Result: `prediction` = argmax raw log-likelihood (first max on ties), `probs` =
 softmax of raw over options, `option_scores[option]` = {logprob, n_tokens,
@@ -94,6 +96,7 @@ def loglik_option_result(
         domain_logprobs=domain,
         gold=gi,
         alpha=alpha,
+        token_logprobs=[o.token_logprobs for o in outs] if all(o.token_logprobs for o in outs) else None,
     )
     probs = softmax(cs.scores["raw"])
     option_scores: dict[str, dict[str, float]] = {}
@@ -107,7 +110,7 @@ def loglik_option_result(
             "per_char": float(cs.values["per_char"][i]),
             "per_byte": float(cs.values["per_byte"][i]),
         }
-        for m in ("calibrated", "pmi"):
+        for m in ("calibrated", "pmi", "mean_token_prob", "surprisal_ratio"):
             if m in cs.values:
                 row[m] = float(cs.values[m][i])
         option_scores[opt] = row
@@ -253,6 +256,11 @@ class ChoiceTask(Task):
         res.extra["choice_method"] = "loglik"
         if dp:
             res.extra["domain_prompt"] = dp
+        if self.options.get("schemes"):  # labels / free / rating / embedding (engine/schemes.py)
+            from llmscope.engine.schemes import add_schemes, embedder_for
+
+            await add_schemes(res, work, options, gold_index(options, work.gold), backend, self.options,
+                              embedder_for(self.options))
         return res
 
     async def _score_by_labels(self, work: Work, options: list[str], by_labels: Any) -> Result:
