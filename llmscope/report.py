@@ -181,6 +181,10 @@ def build_report(store: Store, run: dict[str, Any], by: list[str] | None = None)
         rows += generation_rows(df, run)
         if "f.clusters" in df:
             rows += probeval_rows(store, run)
+    from llmscope.analysis import methods as _methods
+
+    rows += _methods.sensitivity_rows(df, run, spec)  # pipeline: method_sensitivity
+    rows += _methods.fit_rows(df, run, spec)  # pipeline: human_choice_fit
     rows.append(_row(run, {}, "errors", float(df["error"].notna().sum()), None, len(df)))
     return rows
 
