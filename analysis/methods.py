@@ -102,7 +102,7 @@ def scheme_predictions(df: pd.DataFrame) -> pd.DataFrame:
 def flipping_items(df: pd.DataFrame) -> list[dict[str, Any]]:
     """Rows on which schemes disagree: item, variant, gold and {scheme: (prediction, correct)}."""
     sp = scheme_predictions(df)
-    out = []
+    out: list[dict[str, Any]] = []
     if sp.empty:
         return out
     schemes = [c[5:] for c in sp.columns if c.startswith("pred:")]

@@ -191,7 +191,9 @@ class Suite:
                             fields[self.options_field] = order
                         out.append(Work(item=it, variant=f"{variant}@p{j}", prompt=render(tpl, fields),
                                         gold=gold, options=list(order)))
-        return out
+        from llmscope.data.design import expand_design  # counterbalancing, few-shot demos
+
+        return expand_design(self, out, self.task_options)
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -210,3 +210,54 @@ async def add_schemes(
         trace["embedding"] = {"context": context, "model": "all-MiniLM-L6-v2"}
         methods["embedding"] = _summary(options, sims, gold, alpha)
     res.option_scores = scores_os
+
+
+async def yesno_calibration(
+    res: Result, work: Work, backend: Backend, opts: dict[str, Any], answers: list[str],
+    cache: dict[str, Any],
+) -> None:
+    """Contextual calibration of a yes/no answer (Zhao et al. 2021), content-free inputs averaged.
+
+    Each content-free string (option ``content_free``, e.g. ["N/A", "", "[MASK]"])
+    replaces the item's text in the prompt (after any few-shot demos, which are
+    kept: calibration is per demo set and order, as in the paper). The answer
+    distribution under each is renormalised over the answers and averaged into
+    p_cf; calibrated = normalise(p / p_cf). Adds `extra["calibration"]` and
+    `extra["methods"]` = {raw, calibrated}.
+    """
+    from llmscope.engine.choice_math import calibrate, content_free_probs
+
+    cfs = [str(c) for c in opts.get("content_free") or []]
+    if not cfs or not res.probs:
+        return
+    prefix = str((work.design or {}).get("_prefix", ""))
+    query = work.prompt[len(prefix):] if prefix and work.prompt.startswith(prefix) else work.prompt
+    if not work.item.text or work.item.text not in query:
+        res.extra["calibration"] = {"source": "unavailable: the item text is not in the prompt"}
+        return
+    chat = bool(opts.get("chat", True))
+    prompts = [prefix + query.replace(work.item.text, cf) for cf in cfs]
+    rows = []
+    for p in prompts:
+        if p not in cache:
+            cache[p] = asyncio.ensure_future(backend.next_token(p, answers, chat=chat))
+        try:
+            out = await cache[p]
+        except Exception:
+            cache.pop(p, None)
+            raise
+        rows.append([float(out.probs.get(a, 0.0)) for a in answers])
+    if any(sum(r) <= 0 for r in rows) or sum(res.probs.get(a, 0.0) for a in answers) <= 0:
+        res.extra["calibration"] = {"source": "unavailable: no answer mass", "content_free_prompts": prompts}
+        return
+    with np.errstate(divide="ignore"):
+        p_cf = content_free_probs([np.log(np.array(r)) for r in rows])
+        raw = np.log(np.array([float(res.probs.get(a, 0.0)) for a in answers]))
+    cal = calibrate(raw, p_cf)
+    gold = answers.index(work.gold.strip().lower()) if work.gold and work.gold.strip().lower() in answers else None
+    methods = res.extra.setdefault("methods", {})
+    with np.errstate(divide="ignore"):
+        methods["raw"] = _summary(answers, raw, gold, 1.0)
+        methods["calibrated"] = _summary(answers, np.log(cal), gold, 1.0)
+    res.extra["calibration"] = {"source": "replace", "content_free_prompts": prompts, "p_cf": p_cf.tolist(),
+                                "calibrated": dict(zip(answers, cal.tolist(), strict=True))}

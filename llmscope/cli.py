@@ -131,6 +131,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         suite.items()  # validate before any model is loaded or anything is written
         if args.chat is not None:
             task_opts["chat"] = args.chat
+        # design options (counterbalancing, few-shot) given with --opt shape the work list too
+        suite.task_options = {**suite.task_options, **task_opts}
+        suite.work(1)  # validates the design options before the model loads
         reporter = ConsoleReporter(quiet=args.quiet)
         reporter.on_message("info", f"loading model {model_arg or 'SmolLM2-135M-Instruct (embedded default)'} ...")
         backend, spec, ident = make_backend(model_arg, args)

@@ -12,7 +12,8 @@ class YesNoTask(Task):
     """P(yes), P(no), P(other) at the first generated position.
 
     Options: `chat` (apply the chat template, default true), `top_k` (top tokens stored,
-    default 20), `answers` (default ["yes", "no"]).
+    default 20), `answers` (default ["yes", "no"]), `content_free` (default none: strings
+    for contextual calibration, e.g. ["N/A", "", "[MASK]"]; see engine/schemes.py).
     """
 
     name = "yesno"
@@ -33,7 +34,7 @@ class YesNoTask(Task):
         mass = sum(out.probs.values())
         correct = None if work.gold is None else float(pred == work.gold.strip().lower())
         extra = dict(out.meta)
-        return Result(
+        res = Result(
             item_id=work.item.item_id,
             variant=work.variant,
             prompt=out.prompt,
@@ -48,3 +49,8 @@ class YesNoTask(Task):
             n_tokens=out.n_tokens,
             extra=extra,
         )
+        if self.options.get("content_free"):  # contextual calibration (engine/schemes.py)
+            from llmscope.engine.schemes import yesno_calibration
+
+            await yesno_calibration(res, work, backend, self.options, self.answers, self.__dict__.setdefault("_cf", {}))
+        return res
