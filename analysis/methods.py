@@ -202,7 +202,7 @@ def human_choice_data(df: pd.DataFrame, spec: dict[str, Any]) -> HumanChoiceData
         else:
             probs = _json(r.get("probs"))
             h = fields.get("human_q1")
-            if not isinstance(probs, dict) or h not in (0, 1, "0", "1") or r.get("gold") is None:
+            if not isinstance(probs, dict) or h not in (0, 1, "0", "1") or pd.isna(r.get("gold")):
                 continue
             options = list(probs)
             if not {"yes", "no"} <= set(options):
@@ -221,7 +221,7 @@ def human_choice_data(df: pd.DataFrame, spec: dict[str, Any]) -> HumanChoiceData
         data.options.append(options)
         data.counts.append(counts)
         g = r.get("gold")
-        data.gold.append(options.index(g) if g in options else None)
+        data.gold.append(options.index(g) if isinstance(g, str) and g in options else None)
         data.conditions.append("|".join(str(fields.get(c)) for c in cond_fields))
         t = _types_for(fields, options, spec)
         types.append(t if t is not None else [str(j) for j in range(len(options))])

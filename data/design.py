@@ -214,6 +214,11 @@ def expand_design(suite: Suite, work: list[Work], opts: dict[str, Any]) -> list[
         for w in out:
             base = w.variant.split("@", 1)[0]
             tpl = templates.get(base, first_tpl)
+            if base in suite.variant_gold and suite.variant_gold[base] is None:
+                # a variant without a gold answer (e.g. commonsense q3) has no answers for demos
+                w.design = {**(w.design or {}), "k": 0, "fewshot": "skipped: this variant has no gold answer"}
+                shots.append(w)
+                continue
             try:
                 demos = _pick_demos(pool, labels, fs, w.item.item_id, seed)
             except ValueError as e:

@@ -185,6 +185,10 @@ def build_report(store: Store, run: dict[str, Any], by: list[str] | None = None)
 
     rows += _methods.sensitivity_rows(df, run, spec)  # pipeline: method_sensitivity
     rows += _methods.fit_rows(df, run, spec)  # pipeline: human_choice_fit
+    from llmscope.analysis import design_effects as _design
+
+    rows += _design.order_effect_rows(df, run, spec)  # pipeline: order_effects
+    rows += _design.fewshot_rows(df, run, spec)  # pipeline: fewshot_bias
     rows.append(_row(run, {}, "errors", float(df["error"].notna().sum()), None, len(df)))
     return rows
 
