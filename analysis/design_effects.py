@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from llmscope.analysis.intervals import accuracy_ci, cluster_bootstrap
+from llmscope.analysis.intervals import accuracy_ci
 from llmscope.analysis.rows import metric_row
 
 BINARY_FACTORS = {"answer_order": ("as_written", "swapped"), "scale": ("as_written", "reversed")}
@@ -226,17 +226,42 @@ def fewshot_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) ->
     for lab in labels:
         for metric, col in (("recency_effect", "last"), ("majority_effect", "majority")):
             sub = fr[fr[col].notna()]
-
-            def stat(d: pd.DataFrame, lab: str = lab, col: str = col) -> float:
-                hit = d["prediction"].astype(str) == lab
-                on, off = hit[d[col] == lab], hit[d[col] != lab]
-                if on.empty or off.empty:
-                    return math.nan
-                return float(on.mean() - off.mean())
-
-            if sub.empty or math.isnan(stat(sub)):
+            hit = (sub["prediction"].astype(str) == lab).to_numpy(float)
+            on = (sub[col] == lab).to_numpy(bool)
+            est, lo, hi = contrast_boot(hit, on, sub["cluster"].to_numpy())
+            if math.isnan(est):
                 continue
-            bs = cluster_bootstrap(stat, sub, "cluster")
-            ci = None if math.isnan(bs.lo) else [bs.lo, bs.hi]
-            rows.append(_row(run, {"label": lab}, metric, bs.estimate, ci, len(sub)))
+            ci = None if math.isnan(lo) else [lo, hi]
+            rows.append(_row(run, {"label": lab}, metric, est, ci, len(sub)))
     return rows
+
+
+def contrast_boot(hit: np.ndarray, on: np.ndarray, clusters: np.ndarray, n_boot: int = 2000,
+                  seed: int = 0) -> tuple[float, float, float]:
+    """mean(hit | on) − mean(hit | not on), with a cluster-bootstrap percentile interval.
+
+    Clusters are resampled with replacement (`cluster_bootstrap`'s scheme, vectorised:
+    each replicate weights every cluster by how often it was drawn); replicates in which
+    one side is empty are dropped.
+    """
+    if not on.any() or on.all():
+        return math.nan, math.nan, math.nan
+    est = float(hit[on].mean() - hit[~on].mean())
+    codes, _ = pd.factorize(pd.Series(clusters), sort=False)
+    g = int(codes.max()) + 1
+    sums = np.zeros((4, g))
+    np.add.at(sums[0], codes, on.astype(float))
+    np.add.at(sums[1], codes, hit * on)
+    np.add.at(sums[2], codes, (~on).astype(float))
+    np.add.at(sums[3], codes, hit * ~on)
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, g, size=(n_boot, g))
+    w = np.zeros((n_boot, g))
+    np.add.at(w, (np.repeat(np.arange(n_boot), g), draws.ravel()), 1.0)
+    n_on, h_on, n_off, h_off = (w @ sums[i] for i in range(4))
+    ok = (n_on > 0) & (n_off > 0)
+    if not ok.any():
+        return est, math.nan, math.nan
+    reps = h_on[ok] / n_on[ok] - h_off[ok] / n_off[ok]
+    lo, hi = np.quantile(reps, [0.025, 0.975])
+    return est, float(lo), float(hi)
