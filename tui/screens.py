@@ -426,7 +426,14 @@ class DashboardScreen(BaseScreen):
         Binding("f", "conf", "Conf. filter"),
         Binding("l", "focus_list", "Items", show=False),
         Binding("x", "stop", "Stop run"),
+        Binding("m", "methods", "Methods"),
     ]
+
+    def action_methods(self) -> None:
+        """Scoring schemes, human fit, order effects, plan (tui/panels_methods.py)."""
+        from llmscope.tui.panels_methods import MethodsScreen
+
+        self.app.push_screen(MethodsScreen(self.run_id))
 
     def __init__(self, run_id: str) -> None:
         super().__init__()
