@@ -131,9 +131,14 @@ def fit_dists(
 
     res = optimize.minimize_scalar(nll, bounds=bounds, method="bounded", options={"xatol": 1e-7})
     a_hat = float(res.x)
-    ll_hat = -nll(a_hat)
     width = bounds[1] - bounds[0]
     at_bound = min(a_hat - bounds[0], bounds[1] - a_hat) < 1e-4 * width
+    for edge in bounds:
+        # separable data: the likelihood keeps rising (or is flat at its maximum) towards a bound,
+        # where the bounded search may stop anywhere on the plateau; report the bound itself
+        if nll(edge) <= nll(a_hat) + 1e-9:
+            a_hat, at_bound = float(edge), True
+    ll_hat = -nll(a_hat)
     target = ll_hat - _CHI2_HALF
 
     def side(edge: float) -> float:

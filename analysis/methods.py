@@ -298,6 +298,9 @@ def fit_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> lis
 
 def _fit_metric_rows(run: dict[str, Any], g: dict[str, Any], fit: AlphaFit, prefix: str = "") -> list[dict[str, Any]]:
     rows = []
+    if fit.at_bound:
+        # the likelihood still rises at the search bound (separable data): α is not identified
+        g = {**g, "alpha_at_bound": True}
     if fit.alpha is not None:
         rows.append(_row(run, g, f"{prefix}fit_alpha", fit.alpha, fit.ci95, fit.n_items))
     rows.append(_row(run, g, f"{prefix}human_loglik", fit.loglik, None, fit.n_choices))

@@ -105,3 +105,28 @@ def test_bad_counts_are_refused():
         fit_alpha([[0.0, 1.0]], [[1, 2, 3]])
     with pytest.raises(ValueError, match="no item"):
         fit_alpha([[0.0, 1.0]], [[0, 0]])
+
+
+def test_separable_data_flags_alpha_at_bound():
+    fit = fit_alpha([[0.0, 1.0], [0.0, 2.0]], [[0, 5], [0, 3]])
+    assert fit.at_bound and fit.alpha == pytest.approx(200.0, abs=1e-3)
+
+
+def test_cfc_choice_items_from_shared_file():
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cfc" / "cfc_dev_targets.jsonl"
+    if not path.is_file():
+        pytest.skip(f"CFC targets not found at {path}")
+    from llmscope.data.cfc import cfc_choice_items
+
+    items = cfc_choice_items(path)
+    first = json.loads(path.read_text().split("\n")[0])
+    clusters = first["answers"]["clusters"]
+    raw = first["answers"]["raw"]
+    it = next(i for i in items if i.item_id == first["metadata"]["id"])
+    assert it.fields["human_counts"] == [c["count"] for c in clusters.values()]
+    # each option is its cluster's most frequent raw answer
+    for opt, c in zip(it.options, clusters.values(), strict=True):
+        assert raw[opt] == max(raw[a] for a in c["answers"])
