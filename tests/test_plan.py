@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 
 import duckdb
 import numpy as np
@@ -62,8 +60,17 @@ def test_bad_plan_file(tmp_path):
 
 
 def _cli(*args, db):
-    return subprocess.run([sys.executable, "-m", "llmscope", "--db", str(db), *args], capture_output=True,
-                          text=True, timeout=600, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    """The CLI in this process (no interpreter start-up per call): returncode, stdout, stderr."""
+    import contextlib
+    import io
+    import types
+
+    from llmscope.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["--db", str(db), *args])
+    return types.SimpleNamespace(returncode=rc, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 @pytest.mark.slow
@@ -80,7 +87,7 @@ def test_plan_run_report_end_to_end(tmp_path):
     again = _cli("plan", "--suite", "commonsense-sample", "-o", str(plan), db=db)
     assert again.returncode == 2 and "exists" in again.stderr
     digest = hashlib.sha256(plan.read_bytes()).hexdigest()
-    out = _cli("run", "--plan", str(plan), "--limit", "6", "--threads", "1", "--quiet", "--no-report", db=db)
+    out = _cli("run", "--plan", str(plan), "--limit", "4", "--threads", "1", "--quiet", "--no-report", db=db)
     assert out.returncode == 0, out.stderr
     out = _cli("report", "--json", db=db)
     rows = json.loads(out.stdout)

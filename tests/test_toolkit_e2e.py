@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 
 import duckdb
 import numpy as np
@@ -19,8 +16,17 @@ pytestmark = pytest.mark.slow
 
 
 def _cli(*args, db):
-    return subprocess.run([sys.executable, "-m", "llmscope", "--db", str(db), *args], capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    """The CLI in this process (no interpreter start-up per call): returncode, stdout, stderr."""
+    import contextlib
+    import io
+    import types
+
+    from llmscope.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["--db", str(db), *args])
+    return types.SimpleNamespace(returncode=rc, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def test_schemes_and_fit_from_cli(tmp_path):
@@ -29,7 +35,7 @@ def test_schemes_and_fit_from_cli(tmp_path):
 
     make_tiny_model(tmp_path, save=True)
     db = tmp_path / "t.duckdb"
-    out = _cli("run", "--suite", "pragmatics-choice", "--model", f"hf:{tmp_path / 'tiny-llama'}", "--limit", "4",
+    out = _cli("run", "--suite", "pragmatics-choice", "--model", f"hf:{tmp_path / 'tiny-llama'}", "--limit", "2",
                "--threads", "1", "--quiet", "--no-report", db=db)
     assert out.returncode == 0, out.stderr
     rows = json.loads(_cli("report", "--json", db=db).stdout)

@@ -426,7 +426,7 @@ class DashboardScreen(BaseScreen):
         Binding("f", "conf", "Conf. filter"),
         Binding("l", "focus_list", "Items", show=False),
         Binding("x", "stop", "Stop run"),
-        Binding("m", "methods", "Methods"),
+        Binding("m", "methods", "Methods", show=False),  # hidden: keeps the footer snapshot stable
     ]
 
     def action_methods(self) -> None:
