@@ -170,6 +170,8 @@ def expand_design(suite: Suite, work: list[Work], opts: dict[str, Any]) -> list[
         if "@p" in w.variant:
             w.design = {**(w.design or {}), "option_order": int(w.variant.rsplit("@p", 1)[1])}
     if not any(opts.get(k) for k in DESIGN_KEYS):
+        if opts.get("schemes"):
+            check_design(suite, {"schemes": opts["schemes"]})
         return work
     check_design(suite, opts)
     templates = suite.templates or {"default": "{" + suite.text_field + "}"}

@@ -25,7 +25,7 @@ TPL = 'Is it true that "{s}"? Answer "yes" or "no".'
 
 
 def make_suite(tmp_path, task_options, task="yesno"):
-    items = [{"id": f"i{n}", "s": f"statement {n}", "gold": g} for n, g in enumerate(["yes", "no", "yes", "no", "yes"])]
+    items = [{"id": f"i{n}", "s": f"statement {n}", "gold": g, "options": ["yes", "no"]} for n, g in enumerate(["yes", "no", "yes", "no", "yes"])]
     p = tmp_path / "items.jsonl"
     p.write_text("\n".join(json.dumps(r) for r in items) + "\n")
     spec = {"name": "t", "task": task, "items": "items.jsonl", "text_field": "s", "templates": {"v": TPL},
@@ -78,12 +78,7 @@ def test_bad_design_options(tmp_path, opts, msg):
     s = make_suite(tmp_path, opts, task="choice" if "answer_orders" in opts or "schemes" in opts else "yesno")
     s.task_options = opts
     with pytest.raises(SuiteError, match=msg):
-        if s.task == "choice":
-            from llmscope.data.design import check_design
-
-            check_design(s, opts)
-        else:
-            s.work()
+        s.work()
 
 
 def test_cli_rejects_bad_design_before_loading_a_model(tmp_path):
