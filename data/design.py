@@ -18,7 +18,7 @@ Declared in the suite's `task_options` or with `--opt` (validated by `check_desi
   an explicit list of demo labels in order (e.g. [yes, yes, yes, no]);
   ``orders``: the number of demo orders asked (1 = as drawn; more add
   variants "<v>@o<j>", j ≥ 2, the demos cyclically shifted then shuffled);
-  ``format`` ("{prompt}\\n{answer}") renders one demo, joined by ``separator``
+  ``format`` ("{prompt}\\n{answer}"; choice "{prompt} {answer}") renders one demo, joined by ``separator``
   ("\\n\\n") and placed before the prompt. Demos are chosen per item with
   `random.Random(f"{seed}:{item_id}")`, so a run is reproducible.
 
@@ -203,7 +203,8 @@ def expand_design(suite: Suite, work: list[Work], opts: dict[str, Any]) -> list[
     fs = opts.get("fewshot")
     if fs:
         seed = int(fs.get("seed", 0))
-        fmt = str(fs.get("format", "{prompt}\n{answer}"))
+        # a choice prompt ends where the answer continues ("Answer:"); others get the answer on a new line
+        fmt = str(fs.get("format", "{prompt} {answer}" if suite.task == "choice" else "{prompt}\n{answer}"))
         sep = str(fs.get("separator", "\n\n"))
         n_orders = int(fs.get("orders", 1))
         pool = []

@@ -184,3 +184,18 @@ def test_contrast_bootstrap_agrees_with_cluster_bootstrap():
     assert est == pytest.approx(ref.estimate)
     # different random draws, same scheme: the percentile intervals agree to Monte-Carlo error
     assert lo == pytest.approx(ref.lo, abs=0.08) and hi == pytest.approx(ref.hi, abs=0.08)
+
+
+async def test_choice_fewshot_keeps_demos_in_content_free_prompts(tmp_path):
+    from llmscope.engine.tasks.choice import ChoiceTask
+
+    items = [{"id": f"c{n}", "q": f"question {n}", "options": ["x", "y"], "gold": g} for n, g in enumerate("xyx")]
+    (tmp_path / "items.jsonl").write_text("\n".join(json.dumps(r) for r in items) + "\n")
+    s = suite_from_spec({"name": "c", "task": "choice", "items": "items.jsonl", "text_field": "q",
+                         "templates": {"qa": "Q: {q}\nA:"}, "task_options": {"fewshot": {"pattern": ["x"]}}},
+                        tmp_path / "suite.yaml")
+    w = s.work()[0]
+    assert w.prompt == "Q: question 2\nA: x\n\nQ: question 0\nA:"
+    task = ChoiceTask({"templates": s.templates, "text_field": "q"})
+    prompts, how = task.content_free_prompts(w)
+    assert how == "template" and prompts[0] == "Q: question 2\nA: x\n\nQ: N/A\nA:"

@@ -175,11 +175,12 @@ class ChoiceTask(Task):
             if bases:
                 tpl = templates[max(bases, key=len)]
         if tpl is not None and text_field:
+            prefix = str((work.design or {}).get("_prefix", ""))  # few-shot demos stay (data/design.py)
             out = []
             for cf in cfs:
                 fields = dict(item.fields)
                 fields[text_field] = cf
-                out.append(render_fields(tpl, fields))
+                out.append(prefix + render_fields(tpl, fields))
             return out, "template"
         if item.text and item.text in work.prompt:
             return [work.prompt.replace(item.text, cf) for cf in cfs], "replace"
