@@ -19,7 +19,9 @@ Declared in the suite's `task_options` or with `--opt` (validated by `check_desi
   ``orders``: the number of demo orders asked (1 = as drawn; more add
   variants "<v>@o<j>", j ≥ 2, the demos cyclically shifted then shuffled);
   ``format`` ("{prompt}\\n{answer}"; choice "{prompt} {answer}") renders one demo, joined by ``separator``
-  ("\\n\\n") and placed before the prompt. Demos are chosen per item with
+  ("\\n\\n") and placed before the prompt (with swapped answers the demos are swapped
+  too). Demo answers are the items' gold answers; a variant whose gold is null
+  (`variant_gold`) gets no demos (its design says so). Demos are chosen per item with
   `random.Random(f"{seed}:{item_id}")`, so a run is reproducible.
 
 Every variant of an item stays one cluster (its item id) in the report.
@@ -217,6 +219,8 @@ def expand_design(suite: Suite, work: list[Work], opts: dict[str, Any]) -> list[
         for w in out:
             base = w.variant.split("@", 1)[0]
             tpl = templates.get(base, first_tpl)
+            if (w.design or {}).get("answer_order") == "swapped":  # demos asked the same way as the query
+                tpl = swap_answers(tpl, *(suite.answers or ["yes", "no"])[:2])
             if base in suite.variant_gold and suite.variant_gold[base] is None:
                 # a variant without a gold answer (e.g. commonsense q3) has no answers for demos
                 w.design = {**(w.design or {}), "k": 0, "fewshot": "skipped: this variant has no gold answer"}

@@ -53,10 +53,11 @@ def test_answer_orders_and_fewshot_expansion(tmp_path):
     # the second order has the two demos exchanged
     assert w2.design["demo_labels"] == ["no", "yes"] and w2.design["demo_ids"] == ids[::-1]
     assert w2.prompt == demo[1] + "\n\n" + demo[0] + "\n\n" + TPL.format(s="statement 0")
-    # swapped answer order: the query's answers exchanged; the same demos, written as the suite has them
-    assert w3.design["answer_order"] == "swapped"
-    assert w3.prompt.endswith('Is it true that "statement 0"? Answer "no" or "yes".')
-    assert w3.design["demo_ids"] == ids
+    # swapped answer order: the same demos, every template's answers exchanged (demos and query alike)
+    assert w3.design["answer_order"] == "swapped" and w3.design["demo_ids"] == ids
+    sw = 'Is it true that "{s}"? Answer "no" or "yes".'
+    assert w3.prompt == "\n\n".join(sw.format(s=by_id[i].fields["s"]) + "\n" + by_id[i].gold for i in ids) + \
+        "\n\n" + sw.format(s="statement 0")
 
 
 def test_balanced_demos_and_determinism(tmp_path):
