@@ -150,6 +150,8 @@ def order_effect_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any
             clusters = wide.index.get_level_values("cluster").to_numpy()
             m, lo, hi, g = paired_cluster_diff(diff, clusters)
             name = {"correct": "accuracy", "p_first": "p_first_answer", "expected": "expected_rating"}[measure]
+            if measure in ("correct", "p_first") and not math.isnan(lo):
+                lo, hi = max(lo, -1.0), min(hi, 1.0)  # a difference of proportions lies in [-1, 1]
             ci = None if math.isnan(lo) else [lo, hi]
             rows.append(_row(run, {"factor": factor, "contrast": f"{b}-{a}"}, f"order_effect_{name}", m, ci, g))
     for factor in MULTI_FACTORS:
