@@ -10,8 +10,9 @@ Declared in the suite's `task_options` or with `--opt` (validated by `check_desi
   label n back to (min + max − n), so `expected` and correctness stay on the
   suite's own scale.
 - ``permutations: k`` (choice, existing): option orders, variants "<v>@p<j>".
-- ``fewshot: {k, balance, pattern, orders, seed, format, separator}``: k demos per
-  prompt drawn from the suite's other items that have a gold answer
+- ``fewshot: {k, balance, pattern, orders, seed, format, separator, file}``: k demos
+  per prompt drawn from the suite's other items that have a gold answer (or from
+  ``file``, a JSONL of items with the suite's fields, relative to the spec)
   (Brown et al. 2020; biases after Zhao et al. 2021). ``balance``: "balanced"
   (labels as equal as k allows, default) or "random" (labels as drawn, so demo
   label compositions vary and majority-label bias can be measured); ``pattern``:
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import random
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmscope.engine.types import Work
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
     from llmscope.data.suites import Suite
 
 DESIGN_KEYS = ("answer_orders", "reverse_templates", "fewshot")
-FEWSHOT_KEYS = ("k", "balance", "pattern", "orders", "seed", "format", "separator")
+FEWSHOT_KEYS = ("k", "balance", "pattern", "orders", "seed", "format", "separator", "file")
 BALANCE = ("balanced", "random")
 
 
@@ -95,9 +97,11 @@ def check_design(suite: Suite, opts: dict[str, Any]) -> None:
         orders = fs.get("orders", 1)
         if not isinstance(orders, int) or isinstance(orders, bool) or orders < 1:
             raise _err(f"orders must be a positive integer, got {orders!r}", suite, "fewshot.orders")
-        for key in ("format", "separator"):
+        for key in ("format", "separator", "file"):
             if key in fs and not isinstance(fs[key], str):
                 raise _err("must be a string", suite, f"fewshot.{key}")
+        if "file" in fs and not _demo_path(suite, fs["file"]).is_file():
+            raise _err(f"demo file not found: {_demo_path(suite, fs['file'])}", suite, "fewshot.file")
     if "schemes" in opts:
         from llmscope.engine.schemes import check_schemes
 
@@ -105,6 +109,13 @@ def check_design(suite: Suite, opts: dict[str, Any]) -> None:
             check_schemes(opts["schemes"])
         except ValueError as e:
             raise _err(str(e).replace("task option 'schemes': ", ""), suite, "schemes") from e
+
+
+def _demo_path(suite: Suite, name: str) -> Path:
+    p = Path(name)
+    if not p.is_absolute() and suite.spec_path is not None:
+        p = suite.spec_path.parent / p
+    return p
 
 
 def _word(a: str) -> re.Pattern[str]:
@@ -211,7 +222,14 @@ def expand_design(suite: Suite, work: list[Work], opts: dict[str, Any]) -> list[
         n_orders = int(fs.get("orders", 1))
         pool = []
         first_tpl = next(iter(templates.values()))
-        for it in suite.items():
+        if fs.get("file"):
+            from llmscope.data.suites import _make_item, read_jsonl
+
+            path = _demo_path(suite, str(fs["file"]))
+            demo_items = [_make_item(suite, rec, path, n) for n, rec in read_jsonl(path)]
+        else:
+            demo_items = suite.items()
+        for it in demo_items:
             if it.gold is not None:
                 pool.append((it.item_id, str(it.gold), it))
         labels = sorted({d[1] for d in pool})

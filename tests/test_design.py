@@ -200,3 +200,15 @@ async def test_choice_fewshot_keeps_demos_in_content_free_prompts(tmp_path):
     task = ChoiceTask({"templates": s.templates, "text_field": "q"})
     prompts, how = task.content_free_prompts(w)
     assert how == "template" and prompts[0] == "Q: question 2\nA: x\n\nQ: N/A\nA:"
+
+
+def test_fewshot_demo_file(tmp_path):
+    demos = [{"id": "d1", "s": "demo one", "gold": "no"}, {"id": "d2", "s": "demo two", "gold": "yes"}]
+    (tmp_path / "demos.jsonl").write_text("\n".join(json.dumps(r) for r in demos) + "\n")
+    s = make_suite(tmp_path, {"fewshot": {"file": "demos.jsonl", "pattern": ["yes", "no"]}})
+    w = s.work()[0]
+    assert w.design["demo_ids"] == ["d2", "d1"]
+    assert w.prompt.startswith(TPL.format(s="demo two") + "\nyes\n\n" + TPL.format(s="demo one") + "\nno\n\n")
+    s2 = make_suite(tmp_path, {"fewshot": {"file": "missing.jsonl", "k": 1}})
+    with pytest.raises(SuiteError, match="demo file not found"):
+        s2.work()
