@@ -283,7 +283,7 @@ def fit_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> lis
                              _ll_boot(s, c, float(fit.alpha or 0.0)), fit.n_choices))
             scored = [(x, y) for x, y in zip(s, gold, strict=True) if y is not None]
             if scored and fit.alpha is not None:
-                rows.append(_row(run, g, "softmax_accuracy", softmax_accuracy(
+                rows.append(_row(run, g, "softmax_accuracy_fitted", softmax_accuracy(
                     fit.alpha, [x for x, _ in scored], [y for _, y in scored]), None, len(scored)))
             if spec.get("condition_fields"):
                 try:
@@ -344,3 +344,36 @@ def human_vs_model(df: pd.DataFrame, spec: dict[str, Any], scheme: str = "raw") 
         except ValueError:
             pass
     return out
+
+
+SOFTMAX_ALPHAS = (0.5, 1.0, 2.0, 4.0)
+
+
+def softmax_curve_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Softmax accuracy E[softmax(α·s)[gold]] per scheme at α = 0.5, 1, 2, 4 (argmax accuracy is the α → ∞ limit).
+
+    Cluster-aware intervals (clusters = items), like the argmax accuracy rows.
+    """
+    if run.get("task") not in ("choice", "constrained"):
+        return []
+    ok = df[df["error"].isna() & df["gold"].notna()]
+    per: dict[str, list[tuple[np.ndarray, int, str]]] = {}
+    for r in ok.to_dict("records"):
+        os_ = _json(r.get("option_scores"))
+        if not isinstance(os_, dict) or r["gold"] not in os_:
+            continue
+        options = list(os_)
+        g = options.index(r["gold"])
+        for scheme, (key, tf) in SCHEME_SCORES.items():
+            if all(isinstance(os_[o], dict) and os_[o].get(key) is not None for o in options):
+                v = np.array([float(os_[o][key]) for o in options])
+                with np.errstate(divide="ignore"):
+                    per.setdefault(scheme, []).append((tf(v) if tf else v, g, str(r["item_id"])))
+    rows = []
+    for scheme, data in per.items():
+        clusters = np.array([c for _, _, c in data])
+        for a in SOFTMAX_ALPHAS:
+            vals = np.array([float(softmax(s, a)[g]) for s, g, _ in data])
+            iv = accuracy_ci(vals, clusters)
+            rows.append(_row(run, {"scheme": scheme, "alpha": a}, "softmax_accuracy", iv.mean, _ci(iv), iv.n))
+    return rows

@@ -185,6 +185,7 @@ def build_report(store: Store, run: dict[str, Any], by: list[str] | None = None)
 
     rows += _methods.sensitivity_rows(df, run, spec)  # pipeline: method_sensitivity
     rows += _methods.fit_rows(df, run, spec)  # pipeline: human_choice_fit
+    rows += _methods.softmax_curve_rows(df, run, spec)  # pipeline: softmax_accuracy_curve
     from llmscope.analysis import design_effects as _design
 
     rows += _design.order_effect_rows(df, run, spec)  # pipeline: order_effects

@@ -113,3 +113,14 @@ def test_sensitivity_rates_by_hand():
     lo, hi = rows["scheme_disagreement_rate"]["ci95"]
     assert lo < 0.5 < hi
     assert [f["item_id"] for f in flipping_items(df)] == ["2", "3"]
+
+
+def test_softmax_curve_by_hand():
+    from llmscope.analysis.methods import softmax_curve_rows
+
+    df = pd.DataFrame([{"item_id": "1", "variant": "v", "gold": "b", "error": None,
+                        "option_scores": json.dumps({"a": {"logprob": -2.0}, "b": {"logprob": -1.0}})}])
+    run = {"run_id": "r", "model": "m", "suite_name": "s", "task": "choice"}
+    rows = {r["group"]["alpha"]: r["value"] for r in softmax_curve_rows(df, run, {})}
+    for a in (0.5, 1.0, 2.0, 4.0):
+        assert rows[a] == pytest.approx(1 / (1 + math.exp(-a)))  # P(b) = sigmoid(α·(−1 − (−2)))
