@@ -1079,6 +1079,7 @@ Dashboard      up/down/pgup/pgdn/home/end  move in the failing-items list
                enter  open the item                  s  cycle sort (arrival, confidence,
                g  cycle group filter                    distance to humans, group)
                f  cycle minimum confidence           x  stop a run started in this window
+               m  methods: scoring schemes, human fit, order effects, plan
 
 Item           n / p  next / previous item of the list without going back
                up/down/pgup/pgdn  scroll
