@@ -1040,6 +1040,48 @@ def _register_feature_producers() -> None:
         MetricDef("corpus_chrf", "corpus chrF (sacrebleu) over all items", "none", "generation"),
     ):
         define_metric(d)
+    _T1 = "choice, yesno, rating (machine-psychology toolkit I, docs/METHODS.md)"
+    for d in (
+        MetricDef("scheme_acc_range", "max minus min accuracy over the scoring schemes computed for the "
+                  "same items (researcher degrees of freedom)", "none", _T1),
+        MetricDef("scheme_disagreement_rate", "share of items on which at least two scoring schemes choose "
+                  "different options", _RATE_CI, _T1),
+        MetricDef("scheme_flip_rate", "share of items whose correctness differs between at least two "
+                  "scoring schemes", _RATE_CI, _T1),
+        MetricDef("fit_alpha", "softmax inverse temperature alpha fitted by maximum likelihood to human "
+                  "choice counts, P(c=j) proportional to exp(alpha * s_j)", "profile-likelihood interval", _T1),
+        MetricDef("condition_fit_alpha", "fit_alpha after aggregating items to conditions (mean scores, "
+                  "mean probabilities or winner-take-all, in the group)", "profile-likelihood interval", _T1),
+        MetricDef("human_loglik", "log-likelihood of the human choices under the fitted softmax", "none", _T1),
+        MetricDef("condition_human_loglik", "human_loglik at the condition level", "none", _T1),
+        MetricDef("human_ll_uniform", "log-likelihood of the human choices under a uniform choice "
+                  "(lower baseline)", "none", _T1),
+        MetricDef("human_ll_empirical", "log-likelihood of the human choices under each item's own "
+                  "empirical distribution (upper bound)", "none", _T1),
+        MetricDef("human_ll_per_choice", "human_loglik divided by the number of human choices",
+                  "percentile cluster bootstrap over items", _T1),
+        MetricDef("softmax_accuracy", "mean over items of the softmax probability of the gold option at "
+                  "the alpha in the group", _MEAN_CI, _T1),
+        MetricDef("softmax_accuracy_fitted", "softmax_accuracy at the fitted alpha", _MEAN_CI, _T1),
+        MetricDef("order_consistency", "share of items whose prediction is the same under every "
+                  "counterbalanced order", _RATE_CI, _T1),
+        MetricDef("order_robust_accuracy", "accuracy after averaging each item's answer probabilities "
+                  "over its counterbalanced orders", _RATE_CI, _T1),
+        MetricDef("recency_effect", "few-shot recency bias (Zhao et al. 2021): change in the rate of "
+                  "predicting a label when the last demo has that label", "paired t over clusters", _T1),
+        MetricDef("majority_effect", "few-shot majority-label bias (Zhao et al. 2021): change in the rate "
+                  "of predicting a label when most demos have it", "paired t over clusters", _T1),
+        MetricDef("pred_equals_last_demo", "share of few-shot items predicted as the last demo's label",
+                  _RATE_CI, _T1),
+    ):
+        define_metric(d)
+    from llmscope.analysis import design_effects, methods
+
+    register_row_producer("method_sensitivity", methods.sensitivity_rows)
+    register_row_producer("human_choice_fit", methods.fit_rows)
+    register_row_producer("softmax_accuracy_curve", methods.softmax_curve_rows)
+    register_row_producer("order_effects", design_effects.order_effect_rows)
+    register_row_producer("fewshot_bias", design_effects.fewshot_rows)
     register_row_producer("abstention", abstention_rows, ABSTAINING_TASKS)
     register_row_producer("api_method", api_method_rows)
     register_row_producer("syntaxgym", sg_rows, ["syntaxgym"])

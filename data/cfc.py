@@ -66,3 +66,53 @@ def load_cfc_suite(suite_path: str | Path | None = None) -> Suite:
     suite.items_path = path.resolve()
     suite._loader = lambda: load_cfc_items(path)
     return suite
+
+
+CHOICE_SPEC: dict[str, Any] = {
+    "name": "cfc-choice",
+    "task": "choice",
+    "description": "CFC / ProtoQA questions as choice items: one option per human answer cluster "
+                   "(its most frequent answer), with the cluster counts as human choice counts",
+    "source": "qxc101/PROBEVAL_CFC",
+    "id_field": "id",
+    "text_field": "question",
+    "options_field": "options",
+    "human_counts_field": "human_counts",
+    "templates": {"qa": "Question: {question}\nAnswer:"},
+    "task_options": {"chat": False, "continuation": " {option}", "domain_prompt": "Answer:"},
+}
+
+
+def cfc_choice_items(path: Path) -> list[Item]:
+    """Each question with one option per answer cluster (the cluster's most frequent raw answer;
+    ties: the first listed) and the cluster counts as human choice counts, for the softmax fit."""
+    out = []
+    for it in load_cfc_items(path):
+        raw = {str(k): int(v) for k, v in (it.fields.get("raw") or {}).items()}
+        options: list[str] = []
+        counts: list[int] = []
+        for name, cl in (it.fields.get("clusters") or {}).items():
+            answers = [str(a) for a in cl.get("answers") or []]
+            if not answers or not cl.get("count"):
+                continue
+            rep = max(answers, key=lambda a: (raw.get(a, 0), -answers.index(a))).strip()
+            if rep in options:  # two clusters led by the same string: keep them apart
+                rep = f"{rep} ({name})"
+            options.append(rep)
+            counts.append(int(cl["count"]))
+        if len(options) < 2:
+            continue
+        fields = {"id": it.item_id, "question": it.text, "options": options, "human_counts": counts}
+        out.append(Item(item_id=it.item_id, fields=fields, options=options, text=it.text, line=it.line))
+    return out
+
+
+def load_cfc_choice_suite(suite_path: str | Path | None = None) -> Suite:
+    """The `cfc-choice` suite (default: the shared CFC dev set when present)."""
+    base = load_cfc_suite(suite_path)
+    assert base.items_path is not None
+    path = base.items_path
+    suite = suite_from_spec(dict(CHOICE_SPEC, source=str(path)), None)
+    suite.items_path = path
+    suite._loader = lambda: cfc_choice_items(path)
+    return suite

@@ -40,6 +40,7 @@ TASK_TYPES = ("yesno", "choice", "minpairs", "rating", "constrained", "generatio
 SHARED_DIR_CANDIDATES = ("../shared", "../../shared")
 # Loaders for full third-party corpora: name -> task (read from --suite-path or ../shared).
 EXTERNAL_SUITES = {"commonsense": "yesno", "worldsense": "constrained", "cfc": "generation", "syntaxgym": "syntaxgym"}
+EXTERNAL_SUITES["cfc-choice"] = "choice"  # CFC clusters as options, cluster counts as human choices
 
 
 class SuiteError(Exception):
@@ -274,7 +275,9 @@ class Suite:
                             fields[self.options_field] = order
                         out.append(Work(item=it, variant=f"{variant}@p{j}", prompt=render(tpl, fields),
                                         gold=gold, options=list(order)))
-        return out
+        from llmscope.data.design import expand_design  # counterbalancing, few-shot demos
+
+        return expand_design(self, out, self.task_options)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -650,6 +653,10 @@ def load_suite(name_or_path: str | Path, suite_path: str | Path | None = None) -
         from llmscope.data.cfc import load_cfc_suite
 
         return load_cfc_suite(suite_path)
+    if s == "cfc-choice":
+        from llmscope.data.cfc import load_cfc_choice_suite
+
+        return load_cfc_choice_suite(suite_path)
     builtin = BUILTIN_DIR / s / "suite.yaml"
     if builtin.is_file():
         path = builtin

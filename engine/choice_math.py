@@ -17,7 +17,14 @@ Methods (each gives one score per option; higher is better):
   log(calibrated) so that softmax(1 · score) reproduces the calibrated
   distribution; `option_values` reports the calibrated probability itself.
 - ``pmi``: domain-conditional PMI (Holtzman et al. 2021):
-  log P(option | prompt) − log P(option | domain prompt).
+  log P(option | prompt) − log P(option | domain prompt). This is the log of the
+  prior-corrected probability P(o|I)/P(o|I0) with I0 the domain (answer-only) prompt.
+- ``mean_token_prob``: mean over the option's tokens of P(token | prefix)
+  (Tsvilodub et al. 2024), present when per-token log-probs are given.
+- ``surprisal_ratio``: surprisal-reduction factor log P(o|I0) / log P(o|I)
+  (Tsvilodub et al. 2024; I0 = the domain prompt): how many times smaller the
+  option's surprisal is with the item's context than without it. An option with
+  log P(o|I) = 0 scores +inf (softmax gives the +inf options all the mass).
 
 Prediction rule: argmax of the score; ties go to the first maximum (lowest
 option index), which is what `numpy.argmax` does.
@@ -38,13 +45,16 @@ from math import factorial
 
 import numpy as np
 
-METHODS = ("raw", "mean_token", "per_char", "per_byte", "calibrated", "pmi")
+METHODS = ("raw", "mean_token", "per_char", "per_byte", "calibrated", "pmi", "mean_token_prob", "surprisal_ratio")
 
 
 def softmax(x: Sequence[float] | np.ndarray, alpha: float = 1.0) -> np.ndarray:
     """softmax(α·x), stable; -inf entries get probability 0."""
     z = alpha * np.asarray(x, dtype=np.float64)
     m = np.max(z)
+    if m == np.inf:
+        top = (z == np.inf).astype(np.float64)
+        return top / top.sum()
     if not np.isfinite(m):
         raise ValueError("softmax of scores with no finite maximum")
     e = np.exp(z - m)
@@ -126,11 +136,13 @@ def score_options(
     domain_logprobs: Sequence[float] | None = None,
     gold: int | None = None,
     alpha: float = 1.0,
+    token_logprobs: Sequence[Sequence[float]] | None = None,
 ) -> ChoiceScores:
     """Score every option under every available method.
 
     `n_chars`/`n_bytes` default to the lengths of the option strings themselves.
-    `calibrated` is present only with `p_cf`, `pmi` only with `domain_logprobs`.
+    `calibrated` is present only with `p_cf`, `pmi` and `surprisal_ratio` only with
+    `domain_logprobs`, `mean_token_prob` only with `token_logprobs` (one list per option).
     `gold` is an option index (or None for unscored items).
     """
     opts = list(options)
@@ -168,6 +180,18 @@ def score_options(
             raise ValueError(f"domain_logprobs has shape {dom.shape}, expected ({k},)")
         scores["pmi"] = raw - dom
         values["pmi"] = scores["pmi"]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(raw < 0, dom / np.where(raw < 0, raw, -1.0), np.inf)
+        scores["surprisal_ratio"] = ratio
+        values["surprisal_ratio"] = ratio
+    if token_logprobs is not None:
+        if len(token_logprobs) != k:
+            raise ValueError(f"token_logprobs has {len(token_logprobs)} options, expected {k}")
+        mtp = np.array([float(np.mean(np.exp(np.asarray(t, dtype=np.float64)))) if len(t) else np.nan
+                        for t in token_logprobs])
+        if np.all(np.isfinite(mtp)):
+            scores["mean_token_prob"] = mtp
+            values["mean_token_prob"] = mtp
 
     out = ChoiceScores(opts, scores, values, {m: argmax_first(s) for m, s in scores.items()})
     for m, s in scores.items():

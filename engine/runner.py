@@ -191,6 +191,8 @@ class Runner:
                              error=f"{type(e).__name__}: {e}")
             finally:
                 window.release()
+            if w.design:  # counterbalancing / few-shot levels (data/design.py)
+                res.extra.setdefault("design", {k: v for k, v in w.design.items() if not k.startswith("_")})
             res.latency_ms = (time.perf_counter() - start) * 1000.0
             return res
 

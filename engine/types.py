@@ -30,6 +30,7 @@ class Work:
     prompt: str  # the user-facing prompt after the suite template, before any chat template
     gold: str | None
     options: list[str] | None = None
+    design: dict[str, Any] | None = None  # counterbalancing / few-shot levels (data/design.py)
 
 
 @dataclass

@@ -125,6 +125,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
             t.pop("task", None)
             task_opts = {**t, **task_opts}
             limit = args.limit if args.limit is not None else opts.get("limit")
+        plan_info = None
+        seed = args.seed
+        if getattr(args, "plan", None):  # pre-registration (llmscope/plan.py)
+            from llmscope.plan import PlanError, plan_hash, read_plan
+
+            try:
+                plan_body = read_plan(args.plan)
+            except PlanError as e:
+                raise CLIError(str(e)) from e
+            suite_name = suite_name or plan_body["suite"]
+            suite_path = suite_path or plan_body.get("suite_path")
+            model_arg = model_arg or next(iter(plan_body.get("models") or []), None)
+            if model_arg == "default":
+                model_arg = None
+            task_opts = {**(plan_body.get("task_options") or {}), **task_opts}
+            seed = int(plan_body.get("seed", seed)) if args.seed == 0 else args.seed
+            plan_info = (plan_body, plan_hash(args.plan))
         if not suite_name:
             raise CLIError("--suite is required (a built-in name, see `llmscope suites`, or a spec path)")
         suite = load_suite(suite_name, suite_path)
@@ -137,6 +154,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             validate_task_options(suite.task, {**suite.task_options, **task_opts})
         except TaskOptionError as e:
             raise CLIError(f"task options (--opt, --chat, suite task_options): {e}") from None
+        # design options (counterbalancing, few-shot) given with --opt shape the work list too
+        suite.task_options = {**suite.task_options, **task_opts}
+        suite.work(1)  # validates the design options before the model loads
         reporter = ConsoleReporter(quiet=args.quiet)
         reporter.on_message("info", f"loading model {model_arg or 'SmolLM2-135M-Instruct (embedded default)'} ...")
         backend, spec, ident = make_backend(model_arg, args)
@@ -146,12 +166,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
                              warn=lambda m: reporter.on_message("warning", m))
         plan = RunPlan(
             suite=suite, model_label=spec.display(), model_arg=model_arg, task_options=task_opts,
-            backend_identity=ident, seed=args.seed, limit=limit,
+            backend_identity=ident, seed=seed, limit=limit,
             run_id=run["run_id"] if args.resume else None,
             window=max(args.batch_size * 4, args.concurrency * 2, 8),
         )
         live = LiveWriter(args.db, store=store)
-        runner = Runner(plan, backend, store, MultiReporter(reporter, live))
+        extra_reporters: list[Any] = []
+        if plan_info is not None:
+            from llmscope.plan import PlanRecorder, deviations
+
+            devs = deviations(plan_info[0], suite_id=suite.suite_id, model=model_arg, task_options=task_opts, seed=seed)
+            for d in devs:
+                reporter.on_message("warning", f"run differs from plan {args.plan}: {d}")
+            extra_reporters.append(PlanRecorder(store, plan_info[0], plan_info[1], str(args.plan), devs))
+        runner = Runner(plan, backend, store, MultiReporter(*extra_reporters, reporter, live))
         import asyncio
 
         async def main() -> Any:
@@ -341,6 +369,36 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from llmscope.data.suites import load_suite
+    from llmscope.plan import PLAN_VERSION, PlanError, write_plan
+
+    suite = load_suite(args.suite, args.suite_path)
+    suite.task_options = {**suite.task_options, **_parse_opts(args.opt)}
+    suite.work(1)  # the suite and its design options are valid
+    plan = {
+        "llmscope_plan": PLAN_VERSION,
+        "suite": args.suite,
+        "suite_id": suite.suite_id,
+        **({"suite_path": args.suite_path} if args.suite_path else {}),
+        "models": args.model or ["default"],
+        "task_options": _parse_opts(args.opt),
+        "metrics": args.metric or ["accuracy"],
+        "hypotheses": [{"id": f"H{i}", "text": h, "test": "paired-t"} for i, h in enumerate(args.hypothesis or [], 1)],
+        "seed": args.seed,
+        "alpha": args.alpha,
+        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+    try:
+        digest = write_plan(args.output, plan, force=args.force)
+    except PlanError as e:
+        raise CLIError(str(e)) from e
+    print(f"wrote plan {args.output} (sha256 {digest[:12]}); run it with: llmscope run --plan {args.output}")
+    return 0
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from llmscope.compare import CompareError, compare_runs, format_compare
 
@@ -427,6 +485,8 @@ def build_parser(settings: Any = None) -> argparse.ArgumentParser:
     r.add_argument("--reasoning", action="store_true", help="treat the API model as a reasoning model")
     r.add_argument("--no-cache", action="store_true",
                    help="do not reuse or store responses in the shared response cache")
+    r.add_argument("--plan", help="a pre-registration plan file (llmscope plan): suite, model, options and seed "
+                   "come from it; its hash is stored before any result")
     r.add_argument("--quiet", action="store_true", help="no progress line, only warnings and the report")
     r.add_argument("--no-report", action="store_true", help="do not print the report when the run ends")
     r.set_defaults(func=cmd_run)
@@ -479,6 +539,20 @@ def build_parser(settings: Any = None) -> argparse.ArgumentParser:
     s.add_argument("--suite-path", help="commonsense statements CSV (results) or CFC targets file (answers)")
     s.add_argument("--model", help="name of the imported answer set (answers)")
     s.set_defaults(func=cmd_import)
+
+    s = sub.add_parser("plan", help="write a pre-registration plan (suite, models, options, hypotheses, seed)")
+    s.add_argument("--suite", required=True, help="built-in suite name or path of a suite spec")
+    s.add_argument("--suite-path", help="data file or folder for loaders")
+    s.add_argument("--model", action="append", help="planned model (repeatable; default: the embedded model)")
+    s.add_argument("--opt", action="append", metavar="KEY=VALUE", help="task option (JSON value), repeatable")
+    s.add_argument("--metric", action="append", help="planned analysis metric (repeatable; default accuracy)")
+    s.add_argument("--hypothesis", action="append",
+                   help="e.g. 'accuracy(q1) > accuracy(q2)' or 'p_yes(q1) < 0.5' (repeatable)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--alpha", type=float, default=0.05, help="one-sided test level (default 0.05)")
+    s.add_argument("-o", "--output", required=True, help="plan file to write (YAML)")
+    s.add_argument("--force", action="store_true", help="replace an existing plan file")
+    s.set_defaults(func=cmd_plan)
 
     s = sub.add_parser("compare", help="compare runs on the same suite (paired tests)")
     s.add_argument("--db", action="append", default=argparse.SUPPRESS, metavar="FILE",

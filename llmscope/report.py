@@ -41,7 +41,9 @@ def build_report(store: Store, run: dict[str, Any], by: list[str] | None = None)
         return []
     spec = store.suite_spec(run["suite_id"])
     rows = compute_metrics(df, run, spec, by, store=store).rows()
-    return rows
+    from llmscope.plan import plan_rows
+
+    return plan_rows(df, run, spec, rows)  # pre-registered hypotheses first, the rest exploratory
 
 
 def probeval_for_run(store: Store, run: dict[str, Any], *, embed: Any = "auto", save: bool = False) -> Any:
@@ -152,11 +154,28 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
         return "(no results)"
     lines = [f"({BOOTSTRAP.describe()}; clusters in n_clusters; definitions: llmscope report --explain)"]
     cur = None
+    section = None
     for r in rows:
         head = f"{r['run']}  {r.get('suite')}  {r.get('model')}"
         if head != cur:
             lines.append(head)
             cur = head
+            section = None
+        if "preregistered" in r and r["preregistered"] != section:  # runs made with a plan (llmscope/plan.py)
+            section = r["preregistered"]
+            lines.append("  -- pre-registered (plan) --" if section else "  -- exploratory (not in the plan) --")
+        if r["metric"] == "hypothesis":
+            g = r["group"]
+            ci = r.get("ci95")
+            cis = f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+            p = r.get("p_value")
+            est = "-" if r["value"] is None else f"{r['value']:+.3f}"
+            lines.append(f"  {g['id']}: {g['hypothesis']}  -> {g['verdict']}  (difference {est} {cis}, "
+                         f"p = {'-' if p is None else f'{p:.4f}'}, {r.get('test')}, n={r['n']})")
+            continue
+        if r["metric"] == "plan_deviation":
+            lines.append(f"  DEVIATION from plan: {r['group']['deviation']}")
+            continue
         group = ", ".join(f"{k}={v}" for k, v in r["group"].items()) or "overall"
         ci = r.get("ci95")
         cis = f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci and ci[0] is not None and ci[1] is not None else ""

@@ -428,7 +428,14 @@ class DashboardScreen(BaseScreen):
         Binding("f", "conf", "Conf. filter"),
         Binding("l", "focus_list", "Items", show=False),
         Binding("x", "stop", "Stop run"),
+        Binding("m", "methods", "Methods", show=False),  # hidden: keeps the footer snapshot stable
     ]
+
+    def action_methods(self) -> None:
+        """Scoring schemes, human fit, order effects, plan (tui/panels_methods.py)."""
+        from llmscope.tui.panels_methods import MethodsScreen
+
+        self.app.push_screen(MethodsScreen(self.run_id))
 
     def __init__(self, run_id: str) -> None:
         super().__init__()
@@ -1096,6 +1103,7 @@ Dashboard      up/down/pgup/pgdn/home/end  move in the failing-items list
                enter  open the item                  s  cycle sort (arrival, confidence,
                g  cycle group filter                    distance to humans, group)
                f  cycle minimum confidence           x  stop a run started in this window
+               m  methods: scoring schemes, human fit, order effects, plan
 
 Item           n / p  next / previous item of the list without going back
                up/down/pgup/pgdn  scroll

@@ -19,6 +19,8 @@ Task options (all optional):
   prompt (`str.replace`) when it occurs there; otherwise calibration is skipped
   and `extra["calibration"]` says why.
 - ``alpha`` (1.0): inverse temperature for expected accuracy.
+- ``schemes`` ([]): extra scoring schemes from engine/schemes.py ("labels",
+  "free", "rating", "embedding"), stored beside the log-likelihood methods.
 
 Result: `prediction` = argmax raw log-likelihood (first max on ties), `probs` =
 softmax of raw over options, `option_scores[option]` = {logprob, n_tokens,
@@ -97,6 +99,7 @@ def loglik_option_result(
         domain_logprobs=domain,
         gold=gi,
         alpha=alpha,
+        token_logprobs=[o.token_logprobs for o in outs] if all(o.token_logprobs for o in outs) else None,
     )
     probs = softmax(cs.scores["raw"])
     option_scores: dict[str, dict[str, float]] = {}
@@ -110,7 +113,7 @@ def loglik_option_result(
             "per_char": float(cs.values["per_char"][i]),
             "per_byte": float(cs.values["per_byte"][i]),
         }
-        for m in ("calibrated", "pmi"):
+        for m in ("calibrated", "pmi", "mean_token_prob", "surprisal_ratio"):
             if m in cs.values:
                 row[m] = float(cs.values[m][i])
         option_scores[opt] = row
@@ -146,6 +149,13 @@ class ChoiceTask(Task):
         OptionSpec("alpha", "float", 1.0, "inverse temperature of expected accuracy", min=0.0),
         OptionSpec("permutations", "int", 0, "extra option-order permutations per item (variants <v>@p<j>)",
                    min=0),
+        OptionSpec("schemes", "list[str]", None,
+                   "extra scoring schemes: labels, free, rating, embedding (engine/schemes.py)"),
+        OptionSpec("label_template", "str?", None, "lettered-options prompt for the labels scheme"),
+        OptionSpec("rating_template", "str?", None, "prompt asking each option as a rating (rating scheme)"),
+        OptionSpec("rating_labels", "list[str]", None, "scale labels of the rating scheme"),
+        OptionSpec("free_max_tokens", "int", 16, "generation budget of the free-production scheme", min=1),
+        OptionSpec("fewshot", "any", None, "few-shot demos: k, source, labels, orders, seed (data/design.py)"),
     )
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
@@ -185,11 +195,12 @@ class ChoiceTask(Task):
             if bases:
                 tpl = templates[max(bases, key=len)]
         if tpl is not None and text_field:
+            prefix = str((work.design or {}).get("_prefix", ""))  # few-shot demos stay (data/design.py)
             out = []
             for cf in cfs:
                 fields = dict(item.fields)
                 fields[text_field] = cf
-                out.append(render_fields(tpl, fields))
+                out.append(prefix + render_fields(tpl, fields))
             return out, "template"
         if item.text and item.text in work.prompt:
             return [work.prompt.replace(item.text, cf) for cf in cfs], "replace"
@@ -273,6 +284,11 @@ class ChoiceTask(Task):
         res.extra["choice_method"] = "loglik"
         if dp:
             res.extra["domain_prompt"] = dp
+        if self.options.get("schemes"):  # labels / free / rating / embedding (engine/schemes.py)
+            from llmscope.engine.schemes import add_schemes, embedder_for
+
+            await add_schemes(res, work, options, gold_index(options, work.gold), backend, self.options,
+                              embedder_for(self.options))
         return res
 
     async def _score_by_labels(self, work: Work, options: list[str], by_labels: Any) -> Result:

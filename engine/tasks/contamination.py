@@ -28,6 +28,7 @@ from collections import Counter
 
 from llmscope.engine.backend import Backend, GenParams
 from llmscope.engine.tasks.base import Task, register
+from llmscope.engine.tasks.options import OptionSpec
 from llmscope.engine.types import Result, Work
 
 _EDGE = re.compile(r"^\W+|\W+$")
@@ -69,6 +70,14 @@ class ContaminationTask(Task):
     """Min-K% probability and a greedy completion probe per item."""
 
     name = "contamination"
+    option_specs = (
+        OptionSpec("mink_k", "float", 20, "k of Min-K% prob: the share (in %) of least likely tokens averaged",
+                   min=0.0, max=100.0),
+        OptionSpec("ngram", "int", 3, "n of the completion probe's n-gram recall", min=1),
+        OptionSpec("overlap_threshold", "float", 0.5, "n-gram recall at which an item is flagged", min=0.0, max=1.0),
+        OptionSpec("mink_threshold", "any", None, "Min-K% prob above which an item is flagged (null: never)"),
+        OptionSpec("max_new_tokens", "int", 48, "greedy continuation budget of the completion probe", min=1),
+    )
 
     async def score(self, work: Work, backend: Backend) -> Result:
         o = self.options

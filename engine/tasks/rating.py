@@ -55,6 +55,9 @@ class RatingTask(Task):
     option_specs = (
         chat_option(True),
         OptionSpec("top_k", "int", 20, "top tokens read at the answer position", min=1),
+        OptionSpec("reverse_templates", "any", None,
+                   "{variant: template} asking the scale the other way round (@rev), mapped back"),
+        OptionSpec("fewshot", "any", None, "few-shot demos: k, source, labels, orders, seed (data/design.py)"),
     )
 
     def labels(self, work: Work) -> list[str]:
@@ -65,6 +68,9 @@ class RatingTask(Task):
         chat = bool(self.options.get("chat", True))
         labels = self.labels(work)
         values = label_values(labels)
+        reversed_scale = bool(work.design and work.design.get("scale") == "reversed")
+        if reversed_scale:  # the scale was asked the other way round (data/design.py): map n -> min + max - n
+            values = [min(values) + max(values) - v for v in values]
         out = await backend.next_token(
             work.prompt, labels, chat=chat, top_k=int(self.options.get("top_k", 20))
         )
@@ -98,7 +104,8 @@ class RatingTask(Task):
         if work.gold is not None:
             gold_label = None
             if work.gold in labels:
-                gold_label = work.gold
+                # on a reversed scale the gold answer is the mirrored label (same canonical value)
+                gold_label = labels[len(labels) - 1 - labels.index(work.gold)] if reversed_scale else work.gold
             else:
                 gv = _num(work.gold)
                 if gv is not None and all(_num(x) is not None for x in labels):

@@ -35,6 +35,7 @@ from typing import Any
 from llmscope.engine.backend import Backend
 from llmscope.engine.tasks.base import Task, register
 from llmscope.engine.tasks.minpairs import align_tokens
+from llmscope.engine.tasks.options import OptionSpec
 from llmscope.engine.types import LogLikOut, Result, Work
 
 LN2 = math.log(2.0)
@@ -324,6 +325,10 @@ class SyntaxGymTask(Task):
     """Region surprisals per condition; correct when every prediction formula holds."""
 
     name = "syntaxgym"
+    option_specs = (
+        OptionSpec("predictions", "any", None, "suite-level predictions (formulas over region surprisals)"),
+        OptionSpec("regions", "any", None, "suite-level region names"),
+    )
 
     def _region_number(self, ref: str, names: dict[str, int]) -> int:
         if ref.isdigit():

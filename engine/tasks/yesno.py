@@ -15,13 +15,18 @@ class YesNoTask(Task):
     """P(yes), P(no), P(other) at the first generated position.
 
     Options: `chat` (apply the chat template, default true), `top_k` (top tokens stored,
-    default 20), `answers` (default ["yes", "no"]).
+    default 20), `answers` (default ["yes", "no"]), `content_free` (default none: strings
+    for contextual calibration, e.g. ["N/A", "", "[MASK]"]; see engine/schemes.py).
     """
 
     name = "yesno"
     option_specs = (
         chat_option(True),
         OptionSpec("top_k", "int", 20, "top tokens read at the answer position", min=1),
+        OptionSpec("content_free", "list[str]", None,
+                   "content-free inputs for contextual calibration, averaged (engine/schemes.py)"),
+        OptionSpec("answer_orders", "bool", False, "also ask every prompt with the two answers swapped (@swap)"),
+        OptionSpec("fewshot", "any", None, "few-shot demos: k, source, labels, orders, seed (data/design.py)"),
     )
 
     @property
@@ -62,4 +67,8 @@ class YesNoTask(Task):
         if not mass > 0:
             # No mass on any answer is no evidence: abstain rather than default to the first answer.
             return abstain(res, "no probability mass on any answer")
+        if self.options.get("content_free"):  # contextual calibration (engine/schemes.py)
+            from llmscope.engine.schemes import yesno_calibration
+
+            await yesno_calibration(res, work, backend, self.options, self.answers, self.__dict__.setdefault("_cf", {}))
         return res
