@@ -62,6 +62,7 @@ class DatasetSource:
     gold_index: bool = False
     format: str | None = None  # a LOCAL_FORMATS value; None: from the file suffix
     local: Path | None = None  # resolved local file, None for a hub id
+    spec_path: Path | None = None  # the spec naming it, for error messages
 
 
 @dataclass
@@ -106,7 +107,8 @@ def parse_source(raw: Any, spec_path: Path | None) -> DatasetSource:
         raise err(f"unknown format {fmt!r}; expected one of {', '.join(sorted(set(LOCAL_FORMATS.values())))}",
                   "format")
     src = DatasetSource(path=path, name=raw.get("name"), split=raw.get("split") or "test",
-                        revision=raw.get("revision"), fields=dict(fields), gold_index=gold_index, format=fmt)
+                        revision=raw.get("revision"), fields=dict(fields), gold_index=gold_index, format=fmt,
+                        spec_path=spec_path)
     base = spec_path.parent if spec_path else Path.cwd()
     cand = (base / path).expanduser()
     if cand.is_file():
@@ -192,13 +194,13 @@ def read_hub_rows(src: DatasetSource) -> list[Row]:
     except ImportError as e:
         raise SuiteError(
             f"{src.path!r} is not a local file, and hub datasets need the `datasets` package "
-            "(pip install datasets)", None, None, "dataset.path") from e
+            "(pip install datasets)", src.spec_path, None, "dataset.path") from e
     try:
         ds = datasets.load_dataset(src.path, src.name, split=src.split, revision=src.revision)
     except Exception as e:  # the library raises many types (network, missing config, bad split)
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise SuiteError(f"cannot load hub dataset {src.path!r} (config {src.name!r}, split {src.split!r}): "
-                         f"{first}", None, None, "dataset.path") from e
+                         f"{first}", src.spec_path, None, "dataset.path") from e
     return [Row(dict(r), i + 1, i) for i, r in enumerate(ds)]
 
 

@@ -40,7 +40,13 @@ from typing import Any
 
 import yaml
 
-from llmscope.data.hf_datasets import LOCAL_FORMATS, DatasetSource, Row, read_hub_rows, read_local_rows
+from llmscope.data.hf_datasets import (
+    LOCAL_FORMATS,
+    DatasetSource,
+    Row,
+    read_hub_rows,
+    read_local_rows,
+)
 from llmscope.data.suites import Suite, SuiteError, _make_item, suite_from_spec
 from llmscope.engine.types import Item
 
@@ -59,7 +65,9 @@ class _TaskLoader(yaml.SafeLoader):
     """lm-eval's YAML dialect: `!function` tags are recorded, not imported."""
 
 
-_TaskLoader.add_constructor("!function", lambda loader, node: FunctionRef(loader.construct_scalar(node)))
+_TaskLoader.add_constructor(
+    "!function", lambda loader, node: FunctionRef(loader.construct_scalar(node))  # type: ignore[arg-type]
+)
 
 
 def is_lm_eval_yaml(path: Path) -> bool:
@@ -70,7 +78,9 @@ def is_lm_eval_yaml(path: Path) -> bool:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return False
-    return bool(_DETECT.search(text))
+    # a task that only includes a base YAML (`include:` + `task:`) has no llmscope `name:`
+    return bool(_DETECT.search(text)) or (bool(re.search(r"^include\s*:", text, re.M))
+                                          and not re.search(r"^name\s*:", text, re.M))
 
 
 def read_task_config(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
@@ -239,7 +249,7 @@ def _data_source(cfg: dict[str, Any], path: Path) -> tuple[DatasetSource, list[P
         name = cfg.get("dataset_name")
         rev = kwargs.get("revision")
         return DatasetSource(path=dpath, name=name if isinstance(name, str) else None, split=split,
-                             revision=rev if isinstance(rev, str) else None), []
+                             revision=rev if isinstance(rev, str) else None, spec_path=path), []
     files = kwargs.get("data_files")
     if isinstance(files, dict):
         if split not in files:
