@@ -100,18 +100,29 @@ def test_unsupported_or_broken_yaml_is_a_clear_error(tmp_path: Path, yaml_text: 
     assert "\n" not in str(e.value).strip()
 
 
-def test_matches_lm_evals_own_task_loader(tmp_path: Path) -> None:
+DESC_YAML = ("task: sums\ndataset_path: json\ndataset_kwargs: {data_files: {test: docs.jsonl}}\ntest_split: test\n"
+             "output_type: multiple_choice\ndescription: \"Answer the question.\\n\\n\"\ntarget_delimiter: ''\n"
+             "doc_to_text: question\ndoc_to_choice: \"{{choices.text}}\"\ndoc_to_target: \"{{answerKey}}\"\n")
+
+
+@pytest.mark.parametrize("yaml_text", [MC_YAML, DESC_YAML], ids=["jinja", "columns-description-delimiter"])
+def test_matches_lm_evals_own_task_loader(tmp_path: Path, yaml_text: str) -> None:
     """Where lm-eval is installed (the `bench` extra), its ConfigurableTask builds the same requests."""
     pytest.importorskip("lm_eval", reason="lm-eval is not installed (pip install 'llmscope[bench]')")
     import yaml
     from lm_eval.api.task import ConfigurableTask
 
-    path = _write(tmp_path, MC_YAML.replace("docs.jsonl", str(tmp_path / "docs.jsonl")))
+    docs = DOCS if yaml_text is MC_YAML else [
+        {"question": "Q: 2+2?", "choices": {"text": ["four", "five"]}, "answerKey": "four"},
+        {"question": "Q: 3+3?", "choices": {"text": ["five", "six"]}, "answerKey": "six"}]
+    path = _write(tmp_path, yaml_text.replace("docs.jsonl", str(tmp_path / "docs.jsonl")), docs)
     task = ConfigurableTask(config=yaml.safe_load(path.read_text()))
     suite = load_suite(path)
+    delim = suite.task_options["continuation"].replace("{option}", "")
     for doc_id, doc in enumerate(task.test_docs()):
         ctx = task.fewshot_context(doc, 0)
-        reqs = task.construct_requests(doc, ctx, metadata=("tiny_arc", doc_id, 1))
+        reqs = task.construct_requests(doc, ctx, metadata=("t", doc_id, 1))
         w = suite.work()[doc_id]
-        assert [r.args for r in reqs] == [(w.prompt, " " + o) for o in w.options]
-        assert w.options[task.doc_to_target(doc)] == w.gold
+        assert [r.args for r in reqs] == [(w.prompt, delim + o) for o in w.options]
+        target = task.doc_to_target(doc)
+        assert (w.options[target] if isinstance(target, int) else target) == w.gold

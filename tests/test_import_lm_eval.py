@@ -152,3 +152,31 @@ def test_continuations_must_match_the_given_suite(lm_eval_out: Path, capsys: pyt
     assert main(["--db", str(lm_eval_out / "x.duckdb"), "import", "lm-eval", str(samples), "--suite",
                  str(lm_eval_out / "task.yaml")]) == 2
     assert "differ from the suite's" in capsys.readouterr().err
+
+
+def test_samples_written_by_lm_evals_own_tracker_import(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Where lm-eval is installed, its EvaluationTracker writes the samples file that is imported."""
+    pytest.importorskip("lm_eval", reason="lm-eval is not installed (pip install 'llmscope[bench]')")
+    from lm_eval.loggers.evaluation_tracker import EvaluationTracker
+
+    (tmp_path / "docs.jsonl").write_text("\n".join(json.dumps(d) for d in DOCS) + "\n")
+    (tmp_path / "task.yaml").write_text(YAML)
+    tracker = EvaluationTracker(output_path=str(tmp_path / "out"))
+    tracker.general_config_tracker.model_name_sanitized = "smollm2"
+    tracker.date_id = "2026-11-23T10-00-00.000000"  # set by save_results_aggregated in a real run
+    samples = []
+    for doc_id, doc in enumerate(DOCS):
+        ctx = f"Question: {doc['question']}\nAnswer:"
+        args = [(ctx, " " + c) for c in doc["choices"]["text"]]
+        resps = [(ll, False) for ll in LLS[doc_id]]  # lm-eval's in-memory form: (loglik, is_greedy) tuples
+        samples.append({"doc_id": doc_id, "doc": doc, "target": int(TARGETS[doc_id]), "arguments": args,
+                        "resps": [[r] for r in resps], "filtered_resps": resps, "filter": "none",
+                        "metrics": ["acc"], "doc_hash": "", "prompt_hash": "", "target_hash": "", "acc": 0.0})
+    tracker.save_results_samples("tiny_arc", samples)
+    (written,) = (tmp_path / "out" / "smollm2").glob("samples_tiny_arc_*.jsonl")
+    db = tmp_path / "x.duckdb"
+    assert main(["--db", str(db), "import", "lm-eval", str(written), "--suite", str(tmp_path / "task.yaml")]) == 0
+    assert "differs" not in capsys.readouterr().out
+    rows = _rows(db)
+    assert [(r[0], r[1], r[2]) for r in rows] == [("0", "green", "blue"), ("1", "two", "four")]
+    assert json.loads(rows[1][5])["two"]["logprob"] == -0.5
