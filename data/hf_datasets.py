@@ -8,7 +8,7 @@ A suite spec names the data with a `dataset:` block instead of `items:`::
     text_field: question
     templates: {qa: "Question: {question}\\nAnswer:"}
     dataset:
-      path: arc_easy_test.parquet   # file relative to the spec, or a hub id (org/name)
+      path: arc_easy_test.parquet   # file relative to the spec, a data folder, or a hub id (org/name)
       name: ARC-Easy                # hub configuration (hub ids only)
       split: test                   # hub split (default test)
       revision: main                # hub revision (hub ids only)
@@ -113,6 +113,8 @@ def parse_source(raw: Any, spec_path: Path | None) -> DatasetSource:
     cand = (base / path).expanduser()
     if cand.is_file():
         src.local = cand.resolve()
+    elif cand.is_dir():  # a folder of data files: `datasets.load_dataset(folder)` picks the splits
+        src.path = str(cand.resolve())
     elif Path(path).suffix.lower() in LOCAL_FORMATS or path.startswith((".", "/", "~")):
         raise err(f"data file not found: {cand.resolve()}", "path")
     return src

@@ -123,3 +123,13 @@ def test_hub_id_without_datasets_or_network_is_a_clear_error(tmp_path: Path) -> 
     assert "Traceback" not in p.stderr
     assert "nobody-here/no-such-dataset-h18" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_data_folder_through_the_datasets_library(tmp_path: Path) -> None:
+    """Folders and hub ids go through `datasets.load_dataset` (offline here: a local folder)."""
+    pytest.importorskip("datasets", reason="the `datasets` package is not installed (pip install datasets)")
+    folder = tmp_path / "arc"
+    folder.mkdir()
+    pq.write_table(pa.Table.from_pylist(ROWS), folder / "test.parquet")
+    suite = load_suite(_write_spec(tmp_path, "arc"))
+    assert [(w.item.item_id, w.gold) for w in suite.work()] == [("Mercury_1", "carbon dioxide"), ("Mercury_2", "salt")]
