@@ -180,3 +180,25 @@ def test_samples_written_by_lm_evals_own_tracker_import(tmp_path: Path, capsys: 
     rows = _rows(db)
     assert [(r[0], r[1], r[2]) for r in rows] == [("0", "green", "blue"), ("1", "two", "four")]
     assert json.loads(rows[1][5])["two"]["logprob"] == -0.5
+
+
+@pytest.mark.slow
+def test_imported_run_pairs_with_llmscopes_own_run_of_the_yaml(lm_eval_out: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The embedded model runs the task YAML; the lm-eval import on the same suite is compared item by item."""
+    db = lm_eval_out / "x.duckdb"
+    yaml_path = str(lm_eval_out / "task.yaml")
+    assert main(["--db", str(db), "run", "--suite", yaml_path, "--threads", "1", "--quiet", "--no-report"]) == 0
+    samples = next((lm_eval_out / "out").rglob("samples_*.jsonl"))
+    assert main(["--db", str(db), "import", "lm-eval", str(samples), "--suite", yaml_path]) == 0
+    con = duckdb.connect(str(db), read_only=True)
+    runs = con.execute("select run_id, backend, suite_id from runs order by backend").fetchall()
+    prompts = con.execute("select backend, r.item_id, r.prompt from results r join runs using (run_id) "
+                          "order by r.item_id, backend").fetchall()
+    con.close()
+    assert [r[1] for r in runs] == ["hf", "import"] and runs[0][2] == runs[1][2]
+    # the context llmscope scored is the one lm-eval logged
+    assert prompts[0][2] == prompts[1][2] == "Question: What color is the sky on a clear day?\nAnswer:"
+    capsys.readouterr()
+    assert main(["--db", str(db), "compare", runs[0][0], runs[1][0], "--json"]) == 0
+    assert capsys.readouterr().out.strip()
