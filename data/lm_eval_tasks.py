@@ -227,7 +227,10 @@ def _check_supported(cfg: dict[str, Any], path: Path) -> str:
                       "write it as a Jinja template or a column name", key)
     if cfg.get("process_docs") is not None:
         raise err("process_docs is not supported (documents are used as stored)", "process_docs")
-    if int(cfg.get("num_fewshot") or 0) > 0:
+    shots = cfg.get("num_fewshot") or 0
+    if isinstance(shots, bool) or not isinstance(shots, int):
+        raise err(f"must be an integer, got {shots!r}", "num_fewshot")
+    if shots > 0:
         raise err("few-shot contexts are not built from lm-eval YAML; use num_fewshot: 0", "num_fewshot")
     return str(out)
 
