@@ -163,6 +163,16 @@ def test_choice_through_the_server_scores_every_item_with_a_recorded_method(llam
         assert r["extra"]["choice_method"] in ("loglik", "labels-topk")
         assert r["prediction"] in r["probs"]
         assert sum(r["probs"].values()) <= 1 + 1e-9
+    if any(r["extra"]["choice_method"] == "loglik" for r in got):
+        # Echoed log-likelihoods are used only when they are right: the same option scores as the local
+        # backend on the same GGUF (llama-cpp-python 0.3.36 pairs each echoed token with the distribution
+        # *after* it when the model adds no BOS, which a sanity check must catch; see docs/scale-out.md).
+        p = run_cli(db, "mc-sample", "--limit", "3")
+        assert p.returncode == 0, p.stderr[-2000:]
+        local = {r["item_id"]: r for r in rows(db, "hf")}
+        d = [abs(r["option_scores"][o]["logprob"] - local[r["item_id"]]["option_scores"][o]["logprob"])
+             for r in got if r["extra"]["choice_method"] == "loglik" for o in r["option_scores"]]
+        assert sum(d) / len(d) < 0.3, d
 
 
 @pytest.mark.xfail(strict=False, reason="hapi (issue 18 item 2): the method a run used is recorded in the run "
@@ -188,6 +198,11 @@ def test_minimal_pairs_work_or_stop_with_a_reason(llama_server: str, tmp_path: P
         got = rows(db, "openai")
         assert len(got) == 3 and not any(r["error"] for r in got)
         assert all(r["correct"] in (0.0, 1.0) for r in got)
+        # scored through the server only if its log-likelihoods are right: same preferences as local
+        p = run_cli(db, "minimal-pairs", "--limit", "3")
+        assert p.returncode == 0, p.stderr[-2000:]
+        local = {r["item_id"]: r["prediction"] for r in rows(db, "hf")}
+        assert {r["item_id"]: r["prediction"] for r in got} == local
     else:
         lines = p.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in p.stderr
