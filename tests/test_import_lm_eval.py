@@ -202,3 +202,18 @@ def test_imported_run_pairs_with_llmscopes_own_run_of_the_yaml(lm_eval_out: Path
     capsys.readouterr()
     assert main(["--db", str(db), "compare", runs[0][0], runs[1][0], "--json"]) == 0
     assert capsys.readouterr().out.strip()
+
+
+def test_loglikelihood_samples_store_the_loglik_without_accuracy(tmp_path: Path) -> None:
+    rec = {"doc_id": 0, "doc": {"text": "The capital of France is Paris"}, "target": " Paris",
+           "arguments": {"gen_args_0": {"arg_0": "The capital of France is", "arg_1": " Paris"}},
+           "resps": [[["-1.25", "True"]]], "filtered_resps": [["-1.25", "True"]], "filter": "none",
+           "metrics": ["perplexity", "acc"], "perplexity": -1.25, "acc": 1}
+    f = tmp_path / "samples_lambada_tiny_2026-11-23T10-00-00.000000.jsonl"
+    f.write_text(json.dumps(rec) + "\n")
+    db = tmp_path / "x.duckdb"
+    assert main(["--db", str(db), "import", "lm-eval", str(f), "--model", "m"]) == 0
+    ((item_id, pred, gold, correct, _probs, scores, extra),) = _rows(db)
+    assert (item_id, pred, gold, correct) == ("0", None, None, None)
+    assert json.loads(scores) == {"Paris": {"logprob": -1.25, "n_chars": 6.0, "n_bytes": 6.0}}
+    assert json.loads(extra)["lm_eval"]["is_greedy"] == [True]
