@@ -151,11 +151,17 @@ def test_yesno_through_the_server_agrees_with_the_local_backend(llama_server: st
     assert sum(deltas) / len(deltas) < 0.08, deltas
 
 
-def test_choice_through_the_server_scores_every_item_with_a_recorded_method(llama_server: str,
-                                                                          tmp_path: Path) -> None:
-    db = tmp_path / "mc.duckdb"
+@pytest.fixture(scope="module")
+def mc_db(llama_server: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One `mc-sample --limit 3` run through the server, shared by the choice tests."""
+    db = tmp_path_factory.mktemp("mc") / "mc.duckdb"
     p = run_cli(db, "mc-sample", "--limit", "3", base_url=llama_server)
     assert p.returncode == 0, p.stderr[-2000:]
+    return db
+
+
+def test_choice_through_the_server_scores_every_item_with_a_recorded_method(mc_db: Path) -> None:
+    db = mc_db
     got = rows(db, "openai")
     assert len(got) == 3 and not any(r["error"] for r in got)
     for r in got:
@@ -177,15 +183,16 @@ def test_choice_through_the_server_scores_every_item_with_a_recorded_method(llam
 
 @pytest.mark.xfail(strict=False, reason="hapi (issue 18 item 2): the method a run used is recorded in the run "
                    "config and shown by `llmscope report`; before that branch lands only extra.choice_method says it")
-def test_choice_method_is_shown_in_the_report(llama_server: str, tmp_path: Path) -> None:
-    db = tmp_path / "mc.duckdb"
-    p = run_cli(db, "mc-sample", "--limit", "2", base_url=llama_server)
-    assert p.returncode == 0, p.stderr[-2000:]
+def test_choice_method_is_shown_in_the_report(mc_db: Path) -> None:
+    db = mc_db
+    con = duckdb.connect(str(db), read_only=True)
+    (run_id,) = con.execute("select run_id from runs where backend = 'openai'").fetchone()
+    con.close()
     method = rows(db, "openai")[0]["extra"]["choice_method"]
-    rep = subprocess.run([sys.executable, "-m", "llmscope", "--db", str(db), "report"], capture_output=True,
-                         text=True, timeout=120)
-    assert rep.returncode == 0
-    assert ("labels" in rep.stdout) if method == "labels-topk" else ("loglik" in rep.stdout or "echo" in rep.stdout)
+    rep = subprocess.run([sys.executable, "-m", "llmscope", "--db", str(db), "report", "--run", run_id],
+                         capture_output=True, text=True, timeout=120)
+    assert rep.returncode == 0, rep.stderr
+    assert ("labels" in rep.stdout) if method != "loglik" else ("loglik" in rep.stdout or "echo" in rep.stdout)
 
 
 @pytest.mark.xfail(strict=False, reason="hapi (issue 18 item 2): llama.cpp takes one prompt per completions request "
