@@ -674,9 +674,17 @@ def load_suite(name_or_path: str | Path, suite_path: str | Path | None = None) -
             raise SuiteError(
                 f"no built-in suite or spec file called {s!r}; built-in suites: {', '.join(builtin_names())}"
             )
+    from llmscope.data import lm_eval_tasks  # lm-evaluation-harness task YAML (issue 18)
+
+    if lm_eval_tasks.is_lm_eval_yaml(path):
+        return lm_eval_tasks.load_lm_eval_suite(path.resolve())
     spec = _read_spec(path)
     try:
         resolved = safe_resolve(path)
     except UnsafeInput as e:
         raise SuiteError(e.message, path) from e
+    if "dataset" in spec:  # items from a Hugging Face dataset file or hub id (issue 18)
+        from llmscope.data.hf_datasets import suite_from_dataset_spec
+
+        return suite_from_dataset_spec(spec, resolved)
     return suite_from_spec(spec, resolved)

@@ -357,6 +357,10 @@ def cmd_import(args: argparse.Namespace) -> int:
     try:
         if args.kind == "worldsense":
             msgs = importers.import_worldsense(store, Path(args.paths[0]))
+        elif args.kind == "lm-eval":
+            from llmscope.import_lm_eval import import_lm_eval
+
+            msgs = import_lm_eval(store, [Path(p) for p in args.paths], suite_spec=args.suite, model=args.model)
         elif args.kind == "answers":
             msgs = importers.import_answer_sets(store, [Path(p) for p in args.paths],
                                                 suite_path=args.suite_path, model=args.model)
@@ -532,12 +536,14 @@ def build_parser(settings: Any = None) -> argparse.ArgumentParser:
     s.add_argument("--run", help="open this run (id or prefix) directly")
     s.set_defaults(func=cmd_view)
 
-    s = sub.add_parser("import", help="import published results (worldsense DIR | results FILE... | answers FILE...)")
+    s = sub.add_parser("import", help="import published results (worldsense DIR | results FILE... | answers FILE... | lm-eval SAMPLES.jsonl...)")
     db_arg(s)
-    s.add_argument("kind", choices=["worldsense", "results", "answers"], help="what the files are")
+    s.add_argument("kind", choices=["worldsense", "results", "answers", "lm-eval"], help="what the files are")
     s.add_argument("paths", nargs="+", help="the folder (worldsense) or files to import")
     s.add_argument("--suite-path", help="commonsense statements CSV (results) or CFC targets file (answers)")
-    s.add_argument("--model", help="name of the imported answer set (answers)")
+    s.add_argument("--model", help="name of the imported answer set (answers) or model (lm-eval)")
+    s.add_argument("--suite", help="lm-eval: the task YAML or suite the samples were scored on (default: "
+                   "rebuilt from the samples)")
     s.set_defaults(func=cmd_import)
 
     s = sub.add_parser("plan", help="write a pre-registration plan (suite, models, options, hypotheses, seed)")

