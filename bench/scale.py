@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -34,18 +35,19 @@ def _done(**extra):
     ru = resource.getrusage(resource.RUSAGE_SELF)
     out = dict(wall=time.perf_counter() - _t0, cpu=time.process_time() - _c0,
                peak_mb=ru.ru_maxrss / 1024, **extra)
-    print("@@" + json.dumps(out))
+    with open({out!r}, "w") as f:  # not stdout: the Textual harness may hold it
+        json.dump(out, f)
 """
 
 
 def _child(body: str, timeout: float = 1800) -> dict[str, Any]:
     """Run `body` in a fresh interpreter; it calls `_done(**figures)` at the end."""
-    code = _PRELUDE.format(root=str(ROOT)) + textwrap.dedent(body)
+    out = Path(tempfile.mkdtemp(prefix="llmscope-scale-step-")) / "out.json"
+    code = _PRELUDE.format(root=str(ROOT), out=str(out)) + textwrap.dedent(body)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
-                          env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
-    for line in proc.stdout.splitlines():
-        if line.startswith("@@"):
-            return dict(json.loads(line[2:]))
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if out.is_file():
+        return dict(json.loads(out.read_text()))
     raise RuntimeError(f"bench step failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
 
 

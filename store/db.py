@@ -616,6 +616,84 @@ class Store:
             )
         return self.query_df("SELECT * FROM results WHERE run_id = ? ORDER BY seq", [run_id])
 
+    # -- failing items, paged in SQL (the TUI's virtual list) ----------------------------------
+    FAILING_SORTS = ("arrival", "confidence", "distance", "group")
+
+    def _failing_sql(self, run_id: str, group_field: str | None, group: str | None,
+                     min_conf: float | None) -> tuple[str, list[Any]]:
+        """The failing rows of a run (an error, or scored below 0.5) with the dashboard's
+        columns: group = the item field `group_field` as text, distance = |P(yes) - human_q1|."""
+        grp = ("coalesce(json_extract_string(i.fields, ?), 'None')" if group_field else "''")
+        params: list[Any] = ["$." + json.dumps(group_field)] if group_field else []
+        sql = f"""
+            SELECT r.item_id, r.variant, {grp} AS "group", r.gold, r.prediction, r.confidence,
+                   abs(r.p_yes - TRY_CAST(json_extract_string(i.fields, '$.human_q1') AS DOUBLE)) AS distance,
+                   r.error, coalesce(i.text, '') AS text, r.seq
+            FROM results r
+            JOIN runs u ON u.run_id = r.run_id
+            LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id
+            WHERE r.run_id = ? AND (r.error IS NOT NULL OR (isfinite(r.correct) AND r.correct < 0.5))
+        """
+        params.append(run_id)
+        outer: list[str] = []
+        oparams: list[Any] = []
+        if group is not None:
+            outer.append('"group" = ?')
+            oparams.append(group)
+        if min_conf is not None:
+            outer.append("coalesce(confidence, -1) >= ?")
+            oparams.append(float(min_conf))
+        where = (" WHERE " + " AND ".join(outer)) if outer else ""
+        return f"SELECT * FROM ({sql}) f{where}", params + oparams
+
+    @staticmethod
+    def _failing_order(sort: str) -> str:
+        # Ties keep arrival order, as the in-memory list's stable sorts do; no value sorts last.
+        return {
+            "arrival": "seq",
+            "confidence": "coalesce(confidence, -1) DESC, seq",
+            "distance": "coalesce(distance, -1) DESC, seq",
+            "group": '"group", seq',
+        }[sort]
+
+    def failing_count(self, run_id: str, *, group_field: str | None = None, group: str | None = None,
+                      min_conf: float | None = None) -> int:
+        """How many failing rows match the filters."""
+        sql, params = self._failing_sql(run_id, group_field, group, min_conf)
+        row = self.execute(f"SELECT count(*) FROM ({sql})", params).fetchone()
+        return int(row[0]) if row else 0
+
+    def failing_page(self, run_id: str, offset: int, limit: int, *, sort: str = "arrival",
+                     group_field: str | None = None, group: str | None = None,
+                     min_conf: float | None = None) -> dict[str, list[Any]]:
+        """Rows [offset, offset+limit) of the failing list in `sort` order, as column lists."""
+        if sort not in self.FAILING_SORTS:
+            raise ValueError(f"sort must be one of {', '.join(self.FAILING_SORTS)}, not {sort!r}")
+        sql, params = self._failing_sql(run_id, group_field, group, min_conf)
+        with self._lock:
+            try:
+                cur = self.con.execute(
+                    f"{sql} ORDER BY {self._failing_order(sort)} LIMIT ? OFFSET ?",
+                    [*params, int(limit), int(offset)],
+                )
+                names = [d[0] for d in cur.description or []]
+                rows = cur.fetchall()
+            except duckdb.Error as e:
+                raise _explain(e, self.path, "querying") from e
+        return {name: [r[j] for r in rows] for j, name in enumerate(names)}
+
+    def failing_position(self, run_id: str, item_id: str, variant: str, *, sort: str = "arrival",
+                         group_field: str | None = None, group: str | None = None,
+                         min_conf: float | None = None) -> int | None:
+        """Where (item_id, variant) is in the sorted, filtered failing list, or None."""
+        sql, params = self._failing_sql(run_id, group_field, group, min_conf)
+        row = self.execute(
+            f"SELECT pos FROM (SELECT item_id, variant, row_number() OVER (ORDER BY "
+            f"{self._failing_order(sort)}) - 1 AS pos FROM ({sql})) WHERE item_id = ? AND variant = ?",
+            [*params, item_id, variant],
+        ).fetchone()
+        return int(row[0]) if row else None
+
     def save_analysis(self, run_id: str, kind: str, payload: Any) -> None:
         """Store (replace) a derived analysis of a run."""
         self.execute("DELETE FROM analyses WHERE run_id = ? AND kind = ?", [run_id, kind])
