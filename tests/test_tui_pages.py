@@ -7,7 +7,15 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from test_tui_fixtures import add_suite, create_run, p_yes_for, screen_text, settle, toy_items, toy_result
+from test_tui_fixtures import (
+    add_suite,
+    create_run,
+    p_yes_for,
+    screen_text,
+    settle,
+    toy_items,
+    toy_result,
+)
 
 from llmscope.engine.types import Result
 from llmscope.store.db import Store
