@@ -130,13 +130,15 @@ def report_step(db: Path) -> dict[str, Any]:
     return _child(body)
 
 
-def dashboard_step(db: Path, run_id: str, scrolls: int) -> dict[str, Any]:
-    """Open a run's dashboard headless: first frame, numbers shown, list scroll latency."""
+def dashboard_step(db: Path, run_id: str, scrolls: int, before: bool) -> dict[str, Any]:
+    """Open a run's dashboard headless: first frame, numbers shown, list scroll latency.
+    before: the failing-items list held in memory (as before issue 17) instead of paged."""
     body = f"""
     import asyncio, statistics
     from llmscope.tui.app import LlmscopeApp
     from llmscope.tui.screens import DashboardScreen
     from llmscope.tui.widgets import ItemList
+    DashboardScreen.PAGED_LIST = {not before!r}
 
     def text(app):
         return "\\n".join("".join(seg.text for seg in s) for s in app.screen._compositor.render_strips())
@@ -231,12 +233,16 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(("report over all runs, s (wall / CPU)", "(not changed here)",
                  f"{rep['wall']:.1f} / {rep['cpu']:.1f}"))
     rows.append(("report peak memory MB", "(not changed here)", f"{rep['peak_mb']:,.0f}"))
-    dash = dashboard_step(db, run_id, args.scrolls)
-    rows.append(("dashboard first frame s", "(not changed here)", _fmt(dash, "first_frame")))
-    rows.append(("dashboard numbers shown s", "(not changed here)", _fmt(dash, "numbers")))
-    rows.append((f"list scroll per key, ms (median / max; {dash['listed']:,} rows)", "(not changed here)",
-                 f"{dash['scroll_median_ms']:.0f} / {dash['scroll_max_ms']:.0f}"))
-    rows.append(("list re-sort ms", "(not changed here)", f"{dash['resort_ms']:.0f}"))
+    dash_b = None if args.skip_before else dashboard_step(db, run_id, args.scrolls, before=True)
+    dash = dashboard_step(db, run_id, args.scrolls, before=False)
+    rows.append(("dashboard first frame s", _fmt(dash_b, "first_frame"), _fmt(dash, "first_frame")))
+    rows.append(("dashboard numbers shown s", _fmt(dash_b, "numbers"), _fmt(dash, "numbers")))
+    rows.append(("dashboard peak memory MB", _fmt(dash_b, "peak_mb", digits=0), _fmt(dash, "peak_mb", digits=0)))
+    rows.append((f"list scroll per key, ms median ({dash['listed']:,} rows)", _fmt(dash_b, "scroll_median_ms", digits=0),
+                 _fmt(dash, "scroll_median_ms", digits=0)))
+    rows.append(("list scroll per key, ms max", _fmt(dash_b, "scroll_max_ms", digits=0),
+                 _fmt(dash, "scroll_max_ms", digits=0)))
+    rows.append(("list re-sort ms", _fmt(dash_b, "resort_ms", digits=0), _fmt(dash, "resort_ms", digits=0)))
     w = max(len(r[0]) for r in rows)
     print(f"{'measurement':<{w}}  {'before':>20}  {'after':>20}")
     for label, b, a in rows:

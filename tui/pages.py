@@ -32,18 +32,26 @@ class FailingSource:
         self.group: str | None = None
         self.min_conf: float | None = None
         self.n_all = 0
+        self._all: int | None = None
+        self._counts: dict[tuple[str | None, float | None], int] = {}
 
     def _filters(self) -> dict[str, Any]:
         return {"group_field": self.group_field, "group": self.group, "min_conf": self.min_conf}
 
     def set_view(self, sort: str, group: str | None, min_conf: float | None) -> int:
         """Apply sort and filters; returns the number of rows they leave."""
+        # A finished run does not change: counts are cached per filter, so a re-sort costs one
+        # position query and one page instead of two counts more.
         self.sort, self.group, self.min_conf = sort, group, min_conf
-        with self.use() as store:
-            self.n_all = store.failing_count(self.run_id, group_field=self.group_field)
-            if group is None and min_conf is None:
-                return self.n_all
-            return store.failing_count(self.run_id, **self._filters())
+        key = (group, min_conf)
+        if key not in self._counts:
+            with self.use() as store:
+                if self._all is None:
+                    self._all = store.failing_count(self.run_id, group_field=self.group_field)
+                self._counts[key] = (self._all if group is None and min_conf is None
+                                     else store.failing_count(self.run_id, **self._filters()))
+        self.n_all = self._all or 0
+        return self._counts[key]
 
     def page(self, offset: int, limit: int) -> dict[str, list[Any]]:
         with self.use() as store:

@@ -428,6 +428,8 @@ class DashboardScreen(BaseScreen):
         Binding("x", "stop", "Stop run"),
     ]
 
+    PAGED_LIST = True  # False: the in-memory list for finished runs too (bench.scale's "before")
+
     def __init__(self, run_id: str) -> None:
         super().__init__()
         self.run_id = run_id
@@ -649,7 +651,7 @@ class DashboardScreen(BaseScreen):
             self.query_one("#human", Static).update(h)
         # failing items
         lst = self.query_one(ItemList)
-        if not self.active and self.source == "db" and model is not None:
+        if self.PAGED_LIST and not self.active and self.source == "db" and model is not None:
             # A finished stored run: the list pages from DuckDB (sorted and filtered in SQL).
             if lst.source is None:
                 from llmscope.tui.pages import FailingSource
