@@ -107,7 +107,11 @@ async def test_dashboard_list_pages_from_duckdb(tmp_path: Path) -> None:
         assert math.isclose(row["confidence"], exp[0]["confidence"], rel_tol=1e-12)
         # the cursor stays on its item when the sort changes
         await pilot.press("end")
+        await settle(pilot)  # pages drawn at the end were fetched by a worker
         last = _key(lst.current_row() or {})
+        assert last == _key(exp[-1])
+        shown = screen_text(app)
+        assert exp[-3]["item_id"] in shown and " …" not in shown
         await pilot.press("s")  # confidence, highest first; the error rows (no value) last
         assert _key(lst.current_row() or {}) == last
         want = [_key(r) for r in sorted(exp, key=_desc("confidence"))]

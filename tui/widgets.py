@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections import OrderedDict
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -132,11 +133,14 @@ class ItemList(ScrollView, can_focus=True):
         self.source: Any = None  # a FailingSource-like object, or None for in-memory data
         self._n = 0  # rows after filters, source mode
         self._pages: OrderedDict[int, dict[str, list[Any]]] = OrderedDict()
+        self._loading: set[int] = set()
+        self._gen = 0  # bumped when the view changes, so late pages of the old view are dropped
 
     # -- data -------------------------------------------------------------------------------
     def set_data(self, data: dict[str, list[Any]]) -> None:
         key = self.current_key()
         self.source = None
+        self._gen += 1
         self._pages.clear()
         self.data = data
         self.n_total = len(next(iter(data.values()))) if data else 0
@@ -177,6 +181,8 @@ class ItemList(ScrollView, can_focus=True):
         src = self.source
         self._n = int(src.set_view(self.sort_key, self.group_filter, self.min_conf))
         self.n_total = int(src.n_all)
+        self._gen += 1
+        self._loading.clear()
         self._pages.clear()
         self._cache.clear()
         pos = src.position(keep) if keep is not None and self._n else None
@@ -184,6 +190,32 @@ class ItemList(ScrollView, can_focus=True):
             pos = min(self.cursor, self._n - 1) if self._n else 0
         self.virtual_size = Size(self._line_width(), self._n)
         self.cursor = max(0, pos)
+        self.refresh()
+
+    def _page_ready(self, pos: int) -> bool:
+        """Whether the page holding `pos` is loaded; if not, fetch it (and the next one) in a
+        thread so drawing never waits on DuckDB. `row()` stays synchronous for callers that
+        need the data now (the cursor's row, navigation)."""
+        first = pos - pos % self.PAGE
+        for f in (first, first + self.PAGE):
+            if f < self._len() and f not in self._pages and f not in self._loading:
+                self._loading.add(f)
+                self.run_worker(partial(self._fetch_page, f, self._gen), thread=True,
+                                group="item-pages", exit_on_error=False)
+        return first in self._pages
+
+    def _fetch_page(self, first: int, gen: int) -> None:
+        src = self.source
+        page = src.page(first, self.PAGE) if src is not None else {}
+        self.app.call_from_thread(self._page_loaded, first, page, gen)
+
+    def _page_loaded(self, first: int, page: dict[str, list[Any]], gen: int) -> None:
+        self._loading.discard(first)
+        if gen != self._gen or self.source is None:
+            return  # the view changed meanwhile
+        self._pages[first] = page
+        if len(self._pages) > self.MAX_PAGES:
+            self._pages.popitem(last=False)
         self.refresh()
 
     def _len(self) -> int:
@@ -265,6 +297,9 @@ class ItemList(ScrollView, can_focus=True):
         selected = pos == self.cursor
         key = (pos, selected, width)
         strip = self._cache.get(key)
+        if strip is None and self.source is not None and not self._page_ready(pos):
+            # The page is being fetched off the UI thread: a placeholder, not cached.
+            return Strip([Segment(set_cell_size(" …", max(width, 1)), self.rich_style)], max(width, 1))
         if strip is None:
             strip = self._render_row(pos, selected, width + scroll_x)
             self._cache[key] = strip
