@@ -166,8 +166,13 @@ def dashboard_step(db: Path, run_id: str, scrolls: int, before: bool) -> dict[st
                 t = time.perf_counter()
                 await pilot.press("pagedown" if k % 10 != 9 else "end")
                 await pilot.pause()
+                while getattr(lst, "_loading", None):  # paged list: until the rows are drawn
+                    await pilot.pause(0.002)
                 lat.append(time.perf_counter() - t)
-            t = time.perf_counter(); await pilot.press("s"); await pilot.pause(); resort = time.perf_counter() - t
+            t = time.perf_counter(); await pilot.press("s"); await pilot.pause()
+            while getattr(lst, "_loading", None):
+                await pilot.pause(0.002)
+            resort = time.perf_counter() - t
             return dict(first_frame=first, numbers=numbers, listed=lst.n_total,
                         scroll_median_ms=1000 * statistics.median(lat), scroll_max_ms=1000 * max(lat),
                         resort_ms=1000 * resort)
