@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -34,18 +35,19 @@ def _done(**extra):
     ru = resource.getrusage(resource.RUSAGE_SELF)
     out = dict(wall=time.perf_counter() - _t0, cpu=time.process_time() - _c0,
                peak_mb=ru.ru_maxrss / 1024, **extra)
-    print("@@" + json.dumps(out))
+    with open({out!r}, "w") as f:  # not stdout: the Textual harness may hold it
+        json.dump(out, f)
 """
 
 
 def _child(body: str, timeout: float = 1800) -> dict[str, Any]:
     """Run `body` in a fresh interpreter; it calls `_done(**figures)` at the end."""
-    code = _PRELUDE.format(root=str(ROOT)) + textwrap.dedent(body)
+    out = Path(tempfile.mkdtemp(prefix="llmscope-scale-step-")) / "out.json"
+    code = _PRELUDE.format(root=str(ROOT), out=str(out)) + textwrap.dedent(body)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
-                          env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
-    for line in proc.stdout.splitlines():
-        if line.startswith("@@"):
-            return dict(json.loads(line[2:]))
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if out.is_file():
+        return dict(json.loads(out.read_text()))
     raise RuntimeError(f"bench step failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
 
 
@@ -128,13 +130,15 @@ def report_step(db: Path) -> dict[str, Any]:
     return _child(body)
 
 
-def dashboard_step(db: Path, run_id: str, scrolls: int) -> dict[str, Any]:
-    """Open a run's dashboard headless: first frame, numbers shown, list scroll latency."""
+def dashboard_step(db: Path, run_id: str, scrolls: int, before: bool) -> dict[str, Any]:
+    """Open a run's dashboard headless: first frame, numbers shown, list scroll latency.
+    before: the failing-items list held in memory (as before issue 17) instead of paged."""
     body = f"""
     import asyncio, statistics
     from llmscope.tui.app import LlmscopeApp
     from llmscope.tui.screens import DashboardScreen
     from llmscope.tui.widgets import ItemList
+    DashboardScreen.PAGED_LIST = {not before!r}
 
     def text(app):
         return "\\n".join("".join(seg.text for seg in s) for s in app.screen._compositor.render_strips())
@@ -162,8 +166,13 @@ def dashboard_step(db: Path, run_id: str, scrolls: int) -> dict[str, Any]:
                 t = time.perf_counter()
                 await pilot.press("pagedown" if k % 10 != 9 else "end")
                 await pilot.pause()
+                while getattr(lst, "_loading", None):  # paged list: until the rows are drawn
+                    await pilot.pause(0.002)
                 lat.append(time.perf_counter() - t)
-            t = time.perf_counter(); await pilot.press("s"); await pilot.pause(); resort = time.perf_counter() - t
+            t = time.perf_counter(); await pilot.press("s"); await pilot.pause()
+            while getattr(lst, "_loading", None):
+                await pilot.pause(0.002)
+            resort = time.perf_counter() - t
             return dict(first_frame=first, numbers=numbers, listed=lst.n_total,
                         scroll_median_ms=1000 * statistics.median(lat), scroll_max_ms=1000 * max(lat),
                         resort_ms=1000 * resort)
@@ -229,12 +238,16 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(("report over all runs, s (wall / CPU)", "(not changed here)",
                  f"{rep['wall']:.1f} / {rep['cpu']:.1f}"))
     rows.append(("report peak memory MB", "(not changed here)", f"{rep['peak_mb']:,.0f}"))
-    dash = dashboard_step(db, run_id, args.scrolls)
-    rows.append(("dashboard first frame s", "(not changed here)", _fmt(dash, "first_frame")))
-    rows.append(("dashboard numbers shown s", "(not changed here)", _fmt(dash, "numbers")))
-    rows.append((f"list scroll per key, ms (median / max; {dash['listed']:,} rows)", "(not changed here)",
-                 f"{dash['scroll_median_ms']:.0f} / {dash['scroll_max_ms']:.0f}"))
-    rows.append(("list re-sort ms", "(not changed here)", f"{dash['resort_ms']:.0f}"))
+    dash_b = None if args.skip_before else dashboard_step(db, run_id, args.scrolls, before=True)
+    dash = dashboard_step(db, run_id, args.scrolls, before=False)
+    rows.append(("dashboard first frame s", _fmt(dash_b, "first_frame"), _fmt(dash, "first_frame")))
+    rows.append(("dashboard numbers shown s", _fmt(dash_b, "numbers"), _fmt(dash, "numbers")))
+    rows.append(("dashboard peak memory MB", _fmt(dash_b, "peak_mb", digits=0), _fmt(dash, "peak_mb", digits=0)))
+    rows.append((f"list scroll per key, ms median ({dash['listed']:,} rows)", _fmt(dash_b, "scroll_median_ms", digits=0),
+                 _fmt(dash, "scroll_median_ms", digits=0)))
+    rows.append(("list scroll per key, ms max", _fmt(dash_b, "scroll_max_ms", digits=0),
+                 _fmt(dash, "scroll_max_ms", digits=0)))
+    rows.append(("list re-sort ms", _fmt(dash_b, "resort_ms", digits=0), _fmt(dash, "resort_ms", digits=0)))
     w = max(len(r[0]) for r in rows)
     print(f"{'measurement':<{w}}  {'before':>20}  {'after':>20}")
     for label, b, a in rows:

@@ -616,6 +616,108 @@ class Store:
             )
         return self.query_df("SELECT * FROM results WHERE run_id = ? ORDER BY seq", [run_id])
 
+    # -- failing items, paged in SQL (the TUI's virtual list) ----------------------------------
+    FAILING_SORTS = ("arrival", "confidence", "distance", "group")
+
+    @staticmethod
+    def _failing_item_cols(group_field: str | None, alias: str = "i") -> tuple[str, str, list[Any]]:
+        """SQL for the list's item-derived columns: group = the item field `group_field` as
+        text ('None' when absent), distance = |P(yes) - human_q1|."""
+        if group_field:
+            grp = f"coalesce(json_extract_string({alias}.fields, ?), 'None')"
+            params: list[Any] = ["$." + json.dumps(group_field)]
+        else:
+            grp, params = "''", []
+        dist = f"abs(p_yes - TRY_CAST(json_extract_string({alias}.fields, '$.human_q1') AS DOUBLE))"
+        return grp, dist, params
+
+    def _failing_sql(self, run_id: str, group_field: str | None, group: str | None,
+                     min_conf: float | None, sort: str = "arrival") -> tuple[str, list[Any]]:
+        """The failing rows of a run (an error, or scored below 0.5): result columns, plus the
+        item-derived `group`/`distance` only when the sort or a filter needs them (they read
+        the items' JSON fields, the expensive part on a big suite)."""
+        need_items = group is not None or sort in ("group", "distance")
+        cols = "r.item_id, r.variant, r.gold, r.prediction, r.confidence, r.error, r.seq, r.p_yes"
+        params: list[Any] = []
+        join = ""
+        if need_items:
+            grp, dist, params = self._failing_item_cols(group_field)
+            cols += f', {grp} AS "group", {dist.replace("p_yes", "r.p_yes")} AS distance'
+            join = ("JOIN runs u ON u.run_id = r.run_id "
+                    "LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id")
+        where = ["r.run_id = ?", "(r.error IS NOT NULL OR (isfinite(r.correct) AND r.correct < 0.5))"]
+        params.append(run_id)
+        sql = f"SELECT {cols} FROM results r {join} WHERE {' AND '.join(where)}"
+        outer: list[str] = []
+        oparams: list[Any] = []
+        if group is not None:
+            outer.append('"group" = ?')
+            oparams.append(group)
+        if min_conf is not None:
+            outer.append("coalesce(confidence, -1) >= ?")
+            oparams.append(float(min_conf))
+        owhere = (" WHERE " + " AND ".join(outer)) if outer else ""
+        return f"SELECT * FROM ({sql}) f{owhere}", params + oparams
+
+    @staticmethod
+    def _failing_order(sort: str, p: str = "") -> str:
+        # Ties keep arrival order, as the in-memory list's stable sorts do; no value sorts last.
+        return {
+            "arrival": f"{p}seq",
+            "confidence": f"coalesce({p}confidence, -1) DESC, {p}seq",
+            "distance": f"coalesce({p}distance, -1) DESC, {p}seq",
+            "group": f'{p}"group", {p}seq',
+        }[sort]
+
+    def failing_count(self, run_id: str, *, group_field: str | None = None, group: str | None = None,
+                      min_conf: float | None = None) -> int:
+        """How many failing rows match the filters."""
+        sql, params = self._failing_sql(run_id, group_field, group, min_conf)
+        row = self.execute(f"SELECT count(*) FROM ({sql})", params).fetchone()
+        return int(row[0]) if row else 0
+
+    def failing_page(self, run_id: str, offset: int, limit: int, *, sort: str = "arrival",
+                     group_field: str | None = None, group: str | None = None,
+                     min_conf: float | None = None) -> dict[str, list[Any]]:
+        """Rows [offset, offset+limit) of the failing list in `sort` order, as column lists
+        (item_id, variant, group, gold, prediction, confidence, distance, error, text, seq).
+
+        The page is chosen on the result columns first; item text and fields are joined for
+        its rows only.
+        """
+        if sort not in self.FAILING_SORTS:
+            raise ValueError(f"sort must be one of {', '.join(self.FAILING_SORTS)}, not {sort!r}")
+        sql, params = self._failing_sql(run_id, group_field, group, min_conf, sort)
+        grp, dist, gparams = self._failing_item_cols(group_field)
+        page = f"""
+            SELECT p.item_id, p.variant, {grp} AS "group", p.gold, p.prediction, p.confidence,
+                   {dist.replace("p_yes", "p.p_yes")} AS distance, p.error, coalesce(i.text, '') AS text, p.seq
+            FROM ({sql} ORDER BY {self._failing_order(sort)} LIMIT ? OFFSET ?) p
+            JOIN runs u ON u.run_id = ?
+            LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = p.item_id
+            ORDER BY {self._failing_order(sort, "p.")}
+        """
+        with self._lock:
+            try:
+                cur = self.con.execute(page, [*gparams, *params, int(limit), int(offset), run_id])
+                names = [d[0] for d in cur.description or []]
+                rows = cur.fetchall()
+            except duckdb.Error as e:
+                raise _explain(e, self.path, "querying") from e
+        return {name: [r[j] for r in rows] for j, name in enumerate(names)}
+
+    def failing_position(self, run_id: str, item_id: str, variant: str, *, sort: str = "arrival",
+                         group_field: str | None = None, group: str | None = None,
+                         min_conf: float | None = None) -> int | None:
+        """Where (item_id, variant) is in the sorted, filtered failing list, or None."""
+        sql, params = self._failing_sql(run_id, group_field, group, min_conf, sort)
+        row = self.execute(
+            f"SELECT pos FROM (SELECT item_id, variant, row_number() OVER (ORDER BY "
+            f"{self._failing_order(sort)}) - 1 AS pos FROM ({sql})) WHERE item_id = ? AND variant = ?",
+            [*params, item_id, variant],
+        ).fetchone()
+        return int(row[0]) if row else None
+
     def save_analysis(self, run_id: str, kind: str, payload: Any) -> None:
         """Store (replace) a derived analysis of a run."""
         self.execute("DELETE FROM analyses WHERE run_id = ? AND kind = ?", [run_id, kind])

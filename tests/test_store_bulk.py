@@ -187,3 +187,35 @@ def test_worldsense_reimport_uses_stored_suite(tmp_path: Path, monkeypatch: pyte
         import_worldsense(st, d)
         again = _rows(st, st.execute("SELECT run_id FROM runs").fetchone()[0])
     assert again == first
+
+
+def test_kill_inside_import_transaction_leaves_no_run(tmp_path: Path) -> None:
+    """SIGKILL while an import's transaction is open: the reopened file has no trace of it,
+    and a second import (here: the same rows) goes through."""
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "k.duckdb"
+    with Store(path) as st:
+        _run(st, "kept")
+        st.append_results("kept", {"item_id": ["a"], "variant": ["q1"]})
+    code = f"""
+import os, signal
+from llmscope.store.db import Store
+st = Store({str(path)!r})
+with st.transaction():
+    st.create_run({{"run_id": "half", "suite_id": "s", "n_total": 50000}})
+    st.append_results("half", {{"item_id": [f"i{{k}}" for k in range(50000)], "variant": ["q1"] * 50000}})
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=300)
+    assert proc.returncode == -9, proc.stderr
+    with Store(path) as st:
+        assert st.get_run("half") is None and st.count_results("half") == (0, 0)
+        assert st.count_results("kept") == (1, 0)
+        with st.transaction():
+            _run(st, "half")
+            st.append_results("half", {"item_id": ["a", "b"], "variant": ["q1", "q1"]})
+        assert st.count_results("half") == (2, 0)
+    assert os.path.exists(path)

@@ -431,6 +431,8 @@ class DashboardScreen(BaseScreen):
         Binding("m", "methods", "Methods", show=False),  # hidden: keeps the footer snapshot stable
     ]
 
+    PAGED_LIST = True  # False: the in-memory list for finished runs too (bench.scale's "before")
+
     def action_methods(self) -> None:
         """Scoring schemes, human fit, order effects, plan (tui/panels_methods.py)."""
         from llmscope.tui.panels_methods import MethodsScreen
@@ -670,7 +672,15 @@ class DashboardScreen(BaseScreen):
             self.query_one("#human", Static).update(h)
         # failing items
         lst = self.query_one(ItemList)
-        lst.set_data(snap.failing)
+        if self.PAGED_LIST and not self.active and self.source == "db" and model is not None:
+            # A finished stored run: the list pages from DuckDB (sorted and filtered in SQL).
+            if lst.source is None:
+                from llmscope.tui.pages import FailingSource
+
+                g0 = model.group_by[0] if model.group_by else None
+                lst.set_source(FailingSource(self.llm_app.handle.use, self.run_id, g0))
+        else:
+            lst.set_data(snap.failing)
         self._group_values = snap.group_values
         self._fail_title()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections import OrderedDict
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -83,8 +84,13 @@ class ItemList(ScrollView, can_focus=True):
     rendered lines are cached, so 100,000 rows scroll as fast as 100.
 
     Data is a dict of equal-length column lists (`set_data`); sorting and filtering
-    produce an index array, never a copy of the rows.
+    produce an index array, never a copy of the rows. Or a row source (`set_source`, e.g.
+    `tui.pages.FailingSource`) that sorts, filters and serves pages from DuckDB: then only
+    the pages shown are held (`PAGE` rows each, the last `MAX_PAGES` kept).
     """
+
+    PAGE = 200
+    MAX_PAGES = 50
 
     DEFAULT_CSS = """
     ItemList { height: 1fr; }
@@ -124,10 +130,18 @@ class ItemList(ScrollView, can_focus=True):
         self.group_filter: str | None = None
         self.min_conf: float | None = None
         self._cache: OrderedDict[tuple[int, bool, int], Strip] = OrderedDict()
+        self.source: Any = None  # a FailingSource-like object, or None for in-memory data
+        self._n = 0  # rows after filters, source mode
+        self._pages: OrderedDict[int, dict[str, list[Any]]] = OrderedDict()
+        self._loading: set[int] = set()
+        self._gen = 0  # bumped when the view changes, so late pages of the old view are dropped
 
     # -- data -------------------------------------------------------------------------------
     def set_data(self, data: dict[str, list[Any]]) -> None:
         key = self.current_key()
+        self.source = None
+        self._gen += 1
+        self._pages.clear()
         self.data = data
         self.n_total = len(next(iter(data.values()))) if data else 0
         self._apply(key)
@@ -150,7 +164,62 @@ class ItemList(ScrollView, can_focus=True):
             self.group_filter = group  # type: ignore[assignment]
         if min_conf is not False:
             self.min_conf = min_conf  # type: ignore[assignment]
-        self._apply(key)
+        if self.source is not None:
+            self._apply_source(key)
+        else:
+            self._apply(key)
+
+    def set_source(self, source: Any) -> None:
+        """Show rows served by `source` (set_view / page / position / n_all) instead of data."""
+        key = self.current_key()
+        self.source = source
+        self.data = {}
+        self.order = np.zeros(0, dtype=np.int64)
+        self._apply_source(key)
+
+    def _apply_source(self, keep: tuple[str, str] | None) -> None:
+        src = self.source
+        self._n = int(src.set_view(self.sort_key, self.group_filter, self.min_conf))
+        self.n_total = int(src.n_all)
+        self._gen += 1
+        self._loading.clear()
+        self._pages.clear()
+        self._cache.clear()
+        pos = src.position(keep) if keep is not None and self._n else None
+        if pos is None:
+            pos = min(self.cursor, self._n - 1) if self._n else 0
+        self.virtual_size = Size(self._line_width(), self._n)
+        self.cursor = max(0, pos)
+        self.refresh()
+
+    def _page_ready(self, pos: int) -> bool:
+        """Whether the page holding `pos` is loaded; if not, fetch it (and the next one) in a
+        thread so drawing never waits on DuckDB. `row()` stays synchronous for callers that
+        need the data now (the cursor's row, navigation)."""
+        first = pos - pos % self.PAGE
+        for f in (first, first + self.PAGE):
+            if f < self._len() and f not in self._pages and f not in self._loading:
+                self._loading.add(f)
+                self.run_worker(partial(self._fetch_page, f, self._gen), thread=True,
+                                group="item-pages", exit_on_error=False)
+        return first in self._pages
+
+    def _fetch_page(self, first: int, gen: int) -> None:
+        src = self.source
+        page = src.page(first, self.PAGE) if src is not None else {}
+        self.app.call_from_thread(self._page_loaded, first, page, gen)
+
+    def _page_loaded(self, first: int, page: dict[str, list[Any]], gen: int) -> None:
+        self._loading.discard(first)
+        if gen != self._gen or self.source is None:
+            return  # the view changed meanwhile
+        self._pages[first] = page
+        if len(self._pages) > self.MAX_PAGES:
+            self._pages.popitem(last=False)
+        self.refresh()
+
+    def _len(self) -> int:
+        return self._n if self.source is not None else len(self.order)
 
     def _apply(self, keep: tuple[str, str] | None) -> None:
         n = self.n_total
@@ -188,8 +257,20 @@ class ItemList(ScrollView, can_focus=True):
         return sum(w + 1 for _, _, w in self.columns if w) + 40
 
     def row(self, pos: int) -> dict[str, Any] | None:
-        if not 0 <= pos < len(self.order):
+        if not 0 <= pos < self._len():
             return None
+        if self.source is not None:
+            first = pos - pos % self.PAGE
+            page = self._pages.get(first)
+            if page is None:
+                page = self.source.page(first, self.PAGE)
+                self._pages[first] = page
+                if len(self._pages) > self.MAX_PAGES:
+                    self._pages.popitem(last=False)
+            else:
+                self._pages.move_to_end(first)
+            j = pos - first
+            return {k: v[j] for k, v in page.items()} if page and j < len(next(iter(page.values()))) else None
         i = int(self.order[pos])
         return {k: v[i] for k, v in self.data.items()}
 
@@ -198,7 +279,7 @@ class ItemList(ScrollView, can_focus=True):
 
     @property
     def count(self) -> int:
-        return len(self.order)
+        return self._len()
 
     def header(self) -> Text:
         t = Text(style="bold")
@@ -211,11 +292,14 @@ class ItemList(ScrollView, can_focus=True):
         scroll_x, scroll_y = self.scroll_offset
         pos = y + scroll_y
         width = self.size.width
-        if pos >= len(self.order):
+        if pos >= self._len():
             return Strip.blank(width, self.rich_style)
         selected = pos == self.cursor
         key = (pos, selected, width)
         strip = self._cache.get(key)
+        if strip is None and self.source is not None and not self._page_ready(pos):
+            # The page is being fetched off the UI thread: a placeholder, not cached.
+            return Strip([Segment(set_cell_size(" …", max(width, 1)), self.rich_style)], max(width, 1))
         if strip is None:
             strip = self._render_row(pos, selected, width + scroll_x)
             self._cache[key] = strip
@@ -224,11 +308,11 @@ class ItemList(ScrollView, can_focus=True):
         return strip.crop(scroll_x, scroll_x + width)
 
     def _render_row(self, pos: int, selected: bool, width: int) -> Strip:
-        i = int(self.order[pos])
+        row = self.row(pos) or {}
         parts = []
         used = 0
         for key, _, w in self.columns:
-            v = self.data.get(key, [None] * (i + 1))[i]
+            v = row.get(key)
             if isinstance(v, float):
                 s = fmt(v, 2)
             else:
@@ -242,7 +326,7 @@ class ItemList(ScrollView, can_focus=True):
         style = self.rich_style
         if selected:
             style = style + Style(reverse=True, bold=self.has_focus)
-        elif self.data.get("error", [None] * (i + 1))[i]:
+        elif row.get("error"):
             style = style + Style(color="red")
         return Strip([Segment(set_cell_size(line, max(width, 1)), style)], max(width, 1))
 
@@ -256,7 +340,7 @@ class ItemList(ScrollView, can_focus=True):
     def scroll_to_region_cursor(self) -> None:
         from textual.geometry import Region
 
-        if self.order is not None and len(self.order):
+        if self._len():
             self.scroll_to_region(Region(0, self.cursor, 1, 1), animate=False, force=True)
 
     def on_focus(self) -> None:
@@ -269,15 +353,15 @@ class ItemList(ScrollView, can_focus=True):
 
     # -- actions ----------------------------------------------------------------------------
     def action_cursor(self, delta: int) -> None:
-        if len(self.order):
-            self.cursor = max(0, min(len(self.order) - 1, self.cursor + delta))
+        if self._len():
+            self.cursor = max(0, min(self._len() - 1, self.cursor + delta))
 
     def action_page(self, direction: int) -> None:
         self.action_cursor(direction * max(1, self.size.height - 1))
 
     def action_jump(self, where: int) -> None:
-        if len(self.order):
-            self.cursor = 0 if where == 0 else len(self.order) - 1
+        if self._len():
+            self.cursor = 0 if where == 0 else self._len() - 1
 
     def action_open(self) -> None:
         row = self.current_row()
@@ -286,7 +370,7 @@ class ItemList(ScrollView, can_focus=True):
 
     def on_click(self, event: events.Click) -> None:
         pos = event.y + int(self.scroll_offset.y)
-        if 0 <= pos < len(self.order):
+        if 0 <= pos < self._len():
             again = pos == self.cursor
             self.cursor = pos
             if again or event.chain >= 2:
