@@ -37,54 +37,50 @@ def _open_store(path: str, read_only: bool = False) -> Any:
     return Store(path, read_only=read_only)
 
 
-def make_backend(model_arg: str | None, args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
-    """Build the backend for a --model argument; returns (backend, spec, identity options)."""
-    from llmscope.engine.models import parse_model
+# Fields of engine.config.BackendConfig that the `run` command's flags fill (flag dest = field).
+CONFIG_FLAGS = (
+    "base_url", "concurrency", "timeout", "max_retries", "top_logprobs", "samples", "reasoning",
+    "device", "dtype", "batch_size", "threads", "sp_prefix", "revision", "trust_remote_code", "adapter",
+    "load_in_8bit", "load_in_4bit", "system_prompt", "chat", "seed",
+)
 
-    spec = parse_model(model_arg)
-    if spec.backend == "openai":
-        from llmscope.engine.openai_backend import OpenAIBackend
 
-        kw: dict[str, Any] = {
-            "model": spec.name,
-            "base_url": args.base_url,
-            "concurrency": args.concurrency,
-            "top_logprobs": args.top_logprobs,
-            "seed": args.seed,
-        }
-        if args.max_retries is not None:
-            kw["max_retries"] = args.max_retries
-        if args.timeout is not None:
-            kw["timeout"] = args.timeout
-        if args.samples is not None:
-            kw["samples"] = args.samples
-        if args.reasoning:
-            kw["reasoning"] = True
-        backend = OpenAIBackend(**kw)
-        ident = {"backend": "openai", "base_url": backend.describe().get("base_url"),
-                 "top_logprobs": args.top_logprobs}
-        return backend, spec, ident
-    try:
-        from llmscope.engine.hf_backend import HFBackend
-    except ImportError as e:
-        raise CLIError(
-            f"local models need the `hf` extra ({e.name} is missing): pip install 'llmscope[hf]'"
-        ) from e
-    try:
-        backend = HFBackend(
-            spec, device=args.device, dtype=args.dtype, batch_size=args.batch_size, sp_prefix=args.sp_prefix,
-            threads=args.threads,
-        )
-    except (OSError, ValueError, RuntimeError) as e:
-        # transformers reports a missing hub id, no network, a bad GGUF or a wrong device this way
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(".")
-        raise CLIError(
-            f"cannot load model {model_arg or 'default'!r}: {first}. Hub ids need internet the first time; "
-            "a local folder needs config.json and weights; a .gguf file needs the `gguf` package."
-        ) from e
-    ident = {"backend": "hf", "dtype": backend.dtype, "device": backend.device.split(":")[0],
-             "sp_prefix": backend.sp_prefix, "add_bos": backend.add_bos}
-    return backend, spec, ident
+def config_from_args(args: argparse.Namespace, base: Any = None) -> Any:
+    """A BackendConfig from `run`'s flags: the flags given override `base` (a stored config on resume)."""
+    import dataclasses
+
+    from llmscope.engine.config import BackendConfig
+
+    cfg = base if base is not None else BackendConfig()
+    given = {k: getattr(args, k) for k in CONFIG_FLAGS if getattr(args, k, None) is not None}
+    if getattr(args, "model", None) is not None:
+        given["model"] = args.model
+    return dataclasses.replace(cfg, **given)
+
+
+def stored_config(run: dict[str, Any]) -> Any:
+    """The BackendConfig a run was made with (older runs: rebuilt from their options)."""
+    from llmscope.engine.config import BackendConfig
+
+    raw = run.get("backend_config")
+    if isinstance(raw, dict):
+        return BackendConfig.from_dict(raw)
+    opts = run.get("options") or {}
+    ident = opts.get("backend") or {}
+    cfg = BackendConfig(model=opts.get("model_arg"), kind=str(ident.get("backend") or ""),
+                        seed=int(run.get("seed") or 0))
+    if ident.get("backend") == "openai":
+        cfg.base_url = ident.get("base_url")
+        cfg.top_logprobs = int(ident.get("top_logprobs") or 20)
+    else:
+        cfg.dtype = str(ident.get("dtype") or run.get("dtype") or "auto")
+        cfg.sp_prefix = bool(ident.get("sp_prefix"))
+    return cfg
+
+
+def _check_positive(flag: str, value: int | None) -> None:
+    if value is not None and value < 1:
+        raise CLIError(f"{flag} must be a positive number of items (1 or more), got {value}")
 
 
 # -- commands ---------------------------------------------------------------------------------
@@ -100,16 +96,19 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from llmscope.console import ConsoleReporter
     from llmscope.data.suites import EXTERNAL_SUITES, load_suite
+    from llmscope.engine.config import build_backend
     from llmscope.engine.progress import MultiReporter
     from llmscope.engine.runner import RunInterrupted, Runner, RunPlan
     from llmscope.live import LiveWriter
     from llmscope.report import build_report, format_rows
 
+    _check_positive("--limit", args.limit)
     store = _open_store(args.db)
     try:
-        model_arg = args.model
         task_opts = _parse_opts(args.opt)
         suite_name, suite_path, limit = args.suite, args.suite_path, args.limit
+        run: dict[str, Any] | None = None
+        base_cfg = None
         if args.resume:
             run = store.find_run(args.resume)
             if run is None:
@@ -117,7 +116,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
             opts = run.get("options") or {}
             meta = run.get("meta") or {}
             suite_meta = meta.get("suite") or {}
-            model_arg = opts.get("model_arg")
             suite_name = suite_meta.get("spec_path") or suite_meta.get("name")
             if suite_meta.get("name") in EXTERNAL_SUITES:
                 suite_name, suite_path = suite_meta["name"], suite_meta.get("items_path")
@@ -125,20 +123,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
             t.pop("task", None)
             task_opts = {**t, **task_opts}
             limit = args.limit if args.limit is not None else opts.get("limit")
+            base_cfg = stored_config(run)
         if not suite_name:
             raise CLIError("--suite is required (a built-in name, see `llmscope suites`, or a spec path)")
+        cfg = config_from_args(args, base_cfg)
+        cfg, _spec = cfg.resolve()  # flags checked before anything is loaded or written
         suite = load_suite(suite_name, suite_path)
         suite.items()  # validate before any model is loaded or anything is written
-        if args.chat is not None:
-            task_opts["chat"] = args.chat
+        if cfg.chat is not None:
+            task_opts["chat"] = cfg.chat
+        if run is not None and base_cfg is not None:
+            _refuse_identity_change(run, base_cfg, cfg, suite, task_opts)
         reporter = ConsoleReporter(quiet=args.quiet)
+        model_arg = cfg.model
         reporter.on_message("info", f"loading model {model_arg or 'SmolLM2-135M-Instruct (embedded default)'} ...")
-        backend, spec, ident = make_backend(model_arg, args)
+        built = build_backend(cfg)
+        backend, spec, ident = built.backend, built.spec, built.identity
         plan = RunPlan(
             suite=suite, model_label=spec.display(), model_arg=model_arg, task_options=task_opts,
-            backend_identity=ident, seed=args.seed, limit=limit,
-            run_id=run["run_id"] if args.resume else None,
-            window=max(args.batch_size * 4, args.concurrency * 2, 8),
+            backend_identity=ident, seed=cfg.seed, limit=limit,
+            run_id=run["run_id"] if run is not None else None,
+            window=max(cfg.batch_size * 4, cfg.concurrency * 2, 8),
+            backend_config=built.config.to_dict(), retry_errors=not args.no_retry_errors,
         )
         live = LiveWriter(args.db)
         runner = Runner(plan, backend, store, MultiReporter(reporter, live))
@@ -166,7 +172,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             rid = runner.run_id or "?"
             print(
                 f"\ninterrupted: everything scored so far is stored in {args.db}. "
-                f"Resume with the same command, or: llmscope run --resume {rid} --db {args.db}",
+                f"Resume with the same command, or: {resume_hint(rid, args.db)}",
                 file=sys.stderr,
             )
             return 130
@@ -176,6 +182,40 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 0 if prog.errors == 0 else 1
     finally:
         store.close()
+
+
+def resume_hint(run_id: str, db: str) -> str:
+    """The command that continues a run (its backend config is stored, so nothing else is needed)."""
+    import shlex
+
+    return f"llmscope run --resume {shlex.quote(run_id)} --db {shlex.quote(str(db))}"
+
+
+def _task_identity(suite: Any, task_opts: dict[str, Any]) -> dict[str, Any]:
+    from llmscope.engine.runner import RunPlan
+
+    desc = RunPlan(suite=suite, model_label="", model_arg=None, task_options=task_opts).task().describe()
+    desc.pop("templates", None)
+    return dict(json.loads(json.dumps(desc, default=str)))
+
+
+def _refuse_identity_change(run: dict[str, Any], stored: Any, cfg: Any, suite: Any, task_opts: dict[str, Any]) -> None:
+    """A resume may change speed (concurrency, batch size...) but not what the model answers."""
+    import dataclasses
+
+    norm = [dataclasses.replace(c, base_url=(c.base_url or "").rstrip("/") or None) for c in (stored, cfg)]
+    diffs = norm[0].differences(norm[1])
+    stored_task = (run.get("options") or {}).get("task")
+    if isinstance(stored_task, dict):
+        new_task = _task_identity(suite, task_opts)
+        for k in sorted(set(stored_task) | set(new_task)):
+            if stored_task.get(k) != new_task.get(k):
+                diffs.append(f"task.{k}: {stored_task.get(k)!r} -> {new_task.get(k)!r}")
+    if diffs:
+        raise CLIError(
+            f"resuming run {run['run_id']} with these options would change what it measures: "
+            + "; ".join(diffs) + ". Drop those flags to continue it, or start a new run without --resume."
+        )
 
 
 def cmd_suites(args: argparse.Namespace) -> int:
@@ -356,26 +396,38 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--suite", help="built-in suite name or path of a suite spec")
     r.add_argument("--suite-path", help="data file or folder for loaders (commonsense CSV, WorldSense dir)")
     r.add_argument("--model", help="hf:<hub id or folder> | gguf:<file> | openai:<name>; default: embedded SmolLM2-135M-Instruct")
-    r.add_argument("--limit", type=int, help="only the first N items")
-    r.add_argument("--batch-size", type=int, default=16)
-    r.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda, cuda:1, mps")
-    r.add_argument("--dtype", default="auto", help="auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16, float16")
+    r.add_argument("--limit", type=int, help="only the first N items (1 or more)")
+    # Backend flags default to None so that a resume can tell "given" from "not given": the
+    # run's stored config (engine/config.py BackendConfig) fills the rest; defaults live there.
+    r.add_argument("--batch-size", type=int, default=None, help="prompts per forward pass (default 16)")
+    r.add_argument("--device", default=None, help="auto (cuda > mps > cpu), cpu, cuda, cuda:1, mps")
+    r.add_argument("--dtype", default=None, help="auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16, float16")
     r.add_argument("--threads", type=int, default=None,
                    help="torch threads for a local model on CPU (default: torch's choice; 1 is best on a busy machine)")
-    r.add_argument("--sp-prefix", action="store_true",
+    r.add_argument("--sp-prefix", action="store_true", default=None,
                    help="append the bare SentencePiece word-boundary piece to chat prompts (LLaMA-2 style models)")
     r.add_argument("--chat", dest="chat", action="store_true", default=None, help="apply the chat template")
     r.add_argument("--no-chat", dest="chat", action="store_false", help="score raw text, no chat template")
+    r.add_argument("--revision", default=None, help="hub revision (branch, tag or commit) of a local model")
+    r.add_argument("--trust-remote-code", action="store_true", default=None,
+                   help="allow a hub model's own Python code (transformers trust_remote_code)")
+    r.add_argument("--adapter", default=None, help="PEFT adapter folder or hub id applied to the local model (needs peft)")
+    r.add_argument("--system-prompt", default=None, help="system message put before every chat prompt")
+    r.add_argument("--load-in-8bit", action="store_true", default=None, help="8-bit weights (bitsandbytes; CUDA only)")
+    r.add_argument("--load-in-4bit", action="store_true", default=None, help="4-bit weights (bitsandbytes; CUDA only)")
     r.add_argument("--opt", action="append", metavar="KEY=VALUE", help="task option (JSON value), repeatable")
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--resume", metavar="RUN", help="continue a stored run (id or prefix; 'last')")
+    r.add_argument("--seed", type=int, default=None, help="sampling seed (default 0)")
+    r.add_argument("--resume", metavar="RUN",
+                   help="continue a stored run (id or prefix; 'last') with the options it was made with")
+    r.add_argument("--no-retry-errors", action="store_true",
+                   help="on resume, keep items stored as errors instead of scoring them again")
     r.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
-    r.add_argument("--concurrency", type=int, default=8, help="API requests in flight")
-    r.add_argument("--top-logprobs", type=int, default=20)
+    r.add_argument("--concurrency", type=int, default=None, help="API requests in flight (default 8)")
+    r.add_argument("--top-logprobs", type=int, default=None, help="top log-probabilities asked of an API (default 20)")
     r.add_argument("--max-retries", type=int, default=None)
     r.add_argument("--timeout", type=float, default=None, help="API request timeout in seconds")
     r.add_argument("--samples", type=int, default=None, help="samples per item when an API gives no logprobs")
-    r.add_argument("--reasoning", action="store_true", help="treat the API model as a reasoning model")
+    r.add_argument("--reasoning", action="store_true", default=None, help="treat the API model as a reasoning model")
     r.add_argument("--quiet", action="store_true")
     r.add_argument("--no-report", action="store_true")
     r.set_defaults(func=cmd_run)
@@ -436,12 +488,14 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         args.func = cmd_tui
     from llmscope.data.suites import SuiteError
+    from llmscope.engine.config import ConfigError
     from llmscope.engine.models import ModelSpecError
+    from llmscope.engine.runner import RunBusy
     from llmscope.store.db import StoreError
 
     try:
         return int(args.func(args) or 0)
-    except (CLIError, SuiteError, StoreError, ModelSpecError) as e:
+    except (CLIError, SuiteError, StoreError, ModelSpecError, ConfigError, RunBusy) as e:
         print(f"llmscope: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:

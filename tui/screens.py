@@ -352,25 +352,37 @@ class HomeScreen(BaseScreen):
     # -- form -------------------------------------------------------------------------------
     def form_params(self) -> dict[str, Any]:
         """The new-run form as parameters for `LlmscopeApp.start_run` (raises ValueError)."""
-        from llmscope.cli import CLIError, _parse_opts
+        from llmscope.engine.config import ConfigError, parse_options
 
         def val(i: str) -> str:
             return self.query_one(f"#{i}", Input).value.strip()
 
+        def number(i: str, name: str, lo: int) -> int | None:
+            text = val(i)
+            if not text:
+                return None
+            try:
+                n = int(text)
+            except ValueError:
+                raise ValueError(f"{name} must be a whole number, got {text!r}") from None
+            if n < lo:
+                raise ValueError(f"{name} must be {lo} or more, got {n}")
+            return n
+
         if not val("f-suite"):
             raise ValueError("choose a suite")
         try:
-            opts = _parse_opts(shlex.split(val("f-options")))
-        except CLIError as e:
+            opts = parse_options(shlex.split(val("f-options")))
+        except (ConfigError, ValueError) as e:
             raise ValueError(str(e)) from e
         return {
             "suite": val("f-suite"),
             "model": val("f-model") or None,
             "base_url": val("f-base-url") or None,
             "options": opts,
-            "limit": int(val("f-limit")) if val("f-limit") else None,
-            "batch_size": int(val("f-batch") or 16),
-            "concurrency": int(val("f-conc") or 8),
+            "limit": number("f-limit", "limit", 1),
+            "batch_size": number("f-batch", "batch size", 1) or 16,
+            "concurrency": number("f-conc", "concurrency", 1) or 8,
         }
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
