@@ -196,7 +196,6 @@ class Runner:
         self.reporter.on_start(run, prog)
         t0 = time.perf_counter()
         last_report = 0.0
-        await self.task.prepare(self.backend)
         window = asyncio.Semaphore(max(1, self.plan.window))
         in_flight: set[asyncio.Task[Result]] = set()
         loop = asyncio.get_running_loop()
@@ -222,6 +221,7 @@ class Runner:
             return res
 
         try:
+            await self.task.prepare(self.backend)  # inside: a failure or signal here still ends the run truthfully
             it = iter(todo)
             exhausted = False
             while not exhausted or in_flight:

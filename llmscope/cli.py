@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -84,13 +85,62 @@ def _check_positive(flag: str, value: int | None) -> None:
 
 
 # -- commands ---------------------------------------------------------------------------------
+class StopSignals:
+    """SIGTERM and SIGHUP (a closed terminal, `timeout`, a service stop) act like Ctrl-C:
+    the run flushes, is marked `interrupted`, ends its live channel and prints the resume
+    command. A second signal exits at once."""
+
+    NAMES = ("SIGTERM", "SIGHUP")
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.signals = [getattr(signal, n) for n in self.NAMES if hasattr(signal, n)]
+        self._old: dict[int, Any] = {}
+
+    def install(self) -> None:
+        """Outside the event loop (loading, reporting): raise KeyboardInterrupt like Ctrl-C."""
+        for sig in self.signals:
+            old = signal.signal(sig, self._sync)
+            self._old.setdefault(sig, old)
+
+    def attach(self, loop: Any, task: Any) -> None:
+        """Inside the event loop: cancel the run's task, which stops the runner cleanly."""
+        for sig in self.signals:
+            loop.add_signal_handler(sig, self._cancel, sig, task)
+
+    def restore(self) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+    def exit_code(self) -> int:
+        return 128 + (self.received or signal.SIGINT)
+
+    def _note(self, signum: int) -> None:
+        if self.received is not None:
+            os._exit(128 + signum)  # the second signal: no flush, no cleanup
+        self.received = signum
+
+    def _sync(self, signum: int, frame: Any) -> None:
+        self._note(signum)
+        raise KeyboardInterrupt
+
+    def _cancel(self, signum: int, task: Any) -> None:
+        self._note(signum)
+        task.cancel()
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    stop = StopSignals()
+    args._stop_signals = stop
     try:
+        stop.install()
         return _cmd_run(args)
     except KeyboardInterrupt:
         # Ctrl-C before scoring started (loading the model, reading the suite): nothing to keep.
         print("\ninterrupted before any item was scored; run the same command again to start.", file=sys.stderr)
-        return 130
+        return stop.exit_code()
+    finally:
+        stop.restore()
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -150,7 +200,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         runner = Runner(plan, backend, store, MultiReporter(reporter, live))
         import asyncio
 
+        stop: StopSignals = getattr(args, "_stop_signals", None) or StopSignals()
+
         async def main() -> Any:
+            stop.attach(asyncio.get_running_loop(), asyncio.current_task())
             try:
                 if hasattr(backend, "probe"):
                     # Learn up front whether the API returns log-probs, so the run records it.
@@ -168,14 +221,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         try:
             prog = asyncio.run(main())
-        except (RunInterrupted, KeyboardInterrupt):
-            rid = runner.run_id or "?"
+        except (RunInterrupted, KeyboardInterrupt, asyncio.CancelledError):
+            stop.install()  # closing the loop reset the handlers
+            rid = runner.run_id
+            if not rid:
+                print("\ninterrupted before any item was scored; run the same command again to start.",
+                      file=sys.stderr)
+                return stop.exit_code()
             print(
                 f"\ninterrupted: everything scored so far is stored in {args.db}. "
                 f"Resume with the same command, or: {resume_hint(rid, args.db)}",
                 file=sys.stderr,
             )
-            return 130
+            return stop.exit_code()
+        stop.install()
         run_row = store.get_run(prog.run_id)
         if not args.no_report and run_row:
             print(format_rows(build_report(store, run_row)))
