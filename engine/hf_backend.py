@@ -108,7 +108,7 @@ def load_model(
     if margs.get("adapter"):
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, margs["adapter"])
+        model = PeftModel.from_pretrained(model, margs["adapter"])  # type: ignore[assignment]
         info["adapter"] = margs["adapter"]
     if not quant_kw:  # a quantised model is placed by device_map and cannot be moved
         model.to(device)  # type: ignore[arg-type]  # transformers' stub wants a model; a device string is valid

@@ -30,12 +30,45 @@ def _parse_opts(pairs: list[str] | None) -> dict[str, Any]:
     return out
 
 
+LOCK_WAIT_S = float(os.environ.get("LLMSCOPE_LOCK_WAIT", "5"))
+
+
 def _open_store(path: str, read_only: bool = False) -> Any:
-    from llmscope.store.db import Store
+    """Open the database; if another process holds it, wait up to LOCK_WAIT_S, then say who."""
+    import time
+
+    from llmscope.store.db import Store, StoreLocked
 
     if read_only and not Path(path).exists():
         raise CLIError(f"no database at {path} (run `llmscope run` first, or pass --db)")
-    return Store(path, read_only=read_only)
+    deadline = time.monotonic() + LOCK_WAIT_S
+    delay = 0.1
+    while True:
+        try:
+            return Store(path, read_only=read_only)
+        except StoreLocked as e:
+            if time.monotonic() + delay > deadline:
+                raise CLIError(f"{e}{_holder(path, e.pid)} (waited {LOCK_WAIT_S:g}s)") from e
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+def _holder(path: str, pid: int | None) -> str:
+    """What the process holding the file is doing, from the live channel (never the locked file)."""
+    from llmscope.live import read_live
+
+    try:
+        snaps = read_live(path)
+    except OSError:
+        return ""
+    for snap in snaps:
+        run = snap.get("run") or {}
+        if snap.get("ended") or (pid is not None and run.get("owner_pid") not in (pid, None)):
+            continue
+        prog = snap.get("progress") or {}
+        return (f"; it is writing run {run.get('run_id') or prog.get('run_id')} "
+                f"({run.get('suite_name')} x {run.get('model')}, {prog.get('done')}/{prog.get('total')})")
+    return ""
 
 
 # Fields of engine.config.BackendConfig that the `run` command's flags fill (flag dest = field).
@@ -153,6 +186,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from llmscope.report import build_report, format_rows
 
     _check_positive("--limit", args.limit)
+    if not args.resume:
+        config_from_args(args).validate()  # bad numbers stop before the database is touched
     store = _open_store(args.db)
     try:
         task_opts = _parse_opts(args.opt)
@@ -335,6 +370,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             runs = [run]
         else:
             runs = [r for r in (store.get_run(x) for x in store.runs()["run_id"]) if r is not None]
+        if args.by:
+            _check_by(store, runs, args.by)
         rows = []
         for run in runs:
             rows += build_report(store, run, args.by)
@@ -348,6 +385,25 @@ def cmd_report(args: argparse.Namespace) -> int:
         for line in ws_text:
             print(line)
     return 0
+
+
+RESULT_GROUP_COLUMNS = ("variant", "gold", "prediction", "item_id")
+
+
+def _check_by(store: Any, runs: list[dict[str, Any]], by: list[str]) -> None:
+    """Every --by must name an item field of each reported run's suite (or a result column)."""
+    for run in runs:
+        rows = store.execute(
+            "SELECT DISTINCT unnest(json_keys(fields)) FROM items WHERE suite_id = ? AND fields IS NOT NULL",
+            [run["suite_id"]],
+        ).fetchall()
+        known = sorted({str(r[0]) for r in rows} | set(RESULT_GROUP_COLUMNS))
+        for name in by:
+            if name not in known:
+                raise CLIError(
+                    f"--by {name}: not a field of suite {run.get('suite_name')} (run {run['run_id']}); "
+                    f"allowed: {', '.join(known)}"
+                )
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import re
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -199,6 +200,14 @@ class SchemaTooNew(StoreError):
     pass
 
 
+class StoreLocked(StoreError):
+    """Another process holds the file; `pid` is the holder when DuckDB names it."""
+
+    def __init__(self, message: str, pid: int | None = None) -> None:
+        super().__init__(message)
+        self.pid = pid
+
+
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
@@ -207,9 +216,12 @@ def _explain(e: Exception, path: str, action: str) -> StoreError:
     msg = str(e)
     low = msg.lower()
     if "lock" in low and ("conflicting" in low or "could not set lock" in low):
-        return StoreError(
-            f"{path} is in use by another process (DuckDB allows one writer). "
-            "Wait for it to finish, use another --db file, or watch it with `llmscope view`."
+        m = re.search(r"\(PID (\d+)\)", msg)
+        who = f"PID {m.group(1)}; " if m else ""
+        return StoreLocked(
+            f"{path} is in use by another process ({who}DuckDB allows one writer). "
+            "Wait for it to finish, use another --db file, or watch it with `llmscope view`.",
+            int(m.group(1)) if m else None,
         )
     if "read-only" in low or "readonly" in low or "permission denied" in low:
         return StoreError(f"cannot write {path}: the file or its folder is read-only ({msg.splitlines()[0]})")
@@ -283,13 +295,15 @@ class Store:
     # -- schema ---------------------------------------------------------------------------
     def schema_version(self) -> int:
         try:
+            # fetchall, not fetchone: an unfinished result makes the next `register` fail
+            # ("connection has an unfinished result"), e.g. a fresh Store's first write.
             has = self.con.execute(
                 "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
-            ).fetchone()
-            if not has or not has[0]:
+            ).fetchall()
+            if not has or not has[0][0]:
                 return 0
-            row = self.con.execute("SELECT max(version) FROM schema_version").fetchone()
-            return int(row[0]) if row and row[0] is not None else 0
+            rows = self.con.execute("SELECT max(version) FROM schema_version").fetchall()
+            return int(rows[0][0]) if rows and rows[0][0] is not None else 0
         except duckdb.Error as e:
             raise _explain(e, self.path, "reading the schema version") from e
 

@@ -38,9 +38,9 @@ async def test_start_run_from_form(tmp_path: Path, oai) -> None:  # noqa: F811
         assert await wait_until(pilot, lambda: not dash.active, timeout=10)
         await settle(pilot)
         run_id = dash.run_id
-        store = app.handle.store
-        assert store is not None
-        df = store.query_df("SELECT correct, error FROM results WHERE run_id = ?", [run_id])
+        assert app.handle.store is None  # the run ended: this window holds no connection
+        with app.handle.use() as store:
+            df = store.query_df("SELECT correct, error FROM results WHERE run_id = ?", [run_id])
         assert len(df) == 12 and df["error"].isna().all()
         scored = df["correct"].dropna()
         assert f"accuracy {scored.mean():.3f}" in screen_text(app)

@@ -152,7 +152,7 @@ class LlmscopeApp(App[int]):
         # Not `self.watch`: that would shadow Textual's `DOMNode.watch` method.
         self.watch_mode = watch
         self.refresh_s = refresh_s
-        self.handle = StoreHandle(self.db_path, read_only=watch, persistent=not watch)
+        self.handle = StoreHandle(self.db_path, read_only=watch)
         self.running: dict[str, InProcessRun] = {}
         self._starting: dict[int, InProcessRun] = {}
         self.notice = ""
@@ -162,7 +162,7 @@ class LlmscopeApp(App[int]):
         """The file is held by another process: read it only via the live channel / read-only."""
         self.handle.close()
         self.watch_mode = True
-        self.handle = StoreHandle(self.db_path, read_only=True, persistent=False)
+        self.handle = StoreHandle(self.db_path, read_only=True)
         self.notice = reason
         self.sub_title = self.db_path + "  (watching)"
 
@@ -224,7 +224,7 @@ class LlmscopeApp(App[int]):
                 window=max(cfg.batch_size * 4, cfg.concurrency * 2, 8),
                 backend_config=built.config.to_dict(),
             )
-            store = self.handle.open()
+            store = self.handle.open_writer()
             runner = Runner(
                 plan, backend, store, MultiReporter(handle.reporter, LiveWriter(self.db_path))
             )
@@ -241,6 +241,8 @@ class LlmscopeApp(App[int]):
                 asyncio.run(main())
             except (RunInterrupted, asyncio.CancelledError):
                 self.post_message(RunEnded(runner.run_id, "interrupted"))
+            finally:
+                self.handle.release_writer()  # idle again: no lock held between runs
         except Exception as e:  # shown to the user; the app keeps running
             self._starting.pop(id(handle.reporter), None)
             self.post_message(RunFailed(f"{type(e).__name__}: {e}"))

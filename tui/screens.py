@@ -166,6 +166,8 @@ class HomeScreen(BaseScreen):
         self.set_interval(self.llm_app.refresh_s * 2, self._tick)
 
     def _tick(self) -> None:
+        if any(w.group == "home-runs" and w.is_running for w in self.workers):
+            return  # never pile up reads (each opens a short-lived connection)
         # Only refresh while something is running: finished lists don't change by themselves.
         if (
             any(r.get("live") or str(r.get("status", "")).startswith("running") for r in self.rows)
