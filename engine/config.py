@@ -138,6 +138,49 @@ class BackendConfig:
         return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
+def config_of_run(run: dict[str, Any]) -> BackendConfig:
+    """The BackendConfig a stored run was made with (runs before schema 3: rebuilt from options)."""
+    raw = run.get("backend_config")
+    if isinstance(raw, dict):
+        return BackendConfig.from_dict(raw)
+    opts = run.get("options") or {}
+    ident = opts.get("backend") or {}
+    cfg = BackendConfig(model=opts.get("model_arg"), kind=str(ident.get("backend") or ""),
+                        seed=int(run.get("seed") or 0))
+    if ident.get("backend") == "openai":
+        cfg.base_url = ident.get("base_url")
+        cfg.top_logprobs = int(ident.get("top_logprobs") or 20)
+    else:
+        cfg.dtype = str(ident.get("dtype") or run.get("dtype") or "auto")
+        cfg.sp_prefix = bool(ident.get("sp_prefix"))
+    return cfg
+
+
+@dataclass
+class ResumeInputs:
+    """What a stored run needs to continue: its suite, task options, limit and backend config."""
+
+    suite_name: str | None
+    suite_path: str | None
+    task_options: dict[str, Any]
+    limit: int | None
+    config: BackendConfig
+
+
+def resume_inputs(run: dict[str, Any]) -> ResumeInputs:
+    """Everything `--resume ID` (CLI) or the TUI's resume needs, read from the run record."""
+    from llmscope.data.suites import EXTERNAL_SUITES
+
+    opts = run.get("options") or {}
+    suite_meta = (run.get("meta") or {}).get("suite") or {}
+    name, path = suite_meta.get("spec_path") or suite_meta.get("name"), None
+    if suite_meta.get("name") in EXTERNAL_SUITES:
+        name, path = suite_meta["name"], suite_meta.get("items_path")
+    task = dict(opts.get("task") or {})
+    task.pop("task", None)
+    return ResumeInputs(name, path, task, opts.get("limit"), config_of_run(run))
+
+
 def parse_options(pairs: list[str]) -> dict[str, Any]:
     """`key=value` task options (JSON values, else text), as `--opt` takes them."""
     import json

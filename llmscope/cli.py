@@ -92,26 +92,6 @@ def config_from_args(args: argparse.Namespace, base: Any = None) -> Any:
     return dataclasses.replace(cfg, **given)
 
 
-def stored_config(run: dict[str, Any]) -> Any:
-    """The BackendConfig a run was made with (older runs: rebuilt from their options)."""
-    from llmscope.engine.config import BackendConfig
-
-    raw = run.get("backend_config")
-    if isinstance(raw, dict):
-        return BackendConfig.from_dict(raw)
-    opts = run.get("options") or {}
-    ident = opts.get("backend") or {}
-    cfg = BackendConfig(model=opts.get("model_arg"), kind=str(ident.get("backend") or ""),
-                        seed=int(run.get("seed") or 0))
-    if ident.get("backend") == "openai":
-        cfg.base_url = ident.get("base_url")
-        cfg.top_logprobs = int(ident.get("top_logprobs") or 20)
-    else:
-        cfg.dtype = str(ident.get("dtype") or run.get("dtype") or "auto")
-        cfg.sp_prefix = bool(ident.get("sp_prefix"))
-    return cfg
-
-
 def _check_positive(flag: str, value: int | None) -> None:
     if value is not None and value < 1:
         raise CLIError(f"{flag} must be a positive number of items (1 or more), got {value}")
@@ -178,8 +158,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from llmscope.console import ConsoleReporter
-    from llmscope.data.suites import EXTERNAL_SUITES, load_suite
-    from llmscope.engine.config import build_backend
+    from llmscope.data.suites import load_suite
+    from llmscope.engine.config import build_backend, resume_inputs
     from llmscope.engine.progress import MultiReporter
     from llmscope.engine.runner import RunInterrupted, Runner, RunPlan
     from llmscope.live import LiveWriter
@@ -198,17 +178,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
             run = store.find_run(args.resume)
             if run is None:
                 raise CLIError(f"no run {args.resume!r} in {args.db}")
-            opts = run.get("options") or {}
-            meta = run.get("meta") or {}
-            suite_meta = meta.get("suite") or {}
-            suite_name = suite_meta.get("spec_path") or suite_meta.get("name")
-            if suite_meta.get("name") in EXTERNAL_SUITES:
-                suite_name, suite_path = suite_meta["name"], suite_meta.get("items_path")
-            t = dict(opts.get("task") or {})
-            t.pop("task", None)
-            task_opts = {**t, **task_opts}
-            limit = args.limit if args.limit is not None else opts.get("limit")
-            base_cfg = stored_config(run)
+            rin = resume_inputs(run)
+            suite_name, suite_path = rin.suite_name, rin.suite_path
+            task_opts = {**rin.task_options, **task_opts}
+            limit = args.limit if args.limit is not None else rin.limit
+            base_cfg = rin.config
         if not suite_name:
             raise CLIError("--suite is required (a built-in name, see `llmscope suites`, or a spec path)")
         cfg = config_from_args(args, base_cfg)

@@ -200,17 +200,33 @@ class LlmscopeApp(App[int]):
         self._starting[id(reporter)] = handle
         t.start()
 
+    def resume_run(self, run_id: str) -> None:
+        """Continue an interrupted or failed run with the config stored with it."""
+        self.start_run({"resume": run_id})
+
     def _run_thread(self, params: dict[str, Any], handle: InProcessRun) -> None:
         from llmscope.data.suites import load_suite
-        from llmscope.engine.config import build_backend
+        from llmscope.engine.config import build_backend, resume_inputs
         from llmscope.engine.progress import MultiReporter
         from llmscope.engine.runner import RunInterrupted, Runner, RunPlan
         from llmscope.live import LiveWriter
+        from llmscope.store.db import StoreError
 
         try:
+            run_id: str | None = None
+            if params.get("resume"):
+                # Continue a stored run exactly as it was made (engine.config.resume_inputs).
+                with self.handle.use() as st:
+                    stored = st.find_run(str(params["resume"]))
+                if stored is None:
+                    raise StoreError(f"no run {params['resume']!r} in {self.db_path}")
+                rin = resume_inputs(stored)
+                params = {**params, "suite": rin.suite_name, "suite_path": rin.suite_path,
+                          "options": rin.task_options, "limit": rin.limit}
+                run_id, base_cfg = str(stored["run_id"]), rin.config
             suite = load_suite(params["suite"], params.get("suite_path") or None)
             suite.items()
-            cfg, _spec = run_params_config(params).resolve()
+            cfg, _spec = (base_cfg if run_id else run_params_config(params)).resolve()
             built = build_backend(cfg)
             backend = built.backend
             plan = RunPlan(
@@ -221,6 +237,7 @@ class LlmscopeApp(App[int]):
                 backend_identity=built.identity,
                 seed=cfg.seed,
                 limit=params.get("limit"),
+                run_id=run_id,
                 window=max(cfg.batch_size * 4, cfg.concurrency * 2, 8),
                 backend_config=built.config.to_dict(),
             )

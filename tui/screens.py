@@ -440,7 +440,10 @@ class DashboardScreen(BaseScreen):
         Binding("f", "conf", "Conf. filter"),
         Binding("l", "focus_list", "Items", show=False),
         Binding("x", "stop", "Stop run"),
+        Binding("r", "resume", "Resume run"),
     ]
+
+    RESUMABLE = ("interrupted", "failed", "completed_with_errors", "incomplete")
 
     def __init__(self, run_id: str) -> None:
         super().__init__()
@@ -496,7 +499,10 @@ class DashboardScreen(BaseScreen):
             return True
         h = self.llm_app.running.get(self.run_id)
         if h is not None and not h.reporter.ended:
+            self._resume_pending = False
             return True
+        if getattr(self, "_resume_pending", False):
+            return True  # a resume is starting: keep polling until its run shows up
         return str(run.get("status") or "").startswith("running")
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="dash")
@@ -554,6 +560,10 @@ class DashboardScreen(BaseScreen):
 
     def on_dash_data(self, msg: DashData) -> None:
         self.active = self._is_active(msg.run)
+        status = (msg.progress or {}).get("status") or msg.run.get("status")
+        if status != getattr(self, "_bound_status", None):
+            self._bound_status = status
+            self.refresh_bindings()  # Stop run / Resume run follow the status
         self._show_header(msg.run, msg.progress, msg.snap, msg.source)
         if msg.snap.version != self._shown_version:
             self._shown_version = msg.snap.version
@@ -746,6 +756,29 @@ class DashboardScreen(BaseScreen):
 
     def action_focus_list(self) -> None:
         self.query_one(ItemList).focus()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Offer "Stop run" only for a run writing in this window, "Resume run" only for a
+        stopped run (its owner is gone), never in a watching window."""
+        if action == "stop":
+            h = self.llm_app.running.get(self.run_id)
+            return h is not None and not h.reporter.ended
+        if action == "resume":
+            h = self.llm_app.running.get(self.run_id)
+            busy = h is not None and not h.reporter.ended
+            return (not self.llm_app.watch_mode and not busy
+                    and str(self.run.get("status") or "") in self.RESUMABLE)
+        return True
+
+    def action_resume(self) -> None:
+        if not self.check_action("resume", ()):
+            self.notify("only a stopped run can be resumed, from a window that is not watching",
+                        severity="warning")
+            return
+        self.notify(f"resuming run {self.run_id} with the options it was made with ...")
+        self.active = True  # poll again: rows will arrive
+        self._resume_pending = True
+        self.llm_app.resume_run(self.run_id)
 
     def action_stop(self) -> None:
         h = self.llm_app.running.get(self.run_id)
