@@ -164,6 +164,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from llmscope.engine.runner import RunInterrupted, Runner, RunPlan
     from llmscope.live import LiveWriter
     from llmscope.report import build_report, format_rows
+    from llmscope.store.db import StoreError
 
     _check_positive("--limit", args.limit)
     if not args.resume:
@@ -243,6 +244,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return stop.exit_code()
+        except StoreError as e:
+            if not runner.run_id:
+                raise
+            # The run is recorded `failed` with this error; everything stored is kept.
+            raise CLIError(f"{e}. The run is marked failed; once fixed, continue it with: "
+                           f"{resume_hint(runner.run_id, args.db)}") from e
         stop.install()
         run_row = store.get_run(prog.run_id)
         if not args.no_report and run_row:
