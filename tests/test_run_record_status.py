@@ -117,3 +117,25 @@ def test_a_dead_owner_on_this_host_is_interrupted() -> None:
     p.wait()
     rec = {"status": "running", "owner_pid": p.pid, "owner_host": socket.gethostname(), "heartbeat_at": NOW}
     assert effective_status(rec, now=NOW) == "interrupted"
+
+
+def test_live_channel_of_a_killed_writer_reads_stopped(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from llmscope.tui.model import active_live_runs, live_runs
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    d = tmp_path / "x.duckdb.live" / "run-k"
+    d.mkdir(parents=True)
+    run = {"run_id": "run-k", "owner_pid": p.pid, "owner_host": socket.gethostname(), "status": "running"}
+    (d / "progress.json").write_text(json.dumps({"run": run, "progress": {"run_id": "run-k", "status": "running"}}))
+    (row,) = live_runs(tmp_path / "x.duckdb")
+    assert row["ended"] and row["status"] == "interrupted" and not row["live"]
+    assert active_live_runs(tmp_path / "x.duckdb") == []
+    # a live writer (this process) stays live
+    run["owner_pid"] = __import__("os").getpid()
+    (d / "progress.json").write_text(json.dumps({"run": run, "progress": {"run_id": "run-k", "status": "running"}}))
+    (row,) = live_runs(tmp_path / "x.duckdb")
+    assert row["live"] and row["status"] == "running (live)"

@@ -151,10 +151,23 @@ class StoreHandle:
 
 
 # -- run list --------------------------------------------------------------------------------
+def owner_gone(run: dict[str, Any]) -> bool:
+    """True when a live-channel run's writer (same host) no longer exists (kill -9: no `ended`)."""
+    import socket
+
+    from llmscope.store.db import _pid_alive
+
+    pid, host = run.get("owner_pid"), run.get("owner_host")
+    return isinstance(pid, int) and host == socket.gethostname() and not _pid_alive(pid)
+
+
 def live_runs(db: str | Path) -> list[dict[str, Any]]:
     """Runs published on the live channel, as run-list rows (newest first)."""
     out = []
     for snap in read_live(db):
+        if not snap["ended"] and owner_gone(snap.get("run") or {}):
+            snap["ended"] = True  # killed: show it stopped, read it from the database
+            snap.setdefault("progress", {})["status"] = "interrupted"
         run = snap.get("run") or {}
         prog = snap.get("progress") or {}
         out.append(
@@ -648,7 +661,7 @@ class LiveFeed:
             snap = json.loads((self.dir / "progress.json").read_text())
         except (OSError, json.JSONDecodeError):
             return None
-        snap["ended"] = (self.dir / "ended").exists()
+        snap["ended"] = (self.dir / "ended").exists() or owner_gone(snap.get("run") or {})
         return snap
 
     @property
