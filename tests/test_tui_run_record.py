@@ -52,7 +52,7 @@ async def test_local_run_of_the_embedded_model_from_the_form(tmp_path: Path) -> 
         assert not any(n.severity == "error" for n in app._notifications), [n.message for n in app._notifications]
         run_id = dash.run_id
         await settle(pilot)
-        assert app.handle.store is None  # the run ended: no connection held
+        assert await wait_until(pilot, lambda: not app.handle.writing, timeout=10)  # no write lock
     with Store(db, read_only=True) as s:
         run = s.get_run(run_id)
         assert run is not None and run["status"] == "completed" and run["backend"] == "hf"
@@ -143,7 +143,7 @@ async def test_idle_window_holds_no_lock(tmp_path: Path) -> None:
         )
         assert write.returncode == 0, write.stderr
         await settle(pilot)
-        assert app.handle.store is None
+        assert not app.handle.writing
 
 
 def test_cli_waits_for_a_lock_then_names_the_holder(tmp_path: Path) -> None:

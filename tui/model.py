@@ -84,6 +84,11 @@ class StoreHandle:
         """The connection open right now (the writer while a run writes), else None."""
         return self._writer or self._store
 
+    @property
+    def writing(self) -> bool:
+        """True while a run started in this window holds the write connection."""
+        return self._writer is not None
+
     def open(self) -> Store:
         """The write connection (kept until `release_writer`); kept for older callers."""
         return self.open_writer()
