@@ -175,7 +175,9 @@ def test_resume_may_change_speed_options(made: tuple[Path, str], oai, tmp_path: 
 def test_bad_numbers_are_refused_before_anything_is_written(
     tmp_path: Path, flags: list[str], needle: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from llmscope.cli import main  # in process: the same code path as the command, without a start-up
+    from llmscope.cli import (
+        main,  # in process: the same code path as the command, without a start-up
+    )
 
     db = tmp_path / "never.duckdb"
     rc = main(["run", "--suite", "commonsense-sample", "--model", "openai:m", "--base-url",
