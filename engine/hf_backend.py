@@ -60,13 +60,33 @@ def _gguf_cache_path(spec: ModelSpec) -> Path:
     return cache_dir() / "gguf" / file_sha256(f)[:20]
 
 
-def load_model(spec: ModelSpec, device: str, dtype: str) -> tuple[Any, Any, dict[str, Any]]:
-    """Load tokenizer and model; GGUF files are converted once and cached as safetensors."""
+def load_model(
+    spec: ModelSpec, device: str, dtype: str, model_args: dict[str, Any] | None = None
+) -> tuple[Any, Any, dict[str, Any]]:
+    """Load tokenizer and model; GGUF files are converted once and cached as safetensors.
+
+    `model_args` (engine/config.py): revision, trust_remote_code, adapter (PEFT folder or
+    hub id), load_in_8bit / load_in_4bit (bitsandbytes, CUDA only).
+    """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tdtype = getattr(torch, dtype)
     info: dict[str, Any] = {}
+    margs = model_args or {}
+    hub_kw: dict[str, Any] = {}
+    if margs.get("revision"):
+        hub_kw["revision"] = margs["revision"]
+    if margs.get("trust_remote_code"):
+        hub_kw["trust_remote_code"] = True
+    quant_kw: dict[str, Any] = {}
+    if margs.get("load_in_8bit") or margs.get("load_in_4bit"):
+        from transformers import BitsAndBytesConfig
+
+        quant_kw["quantization_config"] = BitsAndBytesConfig(
+            load_in_8bit=bool(margs.get("load_in_8bit")), load_in_4bit=bool(margs.get("load_in_4bit"))
+        )
+        quant_kw["device_map"] = device
     if spec.gguf_file:
         cached = _gguf_cache_path(spec)
         if (cached / "llmscope-ok").is_file():
@@ -80,12 +100,18 @@ def load_model(spec: ModelSpec, device: str, dtype: str) -> tuple[Any, Any, dict
             )
             info["gguf_cache"] = _save_gguf_cache(model, tok, cached)
     else:
-        tok = AutoTokenizer.from_pretrained(spec.path)
-        model = AutoModelForCausalLM.from_pretrained(spec.path, dtype=tdtype)
+        tok = AutoTokenizer.from_pretrained(spec.path, **hub_kw)
+        model = AutoModelForCausalLM.from_pretrained(spec.path, dtype=tdtype, **hub_kw, **quant_kw)
         rev = getattr(model.config, "_commit_hash", None)
         if rev:
             info["revision"] = rev
-    model.to(device)  # type: ignore[arg-type]  # transformers' stub wants a model; a device string is valid
+    if margs.get("adapter"):
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, margs["adapter"])  # type: ignore[assignment]
+        info["adapter"] = margs["adapter"]
+    if not quant_kw:  # a quantised model is placed by device_map and cannot be moved
+        model.to(device)  # type: ignore[arg-type]  # transformers' stub wants a model; a device string is valid
     model.eval()
     return tok, model, info
 
@@ -184,8 +210,19 @@ class HFBackend(Backend):
         model: Any = None,
         tokenizer: Any = None,
         threads: int | None = None,
+        revision: str | None = None,
+        trust_remote_code: bool = False,
+        adapter: str | None = None,
+        system_prompt: str | None = None,
+        load_in_8bit: bool = False,
+        load_in_4bit: bool = False,
     ) -> None:
         self.spec = spec
+        self.model_args: dict[str, Any] = {
+            k: v for k, v in {"revision": revision, "trust_remote_code": trust_remote_code, "adapter": adapter,
+                              "load_in_8bit": load_in_8bit, "load_in_4bit": load_in_4bit}.items() if v
+        }
+        self.system_prompt = system_prompt or None
         self.device = pick_device(device)
         self.dtype = pick_dtype(self.device, dtype)
         self.batch_size = max(1, int(batch_size))
@@ -201,7 +238,7 @@ class HFBackend(Backend):
         self._info: dict[str, Any] = {}
         if model is None or tokenizer is None:
             t0 = time.perf_counter()
-            tokenizer, model, self._info = load_model(spec, self.device, self.dtype)
+            tokenizer, model, self._info = load_model(spec, self.device, self.dtype, self.model_args)
             self._info["load_seconds"] = round(time.perf_counter() - t0, 2)
         else:
             import torch
@@ -271,6 +308,8 @@ class HFBackend(Backend):
             "add_bos": self.add_bos,
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
             "load": {k: v for k, v in self._info.items() if k != "revision"},
+            "model_args": self.model_args,
+            "system_prompt": self.system_prompt,
         }
 
     def stats(self) -> dict[str, Any]:
@@ -279,9 +318,10 @@ class HFBackend(Backend):
     # -- text rendering ------------------------------------------------------------------
     def render(self, prompt: str, *, chat: bool = True) -> str:
         if chat and self.has_chat:
+            system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
             return str(
                 self.tok.apply_chat_template(
-                    [{"role": "user", "content": prompt}],
+                    [*system, {"role": "user", "content": prompt}],
                     add_generation_prompt=True,
                     tokenize=False,
                 )

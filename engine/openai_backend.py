@@ -858,7 +858,9 @@ class OpenAIBackend(Backend):
     def _base_body(self, message: str, chat: bool, max_tokens: int) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model}
         if chat:
-            body["messages"] = [{"role": "user", "content": message}]
+            system = getattr(self, "system_prompt", None)  # set by engine/config.py (--system-prompt)
+            body["messages"] = [*([{"role": "system", "content": system}] if system else []),
+                                {"role": "user", "content": message}]
             body[self._max_key] = max_tokens
         else:
             body["prompt"] = message

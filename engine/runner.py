@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import datetime as dt
 import hashlib
 import json
+import os
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +30,11 @@ from llmscope.store.db import Store
 
 FLUSH_EVERY_S = 1.0
 FLUSH_ROWS = 512
+HEARTBEAT_S = 5.0  # how often a run records that its owner is alive (store.db.effective_status)
+
+
+class RunBusy(BackendError):
+    """The run is being written by another live process."""
 
 
 @dataclass
@@ -42,6 +50,8 @@ class RunPlan:
     limit: int | None = None
     run_id: str | None = None
     window: int = 64  # items in flight
+    backend_config: dict[str, Any] | None = None  # engine.config.BackendConfig.to_dict(), stored with the run
+    retry_errors: bool = True  # a reopened run scores its errored items again
 
     def task(self) -> Task:
         opts = dict(self.suite.task_options)
@@ -69,6 +79,10 @@ class RunPlan:
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
 class RunInterrupted(Exception):
     """The run stopped early (Ctrl-C); everything scored so far is stored."""
 
@@ -92,6 +106,7 @@ class Runner:
         self._seq = 0
         self._tokens = 0
         self.run_id = ""
+        self.retried_errors = 0
         self.progress: Progress | None = None
 
     # -- setup -----------------------------------------------------------------------------
@@ -107,6 +122,11 @@ class Runner:
         existing = self.store.get_run(run_id)
         task_desc = self.task.describe()
         task_desc.pop("templates", None)
+        owner = {"owner_pid": os.getpid(), "owner_host": socket.gethostname(), "heartbeat_at": _utcnow(),
+                  "error": None}
+        if self.plan.backend_config is not None:
+            owner["backend_config"] = self.plan.backend_config
+        self.retried_errors = 0
         if existing is None:
             self.store.create_run(
                 {
@@ -130,6 +150,7 @@ class Runner:
                     "config_hash": config_hash,
                     "n_total": len(all_work),
                     "status": "running",
+                    **owner,
                 }
             )
         else:
@@ -137,9 +158,16 @@ class Runner:
                 raise BackendError(
                     f"run {run_id} belongs to suite {existing['suite_id']}, not {suite.suite_id}"
                 )
+            if existing.get("status") == "running" and existing.get("owner_pid") != os.getpid():
+                raise RunBusy(
+                    f"run {run_id} is being written by process {existing.get('owner_pid')} on "
+                    f"{existing.get('owner_host')}; wait for it, or stop it first"
+                )
             n_total = max(len(all_work), int(existing.get("n_total") or 0))
+            if self.plan.retry_errors:
+                self.retried_errors = self.store.delete_error_results(run_id)
             self.store.update_run(run_id, status="running", n_total=n_total, ended_at=None,
-                                  batch_size=desc.get("batch_size"), device=desc.get("device"))
+                                  batch_size=desc.get("batch_size"), device=desc.get("device"), **owner)
         self.run_id = run_id
         done = self.store.done_keys(run_id)
         todo = [w for w in all_work if (w.item.item_id, w.variant) not in done]
@@ -168,12 +196,12 @@ class Runner:
         self.reporter.on_start(run, prog)
         t0 = time.perf_counter()
         last_report = 0.0
-        await self.task.prepare(self.backend)
         window = asyncio.Semaphore(max(1, self.plan.window))
         in_flight: set[asyncio.Task[Result]] = set()
         loop = asyncio.get_running_loop()
-        last_flush = loop.time()
+        last_flush = last_beat = loop.time()
         status = "completed"
+        cause: BaseException | None = None  # what ended the run, recorded in runs.error
 
         async def one(w: Work) -> Result:
             start = time.perf_counter()
@@ -197,6 +225,7 @@ class Runner:
             return res
 
         try:
+            await self.task.prepare(self.backend)  # inside: a failure or signal here still ends the run truthfully
             it = iter(todo)
             exhausted = False
             while not exhausted or in_flight:
@@ -220,6 +249,9 @@ class Runner:
                 if len(self._buffer) >= FLUSH_ROWS or (self._buffer and now - last_flush >= FLUSH_EVERY_S):
                     await self._flush()
                     last_flush = now
+                if now - last_beat >= HEARTBEAT_S:
+                    self._heartbeat()
+                    last_beat = now
                 if now - last_report >= 0.25:
                     self._update_rates(prog, t0)
                     self.reporter.on_progress(prog)
@@ -234,8 +266,9 @@ class Runner:
             finished = [t.result() for t in in_flight if t.done() and not t.cancelled() and t.exception() is None]
             if finished:
                 self._accumulate(finished, prog)
-        except BaseException:
+        except BaseException as e:
             status = "failed"
+            cause = e
             raise
         finally:
             # Whatever happened, store what was scored and leave the run in a truthful state.
@@ -245,13 +278,16 @@ class Runner:
             except Exception as e:  # e.g. StoreError: disk full; stored batches stay intact
                 failure, status = e, "failed"
             self._update_rates(prog, t0)
-            if status == "completed" and prog.errors:
-                status = "completed_with_errors"
             prog.status = status
             try:
-                self._finish_run(prog, status)
+                self._finish_run(prog, status, failure or cause)
             except Exception as e:
                 failure = failure or e
+                try:  # the short form, so that the record does not stay `running`
+                    self.store.update_run(self.run_id, status="failed", error=f"{type(failure).__name__}: {failure}")
+                    prog.status = "failed"
+                except Exception:
+                    pass  # the owner check (effective_status) shows it `interrupted` once we exit
             self._writer.shutdown(wait=True)
             self.reporter.on_end(prog)
             if failure is not None:
@@ -260,20 +296,38 @@ class Runner:
             raise RunInterrupted(self.run_id, prog.done, prog.total)
         return prog
 
-    def _finish_run(self, prog: Progress, status: str) -> None:
-        import datetime as dt
+    def _heartbeat(self) -> None:
+        """Record that the owner is alive (skipped while a write holds the store)."""
+        if self._pending_write is not None and not self._pending_write.done():
+            return  # a write in flight proves liveness soon enough; never queue behind it
+        try:
+            self.store.update_run(self.run_id, heartbeat_at=_utcnow())
+        except Exception:  # a failing heartbeat must not stop scoring; the final write reports
+            pass
 
+    def _finish_run(self, prog: Progress, status: str, failure: BaseException | None = None) -> None:
         n_done, n_err = self.store.count_results(self.run_id)
         prog.done, prog.errors = n_done, n_err  # what is actually stored
+        if status == "completed":
+            # The final status counts what the store holds, not what this session saw.
+            n_ok = n_done - n_err
+            if n_err:
+                status = "completed_with_errors"
+            elif n_ok < prog.total:
+                status = "incomplete"
+            prog.status = status
         meta = self.store.get_run(self.run_id) or {}
         old_meta = meta.get("meta")
         m: dict[str, Any] = dict(old_meta) if isinstance(old_meta, dict) else {}
         m["backend_stats"] = self.backend.stats()
         m["last_session"] = {"seconds": round(prog.elapsed_s, 3), "items": prog.done - prog.skipped,
-                             "items_per_s": prog.items_per_s, "tokens_per_s": prog.tokens_per_s}
-        end_fields: dict[str, Any] = {"status": status, "n_done": n_done, "n_errors": n_err, "meta": m}
+                             "items_per_s": prog.items_per_s, "tokens_per_s": prog.tokens_per_s,
+                             "retried_errors": self.retried_errors}
+        end_fields: dict[str, Any] = {"status": status, "n_done": n_done, "n_errors": n_err, "meta": m,
+                                      "heartbeat_at": _utcnow(),
+                                      "error": f"{type(failure).__name__}: {failure}" if failure else None}
         if status not in ("interrupted", "failed"):
-            end_fields["ended_at"] = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+            end_fields["ended_at"] = _utcnow()
         self.store.update_run(self.run_id, **end_fields)
 
     def _accumulate(self, fresh: list[Result], prog: Progress) -> None:

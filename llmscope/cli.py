@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,104 +30,167 @@ def _parse_opts(pairs: list[str] | None) -> dict[str, Any]:
     return out
 
 
+LOCK_WAIT_S = float(os.environ.get("LLMSCOPE_LOCK_WAIT", "5"))
+
+
 def _open_store(path: str, read_only: bool = False) -> Any:
-    from llmscope.store.db import Store
+    """Open the database; if another process holds it, wait up to LOCK_WAIT_S, then say who."""
+    import time
+
+    from llmscope.store.db import Store, StoreLocked
 
     if read_only and not Path(path).exists():
         raise CLIError(f"no database at {path} (run `llmscope run` first, or pass --db)")
-    return Store(path, read_only=read_only)
+    deadline = time.monotonic() + LOCK_WAIT_S
+    delay = 0.1
+    while True:
+        try:
+            return Store(path, read_only=read_only)
+        except StoreLocked as e:
+            if time.monotonic() + delay > deadline:
+                raise CLIError(f"{e}{_holder(path, e.pid)} (waited {LOCK_WAIT_S:g}s)") from e
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
 
-def make_backend(model_arg: str | None, args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
-    """Build the backend for a --model argument; returns (backend, spec, identity options)."""
-    from llmscope.engine.models import parse_model
+def _holder(path: str, pid: int | None) -> str:
+    """What the process holding the file is doing, from the live channel (never the locked file)."""
+    from llmscope.live import read_live
 
-    spec = parse_model(model_arg)
-    if spec.backend == "openai":
-        from llmscope.engine.openai_backend import OpenAIBackend
-
-        kw: dict[str, Any] = {
-            "model": spec.name,
-            "base_url": args.base_url or getattr(args, "config_base_url", None),
-            "concurrency": args.concurrency,
-            "top_logprobs": args.top_logprobs,
-            "seed": args.seed,
-        }
-        if args.max_retries is not None:
-            kw["max_retries"] = args.max_retries
-        if args.timeout is not None:
-            kw["timeout"] = args.timeout
-        if args.samples is not None:
-            kw["samples"] = args.samples
-        if args.reasoning:
-            kw["reasoning"] = True
-        backend = OpenAIBackend(**kw)
-        ident = {"backend": "openai", "base_url": backend.describe().get("base_url"),
-                 "top_logprobs": args.top_logprobs}
-        return backend, spec, ident
     try:
-        from llmscope.engine.hf_backend import HFBackend
-    except ImportError as e:
-        raise CLIError(
-            f"local models need the `hf` extra ({e.name} is missing): pip install 'llmscope[hf]'"
-        ) from e
-    try:
-        backend = HFBackend(
-            spec, device=args.device, dtype=args.dtype, batch_size=args.batch_size, sp_prefix=args.sp_prefix,
-            threads=args.threads,
-        )
-    except (OSError, ValueError, RuntimeError) as e:
-        # transformers reports a missing hub id, no network, a bad GGUF or a wrong device this way
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(".")
-        raise CLIError(
-            f"cannot load model {model_arg or 'default'!r}: {first}. Hub ids need internet the first time; "
-            "a local folder needs config.json and weights; a .gguf file needs the `gguf` package."
-        ) from e
-    ident = {"backend": "hf", "dtype": backend.dtype, "device": backend.device.split(":")[0],
-             "sp_prefix": backend.sp_prefix, "add_bos": backend.add_bos}
-    return backend, spec, ident
+        snaps = read_live(path)
+    except OSError:
+        return ""
+    for snap in snaps:
+        run = snap.get("run") or {}
+        if snap.get("ended") or (pid is not None and run.get("owner_pid") not in (pid, None)):
+            continue
+        prog = snap.get("progress") or {}
+        return (f"; it is writing run {run.get('run_id') or prog.get('run_id')} "
+                f"({run.get('suite_name')} x {run.get('model')}, {prog.get('done')}/{prog.get('total')})")
+    return ""
+
+
+# Fields of engine.config.BackendConfig that the `run` command's flags fill (flag dest = field).
+CONFIG_FLAGS = (
+    "base_url", "concurrency", "timeout", "max_retries", "top_logprobs", "samples", "reasoning",
+    "device", "dtype", "batch_size", "threads", "sp_prefix", "revision", "trust_remote_code", "adapter",
+    "load_in_8bit", "load_in_4bit", "system_prompt", "chat", "seed",
+)
+
+
+def config_from_args(args: argparse.Namespace, base: Any = None) -> Any:
+    """A BackendConfig from `run`'s flags: the flags given override `base` (a stored config on resume)."""
+    import dataclasses
+
+    from llmscope.engine.config import BackendConfig
+
+    if base is not None:
+        cfg = base
+    else:  # a new run: llmscope.toml values beneath the flags
+        defaults = dict(getattr(args, "config_defaults", None) or {})
+        if isinstance(defaults.get("base_url"), str):
+            defaults["base_url"] = [defaults["base_url"]]
+        cfg = dataclasses.replace(BackendConfig(), **defaults)
+    given = {k: getattr(args, k) for k in CONFIG_FLAGS if getattr(args, k, None) is not None}
+    if getattr(args, "model", None) is not None:
+        given["model"] = args.model
+    return dataclasses.replace(cfg, **given)
+
+
+def _check_positive(flag: str, value: int | None) -> None:
+    if value is not None and value < 1:
+        raise CLIError(f"{flag} must be a positive number of items (1 or more), got {value}")
 
 
 # -- commands ---------------------------------------------------------------------------------
+class StopSignals:
+    """SIGTERM and SIGHUP (a closed terminal, `timeout`, a service stop) act like Ctrl-C:
+    the run flushes, is marked `interrupted`, ends its live channel and prints the resume
+    command. A second signal exits at once."""
+
+    NAMES = ("SIGTERM", "SIGHUP")
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.signals = [getattr(signal, n) for n in self.NAMES if hasattr(signal, n)]
+        self._old: dict[int, Any] = {}
+
+    def install(self) -> None:
+        """Outside the event loop (loading, reporting): raise KeyboardInterrupt like Ctrl-C."""
+        for sig in self.signals:
+            old = signal.signal(sig, self._sync)
+            self._old.setdefault(sig, old)
+
+    def attach(self, loop: Any, task: Any) -> None:
+        """Inside the event loop: cancel the run's task, which stops the runner cleanly."""
+        for sig in self.signals:
+            loop.add_signal_handler(sig, self._cancel, sig, task)
+
+    def restore(self) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+    def exit_code(self) -> int:
+        return 128 + (self.received or signal.SIGINT)
+
+    def _note(self, signum: int) -> None:
+        if self.received is not None:
+            os._exit(128 + signum)  # the second signal: no flush, no cleanup
+        self.received = signum
+
+    def _sync(self, signum: int, frame: Any) -> None:
+        self._note(signum)
+        raise KeyboardInterrupt
+
+    def _cancel(self, signum: int, task: Any) -> None:
+        self._note(signum)
+        task.cancel()
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    stop = StopSignals()
+    args._stop_signals = stop
     try:
+        stop.install()
         return _cmd_run(args)
     except KeyboardInterrupt:
         # Ctrl-C before scoring started (loading the model, reading the suite): nothing to keep.
         print("\ninterrupted before any item was scored; run the same command again to start.", file=sys.stderr)
-        return 130
+        return stop.exit_code()
+    finally:
+        stop.restore()
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from llmscope.console import ConsoleReporter
-    from llmscope.data.suites import EXTERNAL_SUITES, load_suite
+    from llmscope.data.suites import load_suite
+    from llmscope.engine.config import build_backend, resume_inputs
     from llmscope.engine.progress import MultiReporter
     from llmscope.engine.runner import RunInterrupted, Runner, RunPlan
     from llmscope.live import LiveWriter
     from llmscope.report import build_report, format_rows
+    from llmscope.store.db import StoreError
 
+    _check_positive("--limit", args.limit)
+    if not args.resume:
+        config_from_args(args).validate()  # bad numbers stop before the database is touched
     store = _open_store(args.db)
     try:
-        model_arg = args.model
         task_opts = _parse_opts(args.opt)
         suite_name, suite_path, limit = args.suite, args.suite_path, args.limit
+        run: dict[str, Any] | None = None
+        base_cfg = None
         if args.resume:
             run = store.find_run(args.resume)
             if run is None:
                 raise CLIError(f"no run {args.resume!r} in {args.db}")
-            opts = run.get("options") or {}
-            meta = run.get("meta") or {}
-            suite_meta = meta.get("suite") or {}
-            model_arg = opts.get("model_arg")
-            suite_name = suite_meta.get("spec_path") or suite_meta.get("name")
-            if suite_meta.get("name") in EXTERNAL_SUITES:
-                suite_name, suite_path = suite_meta["name"], suite_meta.get("items_path")
-            t = dict(opts.get("task") or {})
-            t.pop("task", None)
-            task_opts = {**t, **task_opts}
-            limit = args.limit if args.limit is not None else opts.get("limit")
+            rin = resume_inputs(run)
+            suite_name, suite_path = rin.suite_name, rin.suite_path
+            task_opts = {**rin.task_options, **task_opts}
+            limit = args.limit if args.limit is not None else rin.limit
+            base_cfg = rin.config
         plan_info = None
-        seed = args.seed
         if getattr(args, "plan", None):  # pre-registration (llmscope/plan.py)
             from llmscope.plan import PlanError, plan_hash, read_plan
 
@@ -136,18 +200,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 raise CLIError(str(e)) from e
             suite_name = suite_name or plan_body["suite"]
             suite_path = suite_path or plan_body.get("suite_path")
-            model_arg = model_arg or next(iter(plan_body.get("models") or []), None)
-            if model_arg == "default":
-                model_arg = None
+            plan_model = next(iter(plan_body.get("models") or []), None)
+            if args.model is None and plan_model not in (None, "default"):
+                args.model = plan_model
             task_opts = {**(plan_body.get("task_options") or {}), **task_opts}
-            seed = int(plan_body.get("seed", seed)) if args.seed == 0 else args.seed
+            if args.seed is None:
+                args.seed = int(plan_body.get("seed", 0))
             plan_info = (plan_body, plan_hash(args.plan))
         if not suite_name:
             raise CLIError("--suite is required (a built-in name, see `llmscope suites`, or a spec path)")
+        cfg = config_from_args(args, base_cfg)
+        cfg, _spec = cfg.resolve()  # flags checked before anything is loaded or written
         suite = load_suite(suite_name, suite_path)
         suite.items()  # validate before any model is loaded or anything is written
-        if args.chat is not None:
-            task_opts["chat"] = args.chat
+        if cfg.chat is not None:
+            task_opts["chat"] = cfg.chat
+        if run is not None and base_cfg is not None:
+            _refuse_identity_change(run, base_cfg, cfg, suite, task_opts)
         from llmscope.engine.tasks.options import TaskOptionError, validate_task_options
 
         try:
@@ -158,31 +227,37 @@ def _cmd_run(args: argparse.Namespace) -> int:
         suite.task_options = {**suite.task_options, **task_opts}
         suite.work(1)  # validates the design options before the model loads
         reporter = ConsoleReporter(quiet=args.quiet)
+        model_arg = cfg.model
         reporter.on_message("info", f"loading model {model_arg or 'SmolLM2-135M-Instruct (embedded default)'} ...")
-        backend, spec, ident = make_backend(model_arg, args)
+        built = build_backend(cfg)
+        backend, spec, ident = built.backend, built.spec, built.identity
         from llmscope.engine.cache import with_cache
 
         backend = with_cache(backend, enabled=not args.no_cache,
                              warn=lambda m: reporter.on_message("warning", m))
         plan = RunPlan(
             suite=suite, model_label=spec.display(), model_arg=model_arg, task_options=task_opts,
-            backend_identity=ident, seed=seed, limit=limit,
-            run_id=run["run_id"] if args.resume else None,
-            window=max(args.batch_size * 4, args.concurrency * 2, 8),
+            backend_identity=ident, seed=cfg.seed, limit=limit,
+            run_id=run["run_id"] if run is not None else None,
+            window=max(cfg.batch_size * 4, cfg.concurrency * 2, 8),
+            backend_config=built.config.to_dict(), retry_errors=not args.no_retry_errors,
         )
         live = LiveWriter(args.db, store=store)
         extra_reporters: list[Any] = []
         if plan_info is not None:
             from llmscope.plan import PlanRecorder, deviations
 
-            devs = deviations(plan_info[0], suite_id=suite.suite_id, model=model_arg, task_options=task_opts, seed=seed)
+            devs = deviations(plan_info[0], suite_id=suite.suite_id, model=model_arg, task_options=task_opts, seed=cfg.seed)
             for d in devs:
                 reporter.on_message("warning", f"run differs from plan {args.plan}: {d}")
             extra_reporters.append(PlanRecorder(store, plan_info[0], plan_info[1], str(args.plan), devs))
         runner = Runner(plan, backend, store, MultiReporter(*extra_reporters, reporter, live))
         import asyncio
 
+        stop: StopSignals = getattr(args, "_stop_signals", None) or StopSignals()
+
         async def main() -> Any:
+            stop.attach(asyncio.get_running_loop(), asyncio.current_task())
             try:
                 if hasattr(backend, "probe"):
                     # Check the configuration and learn the server's capabilities before
@@ -198,20 +273,66 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         try:
             prog = asyncio.run(main())
-        except (RunInterrupted, KeyboardInterrupt):
-            rid = runner.run_id or "?"
+        except (RunInterrupted, KeyboardInterrupt, asyncio.CancelledError):
+            stop.install()  # closing the loop reset the handlers
+            rid = runner.run_id
+            if not rid:
+                print("\ninterrupted before any item was scored; run the same command again to start.",
+                      file=sys.stderr)
+                return stop.exit_code()
             print(
                 f"\ninterrupted: everything scored so far is stored in {args.db}. "
-                f"Resume with the same command, or: llmscope run --resume {rid} --db {args.db}",
+                f"Resume with the same command, or: {resume_hint(rid, args.db)}",
                 file=sys.stderr,
             )
-            return 130
+            return stop.exit_code()
+        except StoreError as e:
+            if not runner.run_id:
+                raise
+            # The run is recorded `failed` with this error; everything stored is kept.
+            raise CLIError(f"{e}. The run is marked failed; once fixed, continue it with: "
+                           f"{resume_hint(runner.run_id, args.db)}") from e
+        stop.install()
         run_row = store.get_run(prog.run_id)
         if not args.no_report and run_row:
             print(format_rows(build_report(store, run_row)))
         return 0 if prog.errors == 0 else 1
     finally:
         store.close()
+
+
+def resume_hint(run_id: str, db: str) -> str:
+    """The command that continues a run (its backend config is stored, so nothing else is needed)."""
+    import shlex
+
+    return f"llmscope run --resume {shlex.quote(run_id)} --db {shlex.quote(str(db))}"
+
+
+def _task_identity(suite: Any, task_opts: dict[str, Any]) -> dict[str, Any]:
+    from llmscope.engine.runner import RunPlan
+
+    desc = RunPlan(suite=suite, model_label="", model_arg=None, task_options=task_opts).task().describe()
+    desc.pop("templates", None)
+    return dict(json.loads(json.dumps(desc, default=str)))
+
+
+def _refuse_identity_change(run: dict[str, Any], stored: Any, cfg: Any, suite: Any, task_opts: dict[str, Any]) -> None:
+    """A resume may change speed (concurrency, batch size...) but not what the model answers."""
+    import dataclasses
+
+    norm = [dataclasses.replace(c, base_url=(c.base_url or "").rstrip("/") or None) for c in (stored, cfg)]
+    diffs = norm[0].differences(norm[1])
+    stored_task = (run.get("options") or {}).get("task")
+    if isinstance(stored_task, dict):
+        new_task = _task_identity(suite, task_opts)
+        for k in sorted(set(stored_task) | set(new_task)):
+            if stored_task.get(k) != new_task.get(k):
+                diffs.append(f"task.{k}: {stored_task.get(k)!r} -> {new_task.get(k)!r}")
+    if diffs:
+        raise CLIError(
+            f"resuming run {run['run_id']} with these options would change what it measures: "
+            + "; ".join(diffs) + ". Drop those flags to continue it, or start a new run without --resume."
+        )
 
 
 def cmd_suites(args: argparse.Namespace) -> int:
@@ -275,6 +396,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             runs = [run]
         else:
             runs = [r for r in (store.get_run(x) for x in store.runs()["run_id"]) if r is not None]
+        if args.by:
+            _check_by(store, runs, args.by)
         rows = []
         for run in runs:
             rows += build_report(store, run, args.by)
@@ -288,6 +411,25 @@ def cmd_report(args: argparse.Namespace) -> int:
         for line in ws_text:
             print(line)
     return 0
+
+
+RESULT_GROUP_COLUMNS = ("variant", "gold", "prediction", "item_id")
+
+
+def _check_by(store: Any, runs: list[dict[str, Any]], by: list[str]) -> None:
+    """Every --by must name an item field of each reported run's suite (or a result column)."""
+    for run in runs:
+        rows = store.execute(
+            "SELECT DISTINCT unnest(json_keys(fields)) FROM items WHERE suite_id = ? AND fields IS NOT NULL",
+            [run["suite_id"]],
+        ).fetchall()
+        known = sorted({str(r[0]) for r in rows} | set(RESULT_GROUP_COLUMNS))
+        for name in by:
+            if name not in known:
+                raise CLIError(
+                    f"--by {name}: not a field of suite {run.get('suite_name')} (run {run['run_id']}); "
+                    f"allowed: {', '.join(known)}"
+                )
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -455,44 +597,60 @@ def build_parser(settings: Any = None) -> argparse.ArgumentParser:
     db_arg(r)
     r.add_argument("--suite", help="built-in suite name (see `llmscope suites`) or path of a suite spec")
     r.add_argument("--suite-path", help="data file or folder for loaders (commonsense CSV, WorldSense dir)")
-    r.add_argument("--model", default=cfg.get("model"),
-                   help="hf:<hub id or folder> | gguf:<file> | openai:<name>; default: embedded SmolLM2-135M-Instruct")
-    r.add_argument("--limit", type=int, help="only the first N items (N >= 1)")
-    r.add_argument("--batch-size", type=int, default=cfg.get("batch_size", 16),
-                   help="sequences per forward pass for a local model (default %(default)s)")
-    r.add_argument("--device", default=cfg.get("device", "auto"), help="auto (cuda > mps > cpu), cpu, cuda, cuda:1, mps")
-    r.add_argument("--dtype", default=cfg.get("dtype", "auto"),
-                   help="auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16, float16")
-    r.add_argument("--threads", type=int, default=cfg.get("threads"),
+    r.add_argument("--model", help="hf:<hub id or folder> | gguf:<file> | openai:<name>; default: embedded "
+                   "SmolLM2-135M-Instruct (or `model` in llmscope.toml)")
+    r.add_argument("--limit", type=int, help="only the first N items (1 or more)")
+    # Backend flags default to None so that a resume can tell "given" from "not given": the
+    # run's stored config (engine/config.py BackendConfig) fills the rest, and for a new run
+    # llmscope.toml and then BackendConfig's defaults do.
+    r.add_argument("--batch-size", type=int, default=None, help="prompts per forward pass (default 16)")
+    r.add_argument("--device", default=None, help="auto (cuda > mps > cpu), cpu, cuda, cuda:1, mps")
+    r.add_argument("--dtype", default=None, help="auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16, float16")
+    r.add_argument("--threads", type=int, default=None,
                    help="torch threads for a local model on CPU (default: torch's choice; 1 is best on a busy machine)")
-    r.add_argument("--sp-prefix", action="store_true",
+    r.add_argument("--sp-prefix", action="store_true", default=None,
                    help="append the bare SentencePiece word-boundary piece to chat prompts (LLaMA-2 style models)")
     r.add_argument("--chat", dest="chat", action="store_true", default=None,
                    help="apply the chat template (default: the task's choice)")
     r.add_argument("--no-chat", dest="chat", action="store_false", help="score raw text, no chat template")
+    r.add_argument("--revision", default=None, help="hub revision (branch, tag or commit) of a local model")
+    r.add_argument("--trust-remote-code", action="store_true", default=None,
+                   help="allow a hub model's own Python code (transformers trust_remote_code)")
+    r.add_argument("--adapter", default=None, help="PEFT adapter folder or hub id applied to the local model (needs peft)")
+    r.add_argument("--system-prompt", default=None, help="system message put before every chat prompt")
+    r.add_argument("--load-in-8bit", action="store_true", default=None, help="8-bit weights (bitsandbytes; CUDA only)")
+    r.add_argument("--load-in-4bit", action="store_true", default=None, help="4-bit weights (bitsandbytes; CUDA only)")
     r.add_argument("--opt", action="append", metavar="KEY=VALUE",
                    help="task option (value parsed as JSON, else text), repeatable; e.g. --opt permutations=2")
-    r.add_argument("--seed", type=int, default=0, help="seed for sampling and permutations (part of the run id; default 0)")
-    r.add_argument("--resume", metavar="RUN", help="continue a stored run (id or prefix; 'last')")
+    r.add_argument("--seed", type=int, default=None,
+                   help="seed for sampling and permutations (part of the run id; default 0)")
+    r.add_argument("--resume", metavar="RUN",
+                   help="continue a stored run (id or prefix; 'last') with the options it was made with")
+    r.add_argument("--no-retry-errors", action="store_true",
+                   help="on resume, keep items stored as errors instead of scoring them again")
     r.add_argument("--base-url", action="append", default=None,
                    help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL, then llmscope.toml); repeat it, or "
                         "give @FILE with one URL per line, to spread requests round-robin over replicas of one model")
-    r.set_defaults(config_base_url=default_base_url)
-    r.add_argument("--concurrency", type=int, default=cfg.get("concurrency", 8),
-                   help="API requests in flight, per endpoint (default %(default)s)")
-    r.add_argument("--top-logprobs", type=int, default=20,
+    r.add_argument("--concurrency", type=int, default=None, help="API requests in flight, per endpoint (default 8)")
+    r.add_argument("--top-logprobs", type=int, default=None,
                    help="top log-probabilities asked of an API per position (default 20; the server's maximum when lower)")
     r.add_argument("--max-retries", type=int, default=None,
                    help="retries per API request on 429/5xx/timeouts (default 6)")
-    r.add_argument("--timeout", type=float, default=cfg.get("timeout"), help="API request timeout in seconds")
+    r.add_argument("--timeout", type=float, default=None, help="API request timeout in seconds")
     r.add_argument("--samples", type=int, default=None, help="samples per item when an API gives no logprobs")
-    r.add_argument("--reasoning", action="store_true", help="treat the API model as a reasoning model")
+    r.add_argument("--reasoning", action="store_true", default=None, help="treat the API model as a reasoning model")
     r.add_argument("--no-cache", action="store_true",
                    help="do not reuse or store responses in the shared response cache")
     r.add_argument("--plan", help="a pre-registration plan file (llmscope plan): suite, model, options and seed "
                    "come from it; its hash is stored before any result")
     r.add_argument("--quiet", action="store_true", help="no progress line, only warnings and the report")
     r.add_argument("--no-report", action="store_true", help="do not print the report when the run ends")
+    # llmscope.toml values for a new run (beneath flags; a resume uses the run's stored config)
+    r.set_defaults(config_defaults={k: v for k, v in {
+        "model": cfg.get("model"), "base_url": default_base_url, "concurrency": cfg.get("concurrency"),
+        "timeout": cfg.get("timeout"), "device": cfg.get("device"), "dtype": cfg.get("dtype"),
+        "batch_size": cfg.get("batch_size"), "threads": cfg.get("threads"),
+    }.items() if v is not None})
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("suites", help="list built-in suites")
@@ -588,12 +746,14 @@ def main(argv: list[str] | None = None) -> int:
         args.func = cmd_tui
     from llmscope.data.suites import SuiteError
     from llmscope.engine.backend import BackendConfigError
+    from llmscope.engine.config import ConfigError
     from llmscope.engine.models import ModelSpecError
+    from llmscope.engine.runner import RunBusy
     from llmscope.store.db import StoreError
 
     try:
         return int(args.func(args) or 0)
-    except (CLIError, SuiteError, StoreError, ModelSpecError, BackendConfigError) as e:
+    except (CLIError, SuiteError, StoreError, ModelSpecError, BackendConfigError, ConfigError, RunBusy) as e:
         print(f"llmscope: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:

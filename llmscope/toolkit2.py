@@ -127,9 +127,10 @@ def select_items(df: pd.DataFrame, where: str) -> list[str]:
 def cmd_rerun(args: argparse.Namespace) -> int:
     import asyncio
 
-    from llmscope.cli import _open_store, _parse_opts, make_backend
+    from llmscope.cli import _open_store, _parse_opts, config_from_args
     from llmscope.console import ConsoleReporter
     from llmscope.data.suites import EXTERNAL_SUITES, load_suite
+    from llmscope.engine.config import build_backend, config_of_run
     from llmscope.engine.runner import Runner, RunPlan
     from llmscope.report import build_report, format_rows
 
@@ -162,9 +163,19 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         model_arg = args.model if args.model is not None else opts.get("model_arg")
         reporter = ConsoleReporter(quiet=args.quiet)
         reporter.on_message("info", f"re-running {len(ids)} item(s) of {old['run_id']} selected by {args.where!r}")
-        backend, spec, ident = make_backend(model_arg, args)
+        # The old run's backend config, with the flags given here (and another --model) on top.
+        base = config_of_run(old)
+        if args.model is not None:
+            import dataclasses
+
+            base = dataclasses.replace(base, model=args.model, kind="")
+        built = build_backend(config_from_args(args, base))
+        backend, spec, ident = built.backend, built.spec, built.identity
+        cfg = built.config
         plan = RunPlan(suite=suite, model_label=spec.display(), model_arg=model_arg, task_options=task_opts,
-                       backend_identity=ident, seed=args.seed, window=max(args.batch_size * 4, 8))
+                       backend_identity=ident, seed=cfg.seed,
+                       window=max(cfg.batch_size * 4, cfg.concurrency * 2, 8),
+                       backend_config=cfg.to_dict())
         new_id = hashlib.sha256(json.dumps(
             [plan.config(backend.describe().get("model_hash")), old["run_id"], args.where, ids],
             sort_keys=True, default=str).encode()).hexdigest()[:12]
@@ -263,21 +274,24 @@ def add_parsers(sub: Any, db_arg: Any) -> None:
                         "confidence, flagged, item fields) or failing | errored | flagged")
     r.add_argument("--model", help="model for the new run (default: the old run's)")
     r.add_argument("--opt", action="append", metavar="KEY=VALUE", help="task option (JSON value), repeatable")
-    r.add_argument("--batch-size", type=int, default=16)
-    r.add_argument("--device", default="auto")
-    r.add_argument("--dtype", default="auto")
-    r.add_argument("--threads", type=int, default=None)
-    r.add_argument("--sp-prefix", action="store_true")
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--base-url", default=None)
-    r.add_argument("--concurrency", type=int, default=8)
-    r.add_argument("--top-logprobs", type=int, default=20)
-    r.add_argument("--max-retries", type=int, default=None)
-    r.add_argument("--timeout", type=float, default=None)
-    r.add_argument("--samples", type=int, default=None)
-    r.add_argument("--reasoning", action="store_true")
-    r.add_argument("--quiet", action="store_true")
-    r.add_argument("--no-report", action="store_true")
+    # Unset flags keep the old run's backend config (defaults None, as for `run --resume`).
+    r.add_argument("--batch-size", type=int, default=None, help="prompts per forward pass (default: the old run's)")
+    r.add_argument("--device", default=None, help="auto, cpu, cuda, cuda:1, mps (default: the old run's)")
+    r.add_argument("--dtype", default=None, help="auto, float32, bfloat16, float16 (default: the old run's)")
+    r.add_argument("--threads", type=int, default=None, help="torch threads on CPU (default: torch's choice)")
+    r.add_argument("--sp-prefix", action="store_true", default=None,
+                   help="append the bare SentencePiece word-boundary piece to chat prompts")
+    r.add_argument("--seed", type=int, default=None, help="sampling seed (default: the old run's)")
+    r.add_argument("--base-url", action="append", default=None,
+                   help="OpenAI-compatible endpoint(s) for an API model (default: the old run's)")
+    r.add_argument("--concurrency", type=int, default=None, help="API requests in flight (default: the old run's)")
+    r.add_argument("--top-logprobs", type=int, default=None, help="top log-probabilities asked of an API")
+    r.add_argument("--max-retries", type=int, default=None, help="retries per API request (default 6)")
+    r.add_argument("--timeout", type=float, default=None, help="API request timeout in seconds")
+    r.add_argument("--samples", type=int, default=None, help="samples per item when an API gives no logprobs")
+    r.add_argument("--reasoning", action="store_true", default=None, help="treat the API model as a reasoning model")
+    r.add_argument("--quiet", action="store_true", help="no progress line, only warnings and the report")
+    r.add_argument("--no-report", action="store_true", help="do not print the report when the run ends")
     r.set_defaults(func=cmd_rerun)
 
     p = sub.add_parser("probeval", help="ProbEval KL of an answers file against clustered human answers")
@@ -286,5 +300,5 @@ def add_parsers(sub: Any, db_arg: Any) -> None:
     p.add_argument("--matcher", choices=["wordnet", "embedding"], default="wordnet",
                    help="wordnet: ProtoQA WordNet matching with even splits (the paper's); embedding: MiniLM cosine")
     p.add_argument("--wordnet-dir", help="folder with WordNet 3.0 files (default $WORDNET_DIR or /usr/share/wordnet)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the per-question KL table as JSON")
     p.set_defaults(func=cmd_probeval)

@@ -11,6 +11,7 @@ import contextlib
 import datetime as dt
 import json
 import math
+import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -23,7 +24,7 @@ import pyarrow as pa
 
 from llmscope.engine.types import Item, Result
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 MIGRATIONS: list[tuple[int, str]] = [
     (
@@ -113,7 +114,62 @@ MIGRATIONS: list[tuple[int, str]] = [
         );
         """,
     ),
+    (
+        3,
+        """
+        -- The run record (issue 19): how to rebuild the backend, who is writing the run, and
+        -- why it failed. A `running` run whose owner is gone reads as `interrupted`.
+        ALTER TABLE runs ADD COLUMN backend_config VARCHAR;   -- JSON: engine.config.BackendConfig (no key)
+        ALTER TABLE runs ADD COLUMN owner_pid INTEGER;
+        ALTER TABLE runs ADD COLUMN owner_host VARCHAR;
+        ALTER TABLE runs ADD COLUMN heartbeat_at TIMESTAMP;
+        ALTER TABLE runs ADD COLUMN error VARCHAR;
+        """,
+    ),
 ]
+
+# A same-host owner that is alive but has not beaten for this long is treated as gone
+# (its pid was reused, or it hangs); an owner on another host is judged by its heartbeat only.
+STALE_LOCAL_S = 600.0
+STALE_REMOTE_S = 120.0
+
+
+def _pid_alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def effective_status(rec: dict[str, Any], now: dt.datetime | None = None) -> str | None:
+    """The status to show: a `running` run whose owner process is gone is `interrupted`."""
+    import socket
+
+    status = rec.get("status")
+    if status != "running":
+        return status
+    now = now or _now()
+    beat = rec.get("heartbeat_at")
+    if _isnull(beat):
+        beat = rec.get("updated_at")
+    age = (now - beat).total_seconds() if isinstance(beat, dt.datetime) else None
+    pid, host = rec.get("owner_pid"), rec.get("owner_host")
+    if not _isnull(pid) and host == socket.gethostname():
+        if not _pid_alive(int(str(pid).split(".")[0])):
+            return "interrupted"
+        return "interrupted" if age is not None and age > STALE_LOCAL_S else "running"
+    return "interrupted" if age is None or age > STALE_REMOTE_S else "running"
+
+
+def _isnull(v: Any) -> bool:
+    return v is None or v is pd.NaT or (isinstance(v, float) and math.isnan(v))
 
 
 LEGACY_TABLES = ("suites", "items", "runs", "results")  # created by migration 1, adopted from version 0
@@ -145,6 +201,14 @@ class SchemaTooNew(StoreError):
     pass
 
 
+class StoreLocked(StoreError):
+    """Another process holds the file; `pid` is the holder when DuckDB names it."""
+
+    def __init__(self, message: str, pid: int | None = None) -> None:
+        super().__init__(message)
+        self.pid = pid
+
+
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
@@ -153,9 +217,12 @@ def _explain(e: Exception, path: str, action: str) -> StoreError:
     msg = str(e)
     low = msg.lower()
     if "lock" in low and ("conflicting" in low or "could not set lock" in low):
-        return StoreError(
-            f"{path} is in use by another process (DuckDB allows one writer). "
-            "Wait for it to finish, use another --db file, or watch it with `llmscope view`."
+        m = re.search(r"\(PID (\d+)\)", msg)
+        who = f"PID {m.group(1)}; " if m else ""
+        return StoreLocked(
+            f"{path} is in use by another process ({who}DuckDB allows one writer). "
+            "Wait for it to finish, use another --db file, or watch it with `llmscope view`.",
+            int(m.group(1)) if m else None,
         )
     if "read-only" in low or "readonly" in low or "permission denied" in low:
         return StoreError(f"cannot write {path}: the file or its folder is read-only ({msg.splitlines()[0]})")
@@ -507,7 +574,7 @@ class Store:
 
     def create_run(self, run: dict[str, Any]) -> None:
         run = dict(run)
-        for k in ("options", "versions", "meta"):
+        for k in ("options", "versions", "meta", "backend_config"):
             if k in run and not isinstance(run[k], str):
                 run[k] = _json(run[k])
         run.setdefault("started_at", _now())
@@ -526,7 +593,7 @@ class Store:
     def update_run(self, run_id: str, **fields: Any) -> None:
         if not fields:
             return
-        for k in ("options", "versions", "meta"):
+        for k in ("options", "versions", "meta", "backend_config"):
             if k in fields and not isinstance(fields[k], str):
                 fields[k] = _json(fields[k])
         fields.setdefault("updated_at", _now())
@@ -534,21 +601,32 @@ class Store:
         self.execute(f"UPDATE runs SET {sets} WHERE run_id = ?", [*fields.values(), run_id])
 
     def runs(self) -> pd.DataFrame:
-        return self.query_df(
+        """Every run with its stored counts; `status` is the effective status (see effective_status)."""
+        df = self.query_df(
             """
             SELECT r.run_id, r.suite_name, r.task, r.model, r.backend, r.status, r.n_total,
                    (SELECT count(*) FROM results x WHERE x.run_id = r.run_id) AS n_done,
                    (SELECT count(*) FROM results x WHERE x.run_id = r.run_id AND x.error IS NOT NULL) AS n_errors,
                    (SELECT avg(correct) FROM results x WHERE x.run_id = r.run_id AND x.error IS NULL) AS accuracy,
-                   r.started_at, r.ended_at
+                   r.started_at, r.ended_at, r.updated_at, r.heartbeat_at, r.owner_pid, r.owner_host, r.error
             FROM runs r ORDER BY r.started_at
             """
         )
+        if not df.empty:
+            df["status"] = [effective_status({str(k): v for k, v in rec.items()}) for rec in df.to_dict("records")]
+        return df
 
     # -- results --------------------------------------------------------------------------
     def done_keys(self, run_id: str) -> set[tuple[str, str]]:
         rows = self.execute("SELECT item_id, variant FROM results WHERE run_id = ?", [run_id]).fetchall()
         return {(r[0], r[1]) for r in rows}
+
+    def delete_error_results(self, run_id: str) -> int:
+        """Remove a run's error rows so a resume scores those items again; returns how many."""
+        n = self.execute("SELECT count(*) FROM results WHERE run_id = ? AND error IS NOT NULL", [run_id]).fetchone()
+        if n and n[0]:
+            self.execute("DELETE FROM results WHERE run_id = ? AND error IS NOT NULL", [run_id])
+        return int(n[0]) if n else 0
 
     def count_results(self, run_id: str) -> tuple[int, int]:
         row = self.execute(
@@ -775,10 +853,16 @@ def results_to_arrow(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.
 
 def _row(df: pd.DataFrame) -> dict[str, Any]:
     rec = df.iloc[0].to_dict()
-    for k in ("options", "versions", "meta"):
+    for k in ("options", "versions", "meta", "backend_config"):
         if isinstance(rec.get(k), str):
             try:
                 rec[k] = json.loads(rec[k])
             except json.JSONDecodeError:
                 pass
-    return {str(k): (None if (isinstance(v, float) and math.isnan(v)) or v is pd.NaT else v) for k, v in rec.items()}
+    out = {str(k): (None if (isinstance(v, float) and math.isnan(v)) or v is pd.NaT else v) for k, v in rec.items()}
+    pid = out.get("owner_pid")
+    if isinstance(pid, float):
+        out["owner_pid"] = int(pid)
+    out["stored_status"] = out.get("status")
+    out["status"] = effective_status(out)
+    return out

@@ -81,7 +81,7 @@ async def test_dashboard_updates_while_rows_arrive(tmp_path: Path) -> None:
         assert isinstance(screen, DashboardScreen)
         assert "0/12 results" in screen_text(app)
         # rows written by this process's store (as an in-process run's writer thread does)
-        store = app.handle.store
+        store = app.handle.open_writer()  # as an in-process run does
         assert store is not None
         store.write_results(
             "run-live", [toy_result(it, i) for i, it in enumerate(items[:5])], start_seq=0

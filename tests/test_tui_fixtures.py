@@ -7,6 +7,8 @@ writes what the other tests assume.
 from __future__ import annotations
 
 import datetime as dt
+import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +100,12 @@ def create_run(
             "options": {},
             "meta": {},
             "versions": {},
+            # A running run has a live owner (this process), or it reads as `interrupted`.
+            **(
+                {"owner_pid": os.getpid(), "owner_host": socket.gethostname(),
+                 "heartbeat_at": dt.datetime.now(dt.UTC).replace(tzinfo=None)}
+                if status == "running" else {}
+            ),
         }
     )
 

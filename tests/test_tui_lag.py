@@ -33,7 +33,7 @@ async def test_event_loop_lag_while_streaming(tmp_path: Path) -> None:
         await pilot.press("enter")
         await settle(pilot)
         assert isinstance(app.screen, DashboardScreen)
-        store = app.handle.store
+        store = app.handle.open_writer()  # as an in-process run does
         assert store is not None
 
         lags: list[float] = []

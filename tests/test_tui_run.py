@@ -38,9 +38,10 @@ async def test_start_run_from_form(tmp_path: Path, oai) -> None:  # noqa: F811
         assert await wait_until(pilot, lambda: not dash.active, timeout=10)
         await settle(pilot)
         run_id = dash.run_id
-        store = app.handle.store
-        assert store is not None
-        df = store.query_df("SELECT correct, error FROM results WHERE run_id = ?", [run_id])
+        # the run ended: the write connection is released (reads open and close their own)
+        assert await wait_until(pilot, lambda: not app.handle.writing, timeout=10)
+        with app.handle.use() as store:
+            df = store.query_df("SELECT correct, error FROM results WHERE run_id = ?", [run_id])
         assert len(df) == 12 and df["error"].isna().all()
         scored = df["correct"].dropna()
         assert f"accuracy {scored.mean():.3f}" in screen_text(app)

@@ -31,7 +31,6 @@ visible rows, so 100,000 rows stay responsive.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import threading
 from pathlib import Path
@@ -42,6 +41,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.worker import Worker, WorkerState
 
+from llmscope.engine.config import BackendConfig
 from llmscope.tui.model import StoreHandle
 
 
@@ -119,22 +119,18 @@ class InProcessRun:
             self.loop.call_soon_threadsafe(self.task.cancel)
 
 
-def run_params_namespace(params: dict[str, Any]) -> argparse.Namespace:
-    """The argparse-like options `make_backend` expects, from the new-run form."""
-    return argparse.Namespace(
-        base_url=params.get("base_url") or None,
-        concurrency=int(params.get("concurrency") or 8),
-        top_logprobs=int(params.get("top_logprobs") or 20),
-        seed=int(params.get("seed") or 0),
-        max_retries=params.get("max_retries"),
-        timeout=params.get("timeout"),
-        samples=params.get("samples"),
-        reasoning=bool(params.get("reasoning")),
-        device=params.get("device") or "auto",
-        dtype=params.get("dtype") or "auto",
-        batch_size=int(params.get("batch_size") or 16),
-        sp_prefix=bool(params.get("sp_prefix")),
-    )
+def run_params_config(params: dict[str, Any]) -> BackendConfig:
+    """The backend config of the new-run form (the same dataclass the CLI fills)."""
+    cfg = BackendConfig(model=params.get("model") or None, base_url=params.get("base_url") or None)
+    for k in ("concurrency", "batch_size", "seed", "top_logprobs", "threads", "timeout", "max_retries", "samples"):
+        if params.get(k) is not None:
+            setattr(cfg, k, params[k])
+    for k in ("device", "dtype", "system_prompt", "revision", "adapter"):
+        if params.get(k):
+            setattr(cfg, k, params[k])
+    cfg.sp_prefix = bool(params.get("sp_prefix"))
+    cfg.reasoning = bool(params.get("reasoning"))
+    return cfg
 
 
 class LlmscopeApp(App[int]):
@@ -156,7 +152,7 @@ class LlmscopeApp(App[int]):
         # Not `self.watch`: that would shadow Textual's `DOMNode.watch` method.
         self.watch_mode = watch
         self.refresh_s = refresh_s
-        self.handle = StoreHandle(self.db_path, read_only=watch, persistent=not watch)
+        self.handle = StoreHandle(self.db_path, read_only=watch)
         self.running: dict[str, InProcessRun] = {}
         self._starting: dict[int, InProcessRun] = {}
         self.notice = ""
@@ -166,7 +162,7 @@ class LlmscopeApp(App[int]):
         """The file is held by another process: read it only via the live channel / read-only."""
         self.handle.close()
         self.watch_mode = True
-        self.handle = StoreHandle(self.db_path, read_only=True, persistent=False)
+        self.handle = StoreHandle(self.db_path, read_only=True)
         self.notice = reason
         self.sub_title = self.db_path + "  (watching)"
 
@@ -204,30 +200,48 @@ class LlmscopeApp(App[int]):
         self._starting[id(reporter)] = handle
         t.start()
 
+    def resume_run(self, run_id: str) -> None:
+        """Continue an interrupted or failed run with the config stored with it."""
+        self.start_run({"resume": run_id})
+
     def _run_thread(self, params: dict[str, Any], handle: InProcessRun) -> None:
-        from llmscope.cli import make_backend
         from llmscope.data.suites import load_suite
+        from llmscope.engine.config import build_backend, resume_inputs
         from llmscope.engine.progress import MultiReporter
         from llmscope.engine.runner import RunInterrupted, Runner, RunPlan
         from llmscope.live import LiveWriter
+        from llmscope.store.db import StoreError
 
         try:
+            run_id: str | None = None
+            if params.get("resume"):
+                # Continue a stored run exactly as it was made (engine.config.resume_inputs).
+                with self.handle.use() as st:
+                    stored = st.find_run(str(params["resume"]))
+                if stored is None:
+                    raise StoreError(f"no run {params['resume']!r} in {self.db_path}")
+                rin = resume_inputs(stored)
+                params = {**params, "suite": rin.suite_name, "suite_path": rin.suite_path,
+                          "options": rin.task_options, "limit": rin.limit}
+                run_id, base_cfg = str(stored["run_id"]), rin.config
             suite = load_suite(params["suite"], params.get("suite_path") or None)
             suite.items()
-            ns = run_params_namespace(params)
-            model_arg = params.get("model") or None
-            backend, spec, ident = make_backend(model_arg, ns)
+            cfg, _spec = (base_cfg if run_id else run_params_config(params)).resolve()
+            built = build_backend(cfg)
+            backend = built.backend
             plan = RunPlan(
                 suite=suite,
-                model_label=spec.display(),
-                model_arg=model_arg,
+                model_label=built.spec.display(),
+                model_arg=cfg.model,
                 task_options=dict(params.get("options") or {}),
-                backend_identity=ident,
-                seed=ns.seed,
+                backend_identity=built.identity,
+                seed=cfg.seed,
                 limit=params.get("limit"),
-                window=max(ns.batch_size * 4, ns.concurrency * 2, 8),
+                run_id=run_id,
+                window=max(cfg.batch_size * 4, cfg.concurrency * 2, 8),
+                backend_config=built.config.to_dict(),
             )
-            store = self.handle.open()
+            store = self.handle.open_writer()
             runner = Runner(
                 plan, backend, store, MultiReporter(handle.reporter, LiveWriter(self.db_path, store=store))
             )
@@ -246,6 +260,8 @@ class LlmscopeApp(App[int]):
                 asyncio.run(main())
             except (RunInterrupted, asyncio.CancelledError):
                 self.post_message(RunEnded(runner.run_id, "interrupted"))
+            finally:
+                self.handle.release_writer()  # idle again: no lock held between runs
         except Exception as e:  # shown to the user; the app keeps running
             self._starting.pop(id(handle.reporter), None)
             self.post_message(RunFailed(f"{type(e).__name__}: {e}"))

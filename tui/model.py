@@ -58,62 +58,121 @@ def is_lock_error(e: Exception) -> bool:
 
 
 class StoreHandle:
-    """The app's one Store, opened lazily.
+    """The app's access to the database; it holds no lock while idle.
 
-    `persistent=True` keeps one connection (the TUI that starts runs). In watch mode
-    (`persistent=False`) the file is opened read-only around each read and closed
-    again, so a viewer never keeps a researcher's next `llmscope run` from taking
-    the file.
+    Reads use a short-lived read-only connection, opened around each batch of reads and
+    closed after it, so other terminals (`llmscope run`, `runs`, `report`) can take the
+    file between them. While a run started in this window is writing, the write
+    connection (`open_writer`, released by `release_writer` when the run ends) is the
+    only one, and reads share it (its RLock serialises them with the writer thread).
+    `read_only=True` (watch mode) never opens a write connection. `persistent` is kept
+    for callers; connections are never kept open while idle.
     """
 
-    def __init__(self, path: str | Path, *, read_only: bool, persistent: bool) -> None:
+    def __init__(self, path: str | Path, *, read_only: bool, persistent: bool = False) -> None:
         self.path = str(path)
         self.read_only = read_only
         self.persistent = persistent
-        self._store: Store | None = None
+        self._store: Store | None = None  # a short-lived read-only connection
+        self._writer: Store | None = None
+        self._writers = 0
         self._lock = threading.RLock()
         self._depth = 0
 
     @property
     def store(self) -> Store | None:
-        return self._store
+        """The connection open right now (the writer while a run writes), else None."""
+        return self._writer or self._store
+
+    @property
+    def writing(self) -> bool:
+        """True while a run started in this window holds the write connection."""
+        return self._writer is not None
 
     def open(self) -> Store:
+        """The write connection (kept until `release_writer`); kept for older callers."""
+        return self.open_writer()
+
+    def open_writer(self) -> Store:
+        """Open (or share) the write connection for a run started in this window."""
         with self._lock:
-            if self._store is None:
-                if self.read_only and not Path(self.path).exists():
-                    raise StoreError(
-                        f"no database at {self.path} (run `llmscope run` first, or pass --db)"
-                    )
-                self._store = Store(self.path, read_only=self.read_only)
-            return self._store
+            if self.read_only:
+                raise StoreError(f"{self.path} is open read-only in this window (watching)")
+            if self._writer is None:
+                if self._store is not None:  # one process may not mix read-only and read-write
+                    self._store.close()
+                    self._store = None
+                self._writer = Store(self.path)
+            self._writers += 1
+            return self._writer
+
+    def release_writer(self) -> None:
+        """The run that opened the writer is done: close it once no run needs it."""
+        with self._lock:
+            self._writers = max(0, self._writers - 1)
+            if self._writers == 0 and self._writer is not None:
+                self._writer.close()
+                self._writer = None
+
+    def _open_reader(self) -> Store:
+        if not Path(self.path).exists():
+            if self.read_only:
+                raise StoreError(f"no database at {self.path} (run `llmscope run` first, or pass --db)")
+            Store(self.path).close()  # create it (a new file), then read it like any other
+        try:
+            return Store(self.path, read_only=True)
+        except StoreError as e:
+            if self.read_only or "open it once for writing" not in str(e):
+                raise
+            Store(self.path).close()  # an older schema: migrate once, then read
+            return Store(self.path, read_only=True)
 
     @contextmanager
     def use(self) -> Iterator[Store]:
-        """The Store for one batch of reads (closed after it unless persistent)."""
+        """A Store for one batch of reads: the writer if a run writes, else a read-only one closed after."""
         with self._lock:
-            store = self.open()
+            if self._writer is not None:
+                yield self._writer
+                return
+            if self._store is None:
+                self._store = self._open_reader()
+            store = self._store
             self._depth += 1
             try:
                 yield store
             finally:
                 self._depth -= 1
-                if not self.persistent and self._depth == 0:
-                    store.close()
+                if self._depth == 0 and self._store is not None:
+                    self._store.close()
                     self._store = None
 
     def close(self) -> None:
         with self._lock:
-            if self._store is not None:
-                self._store.close()
-                self._store = None
+            for st in (self._store, self._writer):
+                if st is not None:
+                    st.close()
+            self._store = self._writer = None
+            self._writers = 0
 
 
 # -- run list --------------------------------------------------------------------------------
+def owner_gone(run: dict[str, Any]) -> bool:
+    """True when a live-channel run's writer (same host) no longer exists (kill -9: no `ended`)."""
+    import socket
+
+    from llmscope.store.db import _pid_alive
+
+    pid, host = run.get("owner_pid"), run.get("owner_host")
+    return isinstance(pid, int) and host == socket.gethostname() and not _pid_alive(pid)
+
+
 def live_runs(db: str | Path) -> list[dict[str, Any]]:
     """Runs published on the live channel, as run-list rows (newest first)."""
     out = []
     for snap in read_live(db):
+        if not snap["ended"] and owner_gone(snap.get("run") or {}):
+            snap["ended"] = True  # killed: show it stopped, read it from the database
+            snap.setdefault("progress", {})["status"] = "interrupted"
         run = snap.get("run") or {}
         prog = snap.get("progress") or {}
         out.append(
@@ -577,7 +636,7 @@ class LiveFeed:
             snap = json.loads((self.dir / "progress.json").read_text())
         except (OSError, json.JSONDecodeError):
             return None
-        snap["ended"] = (self.dir / "ended").exists()
+        snap["ended"] = (self.dir / "ended").exists() or owner_gone(snap.get("run") or {})
         return snap
 
     @property

@@ -168,6 +168,8 @@ class HomeScreen(BaseScreen):
         self.set_interval(self.llm_app.refresh_s * 2, self._tick)
 
     def _tick(self) -> None:
+        if any(w.group == "home-runs" and w.is_running for w in self.workers):
+            return  # never pile up reads (each opens a short-lived connection)
         # Only refresh while something is running: finished lists don't change by themselves.
         if (
             any(r.get("live") or str(r.get("status", "")).startswith("running") for r in self.rows)
@@ -354,25 +356,37 @@ class HomeScreen(BaseScreen):
     # -- form -------------------------------------------------------------------------------
     def form_params(self) -> dict[str, Any]:
         """The new-run form as parameters for `LlmscopeApp.start_run` (raises ValueError)."""
-        from llmscope.cli import CLIError, _parse_opts
+        from llmscope.engine.config import ConfigError, parse_options
 
         def val(i: str) -> str:
             return self.query_one(f"#{i}", Input).value.strip()
 
+        def number(i: str, name: str, lo: int) -> int | None:
+            text = val(i)
+            if not text:
+                return None
+            try:
+                n = int(text)
+            except ValueError:
+                raise ValueError(f"{name} must be a whole number, got {text!r}") from None
+            if n < lo:
+                raise ValueError(f"{name} must be {lo} or more, got {n}")
+            return n
+
         if not val("f-suite"):
             raise ValueError("choose a suite")
         try:
-            opts = _parse_opts(shlex.split(val("f-options")))
-        except CLIError as e:
+            opts = parse_options(shlex.split(val("f-options")))
+        except (ConfigError, ValueError) as e:
             raise ValueError(str(e)) from e
         return {
             "suite": val("f-suite"),
             "model": val("f-model") or None,
             "base_url": val("f-base-url") or None,
             "options": opts,
-            "limit": int(val("f-limit")) if val("f-limit") else None,
-            "batch_size": int(val("f-batch") or 16),
-            "concurrency": int(val("f-conc") or 8),
+            "limit": number("f-limit", "limit", 1),
+            "batch_size": number("f-batch", "batch size", 1) or 16,
+            "concurrency": number("f-conc", "concurrency", 1) or 8,
         }
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
@@ -428,9 +442,11 @@ class DashboardScreen(BaseScreen):
         Binding("f", "conf", "Conf. filter"),
         Binding("l", "focus_list", "Items", show=False),
         Binding("x", "stop", "Stop run"),
+        Binding("r", "resume", "Resume run"),
         Binding("m", "methods", "Methods", show=False),  # hidden: keeps the footer snapshot stable
     ]
 
+    RESUMABLE = ("interrupted", "failed", "completed_with_errors", "incomplete")
     PAGED_LIST = True  # False: the in-memory list for finished runs too (bench.scale's "before")
 
     def action_methods(self) -> None:
@@ -493,7 +509,10 @@ class DashboardScreen(BaseScreen):
             return True
         h = self.llm_app.running.get(self.run_id)
         if h is not None and not h.reporter.ended:
+            self._resume_pending = False
             return True
+        if getattr(self, "_resume_pending", False):
+            return True  # a resume is starting: keep polling until its run shows up
         return str(run.get("status") or "").startswith("running")
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="dash")
@@ -552,6 +571,10 @@ class DashboardScreen(BaseScreen):
 
     def on_dash_data(self, msg: DashData) -> None:
         self.active = self._is_active(msg.run)
+        status = (msg.progress or {}).get("status") or msg.run.get("status")
+        if status != getattr(self, "_bound_status", None):
+            self._bound_status = status
+            self.refresh_bindings()  # Stop run / Resume run follow the status
         self._show_header(msg.run, msg.progress, msg.snap, msg.source)
         if msg.snap.version != self._shown_version:
             self._shown_version = msg.snap.version
@@ -761,6 +784,29 @@ class DashboardScreen(BaseScreen):
 
     def action_focus_list(self) -> None:
         self.query_one(ItemList).focus()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Offer "Stop run" only for a run writing in this window, "Resume run" only for a
+        stopped run (its owner is gone), never in a watching window."""
+        if action == "stop":
+            h = self.llm_app.running.get(self.run_id)
+            return h is not None and not h.reporter.ended
+        if action == "resume":
+            h = self.llm_app.running.get(self.run_id)
+            busy = h is not None and not h.reporter.ended
+            return (not self.llm_app.watch_mode and not busy
+                    and str(self.run.get("status") or "") in self.RESUMABLE)
+        return True
+
+    def action_resume(self) -> None:
+        if not self.check_action("resume", ()):
+            self.notify("only a stopped run can be resumed, from a window that is not watching",
+                        severity="warning")
+            return
+        self.notify(f"resuming run {self.run_id} with the options it was made with ...")
+        self.active = True  # poll again: rows will arrive
+        self._resume_pending = True
+        self.llm_app.resume_run(self.run_id)
 
     def action_stop(self) -> None:
         h = self.llm_app.running.get(self.run_id)
