@@ -858,6 +858,10 @@ def compute_metrics(
                     bootstrap)
     if df.empty:
         return rm
+    for col in ("extra", "error", "correct", "prediction", "gold"):
+        if col not in df:  # frames built by hand (tests, imports) may lack a stored column
+            df = df.assign(**{col: None})
+            ctx.df = df
     for p in PRODUCERS:
         if producers is not None and p.name not in producers:
             continue

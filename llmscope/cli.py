@@ -116,14 +116,26 @@ class StopSignals:
         self.signals = [getattr(signal, n) for n in self.NAMES if hasattr(signal, n)]
         self._old: dict[int, Any] = {}
 
+    @staticmethod
+    def _main_thread() -> bool:
+        # Python delivers signals to the main thread only; `main()` called from another thread
+        # (a library user, a test) leaves the handlers alone.
+        import threading
+
+        return threading.current_thread() is threading.main_thread()
+
     def install(self) -> None:
         """Outside the event loop (loading, reporting): raise KeyboardInterrupt like Ctrl-C."""
+        if not self._main_thread():
+            return
         for sig in self.signals:
             old = signal.signal(sig, self._sync)
             self._old.setdefault(sig, old)
 
     def attach(self, loop: Any, task: Any) -> None:
         """Inside the event loop: cancel the run's task, which stops the runner cleanly."""
+        if not self._main_thread():
+            return
         for sig in self.signals:
             loop.add_signal_handler(sig, self._cancel, sig, task)
 
@@ -320,7 +332,13 @@ def _refuse_identity_change(run: dict[str, Any], stored: Any, cfg: Any, suite: A
     """A resume may change speed (concurrency, batch size...) but not what the model answers."""
     import dataclasses
 
-    norm = [dataclasses.replace(c, base_url=(c.base_url or "").rstrip("/") or None) for c in (stored, cfg)]
+    def _urls(u: Any) -> Any:
+        if isinstance(u, list):  # several endpoints: one is the same as a one-element list
+            u = [str(x).rstrip("/") for x in u]
+            return u[0] if len(u) == 1 else u
+        return (u or "").rstrip("/") or None
+
+    norm = [dataclasses.replace(c, base_url=_urls(c.base_url)) for c in (stored, cfg)]
     diffs = norm[0].differences(norm[1])
     stored_task = (run.get("options") or {}).get("task")
     if isinstance(stored_task, dict):
@@ -712,7 +730,7 @@ def build_parser(settings: Any = None) -> argparse.ArgumentParser:
     s.add_argument("--metric", action="append", help="planned analysis metric (repeatable; default accuracy)")
     s.add_argument("--hypothesis", action="append",
                    help="e.g. 'accuracy(q1) > accuracy(q2)' or 'p_yes(q1) < 0.5' (repeatable)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0, help="seed the planned runs use (default 0)")
     s.add_argument("--alpha", type=float, default=0.05, help="one-sided test level (default 0.05)")
     s.add_argument("-o", "--output", required=True, help="plan file to write (YAML)")
     s.add_argument("--force", action="store_true", help="replace an existing plan file")

@@ -85,8 +85,8 @@ def test_another_endpoint_is_another_model(tmp_path: Path):
     cache = tmp_path / "responses.sqlite"
     a, b = start_server(), start_server()
     try:
-        a.script("[c]", top=[["Yes", -0.1], ["No", -2.0]])
-        b.script("[c]", top=[["No", -0.1], ["Yes", -2.0]])
+        a.script("[c]", top=[["Yes", -0.2], ["No", -2.0]])
+        b.script("[c]", top=[["No", -0.2], ["Yes", -2.0]])
         assert _run(spec, tmp_path / "a.duckdb", a.base_url, cache).returncode == 0
         assert _run(spec, tmp_path / "b.duckdb", b.base_url, cache).returncode == 0
         assert len(b.log("[c]")) == 3  # nothing reused from the other server
@@ -104,7 +104,7 @@ def test_unusable_cache_location_warns_and_the_run_goes_on(tmp_path: Path):
     blocker.write_text("not a folder")
     server = start_server()
     try:
-        server.script("[c]", top=[["Yes", -0.1], ["No", -2.0]])
+        server.script("[c]", top=[["Yes", -0.2], ["No", -2.0]])
         p = _run(spec, tmp_path / "x.duckdb", server.base_url, blocker / "sub" / "responses.sqlite")
     finally:
         stop_server(server)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from llmscope.cli import build_parser
+from llmscope.cli import build_parser, config_from_args
 from llmscope.engine.types import Item, Result
 from llmscope.settings import SettingsError, load_settings
 from llmscope.store.db import Store
@@ -66,9 +66,16 @@ def test_config_file_supplies_defaults_beneath_flags_and_env(tmp_path: Path):
     env = {"HOME": str(tmp_path / "home")}
     s = load_settings(cwd=tmp_path, env=env)
     args = build_parser(s).parse_args(["run", "--suite", "x"])
-    assert (args.concurrency, args.model, args.db) == (3, "openai:m", "from-file.duckdb")
-    args = build_parser(s).parse_args(["run", "--suite", "x", "--concurrency", "5"])
-    assert args.concurrency == 5
+    cfg = config_from_args(args)  # a new run: the file's values beneath the flags
+    assert (cfg.concurrency, cfg.model, args.db) == (3, "openai:m", "from-file.duckdb")
+    cfg = config_from_args(build_parser(s).parse_args(["run", "--suite", "x", "--concurrency", "5"]))
+    assert cfg.concurrency == 5 and cfg.model == "openai:m"
+    # a resume takes the run's stored config, not the file's
+    from llmscope.engine.config import BackendConfig
+
+    stored = BackendConfig(model="openai:stored", concurrency=2)
+    cfg = config_from_args(build_parser(s).parse_args(["run", "--resume", "r"]), stored)
+    assert (cfg.model, cfg.concurrency) == ("openai:stored", 2)
 
 
 def test_project_file_overrides_user_file_and_env_base_url_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -82,10 +89,10 @@ def test_project_file_overrides_user_file_and_env_base_url_wins(tmp_path: Path, 
     assert s.values == {"base_url": "http://project/v1", "timeout": 7.0}
     assert s.sources["timeout"] == user / "llmscope.toml"
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    assert build_parser(s).parse_args(["run"]).base_url == "http://project/v1"
+    assert config_from_args(build_parser(s).parse_args(["run"])).base_url == ["http://project/v1"]
     monkeypatch.setenv("OPENAI_BASE_URL", "http://env/v1")
-    # the environment wins over files: --base-url stays unset and the backend reads the variable
-    assert build_parser(s).parse_args(["run"]).base_url is None
+    # the environment wins over files: the base URL stays unset and the backend reads the variable
+    assert config_from_args(build_parser(s).parse_args(["run"])).base_url is None
 
 
 @pytest.mark.parametrize(

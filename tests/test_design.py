@@ -69,7 +69,6 @@ def test_balanced_demos_and_determinism(tmp_path):
 
 
 @pytest.mark.parametrize("opts,msg", [
-    ({"answer_orders": True}, "answer_orders applies to yesno suites only"),
     ({"fewshot": {"k": 0}}, "k must be a positive integer"),
     ({"fewshot": {"k": 2, "shots": 3}}, "unknown key 'shots'"),
     ({"fewshot": {"k": 2, "balance": "even"}}, "balance must be one of balanced, random"),
@@ -86,7 +85,7 @@ def test_cli_rejects_bad_design_before_loading_a_model(tmp_path):
     out = subprocess.run([sys.executable, "-m", "llmscope", "--db", str(tmp_path / "x.duckdb"), "run", "--suite",
                           "mc-sample", "--opt", "answer_orders=true"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
-    assert "answer_orders applies to yesno suites only" in out.stderr and "Traceback" not in out.stderr
+    assert "unknown option 'answer_orders' for task 'choice'" in out.stderr and "Traceback" not in out.stderr
     assert out.stderr.count("\n") == 1
 
 

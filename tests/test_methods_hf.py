@@ -126,7 +126,8 @@ async def test_minpairs_on_tiny_model(tiny, backend):
     model, tok = tiny
     good, bad = "The cats sleep on the mat.", "The cats sleeps on the mat."
     fields = {"sentences": [good, bad], "critical": [[9, 14], [9, 15]]}
-    r = await MinPairsTask().score(work("", None, fields=fields), backend)
+    # context "bos" explicitly: this test checks the BOS-conditioned path against a direct forward
+    r = await MinPairsTask({"context": "bos"}).score(work("", None, fields=fields), backend)
     per_tok = {}
     for s in (good, bad):
         ids = [tok.bos_token_id, *tok(s, add_special_tokens=False).input_ids]

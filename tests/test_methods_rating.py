@@ -56,4 +56,6 @@ async def test_rating_word_labels_and_ties():
 async def test_rating_no_mass():
     be = TableBackend(next_table={"p": {"x": 1.0}})
     r = await RatingTask({"answers": ["1", "2"]}).score(work("1", "p"), be)
-    assert r.error and r.probs is None and r.correct is None
+    # no mass on any label is an abstention (engine/abstain.py): no prediction, counted wrong
+    assert r.error is None and r.probs is None and r.prediction is None and r.correct == 0.0
+    assert r.extra["abstained"] is True

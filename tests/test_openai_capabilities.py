@@ -91,7 +91,7 @@ def _minpairs_suite(tmp: Path) -> Path:
     spec = tmp / "mp.yaml"
     spec.write_text(
         "name: mp\ntask: minpairs\nitems: mp.jsonl\ntext_field: id\n"
-        "task_options:\n  context: 'Sentence: '\n"
+        "task_options:\n  context: text\n  context_text: 'Sentence: '\n"
     )
     return spec
 
