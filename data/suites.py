@@ -344,6 +344,8 @@ SPEC_KEYS = (
     "name", "task", "description", "source", "license", "items", "id_field", "text_field", "gold_field",
     "options_field", "answers", "templates", "template", "variant_gold", "group_by", "cluster_field",
     "task_options",
+    # machine-psychology toolkit I (data/design.py, analysis/choicefit.py)
+    "human_counts_field", "condition_fields", "option_types_field",
 )
 
 

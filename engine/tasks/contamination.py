@@ -71,6 +71,8 @@ class ContaminationTask(Task):
 
     name = "contamination"
     option_specs = (
+        OptionSpec("chat", "bool", False, "always false: the probes score raw text, never a chat template",
+                   choices=(False,)),
         OptionSpec("mink_k", "float", 20, "k of Min-K% prob: the share (in %) of least likely tokens averaged",
                    min=0.0, max=100.0),
         OptionSpec("ngram", "int", 3, "n of the completion probe's n-gram recall", min=1),
