@@ -42,7 +42,8 @@ CHOICE_TASKS = ("yesno", "choice", "rating", "constrained")
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 # The method a task uses when a row does not record one itself (extra.method / choice_method / mode).
 DEFAULT_METHOD = {"yesno": "next-token", "rating": "next-token", "choice": "loglik", "minpairs": "loglik",
-                  "constrained": "constrained", "generation": "generate"}
+                  "constrained": "constrained", "generation": "generate",
+                  "syntaxgym": "loglik-surprisal", "contamination": "min-k%-prob+greedy-completion"}
 
 
 class ExportError(Exception):

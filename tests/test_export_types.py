@@ -23,7 +23,7 @@ import duckdb
 import pandas as pd
 import pytest
 
-from llmscope.data.suites import load_suite
+from llmscope.data.suites import EXTERNAL_SUITES, builtin_names, load_suite
 from llmscope.engine.progress import NullReporter
 from llmscope.engine.runner import Runner, RunPlan
 from llmscope.engine.types import Result
@@ -32,7 +32,8 @@ from llmscope.store.db import Store
 from tests.tinymodel import make_tiny_model, tiny_spec
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-BUILTIN = ["commonsense-sample", "mc-sample", "rating-sample", "generation-sample", "minimal-pairs"]
+# Every built-in suite that ships its items (the loaders of full corpora are added below when present).
+BUILTIN = [n for n in builtin_names() if n not in EXTERNAL_SUITES]
 TEXT = {"run_id", "model", "suite", "suite_id", "task", "method", "item_id", "variant", "prediction", "gold",
         "chosen_option", "error", "prompt", "probs", "top_tokens", "option_scores", "option_logprobs", "extra"}
 FLOAT = {"correct", "confidence", "p_yes", "p_no", "p_other", "chosen_prob", "latency_ms"}
@@ -62,7 +63,8 @@ def runs_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, s
         for name in names:
             backend = HFBackend(tiny_spec(tmp), model=model, tokenizer=tok, device="cpu", dtype="float32",
                                 batch_size=8)
-            opts: dict[str, Any] = {"max_new_tokens": 4} if name in ("generation-sample", "cfc") else {}
+            opts: dict[str, Any] = ({"max_new_tokens": 4} if name in ("generation-sample", "cfc", "contamination-sample")
+                                    else {})
             if name == "cfc":
                 opts["n"] = 2
             plan = RunPlan(suite=load_suite(name), model_label="tiny", model_arg="tiny", limit=2 if name in (
