@@ -18,16 +18,13 @@ class CLIError(Exception):
 
 
 def _parse_opts(pairs: list[str] | None) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for p in pairs or []:
-        if "=" not in p:
-            raise CLIError(f"--opt expects key=value, got {p!r}")
-        k, v = p.split("=", 1)
-        try:
-            out[k] = json.loads(v)
-        except json.JSONDecodeError:
-            out[k] = v
-    return out
+    """`--opt key=value` pairs, parsed by the one parser the TUI form uses too."""
+    from llmscope.engine.config import ConfigError, parse_options
+
+    try:
+        return parse_options(list(pairs or []))
+    except ConfigError as e:
+        raise CLIError(f"--opt: {e}") from None
 
 
 LOCK_WAIT_S = float(os.environ.get("LLMSCOPE_LOCK_WAIT", "5"))
