@@ -695,7 +695,7 @@ class Store:
         return self.query_df("SELECT * FROM results WHERE run_id = ? ORDER BY seq", [run_id])
 
     # -- failing items, paged in SQL (the TUI's virtual list) ----------------------------------
-    FAILING_SORTS = ("arrival", "confidence", "distance", "group")
+    FAILING_SORTS = ("arrival", "confidence", "distance", "group", "item")
 
     @staticmethod
     def _failing_item_cols(group_field: str | None, alias: str = "i") -> tuple[str, str, list[Any]]:
@@ -745,6 +745,8 @@ class Store:
             "confidence": f"coalesce({p}confidence, -1) DESC, {p}seq",
             "distance": f"coalesce({p}distance, -1) DESC, {p}seq",
             "group": f'{p}"group", {p}seq',
+            # whole-number ids by value (10, 141, 1003), then the rest as text (tui.widgets.item_sort_key)
+            "item": f"TRY_CAST({p}item_id AS BIGINT) NULLS LAST, {p}item_id, {p}seq",
         }[sort]
 
     def failing_count(self, run_id: str, *, group_field: str | None = None, group: str | None = None,

@@ -33,11 +33,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from textual.app import App
+from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
 from llmscope.engine.config import BackendConfig
@@ -45,6 +48,25 @@ from llmscope.tui.messages import RunEnded, RunFailed, RunStarted
 from llmscope.tui.model import StoreHandle
 
 __all__ = ["InProcessRun", "LlmscopeApp", "RunEnded", "RunFailed", "RunStarted", "TuiReporter", "run_app"]
+
+
+def screen_commands(screen: Screen[Any]) -> list[tuple[str, str, Callable[[], Any]]]:
+    """(title, help, callback) for each enabled binding of `screen`, of the llmscope widgets in
+    its focus chain and of the app; Textual's own widget keys (cursor moves, editing) are left out."""
+    out: list[tuple[str, str, Callable[[], Any]]] = []
+    seen: set[tuple[int, str]] = set()
+    for key, ab in screen.active_bindings.items():
+        node, b = ab.node, ab.binding
+        ours = node is screen or isinstance(node, App) or type(node).__module__.startswith("llmscope")
+        if not ours or not ab.enabled or not b.description or (id(node), b.action) in seen:
+            continue
+        seen.add((id(node), b.action))
+        keys = b.key_display or screen.app.get_key_display(b)
+        where = "app" if isinstance(node, App) else type(node).__name__.removesuffix("Screen")
+        # The action runs in the namespace it is bound in, as its key press would run it.
+        run = partial(screen.app.run_action, b.action, node)
+        out.append((b.description, f"{where} · key {keys or key}", run))
+    return out
 
 
 class TuiReporter:
@@ -121,9 +143,14 @@ class LlmscopeApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "llmscope"
     BINDINGS = [
+        # F1 works even while a text field has focus; `?` wherever it is not typed into a field.
+        Binding("f1", "help", "Help", show=False, priority=True),
         Binding("question_mark", "help", "Help"),
         Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
     ]
+    # Screens get the class -narrow / -normal / -wide by terminal width (app.tcss lays them out).
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-normal"), (160, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall")]
 
     def __init__(
         self, db: str | Path, run: str | None = None, watch: bool = False, refresh_s: float = 1.0
@@ -156,8 +183,17 @@ class LlmscopeApp(App[int]):
     def action_help(self) -> None:
         from llmscope.tui.screens import HelpScreen
 
-        if not isinstance(self.screen, HelpScreen):
+        if isinstance(self.screen, HelpScreen):
+            self.screen.dismiss()  # F1 again closes it
+        else:
             self.push_screen(HelpScreen())
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """The command palette (ctrl+p): every action of the screen it was opened on (hidden
+        keys included) and of the app, then Textual's own (theme, keys, screenshot)."""
+        for title, help_text, callback in screen_commands(screen):
+            yield SystemCommand(title, help_text, callback)
+        yield from super().get_system_commands(screen)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.state == WorkerState.ERROR:
@@ -252,11 +288,11 @@ class LlmscopeApp(App[int]):
         started = self._starting.pop(id(msg.reporter), None)
         self.running[msg.run_id] = started if started is not None else InProcessRun(msg.reporter)
         self.notify(f"run {msg.run_id} started")
-        from llmscope.tui.screens import DashboardScreen, HomeScreen
+        from llmscope.tui.screens import HomeScreen
 
         if isinstance(self.screen, HomeScreen):
             self.screen.reload()
-            self.push_screen(DashboardScreen(msg.run_id))
+            self.screen.open_run(msg.run_id)  # Esc then comes back to the runs list, not the form
 
     def on_run_ended(self, msg: RunEnded) -> None:
         self.notify(f"run {msg.run_id} {msg.status}")

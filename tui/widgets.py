@@ -76,7 +76,31 @@ def ci_bar(mean: float, lo: float, hi: float, width: int = 24) -> Text:
 
 
 # -- item list -------------------------------------------------------------------------------
-SORTS = ("arrival", "confidence", "distance", "group")
+SORTS = ("arrival", "confidence", "distance", "group", "item")
+
+
+def item_sort_key(item_id: Any) -> tuple[int, int, str]:
+    """Item ids in numeric order when they are whole numbers (10, 141, 1003), then the rest as
+    text: the same order as `Store.failing_page(sort="item")` (TRY_CAST to BIGINT, NULLS LAST)."""
+    s = str(item_id)
+    try:
+        return (0, int(s), s)
+    except ValueError:
+        return (1, 0, s)
+
+
+def fit_widths(widths: list[int], total: int, min_rest: int = 24) -> list[int]:
+    """Column widths for a `total`-cell line: fixed columns (width > 0) shrink, the widest
+    first and never below 4 cells, until the rest column (width 0) has `min_rest` cells or a
+    third of the line, so item text stays readable on an 80-column terminal."""
+    out = list(widths)
+    want = max(min_rest, total // 3) if 0 in out else 0
+    while sum(w + 1 for w in out if w) + want > total:
+        i = max(range(len(out)), key=lambda j: out[j])
+        if out[i] <= 4:
+            break
+        out[i] -= 1
+    return out
 
 
 class ItemList(ScrollView, can_focus=True):
@@ -135,6 +159,7 @@ class ItemList(ScrollView, can_focus=True):
         self._pages: OrderedDict[int, dict[str, list[Any]]] = OrderedDict()
         self._loading: set[int] = set()
         self._gen = 0  # bumped when the view changes, so late pages of the old view are dropped
+        self.header_widget: Any = None  # a Static showing `header()`, redrawn when the width changes
 
     # -- data -------------------------------------------------------------------------------
     def set_data(self, data: dict[str, list[Any]]) -> None:
@@ -157,7 +182,7 @@ class ItemList(ScrollView, can_focus=True):
         group: str | None | bool = False,
         min_conf: float | None | bool = False,
     ) -> None:
-        key = self.current_key()
+        """Change sort and filters; the list then shows its first row (cursor and scroll at the top)."""
         if sort is not None:
             self.sort_key = sort
         if group is not False:
@@ -165,9 +190,10 @@ class ItemList(ScrollView, can_focus=True):
         if min_conf is not False:
             self.min_conf = min_conf  # type: ignore[assignment]
         if self.source is not None:
-            self._apply_source(key)
+            self._apply_source(None, top=True)
         else:
-            self._apply(key)
+            self._apply(None)
+        self.scroll_home(animate=False, immediate=True)
 
     def set_source(self, source: Any) -> None:
         """Show rows served by `source` (set_view / page / position / n_all) instead of data."""
@@ -177,7 +203,7 @@ class ItemList(ScrollView, can_focus=True):
         self.order = np.zeros(0, dtype=np.int64)
         self._apply_source(key)
 
-    def _apply_source(self, keep: tuple[str, str] | None) -> None:
+    def _apply_source(self, keep: tuple[str, str] | None, top: bool = False) -> None:
         src = self.source
         self._n = int(src.set_view(self.sort_key, self.group_filter, self.min_conf))
         self.n_total = int(src.n_all)
@@ -187,7 +213,7 @@ class ItemList(ScrollView, can_focus=True):
         self._cache.clear()
         pos = src.position(keep) if keep is not None and self._n else None
         if pos is None:
-            pos = min(self.cursor, self._n - 1) if self._n else 0
+            pos = 0 if top else (min(self.cursor, self._n - 1) if self._n else 0)
         self.virtual_size = Size(self._line_width(), self._n)
         self.cursor = max(0, pos)
         self.refresh()
@@ -241,6 +267,9 @@ class ItemList(ScrollView, can_focus=True):
             elif self.sort_key == "group" and "group" in d:
                 g = np.asarray(d["group"], dtype=object)[idx].astype(str)
                 idx = idx[np.argsort(g, kind="stable")]
+            elif self.sort_key == "item" and "item_id" in d:
+                item_ids = d["item_id"]
+                idx = np.asarray(sorted(idx.tolist(), key=lambda i: item_sort_key(item_ids[i])), dtype=np.int64)
         self.order = idx
         self._cache.clear()
         pos = 0
@@ -281,11 +310,23 @@ class ItemList(ScrollView, can_focus=True):
     def count(self) -> int:
         return self._len()
 
-    def header(self) -> Text:
+    def widths(self, width: int | None = None) -> list[int]:
+        """The column widths used at `width` cells (default: the widget's width)."""
+        total = self.size.width if width is None else width
+        ws = [w for _, _, w in self.columns]
+        return fit_widths(ws, total) if total > 0 else ws
+
+    def header(self, width: int | None = None) -> Text:
+        """The column titles, aligned with the rows as drawn at `width` cells."""
         t = Text(style="bold")
-        for _, title, w in self.columns:
+        for (_, title, _), w in zip(self.columns, self.widths(width), strict=True):
             t.append(set_cell_size(title, w) + " " if w else title)
         return t
+
+    def on_resize(self) -> None:
+        self._cache.clear()
+        if self.header_widget is not None:
+            self.header_widget.update(self.header())
 
     # -- rendering --------------------------------------------------------------------------
     def render_line(self, y: int) -> Strip:
@@ -311,7 +352,7 @@ class ItemList(ScrollView, can_focus=True):
         row = self.row(pos) or {}
         parts = []
         used = 0
-        for key, _, w in self.columns:
+        for (key, _, _), w in zip(self.columns, self.widths(), strict=True):
             v = row.get(key)
             if isinstance(v, float):
                 s = fmt(v, 2)

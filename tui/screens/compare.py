@@ -46,9 +46,16 @@ class CompareScreen(BaseScreen):
         yield ItemList(DIS_COLUMNS, id="dis")
         yield Footer()
 
+    def on_screen_resume(self) -> None:
+        """Back from a drill-down (or anything pushed on top): the list it was opened from has focus."""
+        self.query_one("#dis", ItemList).focus()
+
     def on_mount(self) -> None:
         t = self.query_one("#cmp-table", DataTable)
         t.add_columns("run", "model", "status", "n", "errors", "accuracy", "95% CI")
+        lst = self.query_one("#dis", ItemList)
+        lst.header_widget = self.query_one("#dis-head", Static)
+        lst.sort_key = "item"  # numeric ids in numeric order (10, 141, 1003)
         self.load()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="compare")

@@ -97,8 +97,14 @@ class DashboardScreen(BaseScreen):
         yield ItemList(FAIL_COLUMNS, id="failing")
         yield Footer()
 
+    def on_screen_resume(self) -> None:
+        """Back from a drill-down (or anything pushed on top): the list it was opened from has focus."""
+        self.query_one(ItemList).focus()
+
     def on_mount(self) -> None:
-        self.query_one("#fail-head", Static).update(self.query_one(ItemList).header())
+        lst = self.query_one(ItemList)
+        lst.header_widget = self.query_one("#fail-head", Static)
+        lst.header_widget.update(lst.header())
         self.query_one("#human", Static).update(
             Text("no human judgements in this suite", style="dim")
         )

@@ -12,12 +12,14 @@ from textual.widgets import Button, Static
 HELP = """\
 llmscope — keys
 
-Everywhere     ?  this help        ctrl+q  quit        escape  back
+Everywhere     F1 or ?  this help  ctrl+q  quit        escape  back to the list you came from
+               ctrl+p  command palette: every action of the screen, searchable
                mouse: click rows, scroll with the wheel, click buttons
 
 Home           enter  open the run under the cursor (live while it runs)
                space  mark a run for comparison      c  compare the marked runs
                n  go to the new-run form             r  refresh the run list
+               escape in the form: back to the runs list (keys then act on the list again)
                tab  move between runs, suites and the form; enter in a suite fills the form
 
 Dashboard      up/down/pgup/pgdn/home/end  move in the failing-items list

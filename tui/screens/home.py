@@ -29,6 +29,8 @@ class HomeScreen(BaseScreen):
         Binding("r", "reload", "Refresh"),
         Binding("n", "new_run", "New run"),
         Binding("q", "app.quit", "Quit"),
+        # Inputs leave Esc to us: it takes the focus out of the form, back to the runs list.
+        Binding("escape", "focus_runs", "Runs list", show=False),
     ]
 
     def __init__(self) -> None:
@@ -36,6 +38,10 @@ class HomeScreen(BaseScreen):
         self.rows: list[dict[str, Any]] = []
         self.marked: set[str] = set()
         self._opened_initial = False
+        # The run a pushed screen shows: when it closes, the runs list gets the focus back with
+        # its cursor on that run, never the form field focused before (issue 14: a stray `n`
+        # after Esc once landed in the base URL).
+        self._returning_to: str | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -198,7 +204,23 @@ class HomeScreen(BaseScreen):
             self.query_one("#f-model", Input).focus()
 
     def open_run(self, run_id: str) -> None:
+        self._returning_to = run_id
         self.app.push_screen(DashboardScreen(run_id))
+
+    def on_screen_resume(self) -> None:
+        if self._returning_to is None:
+            return  # e.g. Help closed: the focus stays where the user put it
+        rid, self._returning_to = self._returning_to, None
+        self._cursor_to(rid)
+        self.query_one("#runs", DataTable).focus()
+
+    def _cursor_to(self, run_id: str) -> None:
+        ids = [str(r.get("run_id")) for r in self.rows]
+        if run_id in ids:
+            self.query_one("#runs", DataTable).move_cursor(row=ids.index(run_id))
+
+    def action_focus_runs(self) -> None:
+        self.query_one("#runs", DataTable).focus()
 
     def action_mark(self) -> None:
         rid = self._current_run()
@@ -219,6 +241,7 @@ class HomeScreen(BaseScreen):
                 severity="warning",
             )
             return
+        self._returning_to = ids[0]
         self.app.push_screen(CompareScreen(ids))
 
     def action_new_run(self) -> None:
