@@ -186,7 +186,11 @@ class LlmscopeApp(App[int]):
         if isinstance(self.screen, HelpScreen):
             self.screen.dismiss()  # F1 again closes it
         else:
-            self.push_screen(HelpScreen())
+            from llmscope.tui.screens.base import BaseScreen
+
+            below = self.screen
+            names = below.shown_metric_names() if isinstance(below, BaseScreen) else []
+            self.push_screen(HelpScreen(names))
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         """The command palette (ctrl+p): every action of the screen it was opened on (hidden

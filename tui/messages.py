@@ -6,17 +6,21 @@ from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
-from llmscope.tui.model import Snapshot
+from llmscope.tui.model import LiveFeed, RunModel, Snapshot
 
 if TYPE_CHECKING:
     from llmscope.tui.app import TuiReporter
 
 
 class RunsLoaded(Message):
-    def __init__(self, rows: list[dict[str, Any]], notice: str) -> None:
+    """The runs list; `watch_reason` is set when the file turned out to be held by another
+    process, so the app must switch to watching (done on the UI thread)."""
+
+    def __init__(self, rows: list[dict[str, Any]], notice: str, watch_reason: str | None = None) -> None:
         super().__init__()
         self.rows = rows
         self.notice = notice
+        self.watch_reason = watch_reason
 
 
 class SuitesLoaded(Message):
@@ -27,14 +31,21 @@ class SuitesLoaded(Message):
 
 
 class DashData(Message):
+    """What a dashboard load found: the run, its progress and metrics, and the state the screen
+    keeps between loads (model, live feed, source), applied on the UI thread."""
+
     def __init__(
-        self, run: dict[str, Any], progress: dict[str, Any] | None, snap: Snapshot, source: str
+        self, run: dict[str, Any], progress: dict[str, Any] | None, snap: Snapshot, source: str,
+        *, model: RunModel | None = None, feed: LiveFeed | None = None, no_gold: list[str] | None = None,
     ) -> None:
         super().__init__()
         self.run = run
         self.progress = progress
         self.snap = snap
         self.source = source
+        self.model = model
+        self.feed = feed
+        self.no_gold = no_gold or []
 
 
 

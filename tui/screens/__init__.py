@@ -9,7 +9,7 @@ from llmscope.tui.messages import CompareLoaded, DashData, ItemLoaded, RunsLoade
 from llmscope.tui.screens.base import BaseScreen, _duration, _fmt_time, _set
 from llmscope.tui.screens.compare import DIS_COLUMNS, CompareScreen
 from llmscope.tui.screens.dashboard import FAIL_COLUMNS, DashboardScreen, human_histogram
-from llmscope.tui.screens.help import HELP, HelpScreen
+from llmscope.tui.screens.help import HELP, DefinitionsScreen, HelpScreen
 from llmscope.tui.screens.home import HomeScreen
 from llmscope.tui.screens.item import ItemScreen, render_item
 
@@ -22,6 +22,7 @@ __all__ = [
     "CompareScreen",
     "DashData",
     "DashboardScreen",
+    "DefinitionsScreen",
     "HelpScreen",
     "HomeScreen",
     "ItemLoaded",

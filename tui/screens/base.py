@@ -6,9 +6,10 @@ import math
 from typing import TYPE_CHECKING, Any, cast
 
 import pandas as pd
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static
-from textual.worker import Worker
+from textual.worker import Worker, WorkerState
 
 if TYPE_CHECKING:
     from llmscope.tui.app import LlmscopeApp
@@ -38,7 +39,9 @@ def _set(widget: Static, renderable: Any, sig: str) -> None:
 
 
 class BaseScreen(Screen[None]):
-    """Worker state changes don't bubble: every screen hands them to the app's one handler."""
+    """Workers return a Message (RunsLoaded, DashData, ...) instead of touching the screen; the
+    one Worker.StateChanged handler applies it here, on the UI thread, by calling the screen's
+    handler for it (`on_dash_data` for DashData). Failures go to the app's handler."""
 
     @property
     def llm_app(self) -> LlmscopeApp:
@@ -47,5 +50,32 @@ class BaseScreen(Screen[None]):
         return cast("LlmscopeApp", self.app)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        self.llm_app.on_worker_state_changed(event)
+        result = event.worker.result if event.state == WorkerState.SUCCESS else None
+        if isinstance(result, Message):
+            self.apply(result)
+        else:
+            self.llm_app.on_worker_state_changed(event)
+
+    def apply(self, result: Message) -> None:
+        """Apply a worker's result: call this screen's handler for its message class."""
+        handler = getattr(self, result.handler_name, None)
+        if handler is not None:
+            handler(result)
+
+    def shown_metric_names(self) -> list[str]:
+        """Registered metric names the screen shows (panels, titles, table headers)."""
+        from textual.widgets import DataTable
+
+        from llmscope.tui.definitions import metric_names_in, plain_text
+
+        texts = [plain_text(w.content) for w in self.query(Static) if w.display]
+        for t in self.query(DataTable):
+            texts += [str(c.label) for c in t.columns.values()]
+        return metric_names_in(texts)
+
+    def action_definitions(self) -> None:
+        """What the numbers on this screen mean."""
+        from llmscope.tui.screens.help import DefinitionsScreen
+
+        self.app.push_screen(DefinitionsScreen(self.shown_metric_names()))
 

@@ -59,10 +59,10 @@ class CompareScreen(BaseScreen):
         self.load()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="compare")
-    def load(self) -> None:
+    def load(self) -> CompareLoaded:
         with self.llm_app.handle.use() as store:
             data = compare_runs(store, self.run_ids)
-        self.post_message(CompareLoaded(data))
+        return CompareLoaded(data)
 
     def on_compare_loaded(self, msg: CompareLoaded) -> None:
         d = msg.data

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import pandas as pd
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -54,7 +55,11 @@ class DashboardScreen(BaseScreen):
         Binding("x", "stop", "Stop run"),
         Binding("r", "resume", "Resume run"),
         Binding("m", "methods", "Methods", show=False),  # hidden: keeps the footer snapshot stable
+        Binding("d", "definitions", "Definitions", show=False),
+        Binding("v", "next_panel", "Next panel", show=False),
     ]
+    # Narrow terminals show one panel at a time (app.tcss: Screen.-narrow); `v` steps through.
+    PANELS = (("left", "accuracy"), ("middle", "calibration"), ("right", "humans"))
 
     RESUMABLE = ("interrupted", "failed", "completed_with_errors", "incomplete")
     PAGED_LIST = True  # False: the in-memory list for finished runs too (bench.scale's "before")
@@ -75,21 +80,27 @@ class DashboardScreen(BaseScreen):
         self._group_values: list[str] = []
         self._shown_version = -1
         self.active = True
+        self.panel = 0
+        self.no_gold: list[str] = []
 
     def compose(self) -> ComposeResult:
         yield Header()
         with Vertical(id="dash-head"):
             yield Static("loading ...", id="head")
             yield ProgressBar(id="bar", show_eta=False, show_percentage=True)
+        # A scoring-method fallback (API runs: no echo log-likelihoods -> letter labels, no
+        # log-probs -> sampling), shown on the run whenever its config records one.
+        yield Static("", id="method-banner")
+        yield Static("", id="panel-tabs")
         with Horizontal(id="panels"):
-            with VerticalScroll(id="left"):
+            with VerticalScroll(id="left", classes="panel -shown"):
                 yield Static("", id="acc")
                 yield Static("", id="bias")
                 yield Static("", id="other")
-            with Vertical(id="middle"):
+            with Vertical(id="middle", classes="panel"):
                 yield ReliabilityPlot(id="rel")
                 yield Static("", id="cal")
-            with VerticalScroll(id="right"):
+            with VerticalScroll(id="right", classes="panel"):
                 yield Static("", id="human-plot")
                 yield Static("", id="human")
         yield Static("", id="fail-title")
@@ -108,6 +119,8 @@ class DashboardScreen(BaseScreen):
         self.query_one("#human", Static).update(
             Text("no human judgements in this suite", style="dim")
         )
+        self.query_one("#method-banner").display = False
+        self._show_tabs()
         self.load(initial=True)
         self.set_interval(self.llm_app.refresh_s, self._tick)
         self.query_one(ItemList).focus()
@@ -120,72 +133,78 @@ class DashboardScreen(BaseScreen):
                 return  # never pile up reads
         self.load(initial=False)
 
-    def _is_active(self, run: dict[str, Any]) -> bool:
-        if self.source == "live":
+    def _is_active(self, run: dict[str, Any], source: str | None = None) -> bool:
+        """Whether the run may still change (reads state only: workers call it too)."""
+        if (source or self.source) == "live":
             return True
         h = self.llm_app.running.get(self.run_id)
         if h is not None and not h.reporter.ended:
-            self._resume_pending = False
             return True
         if getattr(self, "_resume_pending", False):
             return True  # a resume is starting: keep polling until its run shows up
         return str(run.get("status") or "").startswith("running")
 
+    # The worker reads the screen's state and returns what it found (DashData); the screen
+    # applies it on the UI thread (BaseScreen.on_worker_state_changed -> on_dash_data).
     @work(thread=True, exclusive=True, exit_on_error=False, group="dash")
-    def load(self, initial: bool) -> None:
+    def load(self, initial: bool) -> DashData:
         app = self.llm_app
-        if initial and app.watch_mode and self.run_id not in app.running:
-            feed = LiveFeed(app.db_path, self.run_id)
-            snap = feed.progress()
-            if snap is not None and not snap["ended"]:
-                self.feed, self.source = feed, "live"
+        run_id, model, feed, source = self.run_id, self.model, self.feed, self.source
+        run: dict[str, Any] = self.run
+        if initial and app.watch_mode and run_id not in app.running:
+            f = LiveFeed(app.db_path, run_id)
+            live = f.progress()
+            if live is not None and not live["ended"]:
+                feed, source = f, "live"
         progress: dict[str, Any] | None = None
-        if self.source == "live":
-            assert self.feed is not None
-            snap = self.feed.progress() or {}
-            run = dict(snap.get("run") or {"run_id": self.run_id})
-            if self.model is None:
+        if source == "live":
+            assert feed is not None
+            snap = feed.progress() or {}
+            run = dict(snap.get("run") or {"run_id": run_id})
+            if model is None:
                 spec, items = items_from_suite(run)
-                self.model = RunModel(run, spec, items)
-            self.model.add_live(self.feed.read_new())
+                model = RunModel(run, spec, items)
+            model.add_live(feed.read_new())
             progress = snap.get("progress")
             if snap.get("ended"):
                 try:
-                    self._load_db(initial=True)
-                    self.source = "db"
-                    run = self.run
+                    run, model = self._load_db(run_id, None)
+                    source = "db"
                 except StoreError as e:
                     if not is_lock_error(e):
                         raise
                     # The writer has not released the file yet; try on the next tick.
         else:
-            self._load_db(initial=self.model is None)
-            run = self.run
-            h = app.running.get(self.run_id)
+            run, model = self._load_db(run_id, model)
+            h = app.running.get(run_id)
             if h is not None:
                 progress = h.reporter.snapshot()
-        self.run = run
-        assert self.model is not None
         # While a run streams, the metrics pipeline runs at most every two refreshes.
-        snap_ = self.model.compute(throttle_s=app.refresh_s * 2 if self._is_active(run) else 0.0)
-        self.post_message(DashData(run, progress, snap_, self.source))
+        snap_ = model.compute(throttle_s=app.refresh_s * 2 if self._is_active(run, source) else 0.0)
+        with model.lock:
+            no_gold = variants_without_gold(model.df)
+        return DashData(run, progress, snap_, source, model=model, feed=feed, no_gold=no_gold)
 
-    def _load_db(self, initial: bool) -> None:
+    def _load_db(self, run_id: str, model: RunModel | None) -> tuple[dict[str, Any], RunModel]:
+        """The stored run and its model (made when `model` is None), polled for new rows."""
         with self.llm_app.handle.use() as store:
-            run = store.get_run(self.run_id) or store.find_run(self.run_id)
+            run = store.get_run(run_id) or store.find_run(run_id)
             if run is None:
-                raise StoreError(f"no run {self.run_id!r} in {self.llm_app.db_path}")
-            self.run = run
-            if initial:
-                self.run_id = str(run["run_id"])
-                self.model = RunModel(
-                    run, store.suite_spec(run["suite_id"]), load_items(store, run["suite_id"])
-                )
-            assert self.model is not None
-            self.model.run = run
-            self.model.poll_db(store)
+                raise StoreError(f"no run {run_id!r} in {self.llm_app.db_path}")
+            if model is None:
+                model = RunModel(run, store.suite_spec(run["suite_id"]), load_items(store, run["suite_id"]))
+            model.run = run
+            model.poll_db(store)
+        return run, model
 
     def on_dash_data(self, msg: DashData) -> None:
+        self.run, self.source, self.feed, self.no_gold = msg.run, msg.source, msg.feed, msg.no_gold
+        if msg.model is not None:
+            self.model = msg.model
+            self.run_id = str(msg.run.get("run_id") or self.run_id)  # a prefix becomes the full id
+        h = self.llm_app.running.get(self.run_id)
+        if h is not None and not h.reporter.ended:
+            self._resume_pending = False  # the resumed run is writing
         self.active = self._is_active(msg.run)
         status = (msg.progress or {}).get("status") or msg.run.get("status")
         if status != getattr(self, "_bound_status", None):
@@ -226,10 +245,12 @@ class DashboardScreen(BaseScreen):
         acc = snap.overall
         if acc is not None:
             t.append(f"   {snap.accuracy_name} {acc.mean:.3f} [{acc.lo:.3f}, {acc.hi:.3f}]")
-        banner = method_banner(run)  # API runs: the scoring method chosen and why
-        if banner:
-            t.append("\n" + clean(banner), style="cyan")
         _set(self.query_one("#head", Static), t, t.plain)
+        banner = method_banner(run)  # API runs: the scoring method chosen and why
+        bw = self.query_one("#method-banner", Static)
+        bw.display = bool(banner)
+        if banner:
+            _set(bw, literal(banner, "bold"), banner)
         b = self.query_one("#bar", ProgressBar)
         if total:
             b.update(total=total, progress=done)
@@ -260,16 +281,17 @@ class DashboardScreen(BaseScreen):
                 row(a, "  ")
         if not snap.overall:
             tab.add_row(Text("no scored results yet", style="dim"), "", "", "")
-        self.query_one("#acc", Static).update(tab)
+        no_gold = Text()
+        for v in self.no_gold:
+            no_gold.append(f"  {clean(v)}: no gold for this variant (no {snap.accuracy_name})\n", style="dim")
+        self.query_one("#acc", Static).update(Group(tab, no_gold) if no_gold else tab)
         # bias
         self.query_one("#bias", Static).update(self._bias(snap))
         # other mass
         o = Text()
         if snap.other_hist is not None:
             o.append("P(other) — mass outside the answers\n", style="bold")
-            o.append(
-                f"mean {fmt(snap.other_mean)}   off-format (other > answers) {fmt(snap.off_format)}\n"
-            )
+            o.append(f"mean_p_other {fmt(snap.other_mean)}   off_format_rate {fmt(snap.off_format)}\n")
             for r in snap.other_hist.itertuples():
                 o.append(f"{r.lo:.1f}-{r.hi:.1f} {bar(r.share, 20)} {int(r.count)}\n")
         self.query_one("#other", Static).update(o)
@@ -299,14 +321,15 @@ class DashboardScreen(BaseScreen):
             for k, name in (
                 ("consensus", "consensus"),
                 ("awareness", "awareness"),
-                ("commonsensicality", "common sense"),
+                ("commonsensicality", "commonsensicality"),
             ):
-                h.append(f"{name:<13}", style="bold")
+                h.append(f"{name:<18}", style="bold")
                 h.append(
                     f"{fmt(hs.get(k))} [{fmt(hs.get(k + '_lo'), 2)}, {fmt(hs.get(k + '_hi'), 2)}]\n"
                 )
             h.append(
-                f"r {fmt(hs.get('pearson'), 2)}  rho {fmt(hs.get('spearman'), 2)}  (P(yes) vs humans)"
+                f"human_pearson {fmt(hs.get('pearson'), 2)}  human_spearman {fmt(hs.get('spearman'), 2)}"
+                "  (P(yes) vs humans)"
             )
             self.query_one("#human", Static).update(h)
         # failing items
@@ -322,6 +345,28 @@ class DashboardScreen(BaseScreen):
             lst.set_data(snap.failing)
         self._group_values = snap.group_values
         self._fail_title()
+        self._tooltips()
+
+    def _tooltips(self) -> None:
+        """Hovering a panel shows the definition of each metric it shows."""
+        from llmscope.tui.definitions import metric_names_in, plain_text, tooltip
+
+        for wid in ("#head", "#acc", "#bias", "#other", "#cal", "#human"):
+            w = self.query_one(wid, Static)
+            w.tooltip = tooltip(metric_names_in([plain_text(w.content)]))
+
+    # -- narrow terminals: one panel at a time -----------------------------------------------
+    def action_next_panel(self) -> None:
+        self.panel = (self.panel + 1) % len(self.PANELS)
+        self._show_tabs()
+
+    def _show_tabs(self) -> None:
+        t = Text()
+        for i, (wid, title) in enumerate(self.PANELS):
+            self.query_one(f"#{wid}").set_class(i == self.panel, "-shown")
+            t.append(f" {title} ", style="reverse bold" if i == self.panel else "dim")
+        t.append("   v: next panel · d: definitions", style="dim")
+        self.query_one("#panel-tabs", Static).update(t)
 
     def _bias(self, snap: Snapshot) -> Any:
         parts: list[Any] = []
@@ -436,6 +481,18 @@ class DashboardScreen(BaseScreen):
         self.app.push_screen(
             ItemScreen([self.run_id], event.row["item_id"], nav=event.item_list, dashboard=self)
         )
+
+
+def variants_without_gold(df: pd.DataFrame) -> list[str]:
+    """Prompt variants whose answered rows all lack a correctness score because their items
+    carry no gold (e.g. commonsense q3, "do most people agree?"), in a run where some variant
+    has one: the dashboard says so instead of leaving the variant out silently."""
+    if df.empty or not {"variant", "correct"} <= set(df.columns):
+        return []
+    ok = df[df["error"].isna()] if "error" in df else df
+    scored = pd.to_numeric(ok["correct"], errors="coerce").notna()
+    per = scored.groupby(ok["variant"].astype(str), sort=True).any()
+    return [str(v) for v, has in per.items() if not has] if per.any() else []
 
 
 def human_histogram(hist: dict[str, list[int]]) -> Text:

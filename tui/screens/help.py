@@ -5,9 +5,11 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
+
+from llmscope.tui.definitions import definitions_table
 
 HELP = """\
 llmscope — keys
@@ -27,6 +29,8 @@ Dashboard      up/down/pgup/pgdn/home/end  move in the failing-items list
                g  cycle group filter                    distance to humans, group)
                f  cycle minimum confidence           x  stop a run started in this window
                m  methods: scoring schemes, human fit, order effects, plan
+               d  what each number on the screen means (also: hover a panel)
+               v  next panel (narrow terminals show one panel at a time)
 
 Item           n / p  next / previous item of the list without going back
                up/down/pgup/pgdn  scroll
@@ -39,16 +43,52 @@ channel beside the database; the database is opened read-only once the run has e
 
 
 class HelpScreen(ModalScreen[None]):
+    """The keys of every screen, then the definition of each metric on the screen below."""
+
     BINDINGS = [
         Binding("escape", "dismiss", "Close"),
         Binding("question_mark", "dismiss", "Close"),
         Binding("q", "dismiss", "Close", show=False),
     ]
 
+    def __init__(self, metrics: list[str] | None = None) -> None:
+        super().__init__()
+        self.metrics = metrics or []
+
     def compose(self) -> ComposeResult:
-        with Vertical(id="help-box"):
+        with VerticalScroll(id="help-box"):
             yield Static(Text(HELP), id="help-text")
+            if self.metrics:
+                yield Static(Text("Metrics on this screen (docs/METRICS.md)", style="bold"))
+                yield Static(definitions_table(self.metrics), id="help-metrics")
             yield Button("Close", id="help-close")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss()
+
+
+class DefinitionsScreen(ModalScreen[None]):
+    """`d`: the one-line definition of every metric the screen below shows, from the
+    metrics pipeline's registry (the text `llmscope report --explain` prints)."""
+
+    BINDINGS = [
+        Binding("escape", "dismiss", "Close"),
+        Binding("d", "dismiss", "Close", show=False),
+        Binding("q", "dismiss", "Close", show=False),
+    ]
+
+    def __init__(self, metrics: list[str]) -> None:
+        super().__init__()
+        self.metrics = metrics
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="defs-box"):
+            yield Static(Text("What the numbers on this screen mean", style="bold"))
+            if self.metrics:
+                yield Static(definitions_table(self.metrics), id="defs-table")
+            else:
+                yield Static(Text("no metric on this screen yet", style="dim"))
+            yield Button("Close", id="defs-close")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss()

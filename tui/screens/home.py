@@ -107,9 +107,10 @@ class HomeScreen(BaseScreen):
         self.load_runs()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="home-runs")
-    def load_runs(self) -> None:
+    def load_runs(self) -> RunsLoaded:
         app = self.llm_app
         notice = app.notice
+        watch_reason: str | None = None
         rows: list[dict[str, Any]] = []
         if app.watch_mode and active_live_runs(app.db_path):
             rows = live_runs(app.db_path)
@@ -124,8 +125,8 @@ class HomeScreen(BaseScreen):
             except StoreError as e:
                 if not is_lock_error(e):
                     raise
-                if not app.watch_mode:
-                    app.switch_to_watch(
+                if not app.watch_mode:  # switched on the UI thread (on_runs_loaded)
+                    watch_reason = (
                         f"{app.db_path} is in use by another process; watching it "
                         "through the live channel (read-only)"
                     )
@@ -144,9 +145,11 @@ class HomeScreen(BaseScreen):
                         p.get("total"),
                         p.get("accuracy"),
                     )
-        self.post_message(RunsLoaded(rows, notice))
+        return RunsLoaded(rows, notice, watch_reason)
 
     def on_runs_loaded(self, msg: RunsLoaded) -> None:
+        if msg.watch_reason and not self.llm_app.watch_mode:
+            self.llm_app.switch_to_watch(msg.watch_reason)
         self.rows = msg.rows
         _set(self.query_one("#notice", Static), literal(msg.notice, "yellow"), msg.notice)
         self.query_one("#notice").display = bool(msg.notice)
@@ -249,7 +252,7 @@ class HomeScreen(BaseScreen):
 
     # -- suites -----------------------------------------------------------------------------
     @work(thread=True, exclusive=True, exit_on_error=False, group="home-suites")
-    def load_suites(self) -> None:
+    def load_suites(self) -> SuitesLoaded:
         from llmscope.data.suites import builtin_names, load_suite
 
         rows = []
@@ -276,7 +279,7 @@ class HomeScreen(BaseScreen):
                 )
             except Exception as e:  # a broken spec is listed with its error
                 rows.append({"name": name, "task": "?", "items": None, "description": str(e)})
-        self.post_message(SuitesLoaded(rows))
+        return SuitesLoaded(rows)
 
     def on_suites_loaded(self, msg: SuitesLoaded) -> None:
         t = self.query_one("#suites", DataTable)

@@ -58,7 +58,7 @@ class ItemScreen(BaseScreen):
         self.query_one("#item-body").focus()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="item")
-    def load(self) -> None:
+    def load(self) -> ItemLoaded:
         out = []
         d = self.dashboard
         if d is not None and d.source == "live" and d.model is not None:
@@ -67,7 +67,7 @@ class ItemScreen(BaseScreen):
             with self.llm_app.handle.use() as store:
                 for rid in self.run_ids:
                     out.append({"run_id": rid, **item_detail(store, rid, self.item_id)})
-        self.post_message(ItemLoaded(out))
+        return ItemLoaded(out)
 
     def action_step(self, delta: int) -> None:
         if self.nav is None or self.nav.count == 0:
