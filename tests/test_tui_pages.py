@@ -105,7 +105,7 @@ async def test_dashboard_list_pages_from_duckdb(tmp_path: Path) -> None:
         assert len(lst._pages) <= ItemList.MAX_PAGES
         row = lst.row(0) or {}
         assert math.isclose(row["confidence"], exp[0]["confidence"], rel_tol=1e-12)
-        # the cursor stays on its item when the sort changes
+        # after a sort change the list is back at its top (issue 14: it used to stay put)
         await pilot.press("end")
         await settle(pilot)  # pages drawn at the end were fetched by a worker
         last = _key(lst.current_row() or {})
@@ -113,8 +113,8 @@ async def test_dashboard_list_pages_from_duckdb(tmp_path: Path) -> None:
         shown = screen_text(app)
         assert exp[-3]["item_id"] in shown and " …" not in shown
         await pilot.press("s")  # confidence, highest first; the error rows (no value) last
-        assert _key(lst.current_row() or {}) == last
         want = [_key(r) for r in sorted(exp, key=_desc("confidence"))]
+        assert lst.cursor == 0 and lst.scroll_offset.y == 0 and _key(lst.current_row() or {}) == want[0]
         assert [_key(lst.row(i) or {}) for i in range(lst.count)] == want
         await pilot.press("f")  # confidence >= 0.5
         assert lst.count == sum(1 for r in exp if not math.isnan(r["confidence"]) and r["confidence"] >= 0.5)

@@ -1,4 +1,5 @@
-"""Snapshot tests at 120x40 on fixed data (no clocks, rates or temporary paths on screen).
+"""Snapshot tests at 80x24, 120x40 and 200x60 on fixed data (no clocks, rates or temporary
+paths on screen): home, dashboard, item and compare at each size, help at 120x40.
 
 Update after an intended change with `pytest tests/test_tui_snapshots.py --snapshot-update`
 and review the SVGs under tests/__snapshots__/.
@@ -14,6 +15,9 @@ from test_tui_fixtures import make_db, settle
 from llmscope.tui.app import LlmscopeApp
 
 SIZE = (120, 40)
+# The sizes the layout is made for: a small terminal (the dashboard shows one panel at a time),
+# the common one, and a big one (panels share the width and grow).
+SIZES = {"80x24": (80, 24), "120x40": (120, 40), "200x60": (200, 60)}
 
 
 @pytest.fixture
@@ -23,16 +27,18 @@ def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LlmscopeApp:
     return LlmscopeApp("t.duckdb")
 
 
-def test_snapshot_dashboard(snap_compare, app: LlmscopeApp) -> None:
+@pytest.mark.parametrize("size", SIZES)
+def test_snapshot_dashboard(snap_compare, app: LlmscopeApp, size: str) -> None:
     async def before(pilot) -> None:
         await settle(pilot)
         await pilot.press("down", "enter")
         await settle(pilot)
 
-    assert snap_compare(app, terminal_size=SIZE, run_before=before)
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=before)
 
 
-def test_snapshot_item(snap_compare, app: LlmscopeApp) -> None:
+@pytest.mark.parametrize("size", SIZES)
+def test_snapshot_item(snap_compare, app: LlmscopeApp, size: str) -> None:
     async def before(pilot) -> None:
         await settle(pilot)
         await pilot.press("enter")
@@ -40,16 +46,25 @@ def test_snapshot_item(snap_compare, app: LlmscopeApp) -> None:
         await pilot.press("enter")
         await settle(pilot)
 
-    assert snap_compare(app, terminal_size=SIZE, run_before=before)
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=before)
 
 
-def test_snapshot_compare(snap_compare, app: LlmscopeApp) -> None:
+@pytest.mark.parametrize("size", SIZES)
+def test_snapshot_compare(snap_compare, app: LlmscopeApp, size: str) -> None:
     async def before(pilot) -> None:
         await settle(pilot)
         await pilot.press("space", "down", "space", "c")
         await settle(pilot)
 
-    assert snap_compare(app, terminal_size=SIZE, run_before=before)
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_snapshot_home(snap_compare, app: LlmscopeApp, size: str) -> None:
+    async def before(pilot) -> None:
+        await settle(pilot)
+
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=before)
 
 
 def test_snapshot_help(snap_compare, app: LlmscopeApp) -> None:

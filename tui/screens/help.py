@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
+from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
@@ -56,11 +56,12 @@ class HelpScreen(ModalScreen[None]):
         self.metrics = metrics or []
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll(id="help-box"):
-            yield Static(Text(HELP), id="help-text")
-            if self.metrics:
-                yield Static(Text("Metrics on this screen (docs/METRICS.md)", style="bold"))
-                yield Static(definitions_table(self.metrics), id="help-metrics")
+        with Vertical(id="help-box"):
+            with VerticalScroll(id="help-scroll"):
+                yield Static(Text(HELP), id="help-text")
+                if self.metrics:
+                    yield Static(Text("Metrics on this screen (docs/METRICS.md)", style="bold"))
+                    yield Static(definitions_table(self.metrics), id="help-metrics")
             yield Button("Close", id="help-close")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
@@ -82,12 +83,13 @@ class DefinitionsScreen(ModalScreen[None]):
         self.metrics = metrics
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll(id="defs-box"):
-            yield Static(Text("What the numbers on this screen mean", style="bold"))
-            if self.metrics:
-                yield Static(definitions_table(self.metrics), id="defs-table")
-            else:
-                yield Static(Text("no metric on this screen yet", style="dim"))
+        with Vertical(id="defs-box"):
+            with VerticalScroll(id="defs-scroll"):
+                yield Static(Text("What the numbers on this screen mean", style="bold"))
+                if self.metrics:
+                    yield Static(definitions_table(self.metrics), id="defs-table")
+                else:
+                    yield Static(Text("no metric on this screen yet", style="dim"))
             yield Button("Close", id="defs-close")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
