@@ -2,12 +2,14 @@
 
 Design
 ------
-Screens: Home (runs, suites, new-run form) → Dashboard (one run, live) → Item
-(drill-down); Home → Compare (two or more runs on one suite) → Item; `?` opens Help
-anywhere. Every blocking step (DuckDB queries, loading a suite, computing
-metrics, loading a model) runs in a `@work(thread=True, exclusive=True,
-exit_on_error=False)` worker that posts a message back; the app has one
-`Worker.StateChanged` handler that reports failures as notifications.
+Screens (tui/screens/, one module each): Home (runs, suites, new-run form) → Dashboard
+(one run, live) → Item (drill-down); Home → Compare (two or more runs on one suite) →
+Item; `F1`/`?` open Help anywhere, `ctrl+p` the command palette (every action of the
+screen). Esc goes back to the list a screen was opened from. Every blocking step (DuckDB
+queries, loading a suite, computing metrics) runs in a `@work(thread=True,
+exclusive=True, exit_on_error=False)` worker that *returns* a message (tui/messages.py)
+and never touches the screen; the one `Worker.StateChanged` handler (BaseScreen) applies
+it on the UI thread, and reports failures as notifications.
 
 Database access: one `StoreHandle` per app. `llmscope` (tui mode) opens the file
 for writing, since it can start runs; a run started here executes in this

@@ -28,7 +28,10 @@ DIS_COLUMNS = [
 class CompareScreen(BaseScreen):
     """Runs side by side with paired tests, and the items they disagree on."""
 
-    BINDINGS = [Binding("escape", "app.pop_screen", "Back")]
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("d", "definitions", "Definitions", show=False),
+    ]
 
     def __init__(self, run_ids: list[str]) -> None:
         super().__init__()

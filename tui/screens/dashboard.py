@@ -323,7 +323,7 @@ class DashboardScreen(BaseScreen):
                 ("awareness", "awareness"),
                 ("commonsensicality", "commonsensicality"),
             ):
-                h.append(f"{name:<18}", style="bold")
+                h.append(f"{name:<12} ", style="bold")
                 h.append(
                     f"{fmt(hs.get(k))} [{fmt(hs.get(k + '_lo'), 2)}, {fmt(hs.get(k + '_hi'), 2)}]\n"
                 )

@@ -14,14 +14,14 @@ from llmscope.tui.definitions import definitions_table
 HELP = """\
 llmscope — keys
 
-Everywhere     F1 or ?  this help  ctrl+q  quit        escape  back to the list you came from
-               ctrl+p  command palette: every action of the screen, searchable
+Everywhere     F1 or ?  this help   ctrl+q  quit   ctrl+p  command palette (every action)
+               escape  back to the list you came from
                mouse: click rows, scroll with the wheel, click buttons
 
 Home           enter  open the run under the cursor (live while it runs)
                space  mark a run for comparison      c  compare the marked runs
                n  go to the new-run form             r  refresh the run list
-               escape in the form: back to the runs list (keys then act on the list again)
+               escape  leave the form for the runs list
                tab  move between runs, suites and the form; enter in a suite fills the form
 
 Dashboard      up/down/pgup/pgdn/home/end  move in the failing-items list
@@ -29,8 +29,8 @@ Dashboard      up/down/pgup/pgdn/home/end  move in the failing-items list
                g  cycle group filter                    distance to humans, group)
                f  cycle minimum confidence           x  stop a run started in this window
                m  methods: scoring schemes, human fit, order effects, plan
-               d  what each number on the screen means (also: hover a panel)
-               v  next panel (narrow terminals show one panel at a time)
+               d  what each number means (or hover a panel)
+               v  next panel (below 100 columns one panel shows at a time)
 
 Item           n / p  next / previous item of the list without going back
                up/down/pgup/pgdn  scroll
