@@ -180,3 +180,39 @@ async def test_wide_dashboard_uses_the_space(tmp_path: Path) -> None:
         assert dash.query_one("#panels").size.height > 20  # 20 rows at most at 120x40
         assert not dash.query_one("#panel-tabs").display
         assert sum(widths) == 200  # the whole width
+
+
+async def test_method_fallback_banner_on_the_run(tmp_path: Path) -> None:
+    """An API run whose choice task fell back to letter labels says so on its dashboard, even at
+    80x24; a run without a method choice shows no banner."""
+    import datetime as dt
+
+    from test_tui_fixtures import STARTED
+
+    path = tmp_path / "b.duckdb"
+    make_db(path, runs=(("run-a", "model-A", 0),))
+    choice = {"method": "option labels A/B/C...", "reason": "the server gives no echo log-likelihoods"}
+    with Store(path) as store:
+        items = toy_items(12)
+        store.create_run({
+            "run_id": "run-api", "suite_id": SUITE_ID, "suite_name": "toy", "task": "yesno",
+            "model": "openai:m", "backend": "openai", "n_total": 12, "status": "completed",
+            "started_at": STARTED + dt.timedelta(minutes=5), "updated_at": STARTED, "options": {},
+            "meta": {"backend": {"method_choice": choice}}, "versions": {},
+        })
+        store.write_results("run-api", [toy_result(it, i) for i, it in enumerate(items)])
+    app = LlmscopeApp(path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("down", "enter")
+        await settle(pilot)
+        dash = app.screen
+        assert isinstance(dash, DashboardScreen) and dash.run_id == "run-api"
+        assert dash.query_one("#method-banner").display
+        banner = dash.query_one("#method-banner")
+        assert str(banner.content) == (
+            "API method: option labels A/B/C... (the server gives no echo log-likelihoods)")
+        assert "API method: option labels A/B/C..." in screen_text(app)  # on screen, at 80x24
+        await pilot.press("escape", "up", "enter")
+        await settle(pilot)
+        assert app.screen.run_id == "run-a" and not app.screen.query_one("#method-banner").display
