@@ -172,3 +172,42 @@ async def test_command_palette_lists_every_action(db: Path) -> None:
         await pilot.press("enter")
         await settle(pilot)
         assert {"Back", "Next item", "Previous item", "Help"} <= _titles(app)
+
+
+async def test_workers_return_results_the_ui_thread_applies(db: Path) -> None:
+    """Loaders run in threads and return a message; the screen applies it on the UI thread."""
+    import threading
+
+    from llmscope.tui.messages import DashData, ItemLoaded, RunsLoaded
+
+    applied: list[tuple[str, bool]] = []
+    app = LlmscopeApp(db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        home = app.screen
+        w = home.load_runs()
+        await w.wait()
+        assert isinstance(w.result, RunsLoaded) and [r["run_id"] for r in w.result.rows] == ["run-a", "run-b"]
+        await pilot.press("enter")
+        await settle(pilot)
+        dash = app.screen
+        assert isinstance(dash, DashboardScreen)
+        orig = dash.on_dash_data
+
+        def spy(msg: DashData) -> None:
+            applied.append(("dash", threading.current_thread() is threading.main_thread()))
+            orig(msg)
+
+        dash.on_dash_data = spy  # type: ignore[method-assign]
+        w = dash.load(False)
+        await w.wait()
+        await settle(pilot)
+        assert isinstance(w.result, DashData) and w.result.model is dash.model
+        assert applied and all(on_ui for _, on_ui in applied)
+        await pilot.press("enter")
+        await settle(pilot)
+        item = app.screen
+        assert isinstance(item, ItemScreen)
+        w = item.load()
+        await w.wait()
+        assert isinstance(w.result, ItemLoaded) and w.result.details[0]["run_id"] == "run-a"

@@ -147,15 +147,15 @@ class MethodsScreen(BaseScreen):
         self.load()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="methods")
-    def load(self) -> None:
+    def load(self) -> MethodsData:
+        """Returns the panel; BaseScreen applies it on the UI thread (on_methods_data)."""
         from llmscope.analysis.methods import flipping_items, human_vs_model
         from llmscope.report import build_report, results_with_fields
 
         with self.llm_app.handle.use() as store:
             run = store.get_run(self.run_id) or store.find_run(self.run_id)
             if run is None:
-                self.post_message(MethodsData(Text(f"no run {self.run_id}", style="red")))
-                return
+                return MethodsData(Text(f"no run {self.run_id}", style="red"))
             rows = build_report(store, run)
             df = results_with_fields(store, run["run_id"])
             spec = store.suite_spec(run["suite_id"])
@@ -164,7 +164,7 @@ class MethodsScreen(BaseScreen):
             hvm = human_vs_model(df, spec) if not df.empty else None
         except ValueError:
             hvm = None
-        self.post_message(MethodsData(render_methods(rows, flips, hvm)))
+        return MethodsData(render_methods(rows, flips, hvm))
 
     def on_methods_data(self, msg: MethodsData) -> None:
         self.query_one("#methods-body", Static).update(msg.content)
