@@ -22,6 +22,7 @@ from llmscope.analysis.metrics import METRICS
 from llmscope.engine.types import Item, Result
 from llmscope.store.db import Store
 from llmscope.tui.app import LlmscopeApp
+from llmscope.tui.definitions import plain_text
 from llmscope.tui.screens import DashboardScreen, DefinitionsScreen, HelpScreen
 from llmscope.tui.widgets import ItemList, ReliabilityPlot, fit_widths, item_sort_key
 
@@ -119,6 +120,9 @@ async def test_variant_without_gold_and_definitions(tmp_path: Path) -> None:
         text = screen_text(app)
         assert "q3: no gold for this variant" in text
         assert "q1: no gold" not in text and "q2: no gold" not in text
+        # the yes/no table: q3's gold-based cells say "no gold", q1/q2 have numbers
+        bias = [ln for ln in text.splitlines() if "gold_yes_rate" in ln or "│ yes_bias" in ln]
+        assert len(bias) == 2 and all(ln.count("no gold") == 1 for ln in bias), bias
         # hovering the calibration numbers: their definitions from the metrics registry
         tip = str(dash.query_one("#cal").tooltip)
         for name in ("ece", "mce", "brier", "brier_yes"):
@@ -132,12 +136,27 @@ async def test_variant_without_gold_and_definitions(tmp_path: Path) -> None:
         await settle(pilot)
         assert isinstance(app.screen, DefinitionsScreen)
         assert app.screen.metrics == shown
-        defs = screen_text(app)
-        assert "off_format_rate" in defs and "share of items where P(other)" in defs
+        defs = " ".join(plain_text(app.screen.query_one("#defs-table").content, width=400).split())
+        for name in shown:  # each metric with its registered definition
+            assert f"{name} {' '.join(METRICS[name].definition.split())}" in defs, name
+        assert "What the numbers on this screen mean" in screen_text(app)
         await pilot.press("escape")
         await pilot.press("f1")
         await settle(pilot)
         assert isinstance(app.screen, HelpScreen) and app.screen.metrics == shown
+        await pilot.press("escape")
+        await settle(pilot)
+        # the drill-down of an item: q3 says it has no gold, q1 shows its gold
+        dash.query_one(ItemList).focus()
+        await pilot.press("enter")
+        await settle(pilot)
+        item = screen_text(app)
+        assert "gold yes" in item or "gold no" in item
+        lines = [ln for ln in item.splitlines() if "none (no gold for this variant)" in ln]
+        assert len(lines) <= 1  # q3 is the third variant: below the fold or shown once
+        app.screen.query_one("#item-body").scroll_end(animate=False)
+        await settle(pilot)
+        assert "gold none (no gold for this variant)" in screen_text(app)
 
 
 async def test_narrow_dashboard_is_readable(tmp_path: Path) -> None:

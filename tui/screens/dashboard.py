@@ -386,7 +386,11 @@ class DashboardScreen(BaseScreen):
             for r in recs:
                 t.add_column(literal(str(r.get("variant"))), justify="right", no_wrap=True)
             for name in ("mean_p_yes", "pred_yes_rate", "gold_yes_rate", "yes_bias"):
-                t.add_row(name, *[fmt(r[name]) for r in recs])
+                # gold-based cells of a variant without gold say so rather than a bare "-"
+                t.add_row(name, *[
+                    Text("no gold", style="dim")
+                    if name in ("gold_yes_rate", "yes_bias") and str(r.get("variant")) in self.no_gold
+                    else fmt(r[name]) for r in recs])
             parts.append(t)
         if snap.worldsense is not None and len(snap.worldsense):
             t = Table(

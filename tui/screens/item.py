@@ -141,7 +141,10 @@ def _render_variant(v: dict[str, Any]) -> list[Any]:
     out.append(head)
     line = Text()
     line.append("gold ", style="bold")
-    line.append(literal(v.get("gold")))
+    if v.get("gold") is None or v.get("gold") == "":
+        line.append("none (no gold for this variant)", style="dim")
+    else:
+        line.append(literal(v.get("gold")))
     line.append("   prediction ", style="bold")
     line.append(literal(v.get("prediction")))
     line.append(f"   confidence {fmt(v.get('confidence'))}   tokens {v.get('n_tokens') or 0}")
