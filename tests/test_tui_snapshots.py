@@ -23,6 +23,10 @@ SIZES = {"80x24": (80, 24), "120x40": (120, 40), "200x60": (200, 60)}
 @pytest.fixture
 def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LlmscopeApp:
     monkeypatch.chdir(tmp_path)  # the DB path shown in the header is then just its name
+    # A fixed suites list on the home screen: new built-in suites do not change the snapshots.
+    import llmscope.data.suites as suites
+
+    monkeypatch.setattr(suites, "builtin_names", lambda: ["commonsense-sample", "mc-sample", "minimal-pairs"])
     make_db(Path("t.duckdb"), runs=(("run-a", "model-A", 0), ("run-b", "model-B", 13)))
     return LlmscopeApp("t.duckdb")
 
