@@ -127,7 +127,7 @@ def form_run(values: Mapping[str, str]) -> FormRun:
     chat = {"on": True, "off": False}.get(val("chat"))
     cfg = BackendConfig(
         model=val("model") or None,
-        base_url=(urls[0] if len(urls) == 1 else urls) if urls else None,
+        base_url=urls or None,  # a list, as `--base-url` (repeatable) gives it
         device=val("device") or "auto",
         dtype=val("dtype") or "auto",
         chat=chat,
