@@ -38,11 +38,13 @@ from typing import Any
 
 from textual.app import App
 from textual.binding import Binding
-from textual.message import Message
 from textual.worker import Worker, WorkerState
 
 from llmscope.engine.config import BackendConfig
+from llmscope.tui.messages import RunEnded, RunFailed, RunStarted
 from llmscope.tui.model import StoreHandle
+
+__all__ = ["InProcessRun", "LlmscopeApp", "RunEnded", "RunFailed", "RunStarted", "TuiReporter", "run_app"]
 
 
 class TuiReporter:
@@ -83,26 +85,6 @@ class TuiReporter:
     def snapshot(self) -> dict[str, Any] | None:
         with self._lock:
             return dict(self._progress) if self._progress else None
-
-
-class RunStarted(Message):
-    def __init__(self, run_id: str, reporter: TuiReporter) -> None:
-        super().__init__()
-        self.run_id = run_id
-        self.reporter = reporter
-
-
-class RunEnded(Message):
-    def __init__(self, run_id: str, status: str) -> None:
-        super().__init__()
-        self.run_id = run_id
-        self.status = status
-
-
-class RunFailed(Message):
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
 
 
 class InProcessRun:

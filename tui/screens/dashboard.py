@@ -1,0 +1,452 @@
+"""Dashboard: one run, live: progress, accuracy with CIs, bias, calibration, humans, failing items."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import Footer, Header, ProgressBar, Static
+
+from llmscope.analysis.api_method import method_banner
+from llmscope.analysis.metrics import display
+from llmscope.store.db import StoreError
+from llmscope.tui.messages import DashData
+from llmscope.tui.model import (
+    LiveFeed,
+    RunModel,
+    Snapshot,
+    is_lock_error,
+    items_from_suite,
+    load_items,
+)
+from llmscope.tui.screens.base import BaseScreen, _duration, _set
+from llmscope.tui.screens.item import ItemScreen
+from llmscope.tui.widgets import ItemList, ReliabilityPlot, bar, ci_bar, clean, fmt, literal
+
+FAIL_COLUMNS = [
+    ("item_id", "item", 12),
+    ("variant", "variant", 8),
+    ("group", "group", 16),
+    ("gold", "gold", 8),
+    ("prediction", "pred", 10),
+    ("confidence", "conf", 5),
+    ("distance", "|m-h|", 5),
+    ("text", "text", 0),
+]
+
+
+class DashboardScreen(BaseScreen):
+    """One run: progress, accuracy with CIs, bias, calibration, humans, failing items."""
+
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("s", "sort", "Sort"),
+        Binding("g", "group", "Group filter"),
+        Binding("f", "conf", "Conf. filter"),
+        Binding("l", "focus_list", "Items", show=False),
+        Binding("x", "stop", "Stop run"),
+        Binding("r", "resume", "Resume run"),
+        Binding("m", "methods", "Methods", show=False),  # hidden: keeps the footer snapshot stable
+    ]
+
+    RESUMABLE = ("interrupted", "failed", "completed_with_errors", "incomplete")
+    PAGED_LIST = True  # False: the in-memory list for finished runs too (bench.scale's "before")
+
+    def action_methods(self) -> None:
+        """Scoring schemes, human fit, order effects, plan (tui/panels_methods.py)."""
+        from llmscope.tui.panels_methods import MethodsScreen
+
+        self.app.push_screen(MethodsScreen(self.run_id))
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.model: RunModel | None = None
+        self.feed: LiveFeed | None = None
+        self.source = "db"
+        self.run: dict[str, Any] = {"run_id": run_id}
+        self._group_values: list[str] = []
+        self._shown_version = -1
+        self.active = True
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Vertical(id="dash-head"):
+            yield Static("loading ...", id="head")
+            yield ProgressBar(id="bar", show_eta=False, show_percentage=True)
+        with Horizontal(id="panels"):
+            with VerticalScroll(id="left"):
+                yield Static("", id="acc")
+                yield Static("", id="bias")
+                yield Static("", id="other")
+            with Vertical(id="middle"):
+                yield ReliabilityPlot(id="rel")
+                yield Static("", id="cal")
+            with VerticalScroll(id="right"):
+                yield Static("", id="human-plot")
+                yield Static("", id="human")
+        yield Static("", id="fail-title")
+        yield Static("", id="fail-head")
+        yield ItemList(FAIL_COLUMNS, id="failing")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#fail-head", Static).update(self.query_one(ItemList).header())
+        self.query_one("#human", Static).update(
+            Text("no human judgements in this suite", style="dim")
+        )
+        self.load(initial=True)
+        self.set_interval(self.llm_app.refresh_s, self._tick)
+        self.query_one(ItemList).focus()
+
+    def _tick(self) -> None:
+        if not self.active:
+            return
+        for w in self.workers:
+            if w.group == "dash" and w.is_running:
+                return  # never pile up reads
+        self.load(initial=False)
+
+    def _is_active(self, run: dict[str, Any]) -> bool:
+        if self.source == "live":
+            return True
+        h = self.llm_app.running.get(self.run_id)
+        if h is not None and not h.reporter.ended:
+            self._resume_pending = False
+            return True
+        if getattr(self, "_resume_pending", False):
+            return True  # a resume is starting: keep polling until its run shows up
+        return str(run.get("status") or "").startswith("running")
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="dash")
+    def load(self, initial: bool) -> None:
+        app = self.llm_app
+        if initial and app.watch_mode and self.run_id not in app.running:
+            feed = LiveFeed(app.db_path, self.run_id)
+            snap = feed.progress()
+            if snap is not None and not snap["ended"]:
+                self.feed, self.source = feed, "live"
+        progress: dict[str, Any] | None = None
+        if self.source == "live":
+            assert self.feed is not None
+            snap = self.feed.progress() or {}
+            run = dict(snap.get("run") or {"run_id": self.run_id})
+            if self.model is None:
+                spec, items = items_from_suite(run)
+                self.model = RunModel(run, spec, items)
+            self.model.add_live(self.feed.read_new())
+            progress = snap.get("progress")
+            if snap.get("ended"):
+                try:
+                    self._load_db(initial=True)
+                    self.source = "db"
+                    run = self.run
+                except StoreError as e:
+                    if not is_lock_error(e):
+                        raise
+                    # The writer has not released the file yet; try on the next tick.
+        else:
+            self._load_db(initial=self.model is None)
+            run = self.run
+            h = app.running.get(self.run_id)
+            if h is not None:
+                progress = h.reporter.snapshot()
+        self.run = run
+        assert self.model is not None
+        # While a run streams, the metrics pipeline runs at most every two refreshes.
+        snap_ = self.model.compute(throttle_s=app.refresh_s * 2 if self._is_active(run) else 0.0)
+        self.post_message(DashData(run, progress, snap_, self.source))
+
+    def _load_db(self, initial: bool) -> None:
+        with self.llm_app.handle.use() as store:
+            run = store.get_run(self.run_id) or store.find_run(self.run_id)
+            if run is None:
+                raise StoreError(f"no run {self.run_id!r} in {self.llm_app.db_path}")
+            self.run = run
+            if initial:
+                self.run_id = str(run["run_id"])
+                self.model = RunModel(
+                    run, store.suite_spec(run["suite_id"]), load_items(store, run["suite_id"])
+                )
+            assert self.model is not None
+            self.model.run = run
+            self.model.poll_db(store)
+
+    def on_dash_data(self, msg: DashData) -> None:
+        self.active = self._is_active(msg.run)
+        status = (msg.progress or {}).get("status") or msg.run.get("status")
+        if status != getattr(self, "_bound_status", None):
+            self._bound_status = status
+            self.refresh_bindings()  # Stop run / Resume run follow the status
+        self._show_header(msg.run, msg.progress, msg.snap, msg.source)
+        if msg.snap.version != self._shown_version:
+            self._shown_version = msg.snap.version
+            self._show_panels(msg.snap)
+
+    # -- drawing ----------------------------------------------------------------------------
+    def _show_header(
+        self, run: dict[str, Any], p: dict[str, Any] | None, snap: Snapshot, source: str
+    ) -> None:
+        total = int((p or {}).get("total") or run.get("n_total") or 0)
+        done = int(p.get("done") or 0) if p else snap.n
+        errors = int(p.get("errors") or 0) if p else snap.n_errors
+        status = (p or {}).get("status") if p else run.get("status")
+        t = Text()
+        t.append(clean(run.get("model") or "?"), style="bold")
+        t.append("  on  ")
+        t.append(clean(run.get("suite_name") or "?"), style="bold")
+        t.append(f"  [{clean(run.get('task'))}]  run {clean(self.run_id)}  ")
+        t.append(
+            clean(status or "?"), style="green" if str(status).startswith("completed") else "yellow"
+        )
+        if source == "live":
+            t.append("  (live channel)", style="magenta")
+        t.append("\n")
+        t.append(f"{done}/{total or '?'} results   errors {errors}")
+        if p and self._is_active(run):
+            be = p.get("backend") or {}
+            retries = be.get("retries", be.get("n_retries", 0))
+            t.append(
+                f"   retries {retries}   {p.get('items_per_s', 0):.1f} items/s   "
+                f"{p.get('tokens_per_s', 0):.0f} tok/s   ETA {_duration(p.get('eta_s'))}"
+            )
+        acc = snap.overall
+        if acc is not None:
+            t.append(f"   {snap.accuracy_name} {acc.mean:.3f} [{acc.lo:.3f}, {acc.hi:.3f}]")
+        banner = method_banner(run)  # API runs: the scoring method chosen and why
+        if banner:
+            t.append("\n" + clean(banner), style="cyan")
+        _set(self.query_one("#head", Static), t, t.plain)
+        b = self.query_one("#bar", ProgressBar)
+        if total:
+            b.update(total=total, progress=done)
+
+    def _show_panels(self, snap: Snapshot) -> None:
+        model = self.model
+        # accuracy
+        tab = Table(box=None, padding=(0, 1), show_header=True, header_style="bold", expand=True)
+        tab.add_column(snap.accuracy_name, no_wrap=True, overflow="ellipsis", ratio=2)
+        tab.add_column("mean", justify="right", width=5)
+        tab.add_column("95% CI", width=16, no_wrap=True)
+        tab.add_column("n", justify="right", width=5)
+
+        def row(a: Any, indent: str = "") -> None:
+            tab.add_row(
+                literal(indent + a.label), f"{a.mean:.3f}", ci_bar(a.mean, a.lo, a.hi, 16), str(a.n)
+            )
+
+        if snap.overall:
+            row(snap.overall)
+        if snap.variants:
+            tab.add_row(Text("by prompt variant", style="dim"), "", "", "")
+            for a in snap.variants:
+                row(a, "  ")
+        for g, accs in snap.groups.items():
+            tab.add_row(literal(f"by {g}", "dim"), "", "", "")
+            for a in accs:
+                row(a, "  ")
+        if not snap.overall:
+            tab.add_row(Text("no scored results yet", style="dim"), "", "", "")
+        self.query_one("#acc", Static).update(tab)
+        # bias
+        self.query_one("#bias", Static).update(self._bias(snap))
+        # other mass
+        o = Text()
+        if snap.other_hist is not None:
+            o.append("P(other) — mass outside the answers\n", style="bold")
+            o.append(
+                f"mean {fmt(snap.other_mean)}   off-format (other > answers) {fmt(snap.off_format)}\n"
+            )
+            for r in snap.other_hist.itertuples():
+                o.append(f"{r.lo:.1f}-{r.hi:.1f} {bar(r.share, 20)} {int(r.count)}\n")
+        self.query_one("#other", Static).update(o)
+        if self.run.get("task") == "syntaxgym":  # SG panel
+            from llmscope.tui.panels_surprisal import sg_panel
+
+            self.query_one("#other", Static).update(sg_panel(snap))
+        # calibration
+        self.query_one(ReliabilityPlot).show(snap.rel_bins)
+        # Labels are the metric names `llmscope report` prints (docs/METRICS.md).
+        cal = Text()
+        cal.append("ece ", style="bold")
+        cal.append(fmt(snap.ece))
+        cal.append("   mce ", style="bold")
+        cal.append(fmt(snap.mce))
+        cal.append("\nbrier ", style="bold")
+        cal.append(fmt(snap.brier))
+        if not math.isnan(snap.brier_yes):
+            cal.append("\nbrier_yes ", style="bold")
+            cal.append(fmt(snap.brier_yes))
+        self.query_one("#cal", Static).update(cal)
+        # humans
+        if model is not None and model.has_human and snap.human_hist:
+            self.query_one("#human-plot", Static).update(human_histogram(snap.human_hist))
+            hs = snap.human_stats or {}
+            h = Text()
+            for k, name in (
+                ("consensus", "consensus"),
+                ("awareness", "awareness"),
+                ("commonsensicality", "common sense"),
+            ):
+                h.append(f"{name:<13}", style="bold")
+                h.append(
+                    f"{fmt(hs.get(k))} [{fmt(hs.get(k + '_lo'), 2)}, {fmt(hs.get(k + '_hi'), 2)}]\n"
+                )
+            h.append(
+                f"r {fmt(hs.get('pearson'), 2)}  rho {fmt(hs.get('spearman'), 2)}  (P(yes) vs humans)"
+            )
+            self.query_one("#human", Static).update(h)
+        # failing items
+        lst = self.query_one(ItemList)
+        if self.PAGED_LIST and not self.active and self.source == "db" and model is not None:
+            # A finished stored run: the list pages from DuckDB (sorted and filtered in SQL).
+            if lst.source is None:
+                from llmscope.tui.pages import FailingSource
+
+                g0 = model.group_by[0] if model.group_by else None
+                lst.set_source(FailingSource(self.llm_app.handle.use, self.run_id, g0))
+        else:
+            lst.set_data(snap.failing)
+        self._group_values = snap.group_values
+        self._fail_title()
+
+    def _bias(self, snap: Snapshot) -> Any:
+        parts: list[Any] = []
+        if snap.yesno is not None and len(snap.yesno):
+            recs = snap.yesno.to_dict("records")
+            ci = recs[0].get("yes_bias_ci")
+            t = Table(
+                box=None,
+                padding=(0, 1),
+                header_style="bold",
+                title="yes/no bias" + (f" (yes_bias 95% CI [{fmt(ci[0])}, {fmt(ci[1])}])" if ci else ""),
+                title_justify="left",
+                expand=True,
+            )
+            # One row per metric (the names `llmscope report` prints), one column per variant.
+            t.add_column("metric", justify="left", no_wrap=True)
+            for r in recs:
+                t.add_column(literal(str(r.get("variant"))), justify="right", no_wrap=True)
+            for name in ("mean_p_yes", "pred_yes_rate", "gold_yes_rate", "yes_bias"):
+                t.add_row(name, *[fmt(r[name]) for r in recs])
+            parts.append(t)
+        if snap.worldsense is not None and len(snap.worldsense):
+            t = Table(
+                box=None,
+                padding=(0, 1),
+                header_style="bold",
+                title="WorldSense per problem (the authors' metrics: worldsense_accuracy %, worldsense_bias)",
+                title_justify="left",
+                expand=True,
+            )
+            for c in ("problem", "acc", "±", "bias", "±"):
+                t.add_column(c, justify="left" if c == "problem" else "right")
+            for r in snap.worldsense.to_dict("records"):
+                t.add_row(
+                    literal(r["problemname"]),
+                    display("worldsense_accuracy", r["acc"]),
+                    display("worldsense_accuracy", r["acc_ci"]),
+                    display("worldsense_bias", r["bias"]),
+                    display("worldsense_bias", r["bias_ci"]),
+                )
+            parts.append(t)
+        return Group(*parts) if parts else Text("")
+
+    def _fail_title(self) -> None:
+        lst = self.query_one(ItemList)
+        t = Text()
+        t.append(f"Failing items {lst.count}", style="bold")
+        if lst.count != lst.n_total:
+            t.append(f" of {lst.n_total}")
+        t.append(f"   sort: {lst.sort_key}")
+        t.append(f"   group: {lst.group_filter if lst.group_filter is not None else 'all'}")
+        t.append(f"   confidence ≥ {lst.min_conf if lst.min_conf is not None else 'any'}")
+        _set(self.query_one("#fail-title", Static), t, t.plain)
+
+    # -- actions ----------------------------------------------------------------------------
+    def action_sort(self) -> None:
+        from llmscope.tui.widgets import SORTS
+
+        lst = self.query_one(ItemList)
+        lst.set_view(sort=SORTS[(SORTS.index(lst.sort_key) + 1) % len(SORTS)])
+        self._fail_title()
+
+    def action_group(self) -> None:
+        lst = self.query_one(ItemList)
+        vals: list[str | None] = [None, *self._group_values]
+        i = vals.index(lst.group_filter) if lst.group_filter in vals else 0
+        lst.set_view(group=vals[(i + 1) % len(vals)])
+        self._fail_title()
+
+    def action_conf(self) -> None:
+        steps: list[float | None] = [None, 0.5, 0.7, 0.9]
+        lst = self.query_one(ItemList)
+        i = steps.index(lst.min_conf) if lst.min_conf in steps else 0
+        lst.set_view(min_conf=steps[(i + 1) % len(steps)])
+        self._fail_title()
+
+    def action_focus_list(self) -> None:
+        self.query_one(ItemList).focus()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Offer "Stop run" only for a run writing in this window, "Resume run" only for a
+        stopped run (its owner is gone), never in a watching window."""
+        if action == "stop":
+            h = self.llm_app.running.get(self.run_id)
+            return h is not None and not h.reporter.ended
+        if action == "resume":
+            h = self.llm_app.running.get(self.run_id)
+            busy = h is not None and not h.reporter.ended
+            return (not self.llm_app.watch_mode and not busy
+                    and str(self.run.get("status") or "") in self.RESUMABLE)
+        return True
+
+    def action_resume(self) -> None:
+        if not self.check_action("resume", ()):
+            self.notify("only a stopped run can be resumed, from a window that is not watching",
+                        severity="warning")
+            return
+        self.notify(f"resuming run {self.run_id} with the options it was made with ...")
+        self.active = True  # poll again: rows will arrive
+        self._resume_pending = True
+        self.llm_app.resume_run(self.run_id)
+
+    def action_stop(self) -> None:
+        h = self.llm_app.running.get(self.run_id)
+        if h is None or h.reporter.ended:
+            self.notify("this run is not running in this window", severity="warning")
+            return
+        h.stop()
+        self.notify("stopping: results so far are kept; resume with the same settings")
+
+    def on_item_list_opened(self, event: ItemList.Opened) -> None:
+        self.app.push_screen(
+            ItemScreen([self.run_id], event.row["item_id"], nav=event.item_list, dashboard=self)
+        )
+
+
+def human_histogram(hist: dict[str, list[int]]) -> Text:
+    """Model P(yes) (q1) in ten bins, items split by the human majority: agree █, disagree ▒."""
+    agree, disagree = list(hist.values())[0], list(hist.values())[1]
+    top = max([1, *agree, *disagree])
+    t = Text()
+    t.append("model P(yes) by human majority\n", style="bold")
+    t.append("█ agree", style="green")
+    t.append(" / ")
+    t.append("▒ disagree", style="red")
+    t.append(" (humans)\n")
+    for i in range(10):
+        a, d = agree[i], disagree[i]
+        t.append(f"{i / 10:.1f}-{(i + 1) / 10:.1f} ")
+        t.append("█" * round(10 * a / top), style="green")
+        t.append("▒" * round(10 * d / top), style="red")
+        t.append(f" {a}/{d}\n")
+    return t
+

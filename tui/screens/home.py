@@ -1,0 +1,324 @@
+"""Home: runs in the database, the suites available, and a form to start a run."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal, Vertical
+from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Static
+
+from llmscope.store.db import StoreError
+from llmscope.tui.messages import RunsLoaded, SuitesLoaded
+from llmscope.tui.model import active_live_runs, db_runs, is_lock_error, live_runs
+from llmscope.tui.screens.base import BaseScreen, _fmt_time, _set
+from llmscope.tui.screens.compare import CompareScreen
+from llmscope.tui.screens.dashboard import DashboardScreen
+from llmscope.tui.widgets import fmt, literal
+
+
+class HomeScreen(BaseScreen):
+    """Runs in the database, the suites available, and a form to start a run."""
+
+    BINDINGS = [
+        Binding("space", "mark", "Mark for compare"),
+        Binding("c", "compare", "Compare"),
+        Binding("r", "reload", "Refresh"),
+        Binding("n", "new_run", "New run"),
+        Binding("q", "app.quit", "Quit"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[dict[str, Any]] = []
+        self.marked: set[str] = set()
+        self._opened_initial = False
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("", id="notice")
+        with Vertical(id="home-runs"):
+            yield Label("Runs  (Enter open · Space mark · c compare)", classes="title")
+            yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
+        with Horizontal(id="home-bottom"):
+            with Vertical(id="suites-box"):
+                yield Label("Suites  (Enter: use in the form)", classes="title")
+                yield DataTable(id="suites", cursor_type="row")
+            with Grid(id="form"):
+                yield Label("New run", classes="title form-title")
+                yield Label("suite")
+                yield Input(id="f-suite", placeholder="built-in name or spec path", compact=True)
+                yield Label("model")
+                yield Input(
+                    id="f-model",
+                    placeholder="default | hf:ID | gguf:FILE | openai:NAME",
+                    compact=True,
+                )
+                yield Label("base URL")
+                yield Input(id="f-base-url", placeholder="for openai: models", compact=True)
+                yield Label("options")
+                yield Input(id="f-options", placeholder="task options: key=value ...", compact=True)
+                yield Label("limit")
+                yield Input(id="f-limit", placeholder="all items", type="integer", compact=True)
+                yield Label("batch size")
+                yield Input(id="f-batch", value="16", type="integer", compact=True)
+                yield Label("concurrency")
+                yield Input(id="f-conc", value="8", type="integer", compact=True)
+                yield Button("Start run", id="start", variant="primary")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        t = self.query_one("#runs", DataTable)
+        t.add_columns(" ", "run", "suite", "model", "status", "progress", "accuracy", "started")
+        s = self.query_one("#suites", DataTable)
+        s.add_column("suite", width=20)
+        s.add_column("task", width=11)
+        s.add_column("items", width=6)
+        s.add_column("description", width=60)
+        for inp in self.query(Input):
+            inp.cursor_blink = False
+        self.reload()
+        self.load_suites()
+        self.set_interval(self.llm_app.refresh_s * 2, self._tick)
+
+    def _tick(self) -> None:
+        if any(w.group == "home-runs" and w.is_running for w in self.workers):
+            return  # never pile up reads (each opens a short-lived connection)
+        # Only refresh while something is running: finished lists don't change by themselves.
+        if (
+            any(r.get("live") or str(r.get("status", "")).startswith("running") for r in self.rows)
+            or self.llm_app.running
+        ):
+            self.reload()
+
+    def action_reload(self) -> None:
+        self.reload()
+
+    def reload(self) -> None:
+        self.load_runs()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="home-runs")
+    def load_runs(self) -> None:
+        app = self.llm_app
+        notice = app.notice
+        rows: list[dict[str, Any]] = []
+        if app.watch_mode and active_live_runs(app.db_path):
+            rows = live_runs(app.db_path)
+            notice = (
+                "a run is writing this database: showing the live channel; "
+                "finished runs appear when it ends"
+            )
+        else:
+            try:
+                with app.handle.use() as store:
+                    rows = db_runs(store)
+            except StoreError as e:
+                if not is_lock_error(e):
+                    raise
+                if not app.watch_mode:
+                    app.switch_to_watch(
+                        f"{app.db_path} is in use by another process; watching it "
+                        "through the live channel (read-only)"
+                    )
+                rows = live_runs(app.db_path)
+                notice = (
+                    f"{app.db_path} is in use by another process (DuckDB allows one writer); "
+                    "showing runs published on its live channel"
+                )
+        for r in rows:
+            h = app.running.get(str(r.get("run_id")))
+            if h is not None:
+                p = h.reporter.snapshot()
+                if p:
+                    r["n_done"], r["n_total"], r["accuracy"] = (
+                        p.get("done"),
+                        p.get("total"),
+                        p.get("accuracy"),
+                    )
+        self.post_message(RunsLoaded(rows, notice))
+
+    def on_runs_loaded(self, msg: RunsLoaded) -> None:
+        self.rows = msg.rows
+        _set(self.query_one("#notice", Static), literal(msg.notice, "yellow"), msg.notice)
+        self.query_one("#notice").display = bool(msg.notice)
+        self._fill_runs()
+        if self.llm_app.initial_run and not self._opened_initial:
+            self._opened_initial = True
+            want = self.llm_app.initial_run
+            ids = [str(r["run_id"]) for r in self.rows]
+            if want == "last" and ids:
+                match = [ids[-1] if not self.rows[0].get("live") else ids[0]]
+            else:
+                match = [i for i in ids if i.startswith(want)]
+            if len(match) == 1:
+                self.open_run(match[0])
+            else:
+                self.notify(f"no single run matches {want!r}", severity="warning")
+
+    def _fill_runs(self) -> None:
+        t = self.query_one("#runs", DataTable)
+        keep = t.cursor_row
+        t.clear()
+        for r in self.rows:
+            rid = str(r.get("run_id"))
+            done, total = r.get("n_done"), r.get("n_total")
+            prog = f"{done or 0}/{total or '?'}"
+            if total:
+                prog += f" {100 * (done or 0) / total:.0f}%"
+            acc = r.get("accuracy")
+            t.add_row(
+                "●" if rid in self.marked else " ",
+                literal(rid),
+                literal(r.get("suite_name")),
+                literal(str(r.get("model") or "")[:40]),
+                literal(r.get("status")),
+                prog,
+                fmt(acc),
+                _fmt_time(r.get("started_at")),
+                key=rid,
+            )
+        if self.rows:
+            t.move_cursor(row=min(keep, len(self.rows) - 1))
+
+    def _current_run(self) -> str | None:
+        t = self.query_one("#runs", DataTable)
+        if not self.rows or t.cursor_row < 0 or t.cursor_row >= len(self.rows):
+            return None
+        return str(self.rows[t.cursor_row]["run_id"])
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id == "runs":
+            rid = str(event.row_key.value)
+            self.open_run(rid)
+        elif event.data_table.id == "suites":
+            self.query_one("#f-suite", Input).value = str(event.row_key.value)
+            self.query_one("#f-model", Input).focus()
+
+    def open_run(self, run_id: str) -> None:
+        self.app.push_screen(DashboardScreen(run_id))
+
+    def action_mark(self) -> None:
+        rid = self._current_run()
+        if rid is None:
+            return
+        self.marked.symmetric_difference_update({rid})
+        t = self.query_one("#runs", DataTable)
+        t.update_cell(rid, t.ordered_columns[0].key, "●" if rid in self.marked else " ")
+
+    def action_compare(self) -> None:
+        ids = [str(r["run_id"]) for r in self.rows if str(r["run_id"]) in self.marked]
+        if len(ids) < 2:
+            self.notify("mark two or more runs with Space, then press c", severity="warning")
+            return
+        if self.llm_app.watch_mode and active_live_runs(self.llm_app.db_path):
+            self.notify(
+                "compare needs the database, which a live run holds; try again when it ends",
+                severity="warning",
+            )
+            return
+        self.app.push_screen(CompareScreen(ids))
+
+    def action_new_run(self) -> None:
+        self.query_one("#f-suite", Input).focus()
+
+    # -- suites -----------------------------------------------------------------------------
+    @work(thread=True, exclusive=True, exit_on_error=False, group="home-suites")
+    def load_suites(self) -> None:
+        from llmscope.data.suites import builtin_names, load_suite
+
+        rows = []
+        for name in builtin_names():
+            if name in ("commonsense", "worldsense"):
+                rows.append(
+                    {
+                        "name": name,
+                        "task": {"commonsense": "yesno"}.get(name, "constrained"),
+                        "items": None,
+                        "description": "full data set (needs --suite-path or ../shared)",
+                    }
+                )
+                continue
+            try:
+                s = load_suite(name)
+                rows.append(
+                    {
+                        "name": name,
+                        "task": s.task,
+                        "items": len(s.items()),
+                        "description": " ".join((s.description or "").split()),
+                    }
+                )
+            except Exception as e:  # a broken spec is listed with its error
+                rows.append({"name": name, "task": "?", "items": None, "description": str(e)})
+        self.post_message(SuitesLoaded(rows))
+
+    def on_suites_loaded(self, msg: SuitesLoaded) -> None:
+        t = self.query_one("#suites", DataTable)
+        t.clear()
+        for r in msg.rows:
+            t.add_row(
+                literal(r["name"]),
+                r["task"],
+                "-" if r["items"] is None else str(r["items"]),
+                literal(r["description"][:60]),
+                key=r["name"],
+            )
+        inp = self.query_one("#f-suite", Input)
+        if not inp.value and msg.rows:
+            inp.value = msg.rows[0]["name"]
+
+    # -- form -------------------------------------------------------------------------------
+    def form_params(self) -> dict[str, Any]:
+        """The new-run form as parameters for `LlmscopeApp.start_run` (raises ValueError)."""
+        from llmscope.engine.config import ConfigError, parse_options
+
+        def val(i: str) -> str:
+            return self.query_one(f"#{i}", Input).value.strip()
+
+        def number(i: str, name: str, lo: int) -> int | None:
+            text = val(i)
+            if not text:
+                return None
+            try:
+                n = int(text)
+            except ValueError:
+                raise ValueError(f"{name} must be a whole number, got {text!r}") from None
+            if n < lo:
+                raise ValueError(f"{name} must be {lo} or more, got {n}")
+            return n
+
+        if not val("f-suite"):
+            raise ValueError("choose a suite")
+        try:
+            opts = parse_options(shlex.split(val("f-options")))
+        except (ConfigError, ValueError) as e:
+            raise ValueError(str(e)) from e
+        return {
+            "suite": val("f-suite"),
+            "model": val("f-model") or None,
+            "base_url": val("f-base-url") or None,
+            "options": opts,
+            "limit": number("f-limit", "limit", 1),
+            "batch_size": number("f-batch", "batch size", 1) or 16,
+            "concurrency": number("f-conc", "concurrency", 1) or 8,
+        }
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "start":
+            self.start_from_form()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.start_from_form()
+
+    def start_from_form(self) -> None:
+        try:
+            params = self.form_params()
+        except ValueError as e:
+            self.notify(str(e), severity="error")
+            return
+        self.notify(f"starting {params['suite']} with {params['model'] or 'the default model'} ...")
+        self.llm_app.start_run(params)
+

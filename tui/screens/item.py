@@ -1,0 +1,220 @@
+"""Item drill-down: prompts, gold, each variant's distribution and scores, in one or more runs."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.widgets import Footer, Header, Static
+
+from llmscope.tui.messages import ItemLoaded
+from llmscope.tui.model import item_detail, item_detail_live
+from llmscope.tui.screens.base import BaseScreen
+from llmscope.tui.widgets import ItemList, bar, clean, fmt, literal
+
+if TYPE_CHECKING:
+    from llmscope.tui.screens.dashboard import DashboardScreen
+
+
+class ItemScreen(BaseScreen):
+    """Everything about one item: prompts, gold, each variant's distribution and scores."""
+
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("n", "step(1)", "Next item"),
+        Binding("p", "step(-1)", "Previous item"),
+    ]
+
+    def __init__(
+        self,
+        run_ids: list[str],
+        item_id: str,
+        *,
+        nav: ItemList | None = None,
+        dashboard: DashboardScreen | None = None,
+    ) -> None:
+        super().__init__()
+        self.run_ids = run_ids
+        self.item_id = item_id
+        self.nav = nav
+        self.dashboard = dashboard
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("", id="item-head")
+        with VerticalScroll(id="item-body"):
+            yield Static("loading ...", id="item-content")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.load()
+        self.query_one("#item-body").focus()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="item")
+    def load(self) -> None:
+        out = []
+        d = self.dashboard
+        if d is not None and d.source == "live" and d.model is not None:
+            out.append({"run_id": self.run_ids[0], **item_detail_live(d.model, self.item_id, d.feed)})
+        else:
+            with self.llm_app.handle.use() as store:
+                for rid in self.run_ids:
+                    out.append({"run_id": rid, **item_detail(store, rid, self.item_id)})
+        self.post_message(ItemLoaded(out))
+
+    def action_step(self, delta: int) -> None:
+        if self.nav is None or self.nav.count == 0:
+            self.notify("no list to step through", severity="warning")
+            return
+        self.nav.action_cursor(delta)
+        row = self.nav.current_row()
+        if row is not None:
+            self.item_id = row["item_id"]
+            self.load()
+
+    def on_item_loaded(self, msg: ItemLoaded) -> None:
+        head = Text()
+        head.append(f"item {clean(self.item_id)}", style="bold")
+        if self.nav is not None:
+            head.append(f"   ({self.nav.cursor + 1}/{self.nav.count} in the list; n/p step)")
+        self.query_one("#item-head", Static).update(head)
+        self.query_one("#item-content", Static).update(render_item(msg.details))
+        self.query_one("#item-body").scroll_home(animate=False)
+
+
+def render_item(details: list[dict[str, Any]]) -> Group:
+    """The drill-down content for an item in one or more runs (all text literal)."""
+    parts: list[Any] = []
+    first = details[0] if details else {}
+    parts.append(Text("text", style="bold underline"))
+    parts.append(literal(first.get("text")))
+    fields = first.get("fields") or {}
+    human = {k: v for k, v in fields.items() if k.startswith("human")}
+    if first.get("options"):
+        parts.append(
+            Text.assemble(("options  ", "bold"), literal(" | ".join(map(str, first["options"]))))
+        )
+    if human:
+        parts.append(Text("human", style="bold underline"))
+        for k, v in human.items():
+            line = Text(f"{k:<12} ")
+            if isinstance(v, (int, float)) and 0 <= float(v) <= 1:
+                line.append(bar(float(v), 20) + f" {float(v):.2f}")
+            else:
+                line.append(literal(v))
+            parts.append(line)
+    if first.get("live"):
+        parts.append(
+            Text(
+                "live run: prompts, top tokens and option scores appear once the run has ended",
+                style="yellow",
+            )
+        )
+    for d in details:
+        if len(details) > 1:
+            parts.append(Text(f"\n══ run {d.get('run_id')} ══", style="bold magenta"))
+        if not d.get("variants"):
+            parts.append(Text("no result for this item in this run", style="dim"))
+        for v in d.get("variants", []):
+            parts.extend(_render_variant(v))
+    return Group(*parts)
+
+
+def _render_variant(v: dict[str, Any]) -> list[Any]:
+    out: list[Any] = []
+    corr = v.get("correct")
+    mark = (
+        ("✔", "green")
+        if corr is not None and corr >= 0.5
+        else (("✘", "red") if corr is not None else ("·", "dim"))
+    )
+    head = Text("\n")
+    head.append(f"── variant {clean(v.get('variant'))} ", style="bold cyan")
+    head.append(mark[0], style=mark[1])
+    out.append(head)
+    line = Text()
+    line.append("gold ", style="bold")
+    line.append(literal(v.get("gold")))
+    line.append("   prediction ", style="bold")
+    line.append(literal(v.get("prediction")))
+    line.append(f"   confidence {fmt(v.get('confidence'))}   tokens {v.get('n_tokens') or 0}")
+    out.append(line)
+    if v.get("error"):
+        out.append(Text.assemble(("error ", "bold red"), literal(v["error"])))
+    if v.get("prompt"):
+        out.append(Text("prompt (exactly as rendered for the model)", style="bold"))
+        out.append(literal(v["prompt"], "italic"))
+    probs = v.get("probs")
+    if isinstance(probs, dict) and probs:
+        out.append(Text("answer probabilities", style="bold"))
+        t = Table(box=None, padding=(0, 1), show_header=False)
+        t.add_column(no_wrap=True)
+        t.add_column()
+        t.add_column(justify="right")
+        for k, p in list(probs.items())[:20]:
+            t.add_row(literal(k), bar(p, 30), fmt(p))
+        if v.get("other") is not None:
+            t.add_row(Text("(other)", style="dim"), bar(v.get("other"), 30), fmt(v.get("other")))
+        out.append(t)
+    top = v.get("top_tokens")
+    if isinstance(top, list) and top:
+        out.append(Text("top next tokens", style="bold"))
+        t = Table(box=None, padding=(0, 1), show_header=False)
+        t.add_column(no_wrap=True)
+        t.add_column()
+        t.add_column(justify="right")
+        for tok in top[:20]:
+            if isinstance(tok, dict):
+                t.add_row(
+                    literal(repr(tok.get("token"))),
+                    bar(tok.get("prob"), 30),
+                    fmt(tok.get("prob"), 4),
+                )
+        out.append(t)
+    scores = v.get("option_scores")
+    if isinstance(scores, dict) and scores:
+        methods: list[str] = []
+        for m in scores.values():
+            if isinstance(m, dict):
+                methods += [k for k in m if k not in methods]
+        out.append(Text("option scores by method", style="bold"))
+        t = Table(box=None, padding=(0, 1), header_style="bold")
+        t.add_column("option", no_wrap=True)
+        for m in methods:
+            t.add_column(m, justify="right")
+        for opt, m in scores.items():
+            m = m if isinstance(m, dict) else {}
+            t.add_row(literal(opt), *[fmt(m.get(k), 4) for k in methods])
+        out.append(t)
+    extra = v.get("extra")
+    if isinstance(extra, dict) and isinstance(extra.get("context"), dict):
+        # Minimal pairs: what each sentence was conditioned on (task option `context`).
+        c = extra["context"]
+        out.append(Text.assemble(("sentence context ", "bold"), literal(f"{c.get('mode')} {c.get('text')!r}"),
+                                 (f"  ({c.get('why')})", "dim")))
+    if isinstance(extra, dict) and extra:
+        if "methods" in extra:
+            out.append(Text("methods", style="bold"))
+            out.append(
+                literal(json.dumps(extra["methods"], ensure_ascii=False, default=str)[:2000])
+            )
+        if "conditions" in extra and "predictions" in extra:  # syntaxgym: word-surprisal drill-down
+            from llmscope.tui.panels_surprisal import render_surprisal
+
+            out.extend(render_surprisal(extra))
+            extra = {k: x for k, x in extra.items() if k not in ("conditions", "per_token", "predictions")}
+        trace = {k: x for k, x in extra.items() if k != "methods"}
+        if trace:
+            out.append(Text("normalisation trace / task detail", style="bold"))
+            for k, x in trace.items():
+                s = x if isinstance(x, str) else json.dumps(x, ensure_ascii=False, default=str)
+                out.append(Text.assemble((f"  {k}: ", "dim"), literal(s[:1000])))
+    return out
+
