@@ -202,6 +202,27 @@ def read_live(db: str | Path) -> list[dict[str, Any]]:
     return out
 
 
+def change_signature(db: str | Path) -> tuple[Any, ...]:
+    """What changes when a process starts, advances or ends a run on `db`: the runs on its
+    live channel (progress file times, `ended` markers) and the database file's size and
+    time. Cheap (a few stat calls), so a viewer can poll it without opening the database."""
+    base = live_dir(db)
+    runs: list[tuple[str, float, bool]] = []
+    if base.is_dir():
+        for d in sorted(base.iterdir()):
+            try:
+                t = (d / "progress.json").stat().st_mtime
+            except OSError:
+                continue
+            runs.append((d.name, t, (d / "ended").exists()))
+    try:
+        st = os.stat(db)
+        file: tuple[float, int] = (st.st_mtime, st.st_size)
+    except OSError:
+        file = (0.0, -1)
+    return (file, tuple(runs))
+
+
 class ResultTail:
     """Reads new lines of a run's `results.jsonl` from where it last stopped.
 

@@ -190,7 +190,7 @@ class RunForm(VerticalScroll):
     """The new-run form (fields from FIELDS); posts `RunForm.Submitted` with a FormRun."""
 
     DEFAULT_CSS = """
-    RunForm { height: 1fr; padding: 0 1; }
+    RunForm { height: 1fr; width: 1fr; padding: 0 1; border-left: solid $primary; }
     RunForm > Grid { grid-size: 4; grid-columns: 12 1fr 12 1fr; grid-rows: 1; grid-gutter: 0 1; height: auto; }
     RunForm Input { height: 1; }
     RunForm Select { height: 1; }
