@@ -196,7 +196,7 @@ class RunForm(VerticalScroll):
     RunForm Select { height: 1; }
     RunForm #f-check { height: auto; }
     RunForm #f-opts-row { grid-size: 2; grid-columns: 12 1fr; height: auto; }
-    RunForm Button { width: 100%; height: 3; margin-top: 0; }
+    RunForm Button { width: 100%; height: 1; }
     """
 
     class Submitted(Message):
@@ -221,8 +221,9 @@ class RunForm(VerticalScroll):
             o = BY_NAME["options"]
             yield Label(o.label)
             yield Input(placeholder=o.placeholder, id=o.id, compact=True)
+        # The button before the check line: a long message must not push it out of view.
+        yield Button("Start run", id="start", variant="primary", compact=True)
         yield Static("", id="f-check")
-        yield Button("Start run", id="start", variant="primary")
 
     def on_mount(self) -> None:
         for inp in self.query(Input):
