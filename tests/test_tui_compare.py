@@ -66,3 +66,47 @@ def test_item_ids_sort_as_numbers() -> None:
             for i, d in (("10", 1.0), ("1003", -1.0), ("141", 0.5), ("9", -0.25))]
     assert [r["item_id"] for r in sort_disagreements(rows, "item")] == ["9", "10", "141", "1003"]
     assert [r["item_id"] for r in sort_disagreements(rows, "|difference|")] == ["10", "1003", "141", "9"]
+
+
+async def test_compare_screen_shows_every_pair_and_opens_both_runs(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from test_tui_fixtures import screen_text, settle, wait_until
+
+    from llmscope.tui.app import LlmscopeApp
+    from llmscope.tui.screens import HomeScreen
+    from llmscope.tui.screens.compare import CompareScreen
+    from llmscope.tui.screens.item import ItemScreen
+    from llmscope.tui.widgets import ItemList
+
+    cli = _cli(db, "run-b", "run-c", capsys)["comparisons"][0]
+    app = LlmscopeApp(db, refresh_s=0.2)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await settle(pilot)
+        home = app.screen
+        assert isinstance(home, HomeScreen)
+        for _ in range(3):  # mark all three runs from the keyboard
+            await pilot.press("space")
+            await pilot.press("down")
+        await pilot.press("c")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.matrix is not None,
+                                timeout=60)
+        scr = app.screen
+        assert isinstance(scr, CompareScreen) and scr.matrix is not None
+        assert set(scr.matrix.pairs) == {("run-a", "run-b"), ("run-a", "run-c"), ("run-b", "run-c")}
+        # the b-vs-c cell on screen shows the CLI's numbers
+        lo, hi = cli["diff_ci95"]
+        assert f"{cli['diff']:+.3f} [{lo:+.3f}, {hi:+.3f}] p={cli['p_value']:.3g} n={cli['n']}" in screen_text(app)
+        lst = scr.query_one("#dis", ItemList)
+        assert lst.count == len(disagreement_rows(scr.matrix))
+        await pilot.press("o")  # sort by item id: numeric order, list back at its top
+        await settle(pilot)
+        ids = [lst.row(i)["item_id"] for i in range(lst.count)]  # type: ignore[index]
+        assert [int(i[1:]) for i in ids] == sorted(int(i[1:]) for i in ids) and lst.cursor == 0
+        first = lst.row(0)
+        assert first is not None
+        await pilot.press("enter")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, ItemScreen) and app.screen.details)
+        item = app.screen
+        assert isinstance(item, ItemScreen)
+        assert [d["run_id"] for d in item.details] == [first["a"], first["b"]]
+        assert all(d["variants"] for d in item.details)
+

@@ -115,14 +115,27 @@ def render_item(details: list[dict[str, Any]]) -> Group:
     if first.get("live") and not any(v.get("prompt") for d in details for v in d.get("variants", [])):
         # The live channel carries full rows; only a row cut short (or not yet indexed) lacks them.
         parts.append(Text("live run: this item's full detail is not on the live channel yet", style="yellow"))
-    for d in details:
-        if len(details) > 1:
-            parts.append(Text(f"\n══ run {d.get('run_id')} ══", style="bold magenta"))
-        if not d.get("variants"):
-            parts.append(Text("no result for this item in this run", style="dim"))
-        for v in d.get("variants", []):
-            parts.extend(_render_variant(v))
+    if len(details) == 2:  # compare: the same item under both runs, side by side
+        t = Table(box=None, expand=True, padding=(0, 1), show_header=False)
+        for _ in details:
+            t.add_column(ratio=1)
+        t.add_row(*[Group(*_run_parts(d, True)) for d in details])
+        parts.append(t)
+    else:
+        for d in details:
+            parts.extend(_run_parts(d, len(details) > 1))
     return Group(*parts)
+
+
+def _run_parts(d: dict[str, Any], head: bool) -> list[Any]:
+    out: list[Any] = []
+    if head:
+        out.append(Text(f"\n══ run {d.get('run_id')} ══", style="bold magenta"))
+    if not d.get("variants"):
+        out.append(Text("no result for this item in this run", style="dim"))
+    for v in d.get("variants", []):
+        out.extend(_render_variant(v))
+    return out
 
 
 def _render_variant(v: dict[str, Any]) -> list[Any]:
