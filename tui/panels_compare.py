@@ -102,18 +102,25 @@ def _ci(row: dict[str, Any] | None, name: str) -> Text:
     return t
 
 
-def render_matrix(m: CompareMatrix) -> Table:
-    """Runs x metrics: each value with its 95% interval, as `llmscope report` gives it."""
-    t = Table(box=None, padding=(0, 1), header_style="bold", title="runs × metrics (llmscope report)",
-              title_justify="left")
-    t.add_column("run", no_wrap=True)
-    t.add_column("model", no_wrap=True, max_width=28)
-    for name in m.metrics:
-        t.add_column(name, no_wrap=True)
+def render_matrix(m: CompareMatrix, width: int = 120) -> Table:
+    """Runs x metrics: each value with its 95% interval, as `llmscope report` gives it.
+
+    As many metric columns as `width` holds (about 22 cells each); the run id is never cut."""
+    run_w = max([len(str(r["run_id"])) for r in m.runs] + [3])
+    model_w = min(20, max([len(str(r.get("model") or "")) for r in m.runs] + [5]))
+    fit = max(1, (width - run_w - model_w - 6) // 23)
+    names = m.metrics[:fit]
+    hidden = len(m.metrics) - len(names)
+    title = "runs × metrics (as llmscope report)" + (f"; {hidden} more with a wider window" if hidden else "")
+    t = Table(box=None, padding=(0, 1), header_style="bold", title=title, title_justify="left")
+    t.add_column("run", no_wrap=True, min_width=run_w)
+    t.add_column("model", no_wrap=True, max_width=model_w, overflow="ellipsis")
+    for name in names:
+        t.add_column(name, no_wrap=True, overflow="ellipsis")
     for r in m.runs:
         rid = str(r["run_id"])
-        t.add_row(literal(rid), literal(str(r.get("model") or "")[:28]),
-                  *[_ci(m.values.get(rid, {}).get(name), name) for name in m.metrics])
+        t.add_row(literal(rid), literal(str(r.get("model") or "")),
+                  *[_ci(m.values.get(rid, {}).get(name), name) for name in names])
     return t
 
 

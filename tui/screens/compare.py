@@ -78,7 +78,7 @@ class CompareScreen(BaseScreen):
     def on_compare_loaded(self, msg: CompareLoaded) -> None:
         m: CompareMatrix = msg.data["matrix"]
         self.matrix = m
-        self.query_one("#cmp-matrix", Static).update(render_matrix(m))
+        self.query_one("#cmp-matrix", Static).update(render_matrix(m, self.size.width))
         self.query_one("#cmp-tests", Static).update(render_pairs(m))
         self._rows = disagreement_rows(m)
         self._show_items()
