@@ -54,6 +54,8 @@ class DashboardScreen(BaseScreen):
         Binding("x", "stop", "Stop run"),
         Binding("r", "resume", "Resume run"),
         Binding("m", "methods", "Methods", show=False),  # hidden: keeps the footer snapshot stable
+        Binding("h", "human", "Human vs model", show=False),  # tui/panels_human.py
+        Binding("v", "plots", "Plots", show=False),  # tui/plots.py
     ]
 
     RESUMABLE = ("interrupted", "failed", "completed_with_errors", "incomplete")
@@ -64,6 +66,32 @@ class DashboardScreen(BaseScreen):
         from llmscope.tui.panels_methods import MethodsScreen
 
         self.app.push_screen(MethodsScreen(self.run_id))
+
+    def action_human(self) -> None:
+        """Human vs model side by side (tui/panels_human.py); needs the stored run."""
+        from llmscope.tui.panels_human import HumanScreen
+
+        if self.source == "live":
+            self.notify("human vs model reads the database: open it when the run has ended", severity="warning")
+            return
+        self.app.push_screen(HumanScreen(self.run_id))
+
+    def action_plots(self) -> None:
+        """Accuracy and throughput over the run, reliability, score distributions (tui/plots.py)."""
+        from llmscope.tui.model import LiveFeed
+        from llmscope.tui.plots import PlotsScreen
+
+        feed = LiveFeed(self.llm_app.db_path, self.run_id) if self.source == "live" else None
+        self.app.push_screen(PlotsScreen(self.run_id, self.run.get("task"), feed))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="dash-human")
+    def _load_human(self) -> None:
+        from llmscope.tui.panels_human import human_data, render_human_summary
+
+        with self.llm_app.handle.use() as store:
+            d = human_data(store, self.run)
+        if d.kind is not None:
+            self.app.call_from_thread(self.query_one("#human", Static).update, render_human_summary(d))
 
     def __init__(self, run_id: str) -> None:
         super().__init__()
@@ -303,6 +331,10 @@ class DashboardScreen(BaseScreen):
                 f"r {fmt(hs.get('pearson'), 2)}  rho {fmt(hs.get('spearman'), 2)}  (P(yes) vs humans)"
             )
             self.query_one("#human", Static).update(h)
+        elif model is not None and not self.active and self.source == "db" and not getattr(self, "_human_asked", False):
+            # other human data (choice counts, ratings, answer clusters): summarised once the run is stored
+            self._human_asked = True
+            self._load_human()
         # failing items
         lst = self.query_one(ItemList)
         if self.PAGED_LIST and not self.active and self.source == "db" and model is not None:

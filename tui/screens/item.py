@@ -63,11 +63,18 @@ class ItemScreen(BaseScreen):
         out = []
         d = self.dashboard
         if d is not None and d.source == "live" and d.model is not None:
-            out.append({"run_id": self.run_ids[0], **item_detail_live(d.model, self.item_id, d.feed)})
+            out.append({"run_id": self.run_ids[0], **item_detail_live(d.model, self.item_id, d.feed),
+                        "spec": d.model.spec, "task": d.model.task})
         else:
             with self.llm_app.handle.use() as store:
                 for rid in self.run_ids:
-                    out.append({"run_id": rid, **item_detail(store, rid, self.item_id)})
+                    det = {"run_id": rid, **item_detail(store, rid, self.item_id)}
+                    run = store.get_run(rid)
+                    if run is not None:  # what the human-vs-model section needs (tui/panels_human.py)
+                        det["spec"], det["task"] = store.suite_spec(run["suite_id"]), run.get("task")
+                        if "clusters" in (det.get("fields") or {}):
+                            det["probeval"] = store.load_analysis(rid, "probeval")
+                    out.append(det)
         self.post_message(ItemLoaded(out))
 
     def action_step(self, delta: int) -> None:
@@ -103,7 +110,11 @@ def render_item(details: list[dict[str, Any]]) -> Group:
         parts.append(
             Text.assemble(("options  ", "bold"), literal(" | ".join(map(str, first["options"]))))
         )
-    if human:
+    from llmscope.tui.panels_human import render_human_item
+
+    side = render_human_item(first, details, first.get("spec"), first.get("task"), first.get("probeval"))
+    parts.extend(side)
+    if human and not side:
         parts.append(Text("human", style="bold underline"))
         for k, v in human.items():
             line = Text(f"{k:<12} ")
