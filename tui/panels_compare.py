@@ -154,7 +154,18 @@ def render_pairs(m: CompareMatrix) -> Any:
             txt.append(f" [{lo:+.3f}, {hi:+.3f}] p={cp.get('p_value'):.3g} n={cp.get('n')}", style="dim")
             cells.append(txt)
         t.add_row(literal(a), *cells)
-    return Group(t)
+    lines = Text()
+    for (a, b), c in m.pairs.items():  # the same line `llmscope compare a b` prints, per pair
+        cp, mc = c.comparison, c.comparison.get("mcnemar") or {}
+        lo, hi = cp.get("diff_ci95") or (None, None)
+        if c.diff is None or lo is None or hi is None:
+            continue
+        mp = "-" if mc.get("p") is None else f"{mc['p']:.4g}"
+        lines.append(f"{b} vs {a}: ", style="bold")
+        lines.append(f"Δacc {c.diff:+.3f} [{lo:+.3f}, {hi:+.3f}] p={cp.get('p_value'):.4g}  n={cp.get('n')} "
+                     f"clusters={cp.get('n_clusters')}   McNemar b={mc.get('b_base_only')} c={mc.get('c_run_only')} "
+                     f"p={mp} ({mc.get('method')})\n")
+    return Group(t, lines)
 
 
 def disagreement_rows(m: CompareMatrix) -> list[dict[str, Any]]:

@@ -108,7 +108,7 @@ class HumanData:
 
 HUMAN_METRICS = ("consensus", "awareness", "commonsensicality", "human_pearson", "human_spearman",
                  "probeval_kl", "probeval_wrong_share", "fit_alpha", "human_loglik", "human_ll_uniform",
-                 "human_ll_empirical", "human_ll_per_choice", "softmax_accuracy_fitted", "accuracy", "mae")
+                 "human_ll_empirical", "human_ll_per_choice", "softmax_accuracy_fitted")
 
 
 def choice_rows(df: pd.DataFrame, items: dict[str, dict[str, Any]], spec: dict[str, Any]) -> pd.DataFrame:
