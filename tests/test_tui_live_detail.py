@@ -15,6 +15,7 @@ from rich.console import Console
 from test_tui_fixtures import settle, wait_until
 
 from llmscope.tui.app import LlmscopeApp
+from llmscope.tui.plots import PlotsScreen
 from llmscope.tui.screens import DashboardScreen, HomeScreen
 from llmscope.tui.screens.item import ItemScreen, render_item
 
@@ -59,6 +60,10 @@ async def test_viewer_picks_up_a_new_run_and_live_detail_equals_stored(tmp_path:
             during = app.screen.details
             assert proc.poll() is None, "the run ended before the drill-down was read; it must be mid-run"
             assert any(v.get("prompt") for v in during[0]["variants"])
+            await pilot.press("escape")
+            # plots read the live channel too (accuracy and throughput over the run so far)
+            await pilot.press("v")
+            assert await wait_until(pilot, lambda: isinstance(app.screen, PlotsScreen) and app.screen._n_shown > 0)
             await pilot.press("escape")
             assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
             # the dashboard moves to the database once the run has ended
