@@ -127,3 +127,40 @@ def test_choice_counts_beside_model_probabilities_in_a_real_run(tmp_path: Path) 
         assert row["human"] == pytest.approx([c / sum(counts) for c in counts])
         total = sum(probs[o] for o in opts)
         assert row["model"] == pytest.approx([probs[o] / total for o in opts])
+
+
+def test_probeval_summary_equals_the_pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """KL and its interval from the stored per-question tables equal the pipeline's probeval_kl."""
+    import llmscope.report as report
+    from llmscope.analysis.metrics import results_with_fields, run_metrics
+    from llmscope.data.suites import load_suite
+    from llmscope.engine.types import Result
+
+    monkeypatch.setattr(report, "_default_embedder", lambda: None)  # exact matching: no model download
+    suite = load_suite("cfc")
+    items = suite.items()[:8]
+    db = tmp_path / "cfc.duckdb"
+    with Store(db) as st:
+        st.add_suite(suite.suite_id, "cfc", "generation", suite.spec, "tests", items)
+        st.create_run({"run_id": "g1", "suite_id": suite.suite_id, "suite_name": "cfc", "task": "generation",
+                       "n_total": len(items), "model": "m"})
+        res = []
+        for k, it in enumerate(items):
+            raw = list(it.fields["raw"]) if isinstance(it.fields["raw"], dict) else []
+            samples = raw[: 1 + k % 3] + ["zzz unmatched"] * (k % 2 + 1)
+            res.append(Result(item_id=it.item_id, variant="default", prompt="p", prediction=samples[0],
+                              extra={"samples": [{"text": s} for s in samples]}))
+        st.write_results("g1", res)
+        run = st.get_run("g1")
+        assert run is not None
+        d = human_data(st, run)  # computes and stores the per-question tables once
+        assert st.load_analysis("g1", "probeval") is not None
+        pipe = run_metrics(st, run)
+        assert len(results_with_fields(st, "g1")) == len(items)
+    kl = pipe.get("probeval_kl")
+    assert kl is not None and d.kind == "clusters"
+    ours = {m["metric"]: m for m in d.metrics}
+    assert ours["probeval_kl"]["value"] == pytest.approx(kl.value)
+    assert ours["probeval_kl"]["ci95"] == pytest.approx(kl.ci95)
+    share = pipe.get("probeval_wrong_share")
+    assert share is not None and ours["probeval_wrong_share"]["value"] == pytest.approx(share.value)

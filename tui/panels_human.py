@@ -167,6 +167,22 @@ def human_data(store: Any, run: dict[str, Any]) -> HumanData:
     out = HumanData(kind, run, texts={i: str(it.get("text") or "") for i, it in items.items()})
     if kind is None:
         return out
+    if kind == "clusters":
+        # The per-question tables `llmscope report` stores; computed (and stored) once when
+        # missing. The pipeline's probeval producer re-embeds every answer on each call, minutes
+        # for the CFC corpus, so the summary is taken from these stored rows (probeval_rows).
+        out.probeval = store.load_analysis(run["run_id"], "probeval")
+        if out.probeval is None:
+            from llmscope.report import probeval_for_run
+
+            res = probeval_for_run(store, run, save=not getattr(store, "read_only", False))
+            out.probeval = store.load_analysis(run["run_id"], "probeval") if res is not None else None
+            if out.probeval is None and res is not None:  # read-only: the same payload, not stored
+                out.probeval = {"questions": {q: {"kl": sc.kl, "n_model": sc.n_model, "n_wrong": sc.n_wrong,
+                                                  "table": sc.table.to_dict("records")}
+                                              for q, sc in res.scores.items()}}
+        out.metrics = probeval_rows(out.probeval)
+        return out
     rows = run_metrics(store, run).rows()
     out.metrics = [r for r in rows if r["metric"] in HUMAN_METRICS and not r.get("group")]
     df = results_with_fields(store, run["run_id"])
@@ -183,14 +199,29 @@ def human_data(store: Any, run: dict[str, Any]) -> HumanData:
     elif kind == "rating" and len(df):
         labels = [str(a) for a in (spec.get("answers") or ["1", "2", "3", "4", "5"])]
         out.rating = rating_histograms(df, labels)
-    elif kind == "clusters":
-        out.probeval = store.load_analysis(run["run_id"], "probeval")
-        if out.probeval is None and not getattr(store, "read_only", False):
-            from llmscope.report import probeval_for_run
-
-            probeval_for_run(store, run, save=True)  # the per-question tables `llmscope report` stores
-            out.probeval = store.load_analysis(run["run_id"], "probeval")
     return out
+
+
+def probeval_rows(payload: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """`probeval_kl` (mean over questions, cluster bootstrap over questions with the program's
+    one bootstrap configuration) and `probeval_wrong_share`, from stored per-question rows: the
+    pipeline's formulas (analysis.metrics.probeval_metrics) applied to the stored KLs."""
+    from llmscope.analysis.metrics import BOOTSTRAP, cluster_bootstrap_stat
+
+    qs = list(((payload or {}).get("questions") or {}).values())
+    if not qs:
+        return []
+    kl = np.asarray([float(q.get("kl", math.nan)) for q in qs], float)
+
+    def stat(ix: np.ndarray) -> float:
+        return float(kl[ix].mean())
+
+    est, lo, hi, _g = cluster_bootstrap_stat(stat, len(kl), np.arange(len(kl)), BOOTSTRAP)
+    n_model = sum(int(q.get("n_model") or 0) for q in qs)
+    ci = None if math.isnan(lo) or math.isnan(hi) else [lo, hi]
+    return [{"metric": "probeval_kl", "value": est, "ci95": ci, "n": len(kl)},
+            {"metric": "probeval_wrong_share", "value": sum(int(q.get("n_wrong") or 0) for q in qs) / max(1, n_model),
+             "ci95": None, "n": n_model}]
 
 
 # -- rendering -------------------------------------------------------------------------------
