@@ -81,3 +81,14 @@ async def test_plots_screen_draws_a_stored_run(tmp_path: Path) -> None:
         assert scr.query_one(ReliabilityByPlot).display
         assert not scr.query_one(MinPairPlot).display  # yes/no: no minimal pairs
         assert not scr.query_one(PositionPlot).display
+
+
+def test_sparkline_and_run_samples() -> None:
+    from llmscope.tui.plots import RunSparks, sparkline
+
+    assert sparkline([0.0, 0.5, 1.0], 0.0, 1.0) == "▁▅█"  # 0.5 * 7 = 3.5 -> index 4
+    s = RunSparks(width=3)
+    for done, acc, rate in ((1, 1.0, 2.0), (1, 0.0, 9.0), (2, 0.5, 4.0), (3, 0.0, 0.0), (4, 1.0, 4.0)):
+        s.add(done, acc, rate)  # a refresh without new results adds nothing
+    assert s.done == [2, 3, 4] and s.acc == [0.5, 0.0, 1.0] and s.rate == [4.0, 0.0, 4.0]
+    assert s.text().plain == "   acc ▅▁█  items/s █▁█"

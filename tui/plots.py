@@ -139,6 +139,50 @@ def plot_data(df: pd.DataFrame, task: str | None) -> PlotData:
     return out
 
 
+BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float], lo: float | None = None, hi: float | None = None) -> str:
+    """One character per value, ▁ (lo) to █ (hi); lo/hi default to the values' range."""
+    vals = [v for v in values if math.isfinite(v)]
+    if not vals:
+        return ""
+    a = min(vals) if lo is None else lo
+    b = max(vals) if hi is None else hi
+    span = (b - a) or 1.0
+    return "".join(BLOCKS[max(0, min(7, int((v - a) / span * 7 + 0.5)))] if math.isfinite(v) else " "
+                   for v in values)
+
+
+class RunSparks:
+    """Samples of a live run (one per dashboard refresh that adds results) for header sparklines."""
+
+    def __init__(self, width: int = 20) -> None:
+        self.width = width
+        self.done: list[int] = []
+        self.acc: list[float] = []
+        self.rate: list[float] = []
+
+    def add(self, done: int, acc: float | None, items_per_s: float) -> None:
+        if self.done and done == self.done[-1]:
+            return
+        self.done.append(done)
+        self.acc.append(math.nan if acc is None else acc)
+        self.rate.append(items_per_s)
+        for xs in (self.done, self.acc, self.rate):
+            del xs[:-self.width]
+
+    def text(self) -> Text:
+        t = Text()
+        if len(self.done) < 2:
+            return t
+        t.append("   acc ")
+        t.append(sparkline(self.acc, 0.0, 1.0), style="cyan")
+        t.append("  items/s ")
+        t.append(sparkline(self.rate, 0.0), style="magenta")
+        return t
+
+
 # -- widgets ---------------------------------------------------------------------------------
 COLORS = ("cyan", "magenta", "green", "orange", "blue", "red", "yellow")
 

@@ -248,6 +248,12 @@ class DashboardScreen(BaseScreen):
         acc = snap.overall
         if acc is not None:
             t.append(f"   {snap.accuracy_name} {acc.mean:.3f} [{acc.lo:.3f}, {acc.hi:.3f}]")
+        if p and self._is_active(run) and self.size.width >= 170:  # room on the second line
+            from llmscope.tui.plots import RunSparks
+
+            sparks = self.__dict__.setdefault("_sparks", RunSparks())
+            sparks.add(done, acc.mean if acc is not None else None, float(p.get("items_per_s") or 0.0))
+            t.append(sparks.text())  # accuracy and items/s over the run so far (v: full plots)
         banner = method_banner(run)  # API runs: the scoring method chosen and why
         if banner:
             t.append("\n" + clean(banner), style="cyan")
