@@ -42,7 +42,7 @@ from llmscope.engine.types import Result
 # 50 MB generation cannot make every viewer re-read 50 MB; the row then lists it in `_truncated`.
 MAX_LIVE_TEXT = 64 * 1024
 # Columns of the `results` table that the live channel does not carry (the store assigns them).
-_NOT_LIVE = ("run_id", "seq", "written_at")
+_NOT_LIVE = ("run_id", "seq")  # written_at stays: the plots time the run by it
 
 
 def live_dir(db: str | Path) -> Path:
@@ -200,6 +200,27 @@ def read_live(db: str | Path) -> list[dict[str, Any]]:
         out.append(snap)
     out.sort(key=lambda s: s.get("time", 0), reverse=True)
     return out
+
+
+def change_signature(db: str | Path) -> tuple[Any, ...]:
+    """What changes when a process starts, advances or ends a run on `db`: the runs on its
+    live channel (progress file times, `ended` markers) and the database file's size and
+    time. Cheap (a few stat calls), so a viewer can poll it without opening the database."""
+    base = live_dir(db)
+    runs: list[tuple[str, float, bool]] = []
+    if base.is_dir():
+        for d in sorted(base.iterdir()):
+            try:
+                t = (d / "progress.json").stat().st_mtime
+            except OSError:
+                continue
+            runs.append((d.name, t, (d / "ended").exists()))
+    try:
+        st = os.stat(db)
+        file: tuple[float, int] = (st.st_mtime, st.st_size)
+    except OSError:
+        file = (0.0, -1)
+    return (file, tuple(runs))
 
 
 class ResultTail:

@@ -250,14 +250,27 @@ class LlmscopeApp(App[int]):
                 run_id, base_cfg = str(stored["run_id"]), rin.config
             suite = load_suite(params["suite"], params.get("suite_path") or None)
             suite.items()
-            cfg, _spec = (base_cfg if run_id else run_params_config(params)).resolve()
+            if run_id:
+                new_cfg = base_cfg
+            else:  # the new-run form fills a BackendConfig (tui/panels_form.py), as the CLI does
+                new_cfg = params["config"] if params.get("config") is not None else run_params_config(params)
+            cfg, _spec = new_cfg.resolve()
+            task_opts = dict(params.get("options") or {})
+            if cfg.chat is not None:
+                task_opts["chat"] = cfg.chat
+            # The checks `llmscope run` makes before a model loads (llmscope/cli.py _cmd_run).
+            from llmscope.engine.tasks.options import validate_task_options
+
+            validate_task_options(suite.task, {**suite.task_options, **task_opts})
+            suite.task_options = {**suite.task_options, **task_opts}
+            suite.work(1)
             built = build_backend(cfg)
             backend = built.backend
             plan = RunPlan(
                 suite=suite,
                 model_label=built.spec.display(),
                 model_arg=cfg.model,
-                task_options=dict(params.get("options") or {}),
+                task_options=task_opts,
                 backend_identity=built.identity,
                 seed=cfg.seed,
                 limit=params.get("limit"),

@@ -1,4 +1,5 @@
-"""Compare: runs side by side with paired tests, and the items they disagree on."""
+"""Compare: any number of runs as a runs x metrics matrix, every pair's paired difference,
+and the items they disagree on (tui/panels_compare.py computes; this screen shows)."""
 
 from __future__ import annotations
 
@@ -6,18 +7,28 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Header, Label, Static
+from textual.containers import VerticalScroll
+from textual.widgets import Footer, Header, Label, Static
 
 from llmscope.tui.messages import CompareLoaded
-from llmscope.tui.model import compare_runs
+from llmscope.tui.panels_compare import (
+    DIS_SORTS,
+    CompareMatrix,
+    compare_matrix,
+    disagreement_rows,
+    render_matrix,
+    render_pairs,
+    sort_disagreements,
+)
 from llmscope.tui.screens.base import BaseScreen
 from llmscope.tui.screens.item import ItemScreen
-from llmscope.tui.widgets import ItemList, ci_bar, fmt, literal
+from llmscope.tui.widgets import ItemList
 
 DIS_COLUMNS = [
     ("item_id", "item", 12),
     ("variant", "variant", 8),
-    ("b", "vs run", 13),
+    ("pair", "runs A→B", 18),
+    ("diff_s", "Δ", 5),
     ("prediction_a", "pred A", 10),
     ("prediction_b", "pred B", 10),
     ("gold_a", "gold", 8),
@@ -26,24 +37,31 @@ DIS_COLUMNS = [
 
 
 class CompareScreen(BaseScreen):
-    """Runs side by side with paired tests, and the items they disagree on."""
+    """Runs x metrics, every pair's paired Δ accuracy, and the items the runs disagree on."""
 
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
         Binding("d", "definitions", "Definitions", show=False),
+        Binding("o", "order", "Sort items"),
     ]
+    DEFAULT_CSS = """
+    CompareScreen #cmp-top { height: auto; max-height: 50%; }
+    """
 
     def __init__(self, run_ids: list[str]) -> None:
         super().__init__()
         self.run_ids = run_ids
+        self.matrix: CompareMatrix | None = None
+        self.sort = DIS_SORTS[0]
+        self._rows: list[dict] = []
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Label(
-            "Compare (first run = A; each other run B is tested against it)", classes="title"
-        )
-        yield DataTable(id="cmp-table", cursor_type="row")
-        yield Static("", id="cmp-tests")
+        yield Label(f"Compare {len(self.run_ids)} runs (every pair, numbers as `llmscope compare`)",
+                    classes="title")
+        with VerticalScroll(id="cmp-top"):
+            yield Static("loading ...", id="cmp-matrix")
+            yield Static("", id="cmp-tests")
         yield Static("", id="dis-title")
         yield Static(ItemList(DIS_COLUMNS).header(), id="dis-head")
         yield ItemList(DIS_COLUMNS, id="dis")
@@ -54,58 +72,43 @@ class CompareScreen(BaseScreen):
         self.query_one("#dis", ItemList).focus()
 
     def on_mount(self) -> None:
-        t = self.query_one("#cmp-table", DataTable)
-        t.add_columns("run", "model", "status", "n", "errors", "accuracy", "95% CI")
         lst = self.query_one("#dis", ItemList)
         lst.header_widget = self.query_one("#dis-head", Static)
-        lst.sort_key = "item"  # numeric ids in numeric order (10, 141, 1003)
         self.load()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="compare")
     def load(self) -> CompareLoaded:
         with self.llm_app.handle.use() as store:
-            data = compare_runs(store, self.run_ids)
-        return CompareLoaded(data)
+            m = compare_matrix(store, self.run_ids)
+        return CompareLoaded({"matrix": m})
 
     def on_compare_loaded(self, msg: CompareLoaded) -> None:
-        d = msg.data
-        t = self.query_one("#cmp-table", DataTable)
-        for r in d["table"]:
-            t.add_row(
-                literal(r["run_id"]),
-                literal(str(r["model"])[:40]),
-                literal(r["status"]),
-                str(r["n"]),
-                str(r["errors"]),
-                fmt(r["accuracy"]),
-                ci_bar(r["accuracy"], r["lo"], r["hi"], 24),
-            )
-        s = Text()
-        if not d["same_suite"]:
-            s.append(
-                "warning: these runs are on different suites; paired tests use items with the same id\n",
-                style="yellow",
-            )
-        for x in d["tests"]:
-            s.append(f"{x['b']} vs {x['a']}: ", style="bold")
-            mp = "-" if x["p"] is None else f"{x['p']:.4g}"
-            s.append(
-                f"Δacc {x['diff']:+.3f} [{x['lo']:+.3f}, {x['hi']:+.3f}] p={x['p_value']:.4g}  "
-                f"n={x['n']} clusters={x['n_clusters']}   McNemar "
-                f"b={x['b_only_a']} c={x['c_only_b']} p={mp} ({x['method']})\n"
-            )
-        self.query_one("#cmp-tests", Static).update(s)
-        dis = d["disagreements"]
-        cols = {k: [r.get(k) for r in dis] for k, _, _ in DIS_COLUMNS}
-        cols["a"] = [r.get("a") for r in dis]
+        m: CompareMatrix = msg.data["matrix"]
+        self.matrix = m
+        self.query_one("#cmp-matrix", Static).update(render_matrix(m, self.size.width))
+        self.query_one("#cmp-tests", Static).update(render_pairs(m))
+        self._rows = disagreement_rows(m)
+        self._show_items()
+        self.query_one("#dis", ItemList).focus()
+
+    def _show_items(self) -> None:
+        rows = sort_disagreements(self._rows, self.sort)
+        cols: dict[str, list] = {k: [r.get(k) for r in rows] for k, _, _ in DIS_COLUMNS if k != "diff_s"}
+        cols["diff_s"] = [f"{r['diff']:+.2g}" for r in rows]
+        cols["a"] = [r["a"] for r in rows]
+        cols["b"] = [r["b"] for r in rows]
         lst = self.query_one("#dis", ItemList)
         lst.set_data(cols)
-        self.query_one("#dis-title", Static).update(
-            Text(f"Items they disagree on: {len(dis)}", style="bold")
-        )
-        lst.focus()
+        lst.cursor = 0
+        lst.scroll_home(animate=False)  # a new order starts at its top
+        t = Text(f"Items the runs disagree on: {len(rows)}", style="bold")
+        t.append(f"   sort: {self.sort} (o)   Enter: both runs side by side", style="dim")
+        self.query_one("#dis-title", Static).update(t)
+
+    def action_order(self) -> None:
+        self.sort = DIS_SORTS[(DIS_SORTS.index(self.sort) + 1) % len(DIS_SORTS)]
+        self._show_items()
 
     def on_item_list_opened(self, event: ItemList.Opened) -> None:
         r = event.row
         self.app.push_screen(ItemScreen([r["a"], r["b"]], r["item_id"], nav=event.item_list))
-

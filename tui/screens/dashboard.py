@@ -57,6 +57,8 @@ class DashboardScreen(BaseScreen):
         Binding("m", "methods", "Methods", show=False),  # hidden: keeps the footer snapshot stable
         Binding("d", "definitions", "Definitions", show=False),
         Binding("v", "next_panel", "Next panel", show=False),
+        Binding("h", "human", "Human vs model", show=False),  # tui/panels_human.py
+        Binding("p", "plots", "Plots", show=False),  # tui/plots.py
     ]
     # Narrow terminals show one panel at a time (app.tcss: Screen.-narrow); `v` steps through.
     PANELS = (("left", "accuracy"), ("middle", "calibration"), ("right", "humans"))
@@ -69,6 +71,32 @@ class DashboardScreen(BaseScreen):
         from llmscope.tui.panels_methods import MethodsScreen
 
         self.app.push_screen(MethodsScreen(self.run_id))
+
+    def action_human(self) -> None:
+        """Human vs model side by side (tui/panels_human.py); needs the stored run."""
+        from llmscope.tui.panels_human import HumanScreen
+
+        if self.source == "live":
+            self.notify("human vs model reads the database: open it when the run has ended", severity="warning")
+            return
+        self.app.push_screen(HumanScreen(self.run_id))
+
+    def action_plots(self) -> None:
+        """Accuracy and throughput over the run, reliability, score distributions (tui/plots.py)."""
+        from llmscope.tui.model import LiveFeed
+        from llmscope.tui.plots import PlotsScreen
+
+        feed = LiveFeed(self.llm_app.db_path, self.run_id) if self.source == "live" else None
+        self.app.push_screen(PlotsScreen(self.run_id, self.run.get("task"), feed))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="dash-human")
+    def _load_human(self) -> None:
+        from llmscope.tui.panels_human import human_data, render_human_summary
+
+        with self.llm_app.handle.use() as store:
+            d = human_data(store, self.run)
+        if d.kind is not None:
+            self.app.call_from_thread(self.query_one("#human", Static).update, render_human_summary(d))
 
     def __init__(self, run_id: str) -> None:
         super().__init__()
@@ -245,6 +273,12 @@ class DashboardScreen(BaseScreen):
         acc = snap.overall
         if acc is not None:
             t.append(f"   {snap.accuracy_name} {acc.mean:.3f} [{acc.lo:.3f}, {acc.hi:.3f}]")
+        if p and self._is_active(run) and self.size.width >= 170:  # room on the second line
+            from llmscope.tui.plots import RunSparks
+
+            sparks = self.__dict__.setdefault("_sparks", RunSparks())
+            sparks.add(done, acc.mean if acc is not None else None, float(p.get("items_per_s") or 0.0))
+            t.append(sparks.text())  # accuracy and items/s over the run so far (p: full plots)
         _set(self.query_one("#head", Static), t, t.plain)
         banner = method_banner(run)  # API runs: the scoring method chosen and why
         bw = self.query_one("#method-banner", Static)
@@ -332,6 +366,10 @@ class DashboardScreen(BaseScreen):
                 "  (P(yes) vs humans)"
             )
             self.query_one("#human", Static).update(h)
+        elif model is not None and not self.active and self.source == "db" and not getattr(self, "_human_asked", False):
+            # other human data (choice counts, ratings, answer clusters): summarised once the run is stored
+            self._human_asked = True
+            self._load_human()
         # failing items
         lst = self.query_one(ItemList)
         if self.PAGED_LIST and not self.active and self.source == "db" and model is not None:

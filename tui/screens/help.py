@@ -23,6 +23,7 @@ Home           enter  open the run under the cursor (live while it runs)
                n  go to the new-run form             r  refresh the run list
                escape  leave the form for the runs list
                tab  move between runs, suites and the form; enter in a suite fills the form
+               the form takes every `llmscope run` option; task options are checked as you type
 
 Dashboard      up/down/pgup/pgdn/home/end  move in the failing-items list
                enter  open the item                  s  cycle sort (arrival, confidence,
@@ -31,11 +32,14 @@ Dashboard      up/down/pgup/pgdn/home/end  move in the failing-items list
                m  methods: scoring schemes, human fit, order effects, plan
                d  what each number means (or hover a panel)
                v  next panel (below 100 columns one panel shows at a time)
+               h  human vs model side by side        p  plots (accuracy/throughput over
+                                                        the run, reliability, positions)
 
 Item           n / p  next / previous item of the list without going back
                up/down/pgup/pgdn  scroll
 
 Compare        enter  open a disagreement (both runs' answers side by side)
+               o  sort disagreements: largest difference first / by item id
 
 Watching another process (`llmscope view`): progress and results come from the live
 channel beside the database; the database is opened read-only once the run has ended.

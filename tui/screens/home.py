@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Grid, Horizontal, Vertical
-from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Static
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Footer, Header, Input, Label, Static
 
+from llmscope.live import change_signature
 from llmscope.store.db import StoreError
 from llmscope.tui.messages import RunsLoaded, SuitesLoaded
 from llmscope.tui.model import active_live_runs, db_runs, is_lock_error, live_runs
+from llmscope.tui.panels_form import RunForm
 from llmscope.tui.screens.base import BaseScreen, _fmt_time, _set
 from llmscope.tui.screens.compare import CompareScreen
 from llmscope.tui.screens.dashboard import DashboardScreen
@@ -53,27 +54,7 @@ class HomeScreen(BaseScreen):
             with Vertical(id="suites-box"):
                 yield Label("Suites  (Enter: use in the form)", classes="title")
                 yield DataTable(id="suites", cursor_type="row")
-            with Grid(id="form"):
-                yield Label("New run", classes="title form-title")
-                yield Label("suite")
-                yield Input(id="f-suite", placeholder="built-in name or spec path", compact=True)
-                yield Label("model")
-                yield Input(
-                    id="f-model",
-                    placeholder="default | hf:ID | gguf:FILE | openai:NAME",
-                    compact=True,
-                )
-                yield Label("base URL")
-                yield Input(id="f-base-url", placeholder="for openai: models", compact=True)
-                yield Label("options")
-                yield Input(id="f-options", placeholder="task options: key=value ...", compact=True)
-                yield Label("limit")
-                yield Input(id="f-limit", placeholder="all items", type="integer", compact=True)
-                yield Label("batch size")
-                yield Input(id="f-batch", value="16", type="integer", compact=True)
-                yield Label("concurrency")
-                yield Input(id="f-conc", value="8", type="integer", compact=True)
-                yield Button("Start run", id="start", variant="primary")
+            yield RunForm(id="run-form")  # tui/panels_form.py: every `llmscope run` option
         yield Footer()
 
     def on_mount(self) -> None:
@@ -93,9 +74,13 @@ class HomeScreen(BaseScreen):
     def _tick(self) -> None:
         if any(w.group == "home-runs" and w.is_running for w in self.workers):
             return  # never pile up reads (each opens a short-lived connection)
-        # Only refresh while something is running: finished lists don't change by themselves.
+        # Refresh while something is running, and when another process starts or ends a run
+        # (its live channel or the file changed): a viewer opened early picks new runs up itself.
+        sig = change_signature(self.llm_app.db_path)
+        changed, self._change_sig = sig != getattr(self, "_change_sig", sig), sig
         if (
-            any(r.get("live") or str(r.get("status", "")).startswith("running") for r in self.rows)
+            changed
+            or any(r.get("live") or str(r.get("status", "")).startswith("running") for r in self.rows)
             or self.llm_app.running
         ):
             self.reload()
@@ -297,54 +282,7 @@ class HomeScreen(BaseScreen):
             inp.value = msg.rows[0]["name"]
 
     # -- form -------------------------------------------------------------------------------
-    def form_params(self) -> dict[str, Any]:
-        """The new-run form as parameters for `LlmscopeApp.start_run` (raises ValueError)."""
-        from llmscope.engine.config import ConfigError, parse_options
-
-        def val(i: str) -> str:
-            return self.query_one(f"#{i}", Input).value.strip()
-
-        def number(i: str, name: str, lo: int) -> int | None:
-            text = val(i)
-            if not text:
-                return None
-            try:
-                n = int(text)
-            except ValueError:
-                raise ValueError(f"{name} must be a whole number, got {text!r}") from None
-            if n < lo:
-                raise ValueError(f"{name} must be {lo} or more, got {n}")
-            return n
-
-        if not val("f-suite"):
-            raise ValueError("choose a suite")
-        try:
-            opts = parse_options(shlex.split(val("f-options")))
-        except (ConfigError, ValueError) as e:
-            raise ValueError(str(e)) from e
-        return {
-            "suite": val("f-suite"),
-            "model": val("f-model") or None,
-            "base_url": val("f-base-url") or None,
-            "options": opts,
-            "limit": number("f-limit", "limit", 1),
-            "batch_size": number("f-batch", "batch size", 1) or 16,
-            "concurrency": number("f-conc", "concurrency", 1) or 8,
-        }
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "start":
-            self.start_from_form()
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.start_from_form()
-
-    def start_from_form(self) -> None:
-        try:
-            params = self.form_params()
-        except ValueError as e:
-            self.notify(str(e), severity="error")
-            return
-        self.notify(f"starting {params['suite']} with {params['model'] or 'the default model'} ...")
-        self.llm_app.start_run(params)
-
+    def on_run_form_submitted(self, event: RunForm.Submitted) -> None:
+        run = event.run
+        self.notify(f"starting {run.suite} with {run.config.model or 'the default model'} ...")
+        self.llm_app.start_run(run.params())

@@ -45,6 +45,7 @@ class ItemScreen(BaseScreen):
         self.item_id = item_id
         self.nav = nav
         self.dashboard = dashboard
+        self.details: list[dict[str, Any]] = []
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -62,11 +63,18 @@ class ItemScreen(BaseScreen):
         out = []
         d = self.dashboard
         if d is not None and d.source == "live" and d.model is not None:
-            out.append({"run_id": self.run_ids[0], **item_detail_live(d.model, self.item_id, d.feed)})
+            out.append({"run_id": self.run_ids[0], **item_detail_live(d.model, self.item_id, d.feed),
+                        "spec": d.model.spec, "task": d.model.task})
         else:
             with self.llm_app.handle.use() as store:
                 for rid in self.run_ids:
-                    out.append({"run_id": rid, **item_detail(store, rid, self.item_id)})
+                    det = {"run_id": rid, **item_detail(store, rid, self.item_id)}
+                    run = store.get_run(rid)
+                    if run is not None:  # what the human-vs-model section needs (tui/panels_human.py)
+                        det["spec"], det["task"] = store.suite_spec(run["suite_id"]), run.get("task")
+                        if "clusters" in (det.get("fields") or {}):
+                            det["probeval"] = store.load_analysis(rid, "probeval")
+                    out.append(det)
         return ItemLoaded(out)
 
     def action_step(self, delta: int) -> None:
@@ -85,6 +93,7 @@ class ItemScreen(BaseScreen):
         if self.nav is not None:
             head.append(f"   ({self.nav.cursor + 1}/{self.nav.count} in the list; n/p step)")
         self.query_one("#item-head", Static).update(head)
+        self.details = msg.details  # what is shown (tests compare a live and a stored drill-down)
         self.query_one("#item-content", Static).update(render_item(msg.details))
         self.query_one("#item-body").scroll_home(animate=False)
 
@@ -101,7 +110,11 @@ def render_item(details: list[dict[str, Any]]) -> Group:
         parts.append(
             Text.assemble(("options  ", "bold"), literal(" | ".join(map(str, first["options"]))))
         )
-    if human:
+    from llmscope.tui.panels_human import render_human_item
+
+    side = render_human_item(first, details, first.get("spec"), first.get("task"), first.get("probeval"))
+    parts.extend(side)
+    if human and not side:
         parts.append(Text("human", style="bold underline"))
         for k, v in human.items():
             line = Text(f"{k:<12} ")
@@ -110,21 +123,30 @@ def render_item(details: list[dict[str, Any]]) -> Group:
             else:
                 line.append(literal(v))
             parts.append(line)
-    if first.get("live"):
-        parts.append(
-            Text(
-                "live run: prompts, top tokens and option scores appear once the run has ended",
-                style="yellow",
-            )
-        )
-    for d in details:
-        if len(details) > 1:
-            parts.append(Text(f"\n══ run {d.get('run_id')} ══", style="bold magenta"))
-        if not d.get("variants"):
-            parts.append(Text("no result for this item in this run", style="dim"))
-        for v in d.get("variants", []):
-            parts.extend(_render_variant(v))
+    if first.get("live") and not any(v.get("prompt") for d in details for v in d.get("variants", [])):
+        # The live channel carries full rows; only a row cut short (or not yet indexed) lacks them.
+        parts.append(Text("live run: this item's full detail is not on the live channel yet", style="yellow"))
+    if len(details) == 2:  # compare: the same item under both runs, side by side
+        t = Table(box=None, expand=True, padding=(0, 1), show_header=False)
+        for _ in details:
+            t.add_column(ratio=1)
+        t.add_row(*[Group(*_run_parts(d, True)) for d in details])
+        parts.append(t)
+    else:
+        for d in details:
+            parts.extend(_run_parts(d, len(details) > 1))
     return Group(*parts)
+
+
+def _run_parts(d: dict[str, Any], head: bool) -> list[Any]:
+    out: list[Any] = []
+    if head:
+        out.append(Text(f"\n══ run {d.get('run_id')} ══", style="bold magenta"))
+    if not d.get("variants"):
+        out.append(Text("no result for this item in this run", style="dim"))
+    for v in d.get("variants", []):
+        out.extend(_render_variant(v))
+    return out
 
 
 def _render_variant(v: dict[str, Any]) -> list[Any]:

@@ -1,0 +1,501 @@
+"""Human vs model, side by side, for every suite with human data (`h` on the dashboard;
+the item drill-down shows the item's own comparison).
+
+Kinds of human data (`human_kind`):
+- agreement: commonsense statements, `human_q1` = share of people who agree; beside the
+  model's P(yes). The correlation shown is the pipeline's `human_pearson` / `human_spearman`.
+- counts: choice items with human choice counts (`human_counts_field` of the spec); beside
+  the model's option probabilities. Fit numbers (`fit_alpha`, `human_loglik`, ...) are the
+  pipeline's rows (analysis/methods.py).
+- clusters: CFC / ProtoQA questions with clustered human answers; beside the model's
+  sampled answers matched to those clusters (ProbEval). KL is the pipeline's `probeval_kl`;
+  the per-question tables are the ones `llmscope report` stores in the `analyses` table.
+- rating: rating items whose gold is a human rating; the human rating histogram beside the
+  model's predicted rating distribution.
+
+Small producers here (the pipeline has no such row; named so in the report): the share of
+items whose model argmax equals the human majority choice, the per-item total-variation
+distance between human and model choice distributions, and the two rating histograms.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import pandas as pd
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static
+from textual_plotext import PlotextPlot
+
+from llmscope.analysis.metrics import display
+from llmscope.tui.widgets import bar, fmt, literal
+
+if TYPE_CHECKING:
+    from llmscope.tui.app import LlmscopeApp
+
+__all__ = ["HumanData", "HumanScreen", "choice_rows", "human_data", "human_kind", "rating_histograms",
+           "render_human_item", "render_human_summary"]
+
+KINDS = ("agreement", "counts", "clusters", "rating")
+
+
+def _value(v: Any) -> Any:
+    """A field value as stored: JSON, or the Python literal some CSV sources hold, or itself."""
+    if isinstance(v, str):
+        for parse in (json.loads, ast.literal_eval):
+            try:
+                return parse(v)
+            except (ValueError, SyntaxError):
+                continue
+    return v
+
+
+def _num(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def human_kind(fields: dict[str, Any], spec: dict[str, Any], task: str | None) -> str | None:
+    """Which human data an item carries (see the module doc), or None."""
+    if _num(fields.get("human_q1")) is not None:
+        return "agreement"
+    hc = spec.get("human_counts_field")
+    if isinstance(hc, str) and isinstance(_value(fields.get(hc)), list):
+        return "counts"
+    if "clusters" in fields and "raw" in fields:
+        return "clusters"
+    if task == "rating" and _num(fields.get(spec.get("gold_field") or "gold")) is not None:
+        return "rating"
+    return None
+
+
+def human_counts(fields: dict[str, Any], spec: dict[str, Any]) -> list[float] | None:
+    hc = spec.get("human_counts_field")
+    v = _value(fields.get(hc)) if isinstance(hc, str) else None
+    return [float(x) for x in v] if isinstance(v, list) else None
+
+
+# -- data ------------------------------------------------------------------------------------
+@dataclass
+class HumanData:
+    """What the human-vs-model views draw for one run."""
+
+    kind: str | None
+    run: dict[str, Any]
+    metrics: list[dict[str, Any]] = field(default_factory=list)  # pipeline rows about humans (overall)
+    agreement: pd.DataFrame | None = None  # item_id, text, human, p_yes
+    choices: pd.DataFrame | None = None  # item_id, text, options, human (shares), model (probs), tv, agree
+    rating: pd.DataFrame | None = None  # label, human, model (counts)
+    probeval: dict[str, Any] | None = None  # the stored analysis (per question tables)
+    texts: dict[str, str] = field(default_factory=dict)
+
+
+HUMAN_METRICS = ("consensus", "awareness", "commonsensicality", "human_pearson", "human_spearman",
+                 "probeval_kl", "probeval_wrong_share", "fit_alpha", "human_loglik", "human_ll_uniform",
+                 "human_ll_empirical", "human_ll_per_choice", "softmax_accuracy_fitted")
+
+
+def choice_rows(df: pd.DataFrame, items: dict[str, dict[str, Any]], spec: dict[str, Any]) -> pd.DataFrame:
+    """Per (item, variant): human choice shares beside the model's option probabilities,
+    their total-variation distance, and whether the model's argmax is the human majority."""
+    recs = []
+    for rec in df.to_dict("records"):
+        it = items.get(str(rec["item_id"])) or {}
+        counts = human_counts(it.get("fields") or {}, spec)
+        opts = it.get("options") or _value((it.get("fields") or {}).get(spec.get("options_field") or "options"))
+        probs = _value(rec.get("probs"))
+        if not counts or not isinstance(opts, list) or not isinstance(probs, dict) or len(opts) != len(counts):
+            continue
+        tot = sum(counts)
+        if tot <= 0:
+            continue
+        h = np.asarray(counts, float) / tot
+        m = np.asarray([_num(probs.get(str(o))) or 0.0 for o in opts], float)
+        if m.sum() > 0:
+            m = m / m.sum()
+        recs.append({
+            "item_id": str(rec["item_id"]), "variant": str(rec.get("variant")), "text": it.get("text", ""),
+            "options": [str(o) for o in opts], "human": h.tolist(), "model": m.tolist(), "n_human": int(tot),
+            "tv": float(0.5 * np.abs(h - m).sum()), "agree": bool(int(np.argmax(h)) == int(np.argmax(m))),
+        })
+    return pd.DataFrame(recs)
+
+
+def rating_histograms(df: pd.DataFrame, labels: list[str]) -> pd.DataFrame:
+    """Counts per label: human ratings (gold, rounded to the nearest label) and model predictions."""
+    nums = [_num(x) for x in labels]
+    human = np.zeros(len(labels), int)
+    model = np.zeros(len(labels), int)
+    items = df.drop_duplicates("item_id")
+    for g in items["gold"]:
+        v = _num(g)
+        if v is not None and all(n is not None for n in nums):
+            human[int(np.argmin([abs(v - float(n)) for n in nums if n is not None]))] += 1
+        elif str(g) in labels:
+            human[labels.index(str(g))] += 1
+    for p in df["prediction"]:
+        if str(p) in labels:
+            model[labels.index(str(p))] += 1
+    return pd.DataFrame({"label": labels, "human": human, "model": model})
+
+
+def human_data(store: Any, run: dict[str, Any]) -> HumanData:
+    """Everything the human views need, read from the store (pipeline numbers included)."""
+    from llmscope.analysis.metrics import results_with_fields, run_metrics
+    from llmscope.tui.model import load_items
+
+    spec = store.suite_spec(run["suite_id"]) or {}
+    items = load_items(store, run["suite_id"])
+    kind = next((k for it in list(items.values())[:50]
+                 if (k := human_kind(it.get("fields") or {}, spec, run.get("task")))), None)
+    out = HumanData(kind, run, texts={i: str(it.get("text") or "") for i, it in items.items()})
+    if kind is None:
+        return out
+    if kind == "clusters":
+        # The per-question tables `llmscope report` stores; computed (and stored) once when
+        # missing. The pipeline's probeval producer re-embeds every answer on each call, minutes
+        # for the CFC corpus, so the summary is taken from these stored rows (probeval_rows).
+        out.probeval = store.load_analysis(run["run_id"], "probeval")
+        if out.probeval is None:
+            from llmscope.report import probeval_for_run
+
+            res = probeval_for_run(store, run, save=not getattr(store, "read_only", False))
+            out.probeval = store.load_analysis(run["run_id"], "probeval") if res is not None else None
+            if out.probeval is None and res is not None:  # read-only: the same payload, not stored
+                out.probeval = {"questions": {q: {"kl": sc.kl, "n_model": sc.n_model, "n_wrong": sc.n_wrong,
+                                                  "table": sc.table.to_dict("records")}
+                                              for q, sc in res.scores.items()}}
+        out.metrics = probeval_rows(out.probeval)
+        return out
+    rows = run_metrics(store, run).rows()
+    out.metrics = [r for r in rows if r["metric"] in HUMAN_METRICS and not r.get("group")]
+    df = results_with_fields(store, run["run_id"])
+    df = df[df["error"].isna()] if "error" in df else df
+    if kind == "agreement" and len(df):
+        q = df[df["variant"].astype(str) == "q1"] if (df["variant"].astype(str) == "q1").any() else df
+        out.agreement = pd.DataFrame({
+            "item_id": q["item_id"].astype(str), "text": q["item_id"].astype(str).map(out.texts),
+            "human": pd.to_numeric(q["f.human_q1"], errors="coerce"),
+            "p_yes": pd.to_numeric(q["p_yes"], errors="coerce"),
+        }).dropna(subset=["human", "p_yes"]).reset_index(drop=True)
+    elif kind == "counts" and len(df):
+        out.choices = choice_rows(df, items, spec)
+    elif kind == "rating" and len(df):
+        labels = [str(a) for a in (spec.get("answers") or ["1", "2", "3", "4", "5"])]
+        out.rating = rating_histograms(df, labels)
+    return out
+
+
+def probeval_rows(payload: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """`probeval_kl` (mean over questions, cluster bootstrap over questions with the program's
+    one bootstrap configuration) and `probeval_wrong_share`, from stored per-question rows: the
+    pipeline's formulas (analysis.metrics.probeval_metrics) applied to the stored KLs."""
+    from llmscope.analysis.metrics import BOOTSTRAP, cluster_bootstrap_stat
+
+    qs = list(((payload or {}).get("questions") or {}).values())
+    if not qs:
+        return []
+    kl = np.asarray([float(q.get("kl", math.nan)) for q in qs], float)
+
+    def stat(ix: np.ndarray) -> float:
+        return float(kl[ix].mean())
+
+    est, lo, hi, _g = cluster_bootstrap_stat(stat, len(kl), np.arange(len(kl)), BOOTSTRAP)
+    n_model = sum(int(q.get("n_model") or 0) for q in qs)
+    ci = None if math.isnan(lo) or math.isnan(hi) else [lo, hi]
+    return [{"metric": "probeval_kl", "value": est, "ci95": ci, "n": len(kl)},
+            {"metric": "probeval_wrong_share", "value": sum(int(q.get("n_wrong") or 0) for q in qs) / max(1, n_model),
+             "ci95": None, "n": n_model}]
+
+
+# -- rendering -------------------------------------------------------------------------------
+def _metric_line(rows: list[dict[str, Any]]) -> Text:
+    t = Text()
+    for r in rows:
+        t.append(f"{r['metric']} ", style="bold")
+        t.append(display(r["metric"], r["value"]))
+        if r.get("ci95"):
+            lo, hi = r["ci95"]
+            t.append(f" [{display(r['metric'], lo)}, {display(r['metric'], hi)}]", style="dim")
+        t.append("   ")
+    return t
+
+
+def render_human_summary(d: HumanData) -> Any:
+    """The dashboard's human panel: a few numbers for the run (details: `h`)."""
+    if d.kind is None:
+        return Text("no human judgements in this suite", style="dim")
+    parts: list[Any] = [Text(f"human vs model ({d.kind}; h: side by side)", style="bold")]
+    if d.metrics:
+        parts.append(_metric_line(d.metrics))
+    if d.choices is not None and len(d.choices):
+        c = d.choices
+        parts.append(Text(f"model argmax = human majority {c['agree'].mean():.3f}   "
+                          f"mean TV distance {c['tv'].mean():.3f}   items {c['item_id'].nunique()}"))
+    if d.rating is not None and len(d.rating):
+        parts.append(_rating_table(d.rating))
+    if d.kind == "clusters" and d.probeval is None:
+        parts.append(Text("ProbEval tables not computed yet (llmscope report computes them)", style="dim"))
+    return Group(*parts)
+
+
+def _rating_table(r: pd.DataFrame) -> Table:
+    t = Table(box=None, padding=(0, 1), header_style="bold", title="ratings: human (gold) vs model",
+              title_justify="left")
+    t.add_column("rating")
+    t.add_column("human", no_wrap=True)
+    t.add_column("model", no_wrap=True)
+    top = max(1, int(r["human"].max()), int(r["model"].max()))
+    for rec in r.to_dict("records"):
+        t.add_row(literal(rec["label"]), f"{bar(rec['human'] / top, 12)} {rec['human']}",
+                  f"{bar(rec['model'] / top, 12)} {rec['model']}")
+    return t
+
+
+def _cluster_table(q: dict[str, Any], width: int = 16) -> Table:
+    t = Table(box=None, padding=(0, 1), header_style="bold")
+    t.add_column("cluster", no_wrap=True)
+    t.add_column("human", no_wrap=True)
+    t.add_column("model", no_wrap=True)
+    for row in q.get("table") or []:
+        t.add_row(literal(row.get("cluster")),
+                  f"{bar(row.get('human_p'), width)} {fmt(row.get('human_p'), 2)} ({row.get('human_count')})",
+                  f"{bar(row.get('model_p'), width)} {fmt(row.get('model_p'), 2)} ({fmt(row.get('model_count'), 1)})")
+    return t
+
+
+def render_human_item(first: dict[str, Any], details: list[dict[str, Any]], spec: dict[str, Any] | None = None,
+                      task: str | None = None, probeval: dict[str, Any] | None = None) -> list[Any]:
+    """The drill-down's human section: this item's human data beside each run's model answer."""
+    fields = first.get("fields") or {}
+    spec = spec or {}
+    kind = human_kind(fields, spec, task)
+    out: list[Any] = []
+    if kind is None:
+        return out
+    out.append(Text("human vs model", style="bold underline"))
+    if kind == "agreement":
+        h = _num(fields.get("human_q1")) or 0.0
+        t = Table(box=None, padding=(0, 1), show_header=False)
+        t.add_column(no_wrap=True)
+        t.add_column(no_wrap=True)
+        t.add_row("humans agree (human_q1)", f"{bar(h, 20)} {h:.2f}")
+        for d in details:
+            for v in d.get("variants") or []:
+                probs = v.get("probs") if isinstance(v.get("probs"), dict) else {}
+                py = _num(v.get("p_yes")) if v.get("p_yes") is not None else _num(probs.get("yes"))
+                if py is not None:
+                    who = f"model P(yes) {v.get('variant')}" + (f" [{d.get('run_id')}]" if len(details) > 1 else "")
+                    t.add_row(literal(who), f"{bar(py, 20)} {py:.2f}   |m-h| {abs(py - h):.2f}")
+        out.append(t)
+    elif kind == "counts":
+        counts = human_counts(fields, spec) or []
+        opts = first.get("options") or []
+        tot = sum(counts) or 1.0
+        t = Table(box=None, padding=(0, 1), header_style="bold")
+        t.add_column("option", max_width=40)
+        t.add_column(f"humans (n={int(tot)})", no_wrap=True)
+        heads = []
+        for d in details:
+            for v in d.get("variants") or []:
+                heads.append((d, v))
+                t.add_column(f"model {v.get('variant')}" + (f" {str(d.get('run_id'))[:8]}" if len(details) > 1 else ""),
+                             no_wrap=True)
+        for i, o in enumerate(opts):
+            h = counts[i] / tot if i < len(counts) else float("nan")
+            cells = [f"{bar(h, 12)} {h:.2f} ({int(counts[i]) if i < len(counts) else '-'})"]
+            for _d, v in heads:
+                probs = v.get("probs") if isinstance(v.get("probs"), dict) else {}
+                p = _num(probs.get(str(o)))
+                cells.append(f"{bar(p, 12)} {fmt(p, 2)}")
+            t.add_row(literal(o), *cells)
+        out.append(t)
+    elif kind == "rating":
+        g = fields.get(spec.get("gold_field") or "gold")
+        out.append(Text.assemble(("human rating ", "bold"), literal(g)))
+        for d in details:
+            for v in d.get("variants") or []:
+                probs = v.get("probs") if isinstance(v.get("probs"), dict) else {}
+                t = Table(box=None, padding=(0, 1), show_header=False,
+                          title=f"model rating distribution ({v.get('variant')})", title_justify="left")
+                t.add_column(no_wrap=True)
+                t.add_column(no_wrap=True)
+                for k, p in probs.items():
+                    mark = "  ← human" if _num(k) is not None and _num(g) is not None and \
+                        abs(float(_num(k) or 0) - float(_num(g) or 0)) < 0.5 else ""
+                    t.add_row(literal(k), f"{bar(_num(p), 20)} {fmt(p, 2)}{mark}")
+                ex = v.get("extra") if isinstance(v.get("extra"), dict) else {}
+                if ex.get("expected") is not None:
+                    t.add_row("expected", f"{fmt(ex.get('expected'), 2)}   |expected − human| {fmt(ex.get('abs_error'), 2)}")
+                out.append(t)
+    elif kind == "clusters":
+        q = ((probeval or {}).get("questions") or {}).get(str(first.get("item_id")))
+        if q is None:
+            out.append(Text("no ProbEval table for this question yet (`llmscope report` stores it)", style="dim"))
+        else:
+            out.append(Text(f"ProbEval KL(human || model) {fmt(q.get('kl'))}   model samples {q.get('n_model')}"
+                            f"   matched to no cluster {q.get('n_wrong')}"))
+            out.append(_cluster_table(q))
+        clusters = _value(fields.get("clusters"))
+        if isinstance(clusters, dict):
+            t = Table(box=None, padding=(0, 1), header_style="bold", title="human clusters: answers",
+                      title_justify="left")
+            t.add_column("cluster", no_wrap=True)
+            t.add_column("answers")
+            for k, c in list(clusters.items())[:12]:
+                answers = c.get("answers", []) if isinstance(c, dict) else c
+                t.add_row(literal(k), literal(", ".join(map(str, answers))[:300]))
+            out.append(t)
+        for d in details:
+            for v in d.get("variants") or []:
+                ex = v.get("extra") if isinstance(v.get("extra"), dict) else {}
+                samples = [s.get("text") if isinstance(s, dict) else s for s in ex.get("samples") or []]
+                if samples:
+                    out.append(Text.assemble(("model answers ", "bold"),
+                                             literal(" | ".join(map(str, samples))[:600])))
+    return out
+
+
+# -- screen ----------------------------------------------------------------------------------
+class HumanScatter(PlotextPlot):
+    """Human agreement against the model's P(yes), one dot per statement."""
+
+    def show(self, d: HumanData) -> None:
+        plt = self.plt
+        with self.app.batch_update():
+            plt.clear_figure()
+            a = d.agreement
+            r = {m["metric"]: m["value"] for m in d.metrics}
+            plt.title(f"P(yes) vs human agreement   r {fmt(r.get('human_pearson'), 2)}"
+                      f"  rho {fmt(r.get('human_spearman'), 2)}")
+            plt.xlim(0, 1)
+            plt.ylim(0, 1)
+            if a is not None and len(a):
+                plt.scatter(a["human"].tolist(), a["p_yes"].tolist(), marker="dot", color="cyan")
+            plt.xlabel("human agreement")
+            self.refresh()
+
+
+class RatingBars(PlotextPlot):
+    """Human rating histogram beside the model's predicted rating histogram."""
+
+    def show(self, d: HumanData) -> None:
+        plt = self.plt
+        with self.app.batch_update():
+            plt.clear_figure()
+            plt.title("ratings: human (gold) vs model (prediction)")
+            r = d.rating
+            if r is not None and len(r):
+                plt.multiple_bar(r["label"].tolist(), [r["human"].tolist(), r["model"].tolist()],
+                                 labels=["human", "model"])  # type: ignore[call-arg]
+            self.refresh()
+
+
+class HumanLoaded(Message):
+    def __init__(self, data: HumanData) -> None:
+        super().__init__()
+        self.data = data
+
+
+class HumanScreen(Screen[None]):
+    """Human vs model for one run: the plot and the items, largest disagreement first."""
+
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back")]
+    DEFAULT_CSS = """
+    HumanScreen #human-top { height: 1fr; min-height: 12; }
+    HumanScreen PlotextPlot { width: 1fr; border: round $primary; }
+    HumanScreen #human-nums { width: 1fr; height: auto; }
+    HumanScreen #human-items { height: 1fr; }
+    """
+    MAX_ROWS = 200
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.data: HumanData | None = None
+
+    @property
+    def llm_app(self) -> LlmscopeApp:
+        return cast("LlmscopeApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="human-top"):
+            yield HumanScatter(id="human-scatter")
+            yield RatingBars(id="human-rating")
+            yield Static("loading ...", id="human-nums")
+        with VerticalScroll(id="human-items"):
+            yield Static("", id="human-table")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.load()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="human")
+    def load(self) -> None:
+        with self.llm_app.handle.use() as store:
+            run = store.get_run(self.run_id) or store.find_run(self.run_id)
+            if run is None:
+                raise ValueError(f"no run {self.run_id!r}")
+            d = human_data(store, run)
+        self.post_message(HumanLoaded(d))
+
+    def on_human_loaded(self, msg: HumanLoaded) -> None:
+        d = self.data = msg.data
+        self.query_one(HumanScatter).display = d.kind == "agreement"
+        self.query_one(RatingBars).display = d.kind == "rating"
+        if d.kind == "agreement":
+            self.query_one(HumanScatter).show(d)
+        if d.kind == "rating":
+            self.query_one(RatingBars).show(d)
+        self.query_one("#human-nums", Static).update(render_human_summary(d))
+        self.query_one("#human-table", Static).update(self._table(d))
+
+    def _table(self, d: HumanData) -> Any:
+        if d.agreement is not None and len(d.agreement):
+            a = d.agreement.assign(dist=(d.agreement["p_yes"] - d.agreement["human"]).abs())
+            a = a.sort_values("dist", ascending=False, kind="stable").head(self.MAX_ROWS)
+            t = Table(box=None, padding=(0, 1), header_style="bold",
+                      title=f"statements, farthest from humans first ({len(d.agreement)} in all)", title_justify="left")
+            for name in ("item", "human", "P(yes)", "|m-h|", "statement"):
+                t.add_column(name, no_wrap=name != "statement")
+            for r in a.to_dict("records"):
+                t.add_row(literal(r["item_id"]), f"{bar(r['human'], 10)} {r['human']:.2f}",
+                          f"{bar(r['p_yes'], 10)} {r['p_yes']:.2f}", f"{r['dist']:.2f}", literal(r["text"]))
+            return t
+        if d.choices is not None and len(d.choices):
+            c = d.choices.sort_values("tv", ascending=False, kind="stable").head(self.MAX_ROWS)
+            t = Table(box=None, padding=(0, 1), header_style="bold",
+                      title="items, largest human–model distance (TV) first", title_justify="left")
+            for col in ("item", "variant", "TV", "same top", "humans", "model", "text"):
+                t.add_column(col, no_wrap=col not in ("text",))
+            for r in c.to_dict("records"):
+                t.add_row(literal(r["item_id"]), literal(r["variant"]), f"{r['tv']:.2f}", "yes" if r["agree"] else "no",
+                          " ".join(f"{x:.2f}" for x in r["human"]), " ".join(f"{x:.2f}" for x in r["model"]),
+                          literal(r["text"]))
+            return t
+        if d.kind == "clusters" and d.probeval:
+            qs = sorted((d.probeval.get("questions") or {}).items(), key=lambda kv: -(kv[1].get("kl") or 0.0))
+            parts: list[Any] = [Text(f"questions, largest KL first ({len(qs)}; embedding: "
+                                     f"{d.probeval.get('embedding')})", style="bold")]
+            for qid, q in qs[:40]:
+                parts.append(Text.assemble((f"\n{qid}  KL {fmt(q.get('kl'))}  ", "bold"), literal(d.texts.get(qid, ""))))
+                parts.append(_cluster_table(q))
+            return Group(*parts)
+        return Text("")
