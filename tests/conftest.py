@@ -1,4 +1,7 @@
-"""Shared fixtures: where the third-party data lives, and a scratch database."""
+"""Shared fixtures: a scratch database and an isolated model cache.
+
+Helpers live in tests/helpers/ and are imported as `from tests.helpers.<module> import ...`.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +9,6 @@ import os
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("LLMSCOPE_SHARED", ROOT.parent / "shared"))
-
-
-def shared_path(*parts: str) -> Path:
-    """A path under ../shared, or skip the test with the reason."""
-    p = SHARED.joinpath(*parts)
-    if not p.exists():
-        pytest.skip(f"needs the shared data file {p} (absent on this machine)")
-    return p
 
 
 @pytest.fixture
@@ -33,5 +25,5 @@ def _isolated_cache(
     cache = tmp_path_factory.getbasetemp() / "llmscope-cache"
     monkeypatch.setenv("LLMSCOPE_CACHE", os.environ.get("LLMSCOPE_TEST_CACHE", str(cache)))
     # Tests measure models and servers (request counts, retries, kills mid-run), so the
-    # response cache shared across runs is off unless a test turns it on (tests/test_cache.py).
+    # response cache shared across runs is off unless a test turns it on (tests/engine/test_cache.py).
     monkeypatch.setenv("LLMSCOPE_RESPONSE_CACHE", "off")

@@ -1,0 +1,61 @@
+"""Snapshot tests at 120x40 on fixed data (no clocks, rates or temporary paths on screen).
+
+Update after an intended change with `pytest tests/test_tui_snapshots.py --snapshot-update`
+and review the SVGs under tests/__snapshots__/.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmscope.tui.app import LlmscopeApp
+from tests.helpers.tui import make_db, settle
+
+SIZE = (120, 40)
+
+
+@pytest.fixture
+def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LlmscopeApp:
+    monkeypatch.chdir(tmp_path)  # the DB path shown in the header is then just its name
+    make_db(Path("t.duckdb"), runs=(("run-a", "model-A", 0), ("run-b", "model-B", 13)))
+    return LlmscopeApp("t.duckdb")
+
+
+def test_snapshot_dashboard(snap_compare, app: LlmscopeApp) -> None:
+    async def before(pilot) -> None:
+        await settle(pilot)
+        await pilot.press("down", "enter")
+        await settle(pilot)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
+def test_snapshot_item(snap_compare, app: LlmscopeApp) -> None:
+    async def before(pilot) -> None:
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
+def test_snapshot_compare(snap_compare, app: LlmscopeApp) -> None:
+    async def before(pilot) -> None:
+        await settle(pilot)
+        await pilot.press("space", "down", "space", "c")
+        await settle(pilot)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
+def test_snapshot_help(snap_compare, app: LlmscopeApp) -> None:
+    async def before(pilot) -> None:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)
