@@ -147,5 +147,6 @@ def test_faults_ci(tmp_path: Path) -> None:
 
 
 @pytest.mark.load
+@pytest.mark.slow
 def test_faults_load(tmp_path: Path) -> None:
     _fault_run(tmp_path, n_items=1000, retry_after="0.1", section="faults_load")

@@ -97,5 +97,6 @@ async def test_faults_small(faulty: OAIServer, monkeypatch: pytest.MonkeyPatch) 
 
 
 @pytest.mark.load
+@pytest.mark.slow
 async def test_faults_full_load(faulty: OAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
     await _run(faulty, n_calls=2000, rate=0.25, concurrency=32, monkeypatch=monkeypatch)
