@@ -1,4 +1,4 @@
-"""OpenAIBackend against the scripted server in tests/oai_server.py (real openai client, HTTP).
+"""OpenAIBackend against the scripted server in tests/helpers/oai_server.py (real openai client, HTTP).
 
 Expected probabilities are computed here by hand from the logprobs written into
 each scripted response.

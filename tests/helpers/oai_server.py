@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A scripted OpenAI-compatible test server (stdlib only).
 
-Usage: python tests/oai_server.py [--scenario FILE] [--fault-rate R] [--fault-seed S]
+Usage: python tests/helpers/oai_server.py [--scenario FILE] [--fault-rate R] [--fault-seed S]
                                   [--fault-sleep T] [--retry-after A]
 
 Listens on 127.0.0.1 on a free port and prints the port as the first line of stdout.

@@ -1,7 +1,7 @@
 """Snapshot tests at 120x40 on fixed data (no clocks, rates or temporary paths on screen).
 
-Update after an intended change with `pytest tests/test_tui_snapshots.py --snapshot-update`
-and review the SVGs under tests/__snapshots__/.
+Update after an intended change with `pytest tests/tui/test_snapshots.py --snapshot-update`
+and review the SVGs under tests/tui/__snapshots__/.
 """
 
 from __future__ import annotations
