@@ -6,4 +6,5 @@
 - cli: `python -m llmscope` subprocesses, tiny suites, row counts, and the RELIABILITY.md figures
 - fakes: TableBackend, a Backend of hand-made numbers
 - tui: real DuckDB files with toy suites/runs/results, and Textual pilot helpers
+- durations: `python -m tests.helpers.durations FILE` sums the times written with LLMSCOPE_TEST_TIMES=FILE
 """
