@@ -10,7 +10,7 @@ ratio estimator ``p = sum(y_g) / sum(m_g)`` with the cluster-robust (sandwich, C
 and a Student-t critical value with ``G - 1`` degrees of freedom (Cameron & Miller 2015,
 "A Practitioner's Guide to Cluster-Robust Inference"). This is the automatic choice for
 clustered rates at every number of clusters: in the coverage simulation of
-tests/test_metrics_coverage.py (12 clusters of 3 correlated trials) it covers close to the
+tests/analysis/test_intervals_coverage.py (12 clusters of 3 correlated trials) it covers close to the
 nominal 95%, where the percentile cluster bootstrap under-covers (~0.93) and the former
 "wider of bootstrap and per-cluster Wilson" rule over-covered (~0.99). For statistics
 that are not a ratio of cluster sums (F1, Brier, ECE, differences of runs) a cluster

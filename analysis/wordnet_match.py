@@ -171,7 +171,7 @@ class WordNetMatcher:
         left out of matched parts can always be merged into one extra part per side, so
         the best score is 1 when the matched parts can cover both answers, else
         M / (M + 1) for the largest number M of disjoint matched part pairs.
-        (tests/test_probeval_paper.py checks this against the brute-force enumeration.)
+        (tests/analysis/test_probeval_paper.py checks this against the brute-force enumeration.)
         """
         na, texts_a, syns_a = self._subsets(pred)
         nb, texts_b, syns_b = self._subsets(true)

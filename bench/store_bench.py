@@ -5,7 +5,7 @@
 1. Rows per second through `Store.write_results`, in the run loop's batch size, with
    yes/no-shaped rows (probabilities, 20 top tokens, prompt, extra).
 2. A real run (`commonsense-sample`, yesno task, Runner) on the tiny random-weight model
-   from tests/tinymodel.py, so the model is as fast as it gets and the store's share is an
+   from tests/helpers/tinymodel.py, so the model is as fast as it gets and the store's share is an
    upper bound; time inside `write_results` (writer thread) over the run's wall time.
 """
 
@@ -72,13 +72,12 @@ def write_rate(rows: int, batch: int) -> tuple[float, float]:
 
 def run_share(limit: int | None) -> tuple[float, float, int]:
     """(store seconds, run wall seconds, rows) of a tiny-model run of commonsense-sample."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from tinymodel import make_tiny_model, tiny_spec
-
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from llmscope.data.suites import load_suite
     from llmscope.engine.hf_backend import HFBackend
     from llmscope.engine.runner import Runner, RunPlan
     from llmscope.store.db import Store
+    from tests.helpers.tinymodel import make_tiny_model, tiny_spec
 
     d = tempfile.mkdtemp(prefix="llmscope-store-bench-")
     model, tok = make_tiny_model(d, vocab="trained")

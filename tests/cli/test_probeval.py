@@ -1,0 +1,59 @@
+"""ProbEval wired end to end: the cfc suite, `import answers`, the stored per-question tables."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from llmscope.store.db import Store
+from tests.helpers.paths import shared_path
+
+pytestmark = pytest.mark.slow
+
+
+def test_import_gpt2xl_answers_stores_cluster_tables(tmp_path):
+    cfc = shared_path("data", "cfc")
+    db = tmp_path / "pe.duckdb"
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmscope", "import", "answers", str(cfc / "cfc_gpt2xl_oneshot_predictions.json"),
+         "--suite-path", str(cfc / "cfc_dev_targets.jsonl"), "--model", "GPT-2-XL", "--db", str(db)],
+        capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "54 questions" in proc.stdout and "ProbEval KL" in proc.stdout
+
+    with Store(db, read_only=True) as st:
+        run_id = st.execute("SELECT run_id FROM runs WHERE model = 'GPT-2-XL'").fetchone()[0]
+        payload = st.load_analysis(run_id, "probeval")
+    assert len(payload["questions"]) == 54
+    kls = [q["kl"] for q in payload["questions"].values()]
+    assert payload["mean_kl"] == pytest.approx(sum(kls) / len(kls))
+
+    # The human side of one question's table, by hand from the targets file:
+    # cluster count = sum of its members' raw counts; P = (count + 1) / (N + K), K = clusters + "wrong".
+    rec = json.loads((cfc / "cfc_dev_targets.jsonl").read_text().splitlines()[0])
+    qid = rec["metadata"]["id"]
+    raw, clusters = rec["answers"]["raw"], rec["answers"]["clusters"]
+    counts = {k: sum(raw.get(a, 0) for a in v["answers"]) for k, v in clusters.items()}
+    counts["wrong"] = 0
+    total, k = sum(counts.values()), len(counts)
+    table = {row["cluster"]: row for row in payload["questions"][qid]["table"]}
+    for name, c in counts.items():
+        assert table[name]["human_p"] == pytest.approx((c + 1) / (total + k))
+    model_n = sum(row["model_count"] for row in table.values())
+    assert model_n == 100  # every GPT-2-XL sample lands in a cluster or in "wrong"
+    kl = sum(r["human_p"] * math.log(r["human_p"] / r["model_p"]) for r in table.values())
+    assert payload["questions"][qid]["kl"] == pytest.approx(kl)
+
+
+def test_answer_sets_for_other_questions_are_refused(tmp_path):
+    cfc = shared_path("data", "cfc")
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmscope", "import", "answers", str(cfc / "cfc_human_predictions.json"),
+         "--suite-path", str(cfc / "cfc_dev_targets.jsonl"), "--db", str(tmp_path / "x.duckdb")],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert "none of the 46 question ids" in proc.stderr and "Traceback" not in proc.stderr

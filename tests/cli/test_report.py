@@ -1,0 +1,147 @@
+"""Report, import, export and compare on hand-made and published data."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from llmscope.engine.types import Item, Result
+from llmscope.report import build_report
+from llmscope.store.db import Store
+from tests.helpers.paths import shared_path
+
+
+def _mk_run(st: Store, run_id: str, suite_id: str, rows: list[tuple[str, str, float | None, float, float]]):
+    st.create_run({"run_id": run_id, "suite_id": suite_id, "suite_name": "hand", "task": "yesno",
+                   "model": run_id, "n_total": len(rows)})
+    st.write_results(run_id, [
+        Result(item_id=i, variant=v, probs={"yes": py, "no": pn}, other=1 - py - pn,
+               prediction="yes" if py > pn else "no", gold="yes", correct=c,
+               confidence=max(py, pn) / (py + pn))
+        for i, v, c, py, pn in rows
+    ])
+
+
+def test_report_numbers_by_hand(db_path):
+    with Store(db_path) as st:
+        items = [Item(item_id=str(i), fields={"id": i, "topic": "a" if i < 3 else "b"}, gold="yes") for i in range(5)]
+        st.add_suite("hand@1", "hand", "yesno", {"group_by": ["topic"]}, "", items)
+        rows = [("0", "q", 1.0, 0.6, 0.3), ("1", "q", 1.0, 0.7, 0.2), ("2", "q", 0.0, 0.2, 0.7),
+                ("3", "q", 1.0, 0.5, 0.1), ("4", "q", None, 0.4, 0.4)]
+        _mk_run(st, "r1", "hand@1", rows)
+        rep = build_report(st, st.get_run("r1"))
+    by = {(r["metric"], json.dumps(r["group"], sort_keys=True)): r for r in rep}
+    acc = by[("accuracy", "{}")]
+    assert acc["value"] == pytest.approx(3 / 4) and acc["n"] == 4
+    # Wilson 95% for 3/4 by hand: (p + z²/2n ± z√(p(1-p)/n + z²/4n²)) / (1 + z²/n)
+    z, n, p = 1.959963984540054, 4, 0.75
+    centre, half = (p + z * z / (2 * n)) / (1 + z * z / n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    assert acc["ci95"] == pytest.approx([centre - half, centre + half], abs=1e-9)
+    assert by[("accuracy", '{"topic": "a"}')]["value"] == pytest.approx(2 / 3)
+    assert by[("accuracy", '{"topic": "b"}')]["value"] == pytest.approx(1.0)
+    assert by[("mean_p_yes", "{}")]["value"] == pytest.approx((0.6 + 0.7 + 0.2 + 0.5 + 0.4) / 5)
+    assert by[("mean_p_other", "{}")]["value"] == pytest.approx((0.1 + 0.1 + 0.1 + 0.4 + 0.2) / 5)
+    # Brier on the yes/no probabilities (gold yes) over the 4 scored items: mean of (1-py)² + pn²
+    brier = sum((1 - py) ** 2 + pn ** 2 for _, _, c, py, pn in rows if c is not None) / 4
+    assert by[("brier", "{}")]["value"] == pytest.approx(brier)
+
+
+def test_variants_of_one_item_are_clustered(db_path):
+    with Store(db_path) as st:
+        items = [Item(item_id=str(i), fields={"id": i}, gold="yes") for i in range(40)]
+        st.add_suite("hand@2", "hand", "yesno", {}, "", items)
+        # three perfectly dependent variants per item: the interval must equal the one-variant interval
+        rows = [(str(i), v, float(i % 3 != 0), 0.6, 0.3) for i in range(40) for v in ("a", "b", "c")]
+        _mk_run(st, "r3", "hand@2", rows)
+        _mk_run(st, "r1", "hand@2", [r for r in rows if r[1] == "a"])
+        three = next(r for r in build_report(st, st.get_run("r3")) if r["metric"] == "accuracy" and not r["group"])
+        one = next(r for r in build_report(st, st.get_run("r1")) if r["metric"] == "accuracy" and not r["group"])
+    assert three["value"] == pytest.approx(one["value"])
+    w3 = three["ci95"][1] - three["ci95"][0]
+    w1 = one["ci95"][1] - one["ci95"][0]
+    # a naive interval over 120 rows would be ~√3 narrower; clustering keeps it about as wide
+    assert w3 > 0.85 * w1
+
+
+def test_compare_counts_discordant_pairs(db_path, tmp_path):
+    with Store(db_path) as st:
+        items = [Item(item_id=str(i), fields={"id": i}, gold="yes") for i in range(6)]
+        st.add_suite("hand@3", "hand", "yesno", {}, "", items)
+        a = [1, 1, 0, 0, 1, 0]
+        b = [1, 0, 1, 1, 1, 1]
+        _mk_run(st, "ra", "hand@3", [(str(i), "q", float(c), 0.6, 0.3) for i, c in enumerate(a)])
+        _mk_run(st, "rb", "hand@3", [(str(i), "q", float(c), 0.6, 0.3) for i, c in enumerate(b)])
+    proc = subprocess.run([sys.executable, "-m", "llmscope", "compare", "ra", "rb", "--db", str(db_path), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)["comparisons"][0]
+    assert out["mcnemar"]["b_base_only"] == 1 and out["mcnemar"]["c_run_only"] == 3
+    # exact two-sided binomial: 2 * P(X <= 1 | n=4, 1/2) = 2 * 5/16
+    assert out["mcnemar"]["p"] == pytest.approx(10 / 16)
+    assert sorted(d["item_id"] for d in out["disagreements"]) == ["1", "2", "3", "5"]
+
+
+@pytest.mark.slow
+def test_import_published_commonsense_results(tmp_path):
+    pub = shared_path("data", "commonsense", "published", "Qwen2-0.5B-Instruct")
+    csv_dir = shared_path("data", "commonsense")
+    db = tmp_path / "q.duckdb"
+    files = sorted(str(p) for p in pub.glob("results_raw_q*.jsonl"))
+    proc = subprocess.run([sys.executable, "-m", "llmscope", "import", "results", *files, "--db", str(db),
+                           "--suite-path", str(csv_dir / "statements_and_prompts.csv")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "llmscope", "report", "--db", str(db), "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rows = {(r["metric"], json.dumps(r["group"])): r for r in json.loads(proc.stdout)}
+
+    # Independent computation from the raw files.
+    with open(csv_dir / "all_models_binarythresh.csv", newline="") as f:
+        table = list(csv.reader(f))
+    hdr = table[0]
+    human = {r[0]: r[hdr.index("human_q1")] == "1" for r in table[1:]}
+    published_q1 = {r[0]: r[hdr.index("Qwen2-0.5B_q1")] == "1" for r in table[1:]}
+    ans = {}
+    for q in ("q1", "q2"):
+        for line in (pub / f"results_raw_{q}.jsonl").read_text().splitlines():
+            rec = json.loads(line)
+            ans[(str(rec["id"]), q)] = rec["response"]["yes"] > rec["response"]["no"]
+    # binarising q1 reproduces the published column exactly
+    assert all(ans[(i, "q1")] == published_q1[i] for i in human)
+    consensus = sum(ans[(i, "q1")] == human[i] for i in human) / len(human)
+    awareness = sum(ans[(i, "q2")] == human[i] for i in human) / len(human)
+    assert rows[("consensus", "{}")]["value"] == pytest.approx(consensus)
+    assert rows[("awareness", "{}")]["value"] == pytest.approx(awareness)
+    assert rows[("commonsensicality", "{}")]["value"] == pytest.approx(math.sqrt(consensus * awareness))
+
+
+@pytest.mark.slow
+def test_import_worldsense_report_and_export(tmp_path):
+    d = shared_path("data", "worldsense", "test_set")
+    db = tmp_path / "ws.duckdb"
+    proc = subprocess.run([sys.executable, "-m", "llmscope", "import", "worldsense", str(d), "--db", str(db)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("87048 responses") == 4
+    proc = subprocess.run([sys.executable, "-m", "llmscope", "report", "--db", str(db)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    for model in ("GPT3.5", "GPT4", "Llama2-FT+1M", "Llama2-chat"):
+        assert model in proc.stdout
+    assert "accuracy per problem" in proc.stdout and "Infer.trivial" in proc.stdout
+    # export --format worldsense writes back exactly the imported responses
+    with Store(db, read_only=True) as st:
+        run_id = st.execute("SELECT run_id FROM runs WHERE model = 'GPT4'").fetchone()[0]
+    out = tmp_path / "gpt4.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "llmscope", "export", "--db", str(db), "--run", run_id,
+                           "--format", "worldsense", "-o", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    orig = {(r["Key"], str(r["resp"]).strip()) for r in map(json.loads, (d / "results" / "basic___GPT4___results.jsonl").read_text().splitlines())}
+    got = {(r["Key"], r["resp"]) for r in map(json.loads, out.read_text().splitlines())}
+    assert got == orig

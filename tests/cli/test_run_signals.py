@@ -1,0 +1,148 @@
+"""Signals during a run (issue 19/20): SIGTERM and SIGHUP behave like Ctrl-C, kill -9 leaves
+a run that reads `interrupted`, and in every case the printed (or `--resume ID`) command
+finishes the run without loss or duplicates. A local run (tiny random Llama) and an API
+run (the scripted OpenAI-wire server) each; the API resume is given no --base-url and
+must reach the same server from the stored config.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from tests.helpers.cli import cli, cli_cmd, cli_env, record, tiny_model_dir, write_yesno_suite
+from tests.helpers.oai import oai, oai_server  # noqa: F401
+
+pytestmark = [pytest.mark.reliability, pytest.mark.slow]
+
+N_LOCAL = 600  # 1,200 prompts at batch size 2: long enough to be hit after the first flush
+N_API = 150  # 300 prompts at 30 ms each, two in flight
+
+
+def _wait_scoring(db: Path, proc: subprocess.Popen[str], min_rows: int = 1, limit: float = 120) -> None:
+    """Wait until the run has published at least `min_rows` results on the live channel."""
+    live = Path(str(db) + ".live")
+    end = time.monotonic() + limit
+    while time.monotonic() < end and proc.poll() is None:
+        for p in live.glob("*/results.jsonl"):
+            try:
+                if p.read_bytes().count(b"\n") >= min_rows:
+                    return
+            except OSError:
+                pass
+        time.sleep(0.05)
+    raise AssertionError(f"the run never started scoring (exit {proc.poll()})")
+
+
+def _rows(db: Path) -> list[tuple[Any, ...]]:
+    con = duckdb.connect(str(db))  # read-write: replays the WAL a killed writer left
+    try:
+        return con.execute("SELECT run_id, item_id, variant, error FROM results").fetchall()
+    finally:
+        con.close()
+
+
+def _runs_json(db: Path, via_cli: bool = False) -> list[dict[str, Any]]:
+    """`llmscope runs --json` (or the same Store.runs() in process: a subprocess costs seconds)."""
+    if via_cli:
+        proc = cli("runs", "--json", "--db", str(db))
+        assert proc.returncode == 0, proc.stderr
+        return list(json.loads(proc.stdout))
+    from llmscope.store.db import Store
+
+    with Store(db, read_only=True) as s:
+        return list(s.runs().to_dict("records"))
+
+
+@pytest.fixture(scope="module")
+def local_setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("signals")
+    return {"base": base, "model": tiny_model_dir(base), "suite": write_yesno_suite(base / "s", N_LOCAL)}
+
+
+def _api_suite(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "items.jsonl", "w", encoding="utf-8") as f:
+        for i in range(N_API):
+            f.write(json.dumps({"id": f"a{i}", "text": f"[sig] statement {i}", "gold": "yes" if i % 2 else "no"}) + "\n")
+    (folder / "suite.yaml").write_text(
+        "name: sig-api\ntask: yesno\nitems: items.jsonl\n"
+        "templates:\n  a: '{text} Answer yes or no.'\n  b: 'Is it so? {text}'\n",
+        encoding="utf-8",
+    )
+    return folder / "suite.yaml"
+
+
+def _interrupt_then_resume(cmd: list[str], db: Path, sig: int, total: int) -> dict[str, Any]:
+    proc = subprocess.Popen(cli_cmd(*cmd), env=cli_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_scoring(db, proc, min_rows=20)
+        time.sleep(1.5)  # past the first flush (once a second), so kill -9 leaves rows to keep
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    rows = _rows(db)
+    (run_id,) = [p.name for p in Path(str(db) + ".live").iterdir()]
+    assert 0 < len(rows) < total, f"signal landed too late: {len(rows)}/{total} stored"
+    assert len(set(rows)) == len(rows)
+    (run,) = _runs_json(db, via_cli=sig == signal.SIGKILL)
+    assert run["status"] == "interrupted"  # never `running` once the owner is gone
+    if sig == signal.SIGKILL:
+        assert proc.returncode == -signal.SIGKILL
+        resume = ["run", "--resume", run_id, "--db", str(db)]
+    else:
+        assert proc.returncode == 128 + sig, err
+        assert "Traceback" not in err, err
+        assert (Path(str(db) + ".live") / run_id / "ended").exists()
+        m = re.search(r"llmscope (run --resume \S+ --db \S+)", err)
+        assert m, err
+        resume = shlex.split(m.group(1))  # exactly as printed
+    stored_at_signal = len(rows)
+    done = cli(*resume, "--quiet", "--no-report", env=cli_env())
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    rows = _rows(db)
+    keys = [(r[1], r[2]) for r in rows]
+    assert len(keys) == total and len(set(keys)) == total  # nothing lost, nothing twice
+    assert all(r[3] is None for r in rows)
+    (run,) = _runs_json(db)
+    assert run["status"] == "completed" and run["n_done"] == total
+    return {"stored_at_signal": stored_at_signal, "total": total, "exit_code": proc.returncode}
+
+
+SIGNALS = [("sigterm", signal.SIGTERM), ("sighup", signal.SIGHUP), ("sigkill", signal.SIGKILL)]
+
+
+@pytest.mark.parametrize(("name", "sig"), SIGNALS)
+def test_local_run_signal_then_resume(local_setup: dict[str, Path], name: str, sig: int) -> None:
+    db = local_setup["base"] / f"{name}.duckdb"
+    cmd = ["run", "--suite", str(local_setup["suite"]), "--model", f"hf:{local_setup['model']}", "--db", str(db),
+           "--dtype", "float32", "--device", "cpu", "--batch-size", "2", "--threads", "1", "--no-report", "--quiet"]
+    figures = _interrupt_then_resume(cmd, db, sig, 2 * N_LOCAL)
+    record(f"signal_local_{name}", **figures, items_lost=0, duplicates=0)
+
+
+@pytest.mark.parametrize(("name", "sig"), SIGNALS)
+def test_api_run_signal_then_resume_keeps_base_url(tmp_path: Path, oai, name: str, sig: int) -> None:  # noqa: F811
+    oai.script("[sig]", top=[["Yes", -0.3], ["No", -1.5]], delay=0.03)
+    db = tmp_path / f"{name}.duckdb"
+    cmd = ["run", "--suite", str(_api_suite(tmp_path / "s")), "--model", "openai:test-model",
+           "--base-url", oai.base_url, "--concurrency", "2", "--db", str(db), "--no-report", "--quiet"]
+    before = len(oai.log("[sig]"))
+    figures = _interrupt_then_resume(cmd, db, sig, 2 * N_API)
+    # the resume (given no --base-url) reached this server, not the default endpoint
+    assert len(oai.log("[sig]")) - before >= 2 * N_API
+    record(f"signal_api_{name}", **figures, items_lost=0, duplicates=0)

@@ -1,0 +1,226 @@
+"""Shared pieces of the reliability tests, and the figures they leave behind.
+
+Used by the CLI-level tests (`from tests.helpers.cli import ...`). Each test records
+its figures (kills survived, faults injected, inputs tried, items lost) in
+`bench/_out/reliability.json` (git-ignored); `python -m tests.helpers.cli
+--update-md` copies them into the figures table of RELIABILITY.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT_JSON = Path(
+    os.environ.get("LLMSCOPE_RELIABILITY_OUT", ROOT / "bench" / "_out" / "reliability.json")
+)
+MD = ROOT / "RELIABILITY.md"
+MD_BEGIN = "<!-- figures:begin -->"
+MD_END = "<!-- figures:end -->"
+
+
+# -- figures ------------------------------------------------------------------------------
+def record(section: str, **figures: Any) -> None:
+    """Merge one test's figures into bench/_out/reliability.json (tests run sequentially)."""
+    try:
+        data = json.loads(OUT_JSON.read_text())
+    except (OSError, json.JSONDecodeError):
+        data = {}
+    figures["recorded_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    data[section] = figures
+    try:
+        OUT_JSON.parent.mkdir(parents=True, exist_ok=True)
+        tmp = OUT_JSON.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
+        os.replace(tmp, OUT_JSON)
+    except OSError:
+        pass  # figures are a report, never a reason for a test to fail
+
+
+# -- subprocesses -------------------------------------------------------------------------
+def cli_env(**extra: str) -> dict[str, str]:
+    """Environment for `python -m llmscope` subprocesses.
+
+    One torch thread: on a 2-core CI box torch's intra-op pool fights the event loop and
+    a tiny model runs ~30x slower (see RELIABILITY.md, "findings").
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LLMSCOPE_DB"))}
+    env.update(
+        {
+            "OMP_NUM_THREADS": "1",
+            "PYTHONUNBUFFERED": "1",
+            "NO_COLOR": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "HF_HUB_OFFLINE": "1",
+        }
+    )
+    env.update(extra)
+    return env
+
+
+def cli_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "llmscope", *args]
+
+
+def cli(
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+    cwd: str | Path | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run the CLI to completion, capturing text output."""
+    return subprocess.run(
+        cli_cmd(*args),
+        env=env or cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
+
+
+def assert_clean_error(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
+    """A user-facing failure: exit 2, one `llmscope: error:` line, no traceback."""
+    err = proc.stderr
+    assert proc.returncode == 2, f"exit {proc.returncode}\nstdout:{proc.stdout}\nstderr:{err}"
+    assert "Traceback" not in err, err
+    assert "llmscope: error:" in err, err
+    for n in needles:
+        assert n.lower() in err.lower(), f"{n!r} not in {err!r}"
+    return err
+
+
+# -- models and suites --------------------------------------------------------------------
+def tiny_model_dir(base: Path) -> Path:
+    """A saved 2-layer random-weight Llama with a trained BPE tokenizer (tests/helpers/tinymodel.py)."""
+    folder = base / "tiny-llama"
+    if not (folder / "config.json").is_file():
+        from tests.helpers.tinymodel import make_tiny_model
+
+        make_tiny_model(base, vocab="trained", save=True)
+    return folder
+
+
+WORDS = "cat dog bird fish tree water fire stone sky sun moon river mountain city house car".split()
+
+
+def write_yesno_suite(folder: Path, n_items: int, name: str = "rel-yesno") -> Path:
+    """A yes/no suite with two prompt variants; returns the spec path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "items.jsonl", "w", encoding="utf-8") as f:
+        for i in range(n_items):
+            a, b = WORDS[i % len(WORDS)], WORDS[(i * 7 + 3) % len(WORDS)]
+            text = f"The {a} number {i} can {'fly' if i % 3 else 'swim'} like a {b}"
+            f.write(
+                json.dumps({"id": f"q{i}", "text": text, "gold": "yes" if i % 2 else "no"}) + "\n"
+            )
+    (folder / "suite.yaml").write_text(
+        f"name: {name}\ntask: yesno\nitems: items.jsonl\n"
+        "templates:\n  a: 'Question: {text}? Answer:'\n  b: 'Is it true that {text}?'\n"
+        "task_options:\n  chat: false\n",
+        encoding="utf-8",
+    )
+    return folder / "suite.yaml"
+
+
+def write_choice_suite(folder: Path, n_items: int, name: str = "rel-choice") -> Path:
+    """A four-option choice suite (option log-likelihoods); returns the spec path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "items.jsonl", "w", encoding="utf-8") as f:
+        for i in range(n_items):
+            opts = [WORDS[(i + k * 5) % len(WORDS)] for k in range(4)]
+            text = f"Which one is number {i} near the {WORDS[(i * 3) % len(WORDS)]}"
+            f.write(
+                json.dumps({"id": f"c{i}", "text": text, "options": opts, "gold": opts[i % 4]})
+                + "\n"
+            )
+    (folder / "suite.yaml").write_text(
+        f"name: {name}\ntask: choice\nitems: items.jsonl\n"
+        "templates:\n  q: 'Question: {text}? Answer:'\n"
+        "task_options:\n  chat: false\n  content_free: []\n",
+        encoding="utf-8",
+    )
+    return folder / "suite.yaml"
+
+
+# -- reading a database -------------------------------------------------------------------
+def snapshot(db: Path, dest: Path) -> Path:
+    """Copy a database (and its WAL) so it can be inspected without touching the original."""
+    dest.mkdir(parents=True, exist_ok=True)
+    out = dest / db.name
+    for suffix in ("", ".wal"):
+        src = Path(str(db) + suffix)
+        tgt = Path(str(out) + suffix)
+        tgt.unlink(missing_ok=True)
+        if src.exists():
+            shutil.copy2(src, tgt)
+    return out
+
+
+def result_rows(db: Path) -> list[dict[str, Any]]:
+    """Every stored result row with its identity and numbers (opened read-write: replays a WAL)."""
+    import duckdb
+
+    con = duckdb.connect(str(db))
+    try:
+        cur = con.execute(
+            "SELECT run_id, item_id, variant, p_yes, p_no, other, option_scores, error FROM results"
+        )
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, r, strict=False)) for r in cur.fetchall()]
+    finally:
+        con.close()
+
+
+def count_rows(db: Path, table: str) -> int:
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return int(con.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+    finally:
+        con.close()
+
+
+# -- RELIABILITY.md -----------------------------------------------------------------------
+def figures_table(data: dict[str, Any]) -> str:
+    """A Markdown table of the recorded figures."""
+    lines = ["| test | figures | recorded |", "|---|---|---|"]
+    for section in sorted(data):
+        figs = dict(data[section])
+        when = figs.pop("recorded_at", "")
+        text = ", ".join(f"{k} = {v}" for k, v in sorted(figs.items()))
+        lines.append(f"| {section} | {text} | {when} |")
+    return "\n".join(lines)
+
+
+def update_md(md: Path = MD, src: Path = OUT_JSON) -> None:
+    """Replace the figures block of RELIABILITY.md with the last recorded figures."""
+    data = json.loads(src.read_text())
+    text = md.read_text(encoding="utf-8")
+    start, end = text.index(MD_BEGIN) + len(MD_BEGIN), text.index(MD_END)
+    md.write_text(text[:start] + "\n" + figures_table(data) + "\n" + text[end:], encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--update-md", action="store_true", help="copy the figures into RELIABILITY.md")
+    args = ap.parse_args(argv)
+    if args.update_md:
+        update_md()
+        print(f"updated {MD} from {OUT_JSON}")
+    else:
+        print(figures_table(json.loads(OUT_JSON.read_text())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

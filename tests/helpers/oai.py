@@ -1,0 +1,120 @@
+"""Pytest fixtures around `tests/helpers/oai_server.py` (a scripted OpenAI-compatible server).
+
+Test modules import what they use: `from tests.helpers.oai import oai, oai_server  # noqa: F401`.
+The server runs as a subprocess on 127.0.0.1 (port chosen by the OS, printed on its
+first stdout line); `oai` resets its state before each test.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SERVER = Path(__file__).resolve().parent / "oai_server.py"
+CANARY_KEY = "sk-canary-7f3a9c2e1b8d4f60a5e7c9b1d3f5a7c9"
+
+
+@dataclass
+class OAIServer:
+    """Handle on a running test server: its base URL and control helpers."""
+
+    port: int
+    proc: subprocess.Popen
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def _call(self, path: str, payload: Any = None) -> Any:
+        url = f"http://127.0.0.1:{self.port}{path}"
+        data = None if payload is None else json.dumps(payload).encode()
+        req = urllib.request.Request(url, data=data, method="GET" if data is None else "POST")
+        req.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
+
+    def script(self, marker: str, **spec: Any) -> str:
+        """Script the answers for prompts containing `marker`; returns the marker."""
+        self._call("/_control/script", {"marker": marker, "spec": spec})
+        return marker
+
+    def faults(self, **cfg: Any) -> None:
+        """Random fault injection: rate, seed, kinds, sleep, retry_after."""
+        self._call("/_control/faults", cfg)
+
+    def reset(self) -> None:
+        self._call("/_control/reset", {})
+
+    def log(self, marker: str | None = None) -> list[dict[str, Any]]:
+        """Requests seen (optionally only those matched to `marker`), in arrival order."""
+        entries = self._call("/_control/log")
+        return [e for e in entries if marker is None or e["marker"] == marker]
+
+    def server_stats(self) -> dict[str, Any]:
+        return self._call("/_control/stats")
+
+
+def start_server(*args: str) -> OAIServer:
+    """Start `oai_server.py` with extra CLI args and wait for its port line."""
+    proc = subprocess.Popen(
+        [sys.executable, str(SERVER), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if not line.isdigit():
+        proc.kill()
+        raise RuntimeError(f"oai_server.py did not print a port: {line!r}")
+    return OAIServer(int(line), proc)
+
+
+def stop_server(server: OAIServer) -> None:
+    server.proc.terminate()
+    try:
+        server.proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        server.proc.kill()
+        server.proc.wait(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def oai_server() -> Iterator[OAIServer]:
+    """One scripted server per test module."""
+    server = start_server()
+    try:
+        yield server
+    finally:
+        stop_server(server)
+
+
+@pytest.fixture
+def oai(oai_server: OAIServer, monkeypatch: pytest.MonkeyPatch) -> OAIServer:
+    """The module's server, reset, with the canary key in OPENAI_API_KEY."""
+    oai_server.reset()
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    return oai_server
+
+
+def note_fault_outcome(case: str, outcome: str) -> None:
+    """Add one measured outcome to the `api_fault_matrix` figures that RELIABILITY.md lists
+    (bench/_out/reliability.json, via tests.helpers.cli.record)."""
+    from tests.helpers.cli import OUT_JSON, record
+
+    try:
+        section = dict(json.loads(OUT_JSON.read_text()).get("api_fault_matrix") or {})
+    except (OSError, ValueError):
+        section = {}
+    section.pop("recorded_at", None)
+    section[case] = outcome
+    record("api_fault_matrix", **section)

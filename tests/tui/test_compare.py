@@ -1,0 +1,111 @@
+"""Compare any number of runs (tui/panels_compare.py and the compare screen): every pair's
+cell equals `llmscope compare A B --json`, disagreements sort by difference and numerically."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llmscope.cli import main
+from llmscope.store.db import Store
+from llmscope.tui.panels_compare import compare_matrix, disagreement_rows, sort_disagreements
+from tests.helpers.tui import make_db, p_yes_for
+
+RUNS = (("run-a", "model-A", 0), ("run-b", "model-B", 17), ("run-c", "model-C", 40))
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return make_db(tmp_path / "cmp.duckdb", n_items=12, runs=RUNS)
+
+
+def _cli(db: Path, a: str, b: str, capsys: pytest.CaptureFixture[str]) -> dict:
+    capsys.readouterr()
+    assert main(["compare", "--db", str(db), a, b, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_every_pair_equals_the_cli(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with Store(db, read_only=True) as st:
+        m = compare_matrix(st, ["run-a", "run-b", "run-c"])
+    assert set(m.pairs) == {("run-a", "run-b"), ("run-a", "run-c"), ("run-b", "run-c")}
+    for (a, b), cell in m.pairs.items():
+        cli = _cli(db, a, b, capsys)["comparisons"][0]
+        ours = json.loads(json.dumps(cell.comparison, default=str))
+        for k in ("n", "n_clusters", "diff", "diff_ci95", "p_value", "acc_base", "acc_run", "mcnemar"):
+            assert ours[k] == cli[k], (a, b, k)
+    # b vs c: difference by hand from the generating rule (correct per item and variant)
+    def correct(i: int, shift: int) -> int:
+        py = p_yes_for(i, shift)
+        return int(("yes" if py > 0.9 - py else "no") == ("yes" if i % 2 == 0 else "no"))
+
+    want = sum(correct(i, 40) - correct(i, 17) for i in range(12)) / 12
+    assert m.pairs[("run-b", "run-c")].diff == pytest.approx(want, abs=1e-12)
+    # the runs x metrics matrix holds each run's report accuracy
+    assert m.metrics[0] == "accuracy"
+    acc_a = m.values["run-a"]["accuracy"]["value"]
+    assert acc_a == pytest.approx(sum(correct(i, 0) for i in range(12)) / 12)
+
+
+def test_disagreements_sort_by_difference_then_numeric_item(db: Path) -> None:
+    with Store(db, read_only=True) as st:
+        m = compare_matrix(st, ["run-a", "run-b", "run-c"])
+    rows = disagreement_rows(m)
+    n_expected = sum(len(c.comparison["disagreements"]) for c in m.pairs.values())
+    assert len(rows) == n_expected > 0
+    assert all(abs(r["diff"]) == 1.0 for r in rows)  # binary correctness: every disagreement is ±1
+    by_item = sort_disagreements(rows, "item")
+    nums = [int(r["item_id"][1:]) for r in by_item]
+    assert nums == sorted(nums)
+
+
+def test_item_ids_sort_as_numbers() -> None:
+    rows = [{"item_id": i, "variant": "q1", "pair": "a→b", "diff": d}
+            for i, d in (("10", 1.0), ("1003", -1.0), ("141", 0.5), ("9", -0.25))]
+    assert [r["item_id"] for r in sort_disagreements(rows, "item")] == ["9", "10", "141", "1003"]
+    assert [r["item_id"] for r in sort_disagreements(rows, "|difference|")] == ["10", "1003", "141", "9"]
+
+
+async def test_compare_screen_shows_every_pair_and_opens_both_runs(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from llmscope.tui.app import LlmscopeApp
+    from llmscope.tui.screens import HomeScreen
+    from llmscope.tui.screens.compare import CompareScreen
+    from llmscope.tui.screens.item import ItemScreen
+    from llmscope.tui.widgets import ItemList
+    from tests.helpers.tui import screen_text, settle, wait_until
+
+    cli = _cli(db, "run-b", "run-c", capsys)["comparisons"][0]
+    app = LlmscopeApp(db, refresh_s=0.2)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await settle(pilot)
+        home = app.screen
+        assert isinstance(home, HomeScreen)
+        for _ in range(3):  # mark all three runs from the keyboard
+            await pilot.press("space")
+            await pilot.press("down")
+        await pilot.press("c")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.matrix is not None,
+                                timeout=60)
+        scr = app.screen
+        assert isinstance(scr, CompareScreen) and scr.matrix is not None
+        assert set(scr.matrix.pairs) == {("run-a", "run-b"), ("run-a", "run-c"), ("run-b", "run-c")}
+        # the b-vs-c cell on screen shows the CLI's numbers
+        lo, hi = cli["diff_ci95"]
+        assert f"{cli['diff']:+.3f} [{lo:+.3f}, {hi:+.3f}] p={cli['p_value']:.3g} n={cli['n']}" in screen_text(app)
+        lst = scr.query_one("#dis", ItemList)
+        assert lst.count == len(disagreement_rows(scr.matrix))
+        await pilot.press("o")  # sort by item id: numeric order, list back at its top
+        await settle(pilot)
+        ids = [lst.row(i)["item_id"] for i in range(lst.count)]  # type: ignore[index]
+        assert [int(i[1:]) for i in ids] == sorted(int(i[1:]) for i in ids) and lst.cursor == 0
+        first = lst.row(0)
+        assert first is not None
+        await pilot.press("enter")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, ItemScreen) and app.screen.details)
+        item = app.screen
+        assert isinstance(item, ItemScreen)
+        assert [d["run_id"] for d in item.details] == [first["a"], first["b"]]
+        assert all(d["variants"] for d in item.details)
+

@@ -1,0 +1,237 @@
+"""The dashboard at every terminal size, numeric item order, the list back at the top after a
+sort or filter change, and what the numbers mean (definitions, no-gold variants)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from llmscope.analysis.metrics import METRICS
+from llmscope.engine.types import Item, Result
+from llmscope.store.db import Store
+from llmscope.tui.app import LlmscopeApp
+from llmscope.tui.definitions import plain_text
+from llmscope.tui.screens import DashboardScreen, DefinitionsScreen, HelpScreen
+from llmscope.tui.widgets import ItemList, ReliabilityPlot, fit_widths, item_sort_key
+from tests.helpers.tui import (
+    SUITE_ID,
+    add_suite,
+    create_run,
+    make_db,
+    screen_text,
+    settle,
+    toy_items,
+    toy_result,
+)
+
+# ids in insertion (arrival) order; numeric order written out by hand below (equal numbers: as text)
+IDS = ["1003", "10", "141", "2", "1026", "x7", "20", "a1", "999", "0010"]
+NUMERIC_ORDER = ["2", "0010", "10", "20", "141", "999", "1003", "1026", "a1", "x7"]
+
+
+def _numeric_db(path: Path, copies: int = 8, status: str = "completed") -> Path:
+    """Every row fails (prediction != gold), so the failing list holds them all."""
+    with Store(path) as store:
+        spec = {"name": "num", "task": "yesno", "answers": ["yes", "no"]}
+        ids = [f"{i}" for i in IDS] + [str(5000 + k) for k in range(copies * len(IDS))]
+        items = [Item(item_id=i, fields={}, gold="yes", text=f"text of {i}") for i in ids]
+        store.add_suite(SUITE_ID, "num", "yesno", spec, "tests", items)
+        create_run(store, "run-n", len(items), status=status)
+        store.write_results("run-n", [
+            Result(item_id=it.item_id, variant="q1", probs={"yes": 0.2, "no": 0.7}, other=0.1,
+                   prediction="no", gold="yes", correct=0.0, confidence=0.2 + 0.7 * (k % 5) / 5)
+            for k, it in enumerate(items)
+        ])
+    return path
+
+
+def test_item_sort_key_and_store_agree(tmp_path: Path) -> None:
+    assert sorted(IDS, key=item_sort_key) == NUMERIC_ORDER
+    db = _numeric_db(tmp_path / "n.duckdb", copies=0)
+    with Store(db, read_only=True) as s:
+        page = s.failing_page("run-n", 0, 100, sort="item")
+    assert page["item_id"] == NUMERIC_ORDER
+
+
+def test_fit_widths_keeps_the_text_column_readable() -> None:
+    ws = [12, 8, 16, 8, 10, 5, 5, 0]
+    got = fit_widths(ws, 80)
+    assert sum(w + 1 for w in got if w) + 26 <= 80  # at least max(24, 80 // 3) cells of text
+    assert min(w for w in got if w) >= 4 and got[-1] == 0
+    assert fit_widths(ws, 200) == ws  # room enough: unchanged
+
+
+@pytest.mark.parametrize("status", ["completed", "running"])  # paged from DuckDB / in memory
+async def test_numeric_item_order_and_back_to_top(tmp_path: Path, status: str) -> None:
+    db = _numeric_db(tmp_path / "n.duckdb", status=status)
+    app = LlmscopeApp(db)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, DashboardScreen)
+        lst = app.screen.query_one(ItemList)
+        assert (lst.source is not None) == (status == "completed")
+        n = lst.count
+        assert n == len(IDS) * 9
+        await pilot.press("end")
+        await settle(pilot)
+        assert lst.cursor == n - 1 and lst.scroll_offset.y > 0
+        for key in ("s", "s", "s", "s"):  # confidence, distance, group, item
+            await pilot.press(key)
+            await settle(pilot)
+            assert lst.cursor == 0 and lst.scroll_offset.y == 0, lst.sort_key
+            await pilot.press("end")
+            await settle(pilot)
+        assert lst.sort_key == "item"
+        got = [lst.row(i)["item_id"] for i in range(n)]
+        assert got[: len(NUMERIC_ORDER) - 2] == NUMERIC_ORDER[:-2]  # 2 ... 1026, then 5000...
+        assert got[-2:] == ["a1", "x7"]
+        await pilot.press("f")  # a filter change: back to the top as well
+        await settle(pilot)
+        assert lst.cursor == 0 and lst.scroll_offset.y == 0
+        assert "Failing items" in screen_text(app)
+
+
+def _db_with_q3(path: Path) -> Path:
+    """The toy suite with a third variant whose rows carry no gold (as commonsense q3)."""
+    with Store(path) as store:
+        items = add_suite(store, 12)
+        create_run(store, "run-a", 36)
+        res = [toy_result(it, i, v) for i, it in enumerate(items) for v in ("q1", "q2")]
+        for i, it in enumerate(toy_items(12)):
+            r = toy_result(it, i, "q3")
+            r.gold, r.correct = None, None
+            res.append(r)
+        store.write_results("run-a", res)
+    return path
+
+
+async def test_variant_without_gold_and_definitions(tmp_path: Path) -> None:
+    app = LlmscopeApp(_db_with_q3(tmp_path / "q.duckdb"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+        dash = app.screen
+        assert isinstance(dash, DashboardScreen)
+        text = screen_text(app)
+        assert "q3: no gold for this variant" in text
+        assert "q1: no gold" not in text and "q2: no gold" not in text
+        # the yes/no table: q3's gold-based cells say "no gold", q1/q2 have numbers
+        bias = [ln for ln in text.splitlines() if "gold_yes_rate" in ln or "│ yes_bias" in ln]
+        assert len(bias) == 2 and all(ln.count("no gold") == 1 for ln in bias), bias
+        # hovering the calibration numbers: their definitions from the metrics registry
+        tip = str(dash.query_one("#cal").tooltip)
+        for name in ("ece", "mce", "brier", "brier_yes"):
+            assert f"{name}: {METRICS[name].definition}" in tip
+        assert str(dash.query_one("#acc").tooltip).startswith(f"accuracy: {METRICS['accuracy'].definition}")
+        # `d`: every metric on the screen with its definition
+        shown = dash.shown_metric_names()
+        assert {"accuracy", "ece", "mce", "brier", "brier_yes", "mean_p_yes", "pred_yes_rate",
+                "gold_yes_rate", "yes_bias", "mean_p_other", "off_format_rate"} <= set(shown)
+        await pilot.press("d")
+        await settle(pilot)
+        assert isinstance(app.screen, DefinitionsScreen)
+        assert app.screen.metrics == shown
+        defs = " ".join(plain_text(app.screen.query_one("#defs-table").content, width=400).split())
+        for name in shown:  # each metric with its registered definition
+            assert f"{name} {' '.join(METRICS[name].definition.split())}" in defs, name
+        assert "What the numbers on this screen mean" in screen_text(app)
+        await pilot.press("escape")
+        await pilot.press("f1")
+        await settle(pilot)
+        assert isinstance(app.screen, HelpScreen) and app.screen.metrics == shown
+        await pilot.press("escape")
+        await settle(pilot)
+        # the drill-down of an item: q3 says it has no gold, q1 shows its gold
+        dash.query_one(ItemList).focus()
+        await pilot.press("enter")
+        await settle(pilot)
+        item = screen_text(app)
+        assert "gold yes" in item or "gold no" in item
+        lines = [ln for ln in item.splitlines() if "none (no gold for this variant)" in ln]
+        assert len(lines) <= 1  # q3 is the third variant: below the fold or shown once
+        app.screen.query_one("#item-body").scroll_end(animate=False)
+        await settle(pilot)
+        assert "gold none (no gold for this variant)" in screen_text(app)
+
+
+async def test_narrow_dashboard_is_readable(tmp_path: Path) -> None:
+    db = make_db(tmp_path / "t.duckdb", runs=(("run-a", "model-A", 0),))
+    app = LlmscopeApp(db)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+        dash = app.screen
+        assert dash.has_class("-narrow")
+        text = screen_text(app)
+        # one panel at a time, full width: group labels whole, the tab line says which panel
+        assert "  animals " in text and "  food " in text
+        assert "accuracy  calibration  humans" in text
+        assert dash.query_one("#left").display and not dash.query_one("#middle").display
+        # item text readable: "Statement number N about" whole in the list's text column
+        assert re.search(r"Statement number \d+ about", text)
+        await pilot.press("v")
+        await settle(pilot)
+        assert dash.query_one("#middle").display and not dash.query_one("#left").display
+        plot = dash.query_one(ReliabilityPlot)
+        assert plot.size.height >= 7 and plot.size.width >= 40
+        await pilot.press("v", "v")
+        await settle(pilot)
+        assert dash.query_one("#left").display
+
+
+async def test_wide_dashboard_uses_the_space(tmp_path: Path) -> None:
+    db = make_db(tmp_path / "t.duckdb", runs=(("run-a", "model-A", 0),))
+    app = LlmscopeApp(db)
+    async with app.run_test(size=(200, 60)) as pilot:
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+        dash = app.screen
+        assert dash.has_class("-wide")
+        widths = [dash.query_one(f"#{w}").outer_size.width for w in ("left", "middle", "right")]
+        assert all(w >= 60 for w in widths), widths  # the 120-column layout caps two at 36
+        assert dash.query_one("#panels").size.height > 20  # 20 rows at most at 120x40
+        assert not dash.query_one("#panel-tabs").display
+        assert sum(widths) == 200  # the whole width
+
+
+async def test_method_fallback_banner_on_the_run(tmp_path: Path) -> None:
+    """An API run whose choice task fell back to letter labels says so on its dashboard, even at
+    80x24; a run without a method choice shows no banner."""
+    import datetime as dt
+
+    from tests.helpers.tui import STARTED
+
+    path = tmp_path / "b.duckdb"
+    make_db(path, runs=(("run-a", "model-A", 0),))
+    choice = {"method": "option labels A/B/C...", "reason": "the server gives no echo log-likelihoods"}
+    with Store(path) as store:
+        items = toy_items(12)
+        store.create_run({
+            "run_id": "run-api", "suite_id": SUITE_ID, "suite_name": "toy", "task": "yesno",
+            "model": "openai:m", "backend": "openai", "n_total": 12, "status": "completed",
+            "started_at": STARTED + dt.timedelta(minutes=5), "updated_at": STARTED, "options": {},
+            "meta": {"backend": {"method_choice": choice}}, "versions": {},
+        })
+        store.write_results("run-api", [toy_result(it, i) for i, it in enumerate(items)])
+    app = LlmscopeApp(path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("down", "enter")
+        await settle(pilot)
+        dash = app.screen
+        assert isinstance(dash, DashboardScreen) and dash.run_id == "run-api"
+        assert dash.query_one("#method-banner").display
+        banner = dash.query_one("#method-banner")
+        assert str(banner.content) == (
+            "API method: option labels A/B/C... (the server gives no echo log-likelihoods)")
+        assert "API method: option labels A/B/C..." in screen_text(app)  # on screen, at 80x24
+        await pilot.press("escape", "up", "enter")
+        await settle(pilot)
+        assert app.screen.run_id == "run-a" and not app.screen.query_one("#method-banner").display

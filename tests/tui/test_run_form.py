@@ -1,0 +1,71 @@
+"""Starting a run from the TUI's form: it runs in-process (against the scripted
+OpenAI-compatible server on 127.0.0.1) while the interface stays live."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.widgets import Input
+
+from llmscope.store.db import Store
+from llmscope.tui.app import LlmscopeApp
+from llmscope.tui.screens import DashboardScreen, HomeScreen
+from tests.helpers.oai import oai, oai_server  # noqa: F401
+from tests.helpers.tui import screen_text, settle, wait_until
+
+
+async def test_start_run_from_form(tmp_path: Path, oai) -> None:  # noqa: F811
+    db = tmp_path / "run.duckdb"
+    app = LlmscopeApp(db, refresh_s=0.1)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        home = app.screen
+        assert isinstance(home, HomeScreen)
+        home.query_one("#f-suite", Input).value = "commonsense-sample"
+        home.query_one("#f-model", Input).value = "openai:test-model"
+        home.query_one("#f-base-url", Input).value = oai.base_url
+        home.query_one("#f-limit", Input).value = "4"
+        home.query_one("#f-conc", Input).value = "4"
+        await pilot.click("#start")
+        # the run opens its dashboard by itself once it has started
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen), timeout=30)
+        dash = app.screen
+        assert await wait_until(
+            pilot,
+            lambda: "12/12 results" in screen_text(app) and "completed" in screen_text(app),
+            timeout=30,
+        )
+        assert await wait_until(pilot, lambda: not dash.active, timeout=10)
+        await settle(pilot)
+        run_id = dash.run_id
+        # the run ended: the write connection is released (reads open and close their own)
+        assert await wait_until(pilot, lambda: not app.handle.writing, timeout=10)
+        with app.handle.use() as store:
+            df = store.query_df("SELECT correct, error FROM results WHERE run_id = ?", [run_id])
+        assert len(df) == 12 and df["error"].isna().all()
+        scored = df["correct"].dropna()
+        assert f"accuracy {scored.mean():.3f}" in screen_text(app)
+        # the run also published the live channel for other terminals
+        assert (Path(str(db) + ".live") / run_id / "ended").exists()
+        await pilot.press("escape")
+        await settle(pilot)
+        assert isinstance(app.screen, HomeScreen)
+        assert run_id in screen_text(app)
+    with Store(db, read_only=True) as s:
+        run = s.get_run(run_id)
+        assert run is not None and run["status"] == "completed"
+
+
+async def test_bad_form_is_reported(tmp_path: Path) -> None:
+    app = LlmscopeApp(tmp_path / "x.duckdb")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        home = app.screen
+        home.query_one("#f-suite", Input).value = "no-such-suite"
+        await pilot.click("#start")
+        assert await wait_until(
+            pilot,
+            lambda: any("no built-in suite" in n.message for n in app._notifications),
+            timeout=10,
+        )
+        assert isinstance(app.screen, HomeScreen)

@@ -1,0 +1,126 @@
+"""Watching a run that another process is writing (`llmscope view`): the viewer reads the
+live channel, never the locked DuckDB file, and opens the file read-only once the run ends."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from llmscope.tui.app import LlmscopeApp
+from llmscope.tui.screens import DashboardScreen, HomeScreen
+from tests.helpers.paths import ROOT
+from tests.helpers.tui import make_db, screen_text, settle, wait_until
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {root!r})
+    from tests.helpers.tui import create_run, toy_items, toy_result
+    from llmscope.engine.progress import Progress
+    from llmscope.live import LiveWriter
+    from llmscope.store.db import Store
+
+    db = {db!r}
+    store = Store(db)  # holds DuckDB's write lock, as `llmscope run` does
+    items = toy_items(12)
+    create_run(store, "run-w", 12, model="model-W", status="running")
+    live = LiveWriter(db, interval_s=0.0)
+    prog = Progress(run_id="run-w", total=12)
+    live.on_start(store.get_run("run-w"), prog)
+    first = [toy_result(it, i) for i, it in enumerate(items[:5])]
+    store.write_results("run-w", first)
+    prog.done = 5
+    live.on_results(first, prog)
+    live.on_progress(prog)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    rest = [toy_result(it, i) for i, it in enumerate(items) if i >= 5]
+    store.write_results("run-w", rest, start_seq=5)
+    prog.done, prog.status = 12, "completed"
+    live.on_results(rest, prog)
+    store.update_run("run-w", status="completed")
+    store.close()
+    live.on_end(prog)
+    print("ended", flush=True)
+    """
+)
+
+
+@pytest.fixture
+def writer(tmp_path: Path):
+    db = make_db(tmp_path / "w.duckdb")
+    code = WRITER.format(root=str(ROOT), db=str(db))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    yield db, proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def _errors(app: LlmscopeApp) -> list[str]:
+    return [n.message for n in app._notifications if n.severity == "error"]
+
+
+async def test_view_follows_live_run_then_opens_db(writer) -> None:
+    db, proc = writer
+    app = LlmscopeApp(db, watch=True, refresh_s=0.1)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert isinstance(app.screen, HomeScreen)
+        # the run list is read by a worker on the refresh timer: wait for it (bounded)
+        assert await wait_until(pilot, lambda: "running (live)" in screen_text(app))
+        text = screen_text(app)
+        assert "run-w" in text and "running (live)" in text
+        assert "showing the live channel" in text
+        await pilot.press("enter")
+        await settle(pilot)
+        dash = app.screen
+        assert isinstance(dash, DashboardScreen) and dash.source == "live"
+        assert await wait_until(pilot, lambda: "5/12 results" in screen_text(app))
+        assert "(live channel)" in screen_text(app)
+        right5 = sum(
+            1
+            for i in range(5)
+            if ((0.05 + (i * 37 % 81) / 100) > 0.85 - (i * 37 % 81) / 100) == (i % 2 == 0)
+        )
+        assert f"accuracy {right5 / 5:.3f}" in screen_text(app)
+        assert _errors(app) == []  # the locked file was never opened
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ended"
+        # once ended, the viewer switches to the database, read-only, for full detail
+        assert await wait_until(pilot, lambda: dash.source == "db", timeout=15)
+        assert await wait_until(pilot, lambda: "12/12 results" in screen_text(app))
+        assert "completed" in screen_text(app)
+        await pilot.press("enter")  # an item now has its stored prompt
+        await settle(pilot)
+        assert "prompt (exactly as rendered for the model)" in screen_text(app)
+        assert _errors(app) == []
+
+
+async def test_tui_on_locked_db_falls_back_to_watching(writer) -> None:
+    db, _ = writer
+    app = LlmscopeApp(db)  # `llmscope` wants to write, but another process holds the file
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert app.watch_mode
+        text = screen_text(app)
+        assert "in use by another process" in text or "showing the live channel" in text
+        assert "run-w" in text
+        assert _errors(app) == []
+
+
+async def test_view_without_database(tmp_path: Path) -> None:
+    app = LlmscopeApp(tmp_path / "missing.duckdb", watch=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert any("no database at" in m for m in _errors(app))
+        assert not (tmp_path / "missing.duckdb").exists()
