@@ -112,6 +112,7 @@ class Runner:
     # -- setup -----------------------------------------------------------------------------
     def prepare_run(self) -> tuple[dict[str, Any], list[Work]]:
         """Store the suite, create or reopen the run, and list the work still to do."""
+        self.task.check_backend(self.backend)  # a capability the task needs is missing: stop here
         suite = self.plan.suite
         items = suite.items()
         self.store.add_suite(suite.suite_id, suite.name, suite.task, suite.spec, suite.source or "", items)
