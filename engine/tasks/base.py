@@ -93,6 +93,7 @@ class Task(abc.ABC):
 
     # -- what is stored and shown ---------------------------------------------------------
     default_method: ClassVar[str | None] = None  # method label when a row records none (export)
+    predicts_option: ClassVar[bool] = False  # the prediction is one of a fixed set of answers/options
     result_fields: ClassVar[tuple[str, ...]] = ()  # keys the task writes into Result.extra
     item_fields: ClassVar[tuple[ItemField, ...]] = COMMON_ITEM_FIELDS
     # The metrics pipeline's producers (analysis/metrics.py `register_producer` names) that

@@ -154,6 +154,7 @@ class ChoiceTask(Task):
     summary = "options scored by log-likelihood (raw, normalised, calibrated, PMI)"
     needs_options = True
     fewshot_format = "{prompt} {answer}"
+    predicts_option = True
     default_method = "loglik"
     metric_producers = ("accuracy", "methods", "position", "calibration")
     result_fields = ("choice_method", "methods", "calibration", "continuations", "domain_prompt")

@@ -82,6 +82,7 @@ class ConstrainedTask(Task):
     name = "constrained"
     summary = "a free answer constrained to the allowed responses (loglik or generate-and-match)"
     needs_options = True
+    predicts_option = True
     default_method = "constrained"
     metric_producers = ("accuracy", "methods", "position", "calibration", "worldsense")
     result_fields = ("mode", "raw_responses", "scored_as", "exact_correct", "loglik_error")

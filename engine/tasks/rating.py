@@ -64,6 +64,7 @@ class RatingTask(Task):
     needs_answers = "a rating suite needs its scale labels"
     design_options = frozenset({"reverse_templates"})
     needs = frozenset({"next_token"})
+    predicts_option = True
     default_method = "next-token"
     metric_producers = ("accuracy", "calibration")
     result_fields = ("expected", "gold_value", "abs_error", "label_mass", "raw_probs")

@@ -31,6 +31,7 @@ class YesNoTask(Task):
     default_answers = ("yes", "no")
     design_options = frozenset({"answer_orders"})
     needs = frozenset({"next_token"})
+    predicts_option = True
     default_method = "next-token"
     metric_producers = ("accuracy", "yesno", "calibration", "commonsense", "human_correlation")
     item_fields = (*COMMON_ITEM_FIELDS, ItemField("probs", "answer probabilities", "json", column=False),
