@@ -193,14 +193,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         async def main() -> Any:
             stop.attach(asyncio.get_running_loop(), asyncio.current_task())
             try:
-                if hasattr(backend, "probe"):
-                    # Check the configuration and learn the server's capabilities before
-                    # anything is written; BackendConfigError ends the command with one line.
-                    # (the backend's notices reach stderr once, through its logger)
-                    await backend.probe(suite.task, runner.task.options)
-                    choice = (backend.describe().get("method_choice") or {})
-                    if choice.get("method"):
-                        reporter.on_message("info", f"method: {choice['method']} ({choice.get('reason')})")
+                # Check the configuration and learn the server's capabilities before
+                # anything is written; BackendConfigError ends the command with one line.
+                # (the backend's notices reach stderr once, through its logger)
+                await backend.probe(suite.task, runner.task.options)
+                choice = (backend.describe().get("method_choice") or {})
+                if choice.get("method"):
+                    reporter.on_message("info", f"method: {choice['method']} ({choice.get('reason')})")
                 return await runner.run()
             finally:
                 await backend.aclose()

@@ -96,9 +96,10 @@ class Task(abc.ABC):
     predicts_option: ClassVar[bool] = False  # the prediction is one of a fixed set of answers/options
     result_fields: ClassVar[tuple[str, ...]] = ()  # keys the task writes into Result.extra
     item_fields: ClassVar[tuple[ItemField, ...]] = COMMON_ITEM_FIELDS
-    # The metrics pipeline's producers (analysis/metrics.py `register_producer` names) that
-    # report on this task's runs; tests/test_task_registry.py keeps the two views in step.
-    metric_producers: ClassVar[tuple[str, ...]] = ("accuracy",)
+    # The metrics pipeline's task-specific producers (analysis/ `register_producer(name,
+    # tasks=...)`) that report on this task's runs, besides those run for every task;
+    # tests/test_task_registry.py keeps the two views in step.
+    metric_producers: ClassVar[tuple[str, ...]] = ()
 
     # -- backend capabilities the task cannot run without (engine/backend.py) -------------
     needs: ClassVar[frozenset[str]] = frozenset()

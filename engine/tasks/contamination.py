@@ -72,6 +72,7 @@ class ContaminationTask(Task):
     name = "contamination"
     summary = "Min-K% probability and a greedy completion probe per item"
     needs = frozenset({"loglik", "generate"})
+    metric_producers = ("contamination",)
     default_method = "min-k%-prob+greedy-completion"
     result_fields = ("flagged", "flag_reasons", "min_k_prob", "mink_k", "mean_logprob", "ngram", "ngram_overlap",
                      "prefix", "reference", "continuation")
