@@ -10,9 +10,15 @@ from typing import Any
 import pytest
 
 from llmscope.data.registry import SUITES, builtin_suite_names, external_suite, suite_names
-from llmscope.data.suites import EXTERNAL_SUITES, TASK_TYPES, SuiteError, builtin_names, suite_from_spec
+from llmscope.data.suites import (
+    EXTERNAL_SUITES,
+    TASK_TYPES,
+    SuiteError,
+    builtin_names,
+    suite_from_spec,
+)
 from llmscope.engine.backend import Backend, BackendConfigError, Capabilities
-from llmscope.engine.tasks import TASKS, ItemField, get_task, task_names
+from llmscope.engine.tasks import ItemField, get_task, task_names
 from llmscope.engine.tasks.base import Task
 from llmscope.engine.types import Item, Work
 
