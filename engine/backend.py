@@ -87,13 +87,18 @@ class Backend(abc.ABC):
     """A model that can be asked for next-token answer masses, log-likelihoods and text."""
 
     kind: str = "abstract"
+    # Local models: the tokenizer and whether it starts a text with BOS (capability `tokenizer`).
+    tok: Any = None
+    add_bos: bool = False
 
     @property
     def capabilities(self) -> Capabilities:
         """What this backend can answer. The default, for backends that declare nothing:
         next-token answers and log-likelihoods, generation when the subclass implements
-        `generate`, and in-process log-likelihoods for the local kind ("hf")."""
-        return Capabilities(generate=type(self).generate is not Backend.generate, local_loglik=self.kind == "hf")
+        `generate`, in-process log-likelihoods for the local kind ("hf"), and a tokenizer
+        when `tok` is set."""
+        return Capabilities(generate=type(self).generate is not Backend.generate, local_loglik=self.kind == "hf",
+                            tokenizer=self.tok is not None)
 
     async def probe(self, task: Any = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
         """Check the configuration before a run stores anything (API backends ask the

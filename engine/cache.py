@@ -141,6 +141,14 @@ class CachedBackend(Backend):
     def capabilities(self) -> Capabilities:
         return self.inner.capabilities
 
+    @property  # type: ignore[override]
+    def tok(self) -> Any:
+        return self.inner.tok
+
+    @property  # type: ignore[override]
+    def add_bos(self) -> bool:
+        return self.inner.add_bos
+
     async def probe(self, task: Any = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
         await self.inner.probe(task, options)
         return self.describe()

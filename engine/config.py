@@ -265,7 +265,7 @@ def _build_openai(cfg: BackendConfig, spec: ModelSpec) -> BuiltBackend:
     except BackendError as e:  # e.g. no key for api.openai.com
         raise ConfigError(str(e)) from e
     if cfg.system_prompt:
-        backend.system_prompt = cfg.system_prompt  # type: ignore[attr-defined]
+        backend.system_prompt = cfg.system_prompt
     # The resolved endpoint (from --base-url or $OPENAI_BASE_URL) is what a resume must reuse.
     desc = backend.describe()
     urls = list(desc.get("base_urls") or [])

@@ -521,7 +521,8 @@ class OpenAIBackend(Backend):
         self._in_flight = 0
         self._down_streak = 0  # consecutive timeouts/connection failures, all requests
         self._breaker: str | None = None  # set when the breaker opened: why
-        self.probed: dict[str, Any] = {}  # what `probe` learned (recorded as describe()['capabilities'])
+        self.probed: dict[str, Any] = {}
+        self.system_prompt: str | None = None  # what `probe` learned (recorded as describe()['capabilities'])
         self.method_choice: dict[str, Any] = {}
         self.adaptations: list[str] = []
         # how prompt log-likelihoods are read: "echo" (completions echo=True) or
@@ -847,7 +848,7 @@ class OpenAIBackend(Backend):
     def _base_body(self, message: str, chat: bool, max_tokens: int) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model}
         if chat:
-            system = getattr(self, "system_prompt", None)  # set by engine/config.py (--system-prompt)
+            system = self.system_prompt  # set by engine/config.py (--system-prompt)
             body["messages"] = [*([{"role": "system", "content": system}] if system else []),
                                 {"role": "user", "content": message}]
             body[self._max_key] = max_tokens

@@ -135,8 +135,9 @@ def document_separator(tok: Any) -> str | None:
 
 def resolve_context(mode: str, text: str, backend: Backend) -> dict[str, Any]:
     """{mode, text, why} for a context option on a backend (see module docstring)."""
-    tok = getattr(backend, "tok", None)
-    adds_bos = bool(getattr(backend, "add_bos", False))
+    caps = backend.capabilities
+    tok = backend.tok if caps.tokenizer else None
+    adds_bos = bool(backend.add_bos) if caps.tokenizer else False
     sep = document_separator(tok)
     if mode == "auto":
         if sep is not None and not adds_bos:
