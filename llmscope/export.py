@@ -46,6 +46,12 @@ def _task(name: str | None) -> type[Task] | None:
     return TASKS.get(name or "")
 
 
+def _lm_eval_metric(task: str | None) -> str:
+    # The name lm-evaluation-harness gives the per-item score (the task declares it).
+    t = _task(task)
+    return t.lm_eval_metric if t else "acc"
+
+
 def _predicts_option(task: str | None) -> bool:
     # The prediction is one of a fixed set of answers/options, so chosen_option applies.
     t = _task(task)
@@ -231,7 +237,7 @@ def lm_eval_samples(store: Store, run: dict[str, Any], rows: list[ExportRow]) ->
         for it in items.to_dict(orient="records"):
             doc_of[str(it["item_id"])] = (int(it["idx"]), _json_obj(it.get("fields")) or {})
     variants = sorted({r.variant for r in rows})
-    metric = "exact_match" if run.get("task") == "generation" else "acc"
+    metric = _lm_eval_metric(run.get("task"))
     out: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         idx, doc = doc_of.get(r.item_id, (None, {}))
@@ -277,7 +283,7 @@ def lm_eval_results(run: dict[str, Any], rows: list[ExportRow], n_items: int | N
     intervals cluster prompt variants of one item, so they are wider).
     """
     variants = sorted({r.variant for r in rows})
-    metric = "exact_match" if run.get("task") == "generation" else "acc"
+    metric = _lm_eval_metric(run.get("task"))
     by_task: dict[str, list[ExportRow]] = {}
     for r in rows:
         by_task.setdefault(_task_name(run, r.variant, len(variants)), []).append(r)

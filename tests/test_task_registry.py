@@ -75,6 +75,10 @@ def test_export_method_labels_come_from_the_tasks() -> None:
     assert {t: _method(t, {}, {}) for t in want} == want
     assert _method("choice", {"choice_method": "labels-topk"}, {}) == "labels-topk"
     assert _method("not-a-task", {}, {}) is None
+    from llmscope.export import _lm_eval_metric
+
+    assert {t: _lm_eval_metric(t) for t in ("generation", "choice", "yesno", None)} == {
+        "generation": "exact_match", "choice": "acc", "yesno": "acc", None: "acc"}
 
 
 # -- suite registry ------------------------------------------------------------------------

@@ -94,6 +94,7 @@ class Task(abc.ABC):
     # -- what is stored and shown ---------------------------------------------------------
     default_method: ClassVar[str | None] = None  # method label when a row records none (export)
     predicts_option: ClassVar[bool] = False  # the prediction is one of a fixed set of answers/options
+    lm_eval_metric: ClassVar[str] = "acc"  # the per-item score's name in an lm-eval export
     result_fields: ClassVar[tuple[str, ...]] = ()  # keys the task writes into Result.extra
     item_fields: ClassVar[tuple[ItemField, ...]] = COMMON_ITEM_FIELDS
     # The metrics pipeline's task-specific producers (analysis/ `register_producer(name,

@@ -62,6 +62,7 @@ class GenerationTask(Task):
     summary = "a short generated answer; exact match and token F1 against gold answers"
     needs = frozenset({"generate"})
     default_method = "generate"
+    lm_eval_metric = "exact_match"
     metric_producers = ("generation", "probeval", "genmetrics")
     result_fields = ("em", "em_mean", "em_majority", "majority", "stop_warnings")
     item_fields = (*COMMON_ITEM_FIELDS, ItemField("extra.em_mean", "EM (mean)", "number"),
