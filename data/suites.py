@@ -47,8 +47,9 @@ from llmscope.engine.tasks.options import TaskOptionError, validate_task_options
 from llmscope.engine.types import Item, Work
 
 SHARED_DIR_CANDIDATES = ("../shared", "../../shared")
-# Views of the registries (engine/tasks/registry.py, data/registry.py), kept for callers of
-# the old names; the registries are the single source of truth.
+# Old names kept for their callers; the registries (engine/tasks/registry.py,
+# data/registry.py) are the single source of truth. TASK_TYPES is the built-in task types
+# (task_names() also lists tasks registered later).
 TASK_TYPES: tuple[str, ...] = tuple(task_names())
 EXTERNAL_SUITES: ExternalTasks = ExternalTasks()  # external suite name -> task (live view)
 
