@@ -5,6 +5,9 @@ does not remove it); only `if TYPE_CHECKING:` blocks are left out, since they ne
 Folders map to packages through pyproject.toml's `package-dir`, read here, so the check
 follows the real mapping.
 
+A package `__init__` that imports its modules found on disk (`pkgutil.iter_modules`, as
+engine/tasks does) counts as importing every one of them.
+
 Rules:
 - engine/, store/, data/ and analysis/ (the core) never import tui/ or the CLI; the
   application modules of llmscope/ (report, export, live, ...) never import tui/ or the CLI;
@@ -89,6 +92,9 @@ def import_edges(mods: dict[str, Path]) -> list[Edge]:
     for mod, path in mods.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         is_pkg = path.name == "__init__.py"
+        if is_pkg and "pkgutil.iter_modules" in ast.unparse(tree):
+            # a package that imports its modules found on disk (engine/tasks) imports them all
+            edges += [Edge(mod, m, f"{path}:discovery") for m in mods if m.rpartition(".")[0] == mod]
         for node in _runtime_nodes(tree):
             targets: list[str] = []
             if isinstance(node, ast.Import):
@@ -269,3 +275,9 @@ def test_the_check_finds_a_lazy_import_cycle(tmp_path: Path) -> None:
         g[e.src].add(e.dst)
     assert cycles(g) == [["pkg.a", "pkg.b"]]
     assert g["pkg.c"] == set() and "pkg.c" in g["pkg.d"]
+
+
+def test_discovery_counts_as_importing_every_module(graph: tuple[dict[str, Path], list[Edge]]) -> None:
+    _, edges = graph
+    found = {e.dst for e in edges if e.src == "llmscope.engine.tasks" and e.where.endswith(":discovery")}
+    assert {"llmscope.engine.tasks.choice", "llmscope.engine.tasks.yesno", "llmscope.engine.tasks.base"} <= found

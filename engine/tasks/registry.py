@@ -1,9 +1,9 @@
 """The task registry: task name -> Task class, the single list of task types.
 
 A leaf module (it imports no task code) so that option validation, the suite loader and
-the backends can look a task up by name. `llmscope.engine.tasks` imports every built-in
-task module, so the registry is complete as soon as any part of the package is imported;
-a new task type registers itself with `@register` in its own module (docs/ADDING_A_TASK.md).
+the backends can look a task up by name. `llmscope.engine.tasks` imports every module it
+holds, so the registry is complete as soon as any part of the package is imported; a new
+task type registers itself with `@register` in its own module (docs/ADDING_A_TASK.md).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ def register(cls: T) -> T:
 
 
 def task_names() -> list[str]:
-    """Every registered task type, in registration order."""
-    return list(TASKS)
+    """Every registered task type, in name order."""
+    return sorted(TASKS)
 
 
 def lookup(name: str) -> Any:
@@ -35,4 +35,4 @@ def lookup(name: str) -> Any:
     try:
         return TASKS[name]
     except KeyError:
-        raise KeyError(f"unknown task {name!r}; expected one of {', '.join(TASKS)}") from None
+        raise KeyError(f"unknown task {name!r}; expected one of {', '.join(task_names())}") from None
