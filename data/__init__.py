@@ -6,6 +6,7 @@ from llmscope.data import (  # noqa: F401, I001 - imported, in this order, to re
     worldsense,
     cfc,
     syntaxgym,
+    cfc_choice,
     hf_datasets,
     lm_eval_tasks,
 )

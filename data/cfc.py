@@ -120,6 +120,3 @@ def load_cfc_choice_suite(suite_path: str | Path | None = None) -> Suite:
 
 
 register_suite(SuiteEntry("cfc", str(SPEC["task"]), load_cfc_suite, str(SPEC["description"])))
-# CFC clusters as options, cluster counts as human choices
-register_suite(SuiteEntry("cfc-choice", str(CHOICE_SPEC["task"]), load_cfc_choice_suite,
-                          str(CHOICE_SPEC["description"])))
