@@ -81,7 +81,7 @@ class Task(abc.ABC):
     name: ClassVar[str]
     # Every option the task reads; anything else is rejected (engine/tasks/options.py).
     option_specs: ClassVar[tuple[OptionSpec, ...]] = ()
-    # One line for `llmscope tasks` / help.
+    # One line saying what the task measures (listings, docs).
     summary: ClassVar[str] = ""
 
     # -- suite rules (called by data/suites.py) -----------------------------------------
