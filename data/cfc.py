@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from llmscope.data.registry import SuiteEntry, register_suite
 from llmscope.data.suites import Suite, SuiteError, _find_shared, read_jsonl, suite_from_spec
 from llmscope.engine.types import Item
 
@@ -116,3 +117,6 @@ def load_cfc_choice_suite(suite_path: str | Path | None = None) -> Suite:
     suite.items_path = path
     suite._loader = lambda: cfc_choice_items(path)
     return suite
+
+
+register_suite(SuiteEntry("cfc", str(SPEC["task"]), load_cfc_suite, str(SPEC["description"])))

@@ -10,6 +10,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from llmscope.data.registry import SuiteEntry, register_suite
 from llmscope.data.suites import (
     BUILTIN_DIR,
     Suite,
@@ -105,3 +106,8 @@ def load_full_commonsense(suite_path: str | Path | None) -> Suite:
 
     suite._loader = loader
     return suite
+
+
+register_suite(SuiteEntry("commonsense", "yesno", load_full_commonsense,
+                          "the full commonsense statements file (needs --suite-path or ../shared)",
+                          large=True))

@@ -37,6 +37,11 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llmscope.engine.choice_math import permute_options
+from llmscope.engine.errors import SuiteError
+from llmscope.engine.schemes import check_schemes
+from llmscope.engine.tasks import get_task, task_names
+from llmscope.engine.templates import render_template as render
 from llmscope.engine.types import Work
 
 if TYPE_CHECKING:
@@ -48,16 +53,14 @@ BALANCE = ("balanced", "random")
 
 
 def _err(msg: str, suite: Suite, key: str) -> Exception:
-    from llmscope.data.suites import SuiteError
-
     return SuiteError(msg, suite.spec_path, None, f"task_options.{key}")
 
 
 def check_design(suite: Suite, opts: dict[str, Any]) -> None:
     """Validate the design options against the suite (SuiteError naming the option)."""
     if opts.get("answer_orders"):
-        if suite.task != "yesno":
-            raise _err("answer_orders applies to yesno suites only", suite, "answer_orders")
+        if "answer_orders" not in get_task(suite.task).design_options:
+            raise _err(f"answer_orders applies to {_tasks_with('answer_orders')} suites only", suite, "answer_orders")
         if opts["answer_orders"] is not True:
             raise _err("must be true or false", suite, "answer_orders")
         answers = suite.answers or ["yes", "no"]
@@ -68,8 +71,9 @@ def check_design(suite: Suite, opts: dict[str, Any]) -> None:
                 raise _err(f"template {v!r} does not name both answers {answers} to swap", suite, "answer_orders")
     rev = opts.get("reverse_templates")
     if rev is not None:
-        if suite.task != "rating":
-            raise _err("reverse_templates applies to rating suites only", suite, "reverse_templates")
+        if "reverse_templates" not in get_task(suite.task).design_options:
+            raise _err(f"reverse_templates applies to {_tasks_with('reverse_templates')} suites only", suite,
+                       "reverse_templates")
         if not isinstance(rev, dict) or not all(isinstance(k, str) and isinstance(t, str) for k, t in rev.items()):
             raise _err("must map a variant name to its reversed-scale template", suite, "reverse_templates")
         unknown = [k for k in rev if k not in suite.variant_names()]
@@ -103,12 +107,15 @@ def check_design(suite: Suite, opts: dict[str, Any]) -> None:
         if "file" in fs and not _demo_path(suite, fs["file"]).is_file():
             raise _err(f"demo file not found: {_demo_path(suite, fs['file'])}", suite, "fewshot.file")
     if "schemes" in opts:
-        from llmscope.engine.schemes import check_schemes
-
         try:
             check_schemes(opts["schemes"])
         except ValueError as e:
             raise _err(str(e).replace("task option 'schemes': ", ""), suite, "schemes") from e
+
+
+def _tasks_with(factor: str) -> str:
+    """The task types a design factor applies to (their `design_options`), for messages."""
+    return ", ".join(t for t in task_names() if factor in get_task(t).design_options)
 
 
 def _demo_path(suite: Suite, name: str) -> Path:
@@ -139,8 +146,6 @@ def swap_answers(template: str, a: str, b: str) -> str:
 
 
 def _demo_orders(n: int, orders: int, seed: str) -> list[list[int]]:
-    from llmscope.engine.choice_math import permute_options
-
     base = list(range(n))
     return [base] + [list(p) for p in permute_options(base, orders - 1, seed=random.Random(seed).randrange(2**31))]
 
@@ -177,8 +182,6 @@ def _pick_demos(pool: list[tuple[str, str, Any]], labels: list[str], fs: dict[st
 
 def expand_design(suite: Suite, work: list[Work], opts: dict[str, Any]) -> list[Work]:
     """Apply few-shot demos and counterbalancing to a suite's work list (see module doc)."""
-    from llmscope.data.suites import render
-
     for w in work:
         if "@p" in w.variant:
             w.design = {**(w.design or {}), "option_order": int(w.variant.rsplit("@p", 1)[1])}
@@ -217,16 +220,13 @@ def expand_design(suite: Suite, work: list[Work], opts: dict[str, Any]) -> list[
     if fs:
         seed = int(fs.get("seed", 0))
         # a choice prompt ends where the answer continues ("Answer:"); others get the answer on a new line
-        fmt = str(fs.get("format", "{prompt} {answer}" if suite.task == "choice" else "{prompt}\n{answer}"))
+        fmt = str(fs.get("format", get_task(suite.task).fewshot_format))
         sep = str(fs.get("separator", "\n\n"))
         n_orders = int(fs.get("orders", 1))
         pool = []
         first_tpl = next(iter(templates.values()))
         if fs.get("file"):
-            from llmscope.data.suites import _make_item, read_jsonl
-
-            path = _demo_path(suite, str(fs["file"]))
-            demo_items = [_make_item(suite, rec, path, n) for n, rec in read_jsonl(path)]
+            demo_items = suite.read_demo_items(_demo_path(suite, str(fs["file"])))
         else:
             demo_items = suite.items()
         for it in demo_items:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmscope.data.registry import SpecReader, register_spec_reader
 from llmscope.data.suites import Suite, SuiteError, _make_item, jsonl_records, suite_from_spec
 from llmscope.engine.types import Item
 
@@ -278,3 +279,7 @@ def suite_from_dataset_spec(spec: dict[str, Any], spec_path: Path | None) -> Sui
         suite.source = f"Hugging Face dataset {src.path}" + (f" ({src.name})" if src.name else "") \
             if src.local is None else str(src.local)
     return suite
+
+
+# items from a Hugging Face dataset file or hub id (issue 18)
+register_spec_reader(SpecReader("dataset", lambda spec: "dataset" in spec, suite_from_dataset_spec))

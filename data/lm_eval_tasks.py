@@ -47,6 +47,7 @@ from llmscope.data.hf_datasets import (
     read_hub_rows,
     read_local_rows,
 )
+from llmscope.data.registry import FileReader, register_file_reader
 from llmscope.data.suites import Suite, SuiteError, _make_item, suite_from_spec
 from llmscope.engine.types import Item
 
@@ -367,3 +368,6 @@ def load_lm_eval_suite(path: Path) -> Suite:
     suite.items_path = files[0] if len(files) == 1 else None
     suite._loader = _items_loader(suite, cfg, out_type, src, files, path)
     return suite
+
+
+register_file_reader(FileReader("lm-eval task YAML", is_lm_eval_yaml, load_lm_eval_suite))

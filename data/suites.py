@@ -11,7 +11,6 @@ import difflib
 import hashlib
 import io
 import json
-import math
 import re
 import tomllib
 from collections.abc import Iterator
@@ -21,6 +20,15 @@ from typing import Any
 
 import yaml
 
+from llmscope.data.design import expand_design
+from llmscope.data.registry import BUILTIN_DIR as BUILTIN_DIR
+from llmscope.data.registry import (
+    FILE_READERS,
+    SPEC_READERS,
+    ExternalTasks,
+    external_suite,
+    suite_names,
+)
 from llmscope.data.safety import (
     MAX_SPEC_BYTES,
     UnsafeInput,
@@ -33,37 +41,17 @@ from llmscope.data.safety import (
     render_template,
     safe_resolve,
 )
+from llmscope.engine.errors import SuiteError as SuiteError
+from llmscope.engine.tasks import Task, get_task, task_names
+from llmscope.engine.tasks.options import TaskOptionError, validate_task_options
 from llmscope.engine.types import Item, Work
 
-BUILTIN_DIR = Path(__file__).resolve().parent / "builtin"
-TASK_TYPES = ("yesno", "choice", "minpairs", "rating", "constrained", "generation", "syntaxgym", "contamination")
 SHARED_DIR_CANDIDATES = ("../shared", "../../shared")
-# Loaders for full third-party corpora: name -> task (read from --suite-path or ../shared).
-EXTERNAL_SUITES = {"commonsense": "yesno", "worldsense": "constrained", "cfc": "generation", "syntaxgym": "syntaxgym"}
-EXTERNAL_SUITES["cfc-choice"] = "choice"  # CFC clusters as options, cluster counts as human choices
-
-
-class SuiteError(Exception):
-    """Malformed suite spec or items; names file, line and field."""
-
-    def __init__(
-        self, message: str, path: str | Path | None = None, line: int | None = None, field: str | None = None
-    ) -> None:
-        self.message = message
-        self.path = str(path) if path is not None else None
-        self.line = line
-        self.field = field
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        where = self.path or "<suite>"
-        if self.line:
-            where += f", line {self.line}"
-        if self.field:
-            where += f", field '{self.field}'"
-        return f"{where}: {self.message}"
-
-
+# Old names kept for their callers; the registries (engine/tasks/registry.py,
+# data/registry.py) are the single source of truth. TASK_TYPES is the built-in task types
+# (task_names() also lists tasks registered later).
+TASK_TYPES: tuple[str, ...] = tuple(task_names())
+EXTERNAL_SUITES: ExternalTasks = ExternalTasks()  # external suite name -> task (live view)
 
 
 class _SpecLoader(yaml.SafeLoader):
@@ -125,6 +113,11 @@ class Suite:
     _loader: Any = None  # custom item loader (e.g. WorldSense, full commonsense CSV)
 
     @property
+    def task_type(self) -> type[Task]:
+        """The Task class that owns this suite's item rules (engine/tasks/)."""
+        return get_task(self.task)
+
+    @property
     def suite_id(self) -> str:
         """Stable id: the name plus a hash of the spec and the items' content."""
         return f"{self.name}@{self.content_hash()[:12]}"
@@ -174,17 +167,10 @@ class Suite:
                     render(tpl, it.fields)
                 except ValueError as e:
                     raise SuiteError(f"template {variant!r}: {e}", src, it.line) from e
-            if self.task in ("choice", "constrained") and not it.options:
+            if self.task_type.needs_options and not it.options:
                 raise SuiteError("needs a non-empty list of options", src, it.line, self.options_field)
             self._check_item_semantics(it, src)
-            if self.task == "minpairs":
-                sents = it.fields.get("sentences")
-                if not isinstance(sents, list) or len(sents) < 2 or not all(isinstance(s, str) for s in sents):
-                    raise SuiteError("needs a list of at least two sentences", src, it.line, "sentences")
-            if self.task == "syntaxgym":
-                from llmscope.engine.tasks.syntaxgym import check_item
-
-                check_item(it, src, self.task_options)
+            self.task_type.check_item(it, self, src)  # the task's own item rules
 
     def _check_item_semantics(self, it: Item, src: Path | None) -> None:
         """Gold that the task can score, distinct options, finite numbers (file, line, field)."""
@@ -208,36 +194,12 @@ class Suite:
                 raise SuiteError(problem, src, it.line, fname)
 
     def _gold_problem(self, gold: str, options: list[str] | None) -> str | None:
-        # The same rules the tasks score by (engine/tasks/*), so an accepted gold can be matched.
-        if self.task == "yesno":
-            labels = self.answers or ["yes", "no"]
-            if gold.strip().lower() not in labels:
-                return f"gold {gold!r} is not one of the answers {labels} (compared lower-cased)"
-        elif self.task == "rating" and self.answers:
-            if gold in self.answers:
-                return None
-            from llmscope.engine.tasks.rating import label_values
+        # The task's own rule, the one it scores by, so an accepted gold can be matched.
+        return self.task_type.gold_problem(gold, options, self)
 
-            try:
-                v = float(gold.strip())
-            except ValueError:
-                return f"gold {gold!r} is neither a scale label {self.answers} nor a number"
-            if not math.isfinite(v):
-                return f"gold {gold!r} is not a finite number"
-            values = label_values(self.answers)
-            if not min(values) <= v <= max(values):
-                return f"gold {gold!r} is outside the scale {min(values):g}..{max(values):g}"
-        elif self.task == "choice" and options:
-            from llmscope.engine.tasks.choice import gold_index
-
-            try:
-                gold_index(options, gold)
-            except ValueError:
-                return f"gold {gold!r} is not one of the options {options}"
-        elif self.task == "constrained" and options:
-            if gold.casefold() not in {o.casefold() for o in options}:
-                return f"gold {gold!r} is not one of the options {options}"
-        return None
+    def read_demo_items(self, path: Path) -> list[Item]:
+        """Items of a few-shot demo file (JSONL with this suite's fields; data/design.py)."""
+        return [_make_item(self, rec, path, n) for n, rec in read_jsonl(path)]
 
     def variant_names(self) -> list[str]:
         return list(self.templates) or ["default"]
@@ -253,7 +215,7 @@ class Suite:
         if limit is not None:
             items = items[:limit]
         opts = {**self.task_options, **(task_options or {})}
-        n_perm = int(opts.get("permutations", 0) or 0) if self.task == "choice" else 0
+        task = self.task_type
         out: list[Work] = []
         for it in items:
             for variant, tpl in (self.templates or {"default": "{" + self.text_field + "}"}).items():
@@ -261,23 +223,9 @@ class Suite:
                 if variant in self.variant_gold:
                     g = self.variant_gold[variant]
                     gold = None if g is None else _as_str(it.fields.get(g))
-                out.append(
-                    Work(item=it, variant=variant, prompt=render(tpl, it.fields), gold=gold, options=it.options)
-                )
-                if n_perm and it.options:
-                    from llmscope.engine.choice_math import permute_options
-
-                    # Option-order permutations are extra variants "<variant>@p<j>"; a template that
-                    # lists the options sees them in the permuted order.
-                    for j, order in enumerate(permute_options(it.options, n_perm, seed=0), 1):
-                        fields = dict(it.fields)
-                        if self.options_field:
-                            fields[self.options_field] = order
-                        out.append(Work(item=it, variant=f"{variant}@p{j}", prompt=render(tpl, fields),
-                                        gold=gold, options=list(order)))
-        from llmscope.data.design import expand_design  # counterbalancing, few-shot demos
-
-        return expand_design(self, out, self.task_options)
+                w = Work(item=it, variant=variant, prompt=render(tpl, it.fields), gold=gold, options=it.options)
+                out.extend(task.expand_work(w, self, opts))  # the task's units (e.g. option orders)
+        return expand_design(self, out, self.task_options)  # counterbalancing, few-shot demos
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -392,8 +340,9 @@ def suite_from_spec(spec: dict[str, Any], spec_path: Path | None = None, base_di
     name = get_str("name", required=True)
     task = get_str("task", required=True)
     assert name is not None and task is not None
-    if task not in TASK_TYPES:
-        raise err(f"unknown task {task!r}; expected one of {', '.join(TASK_TYPES)}", "task")
+    if task not in task_names():
+        raise err(f"unknown task {task!r}; expected one of {', '.join(task_names())}", "task")
+    task_type = get_task(task)
     templates_raw = spec.get("templates", spec.get("template"))
     templates: dict[str, str]
     if templates_raw is None:
@@ -416,10 +365,10 @@ def suite_from_spec(spec: dict[str, Any], spec_path: Path | None = None, base_di
         not isinstance(answers, list) or not answers or not all(isinstance(a, (str, int)) for a in answers)
     ):
         raise err("must be a non-empty list of strings", "answers")
-    if task == "yesno" and answers is None:
-        answers = ["yes", "no"]
-    if task == "rating" and not answers:
-        raise err("a rating suite needs its scale labels", "answers")
+    if answers is None and task_type.default_answers is not None:
+        answers = list(task_type.default_answers)
+    if task_type.needs_answers and not answers:
+        raise err(task_type.needs_answers, "answers")
     if answers is not None:
         answers = _check_answers(answers, err)
     group_by = spec.get("group_by", [])
@@ -433,8 +382,6 @@ def suite_from_spec(spec: dict[str, Any], spec_path: Path | None = None, base_di
     task_options = spec.get("task_options", {}) or {}
     if not isinstance(task_options, dict):
         raise err("must be a mapping", "task_options")
-    from llmscope.engine.tasks.options import TaskOptionError, validate_task_options
-
     try:
         validate_task_options(task, task_options)
     except TaskOptionError as e:
@@ -510,8 +457,8 @@ def _make_item(suite: Suite, rec: dict[str, Any], path: Path, line: int) -> Item
     text = rec.get(suite.text_field)
     if text is not None and not isinstance(text, str):
         raise SuiteError(f"text must be a string, got {type(text).__name__}", path, line, suite.text_field)
-    if text is None and suite.task == "minpairs" and isinstance(rec.get("sentences"), list):
-        text = " / ".join(str(s) for s in rec["sentences"])
+    if text is None:
+        text = suite.task_type.item_text(rec)
     return Item(item_id=str(item_id), fields=rec, gold=gold, options=options, text=text or "", line=line)
 
 
@@ -628,8 +575,7 @@ def _find_shared() -> Path | None:
 
 def builtin_names() -> list[str]:
     """Names of the suites shipped in data/builtin, plus the loaders that need a path."""
-    names = sorted(p.parent.name for p in BUILTIN_DIR.glob("*/suite.yaml"))
-    return names + list(EXTERNAL_SUITES)
+    return suite_names()
 
 
 def load_suite(name_or_path: str | Path, suite_path: str | Path | None = None) -> Suite:
@@ -639,26 +585,10 @@ def load_suite(name_or_path: str | Path, suite_path: str | Path | None = None) -
     `suite_path` (or `../shared/...` when present).
     """
     s = str(name_or_path)
-    if s == "commonsense":
-        from llmscope.data.commonsense import load_full_commonsense
-
-        return load_full_commonsense(suite_path)
-    if s == "worldsense":
-        from llmscope.data.worldsense import load_worldsense_suite
-
-        return load_worldsense_suite(suite_path)
-    if s == "syntaxgym":
-        from llmscope.data.syntaxgym import load_syntaxgym_suite
-
-        return load_syntaxgym_suite(suite_path)
-    if s == "cfc":
-        from llmscope.data.cfc import load_cfc_suite
-
-        return load_cfc_suite(suite_path)
-    if s == "cfc-choice":
-        from llmscope.data.cfc import load_cfc_choice_suite
-
-        return load_cfc_choice_suite(suite_path)
+    entry = external_suite(s)
+    if entry is not None:
+        suite: Suite = entry.loader(suite_path)
+        return suite
     builtin = BUILTIN_DIR / s / "suite.yaml"
     if builtin.is_file():
         path = builtin
@@ -676,17 +606,17 @@ def load_suite(name_or_path: str | Path, suite_path: str | Path | None = None) -
             raise SuiteError(
                 f"no built-in suite or spec file called {s!r}; built-in suites: {', '.join(builtin_names())}"
             )
-    from llmscope.data import lm_eval_tasks  # lm-evaluation-harness task YAML (issue 18)
-
-    if lm_eval_tasks.is_lm_eval_yaml(path):
-        return lm_eval_tasks.load_lm_eval_suite(path.resolve())
+    for reader in FILE_READERS:  # e.g. lm-evaluation-harness task YAML (data/lm_eval_tasks.py)
+        if reader.matches(path):
+            loaded: Suite = reader.load(path.resolve())
+            return loaded
     spec = _read_spec(path)
     try:
         resolved = safe_resolve(path)
     except UnsafeInput as e:
         raise SuiteError(e.message, path) from e
-    if "dataset" in spec:  # items from a Hugging Face dataset file or hub id (issue 18)
-        from llmscope.data.hf_datasets import suite_from_dataset_spec
-
-        return suite_from_dataset_spec(spec, resolved)
+    for spec_reader in SPEC_READERS:  # e.g. `dataset:` items (data/hf_datasets.py)
+        if spec_reader.matches(spec):
+            from_spec: Suite = spec_reader.load(spec, resolved)
+            return from_spec
     return suite_from_spec(spec, resolved)

@@ -15,7 +15,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from llmscope.data.registry import SuiteEntry, register_suite
 from llmscope.data.suites import Suite, SuiteError, _find_shared, suite_from_spec
+from llmscope.engine.tasks.syntaxgym import (
+    FormulaError,
+    build_sentence,
+    item_conditions,
+    parse_formula,
+)
 from llmscope.engine.types import Item
 
 SPEC: dict[str, Any] = {
@@ -42,12 +49,6 @@ def _files(path: Path) -> list[Path]:
 
 def load_syntaxgym_file(path: Path) -> list[Item]:
     """Items of one SyntaxGym JSON suite; errors name the file and field."""
-    from llmscope.engine.tasks.syntaxgym import (
-        FormulaError,
-        build_sentence,
-        item_conditions,
-        parse_formula,
-    )
 
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -119,3 +120,7 @@ def load_syntaxgym_suite(suite_path: str | Path | None = None) -> Suite:
 
     suite._loader = load
     return suite
+
+
+register_suite(SuiteEntry("syntaxgym", "syntaxgym", load_syntaxgym_suite,
+                          "SyntaxGym test suites (needs --suite-path or ../shared)"))

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from llmscope.data.suites import Suite, SuiteError
+from llmscope.data.registry import SuiteEntry, register_suite
+from llmscope.data.suites import Suite, SuiteError, _find_shared, suite_from_spec
 from llmscope.engine.types import Item
 
 _loads: Callable[[str | bytes], Any]
@@ -159,8 +160,6 @@ def load_worldsense(path: str | Path) -> list[Item]:
 
 def default_path() -> Path | None:
     """The shared WorldSense test set, when present beside the repository."""
-    from llmscope.data.suites import _find_shared
-
     shared = _find_shared()
     if shared is None:
         return None
@@ -170,8 +169,6 @@ def default_path() -> Path | None:
 
 def load_worldsense_suite(suite_path: str | Path | None = None) -> Suite:
     """The built-in `worldsense` suite reading `suite_path` (a trials file or a folder holding one)."""
-    from llmscope.data.suites import suite_from_spec
-
     if suite_path is None:
         found = default_path()
         if found is None:
@@ -185,3 +182,7 @@ def load_worldsense_suite(suite_path: str | Path | None = None) -> Suite:
     suite.items_path = trials.resolve()
     suite._loader = lambda: load_worldsense(trials)
     return suite
+
+
+register_suite(SuiteEntry("worldsense", str(suite_spec()["task"]), load_worldsense_suite,
+                          "WorldSense trials (needs --suite-path or ../shared)", large=True))

@@ -2,13 +2,15 @@
 
 Backends are asynchronous: the local backend resolves futures from one batching
 thread; API backends await HTTP requests under a concurrency limit. Tasks
-(`engine/tasks.py`) turn items into these primitive calls and compute results.
+(`engine/tasks/`) turn items into these primitive calls and compute results; they ask a
+backend's `capabilities` what it can answer instead of probing its attributes.
 """
 
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from llmscope.engine.types import GenerateOut, LogLikOut, NextTokenOut
@@ -48,10 +50,61 @@ class GenParams:
     stop: list[str] = field(default_factory=lambda: ["\n"])
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can answer; a task lists the names it needs (`Task.needs`).
+
+    True: offered; False: not offered; None: not known until the backend's `probe`
+    (API servers differ). A task stops before the run when a capability it needs is False.
+    """
+
+    next_token: bool | None = True  # answer probabilities at the first generated position
+    exact_next_token: bool | None = False  # the full next-token distribution (not top-k or sampled)
+    loglik: bool | None = True  # log P(continuation | context) of given text
+    local_loglik: bool = False  # log-likelihoods computed in-process: exact and cheap
+    batched_prompts: bool | None = False  # several prompts answered in one request
+    generate: bool | None = False  # free text generation
+    chat: bool | None = True  # a chat template to pass prompts through
+    reasoning: bool = False  # a reasoning model (hidden thinking before the answer)
+    prompt_logprobs: bool | None = False  # per-token log-probs of the prompt (vLLM)
+    tokenizer: bool = False  # the backend's tokenizer is at hand (`backend.tok`)
+    label_choice: bool = False  # `choice_by_labels`: options as letters under the top-k rule
+
+    def missing(self, names: Iterable[str]) -> list[str]:
+        """The ``names`` this backend does not offer (unknown ones count as offered)."""
+        known = {f.name for f in fields(self)}
+        bad = [n for n in names if n not in known]
+        if bad:
+            raise ValueError(f"unknown capability {bad[0]!r}; known: {', '.join(sorted(known))}")
+        return [n for n in names if getattr(self, n) is False]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The capabilities as recorded with a run."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
 class Backend(abc.ABC):
     """A model that can be asked for next-token answer masses, log-likelihoods and text."""
 
     kind: str = "abstract"
+    # Local models: the tokenizer and whether it starts a text with BOS (capability `tokenizer`).
+    tok: Any = None
+    add_bos: bool = False
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this backend can answer. The default, for backends that declare nothing:
+        next-token answers and log-likelihoods, generation when the subclass implements
+        `generate`, in-process log-likelihoods for the local kind ("hf"), and a tokenizer
+        when `tok` is set."""
+        return Capabilities(generate=type(self).generate is not Backend.generate, local_loglik=self.kind == "hf",
+                            tokenizer=self.tok is not None)
+
+    async def probe(self, task: Any = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Check the configuration before a run stores anything (API backends ask the
+        server here and learn its capabilities); returns `describe()`. `task` is the
+        task's name (API backends probe what it needs). Raises BackendConfigError."""
+        return self.describe()
 
     @abc.abstractmethod
     def describe(self) -> dict[str, Any]:

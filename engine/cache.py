@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llmscope.engine.backend import Backend, GenParams
+from llmscope.engine.backend import Backend, Capabilities, GenParams
 from llmscope.engine.types import GenerateOut, LogLikOut, NextTokenOut, TopToken
 
 CACHE_FORMAT = 1  # bump when the stored shape or the meaning of a cached call changes
@@ -136,6 +136,22 @@ class CachedBackend(Backend):
         if self._identity is None:
             self._identity = model_identity(self.inner.describe())
         return self._identity
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities
+
+    @property  # type: ignore[override]
+    def tok(self) -> Any:
+        return self.inner.tok
+
+    @property  # type: ignore[override]
+    def add_bos(self) -> bool:
+        return self.inner.add_bos
+
+    async def probe(self, task: Any = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
+        await self.inner.probe(task, options)
+        return self.describe()
 
     def describe(self) -> dict[str, Any]:
         return {**self.inner.describe(), "response_cache": str(self.cache.path)}

@@ -169,14 +169,16 @@ class ResumeInputs:
 
 
 def resume_inputs(run: dict[str, Any]) -> ResumeInputs:
-    """Everything `--resume ID` (CLI) or the TUI's resume needs, read from the run record."""
-    from llmscope.data.suites import EXTERNAL_SUITES
+    """Everything `--resume ID` (CLI) or the TUI's resume needs, read from the run record.
 
+    A suite read from a spec file is found again by that file; one without a spec file (an
+    external corpus, data/registry.py) by its name and the data path it was read from.
+    """
     opts = run.get("options") or {}
     suite_meta = (run.get("meta") or {}).get("suite") or {}
     name, path = suite_meta.get("spec_path") or suite_meta.get("name"), None
-    if suite_meta.get("name") in EXTERNAL_SUITES:
-        name, path = suite_meta["name"], suite_meta.get("items_path")
+    if not suite_meta.get("spec_path") and suite_meta.get("items_path"):
+        name, path = suite_meta.get("name"), suite_meta.get("items_path")
     task = dict(opts.get("task") or {})
     task.pop("task", None)
     return ResumeInputs(name, path, task, opts.get("limit"), config_of_run(run))
@@ -263,7 +265,7 @@ def _build_openai(cfg: BackendConfig, spec: ModelSpec) -> BuiltBackend:
     except BackendError as e:  # e.g. no key for api.openai.com
         raise ConfigError(str(e)) from e
     if cfg.system_prompt:
-        backend.system_prompt = cfg.system_prompt  # type: ignore[attr-defined]
+        backend.system_prompt = cfg.system_prompt
     # The resolved endpoint (from --base-url or $OPENAI_BASE_URL) is what a resume must reuse.
     desc = backend.describe()
     urls = list(desc.get("base_urls") or [])

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from llmscope.engine.answers import answer_ids
-from llmscope.engine.backend import Backend, BackendError, GenParams
+from llmscope.engine.backend import Backend, BackendError, Capabilities, GenParams
 from llmscope.engine.models import ModelSpec, cache_dir, describe_source, file_sha256
 from llmscope.engine.types import GenerateOut, LogLikOut, NextTokenOut, TopToken
 
@@ -285,6 +285,14 @@ class HFBackend(Backend):
         self._thread.start()
 
     # -- description ---------------------------------------------------------------------
+    @property
+    def capabilities(self) -> Capabilities:
+        """A local model answers everything from its own forward pass."""
+        return Capabilities(
+            next_token=True, exact_next_token=True, loglik=True, local_loglik=True, batched_prompts=True,
+            generate=True, chat=self.has_chat, reasoning=False, prompt_logprobs=True, tokenizer=True,
+        )
+
     def describe(self) -> dict[str, Any]:
         import torch
         import transformers

@@ -52,6 +52,7 @@ from llmscope.engine.backend import (
     BackendConfigError,
     BackendError,
     BackendUnavailable,
+    Capabilities,
     GenParams,
 )
 from llmscope.engine.retry import RetryPolicy, parse_retry_after
@@ -89,18 +90,6 @@ PROBE_RETRIES = 2  # a configuration probe fails fast: an unreachable server is 
 PROBE_REPEATS = 3  # "no log-probs" must be the answer to this many probe requests, not one
 ECHO_CHECK_CONTEXT = "The capital of France is"
 ECHO_CHECK_TOL = 0.05  # nats: echo and next-token log-probs of the same token must agree
-
-
-# what each task asks of the backend: next-token answer probabilities, log-likelihoods of
-# given text (minpairs), options scored by log-likelihood or else by labels, generated text
-TASK_NEEDS = {
-    "yesno": "next_token",
-    "rating": "next_token",
-    "choice": "options",
-    "minpairs": "loglik",
-    "constrained": "generate",
-    "generation": "generate",
-}
 
 
 class APIRequestError(BackendError):
@@ -532,7 +521,8 @@ class OpenAIBackend(Backend):
         self._in_flight = 0
         self._down_streak = 0  # consecutive timeouts/connection failures, all requests
         self._breaker: str | None = None  # set when the breaker opened: why
-        self.capabilities: dict[str, Any] = {}
+        self.probed: dict[str, Any] = {}
+        self.system_prompt: str | None = None  # what `probe` learned (recorded as describe()['capabilities'])
         self.method_choice: dict[str, Any] = {}
         self.adaptations: list[str] = []
         # how prompt log-likelihoods are read: "echo" (completions echo=True) or
@@ -583,7 +573,7 @@ class OpenAIBackend(Backend):
             "reasoning_suffix": REASONING_SUFFIX if self.reasoning else None,
             "loglik": self._loglik_method(),
             "loglik_batch": self.loglik_batch,
-            "capabilities": self.capabilities or self._capabilities(),
+            "capabilities": self.probed or self._capabilities(),
             "method_choice": self.method_choice,
             "adaptations": list(self.adaptations),
             "breaker_after": self.breaker_after,
@@ -858,7 +848,7 @@ class OpenAIBackend(Backend):
     def _base_body(self, message: str, chat: bool, max_tokens: int) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model}
         if chat:
-            system = getattr(self, "system_prompt", None)  # set by engine/config.py (--system-prompt)
+            system = self.system_prompt  # set by engine/config.py (--system-prompt)
             body["messages"] = [*([{"role": "system", "content": system}] if system else []),
                                 {"role": "user", "content": message}]
             body[self._max_key] = max_tokens
@@ -1492,6 +1482,24 @@ class OpenAIBackend(Backend):
 
     # ------------------------------------------------------------------ misc
 
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the server offers as far as it is known (None: not probed yet)."""
+        loglik = None if self._loglik is None else bool(self._loglik and self._echo_ok is not False)
+        return Capabilities(
+            next_token=True,  # top-k log-probs, or else an estimate from sampled answers
+            exact_next_token=False,
+            loglik=loglik,
+            local_loglik=False,
+            batched_prompts=None if self._loglik is None else self.loglik_batch > 1,
+            generate=True,
+            chat=True,
+            reasoning=self.reasoning,
+            prompt_logprobs=None if self._loglik is None else self._loglik_via == "prompt_logprobs",
+            tokenizer=False,
+            label_choice=True,
+        )
+
     async def probe(self, task: str | None = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
         """Check the configuration and learn the server's capabilities before a run writes
         anything; returns describe().
@@ -1505,9 +1513,9 @@ class OpenAIBackend(Backend):
         in `method_choice`. Raises BackendConfigError with one clear line when the server
         cannot be used or cannot answer the task's question.
         """
-        need = TASK_NEEDS.get(task or "yesno", "next_token")
-        if task == "constrained" and (options or {}).get("mode") == "loglik":
-            need = "loglik"
+        from llmscope.engine.tasks import get_task  # the task says what it needs (Task.probe_need)
+
+        need = get_task(task or "yesno")(dict(options or {})).probe_need()
         self._probing = True
         try:
             self._pinned = 0
@@ -1529,7 +1537,7 @@ class OpenAIBackend(Backend):
         finally:
             self._probing = False
             self._pinned = None
-        self.capabilities = self._capabilities()
+        self.probed = self._capabilities()
         self.method_choice = self._choose_method(task, need)
         if self.method_choice["method"] is None:
             raise BackendConfigError(

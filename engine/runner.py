@@ -21,12 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import llmscope
-from llmscope.data.suites import Suite
 from llmscope.engine.backend import Backend, BackendError, BackendUnavailable
+from llmscope.engine.ports import RunStore, RunSuite
 from llmscope.engine.progress import NullReporter, Progress, Reporter
 from llmscope.engine.tasks import Task, get_task
 from llmscope.engine.types import Result, Work
-from llmscope.store.db import Store
 
 FLUSH_EVERY_S = 1.0
 FLUSH_ROWS = 512
@@ -41,7 +40,7 @@ class RunBusy(BackendError):
 class RunPlan:
     """Everything that defines a run's identity, plus how to execute it."""
 
-    suite: Suite
+    suite: RunSuite  # data/suites.py `Suite`
     model_label: str
     model_arg: str | None
     task_options: dict[str, Any] = field(default_factory=dict)
@@ -94,7 +93,7 @@ class RunInterrupted(Exception):
 class Runner:
     """Executes one run plan against a backend and a store."""
 
-    def __init__(self, plan: RunPlan, backend: Backend, store: Store, reporter: Reporter | None = None) -> None:
+    def __init__(self, plan: RunPlan, backend: Backend, store: RunStore, reporter: Reporter | None = None) -> None:
         self.plan = plan
         self.backend = backend
         self.store = store
@@ -112,6 +111,7 @@ class Runner:
     # -- setup -----------------------------------------------------------------------------
     def prepare_run(self) -> tuple[dict[str, Any], list[Work]]:
         """Store the suite, create or reopen the run, and list the work still to do."""
+        self.task.check_backend(self.backend)  # a capability the task needs is missing: stop here
         suite = self.plan.suite
         items = suite.items()
         self.store.add_suite(suite.suite_id, suite.name, suite.task, suite.spec, suite.source or "", items)

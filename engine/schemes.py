@@ -36,6 +36,7 @@ import numpy as np
 
 from llmscope.engine.backend import Backend, GenParams
 from llmscope.engine.choice_math import argmax_first, softmax
+from llmscope.engine.embed import minilm_embedder
 from llmscope.engine.types import Result, Work
 
 SCHEMES = ("labels", "free", "rating", "embedding")
@@ -109,8 +110,6 @@ def embedder_for(opts: dict[str, Any]) -> Callable[[list[str]], np.ndarray] | No
         return None
     if not _EMBEDDER:
         try:
-            from llmscope.analysis.probeval import minilm_embedder
-
             _EMBEDDER.append(minilm_embedder())
         except ImportError as e:
             raise ValueError(

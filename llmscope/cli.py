@@ -10,89 +10,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from llmscope.cli_common import CONFIG_FLAGS as CONFIG_FLAGS
+from llmscope.cli_common import LOCK_WAIT_S as LOCK_WAIT_S
+from llmscope.cli_common import CLIError as CLIError
+from llmscope.cli_common import config_from_args as config_from_args
+from llmscope.cli_common import open_store as _open_store
+from llmscope.cli_common import parse_opts as _parse_opts
+
 DEFAULT_DB = "llmscope.duckdb"
-
-
-class CLIError(Exception):
-    """A user-facing error: printed without a traceback, exit status 2."""
-
-
-def _parse_opts(pairs: list[str] | None) -> dict[str, Any]:
-    """`--opt key=value` pairs, parsed by the one parser the TUI form uses too."""
-    from llmscope.engine.config import ConfigError, parse_options
-
-    try:
-        return parse_options(list(pairs or []))
-    except ConfigError as e:
-        raise CLIError(f"--opt: {e}") from None
-
-
-LOCK_WAIT_S = float(os.environ.get("LLMSCOPE_LOCK_WAIT", "5"))
-
-
-def _open_store(path: str, read_only: bool = False) -> Any:
-    """Open the database; if another process holds it, wait up to LOCK_WAIT_S, then say who."""
-    import time
-
-    from llmscope.store.db import Store, StoreLocked
-
-    if read_only and not Path(path).exists():
-        raise CLIError(f"no database at {path} (run `llmscope run` first, or pass --db)")
-    deadline = time.monotonic() + LOCK_WAIT_S
-    delay = 0.1
-    while True:
-        try:
-            return Store(path, read_only=read_only)
-        except StoreLocked as e:
-            if time.monotonic() + delay > deadline:
-                raise CLIError(f"{e}{_holder(path, e.pid)} (waited {LOCK_WAIT_S:g}s)") from e
-            time.sleep(delay)
-            delay = min(delay * 2, 1.0)
-
-
-def _holder(path: str, pid: int | None) -> str:
-    """What the process holding the file is doing, from the live channel (never the locked file)."""
-    from llmscope.live import read_live
-
-    try:
-        snaps = read_live(path)
-    except OSError:
-        return ""
-    for snap in snaps:
-        run = snap.get("run") or {}
-        if snap.get("ended") or (pid is not None and run.get("owner_pid") not in (pid, None)):
-            continue
-        prog = snap.get("progress") or {}
-        return (f"; it is writing run {run.get('run_id') or prog.get('run_id')} "
-                f"({run.get('suite_name')} x {run.get('model')}, {prog.get('done')}/{prog.get('total')})")
-    return ""
-
-
-# Fields of engine.config.BackendConfig that the `run` command's flags fill (flag dest = field).
-CONFIG_FLAGS = (
-    "base_url", "concurrency", "timeout", "max_retries", "top_logprobs", "samples", "reasoning",
-    "device", "dtype", "batch_size", "threads", "sp_prefix", "revision", "trust_remote_code", "adapter",
-    "load_in_8bit", "load_in_4bit", "system_prompt", "chat", "seed",
-)
-
-
-def config_from_args(args: argparse.Namespace, base: Any = None) -> Any:
-    """A BackendConfig from `run`'s flags: the flags given override `base` (a stored config on resume)."""
-    import dataclasses
-
-    from llmscope.engine.config import BackendConfig
-
-    if base is not None:
-        cfg = base
-    else:  # a new run: llmscope.toml values beneath the flags
-        defaults = dict(getattr(args, "config_defaults", None) or {})
-        if isinstance(defaults.get("base_url"), str):
-            defaults["base_url"] = [defaults["base_url"]]
-        cfg = dataclasses.replace(BackendConfig(), **defaults)
-    given = {k: getattr(args, k) for k in CONFIG_FLAGS if getattr(args, k, None) is not None}
-    if getattr(args, "model", None) is not None:
-        given["model"] = args.model
-    return dataclasses.replace(cfg, **given)
 
 
 def _check_positive(flag: str, value: int | None) -> None:
@@ -268,14 +193,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         async def main() -> Any:
             stop.attach(asyncio.get_running_loop(), asyncio.current_task())
             try:
-                if hasattr(backend, "probe"):
-                    # Check the configuration and learn the server's capabilities before
-                    # anything is written; BackendConfigError ends the command with one line.
-                    # (the backend's notices reach stderr once, through its logger)
-                    await backend.probe(suite.task, runner.task.options)
-                    choice = (backend.describe().get("method_choice") or {})
-                    if choice.get("method"):
-                        reporter.on_message("info", f"method: {choice['method']} ({choice.get('reason')})")
+                # Check the configuration and learn the server's capabilities before
+                # anything is written; BackendConfigError ends the command with one line.
+                # (the backend's notices reach stderr once, through its logger)
+                await backend.probe(suite.task, runner.task.options)
+                choice = (backend.describe().get("method_choice") or {})
+                if choice.get("method"):
+                    reporter.on_message("info", f"method: {choice['method']} ({choice.get('reason')})")
                 return await runner.run()
             finally:
                 await backend.aclose()
@@ -351,13 +275,15 @@ def _refuse_identity_change(run: dict[str, Any], stored: Any, cfg: Any, suite: A
 
 
 def cmd_suites(args: argparse.Namespace) -> int:
-    from llmscope.data.suites import EXTERNAL_SUITES, SuiteError, builtin_names, load_suite
+    from llmscope.data.registry import external_suite, suite_names
+    from llmscope.data.suites import SuiteError, load_suite
 
     rows = []
-    for name in builtin_names():
-        if name in EXTERNAL_SUITES:
+    for name in suite_names():
+        entry = external_suite(name)
+        if entry is not None:
             # Loaders of full third-party corpora: listed, not parsed (WorldSense is 87k trials).
-            rows.append({"name": name, "task": EXTERNAL_SUITES[name], "items": None, "variants": None,
+            rows.append({"name": name, "task": entry.task, "items": None, "variants": None,
                          "description": f"full {name} corpus, read from --suite-path (or ../shared when present)"})
             continue
         try:

@@ -33,17 +33,29 @@ from typing import Any
 
 import pyarrow as pa
 
+from llmscope.engine.tasks import TASKS, Task
 from llmscope.store.db import Store
 
 FORMATS = ("jsonl", "csv", "parquet", "worldsense", "lm-eval")
 JSON_COLS = ("probs", "top_tokens", "option_scores", "option_logprobs", "extra")
-# Tasks whose prediction is one of a fixed set of answers/options (chosen_option applies).
-CHOICE_TASKS = ("yesno", "choice", "rating", "constrained")
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-# The method a task uses when a row does not record one itself (extra.method / choice_method / mode).
-DEFAULT_METHOD = {"yesno": "next-token", "rating": "next-token", "choice": "loglik", "minpairs": "loglik",
-                  "constrained": "constrained", "generation": "generate",
-                  "syntaxgym": "loglik-surprisal", "contamination": "min-k%-prob+greedy-completion"}
+
+
+def _task(name: str | None) -> type[Task] | None:
+    """The registered task type of a stored run (None: a task this version does not know)."""
+    return TASKS.get(name or "")
+
+
+def _lm_eval_metric(task: str | None) -> str:
+    # The name lm-evaluation-harness gives the per-item score (the task declares it).
+    t = _task(task)
+    return t.lm_eval_metric if t else "acc"
+
+
+def _predicts_option(task: str | None) -> bool:
+    # The prediction is one of a fixed set of answers/options, so chosen_option applies.
+    t = _task(task)
+    return bool(t and t.predicts_option)
 
 
 class ExportError(Exception):
@@ -130,7 +142,9 @@ def _method(task: str | None, extra: dict[str, Any] | None, run: dict[str, Any])
     backend = ((run.get("meta") or {}).get("backend") or {}) if isinstance(run.get("meta"), dict) else {}
     if isinstance(backend.get("method"), str):
         return str(backend["method"])
-    return DEFAULT_METHOD.get(task or "")
+    # The method a task uses when a row does not record one itself (the task declares it).
+    t = _task(task)
+    return t.default_method if t else None
 
 
 def export_rows(store: Store, run: dict[str, Any]) -> list[ExportRow]:
@@ -143,7 +157,7 @@ def export_rows(store: Store, run: dict[str, Any]) -> list[ExportRow]:
         scores = _json_obj(rec["option_scores"])
         extra = _json_obj(rec["extra"])
         pred = _text(rec["prediction"])
-        chosen = pred if task in CHOICE_TASKS and pred is not None and rec["error"] is None else None
+        chosen = pred if _predicts_option(task) and pred is not None and rec["error"] is None else None
         chosen_prob = _num(probs.get(chosen)) if isinstance(probs, dict) and chosen is not None else None
         out.append(ExportRow(
             run_id=str(rec["run_id"]), model=_text(run.get("model")), suite=_text(run.get("suite_name")),
@@ -223,7 +237,7 @@ def lm_eval_samples(store: Store, run: dict[str, Any], rows: list[ExportRow]) ->
         for it in items.to_dict(orient="records"):
             doc_of[str(it["item_id"])] = (int(it["idx"]), _json_obj(it.get("fields")) or {})
     variants = sorted({r.variant for r in rows})
-    metric = "exact_match" if run.get("task") == "generation" else "acc"
+    metric = _lm_eval_metric(run.get("task"))
     out: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         idx, doc = doc_of.get(r.item_id, (None, {}))
@@ -231,7 +245,7 @@ def lm_eval_samples(store: Store, run: dict[str, Any], rows: list[ExportRow]) ->
         if r.option_logprobs:
             labels = list(r.option_logprobs)
         rec: dict[str, Any] = {"doc_id": idx, "doc": doc, "llmscope_item_id": r.item_id, "variant": r.variant}
-        if labels and r.task in CHOICE_TASKS:
+        if labels and _predicts_option(r.task):
             lps: list[float | None] = []
             for lab in labels:
                 lp = (r.option_logprobs or {}).get(lab)
@@ -269,7 +283,7 @@ def lm_eval_results(run: dict[str, Any], rows: list[ExportRow], n_items: int | N
     intervals cluster prompt variants of one item, so they are wider).
     """
     variants = sorted({r.variant for r in rows})
-    metric = "exact_match" if run.get("task") == "generation" else "acc"
+    metric = _lm_eval_metric(run.get("task"))
     by_task: dict[str, list[ExportRow]] = {}
     for r in rows:
         by_task.setdefault(_task_name(run, r.variant, len(variants)), []).append(r)

@@ -24,6 +24,8 @@ from typing import Any
 
 import pandas as pd
 
+from llmscope.cli_common import CLIError, config_from_args, open_store, parse_opts
+
 WHERE_SHORTHANDS = {
     "failing": "correct = 0",
     "errored": "error IS NOT NULL",
@@ -33,19 +35,16 @@ RESULT_COLUMNS = ("item_id", "variant", "correct", "error", "prediction", "gold"
 
 
 def _cli_error(msg: str) -> Exception:
-    from llmscope.cli import CLIError
-
     return CLIError(msg)
 
 
 def cmd_surprisal(args: argparse.Namespace) -> int:
     from llmscope.analysis.syntaxgym import rt_fit, word_frame
-    from llmscope.cli import _open_store
 
     out = args.output
     if out and Path(out).suffix.lower() not in (".csv", ".parquet", ".tsv"):
         raise _cli_error(f"-o must end in .csv, .tsv or .parquet, got {out!r}")
-    store = _open_store(args.db, read_only=True)
+    store = open_store(args.db, read_only=True)
     try:
         run = store.find_run(args.run)
         if run is None:
@@ -127,14 +126,13 @@ def select_items(df: pd.DataFrame, where: str) -> list[str]:
 def cmd_rerun(args: argparse.Namespace) -> int:
     import asyncio
 
-    from llmscope.cli import _open_store, _parse_opts, config_from_args
     from llmscope.console import ConsoleReporter
-    from llmscope.data.suites import EXTERNAL_SUITES, load_suite
-    from llmscope.engine.config import build_backend, config_of_run
+    from llmscope.data.suites import load_suite
+    from llmscope.engine.config import build_backend, config_of_run, resume_inputs
     from llmscope.engine.runner import Runner, RunPlan
     from llmscope.report import build_report, format_rows
 
-    store = _open_store(args.db)
+    store = open_store(args.db)
     try:
         old = store.find_run(args.run)
         if old is None:
@@ -146,12 +144,8 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         if not ids:
             raise _cli_error(f"--where {args.where!r} selects no items of run {old['run_id']}")
         opts = old.get("options") or {}
-        suite_meta = (old.get("meta") or {}).get("suite") or {}
-        name = suite_meta.get("spec_path") or suite_meta.get("name")
-        path = None
-        if suite_meta.get("name") in EXTERNAL_SUITES:
-            name, path = suite_meta["name"], suite_meta.get("items_path")
-        suite = load_suite(name, path)
+        rin = resume_inputs(old)  # where the run's suite is: its spec, or an external corpus
+        suite = load_suite(rin.suite_name or "", rin.suite_path)
         keep = set(ids)
         suite._items = [it for it in suite.items() if it.item_id in keep]
         if suite.suite_id != old["suite_id"]:
@@ -159,7 +153,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
                              f"{old['suite_id']}); rerun needs the same items")
         task_opts = dict(opts.get("task") or {})
         task_opts.pop("task", None)
-        task_opts.update(_parse_opts(args.opt))
+        task_opts.update(parse_opts(args.opt))
         model_arg = args.model if args.model is not None else opts.get("model_arg")
         reporter = ConsoleReporter(quiet=args.quiet)
         reporter.on_message("info", f"re-running {len(ids)} item(s) of {old['run_id']} selected by {args.where!r}")

@@ -252,9 +252,10 @@ def items_from_suite(run: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dic
     if not name:
         return {}, {}
     try:
+        from llmscope.data.registry import external_suite
         from llmscope.data.suites import load_suite
 
-        if sm.get("name") in ("commonsense", "worldsense"):
+        if external_suite(str(sm.get("name"))) is not None:  # a corpus read from its data path
             suite = load_suite(sm["name"], sm.get("items_path"))
         else:
             suite = load_suite(name)

@@ -34,25 +34,36 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from llmscope.engine.abstain import abstain
-from llmscope.engine.backend import Backend, BackendError
-from llmscope.engine.choice_math import ChoiceScores, content_free_probs, score_options, softmax
-from llmscope.engine.tasks.base import Task, chat_option, register
+from llmscope.engine.backend import Backend, BackendConfigError, BackendError
+from llmscope.engine.choice_math import (
+    ChoiceScores,
+    content_free_probs,
+    permute_options,
+    score_options,
+    softmax,
+)
+from llmscope.engine.tasks.base import (
+    COMMON_ITEM_FIELDS,
+    ItemField,
+    SuiteLike,
+    Task,
+    chat_option,
+    register,
+)
 from llmscope.engine.tasks.options import OptionSpec
+from llmscope.engine.templates import render_template
 from llmscope.engine.types import Item, LogLikOut, Result, Work
 
 DEFAULT_CONTENT_FREE = ["N/A", "", "[MASK]"]
 
 
 def render_fields(template: str, fields: dict[str, Any]) -> str:
-    """Fill a suite template the way the suite loader does (its `render`, when present)."""
-    try:
-        from llmscope.data.suites import render
-    except ImportError:  # pragma: no cover - the loader ships with the package
-        return template.format_map({k: ("" if v is None else v) for k, v in fields.items()})
-    return render(template, fields)
+    """Fill a suite template the way the suite loader does (engine/templates.py)."""
+    return render_template(template, fields)
 
 
 def continuation_text(fmt: str, option: str) -> str:
@@ -140,6 +151,16 @@ class ChoiceTask(Task):
     """Score each option by log-likelihood; report raw, length-normalised, calibrated and PMI choices."""
 
     name = "choice"
+    summary = "options scored by log-likelihood (raw, normalised, calibrated, PMI)"
+    needs_options = True
+    fewshot_format = "{prompt} {answer}"
+    predicts_option = True
+    default_method = "loglik"
+    metric_producers = ("methods", "position", "calibration", "abstention")
+    result_fields = ("choice_method", "methods", "calibration", "continuations", "domain_prompt")
+    item_fields = (*COMMON_ITEM_FIELDS, ItemField("extra.choice_method", "method"),
+                   ItemField("option_scores", "option scores", "json", column=False),
+                   ItemField("extra.methods", "methods", "json", column=False))
     option_specs = (
         chat_option(False),
         OptionSpec("continuation", "str", " {option}", "how an option is appended to the prompt"),
@@ -162,6 +183,44 @@ class ChoiceTask(Task):
         super().__init__(options)
         self._cf_cache: dict[tuple[str, str], Any] = {}
         self._domain_cache: dict[tuple[str, str], Any] = {}
+
+    @classmethod
+    def gold_problem(cls, gold: str, options: list[str] | None, suite: SuiteLike) -> str | None:
+        if options:
+            try:
+                gold_index(options, gold)
+            except ValueError:
+                return f"gold {gold!r} is not one of the options {options}"
+        return None
+
+    @classmethod
+    def expand_work(cls, work: Work, suite: SuiteLike, options: Mapping[str, Any]) -> list[Work]:
+        """The item as asked plus ``permutations`` option orders, variants "<variant>@p<j>";
+        a template that lists the options sees them in the permuted order."""
+        n_perm = int(options.get("permutations", 0) or 0)
+        it = work.item
+        if not n_perm or not it.options:
+            return [work]
+        tpl = (suite.templates or {"default": "{" + suite.text_field + "}"})[work.variant]
+        out = [work]
+        for j, order in enumerate(permute_options(it.options, n_perm, seed=0), 1):
+            fields = dict(it.fields)
+            if suite.options_field:
+                fields[suite.options_field] = order
+            out.append(Work(item=it, variant=f"{work.variant}@p{j}", prompt=render_template(tpl, fields),
+                            gold=work.gold, options=list(order)))
+        return out
+
+    def check_backend(self, backend: Backend) -> None:
+        """Options are scored by log-likelihood, or else as letters (label choice)."""
+        caps = backend.capabilities
+        if caps.loglik is False and not caps.label_choice:
+            raise BackendConfigError(
+                f"task 'choice' needs log-likelihoods or label choice, and the {backend.kind} backend offers neither"
+            )
+
+    def probe_need(self) -> str:
+        return "options"  # log-likelihoods when the server has them, else labels
 
     def describe(self) -> dict[str, Any]:
         # Templates are part of the suite's identity already; keep the run record small.
@@ -246,10 +305,9 @@ class ChoiceTask(Task):
             outs = await backend.loglik([(work.prompt, c) for c in conts], chat=self.chat)
         except BackendError:
             # APIs without prompt log-probs (OpenAI chat): single-token labels + the top-k rule.
-            by_labels = getattr(backend, "choice_by_labels", None)
-            if by_labels is None:
+            if not backend.capabilities.label_choice:
                 raise
-            return await self._score_by_labels(work, options, by_labels)
+            return await self._score_by_labels(work, options, backend)
 
         cf_prompts, how = self.content_free_prompts(work)
         p_cf = None
@@ -291,8 +349,8 @@ class ChoiceTask(Task):
                               embedder_for(self.options))
         return res
 
-    async def _score_by_labels(self, work: Work, options: list[str], by_labels: Any) -> Result:
-        out = await by_labels(work.prompt, options)
+    async def _score_by_labels(self, work: Work, options: list[str], backend: Backend) -> Result:
+        out = await backend.choice_by_labels(work.prompt, options)
         probs = {o: float(out.probs.get(o, 0.0)) for o in options}
         pred = max(options, key=lambda o: probs[o])
         gi = gold_index(options, work.gold)

@@ -4,7 +4,7 @@ Each item lists its allowed responses (`options`) and its gold.
 
 Modes (task option ``mode``: "auto" (default), "loglik", "generate"):
 
-- loglik (auto for `backend.kind == "hf"`): every allowed response is scored by
+- loglik (auto when `backend.capabilities.local_loglik`, i.e. a local model): every allowed response is scored by
   log P(continuation.format(option) | prompt), raw sum (as in `task: choice`,
   continuation default " {option}", chat default False), prediction = argmax
   (first on ties). If the backend's loglik raises BackendError in auto mode, the
@@ -27,7 +27,7 @@ while anything changes, stripping whitespace after each removal. So
 from __future__ import annotations
 
 from llmscope.engine.backend import Backend, BackendError, GenParams
-from llmscope.engine.tasks.base import Task, register
+from llmscope.engine.tasks.base import COMMON_ITEM_FIELDS, ItemField, SuiteLike, Task, register
 from llmscope.engine.tasks.choice import continuation_text, loglik_option_result
 from llmscope.engine.tasks.options import OptionSpec
 from llmscope.engine.types import Result, Work
@@ -80,6 +80,14 @@ class ConstrainedTask(Task):
     """Pick one allowed response: by likelihood for local models, by generation otherwise."""
 
     name = "constrained"
+    summary = "a free answer constrained to the allowed responses (loglik or generate-and-match)"
+    needs_options = True
+    predicts_option = True
+    default_method = "constrained"
+    metric_producers = ("methods", "position", "calibration", "worldsense")
+    result_fields = ("mode", "raw_responses", "scored_as", "exact_correct", "loglik_error")
+    item_fields = (*COMMON_ITEM_FIELDS, ItemField("extra.mode", "mode"),
+                   ItemField("extra.raw_responses", "responses", "json", column=False))
     option_specs = (
         OptionSpec("chat", "bool", None, "chat template (unset: false for loglik, true for generate)"),
         OptionSpec("mode", "str", "auto", "loglik (local models), generate, or auto",
@@ -93,12 +101,26 @@ class ConstrainedTask(Task):
         OptionSpec("prompting", "str", "basic", "prompting condition label (WorldSense analysis)"),
     )
 
+    @classmethod
+    def gold_problem(cls, gold: str, options: list[str] | None, suite: SuiteLike) -> str | None:
+        if options and gold.casefold() not in {o.casefold() for o in options}:
+            return f"gold {gold!r} is not one of the options {options}"
+        return None
+
+    def required_capabilities(self) -> frozenset[str]:
+        mode = self.options.get("mode", "auto")
+        return frozenset({"loglik"} if mode == "loglik" else {"generate"} if mode == "generate" else ())
+
+    def probe_need(self) -> str:
+        return "loglik" if self.options.get("mode") == "loglik" else "generate"
+
     def mode_for(self, backend: Backend) -> str:
         mode = str(self.options.get("mode", "auto"))
         if mode not in ("auto", "loglik", "generate"):
             raise ValueError(f"constrained mode must be auto, loglik or generate, not {mode!r}")
         if mode == "auto":
-            return "loglik" if backend.kind == "hf" else "generate"
+            # exact, cheap log-likelihoods (a local model) score every allowed response
+            return "loglik" if backend.capabilities.local_loglik else "generate"
         return mode
 
     async def score(self, work: Work, backend: Backend) -> Result:

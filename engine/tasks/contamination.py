@@ -27,7 +27,7 @@ import re
 from collections import Counter
 
 from llmscope.engine.backend import Backend, GenParams
-from llmscope.engine.tasks.base import Task, register
+from llmscope.engine.tasks.base import COMMON_ITEM_FIELDS, ItemField, Task, register
 from llmscope.engine.tasks.options import OptionSpec
 from llmscope.engine.types import Result, Work
 
@@ -70,6 +70,18 @@ class ContaminationTask(Task):
     """Min-K% probability and a greedy completion probe per item."""
 
     name = "contamination"
+    summary = "Min-K% probability and a greedy completion probe per item"
+    needs = frozenset({"loglik", "generate"})
+    metric_producers = ("contamination",)
+    default_method = "min-k%-prob+greedy-completion"
+    result_fields = ("flagged", "flag_reasons", "min_k_prob", "mink_k", "mean_logprob", "ngram", "ngram_overlap",
+                     "prefix", "reference", "continuation")
+    item_fields = (*COMMON_ITEM_FIELDS, ItemField("extra.flagged", "flagged", "bool"),
+                   ItemField("extra.min_k_prob", "Min-K% prob", "number"),
+                   ItemField("extra.ngram_overlap", "n-gram recall", "number"))
+
+    def probe_need(self) -> str:
+        return "loglik"  # the greedy probe needs generation too, which every API server offers
     option_specs = (
         OptionSpec("chat", "bool", False, "always false: the probes score raw text, never a chat template",
                    choices=(False,)),

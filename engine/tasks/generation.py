@@ -34,7 +34,7 @@ from llmscope.engine.normalize import (
     normalise,
     token_f1_normalised,
 )
-from llmscope.engine.tasks.base import Task, chat_option, register
+from llmscope.engine.tasks.base import COMMON_ITEM_FIELDS, ItemField, Task, chat_option, register
 from llmscope.engine.tasks.options import OptionSpec
 from llmscope.engine.types import Result, Work
 
@@ -59,6 +59,14 @@ class GenerationTask(Task):
     """Generate a short answer; exact match and token F1 against the gold answers."""
 
     name = "generation"
+    summary = "a short generated answer; exact match and token F1 against gold answers"
+    needs = frozenset({"generate"})
+    default_method = "generate"
+    lm_eval_metric = "exact_match"
+    metric_producers = ("generation", "probeval", "genmetrics")
+    result_fields = ("em", "em_mean", "em_majority", "majority", "stop_warnings")
+    item_fields = (*COMMON_ITEM_FIELDS, ItemField("extra.em_mean", "EM (mean)", "number"),
+                   ItemField("extra.majority", "majority answer", column=False))
     option_specs = (
         chat_option(True),
         OptionSpec("stop", "str|list[str]", ["\n"], "stop sequences"),

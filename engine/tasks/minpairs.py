@@ -46,13 +46,16 @@ reported with `aligned: False` and no surprisals rather than guessed.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from llmscope.engine.backend import Backend
 from llmscope.engine.choice_math import argmax_first, softmax
-from llmscope.engine.tasks.base import Task, register
+from llmscope.engine.errors import SuiteError
+from llmscope.engine.tasks.base import COMMON_ITEM_FIELDS, ItemField, SuiteLike, Task, register
 from llmscope.engine.tasks.options import OptionSpec
-from llmscope.engine.types import LogLikOut, Result, Work
+from llmscope.engine.types import Item, LogLikOut, Result, Work
 
 LN2 = math.log(2.0)
 
@@ -132,8 +135,9 @@ def document_separator(tok: Any) -> str | None:
 
 def resolve_context(mode: str, text: str, backend: Backend) -> dict[str, Any]:
     """{mode, text, why} for a context option on a backend (see module docstring)."""
-    tok = getattr(backend, "tok", None)
-    adds_bos = bool(getattr(backend, "add_bos", False))
+    caps = backend.capabilities
+    tok = backend.tok if caps.tokenizer else None
+    adds_bos = bool(backend.add_bos) if caps.tokenizer else False
     sep = document_separator(tok)
     if mode == "auto":
         if sep is not None and not adds_bos:
@@ -185,6 +189,23 @@ class MinPairsTask(Task):
     """Compare sentence log-probabilities; the acceptable sentence should win."""
 
     name = "minpairs"
+    summary = "sentence log-probabilities of minimal pairs; the acceptable one should win"
+    needs = frozenset({"loglik"})
+    default_method = "loglik"
+    result_fields = ("sentences", "logprob_diff", "good", "per_token", "context", "critical", "surprisal_unit")
+    item_fields = (*COMMON_ITEM_FIELDS, ItemField("extra.logprob_diff", "Δ logprob", "number"),
+                   ItemField("extra.sentences", "sentences", "json", column=False))
+
+    @classmethod
+    def item_text(cls, record: Mapping[str, Any]) -> str | None:
+        sents = record.get("sentences")
+        return " / ".join(str(s) for s in sents) if isinstance(sents, list) else None
+
+    @classmethod
+    def check_item(cls, item: Item, suite: SuiteLike, src: Path | None) -> None:
+        sents = item.fields.get("sentences")
+        if not isinstance(sents, list) or len(sents) < 2 or not all(isinstance(s, str) for s in sents):
+            raise SuiteError("needs a list of at least two sentences", src, item.line, "sentences")
     option_specs = (
         OptionSpec("context", "str", "auto", "what each sentence is conditioned on",
                    choices=CONTEXT_MODES),

@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from llmscope.engine.tasks.registry import lookup
+
 __all__ = ["OptionSpec", "TaskOptionError", "COMMON_OPTIONS", "validate_task_options", "option_table"]
 
 
@@ -92,10 +94,8 @@ _TYPES["any"] = (lambda v: True, "anything")
 
 def _specs_for(task: str | type) -> dict[str, OptionSpec]:
     if isinstance(task, str):
-        from llmscope.engine.tasks import get_task
-
         try:
-            cls: type = get_task(task)
+            cls: type = lookup(task)
         except KeyError as e:
             raise TaskOptionError(str(e.args[0])) from None
     else:

@@ -21,12 +21,20 @@ is no label (e.g. a mean human rating 3.4) leaves correct None. In both cases
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from llmscope.engine.abstain import abstain
 from llmscope.engine.backend import Backend
 from llmscope.engine.choice_math import strict_win
-from llmscope.engine.tasks.base import Task, chat_option, register
+from llmscope.engine.tasks.base import (
+    COMMON_ITEM_FIELDS,
+    ItemField,
+    SuiteLike,
+    Task,
+    chat_option,
+    register,
+)
 from llmscope.engine.tasks.options import OptionSpec
 from llmscope.engine.types import Result, Work
 
@@ -52,6 +60,17 @@ class RatingTask(Task):
     """Distribution over scale labels, expected rating and argmax label."""
 
     name = "rating"
+    summary = "distribution over scale labels; expected rating"
+    needs_answers = "a rating suite needs its scale labels"
+    design_options = frozenset({"reverse_templates"})
+    needs = frozenset({"next_token"})
+    predicts_option = True
+    default_method = "next-token"
+    metric_producers = ("calibration", "abstention")
+    result_fields = ("expected", "gold_value", "abs_error", "label_mass", "raw_probs")
+    item_fields = (*COMMON_ITEM_FIELDS, ItemField("extra.expected", "expected", "number"),
+                   ItemField("extra.abs_error", "|error|", "number"),
+                   ItemField("probs", "label probabilities", "json", column=False))
     option_specs = (
         chat_option(True),
         OptionSpec("top_k", "int", 20, "top tokens read at the answer position", min=1),
@@ -59,6 +78,21 @@ class RatingTask(Task):
                    "{variant: template} asking the scale the other way round (@rev), mapped back"),
         OptionSpec("fewshot", "any", None, "few-shot demos: k, source, labels, orders, seed (data/design.py)"),
     )
+
+    @classmethod
+    def gold_problem(cls, gold: str, options: list[str] | None, suite: SuiteLike) -> str | None:
+        if not suite.answers or gold in suite.answers:
+            return None
+        try:
+            v = float(gold.strip())
+        except ValueError:
+            return f"gold {gold!r} is neither a scale label {suite.answers} nor a number"
+        if not math.isfinite(v):
+            return f"gold {gold!r} is not a finite number"
+        values = label_values(suite.answers)
+        if not min(values) <= v <= max(values):
+            return f"gold {gold!r} is outside the scale {min(values):g}..{max(values):g}"
+        return None
 
     def labels(self, work: Work) -> list[str]:
         labels = self.options.get("answers") or work.options or [str(i) for i in range(1, 6)]

@@ -30,13 +30,15 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from llmscope.engine.backend import Backend
-from llmscope.engine.tasks.base import Task, register
+from llmscope.engine.errors import SuiteError
+from llmscope.engine.tasks.base import COMMON_ITEM_FIELDS, ItemField, SuiteLike, Task, register
 from llmscope.engine.tasks.minpairs import align_tokens
 from llmscope.engine.tasks.options import OptionSpec
-from llmscope.engine.types import LogLikOut, Result, Work
+from llmscope.engine.types import Item, LogLikOut, Result, Work
 
 LN2 = math.log(2.0)
 # syntaxgym-core's tolerance for "=" between surprisals (bits)
@@ -292,8 +294,6 @@ def region_name_map(region_names: Any) -> dict[str, int]:
 
 def check_item(item: Any, path: Any, options: dict[str, Any] | None = None) -> None:
     """Validate a syntaxgym item before any model runs (SuiteError naming file, line, field)."""
-    from llmscope.data.suites import SuiteError
-
     f = item.fields
     try:
         conds = item_conditions(f)
@@ -325,6 +325,16 @@ class SyntaxGymTask(Task):
     """Region surprisals per condition; correct when every prediction formula holds."""
 
     name = "syntaxgym"
+    summary = "region surprisals per condition; correct when every prediction holds"
+    needs = frozenset({"loglik"})
+    metric_producers = ("syntaxgym",)
+    default_method = "loglik-surprisal"
+    result_fields = ("conditions", "predictions", "surprisal_unit", "per_token")
+    item_fields = (*COMMON_ITEM_FIELDS, ItemField("extra.predictions", "predictions", "json", column=False))
+
+    @classmethod
+    def check_item(cls, item: Item, suite: SuiteLike, src: Path | None) -> None:
+        check_item(item, src, suite.task_options)
     option_specs = (
         OptionSpec("predictions", "any", None, "suite-level predictions (formulas over region surprisals)"),
         OptionSpec("regions", "any", None, "suite-level region names"),

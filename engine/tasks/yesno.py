@@ -5,7 +5,14 @@ from __future__ import annotations
 from llmscope.engine.abstain import abstain
 from llmscope.engine.backend import Backend
 from llmscope.engine.choice_math import strict_win
-from llmscope.engine.tasks.base import Task, chat_option, register
+from llmscope.engine.tasks.base import (
+    COMMON_ITEM_FIELDS,
+    ItemField,
+    SuiteLike,
+    Task,
+    chat_option,
+    register,
+)
 from llmscope.engine.tasks.options import OptionSpec
 from llmscope.engine.types import Result, Work
 
@@ -20,6 +27,15 @@ class YesNoTask(Task):
     """
 
     name = "yesno"
+    summary = "first-token probabilities of yes/no answers"
+    default_answers = ("yes", "no")
+    design_options = frozenset({"answer_orders"})
+    needs = frozenset({"next_token"})
+    predicts_option = True
+    default_method = "next-token"
+    metric_producers = ("yesno", "calibration", "commonsense", "human_correlation", "abstention")
+    item_fields = (*COMMON_ITEM_FIELDS, ItemField("probs", "answer probabilities", "json", column=False),
+                   ItemField("other", "other mass", "prob"))
     option_specs = (
         chat_option(True),
         OptionSpec("top_k", "int", 20, "top tokens read at the answer position", min=1),
@@ -28,6 +44,13 @@ class YesNoTask(Task):
         OptionSpec("answer_orders", "bool", False, "also ask every prompt with the two answers swapped (@swap)"),
         OptionSpec("fewshot", "any", None, "few-shot demos: k, source, labels, orders, seed (data/design.py)"),
     )
+
+    @classmethod
+    def gold_problem(cls, gold: str, options: list[str] | None, suite: SuiteLike) -> str | None:
+        labels = suite.answers or list(cls.default_answers or ())
+        if gold.strip().lower() not in labels:
+            return f"gold {gold!r} is not one of the answers {labels} (compared lower-cased)"
+        return None
 
     @property
     def answers(self) -> list[str]:

@@ -238,15 +238,17 @@ class HomeScreen(BaseScreen):
     # -- suites -----------------------------------------------------------------------------
     @work(thread=True, exclusive=True, exit_on_error=False, group="home-suites")
     def load_suites(self) -> SuitesLoaded:
+        from llmscope.data.registry import external_suite
         from llmscope.data.suites import builtin_names, load_suite
 
         rows = []
         for name in builtin_names():
-            if name in ("commonsense", "worldsense"):
+            entry = external_suite(name)
+            if entry is not None and entry.large:  # listed unread
                 rows.append(
                     {
                         "name": name,
-                        "task": {"commonsense": "yesno"}.get(name, "constrained"),
+                        "task": entry.task,
                         "items": None,
                         "description": "full data set (needs --suite-path or ../shared)",
                     }
