@@ -20,6 +20,7 @@ Rules:
 from __future__ import annotations
 
 import ast
+import functools
 import tomllib
 from collections import defaultdict
 from collections.abc import Iterable
@@ -67,6 +68,11 @@ def modules(dirs: dict[str, Path]) -> dict[str, Path]:
     return out
 
 
+@functools.cache
+def _parse(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), str(path))
+
+
 def _runtime_nodes(tree: ast.AST) -> Iterable[ast.AST]:
     """Every node except the bodies of `if TYPE_CHECKING:` blocks."""
     stack = [tree]
@@ -90,7 +96,7 @@ def import_edges(mods: dict[str, Path]) -> list[Edge]:
     """Module -> module imports between the given modules (function-level ones included)."""
     edges: list[Edge] = []
     for mod, path in mods.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        tree = _parse(path)
         is_pkg = path.name == "__init__.py"
         if is_pkg and "pkgutil.iter_modules" in ast.unparse(tree):
             # a package that imports its modules found on disk (engine/tasks) imports them all
@@ -228,7 +234,7 @@ def test_argparse_only_in_the_cli(graph: tuple[dict[str, Path], list[Edge]]) -> 
     for mod, path in mods.items():
         if part(mod) == "cli":
             continue
-        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in _runtime_nodes(_parse(path)):
             if isinstance(node, ast.Import) and any(a.name == "argparse" for a in node.names):
                 bad.append(f"{path}:{node.lineno}")
             if isinstance(node, ast.ImportFrom) and node.module == "argparse":
@@ -241,7 +247,7 @@ def test_no_private_names_from_the_cli(graph: tuple[dict[str, Path], list[Edge]]
     mods, _ = graph
     bad = []
     for mod, path in mods.items():
-        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in _runtime_nodes(_parse(path)):
             if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
                 continue
             if node.module not in CLI_MODULES or mod == node.module:
