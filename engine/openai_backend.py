@@ -544,6 +544,7 @@ class OpenAIBackend(Backend):
         self._echo_lock = asyncio.Lock()
         self._detect_lock = asyncio.Lock()
         self._probing = False
+        self._held: list[str] = []  # notices raised while probing (see _warn_once)
         self._pinned: int | None = None  # the probe checks each endpoint in turn
         if self._logprobs is False:
             self._warn_once(
@@ -623,6 +624,10 @@ class OpenAIBackend(Backend):
             return
         self._warned.add(key)
         self.notices.append(message)
+        if self._probing:
+            # held until the probe decides: a run that stops says it in its one error line
+            self._held.append(message)
+            return
         log.warning(message)
 
     # ------------------------------------------------------------------ HTTP
@@ -1531,10 +1536,13 @@ class OpenAIBackend(Backend):
             self._pinned = None
         self.capabilities = self._capabilities()
         self.method_choice = self._choose_method(task, need)
+        held, self._held = self._held, []
         if self.method_choice["method"] is None:
             raise BackendConfigError(
                 f"{_public_url(self.base_url)} cannot score task {task!r}: {self.method_choice['reason']}"
             )
+        for message in held:
+            log.warning(message)
         return self.describe()
 
     def _config_error(self, e: BackendError, ep: int) -> BackendConfigError:

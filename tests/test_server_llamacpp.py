@@ -8,6 +8,7 @@ issue specifies is asserted (the recorded fallback, or a stop with a stated reas
 
 Needs `llama-cpp-python[server]` (`bash scripts/setup.sh server`); skipped otherwise.
 Run only this tier: `.venv/bin/python -m pytest -m server`.
+`LLMSCOPE_LLAMA_SERVER=http://127.0.0.1:PORT/v1` points it at a server already running.
 """
 
 from __future__ import annotations
@@ -47,8 +48,15 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Base URL of a llama.cpp server on the embedded GGUF (started once per session)."""
+    """Base URL of a llama.cpp server on the embedded GGUF (started once per session).
+
+    LLMSCOPE_LLAMA_SERVER=http://host:port/v1 reuses a server already running with the
+    same command line (handy while iterating on one test)."""
     from llmscope.engine.models import embedded_model_path
+
+    if os.environ.get("LLMSCOPE_LLAMA_SERVER"):
+        yield os.environ["LLMSCOPE_LLAMA_SERVER"].rstrip("/")
+        return
 
     gguf = embedded_model_path()
     port = _free_port()
@@ -181,8 +189,6 @@ def test_choice_through_the_server_scores_every_item_with_a_recorded_method(mc_d
         assert sum(d) / len(d) < 0.3, d
 
 
-@pytest.mark.xfail(strict=False, reason="hapi (issue 18 item 2): the method a run used is recorded in the run "
-                   "config and shown by `llmscope report`; before that branch lands only extra.choice_method says it")
 def test_choice_method_is_shown_in_the_report(mc_db: Path) -> None:
     db = mc_db
     con = duckdb.connect(str(db), read_only=True)
@@ -195,9 +201,6 @@ def test_choice_method_is_shown_in_the_report(mc_db: Path) -> None:
     assert ("labels" in rep.stdout) if method != "loglik" else ("loglik" in rep.stdout or "echo" in rep.stdout)
 
 
-@pytest.mark.xfail(strict=False, reason="hapi (issue 18 item 2): llama.cpp takes one prompt per completions request "
-                   "(HTTP 500 on a list); minimal pairs then either work one prompt per request or the run stops "
-                   "before it starts with the reason; before that branch every item errors after retries")
 def test_minimal_pairs_work_or_stop_with_a_reason(llama_server: str, tmp_path: Path) -> None:
     db = tmp_path / "mp.duckdb"
     p = run_cli(db, "minimal-pairs", "--limit", "3", "--max-retries", "1", base_url=llama_server)
