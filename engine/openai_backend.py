@@ -98,6 +98,8 @@ TASK_NEEDS = {
     "rating": "next_token",
     "choice": "options",
     "minpairs": "loglik",
+    "syntaxgym": "loglik",  # region surprisals are log-likelihoods of given sentences
+    "contamination": "loglik",  # Min-K% reads the text's own token log-probs
     "constrained": "generate",
     "generation": "generate",
 }
@@ -545,6 +547,8 @@ class OpenAIBackend(Backend):
         self._detect_lock = asyncio.Lock()
         self._probing = False
         self._held: list[str] = []  # notices raised while probing (see _warn_once)
+        self._batch_seen = False  # a list of prompts was answered in one request
+        self._batch_refused = False  # ... or refused (one prompt per request since)
         self._pinned: int | None = None  # the probe checks each endpoint in turn
         if self._logprobs is False:
             self._warn_once(
@@ -1314,6 +1318,7 @@ class OpenAIBackend(Backend):
         self, pairs: list[tuple[str, str]], e: APIRequestError
     ) -> list[LogLikOut]:
         """Adapt once to a server that rejects a list of prompts: one prompt per request."""
+        self._batch_refused = True
         if self.loglik_batch > 1:
             self.loglik_batch = 1
             note = (
@@ -1407,6 +1412,8 @@ class OpenAIBackend(Backend):
                 )
             out.append(self._score(ctx, cont, full, lp))
         self._loglik = True
+        if len(prompts) > 1:
+            self._batch_seen = True
         return out
 
     @staticmethod
@@ -1583,7 +1590,9 @@ class OpenAIBackend(Backend):
             "prompt_logprobs": self._loglik_via == "prompt_logprobs"
             or (None if self._prompt_lp_note is None else False),
             "prompt_logprobs_note": self._prompt_lp_note,
-            "batched_prompts": None if self._loglik is None else self.loglik_batch > 1,
+            # True only once a list of prompts was answered, False once refused; None: never
+            # tried (e.g. echo refused before any list was sent)
+            "batched_prompts": False if self._batch_refused else (True if self._batch_seen else None),
             "reasoning": self.reasoning,
             "reasoning_effort": self.reasoning_effort,
         }

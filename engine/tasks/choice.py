@@ -249,7 +249,10 @@ class ChoiceTask(Task):
             by_labels = getattr(backend, "choice_by_labels", None)
             if by_labels is None:
                 raise
-            return await self._score_by_labels(work, options, by_labels)
+            res = await self._score_by_labels(work, options, by_labels)
+            # the extra schemes need no log-likelihoods: they still run (not silently dropped)
+            await self._add_schemes(res, work, options, backend)
+            return res
 
         cf_prompts, how = self.content_free_prompts(work)
         p_cf = None
@@ -284,12 +287,15 @@ class ChoiceTask(Task):
         res.extra["choice_method"] = "loglik"
         if dp:
             res.extra["domain_prompt"] = dp
+        await self._add_schemes(res, work, options, backend)
+        return res
+
+    async def _add_schemes(self, res: Result, work: Work, options: list[str], backend: Backend) -> None:
         if self.options.get("schemes"):  # labels / free / rating / embedding (engine/schemes.py)
             from llmscope.engine.schemes import add_schemes, embedder_for
 
             await add_schemes(res, work, options, gold_index(options, work.gold), backend, self.options,
                               embedder_for(self.options))
-        return res
 
     async def _score_by_labels(self, work: Work, options: list[str], by_labels: Any) -> Result:
         out = await by_labels(work.prompt, options)
