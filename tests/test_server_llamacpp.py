@@ -277,3 +277,71 @@ def test_lm_eval_task_yaml_through_the_server(llama_server: str, tmp_path: Path)
     assert p.returncode == 0, p.stderr[-2000:]
     got = rows(db, "openai")
     assert [r["gold"] for r in got] == ["blue", "four"] and not any(r["error"] for r in got)
+
+
+def _scored_or_stopped(p: subprocess.CompletedProcess[str], db: Path, task: str, n: int) -> list[dict] | None:
+    """The rows when the run scored `n` items without errors; None when it stopped before the
+    run with one line naming the task and why (no log-likelihoods from this server)."""
+    if p.returncode == 0:
+        got = rows(db, "openai")
+        assert len(got) == n and not any(r["error"] for r in got), [r["error"] for r in got]
+        return got
+    lines = [ln for ln in p.stderr.strip().splitlines() if not ln.startswith("loading model")]
+    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert f"cannot score task {task!r}" in lines[0]
+    assert any(w in lines[0].lower() for w in ("log-likelihood", "loglik", "echo", "log-prob"))
+    if db.exists():
+        assert not rows(db, "openai")  # stopped before scoring, not items stored as errors
+    return None
+
+
+def test_syntaxgym_through_the_server_scores_or_stops(llama_server: str, tmp_path: Path) -> None:
+    db = tmp_path / "sg.duckdb"
+    p = run_cli(db, "syntax-sample", "--limit", "2", "--max-retries", "1", base_url=llama_server)
+    got = _scored_or_stopped(p, db, "syntaxgym", 2)
+    if got is not None:
+        # region surprisals only from right log-likelihoods: same verdicts as the local backend
+        assert run_cli(db, "syntax-sample", "--limit", "2").returncode == 0
+        local = {r["item_id"]: r["correct"] for r in rows(db, "hf")}
+        assert {r["item_id"]: r["correct"] for r in got} == local
+
+
+def test_contamination_through_the_server_scores_or_stops(llama_server: str, tmp_path: Path) -> None:
+    db = tmp_path / "ct.duckdb"
+    p = run_cli(db, "contamination-sample", "--limit", "2", "--max-retries", "1", base_url=llama_server)
+    got = _scored_or_stopped(p, db, "contamination", 2)
+    if got is not None:
+        for r in got:
+            assert r["prediction"] in ("flagged", "clean")
+            assert r["extra"]["min_k_prob"] <= 0
+
+
+def test_pragmatics_choice_through_the_server_with_its_schemes(llama_server: str, tmp_path: Path) -> None:
+    db = tmp_path / "pc.duckdb"
+    # the suite's four schemes, minus the rating one (five next-token requests per option)
+    p = run_cli(db, "pragmatics-choice", "--limit", "2", "--opt", 'schemes=["labels","free","embedding"]',
+                base_url=llama_server)
+    got = _scored_or_stopped(p, db, "choice", 2)
+    assert got is not None  # choice always has a method: echo log-likelihoods or the label fallback
+    for r in got:
+        assert r["extra"]["choice_method"] in ("loglik", "labels", "labels-topk")
+        assert r["prediction"] in r["probs"]
+        # the extra schemes ran through the server even when the main method fell back to labels
+        assert set(r["extra"]["methods"]) >= {"labels", "free", "embedding"}
+    rec = run_record(db)
+    choice = json.loads(rec["meta"])["backend"]["method_choice"]
+    assert choice["task"] == "choice" and choice["method"] and choice["reason"]
+
+
+# every built-in suite has a test above (by suite or by task type); a new one must add its own
+SERVER_TESTED = {
+    "commonsense-sample", "mc-sample", "minimal-pairs", "rating-sample", "generation-sample",
+    "syntax-sample", "contamination-sample", "pragmatics-choice",
+}
+
+
+def test_every_builtin_suite_has_a_server_test() -> None:
+    from llmscope.data.suites import BUILTIN_DIR
+
+    shipped = {p.parent.name for p in BUILTIN_DIR.glob("*/suite.yaml")}
+    assert shipped <= SERVER_TESTED, f"built-in suites without a server test: {sorted(shipped - SERVER_TESTED)}"
