@@ -7,6 +7,7 @@ carries data/builtin and builds without setuptools warnings.
 from __future__ import annotations
 
 import fnmatch
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -53,8 +54,18 @@ def test_every_builtin_suite_file_is_package_data() -> None:
 
 @pytest.mark.slow
 def test_wheel_builds_without_warnings_and_carries_the_builtin_suites(tmp_path: Path) -> None:
+    # build from a clean copy of the source files: setuptools builds in-tree and a stale build/
+    # folder would carry modules that no longer exist into the wheel
+    src = tmp_path / "src"
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                            text=True, check=True).stdout.splitlines()
+    for rel in listed:
+        f = REPO / rel
+        if f.is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, src / rel)
     out = tmp_path / "wheel"
-    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", str(out), str(REPO)],
+    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", str(out), str(src)],
                        capture_output=True, text=True, timeout=600)
     if p.returncode != 0 and "No matching distribution found for setuptools" in p.stdout + p.stderr:
         pytest.skip("pip cannot fetch setuptools>=77 for the isolated build (no package index reachable)")
