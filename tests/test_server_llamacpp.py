@@ -333,10 +333,22 @@ def test_pragmatics_choice_through_the_server_with_its_schemes(llama_server: str
     assert choice["task"] == "choice" and choice["method"] and choice["reason"]
 
 
+def test_probeval_oneshot_through_the_server(llama_server: str, tmp_path: Path) -> None:
+    db = tmp_path / "pe.duckdb"
+    p = run_cli(db, "probeval-oneshot", "--limit", "1", "--opt", "n=3", base_url=llama_server)
+    got = _scored_or_stopped(p, db, "generation", 1)
+    assert got is not None
+    samples = got[0]["extra"]["samples"]
+    assert len(samples) == 3  # n answers sampled through the server (completions, one-shot prompt)
+    rep = subprocess.run([sys.executable, "-m", "llmscope", "--db", str(db), "report"], capture_output=True,
+                         text=True, timeout=300)
+    assert rep.returncode == 0 and "probeval_kl" in rep.stdout, rep.stderr[-2000:]
+
+
 # every built-in suite has a test above (by suite or by task type); a new one must add its own
 SERVER_TESTED = {
     "commonsense-sample", "mc-sample", "minimal-pairs", "rating-sample", "generation-sample",
-    "syntax-sample", "contamination-sample", "pragmatics-choice",
+    "syntax-sample", "contamination-sample", "pragmatics-choice", "probeval-oneshot",
 }
 
 
