@@ -166,7 +166,7 @@ def main() -> int:
     print("|---|---|---|---|---|---|")
     for r in rows:
         agree = ", ".join(f"{k} {v:.3f}" for k, v in r.items()
-                          if k.startswith(("mean_abs", "max_abs", "same_r", "same_p", "same_v"))
+                          if (k.startswith(("mean_abs", "max_abs")) or k in ("same_ranking", "same_preference", "same_verdict"))
                           and isinstance(v, float))
         acc = f"{r['acc_local']:.3f} / {r['acc_server']:.3f}" if "acc_local" in r else "-"
         same = f"{r['same_prediction']:.1%}" if "same_prediction" in r else "-"
