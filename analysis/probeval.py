@@ -65,6 +65,11 @@ __all__ = [
     "score_question",
     "probeval",
     "split_human_answers",
+    "gold_cluster_kl",
+    "spearman_interval",
+    "spearman_validation",
+    "held_out_validation",
+    "load_gold_labels",
 ]
 
 WRONG = "wrong"
@@ -347,11 +352,28 @@ def gold_cluster_kl(question: Question, labels: Sequence[str]) -> float:
 
 @dataclass
 class Validation:
-    """Spearman correlation between automatic and gold-cluster KL across questions."""
+    """Spearman correlation between automatic and gold-cluster KL across questions, with a
+    95% interval (Fisher z with the Bonett-Wright standard error; None below 4 questions)."""
 
     rho: float
     p_value: float
     n_questions: int
+    ci_low: float | None = None
+    ci_high: float | None = None
+
+
+def spearman_interval(rho: float, n: int, level: float = 0.95) -> tuple[float, float] | None:
+    """Interval for Spearman's rho: tanh(atanh(rho) +- z * sqrt((1 + rho^2 / 2) / (n - 3)))
+    (Bonett & Wright 2000, Psychometrika 65:23-28). None when n < 4 or rho is undefined."""
+    from scipy.stats import norm
+
+    if n < 4 or not math.isfinite(rho):
+        return None
+    if abs(rho) >= 1:
+        return (rho, rho)
+    z = math.atanh(rho)
+    half = float(norm.ppf(0.5 + level / 2)) * math.sqrt((1 + rho * rho / 2) / (n - 3))
+    return (math.tanh(z - half), math.tanh(z + half))
 
 
 def spearman_validation(auto_kl: Mapping[str, float], gold_kl: Mapping[str, float]) -> Validation:
@@ -362,7 +384,55 @@ def spearman_validation(auto_kl: Mapping[str, float], gold_kl: Mapping[str, floa
     if len(qids) < 3:
         raise ValueError(f"Spearman validation needs at least 3 shared questions, got {len(qids)}")
     res = spearmanr([auto_kl[q] for q in qids], [gold_kl[q] for q in qids])
-    return Validation(float(res.statistic), float(res.pvalue), len(qids))
+    rho = float(res.statistic)
+    ci = spearman_interval(rho, len(qids))
+    return Validation(rho, float(res.pvalue), len(qids), *(ci or (None, None)))
+
+
+def held_out_validation(
+    questions: Mapping[str, Question],
+    embed: Embedder | None = None,
+    *,
+    frac: float = 0.5,
+    seed: int = 0,
+    threshold: float = 0.67,
+    matcher: Any = None,
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Automatic and gold-cluster KL per question for a held-out human sample.
+
+    Each question's human answers are split at random (`split_human_answers`); the held-out
+    answers are scored against the kept part twice: matched automatically (the matcher under
+    test) and with their true clusters from the targets file (the gold labels a human
+    annotator would give). Questions without clusters are skipped.
+    """
+    auto: dict[str, float] = {}
+    gold: dict[str, float] = {}
+    for qid, q in questions.items():
+        if not q.clusters:
+            continue
+        ref, held = split_human_answers(q, frac, seed)
+        if not held or not ref.clusters:
+            continue
+        member = {a: name for name, answers in q.clusters.items() for a in answers}
+        labels = [member.get(a, WRONG) for a in held]
+        auto[qid] = score_question(ref, held, embed, threshold=threshold, matcher=matcher).kl
+        gold[qid] = gold_cluster_kl(ref, labels)
+    return auto, gold
+
+
+def load_gold_labels(path: str | os.PathLike[str]) -> dict[str, list[tuple[str, str]]]:
+    """Human cluster labels of model answers: ``{qid: [[answer, cluster], ...]}`` (a cluster
+    name of the targets file, anything else counts as ``wrong``)."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected an object {{qid: [[answer, cluster], ...]}}")
+    out: dict[str, list[tuple[str, str]]] = {}
+    for qid, pairs in data.items():
+        if not isinstance(pairs, list) or not all(isinstance(x, list | tuple) and len(x) == 2 for x in pairs):
+            raise ValueError(f"{path}: question {qid!r}: expected a list of [answer, cluster] pairs")
+        out[str(qid)] = [(str(a), str(c)) for a, c in pairs]
+    return out
 
 
 def question_set(qid: str) -> str:

@@ -534,6 +534,9 @@ class OpenAIBackend(Backend):
         self._echo_lock = asyncio.Lock()
         self._detect_lock = asyncio.Lock()
         self._probing = False
+        self._held: list[str] = []  # notices raised while probing (see _warn_once)
+        self._batch_seen = False  # a list of prompts was answered in one request
+        self._batch_refused = False  # ... or refused (one prompt per request since)
         self._pinned: int | None = None  # the probe checks each endpoint in turn
         if self._logprobs is False:
             self._warn_once(
@@ -613,6 +616,10 @@ class OpenAIBackend(Backend):
             return
         self._warned.add(key)
         self.notices.append(message)
+        if self._probing:
+            # held until the probe decides: a run that stops says it in its one error line
+            self._held.append(message)
+            return
         log.warning(message)
 
     # ------------------------------------------------------------------ HTTP
@@ -1299,6 +1306,7 @@ class OpenAIBackend(Backend):
         self, pairs: list[tuple[str, str]], e: APIRequestError
     ) -> list[LogLikOut]:
         """Adapt once to a server that rejects a list of prompts: one prompt per request."""
+        self._batch_refused = True
         if self.loglik_batch > 1:
             self.loglik_batch = 1
             note = (
@@ -1392,6 +1400,8 @@ class OpenAIBackend(Backend):
                 )
             out.append(self._score(ctx, cont, full, lp))
         self._loglik = True
+        if len(prompts) > 1:
+            self._batch_seen = True
         return out
 
     @staticmethod
@@ -1539,10 +1549,13 @@ class OpenAIBackend(Backend):
             self._pinned = None
         self.probed = self._capabilities()
         self.method_choice = self._choose_method(task, need)
+        held, self._held = self._held, []
         if self.method_choice["method"] is None:
             raise BackendConfigError(
                 f"{_public_url(self.base_url)} cannot score task {task!r}: {self.method_choice['reason']}"
             )
+        for message in held:
+            log.warning(message)
         return self.describe()
 
     def _config_error(self, e: BackendError, ep: int) -> BackendConfigError:
@@ -1583,7 +1596,9 @@ class OpenAIBackend(Backend):
             "prompt_logprobs": self._loglik_via == "prompt_logprobs"
             or (None if self._prompt_lp_note is None else False),
             "prompt_logprobs_note": self._prompt_lp_note,
-            "batched_prompts": None if self._loglik is None else self.loglik_batch > 1,
+            # True only once a list of prompts was answered, False once refused; None: never
+            # tried (e.g. echo refused before any list was sent)
+            "batched_prompts": False if self._batch_refused else (True if self._batch_seen else None),
             "reasoning": self.reasoning,
             "reasoning_effort": self.reasoning_effort,
         }

@@ -212,23 +212,7 @@ def cmd_probeval(args: argparse.Namespace) -> int:
     shared = sorted(set(questions) & set(answers))
     if not shared:
         raise _cli_error(f"{args.answers} answers none of the {len(questions)} questions in {args.targets}")
-    matcher = embed = None
-    method = args.matcher
-    if method == "wordnet":
-        from llmscope.analysis.wordnet_match import WordNetMatcher, WordNetUnavailable
-
-        try:
-            matcher = WordNetMatcher(args.wordnet_dir)
-        except WordNetUnavailable as e:
-            print(f"llmscope: warning: {e}; using the embedding matcher instead", file=sys.stderr)
-            method = "embedding"
-    if method == "embedding":
-        from llmscope.report import _default_embedder
-
-        embed = _default_embedder()
-        if embed is None:
-            print("llmscope: warning: no sentence embedder installed; exact matching only", file=sys.stderr)
-            method = "exact"
+    method, matcher, embed = _matcher(args)
     res = probeval({q: questions[q] for q in shared}, answers, embed, matcher=matcher)
     per = res.per_question.assign(question_set=res.per_question["qid"].map(question_set))
     sets = per.groupby("question_set")["kl"].agg(["mean", "count"]).reset_index()
@@ -248,8 +232,79 @@ def cmd_probeval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _matcher(args: argparse.Namespace) -> tuple[str, Any, Any]:
+    """(method, WordNet matcher or None, embedder or None) for --matcher; a missing WordNet
+    or embedder falls back with a warning that names the method actually used."""
+    matcher = embed = None
+    method = args.matcher
+    if method == "wordnet":
+        from llmscope.analysis.wordnet_match import WordNetMatcher, WordNetUnavailable
+
+        try:
+            matcher = WordNetMatcher(args.wordnet_dir)
+        except WordNetUnavailable as e:
+            print(f"llmscope: warning: {e}; using the embedding matcher instead", file=sys.stderr)
+            method = "embedding"
+    if method == "embedding":
+        from llmscope.report import _default_embedder
+
+        embed = _default_embedder()
+        if embed is None:
+            print("llmscope: warning: no sentence embedder installed; exact matching only", file=sys.stderr)
+            method = "exact"
+    return method, matcher, embed
+
+
+def cmd_probeval_validate(args: argparse.Namespace) -> int:
+    """The paper's validation: Spearman rho between automatic and gold-cluster KL over questions."""
+    from llmscope.analysis.probeval import (
+        gold_cluster_kl,
+        held_out_validation,
+        load_gold_labels,
+        load_targets,
+        score_question,
+        spearman_validation,
+    )
+
+    for p in (args.targets, args.gold):
+        if p is not None and not Path(p).is_file():
+            raise _cli_error(f"file not found: {p}")
+    if not 0 < args.frac < 1:
+        raise _cli_error(f"--frac must be between 0 and 1 (exclusive), got {args.frac}")
+    questions = load_targets(args.targets)
+    method, matcher, embed = _matcher(args)
+    if args.gold:
+        try:
+            gold = load_gold_labels(args.gold)
+        except ValueError as e:
+            raise _cli_error(str(e)) from None
+        shared = sorted(q for q in set(questions) & set(gold) if questions[q].clusters)
+        auto_kl = {q: score_question(questions[q], [a for a, _ in gold[q]], embed, matcher=matcher).kl
+                   for q in shared}
+        gold_kl = {q: gold_cluster_kl(questions[q], [c for _, c in gold[q]]) for q in shared}
+        source = f"gold labels {args.gold}"
+    else:
+        auto_kl, gold_kl = held_out_validation(questions, embed, frac=args.frac, seed=args.seed, matcher=matcher)
+        source = f"held-out human answers (frac {args.frac}, seed {args.seed})"
+    try:
+        v = spearman_validation(auto_kl, gold_kl)
+    except ValueError as e:
+        raise _cli_error(f"{args.targets}: {e}") from None
+    out = {"matcher": method, "source": source, "rho": v.rho, "p_value": v.p_value, "ci_low": v.ci_low,
+           "ci_high": v.ci_high, "n_questions": v.n_questions,
+           "per_question": [{"qid": q, "auto_kl": auto_kl[q], "gold_kl": gold_kl[q]}
+                            for q in sorted(set(auto_kl) & set(gold_kl))]}
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        ci = "" if v.ci_low is None else f" [{v.ci_low:.3f}, {v.ci_high:.3f}]"
+        print(f"ProbEval validation ({method} matching vs {source}): Spearman rho {v.rho:.3f}{ci} "
+              f"(95% interval), p {v.p_value:.3g}, {v.n_questions} questions")
+    return 0
+
+
 def add_parsers(sub: Any, db_arg: Any) -> None:
-    """Register `surprisal` and `rerun` on the CLI's subparsers."""
+    """Register `surprisal`, `rerun`, `probeval` and `probeval-validate` on the CLI's subparsers."""
     s = sub.add_parser("surprisal", help="word-level surprisal of a syntaxgym run; optional reading-time model")
     db_arg(s)
     s.add_argument("run", help="run id or prefix ('last')")
@@ -296,3 +351,16 @@ def add_parsers(sub: Any, db_arg: Any) -> None:
     p.add_argument("--wordnet-dir", help="folder with WordNet 3.0 files (default $WORDNET_DIR or /usr/share/wordnet)")
     p.add_argument("--json", action="store_true", help="print the per-question KL table as JSON")
     p.set_defaults(func=cmd_probeval)
+
+    v = sub.add_parser("probeval-validate", help="Spearman correlation of automatic and gold-cluster ProbEval KL")
+    v.add_argument("targets", help="CFC/ProtoQA *_targets.jsonl (human answers and clusters)")
+    v.add_argument("--gold", metavar="FILE", help='gold labels {qid: [[answer, cluster], ...]}; default: a held-out '
+                   "half of the human answers, labelled by their clusters in TARGETS")
+    v.add_argument("--matcher", choices=["wordnet", "embedding", "exact"], default="wordnet",
+                   help="the automatic matcher under test: wordnet (the paper's, default), embedding (MiniLM "
+                   "cosine) or exact (normalised string match only)")
+    v.add_argument("--wordnet-dir", help="folder with WordNet 3.0 files (default $WORDNET_DIR or /usr/share/wordnet)")
+    v.add_argument("--frac", type=float, default=0.5, help="share of human answers held out (default 0.5)")
+    v.add_argument("--seed", type=int, default=0, help="seed of the held-out split (default 0)")
+    v.add_argument("--json", action="store_true", help="print rho, its interval and the per-question KLs as JSON")
+    v.set_defaults(func=cmd_probeval_validate)

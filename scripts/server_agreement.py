@@ -24,7 +24,16 @@ from typing import Any
 
 import duckdb
 
-SUITES = ["commonsense-sample", "mc-sample", "rating-sample", "generation-sample", "minimal-pairs"]
+SUITES = ["commonsense-sample", "mc-sample", "pragmatics-choice", "rating-sample", "generation-sample",
+          "minimal-pairs", "syntax-sample", "contamination-sample"]
+
+
+def ranking(r: dict[str, Any]) -> list[str]:
+    """Options from most to least preferred: stored log-likelihoods, else probabilities."""
+    os_ = r["option_scores"] or {}
+    if os_ and all("logprob" in v for v in os_.values()):
+        return sorted(os_, key=lambda o: -os_[o]["logprob"])
+    return sorted(r["probs"], key=lambda o: -r["probs"][o])
 
 
 def start_server(gguf: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -77,7 +86,7 @@ def load(db: Path, suite: str, backend: str) -> dict[tuple[str, str], dict[str, 
         con.close()
 
 
-def compare(suite: str, loc: dict, rem: dict) -> dict[str, Any]:
+def compare(task: str, loc: dict, rem: dict) -> dict[str, Any]:
     keys = [k for k in loc if k in rem and not loc[k]["error"] and not rem[k]["error"]]
     errors = sum(1 for r in rem.values() if r["error"])
     out: dict[str, Any] = {"n": len(keys), "remote_errors": errors}
@@ -85,17 +94,27 @@ def compare(suite: str, loc: dict, rem: dict) -> dict[str, Any]:
         return out
     same = sum(1 for k in keys if loc[k]["prediction"] == rem[k]["prediction"]) / len(keys)
     out["same_prediction"] = same
-    if suite == "commonsense-sample":
+    if task == "yesno":
         d = [abs(loc[k]["probs"]["yes"] - rem[k]["probs"]["yes"]) for k in keys]
         out.update(mean_abs_dp_yes=sum(d) / len(d), max_abs_dp_yes=max(d))
-    elif suite == "rating-sample":
+    elif task == "rating":
         d = [abs(loc[k]["extra"]["expected"] - rem[k]["extra"]["expected"]) for k in keys]
         out.update(mean_abs_d_expected=sum(d) / len(d))
-    elif suite == "mc-sample":
+    elif task == "choice":
         methods = sorted({str(rem[k]["extra"].get("choice_method")) for k in keys})
         out["remote_method"] = ",".join(methods)
         d = [abs(loc[k]["probs"][o] - rem[k]["probs"].get(o, 0.0)) for k in keys for o in loc[k]["probs"]]
         out["mean_abs_d_option_prob"] = sum(d) / len(d)
+        # option-ranking agreement: the full order of the options is the same
+        out["same_ranking"] = sum(ranking(loc[k]) == ranking(rem[k]) for k in keys) / len(keys)
+    elif task == "minpairs":
+        # preference agreement: the same sentence of the pair preferred
+        out["same_preference"] = same
+    elif task == "syntaxgym":
+        out["same_verdict"] = sum(loc[k]["correct"] == rem[k]["correct"] for k in keys) / len(keys)
+    elif task == "contamination":
+        d = [abs(loc[k]["extra"]["min_k_prob"] - rem[k]["extra"]["min_k_prob"]) for k in keys]
+        out.update(mean_abs_d_min_k_prob=sum(d) / len(d))
     acc_l = [loc[k]["correct"] for k in keys if loc[k]["correct"] is not None]
     acc_r = [rem[k]["correct"] for k in keys if rem[k]["correct"] is not None]
     if acc_l and acc_r:
@@ -108,11 +127,18 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=30)
     ap.add_argument("--db", default="server-agreement.duckdb")
     ap.add_argument("--suite", action="append", help=f"suites (default: {', '.join(SUITES)})")
+    ap.add_argument("--base-url", help="a llama.cpp server already running with the command line above "
+                    "(default: start one)")
     a = ap.parse_args()
+    from llmscope.data.suites import load_suite
     from llmscope.engine.models import embedded_model_path
 
     db = Path(a.db)
-    proc, base = start_server(embedded_model_path(), db.with_suffix(".server.log"))
+    proc: subprocess.Popen[bytes] | None = None
+    if a.base_url:
+        base = a.base_url
+    else:
+        proc, base = start_server(embedded_model_path(), db.with_suffix(".server.log"))
     rows = []
     try:
         for suite in a.suite or SUITES:
@@ -128,18 +154,20 @@ def main() -> int:
             if rc_l:
                 res["local_stop"] = err_l
             if rc_l == 0:
-                res.update(compare(suite, load(db, suite, "hf"), load(db, suite, "openai")))
+                res.update(compare(load_suite(suite).task, load(db, suite, "hf"), load(db, suite, "openai")))
             rows.append(res)
             print(json.dumps(res), flush=True)
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=30)
     print()
     print("| suite | n | same prediction | agreement | accuracy local / server | server |")
     print("|---|---|---|---|---|---|")
     for r in rows:
         agree = ", ".join(f"{k} {v:.3f}" for k, v in r.items()
-                          if k.startswith(("mean_abs", "max_abs")) and isinstance(v, float))
+                          if (k.startswith(("mean_abs", "max_abs")) or k in ("same_ranking", "same_preference", "same_verdict"))
+                          and isinstance(v, float))
         acc = f"{r['acc_local']:.3f} / {r['acc_server']:.3f}" if "acc_local" in r else "-"
         same = f"{r['same_prediction']:.1%}" if "same_prediction" in r else "-"
         srv = r.get("server_stop") or (f"errors {r.get('remote_errors')}" if r.get("remote_errors") else "ok")

@@ -307,7 +307,10 @@ class ChoiceTask(Task):
             # APIs without prompt log-probs (OpenAI chat): single-token labels + the top-k rule.
             if not backend.capabilities.label_choice:
                 raise
-            return await self._score_by_labels(work, options, backend)
+            res = await self._score_by_labels(work, options, backend)
+            # the extra schemes need no log-likelihoods: they still run (not silently dropped)
+            await self._add_schemes(res, work, options, backend)
+            return res
 
         cf_prompts, how = self.content_free_prompts(work)
         p_cf = None
@@ -342,12 +345,15 @@ class ChoiceTask(Task):
         res.extra["choice_method"] = "loglik"
         if dp:
             res.extra["domain_prompt"] = dp
+        await self._add_schemes(res, work, options, backend)
+        return res
+
+    async def _add_schemes(self, res: Result, work: Work, options: list[str], backend: Backend) -> None:
         if self.options.get("schemes"):  # labels / free / rating / embedding (engine/schemes.py)
             from llmscope.engine.schemes import add_schemes, embedder_for
 
             await add_schemes(res, work, options, gold_index(options, work.gold), backend, self.options,
                               embedder_for(self.options))
-        return res
 
     async def _score_by_labels(self, work: Work, options: list[str], backend: Backend) -> Result:
         out = await backend.choice_by_labels(work.prompt, options)

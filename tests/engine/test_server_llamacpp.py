@@ -8,6 +8,7 @@ issue specifies is asserted (the recorded fallback, or a stop with a stated reas
 
 Needs `llama-cpp-python[server]` (`bash scripts/setup.sh server`); skipped otherwise.
 Run only this tier: `.venv/bin/python -m pytest -m server`.
+`LLMSCOPE_LLAMA_SERVER=http://127.0.0.1:PORT/v1` points it at a server already running.
 """
 
 from __future__ import annotations
@@ -47,8 +48,15 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Base URL of a llama.cpp server on the embedded GGUF (started once per session)."""
+    """Base URL of a llama.cpp server on the embedded GGUF (started once per session).
+
+    LLMSCOPE_LLAMA_SERVER=http://host:port/v1 reuses a server already running with the
+    same command line (handy while iterating on one test)."""
     from llmscope.engine.models import embedded_model_path
+
+    if os.environ.get("LLMSCOPE_LLAMA_SERVER"):
+        yield os.environ["LLMSCOPE_LLAMA_SERVER"].rstrip("/")
+        return
 
     gguf = embedded_model_path()
     port = _free_port()
@@ -181,8 +189,6 @@ def test_choice_through_the_server_scores_every_item_with_a_recorded_method(mc_d
         assert sum(d) / len(d) < 0.3, d
 
 
-@pytest.mark.xfail(strict=False, reason="hapi (issue 18 item 2): the method a run used is recorded in the run "
-                   "config and shown by `llmscope report`; before that branch lands only extra.choice_method says it")
 def test_choice_method_is_shown_in_the_report(mc_db: Path) -> None:
     db = mc_db
     con = duckdb.connect(str(db), read_only=True)
@@ -195,9 +201,6 @@ def test_choice_method_is_shown_in_the_report(mc_db: Path) -> None:
     assert ("labels" in rep.stdout) if method != "loglik" else ("loglik" in rep.stdout or "echo" in rep.stdout)
 
 
-@pytest.mark.xfail(strict=False, reason="hapi (issue 18 item 2): llama.cpp takes one prompt per completions request "
-                   "(HTTP 500 on a list); minimal pairs then either work one prompt per request or the run stops "
-                   "before it starts with the reason; before that branch every item errors after retries")
 def test_minimal_pairs_work_or_stop_with_a_reason(llama_server: str, tmp_path: Path) -> None:
     db = tmp_path / "mp.duckdb"
     p = run_cli(db, "minimal-pairs", "--limit", "3", "--max-retries", "1", base_url=llama_server)
@@ -274,3 +277,83 @@ def test_lm_eval_task_yaml_through_the_server(llama_server: str, tmp_path: Path)
     assert p.returncode == 0, p.stderr[-2000:]
     got = rows(db, "openai")
     assert [r["gold"] for r in got] == ["blue", "four"] and not any(r["error"] for r in got)
+
+
+def _scored_or_stopped(p: subprocess.CompletedProcess[str], db: Path, task: str, n: int) -> list[dict] | None:
+    """The rows when the run scored `n` items without errors; None when it stopped before the
+    run with one line naming the task and why (no log-likelihoods from this server)."""
+    if p.returncode == 0:
+        got = rows(db, "openai")
+        assert len(got) == n and not any(r["error"] for r in got), [r["error"] for r in got]
+        return got
+    lines = [ln for ln in p.stderr.strip().splitlines() if not ln.startswith("loading model")]
+    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert f"cannot score task {task!r}" in lines[0]
+    assert any(w in lines[0].lower() for w in ("log-likelihood", "loglik", "echo", "log-prob"))
+    if db.exists():
+        assert not rows(db, "openai")  # stopped before scoring, not items stored as errors
+    return None
+
+
+def test_syntaxgym_through_the_server_scores_or_stops(llama_server: str, tmp_path: Path) -> None:
+    db = tmp_path / "sg.duckdb"
+    p = run_cli(db, "syntax-sample", "--limit", "2", "--max-retries", "1", base_url=llama_server)
+    got = _scored_or_stopped(p, db, "syntaxgym", 2)
+    if got is not None:
+        # region surprisals only from right log-likelihoods: same verdicts as the local backend
+        assert run_cli(db, "syntax-sample", "--limit", "2").returncode == 0
+        local = {r["item_id"]: r["correct"] for r in rows(db, "hf")}
+        assert {r["item_id"]: r["correct"] for r in got} == local
+
+
+def test_contamination_through_the_server_scores_or_stops(llama_server: str, tmp_path: Path) -> None:
+    db = tmp_path / "ct.duckdb"
+    p = run_cli(db, "contamination-sample", "--limit", "2", "--max-retries", "1", base_url=llama_server)
+    got = _scored_or_stopped(p, db, "contamination", 2)
+    if got is not None:
+        for r in got:
+            assert r["prediction"] in ("flagged", "clean")
+            assert r["extra"]["min_k_prob"] <= 0
+
+
+def test_pragmatics_choice_through_the_server_with_its_schemes(llama_server: str, tmp_path: Path) -> None:
+    db = tmp_path / "pc.duckdb"
+    # the suite's four schemes, minus the rating one (five next-token requests per option)
+    p = run_cli(db, "pragmatics-choice", "--limit", "2", "--opt", 'schemes=["labels","free","embedding"]',
+                base_url=llama_server)
+    got = _scored_or_stopped(p, db, "choice", 2)
+    assert got is not None  # choice always has a method: echo log-likelihoods or the label fallback
+    for r in got:
+        assert r["extra"]["choice_method"] in ("loglik", "labels", "labels-topk")
+        assert r["prediction"] in r["probs"]
+        # the extra schemes ran through the server even when the main method fell back to labels
+        assert set(r["extra"]["methods"]) >= {"labels", "free", "embedding"}
+    rec = run_record(db)
+    choice = json.loads(rec["meta"])["backend"]["method_choice"]
+    assert choice["task"] == "choice" and choice["method"] and choice["reason"]
+
+
+def test_probeval_oneshot_through_the_server(llama_server: str, tmp_path: Path) -> None:
+    db = tmp_path / "pe.duckdb"
+    p = run_cli(db, "probeval-oneshot", "--limit", "1", "--opt", "n=3", base_url=llama_server)
+    got = _scored_or_stopped(p, db, "generation", 1)
+    assert got is not None
+    samples = got[0]["extra"]["samples"]
+    assert len(samples) == 3  # n answers sampled through the server (completions, one-shot prompt)
+    rep = subprocess.run([sys.executable, "-m", "llmscope", "--db", str(db), "report"], capture_output=True,
+                         text=True, timeout=300)
+    assert rep.returncode == 0 and "probeval_kl" in rep.stdout, rep.stderr[-2000:]
+
+
+# every built-in suite has a test above (by suite or by task type); a new one must add its own
+SERVER_TESTED = {
+    "commonsense-sample", "mc-sample", "minimal-pairs", "rating-sample", "generation-sample",
+    "syntax-sample", "contamination-sample", "pragmatics-choice", "probeval-oneshot",
+}
+
+
+def test_every_builtin_suite_has_a_server_test() -> None:
+    from llmscope.data.suites import BUILTIN_DIR
+
+    shipped = {p.parent.name for p in BUILTIN_DIR.glob("*/suite.yaml")}
+    assert shipped <= SERVER_TESTED, f"built-in suites without a server test: {sorted(shipped - SERVER_TESTED)}"
