@@ -29,7 +29,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import ROOT
+
 CORE = ("engine", "store", "data", "analysis")
 CLI_MODULES = {"llmscope.cli", "llmscope.cli_common", "llmscope.toolkit2", "llmscope.__main__"}
 # Module edges that still close a cycle, each with who removes it. An entry that no longer

@@ -99,7 +99,7 @@ class Task(abc.ABC):
     item_fields: ClassVar[tuple[ItemField, ...]] = COMMON_ITEM_FIELDS
     # The metrics pipeline's task-specific producers (analysis/ `register_producer(name,
     # tasks=...)`) that report on this task's runs, besides those run for every task;
-    # tests/test_task_registry.py keeps the two views in step.
+    # tests/engine/tasks/test_registry.py keeps the two views in step.
     metric_producers: ClassVar[tuple[str, ...]] = ()
 
     # -- backend capabilities the task cannot run without (engine/backend.py) -------------

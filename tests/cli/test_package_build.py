@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import ROOT
+
+REPO = ROOT
 CONF = tomllib.loads((REPO / "pyproject.toml").read_text())
 SETUP = CONF["tool"]["setuptools"]
 

@@ -20,6 +20,7 @@ from llmscope.analysis.probeval import (
     spearman_interval,
     spearman_validation,
 )
+from tests.helpers.paths import SHARED
 
 
 def test_spearman_validation_matches_scipy_with_its_interval() -> None:
@@ -125,13 +126,13 @@ def test_cli_bad_input_is_one_line(tmp_path: Path, args: list[str], needle: str)
     assert len(p.stderr.strip().splitlines()) == 1
 
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cfc"
+CFC = SHARED / "data" / "cfc"
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (SHARED / "cfc_dev_targets.jsonl").is_file(), reason="../shared/data/cfc is not present")
+@pytest.mark.skipif(not (CFC / "cfc_dev_targets.jsonl").is_file(), reason="../shared/data/cfc is not present")
 def test_cli_held_out_validation_on_the_shared_cfc_targets() -> None:
-    p = subprocess.run([sys.executable, "-m", "llmscope", "probeval-validate", str(SHARED / "cfc_dev_targets.jsonl"),
+    p = subprocess.run([sys.executable, "-m", "llmscope", "probeval-validate", str(CFC / "cfc_dev_targets.jsonl"),
                         "--matcher", "exact", "--json"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)

@@ -24,9 +24,10 @@ from llmscope.engine.runner import Runner, RunPlan
 from llmscope.engine.tasks import TASKS, get_task, task_names
 from llmscope.engine.types import LogLikOut, NextTokenOut
 from llmscope.store.db import Store
-from tests.tinymodel import make_tiny_model, tiny_spec
+from tests.helpers.paths import ROOT
+from tests.helpers.tinymodel import make_tiny_model, tiny_spec
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "ADDING_A_TASK.md"
+DOC = ROOT / "docs" / "ADDING_A_TASK.md"
 
 
 def blocks(lang: str) -> list[str]:

@@ -22,7 +22,7 @@ from llmscope.engine.progress import NullReporter
 from llmscope.engine.runner import Runner, RunPlan
 from llmscope.report import probeval_for_run
 from llmscope.store.db import Store
-from tests.tinymodel import make_tiny_model, tiny_spec
+from tests.helpers.tinymodel import make_tiny_model, tiny_spec
 
 NAME = "probeval-oneshot"
 

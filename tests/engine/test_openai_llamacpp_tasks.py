@@ -13,11 +13,11 @@ import math
 from pathlib import Path
 
 import duckdb
-import oai_fixtures
 import pytest
-from oai_fixtures import OAIServer
 
 from llmscope import cli
+from tests.helpers import oai as oai_fixtures
+from tests.helpers.oai import OAIServer
 
 oai_server = oai_fixtures.oai_server
 oai = oai_fixtures.oai
