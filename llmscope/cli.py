@@ -276,6 +276,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
                     choice = (backend.describe().get("method_choice") or {})
                     if choice.get("method"):
                         reporter.on_message("info", f"method: {choice['method']} ({choice.get('reason')})")
+                scoring = backend.describe().get("scoring") or {}
+                if scoring.get("loglik_path") == "padded":  # the tree-mask fallback (hf backend)
+                    reporter.on_message("info", f"log-likelihoods: padded path ({scoring.get('reason')})")
                 return await runner.run()
             finally:
                 await backend.aclose()
