@@ -1,7 +1,7 @@
 """llmscope vs lm-evaluation-harness: the same items, model, dtype and device, in one process.
 
     python -m bench.throughput [--n-yesno 60] [--n-mc 50] [--rounds 2] [--batch-size 16] [--threads N]
-        [--sets yesno,mc]
+        [--sets yesno,mc] [--compare-padded]
 
 Two item sets, run interleaved (llmscope, lm-eval, llmscope, lm-eval, ...):
 
@@ -12,6 +12,10 @@ Two item sets, run interleaved (llmscope, lm-eval, llmscope, lm-eval, ...):
 * multiple choice: 200 generated 4-option questions (bench/mc_items.py) with a shared
   few-shot prefix; each option's loglikelihood through `HFBackend.loglik` and through
   lm-eval's `loglikelihood` must agree.
+
+`--compare-padded` adds a third system on the mc set, interleaved too: llmscope with its
+tree attention mask switched off (the padded two-pass path), so the tree mask's own gain
+shows in the same run.
 
 Prints items/s and tokens/s per system and set, the largest probability differences,
 on CUDA the fraction of peak FLOP/s, and last `ratio llmscope/lm-eval: X.XX` (the smaller
@@ -157,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         "--sets", default="yesno,mc", help="comma-separated item sets to run: yesno, mc"
     )
     ap.add_argument("--json", default=None, help="also write the figures to this file")
+    ap.add_argument("--compare-padded", action="store_true",
+                    help="also time llmscope's padded loglik path (tree mask off) on the mc set")
     args = ap.parse_args(argv)
 
     import torch
@@ -198,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     mc_tokens = sum(len(e.ids) for e in mc_encs)
     # The exactness reference: each option through a plain single-sequence forward.
     mc_ref = _reference_mc(model, mc_encs) if "mc" in args.sets else []
+    backend_path = probe.scoring["loglik_path"] + (
+        f" ({probe.scoring['reason']})" if probe.scoring.get("reason") else ""
+    )
     asyncio.run(probe.aclose())
 
     lm = HFLM(
@@ -217,10 +226,23 @@ def main(argv: list[str] | None = None) -> int:
     if not sets or any(x not in ("yesno", "mc") for x in sets):
         ap.error("--sets takes yesno, mc or both")
     do_y, do_m = "yesno" in sets, "mc" in sets
+    stats_padded: dict[str, Any] = {}
+    systems = ["llmscope", "lm-eval"] + (["padded"] if args.compare_padded and do_m else [])
     for rnd in range(args.rounds):
-        for system in ("llmscope", "lm-eval"):
+        for system in systems:
             dt_y = dt_m = float("nan")
-            if system == "llmscope":
+            if system == "padded":
+                backend = new_backend()
+                backend.tree_mask = False
+
+                async def go_padded(b: HFBackend = backend) -> Any:
+                    m = await _llmscope_mc(b, mc)
+                    await b.aclose()
+                    return m
+
+                dt_m, _ = asyncio.run(go_padded())
+                stats_padded = backend.stats()
+            elif system == "llmscope":
                 backend = new_backend()
 
                 async def go(b: HFBackend = backend) -> tuple[Any, Any]:
@@ -253,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             times.setdefault((system, "mc"), []).append(dt_m)
             print(
                 f"round {rnd + 1} {system:8s} yes/no {len(work) / dt_y:7.2f} items/s   "
-                f"mc {len(mc) / dt_m:7.2f} items/s",
+                f"mc {len(mc) / dt_m:7.2f} items/s" + (" (tree mask off)" if system == "padded" else ""),
                 flush=True,
             )
         # Same probabilities: P(token) from llmscope's full distribution vs exp(lm-eval loglik).
@@ -291,8 +313,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"llmscope backend: {stats.get('tokens_computed', 0):.0f} tokens computed, "
-        f"{stats.get('tokens_prefix_reused', 0):.0f} served from the shared-prefix cache (last round)"
+        f"{stats.get('tokens_prefix_reused', 0):.0f} served from the shared-prefix cache (last round); "
+        f"log-likelihood path {backend_path}, {stats.get('batches', 0):.0f} batches"
     )
+    if "padded" in systems:
+        print(
+            f"padded path (tree mask off): {stats_padded.get('tokens_computed', 0):.0f} tokens computed, "
+            f"{stats_padded.get('batches', 0):.0f} batches, "
+            f"{stats_padded.get('loglik_context_shared', 0):.0f} options continued from their context's cache"
+        )
     ratios = {}
     figures: dict[str, Any] = {}
     peak = _peak(dev)
@@ -300,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         if name not in sets:
             continue
         rate = {}
-        for system in ("llmscope", "lm-eval"):
+        for system in [x for x in systems if name == "mc" or x != "padded"]:
             t = statistics.median(times[(system, name)])
             rate[system] = n / t
             line = f"{name:6s} {system:8s} {n / t:8.2f} items/s {ntok / t:9.1f} tokens/s"
@@ -309,6 +338,10 @@ def main(argv: list[str] | None = None) -> int:
             print(line)
             figures[f"{name}_{system}_items_per_s"] = round(n / t, 3)
         ratios[name] = rate["llmscope"] / rate["lm-eval"]
+        if name == "mc" and "padded" in rate:
+            figures["mc_tree_over_padded"] = round(rate["llmscope"] / rate["padded"], 3)
+            print(f"mc     tree mask vs padded path: {rate['llmscope'] / rate['padded']:.2f}x "
+                  f"(padded vs lm-eval {rate['padded'] / rate['lm-eval']:.2f})")
         what = (
             "P(answer token)"
             if name == "yesno"

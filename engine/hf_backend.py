@@ -57,6 +57,37 @@ def pick_device(device: str = "auto") -> str:
     return "cpu"
 
 
+def physical_cores() -> int:
+    """Physical cores this process may use: its CPU affinity with SMT siblings counted once,
+    capped by a cgroup CPU quota (torch's own default sees every core of the host)."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = list(range(os.cpu_count() or 1))
+    cores = set()
+    for c in cpus:
+        try:
+            cores.add(Path(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list").read_text().strip())
+        except OSError:
+            cores.add(str(c))
+    n = max(1, len(cores))
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            n = min(n, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return n
+
+
+def default_threads() -> int:
+    """Torch threads when none are given: `OMP_NUM_THREADS` if set, else `physical_cores()`."""
+    env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return physical_cores()
+
+
 def pick_dtype(device: str, dtype: str = "auto") -> str:
     if dtype != "auto":
         return dtype
@@ -200,7 +231,9 @@ class HFBackend(Backend):
 
     Requests are tokenised on a second thread ahead of the model, so the model thread
     does not wait on Python tokenisation in steady state. `threads` sets torch's
-    intra-op threads of the model thread only (default: torch's own choice).
+    intra-op threads of the model thread only, once when it starts (default: the physical
+    cores the process may use, or `OMP_NUM_THREADS` when set). The tokeniser is single-threaded
+    (`TOKENIZERS_PARALLELISM=false`), so it never adds a pool of its own.
     """
 
     kind = "hf"
@@ -241,7 +274,8 @@ class HFBackend(Backend):
         self._ok_streak = 0
         self._grown_since_oom = False
         self.threads = int(threads) if threads else None
-        self._torch_threads: int | None = None
+        # Set once in the model thread; no per-call set_num_threads.
+        self._torch_threads: int = self.threads or default_threads()
         self.sp_prefix = bool(sp_prefix)
         self._info: dict[str, Any] = {}
         if model is None or tokenizer is None:
@@ -310,7 +344,7 @@ class HFBackend(Backend):
             "device": self.device,
             "batch_size": self.max_batch_size,
             "threads": self.threads,
-            "torch_threads": self._torch_threads or self.threads or torch.get_num_threads(),
+            "torch_threads": self._torch_threads,
             "chat_template": self.has_chat,
             "template_hash": _short_hash(getattr(self.tok, "chat_template", None) or ""),
             "sp_prefix": self.sp_prefix,
@@ -536,8 +570,7 @@ class HFBackend(Backend):
         import torch
 
         torch.set_grad_enabled(False)
-        if self.threads:
-            torch.set_num_threads(self.threads)  # this thread's intra-op pool only
+        torch.set_num_threads(self._torch_threads)  # this thread's intra-op pool only, once
         self._torch_threads = torch.get_num_threads()
         while True:
             item = self._queue.get()
