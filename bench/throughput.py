@@ -47,6 +47,19 @@ PEAK_FLOPS = {
 }
 
 
+_LAST_CPU = [0.0]  # CPU seconds (all threads of this process) of the last timed call
+
+
+def _tic() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
+def _toc(t: tuple[float, float]) -> float:
+    """Wall seconds since `t`; the CPU seconds go to `_LAST_CPU` (the fair figure on a loaded machine)."""
+    _LAST_CPU[0] = time.process_time() - t[1]
+    return time.perf_counter() - t[0]
+
+
 def _peak(device: str) -> float | None:
     import torch
 
@@ -64,9 +77,9 @@ async def _llmscope_yesno(backend: Any, suite: Any, limit: int) -> tuple[float, 
     store = Store(os.path.join(d, "bench.duckdb"))
     plan = RunPlan(suite=suite, model_label="bench", model_arg=None, limit=limit)
     runner = Runner(plan, backend, store)
-    t0 = time.perf_counter()
+    t0 = _tic()
     prog = await runner.run()
-    dt = time.perf_counter() - t0
+    dt = _toc(t0)
     frame = store.results_frame(runner.run_id, with_items=False)
     store.close()
     return dt, prog.done, frame
@@ -81,9 +94,9 @@ async def _llmscope_mc(
         async with sem:
             return await backend.loglik([(ctx, o) for o in opts])
 
-    t0 = time.perf_counter()
+    t0 = _tic()
     res = await asyncio.gather(*[one(c, o) for c, o, _ in items])
-    return time.perf_counter() - t0, res
+    return _toc(t0), res
 
 
 def _reference_mc(model: Any, encs: list[Any]) -> list[list[float]]:
@@ -115,9 +128,9 @@ def _lmeval_run(lm: Any, reqs: list[tuple[str, str]]) -> tuple[float, list[float
         Instance(request_type="loglikelihood", doc={}, arguments=r, idx=i)
         for i, r in enumerate(reqs)
     ]
-    t0 = time.perf_counter()
+    t0 = _tic()
     out = lm.loglikelihood(inst, disable_tqdm=True)
-    return time.perf_counter() - t0, [float(ll) for ll, _ in out]
+    return _toc(t0), [float(ll) for ll, _ in out]
 
 
 def _lmeval_tokens(
@@ -129,13 +142,13 @@ def _lmeval_tokens(
     (it strips all whitespace, not only spaces) and score "\nYes", two tokens; the token
     level entry point scores exactly the answer token after the rendered prompt.
     """
-    t0 = time.perf_counter()
+    t0 = _tic()
     reqs = []
     for c in contexts:
         enc = lm.tok_encode(c, add_special_tokens=False)
         reqs.extend(((c, str(a)), enc, [a]) for a in answer_ids)
     out = lm._loglikelihood_tokens(reqs, disable_tqdm=True)
-    return time.perf_counter() - t0, [float(ll) for ll, _ in out]
+    return _toc(t0), [float(ll) for ll, _ in out]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     times: dict[tuple[str, str], list[float]] = {}
+    cpu_times: dict[tuple[str, str], list[float]] = {}
     diffs = {"yesno": 0.0, "mc": 0.0, "mc_rel": 0.0, "mc_ref_token": 0.0, "mc_ref_sum": 0.0}
     diffs["lmeval_ref_sum"] = diffs["mc_ref_sum_rel"] = 0.0
     checked = {"yesno": 0, "mc": 0}
@@ -230,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     systems = ["llmscope", "lm-eval"] + (["padded"] if args.compare_padded and do_m else [])
     for rnd in range(args.rounds):
         for system in systems:
-            dt_y = dt_m = float("nan")
+            dt_y = dt_m = cpu_y = cpu_m = float("nan")
             if system == "padded":
                 backend = new_backend()
                 backend.tree_mask = False
@@ -241,17 +255,23 @@ def main(argv: list[str] | None = None) -> int:
                     return m
 
                 dt_m, _ = asyncio.run(go_padded())
+                cpu_m = _LAST_CPU[0]
                 stats_padded = backend.stats()
             elif system == "llmscope":
                 backend = new_backend()
 
-                async def go(b: HFBackend = backend) -> tuple[Any, Any]:
+                cpu: dict[str, float] = {}
+
+                async def go(b: HFBackend = backend, cpu: dict[str, float] = cpu) -> tuple[Any, Any]:
                     y = await _llmscope_yesno(b, suite, args.n_yesno) if do_y else None
+                    cpu["y"] = _LAST_CPU[0]
                     m = await _llmscope_mc(b, mc) if do_m else None
+                    cpu["m"] = _LAST_CPU[0]
                     await b.aclose()
                     return y, m
 
                 y_out, m_out = asyncio.run(go())
+                cpu_y, cpu_m = cpu["y"], cpu["m"]
                 stats = backend.stats()
                 if do_y:
                     dt_y, n_done, frame = y_out
@@ -269,13 +289,18 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 if do_y:
                     dt_y, yn_ll = _lmeval_tokens(lm, rendered, [yes_id, no_id])
+                    cpu_y = _LAST_CPU[0]
                 if do_m:
                     dt_m, mc_flat = _lmeval_run(lm, mc_reqs)
+                    cpu_m = _LAST_CPU[0]
             times.setdefault((system, "yesno"), []).append(dt_y)
             times.setdefault((system, "mc"), []).append(dt_m)
+            cpu_times.setdefault((system, "yesno"), []).append(cpu_y)
+            cpu_times.setdefault((system, "mc"), []).append(cpu_m)
             print(
                 f"round {rnd + 1} {system:8s} yes/no {len(work) / dt_y:7.2f} items/s   "
-                f"mc {len(mc) / dt_m:7.2f} items/s" + (" (tree mask off)" if system == "padded" else ""),
+                f"mc {len(mc) / dt_m:7.2f} items/s   (per CPU second: yes/no {len(work) / cpu_y:7.2f}, "
+                f"mc {len(mc) / cpu_m:7.2f})" + (" tree mask off" if system == "padded" else ""),
                 flush=True,
             )
         # Same probabilities: P(token) from llmscope's full distribution vs exp(lm-eval loglik).
@@ -329,19 +354,27 @@ def main(argv: list[str] | None = None) -> int:
         if name not in sets:
             continue
         rate = {}
+        cpu_rate = {}
         for system in [x for x in systems if name == "mc" or x != "padded"]:
             t = statistics.median(times[(system, name)])
             rate[system] = n / t
-            line = f"{name:6s} {system:8s} {n / t:8.2f} items/s {ntok / t:9.1f} tokens/s"
+            cpu_rate[system] = n / statistics.median(cpu_times[(system, name)])
+            line = (f"{name:6s} {system:8s} {n / t:8.2f} items/s {ntok / t:9.1f} tokens/s "
+                    f"{cpu_rate[system]:8.2f} items per CPU second")
             if peak:
                 line += f"  {2 * n_params * ntok / t / peak:.2%} of peak FLOP/s"
             print(line)
             figures[f"{name}_{system}_items_per_s"] = round(n / t, 3)
+            figures[f"{name}_{system}_items_per_cpu_s"] = round(cpu_rate[system], 3)
         ratios[name] = rate["llmscope"] / rate["lm-eval"]
+        figures[f"ratio_cpu_{name}"] = round(cpu_rate["llmscope"] / cpu_rate["lm-eval"], 3)
+        print(f"{name:6s} ratio llmscope/lm-eval by CPU seconds: {figures[f'ratio_cpu_{name}']:.2f}")
         if name == "mc" and "padded" in rate:
             figures["mc_tree_over_padded"] = round(rate["llmscope"] / rate["padded"], 3)
-            print(f"mc     tree mask vs padded path: {rate['llmscope'] / rate['padded']:.2f}x "
-                  f"(padded vs lm-eval {rate['padded'] / rate['lm-eval']:.2f})")
+            figures["mc_tree_over_padded_cpu"] = round(cpu_rate["llmscope"] / cpu_rate["padded"], 3)
+            print(f"mc     tree mask vs padded path: {rate['llmscope'] / rate['padded']:.2f}x wall, "
+                  f"{figures['mc_tree_over_padded_cpu']:.2f}x CPU "
+                  f"(padded vs lm-eval {rate['padded'] / rate['lm-eval']:.2f} wall)")
         what = (
             "P(answer token)"
             if name == "yesno"
