@@ -237,6 +237,7 @@ class HFBackend(Backend):
     """
 
     kind = "hf"
+    TREE_ROW_TOKENS = 1024  # option tokens per tree row (see _tree_chunks)
 
     def __init__(
         self,
@@ -624,14 +625,20 @@ class HFBackend(Backend):
         if kind != "loglik":
             n = min(bs, len(group) - i)
             return n, n
-        if self.tree_mask:  # one row per context, however many options it has
+        if self.tree_mask:  # one row per context (per chunk of a context's many options)
             j = i
             rows = 0
-            while j < len(group) and rows < bs:
-                ctx = group[j].ctx
-                while j < len(group) and group[j].ctx == ctx:
-                    j += 1
-                rows += 1
+            while j < len(group):
+                k = j + 1
+                while k < len(group) and group[k].ctx == group[j].ctx:
+                    k += 1
+                chunks = self._tree_chunks([x.payload.n_cont for x in group[j:k]])
+                if rows + len(chunks) > bs:
+                    if rows == 0:  # a context with more chunks than a batch holds: split it
+                        return sum(len(c) for c in chunks[:bs]), bs
+                    break
+                rows += len(chunks)
+                j = k
             return j - i, rows
         rows1 = rows2 = n = 0
         j = i
@@ -1034,6 +1041,23 @@ class HFBackend(Backend):
                 worst = max(worst, float((got - want).abs().max()))
         return worst
 
+    def _tree_chunks(self, n_conts: list[int]) -> list[list[int]]:
+        """Split one context's options (by index) into rows: at most `batch_size` options and
+        `TREE_ROW_TOKENS` branch tokens per row (one longer option still gets a row), so the
+        (row length)^2 mask stays small when thousands of sentences share a BOS context."""
+        chunks: list[list[int]] = []
+        cur: list[int] = []
+        tokens = 0
+        for i, n in enumerate(n_conts):
+            if cur and (len(cur) >= self.batch_size or tokens + n - 1 > self.TREE_ROW_TOKENS):
+                chunks.append(cur)
+                cur, tokens = [], 0
+            cur.append(i)
+            tokens += n - 1
+        if cur:
+            chunks.append(cur)
+        return chunks
+
     def _loglik_tree(self, batch: list[_Job]) -> list[LogLikOut] | None:
         """All options of each context in one row; None when the batch must take the padded path."""
         import torch
@@ -1047,7 +1071,12 @@ class HFBackend(Backend):
         branches: list[list[int]] = []
         reserve: list[int] = []
         where: list[tuple[int, int]] = [(0, 0)] * len(batch)  # (row, branch start after the context)
-        for ctx, members in groups.items():
+        rows = [
+            (ctx, [members[c] for c in chunk])
+            for ctx, members in groups.items()
+            for chunk in self._tree_chunks([encs[i].n_cont for i in members])
+        ]
+        for ctx, members in rows:
             seq = list(ctx)
             lens = []
             for i in members:

@@ -222,3 +222,20 @@ def test_tree_path_on_the_embedded_smollm2() -> None:
         model = AutoModelForCausalLM.from_pretrained(spec.path, gguf_file=spec.gguf_file, dtype=torch.float32).eval()
     _check(out, [_direct(model, tok, c, x) for c, x in reqs])
     assert b.stats()["loglik_tree_rows"] == 2
+
+
+def test_many_options_of_one_context_are_split_into_rows(tiny: tuple[Any, Any, Any]) -> None:
+    model, tok, spec = tiny
+    # Sentence scoring: every sentence's context is the BOS/EOS token alone.
+    words = ("cat", "dog", "bird", "fish", "tree", "stone", "river", "city", "house", "road")
+    reqs = [("", f"the {w} is big and red") for w in words]
+    expected = [_direct(model, tok, c, x) for c, x in reqs]
+    b = HFBackend(spec, model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=4)
+    _check(_loglik(b, reqs), expected)
+    # At most 4 options per row: rows of 4, 4, 2 (one batch of 3 rows).
+    assert b.stats()["loglik_tree_rows"] == 3 and b.stats()["loglik_tree_batches"] == 1
+    b = HFBackend(spec, model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=4)
+    n_branch = len(tok("the cat is big and red", add_special_tokens=False).input_ids) - 1
+    b.TREE_ROW_TOKENS = 2 * n_branch  # two options per row by the token budget
+    _check(_loglik(b, reqs), expected)
+    assert b.stats()["loglik_tree_rows"] == 5 and b.stats()["loglik_tree_batches"] == 2
