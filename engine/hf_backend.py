@@ -18,7 +18,7 @@ see the context and its own earlier tokens only, and position ids restart after 
 context for each branch, so an item's options are scored in one forward pass. A probe at
 load time checks the model honours such a mask (same log-probs as plain forwards);
 otherwise, or with `LLMSCOPE_TREE_MASK=0`, the padded path above is used. `describe()`
-records the path (`scoring`) and `stats()` counts tree and padded batches.
+records the path (`scoring`) and `stats()` counts tree batches and rows.
 """
 
 from __future__ import annotations
