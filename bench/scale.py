@@ -1,16 +1,21 @@
-"""Big runs: import rate, report time and memory, dashboard first frame, list scrolling.
+"""Big runs: import/write rate, report time and memory, dashboard first frame, list scrolling.
 
-    python -m bench.scale [--worldsense DIR] [--synthetic N] [--skip-before] [--scrolls 40]
+    python -m bench.scale [--n 1000000] [--worldsense [DIR]] [--before a2b14b8] [--skip-before]
+        [--scrolls 40] [--keep DIR]
 
-Data: the WorldSense import (4 runs x 87,048 results; `--worldsense`, default the shared
-test set beside the repository), or with `--synthetic N` one yes/no run of N results
-written through `Store.append_results` (20 top tokens per row, like a real run).
+Data: one synthetic yes/no run of `--n` results (default 1,000,000; 20 top tokens per row,
+like a real run) written through the store's public bulk API (`Store.append_results`, or
+`Store.write_results` where a version has no bulk path), or with `--worldsense` the WorldSense
+import (4 runs x 87,048 results, `llmscope.importers.import_worldsense`).
 
-Every measurement runs in a fresh child process (so peak memory is that step's own) and
-prints wall seconds, CPU seconds (user+system of the child, all threads: the fairer figure
-on a shared machine) and peak resident memory. "before" is the code path as it was before
-issue 17, kept callable in `bench/_before.py`; where this branch did not change a path
-(the report, the dashboard) one figure is printed and labelled so.
+"before" is real code: the package as it was at `--before` (default a2b14b8, the commit the
+issue 17 figures were measured on) is extracted from git into a temporary folder, and every
+step runs twice, once with that tree first on `sys.path` and once with the working tree, each
+on a database its own code wrote. Every step runs in a fresh child process (peak memory is the
+step's own) and reports the wall and CPU seconds (user+system, all threads: the fairer figure on
+a shared machine) of the measured call, and the step's peak resident memory. The steps call
+public APIs only (Store, importers, `llmscope report`, the TUI app headless), so other work
+on those paths shows here.
 """
 
 from __future__ import annotations
@@ -18,18 +23,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import textwrap
+import tomllib
+from io import BytesIO
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+BEFORE_REF = "a2b14b8"  # before issue 17: the code its figures (33 s import, 21.8 s report, 8 s dashboard) came from
 
 _PRELUDE = """
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
+sys.path.insert(0, {tree!r})
+import llmscope
+assert llmscope.__file__.startswith({tree!r}), llmscope.__file__  # the intended version of the code
 _t0, _c0 = time.perf_counter(), time.process_time()
 def _done(**extra):
     ru = resource.getrusage(resource.RUSAGE_SELF)
@@ -40,10 +53,32 @@ def _done(**extra):
 """
 
 
-def _child(body: str, timeout: float = 1800) -> dict[str, Any]:
-    """Run `body` in a fresh interpreter; it calls `_done(**figures)` at the end."""
+def extract_tree(ref: str, dest: Path) -> Path:
+    """The package at git `ref`, laid out as an importable `llmscope` folder under `dest`."""
+    def show(path: str) -> bytes:
+        return subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:{path}"], capture_output=True,
+                              check=True).stdout
+
+    mapping = tomllib.loads(show("pyproject.toml").decode())["tool"]["setuptools"]["package-dir"]
+    src = dest / "src"
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, *sorted(set(mapping.values()))],
+                             capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(src, filter="data")
+    pkg = dest / "pkg"
+    for name, folder in sorted(mapping.items(), key=lambda kv: kv[0].count(".")):
+        target = pkg.joinpath(*name.split("."))
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(src / folder, target)
+    shutil.rmtree(src)
+    return pkg
+
+
+def _child(body: str, tree: Path, timeout: float = 3600) -> dict[str, Any]:
+    """Run `body` in a fresh interpreter with `tree` first on sys.path; it calls `_done(**figures)`."""
     out = Path(tempfile.mkdtemp(prefix="llmscope-scale-step-")) / "out.json"
-    code = _PRELUDE.format(root=str(ROOT), out=str(out)) + textwrap.dedent(body)
+    code = _PRELUDE.format(root=str(ROOT), tree=str(tree), out=str(out)) + textwrap.dedent(body)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     if out.is_file():
@@ -51,38 +86,28 @@ def _child(body: str, timeout: float = 1800) -> dict[str, Any]:
     raise RuntimeError(f"bench step failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
 
 
-def import_step(db: Path, directory: Path, before: bool) -> dict[str, Any]:
-    """`llmscope import worldsense` into a new file, through the old or the current path."""
-    if before:
-        body = f"""
-        import bench._before as b
-        import llmscope.data.worldsense as ws
-        ws.load_worldsense = b.load_worldsense_before   # the readline-per-trial reader
-        from llmscope.store.db import Store
-        from pathlib import Path
-        s = Store({str(db)!r}); s.execute("SET enable_progress_bar = false")
-        b.import_worldsense(s, Path({str(directory)!r}))
-        n = s.execute("SELECT count(*) FROM results").fetchone()[0]; s.close()
-        _done(rows=n)
-        """
-    else:
-        body = f"""
-        from llmscope import importers
-        from llmscope.store.db import Store
-        from pathlib import Path
-        s = Store({str(db)!r}); s.execute("SET enable_progress_bar = false")
-        importers.import_worldsense(s, Path({str(directory)!r}))
-        n = s.execute("SELECT count(*) FROM results").fetchone()[0]; s.close()
-        _done(rows=n)
-        """
-    return _child(body)
-
-
-def synthetic_step(db: Path, n: int) -> dict[str, Any]:
-    """One completed yes/no run of `n` results (suite of n/3 statements x 3 variants)."""
+def import_step(db: Path, directory: Path, tree: Path) -> dict[str, Any]:
+    """`llmscope import worldsense` into a new file."""
     body = f"""
-    import datetime as dt, random
-    from llmscope.engine.types import Item
+    from llmscope import importers
+    from llmscope.store.db import Store
+    from pathlib import Path
+    s = Store({str(db)!r}); s.execute("SET enable_progress_bar = false")
+    t, c = time.perf_counter(), time.process_time()
+    importers.import_worldsense(s, Path({str(directory)!r}))
+    call_wall, call_cpu = time.perf_counter() - t, time.process_time() - c
+    n = s.execute("SELECT count(*) FROM results").fetchone()[0]; s.close()
+    _done(rows=n, call_wall=call_wall, call_cpu=call_cpu)
+    """
+    return _child(body, tree)
+
+
+def synthetic_step(db: Path, n: int, tree: Path) -> dict[str, Any]:
+    """One completed yes/no run of `n` results (suite of n/3 statements x 3 variants), written
+    through `Store.append_results` in chunks of 65,536 rows, or `write_results` without it."""
+    body = f"""
+    import json, random
+    from llmscope.engine.types import Item, Result
     from llmscope.store.db import Store
     n = {n}
     s = Store({str(db)!r}); s.execute("SET enable_progress_bar = false")
@@ -93,52 +118,68 @@ def synthetic_step(db: Path, n: int) -> dict[str, Any]:
     s.add_suite("synthetic@1", "synthetic", "yesno", spec, "bench.scale", items)
     s.create_run({{"run_id": "synthetic", "suite_id": "synthetic@1", "suite_name": "synthetic", "task": "yesno",
                    "model": "synthetic", "backend": "bench", "n_total": n, "status": "running"}})
+    bulk = hasattr(s, "append_results")
     rng = random.Random(0)
     CH = 65536
+    call_wall = call_cpu = 0.0
     for k in range(0, n, CH):
         rows = range(k, min(n, k + CH))
         py = [rng.random() for _ in rows]
         gold = ["yes" if (i // 3) % 2 else "no" for i in rows]
         pred = ["yes" if p > 0.5 else "no" for p in py]
-        top = [json.dumps([{{"token": f" t{{j}}", "id": 100 + j, "prob": p / (j + 2)}} for j in range(20)]) for p in py]
-        s.append_results("synthetic", {{
-            "item_id": [f"s{{i // 3:07d}}" for i in rows], "variant": [f"q{{i % 3 + 1}}" for i in rows],
-            "prompt": [f"Consider the statement number {{i // 3}}. Do you agree?" for i in rows],
-            "probs": [json.dumps({{"yes": p * 0.9, "no": (1 - p) * 0.9}}) for p in py],
-            "p_yes": [p * 0.9 for p in py], "p_no": [(1 - p) * 0.9 for p in py], "other": [0.1] * len(py),
-            "top_tokens": top, "prediction": pred, "gold": gold,
-            "correct": [float(a == b) for a, b in zip(pred, gold)], "confidence": [max(p, 1 - p) for p in py],
-            "n_tokens": [60] * len(py), "latency_ms": [12.5] * len(py),
-        }}, start_seq=k)
+        top = [[{{"token": f" t{{j}}", "id": 100 + j, "prob": p / (j + 2)}} for j in range(20)] for p in py]
+        t, c = time.perf_counter(), time.process_time()
+        if bulk:
+            s.append_results("synthetic", {{
+                "item_id": [f"s{{i // 3:07d}}" for i in rows], "variant": [f"q{{i % 3 + 1}}" for i in rows],
+                "prompt": [f"Consider the statement number {{i // 3}}. Do you agree?" for i in rows],
+                "probs": [json.dumps({{"yes": p * 0.9, "no": (1 - p) * 0.9}}) for p in py],
+                "p_yes": [p * 0.9 for p in py], "p_no": [(1 - p) * 0.9 for p in py], "other": [0.1] * len(py),
+                "top_tokens": [json.dumps(x) for x in top], "prediction": pred, "gold": gold,
+                "correct": [float(a == b) for a, b in zip(pred, gold)], "confidence": [max(p, 1 - p) for p in py],
+                "n_tokens": [60] * len(py), "latency_ms": [12.5] * len(py),
+            }}, start_seq=k)
+        else:
+            s.write_results("synthetic", [
+                Result(item_id=f"s{{i // 3:07d}}", variant=f"q{{i % 3 + 1}}",
+                       prompt=f"Consider the statement number {{i // 3}}. Do you agree?",
+                       probs={{"yes": p * 0.9, "no": (1 - p) * 0.9}}, other=0.1, top_tokens=tt,
+                       prediction=pr, gold=g, correct=float(pr == g), confidence=max(p, 1 - p),
+                       n_tokens=60, latency_ms=12.5)
+                for i, p, tt, pr, g in zip(rows, py, top, pred, gold)], start_seq=k)
+        call_wall += time.perf_counter() - t
+        call_cpu += time.process_time() - c
     s.update_run("synthetic", status="completed", n_done=n)
     s.close()
-    _done(rows=n)
+    _done(rows=n, call_wall=call_wall, call_cpu=call_cpu, api="append_results" if bulk else "write_results")
     """
-    return _child(body)
+    return _child(body, tree)
 
 
-def report_step(db: Path) -> dict[str, Any]:
+def report_step(db: Path, tree: Path) -> dict[str, Any]:
     """`llmscope report` over every run of the file (output discarded)."""
     body = f"""
     import contextlib, io
     from llmscope.cli import main
     buf = io.StringIO()
+    t, c = time.perf_counter(), time.process_time()
     with contextlib.redirect_stdout(buf):
         rc = main(["report", "--db", {str(db)!r}])
-    _done(rc=rc, chars=len(buf.getvalue()))
+    _done(rc=rc, chars=len(buf.getvalue()), call_wall=time.perf_counter() - t, call_cpu=time.process_time() - c)
     """
-    return _child(body)
+    return _child(body, tree)
 
 
-def dashboard_step(db: Path, run_id: str, scrolls: int, before: bool) -> dict[str, Any]:
-    """Open a run's dashboard headless: first frame, numbers shown, list scroll latency.
-    before: the failing-items list held in memory (as before issue 17) instead of paged."""
+def dashboard_step(db: Path, run_id: str, scrolls: int, tree: Path) -> dict[str, Any]:
+    """Open a run's dashboard headless: first frame, numbers shown, list scroll latency."""
     body = f"""
     import asyncio, statistics
     from llmscope.tui.app import LlmscopeApp
-    from llmscope.tui.screens import DashboardScreen
+    try:
+        from llmscope.tui.screens import DashboardScreen
+    except ImportError:  # one module per screen
+        from llmscope.tui.screens.dashboard import DashboardScreen
     from llmscope.tui.widgets import ItemList
-    DashboardScreen.PAGED_LIST = {not before!r}
 
     def text(app):
         return "\\n".join("".join(seg.text for seg in s) for s in app.screen._compositor.render_strips())
@@ -150,7 +191,7 @@ def dashboard_step(db: Path, run_id: str, scrolls: int, before: bool) -> dict[st
             t0 = time.perf_counter()
             app.push_screen(DashboardScreen({run_id!r}))
             first = None
-            while time.perf_counter() - t0 < 600:
+            while time.perf_counter() - t0 < 900:
                 await pilot.pause(0.005)
                 if isinstance(app.screen, DashboardScreen):
                     txt = text(app)
@@ -178,7 +219,7 @@ def dashboard_step(db: Path, run_id: str, scrolls: int, before: bool) -> dict[st
                         resort_ms=1000 * resort)
     _done(**asyncio.run(go()))
     """
-    return _child(body)
+    return _child(body, tree)
 
 
 def _fmt(m: dict[str, Any] | None, key: str, unit: str = "", digits: int = 2) -> str:
@@ -187,72 +228,122 @@ def _fmt(m: dict[str, Any] | None, key: str, unit: str = "", digits: int = 2) ->
     return f"{m[key]:,.{digits}f}{unit}"
 
 
+def _safe(step: Any, *args: Any) -> dict[str, Any] | None:
+    """A step of the old code may not run against this machine's data; say so, keep going."""
+    try:
+        return dict(step(*args))
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        print(f"  ({step.__name__} failed: {str(e).strip().splitlines()[-1][:200]})", flush=True)
+        return None
+
+
+def measure(version: str, tree: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Every step on one version of the code, on a database that version wrote."""
+    db = work / f"{version}.duckdb"
+    db.unlink(missing_ok=True)
+    figs: dict[str, Any] = {}
+    if args.worldsense:
+        figs["write"] = _safe(import_step, db, args.worldsense, tree)
+    else:
+        figs["write"] = _safe(synthetic_step, db, args.n, tree)
+    print(f"{version}: data written {_fmt(figs['write'], 'call_wall')} s", flush=True)
+    run_id = "synthetic"
+    if args.worldsense and figs["write"]:
+        import duckdb
+
+        con = duckdb.connect(str(db), read_only=True)
+        r = con.execute("SELECT run_id FROM runs ORDER BY model LIMIT 1").fetchone()
+        con.close()
+        run_id = str(r[0]) if r else ""
+    if figs["write"]:
+        figs["report"] = _safe(report_step, db, tree)
+        print(f"{version}: report {_fmt(figs['report'], 'call_wall')} s", flush=True)
+        figs["dash"] = _safe(dashboard_step, db, run_id, args.scrolls, tree)
+        print(f"{version}: dashboard {_fmt(figs['dash'], 'numbers')} s", flush=True)
+    if not args.keep:
+        db.unlink(missing_ok=True)
+        Path(str(db) + ".wal").unlink(missing_ok=True)
+    return figs
+
+
+def table(before: dict[str, Any] | None, after: dict[str, Any], worldsense: bool) -> list[tuple[str, str, str]]:
+    b = before or {}
+    rows: list[tuple[str, str, str]] = []
+
+    def rate(m: dict[str, Any] | None, key: str) -> str:
+        if not m or not m.get(key):
+            return "-"
+        return f"{m['rows'] / m[key]:,.0f}"
+
+    w_b, w_a = b.get("write"), after.get("write")
+    what = "import" if worldsense else "write (store bulk API)"
+    n_rows = (w_a or w_b or {}).get("rows", 0)
+    rows.append((f"{what}: {n_rows:,} rows, rows/s wall", rate(w_b, "call_wall"), rate(w_a, "call_wall")))
+    rows.append((f"{what}: rows/s CPU", rate(w_b, "call_cpu"), rate(w_a, "call_cpu")))
+    rows.append((f"{what}: peak memory MB", _fmt(w_b, "peak_mb", digits=0), _fmt(w_a, "peak_mb", digits=0)))
+    r_b, r_a = b.get("report"), after.get("report")
+    rows.append(("report over all runs, s wall", _fmt(r_b, "call_wall"), _fmt(r_a, "call_wall")))
+    rows.append(("report, s CPU", _fmt(r_b, "call_cpu"), _fmt(r_a, "call_cpu")))
+    rows.append(("report peak memory MB", _fmt(r_b, "peak_mb", digits=0), _fmt(r_a, "peak_mb", digits=0)))
+    d_b, d_a = b.get("dash"), after.get("dash")
+    rows.append(("dashboard first frame s", _fmt(d_b, "first_frame"), _fmt(d_a, "first_frame")))
+    rows.append(("dashboard numbers shown s", _fmt(d_b, "numbers"), _fmt(d_a, "numbers")))
+    rows.append(("dashboard peak memory MB", _fmt(d_b, "peak_mb", digits=0), _fmt(d_a, "peak_mb", digits=0)))
+    listed = (d_a or d_b or {}).get("listed") or 0
+    rows.append((f"list scroll per key, ms median ({listed:,} rows)", _fmt(d_b, "scroll_median_ms", digits=0),
+                 _fmt(d_a, "scroll_median_ms", digits=0)))
+    rows.append(("list scroll per key, ms max", _fmt(d_b, "scroll_max_ms", digits=0),
+                 _fmt(d_a, "scroll_max_ms", digits=0)))
+    rows.append(("list re-sort ms", _fmt(d_b, "resort_ms", digits=0), _fmt(d_a, "resort_ms", digits=0)))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--worldsense", type=Path, default=ROOT.parent / "shared" / "data" / "worldsense" / "test_set",
-                    help="WorldSense test_set folder (trials.jsonl.bz2 and results/)")
-    ap.add_argument("--synthetic", type=int, default=0, metavar="N",
-                    help="use one synthetic yes/no run of N results instead of the WorldSense import")
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--n", type=int, default=1_000_000, help="results in the synthetic run (default 1,000,000)")
+    ap.add_argument("--worldsense", type=Path, nargs="?", metavar="DIR",
+                    const=ROOT.parent / "shared" / "data" / "worldsense" / "test_set",
+                    help="use the WorldSense import instead (default DIR: the shared test set)")
+    ap.add_argument("--before", default=BEFORE_REF, metavar="REF",
+                    help=f"git commit whose code is 'before' (default {BEFORE_REF})")
     ap.add_argument("--skip-before", action="store_true", help="measure the current code only")
     ap.add_argument("--scrolls", type=int, default=40, help="list key presses timed (pagedown, every 10th end)")
-    ap.add_argument("--keep", type=Path, help="keep the database(s) in this folder")
+    ap.add_argument("--keep", type=Path, help="keep the databases in this folder")
+    ap.add_argument("--json", type=Path, help="also write every figure to this file")
     args = ap.parse_args(argv)
-
+    if args.n < 1:
+        ap.error("--n must be at least 1")
+    if args.worldsense and not (args.worldsense / "trials.jsonl.bz2").is_file():
+        print(f"no WorldSense test set at {args.worldsense} (trials.jsonl.bz2); omit --worldsense for a synthetic run",
+              file=sys.stderr)
+        return 2
     work = Path(tempfile.mkdtemp(prefix="llmscope-scale-")) if args.keep is None else args.keep
     work.mkdir(parents=True, exist_ok=True)
-    rows: list[tuple[str, str, str]] = []
-    if args.synthetic:
-        db = work / "synthetic.duckdb"
-        db.unlink(missing_ok=True)
-        m = synthetic_step(db, args.synthetic)
-        print(f"synthetic run: {m['rows']:,} results written in {m['wall']:.1f} s "
-              f"({m['rows'] / m['wall']:,.0f} rows/s wall, {m['rows'] / m['cpu']:,.0f} rows/s CPU)")
-        run_id = "synthetic"
-    else:
-        if not (args.worldsense / "trials.jsonl.bz2").is_file():
-            print(f"no WorldSense test set at {args.worldsense} (pass --worldsense DIR or --synthetic N)")
+    before = None
+    if not args.skip_before:
+        try:
+            old = extract_tree(args.before, work / "before-code")
+        except subprocess.CalledProcessError as e:
+            print(f"--before {args.before}: cannot read that commit from git ({e.stderr.decode().strip()[:200]})",
+                  file=sys.stderr)
             return 2
-        db = work / "after.duckdb"
-        db.unlink(missing_ok=True)
-        before = None
-        if not args.skip_before:
-            old = work / "before.duckdb"
-            old.unlink(missing_ok=True)
-            before = import_step(old, args.worldsense, before=True)
-        after = import_step(db, args.worldsense, before=False)
-        for label, key in (("import rows/s (wall)", "wall"), ("import rows/s (CPU)", "cpu")):
-            b = f"{before['rows'] / before[key]:,.0f}" if before else "-"
-            rows.append((label, b, f"{after['rows'] / after[key]:,.0f}"))
-        rows.append(("import seconds (wall / CPU)",
-                     f"{before['wall']:.1f} / {before['cpu']:.1f}" if before else "-",
-                     f"{after['wall']:.1f} / {after['cpu']:.1f}"))
-        rows.append(("import peak memory MB", _fmt(before, "peak_mb", digits=0), _fmt(after, "peak_mb", digits=0)))
-        if before:
-            (work / "before.duckdb").unlink(missing_ok=True)
-        from llmscope.store.db import Store
-
-        with Store(db, read_only=True) as s:
-            r = s.execute("SELECT run_id FROM runs ORDER BY model LIMIT 1").fetchone()
-        run_id = str(r[0]) if r else ""
-    rep = report_step(db)
-    rows.append(("report over all runs, s (wall / CPU)", "(not changed here)",
-                 f"{rep['wall']:.1f} / {rep['cpu']:.1f}"))
-    rows.append(("report peak memory MB", "(not changed here)", f"{rep['peak_mb']:,.0f}"))
-    dash_b = None if args.skip_before else dashboard_step(db, run_id, args.scrolls, before=True)
-    dash = dashboard_step(db, run_id, args.scrolls, before=False)
-    rows.append(("dashboard first frame s", _fmt(dash_b, "first_frame"), _fmt(dash, "first_frame")))
-    rows.append(("dashboard numbers shown s", _fmt(dash_b, "numbers"), _fmt(dash, "numbers")))
-    rows.append(("dashboard peak memory MB", _fmt(dash_b, "peak_mb", digits=0), _fmt(dash, "peak_mb", digits=0)))
-    rows.append((f"list scroll per key, ms median ({dash['listed']:,} rows)", _fmt(dash_b, "scroll_median_ms", digits=0),
-                 _fmt(dash, "scroll_median_ms", digits=0)))
-    rows.append(("list scroll per key, ms max", _fmt(dash_b, "scroll_max_ms", digits=0),
-                 _fmt(dash, "scroll_max_ms", digits=0)))
-    rows.append(("list re-sort ms", _fmt(dash_b, "resort_ms", digits=0), _fmt(dash, "resort_ms", digits=0)))
+        before = measure("before", old, work, args)
+    after = measure("after", ROOT, work, args)
+    load = os.getloadavg()
+    print(f"\n{'WorldSense import' if args.worldsense else f'synthetic run of {args.n:,} results'}; "
+          f"before = {'-' if before is None else args.before}, after = working tree; "
+          f"load average {load[0]:.1f} on {os.cpu_count()} CPUs")
+    rows = table(before, after, bool(args.worldsense))
     w = max(len(r[0]) for r in rows)
-    print(f"{'measurement':<{w}}  {'before':>20}  {'after':>20}")
+    print(f"{'measurement':<{w}}  {'before':>12}  {'after':>12}")
     for label, b, a in rows:
-        print(f"{label:<{w}}  {b:>20}  {a:>20}")
-    print(f"(database: {db})")
+        print(f"{label:<{w}}  {b:>12}  {a:>12}")
+    if args.keep:
+        print(f"(databases in {work})")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        args.json.write_text(json.dumps({"before_ref": args.before, "before": before, "after": after}, indent=2))
     return 0
 
 

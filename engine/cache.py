@@ -38,6 +38,7 @@ VOLATILE_FIELDS = frozenset({
     "batch_size", "threads", "torch_threads", "concurrency", "max_retries", "timeout", "api_key",
     "client", "served_models", "system_fingerprints", "load", "reasoning_efforts_rejected",
     "dropped_params", "notices", "stats", "capabilities_probed_at",
+    "scoring",  # hf: tree-mask or padded log-likelihood path (equal within fp32 rounding)
 })
 
 COMMIT_EVERY_S = 1.0

@@ -11,6 +11,14 @@ across batches; the options of one context (an item's choices) are scored on top
 that context's KV cache, so the context runs once (`LLMSCOPE_PREFIX_CACHE=0` turns
 both off). Padding sits between cached and new tokens and is masked; positions count
 real tokens only.
+
+Log-likelihoods default to a tree attention mask: one row per context holds the context
+once and every option's tokens as branches after it; a 4-D mask lets each option token
+see the context and its own earlier tokens only, and position ids restart after the
+context for each branch, so an item's options are scored in one forward pass. A probe at
+load time checks the model honours such a mask (same log-probs as plain forwards);
+otherwise, or with `LLMSCOPE_TREE_MASK=0`, the padded path above is used. `describe()`
+records the path (`scoring`) and `stats()` counts tree batches and rows.
 """
 
 from __future__ import annotations
@@ -47,6 +55,37 @@ def pick_device(device: str = "auto") -> str:
     if mps is not None and mps.is_available():
         return "mps"
     return "cpu"
+
+
+def physical_cores() -> int:
+    """Physical cores this process may use: its CPU affinity with SMT siblings counted once,
+    capped by a cgroup CPU quota (torch's own default sees every core of the host)."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = list(range(os.cpu_count() or 1))
+    cores = set()
+    for c in cpus:
+        try:
+            cores.add(Path(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list").read_text().strip())
+        except OSError:
+            cores.add(str(c))
+    n = max(1, len(cores))
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            n = min(n, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return n
+
+
+def default_threads() -> int:
+    """Torch threads when none are given: `OMP_NUM_THREADS` if set, else `physical_cores()`."""
+    env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return physical_cores()
 
 
 def pick_dtype(device: str, dtype: str = "auto") -> str:
@@ -192,10 +231,13 @@ class HFBackend(Backend):
 
     Requests are tokenised on a second thread ahead of the model, so the model thread
     does not wait on Python tokenisation in steady state. `threads` sets torch's
-    intra-op threads of the model thread only (default: torch's own choice).
+    intra-op threads of the model thread only, once when it starts (default: the physical
+    cores the process may use, or `OMP_NUM_THREADS` when set). The tokeniser is single-threaded
+    (`TOKENIZERS_PARALLELISM=false`), so it never adds a pool of its own.
     """
 
     kind = "hf"
+    TREE_ROW_TOKENS = 1024  # option tokens per tree row (see _tree_chunks)
 
     def __init__(
         self,
@@ -233,7 +275,8 @@ class HFBackend(Backend):
         self._ok_streak = 0
         self._grown_since_oom = False
         self.threads = int(threads) if threads else None
-        self._torch_threads: int | None = None
+        # Set once in the model thread; no per-call set_num_threads.
+        self._torch_threads: int = self.threads or default_threads()
         self.sp_prefix = bool(sp_prefix)
         self._info: dict[str, Any] = {}
         if model is None or tokenizer is None:
@@ -274,6 +317,7 @@ class HFBackend(Backend):
         self._prefix_ids: list[int] = []
         self._prefix_kv: list[tuple[Any, Any]] | None = None
         self._stats: dict[str, Any] = defaultdict(float)
+        self.tree_mask, self.scoring = self._choose_loglik_path()
         self._tok_queue: queue.Queue[tuple[str, Any, _Call] | None] = queue.Queue()
         self._queue: queue.Queue[list[_Job] | None] = queue.Queue()
         self._tok_thread = threading.Thread(
@@ -309,7 +353,7 @@ class HFBackend(Backend):
             "device": self.device,
             "batch_size": self.max_batch_size,
             "threads": self.threads,
-            "torch_threads": self._torch_threads or self.threads or torch.get_num_threads(),
+            "torch_threads": self._torch_threads,
             "chat_template": self.has_chat,
             "template_hash": _short_hash(getattr(self.tok, "chat_template", None) or ""),
             "sp_prefix": self.sp_prefix,
@@ -318,6 +362,7 @@ class HFBackend(Backend):
             "load": {k: v for k, v in self._info.items() if k != "revision"},
             "model_args": self.model_args,
             "system_prompt": self.system_prompt,
+            "scoring": dict(self.scoring),
         }
 
     def stats(self) -> dict[str, Any]:
@@ -534,8 +579,7 @@ class HFBackend(Backend):
         import torch
 
         torch.set_grad_enabled(False)
-        if self.threads:
-            torch.set_num_threads(self.threads)  # this thread's intra-op pool only
+        torch.set_num_threads(self._torch_threads)  # this thread's intra-op pool only, once
         self._torch_threads = torch.get_num_threads()
         while True:
             item = self._queue.get()
@@ -589,6 +633,21 @@ class HFBackend(Backend):
         if kind != "loglik":
             n = min(bs, len(group) - i)
             return n, n
+        if self.tree_mask:  # one row per context (per chunk of a context's many options)
+            j = i
+            rows = 0
+            while j < len(group):
+                k = j + 1
+                while k < len(group) and group[k].ctx == group[j].ctx:
+                    k += 1
+                chunks = self._tree_chunks([x.payload.n_cont for x in group[j:k]])
+                if rows + len(chunks) > bs:
+                    if rows == 0:  # a context with more chunks than a batch holds: split it
+                        return sum(len(c) for c in chunks[:bs]), bs
+                    break
+                rows += len(chunks)
+                j = k
+            return j - i, rows
         rows1 = rows2 = n = 0
         j = i
         while j < len(group):
@@ -864,6 +923,10 @@ class HFBackend(Backend):
         return outs
 
     def _run_loglik(self, batch: list[_Job]) -> list[LogLikOut]:
+        if self.tree_mask:
+            out = self._loglik_tree(batch)
+            if out is not None:
+                return out
         try:
             return self._loglik_batch(batch, self.context_cache)
         except _Incompatible:
@@ -942,6 +1005,200 @@ class HFBackend(Backend):
             for e, t in zip(encs, tl, strict=True)
         ]
 
+    # -- tree attention mask: one row per context, its options as branches ---------------
+    def _choose_loglik_path(self) -> tuple[bool, dict[str, Any]]:
+        """Use the tree mask where the attention honours a custom 4-D mask; else the padded path.
+
+        Checked, not assumed: a short probe scores two branches on one context through the
+        tree mask and through plain forwards and compares the log-probs.
+        """
+        if os.environ.get("LLMSCOPE_TREE_MASK", "1") == "0":
+            return False, {"loglik_path": "padded", "reason": "LLMSCOPE_TREE_MASK=0"}
+        impl = getattr(self.model.config, "_attn_implementation", None) or "eager"
+        if impl not in _TREE_ATTENTION:
+            return False, {"loglik_path": "padded",
+                           "reason": f"attention {impl!r} takes no custom 4-D mask"}
+        try:
+            diff = self._probe_tree()
+        except Exception as e:  # any architecture that refuses the mask: the padded path
+            return False, {"loglik_path": "padded", "reason": f"tree-mask probe failed: {_wrap(e)}"}
+        self._stats.clear()  # the probe's tokens are not the run's
+        # Half precision rounds log-probs of ~-15 by ~0.06; a mask that is ignored moves them by nats.
+        tol = 1e-3 if self.dtype == "float32" else 0.25
+        if not diff <= tol:
+            return False, {"loglik_path": "padded",
+                           "reason": f"tree-mask probe differs from plain forwards by {diff:.2g}"}
+        return True, {"loglik_path": "tree", "probe_max_diff": float(f"{diff:.3g}")}
+
+    def _probe_tree(self) -> float:
+        """Largest |log-prob| difference between the tree path and plain forwards on toy ids."""
+        import torch
+
+        n_vocab = int(getattr(self.model.config, "vocab_size", 0) or len(self.tok))
+        ids = [(17 * k + 3) % max(2, n_vocab - 1) + 1 for k in range(9)]
+        ctx, a, b = ids[:5], ids[5:8], ids[8:]
+        seq = ctx + a + b
+        with torch.no_grad():
+            keep = 1 + len(a) + len(b)
+            logits, _ = self._forward_tree([seq], [len(ctx)], [[len(a), len(b)]], [keep], keep)
+            tree = torch.log_softmax(logits[0].float(), -1)  # positions: context end, a, b
+            worst = 0.0
+            for start, branch in ((1, a), (1 + len(a), b)):
+                full = torch.tensor([ctx + branch], device=self.device)
+                ref = torch.log_softmax(self.model(input_ids=full).logits[0].float(), -1)
+                got = torch.cat([tree[:1], tree[start : start + len(branch)]])
+                want = ref[len(ctx) - 1 : len(ctx) + len(branch)]
+                worst = max(worst, float((got - want).abs().max()))
+        return worst
+
+    def _tree_chunks(self, n_conts: list[int]) -> list[list[int]]:
+        """Split one context's options (by index) into rows: at most `batch_size` options and
+        `TREE_ROW_TOKENS` branch tokens per row (one longer option still gets a row), so the
+        (row length)^2 mask stays small when thousands of sentences share a BOS context."""
+        chunks: list[list[int]] = []
+        cur: list[int] = []
+        tokens = 0
+        for i, n in enumerate(n_conts):
+            if cur and (len(cur) >= self.batch_size or tokens + n - 1 > self.TREE_ROW_TOKENS):
+                chunks.append(cur)
+                cur, tokens = [], 0
+            cur.append(i)
+            tokens += n - 1
+        if cur:
+            chunks.append(cur)
+        return chunks
+
+    def _loglik_tree(self, batch: list[_Job]) -> list[LogLikOut] | None:
+        """All options of each context in one row; None when the batch must take the padded path."""
+        import torch
+
+        encs: list[_Encoded] = [j.payload for j in batch]
+        groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
+        for i, j in enumerate(batch):
+            groups[j.ctx].append(i)
+        seqs: list[list[int]] = []
+        ctx_lens: list[int] = []
+        branches: list[list[int]] = []
+        reserve: list[int] = []
+        where: list[tuple[int, int]] = [(0, 0)] * len(batch)  # (row, branch start after the context)
+        rows = [
+            (ctx, [members[c] for c in chunk])
+            for ctx, members in groups.items()
+            for chunk in self._tree_chunks([encs[i].n_cont for i in members])
+        ]
+        for ctx, members in rows:
+            seq = list(ctx)
+            lens = []
+            for i in members:
+                tail = encs[i].ids[-encs[i].n_cont : -1]  # the last token is only predicted
+                where[i] = (len(seqs), len(seq) - len(ctx))
+                seq.extend(tail)
+                if tail:
+                    lens.append(len(tail))
+            seqs.append(seq)
+            ctx_lens.append(len(ctx))
+            branches.append(lens)
+            reserve.append(len(seq) - len(ctx) + 1)
+        window = _sliding_window(self.model.config)
+        if window is not None:
+            # A custom mask replaces the sliding-window mask: exact only inside the window.
+            longest = max(c + max(bl, default=0) for c, bl in zip(ctx_lens, branches, strict=True))
+            if longest > window:
+                self._stats["loglik_tree_skipped_window"] += 1
+                return None
+        keep = max(reserve)
+        logits, n = self._forward_tree(seqs, ctx_lens, branches, reserve, keep)
+        # Read each needed position once: an option's first token from its context's last
+        # position (shared by every option of the context), the rest from its branch.
+        pos_of: dict[tuple[int, int], int] = {}
+        picks: list[list[int]] = []
+        for i, e in enumerate(encs):
+            r, start = where[i]
+            first = keep - reserve[r]
+            idx = [first] + [first + 1 + start + t for t in range(e.n_cont - 1)]
+            picks.append([pos_of.setdefault((r, k), len(pos_of)) for k in idx])
+        rows_t = torch.tensor([rk[0] for rk in pos_of], device=logits.device)
+        cols_t = torch.tensor([rk[1] for rk in pos_of], device=logits.device)
+        logp = torch.log_softmax(logits[rows_t, cols_t].float(), dim=-1)
+        flat_pos = [p for pk in picks for p in pk]
+        flat_tok = [t for e in encs for t in e.ids[-e.n_cont :]]
+        vals = logp[
+            torch.tensor(flat_pos, device=logp.device), torch.tensor(flat_tok, device=logp.device)
+        ].tolist()
+        self._stats["loglik_tree_batches"] += 1
+        self._stats["loglik_tree_rows"] += len(seqs)
+        self._stats["loglik_rows_saved"] += len(batch) - len(seqs)
+        out = []
+        k = 0
+        for e in encs:
+            t = vals[k : k + e.n_cont]
+            k += e.n_cont
+            out.append(LogLikOut(logprob=float(math.fsum(t)), n_tokens=e.n_cont, token_logprobs=t,
+                                 tokens=e.cont_tokens, n_context_tokens=len(e.ids) - e.n_cont))
+        return out
+
+    def _forward_tree(
+        self,
+        seqs: list[list[int]],
+        ctx_lens: list[int],
+        branches: list[list[int]],
+        reserve: list[int],
+        keep: int,
+    ) -> tuple[Any, int]:
+        """Left-padded forward of tree rows (context, then branches); logits of the last `keep`
+        positions and the padded row length.
+
+        Row r is `ctx_lens[r]` context tokens followed by branches of `branches[r]` tokens.
+        A prefix common to every row's context runs once from the shared-prefix KV cache.
+        """
+        import torch
+
+        b = len(seqs)
+        prefix = self._pick_prefix(seqs, reserve)
+        p = len(prefix)
+        sufs = [s[p:] for s in seqs]
+        n = max(len(s) for s in sufs)
+        seg = torch.full((b, n), -1, dtype=torch.long)  # -1 padding, 0 context, k branch k
+        pos = torch.zeros((b, n), dtype=torch.long)
+        input_ids = torch.full((b, n), self.tok.pad_token_id, dtype=torch.long)
+        for r, s in enumerate(sufs):
+            o = n - len(s)
+            input_ids[r, o:] = torch.tensor(s, dtype=torch.long)
+            lc = ctx_lens[r] - p
+            seg[r, o : o + lc] = 0
+            pos[r, o : o + lc] = torch.arange(p, p + lc)
+            at = o + lc
+            for k, m in enumerate(branches[r], 1):
+                seg[r, at : at + m] = k
+                pos[r, at : at + m] = torch.arange(p + lc, p + lc + m)  # each branch restarts
+                at += m
+        real = seg >= 0
+        sq, sk = seg[:, :, None], seg[:, None, :]
+        allowed = (
+            torch.ones((n, n), dtype=torch.bool).tril()
+            & real[:, :, None]
+            & real[:, None, :]
+            & ((sk == 0) | (sk == sq))
+        )
+        allowed |= torch.eye(n, dtype=torch.bool)  # padding rows attend to themselves (no NaN)
+        if p:
+            allowed = torch.cat([real[:, :, None].expand(b, n, p), allowed], dim=2)
+        tdtype = getattr(torch, self.dtype)
+        mask = torch.zeros(allowed.shape, dtype=tdtype).masked_fill_(~allowed, torch.finfo(tdtype).min)
+        kwargs: dict[str, Any] = {
+            "attention_mask": mask[:, None].to(self.device),
+            "position_ids": pos.to(self.device),
+            "use_cache": bool(p),
+        }
+        if p:
+            kwargs["past_key_values"] = self._expand_prefix(b)
+        n_real = sum(len(s) for s in sufs)
+        self._stats["tokens_computed"] += n_real
+        self._stats["tokens_padding"] += b * n - n_real
+        self._stats["tokens_prefix_reused"] += b * p
+        logits, _ = self._logits(input_ids.to(self.device), keep, kwargs)
+        return logits, n
+
     def _run_generate(self, batch: list[_Job]) -> list[GenerateOut]:
         import torch
 
@@ -970,6 +1227,24 @@ class HFBackend(Backend):
         return [
             GenerateOut(texts=texts, prompt=text, n_tokens=len(ids), meta={"do_sample": do_sample})
         ]
+
+
+# Attention implementations that add a custom 4-D float mask as given (flash kernels and
+# flex attention take no such mask).
+_TREE_ATTENTION = frozenset({"sdpa", "eager"})
+
+
+def _sliding_window(config: Any) -> int | None:
+    """The sliding window of a model that has sliding-window layers, else None."""
+    window = getattr(config, "sliding_window", None)
+    if not window:
+        return None
+    if getattr(config, "use_sliding_window", True) is False:
+        return None
+    types = getattr(config, "layer_types", None)
+    if types is not None and not any("sliding" in str(t) for t in types):
+        return None
+    return int(window)
 
 
 def _plain_layers(cache: Any) -> list[tuple[Any, Any]]:

@@ -200,6 +200,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 choice = (backend.describe().get("method_choice") or {})
                 if choice.get("method"):
                     reporter.on_message("info", f"method: {choice['method']} ({choice.get('reason')})")
+                scoring = backend.describe().get("scoring") or {}
+                if scoring.get("loglik_path") == "padded":  # the tree-mask fallback (hf backend)
+                    reporter.on_message("info", f"log-likelihoods: padded path ({scoring.get('reason')})")
                 return await runner.run()
             finally:
                 await backend.aclose()
@@ -548,7 +551,7 @@ def build_parser(settings: Any = None) -> argparse.ArgumentParser:
     r.add_argument("--device", default=None, help="auto (cuda > mps > cpu), cpu, cuda, cuda:1, mps")
     r.add_argument("--dtype", default=None, help="auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16, float16")
     r.add_argument("--threads", type=int, default=None,
-                   help="torch threads for a local model on CPU (default: torch's choice; 1 is best on a busy machine)")
+                   help="torch threads for a local model on CPU (default: $OMP_NUM_THREADS, else the physical cores; 1 is best on a busy machine)")
     r.add_argument("--sp-prefix", action="store_true", default=None,
                    help="append the bare SentencePiece word-boundary piece to chat prompts (LLaMA-2 style models)")
     r.add_argument("--chat", dest="chat", action="store_true", default=None,

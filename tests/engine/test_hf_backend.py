@@ -178,9 +178,17 @@ def test_head_only_at_scored_positions_without_logits_to_keep(tiny: tuple[Any, A
     wrapped = _NoKeep(tiny[0])
     b = _backend(tiny, 4, model=wrapped)
     assert not b._keeps_logits
+    probe_rows = len(wrapped.head_rows)  # the tree-mask check at load time
     got_next, got_ll = _run(b)
-    # Next-token batches read one position; loglik batches read the longest continuation.
-    assert wrapped.head_rows and max(wrapped.head_rows) == max(x.n_tokens for x in ref_ll)
+    # Next-token batches read one position; loglik batches read the longest continuation,
+    # or with the tree mask a context's last position plus its options' other tokens.
+    longest = max(x.n_tokens for x in ref_ll)
+    if b.tree_mask:
+        per_ctx: dict[str, int] = {}
+        for (c, _), x in zip(PAIRS, ref_ll, strict=True):
+            per_ctx[c] = per_ctx.get(c, 1) + x.n_tokens - 1
+        longest = max(per_ctx.values())
+    assert wrapped.head_rows[probe_rows:] and max(wrapped.head_rows[probe_rows:]) == longest
     for a, c in zip(ref_next, got_next, strict=True):
         assert c.probs == pytest.approx(a.probs, abs=1e-5)
     for a, c in zip(ref_ll, got_ll, strict=True):
@@ -219,6 +227,7 @@ def test_options_of_one_context_continue_its_kv_cache(tiny: tuple[Any, Any, Any]
     for bs, share in ((8, True), (2, True), (1, True), (8, False), (2, False), (1, False)):
         b = _backend(tiny, bs)
         b.context_cache = share
+        b.tree_mask = False  # the padded path (the fallback of the tree mask)
 
         async def go(b: HFBackend = b) -> list[Any]:
             try:
@@ -351,6 +360,7 @@ def test_batch_size_grows_back_after_a_transient_out_of_memory(
     wrapped = _OOMTimes(tiny[0], limit=8, times=1)
     b = _backend(tiny, 16, model=wrapped, prefix=False)
     b.grow_after = 2
+    wrapped.sizes.clear()  # not the tree-mask check at load time
     got = _next_all(b, MANY)
     st = b.stats()
     # 16 fails once -> 8, two full batches of 8 -> 12, two of 12 -> 16.
@@ -367,6 +377,7 @@ def test_regrowth_slows_down_when_the_larger_batch_fails_again(
     wrapped = _OOMAbove(tiny[0], limit=5)
     b = _backend(tiny, 16, model=wrapped, prefix=False)
     b.grow_after = 2
+    wrapped.sizes.clear()  # not the tree-mask check at load time
     got = _next_all(b, MANY)
     # 16 -> 8 -> 4 (fits), grows to 6 after two full batches, fails, back to 3: wait longer.
     assert wrapped.sizes[:6] == [16, 8, 4, 4, 6, 3]
@@ -397,6 +408,7 @@ def test_sliding_window_cache_falls_back_to_one_row_per_option(
     reqs = [(MC_CTX, o) for o in MC_OPTS]
     expected = [_direct_loglik(model, tok, c, x) for c, x in reqs]
     b = HFBackend(spec, model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=8)
+    b.tree_mask = False  # the padded path (the fallback of the tree mask)
 
     async def go() -> list[Any]:
         try:
