@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 from bench import scale  # noqa: E402
+from tests.helpers.paths import ROOT
 
 
 def _git_ok() -> bool:

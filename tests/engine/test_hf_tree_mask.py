@@ -9,18 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import math
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-sys.path.insert(0, str(Path(__file__).parent))
-from tinymodel import make_tiny_model, tiny_spec  # noqa: E402
-
 from llmscope.engine.hf_backend import HFBackend  # noqa: E402
+from tests.helpers.tinymodel import make_tiny_model, tiny_spec  # noqa: E402
 
 CTX = "Question: which of these is an animal?\nAnswer:"
 REQS = [

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-sys.path.insert(0, str(Path(__file__).parent))
-from tinymodel import make_tiny_model, tiny_spec  # noqa: E402
-
 from llmscope.engine.hf_backend import HFBackend, default_threads, physical_cores  # noqa: E402
+from tests.helpers.tinymodel import make_tiny_model, tiny_spec  # noqa: E402
 
 
 def test_physical_cores_counts_each_core_once() -> None:
