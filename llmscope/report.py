@@ -17,7 +17,7 @@ import pandas as pd
 from llmscope.analysis.metrics import BOOTSTRAP, RunMetrics, compute_metrics
 from llmscope.analysis.metrics import results_with_fields as _results_with_fields
 from llmscope.analysis.metrics import run_metrics as _run_metrics
-from llmscope.store.db import Store
+from llmscope.store.db import Store, decode_json
 
 
 def results_with_fields(store: Store, run_id: str) -> pd.DataFrame:
@@ -61,7 +61,7 @@ def probeval_for_run(store: Store, run: dict[str, Any], *, embed: Any = "auto", 
     questions: dict[str, Question] = {}
     answers: dict[str, list[str]] = {}
     for rec in df[df["error"].isna()].to_dict("records"):
-        fields = json.loads(rec["fields"]) if isinstance(rec["fields"], str) else {}
+        fields = decode_json(rec["fields"]) if isinstance(rec["fields"], str) else {}
         if "raw" not in fields or "clusters" not in fields:
             return None
         qid = rec["item_id"]
@@ -108,7 +108,7 @@ def worldsense_reports(store: Store, runs: list[dict[str, Any]]) -> tuple[list[d
     for run in ws:
         if items is None:
             it = store.items_frame(run["suite_id"])
-            fields = pd.DataFrame([json.loads(s) for s in it["fields"]])
+            fields = pd.DataFrame([decode_json(s) for s in it["fields"]])
             items = fields.assign(Key=it["item_id"].to_numpy(), goldresp=it["gold"].to_numpy())
         res = store.results_frame(run["run_id"], with_items=False)
         opts = run.get("options") or {}
