@@ -92,14 +92,10 @@ def fast_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
 
 
 def _stored_items(store: Store, suite_id: str) -> dict[str, Item] | None:
-    """The items of a suite as stored (id, text, gold, options), or None when not stored."""
+    """The items of a suite as stored, or None when not stored."""
     if not store.has_suite(suite_id):
         return None
-    rows = store.execute("SELECT item_id, text, gold, options FROM items WHERE suite_id = ? ORDER BY idx",
-                         [suite_id]).fetchall()
-    return {item_id: Item(item_id=item_id, fields={}, text=text, gold=gold,
-                          options=orjson.loads(options) if options else None)
-            for item_id, text, gold, options in rows}
+    return {it.item_id: it for it in store.suite_items(suite_id, with_fields=False)}
 
 
 def _json_text(v: Any) -> str:

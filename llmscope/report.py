@@ -8,7 +8,6 @@ n_clusters}.
 
 from __future__ import annotations
 
-import json
 import warnings
 from typing import Any
 
@@ -67,7 +66,7 @@ def probeval_for_run(store: Store, run: dict[str, Any], *, embed: Any = "auto", 
         qid = rec["item_id"]
         clusters = {k: list(v.get("answers", [])) for k, v in (fields.get("clusters") or {}).items()}
         questions[qid] = Question(qid, fields.get("question", ""), dict(fields["raw"]), clusters)
-        extra = json.loads(rec["extra"]) if isinstance(rec["extra"], str) else {}
+        extra = decode_json(rec["extra"]) if isinstance(rec["extra"], str) else {}
         samples = extra.get("samples") or []
         answers[qid] = [s["text"] if isinstance(s, dict) else str(s) for s in samples]
     if not questions:

@@ -11,7 +11,6 @@ import contextlib
 import datetime as dt
 import json
 import math
-import operator
 import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -875,10 +874,12 @@ class Store:
         return ItemDetail(item_id=item_id, text=first.get("item_text") or "", fields=first.get("item_fields") or {},
                           options=first.get("item_options"), variants=rows)
 
-    def suite_items(self, suite_id: str) -> list[Item]:
-        """A stored suite's items in order, fields and options decoded (empty when not stored)."""
+    def suite_items(self, suite_id: str, *, with_fields: bool = True) -> list[Item]:
+        """A stored suite's items in order, options and fields decoded (empty when not stored;
+        `with_fields=False` leaves `fields` empty, for callers that need only id/text/gold/options)."""
         rows = self.execute(
-            "SELECT item_id, text, gold, options, fields FROM items WHERE suite_id = ? ORDER BY idx", [suite_id]
+            f"SELECT item_id, text, gold, options, {'fields' if with_fields else 'NULL'} FROM items "
+            "WHERE suite_id = ? ORDER BY idx", [suite_id]
         ).fetchall()
         return [Item(item_id=i, text=t or "", gold=g, options=decode_json(o), fields=decode_json(f) or {})
                 for i, t, g, o, f in rows]
@@ -1015,12 +1016,6 @@ RESULT_SCHEMA = pa.schema(
 # from the store (`decode_json`, `Store.results_frame(decoded=True)`, `Store.item_detail`).
 JSON_RESULT_COLUMNS = ("probs", "top_tokens", "option_scores", "extra")
 
-_RESULT_ATTRS = operator.attrgetter(
-    "item_id", "variant", "prompt", "probs", "other", "top_tokens", "option_scores", "prediction", "gold",
-    "correct", "confidence", "n_tokens", "latency_ms", "error", "extra",
-)
-
-
 def _json_many(values: Iterable[Any]) -> list[str | None]:
     """`_json` of each value; orjson in one comprehension, the careful path only for a value it refuses."""
     dumps, opts, default = orjson.dumps, _ORJSON_OPTS, _json_default
@@ -1073,47 +1068,48 @@ def _choice_method(extras: Sequence[Any]) -> pa.Array:
 
 
 def results_to_arrow(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.datetime) -> pa.Table:
-    """Column-wise conversion of results to the `results` table's Arrow schema.
-
-    One pass reads every field (attrgetter, in C); floats are checked for NaN/inf in Arrow;
-    JSON columns are encoded by orjson per value.
-    """
+    """Column-wise conversion of results to the `results` table's Arrow schema (floats are
+    checked for NaN/inf in Arrow; JSON columns encoded by orjson per value)."""
     n = len(rs)
     if not n:
         return RESULT_SCHEMA.empty_table()
-    (item_id, variant, prompt, probs, other, top, scores, pred, gold, correct, conf, ntok, lat, err,
-     extra) = zip(*map(_RESULT_ATTRS, rs), strict=True)
-    p_yes = [p.get("yes") if p else None for p in probs]
-    p_no = [p.get("no") if p else None for p in probs]
+    probs = [r.probs for r in rs]
+    preds = [r.prediction for r in rs]
+    extras = [r.extra for r in rs]
+    ntok = [r.n_tokens for r in rs]
     try:
         n_tokens = pa.array([v or 0 for v in ntok], type=pa.int32())
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
         n_tokens = pa.array([int(v or 0) for v in ntok], type=pa.int32())
+    methods = [e.get("choice_method") if e else None for e in extras]
     arrays = [
         pa.array([run_id] * n, type=pa.string()),
-        pa.array(item_id, type=pa.string()),
-        pa.array(variant, type=pa.string()),
+        pa.array([r.item_id for r in rs], type=pa.string()),
+        pa.array([r.variant for r in rs], type=pa.string()),
         pa.array(range(start_seq, start_seq + n), type=pa.int64()),
-        pa.array(prompt, type=pa.string()),
+        pa.array([r.prompt for r in rs], type=pa.string()),
         pa.array(_json_many(probs), type=pa.string()),
-        _finite_array(p_yes),
-        _finite_array(p_no),
-        _finite_array(other),
-        pa.array(_json_many(top), type=pa.string()),
-        pa.array(_json_many(scores), type=pa.string()),
-        pa.array(pred, type=pa.string()),
-        pa.array(gold, type=pa.string()),
-        _finite_array(correct),
-        _finite_array(conf),
+        _finite_array([p.get("yes") if p else None for p in probs]),
+        _finite_array([p.get("no") if p else None for p in probs]),
+        _finite_array([r.other for r in rs]),
+        pa.array(_json_many([r.top_tokens for r in rs]), type=pa.string()),
+        pa.array(_json_many([r.option_scores for r in rs]), type=pa.string()),
+        pa.array(preds, type=pa.string()),
+        pa.array([r.gold for r in rs], type=pa.string()),
+        _finite_array([r.correct for r in rs]),
+        _finite_array([r.confidence for r in rs]),
         n_tokens,
-        _finite_array(lat),
-        pa.array(err, type=pa.string()),
-        pa.array(_json_many(e or None for e in extra), type=pa.string()),
+        _finite_array([r.latency_ms for r in rs]),
+        pa.array([r.error for r in rs], type=pa.string()),
+        pa.array(_json_many([e or None for e in extras]), type=pa.string()),
         pa.array([now] * n, type=pa.timestamp("us")),
-        _p_chosen(probs, pred),
-        _choice_method(extra),
+        _finite_array([p.get(x) if p and x is not None else None for p, x in zip(probs, preds, strict=True)]),
+        pa.array([m if isinstance(m, str) else None for m in methods], type=pa.string()),
     ]
     return pa.Table.from_arrays(arrays, schema=RESULT_SCHEMA)
+
+
+_LONG_DIGITS = re.compile(r"[0-9]{19,}")
 
 
 def decode_json(v: Any, default: Any = None) -> Any:
@@ -1122,6 +1118,8 @@ def decode_json(v: Any, default: Any = None) -> Any:
     for stored columns; code outside store/ calls this or gets decoded values from `Store`."""
     if isinstance(v, (bytes, str)):
         try:
+            if _LONG_DIGITS.search(v if isinstance(v, str) else v.decode("utf-8", "replace")):
+                raise orjson.JSONDecodeError("orjson reads integers beyond 64 bits as floats", "", 0)
             return orjson.loads(v)
         except orjson.JSONDecodeError:
             try:  # what orjson refuses and the stdlib reads (NaN, integers beyond 64 bits)
@@ -1139,7 +1137,7 @@ def decode_frame(df: pd.DataFrame, columns: Iterable[str] = STORED_JSON_COLUMNS)
     out = df.copy()
     for c in columns:
         if c in out.columns:
-            out[c] = [decode_json(v) for v in out[c]]
+            out[c] = pd.Series([None if _isnull(v) else decode_json(v) for v in out[c]], index=out.index, dtype=object)
     return out
 
 
