@@ -1059,11 +1059,19 @@ def _p_chosen(probs: Sequence[Any], preds: Sequence[Any]) -> pa.Array:
 
 
 def _choice_method(extras: Sequence[Any]) -> pa.Array:
+    """extra.choice_method per row (extras as dicts or JSON text; bulk imports repeat a few texts)."""
     out = []
+    memo: dict[str, str | None] = {}
     for e in extras:
+        if isinstance(e, str) and e in memo:
+            out.append(memo[e])
+            continue
         d = _decoded_probs(e) if e else None
         m = d.get("choice_method") if isinstance(d, dict) else None
-        out.append(m if isinstance(m, str) else None)
+        m = m if isinstance(m, str) else None
+        if isinstance(e, str):
+            memo[e] = m
+        out.append(m)
     return pa.array(out, type=pa.string())
 
 
