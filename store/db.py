@@ -1117,7 +1117,7 @@ def results_to_arrow(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.
     return pa.Table.from_arrays(arrays, schema=RESULT_SCHEMA)
 
 
-_LONG_DIGITS = re.compile(r"[0-9]{19,}")
+_LONG_DIGITS = re.compile(r"-?[0-9]{19,}")
 
 
 def decode_json(v: Any, default: Any = None) -> Any:
@@ -1126,7 +1126,8 @@ def decode_json(v: Any, default: Any = None) -> Any:
     for stored columns; code outside store/ calls this or gets decoded values from `Store`."""
     if isinstance(v, (bytes, str)):
         try:
-            if _LONG_DIGITS.search(v if isinstance(v, str) else v.decode("utf-8", "replace")):
+            text = v if isinstance(v, str) else v.decode("utf-8", "replace")
+            if any(not (-(2**63) <= int(m) <= 2**64 - 1) for m in _LONG_DIGITS.findall(text)):
                 raise orjson.JSONDecodeError("orjson reads integers beyond 64 bits as floats", "", 0)
             return orjson.loads(v)
         except orjson.JSONDecodeError:

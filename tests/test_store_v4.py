@@ -121,3 +121,24 @@ def test_append_results_fills_promoted_columns_from_json_text(db_path: Path) -> 
         })
         got = _promoted(st, "r")
     assert got == {"a": (0.25, "loglik"), "b": (None, None)}
+
+
+def test_fast_jsonl_reads_64_bit_keys_without_the_slow_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # WorldSense keys are 19-digit int64 values, which orjson reads exactly
+    from llmscope import importers
+    from llmscope.data.suites import read_jsonl
+
+    p = tmp_path / "r.jsonl"
+    p.write_text('{"Key":-9223372036854775807,"resp":"1"}\n{"Key":9223372036854775807,"resp":"x"}\n'
+                 '{"Key":2747235547611487721,"resp":"TRUE"}\n')
+    expected = read_jsonl(p)
+    assert [r["Key"] for _, r in expected] == [-(2**63) + 1, 2**63 - 1, 2747235547611487721]
+
+    def refuse(path: Path) -> None:
+        raise AssertionError("fell back to the slow reader")
+
+    monkeypatch.setattr(importers, "read_jsonl", refuse)
+    assert importers.fast_jsonl(p) == expected
+    p.write_text('{"Key":9223372036854775808}\n')  # one past int64: the reader's own error decides
+    with pytest.raises(AssertionError, match="slow reader"):
+        importers.fast_jsonl(p)
