@@ -169,9 +169,9 @@ MIGRATIONS: list[tuple[int, str]] = [
 # (the writer fills them itself, with the same values: tests/test_store_v4.py compares).
 PROMOTE_SQL = """
     UPDATE results SET
-        p_chosen = CASE WHEN prediction IS NOT NULL
+        p_chosen = CASE WHEN prediction IS NOT NULL AND json_valid(probs)
                         THEN TRY_CAST(json_extract(probs, '$.' || to_json(prediction)::VARCHAR) AS DOUBLE) END,
-        choice_method = CASE WHEN json_type(extra, '$.choice_method') = 'VARCHAR'
+        choice_method = CASE WHEN json_valid(extra) AND json_type(extra, '$.choice_method') = 'VARCHAR'
                              THEN json_extract_string(extra, '$.choice_method') END
     WHERE p_chosen IS NULL AND choice_method IS NULL
 """

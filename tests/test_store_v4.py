@@ -56,11 +56,16 @@ def test_schema_3_file_is_migrated_with_identical_rows(tmp_path: Path) -> None:
     before = old.con.execute(f"SELECT {COLS} FROM results ORDER BY seq").fetchall()
     old.close()
     assert len(before) == 4
+    con = duckdb.connect(str(db))  # a row whose JSON text does not parse must not stop the migration
+    con.execute("INSERT INTO results (run_id, item_id, variant, probs, prediction, extra) "
+                "VALUES ('bad', 'x', 'q1', '{oops', 'yes', 'nope')")
+    con.close()
     with Store(db) as st:
         assert st.schema_version() == SCHEMA_VERSION == 4
-        after = st.execute(f"SELECT {COLS} FROM results ORDER BY seq").fetchall()
+        after = st.execute(f"SELECT {COLS} FROM results WHERE run_id = 'r' ORDER BY seq").fetchall()
         assert after == before
         assert _promoted(st, "r") == PROMOTED  # computed in SQL from the JSON columns
+        assert _promoted(st, "bad") == {"x": (None, None)}
         # the migrated file takes new rows through the key check: "a" again is ignored
         st.write_results("r", [ROWS[0], Result(item_id="e", variant="q1")], start_seq=10)
         assert st.count_results("r") == (5, 1)
