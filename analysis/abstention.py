@@ -10,7 +10,6 @@ so the headline `accuracy` is over all items and cannot rise by abstaining. Besi
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -19,6 +18,7 @@ import pandas as pd
 
 from llmscope.analysis.intervals import accuracy_ci
 from llmscope.analysis.rows import metric_row
+from llmscope.store.db import decode_json
 
 ABSTAINING_TASKS = ("yesno", "rating", "choice")
 
@@ -29,10 +29,7 @@ def abstained_mask(extra: pd.Series) -> np.ndarray:
     def one(s: Any) -> bool:
         if not isinstance(s, str) or "abstained" not in s:  # cheap pre-check: most rows answer
             return False
-        try:
-            d = json.loads(s)
-        except json.JSONDecodeError:
-            return False
+        d = decode_json(s)  # None when it does not parse
         return bool(isinstance(d, dict) and d.get("abstained"))
 
     return np.fromiter((one(s) for s in extra), dtype=bool, count=len(extra))

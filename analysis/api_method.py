@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from llmscope.analysis.rows import metric_row
+from llmscope.store.db import decode_json
 
 __all__ = ["api_method_rows", "method_banner", "item_method"]
 
@@ -28,7 +29,7 @@ def _extras(df: pd.DataFrame) -> list[dict[str, Any]]:
             out.append(raw)
         elif isinstance(raw, str) and raw:
             try:
-                v = json.loads(raw)
+                v = decode_json(raw)
             except json.JSONDecodeError:
                 continue
             if isinstance(v, dict):
@@ -46,7 +47,7 @@ def _meta(run: dict[str, Any], key: str) -> dict[str, Any]:
     meta = run.get("meta")
     if isinstance(meta, str):
         try:
-            meta = json.loads(meta)
+            meta = decode_json(meta)
         except json.JSONDecodeError:
             meta = None
     be = meta.get(key) if isinstance(meta, dict) else None

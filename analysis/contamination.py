@@ -8,7 +8,6 @@ value of the suite's first `group_by` field.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -18,6 +17,7 @@ from scipy import stats
 
 from llmscope.analysis.intervals import wilson_interval
 from llmscope.analysis.rows import metric_row
+from llmscope.store.db import decode_json
 
 
 def _mean_t(v: np.ndarray) -> tuple[float, list[float] | None]:
@@ -37,8 +37,8 @@ def contamination_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, An
     ok = df[df["error"].isna() & df["extra"].notna()]
     if ok.empty:
         return []
-    extras = ok["extra"].map(lambda s: json.loads(s) if isinstance(s, str) else s)
-    fields = ok["fields"].map(lambda s: json.loads(s) if isinstance(s, str) else (s or {})) if "fields" in ok else None
+    extras = ok["extra"].map(decode_json)
+    fields = ok["fields"].map(lambda s: decode_json(s) or {}) if "fields" in ok else None
     by = (spec.get("group_by") or [None])[0]
     groups: list[tuple[dict[str, Any], pd.Series]] = [({}, pd.Series(True, index=ok.index))]
     if by and fields is not None:

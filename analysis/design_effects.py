@@ -39,6 +39,7 @@ from scipy import stats
 
 from llmscope.analysis.intervals import accuracy_ci
 from llmscope.analysis.rows import metric_row
+from llmscope.store.db import decode_json
 
 BINARY_FACTORS = {"answer_order": ("as_written", "swapped"), "scale": ("as_written", "reversed")}
 MULTI_FACTORS = ("option_order", "demo_order")
@@ -47,7 +48,7 @@ MULTI_FACTORS = ("option_order", "demo_order")
 def _json(v: Any) -> Any:
     if isinstance(v, str):
         try:
-            return json.loads(v)
+            return decode_json(v)
         except json.JSONDecodeError:
             return None
     return v if isinstance(v, dict) else None

@@ -16,7 +16,6 @@ corpus-level statistics with each item's first gold as the reference.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -25,6 +24,7 @@ import pandas as pd
 from scipy import stats
 
 from llmscope.analysis.rows import metric_row
+from llmscope.store.db import decode_json
 
 
 def item_metrics(pred: str, refs: list[str], embed: Any = None) -> dict[str, float]:
@@ -49,7 +49,7 @@ def item_metrics(pred: str, refs: list[str], embed: Any = None) -> dict[str, flo
 def _pairs(df: pd.DataFrame) -> list[tuple[str, list[str]]]:
     out = []
     for e in df["extra"]:
-        e = json.loads(e) if isinstance(e, str) else (e or {})
+        e = decode_json(e) or {}
         samples = e.get("samples") or []
         golds = [g["text"] if isinstance(g, dict) else str(g) for g in e.get("golds") or []]
         if samples and golds:

@@ -40,6 +40,7 @@ from llmscope.analysis.choicefit import (
 from llmscope.analysis.intervals import accuracy_ci
 from llmscope.analysis.rows import metric_row
 from llmscope.engine.choice_math import softmax
+from llmscope.store.db import decode_json
 
 # scheme -> (option_scores key, transform to a log-space-or-plain score)
 SCHEME_SCORES: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray] | None]] = {
@@ -60,7 +61,7 @@ SCHEME_SCORES: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray] | None]] 
 def _json(v: Any) -> Any:
     if isinstance(v, str):
         try:
-            return json.loads(v)
+            return decode_json(v)
         except json.JSONDecodeError:
             return None
     return v

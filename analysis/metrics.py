@@ -20,7 +20,6 @@ metric.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -29,6 +28,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from scipy import stats
+
+from llmscope.store.db import decode_json
 
 from .intervals import accuracy_ci
 from .rows import metric_row
@@ -242,7 +243,7 @@ class RunMetrics:
 def _json(v: Any) -> Any:
     if isinstance(v, str):
         try:
-            return json.loads(v)
+            return decode_json(v)
         except ValueError:
             return None
     return v

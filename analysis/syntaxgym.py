@@ -29,6 +29,7 @@ import pandas as pd
 
 from llmscope.analysis.intervals import wilson_interval
 from llmscope.analysis.rows import metric_row
+from llmscope.store.db import decode_json
 
 WORD_COLUMNS = ["run_id", "model", "item_id", "condition", "word_index", "word", "region", "region_name",
                 "start", "end", "length", "n_tokens", "surprisal_bits", "sentence"]
@@ -37,7 +38,7 @@ WORD_COLUMNS = ["run_id", "model", "item_id", "condition", "word_index", "word",
 def _json(v: Any) -> Any:
     if isinstance(v, str):
         try:
-            return json.loads(v)
+            return decode_json(v)
         except json.JSONDecodeError:
             return None
     return v

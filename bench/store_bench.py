@@ -50,22 +50,27 @@ def _rows(n: int, offset: int = 0) -> list[Any]:
     return out
 
 
-def write_rate(rows: int, batch: int) -> tuple[float, float]:
-    """Rows per second through Store.write_results (rows prepared beforehand): by wall
-    time and by this process's CPU time (all threads; the fairer figure on a shared machine)."""
+def write_rate(rows: int, batch: int, before: bool = False) -> tuple[float, float]:
+    """Rows per second through `write_results` (rows prepared beforehand) until the file is
+    closed (its final checkpoint included): by wall time and by this process's CPU time (all
+    threads; the fairer figure on a shared machine). `before`: the schema-3 writer
+    (bench/_store_v3.py) instead of the current store."""
     from llmscope.store.db import Store
 
+    from ._store_v3 import StoreV3
+
     d = tempfile.mkdtemp(prefix="llmscope-store-bench-")
-    store = Store(os.path.join(d, "s.duckdb"))
+    path = os.path.join(d, "s.duckdb")
+    store: Any = StoreV3(path) if before else Store(path)
     data = _rows(rows)
     chunks = [data[i : i + batch] for i in range(0, rows, batch)]
     t0, c0 = time.perf_counter(), time.process_time()
     seq = 0
     for c in chunks:
         seq += store.write_results("bench-run", c, seq)
-    dt, dc = time.perf_counter() - t0, time.process_time() - c0
     n = store.count_results("bench-run")[0]
     store.close()
+    dt, dc = time.perf_counter() - t0, time.process_time() - c0
     assert n == rows, (n, rows)
     return rows / dt, rows / dc
 
@@ -125,10 +130,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     for b in args.batch:
-        rate, cpu_rate = write_rate(args.rows, b)
+        # before and after interleaved (twice each, best kept) so machine load hits both alike
+        runs: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+        for _ in range(2):
+            for before in (True, False):
+                runs[before].append(write_rate(args.rows, b, before))
+        (w0, c0), (w1, c1) = (max(runs[True]), max(runs[False]))
         print(
-            f"write_results: {args.rows} rows in batches of {b}: {rate:,.0f} rows/s wall, "
-            f"{cpu_rate:,.0f} rows/s CPU (target >= 100,000)"
+            f"write_results, {args.rows} rows in batches of {b} (until closed): "
+            f"before (schema 3) {w0:,.0f} rows/s wall, {c0:,.0f} CPU; "
+            f"now {w1:,.0f} rows/s wall, {c1:,.0f} CPU; ratio {w1 / w0:.2f}x wall, {c1 / c0:.2f}x CPU "
+            f"(target >= 100,000)"
         )
     spent, wall, done = run_share(args.run_limit)
     print(

@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from llmscope.store.db import decode_json
+
 PEAK_FLOPS = {
     "H100": 989e12,
     "H200": 989e12,
@@ -281,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                     for w in work:
                         top = {
                             t["id"]: t["prob"]
-                            for t in json.loads(by_key[(w.item.item_id, w.variant)].top_tokens)
+                            for t in decode_json(by_key[(w.item.item_id, w.variant)].top_tokens)
                         }
                         p_tok.append((top.get(yes_id), top.get(no_id)))
                 if do_m:

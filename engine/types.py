@@ -90,3 +90,15 @@ class Result:
     latency_ms: float = 0.0
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ItemDetail:
+    """One item of a run as the store returns it: the item's own values and every stored
+    variant's row, JSON columns decoded (`Store.item_detail`)."""
+
+    item_id: str
+    text: str
+    fields: dict[str, Any]
+    options: list[str] | None
+    variants: list[dict[str, Any]]  # `results` columns by name, in variant order

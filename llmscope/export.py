@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from llmscope.engine.tasks import TASKS, Task
 from llmscope.store.db import Store
+from llmscope.store.db import Store, decode_json
 
 FORMATS = ("jsonl", "csv", "parquet", "worldsense", "lm-eval")
 JSON_COLS = ("probs", "top_tokens", "option_scores", "option_logprobs", "extra")
@@ -125,13 +126,10 @@ def _text(v: Any) -> str | None:
 
 
 def _json_obj(v: Any) -> Any:
-    """Decode a stored JSON column (only these; text columns are never decoded)."""
-    if not isinstance(v, str):
-        return None
-    try:
-        return json.loads(v)
-    except json.JSONDecodeError:
-        return None
+    """A JSON column's value: decoded by the store (text from an older caller is decoded there too)."""
+    if isinstance(v, (dict, list)):
+        return v
+    return decode_json(v) if isinstance(v, str) else None
 
 
 def _method(task: str | None, extra: dict[str, Any] | None, run: dict[str, Any]) -> str | None:
@@ -149,7 +147,7 @@ def _method(task: str | None, extra: dict[str, Any] | None, run: dict[str, Any])
 
 def export_rows(store: Store, run: dict[str, Any]) -> list[ExportRow]:
     """The run's stored results as typed rows, in arrival order."""
-    df = store.results_frame(run["run_id"], with_items=False)
+    df = store.results_decoded(run["run_id"], with_items=False)
     task = run.get("task")
     out: list[ExportRow] = []
     for rec in df.to_dict(orient="records"):

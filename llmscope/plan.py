@@ -34,6 +34,8 @@ import pandas as pd
 import yaml
 from scipy import stats
 
+from llmscope.store.db import decode_json
+
 PLAN_VERSION = 1
 MEASURES = ("accuracy", "p_yes", "expected")
 PLAN_KEYS = ("llmscope_plan", "suite", "suite_id", "suite_path", "models", "task_options", "metrics",
@@ -160,7 +162,7 @@ def deviations(plan: dict[str, Any], *, suite_id: str, model: str | None, task_o
 def _json(v: Any) -> Any:
     if isinstance(v, str):
         try:
-            return json.loads(v)
+            return decode_json(v)
         except json.JSONDecodeError:
             return None
     return v

@@ -8,7 +8,6 @@ n_clusters}.
 
 from __future__ import annotations
 
-import json
 import warnings
 from typing import Any
 
@@ -17,7 +16,7 @@ import pandas as pd
 from llmscope.analysis.metrics import BOOTSTRAP, RunMetrics, compute_metrics
 from llmscope.analysis.metrics import results_with_fields as _results_with_fields
 from llmscope.analysis.metrics import run_metrics as _run_metrics
-from llmscope.store.db import Store
+from llmscope.store.db import Store, decode_json
 
 
 def results_with_fields(store: Store, run_id: str) -> pd.DataFrame:
@@ -61,13 +60,13 @@ def probeval_for_run(store: Store, run: dict[str, Any], *, embed: Any = "auto", 
     questions: dict[str, Question] = {}
     answers: dict[str, list[str]] = {}
     for rec in df[df["error"].isna()].to_dict("records"):
-        fields = json.loads(rec["fields"]) if isinstance(rec["fields"], str) else {}
+        fields = decode_json(rec["fields"]) if isinstance(rec["fields"], str) else {}
         if "raw" not in fields or "clusters" not in fields:
             return None
         qid = rec["item_id"]
         clusters = {k: list(v.get("answers", [])) for k, v in (fields.get("clusters") or {}).items()}
         questions[qid] = Question(qid, fields.get("question", ""), dict(fields["raw"]), clusters)
-        extra = json.loads(rec["extra"]) if isinstance(rec["extra"], str) else {}
+        extra = decode_json(rec["extra"]) if isinstance(rec["extra"], str) else {}
         samples = extra.get("samples") or []
         answers[qid] = [s["text"] if isinstance(s, dict) else str(s) for s in samples]
     if not questions:
@@ -108,7 +107,7 @@ def worldsense_reports(store: Store, runs: list[dict[str, Any]]) -> tuple[list[d
     for run in ws:
         if items is None:
             it = store.items_frame(run["suite_id"])
-            fields = pd.DataFrame([json.loads(s) for s in it["fields"]])
+            fields = pd.DataFrame([decode_json(s) for s in it["fields"]])
             items = fields.assign(Key=it["item_id"].to_numpy(), goldresp=it["gold"].to_numpy())
         res = store.results_frame(run["run_id"], with_items=False)
         opts = run.get("options") or {}

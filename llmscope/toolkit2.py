@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 
 from llmscope.cli_common import CLIError, config_from_args, open_store, parse_opts
+from llmscope.store.db import decode_json
 
 WHERE_SHORTHANDS = {
     "failing": "correct = 0",
@@ -89,7 +90,7 @@ def selection_frame(df: pd.DataFrame) -> pd.DataFrame:
     """The old run's rows as the table a --where filter sees (result columns + item fields)."""
     base = df[[c for c in RESULT_COLUMNS if c in df]].copy()
     base["flagged"] = df["extra"].map(_flag) if "extra" in df else False
-    fields = df["fields"].map(lambda s: json.loads(s) if isinstance(s, str) else {}) if "fields" in df else None
+    fields = df["fields"].map(lambda s: decode_json(s) if isinstance(s, str) else {}) if "fields" in df else None
     if fields is not None:
         flat = pd.DataFrame(list(fields), index=df.index)
         for c in flat.columns:
@@ -99,7 +100,7 @@ def selection_frame(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _flag(extra: Any) -> bool:
-    e = json.loads(extra) if isinstance(extra, str) else (extra or {})
+    e = decode_json(extra) if isinstance(extra, str) else (extra or {})
     return bool(isinstance(e, dict) and e.get("flagged"))
 
 

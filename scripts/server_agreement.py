@@ -24,6 +24,8 @@ from typing import Any
 
 import duckdb
 
+from llmscope.store.db import decode_json
+
 SUITES = ["commonsense-sample", "mc-sample", "pragmatics-choice", "rating-sample", "generation-sample",
           "minimal-pairs", "syntax-sample", "contamination-sample"]
 
@@ -79,7 +81,7 @@ def load(db: Path, suite: str, backend: str) -> dict[tuple[str, str], dict[str, 
         for row in cur.fetchall():
             r = dict(zip(cols, row, strict=True))
             for k in ("probs", "extra", "option_scores"):
-                r[k] = json.loads(r[k]) if isinstance(r[k], str) else (r[k] or {})
+                r[k] = decode_json(r[k]) if isinstance(r[k], str) else (r[k] or {})
             out[(r["item_id"], r["variant"])] = r
         return out
     finally:

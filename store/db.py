@@ -21,10 +21,11 @@ import duckdb
 import orjson
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from llmscope.engine.types import Item, Result
+from llmscope.engine.types import Item, ItemDetail, Result
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 MIGRATIONS: list[tuple[int, str]] = [
     (
@@ -126,7 +127,54 @@ MIGRATIONS: list[tuple[int, str]] = [
         ALTER TABLE runs ADD COLUMN error VARCHAR;
         """,
     ),
+    (
+        4,
+        # Bulk writes (issue 17): `results` loses its primary key (an ART index insert per row
+        # cost ~20% of a write); the key is kept unique by the store's batched key check
+        # (see `_KeyIndex`). Common per-item values become real columns; the JSON columns keep
+        # only open shapes. Old rows are copied; promoted columns are filled by `PROMOTE_SQL`.
+        """
+        CREATE TABLE results_v4 (
+            run_id VARCHAR NOT NULL,
+            item_id VARCHAR NOT NULL,
+            variant VARCHAR NOT NULL,
+            seq BIGINT,                    -- order of arrival within the run
+            prompt VARCHAR,
+            probs VARCHAR,                 -- JSON: answer -> probability (open: the task's answers)
+            p_yes DOUBLE,
+            p_no DOUBLE,
+            other DOUBLE,                  -- probability mass outside the answers
+            top_tokens VARCHAR,            -- JSON list of {token, id, prob}
+            option_scores VARCHAR,         -- JSON: option -> {method: score} (open)
+            prediction VARCHAR,            -- the chosen answer / option
+            gold VARCHAR,
+            correct DOUBLE,
+            confidence DOUBLE,
+            n_tokens INTEGER,
+            latency_ms DOUBLE,
+            error VARCHAR,
+            extra VARCHAR,                 -- JSON: task-specific trace (open)
+            written_at TIMESTAMP,
+            p_chosen DOUBLE,               -- probs[prediction]: the chosen answer's probability
+            choice_method VARCHAR          -- extra.choice_method (how a choice was made)
+        );
+        INSERT INTO results_v4 SELECT *, NULL, NULL FROM results;
+        DROP TABLE results;
+        ALTER TABLE results_v4 RENAME TO results;
+        """,
+    ),
 ]
+
+# Fills the columns promoted in version 4 from the JSON columns of rows written before it
+# (the writer fills them itself, with the same values: tests/test_store_v4.py compares).
+PROMOTE_SQL = """
+    UPDATE results SET
+        p_chosen = CASE WHEN prediction IS NOT NULL AND json_valid(probs)
+                        THEN TRY_CAST(json_extract(probs, '$.' || to_json(prediction)::VARCHAR) AS DOUBLE) END,
+        choice_method = CASE WHEN json_valid(extra) AND json_type(extra, '$.choice_method') = 'VARCHAR'
+                             THEN json_extract_string(extra, '$.choice_method') END
+    WHERE p_chosen IS NULL AND choice_method IS NULL
+"""
 
 # A same-host owner that is alive but has not beaten for this long is treated as gone
 # (its pid was reused, or it hangs); an owner on another host is judged by its heartbeat only.
@@ -262,6 +310,30 @@ def _finite(x: float | None) -> float | None:
     return x if math.isfinite(x) else None
 
 
+_WRITE_RESULTS = re.compile(r"^\s*(INSERT|UPDATE|DELETE|DROP|ALTER|CREATE|TRUNCATE|COPY)\b.*\bresults\b",
+                            re.IGNORECASE | re.DOTALL)
+
+
+class _KeyIndex:
+    """The (item_id, variant) keys stored per run, so a batch is checked for duplicates in
+    Python set lookups instead of a primary-key index maintained per row.
+
+    Why this keeps `results` free of duplicates: DuckDB lets one process write a file, every
+    row enters `results` through `Store._insert_results` (which drops or refuses a key already
+    here, under `_KEYS_LOCK`), and anything that may change `results` otherwise (a rolled-back
+    transaction, a failed insert, a raw INSERT/UPDATE/DELETE through `execute`) forgets the
+    file's keys, which are then read again from the table. Shared by every `Store` of a file in
+    this process (DuckDB shares one database between connections to the same path).
+    """
+
+    def __init__(self) -> None:
+        self.runs: dict[str, set[tuple[str, str]]] = {}
+
+
+_KEYS_LOCK = threading.RLock()
+_KEYS: dict[str, _KeyIndex] = {}
+
+
 class Store:
     """One DuckDB file owned by one process; thread-safe through a lock."""
 
@@ -285,6 +357,13 @@ class Store:
             raise _explain(e, self.path, "opening the database") from e
         self._migrate()
         self._created = False
+        self._db_key = f"memory:{id(self)}" if self.path == ":memory:" else str(Path(self.path).resolve())
+        self._forget_keys()  # another process may have written the file since this process last had it
+        if not read_only:
+            # A checkpoint rewrites the table's open row group; at DuckDB's default (16 MiB of
+            # WAL) a run of small commits rewrites it again and again (half of a write's cost).
+            # Commits stay durable in the WAL; a reopened file replays it.
+            self.execute("SET checkpoint_threshold = '256MiB'")
 
     def _remove_if_created(self) -> None:
         if self._created:
@@ -335,6 +414,8 @@ class Store:
                     self.con.execute("INSERT INTO schema_version VALUES (?, ?)", [version, _now()])
             for table in legacy:
                 self._copy_legacy_table(table)
+            if current < 4:
+                self.con.execute(PROMOTE_SQL)
             self.con.execute("COMMIT")
         except duckdb.Error as e:
             try:
@@ -376,11 +457,19 @@ class Store:
         if shared:
             cols = ", ".join(shared)
             # Version 0 had no primary keys: keep the first copy of a duplicated key.
-            self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {old} ON CONFLICT DO NOTHING")
+            if table == "results":  # keyed by the store's key check, not an index (schema 4)
+                self.con.execute(
+                    f"INSERT INTO results ({cols}) SELECT {cols} FROM {old} "
+                    "QUALIFY row_number() OVER (PARTITION BY run_id, item_id, variant ORDER BY rowid) = 1"
+                )
+            else:
+                self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {old} ON CONFLICT DO NOTHING")
         self.con.execute(f"DROP TABLE {old}")
 
     def close(self) -> None:
         with self._lock:
+            if hasattr(self, "_db_key"):
+                self._forget_keys()
             try:
                 self.con.close()
             except duckdb.Error:
@@ -400,6 +489,8 @@ class Store:
         would block the other thread's next statement.
         """
         with self._lock:
+            if _WRITE_RESULTS.match(sql):
+                self._forget_keys()
             try:
                 cur = self.con.execute(sql, params or [])
                 return Rows(cur.fetchall() if cur.description else [])
@@ -408,6 +499,8 @@ class Store:
 
     def query_df(self, sql: str, params: Sequence[Any] | None = None) -> pd.DataFrame:
         with self._lock:
+            if _WRITE_RESULTS.match(sql):
+                self._forget_keys()
             try:
                 return self.con.execute(sql, params or []).df()
             except duckdb.Error as e:
@@ -433,6 +526,7 @@ class Store:
             try:
                 yield
             except BaseException:
+                self._forget_keys()  # keys added inside are not stored after all
                 try:
                     self.con.execute("ROLLBACK")
                 except duckdb.Error:
@@ -442,6 +536,7 @@ class Store:
                 try:
                     self.con.execute("COMMIT")
                 except duckdb.Error as e:
+                    self._forget_keys()
                     try:
                         self.con.execute("ROLLBACK")
                     except duckdb.Error:
@@ -461,6 +556,7 @@ class Store:
                     finally:
                         self.con.unregister("_llmscope_batch")
                 except duckdb.Error as e:
+                    self._forget_keys()
                     raise _explain(e, self.path, f"writing {table}") from e
             return
         with self._lock:
@@ -482,11 +578,52 @@ class Store:
                 finally:
                     self.con.unregister("_llmscope_batch")
             except duckdb.Error as e:
+                self._forget_keys()
                 try:
                     self.con.execute("ROLLBACK")
                 except duckdb.Error:
                     pass
                 raise _explain(e, self.path, f"writing {table}") from e
+
+    def _forget_keys(self) -> None:
+        with _KEYS_LOCK:
+            _KEYS.pop(self._db_key, None)
+
+    def _stored_keys(self, run_id: str) -> set[tuple[str, str]]:
+        """The keys stored for a run (read from the table once per process; caller holds _KEYS_LOCK)."""
+        idx = _KEYS.setdefault(self._db_key, _KeyIndex())
+        keys = idx.runs.get(run_id)
+        if keys is None:
+            rows = self.con.execute("SELECT item_id, variant FROM results WHERE run_id = ?", [run_id]).fetchall()
+            keys = idx.runs[run_id] = {(r[0], r[1]) for r in rows}
+        return keys
+
+    def _insert_results(self, run_id: str, tbl: pa.Table) -> int:
+        """Append a batch of one run's rows, skipping keys already stored or repeated in the
+        batch (the first copy counts). Inside `transaction()` such a key is an error instead,
+        so bulk writers that dedupe themselves learn of a mistake. Returns rows written."""
+        with self._lock, _KEYS_LOCK:
+            try:
+                stored = self._stored_keys(run_id)
+            except duckdb.Error as e:
+                raise _explain(e, self.path, "reading stored keys") from e
+            batch = list(zip(tbl.column("item_id").to_pylist(), tbl.column("variant").to_pylist(), strict=True))
+            fresh = set(batch)
+            if len(fresh) != len(batch) or not stored.isdisjoint(fresh):
+                seen: set[tuple[str, str]] = set()
+                keep = []
+                for k in batch:
+                    keep.append(k not in stored and k not in seen)
+                    seen.add(k)
+                if self._in_tx:
+                    dup = next(k for k, ok in zip(batch, keep, strict=True) if not ok)
+                    raise StoreError(f"duplicate result key {dup} for run {run_id} inside one transaction")
+                tbl = tbl.filter(pa.array(keep, type=pa.bool_()))
+                fresh -= stored
+            if tbl.num_rows:
+                self._insert_arrow("results", tbl)
+            stored |= fresh
+            return tbl.num_rows
 
     # -- suites and items -----------------------------------------------------------------
     def has_suite(self, suite_id: str) -> bool:
@@ -641,7 +778,7 @@ class Store:
             return 0
         now = _now()
         tbl = results_to_arrow(run_id, rs, start_seq, now)
-        self._insert_arrow("results", tbl)
+        self._insert_results(run_id, tbl)
         return len(rs)
 
     def append_results(self, run_id: str, columns: Mapping[str, Any], start_seq: int = 0) -> int:
@@ -656,7 +793,7 @@ class Store:
         n = lengths.pop() if lengths else 0
         if not n:
             return 0
-        unknown = set(columns) - set(RESULT_SCHEMA.names) - {"run_id", "seq", "written_at"}
+        unknown = set(columns) - set(RESULT_SCHEMA.names) - {"run_id", "seq", "written_at", "p_chosen"}
         if unknown:
             raise ValueError(f"not columns of results: {sorted(unknown)}")
         arrays = []
@@ -674,10 +811,13 @@ class Store:
                 arrays.append(pa.array([0] * n, type=f.type))
             elif f.name == "latency_ms":
                 arrays.append(pa.array([0.0] * n, type=f.type))
+            elif f.name == "p_chosen" and "probs" in columns and "prediction" in columns:
+                arrays.append(_p_chosen(_column_list(columns["probs"]), _column_list(columns["prediction"])))
+            elif f.name == "choice_method" and "extra" in columns and "choice_method" not in columns:
+                arrays.append(_choice_method(_column_list(columns["extra"])))
             else:
                 arrays.append(pa.nulls(n, type=f.type))
-        self._insert_arrow("results", pa.Table.from_arrays(arrays, schema=RESULT_SCHEMA))
-        return n
+        return self._insert_results(run_id, pa.Table.from_arrays(arrays, schema=RESULT_SCHEMA))
 
     def results_frame(self, run_id: str, *, with_items: bool = True) -> pd.DataFrame:
         """Per-item results of a run (JSON columns left as text), joined with item fields."""
@@ -693,6 +833,56 @@ class Store:
                 [run_id],
             )
         return self.query_df("SELECT * FROM results WHERE run_id = ? ORDER BY seq", [run_id])
+
+    def results_decoded(self, run_id: str, *, with_items: bool = True) -> pd.DataFrame:
+        """`results_frame` with its JSON columns decoded (dicts/lists, None for NULL): the form
+        every reader outside store/ uses, so none of them parses stored JSON."""
+        df = self.results_frame(run_id, with_items=with_items)
+        return decode_frame(df)
+
+    def results(self, run_id: str) -> list[Result]:
+        """A run's rows as the `Result`s that were written (JSON decoded, NULL floats as None)."""
+        df = self.results_decoded(run_id, with_items=False)
+        names = [f for f in Result.__dataclass_fields__ if f in df.columns]
+        out = []
+        for rec in df[names].to_dict("records"):
+            vals: dict[str, Any] = {str(k): (None if _isnull(v) else v) for k, v in rec.items()}
+            vals["n_tokens"] = int(vals.get("n_tokens") or 0)
+            vals["latency_ms"] = float(vals.get("latency_ms") or 0.0)
+            vals["extra"] = vals.get("extra") or {}
+            out.append(Result(**vals))
+        return out
+
+    def item_detail(self, run_id: str, item_id: str) -> ItemDetail:
+        """Every stored variant of one item in one run, with the item's text, fields and options."""
+        df = self.query_df(
+            """
+            SELECT r.*, i.text AS item_text, i.fields AS item_fields, i.options AS item_options
+            FROM results r JOIN runs u ON u.run_id = r.run_id
+            LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id
+            WHERE r.run_id = ? AND r.item_id = ? ORDER BY r.variant
+            """,
+            [run_id, item_id],
+        )
+        rows = []
+        for rec in df.to_dict("records"):
+            row = {str(k): (None if _isnull(v) else v) for k, v in rec.items()}
+            for k in (*JSON_RESULT_COLUMNS, "item_fields", "item_options"):
+                row[k] = decode_json(row.get(k))
+            rows.append(row)
+        first = rows[0] if rows else {}
+        return ItemDetail(item_id=item_id, text=first.get("item_text") or "", fields=first.get("item_fields") or {},
+                          options=first.get("item_options"), variants=rows)
+
+    def suite_items(self, suite_id: str, *, with_fields: bool = True) -> list[Item]:
+        """A stored suite's items in order, options and fields decoded (empty when not stored;
+        `with_fields=False` leaves `fields` empty, for callers that need only id/text/gold/options)."""
+        rows = self.execute(
+            f"SELECT item_id, text, gold, options, {'fields' if with_fields else 'NULL'} FROM items "
+            "WHERE suite_id = ? ORDER BY idx", [suite_id]
+        ).fetchall()
+        return [Item(item_id=i, text=t or "", gold=g, options=decode_json(o), fields=decode_json(f) or {})
+                for i, t, g, o, f in rows]
 
     # -- failing items, paged in SQL (the TUI's virtual list) ----------------------------------
     FAILING_SORTS = ("arrival", "confidence", "distance", "group", "item")
@@ -821,36 +1011,145 @@ RESULT_SCHEMA = pa.schema(
         ("prediction", pa.string()), ("gold", pa.string()), ("correct", pa.float64()),
         ("confidence", pa.float64()), ("n_tokens", pa.int32()), ("latency_ms", pa.float64()),
         ("error", pa.string()), ("extra", pa.string()), ("written_at", pa.timestamp("us")),
+        ("p_chosen", pa.float64()), ("choice_method", pa.string()),
     ]
 )
+# The `results` columns that hold JSON text (open shapes); every reader gets them decoded
+# from the store (`decode_json`, `Store.results_frame(decoded=True)`, `Store.item_detail`).
+JSON_RESULT_COLUMNS = ("probs", "top_tokens", "option_scores", "extra")
+
+def _json_many(values: Iterable[Any]) -> list[str | None]:
+    """`_json` of each value; orjson in one comprehension, the careful path only for a value it refuses."""
+    dumps, opts, default = orjson.dumps, _ORJSON_OPTS, _json_default
+    try:
+        return [None if v is None else dumps(v, default=default, option=opts).decode() for v in values]
+    except (orjson.JSONEncodeError, TypeError):
+        return [_json(v) for v in values]
+
+
+def _finite_array(values: Sequence[Any]) -> pa.Array:
+    """float64 with NaN/inf (and None) as null, converted in Arrow rather than per value."""
+    try:
+        arr = pa.array(values, type=pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        return pa.array([_finite(v) for v in values], type=pa.float64())
+    if arr.null_count == len(arr):
+        return arr
+    return pc.if_else(pc.is_finite(arr), arr, pa.scalar(None, pa.float64()))
+
+
+def _column_list(v: Any) -> list[Any]:
+    return v.to_pylist() if isinstance(v, (pa.Array, pa.ChunkedArray)) else list(v)
+
+
+def _decoded_probs(p: Any) -> Any:
+    if isinstance(p, str):
+        try:
+            return orjson.loads(p)
+        except orjson.JSONDecodeError:
+            return None
+    return p
+
+
+def _p_chosen(probs: Sequence[Any], preds: Sequence[Any]) -> pa.Array:
+    """probs[prediction] per row (probs as dicts or JSON text)."""
+    vals = []
+    for p, x in zip(probs, preds, strict=True):
+        d = _decoded_probs(p) if p is not None and x is not None else None
+        vals.append(d.get(x) if isinstance(d, dict) else None)
+    return _finite_array(vals)
+
+
+def _choice_method(extras: Sequence[Any]) -> pa.Array:
+    """extra.choice_method per row (extras as dicts or JSON text; bulk imports repeat a few texts)."""
+    out = []
+    memo: dict[str, str | None] = {}
+    for e in extras:
+        if isinstance(e, str) and e in memo:
+            out.append(memo[e])
+            continue
+        d = _decoded_probs(e) if e else None
+        m = d.get("choice_method") if isinstance(d, dict) else None
+        m = m if isinstance(m, str) else None
+        if isinstance(e, str):
+            memo[e] = m
+        out.append(m)
+    return pa.array(out, type=pa.string())
 
 
 def results_to_arrow(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.datetime) -> pa.Table:
-    """Column-wise conversion of results to the `results` table's Arrow schema."""
+    """Column-wise conversion of results to the `results` table's Arrow schema (floats are
+    checked for NaN/inf in Arrow; JSON columns encoded by orjson per value)."""
+    n = len(rs)
+    if not n:
+        return RESULT_SCHEMA.empty_table()
     probs = [r.probs for r in rs]
-    cols: dict[str, list[Any]] = {
-        "run_id": [run_id] * len(rs),
-        "item_id": [r.item_id for r in rs],
-        "variant": [r.variant for r in rs],
-        "seq": list(range(start_seq, start_seq + len(rs))),
-        "prompt": [r.prompt for r in rs],
-        "probs": [_json(p) for p in probs],
-        "p_yes": [_finite(p.get("yes")) if p else None for p in probs],
-        "p_no": [_finite(p.get("no")) if p else None for p in probs],
-        "other": [_finite(r.other) for r in rs],
-        "top_tokens": [_json(r.top_tokens) for r in rs],
-        "option_scores": [_json(r.option_scores) for r in rs],
-        "prediction": [r.prediction for r in rs],
-        "gold": [r.gold for r in rs],
-        "correct": [_finite(r.correct) for r in rs],
-        "confidence": [_finite(r.confidence) for r in rs],
-        "n_tokens": [int(r.n_tokens or 0) for r in rs],
-        "latency_ms": [_finite(r.latency_ms) for r in rs],
-        "error": [r.error for r in rs],
-        "extra": [_json(r.extra) if r.extra else None for r in rs],
-        "written_at": [now] * len(rs),
-    }
-    return pa.table(cols, schema=RESULT_SCHEMA)
+    preds = [r.prediction for r in rs]
+    extras = [r.extra for r in rs]
+    ntok = [r.n_tokens for r in rs]
+    try:
+        n_tokens = pa.array([v or 0 for v in ntok], type=pa.int32())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        n_tokens = pa.array([int(v or 0) for v in ntok], type=pa.int32())
+    methods = [e.get("choice_method") if e else None for e in extras]
+    arrays = [
+        pa.array([run_id] * n, type=pa.string()),
+        pa.array([r.item_id for r in rs], type=pa.string()),
+        pa.array([r.variant for r in rs], type=pa.string()),
+        pa.array(range(start_seq, start_seq + n), type=pa.int64()),
+        pa.array([r.prompt for r in rs], type=pa.string()),
+        pa.array(_json_many(probs), type=pa.string()),
+        _finite_array([p.get("yes") if p else None for p in probs]),
+        _finite_array([p.get("no") if p else None for p in probs]),
+        _finite_array([r.other for r in rs]),
+        pa.array(_json_many([r.top_tokens for r in rs]), type=pa.string()),
+        pa.array(_json_many([r.option_scores for r in rs]), type=pa.string()),
+        pa.array(preds, type=pa.string()),
+        pa.array([r.gold for r in rs], type=pa.string()),
+        _finite_array([r.correct for r in rs]),
+        _finite_array([r.confidence for r in rs]),
+        n_tokens,
+        _finite_array([r.latency_ms for r in rs]),
+        pa.array([r.error for r in rs], type=pa.string()),
+        pa.array(_json_many([e or None for e in extras]), type=pa.string()),
+        pa.array([now] * n, type=pa.timestamp("us")),
+        _finite_array([p.get(x) if p and x is not None else None for p, x in zip(probs, preds, strict=True)]),
+        pa.array([m if isinstance(m, str) else None for m in methods], type=pa.string()),
+    ]
+    return pa.Table.from_arrays(arrays, schema=RESULT_SCHEMA)
+
+
+_LONG_DIGITS = re.compile(r"-?[0-9]{19,}")
+
+
+def decode_json(v: Any, default: Any = None) -> Any:
+    """A stored JSON column's value decoded: text is parsed (`default` when it does not parse),
+    anything else (None, an already decoded value) is returned as it is. The one JSON decoder
+    for stored columns; code outside store/ calls this or gets decoded values from `Store`."""
+    if isinstance(v, (bytes, str)):
+        try:
+            text = v if isinstance(v, str) else v.decode("utf-8", "replace")
+            if any(not (-(2**63) <= int(m) <= 2**64 - 1) for m in _LONG_DIGITS.findall(text)):
+                raise orjson.JSONDecodeError("orjson reads integers beyond 64 bits as floats", "", 0)
+            return orjson.loads(v)
+        except orjson.JSONDecodeError:
+            try:  # what orjson refuses and the stdlib reads (NaN, integers beyond 64 bits)
+                return json.loads(v)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                return default
+    return v
+
+
+STORED_JSON_COLUMNS = (*JSON_RESULT_COLUMNS, "fields", "options", "item_fields", "item_options")
+
+
+def decode_frame(df: pd.DataFrame, columns: Iterable[str] = STORED_JSON_COLUMNS) -> pd.DataFrame:
+    """A copy of a frame of stored rows with its JSON columns (those present) decoded."""
+    out = df.copy()
+    for c in columns:
+        if c in out.columns:
+            out[c] = pd.Series([None if _isnull(v) else decode_json(v) for v in out[c]], index=out.index, dtype=object)
+    return out
 
 
 def _row(df: pd.DataFrame) -> dict[str, Any]:

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from llmscope.live import ResultTail, live_dir, read_live
-from llmscope.store.db import Store, StoreError
+from llmscope.store.db import Store, StoreError, decode_json
 
 LIGHT_COLS = [
     "item_id",
@@ -219,7 +219,7 @@ def _isnan(v: Any) -> bool:
 def _parse_json(s: Any) -> Any:
     if isinstance(s, str):
         try:
-            return json.loads(s)
+            return decode_json(s)
         except json.JSONDecodeError:
             return None
     return s
