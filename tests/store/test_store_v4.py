@@ -4,18 +4,14 @@ and the migration of a schema-3 file written by the schema-3 writer (bench/_stor
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import duckdb
 import pytest
 
+from bench._store_v3 import StoreV3  # noqa: E402
 from llmscope.engine.types import Result
 from llmscope.store.db import SCHEMA_VERSION, Store, StoreError
-
-ROOT = next(p for p in Path(__file__).resolve().parents if (p / "bench" / "_store_v3.py").is_file())
-sys.path.insert(0, str(ROOT))
-from bench._store_v3 import StoreV3  # noqa: E402
 
 ROWS = [
     Result(item_id="a", variant="q1", prompt="P a", probs={"yes": 0.7, "no": 0.2}, other=0.1,

@@ -13,8 +13,8 @@ import pytest
 
 from llmscope.engine.types import Item, Result
 from llmscope.store.db import Store, decode_frame, decode_json
+from tests.helpers.paths import ROOT
 
-ROOT = next(p for p in Path(__file__).resolve().parents if (p / "store" / "db.py").is_file())
 CODE_DIRS = ("llmscope", "engine", "data", "analysis", "tui", "bench", "scripts")
 LOADS = re.compile(r"\b(?:orjson|json)\.loads\b")
 
