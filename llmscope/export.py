@@ -34,7 +34,6 @@ from typing import Any
 import pyarrow as pa
 
 from llmscope.engine.tasks import TASKS, Task
-from llmscope.store.db import Store
 from llmscope.store.db import Store, decode_json
 
 FORMATS = ("jsonl", "csv", "parquet", "worldsense", "lm-eval")

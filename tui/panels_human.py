@@ -21,7 +21,6 @@ distance between human and model choice distributions, and the two rating histog
 from __future__ import annotations
 
 import ast
-import json
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -41,6 +40,7 @@ from textual.widgets import Footer, Header, Static
 from textual_plotext import PlotextPlot
 
 from llmscope.analysis.metrics import display
+from llmscope.store.db import decode_json
 from llmscope.tui.widgets import bar, fmt, literal
 
 if TYPE_CHECKING:
@@ -55,11 +55,14 @@ KINDS = ("agreement", "counts", "clusters", "rating")
 def _value(v: Any) -> Any:
     """A field value as stored: JSON, or the Python literal some CSV sources hold, or itself."""
     if isinstance(v, str):
-        for parse in (json.loads, ast.literal_eval):
-            try:
-                return parse(v)
-            except (ValueError, SyntaxError):
-                continue
+        missing = object()
+        out = decode_json(v, missing)
+        if out is not missing:
+            return out
+        try:
+            return ast.literal_eval(v)
+        except (ValueError, SyntaxError):
+            pass
     return v
 
 

@@ -11,7 +11,6 @@ only first/last position rates and no time series).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -28,6 +27,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 from textual_plotext import PlotextPlot
 
+from llmscope.store.db import decode_json
+
 if TYPE_CHECKING:
     from llmscope.tui.app import LlmscopeApp
 
@@ -38,12 +39,7 @@ PLOT_COLUMNS = ("item_id", "variant", "seq", "prediction", "gold", "correct", "c
 
 
 def _json(v: Any) -> Any:
-    if isinstance(v, str):
-        try:
-            return json.loads(v)
-        except ValueError:
-            return None
-    return v
+    return decode_json(v)  # text parsed (None when it does not parse); anything else as it is
 
 
 @dataclass
