@@ -99,14 +99,19 @@ def wilson_interval(k: float, n: float, level: float = 0.95) -> tuple[float, flo
 
 def _clean(correct: Any, clusters: Any | None) -> tuple[np.ndarray, np.ndarray | None, int]:
     """Numeric correctness with NaN/None removed, aligned cluster labels, missing count."""
-    arr = np.asarray(
-        correct if isinstance(correct, (np.ndarray, pd.Series)) else list(correct), dtype=object
-    )
-    c = pd.to_numeric(pd.Series(arr, dtype="object"), errors="coerce").to_numpy(dtype=float)
+    if isinstance(correct, (np.ndarray, pd.Series)) and np.asarray(correct).dtype.kind in "fiub":
+        c = np.asarray(correct, dtype=float)  # already numeric: no per-value conversion
+    else:
+        arr = np.asarray(
+            correct if isinstance(correct, (np.ndarray, pd.Series)) else list(correct), dtype=object
+        )
+        c = pd.to_numeric(pd.Series(arr, dtype="object"), errors="coerce").to_numpy(dtype=float)
     keep = ~np.isnan(c)
     g = None
     if clusters is not None:
-        g_all = np.asarray(clusters, dtype=object)
+        g_all = np.asarray(clusters)
+        if g_all.dtype.kind not in "iu":  # integer cluster codes stay integers (fast to factorize)
+            g_all = g_all.astype(object)
         if len(g_all) != len(c):
             raise ValueError(f"clusters has length {len(g_all)}, correct has {len(c)}")
         g = g_all[keep]
@@ -114,7 +119,7 @@ def _clean(correct: Any, clusters: Any | None) -> tuple[np.ndarray, np.ndarray |
 
 
 def _cluster_sums(c: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    codes, _ = pd.factorize(pd.Series(g, dtype="object"), sort=False)
+    codes, _ = pd.factorize(g if g.dtype.kind in "iu" else pd.Series(g, dtype="object"), sort=False)
     y = np.bincount(codes, weights=c)
     m = np.bincount(codes).astype(float)
     return y, m
