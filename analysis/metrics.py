@@ -221,6 +221,9 @@ class RunMetrics:
     cluster_unit: str
     bootstrap: BootstrapConfig
     metrics: list[Metric] = field(default_factory=list)
+    # Intermediate tables other analyses of the same rows reuse (WorldSense: the per-tuple
+    # table); not part of the metric values.
+    artifacts: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def get(self, name: str, group: Mapping[str, Any] | None = None) -> Metric | None:
         """The metric ``name`` for exactly ``group`` (None/{} = overall), or None."""
@@ -292,6 +295,7 @@ class MetricContext:
     profile: ResultProfile | None = None
     field_hint: frozenset[str] | None = None  # item field names, when deciding before loading rows
     _codes: np.ndarray | None = field(default=None, repr=False)
+    artifacts: dict[str, Any] = field(default_factory=dict, repr=False)  # tables other reports reuse
 
     @property
     def task(self) -> str | None:
@@ -907,6 +911,10 @@ def worldsense_metrics(ctx: MetricContext) -> list[Metric]:
         tuples = tuple_table(t)
         if tuples.empty:
             return []
+    ctx.artifacts["worldsense_tuples"] = tuples
+    ctx.artifacts["worldsense_incomplete"] = len(t) - int(tuples["n_trials"].sum())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         acc = group_stats(tuples, ["prompting", "modelname"]).reset_index()
         pacc = group_stats(tuples, ["prompting", "modelname", "problemname"]).reset_index()
         pbias = group_stats(tuples, ["prompting", "modelname", "problemname"], "bias").reset_index()
@@ -960,6 +968,7 @@ def compute_metrics(
         if not p.active(ctx):
             continue
         rm.metrics.extend(p.fn(ctx))
+    rm.artifacts = ctx.artifacts
     n_err = int(df["error"].notna().sum()) if "error" in df else 0
     rm.metrics.append(Metric("errors", float(n_err), n=len(df), producer="errors"))
     # The published metric first: a WorldSense run leads with the authors' accuracy, and its

@@ -344,7 +344,12 @@ def analyse(df: pd.DataFrame) -> WorldSenseReport:
         tuples = tuple_table(df)
     for w in caught:
         warnings.warn(w.message, stacklevel=2)
-    n_incomplete = n0 - int(tuples["n_trials"].sum())
+    return analyse_tuples(tuples, n0 - int(tuples["n_trials"].sum()))
+
+
+def analyse_tuples(tuples: pd.DataFrame, n_incomplete: int = 0) -> WorldSenseReport:
+    """:func:`analyse` from per-tuple tables already built (:func:`tuple_table`; the report
+    reuses each run's table from the metrics pipeline instead of rebuilding it)."""
     acc = group_stats(tuples, ["prompting", "modelname"]).reset_index()
     pacc = group_stats(tuples, ["prompting", "modelname", "problemname"]).reset_index()
     pbias = group_stats(tuples, ["prompting", "problemname", "modelname"], "bias").reset_index()

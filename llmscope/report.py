@@ -68,10 +68,30 @@ def worldsense_reports(store: Store, runs: list[dict[str, Any]]) -> tuple[list[d
     ws = [r for r in runs if r.get("suite_name") == "worldsense"]
     if not ws:
         return [], []
-    from llmscope.analysis.queries import item_fields_frame
-    from llmscope.analysis.worldsense import analyse, report_rows, worldsense_frame
+    from llmscope.analysis.worldsense import analyse_tuples
 
-    # Only the fields the authors' analysis reads, extracted by DuckDB (not 87k JSON decodes).
+    # Each run's per-tuple table comes from its metrics (cached by build_report): the authors'
+    # tables are then a few group-bys, not a second pass over every trial.
+    tables = []
+    n_incomplete = 0
+    for run in ws:
+        art = _run_metrics(store, run).artifacts
+        if "worldsense_tuples" not in art:
+            return _worldsense_reports_from_rows(store, ws)
+        opts = run.get("options") or {}
+        prompting = (opts.get("import") or {}).get("prompting") or (opts.get("task") or {}).get("prompting") or "basic"
+        tables.append(art["worldsense_tuples"].assign(prompting=prompting))
+        n_incomplete += int(art["worldsense_incomplete"])
+    rep = analyse_tuples(pd.concat(tables, ignore_index=True), n_incomplete)
+    warned = [f"WorldSense: {n_incomplete} trial(s) of incomplete tuples excluded"] if n_incomplete else []
+    return _worldsense_output(rep, ws, warned)
+
+
+def _worldsense_reports_from_rows(store: Store, ws: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The authors' analysis rebuilt from the stored trials (runs whose metrics hold no tuple table)."""
+    from llmscope.analysis.queries import item_fields_frame
+    from llmscope.analysis.worldsense import analyse, worldsense_frame
+
     items = item_fields_frame(store, ws[0]["suite_id"], ["tuple_ID", "expectedresp", "options", "problemname",
                                                           "problemsize"])
     items = items.rename(columns={"item_id": "Key", "gold": "goldresp"})
@@ -91,6 +111,12 @@ def worldsense_reports(store: Store, runs: list[dict[str, Any]]) -> tuple[list[d
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         rep = analyse(df)
+    return _worldsense_output(rep, ws, [str(w.message) for w in caught])
+
+
+def _worldsense_output(rep: Any, ws: list[dict[str, Any]], warned: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    from llmscope.analysis.worldsense import report_rows
+
     rows = []
     by_model = {str(r.get("model")): r for r in ws}
     for row in report_rows(rep, "worldsense"):
@@ -102,8 +128,8 @@ def worldsense_reports(store: Store, runs: list[dict[str, Any]]) -> tuple[list[d
     text.append(rep.pivot("accuracy").to_string())
     text += ["", "accuracy per problem", rep.pivot("problem_accuracy").to_string()]
     text += ["", "bias per problem (+1 = always TRUE/POSSIBLE/KNOW)", rep.pivot("problem_bias").to_string()]
-    for w in caught:
-        text.append(f"warning: {w.message}")
+    for w in warned:
+        text.append(f"warning: {w}")
     return rows, text
 
 
