@@ -30,7 +30,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+
+# scipy.special, not scipy.stats: the same quantile functions (stats.t.ppf and stats.norm.ppf
+# call these) without importing scipy.stats (most of `llmscope report`'s start-up time).
+from scipy import special
 
 __all__ = [
     "Interval",
@@ -82,7 +85,7 @@ class BootstrapResult:
 
 
 def _z(level: float) -> float:
-    return float(stats.norm.ppf(0.5 + level / 2))
+    return float(special.ndtri(0.5 + level / 2))
 
 
 def wilson_interval(k: float, n: float, level: float = 0.95) -> tuple[float, float]:
@@ -140,7 +143,7 @@ def cluster_robust_interval(
     if G < 2:
         return (p, math.nan, math.nan)
     var = G / (G - 1) * float(np.sum((y - p * m) ** 2)) / (M * M)
-    t = float(stats.t.ppf(0.5 + level / 2, df=G - 1))
+    t = float(special.stdtrit(G - 1, 0.5 + level / 2))
     half = t * math.sqrt(var)
     return (p, max(0.0, p - half), min(1.0, p + half))
 

@@ -28,7 +28,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+
+# scipy.special, not scipy.stats: the same quantile functions (stats.t.ppf and stats.norm.ppf
+# call these) without importing scipy.stats (most of `llmscope report`'s start-up time).
+from scipy import special
 
 from .intervals import accuracy_ci
 from .queries import (
@@ -400,7 +403,7 @@ def mean_ci(values: Any, clusters: Any, level: float = 0.95) -> tuple[float, flo
     if G < 2:
         return (p, math.nan, math.nan, n, G, "cluster-t")
     var = G / (G - 1) * float(np.sum((y - p * m) ** 2)) / float(m.sum()) ** 2
-    t = float(stats.t.ppf(0.5 + level / 2, df=G - 1))
+    t = float(special.stdtrit(G - 1, 0.5 + level / 2))
     half = t * math.sqrt(var)
     return (p, p - half, p + half, n, G, "cluster-t")
 
@@ -1164,8 +1167,6 @@ def _register_feature_producers() -> None:
     """Producers that live in feature modules, registered once with their definitions."""
     from llmscope.analysis.abstention import ABSTAINING_TASKS, abstention_rows
     from llmscope.analysis.api_method import api_method_rows
-    from llmscope.analysis.contamination import contamination_rows
-    from llmscope.analysis.genmetrics import generation_library_rows
     from llmscope.analysis.syntaxgym import sg_rows
 
     for d in (
@@ -1234,24 +1235,37 @@ def _register_feature_producers() -> None:
                   _RATE_CI, _T1),
     ):
         define_metric(d)
-    from llmscope.analysis import design_effects, methods
+    def lazy(module: str, fn: str) -> RowProducer:
+        """A row producer imported on first use (these modules pull in scipy.stats/optimize)."""
+
+        def call(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:
+            import importlib
+
+            return list(getattr(importlib.import_module(module), fn)(df, run, spec))
+
+        return call
 
     # Each gate is what the producer reads: skipping it when absent changes no number.
-    register_row_producer("method_sensitivity", methods.sensitivity_rows, needs=lambda c: c.extra_has("methods"))
-    register_row_producer("human_choice_fit", methods.fit_rows,
+    register_row_producer("method_sensitivity", lazy("llmscope.analysis.methods", "sensitivity_rows"),
+                          needs=lambda c: c.extra_has("methods"))
+    register_row_producer("human_choice_fit", lazy("llmscope.analysis.methods", "fit_rows"),
                           needs=lambda c: c.has("option_scores") or c.has("probs"))
-    register_row_producer("softmax_accuracy_curve", methods.softmax_curve_rows, ("choice", "constrained"),
+    register_row_producer("softmax_accuracy_curve", lazy("llmscope.analysis.methods", "softmax_curve_rows"),
+                          ("choice", "constrained"),
                           needs=lambda c: c.has("option_scores"))
-    register_row_producer("order_effects", design_effects.order_effect_rows,
+    register_row_producer("order_effects", lazy("llmscope.analysis.design_effects", "order_effect_rows"),
                           needs=lambda c: c.extra_has("design") or c.prof().derived_variants)
-    register_row_producer("fewshot_bias", design_effects.fewshot_rows, ("yesno", "rating"),
+    register_row_producer("fewshot_bias", lazy("llmscope.analysis.design_effects", "fewshot_rows"),
+                          ("yesno", "rating"),
                           needs=lambda c: c.extra_has("design"))
     register_row_producer("abstention", abstention_rows, ABSTAINING_TASKS, whole_items=False)
     register_row_producer("api_method", api_method_rows, needs=lambda c: c.run.get("backend") == "openai",
                           whole_items=False)
     register_row_producer("syntaxgym", sg_rows, ["syntaxgym"])
-    register_row_producer("contamination", contamination_rows, ["contamination"])
-    register_row_producer("genmetrics", generation_library_rows, ["generation"], needs=lambda c: c.has("extra"),
+    register_row_producer("contamination", lazy("llmscope.analysis.contamination", "contamination_rows"),
+                          ["contamination"])
+    register_row_producer("genmetrics", lazy("llmscope.analysis.genmetrics", "generation_library_rows"),
+                          ["generation"], needs=lambda c: c.has("extra"),
                           whole_items=False)
 
 
