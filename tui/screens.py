@@ -524,6 +524,8 @@ class DashboardScreen(BaseScreen):
             if snap is not None and not snap["ended"]:
                 self.feed, self.source = feed, "live"
         progress: dict[str, Any] | None = None
+        if initial and self.source == "db" and self.model is None:
+            self._first_frame()
         if self.source == "live":
             assert self.feed is not None
             snap = self.feed.progress() or {}
@@ -554,6 +556,18 @@ class DashboardScreen(BaseScreen):
         snap_ = self.model.compute(throttle_s=app.refresh_s * 2 if self._is_active(run) else 0.0)
         self.post_message(DashData(run, progress, snap_, self.source))
 
+    def _first_frame(self) -> None:
+        """Header and counts at once (one SQL query); the numbers follow from the pipeline."""
+        from llmscope.tui.model import quick_snapshot
+
+        try:
+            with self.llm_app.handle.use() as store:
+                run, snap = quick_snapshot(store, self.run_id)
+        except StoreError:
+            return  # _load_db reports it
+        if run is not None:
+            self.post_message(DashData(run, None, snap, "db"))
+
     def _load_db(self, initial: bool) -> None:
         with self.llm_app.handle.use() as store:
             run = store.get_run(self.run_id) or store.find_run(self.run_id)
@@ -576,6 +590,9 @@ class DashboardScreen(BaseScreen):
             self._bound_status = status
             self.refresh_bindings()  # Stop run / Resume run follow the status
         self._show_header(msg.run, msg.progress, msg.snap, msg.source)
+        if msg.snap.pending:
+            self.query_one("#acc", Static).update(Text("computing metrics ...", style="dim"))
+            return
         if msg.snap.version != self._shown_version:
             self._shown_version = msg.snap.version
             self._show_panels(msg.snap)
