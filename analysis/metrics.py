@@ -166,8 +166,9 @@ _DEFS: list[MetricDef] = [
               "generation (CFC)"),
     MetricDef("probeval_wrong_share", "share of model samples matched to no human answer cluster",
               "none", "generation (CFC)"),
-    MetricDef("worldsense_accuracy", "the WorldSense authors' accuracy in %: tuple-weighted, "
-              "rebalanced, answer classes (1 and 2 are KNOW); the published metric",
+    MetricDef("worldsense_accuracy", "the WorldSense authors' accuracy: tuple-weighted, rebalanced, "
+              "answer classes (1 and 2 are KNOW); the published metric, a fraction here (the authors' "
+              "tables, printed after the report, show it x100: 0.556 is their 55.6)",
               "the authors' conf95 (mean +/- 1.96 sd / sqrt(n tuples))", "constrained (WorldSense)"),
     MetricDef("worldsense_bias", "the WorldSense authors' bias per problem (+1 = always "
               "TRUE/POSSIBLE/KNOW)", "the authors' conf95", "constrained (WorldSense)"),
@@ -1109,8 +1110,6 @@ def display(name: str, value: float | None) -> str:
         return "-"
     if name == "errors":
         return f"{value:.0f}"
-    if name.startswith("worldsense_"):
-        return f"{value:.1f}"  # the authors' scale: percent (accuracy) or [-1, 1] (bias)
     return f"{value:.3f}"
 
 

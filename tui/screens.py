@@ -749,7 +749,7 @@ class DashboardScreen(BaseScreen):
                 box=None,
                 padding=(0, 1),
                 header_style="bold",
-                title="WorldSense per problem (the authors' metrics: worldsense_accuracy %, worldsense_bias)",
+                title="WorldSense per problem (the authors' metrics: worldsense_accuracy, worldsense_bias)",
                 title_justify="left",
                 expand=True,
             )
