@@ -173,6 +173,9 @@ _DEFS: list[MetricDef] = [
     MetricDef("worldsense_bias", "the WorldSense authors' bias per problem (+1 = always "
               "TRUE/POSSIBLE/KNOW)", "the authors' conf95", "constrained (WorldSense)"),
     MetricDef("errors", "number of items whose scoring raised an error (n = all items)", "none"),
+    MetricDef("acc_stderr", "lm-eval's standard error of `accuracy`: sample sd (ddof=1) of per-row "
+              "`correct` / sqrt(n), rows treated as independent; only in `llmscope export --format "
+              "lm-eval` (the report's intervals cluster)", "none", "export (lm-eval)"),
 ]
 METRICS: dict[str, MetricDef] = {d.name: d for d in _DEFS}
 
@@ -1101,6 +1104,15 @@ def paired_comparison(a: pd.DataFrame, b: pd.DataFrame, cluster_field: str | Non
     dis = p[(ca >= 0.5) != (cb >= 0.5)].reset_index(drop=True)
     return PairedComparison(n, G, float(ca.mean()), float(cb.mean()), diff, lo, hi, min(1.0, pval),
                             "paired cluster bootstrap", p, dis)
+
+
+def iid_stderr(values: Sequence[float]) -> float | None:
+    """lm-eval's standard error of a mean: sample sd (ddof=1) / sqrt(n), rows independent
+    (`acc_stderr` in `llmscope export --format lm-eval`); None below two values."""
+    n = len(values)
+    if n < 2:
+        return None
+    return float(np.std(np.asarray(values, dtype=float), ddof=1) / math.sqrt(n))
 
 
 # -- display ---------------------------------------------------------------------------------
