@@ -145,10 +145,12 @@ def metric_frame(store: Any, run: dict[str, Any], fields: Iterable[str], *,
 
 def _attach(df: pd.DataFrame, items: pd.DataFrame, columns: dict[str, str]) -> None:
     """Add item columns to result rows by item id (None where the item is missing)."""
-    pos = pd.Index(items["item_id"].astype(str)).get_indexer(df["item_id"].astype(str))
+    pos = pd.Index(items["item_id"].astype(str)).get_indexer(pd.Index(df["item_id"].astype(str)))
     miss = pos < 0
     for src, dst in columns.items():
-        vals = np.append(items[src].to_numpy(dtype=object), None)
+        vals = np.empty(len(items) + 1, dtype=object)
+        vals[:-1] = items[src].to_numpy(dtype=object)
+        vals[-1] = None
         df[dst] = pd.Series(vals[np.where(miss, len(vals) - 1, pos)], index=df.index, dtype=object)
 
 

@@ -326,6 +326,8 @@ class RunModel:
         # A finished stored run's metrics from the store (run_metrics: lean SQL frame, cached),
         # with the row version they belong to.
         self._db_metrics: tuple[int, Any] | None = None
+        self._item_index: pd.Index | None = None  # item ids in `items` order (item_values)
+        self._item_cols: dict[tuple[str, str], np.ndarray] = {}
         self.has_human = any(
             "human_q1" in (it.get("fields") or {}) for it in list(items.values())[:50]
         )
@@ -345,9 +347,9 @@ class RunModel:
         of a dict lookup per row (87k-row runs).
         """
         with self.lock:
-            if getattr(self, "_item_index", None) is None or len(self._item_index) != len(self.items):
+            if self._item_index is None or len(self._item_index) != len(self.items):
                 self._item_index = pd.Index(list(self.items))
-                self._item_cols: dict[tuple[str, str], np.ndarray] = {}
+                self._item_cols = {}
             col = self._item_cols.get((key, name))
             if col is None:
                 vals = [((it.get("fields") or {}).get(name) if key == "fields" else it.get(key))
@@ -356,7 +358,7 @@ class RunModel:
                 col[:-1] = vals
                 col[-1] = None
                 self._item_cols[(key, name)] = col
-            pos = self._item_index.get_indexer(ids.astype(str))
+            pos = self._item_index.get_indexer(pd.Index(ids.astype(str)))
         return col[np.where(pos < 0, len(col) - 1, pos)]
 
     # -- ingestion --------------------------------------------------------------------------
@@ -368,7 +370,7 @@ class RunModel:
 
         df = df.copy()
         df["item_id"] = df["item_id"].astype(str).astype(object)
-        df["probs"] = decode_json_column(df["probs"]) if df["probs"].map(type).eq(str).any() else df["probs"]
+        df["probs"] = decode_json_column(df["probs"]) if df["probs"].map(lambda v: isinstance(v, str)).any() else df["probs"]
         ids = df["item_id"]
         for g in self.group_by:
             df[f"g.{g}"] = pd.Series(self.item_values(ids, g), index=df.index, dtype=object)
