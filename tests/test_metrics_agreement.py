@@ -9,6 +9,8 @@ here calls the metrics pipeline directly.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import sys
@@ -28,12 +30,14 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 LIMIT = {"worldsense": 6}
 
 
-def listed_suites(capsys) -> tuple[list[str], list[str]]:
+def listed_suites() -> tuple[list[str], list[str]]:
     """(built-in suites with items, loaders of external corpora) as `llmscope suites` lists them."""
-    capsys.readouterr()
-    assert main(["suites"]) == 0
-    builtin, external = [], []
-    for line in capsys.readouterr().out.splitlines():
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["suites"]) == 0
+    builtin: list[str] = []
+    external: list[str] = []
+    for line in out.getvalue().splitlines():
         parts = line.split()
         if len(parts) >= 3:
             (external if parts[2] == "-" else builtin).append(parts[0])
@@ -149,26 +153,36 @@ async def drive(db: Path, rows: list[dict], suites: list[str]) -> int:
     return checked
 
 
-@pytest.mark.slow
-async def test_dashboard_equals_report_for_every_builtin_suite(tmp_path, capsys):
-    builtin, _ = listed_suites(capsys)
+@pytest.fixture(scope="module")
+def builtin_db(tmp_path_factory) -> tuple[Path, list[str]]:
+    builtin, _ = listed_suites()
     assert {"commonsense-sample", "mc-sample", "minimal-pairs", "rating-sample", "generation-sample",
             "pragmatics-choice", "syntax-sample", "contamination-sample"} <= set(builtin)
-    db = make_runs(tmp_path, builtin)
-    rows = report_rows(db, capsys)
-    checked = await drive(db, rows, builtin)
-    assert checked >= 3 * len(builtin)
+    return make_runs(tmp_path_factory.mktemp("agree"), builtin), builtin
 
 
-@pytest.mark.slow
-async def test_dashboard_equals_report_for_external_corpora(tmp_path, capsys):
-    _, external = listed_suites(capsys)
+@pytest.fixture(scope="module")
+def external_db(tmp_path_factory) -> tuple[Path, list[str]]:
+    _, external = listed_suites()
     have = [s for s in external if (SHARED / "data" / s.split("-")[0]).is_dir()]
     if not have:
         pytest.skip(f"no third-party corpora under {SHARED / 'data'} (worldsense, commonsense, cfc, syntaxgym)")
-    db = make_runs(tmp_path, have)
+    return make_runs(tmp_path_factory.mktemp("agree-ext"), have), have
+
+
+@pytest.mark.slow
+async def test_dashboard_equals_report_for_every_builtin_suite(builtin_db, capsys):
+    db, suites = builtin_db
     rows = report_rows(db, capsys)
-    checked = await drive(db, rows, have)
-    assert checked >= 2 * len(have)
-    if "worldsense" in have:
+    checked = await drive(db, rows, suites)
+    assert checked >= 3 * len(suites)
+
+
+@pytest.mark.slow
+async def test_dashboard_equals_report_for_external_corpora(external_db, capsys):
+    db, suites = external_db
+    rows = report_rows(db, capsys)
+    checked = await drive(db, rows, suites)
+    assert checked >= 2 * len(suites)
+    if "worldsense" in suites:
         assert any(r["metric"] == "worldsense_accuracy" for r in rows)

@@ -107,3 +107,38 @@ def test_analysis_never_imports_the_cli_layer() -> None:
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             for n in names:
                 assert not n.startswith(banned), f"{path.name} imports {n}"
+
+
+def test_live_progress_accuracy_equals_the_report(tmp_path: Path) -> None:
+    # The run loop's running accuracy (console, run list while a run streams) and the report's
+    # `accuracy` of the finished run: two code paths, one definition.
+    import asyncio
+    import json
+
+    from llmscope.data.suites import load_suite
+    from llmscope.engine.hf_backend import HFBackend
+    from llmscope.engine.runner import Runner, RunPlan
+    from tests.tinymodel import make_tiny_model, tiny_spec
+
+    lines = [json.dumps({"id": f"s{i}", "text": f"The sky is number {i}.", "gold": "yes" if i % 3 else "no"})
+             for i in range(9)]
+    (tmp_path / "items.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "suite.yaml").write_text("name: tiny\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
+                                         "templates:\n  a: 'Is it true? {text}'\n  b: 'Do you agree? {text}'\n")
+    model, tok = make_tiny_model(tmp_path)
+    backend = HFBackend(tiny_spec(tmp_path), model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=4)
+    plan = RunPlan(suite=load_suite(tmp_path / "suite.yaml"), model_label="tiny", model_arg="tiny")
+
+    async def main():  # type: ignore[no-untyped-def]
+        try:
+            return await Runner(plan, backend, store).run()
+        finally:
+            await backend.aclose()
+
+    with Store(tmp_path / "p.duckdb") as store:
+        prog = asyncio.run(main())
+        rm = run_metrics(store, store.get_run(prog.run_id))
+    acc = rm.get("accuracy")
+    assert prog.accuracy is not None and acc is not None and prog.scored == acc.n == 18
+    assert display("accuracy", prog.accuracy) == display("accuracy", acc.value)
+    assert prog.accuracy == pytest.approx(acc.value, abs=1e-12)
