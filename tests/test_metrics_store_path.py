@@ -142,3 +142,22 @@ def test_live_progress_accuracy_equals_the_report(tmp_path: Path) -> None:
     assert prog.accuracy is not None and acc is not None and prog.scored == acc.n == 18
     assert display("accuracy", prog.accuracy) == display("accuracy", acc.value)
     assert prog.accuracy == pytest.approx(acc.value, abs=1e-12)
+
+
+def test_vectorised_cluster_bootstrap_gives_the_loops_interval() -> None:
+    import numpy as np
+
+    from llmscope.analysis.metrics import (
+        BootstrapConfig,
+        cluster_bootstrap_mean,
+        cluster_bootstrap_stat,
+    )
+
+    rng = np.random.default_rng(5)
+    v = rng.random(57)
+    cl = rng.integers(0, 23, size=57).astype(str)  # uneven clusters, an odd count
+    cfg = BootstrapConfig(resamples=400, seed=3)
+    loop = cluster_bootstrap_stat(lambda ix: float(v[ix].mean()), len(v), cl, cfg)
+    fast = cluster_bootstrap_mean(v, cl, cfg)
+    assert fast[3] == loop[3] and fast[0] == pytest.approx(loop[0], abs=1e-15)
+    assert fast[1] == pytest.approx(loop[1], abs=1e-12) and fast[2] == pytest.approx(loop[2], abs=1e-12)
