@@ -122,6 +122,10 @@ def check_dashboard(text: str, rows: list[dict], rid: str, suite: str, group_by:
             cells = [f3(r["value"]), f3(r["ci95"][1] - r["value"]), f3(b["value"]), f3(b["ci95"][1] - b["value"])]
             assert re.search(rf"\b{re.escape(p)}\s+" + r"\s+".join(re.escape(c) for c in cells), text), (p, cells)
             checked += 1
+    sg = one(rows, rid, "sg_score")
+    if sg is not None and sg["ci95"]:
+        assert f"sg_score {f3(sg['value'])} [{f3(sg['ci95'][0])}, {f3(sg['ci95'][1])}]" in text, (suite, text)
+        checked += 1
     for m, label in (("consensus", "consensus"), ("awareness", "awareness"), ("commonsensicality", "common sense")):
         r = one(rows, rid, m)
         if r is not None and r["value"] is not None:

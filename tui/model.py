@@ -341,7 +341,8 @@ class RunModel:
 
     # -- per-item lookups (vectorised: one array per field, indexed by item position) -------
     def item_values(self, ids: pd.Series, name: str, *, key: str = "fields") -> np.ndarray:
-        """Each row's item field ``name`` (``key="text"``: the item text), None where absent.
+        """Each row's item field ``name`` (``key="item"``: the item's own ``name``, e.g. its
+        text or its whole fields dict), None where absent.
 
         One pass over the items per field, then a positional take per batch of rows, instead
         of a dict lookup per row (87k-row runs).
@@ -352,7 +353,7 @@ class RunModel:
                 self._item_cols = {}
             col = self._item_cols.get((key, name))
             if col is None:
-                vals = [((it.get("fields") or {}).get(name) if key == "fields" else it.get(key))
+                vals = [((it.get("fields") or {}).get(name) if key == "fields" else it.get(name))
                         for it in self.items.values()]
                 col = np.empty(len(vals) + 1, dtype=object)
                 col[:-1] = vals
@@ -485,6 +486,8 @@ class Snapshot:
     failing: dict[str, list[Any]] = field(default_factory=dict)
     group_values: list[str] = field(default_factory=list)
     pending: bool = False  # the first frame: counts only, the numbers are being computed
+    sg: list[Acc] = field(default_factory=list)  # SyntaxGym: sg_score per suite
+    sg_overall: Acc | None = None  # sg_score overall (mean over suites)
 
 
 def quick_snapshot(store: Store, run_id: str) -> tuple[dict[str, Any] | None, Snapshot]:
@@ -505,7 +508,8 @@ def quick_snapshot(store: Store, run_id: str) -> tuple[dict[str, Any] | None, Sn
 
 # The dashboard runs these producers of the metrics pipeline (the others need columns the
 # light rows do not carry, and the dashboard does not show them).
-DASHBOARD_PRODUCERS = ("accuracy", "yesno", "calibration", "commonsense", "human_correlation", "worldsense")
+DASHBOARD_PRODUCERS = ("accuracy", "yesno", "calibration", "commonsense", "human_correlation", "worldsense",
+                       "syntaxgym")
 # Fields the pipeline reads from an item (besides the suite's group_by and cluster field).
 _PIPELINE_FIELDS = ("human_q1", "category", "tuple_ID", "expectedresp", "problemname", "problemsize",
                     "options")
@@ -519,6 +523,9 @@ def pipeline_frame(model: RunModel, df: pd.DataFrame) -> pd.DataFrame:
         vals = pd.Series(model.item_values(out["item_id"], f), index=out.index, dtype=object)
         if vals.notna().any():
             out[f"f.{f}"] = vals
+    if model.task == "syntaxgym":  # the SG producer reads whole items (their suite)
+        out["fields"] = pd.Series(model.item_values(out["item_id"], "fields", key="item"), index=out.index,
+                                  dtype=object)
     out["run_id"] = model.run_id
     return out
 
@@ -587,6 +594,11 @@ def compute_snapshot(model: RunModel, df: pd.DataFrame) -> Snapshot:
         snap.human_stats = hs
     if model.is_worldsense:
         snap.worldsense = _worldsense_table(rm)
+    sg = rm.get("sg_score")
+    if sg is not None:  # SyntaxGym: the pipeline's SG scores (per suite Wilson, overall stratified bootstrap)
+        snap.sg_overall = _acc_of(sg, "overall")
+        snap.sg = [a for m in rm.metrics if m.name == "sg_score" and len(m.group) == 1
+                   if (a := _acc_of(m, str(next(iter(m.group.values())))))]
     _failing(model, df, err, correct, snap)
     return snap
 
@@ -665,7 +677,7 @@ def _failing(
         dist = (pd.to_numeric(sub["p_yes"], errors="coerce") - sub["human"]).abs()
     else:
         dist = pd.Series([np.nan] * len(sub), index=sub.index)
-    text = pd.Series(model.item_values(sub["item_id"], "text", key="text"), index=sub.index).fillna("")
+    text = pd.Series(model.item_values(sub["item_id"], "text", key="item"), index=sub.index).fillna("")
     snap.failing = {
         "item_id": sub["item_id"].astype(str).tolist(),
         "variant": sub["variant"].astype(str).tolist(),
