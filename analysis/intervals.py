@@ -30,7 +30,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+
+# scipy.special, not scipy.stats: the same quantile functions (stats.t.ppf and stats.norm.ppf
+# call these) without importing scipy.stats (most of `llmscope report`'s start-up time).
+from scipy import special
 
 __all__ = [
     "Interval",
@@ -82,7 +85,7 @@ class BootstrapResult:
 
 
 def _z(level: float) -> float:
-    return float(stats.norm.ppf(0.5 + level / 2))
+    return float(special.ndtri(0.5 + level / 2))
 
 
 def wilson_interval(k: float, n: float, level: float = 0.95) -> tuple[float, float]:
@@ -99,14 +102,19 @@ def wilson_interval(k: float, n: float, level: float = 0.95) -> tuple[float, flo
 
 def _clean(correct: Any, clusters: Any | None) -> tuple[np.ndarray, np.ndarray | None, int]:
     """Numeric correctness with NaN/None removed, aligned cluster labels, missing count."""
-    arr = np.asarray(
-        correct if isinstance(correct, (np.ndarray, pd.Series)) else list(correct), dtype=object
-    )
-    c = pd.to_numeric(pd.Series(arr, dtype="object"), errors="coerce").to_numpy(dtype=float)
+    if isinstance(correct, (np.ndarray, pd.Series)) and np.asarray(correct).dtype.kind in "fiub":
+        c = np.asarray(correct, dtype=float)  # already numeric: no per-value conversion
+    else:
+        arr = np.asarray(
+            correct if isinstance(correct, (np.ndarray, pd.Series)) else list(correct), dtype=object
+        )
+        c = pd.to_numeric(pd.Series(arr, dtype="object"), errors="coerce").to_numpy(dtype=float)
     keep = ~np.isnan(c)
     g = None
     if clusters is not None:
-        g_all = np.asarray(clusters, dtype=object)
+        g_all = np.asarray(clusters)
+        if g_all.dtype.kind not in "iu":  # integer cluster codes stay integers (fast to factorize)
+            g_all = g_all.astype(object)
         if len(g_all) != len(c):
             raise ValueError(f"clusters has length {len(g_all)}, correct has {len(c)}")
         g = g_all[keep]
@@ -114,7 +122,7 @@ def _clean(correct: Any, clusters: Any | None) -> tuple[np.ndarray, np.ndarray |
 
 
 def _cluster_sums(c: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    codes, _ = pd.factorize(pd.Series(g, dtype="object"), sort=False)
+    codes, _ = pd.factorize(g if g.dtype.kind in "iu" else pd.Series(g, dtype="object"), sort=False)
     y = np.bincount(codes, weights=c)
     m = np.bincount(codes).astype(float)
     return y, m
@@ -135,7 +143,7 @@ def cluster_robust_interval(
     if G < 2:
         return (p, math.nan, math.nan)
     var = G / (G - 1) * float(np.sum((y - p * m) ** 2)) / (M * M)
-    t = float(stats.t.ppf(0.5 + level / 2, df=G - 1))
+    t = float(special.stdtrit(G - 1, 0.5 + level / 2))
     half = t * math.sqrt(var)
     return (p, max(0.0, p - half), min(1.0, p + half))
 

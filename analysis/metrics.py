@@ -27,11 +27,22 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+
+# scipy.special, not scipy.stats: the same quantile functions (stats.t.ppf and stats.norm.ppf
+# call these) without importing scipy.stats (most of `llmscope report`'s start-up time).
+from scipy import special
 
 from llmscope.store.db import decode_json
 
 from .intervals import accuracy_ci
+from .queries import (
+    EXTRA_KEYS,
+    RESULT_COLUMNS,
+    ResultProfile,
+    metric_frame,
+    result_profile,
+    rows_signature,
+)
 from .rows import metric_row
 
 __all__ = [
@@ -51,6 +62,7 @@ __all__ = [
     "cluster_key",
     "mean_ci",
     "cluster_bootstrap_stat",
+    "cluster_bootstrap_mean",
     "paired_comparison",
     "PairedComparison",
     "metrics_markdown",
@@ -156,12 +168,16 @@ _DEFS: list[MetricDef] = [
               "generation (CFC)"),
     MetricDef("probeval_wrong_share", "share of model samples matched to no human answer cluster",
               "none", "generation (CFC)"),
-    MetricDef("worldsense_accuracy", "the WorldSense authors' accuracy in %: tuple-weighted, "
-              "rebalanced, answer classes (1 and 2 are KNOW); the published metric",
+    MetricDef("worldsense_accuracy", "the WorldSense authors' accuracy: tuple-weighted, rebalanced, "
+              "answer classes (1 and 2 are KNOW); the published metric, a fraction here (the authors' "
+              "tables, printed after the report, show it x100: 0.556 is their 55.6)",
               "the authors' conf95 (mean +/- 1.96 sd / sqrt(n tuples))", "constrained (WorldSense)"),
     MetricDef("worldsense_bias", "the WorldSense authors' bias per problem (+1 = always "
               "TRUE/POSSIBLE/KNOW)", "the authors' conf95", "constrained (WorldSense)"),
     MetricDef("errors", "number of items whose scoring raised an error (n = all items)", "none"),
+    MetricDef("acc_stderr", "lm-eval's standard error of `accuracy`: sample sd (ddof=1) of per-row "
+              "`correct` / sqrt(n), rows treated as independent; only in `llmscope export --format "
+              "lm-eval` (the report's intervals cluster)", "none", "export (lm-eval)"),
 ]
 METRICS: dict[str, MetricDef] = {d.name: d for d in _DEFS}
 
@@ -214,6 +230,9 @@ class RunMetrics:
     cluster_unit: str
     bootstrap: BootstrapConfig
     metrics: list[Metric] = field(default_factory=list)
+    # Intermediate tables other analyses of the same rows reuse (WorldSense: the per-tuple
+    # table); not part of the metric values.
+    artifacts: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def get(self, name: str, group: Mapping[str, Any] | None = None) -> Metric | None:
         """The metric ``name`` for exactly ``group`` (None/{} = overall), or None."""
@@ -282,6 +301,10 @@ class MetricContext:
     by: list[str]
     bootstrap: BootstrapConfig
     store: Any = None
+    profile: ResultProfile | None = None
+    field_hint: frozenset[str] | None = None  # item field names, when deciding before loading rows
+    _codes: np.ndarray | None = field(default=None, repr=False)
+    artifacts: dict[str, Any] = field(default_factory=dict, repr=False)  # tables other reports reuse
 
     @property
     def task(self) -> str | None:
@@ -299,14 +322,64 @@ class MetricContext:
         return self.df[self.df["error"].isna()]
 
     def clusters(self, sub: pd.DataFrame) -> np.ndarray:
-        return cluster_key(sub, self.cluster_field)
+        """Cluster labels of ``sub`` (rows of ``df``): integer codes of :func:`cluster_key`,
+        computed once for the whole frame (the same partition, far cheaper per group)."""
+        if not self.df.index.is_unique:
+            return cluster_key(sub, self.cluster_field)
+        if self._codes is None or len(self._codes) != len(self.df):
+            self._codes = pd.factorize(pd.Series(cluster_key(self.df, self.cluster_field), dtype=object),
+                                       sort=False)[0]
+        pos = self.df.index.get_indexer(sub.index)
+        if (pos < 0).any():  # a frame derived from df with new rows: label it directly
+            return cluster_key(sub, self.cluster_field)
+        return self._codes[pos]
+
+    def prof(self) -> ResultProfile:
+        """What the rows hold (from SQL for a stored run, else from the frame), computed once."""
+        if self.profile is None:
+            self.profile = profile_frame(self.df)
+        return self.profile
+
+    def has(self, column: str) -> bool:
+        """True when some row has a value in ``column`` (``f.<name>`` for item fields)."""
+        if column.startswith("f."):
+            if self.field_hint is not None:
+                return column[2:] in self.field_hint
+            return column in self.df and bool(self.df[column].notna().any())
+        return self.prof().has(column)
+
+    def extra_has(self, key: str) -> bool:
+        """True when some row's `extra` may hold the top-level key ``key`` (a cheap gate)."""
+        return key in self.prof().extra_keys
+
+
+def profile_frame(df: pd.DataFrame) -> ResultProfile:
+    """:class:`ResultProfile` of a frame built in memory (tests, the live dashboard)."""
+    nonnull = {c: int(df[c].notna().sum()) for c in df.columns if c in RESULT_COLUMNS}
+    keys: set[str] = set()
+    if "extra" in df and nonnull.get("extra"):
+        ex = df["extra"].dropna()
+        text = ex if ex.map(lambda v: isinstance(v, str)).all() else ex.map(lambda v: json.dumps(v, default=str))
+        for k in EXTRA_KEYS:
+            if text.str.contains(f'"{k}"', regex=False).any():
+                keys.add(k)
+    derived = bool("variant" in df and df["variant"].astype(str).str.contains("@", regex=False).any())
+    return ResultProfile(len(df), nonnull, frozenset(keys), derived)
 
 
 # -- interval helpers ------------------------------------------------------------------------
+def _floats(values: Any) -> np.ndarray:
+    """Values as floats, anything not numeric as NaN (numeric arrays without a per-value pass)."""
+    arr = np.asarray(values)
+    if arr.dtype.kind in "fiub":
+        return arr.astype(float)
+    return pd.to_numeric(pd.Series(np.asarray(values, dtype=object)), errors="coerce").to_numpy(float)
+
+
 def rate(name: str, values: Any, clusters: np.ndarray, group: dict[str, Any] | None = None,
          producer: str = "") -> Metric | None:
     """A share or mean of per-item scores in [0, 1], with the clustered accuracy interval."""
-    v = pd.to_numeric(pd.Series(np.asarray(values, dtype=object)), errors="coerce").to_numpy(float)
+    v = _floats(values)
     keep = np.isfinite(v)
     if not keep.any():
         return None
@@ -321,14 +394,14 @@ def mean_ci(values: Any, clusters: Any, level: float = 0.95) -> tuple[float, flo
     Not clipped (differences and scores may leave [0, 1]). Returns
     ``(mean, lo, hi, n, n_clusters, method)``; with one cluster the interval is NaN.
     """
-    v = pd.to_numeric(pd.Series(np.asarray(values, dtype=object)), errors="coerce").to_numpy(float)
-    g = np.asarray(clusters, dtype=object)
+    v = _floats(values)
+    g = np.asarray(clusters)
     keep = np.isfinite(v)
     v, g = v[keep], g[keep]
     n = len(v)
     if n == 0:
         return (math.nan, math.nan, math.nan, 0, 0, "empty")
-    codes, _ = pd.factorize(pd.Series(g, dtype="object"), sort=False)
+    codes, _ = pd.factorize(g if g.dtype.kind in "iu" else pd.Series(g, dtype="object"), sort=False)
     y = np.bincount(codes, weights=v)
     m = np.bincount(codes).astype(float)
     G = len(y)
@@ -336,7 +409,7 @@ def mean_ci(values: Any, clusters: Any, level: float = 0.95) -> tuple[float, flo
     if G < 2:
         return (p, math.nan, math.nan, n, G, "cluster-t")
     var = G / (G - 1) * float(np.sum((y - p * m) ** 2)) / float(m.sum()) ** 2
-    t = float(stats.t.ppf(0.5 + level / 2, df=G - 1))
+    t = float(special.stdtrit(G - 1, 0.5 + level / 2))
     half = t * math.sqrt(var)
     return (p, p - half, p + half, n, G, "cluster-t")
 
@@ -389,8 +462,42 @@ def cluster_bootstrap_stat(
     return est, float(lo), float(hi), G
 
 
+def cluster_bootstrap_mean(values: Any, clusters: Any, cfg: BootstrapConfig) -> tuple[float, float, float, int]:
+    """:func:`cluster_bootstrap_stat` for the mean of per-row values, vectorised.
+
+    Per-cluster sums and sizes, then each resample is a row of cluster multiplicities (one
+    weight matrix per chunk of resamples, no Python loop per resample). The draws are the
+    same as the loop's (``rng.integers(0, G, size=(R, G))`` yields the loop's rows in order),
+    so the same seed gives the same interval. Returns ``(mean, lo, hi, n_clusters)``.
+    """
+    v = _floats(values)
+    codes, _ = pd.factorize(pd.Series(np.asarray(clusters, dtype=object), dtype="object"), sort=False)
+    G = int(codes.max()) + 1 if len(codes) else 0
+    est = float(v.mean()) if len(v) else math.nan
+    if G < 2:
+        return est, math.nan, math.nan, G
+    ys = np.bincount(codes, weights=v, minlength=G)
+    ms = np.bincount(codes, minlength=G).astype(float)
+    rng = np.random.default_rng(cfg.seed)
+    reps = np.empty(cfg.resamples)
+    chunk = max(1, min(cfg.resamples, 2_000_000 // G))
+    done = 0
+    while done < cfg.resamples:
+        k = min(chunk, cfg.resamples - done)
+        idx = rng.integers(0, G, size=(k, G))
+        W = np.bincount((idx + G * np.arange(k)[:, None]).ravel(), minlength=k * G).reshape(k, G).astype(float)
+        reps[done:done + k] = (W @ ys) / (W @ ms)
+        done += k
+    a = (1 - cfg.level) / 2
+    lo, hi = np.quantile(reps, [a, 1 - a])
+    return est, float(lo), float(hi), G
+
+
 # -- producers -------------------------------------------------------------------------------
 Producer = Callable[[MetricContext], list[Metric]]
+
+
+Needs = Callable[[MetricContext], bool]
 
 
 @dataclass
@@ -398,16 +505,34 @@ class _Registered:
     name: str
     fn: Producer
     tasks: tuple[str, ...] | None
+    needs: Needs | None = None  # a cheap test that the rows hold what the producer reads
+    whole_items: bool = False  # reads the items' raw `fields` JSON and text (row producers)
+    reads: tuple[str, ...] | None = None  # result columns read (None: any); see queries.BASE_COLUMNS
+
+    def active(self, ctx: MetricContext) -> bool:
+        if self.tasks is not None and ctx.task not in self.tasks:
+            return False
+        return self.needs is None or bool(self.needs(ctx))
 
 
 PRODUCERS: list[_Registered] = []
 
 
-def register_producer(name: str, tasks: Iterable[str] | None = None) -> Callable[[Producer], Producer]:
-    """Decorator: add a producer, run for ``tasks`` (None = every task), in registration order."""
+def register_producer(name: str, tasks: Iterable[str] | None = None, needs: Needs | None = None,
+                      whole_items: bool = False, reads: Iterable[str] | None = None
+                      ) -> Callable[[Producer], Producer]:
+    """Decorator: add a producer, run for ``tasks`` (None = every task), in registration order.
+
+    ``needs(ctx)`` is a cheap test on what the rows hold (``ctx.has(column)``,
+    ``ctx.extra_has(key)``); a producer whose test fails is skipped, so a big run never pays
+    for analyses it has no data for. It must never be stricter than the producer itself.
+    ``reads`` names the result columns it reads beyond the base ones (None: it may read any);
+    a stored run's frame carries only the columns its active producers read.
+    """
 
     def deco(fn: Producer) -> Producer:
-        PRODUCERS.append(_Registered(name, fn, tuple(tasks) if tasks is not None else None))
+        PRODUCERS.append(_Registered(name, fn, tuple(tasks) if tasks is not None else None, needs, whole_items,
+                                     tuple(reads) if reads is not None else None))
         return fn
 
     return deco
@@ -428,13 +553,17 @@ def rows_to_metrics(rows: Iterable[Mapping[str, Any]], producer: str = "") -> li
     return out
 
 
-def register_row_producer(name: str, fn: RowProducer, tasks: Iterable[str] | None = None) -> None:
-    """Adapter: plug in ``fn(df, run, spec) -> list[metric_row dicts]`` as a producer."""
+def register_row_producer(name: str, fn: RowProducer, tasks: Iterable[str] | None = None,
+                          needs: Needs | None = None, whole_items: bool = True) -> None:
+    """Adapter: plug in ``fn(df, run, spec) -> list[metric_row dicts]`` as a producer.
+
+    With ``whole_items`` the rows carry each item's raw `fields` JSON and text.
+    """
 
     def adapted(ctx: MetricContext) -> list[Metric]:
         return rows_to_metrics(fn(ctx.df, ctx.run, ctx.spec), name)
 
-    register_producer(name, tasks)(adapted)
+    register_producer(name, tasks, needs, whole_items)(adapted)
 
 
 def _group_col(df: pd.DataFrame, fieldname: str) -> str | None:
@@ -443,7 +572,7 @@ def _group_col(df: pd.DataFrame, fieldname: str) -> str | None:
     return f"f.{fieldname}" if f"f.{fieldname}" in df else None
 
 
-@register_producer("accuracy")
+@register_producer("accuracy", reads=())
 def accuracy_metrics(ctx: MetricContext) -> list[Metric]:
     """Accuracy overall, per prompt variant, per ``by`` field."""
     if "correct" not in ctx.df:
@@ -483,7 +612,8 @@ def _extras(df: pd.DataFrame) -> pd.Series:
     return df["extra"].map(lambda s: _json(s) or {}).map(lambda d: d if isinstance(d, dict) else {})
 
 
-@register_producer("methods", tasks=("choice", "constrained"))
+@register_producer("methods", tasks=("choice", "constrained"), needs=lambda c: c.extra_has("methods"),
+                   reads=("extra",))
 def method_metrics(ctx: MetricContext) -> list[Metric]:
     """Choice tasks: accuracy and expected accuracy for each scoring method."""
     ok = ctx.ok()
@@ -509,7 +639,8 @@ def method_metrics(ctx: MetricContext) -> list[Metric]:
     return out
 
 
-@register_producer("position", tasks=("choice", "constrained"))
+@register_producer("position", tasks=("choice", "constrained"), needs=lambda c: c.has("option_scores"),
+                   reads=("option_scores",))
 def position_metrics(ctx: MetricContext) -> list[Metric]:
     """Position bias: how often the first / last listed option is predicted vs is gold."""
     ok = ctx.ok()
@@ -554,7 +685,7 @@ def _yesno_frame(ok: pd.DataFrame) -> pd.DataFrame:
     return f[np.isfinite(y) & np.isfinite(n)]
 
 
-@register_producer("yesno", tasks=("yesno",))
+@register_producer("yesno", tasks=("yesno",), needs=lambda c: c.has("p_yes"), reads=("p_yes", "p_no", "other"))
 def yesno_metrics(ctx: MetricContext) -> list[Metric]:
     """Mean P(yes)/P(no)/P(other), yes rate vs gold, yes bias and off-format rate."""
     ok = ctx.ok()
@@ -612,7 +743,8 @@ def brier_item(probs: Mapping[str, Any] | None, gold: Any) -> float:
 CALIBRATED_TASKS = ("yesno", "choice", "rating", "constrained")
 
 
-@register_producer("calibration", tasks=CALIBRATED_TASKS)
+@register_producer("calibration", tasks=CALIBRATED_TASKS,
+                   needs=lambda c: c.has("confidence") or c.has("probs"), reads=("confidence", "probs", "p_yes"))
 def calibration_metrics(ctx: MetricContext) -> list[Metric]:
     """ECE and MCE (10 equal-width bins), Brier (multi-class; `brier_yes` for yes/no), ties."""
     from .calibration import reliability
@@ -701,7 +833,7 @@ def _is_tie(p: Mapping[str, Any]) -> bool:
     return len(v) >= 2 and v[0] == v[1]
 
 
-@register_producer("generation", tasks=("generation",))
+@register_producer("generation", tasks=("generation",), needs=lambda c: c.has("extra"), reads=("extra",))
 def generation_metrics(ctx: MetricContext) -> list[Metric]:
     """Token F1 of the first sample; with several samples majority / mean exact match and F1."""
     ok = ctx.ok()
@@ -723,7 +855,7 @@ def generation_metrics(ctx: MetricContext) -> list[Metric]:
     return out
 
 
-@register_producer("commonsense", tasks=("yesno",))
+@register_producer("commonsense", tasks=("yesno",), needs=lambda c: c.has("f.human_q1"), reads=("p_yes", "p_no"))
 def commonsense_metrics(ctx: MetricContext) -> list[Metric]:
     """Consensus, awareness and commonsensicality against the human majority (`human_q1`)."""
     df = ctx.df
@@ -756,7 +888,7 @@ def commonsense_metrics(ctx: MetricContext) -> list[Metric]:
     return out
 
 
-@register_producer("human_correlation", tasks=("yesno",))
+@register_producer("human_correlation", tasks=("yesno",), needs=lambda c: c.has("f.human_q1"), reads=("p_yes",))
 def human_correlation_metrics(ctx: MetricContext) -> list[Metric]:
     """Pearson and Spearman correlation of P(yes) (variant q1 when present) with `human_q1`."""
     if "f.human_q1" not in ctx.df:
@@ -772,22 +904,19 @@ def human_correlation_metrics(ctx: MetricContext) -> list[Metric]:
             for k in ("pearson", "spearman")]
 
 
-@register_producer("probeval", tasks=("generation",))
+@register_producer("probeval", tasks=("generation",),
+                   needs=lambda c: c.store is not None and c.has("f.clusters"), reads=())
 def probeval_metrics(ctx: MetricContext) -> list[Metric]:
     """Mean ProbEval KL(P_human || P_model) with a bootstrap interval over questions."""
     if ctx.store is None or "f.clusters" not in ctx.df:
         return []
-    from llmscope.report import probeval_for_run  # the per-question analysis stays there
+    from .probeval_run import probeval_for_run
 
     res = probeval_for_run(ctx.store, ctx.run)
     if res is None or res.per_question.empty:
         return []
     kl = res.per_question["kl"].to_numpy(float)
-
-    def stat(ix: np.ndarray) -> float:
-        return float(kl[ix].mean())
-
-    est, lo, hi, G = cluster_bootstrap_stat(stat, len(kl), np.arange(len(kl)), ctx.bootstrap)
+    est, lo, hi, G = cluster_bootstrap_mean(kl, np.arange(len(kl)), ctx.bootstrap)
     n_model = int(res.per_question["n_model"].sum())
     return [
         Metric("probeval_kl", est, lo, hi, "bootstrap over questions", len(kl), G, {}, "probeval"),
@@ -796,7 +925,7 @@ def probeval_metrics(ctx: MetricContext) -> list[Metric]:
     ]
 
 
-@register_producer("worldsense", tasks=("constrained",))
+@register_producer("worldsense", tasks=("constrained",), needs=lambda c: c.has("f.tuple_ID"), reads=())
 def worldsense_metrics(ctx: MetricContext) -> list[Metric]:
     """The authors' WorldSense accuracy (%) of this run, first in the report."""
     if ctx.run.get("suite_name") != "worldsense" or "f.tuple_ID" not in ctx.df:
@@ -818,6 +947,10 @@ def worldsense_metrics(ctx: MetricContext) -> list[Metric]:
         tuples = tuple_table(t)
         if tuples.empty:
             return []
+    ctx.artifacts["worldsense_tuples"] = tuples
+    ctx.artifacts["worldsense_incomplete"] = len(t) - int(tuples["n_trials"].sum())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         acc = group_stats(tuples, ["prompting", "modelname"]).reset_index()
         pacc = group_stats(tuples, ["prompting", "modelname", "problemname"]).reset_index()
         pbias = group_stats(tuples, ["prompting", "modelname", "problemname"], "bias").reset_index()
@@ -843,16 +976,18 @@ def compute_metrics(
     store: Any = None,
     bootstrap: BootstrapConfig = BOOTSTRAP,
     producers: Sequence[str] | None = None,
+    profile: ResultProfile | None = None,
 ) -> RunMetrics:
     """Every registered metric of a run from its rows (``results_with_fields`` shape).
 
     ``by`` defaults to the suite's ``group_by``; ``producers`` restricts which producers run
-    (the live dashboard skips the expensive ones).
+    (the live dashboard skips the expensive ones); ``profile`` is what the rows hold when the
+    caller already knows it (:func:`run_metrics` asks the store).
     """
     spec = dict(spec or {})
     run = dict(run)
     by_l = list(by) if by else [g for g in (spec.get("group_by") or []) if isinstance(g, str)]
-    ctx = MetricContext(df, run, spec, by_l, bootstrap, store)
+    ctx = MetricContext(df, run, spec, by_l, bootstrap, store, profile)
     cf = ctx.cluster_field
     rm = RunMetrics(str(run.get("run_id")), str(run.get("model")), run.get("suite_name"), ctx.task,
                     f"suite field {cf!r}" if cf else "item (prompt variants and permutations together)",
@@ -866,9 +1001,10 @@ def compute_metrics(
     for p in PRODUCERS:
         if producers is not None and p.name not in producers:
             continue
-        if p.tasks is not None and ctx.task not in p.tasks:
+        if not p.active(ctx):
             continue
         rm.metrics.extend(p.fn(ctx))
+    rm.artifacts = ctx.artifacts
     n_err = int(df["error"].notna().sum()) if "error" in df else 0
     rm.metrics.append(Metric("errors", float(n_err), n=len(df), producer="errors"))
     # The published metric first: a WorldSense run leads with the authors' accuracy, and its
@@ -881,12 +1017,66 @@ def compute_metrics(
     return rm
 
 
+# Item fields the pipeline's own producers read (besides the suite's group_by, cluster field
+# and the report's --by); row producers get the whole item instead.
+PIPELINE_FIELDS = ("human_q1", "category", "tuple_ID", "expectedresp", "problemname", "problemsize",
+                   "options", "clusters")
+
+_CACHE: dict[tuple[Any, ...], RunMetrics] = {}
+_CACHE_MAX = 32
+
+
+def stored_frame(store: Any, run: Mapping[str, Any], spec: Mapping[str, Any], by: Sequence[str],
+                 profile: ResultProfile, producers: Sequence[str] | None = None) -> pd.DataFrame:
+    """The rows :func:`compute_metrics` needs for a stored run, and no more.
+
+    Only the item fields the active producers read are extracted (in SQL); the items' raw
+    JSON and text are added only when a row producer that reads whole items is active.
+    """
+    cf = spec.get("cluster_field")
+    names = [*by, *(g for g in spec.get("group_by") or [] if isinstance(g, str)),
+             *([cf] if isinstance(cf, str) else []), *PIPELINE_FIELDS]
+    # Before the rows are read, assume every wanted field is there (a superset of columns);
+    # compute_metrics tests the gates again on the rows themselves.
+    probe = MetricContext(pd.DataFrame(), dict(run), dict(spec), list(by), BOOTSTRAP, store, profile,
+                          frozenset(names))
+    active = [p for p in PRODUCERS if (producers is None or p.name in producers) and p.active(probe)]
+    whole = any(p.whole_items for p in active)
+    columns: set[str] | None = set()
+    for p in active:
+        if p.reads is None:
+            columns = None
+            break
+        columns |= set(p.reads)  # type: ignore[operator]
+    return metric_frame(store, dict(run), names, columns=columns,
+                        raw_fields=whole, item_text=whole)
+
+
 def run_metrics(store: Any, run: Mapping[str, Any], by: Sequence[str] | None = None,
-                *, bootstrap: BootstrapConfig = BOOTSTRAP) -> RunMetrics:
-    """:func:`compute_metrics` for a stored run."""
-    df = results_with_fields(store, str(run["run_id"]))
+                *, bootstrap: BootstrapConfig = BOOTSTRAP, producers: Sequence[str] | None = None,
+                cache: bool = True) -> RunMetrics:
+    """:func:`compute_metrics` for a stored run, reading only what its producers need.
+
+    Results are cached per (database, run, rows signature, grouping, configuration): a
+    second call for unchanged rows (TUI dashboard, then compare) costs one small query;
+    any added, replaced or deleted row changes the signature.
+    """
+    rid = str(run["run_id"])
     spec = store.suite_spec(run["suite_id"]) if run.get("suite_id") else {}
-    return compute_metrics(df, run, spec, by, store=store, bootstrap=bootstrap)
+    by_l = list(by) if by else [g for g in (spec.get("group_by") or []) if isinstance(g, str)]
+    key = (str(getattr(store, "path", id(store))), rid, rows_signature(store, rid), tuple(by_l), bootstrap,
+           tuple(producers) if producers is not None else None, json.dumps(dict(run), sort_keys=True, default=str))
+    if cache and key in _CACHE:
+        return _CACHE[key]
+    profile = result_profile(store, rid)
+    df = stored_frame(store, run, spec, by_l, profile, producers)
+    rm = compute_metrics(df, run, spec, by_l, store=store, bootstrap=bootstrap, producers=producers,
+                         profile=profile)
+    if cache:
+        if len(_CACHE) >= _CACHE_MAX:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = rm
+    return rm
 
 
 # -- comparisons -----------------------------------------------------------------------------
@@ -934,8 +1124,14 @@ def paired_comparison(a: pd.DataFrame, b: pd.DataFrame, cluster_field: str | Non
     G = len(m)
     diff = float(d.mean())
     rng = np.random.default_rng(cfg.seed)
-    idx = rng.integers(0, G, size=(cfg.resamples, G))
-    reps = ds[idx].sum(axis=1) / m[idx].sum(axis=1)
+    # Resamples in chunks of ~2M draws: the same draws as one (R, G) call (the generator yields
+    # them in order), without an R x G matrix (643 MB for the 40k WorldSense tuples).
+    reps = np.empty(cfg.resamples)
+    chunk = max(1, min(cfg.resamples, 2_000_000 // max(1, G)))
+    for start in range(0, cfg.resamples, chunk):
+        k = min(chunk, cfg.resamples - start)
+        idx = rng.integers(0, G, size=(k, G))
+        reps[start:start + k] = ds[idx].sum(axis=1) / m[idx].sum(axis=1)
     al = (1 - cfg.level) / 2
     lo, hi = (float(x) for x in np.quantile(reps, [al, 1 - al]))
     pval = float((1 + np.sum(np.abs(reps - diff) >= abs(diff) - 1e-12)) / (1 + cfg.resamples))
@@ -945,6 +1141,15 @@ def paired_comparison(a: pd.DataFrame, b: pd.DataFrame, cluster_field: str | Non
                             "paired cluster bootstrap", p, dis)
 
 
+def iid_stderr(values: Sequence[float]) -> float | None:
+    """lm-eval's standard error of a mean: sample sd (ddof=1) / sqrt(n), rows independent
+    (`acc_stderr` in `llmscope export --format lm-eval`); None below two values."""
+    n = len(values)
+    if n < 2:
+        return None
+    return float(np.std(np.asarray(values, dtype=float), ddof=1) / math.sqrt(n))
+
+
 # -- display ---------------------------------------------------------------------------------
 def display(name: str, value: float | None) -> str:
     """A metric value at the precision every surface prints it (report text, TUI)."""
@@ -952,8 +1157,6 @@ def display(name: str, value: float | None) -> str:
         return "-"
     if name == "errors":
         return f"{value:.0f}"
-    if name.startswith("worldsense_"):
-        return f"{value:.1f}"  # the authors' scale: percent (accuracy) or [-1, 1] (bias)
     return f"{value:.3f}"
 
 
@@ -988,6 +1191,14 @@ def metrics_markdown() -> str:
         "  ten bins) belongs to the bin that starts there.",
         "- Numbers in generated answers: only a thousands separator merges digits (`1,000` -> `1000`);",
         "  any other mark between two digits separates numbers (`3,4` -> `3 4`).",
+        "- Computation: for a stored run, one SQL pass (`analysis/queries.py`) profiles what the rows",
+        "  hold; producers with nothing to read are skipped, and only the result columns and item",
+        "  fields the others read are fetched (item fields extracted by DuckDB once per suite). Results",
+        "  are cached per run and rows signature (count, last seq, last write, errors, sum of",
+        "  `correct`), so any added, replaced or deleted row recomputes them. The live dashboard runs",
+        "  the same producers on the rows received so far, at most every two refreshes.",
+        "- `llmscope export --format lm-eval` copies `accuracy` from this pipeline; its `acc_stderr`",
+        "  is lm-eval's IID standard error (defined below), not an interval of this program.",
         "",
         "## Metrics",
         "",
@@ -1010,8 +1221,6 @@ def _register_feature_producers() -> None:
     """Producers that live in feature modules, registered once with their definitions."""
     from llmscope.analysis.abstention import ABSTAINING_TASKS, abstention_rows
     from llmscope.analysis.api_method import api_method_rows
-    from llmscope.analysis.contamination import contamination_rows
-    from llmscope.analysis.genmetrics import generation_library_rows
     from llmscope.analysis.syntaxgym import sg_rows
 
     for d in (
@@ -1080,18 +1289,38 @@ def _register_feature_producers() -> None:
                   _RATE_CI, _T1),
     ):
         define_metric(d)
-    from llmscope.analysis import design_effects, methods
+    def lazy(module: str, fn: str) -> RowProducer:
+        """A row producer imported on first use (these modules pull in scipy.stats/optimize)."""
 
-    register_row_producer("method_sensitivity", methods.sensitivity_rows)
-    register_row_producer("human_choice_fit", methods.fit_rows)
-    register_row_producer("softmax_accuracy_curve", methods.softmax_curve_rows)
-    register_row_producer("order_effects", design_effects.order_effect_rows)
-    register_row_producer("fewshot_bias", design_effects.fewshot_rows)
-    register_row_producer("abstention", abstention_rows, ABSTAINING_TASKS)
-    register_row_producer("api_method", api_method_rows)
+        def call(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:
+            import importlib
+
+            return list(getattr(importlib.import_module(module), fn)(df, run, spec))
+
+        return call
+
+    # Each gate is what the producer reads: skipping it when absent changes no number.
+    register_row_producer("method_sensitivity", lazy("llmscope.analysis.methods", "sensitivity_rows"),
+                          needs=lambda c: c.extra_has("methods"))
+    register_row_producer("human_choice_fit", lazy("llmscope.analysis.methods", "fit_rows"),
+                          needs=lambda c: c.has("option_scores") or c.has("probs"))
+    register_row_producer("softmax_accuracy_curve", lazy("llmscope.analysis.methods", "softmax_curve_rows"),
+                          ("choice", "constrained"),
+                          needs=lambda c: c.has("option_scores"))
+    register_row_producer("order_effects", lazy("llmscope.analysis.design_effects", "order_effect_rows"),
+                          needs=lambda c: c.extra_has("design") or c.prof().derived_variants)
+    register_row_producer("fewshot_bias", lazy("llmscope.analysis.design_effects", "fewshot_rows"),
+                          ("yesno", "rating"),
+                          needs=lambda c: c.extra_has("design"))
+    register_row_producer("abstention", abstention_rows, ABSTAINING_TASKS, whole_items=False)
+    register_row_producer("api_method", api_method_rows, needs=lambda c: c.run.get("backend") == "openai",
+                          whole_items=False)
     register_row_producer("syntaxgym", sg_rows, ["syntaxgym"])
-    register_row_producer("contamination", contamination_rows, ["contamination"])
-    register_row_producer("genmetrics", generation_library_rows, ["generation"])
+    register_row_producer("contamination", lazy("llmscope.analysis.contamination", "contamination_rows"),
+                          ["contamination"])
+    register_row_producer("genmetrics", lazy("llmscope.analysis.genmetrics", "generation_library_rows"),
+                          ["generation"], needs=lambda c: c.has("extra"),
+                          whole_items=False)
 
 
 _register_feature_producers()

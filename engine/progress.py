@@ -32,6 +32,10 @@ class Progress:
 
     @property
     def accuracy(self) -> float | None:
+        """The pipeline's `accuracy` (docs/METRICS.md: mean of `correct` over scored rows without
+        an error), counted as results arrive. The engine does not import analysis/, so this is
+        the one place it is kept as a running sum; tests/test_metrics_store_path.py checks that
+        a finished run's value equals the report's."""
         return self.correct / self.scored if self.scored else None
 
     def to_dict(self) -> dict[str, Any]:

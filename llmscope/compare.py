@@ -12,12 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from llmscope.analysis.compare import mcnemar
-from llmscope.analysis.metrics import (
-    BOOTSTRAP,
-    compute_metrics,
-    paired_comparison,
-    results_with_fields,
-)
+from llmscope.analysis.metrics import BOOTSTRAP, paired_comparison, run_metrics
+from llmscope.analysis.queries import metric_frame
 from llmscope.store.db import Store, StoreError
 
 
@@ -25,8 +21,8 @@ class CompareError(ValueError):
     pass
 
 
-def _accuracy(store: Store, run: dict[str, Any], df: Any, spec: dict[str, Any]) -> dict[str, Any]:
-    rm = compute_metrics(df, run, spec, [], store=store, producers=["accuracy"])
+def _accuracy(store: Store, run: dict[str, Any]) -> dict[str, Any]:
+    rm = run_metrics(store, run, producers=["accuracy"])  # the report's numbers (cached per run)
     m = rm.get("accuracy") or rm.get("item_accuracy")
     return {
         "metric": m.name if m else "accuracy",
@@ -40,7 +36,7 @@ def _accuracy(store: Store, run: dict[str, Any], df: Any, spec: dict[str, Any]) 
 
 def run_accuracy(store: Store, run: dict[str, Any]) -> dict[str, Any]:
     """A run's overall accuracy exactly as the report gives it (value, ci95, n, ...)."""
-    return _accuracy(store, run, results_with_fields(store, run["run_id"]), store.suite_spec(run["suite_id"]))
+    return _accuracy(store, run)
 
 
 def resolve_runs(stores: Sequence[Store], refs: Sequence[str]) -> list[tuple[dict[str, Any], Store]]:
@@ -95,14 +91,15 @@ def compare_runs(store: Store | Sequence[Store], run_ids: list[str]) -> dict[str
     first = located[0][1]
     spec = first.suite_spec(runs[0]["suite_id"])
     cluster_field = spec.get("cluster_field") if isinstance(spec.get("cluster_field"), str) else None
-    frames = [results_with_fields(st, r["run_id"]) for r, st in located]
+    # Only what the paired comparison reads: the base columns and the cluster field.
+    frames = [metric_frame(st, r, [cluster_field] if cluster_field else [], columns=()) for r, st in located]
     multi = len({str(st.path) for _, st in located}) > 1
     briefs = [_brief(r, str(st.path) if multi else None) for r, st in located]
     base, base_df = runs[0], frames[0]
     out: dict[str, Any] = {
         "suite": base["suite_name"],
         "bootstrap": {"resamples": BOOTSTRAP.resamples, "seed": BOOTSTRAP.seed, "level": BOOTSTRAP.level},
-        "base": {**briefs[0], "accuracy": _accuracy(first, base, base_df, spec)},
+        "base": {**briefs[0], "accuracy": _accuracy(first, base)},
         "comparisons": [],
     }
     for (run, st), df, brief in zip(located[1:], frames[1:], briefs[1:], strict=True):
@@ -118,7 +115,7 @@ def compare_runs(store: Store | Sequence[Store], run_ids: list[str]) -> dict[str
             # dependent, which McNemar's test assumes away; the bootstrap p-value accounts for it.
             mc = {"statistic": None, "p": None, "method": "not applicable: dependent pairs within clusters"}
         out["comparisons"].append({
-            "run": {**brief, "accuracy": _accuracy(st, run, df, spec)},
+            "run": {**brief, "accuracy": _accuracy(st, run)},
             "n": c.n,
             "n_clusters": c.n_clusters,
             "acc_base": c.acc_a,

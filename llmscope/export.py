@@ -271,33 +271,47 @@ def lm_eval_samples(store: Store, run: dict[str, Any], rows: list[ExportRow]) ->
     return out
 
 
-def lm_eval_results(run: dict[str, Any], rows: list[ExportRow], n_items: int | None) -> dict[str, Any]:
+def lm_eval_results(run: dict[str, Any], rows: list[ExportRow], n_items: int | None,
+                    metrics: Any = None) -> dict[str, Any]:
     """A summary shaped like lm-eval's results JSON (`results`, `n-samples`, `config`...).
 
-    `acc,none` is the mean of `correct` over the scored rows (errors and rows without gold
-    excluded), the same mean the report gives; `acc_stderr,none` is lm-eval's
-    sample standard deviation / sqrt(n), which treats rows as independent (the report's
-    intervals cluster prompt variants of one item, so they are wider).
+    `acc,none` is the report's `accuracy` (`metrics`, the pipeline's RunMetrics of the run):
+    per prompt variant when the run has several scored variants, else the run's; the group
+    block is the run's. `acc_stderr,none` is lm-eval's IID standard error
+    (`analysis.metrics.iid_stderr`; the report's intervals cluster prompt variants of one
+    item, so they are wider).
     """
+    from llmscope.analysis.metrics import iid_stderr
+
     variants = sorted({r.variant for r in rows})
     metric = _lm_eval_metric(run.get("task"))
     by_task: dict[str, list[ExportRow]] = {}
     for r in rows:
         by_task.setdefault(_task_name(run, r.variant, len(variants)), []).append(r)
+    scored = {r.variant for r in rows if r.correct is not None and r.error is None}
 
-    def block(name: str, rs: list[ExportRow]) -> dict[str, Any]:
-        vals = [r.correct for r in rs if r.correct is not None and r.error is None]
-        n = len(vals)
-        mean = sum(vals) / n if n else None
-        se = (math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1) / n) if n > 1 and mean is not None
-              else None)
-        return {"alias": name, f"{metric},none": mean, f"{metric}_stderr,none": se}
+    def value(rs: list[ExportRow], whole: bool) -> float | None:
+        if metrics is None:
+            return None
+        m = metrics.get("accuracy")
+        if not whole:
+            vs = {r.variant for r in rs}
+            if not vs & scored:
+                return None
+            if len(scored) > 1:  # the pipeline's per-variant row (one task per variant)
+                m = metrics.get("accuracy", {"variant": next(iter(vs))})
+        return None if m is None else m.value
+
+    def block(name: str, rs: list[ExportRow], whole: bool = False) -> dict[str, Any]:
+        vals = [float(r.correct) for r in rs if r.correct is not None and r.error is None]
+        return {"alias": name, f"{metric},none": value(rs, whole or len(by_task) == 1),
+                f"{metric}_stderr,none": iid_stderr(vals)}
 
     results = {t: block(t, rs) for t, rs in by_task.items()}
     group = str(run.get("suite_name") or "llmscope")
     out: dict[str, Any] = {"results": results}
     if len(by_task) > 1:
-        out["groups"] = {group: block(group, rows)}
+        out["groups"] = {group: block(group, rows, whole=True)}
         out["group_subtasks"] = {group: sorted(by_task)}
     out["n-shot"] = {t: 0 for t in by_task}
     out["higher_is_better"] = {t: {metric: True} for t in by_task}
@@ -405,8 +419,10 @@ def _export_lm_eval(store: Store, run: dict[str, Any], rows: list[ExportRow], ou
     samples = lm_eval_samples(store, run, rows)
     files = {f"samples_{task}_{run['run_id']}.jsonl": "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rs)
              for task, rs in samples.items()}
-    files[f"results_{run['run_id']}.json"] = json.dumps(lm_eval_results(run, rows, n_items), indent=2,
-                                                        ensure_ascii=False)
+    from llmscope.analysis.metrics import run_metrics
+
+    summary = lm_eval_results(run, rows, n_items, run_metrics(store, run, producers=["accuracy"]))
+    files[f"results_{run['run_id']}.json"] = json.dumps(summary, indent=2, ensure_ascii=False)
     if folder.is_dir():
         for name in files:  # refuse before writing anything
             _check_target(folder / name, force)

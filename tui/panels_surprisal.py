@@ -62,6 +62,14 @@ def sg_panel(snap: Any) -> Text:
     """SG score per suite from the dashboard's per-group accuracies (same definition)."""
     t = Text()
     t.append("SG score (items meeting all predictions)\n", style="bold")
+    overall = getattr(snap, "sg_overall", None)
+    if overall is not None:  # the metrics pipeline's sg_score (as `llmscope report`)
+        for a in getattr(snap, "sg", None) or []:
+            t.append(f"{a.label[:18]:<18} {a.mean:.3f} ")
+            t.append(ci_bar(a.mean, a.lo, a.hi, 16))
+            t.append(f" n={a.n}\n")
+        t.append(f"sg_score {overall.mean:.3f} [{overall.lo:.3f}, {overall.hi:.3f}] n={overall.n}\n", style="bold")
+        return t
     groups = getattr(snap, "groups", None) or {}
     if not groups:
         if getattr(snap, "overall", None) is not None:

@@ -1,12 +1,16 @@
 """Agreement: every number the TUI dashboard shows equals `llmscope report --json` at the
-displayed precision, for one small run of every built-in suite (tiny random model).
+displayed precision, for one small run of every built-in suite (tiny random model), and of
+the loaders of the full third-party corpora when ../shared holds them.
 
-The dashboard is driven with Textual's Pilot and read from the rendered screen; the report
-is read from the CLI's JSON output. Nothing here calls the metrics pipeline directly.
+The suites are the ones `llmscope suites` lists. The dashboard is driven with Textual's Pilot
+and read from the rendered screen; the report is read from the CLI's JSON output. Nothing
+here calls the metrics pipeline directly.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 from pathlib import Path
@@ -17,21 +21,35 @@ from llmscope.cli import main  # noqa: E402
 from tests.helpers.cli import tiny_model_dir  # noqa: E402
 from tests.helpers.tui import screen_text, settle  # noqa: E402
 
-SUITES = ("commonsense-sample", "mc-sample", "minimal-pairs", "rating-sample", "generation-sample")
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+# Loaders of full corpora take the first N items; WorldSense needs whole tuples (3 trials).
+LIMIT = {"worldsense": 6}
+
+
+def listed_suites() -> tuple[list[str], list[str]]:
+    """(built-in suites with items, loaders of external corpora) as `llmscope suites` lists them."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["suites"]) == 0
+    builtin: list[str] = []
+    external: list[str] = []
+    for line in out.getvalue().splitlines():
+        parts = line.split()
+        if len(parts) >= 3:
+            (external if parts[2] == "-" else builtin).append(parts[0])
+    return builtin, external
 
 
 def f3(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("agree")
+def make_runs(tmp: Path, suites: list[str]) -> Path:
     model = tiny_model_dir(tmp)
     db = tmp / "a.duckdb"
-    for s in SUITES:
-        assert main(["run", "--suite", s, "--model", f"hf:{model}", "--limit", "3", "--db", str(db),
-                     "--threads", "1", "--quiet", "--no-report"]) == 0, s
+    for s in suites:
+        assert main(["run", "--suite", s, "--model", f"hf:{model}", "--limit", str(LIMIT.get(s, 3)),
+                     "--db", str(db), "--threads", "1", "--quiet", "--no-report"]) == 0, s
     return db
 
 
@@ -48,50 +66,125 @@ def one(rows: list[dict], run: str, metric: str, group: dict | None = None) -> d
     return None
 
 
-@pytest.mark.slow
-async def test_dashboard_equals_report_for_every_builtin_suite(runs, capsys):
+def check_dashboard(text: str, rows: list[dict], rid: str, suite: str, group_by: list[str]) -> int:
+    """Assert every number of the rendered dashboard `text` against the report rows; returns
+    how many were checked."""
+    checked = 0
+    err = one(rows, rid, "errors")
+    assert err is not None and re.search(rf"results\s+errors {int(err['value'])}\b", text), (suite, text)
+    checked += 1
+    name = "item_accuracy" if one(rows, rid, "item_accuracy") is not None else "accuracy"
+    acc = one(rows, rid, name)
+    if acc is not None:
+        lo, hi = acc["ci95"]
+        assert f"{name} {f3(acc['value'])} [{f3(lo)}, {f3(hi)}]" in text, (suite, text)
+        checked += 1
+        # rows of the accuracy panel: per prompt variant, per group_by value ("  <label>  <mean>  ...  <n>")
+        for r in rows:
+            if r["run"] != rid or r["metric"] != name or len(r["group"]) != 1:
+                continue
+            (key, label), = r["group"].items()
+            if key != "variant" and key not in group_by:
+                continue
+            label = str(label)
+            if len(label) > 18:  # the panel truncates long labels
+                continue
+            assert re.search(rf"\b{re.escape(label)}\s+{re.escape(f3(r['value']))}\b.*\b{r['n']}\b", text), \
+                (suite, key, label, f3(r["value"]))
+            checked += 1
+    for m in ("ece", "mce", "brier", "brier_yes"):
+        r = one(rows, rid, m)
+        if r is not None:
+            assert f"{m} {f3(r['value'])}" in text, (suite, m, text)
+            checked += 1
+    if one(rows, rid, "mean_p_yes") is not None:
+        # the yes/no table: one row per metric, its first column is all variants together
+        for m in ("mean_p_yes", "pred_yes_rate", "gold_yes_rate", "yes_bias"):
+            r = one(rows, rid, m)
+            if r is None:
+                continue
+            assert re.search(rf"\b{m}\s+{re.escape(f3(r['value']))}\b", text), (suite, m, text)
+            checked += 1
+        yb = one(rows, rid, "yes_bias")
+        if yb is not None and yb["ci95"]:
+            assert f"(yes_bias 95% CI [{f3(yb['ci95'][0])}, {f3(yb['ci95'][1])}])" in text, suite
+            checked += 1
+    for r in rows:
+        # the WorldSense table: problem, accuracy, its conf95, bias, its conf95 (the authors' metrics)
+        if r["run"] == rid and r["metric"] == "worldsense_accuracy" and set(r["group"]) == {"problemname"}:
+            p = r["group"]["problemname"]
+            b = one(rows, rid, "worldsense_bias", {"problemname": p})
+            assert b is not None
+            # a problem with a single tuple has no conf95: the table shows "-"
+            cells = [f3(r["value"]), f3(r["ci95"][1] - r["value"]) if r["ci95"] else "-",
+                     f3(b["value"]), f3(b["ci95"][1] - b["value"]) if b["ci95"] else "-"]
+            assert re.search(rf"\b{re.escape(p)}\s+" + r"\s+".join(re.escape(c) for c in cells), text), (p, cells)
+            checked += 1
+    sg = one(rows, rid, "sg_score")
+    if sg is not None and sg["ci95"]:
+        assert f"sg_score {f3(sg['value'])} [{f3(sg['ci95'][0])}, {f3(sg['ci95'][1])}]" in text, (suite, text)
+        checked += 1
+    for m, label in (("consensus", "consensus"), ("awareness", "awareness"), ("commonsensicality", "common sense")):
+        r = one(rows, rid, m)
+        if r is not None and r["value"] is not None:
+            assert re.search(rf"{label}\s+{re.escape(f3(r['value']))}\b", text), (suite, m)
+            checked += 1
+    return checked
+
+
+async def drive(db: Path, rows: list[dict], suites: list[str]) -> int:
     from llmscope.store.db import Store
     from llmscope.tui.app import LlmscopeApp
     from llmscope.tui.screens import DashboardScreen
 
-    rows = report_rows(runs, capsys)
-    with Store(runs, read_only=True) as st:
+    with Store(db, read_only=True) as st:
         run_ids = {st.get_run(r)["suite_name"]: r for r in st.runs()["run_id"]}
-    assert set(run_ids) == set(SUITES)
+        group_by = {s: list(st.suite_spec(st.get_run(r)["suite_id"]).get("group_by") or [])
+                    for s, r in run_ids.items()}
+    assert set(run_ids) == set(suites)
     checked = 0
-    app = LlmscopeApp(runs)
+    app = LlmscopeApp(db)
     async with app.run_test(size=(200, 70)) as pilot:
         await settle(pilot)
         for suite, rid in sorted(run_ids.items()):
             app.push_screen(DashboardScreen(rid))
             await settle(pilot)
-            text = screen_text(app)
-            acc = one(rows, rid, "accuracy")
-            if acc is not None:
-                lo, hi = acc["ci95"]
-                assert f"accuracy {f3(acc['value'])} [{f3(lo)}, {f3(hi)}]" in text, (suite, text)
-                checked += 1
-                # per prompt variant rows of the accuracy panel: "  <variant>  <mean>"
-                for r in rows:
-                    if r["run"] == rid and r["metric"] == "accuracy" and set(r["group"]) == {"variant"}:
-                        v = r["group"]["variant"]
-                        assert re.search(rf"\b{re.escape(v)}\s+{re.escape(f3(r['value']))}\b", text), (suite, v)
-                        checked += 1
-            for name in ("ece", "mce", "brier", "brier_yes"):
-                r = one(rows, rid, name)
-                if r is not None:
-                    assert f"{name} {f3(r['value'])}" in text, (suite, name, text)
-                    checked += 1
-            if suite == "commonsense-sample":
-                # the yes/no table: one row per metric, its first column is all variants together
-                for m in ("mean_p_yes", "pred_yes_rate", "gold_yes_rate", "yes_bias"):
-                    v = f3(one(rows, rid, m)["value"])
-                    assert re.search(rf"\b{m}\s+{re.escape(v)}\b", text), (m, v, text)
-                    checked += 1
-                yb = one(rows, rid, "yes_bias")
-                want = f"(yes_bias 95% CI [{f3(yb['ci95'][0])}, {f3(yb['ci95'][1])}])"
-                assert want in text, [ln for ln in text.splitlines() if "yes_bias" in ln]
-                checked += 1
+            checked += check_dashboard(screen_text(app), rows, rid, suite, group_by[suite])
             app.pop_screen()
             await settle(pilot)
-    assert checked >= 15
+    return checked
+
+
+@pytest.fixture(scope="module")
+def builtin_db(tmp_path_factory) -> tuple[Path, list[str]]:
+    builtin, _ = listed_suites()
+    assert {"commonsense-sample", "mc-sample", "minimal-pairs", "rating-sample", "generation-sample",
+            "pragmatics-choice", "syntax-sample", "contamination-sample"} <= set(builtin)
+    return make_runs(tmp_path_factory.mktemp("agree"), builtin), builtin
+
+
+@pytest.fixture(scope="module")
+def external_db(tmp_path_factory) -> tuple[Path, list[str]]:
+    _, external = listed_suites()
+    have = [s for s in external if (SHARED / "data" / s.split("-")[0]).is_dir()]
+    if not have:
+        pytest.skip(f"no third-party corpora under {SHARED / 'data'} (worldsense, commonsense, cfc, syntaxgym)")
+    return make_runs(tmp_path_factory.mktemp("agree-ext"), have), have
+
+
+@pytest.mark.slow
+async def test_dashboard_equals_report_for_every_builtin_suite(builtin_db, capsys):
+    db, suites = builtin_db
+    rows = report_rows(db, capsys)
+    checked = await drive(db, rows, suites)
+    assert checked >= 3 * len(suites)
+
+
+@pytest.mark.slow
+async def test_dashboard_equals_report_for_external_corpora(external_db, capsys):
+    db, suites = external_db
+    rows = report_rows(db, capsys)
+    checked = await drive(db, rows, suites)
+    assert checked >= 2 * len(suites)
+    if "worldsense" in suites:
+        assert any(r["metric"] == "worldsense_accuracy" for r in rows)

@@ -185,6 +185,8 @@ class DashboardScreen(BaseScreen):
             if live is not None and not live["ended"]:
                 feed, source = f, "live"
         progress: dict[str, Any] | None = None
+        if initial and source == "db" and model is None:
+            self._first_frame()
         if source == "live":
             assert feed is not None
             snap = feed.progress() or {}
@@ -213,6 +215,18 @@ class DashboardScreen(BaseScreen):
             no_gold = variants_without_gold(model.df)
         return DashData(run, progress, snap_, source, model=model, feed=feed, no_gold=no_gold)
 
+    def _first_frame(self) -> None:
+        """Header and counts at once (one SQL query); the numbers follow from the pipeline."""
+        from llmscope.tui.model import quick_snapshot
+
+        try:
+            with self.llm_app.handle.use() as store:
+                run, snap = quick_snapshot(store, self.run_id)
+        except StoreError:
+            return  # _load_db reports it
+        if run is not None:
+            self.post_message(DashData(run, None, snap, "db"))
+
     def _load_db(self, run_id: str, model: RunModel | None) -> tuple[dict[str, Any], RunModel]:
         """The stored run and its model (made when `model` is None), polled for new rows."""
         with self.llm_app.handle.use() as store:
@@ -226,7 +240,7 @@ class DashboardScreen(BaseScreen):
         return run, model
 
     def on_dash_data(self, msg: DashData) -> None:
-        self.run, self.source, self.feed, self.no_gold = msg.run, msg.source, msg.feed, msg.no_gold
+        self.run, self.source, self.feed, self.no_gold = msg.run, msg.source, msg.feed, (msg.no_gold or [])
         if msg.model is not None:
             self.model = msg.model
             self.run_id = str(msg.run.get("run_id") or self.run_id)  # a prefix becomes the full id
@@ -239,6 +253,9 @@ class DashboardScreen(BaseScreen):
             self._bound_status = status
             self.refresh_bindings()  # Stop run / Resume run follow the status
         self._show_header(msg.run, msg.progress, msg.snap, msg.source)
+        if msg.snap.pending:
+            self.query_one("#acc", Static).update(Text("computing metrics ...", style="dim"))
+            return
         if msg.snap.version != self._shown_version:
             self._shown_version = msg.snap.version
             self._show_panels(msg.snap)
@@ -435,7 +452,7 @@ class DashboardScreen(BaseScreen):
                 box=None,
                 padding=(0, 1),
                 header_style="bold",
-                title="WorldSense per problem (the authors' metrics: worldsense_accuracy %, worldsense_bias)",
+                title="WorldSense per problem (the authors' metrics: worldsense_accuracy, worldsense_bias)",
                 title_justify="left",
                 expand=True,
             )

@@ -1,0 +1,185 @@
+"""The metrics pipeline's SQL: what a run's stored rows hold, and a lean frame of them.
+
+All SQL the pipeline sends to the store lives here (the store object is duck-typed: it needs
+``execute`` and ``query_df``, as :class:`llmscope.store.db.Store` has). Reading only the
+columns and item fields the active producers use, with item fields extracted by DuckDB
+(``json_extract``) and each distinct JSON value decoded once, is what keeps
+``llmscope report`` over an 87k-trial WorldSense run under a second.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["ResultProfile", "result_profile", "rows_signature", "metric_frame", "RESULT_COLUMNS",
+           "decode_json_column", "item_fields_frame", "field_names"]
+
+# Result columns the pipeline may read; `prompt`, `top_tokens` and `written_at` never feed a
+# metric and are the bulk of a row, so they are not fetched.
+RESULT_COLUMNS = ("run_id", "item_id", "variant", "seq", "probs", "p_yes", "p_no", "other",
+                  "option_scores", "prediction", "gold", "correct", "confidence", "n_tokens",
+                  "latency_ms", "error", "extra")
+_PROFILED = ("probs", "p_yes", "p_no", "option_scores", "extra", "confidence", "correct", "error")
+# Top-level keys of `extra` that decide whether a producer has anything to read.
+EXTRA_KEYS = ("methods", "design", "samples", "method", "abstained", "expected", "f1", "imported")
+
+
+@dataclass(frozen=True)
+class ResultProfile:
+    """What a run's rows hold, from one SQL pass: non-null counts and `extra` keys present."""
+
+    n: int
+    nonnull: dict[str, int] = field(default_factory=dict)
+    extra_keys: frozenset[str] = frozenset()
+    derived_variants: bool = False  # a variant like "q1@p2" (option permutations, designs)
+
+    def has(self, column: str) -> bool:
+        return self.nonnull.get(column, 0) > 0
+
+
+def result_profile(store: Any, run_id: str) -> ResultProfile:
+    """Non-null counts of the metric columns and which known keys occur in `extra`."""
+    cols = ", ".join(f"count({c})" for c in _PROFILED)
+    keys = ", ".join(f"bool_or(contains(extra, '\"{k}\"'))" for k in EXTRA_KEYS)
+    row = store.execute(
+        f"SELECT count(*), {cols}, {keys}, bool_or(contains(variant, '@')) FROM results WHERE run_id = ?",
+        [run_id],
+    ).fetchone()
+    n = int(row[0] or 0)
+    nonnull = {c: int(v or 0) for c, v in zip(_PROFILED, row[1:1 + len(_PROFILED)], strict=True)}
+    flags = row[1 + len(_PROFILED):]
+    present = frozenset(k for k, f in zip(EXTRA_KEYS, flags[:-1], strict=True) if f)
+    return ResultProfile(n, nonnull, present, bool(flags[-1]))
+
+
+def rows_signature(store: Any, run_id: str) -> tuple[Any, ...]:
+    """Changes whenever a run's rows change (added, replaced, deleted): the cache key."""
+    row = store.execute(
+        "SELECT count(*), max(seq), max(written_at), count(error), sum(correct) "
+        "FROM results WHERE run_id = ?",
+        [run_id],
+    ).fetchone()
+    return tuple(row or ())
+
+
+def _decode(u: Any) -> Any:
+    if not isinstance(u, str):
+        return u
+    if len(u) >= 2 and u[0] == '"' and u[-1] == '"' and "\\" not in u:
+        return u[1:-1]  # a plain JSON string: no escapes to undo
+    try:
+        return json.loads(u)
+    except ValueError:
+        return None
+
+
+def decode_json_column(values: pd.Series) -> pd.Series:
+    """JSON text per row -> Python values, decoding each distinct text once (NULL -> None)."""
+    codes, uniques = pd.factorize(values.astype(object), use_na_sentinel=True)
+    decoded = [_decode(u) for u in uniques]
+    table = np.empty(len(decoded) + 1, dtype=object)
+    for i, d in enumerate(decoded):
+        table[i] = d
+    table[-1] = None
+    return pd.Series(table[codes], index=values.index, dtype=object)
+
+
+def field_names(store: Any, suite_id: str) -> list[str]:
+    """Every key of the suite's item fields (as stored)."""
+    rows = store.execute(
+        "SELECT DISTINCT unnest(json_keys(fields)) FROM items WHERE suite_id = ? AND fields IS NOT NULL",
+        [suite_id],
+    ).fetchall()
+    return sorted(str(r[0]) for r in rows)
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _field_expr(f: str, alias: str = "i") -> str:
+    """SQL for one item field's JSON text (NULL where the item lacks it)."""
+    path = ("$." + json.dumps(f)).replace("'", "''")
+    return f"json_extract({alias}.fields, '{path}')"
+
+
+# Always read: what identifies a row and what every run has.
+BASE_COLUMNS = ("item_id", "variant", "seq", "prediction", "gold", "correct", "error")
+
+
+def metric_frame(store: Any, run: dict[str, Any], fields: Iterable[str], *,
+                 columns: Iterable[str] | None = None, raw_fields: bool = False,
+                 item_text: bool = False) -> pd.DataFrame:
+    """A run's rows (in arrival order) with the named item fields as ``f.<name>`` columns.
+
+    ``columns`` limits the result columns read (default: all of :data:`RESULT_COLUMNS`);
+    :data:`BASE_COLUMNS` are always read. Field values are the decoded JSON values (as
+    :func:`analysis.metrics.expand_fields` gives them); names the suite's items lack are left
+    out. ``raw_fields`` adds the items' `fields` JSON text (for producers that read the whole
+    item) with the item's `idx` and `options`, ``item_text`` the item text.
+    """
+    want = list(dict.fromkeys(fields))
+    cols = RESULT_COLUMNS if columns is None else [c for c in RESULT_COLUMNS if c in set(columns) | set(BASE_COLUMNS)]
+    sel = [c for c in cols if c != "run_id"]
+    df = store.query_df(f"SELECT {', '.join(sel)} FROM results WHERE run_id = ? ORDER BY seq", [run["run_id"]])
+    if "run_id" in cols:
+        df.insert(0, "run_id", run["run_id"])
+    sid = run.get("suite_id")
+    if not sid:
+        return df
+    if want:
+        it = item_fields_frame(store, sid, want)
+        _attach(df, it, {f: f"f.{f}" for f in want if it[f].notna().any()})
+    if raw_fields or item_text:
+        cols_i = ["item_id", *(["idx", "options", "fields"] if raw_fields else []), *(["text"] if item_text else [])]
+        it = store.query_df(f"SELECT {', '.join(cols_i)} FROM items WHERE suite_id = ?", [sid])
+        _attach(df, it, {c: c for c in cols_i[1:]})
+    return df
+
+
+def _attach(df: pd.DataFrame, items: pd.DataFrame, columns: dict[str, str]) -> None:
+    """Add item columns to result rows by item id (None where the item is missing)."""
+    pos = pd.Index(items["item_id"].astype(str)).get_indexer(pd.Index(df["item_id"].astype(str)))
+    miss = pos < 0
+    for src, dst in columns.items():
+        vals = np.empty(len(items) + 1, dtype=object)
+        vals[:-1] = items[src].to_numpy(dtype=object)
+        vals[-1] = None
+        df[dst] = pd.Series(vals[np.where(miss, len(vals) - 1, pos)], index=df.index, dtype=object)
+
+
+_ITEM_FIELDS: dict[tuple[str, str, tuple[str, ...]], pd.DataFrame] = {}
+
+
+def item_fields_frame(store: Any, suite_id: str, fields: Iterable[str]) -> pd.DataFrame:
+    """A suite's items: ``item_id``, ``gold`` and the named fields (decoded JSON values; None
+    where an item lacks one). One JSON parse per item; cached, since a suite id is a hash of
+    the suite's content (the four WorldSense runs share one extraction)."""
+    want = list(dict.fromkeys(fields))
+    key = (str(getattr(store, "path", id(store))), suite_id, tuple(want))
+    if key not in _ITEM_FIELDS:
+        if len(_ITEM_FIELDS) >= 8:
+            _ITEM_FIELDS.pop(next(iter(_ITEM_FIELDS)))
+        _ITEM_FIELDS[key] = _item_fields(store, suite_id, want)
+    return _ITEM_FIELDS[key]
+
+
+def _item_fields(store: Any, suite_id: str, want: list[str]) -> pd.DataFrame:
+    if not want:
+        return store.query_df("SELECT item_id, gold FROM items WHERE suite_id = ? ORDER BY idx", [suite_id])
+    paths = ", ".join("'" + ("$." + json.dumps(f)).replace("'", "''") + "'" for f in want)
+    sel = ["item_id", "gold", *(f"v[{k + 1}] AS {_quote(f)}" for k, f in enumerate(want))]
+    df = store.query_df(
+        f"SELECT {', '.join(sel)} FROM (SELECT item_id, gold, idx, json_extract(fields, [{paths}]) AS v "
+        "FROM items WHERE suite_id = ?) ORDER BY idx",
+        [suite_id],
+    )
+    for f in want:
+        df[f] = decode_json_column(df[f])
+    return df
