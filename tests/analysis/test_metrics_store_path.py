@@ -8,21 +8,16 @@ Expected values are recomputed by hand from the toy suite's generating rule
 from __future__ import annotations
 
 import ast
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from test_tui_fixtures import add_suite, create_run, expected_accuracy, make_db, toy_result  # noqa: E402
-
 from llmscope.analysis.metrics import compute_metrics, display, results_with_fields, run_metrics  # noqa: E402
 from llmscope.analysis.queries import decode_json_column, metric_frame, result_profile  # noqa: E402
 from llmscope.store.db import Store  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import ROOT
+from tests.helpers.tui import add_suite, create_run, expected_accuracy, make_db, toy_result  # noqa: E402
 
 
 def test_stored_run_metrics_match_hand_values_and_the_full_frame(tmp_path: Path) -> None:
@@ -118,7 +113,7 @@ def test_live_progress_accuracy_equals_the_report(tmp_path: Path) -> None:
     from llmscope.data.suites import load_suite
     from llmscope.engine.hf_backend import HFBackend
     from llmscope.engine.runner import Runner, RunPlan
-    from tests.tinymodel import make_tiny_model, tiny_spec
+    from tests.helpers.tinymodel import make_tiny_model, tiny_spec
 
     lines = [json.dumps({"id": f"s{i}", "text": f"The sky is number {i}.", "gold": "yes" if i % 3 else "no"})
              for i in range(9)]
