@@ -7,8 +7,11 @@ analysis layer sits above the engine, never below it.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import sqlite3
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -35,6 +38,7 @@ def minilm_embedder(
     model.eval()
 
     cache: dict[str, np.ndarray] = {}
+    disk = _DiskCache(model_dir)
 
     def _run(texts: list[str]) -> None:
         # length-sorted batches keep padding (and CPU time) small
@@ -48,9 +52,13 @@ def minilm_embedder(
             v = (h * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
             v = torch.nn.functional.normalize(v, p=2, dim=1).cpu().numpy().astype(np.float32)
             cache.update(zip(chunk, v, strict=True))
+            disk.put(dict(zip(chunk, v, strict=True)))
 
     def embed(texts: list[str]) -> np.ndarray:
         todo = sorted({t for t in texts if t not in cache})
+        if todo:
+            cache.update(disk.get(todo))
+            todo = [t for t in todo if t not in cache]
         if todo:
             _run(todo)
         if not texts:
@@ -58,3 +66,64 @@ def minilm_embedder(
         return np.stack([cache[t] for t in texts])
 
     return embed
+
+
+class _DiskCache:
+    """Embeddings kept across processes (ProbEval re-embeds the same answers in every report and
+    dashboard): one SQLite file per model folder under the cache dir, text -> float32 bytes.
+    Keyed by the model folder's path and its weights' size and mtime, so a changed model misses.
+    Any SQLite failure just turns the cache off (the embeddings are recomputed)."""
+
+    def __init__(self, model_dir: str | os.PathLike[str]) -> None:
+        from llmscope.engine.models import cache_dir
+
+        self.path: Path | None = None
+        if os.environ.get("LLMSCOPE_EMBED_CACHE", "on") == "off":
+            return
+        d = Path(model_dir)
+        stamp = "".join(f"{f.name}:{f.stat().st_size}:{int(f.stat().st_mtime)};"
+                        for f in sorted(d.glob("*.safetensors")) + sorted(d.glob("*.bin")))
+        key = hashlib.sha256(f"{d.resolve()}|{stamp}".encode()).hexdigest()[:16]
+        self.path = cache_dir() / "embeddings" / f"{key}.sqlite"
+
+    def _conn(self) -> sqlite3.Connection | None:
+        if self.path is None:
+            return None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            con = sqlite3.connect(self.path, timeout=10)
+            con.execute("CREATE TABLE IF NOT EXISTS emb (text TEXT PRIMARY KEY, vec BLOB NOT NULL)")
+            return con
+        except (OSError, sqlite3.Error):
+            self.path = None
+            return None
+
+    def get(self, texts: list[str]) -> dict[str, np.ndarray]:
+        con = self._conn()
+        if con is None:
+            return {}
+        out: dict[str, np.ndarray] = {}
+        try:
+            for i in range(0, len(texts), 500):
+                chunk = texts[i : i + 500]
+                q = f"SELECT text, vec FROM emb WHERE text IN ({','.join('?' * len(chunk))})"
+                for t, b in con.execute(q, chunk):
+                    out[t] = np.frombuffer(b, dtype=np.float32).copy()
+        except sqlite3.Error:
+            return {}
+        finally:
+            con.close()
+        return out
+
+    def put(self, vecs: dict[str, np.ndarray]) -> None:
+        con = self._conn()
+        if con is None:
+            return
+        try:
+            with con:
+                con.executemany("INSERT OR REPLACE INTO emb VALUES (?, ?)",
+                                [(t, np.asarray(v, dtype=np.float32).tobytes()) for t, v in vecs.items()])
+        except sqlite3.Error:
+            pass
+        finally:
+            con.close()
