@@ -7,8 +7,9 @@ CLI module (analysis sits below the CLI in the layering).
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from llmscope.store.db import decode_json
 
 __all__ = ["probeval_for_run", "default_embedder"]
 
@@ -28,13 +29,13 @@ def probeval_for_run(store: Any, run: dict[str, Any], *, embed: Any = "auto", sa
     questions: dict[str, Question] = {}
     answers: dict[str, list[str]] = {}
     for rec in df[df["error"].isna()].to_dict("records"):
-        fields = json.loads(rec["fields"]) if isinstance(rec["fields"], str) else {}
+        fields = decode_json(rec["fields"], {}) if isinstance(rec["fields"], str) else {}
         if "raw" not in fields or "clusters" not in fields:
             return None
         qid = rec["item_id"]
         clusters = {k: list(v.get("answers", [])) for k, v in (fields.get("clusters") or {}).items()}
         questions[qid] = Question(qid, fields.get("question", ""), dict(fields["raw"]), clusters)
-        extra = json.loads(rec["extra"]) if isinstance(rec["extra"], str) else {}
+        extra = decode_json(rec["extra"], {}) if isinstance(rec["extra"], str) else {}
         samples = extra.get("samples") or []
         answers[qid] = [s["text"] if isinstance(s, dict) else str(s) for s in samples]
     if not questions:

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from llmscope.store.db import decode_json
+
 __all__ = ["ResultProfile", "result_profile", "rows_signature", "metric_frame", "RESULT_COLUMNS",
            "decode_json_column", "item_fields_frame", "field_names"]
 
@@ -73,10 +75,7 @@ def _decode(u: Any) -> Any:
         return u
     if len(u) >= 2 and u[0] == '"' and u[-1] == '"' and "\\" not in u:
         return u[1:-1]  # a plain JSON string: no escapes to undo
-    try:
-        return json.loads(u)
-    except ValueError:
-        return None
+    return decode_json(u)
 
 
 def decode_json_column(values: pd.Series) -> pd.Series:

@@ -156,7 +156,7 @@ class ChoiceTask(Task):
     fewshot_format = "{prompt} {answer}"
     predicts_option = True
     default_method = "loglik"
-    metric_producers = ("methods", "position", "calibration", "abstention")
+    metric_producers = ("methods", "position", "calibration", "abstention", "softmax_accuracy_curve")
     result_fields = ("choice_method", "methods", "calibration", "continuations", "domain_prompt")
     item_fields = (*COMMON_ITEM_FIELDS, ItemField("extra.choice_method", "method"),
                    ItemField("option_scores", "option scores", "json", column=False),

@@ -84,7 +84,7 @@ class ConstrainedTask(Task):
     needs_options = True
     predicts_option = True
     default_method = "constrained"
-    metric_producers = ("methods", "position", "calibration", "worldsense")
+    metric_producers = ("methods", "position", "calibration", "worldsense", "softmax_accuracy_curve")
     result_fields = ("mode", "raw_responses", "scored_as", "exact_correct", "loglik_error")
     item_fields = (*COMMON_ITEM_FIELDS, ItemField("extra.mode", "mode"),
                    ItemField("extra.raw_responses", "responses", "json", column=False))

@@ -66,7 +66,7 @@ class RatingTask(Task):
     needs = frozenset({"next_token"})
     predicts_option = True
     default_method = "next-token"
-    metric_producers = ("calibration", "abstention")
+    metric_producers = ("calibration", "abstention", "fewshot_bias")
     result_fields = ("expected", "gold_value", "abs_error", "label_mass", "raw_probs")
     item_fields = (*COMMON_ITEM_FIELDS, ItemField("extra.expected", "expected", "number"),
                    ItemField("extra.abs_error", "|error|", "number"),

@@ -33,7 +33,7 @@ class YesNoTask(Task):
     needs = frozenset({"next_token"})
     predicts_option = True
     default_method = "next-token"
-    metric_producers = ("yesno", "calibration", "commonsense", "human_correlation", "abstention")
+    metric_producers = ("yesno", "calibration", "commonsense", "human_correlation", "abstention", "fewshot_bias")
     item_fields = (*COMMON_ITEM_FIELDS, ItemField("probs", "answer probabilities", "json", column=False),
                    ItemField("other", "other mass", "prob"))
     option_specs = (

@@ -178,7 +178,10 @@ async def test_bad_task_option_is_shown_inline_and_stops_the_start(tmp_path: Pat
         assert await wait_until(pilot, lambda: any(want in n.message for n in app._notifications))
         assert isinstance(app.screen, HomeScreen) and not app.running
         form.set_value("concurrency", "0")
+        app.clear_notifications()  # the first error's toast may cover the Start button
+        await settle(pilot)
         await pilot.click("#start")
-        assert await wait_until(
+        ok = await wait_until(
             pilot, lambda: any("--concurrency must be between 1 and 1024, got 0" in n.message for n in app._notifications))
+        assert ok, [n.message for n in app._notifications]
         assert app.focused is not None and app.focused.id == "f-conc"  # the bad field gets the cursor

@@ -124,7 +124,7 @@ def check_dashboard(text: str, rows: list[dict], rid: str, suite: str, group_by:
     if sg is not None and sg["ci95"]:
         assert f"sg_score {f3(sg['value'])} [{f3(sg['ci95'][0])}, {f3(sg['ci95'][1])}]" in text, (suite, text)
         checked += 1
-    for m, label in (("consensus", "consensus"), ("awareness", "awareness"), ("commonsensicality", "common sense")):
+    for m, label in (("consensus", "consensus"), ("awareness", "awareness"), ("commonsensicality", "commonsensicality")):
         r = one(rows, rid, m)
         if r is not None and r["value"] is not None:
             assert re.search(rf"{label}\s+{re.escape(f3(r['value']))}\b", text), (suite, m)

@@ -66,7 +66,7 @@ def test_llmscope_in_tmux(tmp_path: Path) -> None:
         screen = _wait_for(sock, "run-a")
         assert "completed" in screen and "24/24" in screen
         _tmux(sock, "send-keys", "-t", "smoke", "Enter")
-        screen = _wait_for(sock, "24/24 results")
+        screen = _wait_for(sock, "Failing items")  # the first frame (counts) comes before the panels
         assert "model-A" in screen and "Failing items" in screen
         _tmux(sock, "send-keys", "-t", "smoke", "Enter")
         screen = _wait_for(sock, "prompt (exactly as rendered for the model)")
