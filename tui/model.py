@@ -410,7 +410,8 @@ class RunModel:
             with self.lock:
                 version = self.version
             if self._db_metrics is None or self._db_metrics[0] != version:
-                self._db_metrics = (version, run_metrics(store, self.run, producers=DASHBOARD_PRODUCERS))
+                self._db_metrics = (version, run_metrics(store, self.run,
+                                                         producers=DASHBOARD_PRODUCERS + STORED_RUN_PRODUCERS))
         return n
 
     def add_live(self, rows: list[dict[str, Any]]) -> int:
@@ -511,6 +512,9 @@ def quick_snapshot(store: Store, run_id: str) -> tuple[dict[str, Any] | None, Sn
 # light rows do not carry, and the dashboard does not show them).
 DASHBOARD_PRODUCERS = ("accuracy", "yesno", "calibration", "commonsense", "human_correlation", "worldsense",
                        "syntaxgym")
+# A stored run also gets these (they read whole stored rows; the dashboard lists their overall
+# numbers under "more metrics", the same values `llmscope report` prints).
+STORED_RUN_PRODUCERS = ("contamination", "genmetrics")
 # Fields the pipeline reads from an item (besides the suite's group_by and cluster field).
 _PIPELINE_FIELDS = ("human_q1", "category", "tuple_ID", "expectedresp", "problemname", "problemsize",
                     "options")

@@ -306,6 +306,21 @@ class DashboardScreen(BaseScreen):
         if total:
             b.update(total=total, progress=done)
 
+    def _more_metrics(self, snap: Snapshot) -> Text | None:
+        """Overall numbers of the stored-run producers (contamination probes, generation metrics)."""
+        from llmscope.tui.model import STORED_RUN_PRODUCERS
+
+        rm = snap.metrics
+        rows = [m for m in (rm.metrics if rm is not None else [])
+                if m.producer in STORED_RUN_PRODUCERS and not m.group and m.value is not None]
+        if not rows:
+            return None
+        t = Text("more metrics (d: definitions)\n", style="bold")
+        for m in rows:
+            ci = f" [{display(m.name, m.lo)}, {display(m.name, m.hi)}]" if m.ci95 is not None else ""
+            t.append(f"  {m.name} {display(m.name, m.value)}{ci}   n {m.n if m.n is not None else '-'}\n")
+        return t
+
     def _show_panels(self, snap: Snapshot) -> None:
         model = self.model
         # accuracy
@@ -335,7 +350,9 @@ class DashboardScreen(BaseScreen):
         no_gold = Text()
         for v in self.no_gold:
             no_gold.append(f"  {clean(v)}: no gold for this variant (no {snap.accuracy_name})\n", style="dim")
-        self.query_one("#acc", Static).update(Group(tab, no_gold) if no_gold else tab)
+        more = self._more_metrics(snap)
+        parts: list[Table | Text] = [tab, *([no_gold] if no_gold else []), *([more] if more else [])]
+        self.query_one("#acc", Static).update(Group(*parts) if len(parts) > 1 else tab)
         # bias
         self.query_one("#bias", Static).update(self._bias(snap))
         # other mass
