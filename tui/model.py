@@ -729,30 +729,9 @@ class LiveFeed:
 
 # -- item detail -----------------------------------------------------------------------------
 def item_detail(store: Store, run_id: str, item_id: str) -> dict[str, Any]:
-    """Every stored variant of one item in one run, with the item's fields."""
-    df = store.query_df(
-        """
-        SELECT r.*, i.text AS item_text, i.fields AS item_fields, i.options AS item_options
-        FROM results r JOIN runs u ON u.run_id = r.run_id
-        LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id
-        WHERE r.run_id = ? AND r.item_id = ? ORDER BY r.variant
-        """,
-        [run_id, item_id],
-    )
-    rows = []
-    for rec in df.to_dict("records"):
-        rec = {k: (None if _isnan(v) else v) for k, v in rec.items()}
-        for k in ("probs", "top_tokens", "option_scores", "extra", "item_fields", "item_options"):
-            rec[k] = _parse_json(rec.get(k))
-        rows.append(rec)
-    first = rows[0] if rows else {}
-    return {
-        "item_id": item_id,
-        "text": first.get("item_text") or "",
-        "fields": first.get("item_fields") or {},
-        "options": first.get("item_options"),
-        "variants": rows,
-    }
+    """Every stored variant of one item in one run, with the item's fields (`Store.item_detail`)."""
+    d = store.item_detail(run_id, item_id)
+    return {"item_id": d.item_id, "text": d.text, "fields": d.fields, "options": d.options, "variants": d.variants}
 
 
 def item_detail_live(model: RunModel, item_id: str, feed: LiveFeed | None = None) -> dict[str, Any]:
