@@ -46,9 +46,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
+# Module scope (only this file uses it): the server's CPU time is counted when it is reaped, so
+# a session-scoped server charged its whole life to the suite's last test (tests/conftest.py).
+@pytest.fixture(scope="module")
 def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Base URL of a llama.cpp server on the embedded GGUF (started once per session).
+    """Base URL of a llama.cpp server on the embedded GGUF (started once for this module).
 
     LLMSCOPE_LLAMA_SERVER=http://host:port/v1 reuses a server already running with the
     same command line (handy while iterating on one test)."""

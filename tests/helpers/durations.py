@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
         return float(r["cpu_s"] + r["child_cpu_s"])
 
     tot_w, tot_c = sum(r["wall_s"] for r in recs), sum(cpu(r) for r in recs)
-    print(f"{len(recs)} tests: wall {tot_w:.0f} s, cpu {tot_c:.0f} s")
+    n_tests = sum("::(fixtures torn down" not in r["test"] for r in recs)
+    print(f"{n_tests} tests: wall {tot_w:.0f} s, cpu {tot_c:.0f} s")
     print(f"\n{'cpu_s':>8} {'wall_s':>8}  test (heaviest {args.top})")
     for r in sorted(recs, key=cpu, reverse=True)[: args.top]:
         print(f"{cpu(r):8.1f} {r['wall_s']:8.1f}  {r['test']}")
