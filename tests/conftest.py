@@ -14,6 +14,27 @@ from pathlib import Path
 
 import pytest
 
+# pytest-xdist runs the suite in worker processes (`-n 2` in pyproject's addopts). Each worker
+# gets one torch thread, and so do the `llmscope` subprocesses it starts (they inherit the
+# variable): two workers with a pool each would oversubscribe a 2-core machine, and torch's
+# spinning threads slow a tiny model down ~30x (RELIABILITY.md, "findings"). Set before
+# anything imports torch; a test that needs another value sets it with monkeypatch.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if _WORKER:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist, files with slow tests first (file order otherwise kept).
+
+    xdist hands out whole files (`--dist loadfile`) in collection order; a file that loads
+    real models (minutes) handed out last would leave one worker idle while the other ends it.
+    Every worker sorts the same way, so the collections still agree."""
+    if not _WORKER:
+        return
+    slow = {it.path for it in items if it.get_closest_marker("slow")}
+    items.sort(key=lambda it: it.path not in slow)  # stable: tests keep their order in a file
+
 
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
@@ -25,8 +46,11 @@ def _isolated_cache(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Converted GGUF models are cached per user; tests share one cache dir per session
-    # (not the user's) so they neither depend on nor pollute it.
-    cache = tmp_path_factory.getbasetemp() / "llmscope-cache"
+    # (not the user's) so they neither depend on nor pollute it. Under xdist the workers share
+    # it too (the session's root, above each worker's basetemp): a model is converted once per
+    # run, and every cache writes through a temporary file and a rename, or SQLite's locking.
+    base = tmp_path_factory.getbasetemp()
+    cache = (base.parent if _WORKER else base) / "llmscope-cache"
     monkeypatch.setenv("LLMSCOPE_CACHE", os.environ.get("LLMSCOPE_TEST_CACHE", str(cache)))
     # Tests measure models and servers (request counts, retries, kills mid-run), so the
     # response cache shared across runs is off unless a test turns it on (tests/engine/test_cache.py).

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import fcntl
 import json
 import os
 import shutil
@@ -29,18 +30,23 @@ MD_END = "<!-- figures:end -->"
 
 # -- figures ------------------------------------------------------------------------------
 def record(section: str, **figures: Any) -> None:
-    """Merge one test's figures into bench/_out/reliability.json (tests run sequentially)."""
-    try:
-        data = json.loads(OUT_JSON.read_text())
-    except (OSError, json.JSONDecodeError):
-        data = {}
+    """Merge one test's figures into bench/_out/reliability.json.
+
+    xdist workers record concurrently: the read-merge-write holds an exclusive lock on a
+    side file, so no worker's figures overwrite another's."""
     figures["recorded_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    data[section] = figures
     try:
         OUT_JSON.parent.mkdir(parents=True, exist_ok=True)
-        tmp = OUT_JSON.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
-        os.replace(tmp, OUT_JSON)
+        with open(OUT_JSON.with_suffix(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                data = json.loads(OUT_JSON.read_text())
+            except (OSError, json.JSONDecodeError):
+                data = {}
+            data[section] = figures
+            tmp = OUT_JSON.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
+            os.replace(tmp, OUT_JSON)
     except OSError:
         pass  # figures are a report, never a reason for a test to fail
 
