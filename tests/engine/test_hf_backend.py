@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from typing import Any
 
 import pytest
@@ -343,6 +344,33 @@ class _OOMTimes(_OOMAbove):
 MANY = [f"{p} Think of {w}." for p in PROMPTS for w in ("it", "them", "rain", "snow")]
 
 
+class _Held(HFBackend):
+    """Its model thread starts once `hold` calls are tokenised and queued.
+
+    The model thread batches whatever is queued when it looks; on a loaded machine the
+    tokeniser can lag, and the first batches came out smaller than 16 (a flaky test). Held
+    back, it finds every call waiting, so the batches are cut from the whole queue each time.
+    """
+
+    def __init__(self, *args: Any, hold: int, **kw: Any) -> None:
+        self._hold = hold  # set before HFBackend.__init__ starts the threads
+        super().__init__(*args, **kw)
+
+    def _worker(self) -> None:
+        end = time.monotonic() + 120  # a bound against hanging, never reached when all goes well
+        while self._queue.qsize() < self._hold and time.monotonic() < end:
+            time.sleep(0.001)
+        super()._worker()
+
+
+def _held_backend(tiny: tuple[Any, Any, Any], batch_size: int, model: Any, hold: int) -> HFBackend:
+    m, tok, spec = tiny
+    b = _Held(spec, model=model, tokenizer=tok, device="cpu", dtype="float32",
+              batch_size=batch_size, hold=hold)
+    b.prefix_cache = False
+    return b
+
+
 def _next_all(b: HFBackend, prompts: list[str]) -> list[Any]:
     async def go() -> list[Any]:
         try:
@@ -358,7 +386,7 @@ def test_batch_size_grows_back_after_a_transient_out_of_memory(
 ) -> None:
     ref = _next_all(_backend(tiny, 1), MANY)
     wrapped = _OOMTimes(tiny[0], limit=8, times=1)
-    b = _backend(tiny, 16, model=wrapped, prefix=False)
+    b = _held_backend(tiny, 16, wrapped, hold=len(MANY))
     b.grow_after = 2
     wrapped.sizes.clear()  # not the tree-mask check at load time
     got = _next_all(b, MANY)
@@ -375,7 +403,7 @@ def test_regrowth_slows_down_when_the_larger_batch_fails_again(
 ) -> None:
     ref = _next_all(_backend(tiny, 1), MANY)
     wrapped = _OOMAbove(tiny[0], limit=5)
-    b = _backend(tiny, 16, model=wrapped, prefix=False)
+    b = _held_backend(tiny, 16, wrapped, hold=len(MANY))
     b.grow_after = 2
     wrapped.sizes.clear()  # not the tree-mask check at load time
     got = _next_all(b, MANY)
