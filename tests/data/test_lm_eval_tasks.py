@@ -5,41 +5,19 @@ Expected contexts, continuations and golds are written out by hand from lm-eval'
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from llmscope.data.suites import SuiteError, load_suite
+from tests.helpers.lm_eval import TINY_ARC_DOCS, TINY_ARC_YAML, write_task
 
-DOCS = [
-    {"question": "What color is the sky on a clear day?",
-     "choices": {"text": ["green", "blue", "red"], "label": ["A", "B", "C"]}, "answerKey": "B"},
-    {"question": "How many legs does a dog have?",
-     "choices": {"text": ["four", "two", "six"], "label": ["A", "B", "C"]}, "answerKey": "A"},
-]
-
-MC_YAML = """task: tiny_arc
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: docs.jsonl
-test_split: test
-output_type: multiple_choice
-doc_to_text: "Question: {{question}}\\nAnswer:"
-doc_to_choice: "{{choices.text}}"
-doc_to_target: "{{choices.label.index(answerKey)}}"
-metric_list:
-  - metric: acc
-  - metric: acc_norm
-"""
+DOCS = TINY_ARC_DOCS
+MC_YAML = TINY_ARC_YAML + "metric_list:\n  - metric: acc\n  - metric: acc_norm\n"
 
 
 def _write(tmp_path: Path, yaml_text: str, docs: list[dict] = DOCS, name: str = "task.yaml") -> Path:
-    (tmp_path / "docs.jsonl").write_text("\n".join(json.dumps(d) for d in docs) + "\n")
-    p = tmp_path / name
-    p.write_text(yaml_text)
-    return p
+    return write_task(tmp_path, yaml_text, docs, name)
 
 
 def test_multiple_choice_yaml_as_a_choice_suite(tmp_path: Path) -> None:

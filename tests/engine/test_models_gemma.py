@@ -14,6 +14,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from tests.helpers.direct import load_gguf
+
 pytestmark = pytest.mark.slow
 
 
@@ -29,13 +31,7 @@ def gemma_gguf() -> Path:
 @pytest.fixture(scope="module")
 def direct(gemma_gguf):
     """Tokenizer and model loaded straight from the GGUF with transformers (no llmscope code)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(gemma_gguf.parent), gguf_file=gemma_gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(str(gemma_gguf.parent), gguf_file=gemma_gguf.name,
-                                                 dtype=torch.float32).eval()
-    return tok, model
+    return load_gguf(gemma_gguf)
 
 
 def _cli(*args: str, timeout: int = 1200) -> subprocess.CompletedProcess[str]:

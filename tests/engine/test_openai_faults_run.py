@@ -18,7 +18,7 @@ import duckdb
 import pytest
 
 from llmscope.engine.openai_backend import DETERMINISTIC_REPEATS
-from tests.helpers.cli import cli, cli_env, record
+from tests.helpers.cli import api_run, record
 from tests.helpers.oai import start_server, stop_server
 
 # the server's default top-5 at the first generated token (tests/oai_server.py DEFAULT_TOP)
@@ -60,15 +60,9 @@ def _fault_run(tmp_path: Path, n_items: int, retry_after: str, section: str) -> 
     try:
         server.script(ALWAYS_500, faults=[{"status": 500, "message": "scripted outage"}] * 1000)
         server.faults(rate=RATE, seed=8, kinds=MIX, sleep=30.0, retry_after=retry_after)
-        proc = cli(
-            "run",
-            "--suite",
-            str(spec),
-            "--db",
-            str(db),
-            "--model",
-            "openai:test-model",
-            "--base-url",
+        proc = api_run(
+            spec,
+            db,
             server.base_url,
             "--concurrency",
             "16",
@@ -77,7 +71,6 @@ def _fault_run(tmp_path: Path, n_items: int, retry_after: str, section: str) -> 
             "--max-retries",
             str(MAX_RETRIES),
             "--no-report",
-            env=cli_env(OPENAI_API_KEY="sk-test"),
             timeout=900,
         )
         stats = server.server_stats()

@@ -93,6 +93,26 @@ def cli(
     )
 
 
+def api_run(
+    spec: str | Path, db: str | Path, base_url: str, *extra: str, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """`llmscope run` of a suite on `openai:test-model` at `base_url` (tests/helpers/oai_server.py)."""
+    return cli(
+        "run",
+        "--suite",
+        str(spec),
+        "--db",
+        str(db),
+        "--model",
+        "openai:test-model",
+        "--base-url",
+        base_url,
+        *extra,
+        env=cli_env(OPENAI_API_KEY="sk-test"),
+        timeout=timeout,
+    )
+
+
 def assert_clean_error(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
     """A user-facing failure: exit 2, one `llmscope: error:` line, no traceback."""
     err = proc.stderr

@@ -24,9 +24,9 @@ import pytest
 
 from llmscope.store.db import SCHEMA_VERSION, Store
 from tests.helpers.cli import (
+    api_run,
     assert_clean_error,
     cli,
-    cli_env,
     record,
     snapshot,
     write_yesno_suite,
@@ -54,21 +54,7 @@ def _figures() -> Iterator[None]:
 
 
 def _run(spec: Path, db: Path, server: OAIServer, *extra: str) -> subprocess.CompletedProcess[str]:
-    return cli(
-        "run",
-        "--suite",
-        str(spec),
-        "--db",
-        str(db),
-        "--model",
-        "openai:test-model",
-        "--base-url",
-        server.base_url,
-        "--no-report",
-        "--quiet",
-        *extra,
-        env=cli_env(OPENAI_API_KEY="sk-test"),
-    )
+    return api_run(spec, db, server.base_url, "--no-report", "--quiet", *extra)
 
 
 def _sha(path: Path) -> str:

