@@ -190,3 +190,13 @@ def screen_text(app: Any) -> str:
     """The app's current screen as plain text lines."""
     strips = app.screen._compositor.render_strips()
     return "\n".join("".join(seg.text for seg in s) for s in strips)
+
+
+def fill_form(screen: Any, **values: str) -> None:
+    """Fill the home screen's run form by field name (tui/panels_form.py FIELDS), as typing
+    into each field would: `fill_form(home, suite="commonsense-sample", limit="4")`."""
+    from llmscope.tui.panels_form import RunForm
+
+    form = screen.query_one(RunForm)
+    for name, value in values.items():
+        form.set_value(name, value)

@@ -11,7 +11,7 @@ from llmscope.store.db import Store
 from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import DashboardScreen, HomeScreen
 from tests.helpers.oai import oai, oai_server  # noqa: F401
-from tests.helpers.tui import screen_text, settle, wait_until
+from tests.helpers.tui import fill_form, screen_text, settle, wait_until
 
 
 async def test_start_run_from_form(tmp_path: Path, oai) -> None:  # noqa: F811
@@ -21,11 +21,8 @@ async def test_start_run_from_form(tmp_path: Path, oai) -> None:  # noqa: F811
         await settle(pilot)
         home = app.screen
         assert isinstance(home, HomeScreen)
-        home.query_one("#f-suite", Input).value = "commonsense-sample"
-        home.query_one("#f-model", Input).value = "openai:test-model"
-        home.query_one("#f-base-url", Input).value = oai.base_url
-        home.query_one("#f-limit", Input).value = "4"
-        home.query_one("#f-conc", Input).value = "4"
+        fill_form(home, suite="commonsense-sample", model="openai:test-model",
+                  base_url=oai.base_url, limit="4", concurrency="4")
         await pilot.click("#start")
         # the run opens its dashboard by itself once it has started
         assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen), timeout=30)

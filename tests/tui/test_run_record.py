@@ -12,14 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from textual.widgets import Input
 
 from llmscope.store.db import Store
 from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import DashboardScreen, HomeScreen
 from tests.helpers.cli import cli, cli_env
 from tests.helpers.oai import oai, oai_server  # noqa: F401
-from tests.helpers.tui import add_suite, create_run, screen_text, settle, wait_until
+from tests.helpers.tui import add_suite, create_run, fill_form, screen_text, settle, wait_until
 
 
 def _dead_pid() -> int:
@@ -40,10 +39,7 @@ async def test_local_run_of_the_embedded_model_from_the_form(tmp_path: Path) -> 
         await settle(pilot)
         home = app.screen
         assert isinstance(home, HomeScreen)
-        home.query_one("#f-suite", Input).value = "commonsense-sample"
-        home.query_one("#f-model", Input).value = ""  # the embedded default
-        home.query_one("#f-limit", Input).value = "1"
-        home.query_one("#f-batch", Input).value = "4"
+        fill_form(home, suite="commonsense-sample", model="", limit="1", batch_size="4")  # "": the embedded default
         await pilot.click("#start")
         assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen), timeout=300)
         dash = app.screen
@@ -95,11 +91,8 @@ async def test_stop_then_resume_from_the_dashboard(tmp_path: Path, oai) -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         home = app.screen
-        home.query_one("#f-suite", Input).value = "commonsense-sample"
-        home.query_one("#f-model", Input).value = "openai:test-model"
-        home.query_one("#f-base-url", Input).value = oai.base_url
-        home.query_one("#f-limit", Input).value = "8"
-        home.query_one("#f-conc", Input).value = "1"
+        fill_form(home, suite="commonsense-sample", model="openai:test-model",
+                  base_url=oai.base_url, limit="8", concurrency="1")
         await pilot.click("#start")
         assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen), timeout=60)
         dash = app.screen
