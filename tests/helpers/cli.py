@@ -29,8 +29,9 @@ MD_END = "<!-- figures:end -->"
 
 
 # -- figures ------------------------------------------------------------------------------
-def record(section: str, **figures: Any) -> None:
-    """Merge one test's figures into bench/_out/reliability.json.
+def record(section: str, merge: bool = False, **figures: Any) -> None:
+    """Merge one test's figures into bench/_out/reliability.json (with `merge`, into the
+    section's figures already there rather than replacing them).
 
     xdist workers record concurrently: the read-merge-write holds an exclusive lock on a
     side file, so no worker's figures overwrite another's."""
@@ -43,7 +44,8 @@ def record(section: str, **figures: Any) -> None:
                 data = json.loads(OUT_JSON.read_text())
             except (OSError, json.JSONDecodeError):
                 data = {}
-            data[section] = figures
+            old = data.get(section) if merge else None
+            data[section] = {**old, **figures} if isinstance(old, dict) else figures
             tmp = OUT_JSON.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
             os.replace(tmp, OUT_JSON)

@@ -109,12 +109,6 @@ def oai(oai_server: OAIServer, monkeypatch: pytest.MonkeyPatch) -> OAIServer:
 def note_fault_outcome(case: str, outcome: str) -> None:
     """Add one measured outcome to the `api_fault_matrix` figures that RELIABILITY.md lists
     (bench/_out/reliability.json, via tests.helpers.cli.record)."""
-    from tests.helpers.cli import OUT_JSON, record
+    from tests.helpers.cli import record
 
-    try:
-        section = dict(json.loads(OUT_JSON.read_text()).get("api_fault_matrix") or {})
-    except (OSError, ValueError):
-        section = {}
-    section.pop("recorded_at", None)
-    section[case] = outcome
-    record("api_fault_matrix", **section)
+    record("api_fault_matrix", merge=True, **{case: outcome})  # under record's lock (xdist)
