@@ -102,10 +102,10 @@ def fast_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
 
 
 def _stored_items(store: Store, suite_id: str) -> dict[str, Item] | None:
-    """The items of a suite as stored, or None when not stored."""
+    """The items of a suite as stored (no text or fields: only ids, gold, options), or None."""
     if not store.has_suite(suite_id):
         return None
-    return {it.item_id: it for it in store.suite_items(suite_id, with_fields=False)}
+    return {it.item_id: it for it in store.suite_items(suite_id, with_fields=False, with_text=False)}
 
 
 def _json_text(v: Any) -> str:
@@ -143,7 +143,6 @@ def import_worldsense(store: Store, directory: Path) -> list[str]:
         extra_text = {v: _json_text({"imported": True, "prompting": prompting, "valid": v})
                       for v in (True, False)}
         keys: list[str] = []
-        prompts: list[str] = []
         preds: list[str] = []
         golds: list[str | None] = []
         correct: list[float | None] = []
@@ -165,7 +164,6 @@ def import_worldsense(store: Store, directory: Path) -> list[str]:
             resp = rec.get("resp")
             resp = "" if resp is None else str(resp).strip()
             keys.append(key)
-            prompts.append(it.text)
             preds.append(resp)
             golds.append(it.gold)
             correct.append(None if it.gold is None else class_correct(resp, it.gold, classes))
@@ -176,10 +174,11 @@ def import_worldsense(store: Store, directory: Path) -> list[str]:
             meta["duplicate_keys"] = dupes
         with store.transaction():
             _create_import_run(store, run_id, suite, model, f, len(items), {"prompting": prompting})
+            # each row's prompt is its trial's text, copied from `items` inside DuckDB
             store.append_results(run_id, {
-                "item_id": keys, "variant": [variant] * len(keys), "prompt": prompts,
+                "item_id": keys, "variant": [variant] * len(keys),
                 "prediction": preds, "gold": golds, "correct": correct, "extra": extras,
-            })
+            }, prompt_from_suite=suite.suite_id)
             store.update_run(run_id, meta=meta)
             _finish(store, run_id)
         msgs.append(f"{f.name}: run {run_id} ({model}, {prompting}), {len(keys)} responses"
