@@ -910,6 +910,17 @@ class Store:
         return [Item(item_id=i, text=t or "", gold=g, options=opts(o), fields=decode_json(f) or {})
                 for i, t, g, o, f in rows]
 
+    def item_answers(self, suite_id: str) -> dict[str, tuple[str | None, Any]]:
+        """item_id -> (gold, options) of a stored suite, options decoded once per distinct text
+        (lists as tuples, shared between items: read-only). For bulk imports that score
+        responses against 10^5 items without building an `Item` for each."""
+        rows = self.execute("SELECT item_id, gold, options FROM items WHERE suite_id = ?", [suite_id]).fetchall()
+        decoded: dict[Any, Any] = {}
+        for o in {r[2] for r in rows}:
+            v = decode_json(o)
+            decoded[o] = tuple(v) if isinstance(v, list) else v
+        return {i: (g, decoded[o]) for i, g, o in rows}
+
     # -- failing items, paged in SQL (the TUI's virtual list) ----------------------------------
     FAILING_SORTS = ("arrival", "confidence", "distance", "group", "item")
 
