@@ -1064,6 +1064,18 @@ def _json_many(values: Iterable[Any]) -> list[str | None]:
         return [_json(v) for v in values]
 
 
+def _json_array(values: Sequence[Any]) -> pa.Array:
+    """`_json_many` as an Arrow string array, built from orjson's bytes without a Python str
+    per value (Arrow checks the UTF-8 in one pass). Values orjson takes only with the careful
+    options (non-string keys, objects needing `default`) go through `_json_many`: same text."""
+    dumps, opt = orjson.dumps, orjson.OPT_SERIALIZE_NUMPY
+    try:
+        encoded = [None if v is None else dumps(v, option=opt) for v in values]
+        return pa.array(encoded, type=pa.binary()).cast(pa.string())
+    except (orjson.JSONEncodeError, TypeError, pa.ArrowInvalid):
+        return pa.array(_json_many(values), type=pa.string())
+
+
 def _finite_array(values: Sequence[Any]) -> pa.Array:
     """float64 with NaN/inf (and None) as null, converted in Arrow rather than per value."""
     try:
@@ -1135,12 +1147,12 @@ def results_to_arrow(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.
         pa.array([r.variant for r in rs], type=pa.string()),
         pa.array(range(start_seq, start_seq + n), type=pa.int64()),
         pa.array([r.prompt for r in rs], type=pa.string()),
-        pa.array(_json_many(probs), type=pa.string()),
+        _json_array(probs),
         _finite_array([p.get("yes") if p else None for p in probs]),
         _finite_array([p.get("no") if p else None for p in probs]),
         _finite_array([r.other for r in rs]),
-        pa.array(_json_many([r.top_tokens for r in rs]), type=pa.string()),
-        pa.array(_json_many([r.option_scores for r in rs]), type=pa.string()),
+        _json_array([r.top_tokens for r in rs]),
+        _json_array([r.option_scores for r in rs]),
         pa.array(preds, type=pa.string()),
         pa.array([r.gold for r in rs], type=pa.string()),
         _finite_array([r.correct for r in rs]),
@@ -1148,7 +1160,7 @@ def results_to_arrow(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.
         n_tokens,
         _finite_array([r.latency_ms for r in rs]),
         pa.array([r.error for r in rs], type=pa.string()),
-        pa.array(_json_many([e or None for e in extras]), type=pa.string()),
+        _json_array([e or None for e in extras]),
         pa.array([now] * n, type=pa.timestamp("us")),
         _finite_array([p.get(x) if p and x is not None else None for p, x in zip(probs, preds, strict=True)]),
         pa.array([m if isinstance(m, str) else None for m in methods], type=pa.string()),
