@@ -1,52 +1,114 @@
-"""Import rate of `llmscope import worldsense` for a few results files, suite stored first.
+"""Import rate of `llmscope import worldsense`, before and after, in one run.
 
-    python -m bench.import_rate [--worldsense DIR] [FILE ...]
+    python -m bench.import_rate [--worldsense DIR] [--before REF] [--rounds 2] [FILE ...]
 
-Prints rows/s (wall and CPU) until the file is closed. To compare with an older llmscope, run
-the same script with that version first on PYTHONPATH, e.g. for the code before schema 4:
-
-    git archive 444d340 | tar -x -C /tmp/old/src
-    mkdir -p /tmp/old/pkg && cp -r /tmp/old/src/llmscope /tmp/old/pkg/llmscope
-    for d in store engine data analysis tui; do cp -r /tmp/old/src/$d /tmp/old/pkg/llmscope/$d; done
-    (cd /tmp && PYTHONPATH=/tmp/old/pkg python /path/to/bench/import_rate.py)
+The suite is stored first (not timed: the same bz2 read in every version); then the results
+files (default: two, 174,096 rows) are imported until the file is closed (final checkpoint
+included), by the code of git `--before` (default 69e8d33, main at the start of round 3) and by
+the working tree, each in a fresh process on its own database, interleaved, best of `--rounds`.
+Prints rows/s by wall time and per CPU second (user + system of the process, all threads: the
+fairer figure on a shared machine), the ratios, and whether both versions stored the same rows
+(`EXCEPT ALL` both ways over every results column but `written_at`, and the runs' counts).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-DEFAULT_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "worldsense" / "test_set"
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DIR = ROOT.parent / "shared" / "data" / "worldsense" / "test_set"
 DEFAULT_FILES = ["basic___GPT4___results.jsonl", "basic___GPT3.5___results.jsonl"]
+BEFORE_REF = "69e8d33"
+
+
+def measure(directory: Path, files: list[str], work: Path) -> tuple[int, float, float]:
+    """(rows, wall s, CPU s) of importing `files` into a new database under `work`."""
+    import time
+
+    from llmscope import importers
+    from llmscope.data.suites import load_suite
+    from llmscope.store.db import Store
+
+    (work / "results").mkdir(parents=True)
+    os.symlink(directory / "trials.jsonl.bz2", work / "trials.jsonl.bz2")
+    for f in files:
+        os.symlink(directory / "results" / f, work / "results" / f)
+    s = Store(str(work / "db.duckdb"))
+    importers._store_suite(s, load_suite("worldsense", work))
+    s.close()
+    s = Store(str(work / "db.duckdb"))
+    t, c = time.perf_counter(), time.process_time()
+    importers.import_worldsense(s, work)
+    n = s.execute("SELECT count(*) FROM results").fetchone()[0]
+    s.close()
+    return n, time.perf_counter() - t, time.process_time() - c
+
+
+def _child(tree: Path | None, directory: Path, files: list[str], work: Path) -> tuple[int, float, float]:
+    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+            + (f"sys.path.insert(0, {str(tree)!r})\n" if tree else "")
+            + "import llmscope\n"
+            + (f"assert llmscope.__file__.startswith({str(tree)!r}), llmscope.__file__\n" if tree else "")
+            + "from pathlib import Path\nfrom bench.import_rate import measure\n"
+            + f"print(*measure(Path({str(directory)!r}), {files!r}, Path({str(work)!r})))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=tempfile.gettempdir())
+    if proc.returncode:
+        raise RuntimeError(f"bench child failed:\n{proc.stderr[-2000:]}")
+    n, w, c = proc.stdout.strip().splitlines()[-1].split()
+    return int(n), float(w), float(c)
+
+
+def same_rows(a: Path, b: Path) -> bool:
+    """Whether two imported databases hold the same results rows and run counts."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(f"ATTACH '{a}' AS a (READ_ONLY)")
+    con.execute(f"ATTACH '{b}' AS b (READ_ONLY)")
+    cols = ", ".join(r[0] for r in con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE database_name = 'a' AND table_name = 'results' "
+        "AND column_name <> 'written_at' ORDER BY column_index").fetchall())
+    runs = "run_id, suite_id, model, n_total, n_done, n_errors, status"
+    diffs = [con.execute(f"SELECT count(*) FROM (SELECT {c} FROM {x}.{t} EXCEPT ALL SELECT {c} FROM {y}.{t})")
+             .fetchone()[0] for c, t in ((cols, "results"), (runs, "runs")) for x, y in (("a", "b"), ("b", "a"))]
+    return not any(diffs)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--worldsense", type=Path, default=DEFAULT_DIR)
+    ap.add_argument("--before", default=BEFORE_REF, metavar="REF", help=f"git commit (default {BEFORE_REF})")
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("files", nargs="*", default=DEFAULT_FILES)
     args = ap.parse_args(argv)
-    from llmscope import importers
-    from llmscope.data.suites import load_suite
-    from llmscope.store.db import SCHEMA_VERSION, Store
+    from .scale import extract_tree
 
-    d = Path(tempfile.mkdtemp(prefix="llmscope-import-rate-"))
-    (d / "results").mkdir()
-    os.symlink(args.worldsense / "trials.jsonl.bz2", d / "trials.jsonl.bz2")
-    for f in args.files:
-        os.symlink(args.worldsense / "results" / f, d / "results" / f)
-    s = Store(str(d / "db.duckdb"))
-    importers._store_suite(s, load_suite("worldsense", d))  # not timed: the same bz2 read in every version
-    t, c = time.perf_counter(), time.process_time()
-    importers.import_worldsense(s, d)
-    n = s.execute("SELECT count(*) FROM results").fetchone()[0]
-    s.close()
-    w, cpu = time.perf_counter() - t, time.process_time() - c
-    print(f"schema {SCHEMA_VERSION}: {n} rows in {w:.2f} s wall ({n / w:,.0f} rows/s), "
-          f"{cpu:.2f} s CPU ({n / cpu:,.0f} rows/s CPU) (target >= 50,000)")
+    tmp = Path(tempfile.mkdtemp(prefix="llmscope-import-rate-"))
+    tree = extract_tree(args.before, tmp / "before-code")
+    runs: dict[str, list[tuple[int, float, float]]] = {"before": [], "after": []}
+    dbs: dict[str, Path] = {}
+    for k in range(args.rounds):
+        for name, t in (("before", tree), ("after", None)):
+            work = tmp / f"{name}{k}"
+            runs[name].append(_child(t, args.worldsense, args.files, work))
+            dbs[name] = work / "db.duckdb"
+    figures = {}
+    for name, rs in runs.items():
+        n = rs[0][0]
+        figures[name] = (n, n / min(r[1] for r in rs), n / min(r[2] for r in rs))
+        print(f"{name} ({args.before if name == 'before' else 'working tree'}): {n:,} rows, "
+              f"{figures[name][1]:,.0f} rows/s wall, {figures[name][2]:,.0f} rows/CPU-s "
+              f"(best of {len(rs)}; seconds wall {', '.join(f'{r[1]:.2f}' for r in rs)}, "
+              f"CPU {', '.join(f'{r[2]:.2f}' for r in rs)})")
+    b, a = figures["before"], figures["after"]
+    print(f"ratio after/before: {a[1] / b[1]:.2f}x wall, {a[2] / b[2]:.2f}x CPU (target >= 50,000 rows/s); "
+          f"same rows: {same_rows(dbs['before'], dbs['after'])}")
     return 0
 
 

@@ -1,9 +1,11 @@
 """Store write throughput and the store's share of a run's wall time.
 
-    python -m bench.store_bench [--rows 100000] [--batch 512] [--run-limit 243]
+    python -m bench.store_bench [--rows 100000] [--batch 4096] [--run-limit 243] [--before REF]
 
 1. Rows per second through `Store.write_results`, in the run loop's batch size, with
-   yes/no-shaped rows (probabilities, 20 top tokens, prompt, extra).
+   yes/no-shaped rows (probabilities, 20 top tokens, prompt, extra): the code of git `--before`
+   (default 69e8d33, the store before this round's changes; `schema3` for the schema-3 writer
+   kept in bench/_store_v3.py) and the working tree, each in fresh processes, interleaved.
 2. A real run (`commonsense-sample`, yesno task, Runner) on the tiny random-weight model
    from tests/helpers/tinymodel.py, so the model is as fast as it gets and the store's share is an
    upper bound; time inside `write_results` (writer thread) over the run's wall time.
@@ -15,6 +17,7 @@ import argparse
 import asyncio
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -118,35 +121,70 @@ def run_share(limit: int | None) -> tuple[float, float, int]:
     return spent[0], wall, done
 
 
+ROOT = Path(__file__).resolve().parents[1]
+BEFORE_REF = "69e8d33"  # main at the start of round 3 (schema 4, before the bulk-path work)
+
+
+def _child_rate(tree: Path | None, rows: int, batch: int, schema3: bool = False) -> tuple[float, float]:
+    """`write_rate` in a fresh interpreter: with `tree` (an extracted older package) first on
+    sys.path, else the working tree's code."""
+    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+            + (f"sys.path.insert(0, {str(tree)!r})\n" if tree else "")
+            + "import llmscope\n"
+            + (f"assert llmscope.__file__.startswith({str(tree)!r}), llmscope.__file__\n" if tree else "")
+            + "from bench.store_bench import write_rate\n"
+            + f"print(*write_rate({rows}, {batch}, {schema3!r}))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=tempfile.gettempdir())
+    if proc.returncode:
+        raise RuntimeError(f"bench child failed:\n{proc.stderr[-2000:]}")
+    w, c = proc.stdout.strip().splitlines()[-1].split()
+    return float(w), float(c)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument(
-        "--batch", type=int, nargs="+", default=[512, 4096, 32768],
-        help="rows per write (the run loop flushes 512; imports write a run per transaction)",
+        "--batch", type=int, nargs="+", default=[4096, 32768],
+        help="rows per write (the run loop flushes 4,096 rows or 1 s; imports write a run per transaction)",
     )
+    ap.add_argument("--rounds", type=int, default=2, help="before/after pairs per batch size (best kept)")
+    ap.add_argument("--before", default=BEFORE_REF, metavar="REF",
+                    help=f"git commit whose store is 'before' (default {BEFORE_REF}), or 'schema3'")
     ap.add_argument(
         "--run-limit", type=int, default=None, help="statements of commonsense-sample (default all)"
     )
+    ap.add_argument("--skip-run", action="store_true", help="skip the tiny-model run")
     args = ap.parse_args(argv)
+    schema3 = args.before == "schema3"
+    tree = None
+    if not schema3:
+        from .scale import extract_tree
+
+        tree = extract_tree(args.before, Path(tempfile.mkdtemp(prefix="llmscope-store-before-")))
+    label = "schema-3 writer" if schema3 else args.before
     for b in args.batch:
-        # before and after interleaved (twice each, best kept) so machine load hits both alike
+        # before and after interleaved, each in a fresh process, best of `rounds` (machine load
+        # hits both alike; CPU seconds of the process, all threads, are the fairer figure)
         runs: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
-        for _ in range(2):
-            for before in (True, False):
-                runs[before].append(write_rate(args.rows, b, before))
-        (w0, c0), (w1, c1) = (max(runs[True]), max(runs[False]))
+        for _ in range(args.rounds):
+            runs[True].append(_child_rate(None, args.rows, b, True) if schema3 else _child_rate(tree, args.rows, b))
+            runs[False].append(_child_rate(None, args.rows, b))
+        w0, w1 = max(r[0] for r in runs[True]), max(r[0] for r in runs[False])
+        c0, c1 = max(r[1] for r in runs[True]), max(r[1] for r in runs[False])
         print(
-            f"write_results, {args.rows} rows in batches of {b} (until closed): "
-            f"before (schema 3) {w0:,.0f} rows/s wall, {c0:,.0f} CPU; "
-            f"now {w1:,.0f} rows/s wall, {c1:,.0f} CPU; ratio {w1 / w0:.2f}x wall, {c1 / c0:.2f}x CPU "
-            f"(target >= 100,000)"
+            f"write_results, {args.rows:,} rows in batches of {b:,} (until closed): "
+            f"before ({label}) {w0:,.0f} rows/s wall, {c0:,.0f} rows/CPU-s; "
+            f"now {w1:,.0f} rows/s wall, {c1:,.0f} rows/CPU-s; ratio {w1 / w0:.2f}x wall, {c1 / c0:.2f}x CPU "
+            f"(target >= 100,000)", flush=True
         )
-    spent, wall, done = run_share(args.run_limit)
-    print(
-        f"tiny-model run: {done} results in {wall:.2f} s ({done / wall:.0f} items/s); "
-        f"store {spent:.3f} s = {spent / wall:.2%} of wall time (target < 2%)"
-    )
+    if not args.skip_run:
+        spent, wall, done = run_share(args.run_limit)
+        print(
+            f"tiny-model run: {done} results in {wall:.2f} s ({done / wall:.0f} items/s); "
+            f"store {spent:.3f} s = {spent / wall:.2%} of wall time (target < 2%)"
+        )
     return 0
 
 

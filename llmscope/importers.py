@@ -23,7 +23,7 @@ from llmscope.data.safety import MAX_INT
 from llmscope.data.suites import Suite, SuiteError, load_suite, read_jsonl
 from llmscope.engine.answers import match_answer
 from llmscope.engine.tasks.constrained import class_correct
-from llmscope.engine.types import Item, Result
+from llmscope.engine.types import Result
 from llmscope.store.db import Store
 
 
@@ -58,17 +58,18 @@ def _finish(store: Store, run_id: str) -> None:
                      ended_at=dt.datetime.now(dt.UTC).replace(tzinfo=None))
 
 
-# 19+ digits not part of a fraction or exponent (also matches inside strings: only a slower parse)
-_LONG_INT = re.compile(rb"(?<![0-9.eE+-])-?[0-9]{19,}")
-
-
+# 19+ digits (also inside fractions, exponents and strings: a false alarm costs only the slower parse)
+_LONG_INT = re.compile(rb"[0-9]{19,}")
+# a line with nothing but whitespace (bytes.strip's), the last line included
+_BLANK_LINE = re.compile(rb"(?:^|\n)[ \t\r\x0b\x0c]*(?:\n|$)")
 
 
 def _ints_fit_orjson(raw: bytes) -> bool:
     """Whether every long integer in `raw` is one orjson reads exactly (WorldSense keys are
     19-digit int64 values: checking them is ~100x cheaper than the stdlib parse they used to cause)."""
-    # orjson reads [-2**63, 2**64-1] exactly; accepting only what `read_jsonl` accepts keeps its errors
-    return all(abs(int(m)) < MAX_INT for m in _LONG_INT.findall(raw))
+    # orjson reads [-2**63, 2**64-1] exactly; accepting only what `read_jsonl` accepts keeps its errors.
+    # Only 20+ digits or 19 starting with 9 can reach 2**63 (9.22e18): int() just for those.
+    return all(int(m) < MAX_INT for m in _LONG_INT.findall(raw) if len(m) > 19 or m[0] == 57)
 
 
 def fast_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
@@ -86,9 +87,16 @@ def fast_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
         raw = raw[3:]
     if not _ints_fit_orjson(raw):  # orjson reads integers beyond 64 bits as floats; the stdlib keeps them
         return read_jsonl(path)
-    out: list[tuple[int, dict[str, Any]]] = []
     loads = orjson.loads
+    body = raw[:-1] if raw.endswith(b"\n") else raw
     try:
+        if _BLANK_LINE.search(body) is None:
+            # no blank line: record k is on line k, so no per-line bookkeeping
+            recs = [loads(line) for line in body.split(b"\n")]
+            if not all(isinstance(r, dict) for r in recs):
+                return read_jsonl(path)
+            return list(zip(range(1, len(recs) + 1), recs, strict=True))
+        out: list[tuple[int, dict[str, Any]]] = []
         for n, line in enumerate(raw.split(b"\n"), 1):
             if not line.strip():
                 continue
@@ -101,11 +109,11 @@ def fast_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
     return out
 
 
-def _stored_items(store: Store, suite_id: str) -> dict[str, Item] | None:
-    """The items of a suite as stored, or None when not stored."""
+def _stored_answers(store: Store, suite_id: str) -> dict[str, tuple[str | None, Any]] | None:
+    """item_id -> (gold, options) of a suite as stored, or None when not stored."""
     if not store.has_suite(suite_id):
         return None
-    return {it.item_id: it for it in store.suite_items(suite_id, with_fields=False)}
+    return store.item_answers(suite_id)
 
 
 def _json_text(v: Any) -> str:
@@ -122,9 +130,9 @@ def import_worldsense(store: Store, directory: Path) -> list[str]:
     suite = load_suite("worldsense", directory)
     # The suite id hashes the trials file's bytes; when the store holds that suite already,
     # its items come from the store instead of decompressing the bz2 file again (~5 s).
-    items = _stored_items(store, suite.suite_id)
+    items = _stored_answers(store, suite.suite_id)
     if items is None:
-        items = {it.item_id: it for it in suite.items()}
+        items = {it.item_id: (it.gold, it.options) for it in suite.items()}
         _store_suite(store, suite)
     msgs = [f"suite {suite.suite_id}: {len(items)} trials"]
     variant = suite.variant_names()[0]
@@ -143,7 +151,6 @@ def import_worldsense(store: Store, directory: Path) -> list[str]:
         extra_text = {v: _json_text({"imported": True, "prompting": prompting, "valid": v})
                       for v in (True, False)}
         keys: list[str] = []
-        prompts: list[str] = []
         preds: list[str] = []
         golds: list[str | None] = []
         correct: list[float | None] = []
@@ -154,8 +161,8 @@ def import_worldsense(store: Store, directory: Path) -> list[str]:
             if "Key" not in rec:
                 raise SuiteError("missing Key", f, n, "Key")
             key = str(rec["Key"])
-            it = items.get(key)
-            if it is None:
+            ans = items.get(key)
+            if ans is None:
                 unknown += 1
                 continue
             if key in seen:  # the first response to a trial counts, as the keyed store did
@@ -164,22 +171,23 @@ def import_worldsense(store: Store, directory: Path) -> list[str]:
             seen.add(key)
             resp = rec.get("resp")
             resp = "" if resp is None else str(resp).strip()
+            gold, options = ans
             keys.append(key)
-            prompts.append(it.text)
             preds.append(resp)
-            golds.append(it.gold)
-            correct.append(None if it.gold is None else class_correct(resp, it.gold, classes))
-            extras.append(extra_text[resp in (it.options or [])])
+            golds.append(gold)
+            correct.append(None if gold is None else class_correct(resp, gold, classes))
+            extras.append(extra_text[resp in (options or ())])
         meta = {"imported_from": str(f), "prompting": prompting, "unknown_keys": unknown,
                 "suite": suite.describe()}
         if dupes:
             meta["duplicate_keys"] = dupes
         with store.transaction():
             _create_import_run(store, run_id, suite, model, f, len(items), {"prompting": prompting})
+            # each row's prompt is its trial's text, copied from `items` inside DuckDB
             store.append_results(run_id, {
-                "item_id": keys, "variant": [variant] * len(keys), "prompt": prompts,
+                "item_id": keys, "variant": [variant] * len(keys),
                 "prediction": preds, "gold": golds, "correct": correct, "extra": extras,
-            })
+            }, prompt_from_suite=suite.suite_id)
             store.update_run(run_id, meta=meta)
             _finish(store, run_id)
         msgs.append(f"{f.name}: run {run_id} ({model}, {prompting}), {len(keys)} responses"

@@ -545,14 +545,16 @@ class Store:
             finally:
                 self._in_tx = False
 
-    def _insert_arrow(self, table: str, tbl: pa.Table, conflict: str = "DO NOTHING") -> None:
+    def _insert_arrow(self, table: str, tbl: pa.Table, conflict: str = "DO NOTHING", *,
+                      select: str | None = None, params: Sequence[Any] = ()) -> None:
         cols = ", ".join(tbl.column_names)
+        select = select or f"SELECT {cols} FROM _llmscope_batch"
         if self._in_tx:
             with self._lock:
                 try:
                     self.con.register("_llmscope_batch", tbl)
                     try:
-                        self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _llmscope_batch").fetchall()
+                        self.con.execute(f"INSERT INTO {table} ({cols}) {select}", list(params)).fetchall()
                     finally:
                         self.con.unregister("_llmscope_batch")
                 except duckdb.Error as e:
@@ -566,13 +568,13 @@ class Store:
                     # The runner never writes a key twice, so a plain insert is the common case;
                     # ON CONFLICT (about 30% slower) is the safety net when a key exists already.
                     self.con.execute("BEGIN TRANSACTION")
-                    self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _llmscope_batch").fetchall()
+                    self.con.execute(f"INSERT INTO {table} ({cols}) {select}", list(params)).fetchall()
                     self.con.execute("COMMIT")
                 except duckdb.ConstraintException:
                     self.con.execute("ROLLBACK")
                     self.con.execute("BEGIN TRANSACTION")
                     self.con.execute(
-                        f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _llmscope_batch ON CONFLICT {conflict}"
+                        f"INSERT INTO {table} ({cols}) {select} ON CONFLICT {conflict}", list(params)
                     ).fetchall()
                     self.con.execute("COMMIT")
                 finally:
@@ -598,7 +600,7 @@ class Store:
             keys = idx.runs[run_id] = {(r[0], r[1]) for r in rows}
         return keys
 
-    def _insert_results(self, run_id: str, tbl: pa.Table) -> int:
+    def _insert_results(self, run_id: str, tbl: pa.Table, prompt_from_suite: str | None = None) -> int:
         """Append a batch of one run's rows, skipping keys already stored or repeated in the
         batch (the first copy counts). Inside `transaction()` such a key is an error instead,
         so bulk writers that dedupe themselves learn of a mistake. Returns rows written."""
@@ -621,7 +623,11 @@ class Store:
                 tbl = tbl.filter(pa.array(keep, type=pa.bool_()))
                 fresh -= stored
             if tbl.num_rows:
-                self._insert_arrow("results", tbl)
+                if prompt_from_suite is None:
+                    self._insert_arrow("results", tbl)
+                else:
+                    self._insert_arrow("results", tbl, select=_prompt_from_items_sql(tbl.column_names),
+                                       params=[prompt_from_suite])
             stored |= fresh
             return tbl.num_rows
 
@@ -781,12 +787,18 @@ class Store:
         self._insert_results(run_id, tbl)
         return len(rs)
 
-    def append_results(self, run_id: str, columns: Mapping[str, Any], start_seq: int = 0) -> int:
+    def append_results(self, run_id: str, columns: Mapping[str, Any], start_seq: int = 0, *,
+                       prompt_from_suite: str | None = None) -> int:
         """Bulk path: append result rows given as columns (lists or Arrow arrays named like the
         `results` table), without building a `Result` per row. Absent columns are null
         (`n_tokens` 0, `latency_ms` 0.0, as a default `Result` stores them); `run_id`, `seq`
         and `written_at` are filled in. One transaction (or the caller's `transaction()`).
+
+        `prompt_from_suite`: without a `prompt` column, each row's prompt is its item's text in
+        that stored suite, copied by DuckDB in the insert (imports: the text never enters Python).
         """
+        if prompt_from_suite is not None and "prompt" in columns:
+            raise ValueError("give either a prompt column or prompt_from_suite, not both")
         lengths = {len(v) for v in columns.values()}
         if len(lengths) > 1:
             raise ValueError(f"columns of different lengths: {sorted(lengths)}")
@@ -817,7 +829,8 @@ class Store:
                 arrays.append(_choice_method(_column_list(columns["extra"])))
             else:
                 arrays.append(pa.nulls(n, type=f.type))
-        return self._insert_results(run_id, pa.Table.from_arrays(arrays, schema=RESULT_SCHEMA))
+        return self._insert_results(run_id, pa.Table.from_arrays(arrays, schema=RESULT_SCHEMA),
+                                    prompt_from_suite=prompt_from_suite)
 
     def results_frame(self, run_id: str, *, with_items: bool = True) -> pd.DataFrame:
         """Per-item results of a run (JSON columns left as text), joined with item fields."""
@@ -874,15 +887,39 @@ class Store:
         return ItemDetail(item_id=item_id, text=first.get("item_text") or "", fields=first.get("item_fields") or {},
                           options=first.get("item_options"), variants=rows)
 
-    def suite_items(self, suite_id: str, *, with_fields: bool = True) -> list[Item]:
+    def suite_items(self, suite_id: str, *, with_fields: bool = True, with_text: bool = True) -> list[Item]:
         """A stored suite's items in order, options and fields decoded (empty when not stored;
-        `with_fields=False` leaves `fields` empty, for callers that need only id/text/gold/options)."""
+        `with_fields=False` leaves `fields` empty, `with_text=False` leaves `text` empty, for
+        callers that need only id/gold/options)."""
         rows = self.execute(
-            f"SELECT item_id, text, gold, options, {'fields' if with_fields else 'NULL'} FROM items "
-            "WHERE suite_id = ? ORDER BY idx", [suite_id]
+            f"SELECT item_id, {'text' if with_text else 'NULL'}, gold, options, "
+            f"{'fields' if with_fields else 'NULL'} FROM items WHERE suite_id = ? ORDER BY idx", [suite_id]
         ).fetchall()
-        return [Item(item_id=i, text=t or "", gold=g, options=decode_json(o), fields=decode_json(f) or {})
+        # Option lists repeat across a suite's items (WorldSense: a handful for 87k trials): each
+        # distinct text is decoded once, and every item gets its own copy of the list.
+        options: dict[str, Any] = {}
+
+        def opts(o: Any) -> Any:
+            if not isinstance(o, str):
+                return decode_json(o)
+            if o not in options:
+                options[o] = decode_json(o)
+            v = options[o]
+            return list(v) if isinstance(v, list) else decode_json(o)
+
+        return [Item(item_id=i, text=t or "", gold=g, options=opts(o), fields=decode_json(f) or {})
                 for i, t, g, o, f in rows]
+
+    def item_answers(self, suite_id: str) -> dict[str, tuple[str | None, Any]]:
+        """item_id -> (gold, options) of a stored suite, options decoded once per distinct text
+        (lists as tuples, shared between items: read-only). For bulk imports that score
+        responses against 10^5 items without building an `Item` for each."""
+        rows = self.execute("SELECT item_id, gold, options FROM items WHERE suite_id = ?", [suite_id]).fetchall()
+        decoded: dict[Any, Any] = {}
+        for o in {r[2] for r in rows}:
+            v = decode_json(o)
+            decoded[o] = tuple(v) if isinstance(v, list) else v
+        return {i: (g, decoded[o]) for i, g, o in rows}
 
     # -- failing items, paged in SQL (the TUI's virtual list) ----------------------------------
     FAILING_SORTS = ("arrival", "confidence", "distance", "group", "item")
@@ -1027,6 +1064,18 @@ def _json_many(values: Iterable[Any]) -> list[str | None]:
         return [_json(v) for v in values]
 
 
+def _json_array(values: Sequence[Any]) -> pa.Array:
+    """`_json_many` as an Arrow string array, built from orjson's bytes without a Python str
+    per value (Arrow checks the UTF-8 in one pass). Values orjson takes only with the careful
+    options (non-string keys, objects needing `default`) go through `_json_many`: same text."""
+    dumps, opt = orjson.dumps, orjson.OPT_SERIALIZE_NUMPY
+    try:
+        encoded = [None if v is None else dumps(v, option=opt) for v in values]
+        return pa.array(encoded, type=pa.binary()).cast(pa.string())
+    except (orjson.JSONEncodeError, TypeError, pa.ArrowInvalid):
+        return pa.array(_json_many(values), type=pa.string())
+
+
 def _finite_array(values: Sequence[Any]) -> pa.Array:
     """float64 with NaN/inf (and None) as null, converted in Arrow rather than per value."""
     try:
@@ -1098,12 +1147,12 @@ def results_to_arrow(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.
         pa.array([r.variant for r in rs], type=pa.string()),
         pa.array(range(start_seq, start_seq + n), type=pa.int64()),
         pa.array([r.prompt for r in rs], type=pa.string()),
-        pa.array(_json_many(probs), type=pa.string()),
+        _json_array(probs),
         _finite_array([p.get("yes") if p else None for p in probs]),
         _finite_array([p.get("no") if p else None for p in probs]),
         _finite_array([r.other for r in rs]),
-        pa.array(_json_many([r.top_tokens for r in rs]), type=pa.string()),
-        pa.array(_json_many([r.option_scores for r in rs]), type=pa.string()),
+        _json_array([r.top_tokens for r in rs]),
+        _json_array([r.option_scores for r in rs]),
         pa.array(preds, type=pa.string()),
         pa.array([r.gold for r in rs], type=pa.string()),
         _finite_array([r.correct for r in rs]),
@@ -1111,12 +1160,20 @@ def results_to_arrow(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.
         n_tokens,
         _finite_array([r.latency_ms for r in rs]),
         pa.array([r.error for r in rs], type=pa.string()),
-        pa.array(_json_many([e or None for e in extras]), type=pa.string()),
+        _json_array([e or None for e in extras]),
         pa.array([now] * n, type=pa.timestamp("us")),
         _finite_array([p.get(x) if p and x is not None else None for p, x in zip(probs, preds, strict=True)]),
         pa.array([m if isinstance(m, str) else None for m in methods], type=pa.string()),
     ]
     return pa.Table.from_arrays(arrays, schema=RESULT_SCHEMA)
+
+
+def _prompt_from_items_sql(columns: Sequence[str]) -> str:
+    """SELECT of a registered batch whose `prompt` is the item's text in suite `?` (the batch's
+    own prompt column is ignored; an item missing from the suite gives NULL)."""
+    cols = ", ".join("i.text" if c == "prompt" else f"b.{c}" for c in columns)
+    return (f"SELECT {cols} FROM _llmscope_batch b "
+            "LEFT JOIN items i ON i.suite_id = ? AND i.item_id = b.item_id ORDER BY b.seq")
 
 
 _LONG_DIGITS = re.compile(r"-?[0-9]{19,}")

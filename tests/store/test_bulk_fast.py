@@ -1,0 +1,125 @@
+"""Round-3 bulk-path pieces (issue 17 items 2-3): JSON columns from orjson bytes, prompts copied
+from `items` inside DuckDB, the per-item answers an import scores against, and the results-file
+reader's fast path. Expected values are written out by hand or come from the stdlib."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llmscope.data.suites import SuiteError, read_jsonl
+from llmscope.engine.types import Item, Result
+from llmscope.importers import fast_jsonl
+from llmscope.store.db import Store, _json_array, decode_json
+
+
+@dataclasses.dataclass
+class _Tok:
+    token: str
+    prob: float
+
+
+@pytest.mark.parametrize("value,expected", [
+    ({"yes": 0.25, "no": 0.5}, {"yes": 0.25, "no": 0.5}),
+    ([{"token": " Yes", "id": 7, "prob": 0.125}], [{"token": " Yes", "id": 7, "prob": 0.125}]),
+    ({"p": float("nan"), "q": float("inf")}, {"p": None, "q": None}),  # non-finite -> null, as before
+    ({1: "a", 2: "b"}, {"1": "a", "2": "b"}),  # non-string keys: the careful options
+    ({"x": np.float32(0.5), "v": np.arange(3)}, {"x": 0.5, "v": [0, 1, 2]}),
+    ({"t": _Tok("é\u2028", 0.75)}, {"t": {"token": "é\u2028", "prob": 0.75}}),
+    (None, None),
+])
+def test_json_array_stores_what_decodes_to_the_value(value: object, expected: object) -> None:
+    arr = _json_array([value, {"k": 1}])
+    assert arr.type == "string" and len(arr) == 2
+    got = arr.to_pylist()
+    assert decode_json(got[0]) == expected
+    assert got[1] == '{"k":1}'
+
+
+def test_write_results_round_trips_numpy_and_unicode(tmp_path: Path) -> None:
+    res = Result(item_id="x", variant="q1", prompt="p", probs={"yes": np.float64(0.3), "no": 0.7},
+                 top_tokens=[{"token": "ünï", "id": np.int64(5), "prob": 0.25}],
+                 option_scores={"A": {"loglik": -1.5}}, extra={"note": "\u2028", 3: "three"})
+    with Store(tmp_path / "n.duckdb") as st:
+        st.write_results("r", [res])
+        back = st.results("r")[0]
+    assert back.probs == {"yes": 0.3, "no": 0.7}
+    assert back.top_tokens == [{"token": "ünï", "id": 5, "prob": 0.25}]
+    assert back.option_scores == {"A": {"loglik": -1.5}}
+    assert back.extra == {"note": "\u2028", "3": "three"}
+
+
+def _suite(st: Store) -> None:
+    items = [Item(item_id="a", fields={}, gold="1", options=["1", "2"], text="Text of a"),
+             Item(item_id="b", fields={}, gold="2", options=["1", "2"], text="Text of b"),
+             Item(item_id="c", fields={}, gold=None, options=None, text="Text of c")]
+    st.add_suite("s@1", "s", "constrained", {}, "", items)
+
+
+def test_append_results_prompt_from_suite(tmp_path: Path) -> None:
+    with Store(tmp_path / "p.duckdb") as st:
+        _suite(st)
+        n = st.append_results("r", {"item_id": ["b", "zz", "a"], "variant": ["v", "v", "v"],
+                                    "prediction": ["1", "2", "2"]}, start_seq=3, prompt_from_suite="s@1")
+        rows = st.execute("SELECT seq, item_id, prompt, prediction FROM results ORDER BY seq").fetchall()
+        with pytest.raises(ValueError, match="either a prompt column or prompt_from_suite"):
+            st.append_results("r", {"item_id": ["c"], "variant": ["v"], "prompt": ["P"]}, prompt_from_suite="s@1")
+    assert n == 3
+    # each row's prompt is its item's text; an id the suite lacks gets no prompt
+    assert rows == [(3, "b", "Text of b", "1"), (4, "zz", None, "2"), (5, "a", "Text of a", "2")]
+
+
+def test_item_answers(tmp_path: Path) -> None:
+    with Store(tmp_path / "i.duckdb") as st:
+        _suite(st)
+        ans = st.item_answers("s@1")
+        assert st.item_answers("nope") == {}
+    assert ans == {"a": ("1", ("1", "2")), "b": ("2", ("1", "2")), "c": (None, None)}
+    assert ans["a"][1] is ans["b"][1]  # one decode per distinct options text
+
+
+def test_suite_items_without_text_and_own_option_lists(tmp_path: Path) -> None:
+    with Store(tmp_path / "t.duckdb") as st:
+        _suite(st)
+        items = st.suite_items("s@1", with_fields=False, with_text=False)
+    assert [(it.item_id, it.text, it.gold, it.options) for it in items] == [
+        ("a", "", "1", ["1", "2"]), ("b", "", "2", ["1", "2"]), ("c", "", None, None)]
+    items[0].options.append("3")  # type: ignore[union-attr]
+    assert items[1].options == ["1", "2"]  # each item has its own list
+
+
+@pytest.mark.parametrize("text", [
+    b'{"Key": 1, "resp": "a"}\n{"Key": 2, "resp": "b"}\n',
+    b'{"Key": 1}\r\n{"Key": 2}',  # CRLF, no final newline
+    b'{"Key": 1}\n\n  \n{"Key": 3}\n',  # blank lines keep the line numbers
+    b'\xef\xbb\xbf{"Key": -9223372036854775807}\n',
+    b'{"Key": 9223372036854775808}\n',  # beyond int64: the stdlib reader
+    b'{"Key": 12345678901234567890123}\n',
+    b'{"x": 0.99999999999999999999}\n{"Key": 1}\n',
+    b'{"Key": NaN}\n',
+])
+def test_fast_jsonl_equals_read_jsonl(tmp_path: Path, text: bytes) -> None:
+    """The same records, or the same error (file, line, message), as the stdlib reader."""
+    f = tmp_path / "r.jsonl"
+    f.write_bytes(text)
+
+    def outcome(read: object) -> object:
+        try:
+            return read(f)  # type: ignore[operator]
+        except SuiteError as e:
+            return str(e)
+
+    assert outcome(fast_jsonl) == outcome(read_jsonl)
+
+
+def test_fast_jsonl_line_numbers_by_hand(tmp_path: Path) -> None:
+    f = tmp_path / "r.jsonl"
+    f.write_text('{"a": 1}\n\n{"a": 2}\n', encoding="utf-8")
+    assert fast_jsonl(f) == [(1, {"a": 1}), (3, {"a": 2})]
+    g = tmp_path / "s.jsonl"
+    g.write_text("".join(json.dumps({"k": k}) + "\n" for k in range(5)), encoding="utf-8")
+    assert fast_jsonl(g) == [(k + 1, {"k": k}) for k in range(5)]
