@@ -33,6 +33,7 @@ import pandas as pd
 # call these) without importing scipy.stats (most of `llmscope report`'s start-up time).
 from scipy import special
 
+from llmscope.engine.tasks.registry import task_producers
 from llmscope.store.db import decode_json
 
 from .intervals import accuracy_ci
@@ -505,13 +506,13 @@ Needs = Callable[[MetricContext], bool]
 class _Registered:
     name: str
     fn: Producer
-    tasks: tuple[str, ...] | None
+    every_task: bool  # run for every task; otherwise only for tasks listing it (Task.metric_producers)
     needs: Needs | None = None  # a cheap test that the rows hold what the producer reads
     whole_items: bool = False  # reads the items' raw `fields` JSON and text (row producers)
     reads: tuple[str, ...] | None = None  # result columns read (None: any); see queries.BASE_COLUMNS
 
     def active(self, ctx: MetricContext) -> bool:
-        if self.tasks is not None and ctx.task not in self.tasks:
+        if not self.every_task and self.name not in task_producers(ctx.task):
             return False
         return self.needs is None or bool(self.needs(ctx))
 
@@ -519,12 +520,14 @@ class _Registered:
 PRODUCERS: list[_Registered] = []
 
 
-def register_producer(name: str, tasks: Iterable[str] | None = None, needs: Needs | None = None,
+def register_producer(name: str, *, every_task: bool = False, needs: Needs | None = None,
                       whole_items: bool = False, reads: Iterable[str] | None = None
                       ) -> Callable[[Producer], Producer]:
-    """Decorator: add a producer, run for ``tasks`` (None = every task), in registration order.
+    """Decorator: add a producer, in registration order.
 
-    ``needs(ctx)`` is a cheap test on what the rows hold (``ctx.has(column)``,
+    A producer runs for every task with ``every_task``; otherwise only for the tasks that
+    list it in their ``metric_producers`` (the task registry is the single source: no task
+    names here). ``needs(ctx)`` is a cheap test on what the rows hold (``ctx.has(column)``,
     ``ctx.extra_has(key)``); a producer whose test fails is skipped, so a big run never pays
     for analyses it has no data for. It must never be stricter than the producer itself.
     ``reads`` names the result columns it reads beyond the base ones (None: it may read any);
@@ -532,7 +535,7 @@ def register_producer(name: str, tasks: Iterable[str] | None = None, needs: Need
     """
 
     def deco(fn: Producer) -> Producer:
-        PRODUCERS.append(_Registered(name, fn, tuple(tasks) if tasks is not None else None, needs, whole_items,
+        PRODUCERS.append(_Registered(name, fn, every_task, needs, whole_items,
                                      tuple(reads) if reads is not None else None))
         return fn
 
@@ -554,7 +557,7 @@ def rows_to_metrics(rows: Iterable[Mapping[str, Any]], producer: str = "") -> li
     return out
 
 
-def register_row_producer(name: str, fn: RowProducer, tasks: Iterable[str] | None = None,
+def register_row_producer(name: str, fn: RowProducer, *, every_task: bool = False,
                           needs: Needs | None = None, whole_items: bool = True) -> None:
     """Adapter: plug in ``fn(df, run, spec) -> list[metric_row dicts]`` as a producer.
 
@@ -564,7 +567,7 @@ def register_row_producer(name: str, fn: RowProducer, tasks: Iterable[str] | Non
     def adapted(ctx: MetricContext) -> list[Metric]:
         return rows_to_metrics(fn(ctx.df, ctx.run, ctx.spec), name)
 
-    register_producer(name, tasks, needs, whole_items)(adapted)
+    register_producer(name, every_task=every_task, needs=needs, whole_items=whole_items)(adapted)
 
 
 def _group_col(df: pd.DataFrame, fieldname: str) -> str | None:
@@ -573,7 +576,7 @@ def _group_col(df: pd.DataFrame, fieldname: str) -> str | None:
     return f"f.{fieldname}" if f"f.{fieldname}" in df else None
 
 
-@register_producer("accuracy", reads=())
+@register_producer("accuracy", every_task=True, reads=())
 def accuracy_metrics(ctx: MetricContext) -> list[Metric]:
     """Accuracy overall, per prompt variant, per ``by`` field."""
     if "correct" not in ctx.df:
@@ -613,7 +616,7 @@ def _extras(df: pd.DataFrame) -> pd.Series:
     return df["extra"].map(lambda s: _json(s) or {}).map(lambda d: d if isinstance(d, dict) else {})
 
 
-@register_producer("methods", tasks=("choice", "constrained"), needs=lambda c: c.extra_has("methods"),
+@register_producer("methods", needs=lambda c: c.extra_has("methods"),
                    reads=("extra",))
 def method_metrics(ctx: MetricContext) -> list[Metric]:
     """Choice tasks: accuracy and expected accuracy for each scoring method."""
@@ -640,7 +643,7 @@ def method_metrics(ctx: MetricContext) -> list[Metric]:
     return out
 
 
-@register_producer("position", tasks=("choice", "constrained"), needs=lambda c: c.has("option_scores"),
+@register_producer("position", needs=lambda c: c.has("option_scores"),
                    reads=("option_scores",))
 def position_metrics(ctx: MetricContext) -> list[Metric]:
     """Position bias: how often the first / last listed option is predicted vs is gold."""
@@ -686,7 +689,7 @@ def _yesno_frame(ok: pd.DataFrame) -> pd.DataFrame:
     return f[np.isfinite(y) & np.isfinite(n)]
 
 
-@register_producer("yesno", tasks=("yesno",), needs=lambda c: c.has("p_yes"), reads=("p_yes", "p_no", "other"))
+@register_producer("yesno", needs=lambda c: c.has("p_yes"), reads=("p_yes", "p_no", "other"))
 def yesno_metrics(ctx: MetricContext) -> list[Metric]:
     """Mean P(yes)/P(no)/P(other), yes rate vs gold, yes bias and off-format rate."""
     ok = ctx.ok()
@@ -741,10 +744,7 @@ def brier_item(probs: Mapping[str, Any] | None, gold: Any) -> float:
     return s
 
 
-CALIBRATED_TASKS = ("yesno", "choice", "rating", "constrained")
-
-
-@register_producer("calibration", tasks=CALIBRATED_TASKS,
+@register_producer("calibration",
                    needs=lambda c: c.has("confidence") or c.has("probs"), reads=("confidence", "probs", "p_yes"))
 def calibration_metrics(ctx: MetricContext) -> list[Metric]:
     """ECE and MCE (10 equal-width bins), Brier (multi-class; `brier_yes` for yes/no), ties."""
@@ -773,7 +773,7 @@ def calibration_metrics(ctx: MetricContext) -> list[Metric]:
         r = mean_metric("brier", b, ctx.clusters(ok), {}, "calibration")
         if r is not None:
             out.append(r)
-        if ctx.task == "yesno" and "p_yes" in ok:
+        if "p_yes" in ok and ok["p_yes"].notna().any():
             py = pd.to_numeric(ok["p_yes"], errors="coerce").to_numpy(float)
             gy = ok["gold"].map(_gold_yes).to_numpy(float)
             r = mean_metric("brier_yes", (py - gy) ** 2, ctx.clusters(ok), {}, "calibration")
@@ -834,7 +834,7 @@ def _is_tie(p: Mapping[str, Any]) -> bool:
     return len(v) >= 2 and v[0] == v[1]
 
 
-@register_producer("generation", tasks=("generation",), needs=lambda c: c.has("extra"), reads=("extra",))
+@register_producer("generation", needs=lambda c: c.has("extra"), reads=("extra",))
 def generation_metrics(ctx: MetricContext) -> list[Metric]:
     """Token F1 of the first sample; with several samples majority / mean exact match and F1."""
     ok = ctx.ok()
@@ -856,7 +856,7 @@ def generation_metrics(ctx: MetricContext) -> list[Metric]:
     return out
 
 
-@register_producer("commonsense", tasks=("yesno",), needs=lambda c: c.has("f.human_q1"), reads=("p_yes", "p_no"))
+@register_producer("commonsense", needs=lambda c: c.has("f.human_q1"), reads=("p_yes", "p_no"))
 def commonsense_metrics(ctx: MetricContext) -> list[Metric]:
     """Consensus, awareness and commonsensicality against the human majority (`human_q1`)."""
     df = ctx.df
@@ -889,7 +889,7 @@ def commonsense_metrics(ctx: MetricContext) -> list[Metric]:
     return out
 
 
-@register_producer("human_correlation", tasks=("yesno",), needs=lambda c: c.has("f.human_q1"), reads=("p_yes",))
+@register_producer("human_correlation", needs=lambda c: c.has("f.human_q1"), reads=("p_yes",))
 def human_correlation_metrics(ctx: MetricContext) -> list[Metric]:
     """Pearson and Spearman correlation of P(yes) (variant q1 when present) with `human_q1`."""
     if "f.human_q1" not in ctx.df:
@@ -905,7 +905,7 @@ def human_correlation_metrics(ctx: MetricContext) -> list[Metric]:
             for k in ("pearson", "spearman")]
 
 
-@register_producer("probeval", tasks=("generation",),
+@register_producer("probeval",
                    needs=lambda c: c.store is not None and c.has("f.clusters"), reads=())
 def probeval_metrics(ctx: MetricContext) -> list[Metric]:
     """Mean ProbEval KL(P_human || P_model) with a bootstrap interval over questions."""
@@ -926,7 +926,7 @@ def probeval_metrics(ctx: MetricContext) -> list[Metric]:
     ]
 
 
-@register_producer("worldsense", tasks=("constrained",), needs=lambda c: c.has("f.tuple_ID"), reads=())
+@register_producer("worldsense", needs=lambda c: c.has("f.tuple_ID"), reads=())
 def worldsense_metrics(ctx: MetricContext) -> list[Metric]:
     """The authors' WorldSense accuracy (%) of this run, first in the report."""
     if ctx.run.get("suite_name") != "worldsense" or "f.tuple_ID" not in ctx.df:
@@ -1220,9 +1220,11 @@ def definitions() -> list[dict[str, Any]]:
 # -- producers written beside their features (row-shaped; adapted into the registry) ----------
 def _register_feature_producers() -> None:
     """Producers that live in feature modules, registered once with their definitions."""
-    from llmscope.analysis.abstention import ABSTAINING_TASKS, abstention_rows
+    from llmscope.analysis.abstention import abstention_rows
     from llmscope.analysis.api_method import api_method_rows
     from llmscope.analysis.syntaxgym import sg_rows
+
+    from . import human  # noqa: F401  (its producers register themselves on import)
 
     for d in (
         MetricDef("abstain_rate", "share of scored items that abstained: no evidence for any answer "
@@ -1302,25 +1304,22 @@ def _register_feature_producers() -> None:
 
     # Each gate is what the producer reads: skipping it when absent changes no number.
     register_row_producer("method_sensitivity", lazy("llmscope.analysis.methods", "sensitivity_rows"),
-                          needs=lambda c: c.extra_has("methods"))
+                          every_task=True, needs=lambda c: c.extra_has("methods"))
     register_row_producer("human_choice_fit", lazy("llmscope.analysis.methods", "fit_rows"),
-                          needs=lambda c: c.has("option_scores") or c.has("probs"))
+                          every_task=True, needs=lambda c: c.has("option_scores") or c.has("probs"))
     register_row_producer("softmax_accuracy_curve", lazy("llmscope.analysis.methods", "softmax_curve_rows"),
-                          ("choice", "constrained"),
                           needs=lambda c: c.has("option_scores"))
     register_row_producer("order_effects", lazy("llmscope.analysis.design_effects", "order_effect_rows"),
-                          needs=lambda c: c.extra_has("design") or c.prof().derived_variants)
+                          every_task=True, needs=lambda c: c.extra_has("design") or c.prof().derived_variants)
     register_row_producer("fewshot_bias", lazy("llmscope.analysis.design_effects", "fewshot_rows"),
-                          ("yesno", "rating"),
                           needs=lambda c: c.extra_has("design"))
-    register_row_producer("abstention", abstention_rows, ABSTAINING_TASKS, whole_items=False)
-    register_row_producer("api_method", api_method_rows, needs=lambda c: c.run.get("backend") == "openai",
+    register_row_producer("abstention", abstention_rows, whole_items=False)
+    register_row_producer("api_method", api_method_rows, every_task=True, needs=lambda c: c.run.get("backend") == "openai",
                           whole_items=False)
-    register_row_producer("syntaxgym", sg_rows, ["syntaxgym"])
-    register_row_producer("contamination", lazy("llmscope.analysis.contamination", "contamination_rows"),
-                          ["contamination"])
+    register_row_producer("syntaxgym", sg_rows)
+    register_row_producer("contamination", lazy("llmscope.analysis.contamination", "contamination_rows"))
     register_row_producer("genmetrics", lazy("llmscope.analysis.genmetrics", "generation_library_rows"),
-                          ["generation"], needs=lambda c: c.has("extra"),
+                          needs=lambda c: c.has("extra"),
                           whole_items=False)
 
 

@@ -16,10 +16,8 @@ from llmscope.store.db import Store
 from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.panels_human import (
     HumanScreen,
-    choice_rows,
     human_data,
     human_kind,
-    rating_histograms,
     render_human_item,
 )
 from tests.helpers.tui import make_db, p_yes_for, settle, wait_until
@@ -40,25 +38,7 @@ def test_kinds_of_human_data() -> None:
     assert human_kind({"gold": "yes"}, {}, "yesno") is None
 
 
-def test_choice_rows_shares_distance_and_majority() -> None:
-    spec = {"human_counts_field": "hc", "options_field": "options"}
-    items = {"a": {"text": "q", "options": ["x", "y", "z"], "fields": {"hc": "[4, 1, 15]"}}}
-    df = pd.DataFrame({"item_id": ["a"], "variant": ["v1"],
-                       "probs": [json.dumps({"x": 0.5, "y": 0.25, "z": 0.25})]})
-    r = choice_rows(df, items, spec).iloc[0]
-    assert r["human"] == pytest.approx([0.2, 0.05, 0.75])
-    assert r["model"] == pytest.approx([0.5, 0.25, 0.25])
-    # TV = ½(|0.2−0.5| + |0.05−0.25| + |0.75−0.25|) = ½(0.3 + 0.2 + 0.5)
-    assert r["tv"] == pytest.approx(0.5)
-    assert not r["agree"]  # humans: z; model: x
-
-
-def test_rating_histograms_round_mean_human_ratings_to_labels() -> None:
-    df = pd.DataFrame({"item_id": ["a", "a", "b", "c"], "gold": ["3.4", "3.4", "5", "1.6"],
-                       "prediction": ["3", "4", "5", "x"]})
-    h = rating_histograms(df, ["1", "2", "3", "4", "5"])
-    assert h["human"].tolist() == [0, 1, 1, 0, 1]  # 3.4 -> 3, 5 -> 5, 1.6 -> 2 (one per item)
-    assert h["model"].tolist() == [0, 0, 1, 1, 1]
+# choice_frame and rating_frame (the per-row tables) are tested in tests/analysis/test_human.py.
 
 
 def test_cluster_drill_down_shows_both_distributions_and_kl() -> None:
