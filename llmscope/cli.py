@@ -348,6 +348,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         ws_rows, ws_text = worldsense_reports(store, runs)
     finally:
         store.close()
+    from llmscope.analysis.metrics import flush_metrics_cache
+
+    flush_metrics_cache(store.path)  # metrics cache entries, written once the read-only file is closed
     if args.json:
         print(json.dumps(rows + ws_rows, indent=1, default=str))
     else:
