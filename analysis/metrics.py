@@ -36,7 +36,7 @@ from scipy import special
 from llmscope.engine.tasks.registry import task_producers
 from llmscope.store.db import decode_json
 
-from .intervals import accuracy_ci
+from .intervals import accuracy_ci, bootstrap_ratio, resample_index, resample_weights
 from .queries import (
     EXTRA_KEYS,
     RESULT_COLUMNS,
@@ -64,6 +64,7 @@ __all__ = [
     "cluster_key",
     "mean_ci",
     "cluster_bootstrap_stat",
+    "Ratio",
     "cluster_bootstrap_mean",
     "paired_comparison",
     "PairedComparison",
@@ -434,28 +435,50 @@ def mean_metric(name: str, values: Any, clusters: Any, group: dict[str, Any] | N
                   dict(group or {}), producer)
 
 
-def cluster_bootstrap_stat(
-    stat: Callable[[np.ndarray], float], n_rows: int, clusters: Any, cfg: BootstrapConfig
-) -> tuple[float, float, float, int]:
-    """Percentile interval of ``stat(row_index)`` resampling whole clusters.
+@dataclass(frozen=True)
+class Ratio:
+    """A statistic ``sum(num) / sum(den)`` over the resampled rows (a mean: ``den`` all ones;
+    a rate; a ratio of per-cluster sums). :func:`cluster_bootstrap_stat` bootstraps it with one
+    matrix of resample weights instead of a call per resample."""
 
-    ``stat`` gets an integer index array into the rows (clusters drawn twice repeat their
-    rows). Returns ``(estimate, lo, hi, n_clusters)``; NaN replicates are dropped.
+    num: Any
+    den: Any = None  # None: ones (the mean of ``num``)
+
+
+def cluster_bootstrap_stat(
+    stat: Callable[[np.ndarray], float] | Ratio, n_rows: int, clusters: Any, cfg: BootstrapConfig
+) -> tuple[float, float, float, int]:
+    """Percentile interval of a statistic of the rows, resampling whole clusters.
+
+    ``stat`` is a :class:`Ratio` (means, rates, ratios of per-cluster sums: vectorised, one
+    weight matrix per chunk of resamples) or any function of an integer index array into the
+    rows (clusters drawn twice repeat their rows; one call per resample). Both draw the same
+    resamples for the same seed (:func:`intervals.resample_index`), so they give the same
+    interval. Returns ``(estimate, lo, hi, n_clusters)``; NaN replicates are dropped.
     """
-    idx_all = np.arange(n_rows)
-    est = float(stat(idx_all))
     codes, _ = pd.factorize(pd.Series(np.asarray(clusters, dtype=object), dtype="object"), sort=False)
-    order = np.argsort(codes, kind="stable")
-    bounds = np.flatnonzero(np.diff(codes[order])) + 1
-    groups = np.split(order, bounds)
-    G = len(groups)
-    if G < 2:
-        return est, math.nan, math.nan, G
-    rng = np.random.default_rng(cfg.seed)
-    reps = np.empty(cfg.resamples)
-    for b in range(cfg.resamples):
-        pick = rng.integers(0, G, size=G)
-        reps[b] = stat(np.concatenate([groups[i] for i in pick]))
+    G = int(codes.max()) + 1 if len(codes) else 0
+    if isinstance(stat, Ratio):
+        num = _floats(stat.num)
+        den = np.ones(len(num)) if stat.den is None else _floats(stat.den)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            est = float(num.sum() / den.sum()) if len(num) else math.nan
+        if G < 2:
+            return est, math.nan, math.nan, G
+        reps = bootstrap_ratio(np.bincount(codes, weights=num, minlength=G),
+                               np.bincount(codes, weights=den, minlength=G), cfg.resamples, cfg.seed)
+    else:
+        est = float(stat(np.arange(n_rows)))
+        if G < 2:
+            return est, math.nan, math.nan, G
+        order = np.argsort(codes, kind="stable")
+        groups = np.split(order, np.flatnonzero(np.diff(codes[order])) + 1)
+        reps = np.empty(cfg.resamples)
+        done = 0
+        for idx in resample_index(G, cfg.resamples, cfg.seed):
+            for pick in idx:
+                reps[done] = stat(np.concatenate([groups[i] for i in pick]))
+                done += 1
     reps = reps[np.isfinite(reps)]
     if not len(reps):
         return est, math.nan, math.nan, G
@@ -465,34 +488,10 @@ def cluster_bootstrap_stat(
 
 
 def cluster_bootstrap_mean(values: Any, clusters: Any, cfg: BootstrapConfig) -> tuple[float, float, float, int]:
-    """:func:`cluster_bootstrap_stat` for the mean of per-row values, vectorised.
-
-    Per-cluster sums and sizes, then each resample is a row of cluster multiplicities (one
-    weight matrix per chunk of resamples, no Python loop per resample). The draws are the
-    same as the loop's (``rng.integers(0, G, size=(R, G))`` yields the loop's rows in order),
-    so the same seed gives the same interval. Returns ``(mean, lo, hi, n_clusters)``.
-    """
+    """:func:`cluster_bootstrap_stat` of the mean of per-row values (vectorised).
+    Returns ``(mean, lo, hi, n_clusters)``."""
     v = _floats(values)
-    codes, _ = pd.factorize(pd.Series(np.asarray(clusters, dtype=object), dtype="object"), sort=False)
-    G = int(codes.max()) + 1 if len(codes) else 0
-    est = float(v.mean()) if len(v) else math.nan
-    if G < 2:
-        return est, math.nan, math.nan, G
-    ys = np.bincount(codes, weights=v, minlength=G)
-    ms = np.bincount(codes, minlength=G).astype(float)
-    rng = np.random.default_rng(cfg.seed)
-    reps = np.empty(cfg.resamples)
-    chunk = max(1, min(cfg.resamples, 2_000_000 // G))
-    done = 0
-    while done < cfg.resamples:
-        k = min(chunk, cfg.resamples - done)
-        idx = rng.integers(0, G, size=(k, G))
-        W = np.bincount((idx + G * np.arange(k)[:, None]).ravel(), minlength=k * G).reshape(k, G).astype(float)
-        reps[done:done + k] = (W @ ys) / (W @ ms)
-        done += k
-    a = (1 - cfg.level) / 2
-    lo, hi = np.quantile(reps, [a, 1 - a])
-    return est, float(lo), float(hi), G
+    return cluster_bootstrap_stat(Ratio(v), len(v), clusters, cfg)
 
 
 # -- producers -------------------------------------------------------------------------------
@@ -807,16 +806,12 @@ def _calibration_bootstrap(
     cnt = np.bincount(cell, minlength=G * n_bins).reshape(G, n_bins).astype(float)
     sc = np.bincount(cell, weights=conf, minlength=G * n_bins).reshape(G, n_bins)
     sy = np.bincount(cell, weights=correct, minlength=G * n_bins).reshape(G, n_bins)
-    rng = np.random.default_rng(cfg.seed)
     R = cfg.resamples
     eces = np.empty(R)
     mces = np.empty(R)
-    chunk = max(1, min(R, 2_000_000 // G))
     done = 0
-    while done < R:
-        k = min(chunk, R - done)
-        idx = rng.integers(0, G, size=(k, G))
-        W = np.bincount((idx + G * np.arange(k)[:, None]).ravel(), minlength=k * G).reshape(k, G).astype(float)
+    for W in resample_weights(G, R, cfg.seed):
+        k = W.shape[0]
         n_b, c_b, y_b = W @ cnt, W @ sc, W @ sy
         gap = np.abs(y_b - c_b)
         eces[done:done + k] = gap.sum(axis=1) / n_b.sum(axis=1)
@@ -1130,16 +1125,16 @@ def _load_cached(store: Any, rid: str, config: str, fp: str, bootstrap: Bootstra
     rm = RunMetrics(r["run_id"], r["model"], r.get("suite"), r.get("task"), r["cluster_unit"], bootstrap,
                     [Metric(**m) for m in p["metrics"]])
     rm.artifacts = dict(p.get("artifacts") or {})
-    if p.get("frames"):
-        row = store.execute("SELECT payload FROM analyses WHERE run_id = ? AND kind = ?",
-                            [rid, ARTIFACTS_KIND]).fetchone()
-        frames = decode_json(row[0]) if row else None
-        if not isinstance(frames, dict) or frames.get("config") != config or frames.get("fingerprint") != fp:
-            return None
-        for name, blob in (frames.get("frames") or {}).items():
-            if not isinstance(blob, str):  # an entry in an older layout: recompute
-                return None
-            rm.artifacts[name] = _frame_from_text(blob)
+    for name in p.get("frames") or []:
+        # The base64 text is taken out by DuckDB's JSON reader: decoding the whole payload in
+        # Python costs more than the frame itself (a regex pass over every digit).
+        path = "$.frames." + json.dumps(str(name))
+        row = store.execute("SELECT json_extract_string(payload, '$.config'), "
+                            "json_extract_string(payload, '$.fingerprint'), json_extract_string(payload, ?) "
+                            "FROM analyses WHERE run_id = ? AND kind = ?", [path, rid, ARTIFACTS_KIND]).fetchone()
+        if not row or row[0] != config or row[1] != fp or not isinstance(row[2], str):
+            return None  # missing, stale or in an older layout: recompute
+        rm.artifacts[str(name)] = _frame_from_text(row[2])
     return rm
 
 
@@ -1256,15 +1251,12 @@ def paired_comparison(a: pd.DataFrame, b: pd.DataFrame, cluster_field: str | Non
     m = np.bincount(codes).astype(float)
     G = len(m)
     diff = float(d.mean())
-    rng = np.random.default_rng(cfg.seed)
-    # Resamples in chunks of ~2M draws: the same draws as one (R, G) call (the generator yields
-    # them in order), without an R x G matrix (643 MB for the 40k WorldSense tuples).
     reps = np.empty(cfg.resamples)
-    chunk = max(1, min(cfg.resamples, 2_000_000 // max(1, G)))
-    for start in range(0, cfg.resamples, chunk):
-        k = min(chunk, cfg.resamples - start)
-        idx = rng.integers(0, G, size=(k, G))
+    start = 0
+    for idx in resample_index(G, cfg.resamples, cfg.seed):
+        k = idx.shape[0]
         reps[start:start + k] = ds[idx].sum(axis=1) / m[idx].sum(axis=1)
+        start += k
     al = (1 - cfg.level) / 2
     lo, hi = (float(x) for x in np.quantile(reps, [al, 1 - al]))
     pval = float((1 + np.sum(np.abs(reps - diff) >= abs(diff) - 1e-12)) / (1 + cfg.resamples))
@@ -1327,9 +1319,18 @@ def metrics_markdown() -> str:
         "- Computation: for a stored run, one SQL pass (`analysis/queries.py`) profiles what the rows",
         "  hold; producers with nothing to read are skipped, and only the result columns and item",
         "  fields the others read are fetched (item fields extracted by DuckDB once per suite). Results",
-        "  are cached per run and rows signature (count, last seq, last write, errors, sum of",
-        "  `correct`), so any added, replaced or deleted row recomputes them. The live dashboard runs",
-        "  the same producers on the rows received so far, at most every two refreshes.",
+        "  are cached per run, configuration and rows fingerprint (count, last seq, last write, errors,",
+        "  sum of `correct`), in memory and in the store (`analyses` kind `metrics`; `llmscope report`",
+        "  writes the entries back after reading the file read-only), so any added, replaced or",
+        "  deleted row recomputes them. The runs list shows each run's headline metric from this cache",
+        "  (`worldsense_accuracy` for WorldSense, `sg_score` for SyntaxGym, else `accuracy`), and plain",
+        "  `accuracy` (mean of `correct`, named so) for a run not computed since its rows changed.",
+        "  Bootstrap intervals of means and ratios are one matrix product per chunk of resamples",
+        "  (cluster multiplicities), with the same draws as a loop over resamples for the same seed.",
+        "  The live dashboard runs the same producers on the rows received so far, at most every two",
+        "  refreshes.",
+        "- Producers: each task type lists the task-specific producers that report on it",
+        "  (`metric_producers` in `engine/tasks/<task>.py`); the rest run for every task.",
         "- `llmscope export --format lm-eval` copies `accuracy` from this pipeline; its `acc_stderr`",
         "  is lm-eval's IID standard error (defined below), not an interval of this program.",
         "",
@@ -1355,8 +1356,6 @@ def _register_feature_producers() -> None:
     from llmscope.analysis.abstention import abstention_rows
     from llmscope.analysis.api_method import api_method_rows
     from llmscope.analysis.syntaxgym import sg_rows
-
-    from . import human  # noqa: F401  (its producers register themselves on import)
 
     for d in (
         MetricDef("abstain_rate", "share of scored items that abstained: no evidence for any answer "
@@ -1453,6 +1452,9 @@ def _register_feature_producers() -> None:
     register_row_producer("genmetrics", lazy("llmscope.analysis.genmetrics", "generation_library_rows"),
                           needs=lambda c: c.has("extra"),
                           whole_items=False)
+    # Last: analysis/human.py registers its definitions and producers on import, and imports this
+    # module; importing it here, after everything else, gives one order whichever is imported first.
+    from . import human  # noqa: F401
 
 
 _register_feature_producers()

@@ -319,7 +319,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print("(no runs)")
         return 0
     for r in df.itertuples():
-        acc = "" if r.accuracy is None or r.accuracy != r.accuracy else f"acc {r.accuracy:.3f}"
+        # the headline metric (metrics cache; worldsense_accuracy for a WorldSense run), named
+        acc = "" if r.accuracy is None or r.accuracy != r.accuracy else f"{r.metric} {r.accuracy:.3f}"
         print(f"{r.run_id}  {r.suite_name:<20} {str(r.model)[:32]:<32} {r.status:<22} "
               f"{r.n_done}/{r.n_total}  {acc}  {r.started_at}")
     return 0

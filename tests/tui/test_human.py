@@ -7,7 +7,6 @@ import io
 import json
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from rich.console import Console
 from scipy import stats
