@@ -950,6 +950,11 @@ def worldsense_metrics(ctx: MetricContext) -> list[Metric]:
         acc = group_stats(tuples, ["prompting", "modelname"]).reset_index()
         pacc = group_stats(tuples, ["prompting", "modelname", "problemname"]).reset_index()
         pbias = group_stats(tuples, ["prompting", "modelname", "problemname"], "bias").reset_index()
+    # The authors' tables of this run alone (prompting "run"): `llmscope report` assembles the
+    # tables over several runs from these when no two runs share a (model, prompting) group.
+    ctx.artifacts["worldsense_accuracy_table"] = acc
+    ctx.artifacts["worldsense_problem_accuracy_table"] = pacc
+    ctx.artifacts["worldsense_problem_bias_table"] = pbias
     out: list[Metric] = []
     for name, table, gcols in (("worldsense_accuracy", acc, []),
                                ("worldsense_accuracy", pacc, ["problemname"]),
@@ -1092,6 +1097,9 @@ CACHE_KIND = "metrics"
 ARTIFACTS_KIND = "metrics_artifacts"
 # The metric a run is summed up by (runs list, first in the report): the published metric first.
 HEADLINE = ("worldsense_accuracy", "sg_score", "accuracy", "token_f1", "probeval_kl", "flagged_rate")
+# Artifacts kept in memory only: the per-tuple WorldSense table (40k rows a run) is needed only
+# when two runs share a model and prompting; the report then rebuilds it from the rows.
+UNCACHED_ARTIFACTS = frozenset({"worldsense_tuples"})
 # Entries a read-only store could not take: (database path, run id) -> (payload, artifacts).
 _PENDING: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any]]] = {}
 
@@ -1165,7 +1173,8 @@ def _frame_from_text(text: str) -> pd.DataFrame:
 def _save_cached(store: Any, rm: RunMetrics, config: str, fp: str) -> None:
     h = headline(rm)
     scalars = {k: v for k, v in rm.artifacts.items() if not isinstance(v, pd.DataFrame)}
-    frames = {k: _frame_to_text(v) for k, v in rm.artifacts.items() if isinstance(v, pd.DataFrame)}
+    frames = {k: _frame_to_text(v) for k, v in rm.artifacts.items()
+              if isinstance(v, pd.DataFrame) and k not in UNCACHED_ARTIFACTS}
     payload = {
         "version": CACHE_VERSION, "config": config, "fingerprint": fp,
         "headline": None if h is None else {"name": h.name, "value": h.value, "lo": h.lo, "hi": h.hi},
