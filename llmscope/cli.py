@@ -507,6 +507,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     finally:
         for st in stores:
             st.close()
+    from llmscope.analysis.metrics import flush_metrics_cache
+
+    for st in stores:
+        flush_metrics_cache(st.path)  # metrics cache entries, written once the read-only file is closed
     print(json.dumps(out, indent=1, default=str) if args.json else format_compare(out))
     return 0
 
