@@ -46,9 +46,10 @@ from llmscope.tui.widgets import bar, fmt, literal
 
 if TYPE_CHECKING:
     from llmscope.tui.app import LlmscopeApp
+    from llmscope.tui.model import RunModel
 
-__all__ = ["HumanData", "HumanScreen", "human_data", "human_kind", "rating_table", "render_human_item",
-           "render_human_summary"]
+__all__ = ["HumanData", "HumanScreen", "human_data", "human_data_live", "human_kind", "rating_table",
+           "render_human_item", "render_human_summary"]
 
 KINDS = ("agreement", "counts", "clusters", "rating")
 
@@ -88,6 +89,7 @@ class HumanData:
     rating: pd.DataFrame | None = None  # label, human, model (the pipeline's shares), n_human, n_model
     probeval: dict[str, Any] | None = None  # the stored analysis (per question tables)
     texts: dict[str, str] = field(default_factory=dict)
+    live_rows: int | None = None  # a live run: the rows received so far (None: the stored run)
 
 
 HUMAN_METRICS = ("consensus", "awareness", "commonsensicality", "human_pearson", "human_spearman",
@@ -99,20 +101,17 @@ HUMAN_METRICS = ("consensus", "awareness", "commonsensicality", "human_pearson",
 def human_data(store: Any, run: dict[str, Any]) -> HumanData:
     """Everything the human views draw, read from the store: every number is the pipeline's
     (`run_metrics`); the per-item rows and the ProbEval tables are the analysis layer's."""
-    from llmscope.analysis.human import choice_frame
     from llmscope.analysis.metrics import results_with_fields, run_metrics
     from llmscope.tui.model import load_items
 
     spec = store.suite_spec(run["suite_id"]) or {}
     items = load_items(store, run["suite_id"])
-    kind = next((k for it in list(items.values())[:50]
-                 if (k := human_kind(it.get("fields") or {}, spec, run.get("task")))), None)
-    out = HumanData(kind, run, texts={i: str(it.get("text") or "") for i, it in items.items()})
-    if kind is None:
+    out = _empty(run, spec, items)
+    if out.kind is None:
         return out
     rm = run_metrics(store, run)
-    out.metrics = [r for r in rm.rows() if r["metric"] in HUMAN_METRICS and not r.get("group")]
-    if kind == "clusters":
+    if out.kind == "clusters":
+        out.metrics = _human_rows(rm)
         # The per-question tables `llmscope report` stores; computed (and stored) once when missing.
         out.probeval = store.load_analysis(run["run_id"], "probeval")
         if out.probeval is None:
@@ -125,21 +124,65 @@ def human_data(store: Any, run: dict[str, Any]) -> HumanData:
                                                   "table": sc.table.to_dict("records")}
                                               for q, sc in res.scores.items()}}
         return out
+    df = results_with_fields(store, run["run_id"]) if out.kind in ("agreement", "counts") else pd.DataFrame()
+    return _fill(out, rm, df, spec)
+
+
+# What the live view runs: the producers of the numbers it shows (cheap on the rows so far).
+LIVE_PRODUCERS = ("commonsense", "human_correlation", "human_choice", "human_rating")
+
+
+def human_data_live(model: RunModel) -> HumanData:
+    """The same views for a run still being written (`h` on a live dashboard): the pipeline's
+    producers on the rows received so far (the dashboard's RunModel), no database read.
+    ProbEval's per-question tables need the stored run and are shown once it has ended."""
+    from llmscope.analysis.metrics import compute_metrics
+    from llmscope.tui.model import pipeline_frame
+
+    out = _empty(model.run, model.spec, model.items)
+    out.live_rows = len(model.frame())
+    if out.kind is None or out.kind == "clusters" or out.live_rows == 0:
+        return out
+    df = model.frame()
+    f = pipeline_frame(model, df)
+    ids = f["item_id"]
+    for name in ("fields", "options", "text"):  # whole items, as the stored frame has them
+        f[name] = pd.Series(model.item_values(ids, name, key="item"), index=f.index, dtype=object)
+    if "f.human_q1" not in f:
+        f["f.human_q1"] = pd.Series(model.item_values(ids, "human_q1"), index=f.index, dtype=object)
+    rm = compute_metrics(f, model.run, model.spec, producers=LIVE_PRODUCERS)
+    return _fill(out, rm, f, model.spec)
+
+
+def _empty(run: dict[str, Any], spec: dict[str, Any], items: dict[str, dict[str, Any]]) -> HumanData:
+    kind = next((k for it in list(items.values())[:50]
+                 if (k := human_kind(it.get("fields") or {}, spec, run.get("task")))), None)
+    return HumanData(kind, run, texts={i: str(it.get("text") or "") for i, it in items.items()})
+
+
+def _human_rows(rm: RunMetrics) -> list[dict[str, Any]]:
+    return [r for r in rm.rows() if r["metric"] in HUMAN_METRICS and not r.get("group")]
+
+
+def _fill(out: HumanData, rm: RunMetrics, df: pd.DataFrame, spec: dict[str, Any]) -> HumanData:
+    """The pipeline's numbers and the per-item rows to draw, from ``df`` (rows with ``f.``
+    fields and the items' ``fields`` / ``options``)."""
+    from llmscope.analysis.human import choice_frame
+
+    out.metrics = _human_rows(rm)
     out.rating = rating_table(rm)
-    if kind == "agreement" or kind == "counts":
-        df = results_with_fields(store, run["run_id"])
-        df = df[df["error"].isna()] if "error" in df else df
-        if kind == "agreement" and len(df):
-            q = df[df["variant"].astype(str) == "q1"] if (df["variant"].astype(str) == "q1").any() else df
-            out.agreement = pd.DataFrame({
-                "item_id": q["item_id"].astype(str), "text": q["item_id"].astype(str).map(out.texts),
-                "human": pd.to_numeric(q["f.human_q1"], errors="coerce"),
-                "p_yes": pd.to_numeric(q["p_yes"], errors="coerce"),
-            }).dropna(subset=["human", "p_yes"]).reset_index(drop=True)
-        elif kind == "counts" and len(df):
-            c = choice_frame(df, spec).reset_index(drop=True)
-            c.insert(2, "text", c["item_id"].map(out.texts).fillna(""))
-            out.choices = c
+    df = df[df["error"].isna()] if "error" in df else df
+    if out.kind == "agreement" and len(df):
+        q = df[df["variant"].astype(str) == "q1"] if (df["variant"].astype(str) == "q1").any() else df
+        out.agreement = pd.DataFrame({
+            "item_id": q["item_id"].astype(str), "text": q["item_id"].astype(str).map(out.texts),
+            "human": pd.to_numeric(q["f.human_q1"], errors="coerce"),
+            "p_yes": pd.to_numeric(q["p_yes"], errors="coerce"),
+        }).dropna(subset=["human", "p_yes"]).reset_index(drop=True)
+    elif out.kind == "counts" and len(df):
+        c = choice_frame(df, spec).reset_index(drop=True)
+        c.insert(2, "text", c["item_id"].map(out.texts).fillna(""))
+        out.choices = c
     return out
 
 
@@ -175,6 +218,9 @@ def render_human_summary(d: HumanData) -> Any:
     if d.kind is None:
         return Text("no human judgements in this suite", style="dim")
     parts: list[Any] = [Text(f"human vs model ({d.kind}; h: side by side)", style="bold")]
+    if d.live_rows is not None:
+        parts.append(Text(f"live: the {d.live_rows} rows received so far, recomputed every "
+                          f"{HumanScreen.LIVE_REFRESH_S:g} s", style="dim"))
     if d.metrics:
         parts.append(_metric_line(d.metrics))
     if d.choices is not None and len(d.choices):
@@ -183,7 +229,8 @@ def render_human_summary(d: HumanData) -> Any:
     if d.rating is not None and len(d.rating):
         parts.append(_rating_table(d.rating))
     if d.kind == "clusters" and d.probeval is None:
-        parts.append(Text("ProbEval tables not computed yet (llmscope report computes them)", style="dim"))
+        parts.append(Text("ProbEval tables not computed yet (llmscope report computes them"
+                          + ("; shown once the run has ended)" if d.live_rows is not None else ")"), style="dim"))
     return Group(*parts)
 
 
@@ -357,10 +404,12 @@ class HumanScreen(Screen[None]):
     HumanScreen #human-items { height: 1fr; }
     """
     MAX_ROWS = 200
+    LIVE_REFRESH_S = 2.0  # a live run: the pipeline reruns on the rows so far at most this often
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, live: RunModel | None = None) -> None:
         super().__init__()
         self.run_id = run_id
+        self.live = live  # the live dashboard's rows (a run another process is writing)
         self.data: HumanData | None = None
 
     @property
@@ -379,9 +428,14 @@ class HumanScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.load()
+        if self.live is not None:
+            self.set_interval(self.LIVE_REFRESH_S, self.load)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="human")
     def load(self) -> None:
+        if self.live is not None:
+            self.post_message(HumanLoaded(human_data_live(self.live)))
+            return
         with self.llm_app.handle.use() as store:
             run = store.get_run(self.run_id) or store.find_run(self.run_id)
             if run is None:
