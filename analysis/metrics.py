@@ -1073,10 +1073,17 @@ def run_metrics(store: Any, run: Mapping[str, Any], by: Sequence[str] | None = N
            tuple(producers) if producers is not None else None, json.dumps(dict(run), sort_keys=True, default=str))
     if cache and key in _CACHE:
         return _CACHE[key]
-    persist = cache and producers is None and hasattr(store, "save_analysis")
-    config = _cache_config(run, by_l, bootstrap) if persist else ""
+    stored = cache and hasattr(store, "save_analysis")
+    persist = stored and producers is None
+    config = _cache_config(run, by_l, bootstrap) if stored else ""
     fp = str(sig[0]) if sig else ""
-    rm = _load_cached(store, rid, config, fp, bootstrap) if persist else None
+    rm = _load_cached(store, rid, config, fp, bootstrap) if stored else None
+    if rm is not None and producers is not None:
+        # A full computation of these rows is stored: the producers asked for are a subset
+        # of it (the dashboard and compare of a finished run read the report's numbers).
+        keep = {*producers, "errors"}
+        rm = RunMetrics(rm.run_id, rm.model, rm.suite, rm.task, rm.cluster_unit, rm.bootstrap,
+                        [m for m in rm.metrics if m.producer in keep], rm.artifacts)
     if rm is None:
         profile = result_profile(store, rid)
         df = stored_frame(store, run, spec, by_l, profile, producers)

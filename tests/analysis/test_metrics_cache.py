@@ -87,3 +87,20 @@ def test_the_runs_list_names_the_published_metric_of_a_worldsense_run(tmp_path: 
         _save_cached(st, rm, "cfg", str(rows_signature(st, "run-a")[0]))
         runs = st.runs()
     assert runs["metric"].tolist() == ["worldsense_accuracy"] and runs["accuracy"].tolist() == [0.556]
+
+
+def test_a_subset_of_producers_is_read_from_the_stored_full_metrics(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    db = make_db(tmp_path / "c.duckdb", n_items=12)
+    with Store(db) as st:
+        run = st.get_run("run-a")
+        sub = run_metrics(st, run, producers=["accuracy"])  # not stored: computed
+        full = run_metrics(st, run)  # stored
+    with monkeypatch.context() as m:
+        _fresh_process(m)
+        with Store(db, read_only=True) as st:
+            again = run_metrics(st, st.get_run("run-a"), producers=["accuracy"])
+    assert {m.producer for m in again.metrics} == {"accuracy", "errors"}
+    assert again.rows() == sub.rows()
+    assert [r for r, m in zip(full.rows(), full.metrics, strict=True)
+            if m.producer in ("accuracy", "errors")] == again.rows()
