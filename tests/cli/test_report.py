@@ -217,3 +217,21 @@ def test_worldsense_tables_over_runs_equal_the_authors_analysis(tmp_path, models
             assert got[k][0] == pytest.approx(v, abs=1e-12) and got[k][2] == n, k
             assert got[k][1] == pytest.approx(ci, abs=1e-12), k
         assert ref.pivot("problem_accuracy").to_string() in "\n".join(text)
+
+
+def test_lm_eval_export_of_a_worldsense_run_after_a_report_is_the_plain_share(tmp_path):
+    """After a report stored the run's metrics (where the plain share is `item_accuracy`), the
+    lm-eval export still writes the per-trial share of correct answers, counted here."""
+    import llmscope.analysis.metrics as metrics
+    from llmscope.analysis.metrics import run_metrics
+    from llmscope.export import export_run
+
+    items, responses = _ws_store(tmp_path / "ws.duckdb", [("m1", "basic", 1)])
+    want = sum(r == it.gold for it, r in zip(items, responses["w0"], strict=True)) / len(items)
+    with Store(tmp_path / "ws.duckdb") as st:
+        assert run_metrics(st, st.get_run("w0")).get("item_accuracy") is not None  # stored
+    metrics._CACHE.clear()
+    with Store(tmp_path / "ws.duckdb", read_only=True) as st:
+        export_run(st, st.get_run("w0"), "lm-eval", str(tmp_path / "out"))
+    res = json.loads((tmp_path / "out" / "results_w0.json").read_text())
+    assert res["results"]["worldsense"]["acc,none"] == pytest.approx(want)
