@@ -1126,9 +1126,27 @@ def _cache_config(run: Mapping[str, Any], by: Sequence[str], bootstrap: Bootstra
 
     ident = {k: run.get(k) for k in ("run_id", "model", "task", "suite_name", "suite_id", "backend", "options",
                                      "meta")}
-    text = json.dumps([CACHE_VERSION, ident, list(by), asdict(bootstrap), [p.name for p in PRODUCERS]],
-                      sort_keys=True, default=str)
+    text = json.dumps([CACHE_VERSION, _code_fingerprint(), ident, list(by), asdict(bootstrap),
+                       [p.name for p in PRODUCERS], task_producers(run.get("task"))], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+_CODE_FP: list[str] = []
+
+
+def _code_fingerprint() -> str:
+    """A hash of the metrics code (every module of this package): a stored entry computed by
+    other code is never read, so a fixed producer cannot leave its old numbers behind."""
+    if not _CODE_FP:
+        import hashlib
+        from pathlib import Path
+
+        h = hashlib.sha256()
+        for f in sorted(Path(__file__).parent.glob("*.py")):
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+        _CODE_FP.append(h.hexdigest()[:16])
+    return _CODE_FP[0]
 
 
 def _load_cached(store: Any, rid: str, config: str, fp: str, bootstrap: BootstrapConfig) -> RunMetrics | None:
@@ -1335,8 +1353,9 @@ def metrics_markdown() -> str:
         "- Computation: for a stored run, one SQL pass (`analysis/queries.py`) profiles what the rows",
         "  hold; producers with nothing to read are skipped, and only the result columns and item",
         "  fields the others read are fetched (item fields extracted by DuckDB once per suite). Results",
-        "  are cached per run, configuration and rows fingerprint (count, last seq, last write, errors,",
-        "  sum of `correct`), in memory and in the store (`analyses` kind `metrics`; `llmscope report`",
+        "  are cached per run, configuration (grouping, bootstrap, run options, a hash of the metrics",
+        "  code) and rows fingerprint (count, last seq, last write, errors, sum of `correct`), in",
+        "  memory and in the store (`analyses` kind `metrics`; `llmscope report`",
         "  writes the entries back after reading the file read-only), so any added, replaced or",
         "  deleted row recomputes them. The runs list shows each run's headline metric from this cache",
         "  (`worldsense_accuracy` for WorldSense, `sg_score` for SyntaxGym, else `accuracy`), and plain",

@@ -104,3 +104,18 @@ def test_a_subset_of_producers_is_read_from_the_stored_full_metrics(tmp_path: Pa
     assert again.rows() == sub.rows()
     assert [r for r, m in zip(full.rows(), full.metrics, strict=True)
             if m.producer in ("accuracy", "errors")] == again.rows()
+
+
+def test_other_metrics_code_never_reads_a_stored_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An entry stored by other metrics code (a fixed producer) is recomputed, not read."""
+    db = make_db(tmp_path / "c.duckdb", n_items=12)
+    with Store(db) as st:
+        first = run_metrics(st, st.get_run("run-a"))
+    metrics._CACHE.clear()
+    monkeypatch.setattr(metrics, "_CODE_FP", ["other code"])
+    calls: list[int] = []
+    real = metrics.compute_metrics
+    monkeypatch.setattr(metrics, "compute_metrics", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with Store(db, read_only=True) as st:
+        again = run_metrics(st, st.get_run("run-a"))
+    assert calls == [1] and again.rows() == first.rows()
