@@ -18,9 +18,8 @@ import pandas as pd
 
 from llmscope.analysis.intervals import accuracy_ci
 from llmscope.analysis.rows import metric_row
+from llmscope.engine.tasks.registry import task_producers
 from llmscope.store.db import decode_json
-
-ABSTAINING_TASKS = ("yesno", "rating", "choice")
 
 
 def abstained_mask(extra: pd.Series) -> np.ndarray:
@@ -44,7 +43,7 @@ def _clusters(df: pd.DataFrame, spec: dict[str, Any]) -> np.ndarray:
 
 def abstention_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:
     """`abstain_rate` (and `accuracy_answered` when any row abstained) for one run."""
-    if run.get("task") not in ABSTAINING_TASKS or df.empty:
+    if "abstention" not in task_producers(run.get("task")) or df.empty:  # the task lists it
         return []
     ok = df[df["error"].isna()]
     if ok.empty:

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .intervals import wilson_interval
+from .intervals import resample_index, wilson_interval
 from .rows import metric_row
 
 __all__ = [
@@ -118,14 +118,11 @@ def commonsense_frame(
 
 
 def _boot_cs(c: np.ndarray, a: np.ndarray, n_boot: int, seed: int) -> tuple[float, float]:
-    rng = np.random.default_rng(seed)
     n = len(c)
     reps = np.empty(n_boot)
-    chunk = max(1, min(n_boot, 2_000_000 // max(n, 1)))
     done = 0
-    while done < n_boot:
-        b = min(chunk, n_boot - done)
-        idx = rng.integers(0, n, size=(b, n))
+    for idx in resample_index(n, n_boot, seed):
+        b = idx.shape[0]
         reps[done : done + b] = np.sqrt(c[idx].mean(axis=1) * a[idx].mean(axis=1))
         done += b
     lo, hi = np.quantile(reps, [0.025, 0.975])

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from .intervals import resample_index
 from .rows import metric_row
 
 __all__ = ["McNemar", "Comparison", "mcnemar", "paired_frame", "compare_runs", "EXACT_BELOW"]
@@ -139,13 +140,10 @@ def compare_runs(
     d_sum = np.bincount(codes, weights=p["d"].to_numpy())
     m = np.bincount(codes).astype(float)
     G = len(m)
-    rng = np.random.default_rng(seed)
     reps = np.empty(n_boot)
-    chunk = max(1, min(n_boot, 2_000_000 // G))
     done = 0
-    while done < n_boot:
-        k = min(chunk, n_boot - done)
-        idx = rng.integers(0, G, size=(k, G))
+    for idx in resample_index(G, n_boot, seed):
+        k = idx.shape[0]
         reps[done : done + k] = d_sum[idx].sum(axis=1) / m[idx].sum(axis=1)
         done += k
     lo, hi = np.quantile(reps, [0.025, 0.975])

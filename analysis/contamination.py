@@ -17,6 +17,7 @@ from scipy import stats
 
 from llmscope.analysis.intervals import wilson_interval
 from llmscope.analysis.rows import metric_row
+from llmscope.engine.tasks.registry import task_producers
 from llmscope.store.db import decode_json
 
 
@@ -32,7 +33,7 @@ def _mean_t(v: np.ndarray) -> tuple[float, list[float] | None]:
 
 def contamination_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:
     """Metric rows for a contamination run (empty for other tasks)."""
-    if run.get("task") != "contamination" or df.empty:
+    if "contamination" not in task_producers(run.get("task")) or df.empty:  # the task lists it
         return []
     ok = df[df["error"].isna() & df["extra"].notna()]
     if ok.empty:

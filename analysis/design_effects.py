@@ -39,6 +39,7 @@ from scipy import stats
 
 from llmscope.analysis.intervals import accuracy_ci
 from llmscope.analysis.rows import metric_row
+from llmscope.engine.tasks.registry import task_producers
 from llmscope.store.db import decode_json
 
 BINARY_FACTORS = {"answer_order": ("as_written", "swapped"), "scale": ("as_written", "reversed")}
@@ -208,7 +209,7 @@ def _robust_rows(fr: pd.DataFrame, run: dict[str, Any]) -> list[dict[str, Any]]:
 
 def fewshot_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:
     """Recency and majority-label effects of few-shot demos (Zhao et al. 2021)."""
-    if run.get("task") not in ("yesno", "rating"):
+    if "fewshot_bias" not in task_producers(run.get("task")):  # the task lists it
         return []
     fr = design_frame(df, spec)
     if fr.empty or fr["demo_labels"].isna().all():

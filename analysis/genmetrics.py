@@ -24,6 +24,7 @@ import pandas as pd
 from scipy import stats
 
 from llmscope.analysis.rows import metric_row
+from llmscope.engine.tasks.registry import task_producers
 from llmscope.store.db import decode_json
 
 
@@ -63,7 +64,7 @@ def generation_library_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[st
     """Metric rows for a generation run with gold answers (empty otherwise)."""
     import sacrebleu
 
-    if run.get("task") != "generation" or df.empty or "extra" not in df:
+    if "genmetrics" not in task_producers(run.get("task")) or df.empty or "extra" not in df:  # the task lists it
         return []
     ok = df[df["error"].isna() & df["extra"].notna()]
     pairs = _pairs(ok)

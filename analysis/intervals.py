@@ -24,7 +24,7 @@ for accuracies.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -43,6 +43,9 @@ __all__ = [
     "accuracy_ci",
     "cluster_bootstrap",
     "accuracy_table",
+    "resample_index",
+    "resample_weights",
+    "bootstrap_ratio",
     "MIN_CLUSTERS_CLOSED_FORM",
 ]
 
@@ -148,21 +151,56 @@ def cluster_robust_interval(
     return (p, max(0.0, p - half), min(1.0, p + half))
 
 
+# Cells of one chunk of draws: bounds the (resamples x clusters) matrices (the 40k WorldSense
+# tuples x 2000 resamples would be 643 MB at once).
+_CHUNK_CELLS = 2_000_000
+
+
+def resample_index(G: int, resamples: int, seed: int) -> Iterator[np.ndarray]:
+    """The cluster bootstrap's draws: chunks of a (resamples x G) matrix of cluster indices.
+
+    Row ``b`` is resample ``b``: ``G`` clusters drawn with replacement. The chunks together
+    are exactly the draws of a loop calling ``rng.integers(0, G, size=G)`` once per resample
+    with ``rng = np.random.default_rng(seed)`` (the generator yields them in order), so the
+    vectorised statistics give the loop's intervals for the same seed.
+    """
+    rng = np.random.default_rng(seed)
+    chunk = max(1, min(resamples, _CHUNK_CELLS // max(G, 1)))
+    done = 0
+    while done < resamples:
+        k = min(chunk, resamples - done)
+        yield rng.integers(0, G, size=(k, G))
+        done += k
+
+
+def resample_weights(G: int, resamples: int, seed: int) -> Iterator[np.ndarray]:
+    """:func:`resample_index` as multiplicities: a (k x G) float matrix per chunk whose entry
+    ``[b, g]`` is how often resample ``b`` drew cluster ``g``. A statistic of per-cluster sums
+    is then one matrix product per chunk (``W @ sums``), not a Python loop per resample."""
+    for idx in resample_index(G, resamples, seed):
+        k = idx.shape[0]
+        yield np.bincount((idx + G * np.arange(k)[:, None]).ravel(), minlength=k * G).reshape(k, G).astype(float)
+
+
+def bootstrap_ratio(num: np.ndarray, den: np.ndarray, resamples: int, seed: int) -> np.ndarray:
+    """Bootstrap replicates of ``sum(num) / sum(den)`` over clusters, from per-cluster sums
+    (a mean: ``num`` = per-cluster sums of the values, ``den`` = cluster sizes)."""
+    G = len(num)
+    reps = np.empty(resamples)
+    done = 0
+    for W in resample_weights(G, resamples, seed):
+        k = W.shape[0]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            reps[done:done + k] = (W @ num) / (W @ den)
+        done += k
+    return reps
+
+
 def _boot_ratio(
     y: np.ndarray, m: np.ndarray, n_boot: int, seed: int, level: float
 ) -> tuple[float, float]:
     """Percentile interval of sum(y)/sum(m) under resampling clusters (vectorised)."""
-    rng = np.random.default_rng(seed)
-    G = len(y)
-    reps = np.empty(n_boot)
-    # chunking keeps the (chunk x G) index matrix small for large G
-    chunk = max(1, min(n_boot, 2_000_000 // max(G, 1)))
-    done = 0
-    while done < n_boot:
-        b = min(chunk, n_boot - done)
-        idx = rng.integers(0, G, size=(b, G))
-        reps[done : done + b] = y[idx].sum(axis=1) / m[idx].sum(axis=1)
-        done += b
+    reps = bootstrap_ratio(y, m, n_boot, seed)
     a = (1 - level) / 2
     lo, hi = np.quantile(reps, [a, 1 - a])
     return float(lo), float(hi)

@@ -40,6 +40,7 @@ from llmscope.analysis.choicefit import (
 from llmscope.analysis.intervals import accuracy_ci
 from llmscope.analysis.rows import metric_row
 from llmscope.engine.choice_math import softmax
+from llmscope.engine.tasks.registry import task_producers
 from llmscope.store.db import decode_json
 
 # scheme -> (option_scores key, transform to a log-space-or-plain score)
@@ -355,7 +356,7 @@ def softmax_curve_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, An
 
     Cluster-aware intervals (clusters = items), like the argmax accuracy rows.
     """
-    if run.get("task") not in ("choice", "constrained"):
+    if "softmax_accuracy_curve" not in task_producers(run.get("task")):  # the task lists it
         return []
     ok = df[df["error"].isna() & df["gold"].notna()]
     per: dict[str, list[tuple[np.ndarray, int, str]]] = {}

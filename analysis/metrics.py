@@ -33,9 +33,10 @@ import pandas as pd
 # call these) without importing scipy.stats (most of `llmscope report`'s start-up time).
 from scipy import special
 
+from llmscope.engine.tasks.registry import task_producers
 from llmscope.store.db import decode_json
 
-from .intervals import accuracy_ci
+from .intervals import accuracy_ci, bootstrap_ratio, resample_index, resample_weights
 from .queries import (
     EXTRA_KEYS,
     RESULT_COLUMNS,
@@ -63,6 +64,7 @@ __all__ = [
     "cluster_key",
     "mean_ci",
     "cluster_bootstrap_stat",
+    "Ratio",
     "cluster_bootstrap_mean",
     "paired_comparison",
     "PairedComparison",
@@ -433,28 +435,50 @@ def mean_metric(name: str, values: Any, clusters: Any, group: dict[str, Any] | N
                   dict(group or {}), producer)
 
 
-def cluster_bootstrap_stat(
-    stat: Callable[[np.ndarray], float], n_rows: int, clusters: Any, cfg: BootstrapConfig
-) -> tuple[float, float, float, int]:
-    """Percentile interval of ``stat(row_index)`` resampling whole clusters.
+@dataclass(frozen=True)
+class Ratio:
+    """A statistic ``sum(num) / sum(den)`` over the resampled rows (a mean: ``den`` all ones;
+    a rate; a ratio of per-cluster sums). :func:`cluster_bootstrap_stat` bootstraps it with one
+    matrix of resample weights instead of a call per resample."""
 
-    ``stat`` gets an integer index array into the rows (clusters drawn twice repeat their
-    rows). Returns ``(estimate, lo, hi, n_clusters)``; NaN replicates are dropped.
+    num: Any
+    den: Any = None  # None: ones (the mean of ``num``)
+
+
+def cluster_bootstrap_stat(
+    stat: Callable[[np.ndarray], float] | Ratio, n_rows: int, clusters: Any, cfg: BootstrapConfig
+) -> tuple[float, float, float, int]:
+    """Percentile interval of a statistic of the rows, resampling whole clusters.
+
+    ``stat`` is a :class:`Ratio` (means, rates, ratios of per-cluster sums: vectorised, one
+    weight matrix per chunk of resamples) or any function of an integer index array into the
+    rows (clusters drawn twice repeat their rows; one call per resample). Both draw the same
+    resamples for the same seed (:func:`intervals.resample_index`), so they give the same
+    interval. Returns ``(estimate, lo, hi, n_clusters)``; NaN replicates are dropped.
     """
-    idx_all = np.arange(n_rows)
-    est = float(stat(idx_all))
     codes, _ = pd.factorize(pd.Series(np.asarray(clusters, dtype=object), dtype="object"), sort=False)
-    order = np.argsort(codes, kind="stable")
-    bounds = np.flatnonzero(np.diff(codes[order])) + 1
-    groups = np.split(order, bounds)
-    G = len(groups)
-    if G < 2:
-        return est, math.nan, math.nan, G
-    rng = np.random.default_rng(cfg.seed)
-    reps = np.empty(cfg.resamples)
-    for b in range(cfg.resamples):
-        pick = rng.integers(0, G, size=G)
-        reps[b] = stat(np.concatenate([groups[i] for i in pick]))
+    G = int(codes.max()) + 1 if len(codes) else 0
+    if isinstance(stat, Ratio):
+        num = _floats(stat.num)
+        den = np.ones(len(num)) if stat.den is None else _floats(stat.den)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            est = float(num.sum() / den.sum()) if len(num) else math.nan
+        if G < 2:
+            return est, math.nan, math.nan, G
+        reps = bootstrap_ratio(np.bincount(codes, weights=num, minlength=G),
+                               np.bincount(codes, weights=den, minlength=G), cfg.resamples, cfg.seed)
+    else:
+        est = float(stat(np.arange(n_rows)))
+        if G < 2:
+            return est, math.nan, math.nan, G
+        order = np.argsort(codes, kind="stable")
+        groups = np.split(order, np.flatnonzero(np.diff(codes[order])) + 1)
+        reps = np.empty(cfg.resamples)
+        done = 0
+        for idx in resample_index(G, cfg.resamples, cfg.seed):
+            for pick in idx:
+                reps[done] = stat(np.concatenate([groups[i] for i in pick]))
+                done += 1
     reps = reps[np.isfinite(reps)]
     if not len(reps):
         return est, math.nan, math.nan, G
@@ -464,34 +488,10 @@ def cluster_bootstrap_stat(
 
 
 def cluster_bootstrap_mean(values: Any, clusters: Any, cfg: BootstrapConfig) -> tuple[float, float, float, int]:
-    """:func:`cluster_bootstrap_stat` for the mean of per-row values, vectorised.
-
-    Per-cluster sums and sizes, then each resample is a row of cluster multiplicities (one
-    weight matrix per chunk of resamples, no Python loop per resample). The draws are the
-    same as the loop's (``rng.integers(0, G, size=(R, G))`` yields the loop's rows in order),
-    so the same seed gives the same interval. Returns ``(mean, lo, hi, n_clusters)``.
-    """
+    """:func:`cluster_bootstrap_stat` of the mean of per-row values (vectorised).
+    Returns ``(mean, lo, hi, n_clusters)``."""
     v = _floats(values)
-    codes, _ = pd.factorize(pd.Series(np.asarray(clusters, dtype=object), dtype="object"), sort=False)
-    G = int(codes.max()) + 1 if len(codes) else 0
-    est = float(v.mean()) if len(v) else math.nan
-    if G < 2:
-        return est, math.nan, math.nan, G
-    ys = np.bincount(codes, weights=v, minlength=G)
-    ms = np.bincount(codes, minlength=G).astype(float)
-    rng = np.random.default_rng(cfg.seed)
-    reps = np.empty(cfg.resamples)
-    chunk = max(1, min(cfg.resamples, 2_000_000 // G))
-    done = 0
-    while done < cfg.resamples:
-        k = min(chunk, cfg.resamples - done)
-        idx = rng.integers(0, G, size=(k, G))
-        W = np.bincount((idx + G * np.arange(k)[:, None]).ravel(), minlength=k * G).reshape(k, G).astype(float)
-        reps[done:done + k] = (W @ ys) / (W @ ms)
-        done += k
-    a = (1 - cfg.level) / 2
-    lo, hi = np.quantile(reps, [a, 1 - a])
-    return est, float(lo), float(hi), G
+    return cluster_bootstrap_stat(Ratio(v), len(v), clusters, cfg)
 
 
 # -- producers -------------------------------------------------------------------------------
@@ -505,13 +505,13 @@ Needs = Callable[[MetricContext], bool]
 class _Registered:
     name: str
     fn: Producer
-    tasks: tuple[str, ...] | None
+    every_task: bool  # run for every task; otherwise only for tasks listing it (Task.metric_producers)
     needs: Needs | None = None  # a cheap test that the rows hold what the producer reads
     whole_items: bool = False  # reads the items' raw `fields` JSON and text (row producers)
     reads: tuple[str, ...] | None = None  # result columns read (None: any); see queries.BASE_COLUMNS
 
     def active(self, ctx: MetricContext) -> bool:
-        if self.tasks is not None and ctx.task not in self.tasks:
+        if not self.every_task and self.name not in task_producers(ctx.task):
             return False
         return self.needs is None or bool(self.needs(ctx))
 
@@ -519,12 +519,14 @@ class _Registered:
 PRODUCERS: list[_Registered] = []
 
 
-def register_producer(name: str, tasks: Iterable[str] | None = None, needs: Needs | None = None,
+def register_producer(name: str, *, every_task: bool = False, needs: Needs | None = None,
                       whole_items: bool = False, reads: Iterable[str] | None = None
                       ) -> Callable[[Producer], Producer]:
-    """Decorator: add a producer, run for ``tasks`` (None = every task), in registration order.
+    """Decorator: add a producer, in registration order.
 
-    ``needs(ctx)`` is a cheap test on what the rows hold (``ctx.has(column)``,
+    A producer runs for every task with ``every_task``; otherwise only for the tasks that
+    list it in their ``metric_producers`` (the task registry is the single source: no task
+    names here). ``needs(ctx)`` is a cheap test on what the rows hold (``ctx.has(column)``,
     ``ctx.extra_has(key)``); a producer whose test fails is skipped, so a big run never pays
     for analyses it has no data for. It must never be stricter than the producer itself.
     ``reads`` names the result columns it reads beyond the base ones (None: it may read any);
@@ -532,7 +534,7 @@ def register_producer(name: str, tasks: Iterable[str] | None = None, needs: Need
     """
 
     def deco(fn: Producer) -> Producer:
-        PRODUCERS.append(_Registered(name, fn, tuple(tasks) if tasks is not None else None, needs, whole_items,
+        PRODUCERS.append(_Registered(name, fn, every_task, needs, whole_items,
                                      tuple(reads) if reads is not None else None))
         return fn
 
@@ -554,7 +556,7 @@ def rows_to_metrics(rows: Iterable[Mapping[str, Any]], producer: str = "") -> li
     return out
 
 
-def register_row_producer(name: str, fn: RowProducer, tasks: Iterable[str] | None = None,
+def register_row_producer(name: str, fn: RowProducer, *, every_task: bool = False,
                           needs: Needs | None = None, whole_items: bool = True) -> None:
     """Adapter: plug in ``fn(df, run, spec) -> list[metric_row dicts]`` as a producer.
 
@@ -564,7 +566,7 @@ def register_row_producer(name: str, fn: RowProducer, tasks: Iterable[str] | Non
     def adapted(ctx: MetricContext) -> list[Metric]:
         return rows_to_metrics(fn(ctx.df, ctx.run, ctx.spec), name)
 
-    register_producer(name, tasks, needs, whole_items)(adapted)
+    register_producer(name, every_task=every_task, needs=needs, whole_items=whole_items)(adapted)
 
 
 def _group_col(df: pd.DataFrame, fieldname: str) -> str | None:
@@ -573,7 +575,7 @@ def _group_col(df: pd.DataFrame, fieldname: str) -> str | None:
     return f"f.{fieldname}" if f"f.{fieldname}" in df else None
 
 
-@register_producer("accuracy", reads=())
+@register_producer("accuracy", every_task=True, reads=())
 def accuracy_metrics(ctx: MetricContext) -> list[Metric]:
     """Accuracy overall, per prompt variant, per ``by`` field."""
     if "correct" not in ctx.df:
@@ -613,7 +615,7 @@ def _extras(df: pd.DataFrame) -> pd.Series:
     return df["extra"].map(lambda s: _json(s) or {}).map(lambda d: d if isinstance(d, dict) else {})
 
 
-@register_producer("methods", tasks=("choice", "constrained"), needs=lambda c: c.extra_has("methods"),
+@register_producer("methods", needs=lambda c: c.extra_has("methods"),
                    reads=("extra",))
 def method_metrics(ctx: MetricContext) -> list[Metric]:
     """Choice tasks: accuracy and expected accuracy for each scoring method."""
@@ -640,7 +642,7 @@ def method_metrics(ctx: MetricContext) -> list[Metric]:
     return out
 
 
-@register_producer("position", tasks=("choice", "constrained"), needs=lambda c: c.has("option_scores"),
+@register_producer("position", needs=lambda c: c.has("option_scores"),
                    reads=("option_scores",))
 def position_metrics(ctx: MetricContext) -> list[Metric]:
     """Position bias: how often the first / last listed option is predicted vs is gold."""
@@ -686,7 +688,7 @@ def _yesno_frame(ok: pd.DataFrame) -> pd.DataFrame:
     return f[np.isfinite(y) & np.isfinite(n)]
 
 
-@register_producer("yesno", tasks=("yesno",), needs=lambda c: c.has("p_yes"), reads=("p_yes", "p_no", "other"))
+@register_producer("yesno", needs=lambda c: c.has("p_yes"), reads=("p_yes", "p_no", "other"))
 def yesno_metrics(ctx: MetricContext) -> list[Metric]:
     """Mean P(yes)/P(no)/P(other), yes rate vs gold, yes bias and off-format rate."""
     ok = ctx.ok()
@@ -741,10 +743,7 @@ def brier_item(probs: Mapping[str, Any] | None, gold: Any) -> float:
     return s
 
 
-CALIBRATED_TASKS = ("yesno", "choice", "rating", "constrained")
-
-
-@register_producer("calibration", tasks=CALIBRATED_TASKS,
+@register_producer("calibration",
                    needs=lambda c: c.has("confidence") or c.has("probs"), reads=("confidence", "probs", "p_yes"))
 def calibration_metrics(ctx: MetricContext) -> list[Metric]:
     """ECE and MCE (10 equal-width bins), Brier (multi-class; `brier_yes` for yes/no), ties."""
@@ -773,7 +772,7 @@ def calibration_metrics(ctx: MetricContext) -> list[Metric]:
         r = mean_metric("brier", b, ctx.clusters(ok), {}, "calibration")
         if r is not None:
             out.append(r)
-        if ctx.task == "yesno" and "p_yes" in ok:
+        if "p_yes" in ok and ok["p_yes"].notna().any():
             py = pd.to_numeric(ok["p_yes"], errors="coerce").to_numpy(float)
             gy = ok["gold"].map(_gold_yes).to_numpy(float)
             r = mean_metric("brier_yes", (py - gy) ** 2, ctx.clusters(ok), {}, "calibration")
@@ -807,16 +806,12 @@ def _calibration_bootstrap(
     cnt = np.bincount(cell, minlength=G * n_bins).reshape(G, n_bins).astype(float)
     sc = np.bincount(cell, weights=conf, minlength=G * n_bins).reshape(G, n_bins)
     sy = np.bincount(cell, weights=correct, minlength=G * n_bins).reshape(G, n_bins)
-    rng = np.random.default_rng(cfg.seed)
     R = cfg.resamples
     eces = np.empty(R)
     mces = np.empty(R)
-    chunk = max(1, min(R, 2_000_000 // G))
     done = 0
-    while done < R:
-        k = min(chunk, R - done)
-        idx = rng.integers(0, G, size=(k, G))
-        W = np.bincount((idx + G * np.arange(k)[:, None]).ravel(), minlength=k * G).reshape(k, G).astype(float)
+    for W in resample_weights(G, R, cfg.seed):
+        k = W.shape[0]
         n_b, c_b, y_b = W @ cnt, W @ sc, W @ sy
         gap = np.abs(y_b - c_b)
         eces[done:done + k] = gap.sum(axis=1) / n_b.sum(axis=1)
@@ -834,7 +829,7 @@ def _is_tie(p: Mapping[str, Any]) -> bool:
     return len(v) >= 2 and v[0] == v[1]
 
 
-@register_producer("generation", tasks=("generation",), needs=lambda c: c.has("extra"), reads=("extra",))
+@register_producer("generation", needs=lambda c: c.has("extra"), reads=("extra",))
 def generation_metrics(ctx: MetricContext) -> list[Metric]:
     """Token F1 of the first sample; with several samples majority / mean exact match and F1."""
     ok = ctx.ok()
@@ -856,7 +851,7 @@ def generation_metrics(ctx: MetricContext) -> list[Metric]:
     return out
 
 
-@register_producer("commonsense", tasks=("yesno",), needs=lambda c: c.has("f.human_q1"), reads=("p_yes", "p_no"))
+@register_producer("commonsense", needs=lambda c: c.has("f.human_q1"), reads=("p_yes", "p_no"))
 def commonsense_metrics(ctx: MetricContext) -> list[Metric]:
     """Consensus, awareness and commonsensicality against the human majority (`human_q1`)."""
     df = ctx.df
@@ -889,7 +884,7 @@ def commonsense_metrics(ctx: MetricContext) -> list[Metric]:
     return out
 
 
-@register_producer("human_correlation", tasks=("yesno",), needs=lambda c: c.has("f.human_q1"), reads=("p_yes",))
+@register_producer("human_correlation", needs=lambda c: c.has("f.human_q1"), reads=("p_yes",))
 def human_correlation_metrics(ctx: MetricContext) -> list[Metric]:
     """Pearson and Spearman correlation of P(yes) (variant q1 when present) with `human_q1`."""
     if "f.human_q1" not in ctx.df:
@@ -905,7 +900,7 @@ def human_correlation_metrics(ctx: MetricContext) -> list[Metric]:
             for k in ("pearson", "spearman")]
 
 
-@register_producer("probeval", tasks=("generation",),
+@register_producer("probeval",
                    needs=lambda c: c.store is not None and c.has("f.clusters"), reads=())
 def probeval_metrics(ctx: MetricContext) -> list[Metric]:
     """Mean ProbEval KL(P_human || P_model) with a bootstrap interval over questions."""
@@ -926,7 +921,7 @@ def probeval_metrics(ctx: MetricContext) -> list[Metric]:
     ]
 
 
-@register_producer("worldsense", tasks=("constrained",), needs=lambda c: c.has("f.tuple_ID"), reads=())
+@register_producer("worldsense", needs=lambda c: c.has("f.tuple_ID"), reads=())
 def worldsense_metrics(ctx: MetricContext) -> list[Metric]:
     """The authors' WorldSense accuracy (%) of this run, first in the report."""
     if ctx.run.get("suite_name") != "worldsense" or "f.tuple_ID" not in ctx.df:
@@ -955,6 +950,11 @@ def worldsense_metrics(ctx: MetricContext) -> list[Metric]:
         acc = group_stats(tuples, ["prompting", "modelname"]).reset_index()
         pacc = group_stats(tuples, ["prompting", "modelname", "problemname"]).reset_index()
         pbias = group_stats(tuples, ["prompting", "modelname", "problemname"], "bias").reset_index()
+    # The authors' tables of this run alone (prompting "run"): `llmscope report` assembles the
+    # tables over several runs from these when no two runs share a (model, prompting) group.
+    ctx.artifacts["worldsense_accuracy_table"] = acc
+    ctx.artifacts["worldsense_problem_accuracy_table"] = pacc
+    ctx.artifacts["worldsense_problem_bias_table"] = pbias
     out: list[Metric] = []
     for name, table, gcols in (("worldsense_accuracy", acc, []),
                                ("worldsense_accuracy", pacc, ["problemname"]),
@@ -1058,26 +1058,187 @@ def run_metrics(store: Any, run: Mapping[str, Any], by: Sequence[str] | None = N
                 cache: bool = True) -> RunMetrics:
     """:func:`compute_metrics` for a stored run, reading only what its producers need.
 
-    Results are cached per (database, run, rows signature, grouping, configuration): a
-    second call for unchanged rows (TUI dashboard, then compare) costs one small query;
-    any added, replaced or deleted row changes the signature.
+    Results are cached per (database, run, rows fingerprint, grouping, configuration): in
+    memory, and for a full computation (``producers`` None) in the store's `analyses` table
+    (kind ``metrics``), so another process (the next `llmscope report`, the TUI, the runs
+    list) reads them instead of recomputing. A read-only store keeps them pending until
+    :func:`flush_metrics_cache`. Any added, replaced or deleted row changes the fingerprint,
+    so a stale entry is never read.
     """
     rid = str(run["run_id"])
     spec = store.suite_spec(run["suite_id"]) if run.get("suite_id") else {}
     by_l = list(by) if by else [g for g in (spec.get("group_by") or []) if isinstance(g, str)]
-    key = (str(getattr(store, "path", id(store))), rid, rows_signature(store, rid), tuple(by_l), bootstrap,
+    sig = rows_signature(store, rid)
+    key = (str(getattr(store, "path", id(store))), rid, sig, tuple(by_l), bootstrap,
            tuple(producers) if producers is not None else None, json.dumps(dict(run), sort_keys=True, default=str))
     if cache and key in _CACHE:
         return _CACHE[key]
-    profile = result_profile(store, rid)
-    df = stored_frame(store, run, spec, by_l, profile, producers)
-    rm = compute_metrics(df, run, spec, by_l, store=store, bootstrap=bootstrap, producers=producers,
-                         profile=profile)
+    stored = cache and hasattr(store, "save_analysis")
+    persist = stored and producers is None
+    config = _cache_config(run, by_l, bootstrap) if stored else ""
+    fp = str(sig[0]) if sig else ""
+    rm = _load_cached(store, rid, config, fp, bootstrap) if stored else None
+    if rm is not None and producers is not None:
+        # A full computation of these rows is stored: the producers asked for are a subset
+        # of it (the dashboard and compare of a finished run read the report's numbers).
+        keep = {*producers, "errors"}
+        rm = RunMetrics(rm.run_id, rm.model, rm.suite, rm.task, rm.cluster_unit, rm.bootstrap,
+                        [m for m in rm.metrics if m.producer in keep], rm.artifacts)
+    if rm is None:
+        profile = result_profile(store, rid)
+        df = stored_frame(store, run, spec, by_l, profile, producers)
+        rm = compute_metrics(df, run, spec, by_l, store=store, bootstrap=bootstrap, producers=producers,
+                             profile=profile)
+        if persist:
+            _save_cached(store, rm, config, fp)
     if cache:
         if len(_CACHE) >= _CACHE_MAX:
             _CACHE.pop(next(iter(_CACHE)))
         _CACHE[key] = rm
     return rm
+
+
+# -- the persistent cache ----------------------------------------------------------------------
+CACHE_VERSION = 1  # bump when a producer's numbers change, so old entries are not read
+CACHE_KIND = "metrics"
+ARTIFACTS_KIND = "metrics_artifacts"
+# The metric a run is summed up by (runs list, first in the report): the published metric first.
+HEADLINE = ("worldsense_accuracy", "sg_score", "accuracy", "token_f1", "probeval_kl", "flagged_rate")
+# Artifacts kept in memory only: the per-tuple WorldSense table (40k rows a run) is needed only
+# when two runs share a model and prompting; the report then rebuilds it from the rows.
+UNCACHED_ARTIFACTS = frozenset({"worldsense_tuples"})
+# Entries a read-only store could not take: (database path, run id) -> (payload, artifacts).
+_PENDING: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any]]] = {}
+
+
+def headline(rm: RunMetrics) -> Metric | None:
+    """The run's headline metric (:data:`HEADLINE` order, overall group), or None."""
+    for name in HEADLINE:
+        m = rm.get(name)
+        if m is not None and m.value is not None:
+            return m
+    return None
+
+
+def _cache_config(run: Mapping[str, Any], by: Sequence[str], bootstrap: BootstrapConfig) -> str:
+    """What besides the rows decides the numbers: code version, run identity, grouping, bootstrap."""
+    import hashlib
+
+    ident = {k: run.get(k) for k in ("run_id", "model", "task", "suite_name", "suite_id", "backend", "options",
+                                     "meta")}
+    text = json.dumps([CACHE_VERSION, _code_fingerprint(), ident, list(by), asdict(bootstrap),
+                       [p.name for p in PRODUCERS], task_producers(run.get("task"))], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+_CODE_FP: list[str] = []
+
+
+def _code_fingerprint() -> str:
+    """A hash of the metrics code (every module of this package): a stored entry computed by
+    other code is never read, so a fixed producer cannot leave its old numbers behind."""
+    if not _CODE_FP:
+        import hashlib
+        from pathlib import Path
+
+        h = hashlib.sha256()
+        for f in sorted(Path(__file__).parent.glob("*.py")):
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+        _CODE_FP.append(h.hexdigest()[:16])
+    return _CODE_FP[0]
+
+
+def _load_cached(store: Any, rid: str, config: str, fp: str, bootstrap: BootstrapConfig) -> RunMetrics | None:
+    row = store.execute("SELECT payload FROM analyses WHERE run_id = ? AND kind = ?", [rid, CACHE_KIND]).fetchone()
+    p = decode_json(row[0]) if row else None
+    if not isinstance(p, dict) or p.get("config") != config or p.get("fingerprint") != fp:
+        return None
+    r = p["run"]
+    rm = RunMetrics(r["run_id"], r["model"], r.get("suite"), r.get("task"), r["cluster_unit"], bootstrap,
+                    [Metric(**m) for m in p["metrics"]])
+    rm.artifacts = dict(p.get("artifacts") or {})
+    for name in p.get("frames") or []:
+        # The base64 text is taken out by DuckDB's JSON reader: decoding the whole payload in
+        # Python costs more than the frame itself (a regex pass over every digit).
+        path = "$.frames." + json.dumps(str(name))
+        row = store.execute("SELECT json_extract_string(payload, '$.config'), "
+                            "json_extract_string(payload, '$.fingerprint'), json_extract_string(payload, ?) "
+                            "FROM analyses WHERE run_id = ? AND kind = ?", [path, rid, ARTIFACTS_KIND]).fetchone()
+        if not row or row[0] != config or row[1] != fp or not isinstance(row[2], str):
+            return None  # missing, stale or in an older layout: recompute
+        rm.artifacts[str(name)] = _frame_from_text(row[2])
+    return rm
+
+
+def _frame_to_text(df: pd.DataFrame) -> str:
+    """A frame as base64 Arrow IPC (zstd): the cache's `analyses` payload is text, and this
+    reads back ~50x faster than the same 40k WorldSense tuples as JSON records."""
+    import base64
+
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as w:
+        w.write_table(table)
+    return base64.b64encode(sink.getvalue().to_pybytes()).decode("ascii")
+
+
+def _frame_from_text(text: str) -> pd.DataFrame:
+    import base64
+
+    import pyarrow as pa
+
+    with pa.ipc.open_stream(pa.py_buffer(base64.b64decode(text))) as r:
+        out: pd.DataFrame = r.read_all().to_pandas()
+    return out
+
+
+def _save_cached(store: Any, rm: RunMetrics, config: str, fp: str) -> None:
+    h = headline(rm)
+    scalars = {k: v for k, v in rm.artifacts.items() if not isinstance(v, pd.DataFrame)}
+    frames = {k: _frame_to_text(v) for k, v in rm.artifacts.items()
+              if isinstance(v, pd.DataFrame) and k not in UNCACHED_ARTIFACTS}
+    payload = {
+        "version": CACHE_VERSION, "config": config, "fingerprint": fp,
+        "headline": None if h is None else {"name": h.name, "value": h.value, "lo": h.lo, "hi": h.hi},
+        "run": {"run_id": rm.run_id, "model": rm.model, "suite": rm.suite, "task": rm.task,
+                "cluster_unit": rm.cluster_unit},
+        "metrics": [asdict(m) for m in rm.metrics], "artifacts": scalars, "frames": sorted(frames),
+    }
+    arts = {"config": config, "fingerprint": fp, "frames": frames}
+    if getattr(store, "read_only", False):
+        _PENDING[(str(getattr(store, "path", "")), rm.run_id)] = (payload, arts)
+        return
+    _write_cached(store, rm.run_id, payload, arts)
+
+
+def _write_cached(store: Any, rid: str, payload: dict[str, Any], arts: dict[str, Any]) -> None:
+    if payload["frames"]:
+        store.save_analysis(rid, ARTIFACTS_KIND, arts)
+    store.save_analysis(rid, CACHE_KIND, payload)
+
+
+def flush_metrics_cache(path: str) -> int:
+    """Write the cache entries computed on a read-only store of ``path`` (`llmscope report`
+    opens the file read-only); returns how many. When another process holds the file the
+    entries are dropped: a cache, recomputed next time, never a number of its own."""
+    from llmscope.store.db import Store, StoreError
+
+    todo = {rid: v for (p, rid), v in _PENDING.items() if p == str(path)}
+    for rid in todo:
+        _PENDING.pop((str(path), rid), None)
+    if not todo:
+        return 0
+    try:
+        with Store(path) as st:
+            for rid, (payload, arts) in todo.items():
+                if st.get_run(rid) is not None and rows_signature(st, rid)[0] == payload["fingerprint"]:
+                    _write_cached(st, rid, payload, arts)
+    except StoreError:
+        return 0
+    return len(todo)
 
 
 # -- comparisons -----------------------------------------------------------------------------
@@ -1124,15 +1285,12 @@ def paired_comparison(a: pd.DataFrame, b: pd.DataFrame, cluster_field: str | Non
     m = np.bincount(codes).astype(float)
     G = len(m)
     diff = float(d.mean())
-    rng = np.random.default_rng(cfg.seed)
-    # Resamples in chunks of ~2M draws: the same draws as one (R, G) call (the generator yields
-    # them in order), without an R x G matrix (643 MB for the 40k WorldSense tuples).
     reps = np.empty(cfg.resamples)
-    chunk = max(1, min(cfg.resamples, 2_000_000 // max(1, G)))
-    for start in range(0, cfg.resamples, chunk):
-        k = min(chunk, cfg.resamples - start)
-        idx = rng.integers(0, G, size=(k, G))
+    start = 0
+    for idx in resample_index(G, cfg.resamples, cfg.seed):
+        k = idx.shape[0]
         reps[start:start + k] = ds[idx].sum(axis=1) / m[idx].sum(axis=1)
+        start += k
     al = (1 - cfg.level) / 2
     lo, hi = (float(x) for x in np.quantile(reps, [al, 1 - al]))
     pval = float((1 + np.sum(np.abs(reps - diff) >= abs(diff) - 1e-12)) / (1 + cfg.resamples))
@@ -1195,9 +1353,19 @@ def metrics_markdown() -> str:
         "- Computation: for a stored run, one SQL pass (`analysis/queries.py`) profiles what the rows",
         "  hold; producers with nothing to read are skipped, and only the result columns and item",
         "  fields the others read are fetched (item fields extracted by DuckDB once per suite). Results",
-        "  are cached per run and rows signature (count, last seq, last write, errors, sum of",
-        "  `correct`), so any added, replaced or deleted row recomputes them. The live dashboard runs",
-        "  the same producers on the rows received so far, at most every two refreshes.",
+        "  are cached per run, configuration (grouping, bootstrap, run options, a hash of the metrics",
+        "  code) and rows fingerprint (count, last seq, last write, errors, sum of `correct`), in",
+        "  memory and in the store (`analyses` kind `metrics`; `llmscope report`",
+        "  writes the entries back after reading the file read-only), so any added, replaced or",
+        "  deleted row recomputes them. The runs list shows each run's headline metric from this cache",
+        "  (`worldsense_accuracy` for WorldSense, `sg_score` for SyntaxGym, else `accuracy`), and plain",
+        "  `accuracy` (mean of `correct`, named so) for a run not computed since its rows changed.",
+        "  Bootstrap intervals of means and ratios are one matrix product per chunk of resamples",
+        "  (cluster multiplicities), with the same draws as a loop over resamples for the same seed.",
+        "  The live dashboard runs the same producers on the rows received so far, at most every two",
+        "  refreshes.",
+        "- Producers: each task type lists the task-specific producers that report on it",
+        "  (`metric_producers` in `engine/tasks/<task>.py`); the rest run for every task.",
         "- `llmscope export --format lm-eval` copies `accuracy` from this pipeline; its `acc_stderr`",
         "  is lm-eval's IID standard error (defined below), not an interval of this program.",
         "",
@@ -1220,7 +1388,7 @@ def definitions() -> list[dict[str, Any]]:
 # -- producers written beside their features (row-shaped; adapted into the registry) ----------
 def _register_feature_producers() -> None:
     """Producers that live in feature modules, registered once with their definitions."""
-    from llmscope.analysis.abstention import ABSTAINING_TASKS, abstention_rows
+    from llmscope.analysis.abstention import abstention_rows
     from llmscope.analysis.api_method import api_method_rows
     from llmscope.analysis.syntaxgym import sg_rows
 
@@ -1302,26 +1470,26 @@ def _register_feature_producers() -> None:
 
     # Each gate is what the producer reads: skipping it when absent changes no number.
     register_row_producer("method_sensitivity", lazy("llmscope.analysis.methods", "sensitivity_rows"),
-                          needs=lambda c: c.extra_has("methods"))
+                          every_task=True, needs=lambda c: c.extra_has("methods"))
     register_row_producer("human_choice_fit", lazy("llmscope.analysis.methods", "fit_rows"),
-                          needs=lambda c: c.has("option_scores") or c.has("probs"))
+                          every_task=True, needs=lambda c: c.has("option_scores") or c.has("probs"))
     register_row_producer("softmax_accuracy_curve", lazy("llmscope.analysis.methods", "softmax_curve_rows"),
-                          ("choice", "constrained"),
                           needs=lambda c: c.has("option_scores"))
     register_row_producer("order_effects", lazy("llmscope.analysis.design_effects", "order_effect_rows"),
-                          needs=lambda c: c.extra_has("design") or c.prof().derived_variants)
+                          every_task=True, needs=lambda c: c.extra_has("design") or c.prof().derived_variants)
     register_row_producer("fewshot_bias", lazy("llmscope.analysis.design_effects", "fewshot_rows"),
-                          ("yesno", "rating"),
                           needs=lambda c: c.extra_has("design"))
-    register_row_producer("abstention", abstention_rows, ABSTAINING_TASKS, whole_items=False)
-    register_row_producer("api_method", api_method_rows, needs=lambda c: c.run.get("backend") == "openai",
+    register_row_producer("abstention", abstention_rows, whole_items=False)
+    register_row_producer("api_method", api_method_rows, every_task=True, needs=lambda c: c.run.get("backend") == "openai",
                           whole_items=False)
-    register_row_producer("syntaxgym", sg_rows, ["syntaxgym"])
-    register_row_producer("contamination", lazy("llmscope.analysis.contamination", "contamination_rows"),
-                          ["contamination"])
+    register_row_producer("syntaxgym", sg_rows)
+    register_row_producer("contamination", lazy("llmscope.analysis.contamination", "contamination_rows"))
     register_row_producer("genmetrics", lazy("llmscope.analysis.genmetrics", "generation_library_rows"),
-                          ["generation"], needs=lambda c: c.has("extra"),
+                          needs=lambda c: c.has("extra"),
                           whole_items=False)
+    # Last: analysis/human.py registers its definitions and producers on import, and imports this
+    # module; importing it here, after everything else, gives one order whichever is imported first.
+    from . import human  # noqa: F401
 
 
 _register_feature_producers()

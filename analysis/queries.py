@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from llmscope.store.db import decode_json
+from llmscope.store.db import ROWS_FINGERPRINT_SQL, decode_json
 
 __all__ = ["ResultProfile", "result_profile", "rows_signature", "metric_frame", "RESULT_COLUMNS",
            "decode_json_column", "item_fields_frame", "field_names"]
@@ -61,12 +61,9 @@ def result_profile(store: Any, run_id: str) -> ResultProfile:
 
 
 def rows_signature(store: Any, run_id: str) -> tuple[Any, ...]:
-    """Changes whenever a run's rows change (added, replaced, deleted): the cache key."""
-    row = store.execute(
-        "SELECT count(*), max(seq), max(written_at), count(error), sum(correct) "
-        "FROM results WHERE run_id = ?",
-        [run_id],
-    ).fetchone()
+    """Changes whenever a run's rows change (added, replaced, deleted): the cache key (the
+    store's one fingerprint expression, which the runs list compares in SQL too)."""
+    row = store.execute(f"SELECT {ROWS_FINGERPRINT_SQL} FROM results x WHERE x.run_id = ?", [run_id]).fetchone()
     return tuple(row or ())
 
 

@@ -29,6 +29,7 @@ import pandas as pd
 
 from llmscope.analysis.intervals import wilson_interval
 from llmscope.analysis.rows import metric_row
+from llmscope.engine.tasks.registry import task_has
 from llmscope.store.db import decode_json
 
 WORD_COLUMNS = ["run_id", "model", "item_id", "condition", "word_index", "word", "region", "region_name",
@@ -85,7 +86,7 @@ def overall_sg(per_item: dict[str, np.ndarray], n_boot: int = 2000, seed: int = 
 
 def sg_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:
     """Metric rows: `sg_score` per suite (Wilson CI), overall (mean over suites), prediction hit rates."""
-    if run.get("task") != "syntaxgym" or df.empty:
+    if not task_has(run.get("task"), "regions") or df.empty:
         return []
     table = sg_scores(df, spec)
     if table.empty:

@@ -319,7 +319,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print("(no runs)")
         return 0
     for r in df.itertuples():
-        acc = "" if r.accuracy is None or r.accuracy != r.accuracy else f"acc {r.accuracy:.3f}"
+        # the headline metric (metrics cache; worldsense_accuracy for a WorldSense run), named
+        acc = "" if r.accuracy is None or r.accuracy != r.accuracy else f"{r.metric} {r.accuracy:.3f}"
         print(f"{r.run_id}  {r.suite_name:<20} {str(r.model)[:32]:<32} {r.status:<22} "
               f"{r.n_done}/{r.n_total}  {acc}  {r.started_at}")
     return 0
@@ -348,6 +349,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         ws_rows, ws_text = worldsense_reports(store, runs)
     finally:
         store.close()
+    from llmscope.analysis.metrics import flush_metrics_cache
+
+    flush_metrics_cache(store.path)  # metrics cache entries, written once the read-only file is closed
     if args.json:
         print(json.dumps(rows + ws_rows, indent=1, default=str))
     else:
@@ -503,6 +507,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     finally:
         for st in stores:
             st.close()
+    from llmscope.analysis.metrics import flush_metrics_cache
+
+    for st in stores:
+        flush_metrics_cache(st.path)  # metrics cache entries, written once the read-only file is closed
     print(json.dumps(out, indent=1, default=str) if args.json else format_compare(out))
     return 0
 

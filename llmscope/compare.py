@@ -22,7 +22,7 @@ class CompareError(ValueError):
 
 
 def _accuracy(store: Store, run: dict[str, Any]) -> dict[str, Any]:
-    rm = run_metrics(store, run, producers=["accuracy"])  # the report's numbers (cached per run)
+    rm = run_metrics(store, run)  # the report's numbers: the same cached RunMetrics (store's metrics cache)
     m = rm.get("accuracy") or rm.get("item_accuracy")
     return {
         "metric": m.name if m else "accuracy",

@@ -293,13 +293,15 @@ def lm_eval_results(run: dict[str, Any], rows: list[ExportRow], n_items: int | N
     def value(rs: list[ExportRow], whole: bool) -> float | None:
         if metrics is None:
             return None
-        m = metrics.get("accuracy")
+        # the plain per-item share (a WorldSense run names it item_accuracy beside the authors' metric)
+        name = "item_accuracy" if metrics.get("item_accuracy") is not None else "accuracy"
+        m = metrics.get(name)
         if not whole:
             vs = {r.variant for r in rs}
             if not vs & scored:
                 return None
             if len(scored) > 1:  # the pipeline's per-variant row (one task per variant)
-                m = metrics.get("accuracy", {"variant": next(iter(vs))})
+                m = metrics.get(name, {"variant": next(iter(vs))})
         return None if m is None else m.value
 
     def block(name: str, rs: list[ExportRow], whole: bool = False) -> dict[str, Any]:

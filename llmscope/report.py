@@ -68,22 +68,43 @@ def worldsense_reports(store: Store, runs: list[dict[str, Any]]) -> tuple[list[d
     ws = [r for r in runs if r.get("suite_name") == "worldsense"]
     if not ws:
         return [], []
-    from llmscope.analysis.worldsense import analyse_tuples
-
-    # Each run's per-tuple table comes from its metrics (cached by build_report): the authors'
-    # tables are then a few group-bys, not a second pass over every trial.
-    tables = []
+    # Each run's metrics (cached) hold its authors' tables: with one run per (model, prompting)
+    # group, the tables over all runs are those stacked (the authors' statistics are computed
+    # within a group); else each run's per-tuple table, then a few group-bys; else the trials.
+    arts, promptings = [], []
     n_incomplete = 0
     for run in ws:
         art = _run_metrics(store, run).artifacts
-        if "worldsense_tuples" not in art:
-            return _worldsense_reports_from_rows(store, ws)
         opts = run.get("options") or {}
-        prompting = (opts.get("import") or {}).get("prompting") or (opts.get("task") or {}).get("prompting") or "basic"
-        tables.append(art["worldsense_tuples"].assign(prompting=prompting))
-        n_incomplete += int(art["worldsense_incomplete"])
-    rep = analyse_tuples(pd.concat(tables, ignore_index=True), n_incomplete)
+        promptings.append((opts.get("import") or {}).get("prompting") or (opts.get("task") or {}).get("prompting")
+                          or "basic")
+        arts.append(art)
+        n_incomplete += int(art.get("worldsense_incomplete") or 0)
     warned = [f"WorldSense: {n_incomplete} trial(s) of incomplete tuples excluded"] if n_incomplete else []
+    groups = [(str(r.get("model")), p) for r, p in zip(ws, promptings, strict=True)]
+    names = ("worldsense_accuracy_table", "worldsense_problem_accuracy_table", "worldsense_problem_bias_table")
+    if len(set(groups)) == len(groups) and all(all(n in a for n in names) for a in arts):
+        from llmscope.analysis.worldsense import WorldSenseReport
+
+        def stack(name: str, keys: list[str]) -> pd.DataFrame:
+            t = pd.concat([a[name].assign(prompting=p) for a, p in zip(arts, promptings, strict=True)],
+                          ignore_index=True)
+            return t.sort_values(keys, kind="stable").reset_index(drop=True)
+
+        acc = stack(names[0], ["prompting", "modelname"])
+        pacc = stack(names[1], ["prompting", "modelname", "problemname"])
+        pbias = stack(names[2], ["prompting", "problemname", "modelname"])
+        rep = WorldSenseReport(pd.DataFrame(), acc, pacc, pbias, n_incomplete)
+        return _worldsense_output(rep, ws, warned)
+    # The per-tuple tables are not kept in the store's cache (40k rows a run): recompute them.
+    arts = [a if "worldsense_tuples" in a else _run_metrics(store, run, cache=False).artifacts
+            for a, run in zip(arts, ws, strict=True)]
+    if not all("worldsense_tuples" in a for a in arts):
+        return _worldsense_reports_from_rows(store, ws)
+    from llmscope.analysis.worldsense import analyse_tuples
+
+    tables = [a["worldsense_tuples"].assign(prompting=p) for a, p in zip(arts, promptings, strict=True)]
+    rep = analyse_tuples(pd.concat(tables, ignore_index=True), n_incomplete)
     return _worldsense_output(rep, ws, warned)
 
 

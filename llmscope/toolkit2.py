@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 
 from llmscope.cli_common import CLIError, config_from_args, open_store, parse_opts
+from llmscope.engine.tasks.registry import task_has
 from llmscope.store.db import decode_json
 
 WHERE_SHORTHANDS = {
@@ -50,7 +51,7 @@ def cmd_surprisal(args: argparse.Namespace) -> int:
         run = store.find_run(args.run)
         if run is None:
             raise _cli_error(f"no run {args.run!r} in {args.db}")
-        if run.get("task") != "syntaxgym":
+        if not task_has(run.get("task"), "regions"):
             raise _cli_error(f"run {run['run_id']} is a {run.get('task')} run; word surprisal needs a syntaxgym run")
         words = word_frame(store.results_frame(run["run_id"]), run)
     finally:

@@ -176,6 +176,14 @@ PROMOTE_SQL = """
     WHERE p_chosen IS NULL AND choice_method IS NULL
 """
 
+# A run's rows fingerprint, over `results x` of one run: it changes whenever a row is added,
+# replaced or deleted. The metrics pipeline's cache (`analyses` kind 'metrics', written by
+# analysis/metrics.py) is keyed by it, so a stale cache is never read.
+ROWS_FINGERPRINT_SQL = (
+    "concat_ws('|', count(*), coalesce(max(x.seq), -1), coalesce(CAST(max(x.written_at) AS VARCHAR), '-'), "
+    "count(x.error), coalesce(CAST(sum(x.correct) AS VARCHAR), '-'))"
+)
+
 # A same-host owner that is alive but has not beaten for this long is treated as gone
 # (its pid was reused, or it hangs); an owner on another host is judged by its heartbeat only.
 STALE_LOCAL_S = 600.0
@@ -744,17 +752,31 @@ class Store:
         self.execute(f"UPDATE runs SET {sets} WHERE run_id = ?", [*fields.values(), run_id])
 
     def runs(self) -> pd.DataFrame:
-        """Every run with its stored counts; `status` is the effective status (see effective_status)."""
+        """Every run with its stored counts; `status` is the effective status (see effective_status);
+        `accuracy` is the value of the run's headline metric, named in `metric`."""
         df = self.query_df(
-            """
+            f"""
             SELECT r.run_id, r.suite_name, r.task, r.model, r.backend, r.status, r.n_total,
                    (SELECT count(*) FROM results x WHERE x.run_id = r.run_id) AS n_done,
                    (SELECT count(*) FROM results x WHERE x.run_id = r.run_id AND x.error IS NOT NULL) AS n_errors,
                    (SELECT avg(correct) FROM results x WHERE x.run_id = r.run_id AND x.error IS NULL) AS accuracy,
-                   r.started_at, r.ended_at, r.updated_at, r.heartbeat_at, r.owner_pid, r.owner_host, r.error
-            FROM runs r ORDER BY r.started_at
+                   r.started_at, r.ended_at, r.updated_at, r.heartbeat_at, r.owner_pid, r.owner_host, r.error,
+                   m.payload AS _headline
+            FROM runs r
+            LEFT JOIN (SELECT run_id, json_extract(payload, '$.headline') AS payload,
+                              json_extract_string(payload, '$.fingerprint') AS fp
+                       FROM analyses WHERE kind = 'metrics') m
+                   ON m.run_id = r.run_id
+                  AND m.fp = (SELECT {ROWS_FINGERPRINT_SQL} FROM results x WHERE x.run_id = r.run_id)
+            ORDER BY r.started_at
             """
         )
+        # The run's headline metric from the metrics pipeline's cache when it matches the rows
+        # (WorldSense: worldsense_accuracy); else plain `accuracy` = avg(correct), named so.
+        head = [decode_json(h) if isinstance(h, str) else None for h in df.pop("_headline")]
+        df["metric"] = [h.get("name") if isinstance(h, dict) else "accuracy" for h in head]
+        df["accuracy"] = [h.get("value") if isinstance(h, dict) else a
+                          for h, a in zip(head, df["accuracy"], strict=True)]
         if not df.empty:
             df["status"] = [effective_status({str(k): v for k, v in rec.items()}) for rec in df.to_dict("records")]
         return df

@@ -13,19 +13,18 @@ Kinds of human data (`human_kind`):
 - rating: rating items whose gold is a human rating; the human rating histogram beside the
   model's predicted rating distribution.
 
-Small producers here (the pipeline has no such row; named so in the report): the share of
-items whose model argmax equals the human majority choice, the per-item total-variation
-distance between human and model choice distributions, and the two rating histograms.
+This module computes no number: the share of items whose model argmax equals the human
+majority choice (`human_majority_agreement`), the mean total-variation distance
+(`human_tv_distance`) and the rating histograms (`human_rating_share`, `model_rating_share`)
+are pipeline metrics (analysis/human.py), as `llmscope report` prints them.
 """
 
 from __future__ import annotations
 
-import ast
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-import numpy as np
 import pandas as pd
 from rich.console import Group
 from rich.table import Table
@@ -39,31 +38,20 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 from textual_plotext import PlotextPlot
 
-from llmscope.analysis.metrics import display
-from llmscope.store.db import decode_json
+from llmscope.analysis.human import field_value as _value
+from llmscope.analysis.human import human_counts
+from llmscope.analysis.metrics import RunMetrics, display
+from llmscope.engine.tasks.registry import task_has
 from llmscope.tui.widgets import bar, fmt, literal
 
 if TYPE_CHECKING:
     from llmscope.tui.app import LlmscopeApp
+    from llmscope.tui.model import RunModel
 
-__all__ = ["HumanData", "HumanScreen", "choice_rows", "human_data", "human_kind", "rating_histograms",
+__all__ = ["HumanData", "HumanScreen", "human_data", "human_data_live", "human_kind", "rating_table",
            "render_human_item", "render_human_summary"]
 
 KINDS = ("agreement", "counts", "clusters", "rating")
-
-
-def _value(v: Any) -> Any:
-    """A field value as stored: JSON, or the Python literal some CSV sources hold, or itself."""
-    if isinstance(v, str):
-        missing = object()
-        out = decode_json(v, missing)
-        if out is not missing:
-            return out
-        try:
-            return ast.literal_eval(v)
-        except (ValueError, SyntaxError):
-            pass
-    return v
 
 
 def _num(v: Any) -> float | None:
@@ -83,15 +71,9 @@ def human_kind(fields: dict[str, Any], spec: dict[str, Any], task: str | None) -
         return "counts"
     if "clusters" in fields and "raw" in fields:
         return "clusters"
-    if task == "rating" and _num(fields.get(spec.get("gold_field") or "gold")) is not None:
+    if task_has(task, "human_ratings") and _num(fields.get(spec.get("gold_field") or "gold")) is not None:
         return "rating"
     return None
-
-
-def human_counts(fields: dict[str, Any], spec: dict[str, Any]) -> list[float] | None:
-    hc = spec.get("human_counts_field")
-    v = _value(fields.get(hc)) if isinstance(hc, str) else None
-    return [float(x) for x in v] if isinstance(v, list) else None
 
 
 # -- data ------------------------------------------------------------------------------------
@@ -104,76 +86,33 @@ class HumanData:
     metrics: list[dict[str, Any]] = field(default_factory=list)  # pipeline rows about humans (overall)
     agreement: pd.DataFrame | None = None  # item_id, text, human, p_yes
     choices: pd.DataFrame | None = None  # item_id, text, options, human (shares), model (probs), tv, agree
-    rating: pd.DataFrame | None = None  # label, human, model (counts)
+    rating: pd.DataFrame | None = None  # label, human, model (the pipeline's shares), n_human, n_model
     probeval: dict[str, Any] | None = None  # the stored analysis (per question tables)
     texts: dict[str, str] = field(default_factory=dict)
+    live_rows: int | None = None  # a live run: the rows received so far (None: the stored run)
 
 
 HUMAN_METRICS = ("consensus", "awareness", "commonsensicality", "human_pearson", "human_spearman",
-                 "probeval_kl", "probeval_wrong_share", "fit_alpha", "human_loglik", "human_ll_uniform",
-                 "human_ll_empirical", "human_ll_per_choice", "softmax_accuracy_fitted")
-
-
-def choice_rows(df: pd.DataFrame, items: dict[str, dict[str, Any]], spec: dict[str, Any]) -> pd.DataFrame:
-    """Per (item, variant): human choice shares beside the model's option probabilities,
-    their total-variation distance, and whether the model's argmax is the human majority."""
-    recs = []
-    for rec in df.to_dict("records"):
-        it = items.get(str(rec["item_id"])) or {}
-        counts = human_counts(it.get("fields") or {}, spec)
-        opts = it.get("options") or _value((it.get("fields") or {}).get(spec.get("options_field") or "options"))
-        probs = _value(rec.get("probs"))
-        if not counts or not isinstance(opts, list) or not isinstance(probs, dict) or len(opts) != len(counts):
-            continue
-        tot = sum(counts)
-        if tot <= 0:
-            continue
-        h = np.asarray(counts, float) / tot
-        m = np.asarray([_num(probs.get(str(o))) or 0.0 for o in opts], float)
-        if m.sum() > 0:
-            m = m / m.sum()
-        recs.append({
-            "item_id": str(rec["item_id"]), "variant": str(rec.get("variant")), "text": it.get("text", ""),
-            "options": [str(o) for o in opts], "human": h.tolist(), "model": m.tolist(), "n_human": int(tot),
-            "tv": float(0.5 * np.abs(h - m).sum()), "agree": bool(int(np.argmax(h)) == int(np.argmax(m))),
-        })
-    return pd.DataFrame(recs)
-
-
-def rating_histograms(df: pd.DataFrame, labels: list[str]) -> pd.DataFrame:
-    """Counts per label: human ratings (gold, rounded to the nearest label) and model predictions."""
-    nums = [_num(x) for x in labels]
-    human = np.zeros(len(labels), int)
-    model = np.zeros(len(labels), int)
-    items = df.drop_duplicates("item_id")
-    for g in items["gold"]:
-        v = _num(g)
-        if v is not None and all(n is not None for n in nums):
-            human[int(np.argmin([abs(v - float(n)) for n in nums if n is not None]))] += 1
-        elif str(g) in labels:
-            human[labels.index(str(g))] += 1
-    for p in df["prediction"]:
-        if str(p) in labels:
-            model[labels.index(str(p))] += 1
-    return pd.DataFrame({"label": labels, "human": human, "model": model})
+                 "probeval_kl", "probeval_wrong_share", "human_majority_agreement", "human_tv_distance",
+                 "fit_alpha", "human_loglik", "human_ll_uniform", "human_ll_empirical", "human_ll_per_choice",
+                 "softmax_accuracy_fitted")
 
 
 def human_data(store: Any, run: dict[str, Any]) -> HumanData:
-    """Everything the human views need, read from the store (pipeline numbers included)."""
+    """Everything the human views draw, read from the store: every number is the pipeline's
+    (`run_metrics`); the per-item rows and the ProbEval tables are the analysis layer's."""
     from llmscope.analysis.metrics import results_with_fields, run_metrics
     from llmscope.tui.model import load_items
 
     spec = store.suite_spec(run["suite_id"]) or {}
     items = load_items(store, run["suite_id"])
-    kind = next((k for it in list(items.values())[:50]
-                 if (k := human_kind(it.get("fields") or {}, spec, run.get("task")))), None)
-    out = HumanData(kind, run, texts={i: str(it.get("text") or "") for i, it in items.items()})
-    if kind is None:
+    out = _empty(run, spec, items)
+    if out.kind is None:
         return out
-    if kind == "clusters":
-        # The per-question tables `llmscope report` stores; computed (and stored) once when
-        # missing. The pipeline's probeval producer re-embeds every answer on each call, minutes
-        # for the CFC corpus, so the summary is taken from these stored rows (probeval_rows).
+    rm = run_metrics(store, run)
+    if out.kind == "clusters":
+        out.metrics = _human_rows(rm)
+        # The per-question tables `llmscope report` stores; computed (and stored) once when missing.
         out.probeval = store.load_analysis(run["run_id"], "probeval")
         if out.probeval is None:
             from llmscope.report import probeval_for_run
@@ -184,47 +123,81 @@ def human_data(store: Any, run: dict[str, Any]) -> HumanData:
                 out.probeval = {"questions": {q: {"kl": sc.kl, "n_model": sc.n_model, "n_wrong": sc.n_wrong,
                                                   "table": sc.table.to_dict("records")}
                                               for q, sc in res.scores.items()}}
-        out.metrics = probeval_rows(out.probeval)
         return out
-    rows = run_metrics(store, run).rows()
-    out.metrics = [r for r in rows if r["metric"] in HUMAN_METRICS and not r.get("group")]
-    df = results_with_fields(store, run["run_id"])
+    df = results_with_fields(store, run["run_id"]) if out.kind in ("agreement", "counts") else pd.DataFrame()
+    return _fill(out, rm, df, spec)
+
+
+# What the live view runs: the producers of the numbers it shows (cheap on the rows so far).
+LIVE_PRODUCERS = ("commonsense", "human_correlation", "human_choice", "human_rating")
+
+
+def human_data_live(model: RunModel) -> HumanData:
+    """The same views for a run still being written (`h` on a live dashboard): the pipeline's
+    producers on the rows received so far (the dashboard's RunModel), no database read.
+    ProbEval's per-question tables need the stored run and are shown once it has ended."""
+    from llmscope.analysis.metrics import compute_metrics
+    from llmscope.tui.model import pipeline_frame
+
+    out = _empty(model.run, model.spec, model.items)
+    out.live_rows = len(model.frame())
+    if out.kind is None or out.kind == "clusters" or out.live_rows == 0:
+        return out
+    df = model.frame()
+    f = pipeline_frame(model, df)
+    ids = f["item_id"]
+    for name in ("fields", "options", "text"):  # whole items, as the stored frame has them
+        f[name] = pd.Series(model.item_values(ids, name, key="item"), index=f.index, dtype=object)
+    if "f.human_q1" not in f:
+        f["f.human_q1"] = pd.Series(model.item_values(ids, "human_q1"), index=f.index, dtype=object)
+    rm = compute_metrics(f, model.run, model.spec, producers=LIVE_PRODUCERS)
+    return _fill(out, rm, f, model.spec)
+
+
+def _empty(run: dict[str, Any], spec: dict[str, Any], items: dict[str, dict[str, Any]]) -> HumanData:
+    kind = next((k for it in list(items.values())[:50]
+                 if (k := human_kind(it.get("fields") or {}, spec, run.get("task")))), None)
+    return HumanData(kind, run, texts={i: str(it.get("text") or "") for i, it in items.items()})
+
+
+def _human_rows(rm: RunMetrics) -> list[dict[str, Any]]:
+    return [r for r in rm.rows() if r["metric"] in HUMAN_METRICS and not r.get("group")]
+
+
+def _fill(out: HumanData, rm: RunMetrics, df: pd.DataFrame, spec: dict[str, Any]) -> HumanData:
+    """The pipeline's numbers and the per-item rows to draw, from ``df`` (rows with ``f.``
+    fields and the items' ``fields`` / ``options``)."""
+    from llmscope.analysis.human import choice_frame
+
+    out.metrics = _human_rows(rm)
+    out.rating = rating_table(rm)
     df = df[df["error"].isna()] if "error" in df else df
-    if kind == "agreement" and len(df):
+    if out.kind == "agreement" and len(df):
         q = df[df["variant"].astype(str) == "q1"] if (df["variant"].astype(str) == "q1").any() else df
         out.agreement = pd.DataFrame({
             "item_id": q["item_id"].astype(str), "text": q["item_id"].astype(str).map(out.texts),
             "human": pd.to_numeric(q["f.human_q1"], errors="coerce"),
             "p_yes": pd.to_numeric(q["p_yes"], errors="coerce"),
         }).dropna(subset=["human", "p_yes"]).reset_index(drop=True)
-    elif kind == "counts" and len(df):
-        out.choices = choice_rows(df, items, spec)
-    elif kind == "rating" and len(df):
-        labels = [str(a) for a in (spec.get("answers") or ["1", "2", "3", "4", "5"])]
-        out.rating = rating_histograms(df, labels)
+    elif out.kind == "counts" and len(df):
+        c = choice_frame(df, spec).reset_index(drop=True)
+        c.insert(2, "text", c["item_id"].map(out.texts).fillna(""))
+        out.choices = c
     return out
 
 
-def probeval_rows(payload: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """`probeval_kl` (mean over questions, cluster bootstrap over questions with the program's
-    one bootstrap configuration) and `probeval_wrong_share`, from stored per-question rows: the
-    pipeline's formulas (analysis.metrics.probeval_metrics) applied to the stored KLs."""
-    from llmscope.analysis.metrics import BOOTSTRAP, cluster_bootstrap_stat
-
-    qs = list(((payload or {}).get("questions") or {}).values())
-    if not qs:
-        return []
-    kl = np.asarray([float(q.get("kl", math.nan)) for q in qs], float)
-
-    def stat(ix: np.ndarray) -> float:
-        return float(kl[ix].mean())
-
-    est, lo, hi, _g = cluster_bootstrap_stat(stat, len(kl), np.arange(len(kl)), BOOTSTRAP)
-    n_model = sum(int(q.get("n_model") or 0) for q in qs)
-    ci = None if math.isnan(lo) or math.isnan(hi) else [lo, hi]
-    return [{"metric": "probeval_kl", "value": est, "ci95": ci, "n": len(kl)},
-            {"metric": "probeval_wrong_share", "value": sum(int(q.get("n_wrong") or 0) for q in qs) / max(1, n_model),
-             "ci95": None, "n": n_model}]
+def rating_table(rm: RunMetrics) -> pd.DataFrame | None:
+    """The pipeline's rating histograms (``human_rating_share``, ``model_rating_share`` per
+    rating label) as one table to draw, or None when the run has none."""
+    human = {str(m.group["rating"]): m for m in rm.by_group("human_rating_share", "rating")}
+    if not human:
+        return None
+    model = {str(m.group["rating"]): m for m in rm.by_group("model_rating_share", "rating")}
+    labels = list(human)
+    return pd.DataFrame({"label": labels, "human": [human[k].value for k in labels],
+                         "model": [model[k].value if k in model else None for k in labels],
+                         "n_human": [human[k].n for k in labels],
+                         "n_model": [model[k].n if k in model else None for k in labels]})
 
 
 # -- rendering -------------------------------------------------------------------------------
@@ -245,29 +218,33 @@ def render_human_summary(d: HumanData) -> Any:
     if d.kind is None:
         return Text("no human judgements in this suite", style="dim")
     parts: list[Any] = [Text(f"human vs model ({d.kind}; h: side by side)", style="bold")]
+    if d.live_rows is not None:
+        parts.append(Text(f"live: the {d.live_rows} rows received so far, recomputed every "
+                          f"{HumanScreen.LIVE_REFRESH_S:g} s", style="dim"))
     if d.metrics:
         parts.append(_metric_line(d.metrics))
     if d.choices is not None and len(d.choices):
-        c = d.choices
-        parts.append(Text(f"model argmax = human majority {c['agree'].mean():.3f}   "
-                          f"mean TV distance {c['tv'].mean():.3f}   items {c['item_id'].nunique()}"))
+        parts.append(Text(f"items {d.choices['item_id'].nunique()}; TV: total-variation distance, "
+                          "human choice shares vs model probabilities", style="dim"))
     if d.rating is not None and len(d.rating):
         parts.append(_rating_table(d.rating))
     if d.kind == "clusters" and d.probeval is None:
-        parts.append(Text("ProbEval tables not computed yet (llmscope report computes them)", style="dim"))
+        parts.append(Text("ProbEval tables not computed yet (llmscope report computes them"
+                          + ("; shown once the run has ended)" if d.live_rows is not None else ")"), style="dim"))
     return Group(*parts)
 
 
 def _rating_table(r: pd.DataFrame) -> Table:
-    t = Table(box=None, padding=(0, 1), header_style="bold", title="ratings: human (gold) vs model",
-              title_justify="left")
+    t = Table(box=None, padding=(0, 1), header_style="bold",
+              title=f"ratings: human_rating_share (n={r['n_human'].iloc[0]}) vs model_rating_share "
+                    f"(n={r['n_model'].iloc[0]})", title_justify="left")
     t.add_column("rating")
     t.add_column("human", no_wrap=True)
     t.add_column("model", no_wrap=True)
-    top = max(1, int(r["human"].max()), int(r["model"].max()))
+    top = max(1e-9, float(r["human"].max()), float(pd.to_numeric(r["model"]).max()))
     for rec in r.to_dict("records"):
-        t.add_row(literal(rec["label"]), f"{bar(rec['human'] / top, 12)} {rec['human']}",
-                  f"{bar(rec['model'] / top, 12)} {rec['model']}")
+        t.add_row(literal(rec["label"]), f"{bar(rec['human'] / top, 12)} {display('human_rating_share', rec['human'])}",
+                  f"{bar((rec['model'] or 0.0) / top, 12)} {display('model_rating_share', rec['model'])}")
     return t
 
 
@@ -405,7 +382,7 @@ class RatingBars(PlotextPlot):
             plt.title("ratings: human (gold) vs model (prediction)")
             r = d.rating
             if r is not None and len(r):
-                plt.multiple_bar(r["label"].tolist(), [r["human"].tolist(), r["model"].tolist()],
+                plt.multiple_bar(r["label"].tolist(), [r["human"].tolist(), r["model"].fillna(0.0).tolist()],
                                  labels=["human", "model"])  # type: ignore[call-arg]
             self.refresh()
 
@@ -427,10 +404,12 @@ class HumanScreen(Screen[None]):
     HumanScreen #human-items { height: 1fr; }
     """
     MAX_ROWS = 200
+    LIVE_REFRESH_S = 2.0  # a live run: the pipeline reruns on the rows so far at most this often
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, live: RunModel | None = None) -> None:
         super().__init__()
         self.run_id = run_id
+        self.live = live  # the live dashboard's rows (a run another process is writing)
         self.data: HumanData | None = None
 
     @property
@@ -449,9 +428,14 @@ class HumanScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.load()
+        if self.live is not None:
+            self.set_interval(self.LIVE_REFRESH_S, self.load)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="human")
     def load(self) -> None:
+        if self.live is not None:
+            self.post_message(HumanLoaded(human_data_live(self.live)))
+            return
         with self.llm_app.handle.use() as store:
             run = store.get_run(self.run_id) or store.find_run(self.run_id)
             if run is None:

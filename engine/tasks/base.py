@@ -97,10 +97,13 @@ class Task(abc.ABC):
     lm_eval_metric: ClassVar[str] = "acc"  # the per-item score's name in an lm-eval export
     result_fields: ClassVar[tuple[str, ...]] = ()  # keys the task writes into Result.extra
     item_fields: ClassVar[tuple[ItemField, ...]] = COMMON_ITEM_FIELDS
-    # The metrics pipeline's task-specific producers (analysis/ `register_producer(name,
-    # tasks=...)`) that report on this task's runs, besides those run for every task;
-    # tests/engine/tasks/test_registry.py keeps the two views in step.
+    # The metrics pipeline's task-specific producers (analysis/ `register_producer(name)`)
+    # that report on this task's runs, besides those registered `every_task=True`. The
+    # single source: the pipeline asks the task (engine/tasks/registry.py `task_producers`).
     metric_producers: ClassVar[tuple[str, ...]] = ()
+    # What this task's stored results carry that analyses and views ask about, instead of
+    # testing the task's name (`task_has(task, trait)`); see TRAITS.
+    traits: ClassVar[frozenset[str]] = frozenset()
 
     # -- backend capabilities the task cannot run without (engine/backend.py) -------------
     needs: ClassVar[frozenset[str]] = frozenset()

@@ -66,7 +66,8 @@ class RatingTask(Task):
     needs = frozenset({"next_token"})
     predicts_option = True
     default_method = "next-token"
-    metric_producers = ("calibration", "abstention", "fewshot_bias")
+    metric_producers = ("calibration", "abstention", "fewshot_bias", "human_rating")
+    traits = frozenset({"human_ratings"})
     result_fields = ("expected", "gold_value", "abs_error", "label_mass", "raw_probs")
     item_fields = (*COMMON_ITEM_FIELDS, ItemField("extra.expected", "expected", "number"),
                    ItemField("extra.abs_error", "|error|", "number"),

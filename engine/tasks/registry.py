@@ -36,3 +36,27 @@ def lookup(name: str) -> Any:
         return TASKS[name]
     except KeyError:
         raise KeyError(f"unknown task {name!r}; expected one of {', '.join(task_names())}") from None
+
+
+# Traits a task may declare (Task.traits): what its stored results carry.
+TRAITS = {
+    "regions": "per-region surprisals and the suite's predictions in `extra` (SyntaxGym): word "
+               "surprisal, region tables and the prediction views apply",
+    "human_ratings": "the gold answer is a human rating on the answer labels (rating histograms)",
+}
+
+
+def task_producers(name: str | None) -> tuple[str, ...]:
+    """The metrics pipeline's task-specific producers a task reports with (none for an
+    unknown task or None: only the producers run for every task apply)."""
+    cls = TASKS.get(name) if isinstance(name, str) else None
+    return tuple(getattr(cls, "metric_producers", ())) if cls is not None else ()
+
+
+def task_has(name: str | None, trait: str) -> bool:
+    """True when the task ``name`` declares ``trait`` (:data:`TRAITS`); False for an unknown
+    task or None. The public question views and analyses ask instead of a task's name."""
+    if trait not in TRAITS:
+        raise KeyError(f"unknown task trait {trait!r}; expected one of {', '.join(sorted(TRAITS))}")
+    cls = TASKS.get(name) if isinstance(name, str) else None
+    return cls is not None and trait in getattr(cls, "traits", frozenset())

@@ -328,6 +328,7 @@ class SyntaxGymTask(Task):
     summary = "region surprisals per condition; correct when every prediction holds"
     needs = frozenset({"loglik"})
     metric_producers = ("syntaxgym",)
+    traits = frozenset({"regions"})
     default_method = "loglik-surprisal"
     result_fields = ("conditions", "predictions", "surprisal_unit", "per_token")
     item_fields = (*COMMON_ITEM_FIELDS, ItemField("extra.predictions", "predictions", "json", column=False))

@@ -139,7 +139,7 @@ def test_row_producer_adapter():
     def my_metric(df, run, spec):
         return [metric_row(run["run_id"], "m", "n_rows_seen", float(len(df)), None, len(df))]
 
-    register_row_producer("test_adapter", my_metric)
+    register_row_producer("test_adapter", my_metric, every_task=True)  # no task lists it
     try:
         rm = compute_metrics(_gen_frame([1.0, 0.0], ["a", "b"]), {"run_id": "g", "task": "generation"}, {})
     finally:
@@ -197,3 +197,29 @@ def test_worldsense_run_leads_with_the_authors_metric():
                            "expectedresp": df["f.expectedresp"], "problemname": "p", "problemsize": 1})
     rep = analyse(worldsense_frame(trials, pd.DataFrame({"Key": df["item_id"], "resp": df["prediction"]})))
     assert rm.metrics[0].value == pytest.approx(float(rep.accuracy["mean"].iloc[0]))
+
+
+def test_ratio_bootstrap_is_the_per_resample_loop_for_the_same_seed():
+    """The vectorised Ratio path and the callable path both equal a naive loop written here:
+    one rng.integers(0, G, size=G) draw per resample, clusters in order of first appearance."""
+    from llmscope.analysis.metrics import Ratio, cluster_bootstrap_stat
+
+    rng = np.random.default_rng(7)
+    num = rng.random(41)
+    den = rng.integers(1, 4, size=41).astype(float)
+    cl = np.array([f"c{i}" for i in rng.integers(0, 17, size=41)])
+    cfg = BootstrapConfig(resamples=300, seed=11)
+    labels = list(dict.fromkeys(cl))
+    groups = [np.flatnonzero(cl == g) for g in labels]
+    ref_rng = np.random.default_rng(11)
+    reps = []
+    for _ in range(300):
+        ix = np.concatenate([groups[i] for i in ref_rng.integers(0, len(groups), size=len(groups))])
+        reps.append(num[ix].sum() / den[ix].sum())
+    lo, hi = np.quantile(reps, [0.025, 0.975])
+    fast = cluster_bootstrap_stat(Ratio(num, den), 41, cl, cfg)
+    slow = cluster_bootstrap_stat(lambda ix: float(num[ix].sum() / den[ix].sum()), 41, cl, cfg)
+    for got in (fast, slow):
+        assert got[0] == pytest.approx(num.sum() / den.sum())
+        assert got[1] == pytest.approx(lo, abs=1e-12) and got[2] == pytest.approx(hi, abs=1e-12)
+        assert got[3] == len(labels)

@@ -145,3 +145,93 @@ def test_import_worldsense_report_and_export(tmp_path):
     orig = {(r["Key"], str(r["resp"]).strip()) for r in map(json.loads, (d / "results" / "basic___GPT4___results.jsonl").read_text().splitlines())}
     got = {(r["Key"], r["resp"]) for r in map(json.loads, out.read_text().splitlines())}
     assert got == orig
+
+
+def _ws_store(path, models):
+    """A small WorldSense-shaped store: 3 problems x 2 sizes x 4 tuples of 3 trials (classes
+    1, 2, 3), one run per entry of ``models`` (model, prompting, seed of its responses)."""
+    import numpy as np
+
+    from llmscope.engine.types import Item, Result
+
+    items = []
+    for prob in ("Infer.trivial", "Consist.normal", "Compl.trivial"):
+        for size in (3, 4):
+            for t in range(4):
+                for j, gold in enumerate(("1", "2", "3")):
+                    items.append(Item(f"{prob}-{size}-{t}-{j}", {"tuple_ID": f"{prob}-{size}-{t}",
+                                      "expectedresp": ["1", "2", "3"], "problemname": prob,
+                                      "problemsize": size}, gold=gold, options=["1", "2", "3"]))
+    with Store(path) as st:
+        st.add_suite("ws-small", "worldsense", "constrained", {"cluster_field": "tuple_ID"}, "test", items)
+        responses = {}
+        for k, (model, prompting, seed) in enumerate(models):
+            rid = f"w{k}"
+            st.create_run({"run_id": rid, "suite_id": "ws-small", "suite_name": "worldsense", "task": "constrained",
+                           "n_total": len(items), "model": model, "options": {"import": {"prompting": prompting}}})
+            rng = np.random.default_rng(seed)
+            resp = [str(x) for x in rng.integers(1, 4, size=len(items))]
+            st.write_results(rid, [Result(item_id=it.item_id, variant="default", prompt="p", prediction=r,
+                                          gold=it.gold, correct=float(r == it.gold)) for it, r in zip(items, resp, strict=True)])
+            responses[rid] = resp
+    return items, responses
+
+
+@pytest.mark.parametrize("models", [
+    [("m1", "basic", 1), ("m2", "basic", 2), ("m1", "cot", 3)],  # one run per (model, prompting): stacked
+    [("m1", "basic", 1), ("m1", "basic", 2)],  # two runs pooled in one group: rebuilt from tuples
+])
+def test_worldsense_tables_over_runs_equal_the_authors_analysis(tmp_path, models):
+    """The authors' tables `llmscope report` prints for several runs equal their reference
+    analysis (analysis.worldsense.analyse) of all the runs' trials at once."""
+    import pandas as pd
+
+    from llmscope.analysis.worldsense import analyse, report_rows, worldsense_frame
+    from llmscope.report import worldsense_reports
+
+    items, responses = _ws_store(tmp_path / "ws.duckdb", models)
+    trials = pd.DataFrame({"Key": [it.item_id for it in items], "tuple_ID": [it.fields["tuple_ID"] for it in items],
+                           "goldresp": [it.gold for it in items], "expectedresp": [["1", "2", "3"]] * len(items),
+                           "problemname": [it.fields["problemname"] for it in items],
+                           "problemsize": [it.fields["problemsize"] for it in items]})
+    # each run's tuples are its own (two runs of one model and prompting: twice the tuples)
+    trials = pd.concat([trials.assign(Key=trials["Key"] + f"#{k}", tuple_ID=trials["tuple_ID"] + f"#{k}")
+                        for k in range(len(models))], ignore_index=True)
+    resp = pd.concat([pd.DataFrame({"Key": [f"{it.item_id}#{k}" for it in items], "resp": r, "modelname": m,
+                                    "prompting": p})
+                      for k, (r, (m, p, _s)) in enumerate(zip(responses.values(), models, strict=True))], ignore_index=True)
+    ref = analyse(worldsense_frame(trials, resp))
+    want = {(r["model"], json.dumps(r["group"], sort_keys=True), r["metric"]): (r["value"], r["ci95"], r["n"])
+            for r in report_rows(ref, "worldsense")}
+    import llmscope.analysis.metrics as metrics
+
+    for _ in range(2):  # computed, then from the metrics cache the store keeps (a new process)
+        metrics._CACHE.clear()
+        with Store(tmp_path / "ws.duckdb") as st:
+            runs = [st.get_run(f"w{k}") for k in range(len(models))]
+            rows, text = worldsense_reports(st, runs)
+        got = {(r["model"], json.dumps(r["group"], sort_keys=True), r["metric"]): (r["value"], r["ci95"], r["n"])
+               for r in rows}
+        assert got.keys() == want.keys()
+        for k, (v, ci, n) in want.items():
+            assert got[k][0] == pytest.approx(v, abs=1e-12) and got[k][2] == n, k
+            assert got[k][1] == pytest.approx(ci, abs=1e-12), k
+        assert ref.pivot("problem_accuracy").to_string() in "\n".join(text)
+
+
+def test_lm_eval_export_of_a_worldsense_run_after_a_report_is_the_plain_share(tmp_path):
+    """After a report stored the run's metrics (where the plain share is `item_accuracy`), the
+    lm-eval export still writes the per-trial share of correct answers, counted here."""
+    import llmscope.analysis.metrics as metrics
+    from llmscope.analysis.metrics import run_metrics
+    from llmscope.export import export_run
+
+    items, responses = _ws_store(tmp_path / "ws.duckdb", [("m1", "basic", 1)])
+    want = sum(r == it.gold for it, r in zip(items, responses["w0"], strict=True)) / len(items)
+    with Store(tmp_path / "ws.duckdb") as st:
+        assert run_metrics(st, st.get_run("w0")).get("item_accuracy") is not None  # stored
+    metrics._CACHE.clear()
+    with Store(tmp_path / "ws.duckdb", read_only=True) as st:
+        export_run(st, st.get_run("w0"), "lm-eval", str(tmp_path / "out"))
+    res = json.loads((tmp_path / "out" / "results_w0.json").read_text())
+    assert res["results"]["worldsense"]["acc,none"] == pytest.approx(want)

@@ -7,7 +7,6 @@ import io
 import json
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from rich.console import Console
 from scipy import stats
@@ -16,10 +15,8 @@ from llmscope.store.db import Store
 from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.panels_human import (
     HumanScreen,
-    choice_rows,
     human_data,
     human_kind,
-    rating_histograms,
     render_human_item,
 )
 from tests.helpers.tui import make_db, p_yes_for, settle, wait_until
@@ -40,25 +37,7 @@ def test_kinds_of_human_data() -> None:
     assert human_kind({"gold": "yes"}, {}, "yesno") is None
 
 
-def test_choice_rows_shares_distance_and_majority() -> None:
-    spec = {"human_counts_field": "hc", "options_field": "options"}
-    items = {"a": {"text": "q", "options": ["x", "y", "z"], "fields": {"hc": "[4, 1, 15]"}}}
-    df = pd.DataFrame({"item_id": ["a"], "variant": ["v1"],
-                       "probs": [json.dumps({"x": 0.5, "y": 0.25, "z": 0.25})]})
-    r = choice_rows(df, items, spec).iloc[0]
-    assert r["human"] == pytest.approx([0.2, 0.05, 0.75])
-    assert r["model"] == pytest.approx([0.5, 0.25, 0.25])
-    # TV = ½(|0.2−0.5| + |0.05−0.25| + |0.75−0.25|) = ½(0.3 + 0.2 + 0.5)
-    assert r["tv"] == pytest.approx(0.5)
-    assert not r["agree"]  # humans: z; model: x
-
-
-def test_rating_histograms_round_mean_human_ratings_to_labels() -> None:
-    df = pd.DataFrame({"item_id": ["a", "a", "b", "c"], "gold": ["3.4", "3.4", "5", "1.6"],
-                       "prediction": ["3", "4", "5", "x"]})
-    h = rating_histograms(df, ["1", "2", "3", "4", "5"])
-    assert h["human"].tolist() == [0, 1, 1, 0, 1]  # 3.4 -> 3, 5 -> 5, 1.6 -> 2 (one per item)
-    assert h["model"].tolist() == [0, 0, 1, 1, 1]
+# choice_frame and rating_frame (the per-row tables) are tested in tests/analysis/test_human.py.
 
 
 def test_cluster_drill_down_shows_both_distributions_and_kl() -> None:
@@ -163,3 +142,101 @@ def test_probeval_summary_equals_the_pipeline(tmp_path: Path, monkeypatch: pytes
     assert ours["probeval_kl"]["ci95"] == pytest.approx(kl.ci95)
     share = pipe.get("probeval_wrong_share")
     assert share is not None and ours["probeval_wrong_share"]["value"] == pytest.approx(share.value)
+
+
+LIVE_WRITER = """
+import os, socket, sys, datetime as dt
+sys.path.insert(0, {root!r})
+from llmscope.data.suites import load_suite
+from llmscope.engine.progress import Progress
+from llmscope.engine.types import Result
+from llmscope.live import LiveWriter
+from llmscope.store.db import Store
+
+suite = load_suite("pragmatics-choice")
+items = suite.items()[:{n}]
+store = Store({db!r})  # holds DuckDB's write lock, as `llmscope run` does
+store.add_suite(suite.suite_id, "pragmatics-choice", "choice", suite.spec, "tests", suite.items())
+now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+store.create_run({{"run_id": "run-h", "suite_id": suite.suite_id, "suite_name": "pragmatics-choice",
+                  "task": "choice", "model": "m", "backend": "test", "n_total": {n}, "status": "running",
+                  "started_at": now, "updated_at": now, "options": {{}}, "versions": {{}},
+                  "meta": {{"suite": {{"name": "pragmatics-choice"}}}},
+                  "owner_pid": os.getpid(), "owner_host": socket.gethostname(), "heartbeat_at": now}})
+live = LiveWriter({db!r}, interval_s=0.0)
+prog = Progress(run_id="run-h", total={n})
+live.on_start(store.get_run("run-h"), prog)
+res = []
+for i, it in enumerate(items):
+    w = [float((i + j) % 3 + 1) for j in range(len(it.options))]
+    probs = {{o: x / sum(w) for o, x in zip(it.options, w)}}
+    pred = max(probs, key=probs.get)
+    res.append(Result(item_id=it.item_id, variant="qa", prompt="p", probs=probs, prediction=pred,
+                      gold=it.gold, correct=float(pred == it.gold)))
+store.write_results("run-h", res)
+prog.done = len(res)
+live.on_results(res, prog)
+live.on_progress(prog)
+print("ready", flush=True)
+sys.stdin.readline()
+store.update_run("run-h", status="completed")
+store.close()
+prog.status = "completed"
+live.on_end(prog)
+"""
+
+
+async def test_human_view_of_a_live_run_uses_the_pipeline_on_the_rows_so_far(tmp_path: Path) -> None:
+    """`h` on a live dashboard (another process writes the run): the human panel shows the
+    pipeline's human_majority_agreement and human_tv_distance over the rows received so far,
+    equal to values computed here from the suite's human counts and the written probabilities."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from llmscope.data.suites import load_suite
+    from llmscope.tui.screens import DashboardScreen
+    from tests.helpers.paths import ROOT
+    from tests.helpers.tui import screen_text
+
+    n = 5
+    db = tmp_path / "live.duckdb"
+    proc = subprocess.Popen([sys.executable, "-c", LIVE_WRITER.format(root=str(ROOT), db=str(db), n=n)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        tv, agree = [], []
+        for i, it in enumerate(load_suite("pragmatics-choice").items()[:n]):
+            h = np.asarray(it.fields["human_counts"], float)
+            h /= h.sum()
+            w = np.asarray([(i + j) % 3 + 1 for j in range(len(it.options))], float)
+            m = w / w.sum()
+            tv.append(0.5 * np.abs(h - m).sum())
+            agree.append(float(np.argmax(h) == np.argmax(m)))
+        app = LlmscopeApp(db, watch=True, refresh_s=0.1)
+        async with app.run_test(size=(140, 45)) as pilot:
+            await settle(pilot)
+            assert await wait_until(pilot, lambda: "running (live)" in screen_text(app))
+            await pilot.press("enter")
+            await settle(pilot)
+            dash = app.screen
+            assert isinstance(dash, DashboardScreen) and dash.source == "live"
+            assert await wait_until(pilot, lambda: f"{n}/{n} results" in screen_text(app))
+            await pilot.press("h")
+            assert await wait_until(pilot, lambda: isinstance(app.screen, HumanScreen) and app.screen.data is not None
+                                    and app.screen.data.live_rows == n, timeout=30)
+            await settle(pilot)
+            text = screen_text(app)
+            assert f"live: the {n} rows received so far" in text
+            assert f"human_majority_agreement {np.mean(agree):.3f}" in text
+            assert f"human_tv_distance {np.mean(tv):.3f}" in text
+            scr = app.screen
+            assert isinstance(scr, HumanScreen) and scr.data is not None and scr.data.choices is not None
+            assert sorted(scr.data.choices["tv"].round(12)) == sorted(np.round(tv, 12))
+    finally:
+        if proc.poll() is None:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            proc.wait(timeout=30)

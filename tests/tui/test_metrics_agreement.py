@@ -19,11 +19,12 @@ import pytest
 
 from llmscope.cli import main  # noqa: E402
 from tests.helpers.cli import tiny_model_dir  # noqa: E402
-from tests.helpers.tui import screen_text, settle  # noqa: E402
+from tests.helpers.tui import screen_text, settle, wait_until  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 # Loaders of full corpora take the first N items; WorldSense needs whole tuples (3 trials).
 LIMIT = {"worldsense": 6}
+HUMAN_PANEL = ("human_majority_agreement", "human_tv_distance", "human_rating_share")
 
 
 def listed_suites() -> tuple[list[str], list[str]]:
@@ -129,6 +130,21 @@ def check_dashboard(text: str, rows: list[dict], rid: str, suite: str, group_by:
         if r is not None and r["value"] is not None:
             assert re.search(rf"{label}\s+{re.escape(f3(r['value']))}\b", text), (suite, m)
             checked += 1
+    # the human panel: choice-count agreement and distance, rating histograms (pipeline metrics)
+    for m in ("human_majority_agreement", "human_tv_distance"):
+        r = one(rows, rid, m)
+        if r is not None:
+            cell = f3(r["value"]) + (f" [{f3(r['ci95'][0])}, {f3(r['ci95'][1])}]" if r["ci95"] else "")
+            assert re.search(rf"\b{m}\s+{re.escape(cell)}", text), (suite, m, cell, text)
+            checked += 1
+    for r in rows:
+        if r["run"] == rid and r["metric"] == "human_rating_share":
+            label = r["group"]["rating"]
+            mod = one(rows, rid, "model_rating_share", {"rating": label})
+            assert mod is not None
+            assert re.search(rf"│\s+{re.escape(str(label))}\s+[^\d│]*{re.escape(f3(r['value']))}\s+[^\d│]*"
+                             rf"{re.escape(f3(mod['value']))}\s", text), (suite, label, text)
+            checked += 1
     return checked
 
 
@@ -149,6 +165,8 @@ async def drive(db: Path, rows: list[dict], suites: list[str]) -> int:
         for suite, rid in sorted(run_ids.items()):
             app.push_screen(DashboardScreen(rid))
             await settle(pilot)
+            if any(r["run"] == rid and r["metric"] in HUMAN_PANEL for r in rows):  # filled by a worker
+                assert await wait_until(pilot, lambda: "human vs model (" in screen_text(app), timeout=60)
             checked += check_dashboard(screen_text(app), rows, rid, suite, group_by[suite])
             app.pop_screen()
             await settle(pilot)

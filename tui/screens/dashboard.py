@@ -73,13 +73,10 @@ class DashboardScreen(BaseScreen):
         self.app.push_screen(MethodsScreen(self.run_id))
 
     def action_human(self) -> None:
-        """Human vs model side by side (tui/panels_human.py); needs the stored run."""
+        """Human vs model side by side (tui/panels_human.py); live: the rows received so far."""
         from llmscope.tui.panels_human import HumanScreen
 
-        if self.source == "live":
-            self.notify("human vs model reads the database: open it when the run has ended", severity="warning")
-            return
-        self.app.push_screen(HumanScreen(self.run_id))
+        self.app.push_screen(HumanScreen(self.run_id, self.model if self.source == "live" else None))
 
     def action_plots(self) -> None:
         """Accuracy and throughput over the run, reliability, score distributions (tui/plots.py)."""

@@ -170,7 +170,7 @@ class HomeScreen(BaseScreen):
                 literal(str(r.get("model") or "")[:40]),
                 literal(r.get("status")),
                 prog,
-                fmt(acc),
+                fmt(acc) if r.get("metric") in (None, "accuracy") else f"{fmt(acc)} {r['metric']}",  # headline (store.runs)
                 _fmt_time(r.get("started_at")),
                 key=rid,
             )

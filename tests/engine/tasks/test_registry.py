@@ -56,13 +56,52 @@ def test_each_task_declares_its_hooks(name: str) -> None:
             assert key in cls.result_fields, f"{name}: {f.key} is shown but not declared in result_fields"
 
 
-def test_metric_producers_match_the_pipeline() -> None:
-    """Each task lists exactly the task-specific producers of the pipeline that report on it."""
+def test_tasks_are_the_single_source_of_their_producers() -> None:
+    """Each task lists task-specific producers that exist; every task-specific producer is
+    listed by some task (else it would never run); the pipeline names no task."""
     from llmscope.analysis.metrics import PRODUCERS
 
+    registered = {p.name for p in PRODUCERS}
+    specific = {p.name for p in PRODUCERS if not p.every_task}
+    listed: set[str] = set()
     for name in task_names():
-        want = [p.name for p in PRODUCERS if p.tasks is not None and name in p.tasks]
-        assert sorted(get_task(name).metric_producers) == sorted(want), name
+        mine = set(get_task(name).metric_producers)
+        assert mine <= specific, (name, mine - registered)
+        listed |= mine
+    assert specific == listed
+    import re
+
+    # no analysis module tests a task's name (it asks the registry: task_producers / task_has)
+    asks_name = re.compile(r'task"?\)?\s*(==|!=|not in|in)\s*\(?"(' + "|".join(task_names()) + ')"')
+    for f in sorted((Path(__file__).parents[3] / "analysis").glob("*.py")):
+        hits = [line for line in f.read_text().splitlines() if asks_name.search(line)]
+        assert not hits, (f.name, hits)
+
+
+def test_producers_run_only_for_tasks_that_list_them() -> None:
+    """A task-specific producer is skipped for a task that does not list it, whatever the rows hold."""
+    import pandas as pd
+
+    from llmscope.analysis.metrics import compute_metrics
+
+    df = pd.DataFrame({"item_id": ["a", "b"], "variant": ["v", "v"], "correct": [1.0, 0.0],
+                       "p_yes": [0.9, 0.2], "p_no": [0.1, 0.8], "gold": ["yes", "no"], "prediction": ["yes", "no"],
+                       "error": [None, None]})
+    yes = compute_metrics(df, {"run_id": "r", "model": "m", "task": "yesno"})
+    gen = compute_metrics(df, {"run_id": "r", "model": "m", "task": "generation"})
+    assert yes.get("mean_p_yes") is not None and yes.get("mean_p_yes").value == pytest.approx(0.55)  # (0.9 + 0.2) / 2
+    assert gen.get("mean_p_yes") is None and gen.get("accuracy") is not None
+
+
+def test_task_traits_are_declared_and_asked_by_name() -> None:
+    from llmscope.engine.tasks.registry import TRAITS, task_has
+
+    for name in task_names():
+        assert get_task(name).traits <= set(TRAITS), name
+    assert task_has("syntaxgym", "regions") and not task_has("minpairs", "regions")
+    assert task_has("rating", "human_ratings") and not task_has(None, "regions") and not task_has("nope", "regions")
+    with pytest.raises(KeyError, match="unknown task trait 'region'"):
+        task_has("syntaxgym", "region")
 
 
 def test_export_method_labels_come_from_the_tasks() -> None:
