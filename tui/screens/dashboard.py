@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import pandas as pd
@@ -110,6 +111,7 @@ class DashboardScreen(BaseScreen):
         self.active = True
         self.panel = 0
         self.no_gold: list[str] = []
+        self._painted = threading.Event()  # the first frame is on screen (see _first_frame)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -186,7 +188,15 @@ class DashboardScreen(BaseScreen):
                 feed, source = f, "live"
         progress: dict[str, Any] | None = None
         if initial and source == "db" and model is None:
-            self._first_frame()
+            first = self._first_frame()
+            if first is not None and self.PAGED_LIST and not self._is_active(first, "db"):
+                # A finished stored run: numbers from the pipeline and SQL aggregates, the list
+                # pages from DuckDB; no result or item rows are loaded into Python.
+                from llmscope.tui.model import stored_snapshot
+
+                with app.handle.use() as store:
+                    snap_, no_gold = stored_snapshot(store, first)
+                return DashData(first, None, snap_, "db", no_gold=no_gold)
         if source == "live":
             assert feed is not None
             snap = feed.progress() or {}
@@ -215,17 +225,24 @@ class DashboardScreen(BaseScreen):
             no_gold = variants_without_gold(model.df)
         return DashData(run, progress, snap_, source, model=model, feed=feed, no_gold=no_gold)
 
-    def _first_frame(self) -> None:
-        """Header and counts at once (one SQL query); the numbers follow from the pipeline."""
+    def _first_frame(self) -> dict[str, Any] | None:
+        """Header, counts and the first page of failing items at once (cheap SQL only); the
+        numbers follow from the pipeline. Returns the run (None: not found, _load_db says so).
+
+        The worker waits (at most a second) until that frame is painted, so the heavier work
+        after it does not compete with the first paint for the interpreter."""
         from llmscope.tui.model import quick_snapshot
 
         try:
             with self.llm_app.handle.use() as store:
                 run, snap = quick_snapshot(store, self.run_id)
         except StoreError:
-            return  # _load_db reports it
+            return None  # _load_db reports it
         if run is not None:
+            self._painted.clear()
             self.post_message(DashData(run, None, snap, "db"))
+            self._painted.wait(1.0)
+        return run
 
     def _load_db(self, run_id: str, model: RunModel | None) -> tuple[dict[str, Any], RunModel]:
         """The stored run and its model (made when `model` is None), polled for new rows."""
@@ -243,7 +260,7 @@ class DashboardScreen(BaseScreen):
         self.run, self.source, self.feed, self.no_gold = msg.run, msg.source, msg.feed, (msg.no_gold or [])
         if msg.model is not None:
             self.model = msg.model
-            self.run_id = str(msg.run.get("run_id") or self.run_id)  # a prefix becomes the full id
+        self.run_id = str(msg.run.get("run_id") or self.run_id)  # a prefix becomes the full id
         h = self.llm_app.running.get(self.run_id)
         if h is not None and not h.reporter.ended:
             self._resume_pending = False  # the resumed run is writing
@@ -255,6 +272,9 @@ class DashboardScreen(BaseScreen):
         self._show_header(msg.run, msg.progress, msg.snap, msg.source)
         if msg.snap.pending:
             self.query_one("#acc", Static).update(Text("computing metrics ...", style="dim"))
+            if not self.active and msg.source == "db":
+                self._page_list(msg.snap.group_field)
+            self.call_after_refresh(self._painted.set)
             return
         if msg.snap.version != self._shown_version:
             self._shown_version = msg.snap.version
@@ -363,7 +383,7 @@ class DashboardScreen(BaseScreen):
             for r in snap.other_hist.itertuples():
                 o.append(f"{r.lo:.1f}-{r.hi:.1f} {bar(r.share, 20)} {int(r.count)}\n")
         self.query_one("#other", Static).update(o)
-        if self.run.get("task") == "syntaxgym":  # SG panel
+        if snap.sg_overall is not None or snap.sg:  # the pipeline reported SG scores: the SG panel
             from llmscope.tui.panels_surprisal import sg_panel
 
             self.query_one("#other", Static).update(sg_panel(snap))
@@ -382,7 +402,7 @@ class DashboardScreen(BaseScreen):
             cal.append(fmt(snap.brier_yes))
         self.query_one("#cal", Static).update(cal)
         # humans
-        if model is not None and model.has_human and snap.human_hist:
+        if snap.human_hist:
             self.query_one("#human-plot", Static).update(human_histogram(snap.human_hist))
             hs = snap.human_stats or {}
             h = Text()
@@ -400,24 +420,28 @@ class DashboardScreen(BaseScreen):
                 "  (P(yes) vs humans)"
             )
             self.query_one("#human", Static).update(h)
-        elif model is not None and not self.active and self.source == "db" and not getattr(self, "_human_asked", False):
+        elif not self.active and self.source == "db" and not getattr(self, "_human_asked", False):
             # other human data (choice counts, ratings, answer clusters): summarised once the run is stored
             self._human_asked = True
             self._load_human()
         # failing items
-        lst = self.query_one(ItemList)
-        if self.PAGED_LIST and not self.active and self.source == "db" and model is not None:
-            # A finished stored run: the list pages from DuckDB (sorted and filtered in SQL).
-            if lst.source is None:
-                from llmscope.tui.pages import FailingSource
-
-                g0 = model.group_by[0] if model.group_by else None
-                lst.set_source(FailingSource(self.llm_app.handle.use, self.run_id, g0))
+        if self.PAGED_LIST and not self.active and self.source == "db":
+            g0 = model.group_by[0] if model is not None and model.group_by else snap.group_field
+            self._page_list(g0)
         else:
-            lst.set_data(snap.failing)
+            self.query_one(ItemList).set_data(snap.failing)
         self._group_values = snap.group_values
         self._fail_title()
         self._tooltips()
+
+    def _page_list(self, group_field: str | None) -> None:
+        """A finished stored run: the list pages from DuckDB (sorted and filtered in SQL)."""
+        lst = self.query_one(ItemList)
+        if self.PAGED_LIST and lst.source is None:
+            from llmscope.tui.pages import FailingSource
+
+            lst.set_source(FailingSource(self.llm_app.handle.use, self.run_id, group_field))
+            self._fail_title()
 
     def _tooltips(self) -> None:
         """Hovering a panel shows the definition of each metric it shows."""
