@@ -280,8 +280,9 @@ def items_from_suite(run: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dic
         return {}, {}
 
 
-def _live_to_frame(rows: list[dict[str, Any]], start_seq: int) -> pd.DataFrame:
-    """Live-channel rows as light rows (`LIGHT_COLS`), as the results table would hold them."""
+def _live_to_frame(rows: list[dict[str, Any]], start_seq: int, fields: dict[str, str] | None = None) -> pd.DataFrame:
+    """Live-channel rows as light rows (`LIGHT_COLS`, then the task's declared `fields`), as
+    the results table would hold them."""
     recs = []
     for i, r in enumerate(rows):
         probs = _parse_json(r.get("probs")) or None  # JSON text, as the results table holds it
@@ -290,8 +291,10 @@ def _live_to_frame(rows: list[dict[str, Any]], start_seq: int) -> pd.DataFrame:
         rec.update(item_id=str(r.get("item_id")), seq=start_seq + i, probs=probs,
                    p_yes=r["p_yes"] if "p_yes" in r else pd_.get("yes"),
                    p_no=r["p_no"] if "p_no" in r else pd_.get("no"))
+        for k in fields or {}:
+            rec[k] = field_value(r, k)
         recs.append(rec)
-    return pd.DataFrame(recs, columns=LIGHT_COLS)
+    return pd.DataFrame(recs, columns=[*LIGHT_COLS, *(fields or {})])
 
 
 class RunModel:
@@ -310,6 +313,11 @@ class RunModel:
         self.task = run.get("task") or spec.get("task")
         self.group_by: list[str] = [g for g in (spec.get("group_by") or []) if isinstance(g, str)]
         self.cluster_field: str | None = spec.get("cluster_field")
+        # the task's declared list columns, and its flag when it has one (read with each row)
+        self.fields = list_fields(self.task)
+        self.field_kinds = {f.key: f.kind for f in self.fields}
+        if has_flags(self.task):
+            self.field_kinds.setdefault(FLAG_KEY, "bool")
         self.lock = threading.RLock()
         self.df = pd.DataFrame(columns=LIGHT_COLS)
         self._chunks: list[pd.DataFrame] = []
@@ -387,9 +395,10 @@ class RunModel:
 
     def poll_db(self, store: Store) -> int:
         """Fetch rows stored since the last poll."""
-        cols = ", ".join(LIGHT_COLS)
+        cols = ", ".join([*(f"r.{c}" for c in LIGHT_COLS),
+                          *(f'{field_sql(k, kind)} AS "{k}"' for k, kind in self.field_kinds.items())])
         df = store.query_df(
-            f"SELECT {cols} FROM results WHERE run_id = ? AND seq > ? ORDER BY seq",
+            f"SELECT {cols} FROM results r WHERE r.run_id = ? AND r.seq > ? ORDER BY r.seq",
             [self.run_id, self.last_seq],
         )
         n = self.add_frame(df)
@@ -416,7 +425,7 @@ class RunModel:
                 self.df = df[[not o for o in old]].reset_index(drop=True)
                 self.version += 1
             self._live_keys.update(keys)
-        return self.add_frame(_live_to_frame(rows, self.last_seq + 1))
+        return self.add_frame(_live_to_frame(rows, self.last_seq + 1, self.field_kinds))
 
     # -- metrics ----------------------------------------------------------------------------
     def compute(self, throttle_s: float = 0.0) -> Snapshot:
@@ -749,8 +758,9 @@ FAIL_COLS = [
 def _failing(
     model: RunModel, df: pd.DataFrame, err: np.ndarray, correct: np.ndarray, snap: Snapshot
 ) -> None:
+    # Every row, with its scope marks: the list shows the failing ones unless asked otherwise.
     wrong = err | (np.isfinite(correct) & (correct < 0.5))
-    sub = df[wrong]
+    sub = df
     g0 = f"g.{model.group_by[0]}" if model.group_by else None
     group = sub[g0].astype(str) if g0 and g0 in sub else pd.Series([""] * len(sub), index=sub.index)
     if "human" in sub:
@@ -769,7 +779,13 @@ def _failing(
         "error": sub["error"].tolist(),
         "text": text.tolist(),
         "seq": pd.to_numeric(sub["seq"], errors="coerce").fillna(-1).astype(int).tolist(),
+        "failing": wrong.tolist(),
     }
+    if FLAG_KEY in sub:
+        snap.failing["flagged"] = [v is True or v == 1 or v == "true" for v in sub[FLAG_KEY]]
+    for f in model.fields:
+        vals = sub[f.key] if f.key in sub else pd.Series([None] * len(sub), index=sub.index)
+        snap.failing[f.key] = [show_field(None if _isnan(v) else v, f.kind) for v in vals]
     if g0 and g0 in df:
         snap.group_values = sorted({str(v) for v in df[g0].dropna()})[:200]
 
@@ -834,3 +850,79 @@ def item_detail_live(model: RunModel, item_id: str, feed: LiveFeed | None = None
         "variants": rows,
         "live": True,
     }
+
+
+# -- what tasks declare (engine/tasks: Task.item_fields) --------------------------------------
+# The list has its own columns for these (item, variant, group, gold, prediction, confidence).
+_LISTED_KEYS = frozenset({"prediction", "gold", "correct", "confidence", "error"})
+# The task field that marks an item as flagged (the list's "flagged" scope), when declared.
+FLAG_KEY = "extra.flagged"
+
+
+def task_item_fields(task: str | None) -> tuple[Any, ...]:
+    """The `ItemField`s the run's task declares (`Task.item_fields`), the common ones for an
+    unknown task."""
+    from llmscope.engine.tasks.base import COMMON_ITEM_FIELDS
+    from llmscope.engine.tasks.registry import TASKS
+
+    cls = TASKS.get(task) if isinstance(task, str) else None
+    return tuple(getattr(cls, "item_fields", COMMON_ITEM_FIELDS))
+
+
+def list_fields(task: str | None) -> list[Any]:
+    """The task's declared list columns beyond the list's own (e.g. Min-K% prob, flags)."""
+    return [f for f in task_item_fields(task) if f.column and f.key not in _LISTED_KEYS]
+
+
+def has_flags(task: str | None) -> bool:
+    """Whether the task's rows carry a flag per item (the list offers a "flagged" scope)."""
+    return any(f.key == FLAG_KEY for f in task_item_fields(task))
+
+
+def field_sql(key: str, kind: str, alias: str = "r") -> str:
+    """SQL reading a declared field (`column` or `column.key` inside a JSON column) from a
+    results row, cast by its kind; ValueError for a column the results table lacks."""
+    col, _, sub = key.partition(".")
+    if col not in RESULT_SCHEMA.names:
+        raise ValueError(f"item field {key!r}: no results column {col!r}")
+    if not sub:
+        return f'{alias}."{col}"'
+    path = "$." + json.dumps(sub).replace("'", "''")
+    if kind in ("number", "prob"):
+        return f"TRY_CAST(json_extract_string({alias}.{col}, '{path}') AS DOUBLE)"
+    if kind == "bool":
+        return f"TRY_CAST(json_extract_string({alias}.{col}, '{path}') AS BOOLEAN)"
+    if kind in ("json", "flags"):
+        return f"json_extract({alias}.{col}, '{path}')::VARCHAR"
+    return f"json_extract_string({alias}.{col}, '{path}')"
+
+
+def field_value(row: dict[str, Any], key: str) -> Any:
+    """A declared field's value in a decoded result row (``extra.min_k_prob``, ``other``)."""
+    col, _, sub = key.partition(".")
+    v = row.get(col)
+    if sub:
+        v = _parse_json(v)
+        v = v.get(sub) if isinstance(v, dict) else None
+    return v
+
+
+def show_field(v: Any, kind: str) -> str:
+    """A declared field's value as the list and the drill-down print it."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if kind == "flags":  # reasons such as "ngram_overlap 0.8 >= 0.5": their metric names
+        v = _parse_json(v)
+        names = [str(r).split()[0] for r in v] if isinstance(v, list) else []
+        return ", ".join(names) if names else "-"
+    if kind == "bool":
+        v = _parse_json(v) if isinstance(v, str) else v
+        return "yes" if v is True or v == 1 else "no"
+    if kind in ("number", "prob"):
+        try:
+            return f"{float(v):.3f}"
+        except (TypeError, ValueError):
+            return str(v)
+    if kind == "json" and not isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False, default=str)
+    return str(v)

@@ -153,6 +153,7 @@ class ItemList(ScrollView, can_focus=True):
         self.descending = False
         self.group_filter: str | None = None
         self.min_conf: float | None = None
+        self.scope = "failing"  # failing rows, all rows, or flagged rows (data: "failing"/"flagged" columns)
         self._cache: OrderedDict[tuple[int, bool, int], Strip] = OrderedDict()
         self.source: Any = None  # a FailingSource-like object, or None for in-memory data
         self._n = 0  # rows after filters, source mode
@@ -162,6 +163,15 @@ class ItemList(ScrollView, can_focus=True):
         self.header_widget: Any = None  # a Static showing `header()`, redrawn when the width changes
 
     # -- data -------------------------------------------------------------------------------
+    def set_columns(self, columns: list[tuple[str, str, int]]) -> None:
+        """Show these columns (key, title, width; width 0 = the rest) from now on."""
+        self.columns = columns
+        self._cache.clear()
+        self.virtual_size = Size(self._line_width(), self._len())
+        if self.header_widget is not None:
+            self.header_widget.update(self.header())
+        self.refresh()
+
     def set_data(self, data: dict[str, list[Any]]) -> None:
         key = self.current_key()
         self.source = None
@@ -181,8 +191,13 @@ class ItemList(ScrollView, can_focus=True):
         sort: str | None = None,
         group: str | None | bool = False,
         min_conf: float | None | bool = False,
+        scope: str | None = None,
     ) -> None:
         """Change sort and filters; the list then shows its first row (cursor and scroll at the top)."""
+        if scope is not None:
+            self.scope = scope
+            if self.source is not None:
+                self.source.scope = scope
         if sort is not None:
             self.sort_key = sort
         if group is not False:
@@ -199,6 +214,7 @@ class ItemList(ScrollView, can_focus=True):
         """Show rows served by `source` (set_view / page / position / n_all) instead of data."""
         key = self.current_key()
         self.source = source
+        source.scope = self.scope
         self.data = {}
         self.order = np.zeros(0, dtype=np.int64)
         self._apply_source(key)
@@ -248,9 +264,12 @@ class ItemList(ScrollView, can_focus=True):
         return self._n if self.source is not None else len(self.order)
 
     def _apply(self, keep: tuple[str, str] | None) -> None:
-        n = self.n_total
-        idx = np.arange(n, dtype=np.int64)
         d = self.data
+        n = len(next(iter(d.values()))) if d else 0
+        idx = np.arange(n, dtype=np.int64)
+        if n and self.scope in d:  # "failing" / "flagged": a bool column per row
+            idx = idx[np.asarray(d[self.scope], dtype=bool)[idx]]
+        self.n_total = len(idx)  # the scope's rows, before the group and confidence filters
         if n and self.group_filter is not None and "group" in d:
             g = np.asarray(d["group"], dtype=object)
             idx = idx[g[idx] == self.group_filter]

@@ -52,6 +52,7 @@ class DashboardScreen(BaseScreen):
         Binding("s", "sort", "Sort"),
         Binding("g", "group", "Group filter"),
         Binding("f", "conf", "Conf. filter"),
+        Binding("a", "scope", "Failing/all/flagged", show=False),  # hidden: keeps the footer snapshot stable
         Binding("l", "focus_list", "Items", show=False),
         Binding("x", "stop", "Stop run"),
         Binding("r", "resume", "Resume run"),
@@ -92,9 +93,17 @@ class DashboardScreen(BaseScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="dash-human")
     def _load_human(self) -> None:
-        from llmscope.tui.panels_human import human_data, render_human_summary
+        from llmscope.store.db import decode_json
+        from llmscope.tui.panels_human import human_data, human_kind, render_human_summary
 
         with self.llm_app.handle.use() as store:
+            # Whether the suite has human data at all, from its first items (as human_data
+            # decides), before human_data reads every item of a big suite.
+            spec = store.suite_spec(self.run["suite_id"]) or {}
+            first = store.execute("SELECT fields FROM items WHERE suite_id = ? ORDER BY idx LIMIT 50",
+                                  [self.run["suite_id"]]).fetchall()
+            if not any(human_kind(decode_json(f) or {}, spec, self.run.get("task")) for (f,) in first):
+                return
             d = human_data(store, self.run)
         if d.kind is not None:
             self.app.call_from_thread(self.query_one("#human", Static).update, render_human_summary(d))
@@ -269,6 +278,7 @@ class DashboardScreen(BaseScreen):
         if status != getattr(self, "_bound_status", None):
             self._bound_status = status
             self.refresh_bindings()  # Stop run / Resume run follow the status
+        self._task_columns(msg.run, msg.snap)
         self._show_header(msg.run, msg.progress, msg.snap, msg.source)
         if msg.snap.pending:
             self.query_one("#acc", Static).update(Text("computing metrics ...", style="dim"))
@@ -434,13 +444,32 @@ class DashboardScreen(BaseScreen):
         self._fail_title()
         self._tooltips()
 
+    def _task_columns(self, run: dict[str, Any], snap: Snapshot) -> None:
+        """Once the run's task is known: the list shows the columns the task declares
+        (`Task.item_fields`), and a run without scored rows (e.g. contamination probes)
+        lists all its rows rather than an empty failing list."""
+        task = run.get("task")
+        if not task or getattr(self, "_columns_task", None) == task:
+            return
+        from llmscope.tui.model import list_fields
+
+        self._columns_task = task
+        width = {"flags": 14, "number": 8, "prob": 6, "bool": 5}
+        extra = [(f.key, f.label, width.get(f.kind, 10)) for f in list_fields(task)]
+        lst = self.query_one(ItemList)
+        lst.set_columns([*FAIL_COLUMNS[:-1], *extra, FAIL_COLUMNS[-1]])
+        if snap.n and not snap.n_scored and lst.scope == "failing":
+            lst.scope = "all"
+
     def _page_list(self, group_field: str | None) -> None:
         """A finished stored run: the list pages from DuckDB (sorted and filtered in SQL)."""
         lst = self.query_one(ItemList)
         if self.PAGED_LIST and lst.source is None:
+            from llmscope.tui.model import list_fields
             from llmscope.tui.pages import FailingSource
 
-            lst.set_source(FailingSource(self.llm_app.handle.use, self.run_id, group_field))
+            lst.set_source(FailingSource(self.llm_app.handle.use, self.run_id, group_field,
+                                         list_fields(self.run.get("task"))))
             self._fail_title()
 
     def _tooltips(self) -> None:
@@ -513,7 +542,7 @@ class DashboardScreen(BaseScreen):
     def _fail_title(self) -> None:
         lst = self.query_one(ItemList)
         t = Text()
-        t.append(f"Failing items {lst.count}", style="bold")
+        t.append(f"{lst.scope.capitalize()} items {lst.count}", style="bold")
         if lst.count != lst.n_total:
             t.append(f" of {lst.n_total}")
         t.append(f"   sort: {lst.sort_key}")
@@ -541,6 +570,16 @@ class DashboardScreen(BaseScreen):
         lst = self.query_one(ItemList)
         i = steps.index(lst.min_conf) if lst.min_conf in steps else 0
         lst.set_view(min_conf=steps[(i + 1) % len(steps)])
+        self._fail_title()
+
+    def action_scope(self) -> None:
+        """Failing rows, all rows, or (for a task that flags items) the flagged ones."""
+        from llmscope.tui.model import has_flags
+
+        scopes = ["failing", "all", *(["flagged"] if has_flags(self.run.get("task")) else [])]
+        lst = self.query_one(ItemList)
+        i = scopes.index(lst.scope) if lst.scope in scopes else 0
+        lst.set_view(scope=scopes[(i + 1) % len(scopes)])
         self._fail_title()
 
     def action_focus_list(self) -> None:
