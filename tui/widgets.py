@@ -146,6 +146,7 @@ class ItemList(ScrollView, can_focus=True):
     def __init__(self, columns: list[tuple[str, str, int]], *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.columns = columns  # (key, title, width); width 0 = the rest
+        self.optional: frozenset[str] = frozenset()  # keys shown only on wide terminals (widths)
         self.data: dict[str, list[Any]] = {}
         self.n_total = 0
         self.order = np.zeros(0, dtype=np.int64)
@@ -163,9 +164,11 @@ class ItemList(ScrollView, can_focus=True):
         self.header_widget: Any = None  # a Static showing `header()`, redrawn when the width changes
 
     # -- data -------------------------------------------------------------------------------
-    def set_columns(self, columns: list[tuple[str, str, int]]) -> None:
-        """Show these columns (key, title, width; width 0 = the rest) from now on."""
+    def set_columns(self, columns: list[tuple[str, str, int]], optional: set[str] | frozenset[str] = frozenset()) -> None:
+        """Show these columns (key, title, width; width 0 = the rest) from now on; the
+        `optional` ones only on terminals at least `OPTIONAL_MIN_WIDTH` cells wide."""
         self.columns = columns
+        self.optional = frozenset(optional)
         self._cache.clear()
         self.virtual_size = Size(self._line_width(), self._len())
         if self.header_widget is not None:
@@ -329,16 +332,25 @@ class ItemList(ScrollView, can_focus=True):
     def count(self) -> int:
         return self._len()
 
+    # Below this many cells the optional columns (a task's declared extras) are left out, so
+    # the list's own columns stay readable on an 80-column terminal.
+    OPTIONAL_MIN_WIDTH = 100
+
     def widths(self, width: int | None = None) -> list[int]:
-        """The column widths used at `width` cells (default: the widget's width)."""
+        """The column widths used at `width` cells (default: the widget's width); -1: not shown."""
         total = self.size.width if width is None else width
-        ws = [w for _, _, w in self.columns]
-        return fit_widths(ws, total) if total > 0 else ws
+        hide = 0 < total < self.OPTIONAL_MIN_WIDTH
+        ws = [-1 if hide and k in self.optional else w for k, _, w in self.columns]
+        shown = fit_widths([w for w in ws if w >= 0], total) if total > 0 else [w for w in ws if w >= 0]
+        it = iter(shown)
+        return [w if w < 0 else next(it) for w in ws]
 
     def header(self, width: int | None = None) -> Text:
         """The column titles, aligned with the rows as drawn at `width` cells."""
         t = Text(style="bold")
         for (_, title, _), w in zip(self.columns, self.widths(width), strict=True):
+            if w < 0:
+                continue
             t.append(set_cell_size(title, w) + " " if w else title)
         return t
 
@@ -372,6 +384,8 @@ class ItemList(ScrollView, can_focus=True):
         parts = []
         used = 0
         for (key, _, _), w in zip(self.columns, self.widths(), strict=True):
+            if w < 0:
+                continue
             v = row.get(key)
             if isinstance(v, float):
                 s = fmt(v, 2)

@@ -457,7 +457,7 @@ class DashboardScreen(BaseScreen):
         width = {"flags": 14, "number": 8, "prob": 6, "bool": 5}
         extra = [(f.key, f.label, width.get(f.kind, 10)) for f in list_fields(task)]
         lst = self.query_one(ItemList)
-        lst.set_columns([*FAIL_COLUMNS[:-1], *extra, FAIL_COLUMNS[-1]])
+        lst.set_columns([*FAIL_COLUMNS[:-1], *extra, FAIL_COLUMNS[-1]], optional={k for k, _, _ in extra})
         if snap.n and not snap.n_scored and lst.scope == "failing":
             lst.scope = "all"
 
