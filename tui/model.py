@@ -30,25 +30,14 @@ import numpy as np
 import pandas as pd
 
 from llmscope.live import ResultTail, live_dir, read_live
-from llmscope.store.db import Store, StoreError, decode_json
+from llmscope.store.db import JSON_RESULT_COLUMNS, RESULT_SCHEMA, Store, StoreError, decode_json
 
-LIGHT_COLS = [
-    "item_id",
-    "variant",
-    "seq",
-    "prediction",
-    "gold",
-    "correct",
-    "confidence",
-    "p_yes",
-    "p_no",
-    "other",
-    "error",
-    "n_tokens",
-    "latency_ms",
-    "probs",
-]
-WORLDSENSE_FIELDS = ("tuple_ID", "expectedresp", "goldresp", "problemname")
+# The light result columns the dashboard holds per row: the store's one column definition
+# (`RESULT_SCHEMA`) without the heavy text and JSON columns (prompt, top tokens, option scores,
+# extra; the drill-down reads those per item) and the bookkeeping ones.
+_HEAVY_COLS = ("run_id", "prompt", "written_at")
+LIGHT_COLS = [c for c in RESULT_SCHEMA.names
+              if c not in _HEAVY_COLS and (c not in JSON_RESULT_COLUMNS or c == "probs")]
 MAX_GROUPS = 40
 
 
@@ -69,6 +58,8 @@ class StoreHandle:
     for callers; connections are never kept open while idle.
     """
 
+    WAIT_S = 10.0  # how long opening the writer or closing waits for reads in flight
+
     def __init__(self, path: str | Path, *, read_only: bool, persistent: bool = False) -> None:
         self.path = str(path)
         self.read_only = read_only
@@ -77,7 +68,8 @@ class StoreHandle:
         self._writer: Store | None = None
         self._writers = 0
         self._lock = threading.RLock()
-        self._depth = 0
+        self._idle = threading.Condition(self._lock)  # notified when a batch of reads ends
+        self._depth = 0  # batches of reads using the read-only connection now
 
     @property
     def store(self) -> Store | None:
@@ -99,7 +91,9 @@ class StoreHandle:
             if self.read_only:
                 raise StoreError(f"{self.path} is open read-only in this window (watching)")
             if self._writer is None:
-                if self._store is not None:  # one process may not mix read-only and read-write
+                # one process may not mix read-only and read-write: let readers finish first
+                self._idle.wait_for(lambda: self._depth == 0, timeout=self.WAIT_S)
+                if self._store is not None:
                     self._store.close()
                     self._store = None
                 self._writer = Store(self.path)
@@ -129,25 +123,36 @@ class StoreHandle:
 
     @contextmanager
     def use(self) -> Iterator[Store]:
-        """A Store for one batch of reads: the writer if a run writes, else a read-only one closed after."""
+        """A Store for one batch of reads: the writer if a run writes, else a read-only one
+        closed after the last concurrent batch.
+
+        The handle's lock is held only to open or close the connection, not for the batch:
+        a long read (a big run's metrics in a worker) does not block a short one (a page of
+        the item list); the Store's own lock serialises their statements."""
         with self._lock:
             if self._writer is not None:
-                yield self._writer
-                return
-            if self._store is None:
-                self._store = self._open_reader()
-            store = self._store
-            self._depth += 1
-            try:
-                yield store
-            finally:
-                self._depth -= 1
-                if self._depth == 0 and self._store is not None:
-                    self._store.close()
-                    self._store = None
+                store = self._writer
+                reader = False
+            else:
+                if self._store is None:
+                    self._store = self._open_reader()
+                store = self._store
+                self._depth += 1
+                reader = True
+        try:
+            yield store
+        finally:
+            if reader:
+                with self._lock:
+                    self._depth -= 1
+                    if self._depth == 0 and self._store is not None:
+                        self._store.close()
+                        self._store = None
+                    self._idle.notify_all()
 
     def close(self) -> None:
         with self._lock:
+            self._idle.wait_for(lambda: self._depth == 0, timeout=self.WAIT_S)
             for st in (self._store, self._writer):
                 if st is not None:
                     st.close()
@@ -275,29 +280,21 @@ def items_from_suite(run: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dic
         return {}, {}
 
 
-def _live_to_frame(rows: list[dict[str, Any]], start_seq: int) -> pd.DataFrame:
+def _live_to_frame(rows: list[dict[str, Any]], start_seq: int, fields: dict[str, str] | None = None) -> pd.DataFrame:
+    """Live-channel rows as light rows (`LIGHT_COLS`, then the task's declared `fields`), as
+    the results table would hold them."""
     recs = []
     for i, r in enumerate(rows):
         probs = _parse_json(r.get("probs")) or None  # JSON text, as the results table holds it
-        recs.append(
-            {
-                "item_id": str(r.get("item_id")),
-                "variant": r.get("variant"),
-                "seq": start_seq + i,
-                "prediction": r.get("prediction"),
-                "gold": r.get("gold"),
-                "correct": r.get("correct"),
-                "confidence": r.get("confidence"),
-                "p_yes": r["p_yes"] if "p_yes" in r else probs.get("yes") if isinstance(probs, dict) else None,
-                "p_no": r["p_no"] if "p_no" in r else probs.get("no") if isinstance(probs, dict) else None,
-                "other": r.get("other"),
-                "error": r.get("error"),
-                "n_tokens": r.get("n_tokens"),
-                "latency_ms": r.get("latency_ms"),
-                "probs": probs,
-            }
-        )
-    return pd.DataFrame(recs, columns=LIGHT_COLS)
+        pd_ = probs if isinstance(probs, dict) else {}
+        rec = {c: r.get(c) for c in LIGHT_COLS}
+        rec.update(item_id=str(r.get("item_id")), seq=start_seq + i, probs=probs,
+                   p_yes=r["p_yes"] if "p_yes" in r else pd_.get("yes"),
+                   p_no=r["p_no"] if "p_no" in r else pd_.get("no"))
+        for k in fields or {}:
+            rec[k] = field_value(r, k)
+        recs.append(rec)
+    return pd.DataFrame(recs, columns=[*LIGHT_COLS, *(fields or {})])
 
 
 class RunModel:
@@ -316,6 +313,11 @@ class RunModel:
         self.task = run.get("task") or spec.get("task")
         self.group_by: list[str] = [g for g in (spec.get("group_by") or []) if isinstance(g, str)]
         self.cluster_field: str | None = spec.get("cluster_field")
+        # the task's declared list columns, and its flag when it has one (read with each row)
+        self.fields = list_fields(self.task)
+        self.field_kinds = {f.key: f.kind for f in self.fields}
+        if has_flags(self.task):
+            self.field_kinds.setdefault(FLAG_KEY, "bool")
         self.lock = threading.RLock()
         self.df = pd.DataFrame(columns=LIGHT_COLS)
         self._chunks: list[pd.DataFrame] = []
@@ -331,9 +333,6 @@ class RunModel:
         self._item_cols: dict[tuple[str, str], np.ndarray] = {}
         self.has_human = any(
             "human_q1" in (it.get("fields") or {}) for it in list(items.values())[:50]
-        )
-        self.is_worldsense = bool(items) and all(
-            f in (next(iter(items.values())).get("fields") or {}) for f in WORLDSENSE_FIELDS
         )
 
     @property
@@ -396,9 +395,10 @@ class RunModel:
 
     def poll_db(self, store: Store) -> int:
         """Fetch rows stored since the last poll."""
-        cols = ", ".join(LIGHT_COLS)
+        cols = ", ".join([*(f"r.{c}" for c in LIGHT_COLS),
+                          *(f'{field_sql(k, kind)} AS "{k}"' for k, kind in self.field_kinds.items())])
         df = store.query_df(
-            f"SELECT {cols} FROM results WHERE run_id = ? AND seq > ? ORDER BY seq",
+            f"SELECT {cols} FROM results r WHERE r.run_id = ? AND r.seq > ? ORDER BY r.seq",
             [self.run_id, self.last_seq],
         )
         n = self.add_frame(df)
@@ -425,7 +425,7 @@ class RunModel:
                 self.df = df[[not o for o in old]].reset_index(drop=True)
                 self.version += 1
             self._live_keys.update(keys)
-        return self.add_frame(_live_to_frame(rows, self.last_seq + 1))
+        return self.add_frame(_live_to_frame(rows, self.last_seq + 1, self.field_kinds))
 
     # -- metrics ----------------------------------------------------------------------------
     def compute(self, throttle_s: float = 0.0) -> Snapshot:
@@ -490,6 +490,7 @@ class Snapshot:
     pending: bool = False  # the first frame: counts only, the numbers are being computed
     sg: list[Acc] = field(default_factory=list)  # SyntaxGym: sg_score per suite
     sg_overall: Acc | None = None  # sg_score overall (mean over suites)
+    group_field: str | None = None  # the suite's first group_by field (the list's group column)
 
 
 def quick_snapshot(store: Store, run_id: str) -> tuple[dict[str, Any] | None, Snapshot]:
@@ -502,10 +503,14 @@ def quick_snapshot(store: Store, run_id: str) -> tuple[dict[str, Any] | None, Sn
     if run is None:
         return None, Snapshot(version=-2, pending=True)
     n, n_err, n_scored = store.execute(
-        "SELECT count(*), count(error), count(correct) FILTER (WHERE error IS NULL) FROM results WHERE run_id = ?",
+        "SELECT count(*), count(error), count(correct) FILTER (WHERE error IS NULL AND isfinite(correct)) "
+        "FROM results WHERE run_id = ?",
         [run["run_id"]],
     ).fetchone() or (0, 0, 0)
-    return run, Snapshot(version=-2, n=int(n), n_errors=int(n_err), n_scored=int(n_scored), pending=True)
+    spec = store.suite_spec(run["suite_id"]) if run.get("suite_id") else {}
+    group_by = [g for g in (spec.get("group_by") or []) if isinstance(g, str)]
+    return run, Snapshot(version=-2, n=int(n), n_errors=int(n_err), n_scored=int(n_scored), pending=True,
+                         group_field=group_by[0] if group_by else None)
 
 
 # The dashboard runs these producers of the metrics pipeline (the others need columns the
@@ -520,6 +525,17 @@ _PIPELINE_FIELDS = ("human_q1", "category", "tuple_ID", "expectedresp", "problem
                     "options")
 
 
+def reads_whole_items(task: str | None) -> bool:
+    """Whether a producer the dashboard runs for ``task`` (the task class's declared
+    ``metric_producers``, engine/tasks) reads the items' whole fields, not single columns."""
+    from llmscope.analysis.metrics import PRODUCERS
+    from llmscope.engine.tasks.registry import TASKS
+
+    cls = TASKS.get(task) if isinstance(task, str) else None
+    declared = set(getattr(cls, "metric_producers", ())) & set(DASHBOARD_PRODUCERS)
+    return any(p.whole_items and p.name in declared for p in PRODUCERS)
+
+
 def pipeline_frame(model: RunModel, df: pd.DataFrame) -> pd.DataFrame:
     """The light rows with the item fields the pipeline needs as ``f.<name>`` columns."""
     out = df.copy()
@@ -528,7 +544,7 @@ def pipeline_frame(model: RunModel, df: pd.DataFrame) -> pd.DataFrame:
         vals = pd.Series(model.item_values(out["item_id"], f), index=out.index, dtype=object)
         if vals.notna().any():
             out[f"f.{f}"] = vals
-    if model.task == "syntaxgym":  # the SG producer reads whole items (their suite)
+    if reads_whole_items(model.task):  # e.g. the SG producer reads whole items (their suite)
         out["fields"] = pd.Series(model.item_values(out["item_id"], "fields", key="item"), index=out.index,
                                   dtype=object)
     out["run_id"] = model.run_id
@@ -545,9 +561,7 @@ def _acc_of(m: Any, label: str) -> Acc | None:
 
 def compute_snapshot(model: RunModel, df: pd.DataFrame) -> Snapshot:
     """What the dashboard draws: every number from the metrics pipeline (`analysis.metrics`)."""
-    from llmscope.analysis.calibration import reliability
     from llmscope.analysis.metrics import compute_metrics
-    from llmscope.analysis.yesno import other_histogram
 
     snap = Snapshot(n=len(df))
     if df.empty:
@@ -562,50 +576,120 @@ def compute_snapshot(model: RunModel, df: pd.DataFrame) -> Snapshot:
         rm = dbm[1]
     else:
         rm = compute_metrics(pipeline_frame(model, df), model.run, model.spec, producers=DASHBOARD_PRODUCERS)
+    _from_metrics(snap, rm, model.group_by)
+    conf = pd.to_numeric(df["confidence"], errors="coerce").to_numpy(float)[ok]
+    _reliability(snap, conf, correct[ok])
+    other = pd.to_numeric(df["other"], errors="coerce").to_numpy(float)[~err]
+    _other(snap, rm, other)
+    if model.has_human:
+        _human(df, err, snap)
+        _human_stats(snap, rm)
+    _failing(model, df, err, correct, snap)
+    return snap
+
+
+def _val(rm: Any, name: str) -> float:
+    m = rm.get(name)
+    return float("nan") if m is None or m.value is None else float(m.value)
+
+
+def _from_metrics(snap: Snapshot, rm: Any, group_by: list[str]) -> None:
+    """The numbers the pipeline's `RunMetrics` gives the dashboard (accuracy, calibration,
+    yes/no, WorldSense and SG tables): the same for a streaming and a stored run."""
     snap.metrics = rm
     acc_name = "item_accuracy" if rm.get("item_accuracy") is not None else "accuracy"
     snap.accuracy_name = acc_name
     snap.overall = _acc_of(rm.get(acc_name), "overall")
     snap.variants = [a for m in rm.by_group(acc_name, "variant") if (a := _acc_of(m, str(m.group["variant"])))]
-    for g in model.group_by:
+    for g in group_by:
         accs = [a for m in rm.by_group(acc_name, g)[:MAX_GROUPS] if (a := _acc_of(m, str(m.group[g])))]
         if accs:
             snap.groups[g] = accs
-
-    def val(name: str) -> float:
-        m = rm.get(name)
-        return float("nan") if m is None or m.value is None else float(m.value)
-
-    snap.ece, snap.mce, snap.brier, snap.brier_yes = val("ece"), val("mce"), val("brier"), val("brier_yes")
-    conf = pd.to_numeric(df["confidence"], errors="coerce").to_numpy(float)[ok]
-    if np.isfinite(conf).any():
-        # The diagram's bins; ECE/MCE above are the pipeline's numbers for the same rows.
-        snap.rel_bins = reliability(conf, correct[ok], n_bins=10).bins
-    other = pd.to_numeric(df["other"], errors="coerce").to_numpy(float)[~err]
-    other = other[np.isfinite(other)]
-    if len(other) and model.task == "yesno":
-        snap.other_mean = val("mean_p_other")
-        snap.off_format = val("off_format_rate")
-        snap.other_hist = other_histogram(other, bins=10)
+    snap.ece, snap.mce, snap.brier, snap.brier_yes = (_val(rm, n) for n in ("ece", "mce", "brier", "brier_yes"))
     _yesno_table(rm, snap)
-    if model.has_human:
-        _human(df, err, snap)
-        hs: dict[str, Any] = {}
-        for k in ("consensus", "awareness", "commonsensicality"):
-            m = rm.get(k)
-            if m is not None:
-                hs[k], hs[f"{k}_lo"], hs[f"{k}_hi"] = m.value, m.lo, m.hi
-        hs["pearson"], hs["spearman"] = val("human_pearson"), val("human_spearman")
-        snap.human_stats = hs
-    if model.is_worldsense:
-        snap.worldsense = _worldsense_table(rm)
+    snap.worldsense = _worldsense_table(rm)  # None unless the WorldSense producer reported
     sg = rm.get("sg_score")
     if sg is not None:  # SyntaxGym: the pipeline's SG scores (per suite Wilson, overall stratified bootstrap)
         snap.sg_overall = _acc_of(sg, "overall")
         snap.sg = [a for m in rm.metrics if m.name == "sg_score" and len(m.group) == 1
                    if (a := _acc_of(m, str(next(iter(m.group.values())))))]
-    _failing(model, df, err, correct, snap)
-    return snap
+
+
+def _reliability(snap: Snapshot, conf: np.ndarray, correct: np.ndarray) -> None:
+    """The diagram's bins over the scored rows (ECE/MCE are the pipeline's numbers for them)."""
+    from llmscope.analysis.calibration import reliability
+
+    if np.isfinite(conf).any():
+        snap.rel_bins = reliability(conf, correct, n_bins=10).bins
+
+
+def _other(snap: Snapshot, rm: Any, other: np.ndarray) -> None:
+    """P(other) histogram of the answered rows, when the pipeline reports P(other) (yes/no)."""
+    from llmscope.analysis.yesno import other_histogram
+
+    other = other[np.isfinite(other)]
+    if len(other) and rm.get("mean_p_other") is not None:
+        snap.other_mean = _val(rm, "mean_p_other")
+        snap.off_format = _val(rm, "off_format_rate")
+        snap.other_hist = other_histogram(other, bins=10)
+
+
+def _human_stats(snap: Snapshot, rm: Any) -> None:
+    hs: dict[str, Any] = {}
+    for k in ("consensus", "awareness", "commonsensicality"):
+        m = rm.get(k)
+        if m is not None:
+            hs[k], hs[f"{k}_lo"], hs[f"{k}_hi"] = m.value, m.lo, m.hi
+    hs["pearson"], hs["spearman"] = _val(rm, "human_pearson"), _val(rm, "human_spearman")
+    snap.human_stats = hs
+
+
+def stored_snapshot(store: Store, run: dict[str, Any]) -> tuple[Snapshot, list[str]]:
+    """A finished stored run's dashboard numbers, and its variants without gold, without
+    holding its rows: the metrics pipeline (`run_metrics`, SQL and cached) plus a few SQL
+    aggregates and numeric columns for the plots. The failing list pages from DuckDB
+    (`tui.pages.FailingSource`), so no item or result row is loaded into Python here.
+    """
+    from llmscope.analysis.metrics import run_metrics
+
+    rid = str(run["run_id"])
+    spec = store.suite_spec(run["suite_id"]) if run.get("suite_id") else {}
+    group_by = [g for g in (spec.get("group_by") or []) if isinstance(g, str)]
+    _, snap = quick_snapshot(store, rid)
+    snap.pending = False
+    snap.group_field = group_by[0] if group_by else None
+    rm = run_metrics(store, run, producers=DASHBOARD_PRODUCERS + STORED_RUN_PRODUCERS)
+    _from_metrics(snap, rm, group_by)
+    ok = "run_id = ? AND error IS NULL"
+    cc = store.query_df(f"SELECT confidence, correct FROM results WHERE {ok} AND isfinite(correct)", [rid])
+    _reliability(snap, pd.to_numeric(cc["confidence"], errors="coerce").to_numpy(float),
+                 pd.to_numeric(cc["correct"], errors="coerce").to_numpy(float))
+    if rm.get("mean_p_other") is not None:
+        oth = store.query_df(f"SELECT other FROM results WHERE {ok}", [rid])
+        _other(snap, rm, pd.to_numeric(oth["other"], errors="coerce").to_numpy(float))
+    suite = [run.get("suite_id")]
+    # Whether the suite carries human agreement (as RunModel.has_human: its first 50 items).
+    has_human = (store.execute(
+        "SELECT count(*) FROM (SELECT fields FROM items WHERE suite_id = ? ORDER BY idx LIMIT 50) "
+        "WHERE json_extract(fields, '$.human_q1') IS NOT NULL", suite).fetchone() or (0,))[0] > 0
+    join = "FROM results r JOIN items i ON i.suite_id = ? AND i.item_id = r.item_id WHERE r.run_id = ?"
+    if has_human:
+        hum = store.query_df(
+            f"SELECT r.variant, r.p_yes, TRY_CAST(json_extract_string(i.fields, '$.human_q1') AS DOUBLE) AS human "
+            f"{join} AND r.error IS NULL", [*suite, rid])
+        _human(hum, np.zeros(len(hum), dtype=bool), snap)
+        _human_stats(snap, rm)
+    if snap.group_field:
+        # the group filter's values: those of the run's items (NULL: none), as text, sorted
+        vals = store.execute(
+            f"SELECT DISTINCT json_extract_string(i.fields, ?) AS g {join} AND g IS NOT NULL ORDER BY g LIMIT 200",
+            ["$." + json.dumps(snap.group_field), *suite, rid]).fetchall()
+        snap.group_values = [str(v) for (v,) in vals]
+    per = store.execute(
+        f"SELECT coalesce(CAST(variant AS VARCHAR), 'None') AS v, bool_or(isfinite(correct)) FROM results "
+        f"WHERE {ok} GROUP BY v ORDER BY v", [rid]).fetchall()
+    no_gold = [str(v) for v, has in per if not has] if any(has for _, has in per) else []
+    return snap, no_gold
 
 
 def _yesno_table(rm: Any, snap: Snapshot) -> None:
@@ -674,8 +758,9 @@ FAIL_COLS = [
 def _failing(
     model: RunModel, df: pd.DataFrame, err: np.ndarray, correct: np.ndarray, snap: Snapshot
 ) -> None:
+    # Every row, with its scope marks: the list shows the failing ones unless asked otherwise.
     wrong = err | (np.isfinite(correct) & (correct < 0.5))
-    sub = df[wrong]
+    sub = df
     g0 = f"g.{model.group_by[0]}" if model.group_by else None
     group = sub[g0].astype(str) if g0 and g0 in sub else pd.Series([""] * len(sub), index=sub.index)
     if "human" in sub:
@@ -694,7 +779,13 @@ def _failing(
         "error": sub["error"].tolist(),
         "text": text.tolist(),
         "seq": pd.to_numeric(sub["seq"], errors="coerce").fillna(-1).astype(int).tolist(),
+        "failing": wrong.tolist(),
     }
+    if FLAG_KEY in sub:
+        snap.failing["flagged"] = [v is True or v == 1 or v == "true" for v in sub[FLAG_KEY]]
+    for f in model.fields:
+        vals = sub[f.key] if f.key in sub else pd.Series([None] * len(sub), index=sub.index)
+        snap.failing[f.key] = [show_field(None if _isnan(v) else v, f.kind) for v in vals]
     if g0 and g0 in df:
         snap.group_values = sorted({str(v) for v in df[g0].dropna()})[:200]
 
@@ -761,82 +852,77 @@ def item_detail_live(model: RunModel, item_id: str, feed: LiveFeed | None = None
     }
 
 
-# -- compare ---------------------------------------------------------------------------------
-def compare_runs(store: Store, run_ids: list[str]) -> dict[str, Any]:
-    """Metrics side by side and paired tests of each run against the first.
+# -- what tasks declare (engine/tasks: Task.item_fields) --------------------------------------
+# The list has its own columns for these (item, variant, group, gold, prediction, confidence).
+_LISTED_KEYS = frozenset({"prediction", "gold", "correct", "confidence", "error"})
+# The task field that marks an item as flagged (the list's "flagged" scope), when declared.
+FLAG_KEY = "extra.flagged"
 
-    Every number comes from `llmscope.compare` (the metrics pipeline), as in `llmscope compare`.
-    """
-    from llmscope.compare import compare_runs as core
-    from llmscope.compare import run_accuracy
 
-    runs = [store.get_run(r) for r in run_ids]
-    runs = [r for r in runs if r is not None]
-    table = []
-    for r in runs:
-        n_all, n_err = store.execute(
-            "SELECT count(*), count(error) FROM results WHERE run_id = ?", [r["run_id"]]
-        ).fetchone() or (0, 0)
-        acc = run_accuracy(store, r)
-        ci = acc["ci95"] or [float("nan"), float("nan")]
-        table.append(
-            {
-                "run_id": r["run_id"],
-                "model": r.get("model"),
-                "suite": r.get("suite_name"),
-                "status": r.get("status"),
-                "n": int(n_all),
-                "errors": int(n_err),
-                "accuracy": float("nan") if acc["value"] is None else acc["value"],
-                "lo": ci[0],
-                "hi": ci[1],
-            }
-        )
-    same_suite = len({r["suite_id"] for r in runs}) <= 1
-    tests = []
-    disagreements = []
-    if len(runs) >= 2 and same_suite:
-        out = core(store, [r["run_id"] for r in runs])
-        base = runs[0]["run_id"]
-        for c in out["comparisons"]:
-            b = c["run"]["run_id"]
-            m = c["mcnemar"]
-            tests.append(
-                {
-                    "a": base,
-                    "b": b,
-                    "n": c["n"],
-                    "n_clusters": c["n_clusters"],
-                    "diff": c["diff"],
-                    "lo": c["diff_ci95"][0],
-                    "hi": c["diff_ci95"][1],
-                    "p_value": c["p_value"],
-                    "b_only_a": m["b_base_only"],
-                    "c_only_b": m["c_run_only"],
-                    "p": m["p"],
-                    "method": m["method"],
-                }
-            )
-            for rec in c["disagreements"]:
-                disagreements.append(
-                    {"a": base, "b": b, "item_id": rec["item_id"], "variant": rec["variant"],
-                     "correct_a": rec["correct_base"], "correct_b": rec["correct_run"],
-                     "prediction_a": rec["prediction_base"], "prediction_b": rec["prediction_run"],
-                     "gold_a": rec["gold"]}
-                )
-    items: dict[str, str] = {}
-    if runs:
-        row = store.execute(
-            "SELECT item_id, text FROM items WHERE suite_id = ?", [runs[0]["suite_id"]]
-        ).fetchall()
-        items = {str(i): t or "" for i, t in row}
-    for d in disagreements:
-        d["text"] = items.get(str(d["item_id"]), "")
-    same_suite = len({r["suite_id"] for r in runs}) <= 1
-    return {
-        "runs": runs,
-        "table": table,
-        "tests": tests,
-        "disagreements": disagreements,
-        "same_suite": same_suite,
-    }
+def task_item_fields(task: str | None) -> tuple[Any, ...]:
+    """The `ItemField`s the run's task declares (`Task.item_fields`), the common ones for an
+    unknown task."""
+    from llmscope.engine.tasks.base import COMMON_ITEM_FIELDS
+    from llmscope.engine.tasks.registry import TASKS
+
+    cls = TASKS.get(task) if isinstance(task, str) else None
+    return tuple(getattr(cls, "item_fields", COMMON_ITEM_FIELDS))
+
+
+def list_fields(task: str | None) -> list[Any]:
+    """The task's declared list columns beyond the list's own (e.g. Min-K% prob, flags)."""
+    return [f for f in task_item_fields(task) if f.column and f.key not in _LISTED_KEYS]
+
+
+def has_flags(task: str | None) -> bool:
+    """Whether the task's rows carry a flag per item (the list offers a "flagged" scope)."""
+    return any(f.key == FLAG_KEY for f in task_item_fields(task))
+
+
+def field_sql(key: str, kind: str, alias: str = "r") -> str:
+    """SQL reading a declared field (`column` or `column.key` inside a JSON column) from a
+    results row, cast by its kind; ValueError for a column the results table lacks."""
+    col, _, sub = key.partition(".")
+    if col not in RESULT_SCHEMA.names:
+        raise ValueError(f"item field {key!r}: no results column {col!r}")
+    if not sub:
+        return f'{alias}."{col}"'
+    path = "$." + json.dumps(sub).replace("'", "''")
+    if kind in ("number", "prob"):
+        return f"TRY_CAST(json_extract_string({alias}.{col}, '{path}') AS DOUBLE)"
+    if kind == "bool":
+        return f"TRY_CAST(json_extract_string({alias}.{col}, '{path}') AS BOOLEAN)"
+    if kind in ("json", "flags"):
+        return f"json_extract({alias}.{col}, '{path}')::VARCHAR"
+    return f"json_extract_string({alias}.{col}, '{path}')"
+
+
+def field_value(row: dict[str, Any], key: str) -> Any:
+    """A declared field's value in a decoded result row (``extra.min_k_prob``, ``other``)."""
+    col, _, sub = key.partition(".")
+    v = row.get(col)
+    if sub:
+        v = _parse_json(v)
+        v = v.get(sub) if isinstance(v, dict) else None
+    return v
+
+
+def show_field(v: Any, kind: str) -> str:
+    """A declared field's value as the list and the drill-down print it."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if kind == "flags":  # reasons such as "ngram_overlap 0.8 >= 0.5": their metric names
+        v = _parse_json(v)
+        names = [str(r).split()[0] for r in v] if isinstance(v, list) else []
+        return ", ".join(names) if names else "-"
+    if kind == "bool":
+        v = _parse_json(v) if isinstance(v, str) else v
+        return "yes" if v is True or v == 1 else "no"
+    if kind in ("number", "prob"):
+        try:
+            return f"{float(v):.3f}"
+        except (TypeError, ValueError):
+            return str(v)
+    if kind == "json" and not isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False, default=str)
+    return str(v)

@@ -8,7 +8,7 @@ No Textual here: the widget (`tui.widgets.ItemList`) asks a source for pages.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -18,22 +18,28 @@ UseStore = Callable[[], AbstractContextManager[Store]]
 
 
 class FailingSource:
-    """The failing rows of one stored run, as `Store.failing_page` returns them.
+    """The rows of one stored run the item list shows: its failing rows as
+    `Store.failing_page` returns them (scope "failing"), or all its rows, or the rows its
+    task flags (scopes "all", "flagged"), with the task's declared columns added per page.
 
     `use` yields the Store for one batch of reads (the app's `StoreHandle.use`, so a viewer
     that must not keep the file open closes it again after each page).
     """
 
-    def __init__(self, use: UseStore, run_id: str, group_field: str | None = None) -> None:
+    SCOPES = ("failing", "all", "flagged")
+
+    def __init__(self, use: UseStore, run_id: str, group_field: str | None = None,
+                 fields: Sequence[Any] = ()) -> None:
         self.use = use
         self.run_id = run_id
         self.group_field = group_field
+        self.fields = list(fields)  # the task's declared list columns (tui.model.list_fields)
+        self.scope = "failing"  # failing rows (Store.failing_*), all rows, or flagged rows
         self.sort = "arrival"
         self.group: str | None = None
         self.min_conf: float | None = None
         self.n_all = 0
-        self._all: int | None = None
-        self._counts: dict[tuple[str | None, float | None], int] = {}
+        self._counts: dict[tuple[str, str | None, float | None], int] = {}
 
     def _filters(self) -> dict[str, Any]:
         return {"group_field": self.group_field, "group": self.group, "min_conf": self.min_conf}
@@ -43,24 +49,88 @@ class FailingSource:
         # A finished run does not change: counts are cached per filter, so a re-sort costs one
         # position query and one page instead of two counts more.
         self.sort, self.group, self.min_conf = sort, group, min_conf
-        key = (group, min_conf)
-        if key not in self._counts:
+        key, total = (self.scope, group, min_conf), (self.scope, None, None)
+        if key not in self._counts or total not in self._counts:
             with self.use() as store:
-                if self._all is None:
-                    self._all = store.failing_count(self.run_id, group_field=self.group_field)
-                self._counts[key] = (self._all if group is None and min_conf is None
-                                     else store.failing_count(self.run_id, **self._filters()))
-        self.n_all = self._all or 0
+                for k in dict.fromkeys((total, key)):
+                    if k not in self._counts:
+                        self._counts[k] = self._count(store, *k)
+        self.n_all = self._counts[total]
         return self._counts[key]
+
+    def _count(self, store: Store, scope: str, group: str | None, min_conf: float | None) -> int:
+        if scope == "failing":
+            return store.failing_count(self.run_id, group_field=self.group_field, group=group, min_conf=min_conf)
+        sql, params = self._scoped_sql(group, min_conf)
+        row = store.execute(f"SELECT count(*) FROM ({sql})", params).fetchone()
+        return int(row[0]) if row else 0
+
+    def _scoped_sql(self, group: str | None, min_conf: float | None) -> tuple[str, list[Any]]:
+        """Rows of the "all" or "flagged" scope with the failing list's columns (Store's
+        group/distance expressions and sort orders, so the scopes sort alike)."""
+        from llmscope.tui.model import FLAG_KEY, field_sql
+
+        grp, dist, params = Store._failing_item_cols(self.group_field)
+        where = "r.run_id = ?"
+        if self.scope == "flagged":
+            where += f" AND coalesce({field_sql(FLAG_KEY, 'bool')}, false)"
+        sql = (f'SELECT r.item_id, r.variant, {grp} AS "group", r.gold, r.prediction, r.confidence, '
+               f"{dist.replace('p_yes', 'r.p_yes')} AS distance, r.error, coalesce(i.text, '') AS text, r.seq "
+               "FROM results r JOIN runs u ON u.run_id = r.run_id "
+               f"LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id WHERE {where}")
+        outer: list[str] = []
+        oparams: list[Any] = []
+        if group is not None:
+            outer.append('"group" = ?')
+            oparams.append(group)
+        if min_conf is not None:
+            outer.append("coalesce(confidence, -1) >= ?")
+            oparams.append(float(min_conf))
+        owhere = (" WHERE " + " AND ".join(outer)) if outer else ""
+        return f"SELECT * FROM ({sql}) f{owhere}", [*params, self.run_id, *oparams]
 
     def page(self, offset: int, limit: int) -> dict[str, list[Any]]:
         with self.use() as store:
-            page = store.failing_page(self.run_id, offset, limit, sort=self.sort, **self._filters())
+            if self.scope == "failing":
+                page = store.failing_page(self.run_id, offset, limit, sort=self.sort, **self._filters())
+            else:
+                sql, params = self._scoped_sql(self.group, self.min_conf)
+                order = Store._failing_order(self.sort)
+                names = ["item_id", "variant", "group", "gold", "prediction", "confidence", "distance", "error",
+                         "text", "seq"]
+                rows = store.execute(f"{sql} ORDER BY {order} LIMIT ? OFFSET ?",
+                                     [*params, int(limit), int(offset)]).fetchall()
+                page = {n: [r[j] for r in rows] for j, n in enumerate(names)}
+            self._add_fields(store, page)
         # as the in-memory list holds them: no value is NaN in the numeric columns
         for k in ("confidence", "distance"):
             page[k] = [math.nan if v is None else v for v in page.get(k, [])]
         return page
 
+    def _add_fields(self, store: Store, page: dict[str, list[Any]]) -> None:
+        """The task's declared columns for the page's rows (one query per page)."""
+        from llmscope.tui.model import field_sql, show_field
+
+        if not self.fields or not page.get("item_id"):
+            return
+        exprs = ", ".join(f"{field_sql(f.key, f.kind)} AS c{j}" for j, f in enumerate(self.fields))
+        keys = list(zip(page["item_id"], page["variant"], strict=True))
+        marks = ", ".join("(?, ?)" for _ in keys)
+        rows = store.execute(
+            f"SELECT r.item_id, r.variant, {exprs} FROM results r WHERE r.run_id = ? "
+            f"AND (r.item_id, r.variant) IN ({marks})", [self.run_id, *[x for k in keys for x in k]]).fetchall()
+        got = {(str(r[0]), str(r[1])): r[2:] for r in rows}
+        for j, f in enumerate(self.fields):
+            page[f.key] = [show_field((got.get((str(i), str(v))) or [None] * len(self.fields))[j], f.kind)
+                           for i, v in keys]
+
     def position(self, key: tuple[str, str]) -> int | None:
         with self.use() as store:
+            if self.scope != "failing":
+                sql, params = self._scoped_sql(self.group, self.min_conf)
+                row = store.execute(
+                    f"SELECT pos FROM (SELECT item_id, variant, row_number() OVER (ORDER BY "
+                    f"{Store._failing_order(self.sort)}) - 1 AS pos FROM ({sql})) WHERE item_id = ? AND variant = ?",
+                    [*params, key[0], key[1]]).fetchone()
+                return int(row[0]) if row else None
             return store.failing_position(self.run_id, key[0], key[1], sort=self.sort, **self._filters())

@@ -146,6 +146,7 @@ class ItemList(ScrollView, can_focus=True):
     def __init__(self, columns: list[tuple[str, str, int]], *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.columns = columns  # (key, title, width); width 0 = the rest
+        self.optional: frozenset[str] = frozenset()  # keys shown only on wide terminals (widths)
         self.data: dict[str, list[Any]] = {}
         self.n_total = 0
         self.order = np.zeros(0, dtype=np.int64)
@@ -153,6 +154,7 @@ class ItemList(ScrollView, can_focus=True):
         self.descending = False
         self.group_filter: str | None = None
         self.min_conf: float | None = None
+        self.scope = "failing"  # failing rows, all rows, or flagged rows (data: "failing"/"flagged" columns)
         self._cache: OrderedDict[tuple[int, bool, int], Strip] = OrderedDict()
         self.source: Any = None  # a FailingSource-like object, or None for in-memory data
         self._n = 0  # rows after filters, source mode
@@ -162,6 +164,17 @@ class ItemList(ScrollView, can_focus=True):
         self.header_widget: Any = None  # a Static showing `header()`, redrawn when the width changes
 
     # -- data -------------------------------------------------------------------------------
+    def set_columns(self, columns: list[tuple[str, str, int]], optional: set[str] | frozenset[str] = frozenset()) -> None:
+        """Show these columns (key, title, width; width 0 = the rest) from now on; the
+        `optional` ones only on terminals at least `OPTIONAL_MIN_WIDTH` cells wide."""
+        self.columns = columns
+        self.optional = frozenset(optional)
+        self._cache.clear()
+        self.virtual_size = Size(self._line_width(), self._len())
+        if self.header_widget is not None:
+            self.header_widget.update(self.header())
+        self.refresh()
+
     def set_data(self, data: dict[str, list[Any]]) -> None:
         key = self.current_key()
         self.source = None
@@ -181,8 +194,13 @@ class ItemList(ScrollView, can_focus=True):
         sort: str | None = None,
         group: str | None | bool = False,
         min_conf: float | None | bool = False,
+        scope: str | None = None,
     ) -> None:
         """Change sort and filters; the list then shows its first row (cursor and scroll at the top)."""
+        if scope is not None:
+            self.scope = scope
+            if self.source is not None:
+                self.source.scope = scope
         if sort is not None:
             self.sort_key = sort
         if group is not False:
@@ -199,6 +217,7 @@ class ItemList(ScrollView, can_focus=True):
         """Show rows served by `source` (set_view / page / position / n_all) instead of data."""
         key = self.current_key()
         self.source = source
+        source.scope = self.scope
         self.data = {}
         self.order = np.zeros(0, dtype=np.int64)
         self._apply_source(key)
@@ -248,9 +267,12 @@ class ItemList(ScrollView, can_focus=True):
         return self._n if self.source is not None else len(self.order)
 
     def _apply(self, keep: tuple[str, str] | None) -> None:
-        n = self.n_total
-        idx = np.arange(n, dtype=np.int64)
         d = self.data
+        n = len(next(iter(d.values()))) if d else 0
+        idx = np.arange(n, dtype=np.int64)
+        if n and self.scope in d:  # "failing" / "flagged": a bool column per row
+            idx = idx[np.asarray(d[self.scope], dtype=bool)[idx]]
+        self.n_total = len(idx)  # the scope's rows, before the group and confidence filters
         if n and self.group_filter is not None and "group" in d:
             g = np.asarray(d["group"], dtype=object)
             idx = idx[g[idx] == self.group_filter]
@@ -310,16 +332,25 @@ class ItemList(ScrollView, can_focus=True):
     def count(self) -> int:
         return self._len()
 
+    # Below this many cells the optional columns (a task's declared extras) are left out, so
+    # the list's own columns stay readable on an 80-column terminal.
+    OPTIONAL_MIN_WIDTH = 100
+
     def widths(self, width: int | None = None) -> list[int]:
-        """The column widths used at `width` cells (default: the widget's width)."""
+        """The column widths used at `width` cells (default: the widget's width); -1: not shown."""
         total = self.size.width if width is None else width
-        ws = [w for _, _, w in self.columns]
-        return fit_widths(ws, total) if total > 0 else ws
+        hide = 0 < total < self.OPTIONAL_MIN_WIDTH
+        ws = [-1 if hide and k in self.optional else w for k, _, w in self.columns]
+        shown = fit_widths([w for w in ws if w >= 0], total) if total > 0 else [w for w in ws if w >= 0]
+        it = iter(shown)
+        return [w if w < 0 else next(it) for w in ws]
 
     def header(self, width: int | None = None) -> Text:
         """The column titles, aligned with the rows as drawn at `width` cells."""
         t = Text(style="bold")
         for (_, title, _), w in zip(self.columns, self.widths(width), strict=True):
+            if w < 0:
+                continue
             t.append(set_cell_size(title, w) + " " if w else title)
         return t
 
@@ -353,6 +384,8 @@ class ItemList(ScrollView, can_focus=True):
         parts = []
         used = 0
         for (key, _, _), w in zip(self.columns, self.widths(), strict=True):
+            if w < 0:
+                continue
             v = row.get(key)
             if isinstance(v, float):
                 s = fmt(v, 2)

@@ -41,7 +41,8 @@ class ItemField:
 
     ``key`` names a results column (``prediction``, ``gold``, ``correct``, ``confidence``,
     ``probs``...) or a key inside it after a dot (``extra.method``, ``probs.yes``).
-    ``kind`` says how to format it: text, prob, number, bool or json.
+    ``kind`` says how to format it: text, prob, number, bool, json or flags (a list of
+    reasons, shown by their first words).
     """
 
     key: str

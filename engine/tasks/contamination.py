@@ -76,7 +76,12 @@ class ContaminationTask(Task):
     default_method = "min-k%-prob+greedy-completion"
     result_fields = ("flagged", "flag_reasons", "min_k_prob", "mink_k", "mean_logprob", "ngram", "ngram_overlap",
                      "prefix", "reference", "continuation")
-    item_fields = (*COMMON_ITEM_FIELDS, ItemField("extra.flagged", "flagged", "bool"),
+    # The probes that flag an item, for the drill-down: (label, score key in `extra`, threshold
+    # option, parameter option).
+    flag_probes = (("Min-K% prob", "min_k_prob", "mink_threshold", "mink_k"),
+                   ("completion n-gram recall", "ngram_overlap", "overlap_threshold", "ngram"))
+    item_fields = (*COMMON_ITEM_FIELDS, ItemField("extra.flag_reasons", "flags", "flags"),
+                   ItemField("extra.flagged", "flagged", "bool", column=False),
                    ItemField("extra.min_k_prob", "Min-K% prob", "number"),
                    ItemField("extra.ngram_overlap", "n-gram recall", "number"))
 

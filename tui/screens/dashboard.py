@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import pandas as pd
@@ -51,6 +52,7 @@ class DashboardScreen(BaseScreen):
         Binding("s", "sort", "Sort"),
         Binding("g", "group", "Group filter"),
         Binding("f", "conf", "Conf. filter"),
+        Binding("a", "scope", "Failing/all/flagged", show=False),  # hidden: keeps the footer snapshot stable
         Binding("l", "focus_list", "Items", show=False),
         Binding("x", "stop", "Stop run"),
         Binding("r", "resume", "Resume run"),
@@ -88,9 +90,17 @@ class DashboardScreen(BaseScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="dash-human")
     def _load_human(self) -> None:
-        from llmscope.tui.panels_human import human_data, render_human_summary
+        from llmscope.store.db import decode_json
+        from llmscope.tui.panels_human import human_data, human_kind, render_human_summary
 
         with self.llm_app.handle.use() as store:
+            # Whether the suite has human data at all, from its first items (as human_data
+            # decides), before human_data reads every item of a big suite.
+            spec = store.suite_spec(self.run["suite_id"]) or {}
+            first = store.execute("SELECT fields FROM items WHERE suite_id = ? ORDER BY idx LIMIT 50",
+                                  [self.run["suite_id"]]).fetchall()
+            if not any(human_kind(decode_json(f) or {}, spec, self.run.get("task")) for (f,) in first):
+                return
             d = human_data(store, self.run)
         if d.kind is not None:
             self.app.call_from_thread(self.query_one("#human", Static).update, render_human_summary(d))
@@ -107,6 +117,7 @@ class DashboardScreen(BaseScreen):
         self.active = True
         self.panel = 0
         self.no_gold: list[str] = []
+        self._painted = threading.Event()  # the first frame is on screen (see _first_frame)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -183,7 +194,15 @@ class DashboardScreen(BaseScreen):
                 feed, source = f, "live"
         progress: dict[str, Any] | None = None
         if initial and source == "db" and model is None:
-            self._first_frame()
+            first = self._first_frame()
+            if first is not None and self.PAGED_LIST and not self._is_active(first, "db"):
+                # A finished stored run: numbers from the pipeline and SQL aggregates, the list
+                # pages from DuckDB; no result or item rows are loaded into Python.
+                from llmscope.tui.model import stored_snapshot
+
+                with app.handle.use() as store:
+                    snap_, no_gold = stored_snapshot(store, first)
+                return DashData(first, None, snap_, "db", no_gold=no_gold)
         if source == "live":
             assert feed is not None
             snap = feed.progress() or {}
@@ -212,17 +231,24 @@ class DashboardScreen(BaseScreen):
             no_gold = variants_without_gold(model.df)
         return DashData(run, progress, snap_, source, model=model, feed=feed, no_gold=no_gold)
 
-    def _first_frame(self) -> None:
-        """Header and counts at once (one SQL query); the numbers follow from the pipeline."""
+    def _first_frame(self) -> dict[str, Any] | None:
+        """Header, counts and the first page of failing items at once (cheap SQL only); the
+        numbers follow from the pipeline. Returns the run (None: not found, _load_db says so).
+
+        The worker waits (at most a second) until that frame is painted, so the heavier work
+        after it does not compete with the first paint for the interpreter."""
         from llmscope.tui.model import quick_snapshot
 
         try:
             with self.llm_app.handle.use() as store:
                 run, snap = quick_snapshot(store, self.run_id)
         except StoreError:
-            return  # _load_db reports it
+            return None  # _load_db reports it
         if run is not None:
+            self._painted.clear()
             self.post_message(DashData(run, None, snap, "db"))
+            self._painted.wait(1.0)
+        return run
 
     def _load_db(self, run_id: str, model: RunModel | None) -> tuple[dict[str, Any], RunModel]:
         """The stored run and its model (made when `model` is None), polled for new rows."""
@@ -240,7 +266,7 @@ class DashboardScreen(BaseScreen):
         self.run, self.source, self.feed, self.no_gold = msg.run, msg.source, msg.feed, (msg.no_gold or [])
         if msg.model is not None:
             self.model = msg.model
-            self.run_id = str(msg.run.get("run_id") or self.run_id)  # a prefix becomes the full id
+        self.run_id = str(msg.run.get("run_id") or self.run_id)  # a prefix becomes the full id
         h = self.llm_app.running.get(self.run_id)
         if h is not None and not h.reporter.ended:
             self._resume_pending = False  # the resumed run is writing
@@ -249,9 +275,13 @@ class DashboardScreen(BaseScreen):
         if status != getattr(self, "_bound_status", None):
             self._bound_status = status
             self.refresh_bindings()  # Stop run / Resume run follow the status
+        self._task_columns(msg.run, msg.snap)
         self._show_header(msg.run, msg.progress, msg.snap, msg.source)
         if msg.snap.pending:
             self.query_one("#acc", Static).update(Text("computing metrics ...", style="dim"))
+            if not self.active and msg.source == "db":
+                self._page_list(msg.snap.group_field)
+            self.call_after_refresh(self._painted.set)
             return
         if msg.snap.version != self._shown_version:
             self._shown_version = msg.snap.version
@@ -360,7 +390,7 @@ class DashboardScreen(BaseScreen):
             for r in snap.other_hist.itertuples():
                 o.append(f"{r.lo:.1f}-{r.hi:.1f} {bar(r.share, 20)} {int(r.count)}\n")
         self.query_one("#other", Static).update(o)
-        if self.run.get("task") == "syntaxgym":  # SG panel
+        if snap.sg_overall is not None or snap.sg:  # the pipeline reported SG scores: the SG panel
             from llmscope.tui.panels_surprisal import sg_panel
 
             self.query_one("#other", Static).update(sg_panel(snap))
@@ -379,7 +409,7 @@ class DashboardScreen(BaseScreen):
             cal.append(fmt(snap.brier_yes))
         self.query_one("#cal", Static).update(cal)
         # humans
-        if model is not None and model.has_human and snap.human_hist:
+        if snap.human_hist:
             self.query_one("#human-plot", Static).update(human_histogram(snap.human_hist))
             hs = snap.human_stats or {}
             h = Text()
@@ -397,24 +427,47 @@ class DashboardScreen(BaseScreen):
                 "  (P(yes) vs humans)"
             )
             self.query_one("#human", Static).update(h)
-        elif model is not None and not self.active and self.source == "db" and not getattr(self, "_human_asked", False):
+        elif not self.active and self.source == "db" and not getattr(self, "_human_asked", False):
             # other human data (choice counts, ratings, answer clusters): summarised once the run is stored
             self._human_asked = True
             self._load_human()
         # failing items
-        lst = self.query_one(ItemList)
-        if self.PAGED_LIST and not self.active and self.source == "db" and model is not None:
-            # A finished stored run: the list pages from DuckDB (sorted and filtered in SQL).
-            if lst.source is None:
-                from llmscope.tui.pages import FailingSource
-
-                g0 = model.group_by[0] if model.group_by else None
-                lst.set_source(FailingSource(self.llm_app.handle.use, self.run_id, g0))
+        if self.PAGED_LIST and not self.active and self.source == "db":
+            g0 = model.group_by[0] if model is not None and model.group_by else snap.group_field
+            self._page_list(g0)
         else:
-            lst.set_data(snap.failing)
+            self.query_one(ItemList).set_data(snap.failing)
         self._group_values = snap.group_values
         self._fail_title()
         self._tooltips()
+
+    def _task_columns(self, run: dict[str, Any], snap: Snapshot) -> None:
+        """Once the run's task is known: the list shows the columns the task declares
+        (`Task.item_fields`), and a run without scored rows (e.g. contamination probes)
+        lists all its rows rather than an empty failing list."""
+        task = run.get("task")
+        if not task or getattr(self, "_columns_task", None) == task:
+            return
+        from llmscope.tui.model import list_fields
+
+        self._columns_task = task
+        width = {"flags": 14, "number": 8, "prob": 6, "bool": 5}
+        extra = [(f.key, f.label, width.get(f.kind, 10)) for f in list_fields(task)]
+        lst = self.query_one(ItemList)
+        lst.set_columns([*FAIL_COLUMNS[:-1], *extra, FAIL_COLUMNS[-1]], optional={k for k, _, _ in extra})
+        if snap.n and not snap.n_scored and lst.scope == "failing":
+            lst.scope = "all"
+
+    def _page_list(self, group_field: str | None) -> None:
+        """A finished stored run: the list pages from DuckDB (sorted and filtered in SQL)."""
+        lst = self.query_one(ItemList)
+        if self.PAGED_LIST and lst.source is None:
+            from llmscope.tui.model import list_fields
+            from llmscope.tui.pages import FailingSource
+
+            lst.set_source(FailingSource(self.llm_app.handle.use, self.run_id, group_field,
+                                         list_fields(self.run.get("task"))))
+            self._fail_title()
 
     def _tooltips(self) -> None:
         """Hovering a panel shows the definition of each metric it shows."""
@@ -486,7 +539,7 @@ class DashboardScreen(BaseScreen):
     def _fail_title(self) -> None:
         lst = self.query_one(ItemList)
         t = Text()
-        t.append(f"Failing items {lst.count}", style="bold")
+        t.append(f"{lst.scope.capitalize()} items {lst.count}", style="bold")
         if lst.count != lst.n_total:
             t.append(f" of {lst.n_total}")
         t.append(f"   sort: {lst.sort_key}")
@@ -514,6 +567,16 @@ class DashboardScreen(BaseScreen):
         lst = self.query_one(ItemList)
         i = steps.index(lst.min_conf) if lst.min_conf in steps else 0
         lst.set_view(min_conf=steps[(i + 1) % len(steps)])
+        self._fail_title()
+
+    def action_scope(self) -> None:
+        """Failing rows, all rows, or (for a task that flags items) the flagged ones."""
+        from llmscope.tui.model import has_flags
+
+        scopes = ["failing", "all", *(["flagged"] if has_flags(self.run.get("task")) else [])]
+        lst = self.query_one(ItemList)
+        i = scopes.index(lst.scope) if lst.scope in scopes else 0
+        lst.set_view(scope=scopes[(i + 1) % len(scopes)])
         self._fail_title()
 
     def action_focus_list(self) -> None:

@@ -64,7 +64,8 @@ class ItemScreen(BaseScreen):
         d = self.dashboard
         if d is not None and d.source == "live" and d.model is not None:
             out.append({"run_id": self.run_ids[0], **item_detail_live(d.model, self.item_id, d.feed),
-                        "spec": d.model.spec, "task": d.model.task})
+                        "spec": d.model.spec, "task": d.model.task,
+                        "run_options": d.model.run.get("options") or {}})
         else:
             with self.llm_app.handle.use() as store:
                 for rid in self.run_ids:
@@ -72,6 +73,7 @@ class ItemScreen(BaseScreen):
                     run = store.get_run(rid)
                     if run is not None:  # what the human-vs-model section needs (tui/panels_human.py)
                         det["spec"], det["task"] = store.suite_spec(run["suite_id"]), run.get("task")
+                        det["run_options"] = run.get("options") or {}
                         if "clusters" in (det.get("fields") or {}):
                             det["probeval"] = store.load_analysis(rid, "probeval")
                     out.append(det)
@@ -145,11 +147,66 @@ def _run_parts(d: dict[str, Any], head: bool) -> list[Any]:
     if not d.get("variants"):
         out.append(Text("no result for this item in this run", style="dim"))
     for v in d.get("variants", []):
-        out.extend(_render_variant(v))
+        out.extend(_render_variant(v, task_fields(v, d.get("task"), d.get("run_options") or {})))
     return out
 
 
-def _render_variant(v: dict[str, Any]) -> list[Any]:
+def _options(task: str | None, options: dict[str, Any]) -> dict[str, Any]:
+    """The run's task options over the task's declared defaults (engine/tasks option_specs)."""
+    from llmscope.engine.tasks.registry import TASKS
+
+    cls = TASKS.get(task) if isinstance(task, str) else None
+    opts = {o.name: o.default for o in getattr(cls, "option_specs", ())}
+    inner = options.get("task")  # as `llmscope run` records them
+    inner = inner if isinstance(inner, dict) else {}
+    opts.update({k: v for k, v in inner.items() if k in opts})
+    return opts
+
+
+def task_fields(v: dict[str, Any], task: str | None, options: dict[str, Any]) -> list[Any]:
+    """The fields the run's task declares for its rows (`Task.item_fields`) beyond the ones
+    drawn above, and, for a task that flags items, each probe's score, threshold and flag."""
+    from llmscope.engine.tasks.registry import TASKS
+    from llmscope.tui.model import FLAG_KEY, field_value, show_field, task_item_fields
+
+    shown = {"prediction", "gold", "correct", "confidence", "error", "probs", "option_scores", "other"}
+    out: list[Any] = []
+    rows = [(f.label, show_field(field_value(v, f.key), f.kind)) for f in task_item_fields(task)
+            if f.key not in shown and f.key != FLAG_KEY]
+    if rows:
+        out.append(Text("task fields", style="bold"))
+        t = Table(box=None, padding=(0, 1), show_header=False)
+        t.add_column(no_wrap=True, style="dim")
+        t.add_column()
+        for label, val in rows:
+            t.add_row(literal(label), literal(val[:500]))
+        out.append(t)
+    probes = getattr(TASKS.get(task) if isinstance(task, str) else None, "flag_probes", ())
+    if probes:
+        opts = _options(task, options)
+        flagged = field_value(v, FLAG_KEY)
+        head = Text("flags ", style="bold")
+        head.append("FLAGGED" if flagged else "not flagged", style="bold red" if flagged else "green")
+        out.append(head)
+        t = Table(box=None, padding=(0, 1), header_style="bold")
+        for c in ("probe", "score", "threshold", "flag"):
+            t.add_column(c, justify="left" if c == "probe" else "right")
+        for label, key, thr_opt, par_opt in probes:
+            score = field_value(v, f"extra.{key}")
+            thr = opts.get(thr_opt)
+            par = field_value(v, f"extra.{par_opt}") or opts.get(par_opt)
+            reasons = field_value(v, "extra.flag_reasons")  # the task's own decision, as stored
+            hit = isinstance(reasons, list) and any(str(r).split()[:1] == [key] for r in reasons)
+            t.add_row(literal(f"{label} ({par_opt} {par})" if par is not None else label),
+                      show_field(score, "number"),
+                      Text("none (never flags)", style="dim") if thr is None else f"≥ {thr}",
+                      Text("yes", style="bold red") if hit else Text("no", style="dim"))
+        out.append(t)
+    return out
+
+
+def _render_variant(v: dict[str, Any], declared: list[Any] | None = None) -> list[Any]:
+    """One variant's row; ``declared`` (the task's fields and flags) follows its first line."""
     out: list[Any] = []
     corr = v.get("correct")
     mark = (
@@ -173,6 +230,7 @@ def _render_variant(v: dict[str, Any]) -> list[Any]:
     out.append(line)
     if v.get("error"):
         out.append(Text.assemble(("error ", "bold red"), literal(v["error"])))
+    out.extend(declared or [])
     if v.get("prompt"):
         out.append(Text("prompt (exactly as rendered for the model)", style="bold"))
         out.append(literal(v["prompt"], "italic"))

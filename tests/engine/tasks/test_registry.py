@@ -49,7 +49,7 @@ def test_each_task_declares_its_hooks(name: str) -> None:
     assert cls.needs <= CAPABILITIES
     assert cls.item_fields and all(isinstance(f, ItemField) for f in cls.item_fields)
     for f in cls.item_fields:
-        assert f.kind in ("text", "prob", "number", "bool", "json")
+        assert f.kind in ("text", "prob", "number", "bool", "json", "flags")
         head, _, key = f.key.partition(".")
         assert head in RESULT_COLUMNS | {"extra"}, f.key
         if head == "extra":

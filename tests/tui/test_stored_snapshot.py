@@ -1,0 +1,113 @@
+"""A finished stored run's dashboard numbers come from SQL (`tui.model.stored_snapshot`)
+without loading its rows: they equal the in-memory path over the same rows and values
+computed here by hand from the rows' generating rule (tests/helpers/tui.py)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from llmscope.engine.types import Result
+from llmscope.store.db import Store
+from llmscope.tui.app import LlmscopeApp
+from llmscope.tui.model import LIGHT_COLS, RunModel, load_items, quick_snapshot, stored_snapshot
+from llmscope.tui.pages import FailingSource
+from llmscope.tui.screens import DashboardScreen
+from llmscope.tui.widgets import ItemList
+from tests.helpers.tui import (
+    CATEGORIES,
+    add_suite,
+    create_run,
+    expected_accuracy,
+    screen_text,
+    settle,
+    toy_result,
+)
+
+N = 30
+
+
+def _db(path: Path) -> Path:
+    """q1 rows with gold, q3 rows without (their accuracy is undefined), one error row."""
+    with Store(path) as s:
+        items = add_suite(s, N)
+        create_run(s, "r", 2 * N + 1)
+        rows = [toy_result(it, i) for i, it in enumerate(items)]
+        for i, it in enumerate(items):
+            r = toy_result(it, i, "q3")
+            rows.append(Result(item_id=r.item_id, variant="q3", probs=r.probs, other=r.other,
+                               prediction=r.prediction, confidence=r.confidence))
+        rows.append(Result(item_id=items[0].item_id, variant="q2", error="timeout"))
+        s.write_results("r", rows)
+    return path
+
+
+def _hundredths(i: int) -> int:
+    return 5 + (i * 37) % 81  # P(yes) of item i in hundredths (tests/helpers/tui.py p_yes_for)
+
+
+def test_stored_snapshot_by_hand_and_equal_to_rows(tmp_path: Path) -> None:
+    path = _db(tmp_path / "s.duckdb")
+    with Store(path, read_only=True) as s:
+        run = s.get_run("r")
+        assert run is not None
+        snap, no_gold = stored_snapshot(s, run)
+        model = RunModel(run, s.suite_spec(run["suite_id"]), load_items(s, run["suite_id"]))
+        model.poll_db(s)
+        mem = model.compute()
+    # by hand
+    assert (snap.n, snap.n_errors, snap.n_scored) == (2 * N + 1, 1, N)
+    assert snap.overall is not None
+    assert math.isclose(snap.overall.mean, expected_accuracy(N, ("q1",)), abs_tol=1e-12)
+    assert no_gold == ["q3"]
+    assert snap.group_field == "category" and snap.group_values == sorted(CATEGORIES)
+    agree = [0] * 10  # humans agree (human_q1 = 1, gold yes: even items), q1 rows only
+    disagree = [0] * 10
+    for i in range(N):
+        (agree if i % 2 == 0 else disagree)[_hundredths(i) // 10] += 1
+    assert snap.human_hist == {"humans agree": agree, "humans disagree": disagree}
+    # P(other) = 0.1 on every answered row (q1 and q3): all in the [0.1, 0.2) bin
+    assert snap.other_hist is not None and snap.other_hist["count"].tolist() == [0] + [2 * N] + [0] * 8
+    # the same numbers as the path that holds every row
+    assert snap.accuracy_name == mem.accuracy_name
+    assert [(a.label, a.mean, a.n) for a in snap.variants] == [(a.label, a.mean, a.n) for a in mem.variants]
+    assert snap.groups.keys() == mem.groups.keys()
+    assert snap.human_hist == mem.human_hist and snap.human_stats == mem.human_stats
+    assert snap.rel_bins is not None and mem.rel_bins is not None
+    assert np.allclose(snap.rel_bins.to_numpy(float), mem.rel_bins.to_numpy(float), equal_nan=True)
+    assert snap.other_hist.equals(mem.other_hist)
+    assert snap.group_values == mem.group_values
+    assert (snap.ece, snap.brier) == (mem.ece, mem.brier)
+
+
+def test_quick_snapshot_counts_and_light_columns(tmp_path: Path) -> None:
+    path = _db(tmp_path / "q.duckdb")
+    with Store(path, read_only=True) as s:
+        run, snap = quick_snapshot(s, "r")
+    assert run is not None and snap.pending
+    assert (snap.n, snap.n_errors, snap.n_scored, snap.group_field) == (2 * N + 1, 1, N, "category")
+    # the light columns are the store's columns, without the heavy ones
+    assert {"item_id", "variant", "seq", "correct", "confidence", "p_yes", "probs"} <= set(LIGHT_COLS)
+    assert not {"prompt", "top_tokens", "option_scores", "extra"} & set(LIGHT_COLS)
+
+
+async def test_dashboard_of_stored_run_holds_no_rows(tmp_path: Path) -> None:
+    """The finished run's dashboard: numbers from SQL, the list paged; no RunModel is built."""
+    path = _db(tmp_path / "d.duckdb")
+    app = LlmscopeApp(path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+        scr = app.screen
+        assert isinstance(scr, DashboardScreen)
+        assert scr.model is None  # no light rows, no items loaded
+        lst = scr.query_one(ItemList)
+        assert isinstance(lst.source, FailingSource)
+        n_wrong = round(N * (1 - expected_accuracy(N, ("q1",))))
+        assert lst.n_total == n_wrong + 1  # the wrong q1 rows and the error row
+        text = screen_text(app)
+        assert f"{expected_accuracy(N, ('q1',)):.3f}" in text
+        assert "q3: no gold for this variant" in text
