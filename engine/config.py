@@ -41,9 +41,13 @@ NUMERIC_RANGES: dict[str, tuple[str, float | None, float | None]] = {
 IDENTITY_FIELDS = (
     "kind", "model", "base_url", "revision", "trust_remote_code", "adapter", "system_prompt",
     "dtype", "load_in_8bit", "load_in_4bit", "sp_prefix", "top_logprobs", "samples", "reasoning", "seed",
+    "reasoning_effort",
 )
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# The OpenAI `reasoning_effort` values (chat requests); None = not sent unless the model is a
+# reasoning model, which then gets the backend's fallback ladder (minimal, low, none).
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
 
 
 @dataclass
@@ -60,6 +64,7 @@ class BackendConfig:
     top_logprobs: int = 20
     samples: int | None = None
     reasoning: bool = False
+    reasoning_effort: str | None = None  # one of REASONING_EFFORTS: sent as given, never lowered
     # local models
     device: str = "auto"
     dtype: str = "auto"
@@ -90,6 +95,9 @@ class BackendConfig:
                 raise ConfigError(f"{flag} must be between {_num(lo)} and {_num(hi)}, got {_num(v)}")
         if self.dtype not in DTYPES:
             raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.reasoning_effort is not None and self.reasoning_effort not in REASONING_EFFORTS:
+            raise ConfigError(f"--reasoning-effort must be one of {', '.join(REASONING_EFFORTS)}, "
+                              f"got {self.reasoning_effort!r}")
         if self.load_in_8bit and self.load_in_4bit:
             raise ConfigError("--load-in-8bit and --load-in-4bit exclude each other; choose one")
         urls = [self.base_url] if isinstance(self.base_url, str) else list(self.base_url or [])
@@ -109,6 +117,9 @@ class BackendConfig:
             given = [flag for flag, v in local_only.items() if v]
             if given:
                 raise ConfigError(f"{', '.join(given)} apply to local models only, not to {cfg.model}")
+        elif cfg.reasoning_effort is not None:
+            raise ConfigError(f"--reasoning-effort applies to API models (openai:NAME) only, not to "
+                              f"{cfg.model or 'the default model'}")
         return cfg, spec
 
     # -- records ------------------------------------------------------------------------
@@ -129,7 +140,7 @@ class BackendConfig:
         """The fields that define what the model answers (compared on resume)."""
         out = {k: getattr(self, k) for k in IDENTITY_FIELDS}
         if self.kind != "openai":
-            for k in ("base_url", "top_logprobs", "samples", "reasoning"):
+            for k in ("base_url", "top_logprobs", "samples", "reasoning", "reasoning_effort"):
                 out.pop(k)
         return out
 
@@ -260,6 +271,9 @@ def _build_openai(cfg: BackendConfig, spec: ModelSpec) -> BuiltBackend:
         kw["samples"] = cfg.samples
     if cfg.reasoning:
         kw["reasoning"] = True
+    if cfg.reasoning_effort is not None:
+        kw["reasoning_effort"] = cfg.reasoning_effort
+        kw["fixed_effort"] = True
     try:
         backend = OpenAIBackend(**kw)
     except BackendError as e:  # e.g. no key for api.openai.com
@@ -272,6 +286,8 @@ def _build_openai(cfg: BackendConfig, spec: ModelSpec) -> BuiltBackend:
     resolved = dataclasses.replace(cfg, base_url=urls if len(urls) > 1 else desc.get("base_url"))
     ident = {"backend": "openai", "base_url": resolved.base_url, "top_logprobs": cfg.top_logprobs,
              **_model_args(cfg)}
+    if cfg.reasoning_effort is not None:  # only when set, so runs without it keep their ids
+        ident["reasoning_effort"] = cfg.reasoning_effort
     return BuiltBackend(backend, spec, resolved, ident)
 
 
@@ -335,4 +351,4 @@ def _check_adapter(adapter: str) -> None:
         raise ConfigError(f"--adapter {adapter}: no adapter_config.json in that folder (is it a PEFT adapter?)")
 
 
-__all__ = ["BackendConfig", "BuiltBackend", "ConfigError", "ModelSpecError", "build_backend", "register"]
+__all__ = ["REASONING_EFFORTS", "BackendConfig", "BuiltBackend", "ConfigError", "ModelSpecError", "build_backend", "register"]

@@ -395,6 +395,7 @@ class OpenAIBackend(Backend):
         *,
         logprobs: bool | None = None,
         reasoning_effort: str | None = "minimal",
+        fixed_effort: bool = False,
         sample_max_tokens: int | None = None,
         loglik_batch: int = 8,
         backoff_base: float = 0.5,
@@ -421,6 +422,9 @@ class OpenAIBackend(Backend):
         - `reasoning`: None = guess from the model name (o1/o3/o4/gpt-5); reasoning models
           get `reasoning_effort` ("minimal", then "low" if rejected, then none) and
           the suffix REASONING_SUFFIX on yes/no and label prompts.
+        - `fixed_effort`: True = `reasoning_effort` was chosen by the user (--reasoning-effort):
+          it is sent with every chat request, whatever the model, and a server's rejection is
+          an error naming the flag (never answered with a lower effort).
         - `max_tokens`: tokens generated for the log-probability request (1-2 suffice).
         - `sample_max_tokens`: tokens per sampled answer (default 8, 2048 for reasoning
           models whose hidden reasoning counts against it).
@@ -462,7 +466,10 @@ class OpenAIBackend(Backend):
         self.samples = max(1, int(samples))
         self.max_tokens = max(1, int(max_tokens))
         self.reasoning = is_reasoning_model(model) if reasoning is None else bool(reasoning)
-        self.reasoning_effort: str | None = reasoning_effort if self.reasoning else None
+        self.fixed_effort = bool(fixed_effort and reasoning_effort)
+        self.reasoning_effort: str | None = (
+            reasoning_effort if (self.reasoning or self.fixed_effort) else None
+        )
         self.sample_max_tokens = sample_max_tokens or (2048 if self.reasoning else 8)
         self.loglik_batch = max(1, int(loglik_batch))
         self.policy = RetryPolicy(
@@ -830,6 +837,10 @@ class OpenAIBackend(Backend):
                 return True
         if param == "reasoning_effort" and "reasoning_effort" in body:
             current = body["reasoning_effort"]
+            if self.fixed_effort:  # the user asked for this effort: never answer with another
+                raise BackendError(
+                    f"{self.model}: server rejects --reasoning-effort {current}: {msg}"
+                ) from None
             self._efforts_tried.append(str(current))
             self.reasoning_effort = _EFFORT_LADDER.get(current)
             return True
@@ -864,7 +875,7 @@ class OpenAIBackend(Backend):
             body["max_tokens"] = max_tokens
         if self.seed is not None:
             body["seed"] = self.seed
-        if chat and self.reasoning and self.reasoning_effort:
+        if chat and self.reasoning_effort:  # set only for reasoning models or by the user
             body["reasoning_effort"] = self.reasoning_effort
         return body
 

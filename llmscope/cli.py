@@ -519,6 +519,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def build_parser(settings: Any = None) -> argparse.ArgumentParser:
     """The argument parser; `settings` (from llmscope.toml files) supplies defaults beneath flags."""
     from llmscope import __version__
+    from llmscope.engine.config import REASONING_EFFORTS
     from llmscope.settings import Settings
 
     cfg: Settings = settings if settings is not None else Settings()
@@ -591,6 +592,9 @@ def build_parser(settings: Any = None) -> argparse.ArgumentParser:
     r.add_argument("--timeout", type=float, default=None, help="API request timeout in seconds")
     r.add_argument("--samples", type=int, default=None, help="samples per item when an API gives no logprobs")
     r.add_argument("--reasoning", action="store_true", default=None, help="treat the API model as a reasoning model")
+    r.add_argument("--reasoning-effort", default=None, metavar="EFFORT",
+                   help=f"reasoning_effort sent with every chat request to an API model ({', '.join(REASONING_EFFORTS)}); "
+                        "default: not sent, except 'minimal' (then 'low', then none) for reasoning models")
     r.add_argument("--no-cache", action="store_true",
                    help="do not reuse or store responses in the shared response cache")
     r.add_argument("--plan", help="a pre-registration plan file (llmscope plan): suite, model, options and seed "

@@ -70,7 +70,7 @@ def _holder(path: str, pid: int | None) -> str:
 # Fields of engine.config.BackendConfig that the `run` command's flags fill (flag dest = field).
 CONFIG_FLAGS = (
     "base_url", "concurrency", "timeout", "max_retries", "top_logprobs", "samples", "reasoning",
-    "device", "dtype", "batch_size", "threads", "sp_prefix", "revision", "trust_remote_code", "adapter",
+    "reasoning_effort", "device", "dtype", "batch_size", "threads", "sp_prefix", "revision", "trust_remote_code", "adapter",
     "load_in_8bit", "load_in_4bit", "system_prompt", "chat", "seed",
 )
 

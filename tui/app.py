@@ -56,13 +56,16 @@ def screen_commands(screen: Screen[Any]) -> list[tuple[str, str, Callable[[], An
     """(title, help, callback) for each enabled binding of `screen`, of the llmscope widgets in
     its focus chain and of the app; Textual's own widget keys (cursor moves, editing) are left out."""
     out: list[tuple[str, str, Callable[[], Any]]] = []
-    seen: set[tuple[int, str]] = set()
-    for key, ab in screen.active_bindings.items():
-        node, b = ab.node, ab.binding
+    seen: set[tuple[str, str]] = set()
+    chain = [(key, ab.node, ab.binding, ab.enabled) for key, ab in screen.active_bindings.items()]
+    if screen.is_modal:  # Textual leaves the app's keys out below a modal screen; F1, ctrl+q still work there
+        chain += [(key, screen.app, b, True) for key, b in screen.app._bindings]
+    for key, node, b, enabled in chain:
         ours = node is screen or isinstance(node, App) or type(node).__module__.startswith("llmscope")
-        if not ours or not ab.enabled or not b.description or (id(node), b.action) in seen:
+        ident = (b.description, b.action.removeprefix("app."))
+        if not ours or not enabled or not b.description or ident in seen:
             continue
-        seen.add((id(node), b.action))
+        seen.add(ident)
         keys = b.key_display or screen.app.get_key_display(b)
         where = "app" if isinstance(node, App) else type(node).__name__.removesuffix("Screen")
         # The action runs in the namespace it is bound in, as its key press would run it.

@@ -22,7 +22,15 @@ from textual.containers import Grid, VerticalScroll
 from textual.message import Message
 from textual.widgets import Button, Input, Label, Select, Static
 
-from llmscope.engine.config import DTYPES, NUMERIC_RANGES, BackendConfig, ConfigError, parse_options
+from llmscope.engine.config import (
+    DTYPES,
+    NUMERIC_RANGES,
+    REASONING_EFFORTS,
+    BackendConfig,
+    ConfigError,
+    ModelSpecError,
+    parse_options,
+)
 
 __all__ = ["FIELDS", "FormError", "FormField", "FormRun", "RunForm", "check_task_options", "form_run"]
 
@@ -56,6 +64,8 @@ FIELDS: tuple[FormField, ...] = (
     FormField("seed", "f-seed", "seed", kind="int", default="0"),
     FormField("top_logprobs", "f-top-logprobs", "top-logprobs", kind="int", default="20"),
     FormField("reasoning", "f-reasoning", "reasoning", kind="select", default="off", choices=("off", "on")),
+    FormField("reasoning_effort", "f-effort", "effort", kind="select", default="default",
+              choices=("default", *REASONING_EFFORTS)),
     FormField("options", "f-options", "task options", placeholder="key=value ... (JSON values)"),
 )
 BY_NAME = {f.name: f for f in FIELDS}
@@ -89,7 +99,7 @@ def _flag_field(message: str) -> str | None:
     for name, (flag, _lo, _hi) in NUMERIC_RANGES.items():
         if message.startswith(flag + " "):
             return name
-    for flag, name in (("--dtype", "dtype"), ("--base-url", "base_url")):
+    for flag, name in (("--dtype", "dtype"), ("--base-url", "base_url"), ("--reasoning-effort", "reasoning_effort")):
         if message.startswith(flag):
             return name
     return None
@@ -132,6 +142,7 @@ def form_run(values: Mapping[str, str]) -> FormRun:
         dtype=val("dtype") or "auto",
         chat=chat,
         reasoning=val("reasoning") == "on",
+        reasoning_effort=None if val("reasoning_effort") in ("", "default") else val("reasoning_effort"),
     )
     for name in ("threads", "batch_size", "concurrency", "seed", "top_logprobs"):
         n = number(name)
@@ -139,8 +150,12 @@ def form_run(values: Mapping[str, str]) -> FormRun:
             cfg = dataclasses.replace(cfg, **{name: n})
     try:
         cfg.validate()
+        if cfg.reasoning_effort is not None:  # API models only: the same rule `llmscope run` applies
+            cfg.resolve()
     except ConfigError as e:
         raise FormError(_flag_field(str(e)) or "model", str(e)) from None
+    except ModelSpecError as e:  # the model argument itself is wrong
+        raise FormError("model", str(e)) from None
     return FormRun(suite=suite, suite_path=val("suite_path") or None, options=options, limit=limit, config=cfg)
 
 
@@ -254,11 +269,11 @@ class RunForm(VerticalScroll):
 
     # -- inline checks ----------------------------------------------------------------------
     def on_input_changed(self, event: Input.Changed) -> None:
-        if event.input.id in ("f-suite", "f-suite-path", "f-options"):
+        if event.input.id in ("f-suite", "f-suite-path", "f-options", "f-model"):
             self.check()
 
     def on_select_changed(self, event: Select.Changed) -> None:
-        if event.select.id == "f-chat":
+        if event.select.id in ("f-chat", "f-effort"):
             self.check()
 
     def check(self) -> None:

@@ -27,13 +27,13 @@ def test_every_field_fills_the_config_the_cli_fills() -> None:
         "suite": "commonsense-sample", "suite_path": "", "model": "openai:m", "base_url": "http://x/v1",
         "device": "cpu", "dtype": "float32", "chat": "off", "threads": "3", "batch_size": "5",
         "concurrency": "7", "limit": "9", "seed": "11", "top_logprobs": "13", "reasoning": "on",
-        "options": "top_k=4 content_free='[\"N/A\"]'",
+        "reasoning_effort": "high", "options": "top_k=4 content_free='[\"N/A\"]'",
     }
     run = form_run(values)
     cli = _cli_config(["--suite", "commonsense-sample", "--model", "openai:m", "--base-url", "http://x/v1",
                        "--device", "cpu", "--dtype", "float32", "--no-chat", "--threads", "3",
                        "--batch-size", "5", "--concurrency", "7", "--seed", "11", "--top-logprobs", "13",
-                       "--reasoning"])
+                       "--reasoning", "--reasoning-effort", "high"])
     assert run.config == cli
     assert run.suite == "commonsense-sample" and run.suite_path is None and run.limit == 9
     assert run.options == {"top_k": 4, "content_free": ["N/A"]}
@@ -56,6 +56,7 @@ def test_defaults_equal_the_cli_defaults() -> None:
         ("limit", "0", "limit must be 1 or more, got 0"),
         ("options", "top_k", "options expect key=value, got 'top_k'"),
         ("suite", "", "choose a suite"),
+        ("reasoning_effort", "low", "--reasoning-effort applies to API models (openai:NAME) only"),
     ],
 )
 def test_bad_values_name_their_field(field: str, text: str, needle: str) -> None:
@@ -130,6 +131,31 @@ async def test_form_runs_an_openai_compatible_server_with_every_api_option(tmp_p
     assert any(e["body"].get("top_logprobs") == 7 or e["body"].get("logprobs") == 7 for e in log)
     # chat off: every item is scored on the completions endpoint (the probe may try chat once)
     assert sum(e["path"].endswith("/v1/completions") for e in log) == n
+
+
+async def test_form_sends_the_reasoning_effort_with_every_chat_request(tmp_path: Path, oai) -> None:  # noqa: F811
+    oai.script("", top=[["Yes", -0.3], ["No", -1.5]])
+    db, run_id = await _start_from_form(tmp_path, {
+        "suite": "commonsense-sample", "model": "openai:test-model", "base_url": oai.base_url,
+        "limit": "1", "chat": "on", "reasoning_effort": "medium",
+    })
+    run, n = _stored(db, run_id)
+    assert run["backend_config"]["reasoning_effort"] == "medium" and n == 3
+    chats = [e for e in oai.log() if e["path"].endswith("/chat/completions")]
+    assert len(chats) >= n and {e["body"].get("reasoning_effort") for e in chats} == {"medium"}
+
+
+async def test_effort_for_a_local_model_is_refused_inline(tmp_path: Path) -> None:
+    app = LlmscopeApp(tmp_path / "x.duckdb")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        form = app.screen.query_one(RunForm)
+        form.set_value("suite", "commonsense-sample")
+        form.set_value("reasoning_effort", "low")  # the model field is empty: the embedded default
+        want = "--reasoning-effort applies to API models (openai:NAME) only"
+        assert await wait_until(pilot, lambda: want in str(form.query_one("#f-check").render()))
+        form.set_value("model", "openai:m")
+        assert await wait_until(pilot, lambda: "✔" in str(form.query_one("#f-check").render()))
 
 
 async def test_form_runs_a_local_hf_folder_with_every_local_option(tmp_path: Path) -> None:

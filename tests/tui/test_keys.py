@@ -211,3 +211,86 @@ async def test_workers_return_results_the_ui_thread_applies(db: Path) -> None:
         w = item.load()
         await w.wait()
         assert isinstance(w.result, ItemLoaded) and w.result.details[0]["run_id"] == "run-a"
+
+
+def _declared(node: object) -> list[tuple[str, str, str]]:
+    """(key, action, description) of every binding a class declares, read from its BINDINGS."""
+    from textual.binding import Binding
+
+    out = []
+    for b in getattr(type(node), "BINDINGS", []):
+        if isinstance(b, Binding):
+            for key in b.key.split(","):
+                out.append((key.strip(), b.action, b.description))
+    return out
+
+
+def _expected_titles(app: LlmscopeApp) -> set[str]:
+    """Every described binding of the screen, of the llmscope widgets around the focus, and of
+    the app, less the actions the screen disables for this run (e.g. Stop for a finished run)."""
+    screen = app.screen
+    nodes: list[object] = [screen, app]
+    w = app.focused
+    while w is not None and w is not screen:
+        if type(w).__module__.startswith("llmscope"):
+            nodes.append(w)
+        w = w.parent  # type: ignore[assignment]
+    out = set()
+    for node in nodes:
+        for _key, action, desc in _declared(node):
+            if not desc:
+                continue
+            if node is screen and "." not in action and screen.check_action(action.split("(")[0], ()) is False:
+                continue
+            out.add(desc)
+    return out
+
+
+async def test_every_screen_offers_every_binding_and_opens_help(db: Path) -> None:
+    """On every screen: the command palette (ctrl+p) offers each binding the screen, its
+    focused llmscope widgets and the app declare; F1 and ? open Help; Esc closes it again."""
+    app = LlmscopeApp(db)
+    seen: list[str] = []
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+
+        async def check(name: str) -> None:
+            screen = app.screen
+            palette = {c.title for c in app.get_system_commands(screen)}
+            missing = _expected_titles(app) - palette
+            assert not missing, (name, missing)
+            for key in ("f1", "question_mark"):
+                await pilot.press(key)
+                await pilot.pause()
+                assert isinstance(app.screen, HelpScreen), (name, key)
+                await pilot.press("escape")
+                await pilot.pause()
+                assert app.screen is screen, (name, key)
+            seen.append(name)
+
+        async def visit(key: str, name: str) -> None:
+            below = app.screen
+            await pilot.press(key)
+            await settle(pilot)
+            assert type(app.screen).__name__ == name, (key, app.screen)
+            await check(name)
+            await pilot.press("escape")
+            await settle(pilot)
+            assert app.screen is below, name
+
+        await check("HomeScreen")
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, DashboardScreen)
+        await check("DashboardScreen")
+        for key, name in (("d", "DefinitionsScreen"), ("m", "MethodsScreen"), ("h", "HumanScreen"),
+                          ("p", "PlotsScreen")):
+            await visit(key, name)
+        app.screen.query_one(ItemList).focus()
+        await visit("enter", "ItemScreen")
+        await pilot.press("escape")
+        await settle(pilot)
+        await pilot.press("space", "down", "space")
+        await visit("c", "CompareScreen")
+    assert seen == ["HomeScreen", "DashboardScreen", "DefinitionsScreen", "MethodsScreen", "HumanScreen",
+                    "PlotsScreen", "ItemScreen", "CompareScreen"]

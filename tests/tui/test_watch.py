@@ -13,7 +13,7 @@ import pytest
 from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import DashboardScreen, HomeScreen
 from tests.helpers.paths import ROOT
-from tests.helpers.tui import make_db, screen_text, settle, wait_until
+from tests.helpers.tui import create_run, make_db, screen_text, settle, wait_until
 
 WRITER = textwrap.dedent(
     """
@@ -124,3 +124,64 @@ async def test_view_without_database(tmp_path: Path) -> None:
         await settle(pilot)
         assert any("no database at" in m for m in _errors(app))
         assert not (tmp_path / "missing.duckdb").exists()
+
+
+@pytest.fixture
+def writer_after_a_finished_run(tmp_path: Path):
+    """A database with a finished run published on the live channel (as `llmscope run` leaves
+    it), then another process writing a second run and holding the file."""
+    from llmscope.engine.progress import Progress
+    from llmscope.live import LiveWriter
+    from llmscope.store.db import Store
+    from tests.helpers.tui import toy_items, toy_result
+
+    db = make_db(tmp_path / "w.duckdb", runs=())
+    with Store(db) as store:
+        create_run(store, "run-f", 12, model="model-F", status="running")
+        live = LiveWriter(db, interval_s=0.0, store=store)
+        prog = Progress(run_id="run-f", total=12)
+        live.on_start(store.get_run("run-f") or {}, prog)
+        rows = [toy_result(it, i, shift=7) for i, it in enumerate(toy_items(12))]
+        store.write_results("run-f", rows)
+        prog.done, prog.status = 12, "completed"
+        live.on_results(rows, prog)
+        store.update_run("run-f", status="completed")
+        live.on_end(prog)
+    code = WRITER.format(root=str(ROOT), db=str(db))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    yield db, proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+async def test_a_finished_run_opens_while_another_run_writes(writer_after_a_finished_run) -> None:
+    """Issue 14: from another terminal, open a finished run while a run writes the database
+    (whose file DuckDB then locks): its dashboard and items come from its live-channel record."""
+    from tests.helpers.tui import expected_accuracy
+
+    db, proc = writer_after_a_finished_run
+    app = LlmscopeApp(db, watch=True, refresh_s=0.1)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert await wait_until(pilot, lambda: "run-f" in screen_text(app) and "run-w" in screen_text(app))
+        home = app.screen
+        assert isinstance(home, HomeScreen)
+        ids = [str(r["run_id"]) for r in home.rows]
+        for _ in range(ids.index("run-f")):
+            await pilot.press("down")
+        await pilot.press("enter")
+        await settle(pilot)
+        dash = app.screen
+        assert isinstance(dash, DashboardScreen) and dash.run_id == "run-f"
+        acc = expected_accuracy(12, variants=("q1",), shift=7)
+        assert await wait_until(pilot, lambda: f"accuracy {acc:.3f}" in screen_text(app)), screen_text(app)
+        assert "12/12 results" in screen_text(app) and "completed" in screen_text(app)
+        await pilot.press("enter")  # its first failing item, with the prompt as stored
+        await settle(pilot)
+        assert await wait_until(pilot, lambda: "prompt (exactly as rendered for the model)" in screen_text(app))
+        assert _errors(app) == []
+        assert proc.poll() is None  # the writer was never disturbed

@@ -24,6 +24,7 @@ from llmscope.tui.model import (
     LiveFeed,
     RunModel,
     Snapshot,
+    active_live_runs,
     is_lock_error,
     items_from_suite,
     load_items,
@@ -187,10 +188,10 @@ class DashboardScreen(BaseScreen):
         app = self.llm_app
         run_id, model, feed, source = self.run_id, self.model, self.feed, self.source
         run: dict[str, Any] = self.run
-        if initial and app.watch_mode and run_id not in app.running:
+        if (initial or feed is None) and app.watch_mode and run_id not in app.running:  # a tick may come first
             f = LiveFeed(app.db_path, run_id)
             live = f.progress()
-            if live is not None and not live["ended"]:
+            if live is not None and (not live["ended"] or active_live_runs(app.db_path)):  # file locked: its record
                 feed, source = f, "live"
         progress: dict[str, Any] | None = None
         if initial and source == "db" and model is None:

@@ -80,6 +80,8 @@ class DefinitionsScreen(ModalScreen[None]):
         Binding("escape", "dismiss", "Close"),
         Binding("d", "dismiss", "Close", show=False),
         Binding("q", "dismiss", "Close", show=False),
+        # A modal screen cuts the app's `?` off (its F1 is a priority key and still works).
+        Binding("question_mark", "app.help", "Help"),
     ]
 
     def __init__(self, metrics: list[str]) -> None:
