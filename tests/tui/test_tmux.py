@@ -133,7 +133,11 @@ def test_embedded_model_run_from_the_form_at_80x24(tmp_path: Path) -> None:
         live = _wait_for(sock, "SmolLM2-135M-Instruct  on  commonsense-sample", timeout=120)  # its dashboard
         assert "running" in live and "/12 results" in live  # live, before the end
         done = _wait_for(sock, "12/12 results", timeout=240)  # 4 items x 3 prompt variants
-        done = _wait_for(sock, "completed", timeout=30)
+        _wait_for(sock, "completed", timeout=30)
+        # When the run ends the failing list is re-read from the database (paged): let it settle
+        # before Enter, or the key can meet the list while it is rebuilt.
+        time.sleep(1.5)
+        done = _wait_for(sock, "Failing items")
         acc_line = next(line for line in done.splitlines() if "12/12 results" in line)
         assert "Failing items" in done
         _keys(sock, "Enter")  # the first failing item
