@@ -27,6 +27,7 @@ from llmscope.engine.config import BUILDERS, BackendConfig, ConfigError, build_b
         ("threads", 0, "--threads must be between 1 and 4096"),
         ("seed", -1, "--seed must be between 0 and 4294967295, got -1"),
         ("dtype", "float8", "--dtype must be one of auto, float32, bfloat16, float16, got 'float8'"),
+        ("reasoning_effort", "max", "--reasoning-effort must be one of none, minimal, low, medium, high, got 'max'"),
     ],
 )
 def test_out_of_range_values_name_the_flag_and_the_range(field: str, value: object, needle: str) -> None:
@@ -62,6 +63,15 @@ def test_identity_differences_ignore_speed_options() -> None:
     # a local model's identity has no API fields
     loc = BackendConfig(model="hf:x", kind="hf")
     assert "base_url" not in loc.identity() and "dtype" in loc.identity()
+
+
+def test_reasoning_effort_is_identity_and_api_only() -> None:
+    a = BackendConfig(model="openai:m", kind="openai", base_url="http://a/v1", reasoning_effort="low")
+    assert a.differences(dataclasses.replace(a, reasoning_effort="high")) == ["reasoning_effort: 'low' -> 'high'"]
+    assert a.differences(dataclasses.replace(a, reasoning_effort=None)) == ["reasoning_effort: 'low' -> None"]
+    assert BackendConfig.from_dict(a.to_dict()).reasoning_effort == "low"
+    with pytest.raises(ConfigError, match="--reasoning-effort applies to API models"):
+        BackendConfig(model="hf:x", reasoning_effort="low").resolve()
 
 
 def test_registry_has_both_kinds_and_local_only_flags_are_refused_for_apis() -> None:

@@ -158,6 +158,42 @@ async def test_effort_for_a_local_model_is_refused_inline(tmp_path: Path) -> Non
         assert await wait_until(pilot, lambda: "✔" in str(form.query_one("#f-check").render()))
 
 
+async def test_form_runs_a_suite_spec_file(tmp_path: Path, oai) -> None:  # noqa: F811
+    """The suite field takes a spec path as `--suite` does."""
+    import json
+
+    (tmp_path / "items.jsonl").write_text("".join(
+        json.dumps({"id": f"i{k}", "text": t, "gold": "yes"}) + "\n" for k, t in enumerate(["sky", "sea", "moon"])))
+    spec = tmp_path / "mine.yaml"
+    spec.write_text("name: mine\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
+                    "templates:\n  plain: 'Is the {text} blue? Answer yes or no.'\n")
+    oai.script("", top=[["Yes", -0.3], ["No", -1.5]])
+    db, run_id = await _start_from_form(tmp_path, {
+        "suite": str(spec), "model": "openai:test-model", "base_url": oai.base_url, "limit": "2",
+    })
+    run, n = _stored(db, run_id)
+    assert run["suite_name"] == "mine" and n == 2  # two items, one template
+    assert run["meta"]["suite"]["spec_path"] == str(spec.resolve())
+    prompts = [e["body"].get("prompt") or e["body"]["messages"][-1]["content"] for e in oai.log()]
+    assert any("Is the sky blue? Answer yes or no." in p for p in prompts)
+
+
+@pytest.mark.slow
+async def test_form_reads_a_full_corpus_from_the_suite_path(tmp_path: Path, oai) -> None:  # noqa: F811
+    """An external corpus (`commonsense`) read from the data file the suite-path field names."""
+    from tests.helpers.paths import shared_path
+
+    csv = shared_path("data", "commonsense", "statements_and_prompts.csv")
+    oai.script("", top=[["Yes", -0.3], ["No", -1.5]])
+    db, run_id = await _start_from_form(tmp_path, {
+        "suite": "commonsense", "suite_path": str(csv), "model": "openai:test-model", "base_url": oai.base_url,
+        "limit": "1",
+    })
+    run, n = _stored(db, run_id)
+    assert run["suite_name"] == "commonsense" and n >= 1
+    assert run["meta"]["suite"]["items_path"] == str(csv.resolve())
+
+
 async def test_form_runs_a_local_hf_folder_with_every_local_option(tmp_path: Path) -> None:
     from tests.helpers.cli import tiny_model_dir
 

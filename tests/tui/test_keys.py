@@ -277,16 +277,18 @@ async def test_every_screen_offers_every_binding_and_opens_help(db: Path) -> Non
             await pilot.press("escape")
             await settle(pilot)
             assert app.screen is below, name
+            if isinstance(below, DashboardScreen):  # back on the list it came from
+                assert app.focused is below.query_one(ItemList), (name, app.focused)
 
         await check("HomeScreen")
         await pilot.press("enter")
         await settle(pilot)
         assert isinstance(app.screen, DashboardScreen)
+        app.screen.query_one(ItemList).focus()
         await check("DashboardScreen")
         for key, name in (("d", "DefinitionsScreen"), ("m", "MethodsScreen"), ("h", "HumanScreen"),
                           ("p", "PlotsScreen")):
             await visit(key, name)
-        app.screen.query_one(ItemList).focus()
         await visit("enter", "ItemScreen")
         await pilot.press("escape")
         await settle(pilot)
