@@ -315,7 +315,8 @@ class RunModel:
         self.cluster_field: str | None = spec.get("cluster_field")
         # the task's declared list columns, and its flag when it has one (read with each row)
         self.fields = list_fields(self.task)
-        self.field_kinds = {f.key: f.kind for f in self.fields}
+        # (a declared results column, e.g. `other`, is a light column already)
+        self.field_kinds = {f.key: f.kind for f in self.fields if f.key not in LIGHT_COLS}
         if has_flags(self.task):
             self.field_kinds.setdefault(FLAG_KEY, "bool")
         self.lock = threading.RLock()
