@@ -70,6 +70,7 @@ class StoreHandle:
         self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)  # notified when a batch of reads ends
         self._depth = 0  # batches of reads using the read-only connection now
+        self._wdepth = 0  # batches of reads sharing the write connection now
 
     @property
     def store(self) -> Store | None:
@@ -105,6 +106,8 @@ class StoreHandle:
         with self._lock:
             self._writers = max(0, self._writers - 1)
             if self._writers == 0 and self._writer is not None:
+                # reads sharing the writer finish first (their statements use its connection)
+                self._idle.wait_for(lambda: self._wdepth == 0, timeout=self.WAIT_S)
                 self._writer.close()
                 self._writer = None
 
@@ -133,6 +136,7 @@ class StoreHandle:
             if self._writer is not None:
                 store = self._writer
                 reader = False
+                self._wdepth += 1
             else:
                 if self._store is None:
                     self._store = self._open_reader()
@@ -142,13 +146,15 @@ class StoreHandle:
         try:
             yield store
         finally:
-            if reader:
-                with self._lock:
+            with self._lock:
+                if reader:
                     self._depth -= 1
                     if self._depth == 0 and self._store is not None:
                         self._store.close()
                         self._store = None
-                    self._idle.notify_all()
+                else:
+                    self._wdepth -= 1
+                self._idle.notify_all()
 
     def close(self) -> None:
         with self._lock:
@@ -315,7 +321,8 @@ class RunModel:
         self.cluster_field: str | None = spec.get("cluster_field")
         # the task's declared list columns, and its flag when it has one (read with each row)
         self.fields = list_fields(self.task)
-        self.field_kinds = {f.key: f.kind for f in self.fields}
+        # (a declared results column, e.g. `other`, is a light column already)
+        self.field_kinds = {f.key: f.kind for f in self.fields if f.key not in LIGHT_COLS}
         if has_flags(self.task):
             self.field_kinds.setdefault(FLAG_KEY, "bool")
         self.lock = threading.RLock()

@@ -130,9 +130,17 @@ def plot_data(df: pd.DataFrame, task: str | None) -> PlotData:
     out.minpair_diffs = [float(e["logprob_diff"]) for e in extras
                          if isinstance(e, dict) and isinstance(e.get("logprob_diff"), (int, float))
                          and math.isfinite(float(e["logprob_diff"]))]
-    if task in ("choice", "constrained") and "option_scores" in ok:
+    if _lists_options(task) and "option_scores" in ok:
         out.positions = position_shares(ok)
     return out
+
+
+def _lists_options(task: str | None) -> bool:
+    """Whether the task's items list options (`Task.needs_options`): the position-bias chart."""
+    from llmscope.engine.tasks.registry import TASKS
+
+    cls = TASKS.get(task) if isinstance(task, str) else None
+    return bool(getattr(cls, "needs_options", False))
 
 
 BLOCKS = "▁▂▃▄▅▆▇█"

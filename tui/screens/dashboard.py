@@ -188,7 +188,9 @@ class DashboardScreen(BaseScreen):
         app = self.llm_app
         run_id, model, feed, source = self.run_id, self.model, self.feed, self.source
         run: dict[str, Any] = self.run
-        if (initial or feed is None) and app.watch_mode and run_id not in app.running:  # a tick may come first
+        # Until a load's result is applied (model None) a tick may start the next load, so the
+        # live channel is looked for then too, not only in the first load.
+        if (initial or feed is None or model is None) and source == "db" and app.watch_mode and run_id not in app.running:
             f = LiveFeed(app.db_path, run_id)
             live = f.progress()
             if live is not None and (not live["ended"] or active_live_runs(app.db_path)):  # file locked: its record
