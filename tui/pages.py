@@ -65,19 +65,25 @@ class FailingSource:
         row = store.execute(f"SELECT count(*) FROM ({sql})", params).fetchone()
         return int(row[0]) if row else 0
 
-    def _scoped_sql(self, group: str | None, min_conf: float | None) -> tuple[str, list[Any]]:
-        """Rows of the "all" or "flagged" scope with the failing list's columns (Store's
-        group/distance expressions and sort orders, so the scopes sort alike)."""
+    def _scoped_sql(self, group: str | None, min_conf: float | None, sort: str = "arrival"
+                    ) -> tuple[str, list[Any]]:
+        """Rows of the "all" or "flagged" scope on result columns, plus the item-derived group
+        and distance only when the sort or a filter needs them (as `Store.failing_page` does;
+        its group/distance expressions and sort orders, so the scopes sort alike)."""
         from llmscope.tui.model import FLAG_KEY, field_sql
 
-        grp, dist, params = Store._failing_item_cols(self.group_field)
         where = "r.run_id = ?"
         if self.scope == "flagged":
             where += f" AND coalesce({field_sql(FLAG_KEY, 'bool')}, false)"
-        sql = (f'SELECT r.item_id, r.variant, {grp} AS "group", r.gold, r.prediction, r.confidence, '
-               f"{dist.replace('p_yes', 'r.p_yes')} AS distance, r.error, coalesce(i.text, '') AS text, r.seq "
-               "FROM results r JOIN runs u ON u.run_id = r.run_id "
-               f"LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id WHERE {where}")
+        cols = "r.item_id, r.variant, r.gold, r.prediction, r.confidence, r.error, r.seq, r.p_yes"
+        params: list[Any] = []
+        join = ""
+        if group is not None or sort in ("group", "distance"):
+            grp, dist, params = Store._failing_item_cols(self.group_field)
+            cols += f', {grp} AS "group", {dist.replace("p_yes", "r.p_yes")} AS distance'
+            join = ("JOIN runs u ON u.run_id = r.run_id "
+                    "LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id")
+        sql = f"SELECT {cols} FROM results r {join} WHERE {where}"
         outer: list[str] = []
         oparams: list[Any] = []
         if group is not None:
@@ -94,12 +100,21 @@ class FailingSource:
             if self.scope == "failing":
                 page = store.failing_page(self.run_id, offset, limit, sort=self.sort, **self._filters())
             else:
-                sql, params = self._scoped_sql(self.group, self.min_conf)
-                order = Store._failing_order(self.sort)
+                # the page is chosen on result columns, then joined with its own items only
+                sql, params = self._scoped_sql(self.group, self.min_conf, self.sort)
+                grp, dist, gparams = Store._failing_item_cols(self.group_field)
+                cur = store.execute(f"""
+                    SELECT p.item_id, p.variant, {grp} AS "group", p.gold, p.prediction, p.confidence,
+                           {dist.replace("p_yes", "p.p_yes")} AS distance, p.error, coalesce(i.text, '') AS text,
+                           p.seq
+                    FROM ({sql} ORDER BY {Store._failing_order(self.sort)} LIMIT ? OFFSET ?) p
+                    JOIN runs u ON u.run_id = ?
+                    LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = p.item_id
+                    ORDER BY {Store._failing_order(self.sort, "p.")}""",
+                    [*gparams, *params, int(limit), int(offset), self.run_id])
                 names = ["item_id", "variant", "group", "gold", "prediction", "confidence", "distance", "error",
                          "text", "seq"]
-                rows = store.execute(f"{sql} ORDER BY {order} LIMIT ? OFFSET ?",
-                                     [*params, int(limit), int(offset)]).fetchall()
+                rows = cur.fetchall()
                 page = {n: [r[j] for r in rows] for j, n in enumerate(names)}
             self._add_fields(store, page)
         # as the in-memory list holds them: no value is NaN in the numeric columns
@@ -127,7 +142,7 @@ class FailingSource:
     def position(self, key: tuple[str, str]) -> int | None:
         with self.use() as store:
             if self.scope != "failing":
-                sql, params = self._scoped_sql(self.group, self.min_conf)
+                sql, params = self._scoped_sql(self.group, self.min_conf, self.sort)
                 row = store.execute(
                     f"SELECT pos FROM (SELECT item_id, variant, row_number() OVER (ORDER BY "
                     f"{Store._failing_order(self.sort)}) - 1 AS pos FROM ({sql})) WHERE item_id = ? AND variant = ?",

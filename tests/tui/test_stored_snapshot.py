@@ -111,3 +111,35 @@ async def test_dashboard_of_stored_run_holds_no_rows(tmp_path: Path) -> None:
         text = screen_text(app)
         assert f"{expected_accuracy(N, ('q1',)):.3f}" in text
         assert "q3: no gold for this variant" in text
+
+
+def test_all_scope_pages_in_sql(tmp_path: Path) -> None:
+    """The list's "all" scope: every row, sorted and filtered in SQL like the failing one."""
+    path = _db(tmp_path / "a.duckdb")
+    with Store(path, read_only=True) as s:
+        seqs = {(i, v): q for i, v, q in s.execute("SELECT item_id, variant, seq FROM results").fetchall()}
+
+        def use():  # noqa: ANN202 - a context manager yielding the open store
+            from contextlib import nullcontext
+
+            return nullcontext(s)
+
+        src = FailingSource(use, "r", "category")
+        src.scope = "all"
+        assert src.set_view("arrival", None, None) == src.n_all == 2 * N + 1
+        rows = src.page(0, 100)
+        got = list(zip(rows["item_id"], rows["variant"], strict=True))
+        assert got == sorted(seqs, key=lambda k: seqs[k])  # arrival order: the write order
+        i = got.index(("s003", "q1"))
+        assert rows["text"][i] == "Tricky [bold]x[/] and \x1b[31mred"  # the item's text, joined per page
+        # confidence, highest first, the error row (no confidence) last; ties in arrival order
+        src.set_view("confidence", None, None)
+        conf = src.page(0, 100)["confidence"]
+        finite = [c for c in conf if not math.isnan(c)]
+        assert finite == sorted(finite, reverse=True) and math.isnan(conf[-1])
+        # a group filter: items i % 3 == 1 are "food", each with a q1 and a q3 row (s000's error row is "animals")
+        n_food = 2 * sum(1 for i in range(N) if i % 3 == 1)
+        assert src.set_view("arrival", "food", None) == n_food and src.n_all == 2 * N + 1
+        assert set(src.page(0, 100)["group"]) == {"food"}
+        # arrival: every q1 row was written before the q3 rows, so s001's q3 row follows the food q1 rows
+        assert src.position(("s001", "q3")) == n_food // 2
