@@ -33,6 +33,7 @@ import pandas as pd
 # call these) without importing scipy.stats (most of `llmscope report`'s start-up time).
 from scipy import special
 
+from llmscope.data.registry import suite_producers
 from llmscope.engine.tasks.registry import task_producers
 from llmscope.store.db import decode_json
 
@@ -924,7 +925,8 @@ def probeval_metrics(ctx: MetricContext) -> list[Metric]:
 @register_producer("worldsense", needs=lambda c: c.has("f.tuple_ID"), reads=())
 def worldsense_metrics(ctx: MetricContext) -> list[Metric]:
     """The authors' WorldSense accuracy (%) of this run, first in the report."""
-    if ctx.run.get("suite_name") != "worldsense" or "f.tuple_ID" not in ctx.df:
+    # The authors' metrics belong to their suite (data/registry.py: SuiteEntry.producers).
+    if "worldsense" not in suite_producers(ctx.run.get("suite_name")) or "f.tuple_ID" not in ctx.df:
         return []
     import warnings
 

@@ -34,6 +34,9 @@ class SuiteEntry:
     description: str = ""
     # A full corpus too big to read for a listing (the TUI's suite table shows it unread).
     large: bool = False
+    # Metrics pipeline producers of this suite's own published metrics (e.g. the WorldSense
+    # authors' accuracy and bias): they run for runs of this suite only.
+    producers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,12 @@ def register_spec_reader(reader: SpecReader) -> SpecReader:
 def external_suite(name: str) -> SuiteEntry | None:
     """The external suite called ``name`` (None: not one)."""
     return SUITES.get(name)
+
+
+def suite_producers(name: str | None) -> tuple[str, ...]:
+    """The pipeline producers a suite declares for its own published metrics (none if unknown)."""
+    entry = SUITES.get(name) if name else None
+    return entry.producers if entry else ()
 
 
 def builtin_suite_names() -> list[str]:

@@ -185,4 +185,5 @@ def load_worldsense_suite(suite_path: str | Path | None = None) -> Suite:
 
 
 register_suite(SuiteEntry("worldsense", str(suite_spec()["task"]), load_worldsense_suite,
-                          "WorldSense trials (needs --suite-path or ../shared)", large=True))
+                          "WorldSense trials (needs --suite-path or ../shared)", large=True,
+                          producers=("worldsense",)))

@@ -16,6 +16,7 @@ import pandas as pd
 from llmscope.analysis.metrics import BOOTSTRAP, RunMetrics
 from llmscope.analysis.metrics import results_with_fields as _results_with_fields
 from llmscope.analysis.metrics import run_metrics as _run_metrics
+from llmscope.data.registry import suite_producers
 from llmscope.store.db import Store
 
 
@@ -65,7 +66,7 @@ def _default_embedder() -> Any:
 
 def worldsense_reports(store: Store, runs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
     """The WorldSense authors' analysis over every WorldSense run: rows and printable tables."""
-    ws = [r for r in runs if r.get("suite_name") == "worldsense"]
+    ws = [r for r in runs if "worldsense" in suite_producers(r.get("suite_name"))]
     if not ws:
         return [], []
     # Each run's metrics (cached) hold its authors' tables: with one run per (model, prompting)
