@@ -526,7 +526,7 @@ DASHBOARD_PRODUCERS = ("accuracy", "yesno", "calibration", "commonsense", "human
                        "syntaxgym")
 # A stored run also gets these (they read whole stored rows; the dashboard lists their overall
 # numbers under "more metrics", the same values `llmscope report` prints).
-STORED_RUN_PRODUCERS = ("contamination", "genmetrics")
+STORED_RUN_PRODUCERS = ("contamination", "genmetrics", "probeval")
 # Fields the pipeline reads from an item (besides the suite's group_by and cluster field).
 _PIPELINE_FIELDS = ("human_q1", "category", "tuple_ID", "expectedresp", "problemname", "problemsize",
                     "options")

@@ -93,6 +93,9 @@ def check_dashboard(text: str, rows: list[dict], rid: str, suite: str, group_by:
             assert re.search(rf"\b{re.escape(label)}\s+{re.escape(f3(r['value']))}\b.*\b{r['n']}\b", text), \
                 (suite, key, label, f3(r["value"]))
             checked += 1
+    elif one(rows, rid, "item_accuracy") is None:  # a finished run without gold says so, not "yet"
+        assert "no accuracy" in text and "no scored results yet" not in text, (suite, text)
+        checked += 1
     for m in ("ece", "mce", "brier", "brier_yes"):
         r = one(rows, rid, m)
         if r is not None:
@@ -131,6 +134,12 @@ def check_dashboard(text: str, rows: list[dict], rid: str, suite: str, group_by:
             assert re.search(rf"{label}\s+{re.escape(f3(r['value']))}\b", text), (suite, m)
             checked += 1
     # the human panel: choice-count agreement and distance, rating histograms (pipeline metrics)
+    for m in ("probeval_kl", "probeval_wrong_share"):  # "more metrics" of a finished run
+        r = one(rows, rid, m)
+        if r is not None and r["value"] is not None:
+            cell = f3(r["value"]) + (f" [{f3(r['ci95'][0])}, {f3(r['ci95'][1])}]" if r["ci95"] else "")
+            assert re.search(rf"\b{m}\s+{re.escape(cell)}\s+n {r['n']}\b", text), (suite, m, cell, text)
+            checked += 1
     for m in ("human_majority_agreement", "human_tv_distance"):
         r = one(rows, rid, m)
         if r is not None:

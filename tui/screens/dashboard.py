@@ -376,7 +376,11 @@ class DashboardScreen(BaseScreen):
             for a in accs:
                 row(a, "  ")
         if not snap.overall:
-            tab.add_row(Text("no scored results yet", style="dim"), "", "", "")
+            # A finished run whose items have no gold (cfc/ProbEval, contamination probes) has no
+            # accuracy at all; "yet" would promise one.
+            done = not self.active and bool(snap.n)
+            tab.add_row(Text("no accuracy: these items have no gold answer (metrics below; h: human vs model)"
+                             if done else "no scored results yet", style="dim"), "", "", "")
         no_gold = Text()
         for v in self.no_gold:
             no_gold.append(f"  {clean(v)}: no gold for this variant (no {snap.accuracy_name})\n", style="dim")
