@@ -24,6 +24,8 @@ records the path (`scoring`) and `stats()` counts tree batches and rows.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import itertools
 import math
 import os
@@ -32,6 +34,7 @@ import shutil
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +102,30 @@ def _gguf_cache_path(spec: ModelSpec) -> Path:
     return cache_dir() / "gguf" / file_sha256(f)[:20]
 
 
+@contextlib.contextmanager
+def _gguf_parsed_once() -> Iterator[None]:
+    """Let transformers parse a GGUF file's metadata once per load instead of three times.
+
+    A `gguf_file=` load reads the file for the tokenizer, the config and the weights, each
+    through a new `gguf.GGUFReader` (transformers' `load_gguf_checkpoint` imports the class
+    from the module at call time); for Gemma-3's 262k-token vocabulary that is ~45 of the ~77
+    CPU s of a first conversion. The reader (read-only, memory-mapped) is memoised for the
+    duration of this load only; were transformers to stop looking the class up there, this
+    is a no-op and the load just takes longer.
+    """
+    try:
+        import gguf
+    except ImportError:  # transformers says what is missing when it needs it
+        yield
+        return
+    orig = gguf.GGUFReader
+    gguf.GGUFReader = functools.lru_cache(maxsize=4)(orig)  # type: ignore[misc,assignment]
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = orig  # type: ignore[misc]
+
+
 def load_model(
     spec: ModelSpec, device: str, dtype: str, model_args: dict[str, Any] | None = None
 ) -> tuple[Any, Any, dict[str, Any]]:
@@ -133,10 +160,11 @@ def load_model(
             model = AutoModelForCausalLM.from_pretrained(cached, dtype=tdtype)
             info["gguf_cache"] = str(cached)
         else:
-            tok = AutoTokenizer.from_pretrained(spec.path, gguf_file=spec.gguf_file)
-            model = AutoModelForCausalLM.from_pretrained(
-                spec.path, gguf_file=spec.gguf_file, dtype=tdtype
-            )
+            with _gguf_parsed_once():
+                tok = AutoTokenizer.from_pretrained(spec.path, gguf_file=spec.gguf_file)
+                model = AutoModelForCausalLM.from_pretrained(
+                    spec.path, gguf_file=spec.gguf_file, dtype=tdtype
+                )
             info["gguf_cache"] = _save_gguf_cache(model, tok, cached)
     else:
         tok = AutoTokenizer.from_pretrained(spec.path, **hub_kw)
