@@ -186,6 +186,8 @@ ROWS_FINGERPRINT_SQL = (
 
 # A same-host owner that is alive but has not beaten for this long is treated as gone
 # (its pid was reused, or it hangs); an owner on another host is judged by its heartbeat only.
+# The failing rows of a run (the TUI's default list): an error, or scored below 0.5.
+FAILING_WHERE = "(r.error IS NOT NULL OR (isfinite(r.correct) AND r.correct < 0.5))"
 STALE_LOCAL_S = 600.0
 STALE_REMOTE_S = 120.0
 
@@ -959,10 +961,12 @@ class Store:
         return grp, dist, params
 
     def _failing_sql(self, run_id: str, group_field: str | None, group: str | None,
-                     min_conf: float | None, sort: str = "arrival") -> tuple[str, list[Any]]:
-        """The failing rows of a run (an error, or scored below 0.5): result columns, plus the
-        item-derived `group`/`distance` only when the sort or a filter needs them (they read
-        the items' JSON fields, the expensive part on a big suite)."""
+                     min_conf: float | None, sort: str = "arrival", where: str | None = FAILING_WHERE
+                     ) -> tuple[str, list[Any]]:
+        """The rows of a run that `where` chooses (default: the failing ones, an error or scored
+        below 0.5; None: all): result columns, plus the item-derived `group`/`distance` only when
+        the sort or a filter needs them (they read the items' JSON fields, the expensive part on
+        a big suite)."""
         need_items = group is not None or sort in ("group", "distance")
         cols = "r.item_id, r.variant, r.gold, r.prediction, r.confidence, r.error, r.seq, r.p_yes"
         params: list[Any] = []
@@ -972,9 +976,9 @@ class Store:
             cols += f', {grp} AS "group", {dist.replace("p_yes", "r.p_yes")} AS distance'
             join = ("JOIN runs u ON u.run_id = r.run_id "
                     "LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id")
-        where = ["r.run_id = ?", "(r.error IS NOT NULL OR (isfinite(r.correct) AND r.correct < 0.5))"]
+        conds = ["r.run_id = ?", *([where] if where else [])]
         params.append(run_id)
-        sql = f"SELECT {cols} FROM results r {join} WHERE {' AND '.join(where)}"
+        sql = f"SELECT {cols} FROM results r {join} WHERE {' AND '.join(conds)}"
         outer: list[str] = []
         oparams: list[Any] = []
         if group is not None:
@@ -999,24 +1003,26 @@ class Store:
         }[sort]
 
     def failing_count(self, run_id: str, *, group_field: str | None = None, group: str | None = None,
-                      min_conf: float | None = None) -> int:
-        """How many failing rows match the filters."""
-        sql, params = self._failing_sql(run_id, group_field, group, min_conf)
+                      min_conf: float | None = None, where: str | None = FAILING_WHERE) -> int:
+        """How many failing rows (or the rows `where` chooses) match the filters."""
+        sql, params = self._failing_sql(run_id, group_field, group, min_conf, where=where)
         row = self.execute(f"SELECT count(*) FROM ({sql})", params).fetchone()
         return int(row[0]) if row else 0
 
     def failing_page(self, run_id: str, offset: int, limit: int, *, sort: str = "arrival",
                      group_field: str | None = None, group: str | None = None,
-                     min_conf: float | None = None) -> dict[str, list[Any]]:
+                     min_conf: float | None = None, where: str | None = FAILING_WHERE
+                     ) -> dict[str, list[Any]]:
         """Rows [offset, offset+limit) of the failing list in `sort` order, as column lists
         (item_id, variant, group, gold, prediction, confidence, distance, error, text, seq).
+        `where` (an SQL condition on the results alias `r`; None: every row) chooses other rows.
 
         The page is chosen on the result columns first; item text and fields are joined for
         its rows only.
         """
         if sort not in self.FAILING_SORTS:
             raise ValueError(f"sort must be one of {', '.join(self.FAILING_SORTS)}, not {sort!r}")
-        sql, params = self._failing_sql(run_id, group_field, group, min_conf, sort)
+        sql, params = self._failing_sql(run_id, group_field, group, min_conf, sort, where)
         grp, dist, gparams = self._failing_item_cols(group_field)
         page = f"""
             SELECT p.item_id, p.variant, {grp} AS "group", p.gold, p.prediction, p.confidence,
@@ -1037,9 +1043,9 @@ class Store:
 
     def failing_position(self, run_id: str, item_id: str, variant: str, *, sort: str = "arrival",
                          group_field: str | None = None, group: str | None = None,
-                         min_conf: float | None = None) -> int | None:
-        """Where (item_id, variant) is in the sorted, filtered failing list, or None."""
-        sql, params = self._failing_sql(run_id, group_field, group, min_conf, sort)
+                         min_conf: float | None = None, where: str | None = FAILING_WHERE) -> int | None:
+        """Where (item_id, variant) is in the sorted, filtered failing list (or `where`'s rows), or None."""
+        sql, params = self._failing_sql(run_id, group_field, group, min_conf, sort, where)
         row = self.execute(
             f"SELECT pos FROM (SELECT item_id, variant, row_number() OVER (ORDER BY "
             f"{self._failing_order(sort)}) - 1 AS pos FROM ({sql})) WHERE item_id = ? AND variant = ?",

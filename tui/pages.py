@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from llmscope.store.db import Store
+from llmscope.store.db import FAILING_WHERE, Store
 
 UseStore = Callable[[], AbstractContextManager[Store]]
 
@@ -58,64 +58,24 @@ class FailingSource:
         self.n_all = self._counts[total]
         return self._counts[key]
 
-    def _count(self, store: Store, scope: str, group: str | None, min_conf: float | None) -> int:
+    def _where(self, scope: str) -> str | None:
+        """The rows a scope lists, as an SQL condition on the results (None: all of them)."""
         if scope == "failing":
-            return store.failing_count(self.run_id, group_field=self.group_field, group=group, min_conf=min_conf)
-        sql, params = self._scoped_sql(group, min_conf)
-        row = store.execute(f"SELECT count(*) FROM ({sql})", params).fetchone()
-        return int(row[0]) if row else 0
+            return FAILING_WHERE
+        if scope == "flagged":
+            from llmscope.tui.model import FLAG_KEY, field_sql
 
-    def _scoped_sql(self, group: str | None, min_conf: float | None, sort: str = "arrival"
-                    ) -> tuple[str, list[Any]]:
-        """Rows of the "all" or "flagged" scope on result columns, plus the item-derived group
-        and distance only when the sort or a filter needs them (as `Store.failing_page` does;
-        its group/distance expressions and sort orders, so the scopes sort alike)."""
-        from llmscope.tui.model import FLAG_KEY, field_sql
+            return f"coalesce({field_sql(FLAG_KEY, 'bool')}, false)"
+        return None
 
-        where = "r.run_id = ?"
-        if self.scope == "flagged":
-            where += f" AND coalesce({field_sql(FLAG_KEY, 'bool')}, false)"
-        cols = "r.item_id, r.variant, r.gold, r.prediction, r.confidence, r.error, r.seq, r.p_yes"
-        params: list[Any] = []
-        join = ""
-        if group is not None or sort in ("group", "distance"):
-            grp, dist, params = Store._failing_item_cols(self.group_field)
-            cols += f', {grp} AS "group", {dist.replace("p_yes", "r.p_yes")} AS distance'
-            join = ("JOIN runs u ON u.run_id = r.run_id "
-                    "LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id")
-        sql = f"SELECT {cols} FROM results r {join} WHERE {where}"
-        outer: list[str] = []
-        oparams: list[Any] = []
-        if group is not None:
-            outer.append('"group" = ?')
-            oparams.append(group)
-        if min_conf is not None:
-            outer.append("coalesce(confidence, -1) >= ?")
-            oparams.append(float(min_conf))
-        owhere = (" WHERE " + " AND ".join(outer)) if outer else ""
-        return f"SELECT * FROM ({sql}) f{owhere}", [*params, self.run_id, *oparams]
+    def _count(self, store: Store, scope: str, group: str | None, min_conf: float | None) -> int:
+        return store.failing_count(self.run_id, group_field=self.group_field, group=group, min_conf=min_conf,
+                                   where=self._where(scope))
 
     def page(self, offset: int, limit: int) -> dict[str, list[Any]]:
         with self.use() as store:
-            if self.scope == "failing":
-                page = store.failing_page(self.run_id, offset, limit, sort=self.sort, **self._filters())
-            else:
-                # the page is chosen on result columns, then joined with its own items only
-                sql, params = self._scoped_sql(self.group, self.min_conf, self.sort)
-                grp, dist, gparams = Store._failing_item_cols(self.group_field)
-                cur = store.execute(f"""
-                    SELECT p.item_id, p.variant, {grp} AS "group", p.gold, p.prediction, p.confidence,
-                           {dist.replace("p_yes", "p.p_yes")} AS distance, p.error, coalesce(i.text, '') AS text,
-                           p.seq
-                    FROM ({sql} ORDER BY {Store._failing_order(self.sort)} LIMIT ? OFFSET ?) p
-                    JOIN runs u ON u.run_id = ?
-                    LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = p.item_id
-                    ORDER BY {Store._failing_order(self.sort, "p.")}""",
-                    [*gparams, *params, int(limit), int(offset), self.run_id])
-                names = ["item_id", "variant", "group", "gold", "prediction", "confidence", "distance", "error",
-                         "text", "seq"]
-                rows = cur.fetchall()
-                page = {n: [r[j] for r in rows] for j, n in enumerate(names)}
+            page = store.failing_page(self.run_id, offset, limit, sort=self.sort, **self._filters(),
+                                      where=self._where(self.scope))
             self._add_fields(store, page)
         # as the in-memory list holds them: no value is NaN in the numeric columns
         for k in ("confidence", "distance"):
@@ -141,11 +101,5 @@ class FailingSource:
 
     def position(self, key: tuple[str, str]) -> int | None:
         with self.use() as store:
-            if self.scope != "failing":
-                sql, params = self._scoped_sql(self.group, self.min_conf, self.sort)
-                row = store.execute(
-                    f"SELECT pos FROM (SELECT item_id, variant, row_number() OVER (ORDER BY "
-                    f"{Store._failing_order(self.sort)}) - 1 AS pos FROM ({sql})) WHERE item_id = ? AND variant = ?",
-                    [*params, key[0], key[1]]).fetchone()
-                return int(row[0]) if row else None
-            return store.failing_position(self.run_id, key[0], key[1], sort=self.sort, **self._filters())
+            return store.failing_position(self.run_id, key[0], key[1], sort=self.sort, **self._filters(),
+                                          where=self._where(self.scope))
