@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -50,17 +49,10 @@ def measure(directory: Path, files: list[str], work: Path) -> tuple[int, float, 
 
 
 def _child(tree: Path | None, directory: Path, files: list[str], work: Path) -> tuple[int, float, float]:
-    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
-            + (f"sys.path.insert(0, {str(tree)!r})\n" if tree else "")
-            + "import llmscope\n"
-            + (f"assert llmscope.__file__.startswith({str(tree)!r}), llmscope.__file__\n" if tree else "")
-            + "from pathlib import Path\nfrom bench.import_rate import measure\n"
-            + f"print(*measure(Path({str(directory)!r}), {files!r}, Path({str(work)!r})))\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=tempfile.gettempdir())
-    if proc.returncode:
-        raise RuntimeError(f"bench child failed:\n{proc.stderr[-2000:]}")
-    n, w, c = proc.stdout.strip().splitlines()[-1].split()
+    from .scale import call_in_tree
+
+    n, w, c = call_in_tree(tree, "from pathlib import Path\nfrom bench.import_rate import measure",
+                           f"measure(Path({str(directory)!r}), {files!r}, Path({str(work)!r}))")
     return int(n), float(w), float(c)
 
 

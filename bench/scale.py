@@ -75,6 +75,21 @@ def extract_tree(ref: str, dest: Path) -> Path:
     return pkg
 
 
+def call_in_tree(tree: Path | None, imports: str, call: str) -> list[str]:
+    """The fields `print(*call)` prints in a fresh interpreter (one torch thread) with `tree`
+    (an extracted older package, `extract_tree`) first on sys.path, else the working tree's code."""
+    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+            + (f"sys.path.insert(0, {str(tree)!r})\n" if tree else "")
+            + "import llmscope\n"
+            + (f"assert llmscope.__file__.startswith({str(tree)!r}), llmscope.__file__\n" if tree else "")
+            + f"{imports}\nprint(*{call})\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=tempfile.gettempdir())
+    if proc.returncode:
+        raise RuntimeError(f"bench child failed:\n{proc.stderr[-2000:]}")
+    return proc.stdout.strip().splitlines()[-1].split()
+
+
 def _child(body: str, tree: Path, timeout: float = 3600) -> dict[str, Any]:
     """Run `body` in a fresh interpreter with `tree` first on sys.path; it calls `_done(**figures)`."""
     out = Path(tempfile.mkdtemp(prefix="llmscope-scale-step-")) / "out.json"

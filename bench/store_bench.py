@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -128,17 +127,9 @@ BEFORE_REF = "69e8d33"  # main at the start of round 3 (schema 4, before the bul
 def _child_rate(tree: Path | None, rows: int, batch: int, schema3: bool = False) -> tuple[float, float]:
     """`write_rate` in a fresh interpreter: with `tree` (an extracted older package) first on
     sys.path, else the working tree's code."""
-    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
-            + (f"sys.path.insert(0, {str(tree)!r})\n" if tree else "")
-            + "import llmscope\n"
-            + (f"assert llmscope.__file__.startswith({str(tree)!r}), llmscope.__file__\n" if tree else "")
-            + "from bench.store_bench import write_rate\n"
-            + f"print(*write_rate({rows}, {batch}, {schema3!r}))\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=tempfile.gettempdir())
-    if proc.returncode:
-        raise RuntimeError(f"bench child failed:\n{proc.stderr[-2000:]}")
-    w, c = proc.stdout.strip().splitlines()[-1].split()
+    from .scale import call_in_tree
+
+    w, c = call_in_tree(tree, "from bench.store_bench import write_rate", f"write_rate({rows}, {batch}, {schema3!r})")
     return float(w), float(c)
 
 
