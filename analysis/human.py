@@ -70,7 +70,8 @@ def field_value(v: Any) -> Any:
     return v
 
 
-def _num(v: Any) -> float | None:
+def finite_float(v: Any) -> float | None:
+    """`v` as a finite float, or None (missing, not a number, NaN or infinite)."""
     try:
         f = float(v)
     except (TypeError, ValueError):
@@ -121,7 +122,7 @@ def choice_frame(df: pd.DataFrame, spec: Mapping[str, Any]) -> pd.DataFrame:
         if tot <= 0:
             continue
         h = np.asarray(counts, float) / tot
-        m = np.asarray([_num(probs.get(str(o))) or 0.0 for o in opts], float)
+        m = np.asarray([finite_float(probs.get(str(o))) or 0.0 for o in opts], float)
         if m.sum() > 0:
             m = m / m.sum()
         recs.append({"item_id": str(iid), "variant": str(var), "options": [str(o) for o in opts],
@@ -159,12 +160,12 @@ def rating_labels(spec: Mapping[str, Any]) -> list[str]:
 def rating_frame(df: pd.DataFrame, labels: list[str]) -> pd.DataFrame:
     """Counts per label: human ratings (gold rounded to the nearest label, one per item) and
     model predictions (every row); columns ``label``, ``human``, ``model``."""
-    nums = [_num(x) for x in labels]
+    nums = [finite_float(x) for x in labels]
     numeric = all(n is not None for n in nums)
     human = np.zeros(len(labels), int)
     model = np.zeros(len(labels), int)
     for g in df.drop_duplicates("item_id")["gold"]:
-        v = _num(g)
+        v = finite_float(g)
         if v is not None and numeric:
             human[int(np.argmin([abs(v - float(n)) for n in nums if n is not None]))] += 1
         elif str(g) in labels:
@@ -183,7 +184,7 @@ def human_rating_metrics(ctx: MetricContext) -> list[Metric]:
         return []
     labels = rating_labels(ctx.spec)
     items = ok.drop_duplicates("item_id")
-    n_items = int(items["gold"].map(lambda g: _num(g) is not None or str(g) in labels).sum())
+    n_items = int(items["gold"].map(lambda g: finite_float(g) is not None or str(g) in labels).sum())
     if n_items == 0:
         return []
     hist = rating_frame(ok, labels)

@@ -21,7 +21,6 @@ are pipeline metrics (analysis/human.py), as `llmscope report` prints them.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -39,6 +38,7 @@ from textual.widgets import Footer, Header, Static
 from textual_plotext import PlotextPlot
 
 from llmscope.analysis.human import field_value as _value
+from llmscope.analysis.human import finite_float as _num
 from llmscope.analysis.human import human_counts
 from llmscope.analysis.metrics import RunMetrics, display
 from llmscope.engine.tasks.registry import task_has
@@ -52,14 +52,6 @@ __all__ = ["HumanData", "HumanScreen", "human_data", "human_data_live", "human_k
            "render_human_item", "render_human_summary"]
 
 KINDS = ("agreement", "counts", "clusters", "rating")
-
-
-def _num(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def human_kind(fields: dict[str, Any], spec: dict[str, Any], task: str | None) -> str | None:
