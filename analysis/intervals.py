@@ -41,6 +41,7 @@ __all__ = [
     "wilson_interval",
     "cluster_robust_interval",
     "accuracy_ci",
+    "accuracy_ci_sums",
     "cluster_bootstrap",
     "accuracy_table",
     "resample_index",
@@ -234,11 +235,31 @@ def accuracy_ci(
         y, m = c, np.ones(n)
     else:
         y, m = _cluster_sums(c, g)
+    return accuracy_ci_sums(y, m, float(c.sum()), n, clustered=g is not None, n_missing=n_missing,
+                            method=method, n_boot=n_boot, seed=seed, level=level)
+
+
+def accuracy_ci_sums(
+    y: np.ndarray,
+    m: np.ndarray,
+    k: float,
+    n: int,
+    *,
+    clustered: bool = True,
+    n_missing: int = 0,
+    method: str = "auto",
+    n_boot: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> Interval:
+    """:func:`accuracy_ci` from per-cluster sums ``y`` and sizes ``m`` (clusters in order of
+    first appearance), the sum of scores ``k`` and the row count ``n``: what a SQL group-by
+    gives (analysis.sqlmetrics), with the same arithmetic as from the rows."""
     G = len(y)
     p = float(y.sum() / m.sum())
 
     if method == "auto":
-        if g is None or G == n:
+        if not clustered or G == n:
             method = "wilson"
         elif p in (0.0, 1.0):
             lo, hi = wilson_interval(p * G, G, level)
@@ -250,8 +271,8 @@ def accuracy_ci(
             method = "cluster"
 
     if method == "wilson":
-        lo, hi = wilson_interval(float(c.sum()), n, level)
-        return Interval(p, lo, hi, n, n if g is None else G, "wilson", n_missing)
+        lo, hi = wilson_interval(k, n, level)
+        return Interval(p, lo, hi, n, G if clustered else n, "wilson", n_missing)
     if method == "cluster":
         _, lo, hi = cluster_robust_interval(y, m, level)
         if hi - lo < 1e-12:

@@ -930,7 +930,7 @@ def worldsense_metrics(ctx: MetricContext) -> list[Metric]:
         return []
     import warnings
 
-    from .worldsense import group_stats, tuple_table
+    from .worldsense import tuple_table
 
     df = ctx.df
     exp = df["f.expectedresp"] if "f.expectedresp" in df else df.get("f.options")
@@ -943,10 +943,20 @@ def worldsense_metrics(ctx: MetricContext) -> list[Metric]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # incomplete tuples (a run still streaming) are excluded
         tuples = tuple_table(t)
-        if tuples.empty:
-            return []
+    return worldsense_from_tuples(ctx, tuples, len(t))
+
+
+def worldsense_from_tuples(ctx: MetricContext, tuples: pd.DataFrame, n_trials: int) -> list[Metric]:
+    """The authors' metrics and tables of a run from its per-tuple table (``tuple_table``'s
+    shape, from the rows or from SQL: analysis.sqlmetrics); ``n_trials`` counts every row."""
+    import warnings
+
+    from .worldsense import group_stats
+
+    if tuples.empty:
+        return []
     ctx.artifacts["worldsense_tuples"] = tuples
-    ctx.artifacts["worldsense_incomplete"] = len(t) - int(tuples["n_trials"].sum())
+    ctx.artifacts["worldsense_incomplete"] = n_trials - int(tuples["n_trials"].sum())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         acc = group_stats(tuples, ["prompting", "modelname"]).reset_index()
@@ -1009,7 +1019,12 @@ def compute_metrics(
         rm.metrics.extend(p.fn(ctx))
     rm.artifacts = ctx.artifacts
     n_err = int(df["error"].notna().sum()) if "error" in df else 0
-    rm.metrics.append(Metric("errors", float(n_err), n=len(df), producer="errors"))
+    return finish_metrics(rm, n_err, len(df))
+
+
+def finish_metrics(rm: RunMetrics, n_err: int, n: int) -> RunMetrics:
+    """The error count last and the published metric first (both ways of computing a run)."""
+    rm.metrics.append(Metric("errors", float(n_err), n=n, producer="errors"))
     # The published metric first: a WorldSense run leads with the authors' accuracy, and its
     # plain per-trial share is renamed so the two cannot be confused.
     if any(m.name.startswith("worldsense_") for m in rm.metrics):
@@ -1025,6 +1040,9 @@ def compute_metrics(
 PIPELINE_FIELDS = ("human_q1", "category", "tuple_ID", "expectedresp", "problemname", "problemsize",
                    "options", "clusters")
 
+# Runs whose producers all have a SQL form (analysis.sqlmetrics) skip the per-row frame; the
+# tests turn it off to compare both ways of computing the same run.
+SQL_METRICS = True
 _CACHE: dict[tuple[Any, ...], RunMetrics] = {}
 _CACHE_MAX = 32
 
@@ -1088,9 +1106,14 @@ def run_metrics(store: Any, run: Mapping[str, Any], by: Sequence[str] | None = N
                         [m for m in rm.metrics if m.producer in keep], rm.artifacts)
     if rm is None:
         profile = result_profile(store, rid)
-        df = stored_frame(store, run, spec, by_l, profile, producers)
-        rm = compute_metrics(df, run, spec, by_l, store=store, bootstrap=bootstrap, producers=producers,
-                             profile=profile)
+        if SQL_METRICS:
+            from .sqlmetrics import sql_run_metrics
+
+            rm = sql_run_metrics(store, run, spec, by_l, bootstrap, producers, profile)
+        if rm is None:
+            df = stored_frame(store, run, spec, by_l, profile, producers)
+            rm = compute_metrics(df, run, spec, by_l, store=store, bootstrap=bootstrap, producers=producers,
+                                 profile=profile)
         if persist:
             _save_cached(store, rm, config, fp)
     if cache:

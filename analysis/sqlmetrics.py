@@ -1,0 +1,290 @@
+"""The metrics pipeline in SQL for runs whose producers all have a SQL form.
+
+A WorldSense run (87k trials) needs only accuracy (overall, per variant, per group field)
+and the authors' per-tuple table. Both are group-bys: DuckDB computes the per-cluster sums
+and the per-tuple weighted sums over the stored columns, and only those small tables reach
+numpy (the interval arithmetic of :func:`analysis.intervals.accuracy_ci_sums`, the authors'
+group statistics over tuples). No per-row frame is built.
+
+The numbers are the row pipeline's to the last bit: clusters and tuples come in order of
+first appearance (``min(seq)``), the sums are of 0/1 scores and of WorldSense's dyadic
+weights (exact in any order), and the answer and gold mappings are the Python ones applied
+to each distinct (answer, gold) pair. Whatever the SQL form does not cover exactly (other
+producers, booleans or floats as group values, items missing a cluster field, fractional
+scores, rows without an item) returns None, and the caller builds the frame instead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from llmscope.data.registry import suite_producers
+
+from .intervals import accuracy_ci_sums
+from .queries import BASE_COLUMNS, ResultProfile, decode_json_column
+
+__all__ = ["SQL_PRODUCERS", "sql_run_metrics"]
+
+# Producers with a SQL form here (the errors count is always one).
+SQL_PRODUCERS = frozenset({"accuracy", "worldsense"})
+# JSON types whose text (json_extract_string) is what Python's str() of the decoded value
+# gives; booleans ("true" vs "True") and floats ("1e5" vs "100000.0") are not.
+_EXACT_TYPES = ("VARCHAR", "BIGINT", "UBIGINT")
+# Distinct (answer, gold) pairs mapped in Python; a free-text run has too many to inline.
+_MAX_PAIRS = 500
+
+
+@dataclass(frozen=True)
+class _FieldInfo:
+    table: str  # the temporary table of the suite's item fields (see _items_table)
+    n_items: int
+    present: frozenset[str]  # fields with a non-null value in some item
+    exact: frozenset[str]  # fields whose every non-null value is of one of _EXACT_TYPES
+    complete: frozenset[str]  # fields with a non-null value in every item
+    one_type: frozenset[str]  # fields whose non-null values share one JSON type
+    arrays: frozenset[str]  # fields that are an array in every item
+    column: dict[str, int]  # field -> k: the table's j<k> (JSON) and s<k> (text) columns
+
+
+_FIELD_INFO: dict[tuple[str, str, tuple[str, ...]], _FieldInfo] = {}
+# Fields whose array length a producer reads (the WorldSense tuple size).
+_ARRAY_FIELDS = ("expectedresp", "options")
+
+
+def _path(f: str) -> str:
+    return ("$." + json.dumps(f)).replace("'", "''")
+
+
+def _items_table(store: Any, suite_id: str, names: Sequence[str]) -> _FieldInfo:
+    """The suite's item fields ``names`` extracted once into a temporary table of the store's
+    connection (one JSON parse per item; every run of the suite joins it), and what they hold.
+
+    Cached per (database, suite, names): a suite id is a hash of the suite's content, so its
+    items do not change; the table is re-created if the connection is new.
+    """
+    import hashlib
+
+    key = (str(getattr(store, "path", id(store))), suite_id, tuple(names))
+    table = "llmscope_items_" + hashlib.sha1(json.dumps([suite_id, list(names)]).encode()).hexdigest()[:16]
+    paths = ", ".join("'" + _path(f) + "'" for f in names)
+    cols = ", ".join(f"v[{k + 1}] AS j{k}, json_extract_string(v[{k + 1}], '$') AS s{k}"
+                     + (f", json_array_length(v[{k + 1}]) AS n{k}" if f in _ARRAY_FIELDS else "")
+                     for k, f in enumerate(names))
+    store.execute(f"CREATE TEMP TABLE IF NOT EXISTS {table} AS SELECT item_id, {cols} "
+                  f"FROM (SELECT item_id, json_extract(fields, [{paths}]) AS v FROM items WHERE suite_id = ?)",
+                  [suite_id])
+    if key in _FIELD_INFO and _FIELD_INFO[key].table == table:
+        return _FIELD_INFO[key]
+    parts = ["count(*)"]
+    for k in range(len(names)):
+        t = f"json_type(j{k})"
+        parts += [f"count(*) FILTER (WHERE {t} <> 'NULL')",
+                  f"count(*) FILTER (WHERE {t} IN {_EXACT_TYPES})",
+                  f"count(DISTINCT {t}) FILTER (WHERE {t} <> 'NULL')",
+                  f"count(*) FILTER (WHERE {t} = 'ARRAY')"]
+    row = store.execute(f"SELECT {', '.join(parts)} FROM {table}").fetchone()
+    n = int(row[0])
+    present, exact, complete, one_type, arrays = set(), set(), set(), set(), set()
+    for k, f in enumerate(names):
+        nn, ne, nt, na = (int(v or 0) for v in row[1 + 4 * k: 5 + 4 * k])
+        if nn:
+            present.add(f)
+        if ne == nn:
+            exact.add(f)
+        if nn == n:
+            complete.add(f)
+        if nt <= 1:
+            one_type.add(f)
+        if na == n:
+            arrays.add(f)
+    info = _FieldInfo(table, n, frozenset(present), frozenset(exact), frozenset(complete), frozenset(one_type),
+                      frozenset(arrays), {f: k for k, f in enumerate(names)})
+    if len(_FIELD_INFO) >= 8:
+        _FIELD_INFO.pop(next(iter(_FIELD_INFO)))
+    _FIELD_INFO[key] = info
+    return info
+
+
+def sql_run_metrics(store: Any, run: Mapping[str, Any], spec: Mapping[str, Any], by: Sequence[str],
+                    bootstrap: Any, producers: Sequence[str] | None, profile: ResultProfile) -> Any:
+    """:func:`analysis.metrics.compute_metrics` of a stored run in SQL, or None where the SQL
+    form would not give the row pipeline's numbers exactly (the caller then builds the frame)."""
+    from .metrics import (
+        BOOTSTRAP,
+        PIPELINE_FIELDS,
+        PRODUCERS,
+        MetricContext,
+        RunMetrics,
+        finish_metrics,
+        worldsense_from_tuples,
+    )
+
+    sid = run.get("suite_id")
+    if not sid or profile.n == 0 or not hasattr(store, "execute") or not hasattr(store, "con"):
+        return None
+    cf = spec.get("cluster_field")
+    cf = cf if isinstance(cf, str) else None
+    names = list(dict.fromkeys([*by, *([cf] if cf else []), *PIPELINE_FIELDS]))
+    info = _items_table(store, str(sid), names)
+    probe = MetricContext(pd.DataFrame(), dict(run), dict(spec), list(by), BOOTSTRAP, store, profile,
+                          info.present)
+    active = [p.name for p in PRODUCERS if (producers is None or p.name in producers) and p.active(probe)]
+    if not set(active) <= SQL_PRODUCERS:
+        return None
+    # Group fields as the row pipeline finds them: a result column by that name wins.
+    groups = []
+    for f in by:
+        if f in BASE_COLUMNS:
+            return None
+        if f in info.present:
+            if f not in info.exact:
+                return None
+            groups.append(f)
+    if cf in info.present and (cf not in info.complete or cf not in info.exact):
+        return None  # an item without a cluster label, or a label str() would spell differently
+    rid = str(run["run_id"])
+    check = store.execute(
+        "SELECT count(*) FILTER (WHERE i.item_id IS NULL), "
+        "count(*) FILTER (WHERE r.correct IS NOT NULL AND NOT isnan(r.correct) AND r.correct NOT IN (0, 1)), "
+        f"count(r.error) FROM results r LEFT JOIN {info.table} i ON i.item_id = r.item_id "
+        "WHERE r.run_id = ?", [rid]).fetchone()
+    if int(check[0]) or int(check[1]):
+        return None
+    rm = RunMetrics(rid, str(run.get("model")), run.get("suite_name"), run.get("task") or spec.get("task"),
+                    f"suite field {cf!r}" if cf else "item (prompt variants and permutations together)",
+                    bootstrap)
+    for name in active:
+        if name == "accuracy":
+            rm.metrics.extend(_accuracy(store, rid, info, cf if cf in info.present else None, groups))
+        elif name == "worldsense":
+            if "worldsense" not in suite_producers(run.get("suite_name")):
+                continue  # the authors' metrics belong to their suite (as in worldsense_metrics)
+            tuples = _worldsense_tuples(store, run, info)
+            if tuples is None:
+                return None
+            ctx = MetricContext(pd.DataFrame(), dict(run), dict(spec), list(by), bootstrap, store, profile,
+                                info.present)
+            rm.metrics.extend(worldsense_from_tuples(ctx, tuples, profile.n))
+            rm.artifacts.update(ctx.artifacts)
+    return finish_metrics(rm, int(check[2]), profile.n)
+
+
+def _fetch(store: Any, sql: str, params: list[Any]) -> dict[str, np.ndarray]:
+    """Columns as numpy arrays (no pandas frame: strings stay plain objects), under the
+    store's lock like its other reads."""
+    with store._lock:
+        res = store.con.execute(sql, params).fetchnumpy()
+    return {k: np.ma.getdata(v) if not np.ma.is_masked(v) else np.ma.filled(v.astype(object), None)
+            for k, v in res.items()}
+
+
+def _accuracy(store: Any, rid: str, info: _FieldInfo, cf: str | None, groups: list[str]) -> list[Any]:
+    """accuracy_metrics: per-cluster sums for each group in one GROUPING SETS query."""
+    from .metrics import Metric
+
+    cl = f"i.s{info.column[cf]}" if cf else "r.item_id"
+    cols = "".join(f", i.s{info.column[f]} AS g{k}" for k, f in enumerate(groups))
+    sets = ["(cl)", "(variant, cl)", *(f"(g{k}, cl)" for k in range(len(groups)))]
+    gsel = "".join(f", g{k}" for k in range(len(groups)))
+    sql = (
+        f"WITH x AS (SELECT r.seq, r.variant, r.correct, {cl} AS cl{cols} "
+        f"FROM results r JOIN {info.table} i ON i.item_id = r.item_id "
+        "WHERE r.run_id = ? AND r.error IS NULL AND r.correct IN (0, 1)) "
+        f"SELECT GROUPING(variant{gsel}) AS gid, variant{gsel}, count(*) AS m, sum(correct) AS y, min(seq) AS s "
+        f"FROM x GROUP BY GROUPING SETS ({', '.join(sets)}) ORDER BY gid, s"
+    )
+    res = _fetch(store, sql, [rid])
+    gid = res["gid"]
+    if len(gid) == 0:
+        return []
+    y_all = res["y"].astype(float)
+    m_all = res["m"].astype(float)
+    out: list[Any] = []
+
+    def add(mask: np.ndarray, group: dict[str, Any]) -> None:
+        y, m = y_all[mask], m_all[mask]
+        iv = accuracy_ci_sums(y, m, float(y.sum()), int(m.sum()))
+        lo, hi = (None, None) if iv.lo != iv.lo else (iv.lo, iv.hi)
+        out.append(Metric("accuracy", iv.mean, lo, hi, iv.method, iv.n, iv.n_clusters, group, "accuracy"))
+
+    # GROUPING(variant, g0, ...) has a 1 bit for each column not grouped on (variant first).
+    full = (1 << (1 + len(groups))) - 1
+    add(gid == full, {})
+    for j, (col, f) in enumerate(zip(["variant", *(f"g{k}" for k in range(len(groups)))], ["variant", *groups],
+                                     strict=True)):
+        mask = gid == full ^ (1 << (len(groups) - j))
+        keys = res[col]
+        present = sorted({k for k in keys[mask] if isinstance(k, str)})
+        if j == 0 and len(present) <= 1:
+            continue  # one prompt variant: no per-variant rows
+        for key in present:
+            add(mask & (keys == key), {f: key})
+    accs = [m.value for m in out if set(m.group) == {"variant"} and m.value is not None]
+    if len(accs) >= 2:
+        a = np.asarray(accs, dtype=float)
+        out.append(Metric("variant_acc_range", float(a.max() - a.min()), n=len(a), producer="accuracy"))
+        out.append(Metric("variant_acc_sd", float(a.std(ddof=1)), n=len(a), producer="accuracy"))
+    return out
+
+
+def _worldsense_tuples(store: Any, run: Mapping[str, Any], info: _FieldInfo) -> pd.DataFrame | None:
+    """``worldsense.tuple_table`` of a run's trials in SQL (None where it would not be exact)."""
+    from .worldsense import BIAS_MAP, RESP_MAP, WEIGHT_MAP, _norm_resp
+
+    exp = "expectedresp" if "expectedresp" in info.present else "options"
+    if "tuple_ID" not in info.complete or "tuple_ID" not in info.one_type or exp not in info.arrays:
+        return None
+    rid = str(run["run_id"])
+    pairs = store.execute(
+        "SELECT DISTINCT CASE WHEN error IS NULL THEN prediction END, gold FROM results WHERE run_id = ?",
+        [rid]).fetchall()
+    if len(pairs) > _MAX_PAIRS:
+        return None
+    values, params = [], []
+    for resp, gold in pairs:
+        r = _norm_resp("" if resp is None else resp)
+        rc, gc = RESP_MAP.get(r), (RESP_MAP.get(gold) if gold is not None else None)
+        w = WEIGHT_MAP.get(gold) if gold is not None else None
+        values.append("(?::VARCHAR, ?::VARCHAR, ?::DOUBLE, ?::DOUBLE, ?::DOUBLE)")
+        params += [resp, gold, w, 1.0 if rc is not None and rc == gc else 0.0, BIAS_MAP.get(r)]
+    t, e = info.column["tuple_ID"], info.column[exp]
+    pn, ps = info.column["problemname"], info.column["problemsize"]
+    # tuple ids of one JSON type: its text partitions them as the decoded values do
+    sql = (
+        f"WITH mp(resp, gold, w, a, b) AS (VALUES {', '.join(values)}), "
+        f"agg AS (SELECT i.s{t} AS tid, arg_min(r.item_id, r.seq) AS key, count(*) AS n, "
+        f"min(i.n{e}) AS lo, max(i.n{e}) AS hi, coalesce(sum(mp.w), 0) AS sw, coalesce(sum(mp.a * mp.w), 0) AS sacc, "
+        "coalesce(sum(mp.b * mp.w), 0) AS sbias, min(r.seq) AS s "
+        f"FROM results r JOIN {info.table} i ON i.item_id = r.item_id "
+        "JOIN mp ON mp.resp IS NOT DISTINCT FROM (CASE WHEN r.error IS NULL THEN r.prediction END) "
+        f"AND mp.gold IS NOT DISTINCT FROM r.gold WHERE r.run_id = ? GROUP BY i.s{t}) "
+        f"SELECT agg.*, i.j{t} AS tj, i.j{e} AS ej, i.j{pn} AS pn, i.j{ps} AS ps "
+        f"FROM agg JOIN {info.table} i ON i.item_id = agg.key ORDER BY agg.s"
+    )
+    agg = _fetch(store, sql, [*params, rid])
+    if (agg["lo"] != agg["hi"]).any():
+        return None  # trials of one tuple disagree on its size: the row form decides per trial
+    keep = agg["n"] == agg["lo"]
+    agg = {k: v[keep] for k, v in agg.items()}
+
+    def decoded(col: str) -> pd.Series:
+        return decode_json_column(pd.Series(agg[col], dtype=object))
+
+    out = pd.DataFrame({
+        "modelname": str(run.get("model")), "prompting": "run",
+        "tuple_ID": decoded("tj"), "Key": agg["key"], "expectedresp": decoded("ej"),
+        "problemname": decoded("pn") if "problemname" in info.present else None,
+        "problemsize": decoded("ps") if "problemsize" in info.present else None,
+    })
+    sw = agg["sw"].astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out["acc"] = agg["sacc"].astype(float) / sw
+        out["bias"] = agg["sbias"].astype(float) / sw
+    out["n_trials"] = agg["n"].astype(np.int64)
+    return out
