@@ -27,7 +27,7 @@ import pandas as pd
 from llmscope.data.registry import suite_producers
 
 from .intervals import accuracy_ci_sums
-from .queries import BASE_COLUMNS, ResultProfile, decode_json_column
+from .queries import BASE_COLUMNS, ResultProfile, _decode, decode_json_column
 
 __all__ = ["SQL_PRODUCERS", "sql_run_metrics"]
 
@@ -52,7 +52,7 @@ class _FieldInfo:
     column: dict[str, int]  # field -> k: the table's j<k> (JSON) and s<k> (text) columns
 
 
-_FIELD_INFO: dict[tuple[str, str, tuple[str, ...]], _FieldInfo] = {}
+_FIELD_INFO: dict[tuple[str, str, tuple[str, ...], int], _FieldInfo] = {}
 # Fields whose array length a producer reads (the WorldSense tuple size).
 _ARRAY_FIELDS = ("expectedresp", "options")
 
@@ -61,19 +61,24 @@ def _path(f: str) -> str:
     return ("$." + json.dumps(f)).replace("'", "''")
 
 
-def _items_table(store: Any, suite_id: str, names: Sequence[str]) -> _FieldInfo:
+def _items_table(store: Any, suite_id: str, names: Sequence[str], n_text: int) -> _FieldInfo:
     """The suite's item fields ``names`` extracted once into a temporary table of the store's
     connection (one JSON parse per item; every run of the suite joins it), and what they hold.
+    The first ``n_text`` names (group and cluster fields) also get their text.
 
     Cached per (database, suite, names): a suite id is a hash of the suite's content, so its
     items do not change; the table is re-created if the connection is new.
     """
     import hashlib
 
-    key = (str(getattr(store, "path", id(store))), suite_id, tuple(names))
-    table = "llmscope_items_" + hashlib.sha1(json.dumps([suite_id, list(names)]).encode()).hexdigest()[:16]
+    key = (str(getattr(store, "path", id(store))), suite_id, tuple(names), n_text)
+    table = "llmscope_items_" + hashlib.sha1(json.dumps([suite_id, list(names), n_text]).encode()).hexdigest()[:16]
     paths = ", ".join("'" + _path(f) + "'" for f in names)
-    cols = ", ".join(f"v[{k + 1}] AS j{k}, json_extract_string(v[{k + 1}], '$') AS s{k}"
+    # Text (json_extract_string) only for fields that can group or cluster rows: what
+    # SQL groups by; array lengths only where a tuple's size is read.
+    text = {*names[:n_text], "tuple_ID"}
+    cols = ", ".join(f"v[{k + 1}] AS j{k}"
+                     + (f", json_extract_string(v[{k + 1}], '$') AS s{k}" if f in text else "")
                      + (f", json_array_length(v[{k + 1}]) AS n{k}" if f in _ARRAY_FIELDS else "")
                      for k, f in enumerate(names))
     store.execute(f"CREATE TEMP TABLE IF NOT EXISTS {table} AS SELECT item_id, {cols} "
@@ -130,8 +135,9 @@ def sql_run_metrics(store: Any, run: Mapping[str, Any], spec: Mapping[str, Any],
         return None
     cf = spec.get("cluster_field")
     cf = cf if isinstance(cf, str) else None
-    names = list(dict.fromkeys([*by, *([cf] if cf else []), *PIPELINE_FIELDS]))
-    info = _items_table(store, str(sid), names)
+    grouping = list(dict.fromkeys([*by, *([cf] if cf else [])]))
+    names = list(dict.fromkeys([*grouping, *PIPELINE_FIELDS]))
+    info = _items_table(store, str(sid), names, len(grouping))
     probe = MetricContext(pd.DataFrame(), dict(run), dict(spec), list(by), BOOTSTRAP, store, profile,
                           info.present)
     active = [p.name for p in PRODUCERS if (producers is None or p.name in producers) and p.active(probe)]
@@ -185,46 +191,48 @@ def _fetch(store: Any, sql: str, params: list[Any]) -> dict[str, np.ndarray]:
 
 
 def _accuracy(store: Any, rid: str, info: _FieldInfo, cf: str | None, groups: list[str]) -> list[Any]:
-    """accuracy_metrics: per-cluster sums for each group in one GROUPING SETS query."""
+    """accuracy_metrics from one GROUP BY: per (variant, cluster, group fields) cell the count,
+    the sum of 0/1 scores and the first row (``min(seq)``); every grouping's per-cluster sums
+    are then bincounts of those cells (integers: exact in any order), clusters in order of
+    first appearance as the row pipeline has them."""
     from .metrics import Metric
 
     cl = f"i.s{info.column[cf]}" if cf else "r.item_id"
     cols = "".join(f", i.s{info.column[f]} AS g{k}" for k, f in enumerate(groups))
-    sets = ["(cl)", "(variant, cl)", *(f"(g{k}, cl)" for k in range(len(groups)))]
-    gsel = "".join(f", g{k}" for k in range(len(groups)))
     sql = (
-        f"WITH x AS (SELECT r.seq, r.variant, r.correct, {cl} AS cl{cols} "
+        f"SELECT r.variant, {cl} AS cl{cols}, count(*) AS m, sum(r.correct) AS y, min(r.seq) AS s "
         f"FROM results r JOIN {info.table} i ON i.item_id = r.item_id "
-        "WHERE r.run_id = ? AND r.error IS NULL AND r.correct IN (0, 1)) "
-        f"SELECT GROUPING(variant{gsel}) AS gid, variant{gsel}, count(*) AS m, sum(correct) AS y, min(seq) AS s "
-        f"FROM x GROUP BY GROUPING SETS ({', '.join(sets)}) ORDER BY gid, s"
+        "WHERE r.run_id = ? AND r.error IS NULL AND r.correct IN (0, 1) GROUP BY ALL ORDER BY s"
     )
     res = _fetch(store, sql, [rid])
-    gid = res["gid"]
-    if len(gid) == 0:
+    if len(res["m"]) == 0:
         return []
-    y_all = res["y"].astype(float)
-    m_all = res["m"].astype(float)
+    y_cell = res["y"].astype(float)
+    m_cell = res["m"].astype(float)
+    cl_codes = pd.factorize(res["cl"], sort=False)[0]
+    n_cl = int(cl_codes.max()) + 1
     out: list[Any] = []
 
-    def add(mask: np.ndarray, group: dict[str, Any]) -> None:
-        y, m = y_all[mask], m_all[mask]
+    def add(y: np.ndarray, m: np.ndarray, group: dict[str, Any]) -> None:
         iv = accuracy_ci_sums(y, m, float(y.sum()), int(m.sum()))
         lo, hi = (None, None) if iv.lo != iv.lo else (iv.lo, iv.hi)
         out.append(Metric("accuracy", iv.mean, lo, hi, iv.method, iv.n, iv.n_clusters, group, "accuracy"))
 
-    # GROUPING(variant, g0, ...) has a 1 bit for each column not grouped on (variant first).
-    full = (1 << (1 + len(groups))) - 1
-    add(gid == full, {})
+    add(np.bincount(cl_codes, weights=y_cell), np.bincount(cl_codes, weights=m_cell), {})
     for j, (col, f) in enumerate(zip(["variant", *(f"g{k}" for k in range(len(groups)))], ["variant", *groups],
                                      strict=True)):
-        mask = gid == full ^ (1 << (len(groups) - j))
-        keys = res[col]
-        present = sorted({k for k in keys[mask] if isinstance(k, str)})
-        if j == 0 and len(present) <= 1:
+        gcodes, gvals = pd.factorize(pd.Series(res[col], dtype=object), sort=False)  # None -> -1: no group
+        if j == 0 and len(gvals) <= 1:
             continue  # one prompt variant: no per-variant rows
-        for key in present:
-            add(mask & (keys == key), {f: key})
+        keep = gcodes >= 0
+        pair, _ = pd.factorize(gcodes[keep].astype(np.int64) * n_cl + cl_codes[keep], sort=False)
+        y = np.bincount(pair, weights=y_cell[keep])
+        m = np.bincount(pair, weights=m_cell[keep])
+        pair_group = np.empty(len(y), dtype=np.int64)
+        pair_group[pair] = gcodes[keep]
+        for g in sorted(range(len(gvals)), key=lambda c: str(gvals[c])):
+            sel = pair_group == g
+            add(y[sel], m[sel], {f: str(gvals[g])})
     accs = [m.value for m in out if set(m.group) == {"variant"} and m.value is not None]
     if len(accs) >= 2:
         a = np.asarray(accs, dtype=float)
@@ -276,9 +284,12 @@ def _worldsense_tuples(store: Any, run: Mapping[str, Any], info: _FieldInfo) -> 
     def decoded(col: str) -> pd.Series:
         return decode_json_column(pd.Series(agg[col], dtype=object))
 
+    # Tuple ids are all distinct: decoding each directly beats factorizing them first.
+    tids = pd.Series([_decode(j) for j in agg["tj"]], dtype=object)
+
     out = pd.DataFrame({
         "modelname": str(run.get("model")), "prompting": "run",
-        "tuple_ID": decoded("tj"), "Key": agg["key"], "expectedresp": decoded("ej"),
+        "tuple_ID": tids, "Key": agg["key"], "expectedresp": decoded("ej"),
         "problemname": decoded("pn") if "problemname" in info.present else None,
         "problemsize": decoded("ps") if "problemsize" in info.present else None,
     })
