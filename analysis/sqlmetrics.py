@@ -186,8 +186,15 @@ def _fetch(store: Any, sql: str, params: list[Any]) -> dict[str, np.ndarray]:
     store's lock like its other reads."""
     with store._lock:
         res = store.con.execute(sql, params).fetchnumpy()
-    return {k: np.ma.getdata(v) if not np.ma.is_masked(v) else np.ma.filled(v.astype(object), None)
-            for k, v in res.items()}
+    out = {}
+    for k, v in res.items():
+        if np.ma.is_masked(v):  # NULLs: None in an object array (np.ma.filled would write "?")
+            arr = np.ma.getdata(v).astype(object)
+            arr[np.ma.getmaskarray(v)] = None
+            out[k] = arr
+        else:
+            out[k] = np.ma.getdata(v)
+    return out
 
 
 def _accuracy(store: Any, rid: str, info: _FieldInfo, cf: str | None, groups: list[str]) -> list[Any]:
@@ -272,7 +279,9 @@ def _worldsense_tuples(store: Any, run: Mapping[str, Any], info: _FieldInfo) -> 
         f"FROM results r JOIN {info.table} i ON i.item_id = r.item_id "
         "JOIN mp ON mp.resp IS NOT DISTINCT FROM (CASE WHEN r.error IS NULL THEN r.prediction END) "
         f"AND mp.gold IS NOT DISTINCT FROM r.gold WHERE r.run_id = ? GROUP BY i.s{t}) "
-        f"SELECT agg.*, i.j{t} AS tj, i.j{e} AS ej, i.j{pn} AS pn, i.j{ps} AS ps "
+        # A JSON string without escapes decodes to its text (queries._decode's shortcut).
+        f"SELECT agg.*, CASE WHEN starts_with(i.j{t}, '\"') AND NOT contains(i.j{t}, '\\') THEN agg.tid END "
+        f"AS tfast, i.j{t} AS tj, i.j{e} AS ej, i.j{pn} AS pn, i.j{ps} AS ps "
         f"FROM agg JOIN {info.table} i ON i.item_id = agg.key ORDER BY agg.s"
     )
     agg = _fetch(store, sql, [*params, rid])
@@ -284,12 +293,14 @@ def _worldsense_tuples(store: Any, run: Mapping[str, Any], info: _FieldInfo) -> 
     def decoded(col: str) -> pd.Series:
         return decode_json_column(pd.Series(agg[col], dtype=object))
 
-    # Tuple ids are all distinct: decoding each directly beats factorizing them first.
-    tids = pd.Series([_decode(j) for j in agg["tj"]], dtype=object)
+    # Tuple ids are all distinct: their text where that is the decoded value, else each decoded.
+    tids = agg["tfast"].astype(object)
+    for k in np.flatnonzero(pd.isna(tids)):
+        tids[k] = _decode(agg["tj"][k])
 
     out = pd.DataFrame({
         "modelname": str(run.get("model")), "prompting": "run",
-        "tuple_ID": tids, "Key": agg["key"], "expectedresp": decoded("ej"),
+        "tuple_ID": pd.Series(tids, dtype=object), "Key": agg["key"], "expectedresp": decoded("ej"),
         "problemname": decoded("pn") if "problemname" in info.present else None,
         "problemsize": decoded("ps") if "problemsize" in info.present else None,
     })
