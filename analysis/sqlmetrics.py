@@ -33,9 +33,9 @@ __all__ = ["SQL_PRODUCERS", "sql_run_metrics"]
 
 # Producers with a SQL form here (the errors count is always one).
 SQL_PRODUCERS = frozenset({"accuracy", "worldsense"})
-# JSON types whose text (json_extract_string) is what Python's str() of the decoded value
-# gives; booleans ("true" vs "True") and floats ("1e5" vs "100000.0") are not.
-_EXACT_TYPES = ("VARCHAR", "BIGINT", "UBIGINT")
+# Only strings and integers are "exact": their text (json_extract_string) is what Python's
+# str() of the decoded value gives; booleans ("true" vs "True") and floats ("1e5" vs
+# "100000.0") are not.
 # Distinct (answer, gold) pairs mapped in Python; a free-text run has too many to inline.
 _MAX_PAIRS = 500
 
@@ -45,9 +45,9 @@ class _FieldInfo:
     table: str  # the temporary table of the suite's item fields (see _items_table)
     n_items: int
     present: frozenset[str]  # fields with a non-null value in some item
-    exact: frozenset[str]  # fields whose every non-null value is of one of _EXACT_TYPES
+    exact: frozenset[str]  # fields whose every non-null value is a string or an integer
     complete: frozenset[str]  # fields with a non-null value in every item
-    one_type: frozenset[str]  # fields whose non-null values share one JSON type
+    one_type: frozenset[str]  # fields whose non-null values share one kind (string, integer, ...)
     arrays: frozenset[str]  # fields that are an array in every item
     column: dict[str, int]  # field -> k: the table's j<k> (JSON) and s<k> (text) columns
 
@@ -88,11 +88,14 @@ def _items_table(store: Any, suite_id: str, names: Sequence[str], n_text: int) -
         return _FIELD_INFO[key]
     parts = ["count(*)"]
     for k in range(len(names)):
-        t = f"json_type(j{k})"
-        parts += [f"count(*) FILTER (WHERE {t} <> 'NULL')",
-                  f"count(*) FILTER (WHERE {t} IN {_EXACT_TYPES})",
-                  f"count(DISTINCT {t}) FILTER (WHERE {t} <> 'NULL')",
-                  f"count(*) FILTER (WHERE {t} = 'ARRAY')"]
+        # The JSON kind from the extracted value's text (cheaper than json_type's parse):
+        # s(tring), i(nteger), a(rray), o(ther: float, boolean, object); NULL when absent.
+        t = (f"CASE WHEN j{k} IS NULL OR j{k} = 'null' THEN NULL WHEN starts_with(j{k}, '\"') THEN 's' "
+             f"WHEN regexp_full_match(j{k}, '-?[0-9]+') THEN 'i' WHEN starts_with(j{k}, '[') THEN 'a' ELSE 'o' END")
+        parts += [f"count({t})",
+                  f"count(*) FILTER (WHERE {t} IN ('s', 'i'))",
+                  f"count(DISTINCT {t})",
+                  f"count(*) FILTER (WHERE {t} = 'a')"]
     row = store.execute(f"SELECT {', '.join(parts)} FROM {table}").fetchone()
     n = int(row[0])
     present, exact, complete, one_type, arrays = set(), set(), set(), set(), set()

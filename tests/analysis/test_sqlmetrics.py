@@ -163,6 +163,7 @@ def test_prompt_variants(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 @pytest.mark.parametrize("kw", [dict(extra_field=True, spec=_spec(group_by=["flag"])),  # booleans: "True" vs "true"
+                                dict(extra_field=1e5, spec=_spec(group_by=["flag"])),  # floats: "100000.0"
                                 dict(fraction=True),  # a fractional score
                                 dict(spec=_spec(group_by=["gold"]))])  # a result column wins over a field
 def test_what_sql_does_not_cover_exactly_goes_through_the_rows(tmp_path: Path, kw: dict[str, Any],
