@@ -40,6 +40,10 @@ class ResultProfile:
     nonnull: dict[str, int] = field(default_factory=dict)
     extra_keys: frozenset[str] = frozenset()
     derived_variants: bool = False  # a variant like "q1@p2" (option permutations, designs)
+    # Rows without an error scored exactly 0 or 1, and rows scored otherwise (not NULL or NaN):
+    # what the SQL form of the metrics checks (analysis.sqlmetrics). None: not counted.
+    n_binary: int | None = None
+    n_fractional: int | None = None
 
     def has(self, column: str) -> bool:
         return self.nonnull.get(column, 0) > 0
@@ -50,14 +54,16 @@ def result_profile(store: Any, run_id: str) -> ResultProfile:
     cols = ", ".join(f"count({c})" for c in _PROFILED)
     keys = ", ".join(f"bool_or(contains(extra, '\"{k}\"'))" for k in EXTRA_KEYS)
     row = store.execute(
-        f"SELECT count(*), {cols}, {keys}, bool_or(contains(variant, '@')) FROM results WHERE run_id = ?",
+        f"SELECT count(*), {cols}, {keys}, bool_or(contains(variant, '@')), "
+        "count(*) FILTER (WHERE error IS NULL AND correct IN (0, 1)), "
+        "count(*) FILTER (WHERE NOT isnan(correct) AND correct NOT IN (0, 1)) FROM results WHERE run_id = ?",
         [run_id],
     ).fetchone()
     n = int(row[0] or 0)
     nonnull = {c: int(v or 0) for c, v in zip(_PROFILED, row[1:1 + len(_PROFILED)], strict=True)}
-    flags = row[1 + len(_PROFILED):]
+    flags = row[1 + len(_PROFILED):-2]
     present = frozenset(k for k, f in zip(EXTRA_KEYS, flags[:-1], strict=True) if f)
-    return ResultProfile(n, nonnull, present, bool(flags[-1]))
+    return ResultProfile(n, nonnull, present, bool(flags[-1]), int(row[-2] or 0), int(row[-1] or 0))
 
 
 def rows_signature(store: Any, run_id: str) -> tuple[Any, ...]:

@@ -157,31 +157,29 @@ def sql_run_metrics(store: Any, run: Mapping[str, Any], spec: Mapping[str, Any],
             groups.append(f)
     if cf in info.present and (cf not in info.complete or cf not in info.exact):
         return None  # an item without a cluster label, or a label str() would spell differently
+    if profile.n_binary is None or profile.n_fractional:
+        return None  # a fractional score: its sums depend on the order they are added in
     rid = str(run["run_id"])
-    check = store.execute(
-        "SELECT count(*) FILTER (WHERE i.item_id IS NULL), "
-        "count(*) FILTER (WHERE r.correct IS NOT NULL AND NOT isnan(r.correct) AND r.correct NOT IN (0, 1)), "
-        f"count(r.error) FROM results r LEFT JOIN {info.table} i ON i.item_id = r.item_id "
-        "WHERE r.run_id = ?", [rid]).fetchone()
-    if int(check[0]) or int(check[1]):
-        return None
     rm = RunMetrics(rid, str(run.get("model")), run.get("suite_name"), run.get("task") or spec.get("task"),
                     f"suite field {cf!r}" if cf else "item (prompt variants and permutations together)",
                     bootstrap)
     for name in active:
         if name == "accuracy":
-            rm.metrics.extend(_accuracy(store, rid, info, cf if cf in info.present else None, groups))
+            acc = _accuracy(store, rid, info, cf if cf in info.present else None, groups, profile.n_binary)
+            if acc is None:
+                return None
+            rm.metrics.extend(acc)
         elif name == "worldsense":
             if "worldsense" not in suite_producers(run.get("suite_name")):
                 continue  # the authors' metrics belong to their suite (as in worldsense_metrics)
-            tuples = _worldsense_tuples(store, run, info)
+            tuples = _worldsense_tuples(store, run, info, profile.n)
             if tuples is None:
                 return None
             ctx = MetricContext(pd.DataFrame(), dict(run), dict(spec), list(by), bootstrap, store, profile,
                                 info.present)
             rm.metrics.extend(worldsense_from_tuples(ctx, tuples, profile.n))
             rm.artifacts.update(ctx.artifacts)
-    return finish_metrics(rm, int(check[2]), profile.n)
+    return finish_metrics(rm, profile.nonnull.get("error", 0), profile.n)
 
 
 def _fetch(store: Any, sql: str, params: list[Any]) -> dict[str, np.ndarray]:
@@ -200,11 +198,12 @@ def _fetch(store: Any, sql: str, params: list[Any]) -> dict[str, np.ndarray]:
     return out
 
 
-def _accuracy(store: Any, rid: str, info: _FieldInfo, cf: str | None, groups: list[str]) -> list[Any]:
+def _accuracy(store: Any, rid: str, info: _FieldInfo, cf: str | None, groups: list[str],
+              n_scored: int) -> list[Any] | None:
     """accuracy_metrics from one GROUP BY: per (variant, cluster, group fields) cell the count,
     the sum of 0/1 scores and the first row (``min(seq)``); every grouping's per-cluster sums
     are then bincounts of those cells (integers: exact in any order), clusters in order of
-    first appearance as the row pipeline has them."""
+    first appearance as the row pipeline has them. None when a scored row has no item."""
     from .metrics import Metric
 
     cl = f"i.s{info.column[cf]}" if cf else "r.item_id"
@@ -215,6 +214,8 @@ def _accuracy(store: Any, rid: str, info: _FieldInfo, cf: str | None, groups: li
         "WHERE r.run_id = ? AND r.error IS NULL AND r.correct IN (0, 1) GROUP BY ALL ORDER BY s"
     )
     res = _fetch(store, sql, [rid])
+    if int(res["m"].sum()) != n_scored:
+        return None  # rows whose item is not stored: the row pipeline labels them differently
     if len(res["m"]) == 0:
         return []
     y_cell = res["y"].astype(float)
@@ -251,7 +252,7 @@ def _accuracy(store: Any, rid: str, info: _FieldInfo, cf: str | None, groups: li
     return out
 
 
-def _worldsense_tuples(store: Any, run: Mapping[str, Any], info: _FieldInfo) -> pd.DataFrame | None:
+def _worldsense_tuples(store: Any, run: Mapping[str, Any], info: _FieldInfo, n_rows: int) -> pd.DataFrame | None:
     """``worldsense.tuple_table`` of a run's trials in SQL (None where it would not be exact)."""
     from .worldsense import BIAS_MAP, RESP_MAP, WEIGHT_MAP, _norm_resp
 
@@ -288,6 +289,8 @@ def _worldsense_tuples(store: Any, run: Mapping[str, Any], info: _FieldInfo) -> 
         f"FROM agg JOIN {info.table} i ON i.item_id = agg.key ORDER BY agg.s"
     )
     agg = _fetch(store, sql, [*params, rid])
+    if int(agg["n"].sum()) != n_rows:
+        return None  # rows whose item is not stored
     if (agg["lo"] != agg["hi"]).any():
         return None  # trials of one tuple disagree on its size: the row form decides per trial
     keep = agg["n"] == agg["lo"]

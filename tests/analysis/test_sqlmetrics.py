@@ -36,7 +36,7 @@ def _spec(**over: Any) -> dict[str, Any]:
 
 def build(path: Path, *, n_tuples: int = 9, int_ids: bool = False, drop: int | None = None,
           variants: tuple[str, ...] = ("basic",), extra_field: Any = None, fraction: bool = False,
-          no_size: int | None = None,
+          no_size: int | None = None, ghost: bool = False,
           spec: dict[str, Any] | None = None) -> list[Result]:
     """A WorldSense-shaped run: tuples of 2 (TRUE/FALSE) or 3 (1/2/3) trials, two problems,
     two sizes, some errors and invalid answers; ``drop`` leaves one trial out (an incomplete
@@ -66,6 +66,9 @@ def build(path: Path, *, n_tuples: int = 9, int_ids: bool = False, drop: int | N
             results.append(Result(item_id=it.item_id, variant=v, prompt="", prediction=None if err else pred,
                                   gold=it.gold, correct=correct, error=err))
             seq += 1
+    if ghost:  # a row whose item is not in the suite
+        results.append(Result(item_id="ghost", variant=variants[0], prompt="", prediction="TRUE", gold="TRUE",
+                              correct=1.0))
     with Store(path) as st:
         st.add_suite("ws-suite", "worldsense", "constrained", spec or _spec(), "tests", items)
         st.create_run({"run_id": "r", "suite_id": "ws-suite", "suite_name": "worldsense", "task": "constrained",
@@ -177,3 +180,12 @@ def test_what_sql_does_not_cover_exactly_goes_through_the_rows(tmp_path: Path, k
         got = run_metrics(st, run, cache=False)
         monkeypatch.setattr(metrics, "SQL_METRICS", False)
         same(got, run_metrics(st, run, cache=False))
+
+
+def test_a_row_without_its_item_is_left_to_the_rows(tmp_path: Path) -> None:
+    build(tmp_path / "o.duckdb", ghost=True)
+    with Store(tmp_path / "o.duckdb", read_only=True) as st:
+        run = st.get_run("r")
+        spec = st.suite_spec("ws-suite")
+        assert sql_run_metrics(st, run, spec, spec["group_by"], metrics.BOOTSTRAP, None,
+                               result_profile(st, "r")) is None
