@@ -1024,17 +1024,20 @@ class Store:
             raise ValueError(f"sort must be one of {', '.join(self.FAILING_SORTS)}, not {sort!r}")
         sql, params = self._failing_sql(run_id, group_field, group, min_conf, sort, where)
         grp, dist, gparams = self._failing_item_cols(group_field)
+        # Only the page's items are read (not joined against the suite's whole items table).
         page = f"""
+            WITH p AS MATERIALIZED ({sql} ORDER BY {self._failing_order(sort)} LIMIT ? OFFSET ?),
+            i AS (SELECT item_id, text, fields FROM items
+                  WHERE suite_id = (SELECT suite_id FROM runs WHERE run_id = ?)
+                    AND item_id IN (SELECT item_id FROM p))
             SELECT p.item_id, p.variant, {grp} AS "group", p.gold, p.prediction, p.confidence,
                    {dist.replace("p_yes", "p.p_yes")} AS distance, p.error, coalesce(i.text, '') AS text, p.seq
-            FROM ({sql} ORDER BY {self._failing_order(sort)} LIMIT ? OFFSET ?) p
-            JOIN runs u ON u.run_id = ?
-            LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = p.item_id
+            FROM p LEFT JOIN i ON i.item_id = p.item_id
             ORDER BY {self._failing_order(sort, "p.")}
         """
         with self._lock:
             try:
-                cur = self.con.execute(page, [*gparams, *params, int(limit), int(offset), run_id])
+                cur = self.con.execute(page, [*params, int(limit), int(offset), run_id, *gparams])
                 names = [d[0] for d in cur.description or []]
                 rows = cur.fetchall()
             except duckdb.Error as e:
