@@ -134,8 +134,8 @@ def sql_run_metrics(store: Any, run: Mapping[str, Any], spec: Mapping[str, Any],
     )
 
     sid = run.get("suite_id")
-    if not sid or profile.n == 0 or not hasattr(store, "execute") or not hasattr(store, "con"):
-        return None
+    if not sid or profile.n == 0 or not all(hasattr(store, a) for a in ("execute", "con", "_lock")):
+        return None  # a store-like object without a DuckDB connection (tests' fakes)
     cf = spec.get("cluster_field")
     cf = cf if isinstance(cf, str) else None
     grouping = list(dict.fromkeys([*by, *([cf] if cf else [])]))
