@@ -33,9 +33,6 @@ __all__ = ["SQL_PRODUCERS", "sql_run_metrics"]
 
 # Producers with a SQL form here (the errors count is always one).
 SQL_PRODUCERS = frozenset({"accuracy", "worldsense"})
-# Only strings and integers are "exact": their text (json_extract_string) is what Python's
-# str() of the decoded value gives; booleans ("true" vs "True") and floats ("1e5" vs
-# "100000.0") are not.
 # Distinct (answer, gold) pairs mapped in Python; a free-text run has too many to inline.
 _MAX_PAIRS = 500
 
@@ -45,7 +42,10 @@ class _FieldInfo:
     table: str  # the temporary table of the suite's item fields (see _items_table)
     n_items: int
     present: frozenset[str]  # fields with a non-null value in some item
-    exact: frozenset[str]  # fields whose every non-null value is a string or an integer
+    # Fields whose every non-null value is a string or an integer: their text
+    # (json_extract_string) is what Python's str() of the decoded value gives, as the row
+    # pipeline labels groups; booleans ("true" vs "True") and floats ("1e5" vs "100000.0") not.
+    exact: frozenset[str]
     complete: frozenset[str]  # fields with a non-null value in every item
     one_type: frozenset[str]  # fields whose non-null values share one kind (string, integer, ...)
     arrays: frozenset[str]  # fields that are an array in every item
