@@ -201,6 +201,7 @@ def load_worldsense_suite(suite_path: str | Path | None = None) -> Suite:
     suite = suite_from_spec(suite_spec(), None)
     suite.items_path = trials.resolve()
     suite._loader = lambda: load_worldsense(trials)
+    suite._fields_finite = _loads is not json.loads  # orjson refuses NaN and Infinity
     return suite
 
 

@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 from collections import defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,21 @@ def import_worldsense(store: Store, directory: Path) -> list[str]:
     columnar bulk path (no `Result` object per row): a killed import leaves no partial run.
     """
     suite = load_suite("worldsense", directory)
+    files = sorted((Path(directory) / "results").glob("*___results.jsonl"))
+    with ThreadPoolExecutor(1) as pool:
+        # The results files are parsed in a second thread while the trials are read: the bz2
+        # decompression releases the GIL, so the two overlap on a second core.
+        parsed = {f: pool.submit(fast_jsonl, f) for f in files
+                  if store.get_run(_run_id("worldsense", suite.suite_id, f.name)) is None}
+        try:
+            return _import_worldsense_files(store, suite, directory, files, parsed)
+        finally:
+            for fut in parsed.values():
+                fut.cancel()  # after an error: files not yet parsed are not read at all
+
+
+def _import_worldsense_files(store: Store, suite: Suite, directory: Path, files: list[Path],
+                             parsed: dict[Path, Future[list[tuple[int, dict[str, Any]]]]]) -> list[str]:
     # The suite id hashes the trials file's bytes; when the store holds that suite already,
     # its items come from the store instead of decompressing the bz2 file again (~5 s).
     items = _stored_answers(store, suite.suite_id)
@@ -137,16 +153,15 @@ def import_worldsense(store: Store, directory: Path) -> list[str]:
     msgs = [f"suite {suite.suite_id}: {len(items)} trials"]
     variant = suite.variant_names()[0]
     classes = dict(suite.task_options.get("equivalent") or {})
-    files = sorted((Path(directory) / "results").glob("*___results.jsonl"))
     if not files:
         msgs.append(f"no results files matching {directory}/results/<prompting>___<model>___results.jsonl")
     for f in files:
         prompting, model, _ = f.name.split("___")
         run_id = _run_id("worldsense", suite.suite_id, f.name)
-        if store.get_run(run_id) is not None:
+        if f not in parsed:
             msgs.append(f"{f.name}: already imported as run {run_id}")
             continue
-        recs = fast_jsonl(f)
+        recs = parsed[f].result()
         # The per-row extra has two possible values: encode each once.
         extra_text = {v: _json_text({"imported": True, "prompting": prompting, "valid": v})
                       for v in (True, False)}
