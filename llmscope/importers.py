@@ -148,7 +148,8 @@ def _import_worldsense_files(store: Store, suite: Suite, directory: Path, files:
     # its items come from the store instead of decompressing the bz2 file again (~5 s).
     items = _stored_answers(store, suite.suite_id)
     if items is None:
-        items = {it.item_id: (it.gold, it.options) for it in suite.items()}
+        # options as tuples, as `item_answers` gives them (hashable: responses are scored once per pair)
+        items = {it.item_id: (it.gold, None if it.options is None else tuple(it.options)) for it in suite.items()}
         _store_suite(store, suite)
     msgs = [f"suite {suite.suite_id}: {len(items)} trials"]
     variant = suite.variant_names()[0]
@@ -172,6 +173,9 @@ def _import_worldsense_files(store: Store, suite: Suite, directory: Path, files:
         extras: list[str] = []
         seen: set[str] = set()
         unknown = dupes = 0
+        # (response, (gold, options)) -> (correct, extra): a results file repeats a few dozen
+        # distinct responses over 87k trials, so each is scored once
+        scored: dict[tuple[str, tuple[str | None, Any]], tuple[float | None, str]] = {}
         for n, rec in recs:
             if "Key" not in rec:
                 raise SuiteError("missing Key", f, n, "Key")
@@ -186,12 +190,16 @@ def _import_worldsense_files(store: Store, suite: Suite, directory: Path, files:
             seen.add(key)
             resp = rec.get("resp")
             resp = "" if resp is None else str(resp).strip()
-            gold, options = ans
+            done = scored.get((resp, ans))
+            if done is None:
+                gold, options = ans
+                done = scored[(resp, ans)] = (None if gold is None else class_correct(resp, gold, classes),
+                                              extra_text[resp in (options or ())])
             keys.append(key)
             preds.append(resp)
-            golds.append(gold)
-            correct.append(None if gold is None else class_correct(resp, gold, classes))
-            extras.append(extra_text[resp in (options or ())])
+            golds.append(ans[0])
+            correct.append(done[0])
+            extras.append(done[1])
         meta = {"imported_from": str(f), "prompting": prompting, "unknown_keys": unknown,
                 "suite": suite.describe()}
         if dupes:
