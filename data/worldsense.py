@@ -26,7 +26,9 @@ try:  # a faster parser when the environment has one; stdlib json is fast enough
 
     _loads = orjson.loads
     _DecodeError: tuple[type[Exception], ...] = (orjson.JSONDecodeError,)
+    _REFUSES_NON_FINITE = True  # orjson reads no NaN, Infinity or 1e999 (an error with its line)
 except ImportError:  # pragma: no cover - depends on the environment
+    _REFUSES_NON_FINITE = False
     _loads = json.loads
     _DecodeError = (json.JSONDecodeError,)
 
@@ -201,7 +203,7 @@ def load_worldsense_suite(suite_path: str | Path | None = None) -> Suite:
     suite = suite_from_spec(suite_spec(), None)
     suite.items_path = trials.resolve()
     suite._loader = lambda: load_worldsense(trials)
-    suite._fields_finite = _loads is not json.loads  # orjson refuses NaN and Infinity
+    suite._fields_finite = _REFUSES_NON_FINITE
     return suite
 
 
