@@ -211,6 +211,8 @@ def _import_worldsense_files(store: Store, suite: Suite, directory: Path, files:
             cols: dict[str, list[Any]] = {
                 "item_id": keys, "variant": [variant] * len(keys),
                 "prediction": preds, "gold": golds, "correct": correct, "extra": extras,
+                # the extras name no choice method: no need for the store to decode them to find out
+                "choice_method": [None] * len(keys),
             }
             store.append_results(run_id, cols, prompt_from_suite=suite.suite_id)
             store.update_run(run_id, meta=meta)
