@@ -111,6 +111,9 @@ class Suite:
     source: str = ""
     _items: list[Item] | None = None
     _loader: Any = None  # custom item loader (e.g. WorldSense, full commonsense CSV)
+    # the loader's parser cannot yield NaN/Infinity (orjson refuses them): the per-item scan for
+    # them is skipped (WorldSense: 0.7 of 1.2 CPU s of validating 87k trials)
+    _fields_finite: bool = False
 
     @property
     def task_type(self) -> type[Task]:
@@ -174,7 +177,7 @@ class Suite:
 
     def _check_item_semantics(self, it: Item, src: Path | None) -> None:
         """Gold that the task can score, distinct options, finite numbers (file, line, field)."""
-        bad = first_nonfinite(it.fields)
+        bad = None if self._fields_finite else first_nonfinite(it.fields)
         if bad is not None:
             raise SuiteError("NaN or Infinity is not a number a suite may hold; write null", src, it.line, bad)
         if it.options is not None:

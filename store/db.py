@@ -179,6 +179,14 @@ PROMOTE_SQL = """
 # A run's rows fingerprint, over `results x` of one run: it changes whenever a row is added,
 # replaced or deleted. The metrics pipeline's cache (`analyses` kind 'metrics', written by
 # analysis/metrics.py) is keyed by it, so a stale cache is never read.
+# Every results column, `prompt` as the model saw it: a row stores NULL when its prompt is its
+# item's text (imports: 87k trial texts are not stored again per run), so readers take the text
+# of the run's suite's item. Readers of `prompt` select through this (or the same coalesce).
+RESULT_PROMPT_SELECT = (
+    "r.* REPLACE (coalesce(r.prompt, i.text) AS prompt) FROM results r LEFT JOIN runs u ON u.run_id = r.run_id "
+    "LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id"
+)
+
 ROWS_FINGERPRINT_SQL = (
     "concat_ws('|', count(*), coalesce(max(x.seq), -1), coalesce(CAST(max(x.written_at) AS VARCHAR), '-'), "
     "count(x.error), coalesce(CAST(sum(x.correct) AS VARCHAR), '-'))"
@@ -819,10 +827,18 @@ class Store:
         and `written_at` are filled in. One transaction (or the caller's `transaction()`).
 
         `prompt_from_suite`: without a `prompt` column, each row's prompt is its item's text in
-        that stored suite, copied by DuckDB in the insert (imports: the text never enters Python).
+        that stored suite, the run's own: `prompt` is stored NULL and every reader returns the
+        item's text in its place (`RESULT_PROMPT_SELECT`), so an import does not store each
+        trial's text again per run.
         """
         if prompt_from_suite is not None and "prompt" in columns:
             raise ValueError("give either a prompt column or prompt_from_suite, not both")
+        if prompt_from_suite is not None:
+            row = self.execute("SELECT suite_id FROM runs WHERE run_id = ?", [run_id]).fetchone()
+            if row is None or row[0] != prompt_from_suite:
+                # readers take the text from the run's suite: another suite's text would be lost
+                raise ValueError(f"prompt_from_suite {prompt_from_suite!r} is not the suite of run {run_id!r}"
+                                 f" ({row[0] if row else 'no such run'})")
         lengths = {len(v) for v in columns.values()}
         if len(lengths) > 1:
             raise ValueError(f"columns of different lengths: {sorted(lengths)}")
@@ -853,15 +869,14 @@ class Store:
                 arrays.append(_choice_method(_column_list(columns["extra"])))
             else:
                 arrays.append(pa.nulls(n, type=f.type))
-        return self._insert_results(run_id, pa.Table.from_arrays(arrays, schema=RESULT_SCHEMA),
-                                    prompt_from_suite=prompt_from_suite)
+        return self._insert_results(run_id, pa.Table.from_arrays(arrays, schema=RESULT_SCHEMA))
 
     def results_frame(self, run_id: str, *, with_items: bool = True) -> pd.DataFrame:
         """Per-item results of a run (JSON columns left as text), joined with item fields."""
         if with_items:
             return self.query_df(
                 """
-                SELECT r.*, i.text, i.fields, i.idx, i.options
+                SELECT r.* REPLACE (coalesce(r.prompt, i.text) AS prompt), i.text, i.fields, i.idx, i.options
                 FROM results r
                 JOIN runs u ON u.run_id = r.run_id
                 LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id
@@ -869,7 +884,7 @@ class Store:
                 """,
                 [run_id],
             )
-        return self.query_df("SELECT * FROM results WHERE run_id = ? ORDER BY seq", [run_id])
+        return self.query_df(f"SELECT {RESULT_PROMPT_SELECT} WHERE r.run_id = ? ORDER BY r.seq", [run_id])
 
     def results_decoded(self, run_id: str, *, with_items: bool = True) -> pd.DataFrame:
         """`results_frame` with its JSON columns decoded (dicts/lists, None for NULL): the form
@@ -894,7 +909,8 @@ class Store:
         """Every stored variant of one item in one run, with the item's text, fields and options."""
         df = self.query_df(
             """
-            SELECT r.*, i.text AS item_text, i.fields AS item_fields, i.options AS item_options
+            SELECT r.* REPLACE (coalesce(r.prompt, i.text) AS prompt),
+                   i.text AS item_text, i.fields AS item_fields, i.options AS item_options
             FROM results r JOIN runs u ON u.run_id = r.run_id
             LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id
             WHERE r.run_id = ? AND r.item_id = ? ORDER BY r.variant

@@ -119,3 +119,29 @@ def test_real_file():
     ]
     assert by_line[1].fields["tuple_ID"] == "fast_spec_r5_seed06_results_10-11-2023_10h36m12s_6109"
     assert by_line[1].fields["problemsize"] == 3
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "1e999"])
+def test_non_finite_number_is_refused_with_its_line(tmp_path, number):
+    """The suite skips the NaN/Infinity scan of the fields because the parser refuses them:
+    such a trial is still an error naming the file and line."""
+    line = json.dumps(rec(Key=12)).replace('"problemsize": 3', f'"problemsize": {number}')
+    p = write(tmp_path, [json.dumps(rec()), line])
+    with pytest.raises(SuiteError) as ei:
+        load_worldsense_suite(p).items()
+    assert ei.value.path == str(p) and ei.value.line == 2
+
+
+def test_corrupt_block_is_an_error(tmp_path):
+    """A flipped bit inside the compressed stream (CRC mismatch) or a cut-off file: 'cannot read'."""
+    p = write(tmp_path, [json.dumps(rec(Key=k, text="x" * 50 + str(k))) for k in range(2000)])
+    data = bytearray(p.read_bytes())
+    cut = tmp_path / "cut" / "trials.jsonl.bz2"
+    cut.parent.mkdir()
+    cut.write_bytes(bytes(data[: len(data) // 2]))
+    data[len(data) // 2] ^= 0x10
+    p.write_bytes(bytes(data))
+    for f in (p, cut):
+        with pytest.raises(SuiteError, match="cannot read") as ei:
+            load_worldsense(f)
+        assert ei.value.path == str(f)

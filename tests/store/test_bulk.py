@@ -166,16 +166,19 @@ def test_worldsense_import_rows_by_hand(tmp_path: Path) -> None:
         assert meta["unknown_keys"] == 1 and meta["duplicate_keys"] == 1
         rows = st.execute("SELECT item_id, variant, seq, prompt, prediction, gold, correct, extra, n_tokens, "
                           "latency_ms, probs FROM results ORDER BY seq").fetchall()
+        read = list(st.results_frame(run[0][0], with_items=False)["prompt"])
+    # the trial's text is the stored item's: the row stores NULL, readers return the text
+    assert read == ["Trial 1?", "Trial 2?", "Trial 3?", "Trial 4?"]
     # gold: Emmanuel=TRUE, Megi=FALSE, Mark=1, Youssef=2; 1 and 2 are one class (KNOW);
     # "maybe" is not an allowed response (valid false) and is wrong; Key 1's first answer counts.
     assert rows == [
-        ("1", "default", 0, "Trial 1?", "TRUE", "TRUE", 1.0, '{"imported":true,"prompting":"basic","valid":true}',
+        ("1", "default", 0, None, "TRUE", "TRUE", 1.0, '{"imported":true,"prompting":"basic","valid":true}',
          0, 0.0, None),
-        ("2", "default", 1, "Trial 2?", "TRUE", "FALSE", 0.0, '{"imported":true,"prompting":"basic","valid":true}',
+        ("2", "default", 1, None, "TRUE", "FALSE", 0.0, '{"imported":true,"prompting":"basic","valid":true}',
          0, 0.0, None),
-        ("3", "default", 2, "Trial 3?", "2", "1", 1.0, '{"imported":true,"prompting":"basic","valid":true}',
+        ("3", "default", 2, None, "2", "1", 1.0, '{"imported":true,"prompting":"basic","valid":true}',
          0, 0.0, None),
-        ("4", "default", 3, "Trial 4?", "maybe", "2", 0.0, '{"imported":true,"prompting":"basic","valid":false}',
+        ("4", "default", 3, None, "maybe", "2", 0.0, '{"imported":true,"prompting":"basic","valid":false}',
          0, 0.0, None),
     ]
 

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from llmscope.data.suites import SuiteError, read_jsonl
@@ -60,17 +61,49 @@ def _suite(st: Store) -> None:
     st.add_suite("s@1", "s", "constrained", {}, "", items)
 
 
+def _run(st: Store, run_id: str, suite_id: str = "s@1") -> None:
+    st.create_run({"run_id": run_id, "suite_id": suite_id, "suite_name": "s", "task": "constrained",
+                   "model": "m", "backend": "import"})
+
+
 def test_append_results_prompt_from_suite(tmp_path: Path) -> None:
+    """Rows whose prompt is their item's text store NULL; every reader returns the item's text,
+    and a row with its own prompt keeps it."""
+    from llmscope.export import export_rows
+
     with Store(tmp_path / "p.duckdb") as st:
         _suite(st)
+        _run(st, "r")
         n = st.append_results("r", {"item_id": ["b", "zz", "a"], "variant": ["v", "v", "v"],
                                     "prediction": ["1", "2", "2"]}, start_seq=3, prompt_from_suite="s@1")
-        rows = st.execute("SELECT seq, item_id, prompt, prediction FROM results ORDER BY seq").fetchall()
+        # a row of the same run that carries its own prompt (a run's templated prompt)
+        st.append_results("r", {"item_id": ["c"], "variant": ["w"], "prompt": ["Own prompt of c"]}, start_seq=6)
+        stored = st.execute("SELECT seq, prompt FROM results ORDER BY seq").fetchall()
         with pytest.raises(ValueError, match="either a prompt column or prompt_from_suite"):
             st.append_results("r", {"item_id": ["c"], "variant": ["v"], "prompt": ["P"]}, prompt_from_suite="s@1")
+        _run(st, "r2", "other@2")
+        with pytest.raises(ValueError, match="not the suite of run 'r2' \\(other@2\\)"):
+            st.append_results("r2", {"item_id": ["a"], "variant": ["v"]}, prompt_from_suite="s@1")
+        with pytest.raises(ValueError, match="no such run"):
+            st.append_results("nope", {"item_id": ["a"], "variant": ["v"]}, prompt_from_suite="s@1")
+        def pairs(df: pd.DataFrame) -> list[tuple[int, str | None]]:  # pandas reads NULL text as NaN
+            return [(int(q), None if pd.isna(p) else p) for q, p in zip(df["seq"], df["prompt"], strict=True)]
+
+        frame, bare = pairs(st.results_frame("r")), pairs(st.results_frame("r", with_items=False))
+        decoded = pairs(st.results_decoded("r", with_items=False))
+        results = [r.prompt for r in st.results("r")]
+        detail_b = [v["prompt"] for v in st.item_detail("r", "b").variants]
+        detail_c = [v["prompt"] for v in st.item_detail("r", "c").variants]
+        exported = [(r.item_id, r.prompt) for r in export_rows(st, st.get_run("r") or {})]
     assert n == 3
-    # each row's prompt is its item's text; an id the suite lacks gets no prompt
-    assert rows == [(3, "b", "Text of b", "1"), (4, "zz", None, "2"), (5, "a", "Text of a", "2")]
+    assert stored == [(3, None), (4, None), (5, None), (6, "Own prompt of c")]  # no copy of the text
+    # the item's text in its place; an id the suite lacks has no prompt
+    want = [(3, "Text of b"), (4, None), (5, "Text of a"), (6, "Own prompt of c")]
+    assert frame == want and bare == want
+    assert decoded == want
+    assert results == [p for _, p in want]
+    assert detail_b == ["Text of b"] and detail_c == ["Own prompt of c"]
+    assert exported == [("b", "Text of b"), ("zz", None), ("a", "Text of a"), ("c", "Own prompt of c")]
 
 
 def test_item_answers(tmp_path: Path) -> None:
