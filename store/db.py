@@ -948,17 +948,20 @@ class Store:
             wanted,
         ).fetchall()
         blobs = {int(b): (int(lo), decode_top_tokens(data)) for b, lo, data in rows}
-        tops = df["top_tokens"].astype(object)
-        for pos in np.flatnonzero(need.to_numpy()):
-            entry = blobs.get(int(ids.iat[pos]))
+        tops: list[Any] = df["top_tokens"].tolist()
+        seqs = df["seq"].tolist()
+        for pos, (bid, wanted_here) in enumerate(zip(ids.tolist(), need.tolist(), strict=True)):
+            if not wanted_here:
+                continue
+            entry = blobs.get(int(bid))
             if entry is None:
-                raise StoreError(f"{self.path}: a result names top-tokens blob {int(ids.iat[pos])}, which is missing")
-            i = int(df["seq"].iat[pos]) - entry[0]
+                raise StoreError(f"{self.path}: a result names top-tokens blob {int(bid)}, which is missing")
+            i = int(seqs[pos]) - entry[0]
             if not 0 <= i < len(entry[1]):
-                raise StoreError(f"{self.path}: result seq {int(df['seq'].iat[pos])} is outside its top-tokens blob")
+                raise StoreError(f"{self.path}: result seq {int(seqs[pos])} is outside its top-tokens blob")
             v = entry[1][i]
-            tops.iat[pos] = v if not as_text or v is None else _json(v)
-        df["top_tokens"] = tops
+            tops[pos] = v if not as_text or v is None else _json(v)
+        df["top_tokens"] = pd.Series(tops, index=df.index, dtype=object)
         return df
 
     def results_decoded(self, run_id: str, *, with_items: bool = True) -> pd.DataFrame:

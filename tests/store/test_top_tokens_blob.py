@@ -31,12 +31,13 @@ def _readers(st: Store, run: str) -> dict[str, dict[str, object]]:
     """item_id -> top tokens, through every reader of the store and the export."""
     out: dict[str, dict[str, object]] = {}
     frame = st.results_frame(run, with_items=False)
-    out["frame"] = {i: (json.loads(t) if isinstance(t, str) else None) for i, t in zip(frame.item_id, frame.top_tokens)}
+    out["frame"] = {i: (json.loads(t) if isinstance(t, str) else None)
+                    for i, t in zip(frame.item_id, frame.top_tokens, strict=True)}
     joined = st.results_frame(run)
     out["frame_items"] = {i: (json.loads(t) if isinstance(t, str) else None)
-                          for i, t in zip(joined.item_id, joined.top_tokens)}
+                          for i, t in zip(joined.item_id, joined.top_tokens, strict=True)}
     dec = st.results_decoded(run)
-    out["decoded"] = dict(zip(dec.item_id, dec.top_tokens))
+    out["decoded"] = dict(zip(dec.item_id, dec.top_tokens, strict=True))
     out["results"] = {r.item_id: r.top_tokens for r in st.results(run)}
     out["detail"] = {i: st.item_detail(run, i).variants[0]["top_tokens"] for i in out["results"]}
     run_rec = st.get_run(run)
