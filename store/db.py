@@ -174,8 +174,9 @@ MIGRATIONS: list[tuple[int, str]] = [
         # their JSON in `results.top_tokens`; readers read that first (`_fill_top_tokens`).
         """
         ALTER TABLE results ADD COLUMN top_tokens_blob BIGINT;
+        CREATE SEQUENCE result_blob_ids START 1;  -- unique across connections, unlike max() + 1
         CREATE TABLE result_blobs (
-            blob_id BIGINT NOT NULL,
+            blob_id BIGINT PRIMARY KEY,
             run_id VARCHAR NOT NULL,
             seq_lo BIGINT NOT NULL,
             seq_hi BIGINT NOT NULL,
@@ -619,13 +620,13 @@ class Store:
 
     def _insert_with_blob(self, run_id: str, tbl: pa.Table, seq_lo: int, blob: bytes) -> None:
         """Insert rows and their batch's top-tokens blob in one transaction (the caller's, inside
-        `transaction()`); caller holds the locks. The blob id is the file's next one, read in
-        the transaction (one process writes a file)."""
+        `transaction()`); caller holds the locks. The blob id comes from a sequence, so two
+        open transactions (two `Store`s of one file) never share one."""
         own = not self._in_tx
         try:
             if own:
                 self.con.execute("BEGIN TRANSACTION")
-            row = self.con.execute("SELECT coalesce(max(blob_id), 0) + 1 FROM result_blobs").fetchall()
+            row = self.con.execute("SELECT nextval('result_blob_ids')").fetchall()
             blob_id = int(row[0][0])
             i = tbl.schema.get_field_index("top_tokens_blob")
             tbl = tbl.set_column(i, "top_tokens_blob", pa.array(np.full(tbl.num_rows, blob_id, dtype=np.int64)))

@@ -95,6 +95,7 @@ def _downgrade_to_schema_4(path: Path) -> None:
         pass
     con = duckdb.connect(str(path))
     con.execute("DROP TABLE result_blobs")
+    con.execute("DROP SEQUENCE result_blob_ids")
     con.execute("ALTER TABLE results DROP COLUMN top_tokens_blob")
     con.execute("DELETE FROM schema_version WHERE version = 5")
     con.execute("INSERT INTO runs (run_id, suite_id, task) VALUES ('r', 's', 'yesno')")
@@ -122,3 +123,19 @@ def test_a_missing_blob_is_an_error_not_silence(db_path: Path) -> None:
         st.execute("DELETE FROM result_blobs")
         with pytest.raises(StoreError, match="top-tokens blob 1, which is missing"):
             st.results("r")
+
+
+def test_two_stores_with_an_open_transaction_get_distinct_blobs(db_path: Path) -> None:
+    a, b = Store(db_path), Store(db_path)
+    try:
+        _setup(a, "r1")
+        _setup(a, "r2")
+        with a.transaction():
+            a.write_results("r1", [_row("x", _top("one"))])
+            b.write_results("r2", [_row("x", _top("two"))])  # another connection, while a's is open
+        assert a.execute("SELECT count(DISTINCT blob_id) FROM result_blobs").fetchall() == [(2,)]
+        assert a.results("r1")[0].top_tokens == _top("one")
+        assert a.results("r2")[0].top_tokens == _top("two")
+    finally:
+        a.close()
+        b.close()
