@@ -42,7 +42,7 @@ from llmscope.engine.types import Result
 # 50 MB generation cannot make every viewer re-read 50 MB; the row then lists it in `_truncated`.
 MAX_LIVE_TEXT = 64 * 1024
 # Columns of the `results` table that the live channel does not carry (the store assigns them).
-_NOT_LIVE = ("run_id", "seq")  # written_at stays: the plots time the run by it
+_NOT_LIVE = ("run_id", "seq", "top_tokens_blob")  # written_at stays: the plots time the run by it
 
 
 def live_dir(db: str | Path) -> Path:

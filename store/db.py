@@ -18,14 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import orjson
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import zstandard
 
 from llmscope.engine.types import Item, ItemDetail, Result
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 MIGRATIONS: list[tuple[int, str]] = [
     (
@@ -161,6 +163,25 @@ MIGRATIONS: list[tuple[int, str]] = [
         INSERT INTO results_v4 SELECT *, NULL, NULL FROM results;
         DROP TABLE results;
         ALTER TABLE results_v4 RENAME TO results;
+        """,
+    ),
+    (
+        5,
+        # Top tokens leave the row (issue 17): a batch's top tokens are one compressed blob
+        # (zstd over one orjson array, entry i = the row with seq seq_lo + i), written in the
+        # batch's transaction; a row names its batch's blob in `top_tokens_blob`, so a deleted,
+        # skipped or rescored row never picks up another row's entry. Rows written before keep
+        # their JSON in `results.top_tokens`; readers read that first (`_fill_top_tokens`).
+        """
+        ALTER TABLE results ADD COLUMN top_tokens_blob BIGINT;
+        CREATE SEQUENCE result_blob_ids START 1;  -- unique across connections, unlike max() + 1
+        CREATE TABLE result_blobs (
+            blob_id BIGINT PRIMARY KEY,
+            run_id VARCHAR NOT NULL,
+            seq_lo BIGINT NOT NULL,
+            seq_hi BIGINT NOT NULL,
+            top_tokens BLOB NOT NULL       -- zstd(orjson list of each row's top tokens or null)
+        );
         """,
     ),
 ]
@@ -605,6 +626,37 @@ class Store:
                     pass
                 raise _explain(e, self.path, f"writing {table}") from e
 
+    def _insert_with_blob(self, run_id: str, tbl: pa.Table, seq_lo: int, blob: bytes) -> None:
+        """Insert rows and their batch's top-tokens blob in one transaction (the caller's, inside
+        `transaction()`); caller holds the locks. The blob id comes from a sequence, so two
+        open transactions (two `Store`s of one file) never share one."""
+        own = not self._in_tx
+        try:
+            if own:
+                self.con.execute("BEGIN TRANSACTION")
+            row = self.con.execute("SELECT nextval('result_blob_ids')").fetchall()
+            blob_id = int(row[0][0])
+            i = tbl.schema.get_field_index("top_tokens_blob")
+            tbl = tbl.set_column(i, "top_tokens_blob", pa.array(np.full(tbl.num_rows, blob_id, dtype=np.int64)))
+            self.con.execute("INSERT INTO result_blobs VALUES (?, ?, ?, ?, ?)",
+                             [blob_id, run_id, seq_lo, int(pc.max(tbl.column("seq")).as_py()), blob])
+            self.con.register("_llmscope_batch", tbl)
+            try:
+                cols = ", ".join(tbl.column_names)
+                self.con.execute(f"INSERT INTO results ({cols}) SELECT {cols} FROM _llmscope_batch").fetchall()
+            finally:
+                self.con.unregister("_llmscope_batch")
+            if own:
+                self.con.execute("COMMIT")
+        except duckdb.Error as e:
+            self._forget_keys()
+            if own:
+                try:
+                    self.con.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass
+            raise _explain(e, self.path, "writing results") from e
+
     def _forget_keys(self) -> None:
         with _KEYS_LOCK:
             _KEYS.pop(self._db_key, None)
@@ -618,10 +670,14 @@ class Store:
             keys = idx.runs[run_id] = {(r[0], r[1]) for r in rows}
         return keys
 
-    def _insert_results(self, run_id: str, tbl: pa.Table, prompt_from_suite: str | None = None) -> int:
+    def _insert_results(self, run_id: str, tbl: pa.Table, prompt_from_suite: str | None = None,
+                        tops_blob: tuple[int, bytes] | None = None) -> int:
         """Append a batch of one run's rows, skipping keys already stored or repeated in the
         batch (the first copy counts). Inside `transaction()` such a key is an error instead,
-        so bulk writers that dedupe themselves learn of a mistake. Returns rows written."""
+        so bulk writers that dedupe themselves learn of a mistake. Returns rows written.
+
+        `tops_blob`: (seq of the batch's first row, `encode_top_tokens` blob of the whole batch),
+        stored in `result_blobs` in the rows' transaction; the rows name it in `top_tokens_blob`."""
         with self._lock, _KEYS_LOCK:
             try:
                 stored = self._stored_keys(run_id)
@@ -641,7 +697,9 @@ class Store:
                 tbl = tbl.filter(pa.array(keep, type=pa.bool_()))
                 fresh -= stored
             if tbl.num_rows:
-                if prompt_from_suite is None:
+                if tops_blob is not None:
+                    self._insert_with_blob(run_id, tbl, *tops_blob)
+                elif prompt_from_suite is None:
                     self._insert_arrow("results", tbl)
                 else:
                     self._insert_arrow("results", tbl, select=_prompt_from_items_sql(tbl.column_names),
@@ -815,8 +873,9 @@ class Store:
         if not rs:
             return 0
         now = _now()
-        tbl = results_to_arrow(run_id, rs, start_seq, now)
-        self._insert_results(run_id, tbl)
+        tbl = results_to_arrow(run_id, rs, start_seq, now, tops_inline=False)
+        blob = encode_top_tokens([r.top_tokens for r in rs])
+        self._insert_results(run_id, tbl, tops_blob=None if blob is None else (start_seq, blob))
         return len(rs)
 
     def append_results(self, run_id: str, columns: Mapping[str, Any], start_seq: int = 0, *,
@@ -873,6 +932,9 @@ class Store:
 
     def results_frame(self, run_id: str, *, with_items: bool = True) -> pd.DataFrame:
         """Per-item results of a run (JSON columns left as text), joined with item fields."""
+        return self._fill_top_tokens(self._results_rows(run_id, with_items), as_text=True)
+
+    def _results_rows(self, run_id: str, with_items: bool) -> pd.DataFrame:
         if with_items:
             return self.query_df(
                 """
@@ -886,10 +948,42 @@ class Store:
             )
         return self.query_df(f"SELECT {RESULT_PROMPT_SELECT} WHERE r.run_id = ? ORDER BY r.seq", [run_id])
 
+    def _fill_top_tokens(self, df: pd.DataFrame, *, as_text: bool) -> pd.DataFrame:
+        """Rows' `top_tokens` from their batch's blob where the row holds none (rows written
+        since schema 5), as JSON text (`as_text`) or decoded; drops `top_tokens_blob`. Each
+        blob the rows name is read and decompressed once."""
+        if "top_tokens_blob" not in df.columns:
+            return df
+        ids = df.pop("top_tokens_blob")
+        need = ids.notna() & df["top_tokens"].isna()
+        if not need.any():
+            return df
+        wanted = sorted({int(b) for b in ids[need]})
+        rows = self.execute(
+            f"SELECT blob_id, seq_lo, top_tokens FROM result_blobs WHERE blob_id IN ({', '.join('?' * len(wanted))})",
+            wanted,
+        ).fetchall()
+        blobs = {int(b): (int(lo), decode_top_tokens(data)) for b, lo, data in rows}
+        tops: list[Any] = df["top_tokens"].tolist()
+        seqs = df["seq"].tolist()
+        for pos, (bid, wanted_here) in enumerate(zip(ids.tolist(), need.tolist(), strict=True)):
+            if not wanted_here:
+                continue
+            entry = blobs.get(int(bid))
+            if entry is None:
+                raise StoreError(f"{self.path}: a result names top-tokens blob {int(bid)}, which is missing")
+            i = int(seqs[pos]) - entry[0]
+            if not 0 <= i < len(entry[1]):
+                raise StoreError(f"{self.path}: result seq {int(seqs[pos])} is outside its top-tokens blob")
+            v = entry[1][i]
+            tops[pos] = v if not as_text or v is None else _json(v)
+        df["top_tokens"] = pd.Series(tops, index=df.index, dtype=object)
+        return df
+
     def results_decoded(self, run_id: str, *, with_items: bool = True) -> pd.DataFrame:
         """`results_frame` with its JSON columns decoded (dicts/lists, None for NULL): the form
         every reader outside store/ uses, so none of them parses stored JSON."""
-        df = self.results_frame(run_id, with_items=with_items)
+        df = self._fill_top_tokens(self._results_rows(run_id, with_items), as_text=False)
         return decode_frame(df)
 
     def results(self, run_id: str) -> list[Result]:
@@ -917,6 +1011,7 @@ class Store:
             """,
             [run_id, item_id],
         )
+        df = self._fill_top_tokens(df, as_text=False)
         rows = []
         for rec in df.to_dict("records"):
             row = {str(k): (None if _isnull(v) else v) for k, v in rec.items()}
@@ -1095,7 +1190,7 @@ RESULT_SCHEMA = pa.schema(
         ("prediction", pa.string()), ("gold", pa.string()), ("correct", pa.float64()),
         ("confidence", pa.float64()), ("n_tokens", pa.int32()), ("latency_ms", pa.float64()),
         ("error", pa.string()), ("extra", pa.string()), ("written_at", pa.timestamp("us")),
-        ("p_chosen", pa.float64()), ("choice_method", pa.string()),
+        ("p_chosen", pa.float64()), ("choice_method", pa.string()), ("top_tokens_blob", pa.int64()),
     ]
 )
 # The `results` columns that hold JSON text (open shapes); every reader gets them decoded
@@ -1173,9 +1268,11 @@ def _choice_method(extras: Sequence[Any]) -> pa.Array:
     return pa.array(out, type=pa.string())
 
 
-def results_to_arrow(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.datetime) -> pa.Table:
+def results_to_arrow(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.datetime, *,
+                     tops_inline: bool = True) -> pa.Table:
     """Column-wise conversion of results to the `results` table's Arrow schema (floats are
-    checked for NaN/inf in Arrow; JSON columns encoded by orjson per value)."""
+    checked for NaN/inf in Arrow; JSON columns encoded by orjson per value). `tops_inline=False`
+    leaves `top_tokens` null (the store writes them as the batch's blob, `encode_top_tokens`)."""
     n = len(rs)
     if not n:
         return RESULT_SCHEMA.empty_table()
@@ -1198,7 +1295,7 @@ def results_to_arrow(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.
         _finite_array([p.get("yes") if p else None for p in probs]),
         _finite_array([p.get("no") if p else None for p in probs]),
         _finite_array([r.other for r in rs]),
-        _json_array([r.top_tokens for r in rs]),
+        _json_array([r.top_tokens for r in rs]) if tops_inline else pa.nulls(n, type=pa.string()),
         _json_array([r.option_scores for r in rs]),
         pa.array(preds, type=pa.string()),
         pa.array([r.gold for r in rs], type=pa.string()),
@@ -1211,8 +1308,35 @@ def results_to_arrow(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.
         pa.array([now] * n, type=pa.timestamp("us")),
         _finite_array([p.get(x) if p and x is not None else None for p, x in zip(probs, preds, strict=True)]),
         pa.array([m if isinstance(m, str) else None for m in methods], type=pa.string()),
+        pa.nulls(n, type=pa.int64()),
     ]
     return pa.Table.from_arrays(arrays, schema=RESULT_SCHEMA)
+
+
+def encode_top_tokens(tops: Sequence[Any]) -> bytes | None:
+    """One batch's top tokens (a list per row, or None) as the blob stored in `result_blobs`:
+    zstd level 1 over one orjson array (None when no row has any). One orjson call and one
+    compression per batch instead of a JSON text per row: the per-row cost of top tokens was
+    more than half of a write (docs/PERFORMANCE.md, round 4 sto2)."""
+    if all(t is None for t in tops):
+        return None
+    try:
+        raw = orjson.dumps(tops, option=orjson.OPT_SERIALIZE_NUMPY)
+    except (orjson.JSONEncodeError, TypeError):
+        # what orjson refuses with the fast options (non-string keys, odd objects): the
+        # careful encoder per row, the same text `_json` stores in a column
+        raw = ("[" + ",".join("null" if t is None else (_json(t) or "null") for t in tops) + "]").encode()
+    # zstd level 1 (measured on 100k bench rows, 20 top tokens each: 0.28 CPU s, 22 MB; stdlib
+    # zlib level 1: 0.74 s, 29 MB; lz4: 0.19 s but 45 MB for DuckDB to write)
+    return zstandard.ZstdCompressor(level=1).compress(raw)
+
+
+def decode_top_tokens(blob: bytes) -> list[Any]:
+    """The per-row list of an `encode_top_tokens` blob."""
+    v = decode_json(zstandard.ZstdDecompressor().decompress(blob))
+    if not isinstance(v, list):
+        raise StoreError("a stored top-tokens blob does not hold a list")
+    return v
 
 
 def _prompt_from_items_sql(columns: Sequence[str]) -> str:

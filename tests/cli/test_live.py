@@ -40,6 +40,13 @@ def _db_rows(db: Path, run_id: str) -> dict[tuple[str, str], dict[str, Any]]:
     cur = con.execute(f"SELECT {', '.join(DB_COLS)} FROM results WHERE run_id = ?", [run_id])
     rows = [dict(zip(DB_COLS, r, strict=True)) for r in cur.fetchall()]
     con.close()
+    # top tokens are stored as a per-batch blob (schema 5): the store gives them back as JSON text
+    with Store(db, read_only=True) as st:
+        df = st.results_frame(run_id, with_items=False)
+        tops = {(i, v): (t if isinstance(t, str) else None)
+                for i, v, t in zip(df.item_id, df.variant, df.top_tokens, strict=True)}
+    for r in rows:
+        r["top_tokens"] = tops[(r["item_id"], r["variant"])]
     return {(r["item_id"], r["variant"]): r for r in rows}
 
 

@@ -74,7 +74,12 @@ def test_run_embedded_model_matches_direct_transformers(tmp_path):
         "SELECT item_id, variant, prompt, p_yes, p_no, other, top_tokens FROM results ORDER BY item_id, variant"
     ).fetchall()
     run = con.execute("SELECT status, model_hash, dtype, device, n_total FROM runs").fetchall()
+    run_id = con.execute("SELECT run_id FROM runs").fetchall()[0][0]
     con.close()
+    from llmscope.store.db import Store
+
+    with Store(db, read_only=True) as st:  # top tokens live in a per-batch blob (schema 5)
+        tops = {(x.item_id, x.variant): x.top_tokens for x in st.results(run_id)}
     assert len(rows) == 15  # 5 statements × 3 prompts, each exactly once
     assert run[0][0] == "completed" and run[0][1].startswith("sha256:") and run[0][2] == "float32"
     assert run[0][4] == 15
@@ -91,8 +96,9 @@ def test_run_embedded_model_matches_direct_transformers(tmp_path):
         assert r[4] == pytest.approx(pn, abs=1e-5)
         assert r[3] + r[4] + r[5] == pytest.approx(1.0, abs=1e-6)
         assert "<|im_start|>assistant" in r[2]  # the exact rendered prompt is stored
-        top = json.loads(r[6])
-        assert len(top) == 20 and top[0]["prob"] >= top[-1]["prob"]
+        assert r[6] is None
+        top = tops[(r[0], r[1])]
+        assert top is not None and len(top) == 20 and top[0]["prob"] >= top[-1]["prob"]
 
     # Running the same command again continues the same run and adds nothing.
     proc2 = subprocess.run(cmd, capture_output=True, text=True, timeout=900)

@@ -38,11 +38,13 @@ def test_writes_are_exactly_once_and_json_round_trips(db_path):
         st.write_results("run", [r, Result(item_id="b", variant="q1")], start_seq=1)  # "a" again: ignored
         rows = st.execute("SELECT item_id, prompt, probs, p_no, top_tokens, extra FROM results ORDER BY item_id").fetchall()
         fields = st.execute("SELECT fields FROM items").fetchall()
+        tops = st.results_frame("run", with_items=False)["top_tokens"].tolist()  # from the batch's blob
     assert [x[0] for x in rows] == ["a", "b"]
     a = rows[0]
     assert a[1] == "p\n\t\u2028"
     assert json.loads(a[2]) == {"yes": 0.5, "no": None}  # NaN is stored as null, never as invalid JSON
     assert a[3] is None
-    assert json.loads(a[4]) == [{"token": "\ufffd", "id": 3, "prob": 0.1}]
+    assert a[4] is None  # schema 5: top tokens live in result_blobs, not in the row
+    assert json.loads(tops[0]) == [{"token": "\ufffd", "id": 3, "prob": 0.1}] and tops[1] is None
     assert json.loads(a[5]) == {"k": [1, 2]}
     assert json.loads(fields[0][0]) == {"x": "[bold]é\x1b[31m"}

@@ -57,7 +57,7 @@ def test_schema_3_file_is_migrated_with_identical_rows(tmp_path: Path) -> None:
                 "VALUES ('bad', 'x', 'q1', '{oops', 'yes', 'nope')")
     con.close()
     with Store(db) as st:
-        assert st.schema_version() == SCHEMA_VERSION == 4
+        assert st.schema_version() == SCHEMA_VERSION  # 3 -> 4 -> 5
         after = st.execute(f"SELECT {COLS} FROM results WHERE run_id = 'r' ORDER BY seq").fetchall()
         assert after == before
         assert _promoted(st, "r") == PROMOTED  # computed in SQL from the JSON columns
