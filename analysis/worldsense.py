@@ -202,8 +202,13 @@ def tuple_table(df: pd.DataFrame, *, filter_incomplete: bool = True) -> pd.DataF
     keep = valid
     if filter_incomplete:
         size = np.where(valid, np.bincount(codes[valid], minlength=int(codes.max()) + 1 if len(codes) else 0)[codes], -1)
-        exp_len = df["expectedresp"].map(len).to_numpy()
+        # A trial whose item is not stored has no expected responses: its tuple cannot be
+        # shown complete, so it is excluded with the others (-2 never equals a size).
+        exp_len = df["expectedresp"].map(lambda v: len(v) if isinstance(v, (list, tuple)) else -2).to_numpy()
         keep = size == exp_len
+        # a tuple is kept whole or not at all (in the authors' files every trial of a tuple
+        # has the same expected responses, so this only matters for a trial without its item)
+        keep &= ~np.isin(codes, codes[valid & ~keep])
         if not keep.all():
             n_bad = df.loc[~keep, keys].drop_duplicates().shape[0]
             warnings.warn(

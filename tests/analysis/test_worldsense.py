@@ -89,6 +89,27 @@ def test_tuple_weighted_means_and_incomplete_warning():
     assert "resp" not in tup and "goldresp" not in tup
 
 
+def test_trial_without_its_item_is_excluded_not_a_crash():
+    # A result whose item is not stored reaches the tuple table with no expected responses
+    # (and no tuple): it is left out with the incomplete ones, the other tuples unchanged.
+    df = _frame()
+    extra = df.iloc[[0]].copy()
+    extra["expectedresp"] = None
+    extra["tuple_ID"] = None
+    with pytest.warns(UserWarning, match="incomplete"):
+        tup = ws.tuple_table(pd.concat([df, extra], ignore_index=True))
+    got = {r["tuple_ID"]: (r["acc"], r["bias"]) for r in tup.to_dict("records")}
+    assert set(got) == set(EXPECTED)
+    assert got["A"] == (pytest.approx(0.5), pytest.approx(1.0))
+    # the same tuple's trial with its expected responses missing: that tuple is excluded
+    bad = df.copy()
+    bad["expectedresp"] = bad["expectedresp"].astype(object)
+    bad.at[bad.index[bad["tuple_ID"] == "D"][0], "expectedresp"] = None
+    with pytest.warns(UserWarning, match="incomplete"):
+        tup2 = ws.tuple_table(bad)
+    assert set(tup2["tuple_ID"]) == set(EXPECTED) - {"D"}
+
+
 def test_rebalanced_group_stats_by_hand():
     with pytest.warns(UserWarning):
         rep = ws.analyse(_frame())
