@@ -584,16 +584,15 @@ class Store:
             finally:
                 self._in_tx = False
 
-    def _insert_arrow(self, table: str, tbl: pa.Table, conflict: str = "DO NOTHING", *,
-                      select: str | None = None, params: Sequence[Any] = ()) -> None:
+    def _insert_arrow(self, table: str, tbl: pa.Table, conflict: str = "DO NOTHING") -> None:
         cols = ", ".join(tbl.column_names)
-        select = select or f"SELECT {cols} FROM _llmscope_batch"
+        select = f"SELECT {cols} FROM _llmscope_batch"
         if self._in_tx:
             with self._lock:
                 try:
                     self.con.register("_llmscope_batch", tbl)
                     try:
-                        self.con.execute(f"INSERT INTO {table} ({cols}) {select}", list(params)).fetchall()
+                        self.con.execute(f"INSERT INTO {table} ({cols}) {select}").fetchall()
                     finally:
                         self.con.unregister("_llmscope_batch")
                 except duckdb.Error as e:
@@ -607,13 +606,13 @@ class Store:
                     # The runner never writes a key twice, so a plain insert is the common case;
                     # ON CONFLICT (about 30% slower) is the safety net when a key exists already.
                     self.con.execute("BEGIN TRANSACTION")
-                    self.con.execute(f"INSERT INTO {table} ({cols}) {select}", list(params)).fetchall()
+                    self.con.execute(f"INSERT INTO {table} ({cols}) {select}").fetchall()
                     self.con.execute("COMMIT")
                 except duckdb.ConstraintException:
                     self.con.execute("ROLLBACK")
                     self.con.execute("BEGIN TRANSACTION")
                     self.con.execute(
-                        f"INSERT INTO {table} ({cols}) {select} ON CONFLICT {conflict}", list(params)
+                        f"INSERT INTO {table} ({cols}) {select} ON CONFLICT {conflict}"
                     ).fetchall()
                     self.con.execute("COMMIT")
                 finally:
@@ -670,8 +669,7 @@ class Store:
             keys = idx.runs[run_id] = {(r[0], r[1]) for r in rows}
         return keys
 
-    def _insert_results(self, run_id: str, tbl: pa.Table, prompt_from_suite: str | None = None,
-                        tops_blob: tuple[int, bytes] | None = None) -> int:
+    def _insert_results(self, run_id: str, tbl: pa.Table, tops_blob: tuple[int, bytes] | None = None) -> int:
         """Append a batch of one run's rows, skipping keys already stored or repeated in the
         batch (the first copy counts). Inside `transaction()` such a key is an error instead,
         so bulk writers that dedupe themselves learn of a mistake. Returns rows written.
@@ -699,11 +697,8 @@ class Store:
             if tbl.num_rows:
                 if tops_blob is not None:
                     self._insert_with_blob(run_id, tbl, *tops_blob)
-                elif prompt_from_suite is None:
-                    self._insert_arrow("results", tbl)
                 else:
-                    self._insert_arrow("results", tbl, select=_prompt_from_items_sql(tbl.column_names),
-                                       params=[prompt_from_suite])
+                    self._insert_arrow("results", tbl)
             stored |= fresh
             return tbl.num_rows
 
@@ -907,6 +902,8 @@ class Store:
         unknown = set(columns) - set(RESULT_SCHEMA.names) - {"run_id", "seq", "written_at", "p_chosen"}
         if unknown:
             raise ValueError(f"not columns of results: {sorted(unknown)}")
+        if "top_tokens_blob" in columns:  # names a stored blob: only write_results makes those
+            raise ValueError("top_tokens_blob is the store's own column; give top_tokens instead")
         arrays = []
         for f in RESULT_SCHEMA:
             if f.name == "run_id":
@@ -1337,14 +1334,6 @@ def decode_top_tokens(blob: bytes) -> list[Any]:
     if not isinstance(v, list):
         raise StoreError("a stored top-tokens blob does not hold a list")
     return v
-
-
-def _prompt_from_items_sql(columns: Sequence[str]) -> str:
-    """SELECT of a registered batch whose `prompt` is the item's text in suite `?` (the batch's
-    own prompt column is ignored; an item missing from the suite gives NULL)."""
-    cols = ", ".join("i.text" if c == "prompt" else f"b.{c}" for c in columns)
-    return (f"SELECT {cols} FROM _llmscope_batch b "
-            "LEFT JOIN items i ON i.suite_id = ? AND i.item_id = b.item_id ORDER BY b.seq")
 
 
 _LONG_DIGITS = re.compile(r"-?[0-9]{19,}")

@@ -139,3 +139,14 @@ def test_two_stores_with_an_open_transaction_get_distinct_blobs(db_path: Path) -
     finally:
         a.close()
         b.close()
+
+
+def test_bulk_append_refuses_a_blob_reference(tmp_path: Path) -> None:
+    # `top_tokens_blob` names a stored blob; a bulk writer giving one could point a row at
+    # another batch's tokens, so only the JSON column is accepted from outside.
+    with Store(tmp_path / "a.duckdb") as st:
+        _setup(st)
+        with pytest.raises(ValueError, match="top_tokens_blob"):
+            st.append_results("r", {"item_id": ["a"], "variant": ["q1"], "top_tokens_blob": [1]})
+        st.append_results("r", {"item_id": ["a"], "variant": ["q1"], "top_tokens": [json.dumps(_top("a"))]})
+        assert _readers(st, "r")["decoded"] == {"a": _top("a")}
