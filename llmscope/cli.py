@@ -306,6 +306,21 @@ def cmd_suites(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Read-only commands never change a file; this one upgrades it (as `run` or the TUI would)."""
+    from llmscope.store.db import SCHEMA_VERSION, file_schema_version
+
+    if not Path(args.db).exists():
+        raise CLIError(f"no database at {args.db} (pass --db)")
+    before = file_schema_version(args.db)
+    _open_store(args.db).close()  # a write open migrates (all or nothing) or says why not
+    if before == SCHEMA_VERSION:
+        print(f"{args.db} is already at schema {SCHEMA_VERSION}; nothing changed")
+    else:
+        print(f"{args.db}: schema {before} -> {SCHEMA_VERSION} (older llmscope versions cannot open it now)")
+    return 0
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
     store = _open_store(args.db, read_only=True)
     try:
@@ -321,7 +336,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for r in df.itertuples():
         # the headline metric (metrics cache; worldsense_accuracy for a WorldSense run), named
         acc = "" if r.accuracy is None or r.accuracy != r.accuracy else f"{r.metric} {r.accuracy:.3f}"
-        print(f"{r.run_id}  {r.suite_name:<20} {str(r.model)[:32]:<32} {r.status:<22} "
+        # a run row written by hand or by an old version may lack any of these: shown as "-"
+        suite, model, status = (("-" if v is None or v != v else str(v)) for v in (r.suite_name, r.model, r.status))
+        print(f"{r.run_id}  {suite:<20} {model[:32]:<32} {status:<22} "
               f"{r.n_done}/{r.n_total}  {acc}  {r.started_at}")
     return 0
 
@@ -617,6 +634,10 @@ def build_parser(settings: Any = None) -> argparse.ArgumentParser:
     db_arg(s)
     json_arg(s, "the runs")
     s.set_defaults(func=cmd_runs)
+
+    s = sub.add_parser("migrate", help="upgrade a database written by an older llmscope to this version's schema")
+    db_arg(s)
+    s.set_defaults(func=cmd_migrate)
 
     s = sub.add_parser("report", help="accuracy with 95%% CIs and other metrics")
     db_arg(s)

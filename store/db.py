@@ -373,6 +373,26 @@ _KEYS_LOCK = threading.RLock()
 _KEYS: dict[str, _KeyIndex] = {}
 
 
+def file_schema_version(path: str | Path) -> int:
+    """The schema version a database file is at (0 before llmscope's versioning), read without
+    migrating it (a read-only `Store` refuses older files)."""
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except Exception as e:
+        raise _explain(e, str(path), "opening the database") from e
+    try:
+        has = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
+                          ).fetchall()[0][0]
+        if not has:
+            return 0
+        v = con.execute("SELECT max(version) FROM schema_version").fetchall()[0][0]
+        return int(v) if v is not None else 0
+    except duckdb.Error as e:
+        raise _explain(e, str(path), "reading the schema version") from e
+    finally:
+        con.close()
+
+
 class Store:
     """One DuckDB file owned by one process; thread-safe through a lock."""
 
@@ -439,7 +459,8 @@ class Store:
             return
         if self.read_only:
             raise StoreError(
-                f"{self.path} has schema {current}, older than {SCHEMA_VERSION}; open it once for writing to migrate"
+                f"{self.path} has schema {current}, older than {SCHEMA_VERSION}; open it once for writing to migrate "
+                f"(`llmscope migrate --db {self.path}`; older llmscope versions cannot open it afterwards)"
             )
         try:
             self.con.execute("BEGIN TRANSACTION")
