@@ -602,12 +602,17 @@ def accuracy_metrics(ctx: MetricContext) -> list[Metric]:
             continue
         for key, sub in ok.groupby(ok[col].astype(str), sort=True):
             add(sub, {f: key})
-    accs = [m.value for m in out if set(m.group) == {"variant"} and m.value is not None]
-    if len(accs) >= 2:
-        a = np.asarray(accs, dtype=float)
-        out.append(Metric("variant_acc_range", float(a.max() - a.min()), n=len(a), producer="accuracy"))
-        out.append(Metric("variant_acc_sd", float(a.std(ddof=1)), n=len(a), producer="accuracy"))
-    return out
+    return out + variant_spread(out)
+
+
+def variant_spread(accuracy: list[Metric]) -> list[Metric]:
+    """Range and SD of the per-variant accuracies (prompt sensitivity), from the row or SQL form."""
+    accs = [m.value for m in accuracy if set(m.group) == {"variant"} and m.value is not None]
+    if len(accs) < 2:
+        return []
+    a = np.asarray(accs, dtype=float)
+    return [Metric("variant_acc_range", float(a.max() - a.min()), n=len(a), producer="accuracy"),
+            Metric("variant_acc_sd", float(a.std(ddof=1)), n=len(a), producer="accuracy")]
 
 
 def _extras(df: pd.DataFrame) -> pd.Series:

@@ -134,7 +134,7 @@ def sql_run_metrics(store: Any, run: Mapping[str, Any], spec: Mapping[str, Any],
     )
 
     sid = run.get("suite_id")
-    if not sid or profile.n == 0 or not all(hasattr(store, a) for a in ("execute", "con", "_lock")):
+    if not sid or profile.n == 0 or not hasattr(store, "query_numpy"):
         return None  # a store-like object without a DuckDB connection (tests' fakes)
     cf = spec.get("cluster_field")
     cf = cf if isinstance(cf, str) else None
@@ -182,29 +182,13 @@ def sql_run_metrics(store: Any, run: Mapping[str, Any], spec: Mapping[str, Any],
     return finish_metrics(rm, profile.nonnull.get("error", 0), profile.n)
 
 
-def _fetch(store: Any, sql: str, params: list[Any]) -> dict[str, np.ndarray]:
-    """Columns as numpy arrays (no pandas frame: strings stay plain objects), under the
-    store's lock like its other reads."""
-    with store._lock:
-        res = store.con.execute(sql, params).fetchnumpy()
-    out = {}
-    for k, v in res.items():
-        if np.ma.is_masked(v):  # NULLs: None in an object array (np.ma.filled would write "?")
-            arr = np.ma.getdata(v).astype(object)
-            arr[np.ma.getmaskarray(v)] = None
-            out[k] = arr
-        else:
-            out[k] = np.ma.getdata(v)
-    return out
-
-
 def _accuracy(store: Any, rid: str, info: _FieldInfo, cf: str | None, groups: list[str],
               n_scored: int) -> list[Any] | None:
     """accuracy_metrics from one GROUP BY: per (variant, cluster, group fields) cell the count,
     the sum of 0/1 scores and the first row (``min(seq)``); every grouping's per-cluster sums
     are then bincounts of those cells (integers: exact in any order), clusters in order of
     first appearance as the row pipeline has them. None when a scored row has no item."""
-    from .metrics import Metric
+    from .metrics import Metric, variant_spread
 
     cl = f"i.s{info.column[cf]}" if cf else "r.item_id"
     cols = "".join(f", i.s{info.column[f]} AS g{k}" for k, f in enumerate(groups))
@@ -213,7 +197,7 @@ def _accuracy(store: Any, rid: str, info: _FieldInfo, cf: str | None, groups: li
         f"FROM results r JOIN {info.table} i ON i.item_id = r.item_id "
         "WHERE r.run_id = ? AND r.error IS NULL AND r.correct IN (0, 1) GROUP BY ALL ORDER BY s"
     )
-    res = _fetch(store, sql, [rid])
+    res = store.query_numpy(sql, [rid])
     if int(res["m"].sum()) != n_scored:
         return None  # rows whose item is not stored: the row pipeline labels them differently
     if len(res["m"]) == 0:
@@ -244,12 +228,7 @@ def _accuracy(store: Any, rid: str, info: _FieldInfo, cf: str | None, groups: li
         for g in sorted(range(len(gvals)), key=lambda c: str(gvals[c])):
             sel = pair_group == g
             add(y[sel], m[sel], {f: str(gvals[g])})
-    accs = [m.value for m in out if set(m.group) == {"variant"} and m.value is not None]
-    if len(accs) >= 2:
-        a = np.asarray(accs, dtype=float)
-        out.append(Metric("variant_acc_range", float(a.max() - a.min()), n=len(a), producer="accuracy"))
-        out.append(Metric("variant_acc_sd", float(a.std(ddof=1)), n=len(a), producer="accuracy"))
-    return out
+    return out + variant_spread(out)
 
 
 def _worldsense_tuples(store: Any, run: Mapping[str, Any], info: _FieldInfo, n_rows: int) -> pd.DataFrame | None:
@@ -288,7 +267,7 @@ def _worldsense_tuples(store: Any, run: Mapping[str, Any], info: _FieldInfo, n_r
         f"AS tfast, i.j{t} AS tj, i.j{e} AS ej, i.j{pn} AS pn, i.j{ps} AS ps "
         f"FROM agg JOIN {info.table} i ON i.item_id = agg.key ORDER BY agg.s"
     )
-    agg = _fetch(store, sql, [*params, rid])
+    agg = store.query_numpy(sql, [*params, rid])
     if int(agg["n"].sum()) != n_rows:
         return None  # rows whose item is not stored
     if (agg["lo"] != agg["hi"]).any():

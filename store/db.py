@@ -566,6 +566,24 @@ class Store:
             except duckdb.Error as e:
                 raise _explain(e, self.path, "querying") from e
 
+    def query_numpy(self, sql: str, params: Sequence[Any] | None = None) -> dict[str, np.ndarray]:
+        """A read's columns as numpy arrays (no pandas frame; NULLs as None in object arrays):
+        for aggregates that go straight to numpy (analysis.sqlmetrics)."""
+        with self._lock:
+            try:
+                res: dict[str, Any] = self.con.execute(sql, params or []).fetchnumpy()
+            except duckdb.Error as e:
+                raise _explain(e, self.path, "querying") from e
+        out: dict[str, np.ndarray] = {}
+        for k, v in res.items():
+            if np.ma.is_masked(v):  # np.ma.filled would write "?" into a string column
+                arr = np.ma.getdata(v).astype(object)
+                arr[np.ma.getmaskarray(v)] = None
+                out[k] = arr
+            else:
+                out[k] = np.ma.getdata(v)
+        return out
+
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
         """Hold the lock and group the writes inside into one transaction (all or nothing).
