@@ -197,26 +197,26 @@ PROMOTE_SQL = """
     WHERE p_chosen IS NULL AND choice_method IS NULL
 """
 
+# Every results column, `prompt` as the model saw it: a row stores NULL when its prompt is its
+# item's text (imports: 87k trial texts are not stored again per run), so readers take the text
+# of the run's suite's item. Every reader of result rows selects `RESULT_COLUMNS` (plus any item
+# columns `i.*`) `FROM_RESULTS_WITH_ITEMS`.
+RESULT_COLUMNS = "r.* REPLACE (coalesce(r.prompt, i.text) AS prompt)"
+FROM_RESULTS_WITH_ITEMS = ("FROM results r LEFT JOIN runs u ON u.run_id = r.run_id "
+                           "LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id")
+
 # A run's rows fingerprint, over `results x` of one run: it changes whenever a row is added,
 # replaced or deleted. The metrics pipeline's cache (`analyses` kind 'metrics', written by
 # analysis/metrics.py) is keyed by it, so a stale cache is never read.
-# Every results column, `prompt` as the model saw it: a row stores NULL when its prompt is its
-# item's text (imports: 87k trial texts are not stored again per run), so readers take the text
-# of the run's suite's item. Readers of `prompt` select through this (or the same coalesce).
-RESULT_PROMPT_SELECT = (
-    "r.* REPLACE (coalesce(r.prompt, i.text) AS prompt) FROM results r LEFT JOIN runs u ON u.run_id = r.run_id "
-    "LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id"
-)
-
 ROWS_FINGERPRINT_SQL = (
     "concat_ws('|', count(*), coalesce(max(x.seq), -1), coalesce(CAST(max(x.written_at) AS VARCHAR), '-'), "
     "count(x.error), coalesce(CAST(sum(x.correct) AS VARCHAR), '-'))"
 )
 
-# A same-host owner that is alive but has not beaten for this long is treated as gone
-# (its pid was reused, or it hangs); an owner on another host is judged by its heartbeat only.
 # The failing rows of a run (the TUI's default list): an error, or scored below 0.5.
 FAILING_WHERE = "(r.error IS NOT NULL OR (isfinite(r.correct) AND r.correct < 0.5))"
+# A same-host owner that is alive but has not beaten for this long is treated as gone
+# (its pid was reused, or it hangs); an owner on another host is judged by its heartbeat only.
 STALE_LOCAL_S = 600.0
 STALE_REMOTE_S = 120.0
 
@@ -921,7 +921,7 @@ class Store:
 
         `prompt_from_suite`: without a `prompt` column, each row's prompt is its item's text in
         that stored suite, the run's own: `prompt` is stored NULL and every reader returns the
-        item's text in its place (`RESULT_PROMPT_SELECT`), so an import does not store each
+        item's text in its place (`RESULT_COLUMNS`), so an import does not store each
         trial's text again per run.
         """
         if prompt_from_suite is not None and "prompt" in columns:
@@ -971,18 +971,9 @@ class Store:
         return self._fill_top_tokens(self._results_rows(run_id, with_items), as_text=True)
 
     def _results_rows(self, run_id: str, with_items: bool) -> pd.DataFrame:
-        if with_items:
-            return self.query_df(
-                """
-                SELECT r.* REPLACE (coalesce(r.prompt, i.text) AS prompt), i.text, i.fields, i.idx, i.options
-                FROM results r
-                JOIN runs u ON u.run_id = r.run_id
-                LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id
-                WHERE r.run_id = ? ORDER BY r.seq
-                """,
-                [run_id],
-            )
-        return self.query_df(f"SELECT {RESULT_PROMPT_SELECT} WHERE r.run_id = ? ORDER BY r.seq", [run_id])
+        items = ", i.text, i.fields, i.idx, i.options" if with_items else ""
+        return self.query_df(f"SELECT {RESULT_COLUMNS}{items} {FROM_RESULTS_WITH_ITEMS} "
+                             "WHERE r.run_id = ? ORDER BY r.seq", [run_id])
 
     def _fill_top_tokens(self, df: pd.DataFrame, *, as_text: bool) -> pd.DataFrame:
         """Rows' `top_tokens` from their batch's blob where the row holds none (rows written
@@ -1038,13 +1029,8 @@ class Store:
     def item_detail(self, run_id: str, item_id: str) -> ItemDetail:
         """Every stored variant of one item in one run, with the item's text, fields and options."""
         df = self.query_df(
-            """
-            SELECT r.* REPLACE (coalesce(r.prompt, i.text) AS prompt),
-                   i.text AS item_text, i.fields AS item_fields, i.options AS item_options
-            FROM results r JOIN runs u ON u.run_id = r.run_id
-            LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id
-            WHERE r.run_id = ? AND r.item_id = ? ORDER BY r.variant
-            """,
+            f"SELECT {RESULT_COLUMNS}, i.text AS item_text, i.fields AS item_fields, i.options AS item_options "
+            f"{FROM_RESULTS_WITH_ITEMS} WHERE r.run_id = ? AND r.item_id = ? ORDER BY r.variant",
             [run_id, item_id],
         )
         df = self._fill_top_tokens(df, as_text=False)
