@@ -89,8 +89,10 @@ def test_item_errors_are_stored_not_scored(tmp_path, db_path):
     from llmscope.engine.hf_backend import HFBackend
 
     model, tok = make_tiny_model(tmp_path)
+    # the items' prompts fit in 200 tokens with either test tokenizer (Qwen2.5 ~50, the trained
+    # fallback ~86); the 400-word item does not
     backend = HFBackend(tiny_spec(tmp_path), model=model, tokenizer=tok, device="cpu", dtype="float32",
-                        max_length=60)
+                        max_length=200)
     spec = _suite(tmp_path, 3)
     items = (tmp_path / "items.jsonl").read_text().splitlines()
     items.append(json.dumps({"id": "long", "text": "word " * 400, "gold": "yes"}))

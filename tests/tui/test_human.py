@@ -19,6 +19,7 @@ from llmscope.tui.panels_human import (
     human_kind,
     render_human_item,
 )
+from tests.helpers.paths import shared_path
 from tests.helpers.tui import make_db, p_yes_for, settle, wait_until
 
 
@@ -114,6 +115,7 @@ def test_probeval_summary_equals_the_pipeline(tmp_path: Path, monkeypatch: pytes
     from llmscope.data.suites import load_suite
     from llmscope.engine.types import Result
 
+    shared_path("data", "cfc")  # the CFC questions with their human answers
     monkeypatch.setattr(report, "_default_embedder", lambda: None)  # exact matching: no model download
     suite = load_suite("cfc")
     items = suite.items()[:8]
