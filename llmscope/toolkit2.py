@@ -20,13 +20,16 @@ import hashlib
 import json
 import sys
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from llmscope.cli_common import CLIError, config_from_args, open_store, parse_opts
-from llmscope.engine.tasks.registry import task_has
-from llmscope.store.db import decode_json
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# pandas, the task registry and the store are imported by the commands that use them: the CLI
+# registers these parsers for every command, and importing them here cost every `llmscope`
+# invocation ~0.6 s (docs/PERFORMANCE.md, round 5)
 
 WHERE_SHORTHANDS = {
     "failing": "correct = 0",
@@ -41,7 +44,10 @@ def _cli_error(msg: str) -> Exception:
 
 
 def cmd_surprisal(args: argparse.Namespace) -> int:
+    import pandas as pd
+
     from llmscope.analysis.syntaxgym import rt_fit, word_frame
+    from llmscope.engine.tasks.registry import task_has
 
     out = args.output
     if out and Path(out).suffix.lower() not in (".csv", ".parquet", ".tsv"):
@@ -89,6 +95,9 @@ def cmd_surprisal(args: argparse.Namespace) -> int:
 
 def selection_frame(df: pd.DataFrame) -> pd.DataFrame:
     """The old run's rows as the table a --where filter sees (result columns + item fields)."""
+    import pandas as pd
+
+    from llmscope.store.db import decode_json
     base = df[[c for c in RESULT_COLUMNS if c in df]].copy()
     base["flagged"] = df["extra"].map(_flag) if "extra" in df else False
     fields = df["fields"].map(lambda s: decode_json(s) if isinstance(s, str) else {}) if "fields" in df else None
@@ -101,6 +110,8 @@ def selection_frame(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _flag(extra: Any) -> bool:
+    from llmscope.store.db import decode_json
+
     e = decode_json(extra) if isinstance(extra, str) else (extra or {})
     return bool(isinstance(e, dict) and e.get("flagged"))
 
