@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,6 +157,14 @@ class HumanChoiceData:
     scores: dict[str, list[np.ndarray]] = field(default_factory=dict)  # scheme -> per row
 
 
+def _records(df: pd.DataFrame, columns: Sequence[str]) -> Iterator[dict[str, Any]]:
+    """``df.to_dict("records")`` restricted to ``columns`` (those present), the same values:
+    the full records of a 100k-row frame (~25 columns) took 1.2 s of a report."""
+    cols = [c for c in columns if c in df.columns]
+    for vals in zip(*(df[c].tolist() for c in cols), strict=True):
+        yield dict(zip(cols, vals, strict=True))
+
+
 def _counts_for(fields: dict[str, Any], options: list[str], spec: dict[str, Any]) -> np.ndarray | None:
     name = spec.get("human_counts_field")
     raw = fields.get(name) if name else None
@@ -189,7 +197,7 @@ def human_choice_data(df: pd.DataFrame, spec: dict[str, Any]) -> HumanChoiceData
     cond_fields = list(spec.get("condition_fields") or [])
     data = HumanChoiceData()
     types: list[list[str]] = []
-    for r in ok.to_dict("records"):
+    for r in _records(ok, ("item_id", "variant", "fields", "option_scores", "probs", "gold", "extra")):
         fields = _json(r.get("fields")) or {}
         os_ = _json(r.get("option_scores"))
         if isinstance(os_, dict) and os_:

@@ -1508,8 +1508,12 @@ def _register_feature_producers() -> None:
     # Each gate is what the producer reads: skipping it when absent changes no number.
     register_row_producer("method_sensitivity", lazy("llmscope.analysis.methods", "sensitivity_rows"),
                           every_task=True, needs=lambda c: c.extra_has("methods"))
+    # Rows count only with human answers: per-option counts named by the spec (choice rows)
+    # or the item's `human_q1` (yes/no rows; analysis.methods.human_choice_data).
     register_row_producer("human_choice_fit", lazy("llmscope.analysis.methods", "fit_rows"),
-                          every_task=True, needs=lambda c: c.has("option_scores") or c.has("probs"))
+                          every_task=True,
+                          needs=lambda c: (c.has("option_scores") and bool(c.spec.get("human_counts_field")))
+                          or (c.has("probs") and c.has("f.human_q1")))
     register_row_producer("softmax_accuracy_curve", lazy("llmscope.analysis.methods", "softmax_curve_rows"),
                           needs=lambda c: c.has("option_scores"))
     register_row_producer("order_effects", lazy("llmscope.analysis.design_effects", "order_effect_rows"),
