@@ -35,7 +35,7 @@ from scipy import special
 
 from llmscope.data.registry import suite_producers
 from llmscope.engine.tasks.registry import task_producers
-from llmscope.store.db import decode_json
+from llmscope.store.db import decode_json, decode_json_many
 
 from .intervals import accuracy_ci, bootstrap_ratio, resample_index, resample_weights
 from .queries import (
@@ -741,7 +741,7 @@ def yesno_metrics(ctx: MetricContext) -> list[Metric]:
 
 
 def _prob_rows(ok: pd.DataFrame) -> list[dict[str, float] | None]:
-    return [p if isinstance(p, dict) and p else None for p in ok["probs"].map(_json)]
+    return [p if isinstance(p, dict) and p else None for p in decode_json_many(ok["probs"].tolist())]
 
 
 def brier_item(probs: Mapping[str, Any] | None, gold: Any) -> float:

@@ -1382,6 +1382,50 @@ def decode_json(v: Any, default: Any = None) -> Any:
     return v
 
 
+def _has_wide_int(text: str) -> bool:
+    """Whether ``text`` holds an integer orjson cannot read exactly: `decode_json`'s
+    ``_LONG_DIGITS`` test, with the digit runs found by numpy. Written by hand because the
+    regex tries every position of every run of digits (probabilities have 17-digit runs):
+    1.8 s over a 1M-row `probs` column, against ~0.1 s."""
+    raw = text.encode("utf-8", "surrogatepass")
+    b = np.frombuffer(raw, dtype=np.uint8)
+    digit = ((b >= 48) & (b <= 57)).astype(np.int8)
+    edges = np.diff(np.concatenate(([0], digit, [0])).astype(np.int8))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    wide = (ends - starts) >= 19
+    for s, e in zip(starts[wide].tolist(), ends[wide].tolist(), strict=True):
+        v = int(raw[s:e])
+        if s > 0 and raw[s - 1] == 45:  # "-": the regex's optional sign
+            v = -v
+        if not (-(2**63) <= v <= 2**64 - 1):
+            return True
+    return False
+
+
+def decode_json_many(values: Iterable[Any], default: Any = None) -> list[Any]:
+    """`decode_json` of each value (a stored column's), with one scan of all the texts for
+    integers beyond orjson's range instead of one per text: a 1M-row yes/no report decoded
+    its `probs` column per row through the scan (~1.5 s)."""
+    vals = list(values)
+    texts = [v for v in vals if isinstance(v, str)]
+    if len(texts) < len(vals) and any(isinstance(v, bytes) for v in vals):
+        return [decode_json(v, default) for v in vals]
+    # decode_json's test, over the texts in chunks (digit runs never cross the newlines)
+    if any(_has_wide_int("\n".join(texts[i:i + 65536])) for i in range(0, len(texts), 65536)):
+        return [decode_json(v, default) for v in vals]  # some text needs the stdlib: each as decode_json does
+    loads = orjson.loads
+    out: list[Any] = []
+    for v in vals:
+        if isinstance(v, str):
+            try:
+                out.append(loads(v))
+            except orjson.JSONDecodeError:
+                out.append(decode_json(v, default))  # NaN and the like: what the stdlib reads
+        else:
+            out.append(v)
+    return out
+
+
 STORED_JSON_COLUMNS = (*JSON_RESULT_COLUMNS, "fields", "options", "item_fields", "item_options")
 
 
