@@ -133,8 +133,11 @@ def sensitivity_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]
     corr = sp[[f"correct:{s}" for s in schemes]].apply(pd.to_numeric, errors="coerce").to_numpy(float)
     scored = np.all(np.isfinite(corr), axis=1)
     if scored.any():
-        flip = (np.nanmax(corr, axis=1) != np.nanmin(corr, axis=1)).astype(float)
-        iv = accuracy_ci(flip[scored], clusters[scored])
+        # over the rows every scheme scored (all finite): rows without a score printed numpy's
+        # "All-NaN slice" warning into `llmscope report`
+        ok = corr[scored]
+        flip = (ok.max(axis=1) != ok.min(axis=1)).astype(float)
+        iv = accuracy_ci(flip, clusters[scored])
         rows.append(_row(run, {"schemes": len(schemes)}, "scheme_flip_rate", iv.mean, _ci(iv), iv.n))
         accs = np.nanmean(corr[scored], axis=0)
         rows.append(_row(run, {"schemes": len(schemes)}, "scheme_acc_range", float(accs.max() - accs.min()),
