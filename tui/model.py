@@ -226,6 +226,11 @@ def _isnan(v: Any) -> bool:
     return v is pd.NaT or (isinstance(v, float) and math.isnan(v))
 
 
+def _texts(col: pd.Series) -> list[Any]:
+    """A text column's values with missing ones as None (NaN in pandas' string dtype)."""
+    return [None if _isnan(v) else v for v in col.tolist()]
+
+
 # -- one run's rows --------------------------------------------------------------------------
 def _parse_json(s: Any) -> Any:
     if isinstance(s, str):
@@ -779,11 +784,13 @@ def _failing(
         "item_id": sub["item_id"].astype(str).tolist(),
         "variant": sub["variant"].astype(str).tolist(),
         "group": group.tolist(),
-        "gold": sub["gold"].tolist(),
-        "prediction": sub["prediction"].tolist(),
+        # None, not NaN, where a row has no text (pandas' string dtype holds NaN): the list
+        # styles a row with a truthy error red and would print "nan"
+        "gold": _texts(sub["gold"]),
+        "prediction": _texts(sub["prediction"]),
         "confidence": pd.to_numeric(sub["confidence"], errors="coerce").fillna(np.nan).tolist(),
         "distance": dist.astype(float).tolist(),
-        "error": sub["error"].tolist(),
+        "error": _texts(sub["error"]),
         "text": text.tolist(),
         "seq": pd.to_numeric(sub["seq"], errors="coerce").fillna(-1).astype(int).tolist(),
         "failing": wrong.tolist(),

@@ -112,7 +112,7 @@ def _check_frame(got: pd.DataFrame, exp: pd.DataFrame, csv: bool = False) -> Non
         for col in TEXT:
             assert g[col] is None or isinstance(g[col], str) or (isinstance(g[col], float) and math.isnan(g[col])), col
         probs = json.loads(e["probs"]) if isinstance(e["probs"], str) else None
-        if e["task"] in ("yesno", "choice", "rating", "constrained") and e["error"] is None:
+        if e["task"] in ("yesno", "choice", "rating", "constrained") and _same(e["error"], None):
             assert g["chosen_option"] == e["prediction"]
             assert _same(g["chosen_prob"], probs.get(e["prediction"]) if probs else None)
         else:
@@ -326,3 +326,33 @@ def test_lm_eval_shape(tmp_path: Path) -> None:
         assert s["arguments"]["gen_args_0"] == {"arg_0": r.prompt, "arg_1": "yes"}
         assert s["filtered_resps"][0][0] == pytest.approx(math.log(r.probs["yes"]))  # type: ignore[index]
         assert s["acc"] == r.correct and s["metrics"] == ["acc"]
+
+
+def test_one_error_row_keeps_the_other_rows_choices(tmp_path: Path) -> None:
+    """A run with one error row: every answered row still exports its chosen option and its
+    probability (a missing error reads NaN in pandas' string dtype, not None), and the
+    WorldSense shape writes "" for the error row and a row without an answer, never NaN."""
+    db = tmp_path / "e.duckdb"
+    suite = load_suite("commonsense-sample")
+    items = suite.items()[:4]
+    with Store(db) as st:
+        st.add_suite(suite.suite_id, suite.name, suite.task, suite.spec, "", suite.items())
+        st.create_run({"run_id": "r1", "suite_id": suite.suite_id, "suite_name": suite.name, "task": "yesno",
+                       "n_total": 4, "model": "m", "backend": "hf"})
+        rows = [Result(item_id=it.item_id, variant="q1", probs={"yes": 0.1 + 0.2 * i, "no": 0.5}, other=0.0,
+                       prediction="yes" if 0.1 + 0.2 * i > 0.5 else "no", gold=it.gold)
+                for i, it in enumerate(items[:2])]
+        rows.append(Result(item_id=items[2].item_id, variant="q1", error="timeout"))
+        rows.append(Result(item_id=items[3].item_id, variant="q1", probs={"yes": 0.3, "no": 0.3}))  # no answer
+        st.write_results("r1", rows)
+        run = st.find_run("r1")
+        assert run is not None
+        for fmt in ("jsonl", "csv", "worldsense"):
+            export_run(st, run, fmt, str(tmp_path / f"out.{fmt}"))
+    recs = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [(r["chosen_option"], r["chosen_prob"], r["error"]) for r in recs] == [
+        ("no", 0.5, None), ("no", 0.5, None), (None, None, "timeout"), (None, None, None)]
+    got = pd.read_csv(tmp_path / "out.csv", dtype=CSV_DTYPES)
+    assert got["chosen_option"].tolist()[:2] == ["no", "no"] and got["chosen_prob"].tolist()[:2] == [0.5, 0.5]
+    ws = [json.loads(x) for x in (tmp_path / "out.worldsense").read_text().splitlines()]
+    assert [w["resp"] for w in ws] == ["no", "no", "", ""]

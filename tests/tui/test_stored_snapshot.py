@@ -143,3 +143,23 @@ def test_all_scope_pages_in_sql(tmp_path: Path) -> None:
         assert set(src.page(0, 100)["group"]) == {"food"}
         # arrival: every q1 row was written before the q3 rows, so s001's q3 row follows the food q1 rows
         assert src.position(("s001", "q3")) == n_food // 2
+
+
+def test_failing_list_of_rows_in_memory_has_none_for_missing_text(tmp_path: Path) -> None:
+    """One error row among many: the other rows' error is None, not NaN (which the list would
+    style red as a truthy error), and missing gold / prediction are None, not "nan"."""
+    path = _db(tmp_path / "f.duckdb")
+    with Store(path, read_only=True) as s:
+        run = s.get_run("r")
+        assert run is not None
+        model = RunModel(run, s.suite_spec(run["suite_id"]), load_items(s, run["suite_id"]))
+        model.poll_db(s)
+        snap = model.compute()
+    f = snap.failing
+    rows = list(zip(f["variant"], f["error"], f["gold"], f["prediction"], strict=True))
+    assert [e for _, e, _, _ in rows if e is not None] == ["timeout"]
+    assert all(isinstance(e, str) or e is None for _, e, _, _ in rows)
+    # the error row has neither gold nor prediction; q3 rows have no gold
+    err_row = next(r for r in rows if r[1] == "timeout")
+    assert err_row[3] is None
+    assert all(g is None for v, _, g, _ in rows if v == "q3")
