@@ -35,10 +35,10 @@ def abstained_mask(extra: pd.Series) -> np.ndarray:
 
 
 def _clusters(df: pd.DataFrame, spec: dict[str, Any]) -> np.ndarray:
+    from llmscope.analysis.metrics import cluster_key  # the pipeline's units (imports this module)
+
     cf = spec.get("cluster_field")
-    if cf and f"f.{cf}" in df:
-        return df[f"f.{cf}"].astype(str).to_numpy()
-    return df["item_id"].astype(str).to_numpy()
+    return cluster_key(df, cf if isinstance(cf, str) else None)
 
 
 def abstention_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:

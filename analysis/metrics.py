@@ -288,11 +288,24 @@ def expand_fields(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([df, flat], axis=1)
 
 
+# Prefix of the unit of a row whose item has no cluster label: its item, apart from every label.
+NO_CLUSTER_LABEL = "\x00item:"
+
+
 def cluster_key(df: pd.DataFrame, cluster_field: str | None) -> np.ndarray:
-    """The independent unit of each row: the suite's cluster field, else the item."""
-    if cluster_field and f"f.{cluster_field}" in df:
-        return df[f"f.{cluster_field}"].astype(str).to_numpy()
-    return df["item_id"].astype(str).to_numpy()
+    """The independent unit of each row: the suite's cluster field, else the item (also for a
+    row whose item lacks the field), as strings."""
+    items = df["item_id"].astype(str).to_numpy(dtype=object)
+    if not (cluster_field and f"f.{cluster_field}" in df):
+        return items
+    col = df[f"f.{cluster_field}"]
+    # `astype(str)` keeps a missing label missing (pandas' string dtype: NaN, which factorize
+    # codes -1 and bincount refuses), so those rows are labelled by their item here
+    labels = col.astype(str).to_numpy(dtype=object)
+    missing = col.isna().to_numpy()
+    if missing.any():
+        labels[missing] = NO_CLUSTER_LABEL + items[missing].astype(str)
+    return labels
 
 
 @dataclass

@@ -170,6 +170,8 @@ def _json(v: Any) -> Any:
 
 def _per_cluster(df: pd.DataFrame, side: Side, cluster_field: str | None) -> pd.Series:
     """Mean of the side's measure per cluster, over the rows its group selects."""
+    from llmscope.analysis.metrics import cluster_key
+
     sub = df[df["error"].isna()]
     method = None
     for k, v in side.group.items():
@@ -192,7 +194,9 @@ def _per_cluster(df: pd.DataFrame, side: Side, cluster_field: str | None) -> pd.
     else:
         vals = sub["extra"].map(lambda e: (_json(e) or {}).get("expected"))
     vals = pd.to_numeric(pd.Series(vals, index=sub.index), errors="coerce")
-    cl = sub[f"f.{cluster_field}"].astype(str) if cluster_field and f"f.{cluster_field}" in sub else sub["item_id"].astype(str)
+    # the pipeline's units: an item without the cluster label is its own (a missing label is
+    # NaN after astype(str), and groupby would drop its rows)
+    cl = pd.Series(cluster_key(sub, cluster_field), index=sub.index)
     ok = vals.notna()
     return vals[ok].groupby(cl[ok]).mean()
 

@@ -1,0 +1,99 @@
+"""Missing stored text read back through pandas (3.x: a VARCHAR column with some values is the
+`str` dtype, and its missing values are NaN, not None): runs that mix rows or items with and
+without a value (a cluster label, a gold answer, a prediction) must give the numbers the
+definitions say, never crash and never count NaN as a value.
+
+The database is a real DuckDB file written through `Store`; the expected numbers are worked
+out by hand in the comments.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from llmscope.analysis.metrics import run_metrics
+from llmscope.engine.types import Item, Result
+from llmscope.store.db import Store
+
+OPTIONS = ["A", "B", "C"]
+# item -> (cluster label or None, gold or None)
+ITEMS = {"i0": ("c0", "A"), "i1": ("c0", "A"), "i2": ("c1", "A"), "i3": (None, "A"), "i4": (None, "A"),
+         "i5": ("c2", None), "i6": ("c2", "A")}
+# run -> item -> prediction ("!" = an error row, None = an abstention)
+PREDICTIONS = {
+    "r1": {"i0": "A", "i1": "B", "i2": "A", "i3": "A", "i4": "B", "i5": "A", "i6": "!"},
+    "r2": {"i0": "A", "i1": "A", "i2": "A", "i3": None, "i4": "B", "i5": "A", "i6": "!"},
+}
+
+
+def _row(run: str, item: str) -> Result:
+    pred = PREDICTIONS[run][item]
+    gold = ITEMS[item][1]
+    if pred == "!":
+        return Result(item_id=item, variant="v0", error="timeout")
+    if pred is None:  # an abstention (engine/abstain.py): no prediction, 0 when the item has gold
+        return Result(item_id=item, variant="v0", probs={o: 0.0 for o in OPTIONS}, gold=gold,
+                      correct=0.0, extra={"abstained": True, "abstain_reason": "no mass"})
+    probs = {o: (0.6 if o == pred else 0.2) for o in OPTIONS}
+    return Result(item_id=item, variant="v0", probs=probs, prediction=pred, gold=gold,
+                  correct=None if gold is None else float(pred == gold), confidence=0.6,
+                  option_scores={o: {"loglik": math.log(p)} for o, p in probs.items()},
+                  extra={"choice_method": "loglik"})
+
+
+@pytest.fixture()
+def mixed_db(tmp_path: Path) -> Path:
+    """A choice suite whose items i3, i4 lack the cluster label and i5 its gold; two runs with an
+    error row, r2 with an abstention."""
+    db = tmp_path / "mixed.duckdb"
+    items = [Item(item_id=k, fields={"cl": cl} if cl else {"other": 1}, gold=g, options=OPTIONS, text=f"q {k}")
+             for k, (cl, g) in ITEMS.items()]
+    with Store(db) as st:
+        st.add_suite("s-mixed", "mixed", "choice", {"task": "choice", "cluster_field": "cl"}, "", items)
+        for rid in PREDICTIONS:
+            st.create_run({"run_id": rid, "suite_id": "s-mixed", "suite_name": "mixed", "task": "choice",
+                           "n_total": len(ITEMS), "model": f"m-{rid}", "backend": "hf"})
+            st.write_results(rid, [_row(rid, k) for k in ITEMS])
+    return db
+
+
+def test_items_without_a_cluster_label_are_each_their_own_cluster(mixed_db: Path) -> None:
+    """An item without the suite's cluster label is its own independent unit (as every item is
+    in a suite without a cluster field): the report, the abstention rows and the paired
+    comparison all run, and count clusters alike."""
+    from llmscope.compare import compare_runs
+
+    with Store(mixed_db, read_only=True) as st:
+        r1, r2 = st.find_run("r1"), st.find_run("r2")
+        assert r1 is not None and r2 is not None
+        rm = run_metrics(st, r1, cache=False)
+        # scored rows i0..i4 (i5 has no gold, i6 is an error): 1, 0, 1, 1, 0 -> 3/5;
+        # clusters c0 (i0, i1), c1 (i2), i3, i4 -> 4
+        acc = rm.get("accuracy")
+        assert acc is not None and acc.value == pytest.approx(0.6)
+        assert (acc.n, acc.n_clusters) == (5, 4)
+        # r2 abstains on i3: 1 of the 6 rows without an error
+        ab = run_metrics(st, r2, cache=False).get("abstain_rate")
+        assert ab is not None and ab.value == pytest.approx(1 / 6) and ab.n == 6
+        out = compare_runs(st, ["r1", "r2"])
+    # pairs: i0..i4 (both scored); clusters c0, c1, i3, i4; r1 1 0 1 1 0, r2 1 1 1 0 0
+    c = out["comparisons"][0]
+    assert (c["n"], c["n_clusters"]) == (5, 4)
+    assert (c["acc_base"], c["acc_run"], c["diff"]) == (pytest.approx(0.6), pytest.approx(0.6), pytest.approx(0.0))
+
+
+def test_plan_hypothesis_keeps_items_without_a_cluster_label(mixed_db: Path) -> None:
+    """A pre-registered hypothesis is tested over the same units: the rows of items without a
+    cluster label are not dropped from it."""
+    from llmscope.plan import evaluate, parse_hypothesis
+    from llmscope.report import results_with_fields
+
+    with Store(mixed_db, read_only=True) as st:
+        df = results_with_fields(st, "r1")
+    ev = evaluate(parse_hypothesis("accuracy(v0) > 0.5"), df, "cl", 0.05)
+    # per-unit accuracy of r1: c0 (1, 0) 0.5, c1 1, i3 1, i4 0 (i5 unscored, i6 an error)
+    assert ev["n_clusters"] == 4
+    assert ev["estimate"] == pytest.approx((0.5 + 1 + 1 + 0) / 4 - 0.5)
