@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import pandas as pd
+
 from llmscope.analysis.compare import mcnemar
 from llmscope.analysis.metrics import BOOTSTRAP, paired_comparison, run_metrics
 from llmscope.analysis.queries import metric_frame
@@ -125,12 +127,18 @@ def compare_runs(store: Store | Sequence[Store], run_ids: list[str]) -> dict[str
             "p_value": c.p_value,
             "interval_method": c.interval_method,
             "mcnemar": {"b_base_only": b_only, "c_run_only": c_only, **mc},
-            "disagreements": c.disagreements.reindex(
+            "disagreements": _records(c.disagreements.reindex(
                 columns=["item_id", "variant", "correct_a", "correct_b", "prediction_a", "prediction_b", "gold_a"]
             ).rename(columns={"correct_a": "correct_base", "correct_b": "correct_run", "prediction_a": "prediction_base",
-                              "prediction_b": "prediction_run", "gold_a": "gold"}).to_dict("records"),
+                              "prediction_b": "prediction_run", "gold_a": "gold"})),
         })
     return out
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows as dicts with None where a value is missing: a text column with some values holds
+    NaN there (pandas' string dtype), which `--json` would print as NaN (not JSON)."""
+    return [{str(k): v for k, v in r.items()} for r in df.astype(object).where(df.notna(), None).to_dict("records")]
 
 
 def _brief(run: dict[str, Any], db: str | None = None) -> dict[str, Any]:

@@ -97,3 +97,20 @@ def test_plan_hypothesis_keeps_items_without_a_cluster_label(mixed_db: Path) -> 
     # per-unit accuracy of r1: c0 (1, 0) 0.5, c1 1, i3 1, i4 0 (i5 unscored, i6 an error)
     assert ev["n_clusters"] == 4
     assert ev["estimate"] == pytest.approx((0.5 + 1 + 1 + 0) / 4 - 0.5)
+
+
+def test_compare_disagreements_have_none_for_a_missing_prediction(mixed_db: Path) -> None:
+    """`llmscope compare --json`: r2 abstains on i3 (no prediction) where r1 was right; the
+    disagreement shows null there, never NaN (not JSON)."""
+    import json
+
+    from llmscope.compare import compare_runs
+
+    with Store(mixed_db, read_only=True) as st:
+        out = compare_runs(st, ["r1", "r2"])
+    dis = {d["item_id"]: d for d in out["comparisons"][0]["disagreements"]}
+    # r1 1 0 1 1 0, r2 1 1 1 0 0 on i0..i4: i1 and i3 disagree
+    assert sorted(dis) == ["i1", "i3"]
+    assert (dis["i3"]["prediction_base"], dis["i3"]["prediction_run"], dis["i3"]["gold"]) == ("A", None, "A")
+    assert (dis["i1"]["prediction_base"], dis["i1"]["prediction_run"]) == ("B", "A")
+    json.dumps(out, allow_nan=False)
