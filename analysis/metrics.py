@@ -676,8 +676,9 @@ def position_metrics(ctx: MetricContext) -> list[Metric]:
     out: list[Metric] = []
     for name, pos in (("first", 0), ("last", -1)):
         pred = [float(o[pos] == p) if o else np.nan for o, p in zip(orders, ok["prediction"], strict=True)]
-        gold = np.array([float(o[pos] == g) if o and g is not None else np.nan
-                         for o, g in zip(orders, ok["gold"], strict=True)])
+        # `notna`: a missing gold is NaN, not None, beside rows with gold (pandas' string dtype)
+        gold = np.array([float(o[pos] == g) if o and has else np.nan
+                         for o, g, has in zip(orders, ok["gold"], ok["gold"].notna(), strict=True)])
         r = rate("chosen_rate", pred, cl, {"position": name}, "position")
         if r is not None:
             out.append(r)

@@ -114,3 +114,17 @@ def test_compare_disagreements_have_none_for_a_missing_prediction(mixed_db: Path
     assert (dis["i3"]["prediction_base"], dis["i3"]["prediction_run"], dis["i3"]["gold"]) == ("A", None, "A")
     assert (dis["i1"]["prediction_base"], dis["i1"]["prediction_run"]) == ("B", "A")
     json.dumps(out, allow_nan=False)
+
+
+def test_gold_rate_leaves_out_items_without_gold(mixed_db: Path) -> None:
+    """Position bias: an item without gold has no gold position (not 'gold is not first')."""
+    with Store(mixed_db, read_only=True) as st:
+        rm = run_metrics(st, st.find_run("r1") or {}, cache=False)
+    # rows without an error that have option scores and a prediction: i0..i5; i5 has no gold,
+    # i0..i4's gold A is the first listed option (A, B, C): 5/5 first, 0/5 last
+    first, last = rm.get("gold_rate", {"position": "first"}), rm.get("gold_rate", {"position": "last"})
+    assert first is not None and (first.value, first.n) == (1.0, 5)
+    assert last is not None and (last.value, last.n) == (0.0, 5)
+    # chosen_rate counts every one of the six predictions: A (i0, i2, i3, i5) first, none last
+    chosen = rm.get("chosen_rate", {"position": "first"})
+    assert chosen is not None and chosen.value == pytest.approx(4 / 6) and chosen.n == 6
