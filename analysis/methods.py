@@ -108,7 +108,9 @@ def flipping_items(df: pd.DataFrame) -> list[dict[str, Any]]:
     if sp.empty:
         return out
     schemes = [c[5:] for c in sp.columns if c.startswith("pred:")]
-    for r in sp.to_dict("records"):
+    # None where a value is missing: the frame holds NaN there (pandas' string dtype for a text
+    # column with some values; a scheme absent from a row), which the panel would print as "nan"
+    for r in sp.astype(object).where(sp.notna(), None).to_dict("records"):
         preds = {s: r.get(f"pred:{s}") for s in schemes if f"pred:{s}" in r}
         if len({json.dumps(p) for p in preds.values()}) > 1:
             out.append({"item_id": r["item_id"], "variant": r["variant"], "gold": r["gold"],

@@ -85,7 +85,8 @@ def render_methods(rows: list[dict[str, Any]], flips: list[dict[str, Any]], hvm:
         for f in flips[:40]:
             ch = ", ".join(f"{s}:{(v['prediction'] or '-')[:18]}{'✓' if v['correct'] == 1.0 else ''}"
                            for s, v in f["schemes"].items())
-            t.add_row(Text(f"{f['item_id']} {f['variant']}"), Text(str(f["gold"])[:24]), Text(ch))
+            gold = "-" if f["gold"] is None else str(f["gold"])[:24]
+            t.add_row(Text(f"{f['item_id']} {f['variant']}"), Text(gold), Text(ch))
         parts.append(t)
     if hvm:
         t = Table(title=f"Human vs model (scheme {hvm['scheme']}, α = {_f(hvm['alpha'])} {_ci({'ci95': hvm['ci95']})}; "

@@ -3,61 +3,24 @@
 without a value (a cluster label, a gold answer, a prediction) must give the numbers the
 definitions say, never crash and never count NaN as a value.
 
-The database is a real DuckDB file written through `Store`; the expected numbers are worked
-out by hand in the comments.
+The database is a real DuckDB file written through `Store` (tests/helpers/mixed.py); the
+expected numbers are worked out by hand in the comments.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
 
 from llmscope.analysis.metrics import run_metrics
-from llmscope.engine.types import Item, Result
 from llmscope.store.db import Store
-
-OPTIONS = ["A", "B", "C"]
-# item -> (cluster label or None, gold or None)
-ITEMS = {"i0": ("c0", "A"), "i1": ("c0", "A"), "i2": ("c1", "A"), "i3": (None, "A"), "i4": (None, "A"),
-         "i5": ("c2", None), "i6": ("c2", "A")}
-# run -> item -> prediction ("!" = an error row, None = an abstention)
-PREDICTIONS = {
-    "r1": {"i0": "A", "i1": "B", "i2": "A", "i3": "A", "i4": "B", "i5": "A", "i6": "!"},
-    "r2": {"i0": "A", "i1": "A", "i2": "A", "i3": None, "i4": "B", "i5": "A", "i6": "!"},
-}
-
-
-def _row(run: str, item: str) -> Result:
-    pred = PREDICTIONS[run][item]
-    gold = ITEMS[item][1]
-    if pred == "!":
-        return Result(item_id=item, variant="v0", error="timeout")
-    if pred is None:  # an abstention (engine/abstain.py): no prediction, 0 when the item has gold
-        return Result(item_id=item, variant="v0", probs={o: 0.0 for o in OPTIONS}, gold=gold,
-                      correct=0.0, extra={"abstained": True, "abstain_reason": "no mass"})
-    probs = {o: (0.6 if o == pred else 0.2) for o in OPTIONS}
-    return Result(item_id=item, variant="v0", probs=probs, prediction=pred, gold=gold,
-                  correct=None if gold is None else float(pred == gold), confidence=0.6,
-                  option_scores={o: {"loglik": math.log(p)} for o, p in probs.items()},
-                  extra={"choice_method": "loglik"})
+from tests.helpers.mixed import write_mixed_db
 
 
 @pytest.fixture()
 def mixed_db(tmp_path: Path) -> Path:
-    """A choice suite whose items i3, i4 lack the cluster label and i5 its gold; two runs with an
-    error row, r2 with an abstention."""
-    db = tmp_path / "mixed.duckdb"
-    items = [Item(item_id=k, fields={"cl": cl} if cl else {"other": 1}, gold=g, options=OPTIONS, text=f"q {k}")
-             for k, (cl, g) in ITEMS.items()]
-    with Store(db) as st:
-        st.add_suite("s-mixed", "mixed", "choice", {"task": "choice", "cluster_field": "cl"}, "", items)
-        for rid in PREDICTIONS:
-            st.create_run({"run_id": rid, "suite_id": "s-mixed", "suite_name": "mixed", "task": "choice",
-                           "n_total": len(ITEMS), "model": f"m-{rid}", "backend": "hf"})
-            st.write_results(rid, [_row(rid, k) for k in ITEMS])
-    return db
+    return write_mixed_db(tmp_path / "mixed.duckdb")
 
 
 def test_items_without_a_cluster_label_are_each_their_own_cluster(mixed_db: Path) -> None:

@@ -61,3 +61,29 @@ async def test_methods_panel_shows_fit_and_flips(tmp_path: Path) -> None:
         await pilot.press("escape")
         await settle(pilot)
         assert isinstance(app.screen, DashboardScreen)
+
+
+def test_flipping_items_have_none_for_missing_gold_and_prediction(tmp_path: Path) -> None:
+    """A run where one scheme matched no option on an item (prediction None) and an item has no
+    gold: the flips hold None there, not NaN (pandas' string dtype), and the panel shows "-",
+    never "nan" or "None" (nor fails slicing a float)."""
+    from rich.console import Console
+
+    from llmscope.analysis.methods import flipping_items
+    from llmscope.report import results_with_fields
+    from llmscope.tui.panels_methods import render_methods
+    from tests.helpers.mixed import write_mixed_db
+
+    db = write_mixed_db(tmp_path / "mixed.duckdb")
+    with Store(db, read_only=True) as st:
+        df = results_with_fields(st, "r1")
+    flips = {f["item_id"]: f for f in flipping_items(df)}
+    # loglik vs free: i0 A/B, i2 A/(no match), i5 A/C (i5 has no gold); i6 is an error row
+    assert sorted(flips) == ["i0", "i2", "i5"]
+    assert flips["i2"]["schemes"]["free"] == {"prediction": None, "correct": 0.0}
+    assert flips["i5"]["gold"] is None and flips["i0"]["gold"] == "A"
+    console = Console(record=True, width=120)
+    console.print(render_methods([], list(flips.values()), None))
+    text = console.export_text()
+    assert "nan" not in text.lower() and "None" not in text
+    assert "free:-" in text and "free:C" in text
