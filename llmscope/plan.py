@@ -165,7 +165,9 @@ def _json(v: Any) -> Any:
             return decode_json(v)
         except json.JSONDecodeError:
             return None
-    return v
+    # a JSON text column with some values holds NaN where a row has none (pandas' string
+    # dtype): NaN is truthy, so `_json(v) or {}` would hand back a float
+    return None if isinstance(v, float) and math.isnan(v) else v
 
 
 def _per_cluster(df: pd.DataFrame, side: Side, cluster_field: str | None) -> pd.Series:

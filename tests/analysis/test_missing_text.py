@@ -91,3 +91,59 @@ def test_gold_rate_leaves_out_items_without_gold(mixed_db: Path) -> None:
     # chosen_rate counts every one of the six predictions: A (i0, i2, i3, i5) first, none last
     chosen = rm.get("chosen_rate", {"position": "first"})
     assert chosen is not None and chosen.value == pytest.approx(4 / 6) and chosen.n == 6
+
+
+def _yesno_runs(db: Path) -> None:
+    """Two yes/no runs of the commonsense sample (human answers `human_q1`) with the same rows;
+    in "mixed" one row carries a backend note in `extra` (stored NULL for the other rows)."""
+    from llmscope.data.suites import load_suite
+    from llmscope.engine.types import Result
+
+    suite = load_suite("commonsense-sample")
+    items = suite.items()[:6]
+    with Store(db) as st:
+        st.add_suite(suite.suite_id, suite.name, suite.task, suite.spec, "", suite.items())
+        for rid in ("plain", "mixed"):
+            st.create_run({"run_id": rid, "suite_id": suite.suite_id, "suite_name": suite.name, "task": "yesno",
+                           "n_total": 12, "model": "m", "backend": "hf", "status": "completed"})
+            rows = []
+            for i, it in enumerate(items):
+                for v in ("q1", "q2"):
+                    p = 0.2 + 0.1 * i + (0.05 if v == "q2" else 0.0)
+                    pred = "yes" if p > 0.5 else "no"
+                    rows.append(Result(item_id=it.item_id, variant=v, probs={"yes": p, "no": 0.95 - p}, other=0.05,
+                                       prediction=pred, gold=it.gold, correct=float(pred == it.gold),
+                                       confidence=max(p, 0.95 - p) / 0.95,
+                                       extra={"retries": 1} if rid == "mixed" and i == 2 and v == "q1" else {}))
+            st.write_results(rid, rows)
+
+
+def test_yesno_report_with_one_row_extra_equals_the_run_without(tmp_path: Path) -> None:
+    """A row's `extra` note (a retry count) changes no metric: the human-choice fit read the
+    other rows' missing `extra` as NaN (truthy, no `.get`) and the report failed."""
+    db = tmp_path / "yn.duckdb"
+    _yesno_runs(db)
+
+    def key(rm: object) -> list[tuple[object, ...]]:
+        return [(m.name, sorted(m.group.items()), m.value, m.lo, m.hi, m.n) for m in rm.metrics]  # type: ignore[attr-defined]
+
+    with Store(db, read_only=True) as st:
+        plain = run_metrics(st, st.find_run("plain") or {}, cache=False)
+        mixed = run_metrics(st, st.find_run("mixed") or {}, cache=False)
+    assert any(m.name == "fit_alpha" for m in plain.metrics)
+    assert key(mixed) == key(plain)
+
+
+def test_plan_hypothesis_on_extra_with_one_row_extra_equals_the_run_without(tmp_path: Path) -> None:
+    """A hypothesis on a measure read from `extra` (per-method accuracy, expected rating) over
+    rows most of which have no `extra` (NaN, not None, beside the one that has)."""
+    from llmscope.plan import evaluate, parse_hypothesis
+    from llmscope.report import results_with_fields
+
+    db = tmp_path / "yn.duckdb"
+    _yesno_runs(db)
+    with Store(db, read_only=True) as st:
+        frames = {rid: results_with_fields(st, rid) for rid in ("plain", "mixed")}
+    for text in ("expected(q1) > 0.5", "accuracy(variant=q1, method=raw) > 0.5"):
+        h = parse_hypothesis(text)
+        assert evaluate(h, frames["mixed"], None, 0.05) == evaluate(h, frames["plain"], None, 0.05)
