@@ -85,8 +85,11 @@ def position_shares(df: pd.DataFrame) -> pd.DataFrame | None:
     """Per listed position (A, B, ...): share of predictions there and share of gold there."""
     rows = []
     for scores, pred, gold in zip(df["option_scores"], df["prediction"], df["gold"], strict=True):
-        order = list(_json(scores) or {})
-        if not order or pred is None:
+        # a row without option scores or a prediction (an abstention) holds NaN beside the
+        # others' text (pandas' string dtype), not None; NaN is truthy and not None
+        sc = _json(scores)
+        order = list(sc) if isinstance(sc, dict) else []
+        if not order or pd.isna(pred):
             continue
         rows.append((order.index(pred) if pred in order else -1, order.index(gold) if gold in order else -1, len(order)))
     if not rows:

@@ -37,7 +37,8 @@ def _row(run: str, item: str) -> Result:
         return Result(item_id=item, variant="v0", prompt=f"q {item}", error="timeout")
     if pred is None:  # an abstention (engine/abstain.py): no prediction, 0 when the item has gold
         return Result(item_id=item, variant="v0", prompt=f"q {item}", probs={o: 0.0 for o in OPTIONS}, gold=gold,
-                      correct=0.0, extra={"abstained": True, "abstain_reason": "no mass"})
+                      correct=0.0, option_scores={o: {"logprob": None} for o in OPTIONS},  # -inf, stored null
+                      extra={"abstained": True, "abstain_reason": "no option has a finite log-likelihood"})
     probs = {o: (0.6 if o == pred else 0.2) for o in OPTIONS}
     return Result(item_id=item, variant="v0", prompt=f"q {item}", probs=probs, prediction=pred, gold=gold,
                   correct=None if gold is None else float(pred == gold), confidence=0.6,

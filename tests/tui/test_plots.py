@@ -92,3 +92,23 @@ def test_sparkline_and_run_samples() -> None:
         s.add(done, acc, rate)  # a refresh without new results adds nothing
     assert s.done == [2, 3, 4] and s.acc == [0.5, 0.0, 1.0] and s.rate == [4.0, 0.0, 4.0]
     assert s.text().plain == "   acc ▅▁█  items/s █▁█"
+
+
+def test_position_shares_leave_out_rows_without_a_prediction(tmp_path: Path) -> None:
+    """The position plot over stored rows where one row abstained (no prediction, NaN beside
+    the others' text in pandas' string dtype): it counts the rows with a prediction, as the
+    report's chosen_rate does."""
+    from llmscope.store.db import Store
+    from llmscope.tui.plots import PLOT_COLUMNS
+    from tests.helpers.mixed import write_mixed_db
+
+    db = write_mixed_db(tmp_path / "mixed.duckdb")
+    with Store(db, read_only=True) as st:
+        df = st.query_df(f"SELECT {', '.join(PLOT_COLUMNS)} FROM results WHERE run_id = 'r2' ORDER BY seq")
+    d = plot_data(df, "choice")
+    assert d.positions is not None
+    # rows with a prediction: i0 A, i1 A, i2 A, i4 B, i5 A (i3 abstained, i6 an error);
+    # gold A on i0, i1, i2, i4 (i5 has none)
+    assert d.positions["n"].tolist() == [5, 5, 5]
+    assert d.positions["chosen"].tolist() == pytest.approx([4 / 5, 1 / 5, 0.0])
+    assert d.positions["gold"].tolist() == pytest.approx([4 / 5, 0.0, 0.0])
