@@ -774,7 +774,10 @@ def _failing(
     wrong = err | (np.isfinite(correct) & (correct < 0.5))
     sub = df
     g0 = f"g.{model.group_by[0]}" if model.group_by else None
-    group = sub[g0].astype(str) if g0 and g0 in sub else pd.Series([""] * len(sub), index=sub.index)
+    # an item without the field: "None", as the paged list's SQL labels it (astype(str) alone
+    # keeps it missing, NaN, in pandas' string dtype: shown "-" and sorted apart)
+    group = (sub[g0].astype(object).where(sub[g0].notna(), "None").astype(str) if g0 and g0 in sub
+             else pd.Series([""] * len(sub), index=sub.index))
     if "human" in sub:
         dist = (pd.to_numeric(sub["p_yes"], errors="coerce") - sub["human"]).abs()
     else:

@@ -47,12 +47,14 @@ def _row(run: str, item: str) -> Result:
 
 
 def write_mixed_db(db: Path) -> Path:
-    """A choice suite whose items i3, i4 lack the cluster label and i5 its gold; two finished
-    runs with an error row (i6), r2 with an abstention (i3), r1 with two scoring schemes."""
+    """A choice suite (clustered and grouped by `cl`) whose items i3, i4 lack the cluster label
+    and i5 its gold; two finished runs with an error row (i6), r2 with an abstention (i3), r1
+    with two scoring schemes."""
     items = [Item(item_id=k, fields={"cl": cl} if cl else {"other": 1}, gold=g, options=OPTIONS, text=f"q {k}")
              for k, (cl, g) in ITEMS.items()]
     with Store(db) as st:
-        st.add_suite("s-mixed", "mixed", "choice", {"task": "choice", "cluster_field": "cl"}, "", items)
+        spec = {"task": "choice", "cluster_field": "cl", "group_by": ["cl"]}
+        st.add_suite("s-mixed", "mixed", "choice", spec, "", items)
         for rid in PREDICTIONS:
             st.create_run({"run_id": rid, "suite_id": "s-mixed", "suite_name": "mixed", "task": "choice",
                            "n_total": len(ITEMS), "model": f"m-{rid}", "backend": "hf", "status": "completed"})

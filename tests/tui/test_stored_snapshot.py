@@ -163,3 +163,32 @@ def test_failing_list_of_rows_in_memory_has_none_for_missing_text(tmp_path: Path
     err_row = next(r for r in rows if r[1] == "timeout")
     assert err_row[3] is None
     assert all(g is None for v, _, g, _ in rows if v == "q3")
+
+
+def test_failing_list_in_memory_groups_items_without_the_field_as_the_paged_list(tmp_path: Path) -> None:
+    """Items without the suite's group field: the in-memory list (a live run) labels them as
+    the SQL-paged list of a stored run does ("None"), not NaN (astype(str) keeps a missing
+    value missing in pandas' string dtype), so both show and sort them alike."""
+    from tests.helpers.mixed import write_mixed_db
+
+    path = write_mixed_db(tmp_path / "m.duckdb")
+    with Store(path, read_only=True) as s:
+        run = s.get_run("r1")
+        assert run is not None
+        model = RunModel(run, s.suite_spec(run["suite_id"]), load_items(s, run["suite_id"]))
+        model.poll_db(s)
+        f = model.compute().failing
+
+        def use():  # noqa: ANN202 - a context manager yielding the open store
+            from contextlib import nullcontext
+
+            return nullcontext(s)
+
+        src = FailingSource(use, "r1", "cl")
+        src.scope = "all"
+        src.set_view("arrival", None, None)
+        page = src.page(0, 100)
+    # items i3 and i4 have no `cl`
+    assert dict(zip(f["item_id"], f["group"], strict=True)) == {
+        "i0": "c0", "i1": "c0", "i2": "c1", "i3": "None", "i4": "None", "i5": "c2", "i6": "c2"}
+    assert list(zip(f["item_id"], f["group"], strict=True)) == list(zip(page["item_id"], page["group"], strict=True))
