@@ -247,8 +247,10 @@ def load_items(store: Store, suite_id: str) -> dict[str, dict[str, Any]]:
     """item_id -> {text, gold, options, fields} for a stored suite."""
     df = store.items_frame(suite_id)
     out: dict[str, dict[str, Any]] = {}
+    # `_texts`: an item without gold or options holds NaN beside items with them (pandas' string dtype)
     for iid, text, gold, opts, fields in zip(
-        df["item_id"], df["text"], df["gold"], df["options"], df["fields"], strict=True
+        df["item_id"], _texts(df["text"]), _texts(df["gold"]), _texts(df["options"]), _texts(df["fields"]),
+        strict=True,
     ):
         out[str(iid)] = {
             "text": text or "",

@@ -192,3 +192,18 @@ def test_failing_list_in_memory_groups_items_without_the_field_as_the_paged_list
     assert dict(zip(f["item_id"], f["group"], strict=True)) == {
         "i0": "c0", "i1": "c0", "i2": "c1", "i3": "None", "i4": "None", "i5": "c2", "i6": "c2"}
     assert list(zip(f["item_id"], f["group"], strict=True)) == list(zip(page["item_id"], page["group"], strict=True))
+
+
+def test_load_items_has_none_for_an_item_without_options_or_gold(tmp_path: Path) -> None:
+    """A suite where one item lists options and has gold and the other has neither: the
+    items the live views read hold None there, not NaN (the live drill-down joins a truthy
+    `options` value into text)."""
+    from llmscope.engine.types import Item
+
+    with Store(tmp_path / "i.duckdb") as s:
+        s.add_suite("s-opt", "opt", "generation", {"task": "generation"}, "",
+                    [Item(item_id="a", fields={"k": 1}, gold="x", options=["x", "y"], text="first"),
+                     Item(item_id="b", fields={}, text="second")])
+        items = load_items(s, "s-opt")
+    assert items == {"a": {"text": "first", "gold": "x", "options": ["x", "y"], "fields": {"k": 1}},
+                     "b": {"text": "second", "gold": None, "options": None, "fields": {}}}
