@@ -101,6 +101,14 @@ def baselines(counts: Sequence[np.ndarray]) -> tuple[float, float]:
     return uni, emp
 
 
+def has_distribution(s: Sequence[float] | np.ndarray) -> bool:
+    """Whether option scores define a choice distribution softmax(α·s): some option finite and
+    none NaN. An abstention (every label probability 0: every log score -inf) has none; it is no
+    uniform distribution, and softmax of it is undefined."""
+    a = np.asarray(s, dtype=np.float64)
+    return bool(np.any(np.isfinite(a)) and not np.any(np.isnan(a)))
+
+
 def _clean(scores: Sequence[Sequence[float]], counts: Sequence[Sequence[float]]) -> tuple[list[np.ndarray], list[np.ndarray]]:
     s_out, c_out = [], []
     for s, c in zip(scores, counts, strict=True):
@@ -109,7 +117,7 @@ def _clean(scores: Sequence[Sequence[float]], counts: Sequence[Sequence[float]])
             raise ValueError(f"an item has {len(sa)} option scores but {len(ca)} human counts")
         if np.any(ca < 0) or not np.all(np.isfinite(ca)):
             raise ValueError("human counts must be finite and non-negative")
-        if ca.sum() <= 0 or np.any(np.isnan(sa)) or not np.any(np.isfinite(sa)):
+        if ca.sum() <= 0 or not has_distribution(sa):
             continue
         s_out.append(sa)
         c_out.append(ca)

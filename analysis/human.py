@@ -6,7 +6,10 @@ The TUI's human panel (tui/panels_human.py) draws these; it computes none of the
   variant) the human choice shares beside the model's option probabilities (renormalised
   over the listed options), their total-variation distance and whether the model's argmax
   is the human majority choice (:func:`choice_frame`). Metrics ``human_tv_distance`` (mean)
-  and ``human_majority_agreement`` (share), clustered like every interval.
+  and ``human_majority_agreement`` (share), clustered like every interval. A row whose model
+  probabilities hold no mass on any listed option (an abstention) has no distribution to
+  compare: it is left out (not a zero vector at TV 0.5) and counted in
+  ``left_out_no_distribution`` (group ``of``: ``human_choice``).
 * Rating items whose gold is a human rating: the share of items per rating label for the
   humans (gold rounded to the nearest label, one per item) and for the model (predicted
   label, every scored row): ``human_rating_share`` and ``model_rating_share`` grouped by
@@ -100,9 +103,17 @@ def choice_frame(df: pd.DataFrame, spec: Mapping[str, Any]) -> pd.DataFrame:
     ``df`` holds result rows with ``probs`` and the item's ``fields`` and ``options`` (as the
     pipeline's whole-item frame has them). Rows without counts, options or probabilities
     (or with counts and options of different lengths) are left out. The index of the result
-    is the index of the rows in ``df`` they come from.
+    is the index of the rows in ``df`` they come from. Rows without model probability mass on
+    any listed option (an abstention) are left out too.
     """
+    return _choice_frame(df, spec)[0]
+
+
+def _choice_frame(df: pd.DataFrame, spec: Mapping[str, Any]) -> tuple[pd.DataFrame, int]:
+    """:func:`choice_frame` and the number of rows with human counts left out for want of a
+    model distribution."""
     recs: list[dict[str, Any]] = []
+    n_left = 0
     index: list[Any] = []
     fields_col = df["fields"] if "fields" in df else pd.Series([None] * len(df), index=df.index)
     opts_col = df["options"] if "options" in df else pd.Series([None] * len(df), index=df.index)
@@ -123,14 +134,16 @@ def choice_frame(df: pd.DataFrame, spec: Mapping[str, Any]) -> pd.DataFrame:
             continue
         h = np.asarray(counts, float) / tot
         m = np.asarray([finite_float(probs.get(str(o))) or 0.0 for o in opts], float)
-        if m.sum() > 0:
-            m = m / m.sum()
+        if not m.sum() > 0:
+            n_left += 1
+            continue
+        m = m / m.sum()
         recs.append({"item_id": str(iid), "variant": str(var), "options": [str(o) for o in opts],
                      "human": h.tolist(), "model": m.tolist(), "n_human": int(tot),
                      "tv": float(0.5 * np.abs(h - m).sum()),
                      "agree": bool(int(np.argmax(h)) == int(np.argmax(m)))})
         index.append(ix)
-    return pd.DataFrame(recs, index=pd.Index(index), columns=CHOICE_COLUMNS)
+    return pd.DataFrame(recs, index=pd.Index(index), columns=CHOICE_COLUMNS), n_left
 
 
 def _has_counts(ctx: MetricContext) -> bool:
@@ -143,12 +156,15 @@ def human_choice_metrics(ctx: MetricContext) -> list[Metric]:
     ok = ctx.ok()
     if ok.empty or "probs" not in ok:
         return []
-    c = choice_frame(ok, ctx.spec)
-    if c.empty:
-        return []
-    cl = ctx.clusters(ok.loc[c.index])
-    out = [mean_metric("human_tv_distance", c["tv"].to_numpy(float), cl, {}, "human_choice"),
-           rate("human_majority_agreement", c["agree"].to_numpy(float), cl, {}, "human_choice")]
+    c, n_left = _choice_frame(ok, ctx.spec)
+    out: list[Metric | None] = []
+    if not c.empty:
+        cl = ctx.clusters(ok.loc[c.index])
+        out += [mean_metric("human_tv_distance", c["tv"].to_numpy(float), cl, {}, "human_choice"),
+                rate("human_majority_agreement", c["agree"].to_numpy(float), cl, {}, "human_choice")]
+    if n_left:
+        out.append(Metric("left_out_no_distribution", float(n_left), n=n_left + len(c), group={"of": "human_choice"},
+                          producer="human_choice"))
     return [m for m in out if m is not None]
 
 

@@ -15,6 +15,13 @@ counts (`human_counts_field` in the spec, one count per option aligned with the
 item's options, or a mapping option -> count) and for yes/no suites with the
 human majority `human_q1` (the commonsense corpus: one "choice" per statement),
 α is fitted per scheme; with `condition_fields`, also per aggregation rule.
+
+Rows without a choice distribution under a scheme (no option with a finite score, or a NaN
+score: an abstention, whose label probabilities are all 0 and log scores all -inf) are left out
+of the softmax-based statistics (the fit, its baselines and bootstrap, softmax_accuracy): softmax
+of them is undefined, and neither a uniform distribution nor NaN stands for "no evidence". Each
+statistic that left rows out says how many in a `left_out_no_distribution` row (group `of`:
+`human_fit`, `softmax_accuracy`; n = the rows it considered).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from llmscope.analysis.choicefit import (
     condition_table,
     fit_alpha,
     fit_condition,
+    has_distribution,
     softmax_accuracy,
 )
 from llmscope.analysis.intervals import accuracy_ci
@@ -68,6 +76,27 @@ def _json(v: Any) -> Any:
     # a JSON text column with some values holds NaN where a row has none (pandas' string
     # dtype): NaN is truthy, so `_json(v) or {}` would hand back a float
     return None if isinstance(v, float) and math.isnan(v) else v
+
+
+def scheme_vectors(os_: dict[str, Any], options: Sequence[str]) -> dict[str, np.ndarray | None]:
+    """Per scheme stored on every option, its scores (:data:`SCHEME_SCORES`' transform applied),
+    or None where they define no distribution: every option's value null (the store writes -inf
+    and NaN as null: a log-likelihood abstention) or no finite score (label probabilities all 0).
+    A scheme with some options null and others not is left out, as it always was (null is
+    ambiguous there)."""
+    out: dict[str, np.ndarray | None] = {}
+    for scheme, (key, tf) in SCHEME_SCORES.items():
+        if not all(isinstance(os_[o], dict) and key in os_[o] for o in options):
+            continue
+        raw = [os_[o][key] for o in options]
+        if all(x is not None for x in raw):
+            v = np.array([float(x) for x in raw])
+            with np.errstate(divide="ignore"):
+                sv = tf(v) if tf else v
+            out[scheme] = sv if has_distribution(sv) else None
+        elif all(x is None for x in raw):
+            out[scheme] = None
+    return out
 
 
 def _row(run: dict[str, Any], group: dict[str, Any], metric: str, value: float | None,
@@ -162,6 +191,8 @@ class HumanChoiceData:
     conditions: list[str] = field(default_factory=list)
     types: list[list[str]] | None = None
     scores: dict[str, list[np.ndarray]] = field(default_factory=dict)  # scheme -> per row
+    # variants of the rows with human counts left out: no scheme gives them a distribution
+    left_out: list[str] = field(default_factory=list)
 
 
 def _records(df: pd.DataFrame, columns: Sequence[str]) -> Iterator[dict[str, Any]]:
@@ -210,12 +241,7 @@ def human_choice_data(df: pd.DataFrame, spec: dict[str, Any]) -> HumanChoiceData
         if isinstance(os_, dict) and os_:
             options = list(os_)
             counts = _counts_for(fields, options, spec)
-            per = {}
-            for scheme, (key, tf) in SCHEME_SCORES.items():
-                if all(isinstance(os_[o], dict) and os_[o].get(key) is not None for o in options):
-                    v = np.array([float(os_[o][key]) for o in options])
-                    with np.errstate(divide="ignore"):
-                        per[scheme] = tf(v) if tf else v
+            vecs = scheme_vectors(os_, options)
         else:
             probs = _json(r.get("probs"))
             h = fields.get("human_q1")
@@ -226,12 +252,17 @@ def human_choice_data(df: pd.DataFrame, spec: dict[str, Any]) -> HumanChoiceData
                 continue
             counts = np.array([float(int(h) == (1 if o == "yes" else 0)) for o in options])
             with np.errstate(divide="ignore"):
-                per = {"raw": np.log(np.array([float(probs[o]) for o in options]))}
+                logs = {"raw": np.log(np.array([float(probs[o]) for o in options]))}
             cal = ((_json(r.get("extra")) or {}).get("calibration") or {}).get("calibrated")
             if isinstance(cal, dict) and all(o in cal for o in options):
                 with np.errstate(divide="ignore"):
-                    per["calibrated"] = np.log(np.array([float(cal[o]) for o in options]))
-        if counts is None or not np.all(np.isfinite(counts)) or counts.sum() <= 0 or not per:
+                    logs["calibrated"] = np.log(np.array([float(cal[o]) for o in options]))
+            vecs = {k: v if has_distribution(v) else None for k, v in logs.items()}
+        per = {k: v for k, v in vecs.items() if v is not None}
+        if counts is None or not np.all(np.isfinite(counts)) or counts.sum() <= 0 or not vecs:
+            continue
+        if not per:  # an abstention: human counts, but no distribution of the model's to fit them
+            data.left_out.append(str(r["variant"]))
             continue
         data.item_ids.append(str(r["item_id"]))
         data.variants.append(str(r["variant"]))
@@ -244,7 +275,7 @@ def human_choice_data(df: pd.DataFrame, spec: dict[str, Any]) -> HumanChoiceData
         types.append(t if t is not None else [str(j) for j in range(len(options))])
         for scheme, v in per.items():
             data.scores.setdefault(scheme, []).append(v)
-    if not data.item_ids:
+    if not data.item_ids and not data.left_out:
         return None
     # a scheme must cover every row to be compared on the same human data
     data.scores = {s: v for s, v in data.scores.items() if len(v) == len(data.item_ids)}
@@ -279,13 +310,13 @@ def fit_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> lis
     if data is None:
         return []
     rows: list[dict[str, Any]] = []
-    bases = sorted({base_variant(v) for v in data.variants})
+    bases = sorted({base_variant(v) for v in [*data.variants, *data.left_out]})
     for base in bases:
         sel = [i for i, v in enumerate(data.variants) if base_variant(v) == base]
         g0: dict[str, Any] = {"variant": base} if len(bases) > 1 else {}
         first = True
         for scheme in data.scores:
-            s, c, gold, cond, typ, _ = _average_by_item(data, scheme, sel)
+            s, c, gold, cond, typ, _ = _with_distribution(*_average_by_item(data, scheme, sel))
             try:
                 fit = fit_alpha(s, c)
             except ValueError:
@@ -310,7 +341,23 @@ def fit_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> lis
                 for how in AGGREGATIONS:
                     cf = fit_condition(table, how)
                     rows += _fit_metric_rows(run, {**g, "aggregation": how}, cf, prefix="condition_")
+        left = sum(1 for v in data.left_out if base_variant(v) == base)
+        if left:
+            rows.append(_row(run, {**g0, "of": "human_fit"}, "left_out_no_distribution", left, None, left + len(sel)))
     return rows
+
+
+_Averaged = tuple[list[np.ndarray], list[np.ndarray], list[int | None], list[str], list[list[str]], list[str]]
+
+
+def _with_distribution(*cols: Any) -> _Averaged:
+    """The items of :func:`_average_by_item`'s columns whose averaged scores define a distribution
+    (those :func:`fit_alpha` fits): an option -inf on one permutation and another on the next
+    average to none. The fit, its bootstrap and softmax_accuracy_fitted use the same items."""
+    keep = [i for i, x in enumerate(cols[0]) if has_distribution(x)]
+    if len(keep) == len(cols[0]):
+        return cols  # type: ignore[return-value]
+    return tuple([col[i] for i in keep] for col in cols)  # type: ignore[return-value]
 
 
 def _fit_metric_rows(run: dict[str, Any], g: dict[str, Any], fit: AlphaFit, prefix: str = "") -> list[dict[str, Any]]:
@@ -342,7 +389,7 @@ def human_vs_model(df: pd.DataFrame, spec: dict[str, Any], scheme: str = "raw") 
     data = human_choice_data(df, spec)
     if data is None or scheme not in data.scores:
         return None
-    s, c, gold, cond, typ, ids = _average_by_item(data, scheme, list(range(len(data.item_ids))))
+    s, c, gold, cond, typ, ids = _with_distribution(*_average_by_item(data, scheme, list(range(len(data.item_ids)))))
     fit = fit_alpha(s, c)
     alpha = float(fit.alpha or 0.0)
     items = []
@@ -375,22 +422,28 @@ def softmax_curve_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, An
         return []
     ok = df[df["error"].isna() & df["gold"].notna()]
     per: dict[str, list[tuple[np.ndarray, int, str]]] = {}
+    left: dict[str, int] = {}  # scheme -> rows without a distribution (abstentions), left out
     for r in ok.to_dict("records"):
         os_ = _json(r.get("option_scores"))
         if not isinstance(os_, dict) or r["gold"] not in os_:
             continue
         options = list(os_)
         g = options.index(r["gold"])
-        for scheme, (key, tf) in SCHEME_SCORES.items():
-            if all(isinstance(os_[o], dict) and os_[o].get(key) is not None for o in options):
-                v = np.array([float(os_[o][key]) for o in options])
-                with np.errstate(divide="ignore"):
-                    per.setdefault(scheme, []).append((tf(v) if tf else v, g, str(r["item_id"])))
+        for scheme, sv in scheme_vectors(os_, options).items():
+            data = per.setdefault(scheme, [])
+            if sv is not None:
+                data.append((sv, g, str(r["item_id"])))
+            else:
+                left[scheme] = left.get(scheme, 0) + 1
     rows = []
     for scheme, data in per.items():
-        clusters = np.array([c for _, _, c in data])
-        for a in SOFTMAX_ALPHAS:
-            vals = np.array([float(softmax(s, a)[g]) for s, g, _ in data])
-            iv = accuracy_ci(vals, clusters)
-            rows.append(_row(run, {"scheme": scheme, "alpha": a}, "softmax_accuracy", iv.mean, _ci(iv), iv.n))
+        if data:
+            clusters = np.array([c for _, _, c in data])
+            for a in SOFTMAX_ALPHAS:
+                vals = np.array([float(softmax(s, a)[g]) for s, g, _ in data])
+                iv = accuracy_ci(vals, clusters)
+                rows.append(_row(run, {"scheme": scheme, "alpha": a}, "softmax_accuracy", iv.mean, _ci(iv), iv.n))
+        if left.get(scheme):
+            rows.append(_row(run, {"of": "softmax_accuracy", "scheme": scheme}, "left_out_no_distribution",
+                             left[scheme], None, left[scheme] + len(data)))
     return rows

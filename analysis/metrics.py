@@ -1374,7 +1374,7 @@ def display(name: str, value: float | None) -> str:
     """A metric value at the precision every surface prints it (report text, TUI)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    if name == "errors":
+    if name in ("errors", "left_out_no_distribution"):  # counts
         return f"{value:.0f}"
     return f"{value:.3f}"
 
@@ -1513,6 +1513,10 @@ def _register_feature_producers() -> None:
         MetricDef("softmax_accuracy", "mean over items of the softmax probability of the gold option at "
                   "the alpha in the group", _MEAN_CI, _T1),
         MetricDef("softmax_accuracy_fitted", "softmax_accuracy at the fitted alpha", _MEAN_CI, _T1),
+        MetricDef("left_out_no_distribution", "result rows the statistic in group `of` (human_fit, "
+                  "softmax_accuracy, human_choice) left out because the model gave them no choice "
+                  "distribution: no option with a finite score (an abstention: every label probability 0), "
+                  "or no probability mass on any option; n = the rows it considered", "none", _T1),
         MetricDef("order_consistency", "share of items whose prediction is the same under every "
                   "counterbalanced order", _RATE_CI, _T1),
         MetricDef("order_robust_accuracy", "accuracy after averaging each item's answer probabilities "

@@ -60,3 +60,72 @@ def write_mixed_db(db: Path) -> Path:
                            "n_total": len(ITEMS), "model": f"m-{rid}", "backend": "hf", "status": "completed"})
             st.write_results(rid, [_row(rid, k) for k in ITEMS])
     return db
+
+
+# -- a choice run scored by letter labels, with an abstention -----------------------------------
+LABEL_OPTIONS = ["a", "b"]
+LABEL_PROBS = {"a": 0.3, "b": 0.7}  # every answered row; gold "b"
+HUMAN_COUNTS = [3, 7]  # every item: P_human(b) = 0.7 = softmax(1 * log p)[b], so alpha = 1
+
+
+def _label_row(item: str, abstain: bool, error: bool = False) -> Result:
+    if error:
+        return Result(item_id=item, variant="v0", prompt=f"q {item}", error="timeout")
+    if abstain:  # engine/tasks/choice.py _score_by_labels with no mass on any label
+        probs = {o: 0.0 for o in LABEL_OPTIONS}
+        return Result(item_id=item, variant="v0", prompt=f"q {item}", probs=probs, gold="b", correct=0.0,
+                      option_scores={o: {"label_prob": 0.0} for o in LABEL_OPTIONS},
+                      extra={"choice_method": "labels-topk", "abstained": True,
+                             "abstain_reason": "no probability mass on any option label"})
+    return Result(item_id=item, variant="v0", prompt=f"q {item}", probs=dict(LABEL_PROBS), prediction="b",
+                  gold="b", correct=1.0, confidence=0.7,
+                  option_scores={o: {"label_prob": p} for o, p in LABEL_PROBS.items()},
+                  extra={"choice_method": "labels-topk"})
+
+
+def write_labels_db(db: Path) -> Path:
+    """A choice suite with human choice counts (i0..i3) and two runs scored by letter labels (no
+    echo log-likelihoods): `lab-abs` abstains on i3 (all label probabilities 0), `lab-err` has an
+    error row on i3 instead (left out of every statistic), the others answered alike."""
+    items = [Item(item_id=f"i{k}", fields={"options": LABEL_OPTIONS, "human_counts": HUMAN_COUNTS}, gold="b",
+                  options=LABEL_OPTIONS, text=f"q i{k}") for k in range(4)]
+    with Store(db) as st:
+        spec = {"task": "choice", "human_counts_field": "human_counts"}
+        st.add_suite("s-lab", "labels", "choice", spec, "", items)
+        for rid, how in (("lab-abs", "abstain"), ("lab-err", "error")):
+            st.create_run({"run_id": rid, "suite_id": "s-lab", "suite_name": "labels", "task": "choice",
+                           "n_total": 4, "model": "m-lab", "backend": "openai", "status": "completed"})
+            st.write_results(rid, [_label_row(f"i{k}", abstain=k == 3 and how == "abstain",
+                                              error=k == 3 and how == "error") for k in range(4)])
+    return db
+
+
+# -- a yes/no run with human majorities (human_q1), with an abstention ----------------------------
+YESNO_HUMAN = {"i0": 1, "i1": 1, "i2": 0, "i3": 1}  # i3: the abstention in `yn-abs`
+YESNO_PROBS = {"yes": 0.8, "no": 0.2}  # every answered row: alpha fitted to 2 of 3 yes -> log 2 / log 4
+
+
+def write_yesno_db(db: Path) -> Path:
+    """A yes/no suite with the human majority `human_q1` and two runs: `yn-abs` abstains on i3
+    (no probability mass on yes or no), `yn-err` has an error row there instead."""
+    items = [Item(item_id=k, fields={"human_q1": h}, gold="yes" if h else "no", text=f"s {k}")
+             for k, h in YESNO_HUMAN.items()]
+    with Store(db) as st:
+        st.add_suite("s-yn", "yn", "yesno", {"task": "yesno"}, "", items)
+        for rid in ("yn-abs", "yn-err"):
+            st.create_run({"run_id": rid, "suite_id": "s-yn", "suite_name": "yn", "task": "yesno",
+                           "n_total": 4, "model": "m-yn", "backend": "hf", "status": "completed"})
+            res = []
+            for it in items:
+                gold = str(it.gold)
+                if it.item_id != "i3":
+                    res.append(Result(item_id=it.item_id, variant="v0", prompt=it.text, probs=dict(YESNO_PROBS),
+                                      prediction="yes", gold=gold, correct=float(gold == "yes"), confidence=0.8))
+                elif rid == "yn-err":
+                    res.append(Result(item_id="i3", variant="v0", prompt=it.text, error="timeout"))
+                else:
+                    res.append(Result(item_id="i3", variant="v0", prompt=it.text, probs={"yes": 0.0, "no": 0.0},
+                                      gold=gold, correct=0.0,
+                                      extra={"abstained": True, "abstain_reason": "no probability mass on any answer"}))
+            st.write_results(rid, res)
+    return db
