@@ -17,7 +17,8 @@ level (cluster-aware interval).
 Order-robust score: per item and template, the answer distributions of all its
 counterbalanced variants are averaged (rating distributions mapped back to the
 suite's scale first), and the argmax of the average is scored:
-`order_robust_accuracy`.
+`order_robust_accuracy`. An abstaining variant (no mass on any answer) is left out of the
+average; an item whose every variant abstained is scored 0, as `accuracy` scores an abstention.
 
 Few-shot biases (Zhao et al. 2021), yes/no and rating runs with demos:
 `recency_effect` = P(pred = ℓ | last demo label = ℓ) − P(pred = ℓ | last ≠ ℓ) and
@@ -196,8 +197,17 @@ def _robust_rows(fr: pd.DataFrame, run: dict[str, Any]) -> list[dict[str, Any]]:
                     keys.append(k)
         if not keys:
             continue
-        avg = np.mean([[float(c.get(k, 0.0)) for k in keys] for c in part["canon"]], axis=0)
+        dists = [d for d in ([float(c.get(k, 0.0)) for k in keys] for c in part["canon"]) if sum(d) > 0]
         gold = str(part["gold"].iloc[0])
+        if not dists:
+            # every order abstained (no mass on any answer): no prediction, scored 0 as the
+            # headline accuracy scores an abstention; argmax of the zeros "predicted" the first
+            # answer and could score it right
+            out.append((0.0, part["cluster"].iloc[0]))
+            continue
+        # an abstaining order carries no distribution and is left out of the average (its zeros
+        # only rescaled it: the argmax is the same)
+        avg = np.mean(dists, axis=0)
         pred = keys[int(np.argmax(avg))]
         correct = float(pred.strip().casefold() == gold.strip().casefold())
         out.append((correct, part["cluster"].iloc[0]))
