@@ -22,7 +22,7 @@ import pyarrow as pa
 
 import llmscope
 from llmscope.data.safety import MAX_INT
-from llmscope.data.suites import Suite, SuiteError, load_suite, read_jsonl
+from llmscope.data.suites import Suite, SuiteError, gc_paused, load_suite, read_jsonl
 from llmscope.engine.answers import match_answer
 from llmscope.engine.tasks.constrained import class_correct
 from llmscope.engine.types import Result
@@ -40,7 +40,7 @@ def _store_suite(store: Store, suite: Suite) -> None:
 def _create_import_run(store: Store, run_id: str, suite: Suite, model: str, source: Path,
                        n_total: int, options: dict[str, Any]) -> bool:
     """Create the run; False when it was imported before (re-importing adds nothing)."""
-    if store.get_run(run_id) is not None:
+    if _run_exists(store, run_id):
         return False
     store.create_run({
         "run_id": run_id, "suite_id": suite.suite_id, "suite_name": suite.name, "task": suite.task,
@@ -50,6 +50,11 @@ def _create_import_run(store: Store, run_id: str, suite: Suite, model: str, sour
         "n_total": n_total, "status": "running",
     })
     return True
+
+
+def _run_exists(store: Store, run_id: str) -> bool:
+    row = store.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    return bool(row and row[0])
 
 
 def _finish(store: Store, run_id: str) -> None:
@@ -162,13 +167,18 @@ def import_worldsense(store: Store, directory: Path) -> list[str]:
     plain results file is read by DuckDB and inserted by SQL (`Store.append_results_sql`),
     any other is parsed in Python (`fast_jsonl`) and appended as columns.
     """
+    with gc_paused():  # 10^5 items and their columns: the collector would walk them again and again
+        return _import_worldsense(store, directory)
+
+
+def _import_worldsense(store: Store, directory: Path) -> list[str]:
     suite = load_suite("worldsense", directory)
     files = sorted((Path(directory) / "results").glob("*___results.jsonl"))
     with ThreadPoolExecutor(1) as pool:
         # The results files are checked (and parsed, unless plain) in a second thread while the
         # trials are read: the bz2 decompression releases the GIL, so the two overlap.
         parsed = {f: pool.submit(_read_results, f) for f in files
-                  if store.get_run(_run_id("worldsense", suite.suite_id, f.name)) is None}
+                  if not _run_exists(store, _run_id("worldsense", suite.suite_id, f.name))}
         try:
             return _import_worldsense_files(store, suite, directory, files, parsed)
         finally:
