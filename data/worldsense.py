@@ -90,15 +90,20 @@ def find_trials(path: str | Path) -> Path:
     raise SuiteError(f"no WorldSense trials file ({', '.join(TRIALS_NAMES)}) found", p)
 
 
-_IBZ2_THREADS = 2
+# indexed_bzip2's threads. With one it holds the GIL while it decodes (so the parse waits for
+# each chunk) yet the whole import measured lowest in CPU and wall on 2 busy cores: with two
+# (GIL released, parse overlapped) 4.5-5.7 against 4.5-5.1 s wall; the stdlib's bz2 (GIL
+# released, one core) 8.1-9.8 against 6.2-8.6 s (load average 2.7-3.3).
+_IBZ2_THREADS = 1
 _CHUNK = 4 << 20  # decompressed bytes handed over at a time (~18 chunks for the 71 MB test set)
 _RESTART = object()  # the parallel decoder failed: the lines so far are dropped, the stdlib reads again
 
 
 def _produce(p: Path, out: queue.Queue[Any], stop: threading.Event, parallel: bool) -> None:
     """Put the file's decompressed bytes on `out` in chunks, then None; an OSError/EOFError
-    (unreadable or corrupt) is put in their place. Runs on its own thread: both decoders
-    release the GIL, so the trials are parsed while the rest is decompressed."""
+    (unreadable or corrupt) is put in their place. Runs on its own thread, a few chunks
+    ahead of the parse: memory holds those chunks, not the whole 71 MB (see `_IBZ2_THREADS`
+    for how much of the decoding overlaps the parse)."""
 
     def put(v: Any) -> bool:
         while not stop.is_set():
@@ -113,7 +118,6 @@ def _produce(p: Path, out: queue.Queue[Any], stop: threading.Event, parallel: bo
         if p.suffix == ".bz2" and _ibz2 is not None and parallel:
             sent = 0
             try:
-                # one thread: the parser has the other core (two threads cost ~20% more CPU)
                 with _ibz2.open(str(p), parallelization=_IBZ2_THREADS) as f:
                     while chunk := f.read(_CHUNK):
                         sent += len(chunk)
