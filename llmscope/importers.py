@@ -121,7 +121,7 @@ def _json_text(v: Any) -> str:
     return orjson.dumps(v).decode()
 
 
-# One results line that DuckDB's JSON reader (`_PLAIN_SELECT`) reads into the values orjson and
+# One results line that DuckDB's JSON reader (`_PLAIN_LINES`) reads into the values orjson and
 # the loop in `_import_worldsense_files` take from it: "Key" a canonical integer (its text is
 # the id: no leading zero, no -0), "resp" a string with no escape and no control character,
 # nothing else. A file with any other line (or a BOM, CR, a blank line, an integer beyond
@@ -176,7 +176,7 @@ def _import_worldsense(store: Store, directory: Path) -> list[str]:
     files = sorted((Path(directory) / "results").glob("*___results.jsonl"))
     with ThreadPoolExecutor(1) as pool:
         # The results files are checked (and parsed, unless plain) in a second thread while the
-        # trials are read: the bz2 decompression releases the GIL, so the two overlap.
+        # trials are read: reading the files, orjson and the DuckDB-side work overlap the trials.
         parsed = {f: pool.submit(_read_results, f) for f in files
                   if not _run_exists(store, _run_id("worldsense", suite.suite_id, f.name))}
         try:
