@@ -176,7 +176,8 @@ def _import_worldsense(store: Store, directory: Path) -> list[str]:
     files = sorted((Path(directory) / "results").glob("*___results.jsonl"))
     with ThreadPoolExecutor(1) as pool:
         # The results files are checked (and parsed, unless plain) in a second thread while the
-        # trials are read: reading the files, orjson and the DuckDB-side work overlap the trials.
+        # trials are read (the regex check and orjson hold the GIL: they take turns with the
+        # trials' parse, and are done by the time the results are inserted).
         parsed = {f: pool.submit(_read_results, f) for f in files
                   if not _run_exists(store, _run_id("worldsense", suite.suite_id, f.name))}
         try:
