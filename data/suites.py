@@ -6,8 +6,10 @@ Every malformed input raises `SuiteError` naming the file, the line and the fiel
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import difflib
+import gc
 import hashlib
 import io
 import json
@@ -519,6 +521,20 @@ def jsonl_records(
         if not isinstance(rec, dict):
             raise SuiteError(f"each line must be a JSON object, got {type(rec).__name__}", path, n)
         yield n, rec
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside (restored after; nests). Building 10^5 items makes
+    the collector walk the growing heap again and again: half the WorldSense trials' parse
+    (0.7 -> 0.35 s). The objects built there hold no reference cycles to free."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def read_jsonl(path: str | Path, *, allow_nan: bool = True) -> list[tuple[int, dict[str, Any]]]:

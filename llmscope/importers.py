@@ -18,14 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pyarrow as pa
 
 import llmscope
 from llmscope.data.safety import MAX_INT
-from llmscope.data.suites import Suite, SuiteError, load_suite, read_jsonl
+from llmscope.data.suites import Suite, SuiteError, gc_paused, load_suite, read_jsonl
 from llmscope.engine.answers import match_answer
 from llmscope.engine.tasks.constrained import class_correct
 from llmscope.engine.types import Result
-from llmscope.store.db import Store
+from llmscope.store.db import Store, decode_json
 
 
 def _run_id(*parts: str) -> str:
@@ -39,7 +40,7 @@ def _store_suite(store: Store, suite: Suite) -> None:
 def _create_import_run(store: Store, run_id: str, suite: Suite, model: str, source: Path,
                        n_total: int, options: dict[str, Any]) -> bool:
     """Create the run; False when it was imported before (re-importing adds nothing)."""
-    if store.get_run(run_id) is not None:
+    if _run_exists(store, run_id):
         return False
     store.create_run({
         "run_id": run_id, "suite_id": suite.suite_id, "suite_name": suite.name, "task": suite.task,
@@ -49,6 +50,11 @@ def _create_import_run(store: Store, run_id: str, suite: Suite, model: str, sour
         "n_total": n_total, "status": "running",
     })
     return True
+
+
+def _run_exists(store: Store, run_id: str) -> bool:
+    row = store.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    return bool(row and row[0])
 
 
 def _finish(store: Store, run_id: str) -> None:
@@ -110,31 +116,70 @@ def fast_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
     return out
 
 
-def _stored_answers(store: Store, suite_id: str) -> dict[str, tuple[str | None, Any]] | None:
-    """item_id -> (gold, options) of a suite as stored, or None when not stored."""
-    if not store.has_suite(suite_id):
-        return None
-    return store.item_answers(suite_id)
-
-
 def _json_text(v: Any) -> str:
     """The JSON text the store writes for `v` (so bulk-imported rows equal row-by-row ones)."""
     return orjson.dumps(v).decode()
 
 
+# One results line that DuckDB's JSON reader (`_PLAIN_LINES`) reads into the values orjson and
+# the loop in `_import_worldsense_files` take from it: "Key" a canonical integer (its text is
+# the id: no leading zero, no -0), "resp" a string with no escape and no control character,
+# nothing else. A file with any other line (or a BOM, CR, a blank line, an integer beyond
+# int64, invalid UTF-8) goes to `fast_jsonl`, so its errors name file, line and field as before.
+_PLAIN_LINE = (rb'[ \t]*\{[ \t]*"Key"[ \t]*:[ \t]*(?:0|-?[1-9][0-9]{0,18})[ \t]*,'
+               rb'[ \t]*"resp"[ \t]*:[ \t]*"[^"\\\x00-\x1f]*"[ \t]*\}[ \t]*')
+_PLAIN_FILE = re.compile(rb"(?:" + _PLAIN_LINE + rb"\n)*" + _PLAIN_LINE + rb"\n?")
+
+# The lines of a plain results file with their line numbers (row_number() OVER () counts a
+# table function's rows in the order of its source: the file's lines)
+_PLAIN_LINES = ("SELECT row_number() OVER () AS ln, Key AS key, resp FROM read_json(?, format = 'newline_delimited', "
+                "columns = {Key: 'VARCHAR', resp: 'VARCHAR'}, auto_detect = false, compression = 'none')")
+# ... each with its trial's answers (`known`: the key is a trial of the suite)
+_PLAIN_JOINED = (f"SELECT s.ln, s.key, s.resp, i.item_id IS NOT NULL AS known, i.gold, i.options "
+                 f"FROM ({_PLAIN_LINES}) s LEFT JOIN items i ON i.suite_id = ? AND i.item_id = s.key")
+
+
+def is_plain_results(raw: bytes) -> bool:
+    """Whether every line of a results file has the plain shape DuckDB's reader takes exactly."""
+    if _PLAIN_FILE.fullmatch(raw) is None or not _ints_fit_orjson(raw):
+        return False
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _read_results(path: Path) -> list[tuple[int, dict[str, Any]]] | None:
+    """A results file's records, or None when it is plain (`is_plain_results`): DuckDB reads it."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError:
+        return fast_jsonl(path)  # its reader names the defect
+    return None if is_plain_results(raw) else fast_jsonl(path)
+
+
 def import_worldsense(store: Store, directory: Path) -> list[str]:
     """Load the WorldSense test set and every results file in `directory/results`.
 
-    Each results file becomes one run written in one transaction through the store's
-    columnar bulk path (no `Result` object per row): a killed import leaves no partial run.
+    The new runs are written in one transaction (a bad results file or a killed import leaves
+    none of them; the suite's items, stored first, stay), through the store's bulk paths: a
+    plain results file is read by DuckDB and inserted by SQL (`Store.append_results_sql`),
+    any other is parsed in Python (`fast_jsonl`) and appended as columns.
     """
+    with gc_paused():  # 10^5 items and their columns: the collector would walk them again and again
+        return _import_worldsense(store, directory)
+
+
+def _import_worldsense(store: Store, directory: Path) -> list[str]:
     suite = load_suite("worldsense", directory)
     files = sorted((Path(directory) / "results").glob("*___results.jsonl"))
     with ThreadPoolExecutor(1) as pool:
-        # The results files are parsed in a second thread while the trials are read: the bz2
-        # decompression releases the GIL, so the two overlap on a second core.
-        parsed = {f: pool.submit(fast_jsonl, f) for f in files
-                  if store.get_run(_run_id("worldsense", suite.suite_id, f.name)) is None}
+        # The results files are checked (and parsed, unless plain) in a second thread while the
+        # trials are read (the regex check and orjson hold the GIL: they take turns with the
+        # trials' parse, and are done by the time the results are inserted).
+        parsed = {f: pool.submit(_read_results, f) for f in files
+                  if not _run_exists(store, _run_id("worldsense", suite.suite_id, f.name))}
         try:
             return _import_worldsense_files(store, suite, directory, files, parsed)
         finally:
@@ -142,85 +187,156 @@ def import_worldsense(store: Store, directory: Path) -> list[str]:
                 fut.cancel()  # after an error: files not yet parsed are not read at all
 
 
+_Parsed = list[tuple[int, dict[str, Any]]] | None
+
+
 def _import_worldsense_files(store: Store, suite: Suite, directory: Path, files: list[Path],
-                             parsed: dict[Path, Future[list[tuple[int, dict[str, Any]]]]]) -> list[str]:
+                             parsed: dict[Path, Future[_Parsed]]) -> list[str]:
     # The suite id hashes the trials file's bytes; when the store holds that suite already,
     # its items come from the store instead of decompressing the bz2 file again (~5 s).
-    items = _stored_answers(store, suite.suite_id)
-    if items is None:
-        # options as tuples, as `item_answers` gives them (hashable: responses are scored once per pair)
-        items = {it.item_id: (it.gold, None if it.options is None else tuple(it.options)) for it in suite.items()}
+    fresh = None
+    if not store.has_suite(suite.suite_id):
+        fresh = suite.items()
         _store_suite(store, suite)
-    msgs = [f"suite {suite.suite_id}: {len(items)} trials"]
+        n_items = len(fresh)
+    else:
+        row = store.execute("SELECT count(*) FROM items WHERE suite_id = ?", [suite.suite_id]).fetchone()
+        n_items = int(row[0]) if row else 0
+    # item_id -> (gold, options): only for a results file parsed in Python
+    answers: dict[str, tuple[str | None, Any]] | None = None
+
+    def items() -> dict[str, tuple[str | None, Any]]:
+        nonlocal answers
+        if answers is None:
+            # options as tuples, as `item_answers` gives them (hashable: responses are scored once per pair)
+            answers = (store.item_answers(suite.suite_id) if fresh is None else
+                       {it.item_id: (it.gold, None if it.options is None else tuple(it.options)) for it in fresh})
+        return answers
+
+    msgs = [f"suite {suite.suite_id}: {n_items} trials"]
     variant = suite.variant_names()[0]
     classes = dict(suite.task_options.get("equivalent") or {})
     if not files:
         msgs.append(f"no results files matching {directory}/results/<prompting>___<model>___results.jsonl")
-    for f in files:
-        prompting, model, _ = f.name.split("___")
-        run_id = _run_id("worldsense", suite.suite_id, f.name)
-        if f not in parsed:
-            msgs.append(f"{f.name}: already imported as run {run_id}")
-            continue
-        recs = parsed[f].result()
-        # The per-row extra has two possible values: encode each once.
-        extra_text = {v: _json_text({"imported": True, "prompting": prompting, "valid": v})
-                      for v in (True, False)}
-        keys: list[str] = []
-        preds: list[str] = []
-        golds: list[str | None] = []
-        correct: list[float | None] = []
-        extras: list[str] = []
-        seen: set[str] = set()
-        unknown = dupes = 0
-        # (response, (gold, options)) -> (correct, extra): a results file repeats a few dozen
-        # distinct responses over 87k trials, so each is scored once
-        scored: dict[tuple[str, tuple[str | None, Any]], tuple[float | None, str]] = {}
-        for n, rec in recs:
-            if "Key" not in rec:
-                raise SuiteError("missing Key", f, n, "Key")
-            key = str(rec["Key"])
-            ans = items.get(key)
-            if ans is None:
-                unknown += 1
+    # one transaction for every new run: a bad file leaves none of them behind
+    with store.transaction():
+        for f in files:
+            prompting, model, _ = f.name.split("___")
+            run_id = _run_id("worldsense", suite.suite_id, f.name)
+            if f not in parsed:
+                msgs.append(f"{f.name}: already imported as run {run_id}")
                 continue
-            if key in seen:  # the first response to a trial counts, as the keyed store did
-                dupes += 1
-                continue
-            seen.add(key)
-            resp = rec.get("resp")
-            resp = "" if resp is None else str(resp).strip()
-            done = scored.get((resp, ans))
-            if done is None:
-                gold, options = ans
-                done = scored[(resp, ans)] = (None if gold is None else class_correct(resp, gold, classes),
-                                              extra_text[resp in (options or ())])
-            keys.append(key)
-            preds.append(resp)
-            golds.append(ans[0])
-            correct.append(done[0])
-            extras.append(done[1])
-        meta = {"imported_from": str(f), "prompting": prompting, "unknown_keys": unknown,
-                "suite": suite.describe()}
-        if dupes:
-            meta["duplicate_keys"] = dupes
-        with store.transaction():
-            _create_import_run(store, run_id, suite, model, f, len(items), {"prompting": prompting})
-            # each row's prompt is its trial's text, the stored item's: readers take it from
-            # there (the row stores NULL rather than a fourth copy of 70 MB of text)
-            cols: dict[str, list[Any]] = {
-                "item_id": keys, "variant": [variant] * len(keys),
-                "prediction": preds, "gold": golds, "correct": correct, "extra": extras,
-                # the extras name no choice method: no need for the store to decode them to find out
-                "choice_method": [None] * len(keys),
-            }
-            store.append_results(run_id, cols, prompt_from_suite=suite.suite_id)
+            recs = parsed[f].result()
+            # The per-row extra has two possible values: encode each once.
+            extra_text = {v: _json_text({"imported": True, "prompting": prompting, "valid": v})
+                          for v in (True, False)}
+            _create_import_run(store, run_id, suite, model, f, n_items, {"prompting": prompting})
+            if recs is None:
+                n, unknown, dupes = _append_plain(store, suite.suite_id, run_id, f, variant, classes, extra_text)
+            else:
+                n, unknown, dupes = _append_parsed(store, suite.suite_id, run_id, f, recs, items(), variant,
+                                                   classes, extra_text)
+            meta = {"imported_from": str(f), "prompting": prompting, "unknown_keys": unknown,
+                    "suite": suite.describe()}
+            if dupes:
+                meta["duplicate_keys"] = dupes
             store.update_run(run_id, meta=meta)
             _finish(store, run_id)
-        msgs.append(f"{f.name}: run {run_id} ({model}, {prompting}), {len(keys)} responses"
-                    + (f", {unknown} keys not in the test set" if unknown else "")
-                    + (f", {dupes} repeated keys ignored (first kept)" if dupes else ""))
+            msgs.append(f"{f.name}: run {run_id} ({model}, {prompting}), {n} responses"
+                        + (f", {unknown} keys not in the test set" if unknown else "")
+                        + (f", {dupes} repeated keys ignored (first kept)" if dupes else ""))
     return msgs
+
+
+def _score(resp: str, gold: str | None, options: Any, classes: dict[str, str],
+           extra_text: dict[bool, str]) -> tuple[float | None, str]:
+    """(correct, extra) of a stripped response to a trial with this gold and these options."""
+    return (None if gold is None else class_correct(resp, gold, classes)), extra_text[resp in (options or ())]
+
+
+def _append_parsed(store: Store, suite_id: str, run_id: str, f: Path, recs: list[tuple[int, dict[str, Any]]],
+                   items: dict[str, tuple[str | None, Any]], variant: str, classes: dict[str, str],
+                   extra_text: dict[bool, str]) -> tuple[int, int, int]:
+    """A results file parsed in Python, appended as columns; (rows, unknown keys, repeated keys)."""
+    keys: list[str] = []
+    preds: list[str] = []
+    golds: list[str | None] = []
+    correct: list[float | None] = []
+    extras: list[str] = []
+    seen: set[str] = set()
+    unknown = dupes = 0
+    # (response, (gold, options)) -> (correct, extra): a results file repeats a few dozen
+    # distinct responses over 87k trials, so each is scored once
+    scored: dict[tuple[str, tuple[str | None, Any]], tuple[float | None, str]] = {}
+    for n, rec in recs:
+        if "Key" not in rec:
+            raise SuiteError("missing Key", f, n, "Key")
+        key = str(rec["Key"])
+        ans = items.get(key)
+        if ans is None:
+            unknown += 1
+            continue
+        if key in seen:  # the first response to a trial counts, as the keyed store did
+            dupes += 1
+            continue
+        seen.add(key)
+        resp = rec.get("resp")
+        resp = "" if resp is None else str(resp).strip()
+        done = scored.get((resp, ans))
+        if done is None:
+            done = scored[(resp, ans)] = _score(resp, ans[0], ans[1], classes, extra_text)
+        keys.append(key)
+        preds.append(resp)
+        golds.append(ans[0])
+        correct.append(done[0])
+        extras.append(done[1])
+    # each row's prompt is its trial's text, the stored item's: readers take it from there
+    # (the row stores NULL rather than a fourth copy of 70 MB of text)
+    cols: dict[str, list[Any]] = {
+        "item_id": keys, "variant": [variant] * len(keys),
+        "prediction": preds, "gold": golds, "correct": correct, "extra": extras,
+        # the extras name no choice method: no need for the store to decode them to find out
+        "choice_method": [None] * len(keys),
+    }
+    store.append_results(run_id, cols, prompt_from_suite=suite_id)
+    return len(keys), unknown, dupes
+
+
+_SCORED_SCHEMA = pa.schema([("resp", pa.string()), ("gold", pa.string()), ("options", pa.string()),
+                            ("prediction", pa.string()), ("correct", pa.float64()), ("extra", pa.string())])
+
+
+def _append_plain(store: Store, suite_id: str, run_id: str, f: Path, variant: str, classes: dict[str, str],
+                  extra_text: dict[bool, str]) -> tuple[int, int, int]:
+    """A plain results file read and inserted by DuckDB, rows equal to `_append_parsed`'s: a
+    key's first line counts, unknown keys are skipped; each distinct (response, gold, options)
+    is scored once in Python and joined back. (rows, unknown keys, repeated keys)."""
+    path = str(f)
+    row = store.execute(f"SELECT count(*) FILTER (WHERE NOT known), "
+                        f"count(*) FILTER (WHERE known) - count(DISTINCT key) FILTER (WHERE known) "
+                        f"FROM ({_PLAIN_JOINED})", [path, suite_id]).fetchone()
+    unknown, dupes = (int(row[0]), int(row[1])) if row else (0, 0)
+    pairs = store.execute(f"SELECT DISTINCT resp, gold, options FROM ({_PLAIN_JOINED}) WHERE known",
+                          [path, suite_id]).fetchall()
+    decoded = {o: decode_json(o) for o in {p[2] for p in pairs}}
+    cols: dict[str, list[Any]] = {name: [] for name in _SCORED_SCHEMA.names}
+    for resp, gold, options in pairs:
+        opts = decoded[options]
+        pred = str(resp).strip()
+        correct, extra = _score(pred, gold, tuple(opts) if isinstance(opts, list) else opts, classes, extra_text)
+        for name, v in zip(_SCORED_SCHEMA.names, (resp, gold, options, pred, correct, extra), strict=True):
+            cols[name].append(v)
+    scored = pa.table(cols, schema=_SCORED_SCHEMA)
+    select = (
+        f"SELECT j.key AS item_id, ? AS variant, row_number() OVER (ORDER BY j.ln) - 1 AS seq, "
+        f"c.prediction, j.gold, c.correct, c.extra, NULL AS choice_method "
+        f"FROM ({_PLAIN_JOINED} QUALIFY known AND row_number() OVER (PARTITION BY s.key ORDER BY s.ln) = 1) j "
+        f"JOIN _llmscope_scored c ON c.resp = j.resp AND c.gold IS NOT DISTINCT FROM j.gold "
+        f"AND c.options IS NOT DISTINCT FROM j.options"
+    )
+    n = store.append_results_sql(run_id, select, [variant, path, suite_id], prompt_from_suite=suite_id,
+                                 tables={"_llmscope_scored": scored})
+    return n, unknown, dupes
 
 
 def _response_probs(resp: Any, path: Path, line: int) -> tuple[dict[str, float] | None, float | None, str | None]:

@@ -748,24 +748,16 @@ class Store:
 
     def add_suite(self, suite_id: str, name: str, task: str, spec: dict[str, Any], source: str,
                   items: Sequence[Item]) -> None:
-        """Store a suite and its items in one transaction (skipped when already stored)."""
+        """Store a suite and its items in one transaction (skipped when already stored).
+
+        The items go in slices of `_ITEM_SLICE`: their JSON and Arrow columns are built per
+        slice, so memory holds one slice's copy of the texts, not the whole suite's."""
         if self.has_suite(suite_id):
             return
-        tbl = pa.table(
-            {
-                "suite_id": [suite_id] * len(items),
-                "item_id": [it.item_id for it in items],
-                "idx": list(range(len(items))),
-                "text": [it.text for it in items],
-                "gold": [it.gold for it in items],
-                "options": [_json(it.options) for it in items],
-                "fields": [_json(it.fields) for it in items],
-            },
-            schema=pa.schema(
-                [("suite_id", pa.string()), ("item_id", pa.string()), ("idx", pa.int32()),
-                 ("text", pa.string()), ("gold", pa.string()), ("options", pa.string()),
-                 ("fields", pa.string())]
-            ),
+        schema = pa.schema(
+            [("suite_id", pa.string()), ("item_id", pa.string()), ("idx", pa.int32()),
+             ("text", pa.string()), ("gold", pa.string()), ("options", pa.string()),
+             ("fields", pa.string())]
         )
         with self._lock:
             try:
@@ -774,16 +766,35 @@ class Store:
                     "INSERT INTO suites VALUES (?, ?, ?, ?, ?, ?, ?)",
                     [suite_id, name, task, _json(spec), source, len(items), _now()],
                 )
-                self.con.register("_llmscope_items", tbl)
-                self.con.execute("INSERT INTO items SELECT * FROM _llmscope_items")
-                self.con.unregister("_llmscope_items")
+                for lo in range(0, len(items), _ITEM_SLICE):
+                    part = items[lo:lo + _ITEM_SLICE]
+                    tbl = pa.table(
+                        {
+                            "suite_id": [suite_id] * len(part),
+                            "item_id": [it.item_id for it in part],
+                            "idx": list(range(lo, lo + len(part))),
+                            "text": [it.text for it in part],
+                            "gold": [it.gold for it in part],
+                            "options": [_json(it.options) for it in part],
+                            "fields": [_json(it.fields) for it in part],
+                        },
+                        schema=schema,
+                    )
+                    self.con.register("_llmscope_items", tbl)
+                    try:
+                        self.con.execute("INSERT INTO items SELECT * FROM _llmscope_items")
+                    finally:
+                        self.con.unregister("_llmscope_items")
+                    del tbl
                 self.con.execute("COMMIT")
-            except duckdb.Error as e:
+            except BaseException as e:  # also a value the JSON encoder refuses: no open transaction left
                 try:
                     self.con.execute("ROLLBACK")
                 except duckdb.Error:
                     pass
-                raise _explain(e, self.path, "storing the suite") from e
+                if isinstance(e, duckdb.Error):
+                    raise _explain(e, self.path, "storing the suite") from e
+                raise
 
     def suites(self) -> pd.DataFrame:
         return self.query_df("SELECT suite_id, name, task, n_items, source, created_at FROM suites ORDER BY created_at")
@@ -965,6 +976,128 @@ class Store:
             else:
                 arrays.append(pa.nulls(n, type=f.type))
         return self._insert_results(run_id, pa.Table.from_arrays(arrays, schema=RESULT_SCHEMA))
+
+    def _check_result_columns(self, run_id: str, names: Sequence[str], prompt_from_suite: str | None) -> None:
+        """`append_results`'s column rules for a SQL batch (`append_results_sql`)."""
+        if prompt_from_suite is not None and "prompt" in names:
+            raise ValueError("give either a prompt column or prompt_from_suite, not both")
+        if prompt_from_suite is not None:
+            row = self.execute("SELECT suite_id FROM runs WHERE run_id = ?", [run_id]).fetchone()
+            if row is None or row[0] != prompt_from_suite:
+                raise ValueError(f"prompt_from_suite {prompt_from_suite!r} is not the suite of run {run_id!r}"
+                                 f" ({row[0] if row else 'no such run'})")
+        if len(set(names)) != len(names):
+            raise ValueError(f"repeated column names: {sorted(n for n in set(names) if names.count(n) > 1)}")
+        unknown = set(names) - set(RESULT_SCHEMA.names)
+        if unknown:
+            raise ValueError(f"not columns of results: {sorted(unknown)}")
+        for own in ("run_id", "written_at", "top_tokens_blob"):
+            if own in names:
+                raise ValueError(f"{own} is the store's own column; the select must not give it")
+        missing = {"item_id", "variant", "seq"} - set(names)
+        if missing:
+            raise ValueError(f"the select must give {sorted(missing)}")
+        # the derived columns are computed by Python in `append_results`; SQL would need its own
+        # copy of those rules, so the caller gives them
+        if "probs" in names and "prediction" in names and "p_chosen" not in names:
+            raise ValueError("a select with probs and prediction must give p_chosen too")
+        if "extra" in names and "choice_method" not in names:
+            raise ValueError("a select with extra must give choice_method too")
+        if "top_tokens" in names:
+            raise ValueError("top tokens are stored as blobs by write_results; append_results_sql does not take them")
+
+    def append_results_sql(self, run_id: str, select_sql: str, params: Sequence[Any] | None = None, *,
+                           prompt_from_suite: str | None = None,
+                           tables: Mapping[str, pa.Table] | None = None) -> int:
+        """Bulk path inside DuckDB: append the rows of `select_sql` (e.g. over `read_json`) with one
+        `INSERT ... SELECT`, so the rows never pass through Python. Returns rows written.
+
+        The select names its columns like `results`'s and must give `item_id`, `variant` and
+        `seq`; `run_id` and `written_at` are filled in, absent columns are null (`n_tokens` 0,
+        `latency_ms` 0.0), as in `append_results`, whose rules it follows: the same key
+        guarantee (inside `transaction()` a key already stored for the run or repeated in the
+        select is an error and nothing is written; outside, such rows are skipped, the lowest
+        `seq` of a repeated key kept) and `prompt_from_suite`. `p_chosen` and `choice_method`
+        are not derived here: a select with `probs` and `prediction` gives `p_chosen`, one with
+        `extra` gives `choice_method`. `tables`: small Arrow tables (lookups) the select reads
+        by name, registered for the call.
+        """
+        with self._lock, _KEYS_LOCK:
+            try:
+                for name, tbl in (tables or {}).items():
+                    self.con.register(name, tbl)
+                try:
+                    return self._append_sql(run_id, select_sql, list(params or []), prompt_from_suite)
+                finally:
+                    for name in tables or {}:
+                        self.con.unregister(name)
+            except duckdb.Error as e:
+                self._forget_keys()
+                raise _explain(e, self.path, "writing results") from e
+
+    def _append_sql(self, run_id: str, select_sql: str, params: list[Any], prompt_from_suite: str | None) -> int:
+        batch = "_llmscope_sql_batch"
+        # the select runs once: its rows are checked, then inserted from this temporary table
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {batch} AS SELECT * FROM ({select_sql})", params)
+        try:
+            names = [str(d[0]) for d in self.con.execute(f"SELECT * FROM {batch} LIMIT 0").description]
+            self._check_result_columns(run_id, names, prompt_from_suite)
+            stored = self._stored_keys(run_id)
+            exists = ("EXISTS (SELECT 1 FROM results r WHERE r.run_id = ? AND r.item_id = b.item_id "
+                      "AND r.variant = b.variant)") if stored else "false"
+            key_params = [run_id] if stored else []
+            # a key repeated in the batch (after its first, lowest-seq copy) or stored already
+            ranked = (f"(SELECT *, row_number() OVER (PARTITION BY item_id, variant ORDER BY seq) AS _k "
+                      f"FROM {batch}) b")
+            repeated = f"(b._k > 1 OR {exists})"
+            if self._in_tx:
+                dup = self.con.execute(f"SELECT b.item_id, b.variant FROM {ranked} WHERE {repeated} "
+                                       "ORDER BY b.seq LIMIT 1", key_params).fetchall()
+                if dup:
+                    raise StoreError(f"duplicate result key {tuple(dup[0])} for run {run_id} inside one transaction")
+                where = ""
+            else:
+                where = f"WHERE NOT {repeated}"
+            cols: list[str] = []
+            exprs: list[str] = []
+            for f in RESULT_SCHEMA:
+                if f.name in ("run_id", "written_at"):
+                    expr = "?"
+                elif f.name in names:
+                    expr = f"b.{f.name}"
+                elif f.name == "n_tokens":
+                    expr = "0"
+                elif f.name == "latency_ms":
+                    expr = "0.0"
+                else:
+                    continue
+                cols.append(f.name)
+                exprs.append(f"CAST({expr} AS {_DUCK_TYPES[str(f.type)]})")
+            head = [run_id if c == "run_id" else _now() for c in cols if c in ("run_id", "written_at")]
+            sql = (f"INSERT INTO results ({', '.join(cols)}) SELECT {', '.join(exprs)} FROM {ranked} {where} "
+                   "ORDER BY b.seq")
+            own = not self._in_tx
+            if own:
+                self.con.execute("BEGIN TRANSACTION")
+            try:
+                row = self.con.execute(sql, head + (key_params if where else [])).fetchall()
+                if own:
+                    self.con.execute("COMMIT")
+            except BaseException:
+                if own:
+                    try:
+                        self.con.execute("ROLLBACK")
+                    except duckdb.Error:
+                        pass
+                raise
+            # the run's keys are read again from the table when next needed (they include these)
+            _KEYS.setdefault(self._db_key, _KeyIndex()).runs.pop(run_id, None)
+            return int(row[0][0]) if row else 0
+        finally:
+            try:
+                self.con.execute(f"DROP TABLE IF EXISTS {batch}")
+            except duckdb.Error:
+                pass  # an aborted transaction: the rollback drops it
 
     def results_frame(self, run_id: str, *, with_items: bool = True) -> pd.DataFrame:
         """Per-item results of a run (JSON columns left as text), joined with item fields."""
@@ -1217,6 +1350,11 @@ RESULT_SCHEMA = pa.schema(
 )
 # The `results` columns that hold JSON text (open shapes); every reader gets them decoded
 # from the store (`decode_json`, `Store.results_frame(decoded=True)`, `Store.item_detail`).
+# items per insert in `Store.add_suite` (WorldSense: 87,048 items in 6 slices)
+_ITEM_SLICE = 16_384
+# RESULT_SCHEMA's Arrow types as DuckDB's (`append_results_sql` casts the select's columns to them)
+_DUCK_TYPES = {"string": "VARCHAR", "double": "DOUBLE", "int64": "BIGINT", "int32": "INTEGER",
+               "timestamp[us]": "TIMESTAMP"}
 JSON_RESULT_COLUMNS = ("probs", "top_tokens", "option_scores", "extra")
 
 def _json_many(values: Iterable[Any]) -> list[str | None]:
