@@ -243,6 +243,9 @@ async def test_bad_task_option_is_shown_inline_and_stops_the_start(tmp_path: Pat
         form.set_value("concurrency", "0")
         app.clear_notifications()  # the first error's toast may cover the Start button
         await settle(pilot)
+        # Textual ignores a click on a button still showing its last press ("-active", ~0.2 s)
+        start = app.screen.query_one("#start")
+        assert await wait_until(pilot, lambda: not start.has_class("-active"))
         await pilot.click("#start")
         ok = await wait_until(
             pilot, lambda: any("--concurrency must be between 1 and 1024, got 0" in n.message for n in app._notifications))
