@@ -18,7 +18,8 @@ class Progress:
 
     run_id: str
     total: int
-    done: int = 0  # stored results, including those from earlier sessions of the run
+    done: int = 0  # results scored, including those stored by earlier sessions of the run (during a
+    # run the newest are stored at the next flush, within about a second; at the end: what is stored)
     skipped: int = 0  # already stored when this session started
     errors: int = 0
     scored: int = 0  # results with a gold answer

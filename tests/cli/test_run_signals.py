@@ -24,7 +24,8 @@ from tests.helpers.oai import oai, oai_server  # noqa: F401
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
-N_LOCAL = 600  # 1,200 prompts at batch size 2: long enough to be hit after the first flush
+N_LOCAL = 1500  # 3,000 prompts at batch size 2: still scoring after the first flush (1 s) on a fast idle
+# machine (1,200 prompts finished inside the 1.5 s wait there: "signal landed too late: 1200/1200")
 N_API = 150  # 300 prompts at 30 ms each, two in flight
 
 
