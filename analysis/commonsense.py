@@ -207,7 +207,9 @@ def correlation(model_p: Any, human_rate: Any) -> dict[str, float]:
     ok = np.isfinite(x) & np.isfinite(y)
     x, y = x[ok], y[ok]
     out = {"n": int(ok.sum())}
-    if len(x) < 3 or np.std(x) == 0 or np.std(y) == 0:
+    # constant as scipy judges it (every value equal): a std of equal floats such as 0.1 can
+    # be 1e-17 rather than 0, and scipy then warns on stderr (into `llmscope report`)
+    if len(x) < 3 or bool(np.all(x == x[0])) or bool(np.all(y == y[0])):
         return {
             **out,
             "pearson": np.nan,

@@ -109,3 +109,17 @@ def test_published_qwen2_binarisation_and_scores(capsys):
             f"commonsensicality {allrow['commonsensicality']:.4f} "
             f"[{allrow['commonsensicality_lo']:.4f}, {allrow['commonsensicality_hi']:.4f}]"
         )
+
+
+def test_correlation_of_a_constant_column_is_undefined_without_a_warning():
+    """Equal floats whose std is not exactly 0 (three 0.1: mean 0.10000000000000002): no
+    correlation, and no scipy ConstantInputWarning leaking to the report's stderr."""
+    import warnings
+
+    assert np.std([0.1, 0.1, 0.1]) != 0  # the case the old guard missed
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = cs.correlation([0.1, 0.1, 0.1], [0.2, 0.5, 0.9])
+        r2 = cs.correlation([0.3, 0.6, 0.9, 0.2, 0.5, 0.8], [0.7] * 6)
+    assert r["n"] == 3 and all(np.isnan(r[k]) for k in ("pearson", "pearson_p", "spearman", "spearman_p"))
+    assert r2["n"] == 6 and np.isnan(r2["pearson"]) and np.isnan(r2["spearman"])
