@@ -935,14 +935,7 @@ class Store:
         item's text in its place (`RESULT_COLUMNS`), so an import does not store each
         trial's text again per run.
         """
-        if prompt_from_suite is not None and "prompt" in columns:
-            raise ValueError("give either a prompt column or prompt_from_suite, not both")
-        if prompt_from_suite is not None:
-            row = self.execute("SELECT suite_id FROM runs WHERE run_id = ?", [run_id]).fetchone()
-            if row is None or row[0] != prompt_from_suite:
-                # readers take the text from the run's suite: another suite's text would be lost
-                raise ValueError(f"prompt_from_suite {prompt_from_suite!r} is not the suite of run {run_id!r}"
-                                 f" ({row[0] if row else 'no such run'})")
+        self._check_prompt_from_suite(run_id, "prompt" in columns, prompt_from_suite)
         lengths = {len(v) for v in columns.values()}
         if len(lengths) > 1:
             raise ValueError(f"columns of different lengths: {sorted(lengths)}")
@@ -977,15 +970,21 @@ class Store:
                 arrays.append(pa.nulls(n, type=f.type))
         return self._insert_results(run_id, pa.Table.from_arrays(arrays, schema=RESULT_SCHEMA))
 
+    def _check_prompt_from_suite(self, run_id: str, has_prompt: bool, prompt_from_suite: str | None) -> None:
+        """`prompt_from_suite` only without a prompt column, and only the run's own suite."""
+        if prompt_from_suite is None:
+            return
+        if has_prompt:
+            raise ValueError("give either a prompt column or prompt_from_suite, not both")
+        row = self.execute("SELECT suite_id FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        if row is None or row[0] != prompt_from_suite:
+            # readers take the text from the run's suite: another suite's text would be lost
+            raise ValueError(f"prompt_from_suite {prompt_from_suite!r} is not the suite of run {run_id!r}"
+                             f" ({row[0] if row else 'no such run'})")
+
     def _check_result_columns(self, run_id: str, names: Sequence[str], prompt_from_suite: str | None) -> None:
         """`append_results`'s column rules for a SQL batch (`append_results_sql`)."""
-        if prompt_from_suite is not None and "prompt" in names:
-            raise ValueError("give either a prompt column or prompt_from_suite, not both")
-        if prompt_from_suite is not None:
-            row = self.execute("SELECT suite_id FROM runs WHERE run_id = ?", [run_id]).fetchone()
-            if row is None or row[0] != prompt_from_suite:
-                raise ValueError(f"prompt_from_suite {prompt_from_suite!r} is not the suite of run {run_id!r}"
-                                 f" ({row[0] if row else 'no such run'})")
+        self._check_prompt_from_suite(run_id, "prompt" in names, prompt_from_suite)
         if len(set(names)) != len(names):
             raise ValueError(f"repeated column names: {sorted(n for n in set(names) if names.count(n) > 1)}")
         unknown = set(names) - set(RESULT_SCHEMA.names)

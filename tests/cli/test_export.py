@@ -276,14 +276,20 @@ def test_full_disk(tmp_path: Path) -> None:
     assert left == ["ballast"]  # no partial file, no temp file
 
 
+def _sample_run(st: Store, n_total: int) -> Any:
+    """The commonsense-sample suite stored with an empty yes/no run "r1" of it; the suite."""
+    suite = load_suite("commonsense-sample")
+    st.add_suite(suite.suite_id, suite.name, suite.task, suite.spec, "", suite.items())
+    st.create_run({"run_id": "r1", "suite_id": suite.suite_id, "suite_name": suite.name, "task": "yesno",
+                   "n_total": n_total, "model": "m", "backend": "hf"})
+    return suite
+
+
 def test_lm_eval_shape(tmp_path: Path) -> None:
     db = tmp_path / "l.duckdb"
-    suite = load_suite("commonsense-sample")
-    items = suite.items()[:3]
     with Store(db) as st:
-        st.add_suite(suite.suite_id, suite.name, suite.task, suite.spec, "", suite.items())
-        st.create_run({"run_id": "r1", "suite_id": suite.suite_id, "suite_name": suite.name, "task": "yesno",
-                       "n_total": 6, "model": "m", "backend": "hf"})
+        suite = _sample_run(st, 6)
+        items = suite.items()[:3]
         rows = []
         for i, it in enumerate(items):
             for v, gold in (("q1", it.gold), ("q3", None)):
@@ -333,12 +339,8 @@ def test_one_error_row_keeps_the_other_rows_choices(tmp_path: Path) -> None:
     probability (a missing error reads NaN in pandas' string dtype, not None), and the
     WorldSense shape writes "" for the error row and a row without an answer, never NaN."""
     db = tmp_path / "e.duckdb"
-    suite = load_suite("commonsense-sample")
-    items = suite.items()[:4]
     with Store(db) as st:
-        st.add_suite(suite.suite_id, suite.name, suite.task, suite.spec, "", suite.items())
-        st.create_run({"run_id": "r1", "suite_id": suite.suite_id, "suite_name": suite.name, "task": "yesno",
-                       "n_total": 4, "model": "m", "backend": "hf"})
+        items = _sample_run(st, 4).items()[:4]
         rows = [Result(item_id=it.item_id, variant="q1", probs={"yes": 0.1 + 0.2 * i, "no": 0.5}, other=0.0,
                        prediction="yes" if 0.1 + 0.2 * i > 0.5 else "no", gold=it.gold)
                 for i, it in enumerate(items[:2])]

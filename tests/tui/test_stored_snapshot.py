@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -145,17 +146,20 @@ def test_all_scope_pages_in_sql(tmp_path: Path) -> None:
         assert src.position(("s001", "q3")) == n_food // 2
 
 
+def _in_memory(s: Store, run_id: str) -> Any:
+    """The snapshot of the path that holds every row (a live run's), over a stored run."""
+    run = s.get_run(run_id)
+    assert run is not None
+    model = RunModel(run, s.suite_spec(run["suite_id"]), load_items(s, run["suite_id"]))
+    model.poll_db(s)
+    return model.compute()
+
+
 def test_failing_list_of_rows_in_memory_has_none_for_missing_text(tmp_path: Path) -> None:
     """One error row among many: the other rows' error is None, not NaN (which the list would
     style red as a truthy error), and missing gold / prediction are None, not "nan"."""
-    path = _db(tmp_path / "f.duckdb")
-    with Store(path, read_only=True) as s:
-        run = s.get_run("r")
-        assert run is not None
-        model = RunModel(run, s.suite_spec(run["suite_id"]), load_items(s, run["suite_id"]))
-        model.poll_db(s)
-        snap = model.compute()
-    f = snap.failing
+    with Store(_db(tmp_path / "f.duckdb"), read_only=True) as s:
+        f = _in_memory(s, "r").failing
     rows = list(zip(f["variant"], f["error"], f["gold"], f["prediction"], strict=True))
     assert [e for _, e, _, _ in rows if e is not None] == ["timeout"]
     assert all(isinstance(e, str) or e is None for _, e, _, _ in rows)
@@ -173,11 +177,7 @@ def test_failing_list_in_memory_groups_items_without_the_field_as_the_paged_list
 
     path = write_mixed_db(tmp_path / "m.duckdb")
     with Store(path, read_only=True) as s:
-        run = s.get_run("r1")
-        assert run is not None
-        model = RunModel(run, s.suite_spec(run["suite_id"]), load_items(s, run["suite_id"]))
-        model.poll_db(s)
-        f = model.compute().failing
+        f = _in_memory(s, "r1").failing
 
         def use():  # noqa: ANN202 - a context manager yielding the open store
             from contextlib import nullcontext
