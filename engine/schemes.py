@@ -252,6 +252,12 @@ async def yesno_calibration(
     with np.errstate(divide="ignore"):
         p_cf = content_free_probs([np.log(np.array(r)) for r in rows])
         raw = np.log(np.array([float(res.probs.get(a, 0.0)) for a in answers]))
+    if np.any(p_cf <= 0):
+        # an answer none of the content-free prompts gave any probability (e.g. outside an API's
+        # top-k): dividing by it is undefined, so no calibrated answer, said so, not an error row
+        res.extra["calibration"] = {"source": "unavailable: an answer has no probability under every content-free prompt",
+                                    "content_free_prompts": prompts, "p_cf": p_cf.tolist()}
+        return
     cal = calibrate(raw, p_cf)
     gold = answers.index(work.gold.strip().lower()) if work.gold and work.gold.strip().lower() in answers else None
     methods = res.extra.setdefault("methods", {})

@@ -124,3 +124,27 @@ def test_softmax_curve_by_hand():
     rows = {r["group"]["alpha"]: r["value"] for r in softmax_curve_rows(df, run, {})}
     for a in (0.5, 1.0, 2.0, 4.0):
         assert rows[a] == pytest.approx(1 / (1 + math.exp(-a)))  # P(b) = sigmoid(α·(−1 − (−2)))
+
+
+async def test_yesno_calibration_unavailable_when_an_answer_has_no_content_free_mass():
+    """Content-free prompts that give "no" no probability at all (an API's top-k without it):
+    p_cf has a 0, so the calibrated answer is undefined. The row keeps its raw answer and says
+    why calibration is missing, instead of becoming an error row ("content-free probabilities
+    must be positive"). With mass on both answers the calibration is computed by hand."""
+    from llmscope.engine.tasks.yesno import YesNoTask
+
+    item = Item(item_id="1", fields={}, gold="yes", text="Fish fly.")
+    w = Work(item=item, variant="q1", prompt="Q: Fish fly. Yes or no?", gold="yes")
+    cf = "Q: N/A Yes or no?"
+    be = TableBackend(next_table={w.prompt: {"yes": 0.3, "no": 0.2}, cf: {"yes": 0.4}})
+    r = await YesNoTask({"content_free": ["N/A"]}).score(w, be)
+    assert r.error is None and r.prediction == "yes" and r.correct == 1.0
+    assert r.extra["calibration"]["source"].startswith("unavailable: an answer has no probability")
+    assert r.extra["calibration"]["p_cf"] == [1.0, 0.0]
+    assert "calibrated" not in r.extra.get("methods", {})
+    be2 = TableBackend(next_table={w.prompt: {"yes": 0.3, "no": 0.2}, cf: {"yes": 0.4, "no": 0.1}})
+    r2 = await YesNoTask({"content_free": ["N/A"]}).score(w, be2)
+    # p = (0.6, 0.4), p_cf = (0.8, 0.2): p / p_cf = (0.75, 2.0), normalised (0.2727..., 0.7272...)
+    cal = r2.extra["calibration"]["calibrated"]
+    assert cal["yes"] == pytest.approx(0.75 / 2.75) and cal["no"] == pytest.approx(2.0 / 2.75)
+    assert r2.extra["methods"]["calibrated"]["prediction"] == "no"
