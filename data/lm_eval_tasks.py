@@ -25,6 +25,12 @@ hub id read through `datasets`. The split is `test_split`, else `validation_spli
 log P(target | context) in `option_scores`, and accuracy is not computed (lm-eval's `acc`
 there is greedy-match, which needs the model's argmax tokens).
 
+Templates render in Jinja's immutable sandbox: a task file is shared like data, so a template
+may read the doc, use filters, tests and loops, but never reach Python internals (`__globals__`,
+`__class__`, ...), call methods that change values, or build strings, lists or ranges larger than
+`MAX_TEMPLATE_SIZE`; such a template stops the load with one line naming the file and field.
+YAML aliases are refused (an alias bomb expands exponentially), as in suite specs.
+
 Not supported (a clear error, not a silent difference): `!function` tags (they run Python
 from the task folder), `process_docs`, few-shot (`num_fewshot` > 0), multiple-input and
 multiple-target tasks, `generate_until` and `loglikelihood_rolling`.
@@ -48,6 +54,7 @@ from llmscope.data.hf_datasets import (
     read_local_rows,
 )
 from llmscope.data.registry import FileReader, register_file_reader
+from llmscope.data.safety import MAX_SPEC_BYTES, UnsafeInput, read_regular
 from llmscope.data.suites import Suite, SuiteError, _make_item, suite_from_spec
 from llmscope.engine.types import Item
 
@@ -63,7 +70,16 @@ class FunctionRef(str):
 
 
 class _TaskLoader(yaml.SafeLoader):
-    """lm-eval's YAML dialect: `!function` tags are recorded, not imported."""
+    """lm-eval's YAML dialect: `!function` tags are recorded, not imported; no aliases."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            ev = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, f"YAML aliases (*{ev.anchor}) are not allowed in task files; repeat the value",
+                ev.start_mark,
+            )
+        return super().compose_node(parent, index)
 
 
 _TaskLoader.add_constructor(
@@ -89,11 +105,15 @@ def read_task_config(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]
     if path in _seen:
         raise SuiteError("include cycle: " + " -> ".join(str(p) for p in (*_seen, path)), path, None, "include")
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise SuiteError(f"cannot read: {e}", path) from e
+        text = read_regular(path, MAX_SPEC_BYTES).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SuiteError(f"not UTF-8 text ({e.reason})", path) from e
+    except UnsafeInput as e:
+        raise SuiteError(e.message, path) from e
     try:
         data = yaml.load(text, Loader=_TaskLoader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise SuiteError("nested too deeply", path) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise SuiteError(f"invalid YAML: {getattr(e, 'problem', None) or e}", path,
@@ -122,12 +142,52 @@ def _line(path: Path, key: str) -> int | None:
     return None
 
 
-def _jinja_env() -> Any:
-    from jinja2 import BaseLoader, Environment, StrictUndefined
+MAX_TEMPLATE_SIZE = 1_000_000  # characters or elements one template operation may build
 
-    env = Environment(loader=BaseLoader(), undefined=StrictUndefined, keep_trailing_newline=True)
+
+def _jinja_env() -> Any:
+    """lm-eval's environment (StrictUndefined, `regex_replace`), inside Jinja's immutable sandbox.
+
+    The sandbox refuses attribute access to internals (`cycler.__init__.__globals__`...), calls
+    of methods that mutate, and caps `range`; `*`, `**` and `~` are intercepted here too so that
+    `{{ 'x' * 10**10 }}` is refused instead of exhausting memory.
+    """
+    from jinja2 import StrictUndefined
+    from jinja2.exceptions import SecurityError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class _Env(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset({"*", "**"})
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            if operator == "**" and isinstance(right, int) and abs(right) > 64 \
+                    and isinstance(left, (int, float)) and abs(left) > 1:
+                raise SecurityError(f"{left!r} ** {right!r}: exponent too large")
+            if operator == "*":
+                for seq, n in ((left, right), (right, left)):
+                    if isinstance(seq, (str, list, tuple)) and isinstance(n, int) \
+                            and len(seq) * n > MAX_TEMPLATE_SIZE:
+                        raise SecurityError(f"repetition builds more than {MAX_TEMPLATE_SIZE:,} elements")
+            return super().call_binop(context, operator, left, right)
+
+    env = _Env(undefined=StrictUndefined, keep_trailing_newline=True)
     env.filters["regex_replace"] = lambda s, pattern, repl, count=0: re.sub(pattern, repl, s, count=count)
     return env
+
+
+def _refuse_internals(env: Any, template: str) -> None:
+    """Refuse names and strings inside Jinja code that reach for internals (`__globals__`,
+    `_private`): the sandbox blocks them too, but some paths (the `attr` filter on what it
+    already refused) end in a vague "undefined" message instead of saying why."""
+    from jinja2.exceptions import SecurityError, TemplateSyntaxError
+
+    try:
+        tokens = list(env.lex(template))
+    except TemplateSyntaxError:
+        return  # compiling reports it with its line
+    for _, kind, value in tokens:
+        if (kind == "name" and value.startswith("_")) or (kind == "string" and "__" in value):
+            raise SecurityError(f"{value!r} reaches for Python internals")
 
 
 class TaskTemplates:
@@ -142,13 +202,29 @@ class TaskTemplates:
 
     def _render(self, key: str, template: str, doc: dict[str, Any], line: int) -> str:
         from jinja2 import TemplateError
+        from jinja2.exceptions import SecurityError
 
         try:
-            tpl = self._compiled.get(template) or self.env.from_string(template)
-            self._compiled[template] = tpl
-            return str(tpl.render(**doc))
+            tpl = self._compiled.get(template)
+            if tpl is None:
+                _refuse_internals(self.env, template)
+                tpl = self._compiled[template] = self.env.from_string(template)
+            out, size = [], 0
+            for chunk in tpl.generate(**doc):  # loops can multiply output: stop at the cap
+                size += len(chunk)
+                if size > MAX_TEMPLATE_SIZE:
+                    raise SecurityError(f"output longer than {MAX_TEMPLATE_SIZE:,} characters")
+                out.append(chunk)
+            return "".join(out)
+        except SecurityError as e:
+            # the task file's own line, not the doc's: the template is what is refused
+            raise SuiteError(f"unsafe Jinja template refused (templates may only read the doc): {e}",
+                             self.path, _line(self.path, key), key) from e
         except TemplateError as e:
             raise SuiteError(f"Jinja template failed on this doc: {e}", self.path, line, key) from e
+        except (OverflowError, MemoryError, RecursionError) as e:
+            raise SuiteError(f"unsafe Jinja template refused (too expensive on this doc): "
+                             f"{type(e).__name__}: {str(e)[:100]}", self.path, line, key) from e
 
     def text(self, doc: dict[str, Any], line: int) -> str:
         v = self.config.get("doc_to_text")
