@@ -10,7 +10,8 @@ items of a stored run again (another model or options) as a new run whose
 `runs.meta.rerun_of` names the old one. FILTER is a SQL condition (DuckDB) over the
 old run's rows: columns item_id, variant, correct, error, prediction, gold,
 confidence, flagged, and every item field; the words `failing`, `errored` and
-`flagged` are shorthands.
+`flagged` are shorthands. Only one expression is accepted (llmscope/where.py): no
+statements, subqueries, file or table functions.
 """
 
 from __future__ import annotations
@@ -117,15 +118,20 @@ def _flag(extra: Any) -> bool:
 
 
 def select_items(df: pd.DataFrame, where: str) -> list[str]:
-    """Item ids of the rows matching a SQL condition (ValueError with DuckDB's message when invalid)."""
+    """Item ids of the rows matching a filter (ValueError naming --where when refused or invalid).
+
+    The filter must be one expression over the rows' columns (llmscope/where.py): no
+    statements, subqueries, file or table functions."""
     import duckdb
+
+    from llmscope.where import check_where, connect_sandboxed
 
     cond = WHERE_SHORTHANDS.get(where.strip(), where)
     sel = selection_frame(df)
-    con = duckdb.connect()
+    con = connect_sandboxed()
     try:
         con.register("r", sel)
-        ids = con.execute(f"SELECT DISTINCT item_id FROM r WHERE {cond}").fetchall()  # noqa: S608 - the user's own filter on an in-memory copy
+        ids = con.execute(check_where(cond, sel.columns, con)).fetchall()
     except duckdb.Error as e:
         cols = ", ".join(sel.columns)
         raise ValueError(f"--where {where!r}: {str(e).splitlines()[0]} (columns: {cols})") from e
@@ -332,8 +338,9 @@ def add_parsers(sub: Any, db_arg: Any) -> None:
     db_arg(r)
     r.add_argument("run", help="run id or prefix ('last')")
     r.add_argument("--where", required=True,
-                   help="SQL condition over the old rows (item_id, variant, correct, error, prediction, gold, "
-                        "confidence, flagged, item fields) or failing | errored | flagged")
+                   help="one SQL expression over the old rows (item_id, variant, correct, error, prediction, "
+                        "gold, confidence, flagged, item fields) or failing | errored | flagged; no "
+                        "statements, subqueries or file functions")
     r.add_argument("--model", help="model for the new run (default: the old run's)")
     r.add_argument("--opt", action="append", metavar="KEY=VALUE", help="task option (JSON value), repeatable")
     # Unset flags keep the old run's backend config (defaults None, as for `run --resume`).
