@@ -56,6 +56,7 @@ from llmscope.engine.backend import (
     GenParams,
 )
 from llmscope.engine.retry import RetryPolicy, parse_retry_after
+from llmscope.engine.textsafety import REDACTED, key_redactor, map_strings
 from llmscope.engine.types import GenerateOut, LogLikOut, NextTokenOut, TopToken
 
 log = logging.getLogger(__name__)
@@ -456,6 +457,7 @@ class OpenAIBackend(Backend):
                 )
             key = "EMPTY"  # local servers (vLLM, llama.cpp) accept any key
         self._redact = _redactor(key)
+        self._redact_body = key_redactor(_secret_forms(key) if key != "EMPTY" else [])
         self.breaker_after = max(0, int(breaker_after))
         self.echo_check = bool(echo_check)
         self.deterministic_after = max(0, int(deterministic_after))
@@ -518,6 +520,7 @@ class OpenAIBackend(Backend):
                 "connection_errors",
                 "malformed",
                 "invalid",
+                "key_redacted",
                 "deterministic",
                 "failed",
                 "prompt_tokens",
@@ -689,6 +692,7 @@ class OpenAIBackend(Backend):
                     )
                     self._down_streak = 0
                     data = json.loads(raw.http_response.content)
+                    data = self._redact_reply(data)
                     if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
                         raise ValueError("no 'choices' list in the response")
                     if not data["choices"] or not all(isinstance(c, dict) for c in data["choices"]):
@@ -752,6 +756,16 @@ class OpenAIBackend(Backend):
                     self._pause_until = max(self._pause_until, loop.time() + delay)
                 await asyncio.sleep(delay)
         raise _GaveUp(f"giving up after {attempt} retries: {last}", kind)
+
+    def _redact_reply(self, data: Any) -> Any:
+        """The reply with the key replaced wherever it appears (text, tokens, every field), before
+        any check, cache or store sees it (engine/textsafety.py)."""
+        data, n = map_strings(data, self._redact_body)
+        if n:
+            self._c["key_redacted"] += n
+            self._warn_once("key_redacted", f"{_public_url(self.base_url)} sent the API key back in a reply; "
+                            f"it was replaced by {REDACTED} before anything was stored (rows say key_redacted)")
+        return data
 
     def _went_down(self, last: str) -> None:
         """Count a timeout/connection failure; open the breaker after `breaker_after` in a row."""

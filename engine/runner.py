@@ -25,6 +25,7 @@ from llmscope.engine.backend import Backend, BackendError, BackendUnavailable
 from llmscope.engine.ports import RunStore, RunSuite
 from llmscope.engine.progress import NullReporter, Progress, Reporter
 from llmscope.engine.tasks import Task, get_task
+from llmscope.engine.textsafety import repair_result
 from llmscope.engine.types import Result, Work
 
 FLUSH_EVERY_S = 1.0
@@ -224,6 +225,8 @@ class Runner:
                 window.release()
             if w.design:  # counterbalancing / few-shot levels (data/design.py)
                 res.extra.setdefault("design", {k: v for k, v in w.design.items() if not k.startswith("_")})
+            # before the live channel, the store or any reporter sees it (engine/textsafety.py)
+            repair_result(res)
             res.latency_ms = (time.perf_counter() - start) * 1000.0
             return res
 
