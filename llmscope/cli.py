@@ -13,6 +13,7 @@ from typing import Any
 from llmscope.cli_common import CONFIG_FLAGS as CONFIG_FLAGS
 from llmscope.cli_common import LOCK_WAIT_S as LOCK_WAIT_S
 from llmscope.cli_common import CLIError as CLIError
+from llmscope.cli_common import check_endpoints
 from llmscope.cli_common import config_from_args as config_from_args
 from llmscope.cli_common import open_store as _open_store
 from llmscope.cli_common import parse_opts as _parse_opts
@@ -162,6 +163,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         suite.work(1)  # validates the design options before the model loads
         reporter = ConsoleReporter(quiet=args.quiet)
         model_arg = cfg.model
+        check_endpoints(args, cfg, reporter.on_message,
+                        stored_in=f"run {run['run_id']} in {args.db}" if run is not None else None)
         reporter.on_message("info", f"loading model {model_arg or 'SmolLM2-135M-Instruct (embedded default)'} ...")
         built = build_backend(cfg)
         backend, spec, ident = built.backend, built.spec, built.identity
@@ -596,6 +599,9 @@ def build_parser(settings: Any = None) -> argparse.ArgumentParser:
                    help="seed for sampling and permutations (part of the run id; default 0)")
     r.add_argument("--resume", metavar="RUN",
                    help="continue a stored run (id or prefix; 'last') with the options it was made with")
+    r.add_argument("--trust-db", action="store_true",
+                   help="on resume, send requests (and $OPENAI_API_KEY) to the base URL stored in the "
+                        "database without asking, even when no flag, environment or config of yours names it")
     r.add_argument("--no-retry-errors", action="store_true",
                    help="on resume, keep items stored as errors instead of scoring them again")
     r.add_argument("--base-url", action="append", default=None,
@@ -719,6 +725,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     parser = build_parser(settings)
     args = parser.parse_args(argv)
+    args._settings = settings  # which config values were refused (a project file's base_url)
     if not args.command:
         args.func = cmd_tui
     from llmscope.data.suites import SuiteError

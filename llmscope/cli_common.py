@@ -92,3 +92,62 @@ def config_from_args(args: argparse.Namespace, base: Any = None) -> Any:
     if getattr(args, "model", None) is not None:
         given["model"] = args.model
     return dataclasses.replace(cfg, **given)
+
+
+def check_endpoints(args: argparse.Namespace, cfg: Any, say: Any, stored_in: str | None = None) -> None:
+    """Before any request to an API model: refuse a base URL that only a project file or someone
+    else's database names, and print every endpoint with where it came from.
+
+    `cfg` is the resolved BackendConfig; `stored_in` names the run and file its config was read
+    from (`--resume`, `rerun`), in which case a stored base URL that no flag, environment
+    variable or user config names needs `--trust-db` or a yes on a terminal.
+    """
+    import sys
+
+    from llmscope.engine.openai_backend import OPENAI_URL, _public_url, expand_base_urls
+    from llmscope.settings import Settings
+
+    if getattr(cfg, "kind", None) != "openai":
+        return
+    settings: Settings = getattr(args, "_settings", None) or Settings()
+    flag = getattr(args, "base_url", None)
+    env = os.environ.get("OPENAI_BASE_URL")
+    user_url, user_src = settings.values.get("base_url"), settings.sources.get("base_url")
+    urls = expand_base_urls(cfg.base_url)
+    if flag:
+        source = "--base-url"
+    elif urls and stored_in is not None:
+        source = stored_in
+        trusted = set(expand_base_urls(env)) | set(expand_base_urls(user_url))
+        if not set(urls) <= trusted and not getattr(args, "trust_db", False):
+            shown = ", ".join(_public_url(u) for u in urls)
+            question = (f"{stored_in} sends requests (and $OPENAI_API_KEY) to {shown}, which none of "
+                        "your flags, environment or config names")
+            if sys.stdin.isatty() and sys.stderr.isatty():
+                print(f"{question}. Continue? [y/N] ", end="", file=sys.stderr, flush=True)
+                if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+                    raise CLIError("stopped: the stored endpoint was not confirmed")
+            else:
+                raise CLIError(f"{question}; pass --base-url yourself (the same URL to continue a run), "
+                               "or --trust-db to use the stored one")
+        elif set(urls) <= trusted:
+            source += ", also named by your environment or config"
+        else:
+            source += ", trusted with --trust-db"
+    elif urls:
+        source = str(user_src or "config")
+    elif env:
+        urls, source = [env.rstrip("/")], "$OPENAI_BASE_URL"
+    else:
+        urls, source = [OPENAI_URL], "default"
+    project = settings.untrusted.get("base_url")
+    if project is not None and not flag and stored_in is None:
+        value, path = project
+        why = (f"{path} sets base_url = {value!r}; a project file cannot choose where "
+               "$OPENAI_API_KEY is sent")
+        if source == "default":
+            raise CLIError(f"{why}. Pass --base-url, set OPENAI_BASE_URL, put base_url in your own "
+                           f"~/.config/llmscope/llmscope.toml, or name the file with LLMSCOPE_CONFIG={path}")
+        say("warning", f"{why}; ignored, using {source}")
+    for u in urls:
+        say("info", f"endpoint {_public_url(u)} (from {source})")

@@ -9,6 +9,11 @@ Files read, later ones overriding earlier ones key by key:
 Precedence for a value: command-line flag > environment variable (`LLMSCOPE_DB`,
 `OPENAI_BASE_URL`) > project file > user file > built-in default. The API key is never read
 from a file: it stays in `$OPENAI_API_KEY`, so a config file can be shared or committed.
+
+Keys that decide where the key is sent (`CREDENTIAL_KEYS`: `base_url`) are read only from the
+user's own file or the file `$LLMSCOPE_CONFIG` names: a `./llmscope.toml` comes with a cloned
+project like its data, and must not send `$OPENAI_API_KEY` to a host of its author's choosing.
+Such a value is kept in `Settings.untrusted` (not used) so the CLI can say why it was ignored.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ KEYS: dict[str, Key] = {
 }
 
 SECRET_KEYS = ("api_key", "openai_api_key", "key")
+CREDENTIAL_KEYS = ("base_url",)  # where the API key goes: never from a project file
 
 
 @dataclass
@@ -55,6 +61,7 @@ class Settings:
 
     values: dict[str, Any] = field(default_factory=dict)
     sources: dict[str, Path] = field(default_factory=dict)
+    untrusted: dict[str, tuple[Any, Path]] = field(default_factory=dict)  # refused project values
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.values.get(key, default)
@@ -120,7 +127,11 @@ def load_settings(cwd: Path | None = None, env: dict[str, str] | None = None) ->
             continue
         if p.is_dir():
             raise SettingsError(f"{p}: is a directory, expected a TOML file")
+        project = not explicit and p == paths[-1]
         for k, v in read_file(p).items():
+            if project and k in CREDENTIAL_KEYS:
+                s.untrusted[k] = (v, p)
+                continue
             s.values[k] = v
             s.sources[k] = p
     return s

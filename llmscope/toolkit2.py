@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmscope.cli_common import CLIError, config_from_args, open_store, parse_opts
+from llmscope.cli_common import CLIError, check_endpoints, config_from_args, open_store, parse_opts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -182,7 +182,10 @@ def cmd_rerun(args: argparse.Namespace) -> int:
             import dataclasses
 
             base = dataclasses.replace(base, model=args.model, kind="")
-        built = build_backend(config_from_args(args, base))
+        new_cfg = config_from_args(args, base)
+        check_endpoints(args, new_cfg.resolve()[0], reporter.on_message,
+                        stored_in=f"run {old['run_id']} in {args.db}")
+        built = build_backend(new_cfg)
         backend, spec, ident = built.backend, built.spec, built.identity
         cfg = built.config
         plan = RunPlan(suite=suite, model_label=spec.display(), model_arg=model_arg, task_options=task_opts,
@@ -353,6 +356,8 @@ def add_parsers(sub: Any, db_arg: Any) -> None:
     r.add_argument("--seed", type=int, default=None, help="sampling seed (default: the old run's)")
     r.add_argument("--base-url", action="append", default=None,
                    help="OpenAI-compatible endpoint(s) for an API model (default: the old run's)")
+    r.add_argument("--trust-db", action="store_true",
+                   help="send requests (and $OPENAI_API_KEY) to the old run's stored base URL without asking")
     r.add_argument("--concurrency", type=int, default=None, help="API requests in flight (default: the old run's)")
     r.add_argument("--top-logprobs", type=int, default=None, help="top log-probabilities asked of an API")
     r.add_argument("--max-retries", type=int, default=None, help="retries per API request (default 6)")

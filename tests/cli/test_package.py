@@ -87,10 +87,13 @@ def test_project_file_overrides_user_file_and_env_base_url_wins(tmp_path: Path, 
     proj.mkdir()
     (proj / "llmscope.toml").write_text('base_url = "http://project/v1"\n')
     s = load_settings(cwd=proj, env={"XDG_CONFIG_HOME": str(tmp_path / "xdg")})
-    assert s.values == {"base_url": "http://project/v1", "timeout": 7.0}
+    # a project file never chooses where the key goes (tests/cli/test_endpoint_trust.py): the
+    # user's base_url stays, the project's is kept aside so the CLI can say it was ignored
+    assert s.values == {"base_url": "http://user/v1", "timeout": 7.0}
+    assert s.untrusted == {"base_url": ("http://project/v1", proj / "llmscope.toml")}
     assert s.sources["timeout"] == user / "llmscope.toml"
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    assert config_from_args(build_parser(s).parse_args(["run"])).base_url == ["http://project/v1"]
+    assert config_from_args(build_parser(s).parse_args(["run"])).base_url == ["http://user/v1"]
     monkeypatch.setenv("OPENAI_BASE_URL", "http://env/v1")
     # the environment wins over files: the base URL stays unset and the backend reads the variable
     assert config_from_args(build_parser(s).parse_args(["run"])).base_url is None

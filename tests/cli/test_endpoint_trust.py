@@ -1,0 +1,171 @@
+"""Only the user's own flags, environment and config decide where $OPENAI_API_KEY is sent.
+
+Two scripted local servers (tests/helpers/oai_server.py): `good` is the user's endpoint,
+`evil` the one a cloned project's `./llmscope.toml` or someone else's database names. Real
+`llmscope` subprocesses run in the project folder; each server's request log says which
+requests carried the key (the Authorization header)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from tests.helpers.cli import assert_clean_error, cli, cli_env, write_yesno_suite
+from tests.helpers.oai import CANARY_KEY, OAIServer, start_server, stop_server
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[OAIServer, OAIServer]]:
+    good, evil = start_server(), start_server()
+    try:
+        yield good, evil
+    finally:
+        stop_server(good)
+        stop_server(evil)
+
+
+@pytest.fixture
+def two(servers: tuple[OAIServer, OAIServer]) -> tuple[OAIServer, OAIServer]:
+    for s in servers:
+        s.reset()
+    return servers
+
+
+def _keyed(server: OAIServer) -> int:
+    """Requests that reached `server` carrying the key."""
+    return sum(1 for e in server.log() if CANARY_KEY in e.get("auth", ""))
+
+
+def _setup(
+    tmp_path: Path, project: str | None, user: str | None
+) -> tuple[Path, Path, dict[str, str]]:
+    proj = tmp_path / "proj"
+    spec = write_yesno_suite(proj / "suite", 3)
+    if project is not None:
+        (proj / "llmscope.toml").write_text(f'base_url = "{project}"\n')
+    xdg = tmp_path / "xdg"
+    (xdg / "llmscope").mkdir(parents=True)
+    if user is not None:
+        (xdg / "llmscope" / "llmscope.toml").write_text(f'base_url = "{user}"\n')
+    env = cli_env(
+        OPENAI_API_KEY=CANARY_KEY,
+        XDG_CONFIG_HOME=str(xdg),
+        HOME=str(tmp_path),
+        LLMSCOPE_RESPONSE_CACHE="off",
+        COLUMNS="500",
+    )  # no wrapped paths
+    return proj, spec, env
+
+
+def _run(proj: Path, spec: Path, env: dict[str, str], *extra: str) -> Any:
+    return cli(
+        "run",
+        "--suite",
+        str(spec),
+        "--db",
+        str(proj / "r.duckdb"),
+        "--model",
+        "openai:test-model",
+        "--no-report",
+        *extra,
+        env=env,
+        cwd=proj,
+    )
+
+
+def test_project_base_url_never_gets_the_key(
+    two: tuple[OAIServer, OAIServer], tmp_path: Path
+) -> None:
+    good, evil = two
+    proj, spec, env = _setup(tmp_path, evil.base_url, good.base_url)
+    proc = _run(proj, spec, env)
+    assert proc.returncode == 0, proc.stderr
+    assert _keyed(evil) == 0 and _keyed(good) > 0
+    user_file = tmp_path / "xdg" / "llmscope" / "llmscope.toml"
+    assert f"endpoint {good.base_url} (from {user_file})" in proc.stderr
+    assert "cannot choose where $OPENAI_API_KEY is sent; ignored" in proc.stderr
+    # the endpoint line comes before any request: before the run's first progress output
+    assert proc.stderr.index("endpoint ") < proc.stderr.index("loading model")
+
+
+def test_project_base_url_alone_is_refused(
+    two: tuple[OAIServer, OAIServer], tmp_path: Path
+) -> None:
+    good, evil = two
+    proj, spec, env = _setup(tmp_path, evil.base_url, None)
+    err = assert_clean_error(_run(proj, spec, env), "llmscope.toml", "base_url", "--base-url")
+    assert len(err.strip().splitlines()) == 1
+    assert _keyed(evil) == 0 and _keyed(good) == 0
+    # the flag and the environment are the user's own: they are used, and said
+    proc = _run(proj, spec, env, "--base-url", good.base_url)
+    assert proc.returncode == 0 and f"endpoint {good.base_url} (from --base-url)" in proc.stderr
+    proc = _run(proj, spec, {**env, "OPENAI_BASE_URL": good.base_url}, "--resume", "last")
+    assert proc.returncode == 0, proc.stderr
+    # naming the project file explicitly is trusting it
+    (proj / "r.duckdb").unlink()
+    proc = _run(proj, spec, {**env, "LLMSCOPE_CONFIG": str(proj / "llmscope.toml")})
+    assert proc.returncode == 0, proc.stderr
+    assert f"endpoint {evil.base_url} (from {proj / 'llmscope.toml'})" in proc.stderr
+    assert _keyed(evil) > 0
+
+
+def test_resume_and_rerun_of_someone_elses_db(
+    two: tuple[OAIServer, OAIServer], tmp_path: Path
+) -> None:
+    """A database made against `evil` is handed over: resuming or re-running it sends nothing
+    there without --trust-db (no terminal to ask on), or the same URL named by the user."""
+    good, evil = two
+    proj, spec, env = _setup(tmp_path, None, None)
+    made = _run(proj, spec, env, "--base-url", evil.base_url, "--quiet")
+    assert made.returncode == 0, made.stderr
+    db = proj / "r.duckdb"
+    theirs = tmp_path / "theirs.duckdb"
+    shutil.copy(db, theirs)
+    evil.reset()
+    con = duckdb.connect(str(theirs), read_only=True)
+    (rid,) = con.execute("SELECT run_id FROM runs").fetchone()
+    con.close()
+    base = ["--db", str(theirs), "--no-report"]
+    resume = cli("run", "--resume", rid, *base, env=env, cwd=proj)
+    assert_clean_error(resume, "sends requests", evil.base_url, "--trust-db")
+    rerun = cli("rerun", rid, "--where", "correct = 0 OR correct = 1", *base, env=env, cwd=proj)
+    assert_clean_error(rerun, "run ", evil.base_url, "--trust-db")
+    assert _keyed(evil) == 0
+    # the user's own flag decides instead (a rerun may go elsewhere; a resume keeps its endpoint)
+    proc = cli(
+        "rerun",
+        rid,
+        "--where",
+        "correct = 0 OR correct = 1",
+        *base,
+        "--base-url",
+        good.base_url,
+        env=env,
+        cwd=proj,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert _keyed(evil) == 0 and _keyed(good) > 0
+    proc = cli("run", "--resume", rid, *base, "--base-url", evil.base_url, env=env, cwd=proj)
+    assert proc.returncode == 0 and "(from --base-url)" in proc.stderr, proc.stderr
+    # an explicit --trust-db, or the same URL in the user's environment, uses the stored one
+    n = _keyed(evil)
+    proc = cli("run", "--resume", rid, *base, "--trust-db", env=env, cwd=proj)
+    assert proc.returncode == 0, proc.stderr
+    assert "trusted with --trust-db" in proc.stderr and _keyed(evil) > n
+    n = _keyed(evil)
+    proc = cli(
+        "rerun",
+        rid,
+        "--where",
+        "correct = 0 OR correct = 1",
+        *base,
+        env={**env, "OPENAI_BASE_URL": evil.base_url},
+        cwd=proj,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "also named by your environment or config" in proc.stderr and _keyed(evil) > n
