@@ -23,15 +23,21 @@ from textual.strip import Strip
 from textual_plotext import PlotextPlot
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Bidirectional controls: embeddings/overrides (U+202A-202E), isolates (U+2066-2069), the
+# LRM/RLM/ALM marks. A bidi terminal reorders text around them ("\u202egnp.exe" reads
+# "exe.png"), so what is shown would not be what is stored.
+_BIDI = re.compile("[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
 
 
 def clean(s: Any) -> str:
     """Item text made safe for a terminal: control characters (ANSI ESC included) become
-    visible escapes such as `\\x1b`, so an item can neither colour nor move the screen."""
+    visible escapes such as `\\x1b`, so an item can neither colour nor move the screen, and
+    bidi controls become `<U+202E>`, so an item cannot reorder what is shown. Stored data is
+    unchanged; every place the TUI draws item or response text goes through this."""
     if s is None:
         return ""
-    s = str(s)
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", s)
+    s = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(s))
+    return _BIDI.sub(lambda m: f"<U+{ord(m.group()):04X}>", s)
 
 
 def literal(s: Any, style: str = "") -> Text:
