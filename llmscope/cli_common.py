@@ -118,7 +118,7 @@ def check_endpoints(args: argparse.Namespace, cfg: Any, say: Any, stored_in: str
         source = "--base-url"
     elif urls and stored_in is not None:
         source = stored_in
-        trusted = set(expand_base_urls(env)) | set(expand_base_urls(user_url))
+        trusted = set(expand_base_urls(env)) | set(expand_base_urls(user_url)) | _used_endpoints()
         if not set(urls) <= trusted and not getattr(args, "trust_db", False):
             shown = ", ".join(_public_url(u) for u in urls)
             question = (f"{stored_in} sends requests (and $OPENAI_API_KEY) to {shown}, which none of "
@@ -131,7 +131,7 @@ def check_endpoints(args: argparse.Namespace, cfg: Any, say: Any, stored_in: str
                 raise CLIError(f"{question}; pass --base-url yourself (the same URL to continue a run), "
                                "or --trust-db to use the stored one")
         elif set(urls) <= trusted:
-            source += ", also named by your environment or config"
+            source += ", also named by your environment, config or an earlier run of yours"
         else:
             source += ", trusted with --trust-db"
     elif urls:
@@ -151,3 +151,32 @@ def check_endpoints(args: argparse.Namespace, cfg: Any, say: Any, stored_in: str
         say("warning", f"{why}; ignored, using {source}")
     for u in urls:
         say("info", f"endpoint {_public_url(u)} (from {source})")
+    if stored_in is None or flag:
+        _remember_endpoints(urls)
+
+
+def _endpoints_file() -> Path:
+    """The user's own list of endpoints they chose (flag, environment, config), beside their
+    config file: a resume of their own run needs no --trust-db, someone else's database does."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path(os.environ.get("HOME") or Path.home()) / ".config")
+    return Path(base) / "llmscope" / "endpoints.txt"
+
+
+def _used_endpoints() -> set[str]:
+    try:
+        return {ln.strip() for ln in _endpoints_file().read_text(encoding="utf-8").splitlines() if ln.strip()}
+    except (OSError, UnicodeDecodeError):
+        return set()
+
+
+def _remember_endpoints(urls: list[str]) -> None:
+    new = [u for u in urls if u not in _used_endpoints()]
+    if not new:
+        return
+    try:  # a convenience: failing to write it only means a later resume asks
+        path = _endpoints_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write("".join(u + "\n" for u in new))
+    except OSError:
+        pass

@@ -121,7 +121,10 @@ def test_resume_and_rerun_of_someone_elses_db(
     there without --trust-db (no terminal to ask on), or the same URL named by the user."""
     good, evil = two
     proj, spec, env = _setup(tmp_path, None, None)
-    made = _run(proj, spec, env, "--base-url", evil.base_url, "--quiet")
+    # made by someone else (their own home and config), then handed over
+    other = tmp_path / "other"
+    other_env = {**env, "HOME": str(other), "XDG_CONFIG_HOME": str(other / "xdg")}
+    made = _run(proj, spec, other_env, "--base-url", evil.base_url, "--quiet")
     assert made.returncode == 0, made.stderr
     db = proj / "r.duckdb"
     theirs = tmp_path / "theirs.duckdb"
@@ -150,8 +153,6 @@ def test_resume_and_rerun_of_someone_elses_db(
     )
     assert proc.returncode == 0, proc.stderr
     assert _keyed(evil) == 0 and _keyed(good) > 0
-    proc = cli("run", "--resume", rid, *base, "--base-url", evil.base_url, env=env, cwd=proj)
-    assert proc.returncode == 0 and "(from --base-url)" in proc.stderr, proc.stderr
     # an explicit --trust-db, or the same URL in the user's environment, uses the stored one
     n = _keyed(evil)
     proc = cli("run", "--resume", rid, *base, "--trust-db", env=env, cwd=proj)
@@ -168,4 +169,9 @@ def test_resume_and_rerun_of_someone_elses_db(
         cwd=proj,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "also named by your environment or config" in proc.stderr and _keyed(evil) > n
+    assert "also named by your environment" in proc.stderr and _keyed(evil) > n
+    proc = cli("run", "--resume", rid, *base, "--base-url", evil.base_url, env=env, cwd=proj)
+    assert proc.returncode == 0 and "(from --base-url)" in proc.stderr, proc.stderr
+    # having chosen it once, the user's own later resumes of that run need no flag
+    proc = cli("run", "--resume", rid, *base, env=env, cwd=proj)
+    assert proc.returncode == 0 and "an earlier run of yours" in proc.stderr, proc.stderr
