@@ -64,6 +64,8 @@ SCHEME_SCORES: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray] | None]] 
     "labels": ("label_prob", np.log),
     "rating": ("rating_expected", None),
     "embedding": ("embedding_sim", None),
+    "acc_norm": ("acc_norm", None),
+    "acc_mutual_info": ("mutual_info", None),
 }
 
 

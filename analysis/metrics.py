@@ -94,7 +94,9 @@ TIE_RULE = (
     "A tie is never credited: the prediction shown is the first listed of the tied answers "
     "(yes before no, options and sentences in item order), but an item counts as correct only "
     "when the gold answer scores strictly above every other answer, and as a yes prediction "
-    "only when P(yes) > P(no)."
+    "only when P(yes) > P(no). Exception, named so: the choice schemes `acc_norm` and "
+    "`acc_mutual_info` follow lm-evaluation-harness's rule (`numpy.argmax(score) == gold`: a tie "
+    "at the top credits the first listed option), so they equal lm-eval's numbers."
 )
 
 
@@ -139,10 +141,24 @@ _DEFS: list[MetricDef] = [
               "(= pred_yes_rate - gold_yes_rate on those items; > 0 leans yes)", _MEAN_CI, "yesno"),
     MetricDef("off_format_rate", "share of items where P(other) > P(yes) + P(no)", _RATE_CI, "yesno"),
     MetricDef("ece", "expected calibration error: count-weighted mean over 10 equal-width bins "
-              "[i/10, (i+1)/10) (last closed) of |accuracy - mean confidence|; confidence = "
-              "probability of the predicted answer", _BOOT_CI, "yesno, choice, rating, constrained"),
-    MetricDef("mce", "maximum calibration error: the largest |accuracy - confidence| over non-empty bins",
+              "[i/10, (i+1)/10) (last closed) of |accuracy - mean confidence|; confidence = the row's "
+              "`confidence`, the probability of the predicted answer RENORMALISED over the listed "
+              "answers (yes/no: P(pred) / (P(yes) + P(no)), mass on other tokens left out; choice: "
+              "the softmax over the options; rating: the label probabilities renormalised)",
               _BOOT_CI, "yesno, choice, rating, constrained"),
+    MetricDef("mce", "maximum calibration error: the largest |accuracy - mean confidence| over non-empty "
+              "bins (the same renormalised confidence as `ece`)",
+              _BOOT_CI, "yesno, choice, rating, constrained"),
+    MetricDef("ece_raw", "ECE with confidence = the raw probability of the predicted answer, not "
+              "renormalised (yes/no: P(pred), P(other) counted against it); the same bins; reported "
+              "only where it differs from `ece`'s confidence (answers with probability mass outside "
+              "them: yes/no, choice by labels)", _BOOT_CI, "yesno, choice (labels)"),
+    MetricDef("mce_raw", "MCE with the raw confidence of `ece_raw`", _BOOT_CI, "yesno, choice (labels)"),
+    MetricDef("human_distance", "per statement, not a run metric: |m-h| = |P(yes) / (P(yes) + P(no)) - "
+              "human_q1|, the model's yes probability renormalised over yes/no (as `ece`'s confidence) "
+              "against the share of people who agree; shown in the TUI item list and human panel "
+              "(`analysis.yesno.human_distance`); missing where P(yes) + P(no) = 0", "none",
+              "yesno (commonsense)"),
     MetricDef("brier", "multi-class Brier score: mean over items of sum_k (p_k - 1[k = gold])^2 over "
               "the listed answers (mass outside them is not renormalised; a gold not listed adds 1)",
               _MEAN_CI, "yesno, choice, rating, constrained"),
@@ -796,6 +812,7 @@ def calibration_metrics(ctx: MetricContext) -> list[Metric]:
                               "cluster-bootstrap", int(keep.sum()), G, {}, "calibration"))
     if "probs" in ok:
         probs = _prob_rows(ok)
+        out += _raw_calibration(ctx, ok, probs, conf, corr)
         scored = np.isfinite(corr)
         b = np.array([brier_item(p, g) if s else math.nan
                       for p, g, s in zip(probs, ok["gold"], scored, strict=True)])
@@ -814,6 +831,37 @@ def calibration_metrics(ctx: MetricContext) -> list[Metric]:
             out.append(Metric("tie_rate", float(np.nanmean(tv)), n=int(np.isfinite(tv).sum()),
                               producer="calibration"))
     return out
+
+
+def raw_confidence(probs: Mapping[str, Any] | None, prediction: Any) -> float:
+    """The stored probability of the predicted answer, not renormalised over the answers
+    (yes/no: P(pred) with P(other) left out of the denominator); NaN without one."""
+    if not probs or prediction is None or (isinstance(prediction, float) and math.isnan(prediction)):
+        return math.nan
+    v = probs.get(str(prediction))
+    try:
+        return float(v) if v is not None else math.nan
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _raw_calibration(ctx: MetricContext, ok: pd.DataFrame, probs: list[dict[str, float] | None],
+                     conf: np.ndarray, corr: np.ndarray) -> list[Metric]:
+    """`ece_raw` / `mce_raw`: ECE and MCE with the raw P(predicted answer) as the confidence,
+    reported where it differs from the renormalised `confidence` (answers with mass outside them)."""
+    from .calibration import reliability
+
+    raw = np.array([raw_confidence(p, pr) for p, pr in zip(probs, ok["prediction"].tolist(), strict=True)])
+    keep = np.isfinite(corr) & np.isfinite(raw) & np.isfinite(conf)
+    if not keep.any() or np.allclose(raw[keep], conf[keep], rtol=0.0, atol=1e-9):
+        return []
+    c, y = raw[keep], corr[keep]
+    cl = ctx.clusters(ok)[keep]
+    rel = reliability(c, y, n_bins=10)
+    (elo, ehi), (mlo, mhi), G = _calibration_bootstrap(c, y, cl, 10, ctx.bootstrap)
+    return [Metric(name, est, None if math.isnan(lo) else lo, None if math.isnan(hi) else hi,
+                   "cluster-bootstrap", int(keep.sum()), G, {}, "calibration")
+            for name, est, lo, hi in (("ece_raw", rel.ece, elo, ehi), ("mce_raw", rel.mce, mlo, mhi))]
 
 
 def _calibration_bootstrap(
@@ -1470,8 +1518,17 @@ def _register_feature_producers() -> None:
         MetricDef("topk_seen_mass", "mean over rows scored from API log-probs of the top-k probability "
                   "mass the top-k rule saw (1 minus it is the mass the rule assumed)", _MEAN_CI, "yesno, rating"),
         MetricDef("sg_score", "SyntaxGym score: share of items meeting all their predictions (Hu et al. "
-                  "2020); per suite Wilson, overall the mean over suites with a stratified bootstrap",
-                  "Wilson per suite; stratified bootstrap overall", "syntaxgym"),
+                  "2020); per suite (group `suite`) the share of its items; overall (no group) the MACRO "
+                  "average, the mean of the per-suite scores, as the paper reports it; per circuit "
+                  "(group `circuit`, where the suites name one in `meta.circuit`) the mean over the "
+                  "circuit's suites",
+                  "Wilson per suite; stratified bootstrap (items resampled within suites) overall and "
+                  "per circuit", "syntaxgym"),
+        MetricDef("sg_score_micro", "SyntaxGym MICRO average: items meeting all predictions / all items, "
+                  "pooled over suites (GPT-2 XL's published file: 718 / 842 = 0.853, macro 0.831); "
+                  "reported with two or more suites", "Wilson", "syntaxgym"),
+        MetricDef("sg_score_circuits", "mean over circuits of the per-circuit `sg_score` (only where the "
+                  "suites name their circuit)", "none", "syntaxgym"),
         MetricDef("prediction_met", "share of items meeting one prediction (one conjunct) of a suite",
                   "Wilson", "syntaxgym"),
         MetricDef("flagged_rate", "share of items flagged as possibly seen in training (Min-K% or the "

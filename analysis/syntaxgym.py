@@ -2,9 +2,12 @@
 
 SG score (Hu et al. 2020): the share of a suite's items whose predictions all hold.
 Per suite it comes with a Wilson 95% interval (items are independent within a
-suite); the overall score is the mean of the per-suite scores, as the paper
-averages over suites, with a stratified bootstrap interval (items resampled within
-each suite, 2000 replicates, seed 0), or the Wilson interval when there is one suite.
+suite); the overall score `sg_score` is the mean of the per-suite scores (macro), as the
+paper averages over suites, with a stratified bootstrap interval (items resampled within
+each suite, 2000 replicates, seed 0), or the Wilson interval when there is one suite;
+`sg_score_micro` is the pooled share of items (Wilson). Where the suites name their
+circuit (`meta.circuit`), `sg_score` per circuit is the mean over its suites and
+`sg_score_circuits` the mean over circuits.
 
 Word table: one row per (item, condition, word) in the long format reading-time
 researchers join on (`item_id`, `condition`, `word_index`), with surprisal in bits.
@@ -111,8 +114,27 @@ def sg_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list
         est, lo, hi = overall_sg(per_item)
     row("sg_score", est, [lo, hi], len(ok), {})
     if len(table) > 1:
+        # the pooled share of items (micro), beside the paper's mean over suites (macro)
+        k_all, n_all = float(ok["correct"].astype(float).sum()), len(ok)
+        mlo, mhi = wilson_interval(k_all, n_all)
+        row("sg_score_micro", k_all / n_all, [mlo, mhi], n_all, {})
         for rec in table.to_dict("records"):
             row("sg_score", rec["score"], [rec["lo"], rec["hi"]], rec["n"], {key: rec["suite"]})
+    # per circuit (Hu et al. 2020's groups of suites), where the suites name theirs
+    circ_of = {s: c for s, c in zip(suites, ok["fields"].map(lambda f: (_json(f) or {}).get("circuit")),
+                                    strict=True) if isinstance(c, str)}
+    if circ_of:
+        circuits: dict[str, dict[str, np.ndarray]] = {}
+        for s_, v in per_item.items():
+            if s_ in circ_of:
+                circuits.setdefault(circ_of[s_], {})[s_] = v
+        scores = []
+        for c, sub in sorted(circuits.items()):
+            c_est, c_lo, c_hi = overall_sg(sub)
+            scores.append(c_est)
+            row("sg_score", c_est, [c_lo, c_hi], int(sum(len(v) for v in sub.values())),
+                {"circuit": c, "suites": len(sub)})
+        row("sg_score_circuits", float(np.mean(scores)), None, len(scores), {})
     # each prediction's hit rate, so a conjunction's failing part is visible
     hits: dict[tuple[str, int, str], list[float]] = {}
     for s, extra in zip(suites, ok["extra"], strict=True):

@@ -7,7 +7,10 @@ builds for a zero-shot run:
 - context = `description` + `doc_to_text(doc)`;
 - one continuation per choice: `target_delimiter` (default " ") + choice, scored by its
   log-likelihood given the context (llmscope's `task: choice`, no chat template);
-- gold = `doc_to_choice(doc)[doc_to_target(doc)]` (an index, a digit string, or the choice text).
+- gold = `doc_to_choice(doc)[doc_to_target(doc)]` (an index, a digit string, or the choice text);
+- lm-eval's `acc_norm` and `acc_mutual_info`, computed as lm-eval computes them (the choice
+  task's schemes of those names, engine/schemes.py), where the task reports them: those its
+  `metric_list` names, or `acc_norm` when it has no `metric_list` (lm-eval's default).
 
 `doc_to_text`/`doc_to_choice`/`doc_to_target` follow lm-eval's rules (lm_eval/api/task.py,
 0.4.x): an int is used as is; a string naming a column reads that column; any other string is
@@ -411,6 +414,19 @@ def _items_loader(suite: Suite, cfg: dict[str, Any], out_type: str, src: Dataset
     return load
 
 
+def _lm_eval_schemes(cfg: dict[str, Any], out_type: str) -> list[str]:
+    """lm-eval's acc_norm / acc_mutual_info where the task reports them: those its `metric_list`
+    names, or lm-eval's default multiple-choice metrics (acc, acc_norm) when it has none."""
+    if out_type != "multiple_choice":
+        return []
+    metrics = cfg.get("metric_list")
+    if not isinstance(metrics, list):
+        names = ["acc", "acc_norm"]  # lm-eval 0.4's DEFAULT_METRIC_REGISTRY["multiple_choice"]
+    else:
+        names = [str(m.get("metric")) for m in metrics if isinstance(m, dict)]
+    return [n for n in ("acc_norm", "acc_mutual_info") if n in names]
+
+
 def load_lm_eval_suite(path: Path) -> Suite:
     """An lm-eval task YAML as a Suite (see the module docstring for what is supported)."""
     cfg = read_task_config(path)
@@ -435,6 +451,8 @@ def load_lm_eval_suite(path: Path) -> Suite:
             # lm-eval scores raw log-likelihoods only; no calibration or PMI requests
             "content_free": [],
             "domain_prompt": "",
+            # the normalised accuracies lm-eval reports for this task, under lm-eval's names
+            **({"schemes": schemes} if (schemes := _lm_eval_schemes(cfg, out_type)) else {}),
         },
     }
     suite = suite_from_spec(spec, path)

@@ -91,6 +91,9 @@ def load_syntaxgym_file(path: Path) -> list[Item]:
             "region_names": {str(k): v for k, v in region_meta.items()},
             "text": build_sentence(conds[0].regions)[0],
         }
+        circuit = (data.get("meta") or {}).get("circuit")
+        if isinstance(circuit, str) and circuit:  # Hu et al.'s circuit, where the suite names it
+            fields["circuit"] = circuit
         items.append(Item(item_id=fields["id"], fields=fields, text=fields["text"]))
     return items
 

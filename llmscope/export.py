@@ -236,18 +236,42 @@ def _sha(s: str) -> str:
     return hashlib.sha256(s.encode("utf-8")).hexdigest()
 
 
-def lm_eval_samples(store: Store, run: dict[str, Any], rows: list[ExportRow]) -> dict[str, list[dict[str, Any]]]:
-    """Per-task sample records shaped like lm-eval's `--log_samples` output.
+# lm-eval's multiple-choice metrics llmscope computes under the same names (engine/schemes.py)
+LM_EVAL_METHODS = ("acc_norm", "acc_mutual_info")
 
-    doc_id is the item's position in the suite; `arguments`/`resps` list one
-    (context, continuation) request per answer or option with its log-probability
-    (`is_greedy` is not known here and is null); generation rows list the text.
+
+def _lm_eval_doc(fields: dict[str, Any]) -> dict[str, Any]:
+    """The doc lm-eval logs: an lm-eval task YAML's dataset row without the fields llmscope adds."""
+    from llmscope.data.lm_eval_tasks import CHOICES, CONTEXT, GOLD, ID
+
+    if CONTEXT in fields and CHOICES in fields:
+        return {k: v for k, v in fields.items() if k not in (ID, CONTEXT, CHOICES, GOLD)}
+    return fields
+
+
+def _resp(lp: float | None) -> list[str]:
+    # lm-eval's (loglikelihood, is_greedy) pair as its tracker writes it: every value str()'d
+    # (`sanitize_list`). llmscope does not record is_greedy, so it is str(None), not a guess.
+    return [str(lp), str(None)]
+
+
+def lm_eval_samples(store: Store, run: dict[str, Any], rows: list[ExportRow]) -> dict[str, list[dict[str, Any]]]:
+    """Per-task sample records as lm-eval 0.4's `--log_samples` writes them.
+
+    doc_id is the item's position in the suite and doc its fields (an lm-eval YAML's dataset
+    row); `arguments` list one (context, continuation) request per option, the continuation
+    as scored (target delimiter included: " garden"), then, when the run computed
+    `acc_mutual_info`, one ("", continuation) request per option (lm-eval's unconditional
+    requests); `resps`/`filtered_resps` hold [str(loglik), str(is_greedy)] with is_greedy
+    "None" (not recorded); `target` is the gold option's index as text, as lm-eval's tracker
+    writes it. Per-sample `acc` is the row's `correct`, `acc_norm`/`acc_mutual_info` the
+    methods of those names. Generation rows list the text.
     """
     items = store.items_frame(str(run.get("suite_id"))) if run.get("suite_id") else None
     doc_of: dict[str, tuple[int | None, dict[str, Any]]] = {}
     if items is not None and not items.empty:
         for it in items.to_dict(orient="records"):
-            doc_of[str(it["item_id"])] = (int(it["idx"]), _json_obj(it.get("fields")) or {})
+            doc_of[str(it["item_id"])] = (int(it["idx"]), _lm_eval_doc(_json_obj(it.get("fields")) or {}))
     variants = sorted({r.variant for r in rows})
     metric = _lm_eval_metric(run.get("task"))
     out: dict[str, list[dict[str, Any]]] = {}
@@ -256,7 +280,9 @@ def lm_eval_samples(store: Store, run: dict[str, Any], rows: list[ExportRow]) ->
         labels = list(r.probs) if isinstance(r.probs, dict) else None
         if r.option_logprobs:
             labels = list(r.option_logprobs)
-        rec: dict[str, Any] = {"doc_id": idx, "doc": doc, "llmscope_item_id": r.item_id, "variant": r.variant}
+        rec: dict[str, Any] = {"doc_id": idx, "doc": doc}
+        metrics = [metric]
+        values: dict[str, Any] = {metric: r.correct}
         if labels and _predicts_option(r.task):
             lps: list[float | None] = []
             for lab in labels:
@@ -265,21 +291,38 @@ def lm_eval_samples(store: Store, run: dict[str, Any], rows: list[ExportRow]) ->
                     p = _num(r.probs.get(lab))
                     lp = math.log(p) if p else None
                 lps.append(_num(lp))
-            rec["target"] = labels.index(r.gold) if r.gold in labels else r.gold
-            rec["arguments"] = {f"gen_args_{i}": {"arg_0": r.prompt, "arg_1": lab} for i, lab in enumerate(labels)}
-            rec["resps"] = [[[lp, None]] for lp in lps]
-            rec["filtered_resps"] = [[lp, None] for lp in lps]
+            conts = (r.extra or {}).get("continuations")
+            if not (isinstance(conts, list) and len(conts) == len(labels)):
+                conts = labels  # rows scored without continuations (label choice, yes/no)
+            reqs: list[tuple[str, str, float | None]] = [
+                (r.prompt or "", str(c), lp) for c, lp in zip(conts, lps, strict=True)]
+            scores = r.option_scores or {}
+            uncond = [_num((scores.get(lab) or {}).get("uncond_logprob")) for lab in labels]
+            if any(u is not None for u in uncond):
+                reqs += [("", str(c), u) for c, u in zip(conts, uncond, strict=True)]
+            rec["target"] = str(labels.index(r.gold)) if r.gold in labels else str(r.gold)
+            rec["arguments"] = {f"gen_args_{i}": {"arg_0": c, "arg_1": x} for i, (c, x, _) in enumerate(reqs)}
+            rec["resps"] = [[_resp(lp)] for _, _, lp in reqs]
+            rec["filtered_resps"] = [_resp(lp) for _, _, lp in reqs]
+            methods = (r.extra or {}).get("methods") or {}
+            for name in LM_EVAL_METHODS:
+                if isinstance(methods.get(name), dict):
+                    metrics.append(name)
+                    values[name] = methods[name].get("correct")
         else:
-            rec["target"] = r.gold
+            rec["target"] = str(r.gold)
             rec["arguments"] = {"gen_args_0": {"arg_0": r.prompt, "arg_1": {}}}
-            rec["resps"] = [[r.prediction]]
-            rec["filtered_resps"] = [r.prediction]
+            rec["resps"] = [[str(r.prediction)]]
+            rec["filtered_resps"] = [str(r.prediction)]
         rec["filter"] = "none"
-        rec["metrics"] = [metric]
+        rec["metrics"] = metrics
         rec["doc_hash"] = _sha(json.dumps(doc, indent=2, ensure_ascii=False, default=str))
         rec["prompt_hash"] = _sha(r.prompt or "")
-        rec["target_hash"] = _sha(str(rec["target"]))
-        rec[metric] = r.correct
+        rec["target_hash"] = _sha(rec["target"])
+        rec.update(values)
+        # llmscope's own keys, after lm-eval's
+        rec["llmscope_item_id"] = r.item_id
+        rec["variant"] = r.variant
         if r.error:
             rec["error"] = r.error
         out.setdefault(_task_name(run, r.variant, len(variants)), []).append(rec)
@@ -319,10 +362,22 @@ def lm_eval_results(run: dict[str, Any], rows: list[ExportRow], n_items: int | N
                 m = metrics.get(name, {"variant": next(iter(vs))})
         return None if m is None else m.value
 
+    def method_value(name: str, whole: bool) -> float | None:
+        # the pipeline's accuracy under the method of that name (per run: no per-variant row)
+        m = metrics.get("accuracy", {"method": name}) if metrics is not None and whole else None
+        return None if m is None else m.value
+
     def block(name: str, rs: list[ExportRow], whole: bool = False) -> dict[str, Any]:
         vals = [float(r.correct) for r in rs if r.correct is not None and r.error is None]
-        return {"alias": name, f"{metric},none": value(rs, whole or len(by_task) == 1),
-                f"{metric}_stderr,none": iid_stderr(vals)}
+        out = {"alias": name, f"{metric},none": value(rs, whole or len(by_task) == 1),
+               f"{metric}_stderr,none": iid_stderr(vals)}
+        for mname in LM_EVAL_METHODS:
+            mv = [(r.extra or {}).get("methods", {}).get(mname) for r in rs if r.error is None]
+            mvals = [float(x["correct"]) for x in mv if isinstance(x, dict) and x.get("correct") is not None]
+            if mvals:
+                out[f"{mname},none"] = method_value(mname, whole or len(by_task) == 1)
+                out[f"{mname}_stderr,none"] = iid_stderr(mvals)
+        return out
 
     results = {t: block(t, rs) for t, rs in by_task.items()}
     group = str(run.get("suite_name") or "llmscope")
@@ -331,7 +386,8 @@ def lm_eval_results(run: dict[str, Any], rows: list[ExportRow], n_items: int | N
         out["groups"] = {group: block(group, rows, whole=True)}
         out["group_subtasks"] = {group: sorted(by_task)}
     out["n-shot"] = {t: 0 for t in by_task}
-    out["higher_is_better"] = {t: {metric: True} for t in by_task}
+    out["higher_is_better"] = {t: {k.split(",")[0]: True for k in results[t] if k.endswith(",none")
+                                   and "_stderr" not in k} for t in by_task}
     out["n-samples"] = {t: {"original": n_items if n_items is not None else len(rs), "effective": len(rs)}
                         for t, rs in by_task.items()}
     out["config"] = {"model": run.get("backend"), "model_args": run.get("model"), "llmscope_run_id": run.get("run_id"),
@@ -438,7 +494,7 @@ def _export_lm_eval(store: Store, run: dict[str, Any], rows: list[ExportRow], ou
              for task, rs in samples.items()}
     from llmscope.analysis.metrics import run_metrics
 
-    summary = lm_eval_results(run, rows, n_items, run_metrics(store, run, producers=["accuracy"]))
+    summary = lm_eval_results(run, rows, n_items, run_metrics(store, run, producers=["accuracy", "methods"]))
     files[f"results_{run['run_id']}.json"] = json.dumps(summary, indent=2, ensure_ascii=False)
     if folder.is_dir():
         for name in files:  # refuse before writing anything

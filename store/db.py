@@ -1214,31 +1214,36 @@ class Store:
     FAILING_SORTS = ("arrival", "confidence", "distance", "group", "item")
 
     @staticmethod
-    def _failing_item_cols(group_field: str | None, alias: str = "i") -> tuple[str, str, list[Any]]:
+    def _failing_item_cols(group_field: str | None, alias: str = "i", distance: str | None = None,
+                           results: str = "r") -> tuple[str, str, list[Any]]:
         """SQL for the list's item-derived columns: group = the item field `group_field` as
-        text ('None' when absent), distance = |P(yes) - human_q1|."""
+        text ('None' when absent); distance = the caller's SQL template `distance` with
+        {p_yes}, {p_no} and {human} (the item's human_q1) filled, NULL without one (the
+        definition is analysis's: llmscope.analysis.yesno.HUMAN_DISTANCE_SQL)."""
         if group_field:
             grp = f"coalesce(json_extract_string({alias}.fields, ?), 'None')"
             params: list[Any] = ["$." + json.dumps(group_field)]
         else:
             grp, params = "''", []
-        dist = f"abs(p_yes - TRY_CAST(json_extract_string({alias}.fields, '$.human_q1') AS DOUBLE))"
+        human = f"TRY_CAST(json_extract_string({alias}.fields, '$.human_q1') AS DOUBLE)"
+        dist = ("CAST(NULL AS DOUBLE)" if distance is None else
+                distance.format(p_yes=f"{results}.p_yes", p_no=f"{results}.p_no", human=human))
         return grp, dist, params
 
     def _failing_sql(self, run_id: str, group_field: str | None, group: str | None,
-                     min_conf: float | None, sort: str = "arrival", where: str | None = FAILING_WHERE
-                     ) -> tuple[str, list[Any]]:
+                     min_conf: float | None, sort: str = "arrival", where: str | None = FAILING_WHERE,
+                     distance: str | None = None) -> tuple[str, list[Any]]:
         """The rows of a run that `where` chooses (default: the failing ones, an error or scored
         below 0.5; None: all): result columns, plus the item-derived `group`/`distance` only when
         the sort or a filter needs them (they read the items' JSON fields, the expensive part on
         a big suite)."""
         need_items = group is not None or sort in ("group", "distance")
-        cols = "r.item_id, r.variant, r.gold, r.prediction, r.confidence, r.error, r.seq, r.p_yes"
+        cols = "r.item_id, r.variant, r.gold, r.prediction, r.confidence, r.error, r.seq, r.p_yes, r.p_no"
         params: list[Any] = []
         join = ""
         if need_items:
-            grp, dist, params = self._failing_item_cols(group_field)
-            cols += f', {grp} AS "group", {dist.replace("p_yes", "r.p_yes")} AS distance'
+            grp, dist, params = self._failing_item_cols(group_field, distance=distance)
+            cols += f', {grp} AS "group", {dist} AS distance'
             join = ("JOIN runs u ON u.run_id = r.run_id "
                     "LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id")
         conds = ["r.run_id = ?", *([where] if where else [])]
@@ -1268,27 +1273,29 @@ class Store:
         }[sort]
 
     def failing_count(self, run_id: str, *, group_field: str | None = None, group: str | None = None,
-                      min_conf: float | None = None, where: str | None = FAILING_WHERE) -> int:
+                      min_conf: float | None = None, where: str | None = FAILING_WHERE,
+                      distance: str | None = None) -> int:
         """How many failing rows (or the rows `where` chooses) match the filters."""
-        sql, params = self._failing_sql(run_id, group_field, group, min_conf, where=where)
+        sql, params = self._failing_sql(run_id, group_field, group, min_conf, where=where, distance=distance)
         row = self.execute(f"SELECT count(*) FROM ({sql})", params).fetchone()
         return int(row[0]) if row else 0
 
     def failing_page(self, run_id: str, offset: int, limit: int, *, sort: str = "arrival",
                      group_field: str | None = None, group: str | None = None,
-                     min_conf: float | None = None, where: str | None = FAILING_WHERE
-                     ) -> dict[str, list[Any]]:
+                     min_conf: float | None = None, where: str | None = FAILING_WHERE,
+                     distance: str | None = None) -> dict[str, list[Any]]:
         """Rows [offset, offset+limit) of the failing list in `sort` order, as column lists
         (item_id, variant, group, gold, prediction, confidence, distance, error, text, seq).
         `where` (an SQL condition on the results alias `r`; None: every row) chooses other rows.
+        `distance`: the SQL template of the distance column (see `_failing_item_cols`).
 
         The page is chosen on the result columns first; item text and fields are joined for
         its rows only.
         """
         if sort not in self.FAILING_SORTS:
             raise ValueError(f"sort must be one of {', '.join(self.FAILING_SORTS)}, not {sort!r}")
-        sql, params = self._failing_sql(run_id, group_field, group, min_conf, sort, where)
-        grp, dist, gparams = self._failing_item_cols(group_field)
+        sql, params = self._failing_sql(run_id, group_field, group, min_conf, sort, where, distance)
+        grp, dist, gparams = self._failing_item_cols(group_field, distance=distance, results="p")
         # Only the page's items are read (not joined against the suite's whole items table).
         page = f"""
             WITH p AS MATERIALIZED ({sql} ORDER BY {self._failing_order(sort)} LIMIT ? OFFSET ?),
@@ -1296,7 +1303,7 @@ class Store:
                   WHERE suite_id = (SELECT suite_id FROM runs WHERE run_id = ?)
                     AND item_id IN (SELECT item_id FROM p))
             SELECT p.item_id, p.variant, {grp} AS "group", p.gold, p.prediction, p.confidence,
-                   {dist.replace("p_yes", "p.p_yes")} AS distance, p.error, coalesce(i.text, '') AS text, p.seq
+                   {dist} AS distance, p.error, coalesce(i.text, '') AS text, p.seq
             FROM p LEFT JOIN i ON i.item_id = p.item_id
             ORDER BY {self._failing_order(sort, "p.")}
         """
@@ -1311,9 +1318,10 @@ class Store:
 
     def failing_position(self, run_id: str, item_id: str, variant: str, *, sort: str = "arrival",
                          group_field: str | None = None, group: str | None = None,
-                         min_conf: float | None = None, where: str | None = FAILING_WHERE) -> int | None:
+                         min_conf: float | None = None, where: str | None = FAILING_WHERE,
+                         distance: str | None = None) -> int | None:
         """Where (item_id, variant) is in the sorted, filtered failing list (or `where`'s rows), or None."""
-        sql, params = self._failing_sql(run_id, group_field, group, min_conf, sort, where)
+        sql, params = self._failing_sql(run_id, group_field, group, min_conf, sort, where, distance)
         row = self.execute(
             f"SELECT pos FROM (SELECT item_id, variant, row_number() OVER (ORDER BY "
             f"{self._failing_order(sort)}) - 1 AS pos FROM ({sql})) WHERE item_id = ? AND variant = ?",

@@ -485,6 +485,7 @@ class Snapshot:
     groups: dict[str, list[Acc]] = field(default_factory=dict)
     rel_bins: pd.DataFrame | None = None
     ece: float = float("nan")
+    ece_raw: float = float("nan")
     mce: float = float("nan")
     brier: float = float("nan")
     yesno: pd.DataFrame | None = None  # yesno_summary per variant
@@ -620,6 +621,7 @@ def _from_metrics(snap: Snapshot, rm: Any, group_by: list[str]) -> None:
         if accs:
             snap.groups[g] = accs
     snap.ece, snap.mce, snap.brier, snap.brier_yes = (_val(rm, n) for n in ("ece", "mce", "brier", "brier_yes"))
+    snap.ece_raw = _val(rm, "ece_raw")
     _yesno_table(rm, snap)
     snap.worldsense = _worldsense_table(rm)  # None unless the WorldSense producer reported
     sg = rm.get("sg_score")
@@ -781,7 +783,10 @@ def _failing(
     group = (sub[g0].astype(object).where(sub[g0].notna(), "None").astype(str) if g0 and g0 in sub
              else pd.Series([""] * len(sub), index=sub.index))
     if "human" in sub:
-        dist = (pd.to_numeric(sub["p_yes"], errors="coerce") - sub["human"]).abs()
+        from llmscope.analysis.yesno import human_distance
+
+        dist = pd.Series(human_distance(sub["p_yes"], sub["p_no"] if "p_no" in sub else np.nan, sub["human"]),
+                         index=sub.index)
     else:
         dist = pd.Series([np.nan] * len(sub), index=sub.index)
     text = pd.Series(model.item_values(sub["item_id"], "text", key="item"), index=sub.index).fillna("")

@@ -42,7 +42,11 @@ class FailingSource:
         self._counts: dict[tuple[str, str | None, float | None], int] = {}
 
     def _filters(self) -> dict[str, Any]:
-        return {"group_field": self.group_field, "group": self.group, "min_conf": self.min_conf}
+        from llmscope.analysis.yesno import HUMAN_DISTANCE_SQL
+
+        # |m-h| as analysis defines it (llmscope.analysis.yesno.human_distance)
+        return {"group_field": self.group_field, "group": self.group, "min_conf": self.min_conf,
+                "distance": HUMAN_DISTANCE_SQL}
 
     def set_view(self, sort: str, group: str | None, min_conf: float | None) -> int:
         """Apply sort and filters; returns the number of rows they leave."""

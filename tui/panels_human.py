@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
+import numpy as np
 import pandas as pd
 from rich.console import Group
 from rich.table import Table
@@ -41,6 +42,7 @@ from llmscope.analysis.human import field_value as _value
 from llmscope.analysis.human import finite_float as _num
 from llmscope.analysis.human import human_counts
 from llmscope.analysis.metrics import RunMetrics, display
+from llmscope.analysis.yesno import human_distance
 from llmscope.engine.tasks.registry import task_has
 from llmscope.tui.widgets import bar, fmt, literal
 
@@ -170,6 +172,7 @@ def _fill(out: HumanData, rm: RunMetrics, df: pd.DataFrame, spec: dict[str, Any]
             "item_id": q["item_id"].astype(str), "text": q["item_id"].astype(str).map(out.texts),
             "human": pd.to_numeric(q["f.human_q1"], errors="coerce"),
             "p_yes": pd.to_numeric(q["p_yes"], errors="coerce"),
+            "p_no": pd.to_numeric(q["p_no"], errors="coerce") if "p_no" in q else np.nan,
         }).dropna(subset=["human", "p_yes"]).reset_index(drop=True)
     elif out.kind == "counts" and len(df):
         c = choice_frame(df, spec).reset_index(drop=True)
@@ -272,9 +275,12 @@ def render_human_item(first: dict[str, Any], details: list[dict[str, Any]], spec
             for v in d.get("variants") or []:
                 probs = v.get("probs") if isinstance(v.get("probs"), dict) else {}
                 py = _num(v.get("p_yes")) if v.get("p_yes") is not None else _num(probs.get("yes"))
+                pn = _num(v.get("p_no")) if v.get("p_no") is not None else _num(probs.get("no"))
                 if py is not None:
                     who = f"model P(yes) {v.get('variant')}" + (f" [{d.get('run_id')}]" if len(details) > 1 else "")
-                    t.add_row(literal(who), f"{bar(py, 20)} {py:.2f}   |m-h| {abs(py - h):.2f}")
+                    # |m-h| with P(yes) renormalised over yes/no (analysis.yesno.human_distance)
+                    dist = float(human_distance([py], [pn if pn is not None else np.nan], [h])[0])
+                    t.add_row(literal(who), f"{bar(py, 20)} {py:.2f}   |m-h| {dist:.2f}")
         out.append(t)
     elif kind == "counts":
         counts = human_counts(fields, spec) or []
@@ -448,10 +454,12 @@ class HumanScreen(Screen[None]):
 
     def _table(self, d: HumanData) -> Any:
         if d.agreement is not None and len(d.agreement):
-            a = d.agreement.assign(dist=(d.agreement["p_yes"] - d.agreement["human"]).abs())
+            a = d.agreement.assign(dist=human_distance(d.agreement["p_yes"], d.agreement.get("p_no", np.nan),
+                                                       d.agreement["human"]))
             a = a.sort_values("dist", ascending=False, kind="stable").head(self.MAX_ROWS)
             t = Table(box=None, padding=(0, 1), header_style="bold",
-                      title=f"statements, farthest from humans first ({len(d.agreement)} in all)", title_justify="left")
+                      title=f"statements, farthest from humans first ({len(d.agreement)} in all); "
+                            "|m-h| = |P(yes)/(P(yes)+P(no)) - human|", title_justify="left")
             for name in ("item", "human", "P(yes)", "|m-h|", "statement"):
                 t.add_column(name, no_wrap=name != "statement")
             for r in a.to_dict("records"):

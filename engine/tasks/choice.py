@@ -20,7 +20,8 @@ Task options (all optional):
   and `extra["calibration"]` says why.
 - ``alpha`` (1.0): inverse temperature for expected accuracy.
 - ``schemes`` ([]): extra scoring schemes from engine/schemes.py ("labels",
-  "free", "rating", "embedding"), stored beside the log-likelihood methods.
+  "free", "rating", "embedding", and lm-eval's "acc_norm" and "acc_mutual_info"),
+  stored beside the log-likelihood methods.
 
 Result: `prediction` = argmax raw log-likelihood (first max on ties), `probs` =
 softmax of raw over options, `option_scores[option]` = {logprob, n_tokens,
@@ -171,7 +172,8 @@ class ChoiceTask(Task):
         OptionSpec("permutations", "int", 0, "extra option-order permutations per item (variants <v>@p<j>)",
                    min=0),
         OptionSpec("schemes", "list[str]", None,
-                   "extra scoring schemes: labels, free, rating, embedding (engine/schemes.py)"),
+                   "extra scoring schemes: labels, free, rating, embedding, acc_norm, acc_mutual_info "
+                   "(engine/schemes.py)"),
         OptionSpec("label_template", "str?", None, "lettered-options prompt for the labels scheme"),
         OptionSpec("rating_template", "str?", None, "prompt asking each option as a rating (rating scheme)"),
         OptionSpec("rating_labels", "list[str]", None, "scale labels of the rating scheme"),
@@ -183,6 +185,7 @@ class ChoiceTask(Task):
         super().__init__(options)
         self._cf_cache: dict[tuple[str, str], Any] = {}
         self._domain_cache: dict[tuple[str, str], Any] = {}
+        self._uncond_cache: dict[tuple[str, str], Any] = {}
 
     @classmethod
     def gold_problem(cls, gold: str, options: list[str] | None, suite: SuiteLike) -> str | None:
@@ -269,7 +272,8 @@ class ChoiceTask(Task):
         )
 
     async def _option_logprobs(
-        self, backend: Backend, context: str, conts: list[str], cache: dict[tuple[str, str], Any]
+        self, backend: Backend, context: str, conts: list[str], cache: dict[tuple[str, str], Any],
+        chat: bool | None = None,
     ) -> list[float]:
         """log P(cont | context) per continuation, cached per (context, continuation).
 
@@ -279,7 +283,7 @@ class ChoiceTask(Task):
         missing = [c for c in dict.fromkeys(conts) if (context, c) not in cache]
         if missing:
             fut = asyncio.ensure_future(
-                backend.loglik([(context, c) for c in missing], chat=self.chat)
+                backend.loglik([(context, c) for c in missing], chat=self.chat if chat is None else chat)
             )
             for i, c in enumerate(missing):
                 cache[(context, c)] = (fut, i)
@@ -345,12 +349,39 @@ class ChoiceTask(Task):
         res.extra["choice_method"] = "loglik"
         if dp:
             res.extra["domain_prompt"] = dp
+        await self._add_lm_eval_schemes(res, work, options, outs, conts, backend)
         await self._add_schemes(res, work, options, backend)
         return res
 
+    async def _add_lm_eval_schemes(self, res: Result, work: Work, options: list[str], outs: list[LogLikOut],
+                                   conts: list[str], backend: Backend) -> None:
+        """lm-eval's acc_norm / acc_mutual_info (engine/schemes.py) from the option log-likelihoods."""
+        from llmscope.engine.schemes import add_lm_eval_schemes, check_schemes
+
+        wanted = check_schemes(self.options.get("schemes"))
+        if "acc_norm" not in wanted and "acc_mutual_info" not in wanted:
+            return
+        uncond = None
+        if "acc_mutual_info" in wanted:
+            # lm-eval's unconditional request ("", delimiter + choice): never chat-templated
+            uncond = await self._option_logprobs(backend, "", conts, self._uncond_cache, chat=False)
+        add_lm_eval_schemes(res, options, [float(o.logprob) for o in outs], uncond,
+                            gold_index(options, work.gold), self.options)
+
     async def _add_schemes(self, res: Result, work: Work, options: list[str], backend: Backend) -> None:
         if self.options.get("schemes"):  # labels / free / rating / embedding (engine/schemes.py)
-            from llmscope.engine.schemes import add_schemes, embedder_for
+            from llmscope.engine.schemes import (
+                LM_EVAL_SCHEMES,
+                add_schemes,
+                check_schemes,
+                embedder_for,
+            )
+
+            if res.extra.get("choice_method") == "labels-topk":
+                left = [x for x in check_schemes(self.options.get("schemes")) if x in LM_EVAL_SCHEMES]
+                for x in left:  # said so, not silently dropped
+                    res.extra.setdefault("schemes", {})[x] = {
+                        "error": "needs option log-likelihoods; this backend answers by labels only"}
 
             await add_schemes(res, work, options, gold_index(options, work.gold), backend, self.options,
                               embedder_for(self.options))

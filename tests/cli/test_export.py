@@ -328,9 +328,11 @@ def test_lm_eval_shape(tmp_path: Path) -> None:
     idx = {it.item_id: n for n, it in enumerate(suite.items())}
     for s, r, it in zip(samples, q1, items, strict=True):
         assert s["doc_id"] == idx[it.item_id] and s["doc"]["statement"] == it.fields["statement"]
-        assert s["target"] == ["yes", "no"].index(it.gold)  # type: ignore[arg-type]
+        # lm-eval's tracker writes the target and every response value as text
+        assert s["target"] == str(["yes", "no"].index(it.gold))  # type: ignore[arg-type]
         assert s["arguments"]["gen_args_0"] == {"arg_0": r.prompt, "arg_1": "yes"}
-        assert s["filtered_resps"][0][0] == pytest.approx(math.log(r.probs["yes"]))  # type: ignore[index]
+        assert float(s["filtered_resps"][0][0]) == pytest.approx(math.log(r.probs["yes"]))  # type: ignore[index]
+        assert s["resps"][0] == [s["filtered_resps"][0]] and s["filtered_resps"][0][1] == "None"
         assert s["acc"] == r.correct and s["metrics"] == ["acc"]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from llmscope.analysis.yesno import HUMAN_DISTANCE_SQL
 from llmscope.engine.types import Result
 from llmscope.store.db import Store
 from llmscope.tui.app import LlmscopeApp
@@ -48,7 +49,9 @@ def _expected() -> list[dict]:
         if pred != it.gold:
             human = 1 if it.gold == "yes" else 0
             out.append({"item_id": it.item_id, "variant": "q1", "group": it.fields["category"],
-                        "confidence": max(py, pn) / (py + pn), "distance": abs(py - human), "seq": i})
+                        # |m-h|: P(yes) renormalised over yes/no (docs/METRICS.md human_distance)
+                        "confidence": max(py, pn) / (py + pn), "distance": abs(py / (py + pn) - human),
+                        "seq": i})
     for k, it in enumerate(items[:2]):
         out.append({"item_id": it.item_id, "variant": "q2", "group": it.fields["category"], "confidence": math.nan,
                     "distance": math.nan, "seq": N + k})
@@ -73,11 +76,13 @@ def test_store_pages_match_rule(tmp_path: Path) -> None:
             want = [_key(r) for r in sorted(exp, key=key)]
             got: list[tuple[str, str]] = []
             for off in range(0, len(exp) + 100, 100):
-                page = s.failing_page("big", off, 100, sort=sort, group_field="category")
+                page = s.failing_page("big", off, 100, sort=sort, group_field="category",
+                                      distance=HUMAN_DISTANCE_SQL)
                 got += list(zip(page["item_id"], page["variant"], strict=True))
             assert got == want, sort
             k = want[len(want) // 2]
-            assert s.failing_position("big", *k, sort=sort, group_field="category") == len(want) // 2
+            assert s.failing_position("big", *k, sort=sort, group_field="category",
+                                     distance=HUMAN_DISTANCE_SQL) == len(want) // 2
         sub = [r for r in exp if r["group"] == "food" and (r["confidence"] if not math.isnan(r["confidence"])
                                                              else -1) >= 0.7]
         assert s.failing_count("big", group_field="category", group="food", min_conf=0.7) == len(sub)

@@ -409,6 +409,12 @@ class DashboardScreen(BaseScreen):
         cal.append(fmt(snap.ece))
         cal.append("   mce ", style="bold")
         cal.append(fmt(snap.mce))
+        if not math.isnan(snap.ece_raw):
+            # which confidence each ECE uses (docs/METRICS.md): renormalised over the answers, or raw
+            cal.append("  (P(pred) renormalised)")
+            cal.append("\nece_raw ", style="bold")
+            cal.append(fmt(snap.ece_raw))
+            cal.append("  (raw P(pred))")
         cal.append("\nbrier ", style="bold")
         cal.append(fmt(snap.brier))
         if not math.isnan(snap.brier_yes):

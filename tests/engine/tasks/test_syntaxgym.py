@@ -123,6 +123,37 @@ def test_published_gpt2xl_scores_match_syntaxgym_org():
     assert len(g) == 34
 
 
+@pytest.mark.skipif(not (SG_DIR / "published").is_dir(), reason="shared SyntaxGym published results not present")
+def test_macro_and_micro_sg_scores_of_the_published_gpt2xl_items():
+    """The pipeline's `sg_score` (macro: mean over the 34 suites, as Hu et al. report it) and
+    `sg_score_micro` (pooled 718 / 842) on GPT-2 XL's published per-item results, by hand."""
+    raw = pd.read_csv(SG_DIR / "published" / "syntaxgym_results_gpt-2-xl-pretrained_.csv")
+    corr = raw["correct"].astype(str).str.lower().eq("true").astype(float)
+    df = pd.DataFrame({"error": None, "correct": corr, "extra": None,
+                       "fields": [json.dumps({"suite": s}) for s in raw["suite"]]})
+    rows = sg_rows(df, {"run_id": "r", "model": "gpt-2-xl", "task": "syntaxgym"}, {})
+    overall = next(r for r in rows if r["metric"] == "sg_score" and not r["group"])
+    micro = next(r for r in rows if r["metric"] == "sg_score_micro")
+    assert (int(corr.sum()), len(corr)) == (718, 842)
+    assert micro["value"] == pytest.approx(718 / 842) and micro["n"] == 842
+    by_suite = {s: sum(c) / len(c) for s, c in corr.groupby(raw["suite"]).agg(list).items()}
+    assert len(by_suite) == 34
+    assert overall["value"] == pytest.approx(sum(by_suite.values()) / 34)
+    assert round(overall["value"], 4) == 0.8311  # docs/METHODS.md
+    assert not any(r["metric"] == "sg_score_circuits" for r in rows)  # the suites name no circuit
+
+
+def test_sg_score_per_circuit_is_the_mean_over_its_suites():
+    recs = [("a", "agreement", [1, 1, 0, 0]), ("b", "agreement", [1, 1, 1, 1]), ("c", "licensing", [1, 0])]
+    df = pd.DataFrame([{"error": None, "correct": float(v), "extra": None,
+                        "fields": json.dumps({"suite": s, "circuit": c})} for s, c, vs in recs for v in vs])
+    rows = sg_rows(df, {"run_id": "r", "model": "m", "task": "syntaxgym"}, {})
+    circ = {r["group"]["circuit"]: r["value"] for r in rows if "circuit" in r["group"]}
+    assert circ == pytest.approx({"agreement": (0.5 + 1.0) / 2, "licensing": 0.5})
+    (c_all,) = [r["value"] for r in rows if r["metric"] == "sg_score_circuits"]
+    assert c_all == pytest.approx((0.75 + 0.5) / 2)
+
+
 def test_rt_fit_recovers_linear_effects_on_held_out_words():
     rng = np.random.default_rng(1)
     n = 400
