@@ -365,10 +365,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             rows += build_report(store, run, args.by)
         ws_rows, ws_text = worldsense_reports(store, runs)
     finally:
-        store.close()
-    from llmscope.analysis.metrics import flush_metrics_cache
-
-    flush_metrics_cache(store.path)  # metrics cache entries, written once the read-only file is closed
+        store.close()  # read-only: the metrics cache went to the file beside it (store/metrics_cache.py)
     if args.json:
         print(json.dumps(rows + ws_rows, indent=1, default=str))
     else:
@@ -524,10 +521,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     finally:
         for st in stores:
             st.close()
-    from llmscope.analysis.metrics import flush_metrics_cache
-
-    for st in stores:
-        flush_metrics_cache(st.path)  # metrics cache entries, written once the read-only file is closed
     print(json.dumps(out, indent=1, default=str) if args.json else format_compare(out))
     return 0
 
