@@ -138,7 +138,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             prep = prepare_run(store, req)  # the suite, options and stored run, checked with no model loaded
         except RunComplete as e:
             print(f"llmscope: {e}", file=sys.stderr)
-            return 0
+            return 1 if e.n_errors else 0  # as a run that ends with errors stored
         reporter.on_message("info", f"loading model {prep.config.model or 'SmolLM2-135M-Instruct (embedded default)'} ...")
         started = start_run(store, prep, [reporter], db=args.db, warn=lambda m: reporter.on_message("warning", m))
         runner = started.runner

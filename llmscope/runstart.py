@@ -35,9 +35,10 @@ from llmscope.engine.runner import RunBusy
 class RunComplete(Exception):
     """The run asked for already holds every result asked for: nothing is loaded or written."""
 
-    def __init__(self, message: str, run_id: str) -> None:
+    def __init__(self, message: str, run_id: str, n_errors: int = 0) -> None:
         super().__init__(message)
         self.run_id = run_id
+        self.n_errors = n_errors  # asked-for results stored as errors (kept by --no-retry-errors)
 
 
 @dataclass
@@ -209,6 +210,9 @@ def prepare_run(store: Any, req: RunRequest) -> PreparedRun:
         have = {(str(i), str(v)) for i, v in store.execute(
             f"SELECT item_id, variant FROM results WHERE run_id = ?{cond}", [rid]).fetchall()}
         n_asked, n_have = len(asked), len(asked & have)
+        errs = {(str(i), str(v)) for i, v in store.execute(
+            "SELECT item_id, variant FROM results WHERE run_id = ? AND error IS NOT NULL", [rid]).fetchall()}
+        n_err = len(asked & errs)
         status = effective_status(existing)
         if status == "running" and existing.get("owner_pid") != os.getpid():
             raise RunBusy(f"run {rid} is being written by process {existing.get('owner_pid')} on "
@@ -217,10 +221,11 @@ def prepare_run(store: Any, req: RunRequest) -> PreparedRun:
             total = int(existing.get("n_total") or 0)
             stored = int(store.count_results(rid)[0])
             whole = f"; the run holds {stored}/{total}" if limit is not None and total != n_asked else ""
+            kept = f", {n_err} of them errors kept by --no-retry-errors" if n_err else ""
             raise RunComplete(
-                f"run {rid} is already complete ({n_have}/{n_asked} results asked for{whole}); nothing to score: "
-                f"raise or drop --limit to extend it, `llmscope rerun {rid} --where EXPR` scores items again "
-                "as a new run, or change an option (e.g. --seed) for another run", rid)
+                f"run {rid} is already complete ({n_have}/{n_asked} results asked for{whole}{kept}); nothing to "
+                f"score: raise or drop --limit to extend it, `llmscope rerun {rid} --where EXPR` scores items "
+                "again as a new run, or change an option (e.g. --seed) for another run", rid, n_err)
     return PreparedRun(req, suite, cfg, task_opts, limit, key, existing, n_asked, n_have)
 
 
