@@ -67,7 +67,9 @@ class RunRequest:
     cache: bool = True  # the shared response cache (also off with $LLMSCOPE_RESPONSE_CACHE=off)
     plan: tuple[dict[str, Any], str, str] | None = None  # (plan body, its hash, its path)
     rerun: RerunOf | None = None
-    model_arg: str | None = None  # recorded model argument when it differs from config.model (rerun)
+    model_arg: str | None = (
+        None  # recorded model argument when it differs from config.model (rerun)
+    )
 
 
 @dataclass
@@ -80,7 +82,9 @@ class PreparedRun:
     task_options: dict[str, Any]
     limit: int | None
     request_key: str
-    existing: dict[str, Any] | None  # the stored run this request continues, when known before loading
+    existing: (
+        dict[str, Any] | None
+    )  # the stored run this request continues, when known before loading
     n_asked: int  # results asked for (work units: item x variant)
     n_have: int  # of those, stored (without error, unless errors are kept)
 
@@ -97,7 +101,11 @@ def task_identity(suite: Any, task_opts: dict[str, Any]) -> dict[str, Any]:
     """The task part of a run's identity (as `RunPlan.config` records it), without a model."""
     from llmscope.engine.runner import RunPlan
 
-    desc = RunPlan(suite=suite, model_label="", model_arg=None, task_options=task_opts).task().describe()
+    desc = (
+        RunPlan(suite=suite, model_label="", model_arg=None, task_options=task_opts)
+        .task()
+        .describe()
+    )
     desc.pop("templates", None)
     return dict(json.loads(json.dumps(desc, default=str)))
 
@@ -109,8 +117,13 @@ def _urls(u: Any) -> Any:
     return (u or "").rstrip("/") or None
 
 
-def refuse_identity_change(run: dict[str, Any], stored: BackendConfig, cfg: BackendConfig, suite: Any,
-                           task_opts: dict[str, Any]) -> None:
+def refuse_identity_change(
+    run: dict[str, Any],
+    stored: BackendConfig,
+    cfg: BackendConfig,
+    suite: Any,
+    task_opts: dict[str, Any],
+) -> None:
     """A resume may change speed (concurrency, batch size...) but not what the model answers."""
     norm = [dataclasses.replace(c, base_url=_urls(c.base_url)) for c in (stored, cfg)]
     diffs = norm[0].differences(norm[1])
@@ -123,7 +136,8 @@ def refuse_identity_change(run: dict[str, Any], stored: BackendConfig, cfg: Back
     if diffs:
         raise ConfigError(
             f"resuming run {run['run_id']} with these options would change what it measures: "
-            + "; ".join(diffs) + ". Drop those flags to continue it, or start a new run without --resume."
+            + "; ".join(diffs)
+            + ". Drop those flags to continue it, or start a new run without --resume."
         )
 
 
@@ -133,19 +147,32 @@ def request_key(suite: Any, cfg: BackendConfig, task_opts: dict[str, Any]) -> st
 
     ident = cfg.identity()
     if cfg.kind == "openai":
-        ident["base_url"] = _urls(cfg.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1")
+        ident["base_url"] = _urls(
+            cfg.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        )
     try:
         model_hash = describe_source(parse_model(cfg.model)).get("model_hash")
     except Exception:  # an unreadable model file: the load reports it
         model_hash = None
-    blob = json.dumps({"suite_id": suite.suite_id, "task": task_identity(suite, task_opts), "backend": ident,
-                       "model_hash": model_hash}, sort_keys=True, default=str)
+    blob = json.dumps(
+        {
+            "suite_id": suite.suite_id,
+            "task": task_identity(suite, task_opts),
+            "backend": ident,
+            "model_hash": model_hash,
+        },
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _find_by_key(store: Any, key: str) -> dict[str, Any] | None:
-    row = store.execute("SELECT run_id FROM runs WHERE json_extract_string(options, '$.request_key') = ? "
-                        "ORDER BY started_at DESC LIMIT 1", [key]).fetchone()
+    row = store.execute(
+        "SELECT run_id FROM runs WHERE json_extract_string(options, '$.request_key') = ? "
+        "ORDER BY started_at DESC LIMIT 1",
+        [key],
+    ).fetchone()
     return store.get_run(str(row[0])) if row else None
 
 
@@ -175,15 +202,19 @@ def prepare_run(store: Any, req: RunRequest) -> PreparedRun:
         stored_cfg = rin.config
         cfg = dataclasses.replace(stored_cfg, **req.overrides)
     if not suite_name:
-        raise ConfigError("--suite is required (a built-in name, see `llmscope suites`, or a spec path)")
+        raise ConfigError(
+            "--suite is required (a built-in name, see `llmscope suites`, or a spec path)"
+        )
     cfg, _spec = cfg.resolve()  # flags checked before anything is loaded or written
     suite = load_suite(suite_name, suite_path)
     if req.rerun is not None:
         keep = set(req.rerun.item_ids)
         suite._items = [it for it in suite.items() if it.item_id in keep]
         if suite.suite_id != req.rerun.run["suite_id"]:
-            raise ConfigError(f"the suite's files changed since run {req.rerun.run['run_id']} ({suite.suite_id} != "
-                              f"{req.rerun.run['suite_id']}); rerun needs the same items")
+            raise ConfigError(
+                f"the suite's files changed since run {req.rerun.run['run_id']} ({suite.suite_id} != "
+                f"{req.rerun.run['suite_id']}); rerun needs the same items"
+            )
     suite.items()  # validate before any model is loaded or anything is written
     if cfg.chat is not None:
         task_opts["chat"] = cfg.chat
@@ -203,34 +234,54 @@ def prepare_run(store: Any, req: RunRequest) -> PreparedRun:
     if existing is not None:
         from llmscope.engine.runner import RunPlan
 
-        plan = RunPlan(suite=suite, model_label="", model_arg=None, task_options=task_opts, limit=limit)
+        plan = RunPlan(
+            suite=suite, model_label="", model_arg=None, task_options=task_opts, limit=limit
+        )
         asked = {(w.item.item_id, w.variant) for w in suite.work(limit, plan.task().options)}
         rid = str(existing["run_id"])
         cond = "" if not req.retry_errors else " AND error IS NULL"
-        have = {(str(i), str(v)) for i, v in store.execute(
-            f"SELECT item_id, variant FROM results WHERE run_id = ?{cond}", [rid]).fetchall()}
+        have = {
+            (str(i), str(v))
+            for i, v in store.execute(
+                f"SELECT item_id, variant FROM results WHERE run_id = ?{cond}", [rid]
+            ).fetchall()
+        }
         n_asked, n_have = len(asked), len(asked & have)
-        errs = {(str(i), str(v)) for i, v in store.execute(
-            "SELECT item_id, variant FROM results WHERE run_id = ? AND error IS NOT NULL", [rid]).fetchall()}
+        errs = {
+            (str(i), str(v))
+            for i, v in store.execute(
+                "SELECT item_id, variant FROM results WHERE run_id = ? AND error IS NOT NULL", [rid]
+            ).fetchall()
+        }
         n_err = len(asked & errs)
         status = effective_status(existing)
         if status == "running" and existing.get("owner_pid") != os.getpid():
-            raise RunBusy(f"run {rid} is being written by process {existing.get('owner_pid')} on "
-                          f"{existing.get('owner_host')}; watch it with `llmscope view`, or wait for it")
+            raise RunBusy(
+                f"run {rid} is being written by process {existing.get('owner_pid')} on "
+                f"{existing.get('owner_host')}; watch it with `llmscope view`, or wait for it"
+            )
         if n_asked and n_have == n_asked:
             total = int(existing.get("n_total") or 0)
             stored = int(store.count_results(rid)[0])
-            whole = f"; the run holds {stored}/{total}" if limit is not None and total != n_asked else ""
+            whole = (
+                f"; the run holds {stored}/{total}"
+                if limit is not None and total != n_asked
+                else ""
+            )
             kept = f", {n_err} of them errors kept by --no-retry-errors" if n_err else ""
             raise RunComplete(
                 f"run {rid} is already complete ({n_have}/{n_asked} results asked for{whole}{kept}); nothing to "
                 f"score: raise or drop --limit to extend it, `llmscope rerun {rid} --where EXPR` scores items "
-                "again as a new run, or change an option (e.g. --seed) for another run", rid, n_err)
+                "again as a new run, or change an option (e.g. --seed) for another run",
+                rid,
+                n_err,
+            )
     return PreparedRun(req, suite, cfg, task_opts, limit, key, existing, n_asked, n_have)
 
 
-def start_run(store: Any, prep: PreparedRun, reporters: list[Any], *, db: str | None = None,
-              warn: Any = None) -> StartedRun:
+def start_run(
+    store: Any, prep: PreparedRun, reporters: list[Any], *, db: str | None = None, warn: Any = None
+) -> StartedRun:
     """Load the model (response cache around it) and make the Runner; publishes the live channel.
 
     `store`: the write connection, or a function that opens it, called once the model is
@@ -246,20 +297,41 @@ def start_run(store: Any, prep: PreparedRun, reporters: list[Any], *, db: str | 
     backend = with_cache(built.backend, enabled=req.cache, warn=warn)
     cfg = built.config
     plan = RunPlan(
-        suite=prep.suite, model_label=built.spec.display(),
+        suite=prep.suite,
+        model_label=built.spec.display(),
         model_arg=req.model_arg if req.model_arg is not None else cfg.model,
-        task_options=prep.task_options, backend_identity=built.identity, seed=cfg.seed, limit=prep.limit,
+        task_options=prep.task_options,
+        backend_identity=built.identity,
+        seed=cfg.seed,
+        limit=prep.limit,
         run_id=str(prep.existing["run_id"]) if req.resume and prep.existing is not None else None,
         window=max(cfg.batch_size * 4, cfg.concurrency * 2, 8),
-        backend_config=cfg.to_dict(), retry_errors=req.retry_errors, request_key=prep.request_key,
+        backend_config=cfg.to_dict(),
+        retry_errors=req.retry_errors,
+        request_key=prep.request_key,
     )
     if req.rerun is not None:
         old = req.rerun
-        plan.run_id = hashlib.sha256(json.dumps(
-            [plan.config(backend.describe().get("model_hash")), old.run["run_id"], old.where, old.item_ids],
-            sort_keys=True, default=str).encode()).hexdigest()[:12]
-        plan.meta = {"rerun_of": {"run_id": old.run["run_id"], "where": old.where, "n_items": len(old.item_ids),
-                                  "model": old.run.get("model")}}
+        plan.run_id = hashlib.sha256(
+            json.dumps(
+                [
+                    plan.config(backend.describe().get("model_hash")),
+                    old.run["run_id"],
+                    old.where,
+                    old.item_ids,
+                ],
+                sort_keys=True,
+                default=str,
+            ).encode()
+        ).hexdigest()[:12]
+        plan.meta = {
+            "rerun_of": {
+                "run_id": old.run["run_id"],
+                "where": old.where,
+                "n_items": len(old.item_ids),
+                "model": old.run.get("model"),
+            }
+        }
     if callable(store):
         store = store()
     extra: list[Any] = []
@@ -267,8 +339,13 @@ def start_run(store: Any, prep: PreparedRun, reporters: list[Any], *, db: str | 
         from llmscope.plan import PlanRecorder, deviations
 
         body, digest, path = req.plan
-        devs = deviations(body, suite_id=prep.suite.suite_id, model=cfg.model, task_options=prep.task_options,
-                          seed=cfg.seed)
+        devs = deviations(
+            body,
+            suite_id=prep.suite.suite_id,
+            model=cfg.model,
+            task_options=prep.task_options,
+            seed=cfg.seed,
+        )
         for d in devs:
             if warn is not None:
                 warn(f"run differs from plan {path}: {d}")
@@ -289,7 +366,9 @@ async def execute(started: StartedRun, info: Any = None) -> Any:
         if choice.get("method") and info is not None:
             info(f"method: {choice['method']} ({choice.get('reason')})")
         scoring = backend.describe().get("scoring") or {}
-        if scoring.get("loglik_path") == "padded" and info is not None:  # the tree-mask fallback (hf)
+        if (
+            scoring.get("loglik_path") == "padded" and info is not None
+        ):  # the tree-mask fallback (hf)
             info(f"log-likelihoods: padded path ({scoring.get('reason')})")
         return await runner.run()
     finally:

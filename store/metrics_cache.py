@@ -70,10 +70,14 @@ class MetricsCache:
         try:
             con.execute("DROP TABLE IF EXISTS entries")
             con.execute("DROP TABLE IF EXISTS frames")
-            con.execute("CREATE TABLE entries (run_id TEXT, config TEXT, fingerprint TEXT, headline TEXT, "
-                        "payload TEXT, written_at REAL, PRIMARY KEY (run_id, config))")
-            con.execute("CREATE TABLE frames (run_id TEXT, config TEXT, name TEXT, data BLOB, "
-                        "PRIMARY KEY (run_id, config, name))")
+            con.execute(
+                "CREATE TABLE entries (run_id TEXT, config TEXT, fingerprint TEXT, headline TEXT, "
+                "payload TEXT, written_at REAL, PRIMARY KEY (run_id, config))"
+            )
+            con.execute(
+                "CREATE TABLE frames (run_id TEXT, config TEXT, name TEXT, data BLOB, "
+                "PRIMARY KEY (run_id, config, name))"
+            )
             con.execute(f"PRAGMA user_version = {_SCHEMA}")
             con.execute("COMMIT")
         except BaseException:
@@ -81,18 +85,26 @@ class MetricsCache:
             raise
 
     # -- reads -----------------------------------------------------------------------------
-    def get(self, run_id: str, config: str, fingerprint: str) -> tuple[dict[str, Any], dict[str, bytes]] | None:
+    def get(
+        self, run_id: str, config: str, fingerprint: str
+    ) -> tuple[dict[str, Any], dict[str, bytes]] | None:
         """(payload, frames as Arrow IPC bytes) of the entry for exactly these rows, or None."""
         try:
             with self._connect(create=False) as con:
                 if con is None:
                     return None
-                row = con.execute("SELECT payload FROM entries WHERE run_id = ? AND config = ? AND fingerprint = ?",
-                                  [run_id, config, fingerprint]).fetchone()
+                row = con.execute(
+                    "SELECT payload FROM entries WHERE run_id = ? AND config = ? AND fingerprint = ?",
+                    [run_id, config, fingerprint],
+                ).fetchone()
                 if row is None:
                     return None
-                frames = dict(con.execute("SELECT name, data FROM frames WHERE run_id = ? AND config = ?",
-                                          [run_id, config]).fetchall())
+                frames = dict(
+                    con.execute(
+                        "SELECT name, data FROM frames WHERE run_id = ? AND config = ?",
+                        [run_id, config],
+                    ).fetchall()
+                )
         except sqlite3.Error:
             return None  # busy past the wait, damaged, another layout: recomputed
         payload = json.loads(row[0])
@@ -108,7 +120,9 @@ class MetricsCache:
             with self._connect(create=False) as con:
                 if con is None:
                     return {}
-                rows = con.execute("SELECT run_id, fingerprint, headline FROM entries ORDER BY written_at").fetchall()
+                rows = con.execute(
+                    "SELECT run_id, fingerprint, headline FROM entries ORDER BY written_at"
+                ).fetchall()
         except sqlite3.Error:
             return {}
         out: dict[str, dict[str, Any]] = {}
@@ -120,8 +134,14 @@ class MetricsCache:
         return out
 
     # -- writes ----------------------------------------------------------------------------
-    def put(self, run_id: str, config: str, fingerprint: str, payload: dict[str, Any],
-            frames: Mapping[str, bytes]) -> bool:
+    def put(
+        self,
+        run_id: str,
+        config: str,
+        fingerprint: str,
+        payload: dict[str, Any],
+        frames: Mapping[str, bytes],
+    ) -> bool:
         """Store an entry (replacing this run's entries for other rows); False when skipped."""
         text = json.dumps(payload, default=_plain)
         head = json.dumps(payload.get("headline"), default=_plain)
@@ -132,15 +152,26 @@ class MetricsCache:
                     con.execute("BEGIN IMMEDIATE")
                     try:
                         # entries of this run for other rows can never be read again
-                        con.execute("DELETE FROM frames WHERE run_id = ? AND config IN "
-                                    "(SELECT config FROM entries WHERE run_id = ? AND fingerprint <> ?)",
-                                    [run_id, run_id, fingerprint])
-                        con.execute("DELETE FROM entries WHERE run_id = ? AND fingerprint <> ?", [run_id, fingerprint])
-                        con.execute("DELETE FROM frames WHERE run_id = ? AND config = ?", [run_id, config])
-                        con.execute("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?)",
-                                    [run_id, config, fingerprint, head, text, time.time()])
-                        con.executemany("INSERT INTO frames VALUES (?, ?, ?, ?)",
-                                        [(run_id, config, n, sqlite3.Binary(b)) for n, b in frames.items()])
+                        con.execute(
+                            "DELETE FROM frames WHERE run_id = ? AND config IN "
+                            "(SELECT config FROM entries WHERE run_id = ? AND fingerprint <> ?)",
+                            [run_id, run_id, fingerprint],
+                        )
+                        con.execute(
+                            "DELETE FROM entries WHERE run_id = ? AND fingerprint <> ?",
+                            [run_id, fingerprint],
+                        )
+                        con.execute(
+                            "DELETE FROM frames WHERE run_id = ? AND config = ?", [run_id, config]
+                        )
+                        con.execute(
+                            "INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?)",
+                            [run_id, config, fingerprint, head, text, time.time()],
+                        )
+                        con.executemany(
+                            "INSERT INTO frames VALUES (?, ?, ?, ?)",
+                            [(run_id, config, n, sqlite3.Binary(b)) for n, b in frames.items()],
+                        )
                         con.execute("COMMIT")
                     except BaseException:
                         con.execute("ROLLBACK")

@@ -22,8 +22,17 @@ def _suite(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "items.jsonl", "w", encoding="utf-8") as f:
         for i in range(N):
-            f.write(json.dumps({"id": f"k{i}", "text": f"[sess] claim {i}", "gold": "yes" if i % 2 else "no",
-                                "topic": "odd" if i % 2 else "even"}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "id": f"k{i}",
+                        "text": f"[sess] claim {i}",
+                        "gold": "yes" if i % 2 else "no",
+                        "topic": "odd" if i % 2 else "even",
+                    }
+                )
+                + "\n"
+            )
     (folder / "suite.yaml").write_text(
         "name: sessions\ntask: yesno\nitems: items.jsonl\n"
         "templates:\n  a: '{text} Answer yes or no.'\n  b: 'True or not? {text}'\n",
@@ -42,7 +51,9 @@ def _runs(db: Path) -> dict[str, dict[str, Any]]:
             rec = dict(zip(cols, row, strict=True))
             rec["meta"] = json.loads(rec["meta"] or "{}")
             rec["options"] = json.loads(rec["options"] or "{}")
-            rec["n_rows"] = con.execute("SELECT count(*) FROM results WHERE run_id = ?", [rec["run_id"]]).fetchone()[0]
+            rec["n_rows"] = con.execute(
+                "SELECT count(*) FROM results WHERE run_id = ?", [rec["run_id"]]
+            ).fetchone()[0]
             out[str(rec["run_id"])] = rec
         return out
     finally:
@@ -50,8 +61,20 @@ def _runs(db: Path) -> dict[str, dict[str, Any]]:
 
 
 def _run(oai: Any, suite: Path, db: Path, *extra: str, env: dict[str, str] | None = None) -> Any:  # noqa: F811
-    return cli("run", "--suite", str(suite), "--model", "openai:test-model", "--base-url", oai.base_url,
-               "--db", str(db), "--no-report", *extra, env=env or cli_env(OPENAI_API_KEY=CANARY_KEY))
+    return cli(
+        "run",
+        "--suite",
+        str(suite),
+        "--model",
+        "openai:test-model",
+        "--base-url",
+        oai.base_url,
+        "--db",
+        str(db),
+        "--no-report",
+        *extra,
+        env=env or cli_env(OPENAI_API_KEY=CANARY_KEY),
+    )
 
 
 def test_the_same_run_twice_is_complete_before_anything_loads(oai, tmp_path: Path) -> None:  # noqa: F811
@@ -66,7 +89,10 @@ def test_the_same_run_twice_is_complete_before_anything_loads(oai, tmp_path: Pat
     again = _run(oai, suite, db)
     assert again.returncode == 0, again.stderr
     lines = [ln for ln in again.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and f"run {run['run_id']} is already complete ({2 * N}/{2 * N} results" in lines[0]
+    assert (
+        len(lines) == 1
+        and f"run {run['run_id']} is already complete ({2 * N}/{2 * N} results" in lines[0]
+    )
     assert "loading model" not in again.stderr  # nothing built
     assert len(oai.log()) == n_requests  # not even a probe reached the server
     after = _runs(db)[run["run_id"]]
@@ -84,7 +110,9 @@ def test_limit_is_the_same_run_partly_done(oai, tmp_path: Path) -> None:  # noqa
     same = _run(oai, suite, db, "--limit", "2")
     assert "is already complete (4/4 results" in same.stderr, same.stderr
     smaller = _run(oai, suite, db, "--limit", "1")
-    assert "is already complete (2/2 results asked for; the run holds 4/4)" in smaller.stderr, smaller.stderr
+    assert "is already complete (2/2 results asked for; the run holds 4/4)" in smaller.stderr, (
+        smaller.stderr
+    )
     whole = _run(oai, suite, db)  # no limit: the same run, extended to every item
     assert whole.returncode == 0, whole.stderr
     runs = _runs(db)
@@ -106,14 +134,18 @@ def _hits(run: dict[str, Any]) -> int:
 def test_rerun_reuses_the_response_cache(oai, tmp_path: Path) -> None:  # noqa: F811
     oai.script("[sess]", top=[["Yes", -0.3], ["No", -1.4]])
     suite, db = _suite(tmp_path / "s"), tmp_path / "r.duckdb"
-    env = cli_env(OPENAI_API_KEY=CANARY_KEY, LLMSCOPE_RESPONSE_CACHE=str(tmp_path / "responses.sqlite"))
+    env = cli_env(
+        OPENAI_API_KEY=CANARY_KEY, LLMSCOPE_RESPONSE_CACHE=str(tmp_path / "responses.sqlite")
+    )
     assert _run(oai, suite, db, env=env).returncode == 0
     (rid,) = _runs(db)
     n_requests = len(oai.log())
     proc = cli("rerun", rid, "--where", "item_id = 'k1'", "--db", str(db), "--no-report", env=env)
     assert proc.returncode == 0, proc.stderr
     (new,) = [r for k, r in _runs(db).items() if k != rid]
-    assert new["meta"]["rerun_of"]["run_id"] == rid and new["n_rows"] == 2  # one item, two templates
+    assert (
+        new["meta"]["rerun_of"]["run_id"] == rid and new["n_rows"] == 2
+    )  # one item, two templates
     assert _hits(new) == 2  # both prompts were scored by the first run
     assert len(oai.log()) - n_requests <= 1  # at most the capability probe
 
@@ -136,7 +168,9 @@ async def test_a_tui_form_run_reuses_the_cli_s_responses(oai, tmp_path: Path, mo
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         app.start_run(run.params())
-        assert await wait_until(pilot, lambda: any(h.reporter.ended for h in app.running.values()), timeout=60)
+        assert await wait_until(
+            pilot, lambda: any(h.reporter.ended for h in app.running.values()), timeout=60
+        )
         await settle(pilot)
     (tui_run,) = _runs(tui_db).values()
     assert tui_run["n_rows"] == 2 * N and tui_run["status"] == "completed"
