@@ -24,7 +24,8 @@ reads progress from that file and tails `results.jsonl`; item text comes from
 the suite's own files. Once the run has ended, the viewer opens the database
 read-only, and only around each batch of reads, so it never keeps the next
 `llmscope run` from taking the file. If `llmscope` finds the file locked by
-another process it falls back to watch mode and says so.
+another process it shows the live channel and says so until a read succeeds again
+(`set_blocked`; docs/ARCHITECTURE.md "Many processes, one file").
 
 Refresh: dashboards poll at most once a second and redraw only panels whose
 numbers changed; the failing-items list is a Line-API widget that renders only
