@@ -1162,11 +1162,11 @@ def run_metrics(store: Any, run: Mapping[str, Any], by: Sequence[str] | None = N
     """:func:`compute_metrics` for a stored run, reading only what its producers need.
 
     Results are cached per (database, run, rows fingerprint, grouping, configuration): in
-    memory, and for a full computation (``producers`` None) in the store's `analyses` table
-    (kind ``metrics``), so another process (the next `llmscope report`, the TUI, the runs
-    list) reads them instead of recomputing. A read-only store keeps them pending until
-    :func:`flush_metrics_cache`. Any added, replaced or deleted row changes the fingerprint,
-    so a stale entry is never read.
+    memory, and for a full computation (``producers`` None) in the database's sidecar cache
+    (`store/metrics_cache.py`, `<db>.metrics.sqlite`), so another process (the next
+    `llmscope report`, the TUI, the runs list) reads them instead of recomputing. The
+    DuckDB file itself is never written here: a read-only store stays read-only. Any added,
+    replaced or deleted row changes the fingerprint, so a stale entry is never read.
     """
     rid = str(run["run_id"])
     spec = store.suite_spec(run["suite_id"]) if run.get("suite_id") else {}
@@ -1176,11 +1176,12 @@ def run_metrics(store: Any, run: Mapping[str, Any], by: Sequence[str] | None = N
            tuple(producers) if producers is not None else None, json.dumps(dict(run), sort_keys=True, default=str))
     if cache and key in _CACHE:
         return _CACHE[key]
-    stored = cache and hasattr(store, "save_analysis")
+    side = getattr(store, "metrics_cache", None) if cache else None
+    stored = side is not None
     persist = stored and producers is None
     config = _cache_config(run, by_l, bootstrap) if stored else ""
     fp = str(sig[0]) if sig else ""
-    rm = _load_cached(store, rid, config, fp, bootstrap) if stored else None
+    rm = _load_cached(side, rid, config, fp, bootstrap) if stored else None
     if rm is not None and producers is not None:
         # A full computation of these rows is stored: the producers asked for are a subset
         # of it (the dashboard and compare of a finished run read the report's numbers).
@@ -1198,7 +1199,7 @@ def run_metrics(store: Any, run: Mapping[str, Any], by: Sequence[str] | None = N
             rm = compute_metrics(df, run, spec, by_l, store=store, bootstrap=bootstrap, producers=producers,
                                  profile=profile)
         if persist:
-            _save_cached(store, rm, config, fp)
+            _save_cached(side, rm, config, fp)
     if cache:
         if len(_CACHE) >= _CACHE_MAX:
             _CACHE.pop(next(iter(_CACHE)))
@@ -1208,17 +1209,11 @@ def run_metrics(store: Any, run: Mapping[str, Any], by: Sequence[str] | None = N
 
 # -- the persistent cache ----------------------------------------------------------------------
 CACHE_VERSION = 1  # bump when a producer's numbers change, so old entries are not read
-CACHE_KIND = "metrics"
-ARTIFACTS_KIND = "metrics_artifacts"
 # The metric a run is summed up by (runs list, first in the report): the published metric first.
 HEADLINE = ("worldsense_accuracy", "sg_score", "accuracy", "token_f1", "probeval_kl", "flagged_rate")
 # Artifacts kept in memory only: the per-tuple WorldSense table (40k rows a run) is needed only
 # when two runs share a model and prompting; the report then rebuilds it from the rows.
 UNCACHED_ARTIFACTS = frozenset({"worldsense_tuples"})
-# Entries a read-only store could not take: (database path, run id) -> (payload, artifacts).
-_PENDING: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any]]] = {}
-
-
 def headline(rm: RunMetrics) -> Metric | None:
     """The run's headline metric (:data:`HEADLINE` order, overall group), or None."""
     for name in HEADLINE:
@@ -1257,56 +1252,46 @@ def _code_fingerprint() -> str:
     return _CODE_FP[0]
 
 
-def _load_cached(store: Any, rid: str, config: str, fp: str, bootstrap: BootstrapConfig) -> RunMetrics | None:
-    row = store.execute("SELECT payload FROM analyses WHERE run_id = ? AND kind = ?", [rid, CACHE_KIND]).fetchone()
-    p = decode_json(row[0]) if row else None
-    if not isinstance(p, dict) or p.get("config") != config or p.get("fingerprint") != fp:
+def _load_cached(side: Any, rid: str, config: str, fp: str, bootstrap: BootstrapConfig) -> RunMetrics | None:
+    """The sidecar's entry for exactly these rows and this configuration, or None."""
+    got = side.get(rid, config, fp)
+    if got is None:
         return None
+    p, frames = got
     r = p["run"]
     rm = RunMetrics(r["run_id"], r["model"], r.get("suite"), r.get("task"), r["cluster_unit"], bootstrap,
                     [Metric(**m) for m in p["metrics"]])
     rm.artifacts = dict(p.get("artifacts") or {})
     for name in p.get("frames") or []:
-        # The base64 text is taken out by DuckDB's JSON reader: decoding the whole payload in
-        # Python costs more than the frame itself (a regex pass over every digit).
-        path = "$.frames." + json.dumps(str(name))
-        row = store.execute("SELECT json_extract_string(payload, '$.config'), "
-                            "json_extract_string(payload, '$.fingerprint'), json_extract_string(payload, ?) "
-                            "FROM analyses WHERE run_id = ? AND kind = ?", [path, rid, ARTIFACTS_KIND]).fetchone()
-        if not row or row[0] != config or row[1] != fp or not isinstance(row[2], str):
-            return None  # missing, stale or in an older layout: recompute
-        rm.artifacts[str(name)] = _frame_from_text(row[2])
+        rm.artifacts[str(name)] = _frame_from_bytes(frames[name])
     return rm
 
 
-def _frame_to_text(df: pd.DataFrame) -> str:
-    """A frame as base64 Arrow IPC (zstd): the cache's `analyses` payload is text, and this
-    reads back ~50x faster than the same 40k WorldSense tuples as JSON records."""
-    import base64
-
+def _frame_to_bytes(df: pd.DataFrame) -> bytes:
+    """A frame as Arrow IPC (zstd): reads back ~50x faster than the same 40k WorldSense
+    tuples as JSON records."""
     import pyarrow as pa
 
     sink = pa.BufferOutputStream()
     table = pa.Table.from_pandas(df, preserve_index=False)
     with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as w:
         w.write_table(table)
-    return base64.b64encode(sink.getvalue().to_pybytes()).decode("ascii")
+    return bytes(sink.getvalue().to_pybytes())
 
 
-def _frame_from_text(text: str) -> pd.DataFrame:
-    import base64
-
+def _frame_from_bytes(data: bytes) -> pd.DataFrame:
     import pyarrow as pa
 
-    with pa.ipc.open_stream(pa.py_buffer(base64.b64decode(text))) as r:
+    with pa.ipc.open_stream(pa.py_buffer(data)) as r:
         out: pd.DataFrame = r.read_all().to_pandas()
     return out
 
 
-def _save_cached(store: Any, rm: RunMetrics, config: str, fp: str) -> None:
+def _save_cached(side: Any, rm: RunMetrics, config: str, fp: str) -> None:
+    """Store a full computation in the sidecar (skipped, never waited for, when it is busy)."""
     h = headline(rm)
     scalars = {k: v for k, v in rm.artifacts.items() if not isinstance(v, pd.DataFrame)}
-    frames = {k: _frame_to_text(v) for k, v in rm.artifacts.items()
+    frames = {k: _frame_to_bytes(v) for k, v in rm.artifacts.items()
               if isinstance(v, pd.DataFrame) and k not in UNCACHED_ARTIFACTS}
     payload = {
         "version": CACHE_VERSION, "config": config, "fingerprint": fp,
@@ -1315,38 +1300,7 @@ def _save_cached(store: Any, rm: RunMetrics, config: str, fp: str) -> None:
                 "cluster_unit": rm.cluster_unit},
         "metrics": [asdict(m) for m in rm.metrics], "artifacts": scalars, "frames": sorted(frames),
     }
-    arts = {"config": config, "fingerprint": fp, "frames": frames}
-    if getattr(store, "read_only", False):
-        _PENDING[(str(getattr(store, "path", "")), rm.run_id)] = (payload, arts)
-        return
-    _write_cached(store, rm.run_id, payload, arts)
-
-
-def _write_cached(store: Any, rid: str, payload: dict[str, Any], arts: dict[str, Any]) -> None:
-    if payload["frames"]:
-        store.save_analysis(rid, ARTIFACTS_KIND, arts)
-    store.save_analysis(rid, CACHE_KIND, payload)
-
-
-def flush_metrics_cache(path: str) -> int:
-    """Write the cache entries computed on a read-only store of ``path`` (`llmscope report`
-    opens the file read-only); returns how many. When another process holds the file the
-    entries are dropped: a cache, recomputed next time, never a number of its own."""
-    from llmscope.store.db import Store, StoreError
-
-    todo = {rid: v for (p, rid), v in _PENDING.items() if p == str(path)}
-    for rid in todo:
-        _PENDING.pop((str(path), rid), None)
-    if not todo:
-        return 0
-    try:
-        with Store(path) as st:
-            for rid, (payload, arts) in todo.items():
-                if st.get_run(rid) is not None and rows_signature(st, rid)[0] == payload["fingerprint"]:
-                    _write_cached(st, rid, payload, arts)
-    except StoreError:
-        return 0
-    return len(todo)
+    side.put(rm.run_id, config, fp, payload, frames)
 
 
 # -- comparisons -----------------------------------------------------------------------------
@@ -1463,8 +1417,8 @@ def metrics_markdown() -> str:
         "  fields the others read are fetched (item fields extracted by DuckDB once per suite). Results",
         "  are cached per run, configuration (grouping, bootstrap, run options, a hash of the metrics",
         "  code) and rows fingerprint (count, last seq, last write, errors, sum of `correct`), in",
-        "  memory and in the store (`analyses` kind `metrics`; `llmscope report`",
-        "  writes the entries back after reading the file read-only), so any added, replaced or",
+        "  memory and in a cache file beside the database (`<db>.metrics.sqlite`; reading a run never",
+        "  writes the database itself), so any added, replaced or",
         "  deleted row recomputes them. The runs list shows each run's headline metric from this cache",
         "  (`worldsense_accuracy` for WorldSense, `sg_score` for SyntaxGym, else `accuracy`), and plain",
         "  `accuracy` (mean of `correct`, named so) for a run not computed since its rows changed.",

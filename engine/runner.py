@@ -55,6 +55,8 @@ class RunPlan:
     window: int = 64  # items in flight
     backend_config: dict[str, Any] | None = None  # engine.config.BackendConfig.to_dict(), stored with the run
     retry_errors: bool = True  # a reopened run scores its errored items again
+    request_key: str | None = None  # llmscope/runstart.py: matches a request to this run before loading
+    meta: dict[str, Any] | None = None  # recorded in the run's meta (e.g. `rerun_of`)
 
     def task(self) -> Task:
         opts = dict(self.suite.task_options)
@@ -111,6 +113,7 @@ class Runner:
         self.run_id = ""
         self.retried_errors = 0
         self.progress: Progress | None = None
+        self._session_started: dt.datetime | None = None
 
     # -- setup -----------------------------------------------------------------------------
     def prepare_run(self) -> tuple[dict[str, Any], list[Work]]:
@@ -131,6 +134,7 @@ class Runner:
         if self.plan.backend_config is not None:
             owner["backend_config"] = self.plan.backend_config
         self.retried_errors = 0
+        self._session_started = _utcnow()
         if existing is None:
             self.store.create_run(
                 {
@@ -148,9 +152,10 @@ class Runner:
                     "template_hash": desc.get("template_hash"),
                     "seed": self.plan.seed,
                     "options": {"task": task_desc, "backend": self.plan.backend_identity,
-                                "model_arg": self.plan.model_arg, "limit": self.plan.limit},
+                                "model_arg": self.plan.model_arg, "limit": self.plan.limit,
+                                **({"request_key": self.plan.request_key} if self.plan.request_key else {})},
                     "versions": {"llmscope": llmscope.__version__, **desc.get("versions", {})},
-                    "meta": {"backend": desc, "suite": suite.describe()},
+                    "meta": {"backend": desc, "suite": suite.describe(), **(self.plan.meta or {})},
                     "config_hash": config_hash,
                     "n_total": len(all_work),
                     "status": "running",
@@ -170,7 +175,14 @@ class Runner:
             n_total = max(len(all_work), int(existing.get("n_total") or 0))
             if self.plan.retry_errors:
                 self.retried_errors = self.store.delete_error_results(run_id)
-            self.store.update_run(run_id, status="running", n_total=n_total, ended_at=None,
+            # A later session may ask for another --limit (the same run, more or fewer items):
+            # `--resume` then continues what was asked last. The request key is added to runs
+            # recorded before it existed, so the next identical request is matched before loading.
+            opts = dict(existing.get("options") or {})
+            opts["limit"] = self.plan.limit
+            if self.plan.request_key and not opts.get("request_key"):
+                opts["request_key"] = self.plan.request_key
+            self.store.update_run(run_id, status="running", n_total=n_total, ended_at=None, options=opts,
                                   batch_size=desc.get("batch_size"), device=desc.get("device"), **owner)
         self.run_id = run_id
         done = self.store.done_keys(run_id)
@@ -325,10 +337,24 @@ class Runner:
         meta = self.store.get_run(self.run_id) or {}
         old_meta = meta.get("meta")
         m: dict[str, Any] = dict(old_meta) if isinstance(old_meta, dict) else {}
-        m["backend_stats"] = self.backend.stats()
-        m["last_session"] = {"seconds": round(prog.elapsed_s, 3), "items": prog.done - prog.skipped,
-                             "items_per_s": prog.items_per_s, "tokens_per_s": prog.tokens_per_s,
-                             "retried_errors": self.retried_errors}
+        # Every session is appended to `meta.sessions`, never replaced. `last_session` and
+        # `backend_stats` (read by analysis/api_method.py and older readers) are the latest
+        # session that scored something: a session with nothing to do keeps the record it found.
+        stats = self.backend.stats()
+        last = {"seconds": round(prog.elapsed_s, 3), "items": prog.done - prog.skipped,
+                "items_per_s": prog.items_per_s, "tokens_per_s": prog.tokens_per_s,
+                "retried_errors": self.retried_errors}
+        sessions = [s for s in (m.get("sessions") or []) if isinstance(s, dict)]
+        if not sessions and isinstance(m.get("last_session"), dict):  # recorded before sessions were kept
+            sessions.append({**m["last_session"], "backend_stats": m.get("backend_stats")})
+        started = self._session_started
+        sessions.append({**last, "status": status, "limit": self.plan.limit, "backend_stats": stats,
+                         "started_at": started.isoformat() if started else None,
+                         "ended_at": _utcnow().isoformat(), "pid": os.getpid(), "host": socket.gethostname()})
+        m["sessions"] = sessions
+        if last["items"] > 0 or not isinstance(m.get("last_session"), dict):
+            m["backend_stats"] = stats
+            m["last_session"] = last
         end_fields: dict[str, Any] = {"status": status, "n_done": n_done, "n_errors": n_err, "meta": m,
                                       "heartbeat_at": _utcnow(),
                                       "error": f"{type(failure).__name__}: {failure}" if failure else None}

@@ -99,12 +99,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from llmscope.console import ConsoleReporter
-    from llmscope.data.suites import load_suite
-    from llmscope.engine.config import build_backend, resume_inputs
-    from llmscope.engine.progress import MultiReporter
-    from llmscope.engine.runner import RunInterrupted, Runner, RunPlan
-    from llmscope.live import LiveWriter
+    from llmscope.engine.runner import RunInterrupted
     from llmscope.report import build_report, format_rows
+    from llmscope.runstart import RunComplete, RunRequest, execute, prepare_run, start_run
     from llmscope.store.db import StoreError
 
     _check_positive("--limit", args.limit)
@@ -113,18 +110,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     store = _open_store(args.db)
     try:
         task_opts = _parse_opts(args.opt)
-        suite_name, suite_path, limit = args.suite, args.suite_path, args.limit
-        run: dict[str, Any] | None = None
-        base_cfg = None
-        if args.resume:
-            run = store.find_run(args.resume)
-            if run is None:
-                raise CLIError(f"no run {args.resume!r} in {args.db}")
-            rin = resume_inputs(run)
-            suite_name, suite_path = rin.suite_name, rin.suite_path
-            task_opts = {**rin.task_options, **task_opts}
-            limit = args.limit if args.limit is not None else rin.limit
-            base_cfg = rin.config
+        suite_name, suite_path = args.suite, args.suite_path
         plan_info = None
         if getattr(args, "plan", None):  # pre-registration (llmscope/plan.py)
             from llmscope.plan import PlanError, plan_hash, read_plan
@@ -141,74 +127,34 @@ def _cmd_run(args: argparse.Namespace) -> int:
             task_opts = {**(plan_body.get("task_options") or {}), **task_opts}
             if args.seed is None:
                 args.seed = int(plan_body.get("seed", 0))
-            plan_info = (plan_body, plan_hash(args.plan))
-        if not suite_name:
-            raise CLIError("--suite is required (a built-in name, see `llmscope suites`, or a spec path)")
-        cfg = config_from_args(args, base_cfg)
-        cfg, _spec = cfg.resolve()  # flags checked before anything is loaded or written
-        suite = load_suite(suite_name, suite_path)
-        suite.items()  # validate before any model is loaded or anything is written
-        if cfg.chat is not None:
-            task_opts["chat"] = cfg.chat
-        if run is not None and base_cfg is not None:
-            _refuse_identity_change(run, base_cfg, cfg, suite, task_opts)
-        from llmscope.engine.tasks.options import TaskOptionError, validate_task_options
-
-        try:
-            validate_task_options(suite.task, {**suite.task_options, **task_opts})
-        except TaskOptionError as e:
-            raise CLIError(f"task options (--opt, --chat, suite task_options): {e}") from None
-        # design options (counterbalancing, few-shot) given with --opt shape the work list too
-        suite.task_options = {**suite.task_options, **task_opts}
-        suite.work(1)  # validates the design options before the model loads
+            plan_info = (plan_body, plan_hash(args.plan), str(args.plan))
+        given = {k: getattr(args, k) for k in CONFIG_FLAGS if getattr(args, k, None) is not None}
+        if args.model is not None:
+            given["model"] = args.model
+        req = RunRequest(suite_name=suite_name, suite_path=suite_path, config=config_from_args(args),
+                         task_options=task_opts, limit=args.limit, resume=args.resume, overrides=given,
+                         retry_errors=not args.no_retry_errors, cache=not args.no_cache, plan=plan_info)
         reporter = ConsoleReporter(quiet=args.quiet)
-        model_arg = cfg.model
-        check_endpoints(args, cfg, reporter.on_message,
-                        stored_in=f"run {run['run_id']} in {args.db}" if run is not None else None)
-        reporter.on_message("info", f"loading model {model_arg or 'SmolLM2-135M-Instruct (embedded default)'} ...")
-        built = build_backend(cfg)
-        backend, spec, ident = built.backend, built.spec, built.identity
-        from llmscope.engine.cache import with_cache
-
-        backend = with_cache(backend, enabled=not args.no_cache,
-                             warn=lambda m: reporter.on_message("warning", m))
-        plan = RunPlan(
-            suite=suite, model_label=spec.display(), model_arg=model_arg, task_options=task_opts,
-            backend_identity=ident, seed=cfg.seed, limit=limit,
-            run_id=run["run_id"] if run is not None else None,
-            window=max(cfg.batch_size * 4, cfg.concurrency * 2, 8),
-            backend_config=built.config.to_dict(), retry_errors=not args.no_retry_errors,
-        )
-        live = LiveWriter(args.db, store=store)
-        extra_reporters: list[Any] = []
-        if plan_info is not None:
-            from llmscope.plan import PlanRecorder, deviations
-
-            devs = deviations(plan_info[0], suite_id=suite.suite_id, model=model_arg, task_options=task_opts, seed=cfg.seed)
-            for d in devs:
-                reporter.on_message("warning", f"run differs from plan {args.plan}: {d}")
-            extra_reporters.append(PlanRecorder(store, plan_info[0], plan_info[1], str(args.plan), devs))
-        runner = Runner(plan, backend, store, MultiReporter(*extra_reporters, reporter, live))
+        try:
+            prep = prepare_run(store, req)  # the suite, options and stored run, checked with no model loaded
+        except RunComplete as e:
+            print(f"llmscope: {e}", file=sys.stderr)
+            return 1 if e.n_errors else 0  # as a run that ends with errors stored
+        check_endpoints(args, prep.config, reporter.on_message,
+                        stored_in=(f"run {prep.existing['run_id']} in {args.db}"
+                                   if args.resume and prep.existing is not None else None))
+        reporter.on_message("info", f"loading model {prep.config.model or 'SmolLM2-135M-Instruct (embedded default)'} ...")
+        started = start_run(store, prep, [reporter], db=args.db, warn=lambda m: reporter.on_message("warning", m))
+        runner = started.runner
         import asyncio
 
         stop: StopSignals = getattr(args, "_stop_signals", None) or StopSignals()
 
         async def main() -> Any:
             stop.attach(asyncio.get_running_loop(), asyncio.current_task())
-            try:
-                # Check the configuration and learn the server's capabilities before
-                # anything is written; BackendConfigError ends the command with one line.
-                # (the backend's notices reach stderr once, through its logger)
-                await backend.probe(suite.task, runner.task.options)
-                choice = (backend.describe().get("method_choice") or {})
-                if choice.get("method"):
-                    reporter.on_message("info", f"method: {choice['method']} ({choice.get('reason')})")
-                scoring = backend.describe().get("scoring") or {}
-                if scoring.get("loglik_path") == "padded":  # the tree-mask fallback (hf backend)
-                    reporter.on_message("info", f"log-likelihoods: padded path ({scoring.get('reason')})")
-                return await runner.run()
-            finally:
-                await backend.aclose()
+            # BackendConfigError from the probe ends the command with one line; the backend's
+            # notices reach stderr once, through its logger.
+            return await execute(started, lambda m: reporter.on_message("info", m))
 
         try:
             prog = asyncio.run(main())
@@ -245,39 +191,6 @@ def resume_hint(run_id: str, db: str) -> str:
     import shlex
 
     return f"llmscope run --resume {shlex.quote(run_id)} --db {shlex.quote(str(db))}"
-
-
-def _task_identity(suite: Any, task_opts: dict[str, Any]) -> dict[str, Any]:
-    from llmscope.engine.runner import RunPlan
-
-    desc = RunPlan(suite=suite, model_label="", model_arg=None, task_options=task_opts).task().describe()
-    desc.pop("templates", None)
-    return dict(json.loads(json.dumps(desc, default=str)))
-
-
-def _refuse_identity_change(run: dict[str, Any], stored: Any, cfg: Any, suite: Any, task_opts: dict[str, Any]) -> None:
-    """A resume may change speed (concurrency, batch size...) but not what the model answers."""
-    import dataclasses
-
-    def _urls(u: Any) -> Any:
-        if isinstance(u, list):  # several endpoints: one is the same as a one-element list
-            u = [str(x).rstrip("/") for x in u]
-            return u[0] if len(u) == 1 else u
-        return (u or "").rstrip("/") or None
-
-    norm = [dataclasses.replace(c, base_url=_urls(c.base_url)) for c in (stored, cfg)]
-    diffs = norm[0].differences(norm[1])
-    stored_task = (run.get("options") or {}).get("task")
-    if isinstance(stored_task, dict):
-        new_task = _task_identity(suite, task_opts)
-        for k in sorted(set(stored_task) | set(new_task)):
-            if stored_task.get(k) != new_task.get(k):
-                diffs.append(f"task.{k}: {stored_task.get(k)!r} -> {new_task.get(k)!r}")
-    if diffs:
-        raise CLIError(
-            f"resuming run {run['run_id']} with these options would change what it measures: "
-            + "; ".join(diffs) + ". Drop those flags to continue it, or start a new run without --resume."
-        )
 
 
 def cmd_suites(args: argparse.Namespace) -> int:
@@ -368,10 +281,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             rows += build_report(store, run, args.by)
         ws_rows, ws_text = worldsense_reports(store, runs)
     finally:
-        store.close()
-    from llmscope.analysis.metrics import flush_metrics_cache
-
-    flush_metrics_cache(store.path)  # metrics cache entries, written once the read-only file is closed
+        store.close()  # read-only: the metrics cache went to the file beside it (store/metrics_cache.py)
     if args.json:
         print(json.dumps(rows + ws_rows, indent=1, default=str))
     else:
@@ -527,10 +437,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     finally:
         for st in stores:
             st.close()
-    from llmscope.analysis.metrics import flush_metrics_cache
-
-    for st in stores:
-        flush_metrics_cache(st.path)  # metrics cache entries, written once the read-only file is closed
     print(json.dumps(out, indent=1, default=str) if args.json else format_compare(out))
     return 0
 

@@ -17,7 +17,6 @@ statements, subqueries, file or table functions.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from pathlib import Path
@@ -144,12 +143,12 @@ def select_items(df: pd.DataFrame, where: str) -> list[str]:
 
 def cmd_rerun(args: argparse.Namespace) -> int:
     import asyncio
+    import dataclasses
 
     from llmscope.console import ConsoleReporter
-    from llmscope.data.suites import load_suite
-    from llmscope.engine.config import build_backend, config_of_run, resume_inputs
-    from llmscope.engine.runner import Runner, RunPlan
+    from llmscope.engine.config import config_of_run, resume_inputs
     from llmscope.report import build_report, format_rows
+    from llmscope.runstart import RerunOf, RunRequest, execute, prepare_run, start_run
 
     store = open_store(args.db)
     try:
@@ -164,12 +163,6 @@ def cmd_rerun(args: argparse.Namespace) -> int:
             raise _cli_error(f"--where {args.where!r} selects no items of run {old['run_id']}")
         opts = old.get("options") or {}
         rin = resume_inputs(old)  # where the run's suite is: its spec, or an external corpus
-        suite = load_suite(rin.suite_name or "", rin.suite_path)
-        keep = set(ids)
-        suite._items = [it for it in suite.items() if it.item_id in keep]
-        if suite.suite_id != old["suite_id"]:
-            raise _cli_error(f"the suite's files changed since run {old['run_id']} ({suite.suite_id} != "
-                             f"{old['suite_id']}); rerun needs the same items")
         task_opts = dict(opts.get("task") or {})
         task_opts.pop("task", None)
         task_opts.update(parse_opts(args.opt))
@@ -179,40 +172,18 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         # The old run's backend config, with the flags given here (and another --model) on top.
         base = config_of_run(old)
         if args.model is not None:
-            import dataclasses
-
             base = dataclasses.replace(base, model=args.model, kind="")
-        new_cfg = config_from_args(args, base)
-        check_endpoints(args, new_cfg.resolve()[0], reporter.on_message,
+        req = RunRequest(suite_name=rin.suite_name or "", suite_path=rin.suite_path,
+                         config=config_from_args(args, base), task_options=task_opts,
+                         cache=not args.no_cache, rerun=RerunOf(old, args.where, ids),
+                         model_arg=model_arg)
+        # one way to start a run (llmscope/runstart.py): the response cache, the session record
+        prep = prepare_run(store, req)
+        check_endpoints(args, prep.config, reporter.on_message,
                         stored_in=f"run {old['run_id']} in {args.db}")
-        built = build_backend(new_cfg)
-        backend, spec, ident = built.backend, built.spec, built.identity
-        cfg = built.config
-        plan = RunPlan(suite=suite, model_label=spec.display(), model_arg=model_arg, task_options=task_opts,
-                       backend_identity=ident, seed=cfg.seed,
-                       window=max(cfg.batch_size * 4, cfg.concurrency * 2, 8),
-                       backend_config=cfg.to_dict())
-        new_id = hashlib.sha256(json.dumps(
-            [plan.config(backend.describe().get("model_hash")), old["run_id"], args.where, ids],
-            sort_keys=True, default=str).encode()).hexdigest()[:12]
-        plan.run_id = new_id
-        runner = Runner(plan, backend, store, reporter)
-
-        async def main() -> Any:
-            try:
-                return await runner.run()
-            finally:
-                await backend.aclose()
-
-        try:
-            prog = asyncio.run(main())
-        finally:
-            row = store.get_run(new_id)
-            if row is not None:
-                meta = dict(row.get("meta") or {})
-                meta["rerun_of"] = {"run_id": old["run_id"], "where": args.where, "n_items": len(ids),
-                                    "model": old.get("model")}
-                store.update_run(new_id, meta=meta)
+        started = start_run(store, prep, [reporter], db=args.db,
+                            warn=lambda m: reporter.on_message("warning", m))
+        prog = asyncio.run(execute(started, lambda m: reporter.on_message("info", m)))
         run_row = store.get_run(prog.run_id)
         if run_row and not args.no_report:
             print(format_rows(build_report(store, run_row)))
@@ -364,6 +335,8 @@ def add_parsers(sub: Any, db_arg: Any) -> None:
     r.add_argument("--timeout", type=float, default=None, help="API request timeout in seconds")
     r.add_argument("--samples", type=int, default=None, help="samples per item when an API gives no logprobs")
     r.add_argument("--reasoning", action="store_true", default=None, help="treat the API model as a reasoning model")
+    r.add_argument("--no-cache", action="store_true",
+                   help="do not reuse or store responses in the shared response cache")
     r.add_argument("--quiet", action="store_true", help="no progress line, only warnings and the report")
     r.add_argument("--no-report", action="store_true", help="do not print the report when the run ends")
     r.set_defaults(func=cmd_rerun)

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 import zstandard
 
 from llmscope.engine.types import Item, ItemDetail, Result
+from llmscope.store.metrics_cache import MetricsCache
 
 SCHEMA_VERSION = 5
 
@@ -399,6 +400,7 @@ class Store:
     def __init__(self, path: str | Path = "llmscope.duckdb", *, read_only: bool = False) -> None:
         self.path = str(path)
         self.read_only = read_only
+        self._metrics_cache: MetricsCache | None = None
         self._lock = threading.RLock()
         self._in_tx = False  # inside `transaction()`: writes join it instead of committing
         p = Path(self.path)
@@ -423,6 +425,15 @@ class Store:
             # WAL) a run of small commits rewrites it again and again (half of a write's cost).
             # Commits stay durable in the WAL; a reopened file replays it.
             self.execute("SET checkpoint_threshold = '256MiB'")
+
+    @property
+    def metrics_cache(self) -> MetricsCache | None:
+        """The metrics pipeline's cache beside this file (store/metrics_cache.py); None in memory."""
+        if self.path == ":memory:":
+            return None
+        if self._metrics_cache is None:
+            self._metrics_cache = MetricsCache(self.path)
+        return self._metrics_cache
 
     def _remove_if_created(self) -> None:
         if self._created:
@@ -874,19 +885,17 @@ class Store:
                    (SELECT count(*) FROM results x WHERE x.run_id = r.run_id AND x.error IS NOT NULL) AS n_errors,
                    (SELECT avg(correct) FROM results x WHERE x.run_id = r.run_id AND x.error IS NULL) AS accuracy,
                    r.started_at, r.ended_at, r.updated_at, r.heartbeat_at, r.owner_pid, r.owner_host, r.error,
-                   m.payload AS _headline
+                   (SELECT {ROWS_FINGERPRINT_SQL} FROM results x WHERE x.run_id = r.run_id) AS _fp
             FROM runs r
-            LEFT JOIN (SELECT run_id, json_extract(payload, '$.headline') AS payload,
-                              json_extract_string(payload, '$.fingerprint') AS fp
-                       FROM analyses WHERE kind = 'metrics') m
-                   ON m.run_id = r.run_id
-                  AND m.fp = (SELECT {ROWS_FINGERPRINT_SQL} FROM results x WHERE x.run_id = r.run_id)
             ORDER BY r.started_at
             """
         )
         # The run's headline metric from the metrics pipeline's cache when it matches the rows
         # (WorldSense: worldsense_accuracy); else plain `accuracy` = avg(correct), named so.
-        head = [decode_json(h) if isinstance(h, str) else None for h in df.pop("_headline")]
+        fps = [str(f) for f in df.pop("_fp")]
+        side = self.metrics_cache
+        known = side.headlines(dict(zip(df["run_id"].astype(str), fps, strict=True))) if side is not None else {}
+        head = [known.get(str(rid)) for rid in df["run_id"]]
         df["metric"] = [h.get("name") if isinstance(h, dict) else "accuracy" for h in head]
         df["accuracy"] = [h.get("value") if isinstance(h, dict) else a
                           for h, a in zip(head, df["accuracy"], strict=True)]

@@ -55,6 +55,9 @@ def _isolated_cache(
     # Tests measure models and servers (request counts, retries, kills mid-run), so the
     # response cache shared across runs is off unless a test turns it on (tests/engine/test_cache.py).
     monkeypatch.setenv("LLMSCOPE_RESPONSE_CACHE", "off")
+    # The user's own config folder (settings, the endpoints they chose) is per test, never the
+    # real one: a test run neither reads the developer's config nor leaves endpoints in it.
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
 
 
 # -- test durations on a shared machine ------------------------------------------------------

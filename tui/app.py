@@ -24,7 +24,8 @@ reads progress from that file and tails `results.jsonl`; item text comes from
 the suite's own files. Once the run has ended, the viewer opens the database
 read-only, and only around each batch of reads, so it never keeps the next
 `llmscope run` from taking the file. If `llmscope` finds the file locked by
-another process it falls back to watch mode and says so.
+another process it shows the live channel and says so until a read succeeds again
+(`set_blocked`; docs/ARCHITECTURE.md "Many processes, one file").
 
 Refresh: dashboards poll at most once a second and redraw only panels whose
 numbers changed; the failing-items list is a Line-API widget that renders only
@@ -170,15 +171,27 @@ class LlmscopeApp(App[int]):
         self.running: dict[str, InProcessRun] = {}
         self._starting: dict[int, InProcessRun] = {}
         self.notice = ""
+        # Set while another process holds the file (a run, a migration): screens then show its
+        # live channel and poll until the file is free (set_blocked).
+        self.blocked: str | None = None
         self.sub_title = self.db_path + ("  (watching)" if watch else "")
 
-    def switch_to_watch(self, reason: str) -> None:
-        """The file is held by another process: read it only via the live channel / read-only."""
-        self.handle.close()
-        self.watch_mode = True
-        self.handle = StoreHandle(self.db_path, read_only=True)
-        self.notice = reason
-        self.sub_title = self.db_path + "  (watching)"
+    def set_blocked(self, reason: str | None) -> None:
+        """Whether another process holds the file right now (UI thread).
+
+        Never sticky: every read tries the file again (screens poll while it is held), and the
+        first read that succeeds clears it, says so, and this window reads and starts runs as
+        before. Only `llmscope view` watches for good (`watch_mode`)."""
+        if reason == self.blocked:
+            return
+        was, self.blocked = self.blocked, reason
+        if reason:
+            self.sub_title = self.db_path + "  (watching: in use by another process)"
+        else:
+            self.sub_title = self.db_path + ("  (watching)" if self.watch_mode else "")
+            if was:
+                self.notify(f"{self.db_path} is free again: this window reads it and starts runs as before",
+                            title="database free")
 
     def on_mount(self) -> None:
         from llmscope.tui.screens import HomeScreen
@@ -232,79 +245,53 @@ class LlmscopeApp(App[int]):
         self.start_run({"resume": run_id})
 
     def _run_thread(self, params: dict[str, Any], handle: InProcessRun) -> None:
-        from llmscope.data.suites import load_suite
-        from llmscope.engine.config import build_backend, resume_inputs
-        from llmscope.engine.progress import MultiReporter
-        from llmscope.engine.runner import RunInterrupted, Runner, RunPlan
-        from llmscope.live import LiveWriter
-        from llmscope.store.db import StoreError
+        from llmscope.engine.runner import RunInterrupted
+        from llmscope.runstart import RunComplete, RunRequest, execute, prepare_run, start_run
+
+        # The same path as `llmscope run` (llmscope/runstart.py): checks before any model loads,
+        # the response cache, the run's identity and an appended session record.
+        if params.get("resume"):
+            req = RunRequest(resume=str(params["resume"]))
+        else:  # the new-run form fills a BackendConfig (tui/panels_form.py), as the CLI does
+            cfg = params["config"] if params.get("config") is not None else run_params_config(params)
+            req = RunRequest(suite_name=params.get("suite"), suite_path=params.get("suite_path") or None,
+                             config=cfg, task_options=dict(params.get("options") or {}), limit=params.get("limit"))
+        opened = False
+
+        def writer() -> Any:
+            nonlocal opened
+            store = self.handle.open_writer_waiting()
+            opened = True
+            return store
 
         try:
-            run_id: str | None = None
-            if params.get("resume"):
-                # Continue a stored run exactly as it was made (engine.config.resume_inputs).
-                with self.handle.use() as st:
-                    stored = st.find_run(str(params["resume"]))
-                if stored is None:
-                    raise StoreError(f"no run {params['resume']!r} in {self.db_path}")
-                rin = resume_inputs(stored)
-                params = {**params, "suite": rin.suite_name, "suite_path": rin.suite_path,
-                          "options": rin.task_options, "limit": rin.limit}
-                run_id, base_cfg = str(stored["run_id"]), rin.config
-            suite = load_suite(params["suite"], params.get("suite_path") or None)
-            suite.items()
-            if run_id:
-                new_cfg = base_cfg
-            else:  # the new-run form fills a BackendConfig (tui/panels_form.py), as the CLI does
-                new_cfg = params["config"] if params.get("config") is not None else run_params_config(params)
-            cfg, _spec = new_cfg.resolve()
-            task_opts = dict(params.get("options") or {})
-            if cfg.chat is not None:
-                task_opts["chat"] = cfg.chat
-            # The checks `llmscope run` makes before a model loads (llmscope/cli.py _cmd_run).
-            from llmscope.engine.tasks.options import validate_task_options
-
-            validate_task_options(suite.task, {**suite.task_options, **task_opts})
-            suite.task_options = {**suite.task_options, **task_opts}
-            suite.work(1)
-            built = build_backend(cfg)
-            backend = built.backend
-            plan = RunPlan(
-                suite=suite,
-                model_label=built.spec.display(),
-                model_arg=cfg.model,
-                task_options=task_opts,
-                backend_identity=built.identity,
-                seed=cfg.seed,
-                limit=params.get("limit"),
-                run_id=run_id,
-                window=max(cfg.batch_size * 4, cfg.concurrency * 2, 8),
-                backend_config=built.config.to_dict(),
-            )
-            store = self.handle.open_writer()
-            runner = Runner(
-                plan, backend, store, MultiReporter(handle.reporter, LiveWriter(self.db_path, store=store))
-            )
+            try:
+                with self.handle.use() as reader:  # read-only: no lock while checking
+                    prep = prepare_run(reader, req)
+            except RunComplete as e:
+                self._starting.pop(id(handle.reporter), None)
+                self.post_message(RunFailed(str(e), title="nothing to run", severity="information"))
+                return
+            # the write connection opens once the model is loaded
+            started = start_run(writer, prep, [handle.reporter], db=self.db_path,
+                                warn=lambda m: handle.reporter.on_message("warning", m))
+            runner = started.runner
 
             async def main() -> Any:
                 handle.loop = asyncio.get_running_loop()
                 handle.task = asyncio.current_task()
-                try:
-                    if hasattr(backend, "probe"):  # configuration check before anything is stored
-                        await backend.probe(suite.task, runner.task.options)
-                    return await runner.run()
-                finally:
-                    await backend.aclose()
+                return await execute(started, lambda m: handle.reporter.on_message("info", m))
 
             try:
                 asyncio.run(main())
             except (RunInterrupted, asyncio.CancelledError):
                 self.post_message(RunEnded(runner.run_id, "interrupted"))
-            finally:
-                self.handle.release_writer()  # idle again: no lock held between runs
         except Exception as e:  # shown to the user; the app keeps running
             self._starting.pop(id(handle.reporter), None)
             self.post_message(RunFailed(f"{type(e).__name__}: {e}"))
+        finally:
+            if opened:
+                self.handle.release_writer()  # idle again: no lock held between runs
 
     def on_run_started(self, msg: RunStarted) -> None:
         started = self._starting.pop(id(msg.reporter), None)
@@ -325,7 +312,7 @@ class LlmscopeApp(App[int]):
                 s.reload()
 
     def on_run_failed(self, msg: RunFailed) -> None:
-        self.notify(msg.text, title="run failed", severity="error", timeout=10)
+        self.notify(msg.text, title=msg.title, severity=msg.severity, timeout=10)
 
     def stop_runs(self, wait_s: float = 10.0) -> None:
         for h in self.running.values():

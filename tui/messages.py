@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 class RunsLoaded(Message):
     """The runs list; `watch_reason` is set when the file turned out to be held by another
-    process, so the app must switch to watching (done on the UI thread)."""
+    process (the app shows it as blocked until a read succeeds; done on the UI thread)."""
 
     def __init__(self, rows: list[dict[str, Any]], notice: str, watch_reason: str | None = None) -> None:
         super().__init__()
@@ -77,6 +77,10 @@ class RunEnded(Message):
 
 
 class RunFailed(Message):
-    def __init__(self, text: str) -> None:
+    """A run could not start or failed (`severity` "information": there was nothing to run)."""
+
+    def __init__(self, text: str, *, title: str = "run failed", severity: str = "error") -> None:
         super().__init__()
         self.text = text
+        self.title = title
+        self.severity = severity

@@ -101,6 +101,26 @@ class StoreHandle:
             self._writers += 1
             return self._writer
 
+    def open_writer_waiting(self, wait_s: float | None = None) -> Store:
+        """`open_writer`, waiting (as `llmscope run` does, $LLMSCOPE_LOCK_WAIT s) while another
+        process holds the file; then StoreLocked says who."""
+        import os
+
+        from llmscope.store.db import StoreLocked
+
+        if wait_s is None:  # the CLI's wait (llmscope/cli_common.py LOCK_WAIT_S)
+            wait_s = float(os.environ.get("LLMSCOPE_LOCK_WAIT", "5"))
+        deadline = time.monotonic() + wait_s
+        delay = 0.1
+        while True:
+            try:
+                return self.open_writer()
+            except StoreLocked:
+                if time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
     def release_writer(self) -> None:
         """The run that opened the writer is done: close it once no run needs it."""
         with self._lock:
@@ -206,6 +226,23 @@ def live_runs(db: str | Path) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def run_signature(db: str | Path, run_id: str) -> tuple[Any, ...]:
+    """What changes when any process resumes, extends or re-scores one run: its live channel
+    (progress file time, `ended` marker) and the database file and its WAL (size, time).
+    A few stat calls, so a dashboard of a stopped run polls it every tick."""
+    import os
+
+    out: list[Any] = []
+    d = live_dir(db) / run_id
+    for p in (d / "progress.json", d / "ended", Path(str(db)), Path(str(db) + ".wal")):
+        try:
+            st = os.stat(p)
+            out.append((st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append(None)
+    return tuple(out)
 
 
 def active_live_runs(db: str | Path) -> list[dict[str, Any]]:

@@ -1,6 +1,7 @@
-"""The metrics cache (analysis/metrics.py `run_metrics`): stored per run in the `analyses`
-table, keyed by the run's configuration and a fingerprint of its rows, read by the next
-process, invalidated by any row change; the runs list shows the cached headline metric."""
+"""The metrics cache (analysis/metrics.py `run_metrics`): stored per run in the file beside
+the database (store/metrics_cache.py), keyed by the run's configuration and a fingerprint of
+its rows, read by the next process, invalidated by any row change; the runs list shows the
+cached headline metric; reading a run never writes (or locks) the database itself."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import llmscope.analysis.metrics as metrics
-from llmscope.analysis.metrics import flush_metrics_cache, run_metrics
+from llmscope.analysis.metrics import run_metrics
 from llmscope.engine.types import Result
 from llmscope.store.db import Store
 from tests.helpers.tui import expected_accuracy, make_db
@@ -61,18 +62,47 @@ def test_a_changed_row_invalidates_the_stored_metrics(tmp_path: Path, monkeypatc
     assert before.value == pytest.approx(k / n) and after.value == pytest.approx((k + 1) / (n + 1))
 
 
-def test_a_read_only_report_writes_its_entries_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_read_only_store_caches_beside_the_file_and_never_writes_it(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35 case 10: a report reads the file read-only and leaves it byte for byte as it was;
+    its entries are in the sidecar, read by the next process."""
+    import hashlib
+
+    from llmscope.store.metrics_cache import sidecar_path
+
     db = make_db(tmp_path / "c.duckdb", n_items=12)
+    before = (hashlib.sha256(db.read_bytes()).hexdigest(), db.stat().st_mtime_ns)
     metrics._CACHE.clear()
     with Store(db, read_only=True) as st:
         rm = run_metrics(st, st.get_run("run-a"))
-        path = st.path
-        assert st.execute("SELECT count(*) FROM analyses WHERE kind = 'metrics'").fetchone()[0] == 0
-    assert flush_metrics_cache(path) == 1
+    assert (hashlib.sha256(db.read_bytes()).hexdigest(), db.stat().st_mtime_ns) == before
+    assert not Path(str(db) + ".wal").exists()
+    assert sidecar_path(db).exists()
     with monkeypatch.context() as m:
         _fresh_process(m)
         with Store(db, read_only=True) as st:
             assert run_metrics(st, st.get_run("run-a")).rows() == rm.rows()
+
+
+def test_a_damaged_sidecar_costs_a_recomputation_only(tmp_path: Path) -> None:
+    from llmscope.store.metrics_cache import sidecar_path
+
+    db = make_db(tmp_path / "c.duckdb", n_items=12)
+    sidecar_path(db).write_bytes(b"not a database" * 100)
+    metrics._CACHE.clear()
+    with Store(db, read_only=True) as st:
+        first = run_metrics(st, st.get_run("run-a"))
+    assert first.get("accuracy").value == pytest.approx(expected_accuracy(12))
+    metrics._CACHE.clear()
+    calls: list[int] = []
+    real = metrics.compute_metrics
+    metrics.compute_metrics = lambda *a, **k: calls.append(1) or real(*a, **k)  # type: ignore[assignment]
+    try:
+        with Store(db, read_only=True) as st:
+            again = run_metrics(st, st.get_run("run-a"))
+    finally:
+        metrics.compute_metrics = real  # type: ignore[assignment]
+    assert again.rows() == first.rows() and calls == []  # the sidecar was rebuilt and read
 
 
 def test_the_runs_list_names_the_published_metric_of_a_worldsense_run(tmp_path: Path) -> None:
@@ -84,7 +114,7 @@ def test_the_runs_list_names_the_published_metric_of_a_worldsense_run(tmp_path: 
     with Store(db) as st:
         rm = RunMetrics("run-a", "m", "worldsense", "constrained", "tuple", BOOTSTRAP,
                         [Metric("worldsense_accuracy", 0.556), Metric("item_accuracy", 0.545)])
-        _save_cached(st, rm, "cfg", str(rows_signature(st, "run-a")[0]))
+        _save_cached(st.metrics_cache, rm, "cfg", str(rows_signature(st, "run-a")[0]))
         runs = st.runs()
     assert runs["metric"].tolist() == ["worldsense_accuracy"] and runs["accuracy"].tolist() == [0.556]
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from tests.helpers.oai import oai_server  # noqa: F401
 from tests.helpers.tui import make_db
 
 TMUX = shutil.which("tmux")
@@ -169,3 +170,124 @@ def test_embedded_model_run_from_the_form_at_80x24(tmp_path: Path) -> None:
     assert f"accuracy {acc:.3f}" in acc_line, acc_line
     shown = re.search(r"human_q1\)\s+\S+\s+([0-9.]+)", human_line)
     assert shown is not None and shown.group(1) == f"{float(fields['human_q1']):.2f}", (human_line, fields)
+
+
+def _suite(folder: Path, name: str, marker: str, n: int = 6) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "items.jsonl", "w", encoding="utf-8") as f:
+        for i in range(n):
+            f.write(json.dumps({"id": f"{name}{i}", "text": f"{marker} claim {i}", "gold": "yes" if i % 2 else "no"})
+                    + "\n")
+    (folder / "suite.yaml").write_text(
+        f"name: {name}\ntask: yesno\nitems: items.jsonl\n"
+        "templates:\n  a: '{text} Answer yes or no.'\n  b: 'True or not? {text}'\n",
+        encoding="utf-8",
+    )
+    return folder / "suite.yaml"
+
+
+def _runs(db: Path) -> dict[str, tuple[str, int]]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return {str(r): (str(s), int(n)) for r, s, n in con.execute(
+            "SELECT r.run_id, r.status, (SELECT count(*) FROM results x WHERE x.run_id = r.run_id) FROM runs r"
+        ).fetchall()}
+    finally:
+        con.close()
+
+
+def test_the_tui_lives_beside_the_shell(oai_server, tmp_path: Path) -> None:  # noqa: F811
+    """Issue 29: with `llmscope` open on its home screen, `report` (a new grouping), `compare`,
+    a CLI run, a Ctrl-C (SIGINT) and its resume run in another process; after each, within 5 s,
+    the window is not watching and shows the new state; then a run started from its form stores
+    its results. One window, never restarted."""
+    import signal
+
+    from tests.helpers.cli import cli, cli_cmd, cli_env
+    from tests.helpers.oai import CANARY_KEY
+
+    oai_server.reset()
+    oai_server.script("[fast]", top=[["Yes", -0.3], ["No", -1.4]])
+    oai_server.script("[slow]", top=[["Yes", -0.6], ["No", -0.9]], delay=0.4)
+    oai_server.script("[form]", top=[["Yes", -1.1], ["No", -0.5]])
+    db = make_db(tmp_path / "t.duckdb", runs=(("run-a", "model-A", 0), ("run-b", "model-B", 3)))
+    fast, slow = _suite(tmp_path / "fast", "fastsuite", "[fast]"), _suite(tmp_path / "slow", "slowsuite", "[slow]", 8)
+    form_suite = _suite(tmp_path / "form", "formsuite", "[form]", 3)
+    env = cli_env(OPENAI_API_KEY=CANARY_KEY, LLMSCOPE_RESPONSE_CACHE="off")
+    api = ["--model", "openai:test-model", "--base-url", oai_server.base_url, "--db", str(db), "--no-report"]
+    exe = Path(sys.executable).with_name("llmscope")
+    sock = f"llmscope-shell-{os.getpid()}"
+    cmd = (f"cd {tmp_path} && OPENAI_API_KEY={CANARY_KEY} LLMSCOPE_RESPONSE_CACHE=off TERM=xterm-256color "
+           f"{exe} --db t.duckdb; echo EXITED-$?; sleep 30")
+    _tmux(sock, "new-session", "-d", "-s", "smoke", "-x", "150", "-y", "45", cmd)
+
+    def settled(*needles: str) -> str:
+        """Within 5 s: every needle on screen and the window not watching."""
+        end = time.monotonic() + 5.0
+        screen = ""
+        while time.monotonic() < end:
+            screen = _tmux(sock, "capture-pane", "-p", "-t", "smoke")
+            if all(n in screen for n in needles) and "in use by another process" not in screen \
+                    and "watching" not in screen:
+                return screen
+            time.sleep(0.2)
+        raise AssertionError(f"{needles} not shown, or still watching, 5 s after the command:\n{screen}")
+
+    try:
+        _wait_for(sock, "run-b")
+        before = db.read_bytes()
+        rep = cli("report", "--run", "run-a", "--by", "category", "--db", str(db), env=env)
+        assert rep.returncode == 0 and "category" in rep.stdout, rep.stderr
+        assert db.read_bytes() == before  # a read command never writes the file
+        settled("run-a", "run-b")
+        cmp = cli("compare", "run-a", "run-b", "--db", str(db), env=env)
+        assert cmp.returncode == 0, cmp.stderr
+        settled("run-a", "run-b")
+        first = cli("run", "--suite", str(fast), *api, env=env)
+        assert first.returncode == 0, first.stderr
+        (rid_fast,) = set(_runs(db)) - {"run-a", "run-b"}
+        settled(rid_fast[:8], "12/12")
+        proc = subprocess.Popen(cli_cmd("run", "--suite", str(slow), "--concurrency", "1", *api), env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        live = Path(str(db) + ".live")
+        end = time.monotonic() + 30
+        while time.monotonic() < end and not any(
+                '"done": 3' in p.read_text(errors="replace") or '"done": 4' in p.read_text(errors="replace")
+                for p in live.glob("*/progress.json")):
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 128 + signal.SIGINT and "interrupted" in err, err
+        (rid_slow,) = set(_runs(db)) - {"run-a", "run-b", rid_fast}
+        status, n_stored = _runs(db)[rid_slow]
+        assert status == "interrupted" and 0 < n_stored < 16
+        settled(rid_slow[:8], "interrupted")
+        res = cli("run", "--resume", rid_slow, "--db", str(db), "--no-report", env=env)
+        assert res.returncode == 0, res.stderr
+        assert _runs(db)[rid_slow] == ("completed", 16)
+        settled(rid_slow[:8], "16/16")
+        # a run from the form of the same window: suite, model and endpoint typed in
+        _keys(sock, "n", "C-u")
+        _keys(sock, str(form_suite), "Tab", "Tab")
+        _keys(sock, "openai:test-model", "Tab")
+        _keys(sock, oai_server.base_url)
+        time.sleep(0.5)
+        _keys(sock, "Enter")
+        end = time.monotonic() + 60
+        form_runs: list[tuple[str, int]] = []
+        while time.monotonic() < end:
+            time.sleep(0.5)
+            try:
+                runs = _runs(db)
+            except duckdb.IOException:  # the window's run holds the file while it writes
+                continue
+            form_runs = [s for r, s in runs.items() if r not in ("run-a", "run-b", rid_fast, rid_slow)]
+            if form_runs and form_runs[0] == ("completed", 6):
+                break
+        assert form_runs == [("completed", 6)], _tmux(sock, "capture-pane", "-p", "-t", "smoke")
+        _keys(sock, "Escape")
+        settled("formsuite")
+        _keys(sock, "C-q")
+        _wait_for(sock, "EXITED-0")
+    finally:
+        _tmux(sock, "kill-server")

@@ -106,15 +106,29 @@ async def test_view_follows_live_run_then_opens_db(writer) -> None:
         assert _errors(app) == []
 
 
-async def test_tui_on_locked_db_falls_back_to_watching(writer) -> None:
-    db, _ = writer
-    app = LlmscopeApp(db)  # `llmscope` wants to write, but another process holds the file
+async def test_tui_on_locked_db_watches_until_the_file_is_free(writer) -> None:
+    """Issue 29: `llmscope` on a file another process holds shows its live channel, and goes
+    back to reading (and starting runs on) the file by itself once the holder lets go."""
+    db, proc = writer
+    app = LlmscopeApp(db, refresh_s=0.1)  # `llmscope` wants to write, but another process holds the file
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        assert app.watch_mode
+        assert await wait_until(pilot, lambda: app.blocked is not None)
+        assert not app.watch_mode  # never for good: only `llmscope view` watches
         text = screen_text(app)
-        assert "in use by another process" in text or "showing the live channel" in text
+        assert "in use by another process" in text
         assert "run-w" in text
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ended"
+        proc.wait(timeout=10)  # the file is free
+        assert await wait_until(pilot, lambda: app.blocked is None, timeout=10)
+        assert await wait_until(pilot, lambda: "in use by another process" not in screen_text(app))
+        assert any("is free again" in n.message for n in app._notifications)
+        home = app.screen
+        assert isinstance(home, HomeScreen)
+        assert {str(r["run_id"]): r.get("status") for r in home.rows}.get("run-w") == "completed"
         assert _errors(app) == []
 
 

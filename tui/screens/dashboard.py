@@ -28,6 +28,7 @@ from llmscope.tui.model import (
     is_lock_error,
     items_from_suite,
     load_items,
+    run_signature,
 )
 from llmscope.tui.screens.base import BaseScreen, _duration, _set
 from llmscope.tui.screens.item import ItemScreen
@@ -119,6 +120,7 @@ class DashboardScreen(BaseScreen):
         self.panel = 0
         self.no_gold: list[str] = []
         self._painted = threading.Event()  # the first frame is on screen (see _first_frame)
+        self._follow_sig: tuple[Any, ...] | None = None  # what a stopped run looked like (_tick)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -163,11 +165,19 @@ class DashboardScreen(BaseScreen):
         self.query_one(ItemList).focus()
 
     def _tick(self) -> None:
-        if not self.active:
-            return
         for w in self.workers:
             if w.group == "dash" and w.is_running:
                 return  # never pile up reads
+        if not self.active:
+            # A stopped run may be resumed, or scored again, by another process: follow it when
+            # its live channel or the database file changes (a few stat calls a tick).
+            sig = run_signature(self.llm_app.db_path, self.run_id)
+            if self._follow_sig is None or sig == self._follow_sig:
+                self._follow_sig = sig
+                return
+            self._follow_sig = sig
+            self.load(initial=self.model is None)
+            return
         self.load(initial=False)
 
     def _is_active(self, run: dict[str, Any], source: str | None = None) -> bool:
@@ -184,13 +194,28 @@ class DashboardScreen(BaseScreen):
     # The worker reads the screen's state and returns what it found (DashData); the screen
     # applies it on the UI thread (BaseScreen.on_worker_state_changed -> on_dash_data).
     @work(thread=True, exclusive=True, exit_on_error=False, group="dash")
-    def load(self, initial: bool) -> DashData:
+    def load(self, initial: bool) -> DashData | None:
+        try:
+            return self._load(initial)
+        except StoreError as e:
+            if not is_lock_error(e):
+                raise
+            # Another process holds the file and publishes nothing for this run: keep what is
+            # shown, say why, and try again on the next tick (the signature is forgotten).
+            self._follow_sig = None
+            self.active = True
+            self.app.call_from_thread(self.llm_app.set_blocked, f"{self.llm_app.db_path} is in use by another process")
+            return None
+
+    def _load(self, initial: bool) -> DashData:
         app = self.llm_app
         run_id, model, feed, source = self.run_id, self.model, self.feed, self.source
         run: dict[str, Any] = self.run
         # Until a load's result is applied (model None) a tick may start the next load, so the
         # live channel is looked for then too, not only in the first load.
-        if (initial or feed is None or model is None) and source == "db" and app.watch_mode and run_id not in app.running:
+        # A run another process writes (a resume, a rerun, a run started in another terminal) is
+        # read from its live channel, in any window: the file is locked while it writes.
+        if (initial or feed is None or model is None) and source == "db" and run_id not in app.running:
             f = LiveFeed(app.db_path, run_id)
             live = f.progress()
             if live is not None and (not live["ended"] or active_live_runs(app.db_path)):  # file locked: its record
@@ -270,6 +295,8 @@ class DashboardScreen(BaseScreen):
         if msg.model is not None:
             self.model = msg.model
         self.run_id = str(msg.run.get("run_id") or self.run_id)  # a prefix becomes the full id
+        if msg.source == "db":
+            self.llm_app.set_blocked(None)  # the file was read: free again
         h = self.llm_app.running.get(self.run_id)
         if h is not None and not h.reporter.ended:
             self._resume_pending = False  # the resumed run is writing

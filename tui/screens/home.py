@@ -80,6 +80,7 @@ class HomeScreen(BaseScreen):
         changed, self._change_sig = sig != getattr(self, "_change_sig", sig), sig
         if (
             changed
+            or self.llm_app.blocked  # another process holds the file: try again until it is free
             or any(r.get("live") or str(r.get("status", "")).startswith("running") for r in self.rows)
             or self.llm_app.running
         ):
@@ -110,15 +111,12 @@ class HomeScreen(BaseScreen):
             except StoreError as e:
                 if not is_lock_error(e):
                     raise
-                if not app.watch_mode:  # switched on the UI thread (on_runs_loaded)
-                    watch_reason = (
-                        f"{app.db_path} is in use by another process; watching it "
-                        "through the live channel (read-only)"
-                    )
+                # applied on the UI thread (on_runs_loaded); cleared by the next read that succeeds
+                watch_reason = f"{app.db_path} is in use by another process"
                 rows = live_runs(app.db_path)
                 notice = (
                     f"{app.db_path} is in use by another process (DuckDB allows one writer); "
-                    "showing runs published on its live channel"
+                    "showing runs published on its live channel until it is free again"
                 )
         for r in rows:
             h = app.running.get(str(r.get("run_id")))
@@ -133,8 +131,7 @@ class HomeScreen(BaseScreen):
         return RunsLoaded(rows, notice, watch_reason)
 
     def on_runs_loaded(self, msg: RunsLoaded) -> None:
-        if msg.watch_reason and not self.llm_app.watch_mode:
-            self.llm_app.switch_to_watch(msg.watch_reason)
+        self.llm_app.set_blocked(msg.watch_reason)
         self.rows = msg.rows
         _set(self.query_one("#notice", Static), literal(msg.notice, "yellow"), msg.notice)
         self.query_one("#notice").display = bool(msg.notice)
