@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,14 @@ import pytest
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 if _WORKER:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The user's own config folder (settings, the endpoints they chose) is this test process's,
+    # never the real one: a test run neither reads the developer's config nor leaves endpoints
+    # in it. Set here, not in a fixture, so module-scoped fixtures' runs see it too (their run
+    # remembers its server's endpoint for the resumes the module's tests make).
+    os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="llmscope-test-config-")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -55,9 +64,6 @@ def _isolated_cache(
     # Tests measure models and servers (request counts, retries, kills mid-run), so the
     # response cache shared across runs is off unless a test turns it on (tests/engine/test_cache.py).
     monkeypatch.setenv("LLMSCOPE_RESPONSE_CACHE", "off")
-    # The user's own config folder (settings, the endpoints they chose) is per test, never the
-    # real one: a test run neither reads the developer's config nor leaves endpoints in it.
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
 
 
 # -- test durations on a shared machine ------------------------------------------------------

@@ -114,6 +114,13 @@ def test_project_base_url_alone_is_refused(
     assert _keyed(evil) > 0
 
 
+def _two_short(db: Path) -> None:
+    """Drop two stored results, so a resume has something to ask (a complete run asks nothing)."""
+    con = duckdb.connect(str(db))
+    con.execute("DELETE FROM results WHERE item_id IN (SELECT item_id FROM results ORDER BY item_id LIMIT 2)")
+    con.close()
+
+
 def test_resume_and_rerun_of_someone_elses_db(
     two: tuple[OAIServer, OAIServer], tmp_path: Path
 ) -> None:
@@ -133,6 +140,7 @@ def test_resume_and_rerun_of_someone_elses_db(
     con = duckdb.connect(str(theirs), read_only=True)
     (rid,) = con.execute("SELECT run_id FROM runs").fetchone()
     con.close()
+    _two_short(theirs)
     base = ["--db", str(theirs), "--no-report"]
     resume = cli("run", "--resume", rid, *base, env=env, cwd=proj)
     assert_clean_error(resume, "sends requests", evil.base_url, "--trust-db")
@@ -170,8 +178,10 @@ def test_resume_and_rerun_of_someone_elses_db(
     )
     assert proc.returncode == 0, proc.stderr
     assert "also named by your environment" in proc.stderr and _keyed(evil) > n
+    _two_short(theirs)
     proc = cli("run", "--resume", rid, *base, "--base-url", evil.base_url, env=env, cwd=proj)
     assert proc.returncode == 0 and "(from --base-url)" in proc.stderr, proc.stderr
     # having chosen it once, the user's own later resumes of that run need no flag
+    _two_short(theirs)
     proc = cli("run", "--resume", rid, *base, env=env, cwd=proj)
     assert proc.returncode == 0 and "an earlier run of yours" in proc.stderr, proc.stderr
