@@ -16,6 +16,7 @@ import pandas as pd
 from llmscope.analysis.metrics import BOOTSTRAP, RunMetrics
 from llmscope.analysis.metrics import results_with_fields as _results_with_fields
 from llmscope.analysis.metrics import run_metrics as _run_metrics
+from llmscope.analysis.rows import format_p
 from llmscope.data.registry import suite_producers
 from llmscope.store.db import Store
 
@@ -187,7 +188,7 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
             p = r.get("p_value")
             est = "-" if r["value"] is None else f"{r['value']:+.3f}"
             lines.append(f"  {g['id']}: {g['hypothesis']}  -> {g['verdict']}  (difference {est} {cis}, "
-                         f"p = {'-' if p is None else f'{p:.4f}'}, {r.get('test')}, n={r['n']})")
+                         f"p = {format_p(p)}, {r.get('test')}, n={r['n']})")
             continue
         if r["metric"] == "plan_deviation":
             lines.append(f"  DEVIATION from plan: {r['group']['deviation']}")
