@@ -37,6 +37,12 @@ def _ci(r: dict[str, Any]) -> str:
     return "" if not ci or ci[0] is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
+def _cut(s: str, n: int) -> str:
+    """``s`` in at most ``n`` characters, an ellipsis marking a cut (never cut silently)."""
+    s = str(s)
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
 def _bar(p: float, width: int = 10) -> str:
     n = max(0, min(width, round(p * width)))
     return "█" * n + "·" * (width - n)
@@ -82,9 +88,9 @@ def render_methods(rows: list[dict[str, Any]], flips: list[dict[str, Any]], hvm:
         t.add_column("gold")
         t.add_column("choices (✓ = correct)")
         for f in flips[:40]:
-            ch = ", ".join(f"{s}:{(v['prediction'] or '-')[:18]}{'✓' if v['correct'] == 1.0 else ''}"
+            ch = ", ".join(f"{s}:{_cut(v['prediction'] or '-', 18)}{'✓' if v['correct'] == 1.0 else ''}"
                            for s, v in f["schemes"].items())
-            gold = "-" if f["gold"] is None else str(f["gold"])[:24]
+            gold = "-" if f["gold"] is None else _cut(str(f["gold"]), 24)
             t.add_row(Text(f"{f['item_id']} {f['variant']}"), Text(gold), Text(ch))
         parts.append(t)
     if hvm:
@@ -167,8 +173,8 @@ def _human_vs_model(rows: list[dict[str, Any]], hvm: dict[str, Any]) -> list[Any
                      f"human_loglik {_f(ll['value']) if ll else '-'} at the fitted α; "
                      f"human_ll_uniform {_f(uni['value']) if uni else '-'}, "
                      f"human_ll_empirical {_f(emp['value']) if emp else '-'}")
-        t = Table(title=title, title_justify="left",
-                  caption="model P: the model's probabilities normalised over the options (softmax of the "
+        parts.append(title)  # a line of its own: a table's title wraps at the table's width
+        t = Table(caption="model P: the model's probabilities normalised over the options (softmax of the "
                           "scores); fitted: softmax(α · score) at the fitted α", caption_justify="left")
         t.add_column("item", no_wrap=True)  # an id is never cut
         t.add_column("option", max_width=36, overflow="ellipsis", no_wrap=True)
