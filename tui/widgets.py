@@ -39,6 +39,12 @@ def literal(s: Any, style: str = "") -> Text:
     return Text(clean(s), style=style)
 
 
+def ellipsis(s: Any, n: int) -> str:
+    """``s`` in at most ``n`` characters, ending in "…" where it was cut (a cut never silent)."""
+    s = str(s)
+    return s if len(s) <= n else s[: max(n - 1, 0)] + "…"
+
+
 def fmt(x: Any, digits: int = 3) -> str:
     if x is None:
         return "-"

@@ -39,12 +39,12 @@ async def test_home_lists_runs(db: Path) -> None:
         t = app.screen.query_one("#runs", DataTable)
         assert t.row_count == 2
         row = [str(c) for c in t.get_row_at(0)]
-        assert row[1:5] == ["run-a", "toy", "model-A", "completed"]
-        assert row[5] == "24/24 100%"
-        assert row[6] == f"{expected_accuracy(12):.3f}"
+        assert row[1:4] == ["run-a", "toy", "model-A"]
+        assert row[4] == f"{expected_accuracy(12):.3f}"
+        assert row[5:7] == ["24/24 100%", "completed"]
         assert row[7] == "2025-01-02 03:04:05"
         row_b = [str(c) for c in t.get_row_at(1)]
-        assert row_b[6] == f"{expected_accuracy(12, shift=13):.3f}"
+        assert row_b[4] == f"{expected_accuracy(12, shift=13):.3f}"
         # the suites shipped with llmscope are listed
         s = app.screen.query_one("#suites", DataTable)
         names = [str(s.get_row_at(i)[0]) for i in range(s.row_count)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -18,7 +19,7 @@ from llmscope.tui.panels_form import RunForm
 from llmscope.tui.screens.base import BaseScreen, _fmt_time, _set
 from llmscope.tui.screens.compare import CompareScreen
 from llmscope.tui.screens.dashboard import DashboardScreen
-from llmscope.tui.widgets import fmt, literal
+from llmscope.tui.widgets import ellipsis, fmt, literal
 
 
 class HomeScreen(BaseScreen):
@@ -59,12 +60,15 @@ class HomeScreen(BaseScreen):
 
     def on_mount(self) -> None:
         t = self.query_one("#runs", DataTable)
-        t.add_columns(" ", "run", "suite", "model", "status", "progress", "accuracy", "started")
+        # The headline number right after what was run, so an 80-column terminal shows it; no
+        # fixed widths: a column is as wide as its longest cell (ids and counts keep every
+        # character) and the table scrolls sideways when the columns do not fit.
+        t.add_columns(" ", "run", "suite", "model", "accuracy", "progress", "status", "started")
         s = self.query_one("#suites", DataTable)
-        s.add_column("suite", width=20)
-        s.add_column("task", width=11)
-        s.add_column("items", width=6)
-        s.add_column("description", width=60)
+        s.add_column("suite")
+        s.add_column("items")
+        s.add_column("task")
+        s.add_column("description")
         for inp in self.query(Input):
             inp.cursor_blink = False
         self.reload()
@@ -167,10 +171,10 @@ class HomeScreen(BaseScreen):
                 "●" if rid in self.marked else " ",
                 literal(rid),
                 literal(r.get("suite_name")),
-                literal(str(r.get("model") or "")[:40]),
-                literal(r.get("status")),
-                prog,
+                literal(ellipsis(str(r.get("model") or ""), 40)),
                 fmt(acc) if r.get("metric") in (None, "accuracy") else f"{fmt(acc)} {r['metric']}",  # headline (store.runs)
+                prog,
+                literal(r.get("status")),
                 _fmt_time(r.get("started_at")),
                 key=rid,
             )
@@ -274,9 +278,9 @@ class HomeScreen(BaseScreen):
         for r in msg.rows:
             t.add_row(
                 literal(r["name"]),
+                Text("-" if r["items"] is None else str(r["items"]), justify="right"),
                 r["task"],
-                "-" if r["items"] is None else str(r["items"]),
-                literal(r["description"][:60]),
+                literal(ellipsis(r["description"], 60)),
                 key=r["name"],
             )
         inp = self.query_one("#f-suite", Input)
