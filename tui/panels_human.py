@@ -355,8 +355,8 @@ class HumanScatter(PlotextPlot):
             a = d.agreement
             r = {m["metric"]: m["value"] for m in d.metrics}
             # the pipeline's numbers under the report's names and precision
-            plt.title(f"P(yes) vs human agreement   human_pearson {display('human_pearson', r.get('human_pearson'))}"
-                      f"  human_spearman {display('human_spearman', r.get('human_spearman'))}")
+            plt.title(f"P(yes) vs humans: human_pearson {display('human_pearson', r.get('human_pearson'))}"
+                      f" human_spearman {display('human_spearman', r.get('human_spearman'))}")
             plt.xlim(0, 1)
             plt.ylim(0, 1)
             if a is not None and len(a):
