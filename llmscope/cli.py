@@ -238,10 +238,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def resume_hint(run_id: str, db: str) -> str:
-    """The command that continues a run (its backend config is stored, so nothing else is needed)."""
+    """The command that continues a run (its backend config is stored, so nothing else is
+    needed), as it can be pasted: how this llmscope was started, and --db unless the default."""
     import shlex
 
-    return f"llmscope run --resume {shlex.quote(run_id)} --db {shlex.quote(str(db))}"
+    from llmscope.cli_common import invocation
+
+    at = "" if str(db) == DEFAULT_DB else f" --db {shlex.quote(str(db))}"
+    return f"{invocation()} run --resume {shlex.quote(run_id)}{at}"
 
 
 def _task_identity(suite: Any, task_opts: dict[str, Any]) -> dict[str, Any]:
