@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -376,7 +377,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows + ws_rows, indent=1, default=str))
     else:
-        print(format_rows(rows))
+        # a terminal's width: lines that would not fit wrap cleanly; a pipe or file: one line a row
+        print(format_rows(rows, shutil.get_terminal_size().columns if sys.stdout.isatty() else None))
         for line in ws_text:
             print(line)
     return 0
