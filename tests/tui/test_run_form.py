@@ -60,9 +60,16 @@ async def test_bad_form_is_reported(tmp_path: Path) -> None:
         home = app.screen
         home.query_one("#f-suite", Input).value = "no-such-suite"
         await pilot.click("#start")
-        assert await wait_until(
-            pilot,
-            lambda: any("no built-in suite" in n.message for n in app._notifications),
-            timeout=10,
-        )
-        assert isinstance(app.screen, HomeScreen)
+        # beside the field that caused it, and it stays (once a toast that vanished)
+        label = home.query_one("#f-suite-label")
+        assert await wait_until(pilot, lambda: "✘" in str(label.render()), timeout=10)
+        assert label.has_class("-invalid") and home.query_one("#f-suite").has_class("-invalid")
+        assert "no built-in suite" in str(home.query_one("#f-check").render())
+        assert "no built-in suite" in str(home.query_one("#f-suite").tooltip)
+        assert app.focused is not None and app.focused.id == "f-suite"
+        assert not any("no built-in suite" in n.message for n in app._notifications)
+        assert isinstance(app.screen, HomeScreen) and not app.running
+        # a good suite clears the mark
+        home.query_one("#f-suite", Input).value = "commonsense-sample"
+        assert await wait_until(pilot, lambda: "✘" not in str(label.render()), timeout=10)
+        assert not home.query_one("#f-suite").has_class("-invalid")
