@@ -22,6 +22,11 @@ from llmscope.tui.screens.dashboard import DashboardScreen
 from llmscope.tui.widgets import ellipsis, fmt, literal
 
 
+WATCH_ONLY = ("This window only watches (`llmscope view`, or the database is in use by another "
+              "process): it cannot start runs.\n\nStart one with `llmscope` (the full interface) "
+              "or `llmscope run` on a database no other process is writing.")
+
+
 class HomeScreen(BaseScreen):
     """Runs in the database, the suites available, and a form to start a run."""
 
@@ -56,6 +61,8 @@ class HomeScreen(BaseScreen):
                 yield Label("Suites  (Enter: use in the form)", classes="title")
                 yield DataTable(id="suites", cursor_type="row")
             yield RunForm(id="run-form")  # tui/panels_form.py: every `llmscope run` option
+            # in its place while this window only watches (`llmscope view`, or a locked file)
+            yield Static(WATCH_ONLY, id="form-off")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -73,9 +80,20 @@ class HomeScreen(BaseScreen):
             inp.cursor_blink = False
         self.reload()
         self.load_suites()
+        self._sync_form()
         self.set_interval(self.llm_app.refresh_s * 2, self._tick)
 
+    def _sync_form(self) -> None:
+        """The new-run form only where this window can start runs (not while it watches)."""
+        watching = bool(self.llm_app.watch_mode)
+        form, off = self.query_one(RunForm), self.query_one("#form-off", Static)
+        if form.display == watching or off.display != watching:
+            if watching and form.has_focus_within:
+                self.query_one("#runs", DataTable).focus()
+            form.display, off.display = not watching, watching
+
     def _tick(self) -> None:
+        self._sync_form()
         if any(w.group == "home-runs" and w.is_running for w in self.workers):
             return  # never pile up reads (each opens a short-lived connection)
         # Refresh while something is running, and when another process starts or ends a run
@@ -139,6 +157,7 @@ class HomeScreen(BaseScreen):
     def on_runs_loaded(self, msg: RunsLoaded) -> None:
         if msg.watch_reason and not self.llm_app.watch_mode:
             self.llm_app.switch_to_watch(msg.watch_reason)
+        self._sync_form()
         self.rows = msg.rows
         _set(self.query_one("#notice", Static), literal(msg.notice, "yellow"), msg.notice)
         self.query_one("#notice").display = bool(msg.notice)
@@ -191,7 +210,7 @@ class HomeScreen(BaseScreen):
         if event.data_table.id == "runs":
             rid = str(event.row_key.value)
             self.open_run(rid)
-        elif event.data_table.id == "suites":
+        elif event.data_table.id == "suites" and not self.llm_app.watch_mode:
             self.query_one("#f-suite", Input).value = str(event.row_key.value)
             self.query_one("#f-model", Input).focus()
 
@@ -237,6 +256,10 @@ class HomeScreen(BaseScreen):
         self.app.push_screen(CompareScreen(ids))
 
     def action_new_run(self) -> None:
+        if self.llm_app.watch_mode:
+            self.notify("this window only watches; start runs with `llmscope` or `llmscope run`",
+                        severity="warning")
+            return
         self.query_one("#f-suite", Input).focus()
 
     # -- suites -----------------------------------------------------------------------------
