@@ -189,7 +189,6 @@ def format_rows(rows: list[dict[str, Any]], width: int | None = None) -> str:
     terminal's columns), a line that would not fit puts its group on a line of its own and the
     numbers indented beneath, rather than letting the terminal break it anywhere; without it
     (output to a file or pipe) every row is one line."""
-    from llmscope.analysis.metrics import display
 
     if not rows:
         return "(no results)"

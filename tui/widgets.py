@@ -368,7 +368,7 @@ class ItemList(ScrollView, can_focus=True):
         total = self.size.width if width is None else width
         hide = 0 < total < self.OPTIONAL_MIN_WIDTH
         ws = [-1 if hide and k in self.optional else
-              max(w, min(self.id_width, self.ID_MAX)) if k == "item_id" and w > 0 else w
+              max(4, min(self.id_width, self.ID_MAX)) if k == "item_id" and w > 0 and self.id_width else w
               for k, _, w in self.columns]
         keys = [k for (k, _, _), w in zip(self.columns, ws, strict=True) if w >= 0]
         keep = frozenset(j for j, k in enumerate(keys) if k == "item_id")

@@ -4,7 +4,6 @@ navigation between screens, literal display of item text, help and keys."""
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
 
 import pytest

@@ -21,8 +21,15 @@ from tests.tui.test_metrics_agreement import f3, make_runs, one, report_rows
 
 SUITES = ["commonsense-sample", "pragmatics-choice", "rating-sample"]
 # the overall human rows the human screen's summary lists (tui/panels_human.py HUMAN_METRICS)
-HUMAN_OVERALL = ("consensus", "awareness", "commonsensicality", "human_pearson", "human_spearman",
-                 "human_majority_agreement", "human_tv_distance")
+HUMAN_OVERALL = (
+    "consensus",
+    "awareness",
+    "commonsensicality",
+    "human_pearson",
+    "human_spearman",
+    "human_majority_agreement",
+    "human_tv_distance",
+)
 NUM = r"-?\d+\.\d{3}"
 
 
@@ -34,17 +41,23 @@ def cell(r: dict) -> str:
 
 def check_methods(text: str, rows: list[dict], rid: str) -> int:
     checked = 0
-    fits = [r for r in rows if r["run"] == rid and r["metric"] in ("fit_alpha", "human_ll_per_choice",
-                                                                    "softmax_accuracy_fitted")
-            and set(r["group"]) <= {"scheme", "variant", "alpha_at_bound"}]
+    fits = [
+        r
+        for r in rows
+        if r["run"] == rid
+        and r["metric"] in ("fit_alpha", "human_ll_per_choice", "softmax_accuracy_fitted")
+        and set(r["group"]) <= {"scheme", "variant", "alpha_at_bound"}
+    ]
     variants = {str(r["group"].get("variant", "")) for r in fits}
     for r in fits:
         g = r["group"]
         who = f"{g['scheme']}, {g['variant']}" if any(variants) else g["scheme"]
         label = r["metric"] + (" (fitted" if r["metric"] == "fit_alpha" else "")
         ci = f"[{f3(r['ci95'][0])}, {f3(r['ci95'][1])}]" if r.get("ci95") else ""
-        pat = (rf"│ {re.escape(who)}\s+│ {re.escape(label)}[^│]*│\s+{re.escape(f3(r['value']))} │ "
-               rf"{re.escape(ci)}\s*│\s+{r['n']} │")
+        pat = (
+            rf"│ {re.escape(who)}\s+│ {re.escape(label)}[^│]*│\s+{re.escape(f3(r['value']))} │ "
+            rf"{re.escape(ci)}\s*│\s+{r['n']} │"
+        )
         assert re.search(pat, text), (rid, r, text)
         checked += 1
     # every α on the screen is one the pipeline fitted (no pooled fit of the panel's own)
@@ -52,21 +65,34 @@ def check_methods(text: str, rows: list[dict], rid: str) -> int:
     shown = re.findall(rf"fit_alpha ({NUM})", text)
     assert set(shown) <= alphas, (shown, alphas)
     # the human-vs-model titles: the fit's log-likelihoods and baselines for the same template
-    for m in re.finditer(rf"Human vs model(?:, variant (\S+))?\s+\(scheme (\w+)\):\s+fit_alpha\s+({NUM}).*?"
-                         rf"human_loglik\s+({NUM})\s+at\s+the\s+fitted\s+α;\s+human_ll_uniform\s+({NUM}),\s+"
-                         rf"human_ll_empirical\s+({NUM})", text, re.S):
+    for m in re.finditer(
+        rf"Human vs model(?:, variant (\S+))?\s+\(scheme (\w+)\):\s+fit_alpha\s+({NUM}).*?"
+        rf"human_loglik\s+({NUM})\s+at\s+the\s+fitted\s+α;\s+human_ll_uniform\s+({NUM}),\s+"
+        rf"human_ll_empirical\s+({NUM})",
+        text,
+        re.S,
+    ):
         var, scheme, alpha, ll, uni, emp = m.groups()
         g = {"scheme": scheme, **({"variant": var} if var else {})}
-        fa = one(rows, rid, "fit_alpha", g) or one(rows, rid, "fit_alpha", {**g, "alpha_at_bound": True})
-        hl = one(rows, rid, "human_loglik", g) or one(rows, rid, "human_loglik", {**g, "alpha_at_bound": True})
+        fa = one(rows, rid, "fit_alpha", g) or one(
+            rows, rid, "fit_alpha", {**g, "alpha_at_bound": True}
+        )
+        hl = one(rows, rid, "human_loglik", g) or one(
+            rows, rid, "human_loglik", {**g, "alpha_at_bound": True}
+        )
         gv = {"variant": var} if var else {}
-        assert fa is not None and hl is not None and alpha == f3(fa["value"]) and ll == f3(hl["value"])
+        assert (
+            fa is not None and hl is not None and alpha == f3(fa["value"]) and ll == f3(hl["value"])
+        )
         assert uni == f3(one(rows, rid, "human_ll_uniform", gv)["value"])  # type: ignore[index]
         assert emp == f3(one(rows, rid, "human_ll_empirical", gv)["value"])  # type: ignore[index]
         checked += 1
     for r in rows:
         if r["run"] == rid and r["metric"] == "accuracy" and set(r["group"]) == {"method"}:
-            assert re.search(rf"│ {re.escape(str(r['group']['method']))}\s+│ {re.escape(f3(r['value']))}\s+│", text)
+            assert re.search(
+                rf"│ {re.escape(str(r['group']['method']))}\s+│ {re.escape(f3(r['value']))}\s+│",
+                text,
+            )
             checked += 1
     return checked
 
@@ -86,15 +112,25 @@ def check_human(text: str, rows: list[dict], rid: str) -> int:
         if r["run"] == rid and r["metric"] == "human_rating_share":
             mod = one(rows, rid, "model_rating_share", r["group"])
             assert mod is not None
-            assert re.search(rf"\b{re.escape(str(r['group']['rating']))}\s+[^\d]*{re.escape(f3(r['value']))}\s+"
-                             rf"[^\d]*{re.escape(f3(mod['value']))}", text), (rid, r["group"])
+            assert re.search(
+                rf"\b{re.escape(str(r['group']['rating']))}\s+[^\d]*{re.escape(f3(r['value']))}\s+"
+                rf"[^\d]*{re.escape(f3(mod['value']))}",
+                text,
+            ), (rid, r["group"])
             checked += 1
     return checked
 
 
 def check_plots(text: str, rows: list[dict], rid: str) -> int:
     # the headline the report leads with for this run (the first metric of HEADLINE it has)
-    for name in ("worldsense_accuracy", "sg_score", "accuracy", "token_f1", "probeval_kl", "flagged_rate"):
+    for name in (
+        "worldsense_accuracy",
+        "sg_score",
+        "accuracy",
+        "token_f1",
+        "probeval_kl",
+        "flagged_rate",
+    ):
         r = one(rows, rid, name)
         if r is not None and r["value"] is not None:
             assert f"{name} {cell(r)}   n {r['n']}" in text, (rid, name, text)

@@ -30,16 +30,39 @@ def ws_db(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("ws")
     data = shared_path("data", "worldsense", "test_set")
     db = tmp / "ws.duckdb"
-    assert main(["run", "--suite", "worldsense", "--suite-path", str(data), "--model",
-                 f"hf:{tiny_model_dir(tmp)}", "--limit", "12", "--db", str(db), "--threads", "1",
-                 "--quiet", "--no-report"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--suite",
+                "worldsense",
+                "--suite-path",
+                str(data),
+                "--model",
+                f"hf:{tiny_model_dir(tmp)}",
+                "--limit",
+                "12",
+                "--db",
+                str(db),
+                "--threads",
+                "1",
+                "--quiet",
+                "--no-report",
+            ]
+        )
+        == 0
+    )
     return db
 
 
 def _rows(db: Path) -> list[tuple[str, str, str, float]]:
     with duckdb.connect(str(db), read_only=True) as c:
-        return [(str(i), str(p), str(g), float(k)) for i, p, g, k in
-                c.execute("SELECT item_id, prediction, gold, correct FROM results").fetchall()]
+        return [
+            (str(i), str(p), str(g), float(k))
+            for i, p, g, k in c.execute(
+                "SELECT item_id, prediction, gold, correct FROM results"
+            ).fetchall()
+        ]
 
 
 @pytest.mark.slow
@@ -64,7 +87,9 @@ async def test_worldsense_dashboard_and_drilldown(ws_db: Path, capsys) -> None:
         text = screen_text(app)
         head = next(ln for ln in text.splitlines() if "results" in ln and "errors" in ln)
         # the published metric first, then the plain per-item share, each as the report has it
-        assert re.search(rf"worldsense_accuracy {ws['value']:.3f}.*item_accuracy {ia['value']:.3f}", head), head
+        assert re.search(
+            rf"worldsense_accuracy {ws['value']:.3f}.*item_accuracy {ia['value']:.3f}", head
+        ), head
         # the failing list shows whole ids (20 characters with the sign)
         failing = [i for i, p, g, k in rows if k < 0.5]
         assert failing and all(i in text for i in failing[:5]), (failing, text)
@@ -73,11 +98,21 @@ async def test_worldsense_dashboard_and_drilldown(ws_db: Path, capsys) -> None:
         assert odd, rows  # the tiny model answers 1 for a gold 2 on these 12 items
         for item_id, pred, gold, correct in [*odd[:2], *[r for r in rows if r[3] == 0.0][:1]]:
             app.push_screen(ItemScreen([run_id], item_id))
-            assert await wait_until(pilot, lambda: "scored by answer class" in screen_text(app), timeout=20)
+            assert await wait_until(
+                pilot, lambda: "scored by answer class" in screen_text(app), timeout=20
+            )
             t = screen_text(app)
-            assert re.search(rf"response\s+{re.escape(pred)}\s+→\s+class {CLASSES.get(pred, pred)}\b", t), t
-            assert re.search(rf"gold\s+{re.escape(gold)}\s+→\s+class {CLASSES.get(gold, gold)}\b", t), t
-            verdict = "same class: counted correct" if correct == 1.0 else "different classes: counted wrong"
+            assert re.search(
+                rf"response\s+{re.escape(pred)}\s+→\s+class {CLASSES.get(pred, pred)}\b", t
+            ), t
+            assert re.search(
+                rf"gold\s+{re.escape(gold)}\s+→\s+class {CLASSES.get(gold, gold)}\b", t
+            ), t
+            verdict = (
+                "same class: counted correct"
+                if correct == 1.0
+                else "different classes: counted wrong"
+            )
             assert verdict in t
             assert "1, 2 → KNOW; 3 → UNKNOWN" in t
             assert "raw response" in t

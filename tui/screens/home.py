@@ -21,7 +21,6 @@ from llmscope.tui.screens.compare import CompareScreen
 from llmscope.tui.screens.dashboard import DashboardScreen
 from llmscope.tui.widgets import ellipsis, fmt, literal
 
-
 WATCH_ONLY = ("This window only watches (`llmscope view`, or the database is in use by another "
               "process): it cannot start runs.\n\nStart one with `llmscope` (the full interface) "
               "or `llmscope run` on a database no other process is writing.")
@@ -71,11 +70,8 @@ class HomeScreen(BaseScreen):
         # fixed widths: a column is as wide as its longest cell (ids and counts keep every
         # character) and the table scrolls sideways when the columns do not fit.
         t.add_columns(" ", "run", "suite", "model", "accuracy", "progress", "status", "started")
-        s = self.query_one("#suites", DataTable)
-        s.add_column("suite")
-        s.add_column("items")
-        s.add_column("task")
-        s.add_column("description")
+        self._suite_rows: list[dict[str, Any]] = []
+        self._suite_cols()
         for inp in self.query(Input):
             inp.cursor_blink = False
         self.reload()
@@ -295,17 +291,39 @@ class HomeScreen(BaseScreen):
                 rows.append({"name": name, "task": "?", "items": None, "description": str(e)})
         return SuitesLoaded(rows)
 
-    def on_suites_loaded(self, msg: SuitesLoaded) -> None:
+    # Below this many columns the suites list leaves out the descriptions: cut at the panel's
+    # edge, their leading numbers ("243 statements ...") read as cut item counts.
+    DESCRIPTION_MIN_WIDTH = 100
+
+    def _suite_cols(self) -> None:
+        """The suites list's columns for the terminal's width, its rows filled again."""
+        wide = self.app.size.width >= self.DESCRIPTION_MIN_WIDTH
+        if getattr(self, "_suites_wide", None) == wide:
+            return
+        self._suites_wide = wide
+        t = self.query_one("#suites", DataTable)
+        t.clear(columns=True)
+        t.add_columns("suite", "items", "task", *(["description"] if wide else []))
+        self._fill_suites()
+
+    def on_resize(self) -> None:
+        self._suite_cols()
+
+    def _fill_suites(self) -> None:
         t = self.query_one("#suites", DataTable)
         t.clear()
-        for r in msg.rows:
+        for r in self._suite_rows:
             t.add_row(
                 literal(r["name"]),
                 Text("-" if r["items"] is None else str(r["items"]), justify="right"),
                 r["task"],
-                literal(ellipsis(r["description"], 60)),
+                *([literal(ellipsis(r["description"], 60))] if self._suites_wide else []),
                 key=r["name"],
             )
+
+    def on_suites_loaded(self, msg: SuitesLoaded) -> None:
+        self._suite_rows = msg.rows
+        self._fill_suites()
         inp = self.query_one("#f-suite", Input)
         if not inp.value and msg.rows:
             inp.value = msg.rows[0]["name"]

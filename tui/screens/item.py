@@ -157,7 +157,7 @@ def answer_classes(v: dict[str, Any], task: str | None, options: dict[str, Any])
     responses 1 and 2 as one answer, KNOW, as its authors do) was counted: the model's raw
     response, the allowed response it became, and each side's class. A row counted correct
     whose prediction differs from its gold is explained here."""
-    extra = v.get("extra") if isinstance(v.get("extra"), dict) else {}
+    extra: dict[str, Any] = v["extra"] if isinstance(v.get("extra"), dict) else {}
     scored = extra.get("scored_as")
     if not isinstance(scored, dict):
         return []
