@@ -386,30 +386,55 @@ def _ll_boot(s: list[np.ndarray], c: list[np.ndarray], alpha: float, n_boot: int
     return [float(lo), float(hi)]
 
 
-def human_vs_model(df: pd.DataFrame, spec: dict[str, Any], scheme: str = "raw") -> dict[str, Any] | None:
-    """Per item: the human distribution beside the fitted model distribution (for the TUI panel)."""
+def human_vs_model(df: pd.DataFrame, spec: dict[str, Any], scheme: str = "raw",
+                   alphas: dict[str, float] | None = None) -> dict[str, Any] | None:
+    """Per template (variant), each item's human distribution beside the model's (for the TUI
+    methods panel): ``model_p`` = softmax(s), the scheme's scores normalised over the options
+    (for the log-probability schemes, the model's probabilities normalised), and ``fitted`` =
+    softmax(α·s), the choice model at the fitted α.
+
+    ``alphas`` maps a template (base variant; "" for a run with one template) to the α the
+    pipeline fitted for it (``fit_alpha`` rows of :func:`fit_rows`, as ``llmscope report``
+    gives them); templates without one are left out. Without ``alphas``, α is fitted here per
+    template on the same rows as :func:`fit_rows` does, so the two agree."""
     data = human_choice_data(df, spec)
     if data is None or scheme not in data.scores:
         return None
-    s, c, gold, cond, typ, ids = _with_distribution(*_average_by_item(data, scheme, list(range(len(data.item_ids)))))
-    fit = fit_alpha(s, c)
-    alpha = float(fit.alpha or 0.0)
-    items = []
-    by_item = {i: data.options[data.item_ids.index(i)] for i in ids}
-    for iid, si, ci in zip(ids, s, c, strict=True):
-        items.append({"item_id": iid, "options": by_item[iid], "human": (ci / ci.sum()).tolist(),
-                      "model": softmax(si, alpha).tolist()})
-    out: dict[str, Any] = {"scheme": scheme, "alpha": fit.alpha, "ci95": fit.ci95, "loglik": fit.loglik,
-                           "ll_uniform": fit.ll_uniform, "ll_empirical": fit.ll_empirical, "items": items}
-    if spec.get("condition_fields"):
-        try:
-            table = condition_table(s, c, cond, typ)
-            out["conditions"] = {"types": table.types, "rows": [
-                {"condition": k, "human": (h / h.sum()).tolist(), "model": d.tolist()}
-                for k, h, d in zip(table.conditions, table.counts, condition_dists(table, "scores", alpha), strict=True)]}
-        except ValueError:
-            pass
-    return out
+    # the templates as fit_rows counts them (those with only abstentions too), so "" means what
+    # a fit row without a variant group means
+    bases = sorted({base_variant(v) for v in [*data.variants, *data.left_out]})
+    out_variants: list[dict[str, Any]] = []
+    for base in bases:
+        key = base if len(bases) > 1 else ""
+        sel = [i for i, v in enumerate(data.variants) if base_variant(v) == base]
+        if not sel:
+            continue
+        s, c, _gold, cond, typ, ids = _with_distribution(*_average_by_item(data, scheme, sel))
+        if alphas is not None:
+            if alphas.get(key) is None:
+                continue
+            alpha = float(alphas[key])
+        else:
+            try:
+                alpha = float(fit_alpha(s, c).alpha or 0.0)
+            except ValueError:
+                continue
+        by_item = {data.item_ids[i]: data.options[i] for i in sel}
+        items = [{"item_id": iid, "options": by_item[iid], "human": (ci / ci.sum()).tolist(),
+                  "model_p": softmax(si, 1.0).tolist(), "fitted": softmax(si, alpha).tolist()}
+                 for iid, si, ci in zip(ids, s, c, strict=True)]
+        entry: dict[str, Any] = {"variant": key, "alpha": alpha, "items": items}
+        if spec.get("condition_fields"):
+            try:
+                table = condition_table(s, c, cond, typ)
+                entry["conditions"] = {"types": table.types, "rows": [
+                    {"condition": k, "human": (h / h.sum()).tolist(), "model": d.tolist()}
+                    for k, h, d in zip(table.conditions, table.counts, condition_dists(table, "scores", alpha),
+                                       strict=True)]}
+            except ValueError:
+                pass
+        out_variants.append(entry)
+    return {"scheme": scheme, "variants": out_variants}
 
 
 SOFTMAX_ALPHAS = (0.5, 1.0, 2.0, 4.0)

@@ -18,7 +18,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["metric_row", "frame_to_rows"]
+__all__ = ["metric_row", "frame_to_rows", "format_p"]
+
+
+def format_p(p: float | None) -> str:
+    """A p-value as every surface prints it (report, compare, TUI): three significant digits,
+    never in scientific notation; below 0.0001 as "<0.0001" (a bootstrap p-value has no more
+    resolution than that); "-" when there is none."""
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return "-"
+    p = float(p)
+    return "<0.0001" if p < 1e-4 else f"{p:.3g}"
 
 
 def _py(v: Any) -> Any:

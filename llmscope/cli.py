@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -187,10 +188,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def resume_hint(run_id: str, db: str) -> str:
-    """The command that continues a run (its backend config is stored, so nothing else is needed)."""
+    """The command that continues a run (its backend config is stored, so nothing else is
+    needed), as it can be pasted: how this llmscope was started, and --db unless the default."""
     import shlex
 
-    return f"llmscope run --resume {shlex.quote(run_id)} --db {shlex.quote(str(db))}"
+    from llmscope.cli_common import invocation
+
+    at = "" if str(db) == DEFAULT_DB else f" --db {shlex.quote(str(db))}"
+    return f"{invocation()} run --resume {shlex.quote(run_id)}{at}"
 
 
 def cmd_suites(args: argparse.Namespace) -> int:
@@ -285,7 +290,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows + ws_rows, indent=1, default=str))
     else:
-        print(format_rows(rows))
+        # a terminal's width: lines that would not fit wrap cleanly; a pipe or file: one line a row
+        print(format_rows(rows, shutil.get_terminal_size().columns if sys.stdout.isatty() else None))
         for line in ws_text:
             print(line)
     return 0

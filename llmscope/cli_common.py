@@ -180,3 +180,22 @@ def _remember_endpoints(urls: list[str]) -> None:
             f.write("".join(u + "\n" for u in new))
     except OSError:
         pass
+
+
+def invocation(argv0: str | None = None) -> str:
+    """The command that runs this llmscope again, as a user can paste it into the same shell:
+    `llmscope` when that name on PATH is this program; otherwise the path it was started by
+    (`.venv/bin/llmscope`, as the README installs it); `python -m llmscope` (this Python) when
+    it was started as a module or from elsewhere (printed hints once said `llmscope ...` where no
+    `llmscope` was on PATH)."""
+    import shlex
+    import shutil
+    import sys
+
+    a0 = sys.argv[0] if argv0 is None else argv0
+    if Path(a0).name == "llmscope" and Path(a0).exists():
+        found = shutil.which("llmscope")
+        if found and Path(found).resolve() == Path(a0).resolve():
+            return "llmscope"
+        return shlex.quote(a0)
+    return f"{shlex.quote(sys.executable)} -m llmscope"

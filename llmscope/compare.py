@@ -16,6 +16,7 @@ import pandas as pd
 from llmscope.analysis.compare import mcnemar
 from llmscope.analysis.metrics import BOOTSTRAP, paired_comparison, run_metrics
 from llmscope.analysis.queries import metric_frame
+from llmscope.analysis.rows import format_p
 from llmscope.store.db import Store, StoreError
 
 
@@ -165,11 +166,11 @@ def format_compare(out: dict[str, Any]) -> str:
     for c in out["comparisons"]:
         m = c["mcnemar"]
         lo, hi = c["diff_ci95"]
-        mc = (f"McNemar b={m['b_base_only']} c={m['c_run_only']} p={_f(m['p'], '.4g')} ({m['method']})")
+        mc = (f"McNemar b={m['b_base_only']} c={m['c_run_only']} p={format_p(m['p'])} ({m['method']})")
         lines.append(
             f"  vs {_label(c['run'])} ({c['run']['model']}): n={c['n']} clusters={c['n_clusters']}  "
             f"acc {_f(c['acc_base'], '.3f')} → {_f(c['acc_run'], '.3f')}  diff {_f(c['diff'], '+.3f')} "
-            f"[{_f(lo, '+.3f')}, {_f(hi, '+.3f')}] p={_f(c['p_value'], '.4g')}  {mc}"
+            f"[{_f(lo, '+.3f')}, {_f(hi, '+.3f')}] p={format_p(c['p_value'])}  {mc}"
         )
         for d in c["disagreements"][:20]:
             lines.append(f"      {d['item_id']} / {d['variant']}: base {d['correct_base']:.0f}, run {d['correct_run']:.0f}")

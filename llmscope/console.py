@@ -42,7 +42,9 @@ class ConsoleReporter:
     """Implements the engine's Reporter protocol on stderr."""
 
     def __init__(self, console: Console | None = None, *, quiet: bool = False, interval_s: float = 10.0) -> None:
-        self.console = console or Console(stderr=True, highlight=False)
+        # Not a terminal (a log file, a pipe): no hard wrapping at Rich's default 80 columns
+        # (logs read "on cpu/float32, 729⏎prompts"); each message stays one line.
+        self.console = console or Console(stderr=True, highlight=False, soft_wrap=not sys.stderr.isatty())
         self.quiet = quiet
         self.tty = self.console.is_terminal and sys.stderr.isatty()
         self.interval_s = interval_s

@@ -8,6 +8,7 @@ n_clusters}.
 
 from __future__ import annotations
 
+import textwrap
 import warnings
 from typing import Any
 
@@ -16,6 +17,7 @@ import pandas as pd
 from llmscope.analysis.metrics import BOOTSTRAP, RunMetrics
 from llmscope.analysis.metrics import results_with_fields as _results_with_fields
 from llmscope.analysis.metrics import run_metrics as _run_metrics
+from llmscope.analysis.rows import format_p
 from llmscope.data.registry import suite_producers
 from llmscope.store.db import Store
 
@@ -162,13 +164,43 @@ def explain_text() -> str:
     return metrics_markdown()
 
 
-def format_rows(rows: list[dict[str, Any]]) -> str:
-    """Plain-text table of metric rows (values at the pipeline's display precision)."""
+def _group_text(r: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in r["group"].items()) or "overall"
+
+
+def _ci_text(r: dict[str, Any]) -> str:
+    ci = r.get("ci95")
+    return f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci and ci[0] is not None and ci[1] is not None else ""
+
+
+def _nums(r: dict[str, Any], mw: int, cw: int) -> str:
+    """A row's metric name, value, interval and counts, in columns ``mw`` and ``cw`` wide."""
     from llmscope.analysis.metrics import display
+
+    nc = r.get("n_clusters")
+    clus = f" clusters={nc}" if nc is not None and nc != r["n"] else ""
+    return f"{r['metric']:<{mw}} {display(r['metric'], r['value']):>8} {_ci_text(r):<{cw}} n={r['n']}{clus}"
+
+
+def format_rows(rows: list[dict[str, Any]], width: int | None = None) -> str:
+    """Plain-text table of metric rows (values at the pipeline's display precision).
+
+    Columns are as wide as their longest cell (a group is never cut). With ``width`` (the
+    terminal's columns), a line that would not fit puts its group on a line of its own and the
+    numbers indented beneath, rather than letting the terminal break it anywhere; without it
+    (output to a file or pipe) every row is one line."""
 
     if not rows:
         return "(no results)"
-    lines = [f"({BOOTSTRAP.describe()}; clusters in n_clusters; definitions: llmscope report --explain)"]
+    plain = [r for r in rows if r["metric"] not in ("hypothesis", "plan_deviation")]
+    gw = max((len(_group_text(r)) for r in plain), default=7)
+    mw = max((len(r["metric"]) for r in plain), default=8)
+    cw = max((len(_ci_text(r)) for r in plain), default=0)
+    if width is not None:  # the group column narrows to what the numbers leave; longer groups
+        nw = max((len(_nums(r, mw, cw)) for r in plain), default=0)  # go on lines of their own
+        gw = max(min(gw, width - 3 - nw), 7)
+    note = f"({BOOTSTRAP.describe()}; clusters in n_clusters; definitions: llmscope report --explain)"
+    lines = textwrap.wrap(note, width) if width is not None else [note]
     cur = None
     section = None
     for r in rows:
@@ -187,16 +219,16 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
             p = r.get("p_value")
             est = "-" if r["value"] is None else f"{r['value']:+.3f}"
             lines.append(f"  {g['id']}: {g['hypothesis']}  -> {g['verdict']}  (difference {est} {cis}, "
-                         f"p = {'-' if p is None else f'{p:.4f}'}, {r.get('test')}, n={r['n']})")
+                         f"p = {format_p(p)}, {r.get('test')}, n={r['n']})")
             continue
         if r["metric"] == "plan_deviation":
             lines.append(f"  DEVIATION from plan: {r['group']['deviation']}")
             continue
-        group = ", ".join(f"{k}={v}" for k, v in r["group"].items()) or "overall"
-        ci = r.get("ci95")
-        cis = f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci and ci[0] is not None and ci[1] is not None else ""
-        val = display(r["metric"], r["value"])
-        nc = r.get("n_clusters")
-        clus = f" clusters={nc}" if nc is not None and nc != r["n"] else ""
-        lines.append(f"  {group[:44]:<44} {r['metric']:<18} {val:>8} {cis:<18} n={r['n']}{clus}")
+        group = _group_text(r)
+        nums = _nums(r, mw, cw)
+        line = f"  {group:<{gw}} {nums}"
+        if width is not None and (len(line) > width or len(group) > gw):
+            lines += [f"  {group}", f"      {nums}"]
+        else:
+            lines.append(line)
     return "\n".join(lines)

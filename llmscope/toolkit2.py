@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llmscope.analysis.rows import format_p
 from llmscope.cli_common import CLIError, check_endpoints, config_from_args, open_store, parse_opts
 
 if TYPE_CHECKING:
@@ -292,7 +293,7 @@ def cmd_probeval_validate(args: argparse.Namespace) -> int:
     else:
         ci = "" if v.ci_low is None else f" [{v.ci_low:.3f}, {v.ci_high:.3f}]"
         print(f"ProbEval validation ({method} matching vs {source}): Spearman rho {v.rho:.3f}{ci} "
-              f"(95% interval), p {v.p_value:.3g}, {v.n_questions} questions")
+              f"(95% interval), p {format_p(v.p_value)}, {v.n_questions} questions")
     return 0
 
 

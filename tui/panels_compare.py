@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from llmscope.analysis.metrics import display
+from llmscope.analysis.rows import format_p
 from llmscope.tui.widgets import literal
 
 __all__ = ["CompareMatrix", "PairCell", "compare_matrix", "disagreement_rows", "render_matrix", "render_pairs",
@@ -151,7 +152,7 @@ def render_pairs(m: CompareMatrix) -> Any:
                 continue
             sig = lo is not None and hi is not None and (lo > 0 or hi < 0)
             txt = Text(f"{d:+.3f}", style="bold green" if sig and d > 0 else "bold red" if sig else "")
-            txt.append(f" [{lo:+.3f}, {hi:+.3f}] p={cp.get('p_value'):.3g} n={cp.get('n')}", style="dim")
+            txt.append(f" [{lo:+.3f}, {hi:+.3f}] p={format_p(cp.get('p_value'))} n={cp.get('n')}", style="dim")
             cells.append(txt)
         t.add_row(literal(a), *cells)
     lines = Text()
@@ -160,9 +161,9 @@ def render_pairs(m: CompareMatrix) -> Any:
         lo, hi = cp.get("diff_ci95") or (None, None)
         if c.diff is None or lo is None or hi is None:
             continue
-        mp = "-" if mc.get("p") is None else f"{mc['p']:.4g}"
+        mp = format_p(mc.get("p"))
         lines.append(f"{b} vs {a}: ", style="bold")
-        lines.append(f"Δacc {c.diff:+.3f} [{lo:+.3f}, {hi:+.3f}] p={cp.get('p_value'):.4g}  n={cp.get('n')} "
+        lines.append(f"Δacc {c.diff:+.3f} [{lo:+.3f}, {hi:+.3f}] p={format_p(cp.get('p_value'))}  n={cp.get('n')} "
                      f"clusters={cp.get('n_clusters')}   McNemar b={mc.get('b_base_only')} c={mc.get('c_run_only')} "
                      f"p={mp} ({mc.get('method')})\n")
     return Group(t, lines)

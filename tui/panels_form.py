@@ -212,6 +212,8 @@ class RunForm(VerticalScroll):
     RunForm #f-check { height: auto; }
     RunForm #f-opts-row { grid-size: 2; grid-columns: 12 1fr; height: auto; }
     RunForm Button { width: 100%; height: 1; }
+    RunForm Label.-invalid { color: $error; text-style: bold; }
+    RunForm Input.-invalid { color: $error; }
     """
 
     class Submitted(Message):
@@ -225,7 +227,7 @@ class RunForm(VerticalScroll):
             for f in FIELDS:
                 if f.name == "options":
                     continue
-                yield Label(f.label)
+                yield Label(f.label, id=f"{f.id}-label")
                 if f.kind == "select":
                     yield Select([(c, c) for c in f.choices], value=f.default, allow_blank=False,
                                  id=f.id, compact=True)
@@ -234,7 +236,7 @@ class RunForm(VerticalScroll):
                                 type="integer" if f.kind == "int" else "text")
         with Grid(id="f-opts-row"):
             o = BY_NAME["options"]
-            yield Label(o.label)
+            yield Label(o.label, id=f"{o.id}-label")
             yield Input(placeholder=o.placeholder, id=o.id, compact=True)
         # The button before the check line: a long message must not push it out of view.
         yield Button("Start run", id="start", variant="primary", compact=True)
@@ -257,10 +259,23 @@ class RunForm(VerticalScroll):
         if isinstance(w, (Input, Select)):
             w.value = value
 
-    def show_check(self, error: str | None, hint: str = "") -> None:
+    def show_check(self, error: str | None, hint: str = "", field: str | None = None) -> None:
+        """The check line under the form, and the field that caused an error marked beside it
+        (its label reads "✘ <label>" in red; hovering the field shows the message)."""
+        if error and field is None:
+            field = "suite" if error.startswith("suite:") else "options"
+        for f in FIELDS:
+            lab = self.query_one(f"#{f.id}-label", Label)
+            w = self.query_one(f"#{f.id}")
+            bad = bool(error) and f.name == field
+            lab.update(f"✘ {f.label}" if bad else f.label)
+            lab.set_class(bad, "-invalid")
+            w.set_class(bad, "-invalid")
+            w.tooltip = error if bad else None
         t = Text()
         if error:
-            t.append("✘ " + error, style="bold red")
+            t.append("✘ " + (f"{BY_NAME[field].label}: " if field and not error.startswith(
+                (BY_NAME[field].label, field)) else "") + error, style="bold red")
         elif hint:
             t.append("✔ ", style="green")
         if hint:
@@ -280,7 +295,7 @@ class RunForm(VerticalScroll):
         try:
             run = form_run(self.values())
         except FormError as e:
-            self.show_check(str(e))
+            self.show_check(str(e), field=e.field)
             return
         self._check_options(run)
 
@@ -300,11 +315,20 @@ class RunForm(VerticalScroll):
             self.submit()
 
     def submit(self) -> None:
+        """Start the run, or name the field that stops it beside that field (an unknown suite
+        was once a toast that vanished when the run thread failed)."""
         try:
             run = form_run(self.values())
         except FormError as e:
-            self.show_check(str(e))
-            self.notify(str(e), severity="error")
-            self.query_one(f"#{BY_NAME[e.field].id}").focus()
+            self._refuse(str(e), e.field)
             return
+        err, hint = check_task_options(run)  # the suite loads and the task options are valid
+        if err:
+            self._refuse(err, "suite" if err.startswith("suite:") else "options", hint)
+            return
+        self.show_check(None, hint)
         self.post_message(self.Submitted(run))
+
+    def _refuse(self, error: str, field: str, hint: str = "") -> None:
+        self.show_check(error, hint, field=field)
+        self.query_one(f"#{BY_NAME[field].id}").focus()

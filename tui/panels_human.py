@@ -360,8 +360,9 @@ class HumanScatter(PlotextPlot):
             plt.clear_figure()
             a = d.agreement
             r = {m["metric"]: m["value"] for m in d.metrics}
-            plt.title(f"P(yes) vs human agreement   r {fmt(r.get('human_pearson'), 2)}"
-                      f"  rho {fmt(r.get('human_spearman'), 2)}")
+            # the pipeline's numbers under the report's names and precision
+            plt.title(f"P(yes) vs humans: human_pearson {display('human_pearson', r.get('human_pearson'))}"
+                      f" human_spearman {display('human_spearman', r.get('human_spearman'))}")
             plt.xlim(0, 1)
             plt.ylim(0, 1)
             if a is not None and len(a):

@@ -21,12 +21,13 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Grid
+from textual.containers import Grid, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 from textual_plotext import PlotextPlot
 
+from llmscope.analysis.metrics import display
 from llmscope.store.db import decode_json
 
 if TYPE_CHECKING:
@@ -55,6 +56,8 @@ class PlotData:
     reliability: dict[str, pd.DataFrame] = field(default_factory=dict)  # variant/method -> bins
     minpair_diffs: list[float] = field(default_factory=list)  # logP(good) - max logP(bad)
     positions: pd.DataFrame | None = None  # position, label, chosen, gold (shares)
+    # a stored run: its headline metric from the metrics pipeline (what the report leads with)
+    headline: Any = None
 
 
 def timeline(df: pd.DataFrame, buckets: int = 30) -> tuple[list[int], list[float], list[float], list[float]]:
@@ -271,8 +274,12 @@ class PlotsScreen(Screen[None]):
     """The run's plots; redrawn while the run is writing."""
 
     BINDINGS = [Binding("escape", "app.pop_screen", "Back")]
+    # Below 100 columns or 30 rows, four plots in a 2x2 grid were five rows high: there they
+    # stack, each the height of the screen, and the page scrolls.
     DEFAULT_CSS = """
+    PlotsScreen #plots-scroll { height: 1fr; }
     PlotsScreen Grid { grid-size: 2 2; height: 1fr; }
+    PlotsScreen.-narrow Grid, PlotsScreen.-short Grid { grid-size: 1; grid-rows: 20; height: auto; }
     PlotsScreen PlotextPlot { border: round $primary; }
     PlotsScreen #plots-head { height: auto; }
     """
@@ -292,7 +299,7 @@ class PlotsScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("", id="plots-head")
-        with Grid():
+        with VerticalScroll(id="plots-scroll"), Grid():
             yield TimelinePlot(id="plot-timeline")
             yield ReliabilityByPlot(id="plot-rel")
             yield MinPairPlot(id="plot-minpairs")
@@ -316,13 +323,21 @@ class PlotsScreen(Screen[None]):
             if not df.empty:
                 df["seq"] = range(len(df))
         else:
+            from llmscope.analysis.metrics import headline, run_metrics
+
             cols = ", ".join(PLOT_COLUMNS)
             with self.llm_app.handle.use() as store:
                 df = store.query_df(f"SELECT {cols} FROM results WHERE run_id = ? ORDER BY seq", [self.run_id])
+                run = store.get_run(self.run_id)
+                # the report's numbers (the same cached pipeline run), not the running share
+                head = headline(run_metrics(store, run)) if run is not None and len(df) else None
         for c in PLOT_COLUMNS:
             if c not in df:
                 df[c] = None
-        self.post_message(PlotsLoaded(plot_data(df, self.run_task)))
+        data = plot_data(df, self.run_task)
+        if self.feed is None:
+            data.headline = head
+        self.post_message(PlotsLoaded(data))
 
     def on_plots_loaded(self, msg: PlotsLoaded) -> None:
         d = msg.data
@@ -332,8 +347,12 @@ class PlotsScreen(Screen[None]):
         head = Text()
         head.append(f"run {self.run_id}  ", style="bold")
         head.append(f"{d.n} results")
-        if d.running_acc:
-            head.append(f"   accuracy so far {d.running_acc[-1]:.3f}")
+        h = d.headline
+        if h is not None:
+            ci = f" [{display(h.name, h.lo)}, {display(h.name, h.hi)}]" if h.ci95 is not None else ""
+            head.append(f"   {h.name} {display(h.name, h.value)}{ci}   n {h.n if h.n is not None else '-'}")
+        elif d.running_acc:
+            head.append(f"   running accuracy over the rows so far {d.running_acc[-1]:.3f}")
         if d.rate:
             head.append(f"   last {d.rate[-1]:.1f} results/s")
         self.query_one("#plots-head", Static).update(head)

@@ -9,7 +9,7 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from rich.cells import set_cell_size
+from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -43,6 +43,12 @@ def clean(s: Any) -> str:
 def literal(s: Any, style: str = "") -> Text:
     """A Text that shows `s` exactly: no Rich markup parsing, control characters escaped."""
     return Text(clean(s), style=style)
+
+
+def ellipsis(s: Any, n: int) -> str:
+    """``s`` in at most ``n`` characters, ending in "…" where it was cut (a cut never silent)."""
+    s = str(s)
+    return s if len(s) <= n else s[: max(n - 1, 0)] + "…"
 
 
 def fmt(x: Any, digits: int = 3) -> str:
@@ -95,14 +101,16 @@ def item_sort_key(item_id: Any) -> tuple[int, int, str]:
         return (1, 0, s)
 
 
-def fit_widths(widths: list[int], total: int, min_rest: int = 24) -> list[int]:
+def fit_widths(widths: list[int], total: int, min_rest: int = 24, keep: frozenset[int] = frozenset()) -> list[int]:
     """Column widths for a `total`-cell line: fixed columns (width > 0) shrink, the widest
     first and never below 4 cells, until the rest column (width 0) has `min_rest` cells or a
-    third of the line, so item text stays readable on an 80-column terminal."""
+    third of the line, so item text stays readable on an 80-column terminal. The columns at
+    the positions in `keep` (the item id) shrink only once the others are down to 4 cells."""
     out = list(widths)
     want = max(min_rest, total // 3) if 0 in out else 0
     while sum(w + 1 for w in out if w) + want > total:
-        i = max(range(len(out)), key=lambda j: out[j])
+        free = [j for j in range(len(out)) if j not in keep and out[j] > 4]
+        i = max(free or range(len(out)), key=lambda j: out[j])
         if out[i] <= 4:
             break
         out[i] -= 1
@@ -168,6 +176,7 @@ class ItemList(ScrollView, can_focus=True):
         self._loading: set[int] = set()
         self._gen = 0  # bumped when the view changes, so late pages of the old view are dropped
         self.header_widget: Any = None  # a Static showing `header()`, redrawn when the width changes
+        self.id_width = 0  # the longest item id seen: the item column widens to show it whole
 
     # -- data -------------------------------------------------------------------------------
     def set_columns(self, columns: list[tuple[str, str, int]], optional: set[str] | frozenset[str] = frozenset()) -> None:
@@ -188,6 +197,7 @@ class ItemList(ScrollView, can_focus=True):
         self._pages.clear()
         self.data = data
         self.n_total = len(next(iter(data.values()))) if data else 0
+        self._see_ids(data.get("item_id") or [])
         self._apply(key)
 
     def current_key(self) -> tuple[str, str] | None:
@@ -267,7 +277,21 @@ class ItemList(ScrollView, can_focus=True):
         self._pages[first] = page
         if len(self._pages) > self.MAX_PAGES:
             self._pages.popitem(last=False)
+        self._see_ids(page.get("item_id") or [])
         self.refresh()
+
+    # Item ids (WorldSense: 20 digits with a sign) once showed their first 12 characters and
+    # nothing said they were cut: the column takes the longest id seen, up to this many cells;
+    # a longer one ends in "…".
+    ID_MAX = 24
+
+    def _see_ids(self, ids: list[Any]) -> None:
+        longest = max((len(str(i)) for i in ids), default=0)
+        if longest > self.id_width:
+            self.id_width = longest
+            self._cache.clear()
+            if self.header_widget is not None:
+                self.header_widget.update(self.header())
 
     def _len(self) -> int:
         return self._n if self.source is not None else len(self.order)
@@ -324,6 +348,9 @@ class ItemList(ScrollView, can_focus=True):
                 self._pages[first] = page
                 if len(self._pages) > self.MAX_PAGES:
                     self._pages.popitem(last=False)
+                ids = page.get("item_id") or []
+                if max((len(str(i)) for i in ids), default=0) > self.id_width:
+                    self.call_after_refresh(self._see_ids, ids)  # not while a line is drawn
             else:
                 self._pages.move_to_end(first)
             j = pos - first
@@ -346,8 +373,12 @@ class ItemList(ScrollView, can_focus=True):
         """The column widths used at `width` cells (default: the widget's width); -1: not shown."""
         total = self.size.width if width is None else width
         hide = 0 < total < self.OPTIONAL_MIN_WIDTH
-        ws = [-1 if hide and k in self.optional else w for k, _, w in self.columns]
-        shown = fit_widths([w for w in ws if w >= 0], total) if total > 0 else [w for w in ws if w >= 0]
+        ws = [-1 if hide and k in self.optional else
+              max(4, min(self.id_width, self.ID_MAX)) if k == "item_id" and w > 0 and self.id_width else w
+              for k, _, w in self.columns]
+        keys = [k for (k, _, _), w in zip(self.columns, ws, strict=True) if w >= 0]
+        keep = frozenset(j for j, k in enumerate(keys) if k == "item_id")
+        shown = fit_widths([w for w in ws if w >= 0], total, keep=keep) if total > 0 else [w for w in ws if w >= 0]
         it = iter(shown)
         return [w if w < 0 else next(it) for w in ws]
 
@@ -398,6 +429,8 @@ class ItemList(ScrollView, can_focus=True):
             else:
                 s = clean(v).replace("\n", " ⏎ ").replace("\t", " ")
             if w:
+                if cell_len(s) > w:  # cut: say so
+                    s = set_cell_size(s, w - 1) + "…"
                 parts.append(set_cell_size(s, w) + " ")
                 used += w + 1
             else:

@@ -110,9 +110,13 @@ def test_human_vs_model_and_tui_human_data_leave_the_abstention_out(labels_db: P
         assert run is not None
         hd = human_data(st, run)
     hvm = human_vs_model(df, spec, scheme="labels")
-    assert hvm is not None and hvm["alpha"] == pytest.approx(1.0, abs=1e-5)
-    assert [i["item_id"] for i in hvm["items"]] == ["i0", "i1", "i2"]
-    assert all(i["model"] == pytest.approx([0.3, 0.7]) for i in hvm["items"])
+    assert hvm is not None and len(hvm["variants"]) == 1
+    (v,) = hvm["variants"]
+    assert v["alpha"] == pytest.approx(1.0, abs=1e-5)
+    assert [i["item_id"] for i in v["items"]] == ["i0", "i1", "i2"]
+    # label probabilities 0.3 / 0.7: normalised, and the fitted model at α = 1, are both those
+    assert all(i["fitted"] == pytest.approx([0.3, 0.7]) for i in v["items"])
+    assert all(i["model_p"] == pytest.approx([0.3, 0.7]) for i in v["items"])
     assert hd.choices is not None and sorted(hd.choices["item_id"]) == ["i0", "i1", "i2"]
 
 

@@ -14,6 +14,7 @@ import json
 import random
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -236,8 +237,9 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(setup: dict[str, Any]) -> N
     assert "Traceback" not in err
     assert "interrupted: everything scored so far is stored" in err
     assert "Resume with the same command" in err
-    hint = err[err.index("llmscope run --resume") :].split("\n")[0].split()
-    assert hint[:3] == ["llmscope", "run", "--resume"] and hint[4] == "--db"
+    # started as `python -m llmscope` (tests/helpers/cli.py): the hint says so, to be pasted
+    hint = err[err.index("Resume with the same command, or: ") :].split("\n")[0].split(": ", 1)[1].split()
+    assert hint[:5] == [sys.executable, "-m", "llmscope", "run", "--resume"] and hint[6] == "--db", hint
     rows = result_rows(db)
     assert 0 < len(rows) < 2 * N_YESNO
     _assert_unique(rows)
@@ -248,8 +250,8 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(setup: dict[str, Any]) -> N
     status = con.execute("SELECT status FROM runs").fetchall()
     con.close()
     assert status == [("interrupted",)]
-    # The printed resume command finishes the run.
-    proc2 = cli(*hint[1:], env=cli_env())
+    # The printed resume command, run as printed, finishes the run.
+    proc2 = cli(*hint[3:], env=cli_env())
     assert proc2.returncode == 0, proc2.stderr
     done = result_rows(db)
     _assert_unique(done)

@@ -4,10 +4,12 @@ cell equals `llmscope compare A B --json`, disagreements sort by difference and 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
+from llmscope.analysis.rows import format_p
 from llmscope.cli import main
 from llmscope.store.db import Store
 from llmscope.tui.panels_compare import compare_matrix, disagreement_rows, sort_disagreements
@@ -93,7 +95,11 @@ async def test_compare_screen_shows_every_pair_and_opens_both_runs(db: Path, cap
         assert set(scr.matrix.pairs) == {("run-a", "run-b"), ("run-a", "run-c"), ("run-b", "run-c")}
         # the b-vs-c cell on screen shows the CLI's numbers
         lo, hi = cli["diff_ci95"]
-        assert f"{cli['diff']:+.3f} [{lo:+.3f}, {hi:+.3f}] p={cli['p_value']:.3g} n={cli['n']}" in screen_text(app)
+        text = screen_text(app)
+        assert f"{cli['diff']:+.3f} [{lo:+.3f}, {hi:+.3f}] p={format_p(cli['p_value'])} n={cli['n']}" in text
+        # one p-value, one format: every "p=" of the pair on screen reads the same
+        shown = set(re.findall(r"\[[-+.\d]+, [-+.\d]+\] p=(\S+)", text))
+        assert shown <= {format_p(c.comparison["p_value"]) for c in scr.matrix.pairs.values()}
         lst = scr.query_one("#dis", ItemList)
         assert lst.count == len(disagreement_rows(scr.matrix))
         await pilot.press("o")  # sort by item id: numeric order, list back at its top

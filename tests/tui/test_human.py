@@ -77,7 +77,7 @@ async def test_agreement_screen_uses_the_pipeline_correlation(tmp_path: Path) ->
         table = _text([scr._table(scr.data)])
         first_row = next(line for line in table.splitlines() if line.strip().startswith("s0"))
         assert first_row.strip().startswith(f"s{far:03d}")
-        assert f"r {r:.2f}" in str(scr.query_one("#human-scatter").plt.build())  # type: ignore[attr-defined]
+        assert f"human_pearson {r:.3f}" in str(scr.query_one("#human-scatter").plt.build())  # type: ignore[attr-defined]
 
 
 @pytest.mark.slow

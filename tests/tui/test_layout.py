@@ -19,6 +19,7 @@ from tests.helpers.tui import (
     SUITE_ID,
     add_suite,
     create_run,
+    expected_accuracy,
     make_db,
     screen_text,
     settle,
@@ -235,3 +236,53 @@ async def test_method_fallback_banner_on_the_run(tmp_path: Path) -> None:
         await pilot.press("escape", "up", "enter")
         await settle(pilot)
         assert app.screen.run_id == "run-a" and not app.screen.query_one("#method-banner").display
+
+
+async def test_home_at_80x24_keeps_counts_and_the_accuracy(tmp_path: Path) -> None:
+    """At 80x24 the suites' item counts keep every digit (once `commonsense-sample  24` for 243)
+    and the runs list shows each run's accuracy (once scrolled out of view)."""
+    builtin = Path(__file__).resolve().parents[2] / "data" / "builtin"
+    counts = {s: sum(1 for ln in (builtin / s / "items.jsonl").read_text().splitlines() if ln.strip())
+              for s in ("commonsense-sample", "minimal-pairs")}
+    assert counts == {"commonsense-sample": 243, "minimal-pairs": 102}
+    db = make_db(tmp_path / "t.duckdb", runs=(("run-a", "model-A", 0),))
+    app = LlmscopeApp(db)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        text = screen_text(app)
+        for suite, n in counts.items():
+            assert re.search(rf"\b{suite}\s+{n}\s", text), (suite, text)
+        row = next(ln for ln in text.splitlines() if "run-a" in ln)
+        assert f"{expected_accuracy(12):.3f}" in row and "24/24" in row, row
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 40)])
+async def test_help_gives_each_key_its_own_line(tmp_path: Path, size: tuple[int, int]) -> None:
+    """Every key of the help starts a line with the start of its own description beside it
+    (two keys' descriptions once shared lines, wrapping into each other), at 80x24 and 160x40;
+    scrolled through, the help shows every key."""
+    from llmscope.tui.screens.help import KEYS
+
+    db = make_db(tmp_path / "t.duckdb", runs=(("run-a", "model-A", 0),))
+    app = LlmscopeApp(db)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        await pilot.press("f1")
+        await settle(pilot)
+        assert isinstance(app.screen, HelpScreen)
+        scroll = app.screen.query_one("#help-scroll")
+        seen: list[str] = []
+        for _ in range(40):
+            seen += screen_text(app).splitlines()
+            if scroll.scroll_y >= scroll.max_scroll_y:
+                break
+            scroll.scroll_page_down(animate=False)
+            await settle(pilot)
+        # the text inside the help box's borders (the home screen shows around it)
+        lines = [ln.split("│")[1].strip() for ln in seen if ln.count("│") >= 2]
+        for _section, keys in KEYS:
+            for k, what in keys:
+                first = k.split()[0]
+                start = " ".join(what.split()[:2])
+                assert any(re.match(rf"(?:\w+\s+)?{re.escape(first)}(?:\s\S+)*?\s{{2,}}{re.escape(start)}", ln) for ln in lines), \
+                    (k, what, size)

@@ -60,9 +60,37 @@ async def test_bad_form_is_reported(tmp_path: Path) -> None:
         home = app.screen
         home.query_one("#f-suite", Input).value = "no-such-suite"
         await pilot.click("#start")
-        assert await wait_until(
-            pilot,
-            lambda: any("no built-in suite" in n.message for n in app._notifications),
-            timeout=10,
-        )
-        assert isinstance(app.screen, HomeScreen)
+        # beside the field that caused it, and it stays (once a toast that vanished)
+        label = home.query_one("#f-suite-label")
+        assert await wait_until(pilot, lambda: "✘" in str(label.render()), timeout=10)
+        assert label.has_class("-invalid") and home.query_one("#f-suite").has_class("-invalid")
+        assert "no built-in suite" in str(home.query_one("#f-check").render())
+        assert "no built-in suite" in str(home.query_one("#f-suite").tooltip)
+        assert app.focused is not None and app.focused.id == "f-suite"
+        assert not any("no built-in suite" in n.message for n in app._notifications)
+        assert isinstance(app.screen, HomeScreen) and not app.running
+        # a good suite clears the mark
+        home.query_one("#f-suite", Input).value = "commonsense-sample"
+        assert await wait_until(pilot, lambda: "✘" not in str(label.render()), timeout=10)
+        assert not home.query_one("#f-suite").has_class("-invalid")
+
+
+async def test_view_mode_offers_no_run_form(tmp_path: Path) -> None:
+    """`llmscope view` (watch mode) cannot start runs: the form is not offered; in its place a
+    line says how to start one, and `n` does not take the keys into a form it cannot use."""
+    from tests.helpers.tui import make_db
+
+    db = make_db(tmp_path / "t.duckdb")
+    app = LlmscopeApp(db, watch=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        home = app.screen
+        assert not home.query_one("#run-form").display and home.query_one("#form-off").display
+        assert "only watches" in screen_text(app) and "Start run" not in screen_text(app)
+        await pilot.press("n")
+        await settle(pilot)
+        assert app.focused is None or app.focused.id != "f-suite"
+    app = LlmscopeApp(db)  # the full interface offers it
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert app.screen.query_one("#run-form").display and not app.screen.query_one("#form-off").display

@@ -17,7 +17,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Header, ProgressBar, Static
 
 from llmscope.analysis.api_method import method_banner
-from llmscope.analysis.metrics import display
+from llmscope.analysis.metrics import display, headline
 from llmscope.store.db import StoreError
 from llmscope.tui.messages import DashData
 from llmscope.tui.model import (
@@ -345,6 +345,13 @@ class DashboardScreen(BaseScreen):
                 f"{p.get('tokens_per_s', 0):.0f} tok/s   ETA {_duration(p.get('eta_s'))}"
             )
         acc = snap.overall
+        # The run's headline metric first, as the report and the runs list lead with it (the
+        # published worldsense_accuracy of a WorldSense run; sg_score of a SyntaxGym run).
+        head = headline(snap.metrics) if snap.metrics is not None else None
+        if head is not None and head.name != snap.accuracy_name:
+            t.append(f"   {head.name} {display(head.name, head.value)}", style="bold")
+            if head.ci95 is not None:
+                t.append(f" [{display(head.name, head.lo)}, {display(head.name, head.hi)}]")
         if acc is not None:
             t.append(f"   {snap.accuracy_name} {acc.mean:.3f} [{acc.lo:.3f}, {acc.hi:.3f}]")
         if p and self._is_active(run) and self.size.width >= 170:  # room on the second line

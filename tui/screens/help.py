@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -11,39 +12,76 @@ from textual.widgets import Button, Static
 
 from llmscope.tui.definitions import definitions_table
 
-HELP = """\
-llmscope — keys
+# (section, [(keys, what they do)]): one key per row, its description wrapped beside it, so
+# two keys' descriptions never interleave at any width (they did at 80 and 160 columns).
+KEYS: list[tuple[str, list[tuple[str, str]]]] = [
+    ("Everywhere", [
+        ("F1 or ?", "this help"),
+        ("ctrl+q", "quit"),
+        ("ctrl+p", "command palette (every action)"),
+        ("escape", "back to the list you came from"),
+        ("mouse", "click rows, scroll with the wheel, click buttons"),
+    ]),
+    ("Home", [
+        ("enter", "open the run under the cursor (live while it runs)"),
+        ("space", "mark a run for comparison"),
+        ("c", "compare the marked runs"),
+        ("n", "go to the new-run form (not in `llmscope view`, which only watches)"),
+        ("r", "refresh the run list"),
+        ("escape", "leave the form for the runs list"),
+        ("tab", "move between runs, suites and the form; enter in a suite fills the form"),
+        ("form", "takes every `llmscope run` option; a bad value is named beside its field"),
+    ]),
+    ("Dashboard", [
+        ("up down pgup pgdn home end", "move in the failing-items list"),
+        ("enter", "open the item"),
+        ("s", "cycle sort (arrival, confidence, distance to humans, group)"),
+        ("g", "cycle group filter"),
+        ("f", "cycle minimum confidence"),
+        ("x", "stop a run started in this window"),
+        ("m", "methods: scoring schemes, human fit, order effects, plan"),
+        ("d", "what each number means (or hover a panel)"),
+        ("v", "next panel (below 100 columns one panel shows at a time)"),
+        ("h", "human vs model side by side"),
+        ("p", "plots (accuracy/throughput over the run, reliability, positions)"),
+    ]),
+    ("Item", [
+        ("n / p", "next / previous item of the list without going back"),
+        ("up down pgup pgdn", "scroll"),
+    ]),
+    ("Compare", [
+        ("enter", "open a disagreement (both runs' answers side by side)"),
+        ("o", "sort disagreements: largest difference first / by item id"),
+    ]),
+]
+WATCHING = ("Watching another process (`llmscope view`): progress and results come from the live "
+            "channel beside the database; the database is opened read-only once the run has ended.")
 
-Everywhere     F1 or ?  this help   ctrl+q  quit   ctrl+p  command palette (every action)
-               escape  back to the list you came from
-               mouse: click rows, scroll with the wheel, click buttons
 
-Home           enter  open the run under the cursor (live while it runs)
-               space  mark a run for comparison      c  compare the marked runs
-               n  go to the new-run form             r  refresh the run list
-               escape  leave the form for the runs list
-               tab  move between runs, suites and the form; enter in a suite fills the form
-               the form takes every `llmscope run` option; task options are checked as you type
+def _plain() -> str:
+    lines = ["llmscope — keys", ""]
+    for section, keys in KEYS:
+        for i, (k, what) in enumerate(keys):
+            lines.append(f"{section if i == 0 else '':<14} {k:<12} {what}")
+        lines.append("")
+    return "\n".join([*lines, WATCHING, ""])
 
-Dashboard      up/down/pgup/pgdn/home/end  move in the failing-items list
-               enter  open the item                  s  cycle sort (arrival, confidence,
-               g  cycle group filter                    distance to humans, group)
-               f  cycle minimum confidence           x  stop a run started in this window
-               m  methods: scoring schemes, human fit, order effects, plan
-               d  what each number means (or hover a panel)
-               v  next panel (below 100 columns one panel shows at a time)
-               h  human vs model side by side        p  plots (accuracy/throughput over
-                                                        the run, reliability, positions)
 
-Item           n / p  next / previous item of the list without going back
-               up/down/pgup/pgdn  scroll
+HELP = _plain()  # the same keys as plain text
 
-Compare        enter  open a disagreement (both runs' answers side by side)
-               o  sort disagreements: largest difference first / by item id
 
-Watching another process (`llmscope view`): progress and results come from the live
-channel beside the database; the database is opened read-only once the run has ended.
-"""
+def help_table() -> Table:
+    """The keys of every screen: section, key, what it does (wrapped in its own column)."""
+    t = Table(box=None, show_header=False, padding=(0, 1), expand=True)
+    t.add_column("section", style="bold", no_wrap=True)
+    t.add_column("keys", style="cyan", max_width=14)
+    t.add_column("what", ratio=1)
+    for j, (section, keys) in enumerate(KEYS):
+        if j:
+            t.add_row("", "", "")
+        for i, (k, what) in enumerate(keys):
+            t.add_row(section if i == 0 else "", k, what)
+    return t
 
 
 class HelpScreen(ModalScreen[None]):
@@ -62,7 +100,9 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="help-box"):
             with VerticalScroll(id="help-scroll"):
-                yield Static(Text(HELP), id="help-text")
+                yield Static(Text("llmscope — keys", style="bold"))
+                yield Static(help_table(), id="help-text")
+                yield Static(Text(WATCHING, style="dim"))
                 if self.metrics:
                     yield Static(Text("Metrics on this screen (docs/METRICS.md)", style="bold"))
                     yield Static(definitions_table(self.metrics), id="help-metrics")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -18,7 +19,11 @@ from llmscope.tui.panels_form import RunForm
 from llmscope.tui.screens.base import BaseScreen, _fmt_time, _set
 from llmscope.tui.screens.compare import CompareScreen
 from llmscope.tui.screens.dashboard import DashboardScreen
-from llmscope.tui.widgets import fmt, literal
+from llmscope.tui.widgets import ellipsis, fmt, literal
+
+WATCH_ONLY = ("This window only watches (`llmscope view`, or the database is in use by another "
+              "process): it cannot start runs.\n\nStart one with `llmscope` (the full interface) "
+              "or `llmscope run` on a database no other process is writing.")
 
 
 class HomeScreen(BaseScreen):
@@ -55,23 +60,36 @@ class HomeScreen(BaseScreen):
                 yield Label("Suites  (Enter: use in the form)", classes="title")
                 yield DataTable(id="suites", cursor_type="row")
             yield RunForm(id="run-form")  # tui/panels_form.py: every `llmscope run` option
+            # in its place while this window only watches (`llmscope view`, or a locked file)
+            yield Static(WATCH_ONLY, id="form-off")
         yield Footer()
 
     def on_mount(self) -> None:
         t = self.query_one("#runs", DataTable)
-        t.add_columns(" ", "run", "suite", "model", "status", "progress", "accuracy", "started")
-        s = self.query_one("#suites", DataTable)
-        s.add_column("suite", width=20)
-        s.add_column("task", width=11)
-        s.add_column("items", width=6)
-        s.add_column("description", width=60)
+        # The headline number right after what was run, so an 80-column terminal shows it; no
+        # fixed widths: a column is as wide as its longest cell (ids and counts keep every
+        # character) and the table scrolls sideways when the columns do not fit.
+        t.add_columns(" ", "run", "suite", "model", "accuracy", "progress", "status", "started")
+        self._suite_rows: list[dict[str, Any]] = []
+        self._suite_cols()
         for inp in self.query(Input):
             inp.cursor_blink = False
         self.reload()
         self.load_suites()
+        self._sync_form()
         self.set_interval(self.llm_app.refresh_s * 2, self._tick)
 
+    def _sync_form(self) -> None:
+        """The new-run form only where this window can start runs (not while it watches)."""
+        watching = bool(self.llm_app.watch_mode)
+        form, off = self.query_one(RunForm), self.query_one("#form-off", Static)
+        if form.display == watching or off.display != watching:
+            if watching and form.has_focus_within:
+                self.query_one("#runs", DataTable).focus()
+            form.display, off.display = not watching, watching
+
     def _tick(self) -> None:
+        self._sync_form()
         if any(w.group == "home-runs" and w.is_running for w in self.workers):
             return  # never pile up reads (each opens a short-lived connection)
         # Refresh while something is running, and when another process starts or ends a run
@@ -132,6 +150,7 @@ class HomeScreen(BaseScreen):
 
     def on_runs_loaded(self, msg: RunsLoaded) -> None:
         self.llm_app.set_blocked(msg.watch_reason)
+        self._sync_form()
         self.rows = msg.rows
         _set(self.query_one("#notice", Static), literal(msg.notice, "yellow"), msg.notice)
         self.query_one("#notice").display = bool(msg.notice)
@@ -164,10 +183,10 @@ class HomeScreen(BaseScreen):
                 "●" if rid in self.marked else " ",
                 literal(rid),
                 literal(r.get("suite_name")),
-                literal(str(r.get("model") or "")[:40]),
-                literal(r.get("status")),
-                prog,
+                literal(ellipsis(str(r.get("model") or ""), 40)),
                 fmt(acc) if r.get("metric") in (None, "accuracy") else f"{fmt(acc)} {r['metric']}",  # headline (store.runs)
+                prog,
+                literal(r.get("status")),
                 _fmt_time(r.get("started_at")),
                 key=rid,
             )
@@ -184,7 +203,7 @@ class HomeScreen(BaseScreen):
         if event.data_table.id == "runs":
             rid = str(event.row_key.value)
             self.open_run(rid)
-        elif event.data_table.id == "suites":
+        elif event.data_table.id == "suites" and not self.llm_app.watch_mode:
             self.query_one("#f-suite", Input).value = str(event.row_key.value)
             self.query_one("#f-model", Input).focus()
 
@@ -230,6 +249,10 @@ class HomeScreen(BaseScreen):
         self.app.push_screen(CompareScreen(ids))
 
     def action_new_run(self) -> None:
+        if self.llm_app.watch_mode:
+            self.notify("this window only watches; start runs with `llmscope` or `llmscope run`",
+                        severity="warning")
+            return
         self.query_one("#f-suite", Input).focus()
 
     # -- suites -----------------------------------------------------------------------------
@@ -265,17 +288,39 @@ class HomeScreen(BaseScreen):
                 rows.append({"name": name, "task": "?", "items": None, "description": str(e)})
         return SuitesLoaded(rows)
 
-    def on_suites_loaded(self, msg: SuitesLoaded) -> None:
+    # Below this many columns the suites list leaves out the descriptions: cut at the panel's
+    # edge, their leading numbers ("243 statements ...") read as cut item counts.
+    DESCRIPTION_MIN_WIDTH = 100
+
+    def _suite_cols(self) -> None:
+        """The suites list's columns for the terminal's width, its rows filled again."""
+        wide = self.app.size.width >= self.DESCRIPTION_MIN_WIDTH
+        if getattr(self, "_suites_wide", None) == wide:
+            return
+        self._suites_wide = wide
+        t = self.query_one("#suites", DataTable)
+        t.clear(columns=True)
+        t.add_columns("suite", "items", "task", *(["description"] if wide else []))
+        self._fill_suites()
+
+    def on_resize(self) -> None:
+        self._suite_cols()
+
+    def _fill_suites(self) -> None:
         t = self.query_one("#suites", DataTable)
         t.clear()
-        for r in msg.rows:
+        for r in self._suite_rows:
             t.add_row(
                 literal(r["name"]),
+                Text("-" if r["items"] is None else str(r["items"]), justify="right"),
                 r["task"],
-                "-" if r["items"] is None else str(r["items"]),
-                literal(r["description"][:60]),
+                *([literal(ellipsis(r["description"], 60))] if self._suites_wide else []),
                 key=r["name"],
             )
+
+    def on_suites_loaded(self, msg: SuitesLoaded) -> None:
+        self._suite_rows = msg.rows
+        self._fill_suites()
         inp = self.query_one("#f-suite", Input)
         if not inp.value and msg.rows:
             inp.value = msg.rows[0]["name"]

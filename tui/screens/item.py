@@ -147,7 +147,49 @@ def _run_parts(d: dict[str, Any], head: bool) -> list[Any]:
     if not d.get("variants"):
         out.append(Text("no result for this item in this run", style="dim"))
     for v in d.get("variants", []):
-        out.extend(_render_variant(v, task_fields(v, d.get("task"), d.get("run_options") or {})))
+        opts = d.get("run_options") or {}
+        out.extend(_render_variant(v, [*answer_classes(v, d.get("task"), opts), *task_fields(v, d.get("task"), opts)]))
+    return out
+
+
+def answer_classes(v: dict[str, Any], task: str | None, options: dict[str, Any]) -> list[Any]:
+    """How a row scored with answer classes (task option ``equivalent``; WorldSense counts the
+    responses 1 and 2 as one answer, KNOW, as its authors do) was counted: the model's raw
+    response, the allowed response it became, and each side's class. A row counted correct
+    whose prediction differs from its gold is explained here."""
+    extra: dict[str, Any] = v["extra"] if isinstance(v.get("extra"), dict) else {}
+    scored = extra.get("scored_as")
+    if not isinstance(scored, dict):
+        return []
+    eq = _options(task, options).get("equivalent")
+    out: list[Any] = [Text("scored by answer class", style="bold")]
+    t = Table(box=None, padding=(0, 1), show_header=False)
+    t.add_column(no_wrap=True, style="dim")
+    t.add_column()
+    raws = extra.get("raw_responses")
+    if isinstance(raws, list) and raws:
+        for k, r in enumerate(raws):
+            t.add_row("raw response" if k == 0 else "asked again", literal(repr(r)))
+    elif extra.get("mode") == "loglik":
+        t.add_row("raw response", Text("none generated: the response is the allowed answer with the highest "
+                                       "log-likelihood (loglik mode)", style="dim"))
+    pred, gold = v.get("prediction"), v.get("gold")
+    t.add_row("response", Text.assemble(literal(pred if pred not in (None, "") else "(none: invalid, wrong)"),
+                                        "  →  class ", (clean(scored.get("prediction")), "bold")))
+    t.add_row("gold", Text.assemble(literal(gold), "  →  class ", (clean(scored.get("gold")), "bold")))
+    same = scored.get("prediction") == scored.get("gold") and pred not in (None, "")
+    verdict = Text("same class: counted correct" if same else "different classes: counted wrong",
+                   style="green" if same else "red")
+    if same and str(pred) != str(gold):
+        verdict.append("  (the prediction differs from the gold, but both are the same answer)", style="dim")
+    t.add_row("verdict", verdict)
+    if isinstance(eq, dict) and eq:
+        classes: dict[str, list[str]] = {}
+        for resp, cls in eq.items():
+            classes.setdefault(str(cls), []).append(str(resp))
+        t.add_row("mapping", literal("; ".join(f"{', '.join(r)} → {c}" for c, r in classes.items())
+                                     + "; any other response is its own class"))
+    out.append(t)
     return out
 
 
