@@ -137,7 +137,7 @@ async def test_variant_without_gold_and_definitions(tmp_path: Path) -> None:
         await settle(pilot)
         assert isinstance(app.screen, DefinitionsScreen)
         assert app.screen.metrics == shown
-        defs = " ".join(plain_text(app.screen.query_one("#defs-table").content, width=400).split())
+        defs = " ".join(plain_text(app.screen.query_one("#defs-table").content, width=4000).split())
         for name in shown:  # each metric with its registered definition
             assert f"{name} {' '.join(METRICS[name].definition.split())}" in defs, name
         assert "What the numbers on this screen mean" in screen_text(app)
