@@ -167,9 +167,12 @@ def load_model(
                 )
             info["gguf_cache"] = _save_gguf_cache(model, tok, cached)
     else:
-        tok = AutoTokenizer.from_pretrained(spec.path, **hub_kw)
-        model = AutoModelForCausalLM.from_pretrained(spec.path, dtype=tdtype, **hub_kw, **quant_kw)
-        rev = getattr(model.config, "_commit_hash", None)
+        source = _hub_source(spec.path, hub_kw.get("revision"), info)
+        if source != spec.path:  # the cached snapshot's folder: its commit is the revision
+            hub_kw.pop("revision", None)
+        tok = AutoTokenizer.from_pretrained(source, **hub_kw)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=tdtype, **hub_kw, **quant_kw)
+        rev = info.get("revision") or getattr(model.config, "_commit_hash", None)
         if rev:
             info["revision"] = rev
     if margs.get("adapter"):
@@ -181,6 +184,52 @@ def load_model(
         model.to(device)  # type: ignore[arg-type]  # transformers' stub wants a model; a device string is valid
     model.eval()
     return tok, model, info
+
+
+@functools.lru_cache(maxsize=1)
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the Hugging Face hub cannot be reached now, or None when it can.
+
+    One quick connection (DNS and TCP, `timeout` seconds): offline, huggingface_hub retries
+    each file five times with back-off, about a minute before its error."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as e:
+        return f"{host}: {getattr(e, 'strerror', None) or e}"
+    return None
+
+
+def _hub_source(repo: str, revision: str | None, info: dict[str, Any]) -> str:
+    """Where to load `repo` from: itself, or, when the hub cannot be reached, the cached
+    snapshot's folder (said in the run's load info; its commit is the run's revision). A hub id
+    that is not cached then fails at once.
+
+    The folder, not `local_files_only`: transformers' adapter lookup asks the hub regardless."""
+    if Path(repo).exists() or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        return repo  # a local folder, or the user switched the hub off (then only the cache is read)
+    why = hub_unreachable()
+    if why is None:
+        return repo
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(repo, "config.json", revision=revision)
+    except ValueError:  # not a valid repo id
+        cached = None
+    if isinstance(cached, str):
+        snapshot = Path(cached).parent
+        info["hub"] = f"unreachable ({why}): the cached copy was loaded"
+        info["revision"] = snapshot.name
+        return str(snapshot)
+    raise OSError(
+        f"the Hugging Face hub cannot be reached ({why}) and {repo!r} is not in its cache "
+        f"({os.environ.get('HF_HOME') or '~/.cache/huggingface'})"
+    )
 
 
 def _save_gguf_cache(model: Any, tok: Any, target: Path) -> str | None:
