@@ -143,6 +143,12 @@ _DEFS: list[MetricDef] = [
               "probability of the predicted answer", _BOOT_CI, "yesno, choice, rating, constrained"),
     MetricDef("mce", "maximum calibration error: the largest |accuracy - confidence| over non-empty bins",
               _BOOT_CI, "yesno, choice, rating, constrained"),
+    MetricDef("bin_accuracy", "reliability diagram: accuracy of the scored items whose confidence "
+              "falls in this bin (the 10 equal-width bins of `ece`; non-empty bins only; n = the bin's "
+              "count)", "none", "yesno, choice, rating, constrained"),
+    MetricDef("bin_confidence", "reliability diagram: mean confidence (probability of the predicted "
+              "answer) of the items in this bin; |bin_accuracy - bin_confidence| weighted by n is `ece`",
+              "none", "yesno, choice, rating, constrained"),
     MetricDef("brier", "multi-class Brier score: mean over items of sum_k (p_k - 1[k = gold])^2 over "
               "the listed answers (mass outside them is not renormalised; a gold not listed adds 1)",
               _MEAN_CI, "yesno, choice, rating, constrained"),
@@ -794,6 +800,7 @@ def calibration_metrics(ctx: MetricContext) -> list[Metric]:
         for name, est, lo, hi in (("ece", rel.ece, elo, ehi), ("mce", rel.mce, mlo, mhi)):
             out.append(Metric(name, est, None if math.isnan(lo) else lo, None if math.isnan(hi) else hi,
                               "cluster-bootstrap", int(keep.sum()), G, {}, "calibration"))
+        out += reliability_bin_metrics(rel.bins)
     if "probs" in ok:
         probs = _prob_rows(ok)
         scored = np.isfinite(corr)
@@ -814,6 +821,24 @@ def calibration_metrics(ctx: MetricContext) -> list[Metric]:
             out.append(Metric("tie_rate", float(np.nanmean(tv)), n=int(np.isfinite(tv).sum()),
                               producer="calibration"))
     return out
+
+
+def reliability_bin_metrics(bins: pd.DataFrame) -> list[Metric]:
+    """The reliability diagram ECE is computed from: per non-empty bin its accuracy and mean
+    confidence, n = the bin's count (figures and `report --json` read these rows)."""
+    out: list[Metric] = []
+    for b in bins.itertuples():
+        if not b.count:
+            continue
+        group = {"bin": bin_label(float(b.lo), float(b.hi))}
+        for name, v in (("bin_accuracy", b.accuracy), ("bin_confidence", b.confidence)):
+            out.append(Metric(name, float(v), n=int(b.count), group=dict(group), producer="calibration"))
+    return out
+
+
+def bin_label(lo: float, hi: float) -> str:
+    """A reliability bin's label, ``"0.3-0.4"`` (``[lo, hi)``, the last bin closed)."""
+    return f"{lo:.1f}-{hi:.1f}"
 
 
 def _calibration_bootstrap(
@@ -921,13 +946,22 @@ def human_correlation_metrics(ctx: MetricContext) -> list[Metric]:
         return []
     from .commonsense import correlation
 
-    ok = ctx.ok()
+    pairs = human_agreement_pairs(ctx.ok())
+    c = correlation(pairs["p_yes"], pairs["human"])
+    return [Metric(f"human_{k}", c.get(k), n=int(c["n"]), producer="human_correlation")
+            for k in ("pearson", "spearman")]
+
+
+def human_agreement_pairs(ok: pd.DataFrame) -> pd.DataFrame:
+    """The (statement, P(yes), human agreement) pairs `human_pearson` / `human_spearman` are
+    computed over: rows of variant q1 when present, one per item; columns item_id, p_yes, human
+    (the figures plot these same pairs)."""
+    if "error" in ok:
+        ok = ok[ok["error"].isna()]
     if "q1" in set(ok["variant"].astype(str)):
         ok = ok[ok["variant"].astype(str) == "q1"]
     ok = ok.drop_duplicates("item_id")
-    c = correlation(ok["p_yes"], ok["f.human_q1"])
-    return [Metric(f"human_{k}", c.get(k), n=int(c["n"]), producer="human_correlation")
-            for k in ("pearson", "spearman")]
+    return pd.DataFrame({"item_id": ok["item_id"], "p_yes": ok["p_yes"], "human": ok["f.human_q1"]})
 
 
 @register_producer("probeval",

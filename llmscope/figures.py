@@ -1,0 +1,684 @@
+"""Publication figures of stored runs, drawn with matplotlib from the metrics pipeline.
+
+matplotlib, because a paper needs static vector files (PDF with embedded TrueType fonts, SVG,
+PNG) that need no JavaScript runtime to open, and because a drawn figure can be read back
+(its artists hold the plotted values) so tests check the data, not pixels.
+
+Every number drawn is a metric of :func:`llmscope.analysis.metrics.run_metrics` (what
+`llmscope report --json` prints) or a stored per-item value (P(yes), human agreement, word
+surprisal) read through the analysis layer; nothing is recomputed here. Each kind says which
+runs it applies to by the metrics they have, never by task name.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn (`llmscope --help` stays fast)
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from llmscope.analysis.metrics import Metric, RunMetrics
+
+__all__ = [
+    "KINDS",
+    "FigureError",
+    "RunData",
+    "load_runs",
+    "kinds_for",
+    "make_figure",
+    "write_figure",
+    "svg_text",
+    "OKABE_ITO",
+    "COLUMN_WIDTH",
+]
+
+# Okabe & Ito (2008): distinguishable under every common colour-vision deficiency.
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442", "#000000")
+COLUMN_WIDTH = 3.3  # inches: one column of a two-column ACL / CogSci page
+MAX_BARS = 40  # groups drawn per run in a bar chart; the rest are counted in the caption
+MAX_POINTS = 2000  # items in a scatter plot; a larger run is sampled (seed 0, stated)
+MAX_ITEMS = 16  # items in the human-vs-model distribution panel
+
+# Publication defaults: fonts embedded as TrueType (Type 42: editable, accepted by ACL's and
+# most publishers' checks), 8 pt text readable at column width, Okabe-Ito colours.
+RC: dict[str, Any] = {
+    "pdf.fonttype": 42,
+    "ps.fonttype": 42,
+    "svg.fonttype": "path",
+    "text.parse_math": False,  # labels are data (item ids, words): a "$" is a dollar sign
+    "svg.hashsalt": "llmscope",  # stable ids: the same figure gives the same file
+    "font.size": 8,
+    "axes.titlesize": 8,
+    "axes.labelsize": 8,
+    "xtick.labelsize": 7,
+    "ytick.labelsize": 7,
+    "legend.fontsize": 7,
+    "legend.frameon": False,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.linewidth": 0.6,
+    "lines.linewidth": 1.2,
+    "lines.markersize": 4,
+    "errorbar.capsize": 2,
+    "savefig.bbox": "tight",
+    "savefig.pad_inches": 0.02,
+    "savefig.dpi": 300,
+}
+
+
+class FigureError(Exception):
+    """A figure that cannot be drawn (kind, style, output), with a one-line reason."""
+
+
+@dataclass
+class RunData:
+    """One run as the figures see it: its stored record and its pipeline metrics."""
+
+    run: dict[str, Any]
+    metrics: RunMetrics
+    store: Any = field(repr=False, default=None)
+
+    @property
+    def label(self) -> str:
+        return f"{self.run.get('model')} ({str(self.run['run_id'])[:8]})"
+
+    def named(self, name: str) -> list[Metric]:
+        return [m for m in self.metrics.metrics if m.name == name and m.value is not None]
+
+
+def load_runs(store: Any, runs: Sequence[dict[str, Any]]) -> list[RunData]:
+    """The pipeline's metrics of each run (cached per rows fingerprint, as `report` reads them)."""
+    from llmscope.analysis.metrics import run_metrics
+
+    return [RunData(dict(r), run_metrics(store, r), store) for r in runs]
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+def _new(
+    height: float, width: float = COLUMN_WIDTH, rows: int = 1, **kw: Any
+) -> tuple[Figure, list[Axes]]:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    axes = fig.subplots(rows, 1, squeeze=False, **kw)[:, 0]
+    return fig, list(axes)
+
+
+def _gid(bars: Any, gid: str) -> None:
+    """SVG ids on each bar of a container (``gid:0``, ``gid:1``, ...): the file names its data."""
+    for j, patch in enumerate(bars.patches):
+        patch.set_gid(f"{gid}:{j}")
+
+
+def _color(i: int) -> str:
+    return OKABE_ITO[i % len(OKABE_ITO)]
+
+
+def _err(ms: Sequence[Metric]) -> list[list[float]]:
+    """Asymmetric error bar lengths from each metric's interval (NaN where it has none). A
+    bound a rounding error past the estimate (a Wilson bound of 2.8e-17 at a rate of 0) draws
+    as no whisker on that side."""
+    lo = [m.value - m.lo if m.ci95 is not None and m.value is not None else math.nan for m in ms]
+    hi = [m.hi - m.value if m.ci95 is not None and m.value is not None else math.nan for m in ms]
+    return [[max(0.0, float(x)) if not math.isnan(x) else x for x in side] for side in (lo, hi)]
+
+
+def _group_label(g: dict[str, Any]) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in g.items()) or "overall"
+
+
+def _short(s: str, n: int = 28) -> str:
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def _hbars(
+    ax: Axes,
+    labels: list[str],
+    series: list[tuple[str, list[Metric | None]]],
+    xlabel: str,
+    gid: str,
+) -> None:
+    """Grouped horizontal bars, one series per run (or model / gold), with interval whiskers.
+
+    Each bar container is labelled with its series and gets the SVG id ``gid:<series>``."""
+    import numpy as np
+
+    k = len(series)
+    h = 0.8 / max(k, 1)
+    y = np.arange(len(labels))
+    for i, (name, ms) in enumerate(series):
+        vals = [m.value if m is not None and m.value is not None else math.nan for m in ms]
+        present = [m for m in ms if m is not None]
+        err = _err([m if m is not None else _NONE for m in ms]) if present else None
+        c = ax.barh(
+            y - 0.4 + h * (i + 0.5),
+            vals,
+            height=h,
+            xerr=err,
+            color=_color(i),
+            label=name,
+            error_kw={"elinewidth": 0.8, "ecolor": "#333333"},
+        )
+        _gid(c, f"{gid}:{i}")
+    ax.set_yticks(y, [_short(s) for s in labels])
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    if k > 1:
+        ax.legend(loc="lower right" if k < 4 else "best")
+
+
+class _NoMetric:
+    value = None
+    lo = None
+    hi = None
+    ci95 = None
+
+
+_NONE: Any = _NoMetric()
+
+
+def _note(fig: Figure, text: str) -> None:
+    """A caption line under the figure (sample sizes, what was left out)."""
+    fig.supxlabel(text, fontsize=6, color="#444444")
+
+
+# -- kinds ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Kind:
+    """One figure kind: what it shows, which runs it applies to, how it is drawn."""
+
+    name: str
+    title: str
+    applies: Callable[[RunData], bool]
+    draw: Callable[[list[RunData]], Figure]
+
+
+HEADLINE_ORDER = (
+    "worldsense_accuracy",
+    "sg_score",
+    "accuracy",
+    "item_accuracy",
+    "token_f1",
+    "flagged_rate",
+    "probeval_kl",
+)
+
+
+def headline_name(d: RunData) -> str | None:
+    """The run's headline metric that has groups or an interval to draw (pipeline order)."""
+    for name in HEADLINE_ORDER:
+        if d.named(name):
+            return name
+    return None
+
+
+def draw_accuracy(data: list[RunData]) -> Figure:
+    """The headline metric overall, per prompt variant and per group, with 95% intervals."""
+    name = headline_name(data[0]) or "accuracy"
+    labels: list[str] = []
+    per_run: list[dict[str, Metric]] = []
+    for d in data:
+        ms = {_group_label(m.group): m for m in d.named(name) if len(m.group) <= 1}
+        per_run.append(ms)
+        labels += [g for g in ms if g not in labels]
+    left = max(0, len(labels) - MAX_BARS)
+    labels = labels[:MAX_BARS]
+    fig, (ax,) = _new(0.6 + 0.16 * len(labels) * max(1, len(data)) ** 0.5)
+    _hbars(
+        ax,
+        labels,
+        [(d.label, [ms.get(g) for g in labels]) for d, ms in zip(data, per_run, strict=True)],
+        f"{name} (95% CI)",
+        f"accuracy:{name}",
+    )
+    lo, hi = ax.get_xlim()
+    ax.set_xlim(min(0.0, lo), max(1.0, hi))
+    if len(data) == 1:
+        ax.set_title(
+            _short(f"{data[0].run.get('suite_name')} · {data[0].run.get('model')}", 60), loc="left"
+        )
+    if left:
+        _note(fig, f"first {MAX_BARS} of {MAX_BARS + left} groups shown")
+    return fig
+
+
+def draw_reliability(data: list[RunData]) -> Figure:
+    """Reliability diagram: per-bin accuracy against mean confidence, the diagonal, bin counts."""
+    fig, (ax, axn) = _new(3.4, rows=2, gridspec_kw={"height_ratios": [3, 1]}, sharex=True)
+    ax.plot([0, 1], [0, 1], ls=":", color="#777777", lw=0.8, label="perfect calibration")
+    for i, d in enumerate(data):
+        acc = {m.group["bin"]: m for m in d.named("bin_accuracy")}
+        conf = {m.group["bin"]: m for m in d.named("bin_confidence")}
+        bins = [b for b in acc if b in conf]
+        x = [float(conf[b].value or 0) for b in bins]
+        y = [float(acc[b].value or 0) for b in bins]
+        ece = d.metrics.get("ece")
+        lab = d.label if len(data) > 1 else "model"
+        if ece is not None and ece.value is not None:
+            ci = f" [{ece.lo:.3f}, {ece.hi:.3f}]" if ece.ci95 is not None else ""
+            lab += f", ECE {ece.value:.3f}{ci}"
+        (line,) = ax.plot(x, y, marker="o", color=_color(i), label=lab)
+        line.set_gid(f"reliability:{i}")
+        lows = [float(b.split("-")[0]) for b in bins]
+        w = 0.1 / max(1, len(data))
+        c = axn.bar(
+            [lo + w * (i + 0.5) for lo in lows],
+            [int(acc[b].n or 0) for b in bins],
+            width=w,
+            color=_color(i),
+            label=d.label,
+        )
+        _gid(c, f"reliability-counts:{i}")
+    ax.set_xlim(-0.02, 1.02)
+    ax.set_ylim(-0.03, 1.03)  # markers at 0 and 1 drawn whole
+    ax.set_ylabel("accuracy")
+    ax.legend(loc="upper left")
+    axn.set_xlabel("confidence (probability of the predicted answer)")
+    axn.set_ylabel("items")
+    return fig
+
+
+def draw_position(data: list[RunData]) -> Figure:
+    """Option-position bias (chosen vs gold rate at the first/last position) and yes/no bias
+    (predicted vs gold yes rate per prompt variant)."""
+    choice = [d for d in data if d.named("chosen_rate")]
+    yesno = [d for d in data if d.named("pred_yes_rate")]
+    panels = [p for p in (("position", choice), ("yesno", yesno)) if p[1]]
+    fig, axes = _new(1.2 + 1.1 * len(panels) + 0.2 * max(len(data), 1), rows=len(panels))
+    for ax, (what, ds) in zip(axes, panels, strict=True):
+        model_name, gold_name, key = (
+            ("chosen_rate", "gold_rate", "position")
+            if what == "position"
+            else ("pred_yes_rate", "gold_yes_rate", "variant")
+        )
+        labels: list[str] = []
+        series: list[tuple[str, list[Metric | None]]] = []
+        for d in ds:
+            ms = {
+                (str(m.group.get(key)) if m.group else "overall"): m
+                for m in d.named(model_name)
+                if len(m.group) <= 1
+            }
+            gs = {
+                (str(m.group.get(key)) if m.group else "overall"): m
+                for m in d.named(gold_name)
+                if len(m.group) <= 1
+            }
+            labels += [g for g in ms if g not in labels]
+            series.append(
+                (
+                    f"{d.label if len(ds) > 1 else 'model'}: {model_name}",
+                    [ms.get(g) for g in labels],
+                )
+            )
+            series.append(
+                (f"{d.label if len(ds) > 1 else 'gold'}: {gold_name}", [gs.get(g) for g in labels])
+            )
+        # every series over the same labels (a later run may add some)
+        series = [(n, ms + [None] * (len(labels) - len(ms))) for n, ms in series]
+        _hbars(ax, labels, series, "share of items (95% CI)", f"position:{what}")
+        ax.set_xlim(0, 1)
+        ax.legend(loc="lower right")
+        if what == "yesno":
+            yb = ds[0].metrics.get("yes_bias")
+            if yb is not None and yb.value is not None:
+                ax.set_title(
+                    f"yes_bias {yb.value:+.3f}"
+                    + (f" [{yb.lo:+.3f}, {yb.hi:+.3f}]" if yb.ci95 else ""),
+                    loc="left",
+                )
+        else:
+            ax.set_title("option chosen vs gold, by position", loc="left")
+    return fig
+
+
+def draw_schemes(data: list[RunData]) -> Figure:
+    """Accuracy under each scoring scheme (method) with intervals; disagreement in the title."""
+    labels: list[str] = []
+    per_run = []
+    for d in data:
+        ms = {str(m.group["method"]): m for m in d.named("accuracy") if set(m.group) == {"method"}}
+        per_run.append(ms)
+        labels += [g for g in ms if g not in labels]
+    fig, (ax,) = _new(0.9 + 0.18 * len(labels) * max(1, len(data)) ** 0.5)
+    _hbars(
+        ax,
+        labels,
+        [(d.label, [ms.get(g) for g in labels]) for d, ms in zip(data, per_run, strict=True)],
+        "accuracy (95% CI)",
+        "schemes",
+    )
+    ax.set_xlim(0, 1)
+    parts = []
+    for name, short in (("scheme_disagreement_rate", "disagree"), ("scheme_flip_rate", "flip")):
+        m = data[0].metrics.get(name)
+        if m is not None and m.value is not None:
+            parts.append(f"{short} {m.value:.3f}")
+    ax.set_title("scoring schemes" + (f" ({', '.join(parts)})" if parts else ""), loc="left")
+    return fig
+
+
+def draw_sg(data: list[RunData]) -> Figure:
+    """SyntaxGym score per suite (circuit) and overall, with 95% intervals."""
+    labels: list[str] = []
+    per_run = []
+    for d in data:
+        ms = {
+            (str(next(iter(m.group.values()))) if m.group else "overall"): m
+            for m in d.named("sg_score")
+            if len(m.group) <= 1
+        }
+        per_run.append(ms)
+        labels += [g for g in ms if g not in labels]
+    fig, (ax,) = _new(0.7 + 0.16 * len(labels) * max(1, len(data)) ** 0.5)
+    _hbars(
+        ax,
+        labels,
+        [(d.label, [ms.get(g) for g in labels]) for d, ms in zip(data, per_run, strict=True)],
+        "SG score (95% CI)",
+        "sg",
+    )
+    ax.set_xlim(0, 1)
+    ax.axvline(0.5, ls=":", lw=0.6, color="#777777")
+    return fig
+
+
+def draw_human(data: list[RunData]) -> Figure:
+    """Human vs model: P(yes) against human agreement (yes/no), rating histograms (rating), or
+    per-item choice distributions (choice with human counts)."""
+    d = data[0]
+    if d.named("human_pearson") or d.named("human_spearman"):
+        return _human_scatter(data)
+    if d.named("human_rating_share"):
+        return _human_ratings(data)
+    return _human_choices(d)
+
+
+def _human_scatter(data: list[RunData]) -> Figure:
+    import pandas as pd
+
+    from llmscope.analysis.metrics import human_agreement_pairs, results_with_fields
+
+    fig, (ax,) = _new(3.0)
+    notes = []
+    for i, d in enumerate(data):
+        pairs = human_agreement_pairs(results_with_fields(d.store, str(d.run["run_id"])))
+        n = len(pairs)
+        if n > MAX_POINTS:
+            pairs = pairs.sample(MAX_POINTS, random_state=0)
+            notes.append(f"{d.label}: {MAX_POINTS} of {n} statements shown (random, seed 0)")
+        r = d.metrics.get("human_pearson")
+        rho = d.metrics.get("human_spearman")
+        lab = d.label if len(data) > 1 else "statements"
+        stats = [f"r {m.value:.3f}" for m in (r,) if m is not None and m.value is not None]
+        stats += [f"ρ {m.value:.3f}" for m in (rho,) if m is not None and m.value is not None]
+        if stats:
+            lab += f" ({', '.join(stats)}; n {r.n if r is not None else n})"
+        sc = ax.scatter(
+            pd.to_numeric(pairs["human"], errors="coerce"),
+            pd.to_numeric(pairs["p_yes"], errors="coerce"),
+            s=6,
+            alpha=0.7,
+            color=_color(i),
+            label=lab,
+            linewidths=0,
+        )
+        sc.set_gid(f"human:{i}")
+    ax.plot([0, 1], [0, 1], ls=":", color="#777777", lw=0.8)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("human agreement (share who agree)")
+    ax.set_ylabel("model P(yes)")
+    ax.legend(loc="upper left")
+    if notes:
+        _note(fig, "; ".join(notes))
+    return fig
+
+
+def _human_ratings(data: list[RunData]) -> Figure:
+    d = data[0]
+    human = {str(m.group["rating"]): m for m in d.named("human_rating_share")}
+    labels = list(human)
+    series: list[tuple[str, list[Metric | None]]] = [
+        ("humans (gold)", [human.get(g) for g in labels])
+    ]
+    for x in data:
+        model = {str(m.group["rating"]): m for m in x.named("model_rating_share")}
+        series.append((x.label if len(data) > 1 else "model", [model.get(g) for g in labels]))
+    fig, (ax,) = _new(1.0 + 0.2 * len(labels) * len(series) ** 0.5)
+    _hbars(ax, labels, series, "share of ratings (95% CI)", "ratings")
+    ax.set_ylabel("rating")
+    ax.set_xlim(0, 1)
+    ax.legend(loc="lower right")
+    return fig
+
+
+def _human_choices(d: RunData) -> Figure:
+    """Per item, the human choice distribution above the model's (first items, count stated)."""
+    import numpy as np
+
+    from llmscope.analysis.human import choice_frame
+    from llmscope.analysis.metrics import results_with_fields
+
+    spec = d.store.suite_spec(d.run["suite_id"]) if d.run.get("suite_id") else {}
+    c = choice_frame(results_with_fields(d.store, str(d.run["run_id"])), spec)
+    n = len(c)
+    c = c.head(MAX_ITEMS)
+    fig, (ax,) = _new(0.8 + 0.32 * len(c))
+    ylabels = []
+    y = 0
+    for rec in c.to_dict("records"):
+        for who, dist in (("human", rec["human"]), ("model", rec["model"])):
+            left = 0.0
+            for j, p in enumerate(dist):
+                b = ax.barh(
+                    [y],
+                    [p],
+                    left=left,
+                    height=0.8,
+                    color=_color(j),
+                    label=f"option {j + 1}" if y == 0 else None,
+                )
+                _gid(b, f"choice:{rec['item_id']}:{who}:{j}")
+                left += float(p)
+            ylabels.append(f"{_short(str(rec['item_id']), 14)} {who}")
+            y += 1
+    ax.set_yticks(np.arange(len(ylabels)), ylabels)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of choices (options in item order)")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(c) < 4 else -0.08), ncol=4)
+    tv = d.metrics.get("human_tv_distance")
+    ag = d.metrics.get("human_majority_agreement")
+    title = ", ".join(
+        f"{m.name} {m.value:.3f}" for m in (tv, ag) if m is not None and m.value is not None
+    )
+    ax.set_title(title, loc="left")
+    if n > MAX_ITEMS:
+        _note(fig, f"first {MAX_ITEMS} of {n} item variants shown")
+    return fig
+
+
+def draw_surprisal(data: list[RunData], item: str | None = None) -> Figure:
+    """Surprisal (bits) of each word of one item, one panel per condition (stored values)."""
+    from llmscope.analysis.syntaxgym import word_frame
+
+    d = data[0]
+    words = word_frame(d.store.results_frame(str(d.run["run_id"])), d.run)
+    if words.empty:
+        raise FigureError(f"run {d.run['run_id']} has no word surprisals")
+    item = item if item is not None else str(words["item_id"].iloc[0])
+    w = words[words["item_id"].astype(str) == str(item)]
+    if w.empty:
+        raise FigureError(f"item {item!r} is not in run {d.run['run_id']}")
+    conds = list(dict.fromkeys(w["condition"]))
+    fig, axes = _new(0.9 + 0.85 * len(conds), rows=len(conds), sharey=True)
+    regions = list(dict.fromkeys(w["region"].astype(str)))
+    for ax, cond in zip(axes, conds, strict=True):
+        cw = w[w["condition"] == cond]
+        cols = [_color(regions.index(str(r))) for r in cw["region"].astype(str)]
+        b = ax.bar(range(len(cw)), cw["surprisal_bits"].astype(float), color=cols)
+        _gid(b, f"surprisal:{cond}")
+        ax.set_xticks(range(len(cw)), [str(x) for x in cw["word"]], rotation=45, ha="right")
+        ax.set_title(str(cond), loc="left")
+        ax.set_ylabel("bits")
+    axes[0].set_title(f"item {item}: {axes[0].get_title(loc='left')}", loc="left")
+    _note(fig, "surprisal per word; colour = region")
+    return fig
+
+
+def _has(*names: str) -> Callable[[RunData], bool]:
+    return lambda d: any(d.named(n) for n in names)
+
+
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind(
+            "accuracy",
+            "headline metric by prompt variant and group, with 95% intervals",
+            lambda d: headline_name(d) is not None,
+            draw_accuracy,
+        ),
+        Kind(
+            "reliability",
+            "reliability diagram with bin counts and ECE",
+            _has("bin_accuracy"),
+            draw_reliability,
+        ),
+        Kind(
+            "position",
+            "option-position and yes/no bias: model vs gold rates",
+            _has("chosen_rate", "pred_yes_rate"),
+            draw_position,
+        ),
+        Kind(
+            "human",
+            "human vs model: P(yes) vs human agreement, rating histograms, choice distributions",
+            _has("human_pearson", "human_rating_share", "human_tv_distance"),
+            draw_human,
+        ),
+        Kind(
+            "schemes",
+            "accuracy under each scoring scheme and their disagreement",
+            lambda d: any(set(m.group) == {"method"} for m in d.named("accuracy")),
+            draw_schemes,
+        ),
+        Kind(
+            "sg",
+            "SyntaxGym score per suite (circuit) with 95% intervals",
+            _has("sg_score"),
+            draw_sg,
+        ),
+        Kind(
+            "surprisal",
+            "surprisal per word of one item across its conditions (SyntaxGym runs)",
+            _has("sg_score"),
+            draw_surprisal,
+        ),
+    )
+}
+
+
+def kinds_for(d: RunData) -> list[str]:
+    """The figure kinds that apply to a run (by the metrics it has)."""
+    return [k.name for k in KINDS.values() if k.applies(d)]
+
+
+def _style_context(style: str | None) -> Any:
+    import contextlib
+
+    import matplotlib as mpl
+    import matplotlib.style as mstyle
+
+    stack = contextlib.ExitStack()
+    from cycler import cycler
+
+    rc: Any = {**RC, "axes.prop_cycle": cycler(color=list(OKABE_ITO))}
+    stack.enter_context(mpl.rc_context(rc))
+    if style:
+        if not (Path(style).is_file() or style in mstyle.available):
+            stack.close()
+            raise FigureError(
+                f"--style {style}: not a style file or a matplotlib style; styles: "
+                f"{', '.join(sorted(mstyle.available)[:12])}, ..."
+            )
+        try:
+            stack.enter_context(mstyle.context(style))
+        except (OSError, ValueError) as e:
+            stack.close()
+            raise FigureError(f"--style {style}: {e}") from e
+    return stack
+
+
+def make_figure(
+    kind: str, data: list[RunData], *, style: str | None = None, item: str | None = None
+) -> Figure:
+    """Draw figure ``kind`` for the runs (a one-line :class:`FigureError` when it does not apply)."""
+    with _style_context(style):
+        return _draw(kind, data, item)
+
+
+def _draw(kind: str, data: list[RunData], item: str | None) -> Figure:
+    if kind not in KINDS:
+        raise FigureError(f"unknown figure {kind!r}; kinds: {', '.join(KINDS)}")
+    if not data:
+        raise FigureError("no run to draw")
+    k = KINDS[kind]
+    for d in data:
+        if not k.applies(d):
+            ok = kinds_for(d)
+            raise FigureError(
+                f"figure {kind} does not apply to run {d.run['run_id']} ({d.run.get('task')} task, "
+                f"suite {d.run.get('suite_name')}); kinds that do: {', '.join(ok) or 'none'}"
+            )
+    if kind == "surprisal":
+        return draw_surprisal(data, item)
+    return k.draw(data)
+
+
+FORMATS = ("pdf", "svg", "png")
+
+
+def write_figure(
+    kind: str,
+    data: list[RunData],
+    path: str | Path,
+    *,
+    style: str | None = None,
+    item: str | None = None,
+) -> Figure:
+    """Draw figure ``kind`` and write it to ``path`` (format from the suffix: pdf, svg, png),
+    drawn and saved under the same style. No timestamps: the same data gives the same file."""
+    p = Path(path)
+    fmt = p.suffix.lower().lstrip(".")
+    if fmt not in FORMATS:
+        raise FigureError(f"-o {path}: the file must end in .pdf, .svg or .png")
+    meta: dict[str, Any] = {"svg": {"Date": None}, "pdf": {"CreationDate": None}, "png": {}}[fmt]
+    meta["Creator" if fmt != "png" else "Software"] = "llmscope (matplotlib)"
+    with _style_context(style):
+        fig = _draw(kind, data, item)
+        try:
+            fig.savefig(p, format=fmt, metadata=meta)
+        except OSError as e:
+            raise FigureError(f"-o {path}: cannot write: {e.strerror or e}") from e
+    return fig
+
+
+def svg_text(fig: Figure) -> str:
+    """The figure as SVG text for a web page (text kept as text, no XML header)."""
+    import io
+
+    import matplotlib as mpl
+
+    buf = io.StringIO()
+    rc: Any = {**RC, "svg.fonttype": "none"}
+    with mpl.rc_context(rc):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    s = buf.getvalue()
+    return s[s.index("<svg") :]
