@@ -671,8 +671,11 @@ def write_figure(
 
 
 def svg_text(fig: Figure) -> str:
-    """The figure as SVG text for a web page (text kept as text, no XML header)."""
+    """The figure as SVG for inlining in a web page: text kept as text, and no URL at all (the
+    RDF metadata and the namespace declarations an HTML parser ignores are left out, and
+    ``xlink:href`` is SVG 2's plain ``href``), so a page can assert it references nothing."""
     import io
+    import re
 
     import matplotlib as mpl
 
@@ -681,4 +684,7 @@ def svg_text(fig: Figure) -> str:
     with mpl.rc_context(rc):
         fig.savefig(buf, format="svg", metadata={"Date": None})
     s = buf.getvalue()
-    return s[s.index("<svg") :]
+    s = s[s.index("<svg") :]
+    s = re.sub(r"<metadata>.*?</metadata>\s*", "", s, count=1, flags=re.S)
+    s = s.replace(" xlink:href=", " href=")
+    return re.sub(r'\s+xmlns(:xlink)?="[^"]*"', "", s[: s.index(">")]) + s[s.index(">") :]

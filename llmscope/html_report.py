@@ -269,9 +269,16 @@ def build_page(
             f'<section class="run" id="run-{_e(rid)}"><h2>{_e(run.get("suite_name"))} · '
             f'{_e(run.get("model"))} <span class="dim">({_e(rid)})</span></h2>'
         )
-        body.append("<h3>Method</h3>" + method_record(run))
-        body.append("<h3>Metrics</h3>" + metrics_table(by_run.get(rid, [])))
+        summary = (
+            f"{_e(run.get('model'))} · backend {_e(run.get('backend'))} · task {_e(run.get('task'))} · "
+            f"{_e(run.get('n_done'))}/{_e(run.get('n_total'))} items · {_e(run.get('status'))}"
+        )
+        body.append(
+            f"<details class='method'><summary><b>Method</b>: {summary}</summary>"
+            f"{method_record(run)}</details>"
+        )
         body.append("<h3>Figures</h3>" + figures_html(store, run))
+        body.append("<h3>Metrics</h3>" + metrics_table(by_run.get(rid, [])))
         body.append("<h3>Failing items</h3>" + failing_html(store, run))
         body.append("</section>")
     if extra_rows:
