@@ -542,7 +542,8 @@ KINDS: dict[str, Kind] = {
         Kind(
             "accuracy",
             "headline metric by prompt variant and group, with 95% intervals",
-            lambda d: headline_name(d) is not None,
+            # a SyntaxGym run's headline is its SG score: the `sg` figure
+            lambda d: headline_name(d) not in (None, "sg_score"),
             draw_accuracy,
         ),
         Kind(

@@ -34,7 +34,7 @@ Dashboard      up/down/pgup/pgdn/home/end  move in the failing-items list
                v  next panel (below 100 columns one panel shows at a time)
                h  human vs model side by side        p  plots (accuracy/throughput over
                                                         the run, reliability, positions)
-               w  write the run's page (HTML) and this panel's figure (SVG) beside the database
+               w  write the run's page and this panel's figure to files
 
 Item           n / p  next / previous item of the list without going back
                up/down/pgup/pgdn  scroll
