@@ -827,12 +827,12 @@ def reliability_bin_metrics(bins: pd.DataFrame) -> list[Metric]:
     """The reliability diagram ECE is computed from: per non-empty bin its accuracy and mean
     confidence, n = the bin's count (figures and `report --json` read these rows)."""
     out: list[Metric] = []
-    for b in bins.itertuples():
-        if not b.count:
+    for b in bins.to_dict("records"):
+        if not b["count"]:
             continue
-        group = {"bin": bin_label(float(b.lo), float(b.hi))}
-        for name, v in (("bin_accuracy", b.accuracy), ("bin_confidence", b.confidence)):
-            out.append(Metric(name, float(v), n=int(b.count), group=dict(group), producer="calibration"))
+        group = {"bin": bin_label(float(b["lo"]), float(b["hi"]))}
+        for name, key in (("bin_accuracy", "accuracy"), ("bin_confidence", "confidence")):
+            out.append(Metric(name, float(b[key]), n=int(b["count"]), group=dict(group), producer="calibration"))
     return out
 
 

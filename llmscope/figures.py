@@ -169,7 +169,7 @@ def _hbars(
     ax.invert_yaxis()
     ax.set_xlabel(xlabel)
     if k > 1:
-        ax.legend(loc="lower right" if k < 4 else "best")
+        _legend(ax)
 
 
 class _NoMetric:
@@ -180,6 +180,17 @@ class _NoMetric:
 
 
 _NONE: Any = _NoMetric()
+
+
+def _legend(ax: Axes, loc: str = "best") -> None:
+    """A legend inside the axes when it is short; below the figure when it has more than two
+    entries or long ones (several runs), so it never covers data."""
+    handles, labels = ax.get_legend_handles_labels()
+    if len(labels) > 2 or max((len(x) for x in labels), default=0) > 48:
+        ax.figure.legend(handles, labels, loc="outside lower center", ncol=1)
+    else:
+        where: dict[str, Any] = {"loc": loc}
+        ax.legend(handles, labels, **where)
 
 
 def _note(fig: Figure, text: str) -> None:
@@ -277,7 +288,7 @@ def draw_reliability(data: list[RunData]) -> Figure:
     ax.set_xlim(-0.02, 1.02)
     ax.set_ylim(-0.03, 1.03)  # markers at 0 and 1 drawn whole
     ax.set_ylabel("accuracy")
-    ax.legend(loc="upper left")
+    _legend(ax, "upper left")
     axn.set_xlabel("confidence (probability of the predicted answer)")
     axn.set_ylabel("items")
     return fig
@@ -323,7 +334,7 @@ def draw_position(data: list[RunData]) -> Figure:
         series = [(n, ms + [None] * (len(labels) - len(ms))) for n, ms in series]
         _hbars(ax, labels, series, "share of items (95% CI)", f"position:{what}")
         ax.set_xlim(0, 1)
-        ax.legend(loc="lower right")
+        _legend(ax)
         if what == "yesno":
             yb = ds[0].metrics.get("yes_bias")
             if yb is not None and yb.value is not None:
@@ -388,15 +399,31 @@ def draw_sg(data: list[RunData]) -> Figure:
     return fig
 
 
+def _human_form(d: RunData) -> str:
+    if d.named("human_pearson") or d.named("human_spearman"):
+        return "agreement"
+    return "ratings" if d.named("human_rating_share") else "choices"
+
+
 def draw_human(data: list[RunData]) -> Figure:
     """Human vs model: P(yes) against human agreement (yes/no), rating histograms (rating), or
-    per-item choice distributions (choice with human counts)."""
-    d = data[0]
-    if d.named("human_pearson") or d.named("human_spearman"):
+    per-item choice distributions (choice with human counts, one run)."""
+    forms = {_human_form(d) for d in data}
+    if len(forms) > 1:
+        raise FigureError(
+            f"figure human: these runs hold different human data ({', '.join(sorted(forms))}); "
+            "draw them one at a time"
+        )
+    form = forms.pop()
+    if form == "agreement":
         return _human_scatter(data)
-    if d.named("human_rating_share"):
+    if form == "ratings":
         return _human_ratings(data)
-    return _human_choices(d)
+    if len(data) > 1:
+        raise FigureError(
+            "figure human: per-item choice distributions are drawn for one run at a time"
+        )
+    return _human_choices(data[0])
 
 
 def _human_scatter(data: list[RunData]) -> Figure:
@@ -434,7 +461,7 @@ def _human_scatter(data: list[RunData]) -> Figure:
     ax.set_ylim(0, 1)
     ax.set_xlabel("human agreement (share who agree)")
     ax.set_ylabel("model P(yes)")
-    ax.legend(loc="upper left")
+    _legend(ax, "upper left")
     if notes:
         _note(fig, "; ".join(notes))
     return fig
@@ -454,7 +481,7 @@ def _human_ratings(data: list[RunData]) -> Figure:
     _hbars(ax, labels, series, "share of ratings (95% CI)", "ratings")
     ax.set_ylabel("rating")
     ax.set_xlim(0, 1)
-    ax.legend(loc="lower right")
+    _legend(ax)
     return fig
 
 
@@ -508,6 +535,8 @@ def draw_surprisal(data: list[RunData], item: str | None = None) -> Figure:
     """Surprisal (bits) of each word of one item, one panel per condition (stored values)."""
     from llmscope.analysis.syntaxgym import word_frame
 
+    if len(data) > 1:
+        raise FigureError("figure surprisal: one run at a time (the words of one item)")
     d = data[0]
     words = word_frame(d.store.results_frame(str(d.run["run_id"])), d.run)
     if words.empty:
@@ -529,6 +558,65 @@ def draw_surprisal(data: list[RunData], item: str | None = None) -> Figure:
         ax.set_ylabel("bits")
     axes[0].set_title(f"item {item}: {axes[0].get_title(loc='left')}", loc="left")
     _note(fig, "surprisal per word; colour = region")
+    return fig
+
+
+def draw_probeval(data: list[RunData]) -> Figure:
+    """ProbEval: per question, the human answer-cluster distribution above the model's (the
+    smoothed distributions its KL compares; grey: model answers matching no cluster)."""
+    import numpy as np
+
+    from llmscope.analysis.probeval_run import probeval_for_run
+
+    if len(data) > 1:
+        raise FigureError("figure probeval: one run at a time")
+    d = data[0]
+    res = probeval_for_run(d.store, d.run)
+    if res is None or not res.scores:
+        raise FigureError(f"run {d.run['run_id']} has no ProbEval questions")
+    qids = list(res.scores)
+    shown = qids[:MAX_ITEMS]
+    fig, (ax,) = _new(0.8 + 0.36 * len(shown))
+    ylabels = []
+    y = 0
+    for qid in shown:
+        sc = res.scores[qid]
+        for who in ("human", "model"):
+            left = 0.0
+            for j, rec in enumerate(sc.table.to_dict("records")):
+                p = float(rec[f"{who}_p"])
+                wrong = rec["cluster"] == "wrong"
+                b = ax.barh(
+                    [y], [p], left=left, height=0.8, color="#BBBBBB" if wrong else _color(j)
+                )
+                _gid(b, f"probeval:{qid}:{who}:{rec['cluster']}")
+                if p >= 0.15:
+                    ax.text(
+                        left + p / 2,
+                        y,
+                        _short(str(rec["cluster"]), 12),
+                        ha="center",
+                        va="center",
+                        fontsize=5.5,
+                        color="black" if wrong else "white",
+                    )
+                left += p
+            ylabels.append(
+                f"{_short(str(qid), 12)} {who}" + (f" (KL {sc.kl:.2f})" if who == "human" else "")
+            )
+            y += 1
+    ax.set_yticks(np.arange(len(ylabels)), ylabels)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xlabel(
+        "share of answers per cluster, Laplace-smoothed as in the KL\n(grey: matches no cluster)"
+    )
+    kl = d.metrics.get("probeval_kl")
+    if kl is not None and kl.value is not None:
+        ci = f" [{kl.lo:.3f}, {kl.hi:.3f}]" if kl.ci95 is not None else ""
+        ax.set_title(f"probeval_kl {kl.value:.3f}{ci}", loc="left")
+    if len(qids) > len(shown):
+        _note(fig, f"first {len(shown)} of {len(qids)} questions shown")
     return fig
 
 
@@ -575,6 +663,12 @@ KINDS: dict[str, Kind] = {
             "SyntaxGym score per suite (circuit) with 95% intervals",
             _has("sg_score"),
             draw_sg,
+        ),
+        Kind(
+            "probeval",
+            "ProbEval: human vs model answer-cluster distributions per question",
+            _has("probeval_kl"),
+            draw_probeval,
         ),
         Kind(
             "surprisal",

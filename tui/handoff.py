@@ -16,7 +16,7 @@ __all__ = ["PANEL_FIGURES", "handoff_folder", "write_handoff"]
 PANEL_FIGURES = {
     "accuracy": ("sg", "accuracy"),
     "calibration": ("reliability",),
-    "humans": ("human", "position"),
+    "humans": ("human", "probeval", "position"),
 }
 
 

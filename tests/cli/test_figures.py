@@ -256,3 +256,68 @@ def test_syntaxgym_figures_plot_the_stored_surprisals(tmp_path: Path) -> None:
     fig = _draw(db, "sg", [rid], tmp_path / "sg.pdf")
     (bars,) = _bars(fig.axes[0])
     np.testing.assert_allclose(bars.datavalues, [r["value"] for r in sg])
+
+
+def test_probeval_bars_are_the_smoothed_cluster_shares(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Built-in probeval-oneshot items, model samples that are human answers or match none;
+    exact matching (no embedding model): each bar is (count + 1) / (N + K) by hand."""
+    import llmscope.analysis.probeval_run as pr
+    from llmscope.analysis.metrics import run_metrics
+    from llmscope.data.suites import load_suite
+    from llmscope.engine.types import Result
+
+    monkeypatch.setattr(pr, "default_embedder", lambda: None)
+    suite = load_suite("probeval-oneshot")
+    items = suite.items()[:3]
+    samples = {}
+    db = tmp_path / "pe.duckdb"
+    with Store(db) as st:
+        st.add_suite(suite.suite_id, "probeval-oneshot", "generation", suite.spec, "tests", items)
+        st.create_run(
+            {
+                "run_id": "g1",
+                "suite_id": suite.suite_id,
+                "suite_name": "probeval-oneshot",
+                "task": "generation",
+                "n_total": len(items),
+                "model": "m",
+                "status": "completed",
+            }
+        )
+        res = []
+        for k, it in enumerate(items):
+            samples[it.item_id] = list(it.fields["raw"])[: 1 + k] + ["zzz unmatched"] * 2
+            res.append(
+                Result(
+                    item_id=it.item_id,
+                    variant="default",
+                    prompt="p",
+                    prediction=samples[it.item_id][0],
+                    extra={"samples": [{"text": s} for s in samples[it.item_id]]},
+                )
+            )
+        st.write_results("g1", res)
+    with Store(db, read_only=True) as st:
+        run = st.get_run("g1")
+        kl = run_metrics(st, run, cache=False).get("probeval_kl")
+        fig = _draw(db, "probeval", ["g1"], tmp_path / "pe.svg")
+    ax = fig.axes[0]
+    assert ax.get_title(loc="left") == f"probeval_kl {kl.value:.3f} [{kl.lo:.3f}, {kl.hi:.3f}]"
+    widths = {p.get_gid().rsplit(":", 1)[0]: p.get_width() for p in ax.patches}
+    for it in items:
+        clusters = {c: v["answers"] for c, v in it.fields["clusters"].items()}
+        human = {c: sum(it.fields["raw"].get(a, 0) for a in ans) for c, ans in clusters.items()}
+        model = {c: sum(s in ans for s in samples[it.item_id]) for c, ans in clusters.items()}
+        model["wrong"] = sum(
+            not any(s in ans for ans in clusters.values()) for s in samples[it.item_id]
+        )
+        human["wrong"] = 0
+        k = len(clusters) + 1
+        for who, counts in (("human", human), ("model", model)):
+            n = sum(counts.values())
+            for c, v in counts.items():
+                assert widths[f"probeval:{it.item_id}:{who}:{c}"] == pytest.approx(
+                    (v + 1) / (n + k)
+                ), (who, c)
