@@ -148,27 +148,41 @@ def figures_html(store: Any, run: dict[str, Any]) -> str:
     return '<div class="figs">' + "\n".join(parts) + "</div>"
 
 
-def _top_tokens(v: Any) -> str:
-    if not v:
-        return ""
-    first = v[0] if isinstance(v, list) and v and isinstance(v[0], list) else v
+def _prob_table(title: str, pairs: list[tuple[Any, Any]]) -> str:
     cells = []
-    for t in (first if isinstance(first, list) else [])[:10]:
-        if isinstance(t, dict):
-            tok, lp = t.get("token"), t.get("logprob", t.get("p"))
-        elif isinstance(t, (list, tuple)) and len(t) >= 2:
-            tok, lp = t[0], t[1]
-        else:
-            continue
-        val = f"{lp:.3f}" if isinstance(lp, (int, float)) else _e(lp)
-        cells.append(f"<tr><td><code>{_e(repr(tok))}</code></td><td class='num'>{val}</td></tr>")
+    for k, p in pairs:
+        val = f"{float(p):.3f}" if isinstance(p, (int, float)) else _e(p)
+        cells.append(f"<tr><td><code>{_e(k)}</code></td><td class='num'>{val}</td></tr>")
     if not cells:
-        return f"<pre>{_e(json.dumps(v, default=str)[:800])}</pre>"
+        return ""
     return (
-        "<table class='top'><tr><th>top token</th><th>log-prob</th></tr>"
+        f"<table class='probs'><tr><th>{_e(title)}</th><th>P</th></tr>"
         + "".join(cells)
         + "</table>"
     )
+
+
+def _top_tokens(v: Any) -> str:
+    """The first answer position's top next tokens (token, probability), at most ten."""
+    first = v[0] if isinstance(v, list) and v and isinstance(v[0], list) else v
+    pairs: list[tuple[Any, Any]] = []
+    for t in (first if isinstance(first, list) else [])[:10]:
+        if not isinstance(t, dict):
+            continue
+        p = t.get("prob")
+        if p is None and isinstance(t.get("logprob"), (int, float)):
+            p = math.exp(float(t["logprob"]))
+        pairs.append((repr(t.get("token")), p))
+    return _prob_table("top next token", pairs)
+
+
+def _samples(extra: Any) -> str:
+    samples = (extra or {}).get("samples") if isinstance(extra, dict) else None
+    if not isinstance(samples, list) or not samples:
+        return ""
+    texts = [s.get("text") if isinstance(s, dict) else s for s in samples[:5]]
+    more = f" (first 5 of {len(samples)})" if len(samples) > 5 else ""
+    return f"<p>generated{more}:</p>" + "".join(f"<pre>{_e(t)}</pre>" for t in texts)
 
 
 def _human_fields(fields: dict[str, Any], spec: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -180,8 +194,8 @@ def _human_fields(fields: dict[str, Any], spec: dict[str, Any]) -> list[tuple[st
 
 
 def failing_html(store: Any, run: dict[str, Any], limit: int = MAX_FAILING) -> str:
-    """The first failing rows (an error, or scored below 0.5) with prompt, answer, top tokens
-    and human answers; the total is stated."""
+    """The first failing rows (an error, or scored below 0.5) with prompt, the answer
+    probabilities or generated samples, top tokens and human answers; the total is stated."""
     rid = str(run["run_id"])
     total = store.failing_count(rid)
     if not total:
@@ -210,8 +224,10 @@ def failing_html(store: Any, run: dict[str, Any], limit: int = MAX_FAILING) -> s
         if page["error"][i]:
             out.append(f"<p>error: {_e(page['error'][i])}</p>")
         out.append(f"<pre>{_e(row.get('prompt') or det.text)}</pre>")
-        if row.get("response"):
-            out.append(f"<p>response:</p><pre>{_e(row.get('response'))}</pre>")
+        probs = row.get("probs")
+        if isinstance(probs, dict):
+            out.append(_prob_table("answer", list(probs.items())))
+        out.append(_samples(row.get("extra")))
         out.append(_top_tokens(row.get("top_tokens")))
         hum = _human_fields(det.fields or {}, spec)
         if hum:

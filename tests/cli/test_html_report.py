@@ -206,6 +206,16 @@ def test_failing_items_are_listed_with_prompt_and_count(
     wrong = sum((p_yes_for(i) > 0.9 - p_yes_for(i)) != (i % 2 == 0) for i in range(N))
     assert f"{2 * wrong} failing rows" in raw
     assert "Consider the statement, &quot;Statement number" in raw
+    # the first failing row's answer probabilities and top tokens, as written
+    i = next(i for i in range(N) if (p_yes_for(i) > 0.9 - p_yes_for(i)) != (i % 2 == 0))
+    py, pn = p_yes_for(i), round(0.9 - p_yes_for(i), 6)
+    first = raw[raw.index('<details class="item">') :]
+    first = first[: first.index("</details>")]
+    assert f"<code>s{i:03d}</code> q1" in first
+    assert f"<code>yes</code></td><td class='num'>{py:.3f}</td>" in first
+    assert f"<code>no</code></td><td class='num'>{pn:.3f}</td>" in first
+    assert f"<code>&#x27;Yes&#x27;</code></td><td class='num'>{py:.3f}</td>" in first
+    assert "<th>human_q1</th><td>" in first
     # run-evil (one variant, the same rule) fails on the same items once each
     assert raw.count('<details class="item">') == 3 * wrong
     assert "&lt;script&gt;document.title" in raw and "<script" not in raw
