@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PANEL_FIGURES", "handoff_folder", "write_handoff"]
+__all__ = ["PANEL_FIGURES", "handoff_folder", "handoff_message", "write_handoff"]
 
 # The figure each dashboard panel is drawn as, first that applies (llmscope.figures.KINDS).
 PANEL_FIGURES = {
@@ -49,3 +49,11 @@ def write_handoff(store: Any, run_id: str, panel: str, db_path: str | Path) -> l
             write_figure(kind, [data], out[-1])
             break
     return out
+
+
+def handoff_message(paths: list[Path], panel: str) -> str:
+    """What the notification says: every file written, and when the panel had no figure."""
+    text = "wrote " + "  ".join(str(p) for p in paths)
+    if len(paths) < 2:
+        text += f"  (no figure applies to the {panel} panel of this run)"
+    return text

@@ -98,7 +98,7 @@ class DashboardScreen(BaseScreen):
     @work(thread=True, exclusive=True, exit_on_error=False, group="dash-handoff")
     def _write_handoff(self, panel: str) -> None:
         from llmscope.figures import FigureError
-        from llmscope.tui.handoff import write_handoff
+        from llmscope.tui.handoff import handoff_message, write_handoff
 
         try:
             with self.llm_app.handle.use() as store:
@@ -106,7 +106,7 @@ class DashboardScreen(BaseScreen):
         except (OSError, ValueError, FigureError, StoreError) as e:
             self.app.call_from_thread(self.notify, f"could not write the page: {e}", severity="error")
             return
-        self.app.call_from_thread(self.notify, "wrote " + "  ".join(str(p) for p in paths), timeout=15)
+        self.app.call_from_thread(self.notify, handoff_message(paths, panel), timeout=15)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="dash-human")
     def _load_human(self) -> None:
