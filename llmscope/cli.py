@@ -367,7 +367,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         if args.html:
             from llmscope.html_report import write_page
 
-            write_page(store, runs, rows, args.html, source=Path(args.db).name, extra_rows=ws_rows)
+            try:
+                write_page(store, runs, rows, args.html, source=Path(args.db).name, extra_rows=ws_rows)
+            except OSError as e:
+                raise CLIError(f"--html {args.html}: cannot write: {e.strerror or e}") from e
     finally:
         store.close()
     from llmscope.analysis.metrics import flush_metrics_cache

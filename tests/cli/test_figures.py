@@ -193,6 +193,18 @@ def test_a_kind_that_does_not_apply_names_those_that_do(db: Path, tmp_path: Path
         "no-such-style",
     )
     assert style.returncode == 2 and "--style no-such-style" in style.stderr
+    gone = cli(
+        "figure",
+        "accuracy",
+        "--db",
+        str(db),
+        "--run",
+        "run-a",
+        "-o",
+        str(tmp_path / "no" / "x.pdf"),
+    )
+    assert gone.returncode == 2 and "cannot write: No such file or directory" in gone.stderr
+    assert "Traceback" not in gone.stderr
 
 
 def test_style_file_overrides_the_defaults(db: Path, tmp_path: Path) -> None:

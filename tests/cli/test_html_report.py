@@ -232,3 +232,17 @@ def test_a_large_run_lists_the_first_failing_rows_and_says_how_many(tmp_path: Pa
     assert total > MAX_FAILING
     assert f"first {MAX_FAILING} of {total} failing rows" in text
     assert text.count('<details class="item">') == MAX_FAILING
+
+
+def test_an_unwritable_page_is_a_one_line_error(
+    page: tuple[Path, Path, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    db, _, _ = page
+    out = cli(
+        "report", "--db", str(db), "--run", "run-a", "--html", str(tmp_path / "no" / "p.html")
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert (
+        out.stderr.strip()
+        == f"llmscope: error: --html {tmp_path / 'no' / 'p.html'}: cannot write: No such file or directory"
+    )
