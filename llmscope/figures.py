@@ -65,8 +65,11 @@ RC: dict[str, Any] = {
     "lines.linewidth": 1.2,
     "lines.markersize": 4,
     "errorbar.capsize": 2,
-    "savefig.bbox": "tight",
-    "savefig.pad_inches": 0.02,
+    # no "tight" box: constrained layout fits labels inside the figure, so a file is exactly
+    # the width asked for (one column), however long its labels
+    "savefig.bbox": None,
+    "figure.constrained_layout.h_pad": 0.03,
+    "figure.constrained_layout.w_pad": 0.03,
     "savefig.dpi": 300,
 }
 
@@ -186,11 +189,20 @@ def _legend(ax: Axes, loc: str = "best") -> None:
     """A legend inside the axes when it is short; below the figure when it has more than two
     entries or long ones (several runs), so it never covers data."""
     handles, labels = ax.get_legend_handles_labels()
-    if len(labels) > 2 or max((len(x) for x in labels), default=0) > 48:
+    outside = len(labels) > 2 or max((len(x) for x in labels), default=0) > 48
+    if (
+        outside and not ax.figure.legends
+    ):  # one legend below the figure; a second panel's stays inside
         ax.figure.legend(handles, labels, loc="outside lower center", ncol=1)
     else:
         where: dict[str, Any] = {"loc": loc}
         ax.legend(handles, labels, **where)
+
+
+def _title(fig: Figure, text: str) -> None:
+    """A title over the whole figure, each line cut to what one column holds at 8 pt."""
+    if text:
+        fig.suptitle("\n".join(_short(line, 52) for line in text.split("\n")), fontsize=8)
 
 
 def _note(fig: Figure, text: str) -> None:
@@ -250,9 +262,7 @@ def draw_accuracy(data: list[RunData]) -> Figure:
     lo, hi = ax.get_xlim()
     ax.set_xlim(min(0.0, lo), max(1.0, hi))
     if len(data) == 1:
-        ax.set_title(
-            _short(f"{data[0].run.get('suite_name')} · {data[0].run.get('model')}", 60), loc="left"
-        )
+        _title(fig, f"{data[0].run.get('suite_name')} · {data[0].run.get('model')}")
     if left:
         _note(fig, f"first {MAX_BARS} of {MAX_BARS + left} groups shown")
     return fig
@@ -299,9 +309,14 @@ def draw_position(data: list[RunData]) -> Figure:
     (predicted vs gold yes rate per prompt variant)."""
     choice = [d for d in data if d.named("chosen_rate")]
     yesno = [d for d in data if d.named("pred_yes_rate")]
+    ws = [d for d in data if d.named("worldsense_bias")]
     panels = [p for p in (("position", choice), ("yesno", yesno)) if p[1]]
-    fig, axes = _new(1.2 + 1.1 * len(panels) + 0.2 * max(len(data), 1), rows=len(panels))
-    for ax, (what, ds) in zip(axes, panels, strict=True):
+    fig, axes = _new(
+        1.2 + 1.1 * (len(panels) + bool(ws)) + 0.2 * max(len(data), 1), rows=len(panels) + bool(ws)
+    )
+    if ws:
+        _worldsense_bias(axes[-1], ws)
+    for ax, (what, ds) in zip(axes, panels, strict=False):
         model_name, gold_name, key = (
             ("chosen_rate", "gold_rate", "position")
             if what == "position"
@@ -334,7 +349,6 @@ def draw_position(data: list[RunData]) -> Figure:
         series = [(n, ms + [None] * (len(labels) - len(ms))) for n, ms in series]
         _hbars(ax, labels, series, "share of items (95% CI)", f"position:{what}")
         ax.set_xlim(0, 1)
-        _legend(ax)
         if what == "yesno":
             yb = ds[0].metrics.get("yes_bias")
             if yb is not None and yb.value is not None:
@@ -345,6 +359,61 @@ def draw_position(data: list[RunData]) -> Figure:
                 )
         else:
             ax.set_title("option chosen vs gold, by position", loc="left")
+    return fig
+
+
+def _worldsense_bias(ax: Axes, data: list[RunData]) -> None:
+    """The WorldSense authors' bias per problem (+1 = always TRUE/POSSIBLE/KNOW), conf95."""
+    labels: list[str] = []
+    per_run = []
+    for d in data:
+        ms = {
+            str(m.group.get("problemname")): m
+            for m in d.named("worldsense_bias")
+            if set(m.group) == {"problemname"}
+        }
+        per_run.append(ms)
+        labels += [g for g in ms if g not in labels]
+    _hbars(
+        ax,
+        labels,
+        [(d.label, [ms.get(g) for g in labels]) for d, ms in zip(data, per_run, strict=True)],
+        "bias, +1 = always TRUE/POSSIBLE/KNOW (conf95)",
+        "position:worldsense",
+    )
+    ax.set_xlim(-1, 1)
+    ax.axvline(0, lw=0.6, color="#777777")
+    ax.set_title("worldsense_bias per problem", loc="left")
+
+
+def draw_commonsense(data: list[RunData]) -> Figure:
+    """Whiting & Watts (2024): consensus, awareness and commonsensicality overall and per
+    category (one run), or commonsensicality per run (several), with bootstrap intervals."""
+    names = (
+        ("consensus", "awareness", "commonsensicality")
+        if len(data) == 1
+        else ("commonsensicality",)
+    )
+    labels: list[str] = []
+    series: list[tuple[str, dict[str, Metric]]] = []
+    for d in data:
+        for name in names:
+            ms = {_group_label(m.group): m for m in d.named(name) if len(m.group) <= 1}
+            labels += [g for g in ms if g not in labels]
+            series.append((name if len(data) == 1 else d.label, ms))
+    left = max(0, len(labels) - MAX_BARS)
+    labels = labels[:MAX_BARS]
+    fig, (ax,) = _new(0.8 + 0.2 * len(labels) * len(series) ** 0.5)
+    _hbars(
+        ax,
+        labels,
+        [(n, [ms.get(g) for g in labels]) for n, ms in series],
+        "share of statements (95% CI)",
+        "commonsense",
+    )
+    ax.set_xlim(0, 1)
+    if left:
+        _note(fig, f"first {MAX_BARS} of {MAX_BARS + left} groups shown")
     return fig
 
 
@@ -366,11 +435,10 @@ def draw_schemes(data: list[RunData]) -> Figure:
     )
     ax.set_xlim(0, 1)
     parts = []
-    for name, short in (("scheme_disagreement_rate", "disagree"), ("scheme_flip_rate", "flip")):
-        m = data[0].metrics.get(name)
-        if m is not None and m.value is not None:
-            parts.append(f"{short} {m.value:.3f}")
-    ax.set_title("scoring schemes" + (f" ({', '.join(parts)})" if parts else ""), loc="left")
+    for name in ("scheme_disagreement_rate", "scheme_flip_rate"):
+        for m in data[0].named(name)[:1]:  # its group names the number of schemes compared
+            parts.append(f"{name} {m.value:.3f}")
+    _title(fig, "\n".join(parts))
     return fig
 
 
@@ -522,10 +590,12 @@ def _human_choices(d: RunData) -> Figure:
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(c) < 4 else -0.08), ncol=4)
     tv = d.metrics.get("human_tv_distance")
     ag = d.metrics.get("human_majority_agreement")
-    title = ", ".join(
-        f"{m.name} {m.value:.3f}" for m in (tv, ag) if m is not None and m.value is not None
+    _title(
+        fig,
+        "\n".join(
+            f"{m.name} {m.value:.3f}" for m in (tv, ag) if m is not None and m.value is not None
+        ),
     )
-    ax.set_title(title, loc="left")
     if n > MAX_ITEMS:
         _note(fig, f"first {MAX_ITEMS} of {n} item variants shown")
     return fig
@@ -614,7 +684,7 @@ def draw_probeval(data: list[RunData]) -> Figure:
     kl = d.metrics.get("probeval_kl")
     if kl is not None and kl.value is not None:
         ci = f" [{kl.lo:.3f}, {kl.hi:.3f}]" if kl.ci95 is not None else ""
-        ax.set_title(f"probeval_kl {kl.value:.3f}{ci}", loc="left")
+        _title(fig, f"probeval_kl {kl.value:.3f}{ci}")
     if len(qids) > len(shown):
         _note(fig, f"first {len(shown)} of {len(qids)} questions shown")
     return fig
@@ -642,8 +712,8 @@ KINDS: dict[str, Kind] = {
         ),
         Kind(
             "position",
-            "option-position and yes/no bias: model vs gold rates",
-            _has("chosen_rate", "pred_yes_rate"),
+            "option-position and yes/no bias: model vs gold rates (WorldSense: bias per problem)",
+            _has("chosen_rate", "pred_yes_rate", "worldsense_bias"),
             draw_position,
         ),
         Kind(
@@ -651,6 +721,12 @@ KINDS: dict[str, Kind] = {
             "human vs model: P(yes) vs human agreement, rating histograms, choice distributions",
             _has("human_pearson", "human_rating_share", "human_tv_distance"),
             draw_human,
+        ),
+        Kind(
+            "commonsense",
+            "consensus, awareness and commonsensicality per category (Whiting & Watts 2024)",
+            _has("commonsensicality"),
+            draw_commonsense,
         ),
         Kind(
             "schemes",

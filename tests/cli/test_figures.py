@@ -174,7 +174,7 @@ def test_a_kind_that_does_not_apply_names_those_that_do(db: Path, tmp_path: Path
     out = cli("figure", "sg", "--db", str(db), "--run", "run-a", "-o", str(tmp_path / "x.svg"))
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "Traceback" not in out.stderr
-    assert "kinds that do: accuracy, reliability, position, human" in out.stderr
+    assert "kinds that do: accuracy, reliability, position, human, commonsense" in out.stderr
     assert not (tmp_path / "x.svg").exists()
     bad = cli(
         "figure", "accuracy", "--db", str(db), "--run", "run-a", "-o", str(tmp_path / "x.jpg")
@@ -316,7 +316,7 @@ def test_probeval_bars_are_the_smoothed_cluster_shares(
         kl = run_metrics(st, run, cache=False).get("probeval_kl")
         fig = _draw(db, "probeval", ["g1"], tmp_path / "pe.svg")
     ax = fig.axes[0]
-    assert ax.get_title(loc="left") == f"probeval_kl {kl.value:.3f} [{kl.lo:.3f}, {kl.hi:.3f}]"
+    assert fig.get_suptitle() == f"probeval_kl {kl.value:.3f} [{kl.lo:.3f}, {kl.hi:.3f}]"
     widths = {p.get_gid().rsplit(":", 1)[0]: p.get_width() for p in ax.patches}
     for it in items:
         clusters = {c: v["answers"] for c, v in it.fields["clusters"].items()}
@@ -333,3 +333,44 @@ def test_probeval_bars_are_the_smoothed_cluster_shares(
                 assert widths[f"probeval:{it.item_id}:{who}:{c}"] == pytest.approx(
                     (v + 1) / (n + k)
                 ), (who, c)
+
+
+def test_commonsense_bars_are_the_report_rows(db: Path, tmp_path: Path) -> None:
+    rows = _report(db, "run-a")
+    fig = _draw(db, "commonsense", ["run-a"], tmp_path / "c.svg")
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["overall", "category: animals", "category: food", "category: weather"]
+    for bars, name in zip(_bars(ax), ("consensus", "awareness", "commonsensicality"), strict=True):
+        assert bars.get_label() == name
+        want = {
+            (", ".join(f"{k}: {v}" for k, v in r["group"].items()) or "overall"): r
+            for r in rows
+            if r["metric"] == name
+        }
+        np.testing.assert_allclose(bars.datavalues, [want[x]["value"] for x in labels])
+    # consensus by hand: statements whose q1 answer (P(yes) > P(no)) is the human majority
+    hand = sum((p_yes_for(i) > 0.9 - p_yes_for(i)) == (i % 2 == 0) for i in range(N)) / N
+    assert _bars(ax)[0].datavalues[0] == pytest.approx(hand)
+
+
+@pytest.mark.slow
+def test_worldsense_bias_per_problem_is_the_report_rows(tmp_path: Path) -> None:
+    from tests.helpers.paths import shared_path
+
+    folder = shared_path("data", "worldsense", "test_set")
+    db = tmp_path / "ws.duckdb"
+    out = cli("import", "worldsense", str(folder), "--db", str(db))
+    assert out.returncode == 0, out.stderr
+    with Store(db, read_only=True) as st:
+        rid = str(st.runs()["run_id"].iloc[0])
+    rows = [r for r in _report(db, rid) if r["metric"] == "worldsense_bias"]
+    fig = _draw(db, "position", [rid], tmp_path / "ws.svg")
+    ax = fig.axes[-1]
+    (bars,) = _bars(ax)
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    want = {r["group"]["problemname"]: r for r in rows}
+    assert sorted(labels) == sorted(want) and len(labels) == 6
+    np.testing.assert_allclose(bars.datavalues, [want[x]["value"] for x in labels])
+    segs = bars.errorbar.lines[2][0].get_segments()
+    np.testing.assert_allclose([s[0][0] for s in segs], [want[x]["ci95"][0] for x in labels])
