@@ -246,7 +246,12 @@ def draw_accuracy(data: list[RunData]) -> Figure:
     labels: list[str] = []
     per_run: list[dict[str, Metric]] = []
     for d in data:
-        ms = {_group_label(m.group): m for m in d.named(name) if len(m.group) <= 1}
+        # per scoring method: the `schemes` figure
+        ms = {
+            _group_label(m.group): m
+            for m in d.named(name)
+            if len(m.group) <= 1 and "method" not in m.group
+        }
         per_run.append(ms)
         labels += [g for g in ms if g not in labels]
     left = max(0, len(labels) - MAX_BARS)
