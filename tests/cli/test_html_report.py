@@ -28,7 +28,8 @@ CHROMIUM = next(
     ),
     None,
 )
-EVIL = '<script>document.title="pwned"</script><img src="http://127.0.0.1:9/x.png"> & "q"'
+# markup, a URL, and a mathtext fragment (matplotlib would parse "$...$" in a label)
+EVIL = '<script>document.title="pwned"</script><img src="http://127.0.0.1:9/x.png"> & "q" $\\frac{'
 N = 10
 
 
