@@ -29,7 +29,7 @@ CHROMIUM = next(
     None,
 )
 # markup, a URL, and a mathtext fragment (matplotlib would parse "$...$" in a label)
-EVIL = '<script>document.title="pwned"</script><img src="http://127.0.0.1:9/x.png"> & "q" $\\frac{'
+EVIL = '$\\frac{$ <script>document.title="pwned"</script><img src="http://127.0.0.1:9/x.png"> & "q"'
 N = 10
 
 
