@@ -159,6 +159,12 @@ _DEFS: list[MetricDef] = [
               "against the share of people who agree; shown in the TUI item list and human panel "
               "(`analysis.yesno.human_distance`); missing where P(yes) + P(no) = 0", "none",
               "yesno (commonsense)"),
+    MetricDef("bin_accuracy", "reliability diagram: accuracy of the scored items whose confidence "
+              "falls in this bin (the 10 equal-width bins of `ece`; non-empty bins only; n = the bin's "
+              "count)", "none", "yesno, choice, rating, constrained"),
+    MetricDef("bin_confidence", "reliability diagram: mean confidence (`ece`'s renormalised "
+              "confidence) of the items in this bin; |bin_accuracy - bin_confidence| weighted by n is `ece`",
+              "none", "yesno, choice, rating, constrained"),
     MetricDef("brier", "multi-class Brier score: mean over items of sum_k (p_k - 1[k = gold])^2 over "
               "the listed answers (mass outside them is not renormalised; a gold not listed adds 1)",
               _MEAN_CI, "yesno, choice, rating, constrained"),
@@ -810,6 +816,7 @@ def calibration_metrics(ctx: MetricContext) -> list[Metric]:
         for name, est, lo, hi in (("ece", rel.ece, elo, ehi), ("mce", rel.mce, mlo, mhi)):
             out.append(Metric(name, est, None if math.isnan(lo) else lo, None if math.isnan(hi) else hi,
                               "cluster-bootstrap", int(keep.sum()), G, {}, "calibration"))
+        out += reliability_bin_metrics(rel.bins)
     if "probs" in ok:
         probs = _prob_rows(ok)
         out += _raw_calibration(ctx, ok, probs, conf, corr)
@@ -862,6 +869,22 @@ def _raw_calibration(ctx: MetricContext, ok: pd.DataFrame, probs: list[dict[str,
     return [Metric(name, est, None if math.isnan(lo) else lo, None if math.isnan(hi) else hi,
                    "cluster-bootstrap", int(keep.sum()), G, {}, "calibration")
             for name, est, lo, hi in (("ece_raw", rel.ece, elo, ehi), ("mce_raw", rel.mce, mlo, mhi))]
+def reliability_bin_metrics(bins: pd.DataFrame) -> list[Metric]:
+    """The reliability diagram ECE is computed from: per non-empty bin its accuracy and mean
+    confidence, n = the bin's count (figures and `report --json` read these rows)."""
+    out: list[Metric] = []
+    for b in bins.to_dict("records"):
+        if not b["count"]:
+            continue
+        group = {"bin": bin_label(float(b["lo"]), float(b["hi"]))}
+        for name, key in (("bin_accuracy", "accuracy"), ("bin_confidence", "confidence")):
+            out.append(Metric(name, float(b[key]), n=int(b["count"]), group=dict(group), producer="calibration"))
+    return out
+
+
+def bin_label(lo: float, hi: float) -> str:
+    """A reliability bin's label, ``"0.3-0.4"`` (``[lo, hi)``, the last bin closed)."""
+    return f"{lo:.1f}-{hi:.1f}"
 
 
 def _calibration_bootstrap(
@@ -969,13 +992,22 @@ def human_correlation_metrics(ctx: MetricContext) -> list[Metric]:
         return []
     from .commonsense import correlation
 
-    ok = ctx.ok()
+    pairs = human_agreement_pairs(ctx.ok())
+    c = correlation(pairs["p_yes"], pairs["human"])
+    return [Metric(f"human_{k}", c.get(k), n=int(c["n"]), producer="human_correlation")
+            for k in ("pearson", "spearman")]
+
+
+def human_agreement_pairs(ok: pd.DataFrame) -> pd.DataFrame:
+    """The (statement, P(yes), human agreement) pairs `human_pearson` / `human_spearman` are
+    computed over: rows of variant q1 when present, one per item; columns item_id, p_yes, human
+    (the figures plot these same pairs)."""
+    if "error" in ok:
+        ok = ok[ok["error"].isna()]
     if "q1" in set(ok["variant"].astype(str)):
         ok = ok[ok["variant"].astype(str) == "q1"]
     ok = ok.drop_duplicates("item_id")
-    c = correlation(ok["p_yes"], ok["f.human_q1"])
-    return [Metric(f"human_{k}", c.get(k), n=int(c["n"]), producer="human_correlation")
-            for k in ("pearson", "spearman")]
+    return pd.DataFrame({"item_id": ok["item_id"], "p_yes": ok["p_yes"], "human": ok["f.human_q1"]})
 
 
 @register_producer("probeval",

@@ -285,8 +285,17 @@ def cmd_report(args: argparse.Namespace) -> int:
         for run in runs:
             rows += build_report(store, run, args.by)
         ws_rows, ws_text = worldsense_reports(store, runs)
+        if args.html:
+            from llmscope.html_report import write_page
+
+            try:
+                write_page(store, runs, rows, args.html, source=Path(args.db).name, extra_rows=ws_rows)
+            except OSError as e:
+                raise CLIError(f"--html {args.html}: cannot write: {e.strerror or e}") from e
     finally:
         store.close()  # read-only: the metrics cache went to the file beside it (store/metrics_cache.py)
+    if args.html:
+        print(f"wrote {len(runs)} run(s) to {args.html}", file=sys.stderr)
     if args.json:
         print(json.dumps(rows + ws_rows, indent=1, default=str))
     else:
@@ -294,6 +303,27 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(format_rows(rows, shutil.get_terminal_size().columns if sys.stdout.isatty() else None))
         for line in ws_text:
             print(line)
+    return 0
+
+
+def cmd_figure(args: argparse.Namespace) -> int:
+    from llmscope.figures import FigureError, load_runs, write_figure
+
+    store = _open_store(args.db, read_only=True)
+    try:
+        runs = []
+        for rid in args.run:
+            run = store.find_run(rid)
+            if run is None:
+                raise CLIError(f"no run {rid!r} in {args.db}")
+            runs.append(run)
+        try:
+            write_figure(args.kind, load_runs(store, runs), args.output, style=args.style, item=args.item)
+        except FigureError as e:
+            raise CLIError(str(e)) from e
+    finally:
+        store.close()  # read-only: the metrics cache went to the file beside it
+    print(f"wrote the {args.kind} figure of {len(runs)} run(s) to {args.output}", file=sys.stderr)
     return 0
 
 
@@ -563,7 +593,22 @@ def build_parser(settings: Any = None) -> argparse.ArgumentParser:
     s.add_argument("--by", action="append", help="group by this item field (repeatable)")
     json_arg(s, "metric rows")
     s.add_argument("--explain", action="store_true", help="print how every metric is computed and exit")
+    s.add_argument("--html", metavar="FILE", help="also write one self-contained offline page (metrics, figures, "
+                   "failing items, method record)")
     s.set_defaults(func=cmd_report)
+
+    from llmscope.figures import KINDS
+
+    s = sub.add_parser("figure", help="draw a publication figure of runs (pdf, svg or png)")
+    db_arg(s)
+    s.add_argument("kind", choices=list(KINDS), help="what to draw: " + "; ".join(
+        f"{k}: {v.title}" for k, v in KINDS.items()))
+    s.add_argument("--run", action="append", required=True, help="run id or prefix ('last'); repeat to overlay runs")
+    s.add_argument("-o", "--output", required=True, help="file to write: .pdf, .svg or .png")
+    s.add_argument("--style", help="matplotlib style name or .mplstyle file applied over the defaults "
+                   "(a journal's settings)")
+    s.add_argument("--item", help="surprisal: the item to draw (default: the first)")
+    s.set_defaults(func=cmd_figure)
 
     s = sub.add_parser("export", help="write a run's per-item results")
     db_arg(s)

@@ -22,7 +22,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmscope.analysis.rows import format_p
 from llmscope.cli_common import CLIError, check_endpoints, config_from_args, open_store, parse_opts
 
 if TYPE_CHECKING:
@@ -292,6 +291,8 @@ def cmd_probeval_validate(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=1))
     else:
         ci = "" if v.ci_low is None else f" [{v.ci_low:.3f}, {v.ci_high:.3f}]"
+        from llmscope.analysis.rows import format_p
+
         print(f"ProbEval validation ({method} matching vs {source}): Spearman rho {v.rho:.3f}{ci} "
               f"(95% interval), p {format_p(v.p_value)}, {v.n_questions} questions")
     return 0

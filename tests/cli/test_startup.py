@@ -11,7 +11,8 @@ import json
 import subprocess
 import sys
 
-HEAVY = ("pandas", "duckdb", "pyarrow", "numpy", "scipy", "torch", "transformers", "textual")
+HEAVY = ("pandas", "duckdb", "pyarrow", "numpy", "scipy", "torch", "transformers", "textual",
+         "matplotlib")
 
 
 def test_building_the_parser_imports_no_heavy_library() -> None:

@@ -63,6 +63,7 @@ class DashboardScreen(BaseScreen):
         Binding("v", "next_panel", "Next panel", show=False),
         Binding("h", "human", "Human vs model", show=False),  # tui/panels_human.py
         Binding("p", "plots", "Plots", show=False),  # tui/plots.py
+        Binding("w", "write_page", "Write page and figure", show=False),  # tui/handoff.py
     ]
     # Narrow terminals show one panel at a time (app.tcss: Screen.-narrow); `v` steps through.
     PANELS = (("left", "accuracy"), ("middle", "calibration"), ("right", "humans"))
@@ -89,6 +90,24 @@ class DashboardScreen(BaseScreen):
 
         feed = LiveFeed(self.llm_app.db_path, self.run_id) if self.source == "live" else None
         self.app.push_screen(PlotsScreen(self.run_id, self.run.get("task"), feed))
+
+    def action_write_page(self) -> None:
+        """The run's offline page and the current panel's figure, written beside the database."""
+        self.notify("writing the run's page and figure ...")
+        self._write_handoff(self.PANELS[self.panel][1])
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="dash-handoff")
+    def _write_handoff(self, panel: str) -> None:
+        from llmscope.figures import FigureError
+        from llmscope.tui.handoff import handoff_message, write_handoff
+
+        try:
+            with self.llm_app.handle.use() as store:
+                paths = write_handoff(store, self.run_id, panel, self.llm_app.db_path)
+        except (OSError, ValueError, FigureError, StoreError) as e:
+            self.app.call_from_thread(self.notify, f"could not write the page: {e}", severity="error")
+            return
+        self.app.call_from_thread(self.notify, handoff_message(paths, panel), timeout=15)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="dash-human")
     def _load_human(self) -> None:

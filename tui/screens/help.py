@@ -41,6 +41,7 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
         ("x", "stop a run started in this window"),
         ("m", "methods: scoring schemes, human fit, order effects, plan"),
         ("d", "what each number means (or hover a panel)"),
+        ("w", "write the run's page and this panel's figure to files (the notification gives the paths)"),
         ("v", "next panel (below 100 columns one panel shows at a time)"),
         ("h", "human vs model side by side"),
         ("p", "plots (accuracy/throughput over the run, reliability, positions)"),
