@@ -22,6 +22,9 @@ LOADS = re.compile(r"\b(?:orjson|json)\.loads\b")
 ALLOWED = {
     ("tui/model.py", 'snap = json.loads((self.dir / "progress.json").read_text())'): "live channel file",
     ("engine/config.py", "out[k] = json.loads(v)"): "a --opt value typed by the user",
+    ("llmscope/runstart.py", "return dict(json.loads(json.dumps(desc, default=str)))"):
+        "a backend's description, copied as plain JSON values",
+    ("llmscope/where.py", "return dict(json.loads(raw))"): "DuckDB's parse tree of a --where filter",
     ("engine/openai_backend.py", "data = json.loads(raw.http_response.content)"): "HTTP response body",
     ("engine/cache.py", "return json.loads(v)"): "the response cache's own SQLite file",
     ("engine/cache.py", "return None if row is None else json.loads(row[0])"): "the response cache's own SQLite file",
