@@ -237,7 +237,7 @@ def draw_reliability(data: list[RunData]) -> Figure:
     ax.set_ylim(-0.03, 1.03)  # markers at 0 and 1 drawn whole
     ax.set_ylabel("accuracy")
     _legend(ax, "upper left")
-    axn.set_xlabel("confidence (probability of the predicted answer)")
+    axn.set_xlabel("confidence (P(predicted answer), renormalised over the answers)")
     axn.set_ylabel("items")
     return fig
 
