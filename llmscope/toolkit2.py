@@ -296,9 +296,14 @@ def cmd_probeval_validate(args: argparse.Namespace) -> int:
         raise _cli_error(f"--frac must be between 0 and 1 (exclusive), got {args.frac}")
     if args.sets < 3 or args.runs < 1:
         raise _cli_error(f"--sets must be at least 3 and --runs at least 1 (got {args.sets}, {args.runs})")
+    protocol = args.protocol or ("held-out" if args.gold else "mixture")
+    if protocol == "mixture" and args.gold:
+        raise _cli_error("--gold belongs to --protocol held-out; the mixture protocol takes --pool")
+    if protocol == "held-out" and args.pool:
+        raise _cli_error("--pool belongs to --protocol mixture; the held-out protocol takes --gold")
     questions = load_targets(args.targets)
     m = _matching(args)
-    if args.protocol == "mixture":
+    if protocol == "mixture":
         if args.gold:
             raise _cli_error("--gold belongs to --protocol held-out; the mixture protocol takes --pool")
         pools = _load_pools(args.pool, questions) if args.pool else None
@@ -436,9 +441,10 @@ def add_parsers(sub: Any, db_arg: Any) -> None:
 
     v = sub.add_parser("probeval-validate", help="Spearman correlation of automatic and gold ProbEval KL")
     v.add_argument("targets", help="CFC/ProtoQA *_targets.jsonl (human answers and clusters)")
-    v.add_argument("--protocol", choices=["mixture", "held-out"], default="mixture",
+    v.add_argument("--protocol", choices=["mixture", "held-out"], default=None,
                    help="mixture: the paper's Table 2 (answer sets sampled from model, human and uniform "
-                        "mixtures; default); held-out: a held-out half of the human answers")
+                        "mixtures; the default without --gold); held-out: a held-out half of the human "
+                        "answers, or --gold labels")
     v.add_argument("--pool", metavar="FILE", help="mixture: labelled model answers to sample from ({qid: [[answer, "
                    "cluster], ...]} or the reference's annotated_prediction_data); default the reference's CFC "
                    "pool (every human answer with its cluster, and one answer 'wrong')")

@@ -133,7 +133,7 @@ CFC = SHARED / "data" / "cfc"
 @pytest.mark.skipif(not (CFC / "cfc_dev_targets.jsonl").is_file(), reason="../shared/data/cfc is not present")
 def test_cli_held_out_validation_on_the_shared_cfc_targets() -> None:
     p = subprocess.run([sys.executable, "-m", "llmscope", "probeval-validate", str(CFC / "cfc_dev_targets.jsonl"),
-                        "--matcher", "exact", "--json"], capture_output=True, text=True, timeout=300)
+                        "--protocol", "held-out", "--matcher", "exact", "--json"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     per = out["per_question"]
