@@ -227,6 +227,9 @@ def test_cli_probeval_gpt2xl_question_subset(tmp_path, capsys):
     assert main(["probeval", str(SHARED / "data" / "cfc" / "cfc_dev_targets.jsonl"), str(ans), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["matcher"] == "wordnet" and out["n_questions"] == 2
+    assert out["settings"] == {"matcher": "wordnet", "unmatched": "bucket", "ties": "split", "assignment": "best",
+                               "partitions": "contiguous", "stopwords": "nltk", "smoothing": "add-one",
+                               "preprocess": "protoqa"}
     assert [r["question_set"] for r in out["by_question_set"]] == ["r1", "r2"]
 
 
