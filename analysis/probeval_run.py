@@ -7,6 +7,7 @@ CLI module (analysis sits below the CLI in the layering).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from llmscope.store.db import decode_json
@@ -14,14 +15,25 @@ from llmscope.store.db import decode_json
 __all__ = ["probeval_for_run", "default_embedder"]
 
 
-def probeval_for_run(store: Any, run: dict[str, Any], *, embed: Any = "auto", save: bool = False) -> Any:
+def probeval_for_run(store: Any, run: dict[str, Any], *, embed: Any = "auto", save: bool = False,
+                     settings: Any = None) -> Any:
     """ProbEval (Cheng et al. 2024) of a run on a suite with clustered human answers, or None.
 
     Model answers are the stored samples of each question (generation runs) or the imported
-    answer sets. With `save`, the per-question human vs model cluster tables are stored in
-    the `analyses` table for the TUI.
+    answer sets. Matching follows ``settings`` (default: the paper's, WordNet; without
+    WordNet 3.0 the MiniLM embedding rule, and without that exact matching, recorded with the
+    analysis). ``embed=None`` asks for exact matching, an embedder for the embedding rule with
+    it. With `save`, the per-question human vs model cluster tables, the settings used and any
+    fallback are stored in the `analyses` table for the TUI.
     """
-    from llmscope.analysis.probeval import Question, probeval
+    from llmscope.analysis.probeval import (
+        EMBEDDING,
+        PAPER,
+        Matching,
+        Question,
+        probeval,
+        resolve_matching,
+    )
 
     df = store.results_frame(run["run_id"])
     if df.empty or "fields" not in df:
@@ -41,12 +53,21 @@ def probeval_for_run(store: Any, run: dict[str, Any], *, embed: Any = "auto", sa
     if not questions:
         return None
     if embed == "auto":
-        embed = default_embedder()
-    result = probeval(questions, answers, embed)
+        m = resolve_matching(settings or PAPER, embedder=default_embedder)
+    elif embed is None:
+        m = Matching(dataclasses.replace(EMBEDDING, matcher="exact"))
+    else:
+        m = Matching(settings or EMBEDDING, embed=embed)
+    result = probeval(questions, answers, m.embed, matcher=m.matcher, settings=m.settings)
+    result.settings = m.settings
+    result.note = m.note
     if save:
         payload = {
             "mean_kl": result.mean_kl,
-            "embedding": "all-MiniLM-L6-v2" if embed is not None else "exact-match only",
+            # "embedding" names the matching for the TUI's heading
+            "embedding": m.settings.describe(),
+            "settings": m.settings.as_dict(),
+            "fallback": m.note,
             "questions": {qid: {"kl": sc.kl, "n_model": sc.n_model, "n_wrong": sc.n_wrong,
                                 "table": sc.table.to_dict("records")} for qid, sc in result.scores.items()},
         }

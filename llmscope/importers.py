@@ -466,7 +466,10 @@ def import_answer_sets(store: Store, files: list[Path], suite_path: str | None =
 
         run = store.get_run(run_id)
         res = probeval_for_run(store, run, save=True) if run else None
-        kl = f", ProbEval KL {res.mean_kl:.3f}" if res is not None else ""
+        kl = ""
+        if res is not None:
+            how = res.settings.describe() if res.settings is not None else ""
+            kl = f", ProbEval KL {res.mean_kl:.3f} ({how})" + (f"; {res.note}" if res.note else "")
         msgs.append(f"{f.name}: run {run_id} ({name}), {len(results)} questions"
                     + (f", {skipped} ids not in the suite" if skipped else "") + kl)
     return msgs

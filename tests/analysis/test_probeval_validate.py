@@ -118,8 +118,12 @@ def test_cli_validates_gold_labels_against_exact_matching(tmp_path: Path) -> Non
 @pytest.mark.parametrize(("args", "needle"), [
     (["--gold", "missing.json"], "file not found: missing.json"),
     (["--frac", "1.5"], "--frac must be between 0 and 1"),
+    (["--sets", "2"], "--sets must be at least 3"),
+    (["--protocol", "held-out", "--pool", "pool.json"], "--pool belongs to --protocol mixture"),
+    (["--pool", "pool.json"], "pool.json: none of its 1 questions are in the targets file"),
 ])
 def test_cli_bad_input_is_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
+    (tmp_path / "pool.json").write_text(json.dumps({"zz": [["tea", "c1"]]}))
     p = subprocess.run([sys.executable, "-m", "llmscope", "probeval-validate", str(_targets(tmp_path)), *args,
                         "--matcher", "exact"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr
@@ -133,7 +137,7 @@ CFC = SHARED / "data" / "cfc"
 @pytest.mark.skipif(not (CFC / "cfc_dev_targets.jsonl").is_file(), reason="../shared/data/cfc is not present")
 def test_cli_held_out_validation_on_the_shared_cfc_targets() -> None:
     p = subprocess.run([sys.executable, "-m", "llmscope", "probeval-validate", str(CFC / "cfc_dev_targets.jsonl"),
-                        "--matcher", "exact", "--json"], capture_output=True, text=True, timeout=300)
+                        "--protocol", "held-out", "--matcher", "exact", "--json"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     per = out["per_question"]
