@@ -617,7 +617,7 @@ def draw_probeval(data: list[RunData]) -> Figure:
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
     ax.set_xlabel(
-        "share of answers per cluster, Laplace-smoothed as in the KL\n(grey: matches no cluster)"
+        "share of answers per cluster,\nLaplace-smoothed as in the KL\n(grey: matches no cluster)"
     )
     kl = d.metrics.get("probeval_kl")
     if kl is not None and kl.value is not None:
