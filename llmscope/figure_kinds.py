@@ -5,7 +5,7 @@ per-item value read through the analysis layer. :mod:`llmscope.figures` register
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -300,22 +300,29 @@ def draw_position(data: list[RunData]) -> Figure:
     return fig
 
 
+def _series(
+    data: list[RunData], pick: Callable[[RunData], dict[str, Metric]]
+) -> tuple[list[str], list[tuple[str, list[Metric | None]]]]:
+    """Bar labels in first-seen order over the runs, and each run's metric per label (None
+    where that run has none): what `_hbars` draws, from `pick`'s label -> metric per run."""
+    per_run = [pick(d) for d in data]
+    labels: list[str] = []
+    for ms in per_run:
+        labels += [g for g in ms if g not in labels]
+    return labels, [(d.label, [ms.get(g) for g in labels]) for d, ms in zip(data, per_run, strict=True)]
+
+
 def _worldsense_bias(ax: Axes, data: list[RunData]) -> None:
     """The WorldSense authors' bias per problem (+1 = always TRUE/POSSIBLE/KNOW), conf95."""
-    labels: list[str] = []
-    per_run = []
-    for d in data:
-        ms = {
-            str(m.group.get("problemname")): m
-            for m in d.named("worldsense_bias")
-            if set(m.group) == {"problemname"}
-        }
-        per_run.append(ms)
-        labels += [g for g in ms if g not in labels]
+    labels, series = _series(data, lambda d: {
+        str(m.group.get("problemname")): m
+        for m in d.named("worldsense_bias")
+        if set(m.group) == {"problemname"}
+    })
     _hbars(
         ax,
         labels,
-        [(d.label, [ms.get(g) for g in labels]) for d, ms in zip(data, per_run, strict=True)],
+        series,
         "bias, +1 = always TRUE/POSSIBLE/KNOW (conf95)",
         "position:worldsense",
     )
@@ -357,17 +364,14 @@ def draw_commonsense(data: list[RunData]) -> Figure:
 
 def draw_schemes(data: list[RunData]) -> Figure:
     """Accuracy under each scoring scheme (method) with intervals; disagreement in the title."""
-    labels: list[str] = []
-    per_run = []
-    for d in data:
-        ms = {str(m.group["method"]): m for m in d.named("accuracy") if set(m.group) == {"method"}}
-        per_run.append(ms)
-        labels += [g for g in ms if g not in labels]
+    labels, series = _series(data, lambda d: {
+        str(m.group["method"]): m for m in d.named("accuracy") if set(m.group) == {"method"}
+    })
     fig, (ax,) = _new(0.9 + 0.18 * len(labels) * max(1, len(data)) ** 0.5)
     _hbars(
         ax,
         labels,
-        [(d.label, [ms.get(g) for g in labels]) for d, ms in zip(data, per_run, strict=True)],
+        series,
         "accuracy (95% CI)",
         "schemes",
     )
@@ -382,21 +386,16 @@ def draw_schemes(data: list[RunData]) -> Figure:
 
 def draw_sg(data: list[RunData]) -> Figure:
     """SyntaxGym score per suite (circuit) and overall, with 95% intervals."""
-    labels: list[str] = []
-    per_run = []
-    for d in data:
-        ms = {
-            (str(next(iter(m.group.values()))) if m.group else "overall"): m
-            for m in d.named("sg_score")
-            if len(m.group) <= 1
-        }
-        per_run.append(ms)
-        labels += [g for g in ms if g not in labels]
+    labels, series = _series(data, lambda d: {
+        (str(next(iter(m.group.values()))) if m.group else "overall"): m
+        for m in d.named("sg_score")
+        if len(m.group) <= 1
+    })
     fig, (ax,) = _new(0.7 + 0.16 * len(labels) * max(1, len(data)) ** 0.5)
     _hbars(
         ax,
         labels,
-        [(d.label, [ms.get(g) for g in labels]) for d, ms in zip(data, per_run, strict=True)],
+        series,
         "SG score (95% CI)",
         "sg",
     )

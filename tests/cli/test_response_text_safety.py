@@ -20,28 +20,15 @@ from typing import Any
 import duckdb
 import pytest
 
-from tests.helpers.cli import cli, cli_env, write_yesno_suite
+from tests.helpers.cli import api_run, cli, cli_env, write_yesno_suite
 from tests.helpers.oai import CANARY_KEY, oai, oai_server  # noqa: F401
 
 N_ITEMS = 6  # x 2 prompt variants = 12 rows
 
 
 def _run(spec: Path, db: Path, url: str, cache: Path, *extra: str) -> Any:
-    return cli(
-        "run",
-        "--suite",
-        str(spec),
-        "--db",
-        str(db),
-        "--model",
-        "openai:test-model",
-        "--base-url",
-        url,
-        "--quiet",
-        "--no-report",
-        *extra,
-        env=cli_env(OPENAI_API_KEY=CANARY_KEY, LLMSCOPE_RESPONSE_CACHE=str(cache)),
-    )
+    env = cli_env(OPENAI_API_KEY=CANARY_KEY, LLMSCOPE_RESPONSE_CACHE=str(cache))
+    return api_run(spec, db, url, "--quiet", "--no-report", *extra, env=env)
 
 
 def _rows(db: Path) -> list[dict[str, Any]]:

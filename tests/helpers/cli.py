@@ -96,7 +96,8 @@ def cli(
 
 
 def api_run(
-    spec: str | Path, db: str | Path, base_url: str, *extra: str, timeout: float = 300
+    spec: str | Path, db: str | Path, base_url: str, *extra: str, timeout: float = 300,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """`llmscope run` of a suite on `openai:test-model` at `base_url` (tests/helpers/oai_server.py)."""
     return cli(
@@ -110,7 +111,7 @@ def api_run(
         "--base-url",
         base_url,
         *extra,
-        env=cli_env(OPENAI_API_KEY="sk-test"),
+        env=env if env is not None else cli_env(OPENAI_API_KEY="sk-test"),
         timeout=timeout,
     )
 
