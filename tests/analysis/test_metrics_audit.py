@@ -1,15 +1,16 @@
 """docs/METRICS.md audited against the code: each metric `llmscope report --json` prints for a
-small run of every built-in task type (yes/no, choice, rating, generation, minimal pairs,
-SyntaxGym, contamination) of the embedded model is recomputed from the rows
-`llmscope export --format jsonl` writes, by hand with numpy / scipy (and sacrebleu /
+small run of every built-in task type (yes/no, choice incl. human choice counts, rating,
+generation incl. ProbEval, minimal pairs, SyntaxGym, contamination) of the embedded model is
+recomputed from the rows `llmscope export --format jsonl` writes, by hand with numpy / scipy (and sacrebleu /
 rouge-score, the reference implementations the definitions name), never with llmscope's metric
 code. Intervals are checked where the definition states a closed form (Wilson, Student t,
 cluster-t with one row per item, profile likelihood); bootstrap intervals (ece, mce, ece_raw,
-mce_raw, commonsensicality, human_ll_per_choice, sg_score overall) are not recomputed.
-`test_every_printed_metric_is_audited` fails on a printed metric this file does not audit.
+mce_raw, commonsensicality, human_ll_per_choice, sg_score overall, probeval_kl) are not
+recomputed. `test_every_printed_metric_is_audited` fails on a printed metric this file does not audit.
 
-Not covered here: pragmatics-choice's condition-level fits (SKIPPED); probeval-oneshot's ProbEval metrics (answer matching
-with MiniLM / WordNet) are audited in tests/analysis/test_probeval*.py, not here.
+Not recomputed (SKIPPED, with reasons): pragmatics-choice's condition-level fits, the MiniLM
+embedding cosine of generation, and ProbEval's KL and wrong share (the sample-to-cluster
+matching is not in the exported rows; their n and range are checked).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ SUITES: tuple[tuple[str, list[str]], ...] = (
     ("contamination-sample", ["--limit", "3", "--opt", "max_new_tokens=24"]),
     # the suite's own extra schemes (free generation, MiniLM embedding...) left out: time
     ("pragmatics-choice", ["--limit", "6", "--opt", 'schemes=["acc_norm"]']),
+    ("probeval-oneshot", ["--limit", "2"]),
 )
 CHOICE = ("mc-sample", "pragmatics-choice")
 
@@ -253,6 +255,7 @@ AUDITED: dict[str, set[str]] = {
         "accuracy token_f1 bleu_mean chrf_mean rougeL_mean corpus_bleu corpus_chrf errors".split()
     ),
     "minimal-pairs": {"accuracy", "errors"},
+    "probeval-oneshot": {"errors"},
     "syntax-sample": {"accuracy", "sg_score", "sg_score_micro", "errors"},
     "contamination-sample": {"flagged_rate", "min_k_prob", "ngram_overlap", "errors"},
 }
@@ -263,6 +266,10 @@ SKIPPED: dict[str, set[str]] = {
     # softmax fits after aggregating items to conditions (option types aligned across items):
     # the fit itself is audited at the item level (fit_alpha) and in test_choicefit.py
     "pragmatics-choice": {"condition_fit_alpha", "condition_human_loglik"},
+    # ProbEval matches each sample to a human answer cluster (MiniLM / WordNet) when the report
+    # is computed; the assignment is not in the exported rows, so only n and range are checked
+    # here (the matching and the KL: tests/analysis/test_probeval*.py)
+    "probeval-oneshot": {"probeval_kl", "probeval_wrong_share"},
 }
 
 
@@ -697,3 +704,13 @@ def test_human_choice_count_metrics_recomputed(runs: dict[str, Any]) -> None:
     assert _get(rep, "softmax_accuracy_fitted", scheme="raw") == pytest.approx(
         p[np.arange(len(ok)), gold].mean(), rel=1e-6
     )
+
+
+def test_probeval_counts_and_errors(runs: dict[str, Any]) -> None:
+    rep, rows, full = runs["probeval-oneshot"]
+    ok = [r for r in rows if r["error"] is None]
+    assert _get(rep, "errors") == len(rows) - len(ok) == 0
+    # KL over the questions, wrong share over every sample of every question
+    assert full[("probeval_kl", "{}")]["n"] == len({r["item_id"] for r in ok})
+    assert full[("probeval_wrong_share", "{}")]["n"] == sum(len(r["extra"]["samples"]) for r in ok)
+    assert _get(rep, "probeval_kl") >= 0 and 0 <= _get(rep, "probeval_wrong_share") <= 1
