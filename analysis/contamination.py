@@ -21,14 +21,16 @@ from llmscope.engine.tasks.registry import task_producers
 from llmscope.store.db import decode_json
 
 
-def _mean_t(v: np.ndarray) -> tuple[float, list[float] | None]:
+def _mean_t(v: np.ndarray, lo: float = -math.inf, hi: float = math.inf
+            ) -> tuple[float, list[float] | None]:
+    """Mean and t interval over items, clipped to the value's range [lo, hi]."""
     v = v[np.isfinite(v)]
     if len(v) == 0:
         return math.nan, None
     if len(v) < 2:
         return float(v.mean()), None
     half = float(stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v)))
-    return float(v.mean()), [float(v.mean()) - half, float(v.mean()) + half]
+    return float(v.mean()), [max(lo, float(v.mean()) - half), min(hi, float(v.mean()) + half)]
 
 
 def contamination_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -52,8 +54,9 @@ def contamination_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, An
         flagged = float(sum(bool(e.get("flagged")) for e in ex))
         rows: list[tuple[str, float, list[float] | None]] = [
             ("flagged_rate", flagged / n, list(wilson_interval(flagged, n)))]
-        for key in ("min_k_prob", "ngram_overlap"):
-            m, ci = _mean_t(np.array([float(e.get(key, math.nan)) for e in ex]))
+        # a mean log-probability is at most 0; an n-gram recall lies in [0, 1]
+        for key, lo, hi in (("min_k_prob", -math.inf, 0.0), ("ngram_overlap", 0.0, 1.0)):
+            m, ci = _mean_t(np.array([float(e.get(key, math.nan)) for e in ex]), lo, hi)
             rows.append((key, m, ci))
         for metric, value, ci in rows:
             r = metric_row(run["run_id"], str(run.get("model")), metric, value, ci, n, group)

@@ -10,7 +10,8 @@ against every gold answer (``extra.golds``):
 * ``embed_cos``: cosine similarity of all-MiniLM-L6-v2 sentence embeddings (the bundled
   embedder also used by ProbEval), best over golds; only when the embedder is installed.
 
-Run-level rows are item means with t 95% intervals; `corpus_bleu` / `corpus_chrf` are the
+Run-level rows are item means with t 95% intervals (rows as independent units, clipped to
+the score's range); `corpus_bleu` / `corpus_chrf` are the
 corpus-level statistics with each item's first gold as the reference.
 """
 
@@ -85,14 +86,16 @@ def generation_library_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[st
         r["suite"] = run.get("suite_name")
         rows.append(r)
 
-    for key in ("bleu", "chrf", "rougeL", "embed_cos"):
+    # the interval is clipped to the score's range, as every mean's interval (docs/METRICS.md)
+    for key, lo, hi in (("bleu", 0.0, 100.0), ("chrf", 0.0, 100.0), ("rougeL", 0.0, 1.0),
+                        ("embed_cos", -1.0, 1.0)):
         v = np.array([m[key] for m in per if key in m], dtype=float)
         if len(v) == 0:
             continue
         ci = None
         if len(v) > 1 and v.std(ddof=1) > 0:
             half = float(stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v)))
-            ci = [float(v.mean()) - half, float(v.mean()) + half]
+            ci = [max(lo, float(v.mean()) - half), min(hi, float(v.mean()) + half)]
         add(f"{key}_mean", float(v.mean()), ci, len(v))
     hyps = [p for p, _ in pairs]
     refs = [[r[0] for _, r in pairs]]

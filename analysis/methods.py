@@ -443,10 +443,12 @@ SOFTMAX_ALPHAS = (0.5, 1.0, 2.0, 4.0)
 def softmax_curve_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:
     """Softmax accuracy E[softmax(α·s)[gold]] per scheme at α = 0.5, 1, 2, 4 (argmax accuracy is the α → ∞ limit).
 
-    Cluster-aware intervals (clusters = items), like the argmax accuracy rows.
+    Cluster-t intervals of the mean (CR1, clusters = items), clipped to [0, 1].
     """
     if "softmax_accuracy_curve" not in task_producers(run.get("task")):  # the task lists it
         return []
+    from llmscope.analysis.metrics import mean_ci  # metrics imports this module lazily
+
     ok = df[df["error"].isna() & df["gold"].notna()]
     per: dict[str, list[tuple[np.ndarray, int, str]]] = {}
     left: dict[str, int] = {}  # scheme -> rows without a distribution (abstentions), left out
@@ -468,8 +470,10 @@ def softmax_curve_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, An
             clusters = np.array([c for _, _, c in data])
             for a in SOFTMAX_ALPHAS:
                 vals = np.array([float(softmax(s, a)[g]) for s, g, _ in data])
-                iv = accuracy_ci(vals, clusters)
-                rows.append(_row(run, {"scheme": scheme, "alpha": a}, "softmax_accuracy", iv.mean, _ci(iv), iv.n))
+                # a mean of probabilities, not a share: cluster-t, never Wilson (docs/METRICS.md)
+                m, lo, hi, n, _, _ = mean_ci(vals, clusters)
+                ci = None if math.isnan(lo) else [max(0.0, lo), min(1.0, hi)]
+                rows.append(_row(run, {"scheme": scheme, "alpha": a}, "softmax_accuracy", m, ci, n))
         if left.get(scheme):
             rows.append(_row(run, {"of": "softmax_accuracy", "scheme": scheme}, "left_out_no_distribution",
                              left[scheme], None, left[scheme] + len(data)))

@@ -114,6 +114,8 @@ class MetricDef:
 _RATE_CI = "cluster-t (CR1 sandwich, t with G-1 df) over clusters; Wilson without clustering"
 _MEAN_CI = "cluster-t (CR1 sandwich, t with G-1 df) on the per-item values, over clusters"
 _BOOT_CI = "percentile cluster bootstrap (BOOTSTRAP resamples and seed), clusters resampled"
+# contamination and reference-based generation scores: one row per item, rows not clustered
+_ITEM_T_CI = "Student t interval over result rows (sd ddof=1, n-1 df; rows not clustered)"
 
 _DEFS: list[MetricDef] = [
     MetricDef("accuracy", "share of scored items whose prediction is correct (mean of per-item "
@@ -172,7 +174,8 @@ _DEFS: list[MetricDef] = [
               "(half the two-class `brier` when P(other) = 0)", _MEAN_CI, "yesno"),
     MetricDef("tie_rate", "share of scored items whose two best answers have exactly equal "
               "probability (ties are never credited, see the tie rule)", "none"),
-    MetricDef("token_f1", "mean over items of SQuAD token F1 (max over golds) of the first sample",
+    MetricDef("token_f1", "mean over items of SQuAD token F1 (max over golds) of the first sample, "
+              "after the answer normalisation of Conventions (numbers)",
               _MEAN_CI, "generation"),
     MetricDef("em_majority", "mean over items of exact match of the majority normalised sample",
               _RATE_CI, "generation"),
@@ -181,10 +184,13 @@ _DEFS: list[MetricDef] = [
     MetricDef("token_f1_mean", "mean over items of the per-item mean token F1 over samples", _MEAN_CI,
               "generation"),
     MetricDef("consensus", "share of statements whose model answer (q1) agrees with the human "
-              "majority (Whiting & Watts 2024)", _BOOT_CI, "yesno (commonsense)"),
+              "majority (Whiting & Watts 2024)", "Wilson over statements (no clustering)",
+              "yesno (commonsense)"),
     MetricDef("awareness", "share of statements where the model's q2 (do most people agree?) "
-              "matches the human majority", _BOOT_CI, "yesno (commonsense)"),
-    MetricDef("commonsensicality", "geometric mean sqrt(consensus x awareness)", _BOOT_CI,
+              "matches the human majority", "Wilson over statements (no clustering)",
+              "yesno (commonsense)"),
+    MetricDef("commonsensicality", "geometric mean sqrt(consensus x awareness)",
+              "percentile bootstrap over statements (BOOTSTRAP resamples and seed)",
               "yesno (commonsense)"),
     MetricDef("human_pearson", "Pearson correlation over statements of P(yes) (variant q1) with the "
               "human agreement rate `human_q1`", "none", "yesno (commonsense)"),
@@ -980,7 +986,10 @@ def commonsense_metrics(ctx: MetricContext) -> list[Metric]:
         for m in rows_to_metrics(rows, "commonsense"):
             if by and m.group.get("category") == "(all)":
                 continue
-            m.interval_method = "bootstrap over statements"
+            # consensus and awareness carry Wilson intervals (analysis/commonsense.py), only
+            # commonsensicality a bootstrap over statements
+            m.interval_method = ("bootstrap over statements" if m.name == "commonsensicality"
+                                 else "wilson (statements)")
             out.append(m)
     return out
 
@@ -1442,8 +1451,10 @@ def metrics_markdown() -> str:
         f"- Ties: {TIE_RULE}",
         "- Reliability bins: `[i/n, (i+1)/n)`, the last closed; a confidence on an edge (0.3 with",
         "  ten bins) belongs to the bin that starts there.",
-        "- Numbers in generated answers: only a thousands separator merges digits (`1,000` -> `1000`);",
-        "  any other mark between two digits separates numbers (`3,4` -> `3 4`).",
+        "- Numbers in generated answers (exact match, token F1): a decimal point (a `.` with a digit",
+        "  on both sides) is kept, so `3.5` is one token (`engine/normalize.py`); only a thousands",
+        "  separator merges digits (`1,000` -> `1000`); any other mark between two digits separates",
+        "  numbers (`3,4` -> `3 4`); numbers are written canonically (`10.00` -> `10`, `.5` -> `0.5`).",
         "- Computation: for a stored run, one SQL pass (`analysis/queries.py`) profiles what the rows",
         "  hold; producers with nothing to read are skipped, and only the result columns and item",
         "  fields the others read are fetched (item fields extracted by DuckDB once per suite). Results",
@@ -1519,18 +1530,28 @@ def _register_feature_producers() -> None:
                   "Wilson", "syntaxgym"),
         MetricDef("flagged_rate", "share of items flagged as possibly seen in training (Min-K% or the "
                   "completion probe over its threshold)", "Wilson", "contamination"),
-        MetricDef("min_k_prob", "mean over items of Min-K% probability: mean log-probability of the "
-                  "k% least likely tokens (Shi et al. 2023)", "t interval over items", "contamination"),
+        MetricDef("min_k_prob", "mean over items of Min-K% probability: mean log-probability (nats) of "
+                  "the k% least likely tokens, max(1, floor(n k / 100)) of them (Shi et al. 2023)",
+                  _ITEM_T_CI + " (at most 0)", "contamination"),
         MetricDef("ngram_overlap", "mean over items of the n-gram recall of the greedy continuation of "
-                  "an item's first half against its second half", "t interval over items", "contamination"),
-        MetricDef("bleu_mean", "mean over items of sentence BLEU (sacrebleu) of the first sample against "
-                  "the gold answers", _MEAN_CI, "generation"),
-        MetricDef("chrf_mean", "mean over items of sentence chrF (sacrebleu)", _MEAN_CI, "generation"),
-        MetricDef("rougeL_mean", "mean over items of ROUGE-L F (rouge-score)", _MEAN_CI, "generation"),
+                  "an item's first half against its second half", _ITEM_T_CI + " (clipped to [0, 1])",
+                  "contamination"),
+        MetricDef("bleu_mean", "mean over items of sentence BLEU (sacrebleu, 0-100) of the first sample "
+                  "against all the gold answers", _ITEM_T_CI + " (clipped to [0, 100]); none when every "
+                  "item scores the same", "generation"),
+        MetricDef("chrf_mean", "mean over items of sentence chrF (sacrebleu, 0-100) of the first sample "
+                  "against all the gold answers", _ITEM_T_CI + " (clipped to [0, 100]); none when every "
+                  "item scores the same", "generation"),
+        MetricDef("rougeL_mean", "mean over items of ROUGE-L F (rouge-score, Porter stemming, 0-1), the "
+                  "best over the gold answers", _ITEM_T_CI + " (clipped to [0, 1]); none when every item "
+                  "scores the same", "generation"),
         MetricDef("embed_cos_mean", "mean over items of the cosine similarity of MiniLM sentence "
-                  "embeddings of answer and gold", _MEAN_CI, "generation"),
-        MetricDef("corpus_bleu", "corpus BLEU (sacrebleu) over all items", "none", "generation"),
-        MetricDef("corpus_chrf", "corpus chrF (sacrebleu) over all items", "none", "generation"),
+                  "embeddings of answer and gold, the best over the gold answers", _ITEM_T_CI +
+                  " (clipped to [-1, 1]); none when every item scores the same", "generation"),
+        MetricDef("corpus_bleu", "corpus BLEU (sacrebleu, 0-100) over all items, each item's first gold "
+                  "answer the reference", "none", "generation"),
+        MetricDef("corpus_chrf", "corpus chrF (sacrebleu, 0-100) over all items, each item's first gold "
+                  "answer the reference", "none", "generation"),
     ):
         define_metric(d)
     _T1 = "choice, yesno, rating (machine-psychology toolkit I, docs/METHODS.md)"
@@ -1554,8 +1575,10 @@ def _register_feature_producers() -> None:
         MetricDef("human_ll_per_choice", "human_loglik divided by the number of human choices",
                   "percentile cluster bootstrap over items", _T1),
         MetricDef("softmax_accuracy", "mean over items of the softmax probability of the gold option at "
-                  "the alpha in the group", _MEAN_CI, _T1),
-        MetricDef("softmax_accuracy_fitted", "softmax_accuracy at the fitted alpha", _MEAN_CI, _T1),
+                  "the alpha in the group, softmax(alpha * s) over the scheme's option scores s (`raw`: "
+                  "the log-likelihood; `calibrated` and `labels`: the log of their probabilities)",
+                  _MEAN_CI, _T1),
+        MetricDef("softmax_accuracy_fitted", "softmax_accuracy at the fitted alpha", "none", _T1),
         MetricDef("left_out_no_distribution", "result rows the statistic in group `of` (human_fit, "
                   "softmax_accuracy, human_choice) left out because the model gave them no choice "
                   "distribution: no option with a finite score (an abstention: every label probability 0), "
