@@ -101,7 +101,11 @@ def wilson_interval(k: float, n: float, level: float = 0.95) -> tuple[float, flo
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    # At k = 0 (k = n) the bound is exactly 0 (1); the floating-point difference leaves 2.8e-17
+    # (0.9999999999999999), which a reader of the report would take for a computed value.
+    lo = 0.0 if k <= 0 else max(0.0, centre - half)
+    hi = 1.0 if k >= n else min(1.0, centre + half)
+    return (lo, hi)
 
 
 def _clean(correct: Any, clusters: Any | None) -> tuple[np.ndarray, np.ndarray | None, int]:

@@ -52,6 +52,15 @@ def test_wilson_edge_cases():
     assert iv.n == 0 and math.isnan(iv.mean) and iv.method == "empty"
 
 
+def test_wilson_bounds_are_exact_at_none_and_all():
+    # the closed form gives 0 and 1 exactly there; floating point left 2.8e-17 (n = 12) and
+    # 0.9999999999999999 in printed reports
+    for n in range(1, 200):
+        assert wilson_interval(0, n)[0] == 0.0 and wilson_interval(n, n)[1] == 1.0, n
+        if n > 1:  # one success of several: both bounds strictly inside
+            assert 0.0 < wilson_interval(1, n)[0] < wilson_interval(1, n)[1] < 1.0
+
+
 def _items(n=40, seed=1):
     rng = np.random.default_rng(seed)
     return (rng.random(n) < 0.65).astype(float)
