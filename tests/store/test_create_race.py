@@ -1,0 +1,125 @@
+"""Two processes that create the same new database file at the same moment (issue 35, case 2).
+
+Each trial starts two real writer processes on one file that does not exist yet and releases
+them together (a barrier over their stdin pipes). Each opens the file the way `llmscope run`
+does (`cli_common.open_store`: wait for the writer's lock, then open), creates its own run,
+appends its rows and closes with the checked checkpoint. Before the fix, the process that
+lost the lock removed the new file (and its `.wal`) that the winner was writing into, and both
+reported success. Now both runs must be in the file with every row, or the loser must say why
+it did not write; never a success whose run is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import duckdb
+
+from tests.helpers.cli import cli_env, record
+
+TRIALS = 20
+ROWS = 200
+
+WORKER = textwrap.dedent(
+    """
+    import json, sys
+    from llmscope.cli_common import CLIError, open_store
+    from llmscope.store.db import StoreError
+
+    print("ready", flush=True)
+    for line in sys.stdin:
+        db, run_id, n = line.split()
+        try:
+            store = open_store(db)
+            try:
+                store.create_run({"run_id": run_id, "suite_id": "s", "status": "running", "n_total": int(n)})
+                store.append_results(run_id, {"item_id": [f"i{k}" for k in range(int(n))],
+                                              "variant": ["v"] * int(n), "correct": [1.0] * int(n)})
+                store.update_run(run_id, status="completed")
+                store.checkpoint()
+            finally:
+                store.close()
+            print(json.dumps({"ok": True}), flush=True)
+        except (CLIError, StoreError) as e:
+            print(json.dumps({"ok": False, "error": str(e)}), flush=True)
+    """
+)
+
+
+def _worker() -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WORKER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(LLMSCOPE_LOCK_WAIT="20"),
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def test_two_writers_create_one_new_file(tmp_path: Path) -> None:
+    workers = [_worker(), _worker()]
+    joined = refused = 0
+    try:
+        for t in range(TRIALS):
+            db = tmp_path / f"race{t}.duckdb"
+            runs = [f"run{t}a", f"run{t}b"]
+            # The barrier: both workers are blocked reading their pipe; one write each, back to back.
+            for w, rid in zip(workers, runs, strict=True):
+                assert w.stdin is not None
+                w.stdin.write(f"{db} {rid} {ROWS}\n")
+            for w in workers:
+                assert w.stdin is not None
+                w.stdin.flush()
+            replies = []
+            for w in workers:
+                assert w.stdout is not None
+                line = w.stdout.readline()
+                assert line, w.stderr.read() if w.stderr else ""
+                replies.append(json.loads(line))
+            con = duckdb.connect(str(db), read_only=True)
+            try:
+                stored = dict(
+                    con.execute("SELECT run_id, count(*) FROM results GROUP BY 1").fetchall()
+                )
+                status = dict(con.execute("SELECT run_id, status FROM runs").fetchall())
+            finally:
+                con.close()
+            assert not Path(str(db) + ".wal").exists(), (
+                "the file holds everything after the checked close"
+            )
+            for rid, reply in zip(runs, replies, strict=True):
+                if reply["ok"]:  # a writer that says it succeeded has its whole run in the file
+                    assert stored.get(rid) == ROWS and status.get(rid) == "completed", (
+                        t,
+                        rid,
+                        stored,
+                    )
+                else:  # the other writer held the file too long: said so, wrote nothing
+                    assert "in use by another process" in reply["error"], reply
+                    assert rid not in stored and rid not in status
+            assert any(r["ok"] for r in replies)
+            joined += all(r["ok"] for r in replies)
+            refused += sum(not r["ok"] for r in replies)
+            assert not [p.name for p in tmp_path.iterdir() if ".creating-" in p.name], (
+                "no scratch file left"
+            )
+    finally:
+        for w in workers:
+            if w.stdin is not None:
+                w.stdin.close()
+            w.wait(timeout=30)
+    record(
+        "create_race",
+        merge=False,
+        trials=TRIALS,
+        both_runs_stored=joined,
+        loser_refused=refused,
+        lost=0,
+    )
