@@ -37,7 +37,11 @@ class StopSignals:
 
     def __init__(self) -> None:
         self.received: int | None = None
-        self.signals = [getattr(signal, n) for n in self.NAMES if hasattr(signal, n)]
+        # A signal this process inherited as ignored stays ignored: `nohup llmscope run ... &`
+        # ignores SIGHUP so that the run outlives its terminal (a non-interactive shell's `&`
+        # does the same to SIGINT, which Python then leaves alone too).
+        self.signals = [getattr(signal, n) for n in self.NAMES
+                        if hasattr(signal, n) and signal.getsignal(getattr(signal, n)) is not signal.SIG_IGN]
         self._old: dict[int, Any] = {}
 
     @staticmethod
