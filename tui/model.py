@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from llmscope.live import ResultTail, live_dir, read_live
+from llmscope.live import BadRecord, LiveRuns, ResultTail, live_dir, read_live, read_snapshot
 from llmscope.store.db import JSON_RESULT_COLUMNS, RESULT_SCHEMA, Store, StoreError, decode_json
 
 # The light result columns the dashboard holds per row: the store's one column definition
@@ -197,10 +197,12 @@ def owner_gone(run: dict[str, Any]) -> bool:
     return isinstance(pid, int) and host == socket.gethostname() and not _pid_alive(pid)
 
 
-def live_runs(db: str | Path) -> list[dict[str, Any]]:
-    """Runs published on the live channel, as run-list rows (newest first)."""
-    out = []
-    for snap in read_live(db):
+def live_runs(db: str | Path) -> LiveRuns:
+    """Runs published on the live channel, as run-list rows (newest first); `skipped` lists
+    the progress files that could not be read (shown with the list)."""
+    snaps = read_live(db)
+    out = LiveRuns(skipped=snaps.skipped)
+    for snap in snaps:
         if not snap["ended"] and owner_gone(snap.get("run") or {}):
             snap["ended"] = True  # killed: show it stopped, read it from the database
             snap.setdefault("progress", {})["status"] = "interrupted"
@@ -861,8 +863,8 @@ class LiveFeed:
 
     def progress(self) -> dict[str, Any] | None:
         try:
-            snap = json.loads((self.dir / "progress.json").read_text())
-        except (OSError, json.JSONDecodeError):
+            snap = read_snapshot(self.dir / "progress.json")
+        except (OSError, BadRecord):
             return None
         snap["ended"] = (self.dir / "ended").exists() or owner_gone(snap.get("run") or {})
         return snap
