@@ -205,9 +205,11 @@ def read_snapshot(path: Path) -> dict[str, Any]:
     objects and whose `time` is a number. Raises OSError (absent, unreadable) or BadRecord."""
     data = path.read_bytes()
     try:
-        snap = orjson.loads(data)  # refuses bytes that are not UTF-8
-    except orjson.JSONDecodeError as e:
-        raise BadRecord(f"{path}: not JSON ({e})") from None
+        # The standard parser, as the writer is the standard `json.dumps`: it reads the NaN a
+        # progress value can hold (an accuracy over NaN scores), which orjson refuses.
+        snap = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise BadRecord(f"{path}: not UTF-8 JSON ({e})") from None
     if not isinstance(snap, dict):
         raise BadRecord(f"{path}: a JSON {type(snap).__name__}, not an object")
     for k in ("run", "progress"):
@@ -306,8 +308,10 @@ class ResultTail:
             if not line.strip():
                 continue
             try:
-                row = orjson.loads(line)  # refuses bytes that are not UTF-8, as a ValueError
-            except ValueError:
+                # the standard parser, as the writer is `json.dumps`; bytes that are not UTF-8
+                # raise UnicodeDecodeError, a ValueError
+                row = json.loads(line)
+            except (ValueError, RecursionError):
                 self.skipped += 1
                 continue
             if not isinstance(row, dict) or "item_id" not in row or "variant" not in row:
@@ -329,8 +333,8 @@ class ResultTail:
                     at, n = spans[variant]
                     f.seek(at)
                     try:
-                        row = orjson.loads(f.read(n))
-                    except ValueError:
+                        row = json.loads(f.read(n))
+                    except (ValueError, RecursionError):
                         continue
                     if isinstance(row, dict) and _key(row) == (str(item_id), variant):
                         rows.append(row)
