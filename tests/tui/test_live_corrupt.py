@@ -72,7 +72,7 @@ def test_readers_skip_bad_records_and_keep_the_rest(damaged) -> None:
     assert tail.skipped == 2
     assert tail.detail(rest[-1]["item_id"])[0]["item_id"] == rest[-1]["item_id"]
     record(
-        "live_channel",
+        "live_channel_damage",
         merge=True,
         bad_progress_files=f"{len(BAD_PROGRESS)} skipped, run listed",
         bad_result_lines="2 skipped, 12/12 valid rows kept",
