@@ -18,6 +18,7 @@ import textwrap
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from tests.helpers.cli import cli_env, record
 
@@ -123,3 +124,65 @@ def test_two_writers_create_one_new_file(tmp_path: Path) -> None:
         loser_refused=refused,
         lost=0,
     )
+
+
+CLI_TRIALS = 3
+
+
+@pytest.mark.slow
+def test_two_cli_runs_on_a_new_file(tmp_path: Path) -> None:
+    """Two `llmscope run`s (two suites, so two runs) started together on a new file: each exits
+    0 with its run whole in the file, or exits 2 saying the file is in use. Python's start-up
+    spreads the two opens apart, so this alone rarely meets the race (3 trials passed on the
+    old code too); the barrier test above does (the old code failed its first trial). It
+    checks the command's whole path: the later run waits for the lock and joins the file."""
+    from tests.helpers.cli import cli_cmd, write_yesno_suite
+    from tests.helpers.oai import start_server, stop_server
+
+    server = start_server()
+    specs = [write_yesno_suite(tmp_path / n, 5, name=n) for n in ("race-a", "race-b")]
+    try:
+        for t in range(CLI_TRIALS):
+            db = tmp_path / f"cli{t}.duckdb"
+            procs = [
+                subprocess.Popen(
+                    cli_cmd(
+                        "run",
+                        "--suite",
+                        str(spec),
+                        "--db",
+                        str(db),
+                        "--model",
+                        "openai:test-model",
+                        "--base-url",
+                        server.base_url,
+                        "--no-report",
+                        "--quiet",
+                        "--no-cache",
+                    ),
+                    env=cli_env(OPENAI_API_KEY="sk-test", LLMSCOPE_LOCK_WAIT="60"),
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+                for spec in specs
+            ]
+            errs = [p.communicate(timeout=300)[1] for p in procs]
+            con = duckdb.connect(str(db), read_only=True)
+            try:
+                stored = dict(
+                    con.execute(
+                        "SELECT u.suite_name, count(r.item_id) FROM runs u "
+                        "LEFT JOIN results r USING (run_id) GROUP BY 1"
+                    ).fetchall()
+                )
+            finally:
+                con.close()
+            for p, err, name in zip(procs, errs, ("race-a", "race-b"), strict=True):
+                assert "Traceback" not in err, err
+                if p.returncode == 0:
+                    assert stored.get(name) == 10, (t, name, stored, err)
+                else:
+                    assert p.returncode == 2 and "in use by another process" in err, err
+    finally:
+        stop_server(server)
