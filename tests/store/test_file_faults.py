@@ -233,3 +233,55 @@ def test_recycled_pid_is_not_the_owner() -> None:
     rec["heartbeat_at"] = me - dt.timedelta(seconds=30)
     assert effective_status(rec, now) == "interrupted"
     FIGURES["recycled_pid"] = "interrupted at once (was: running for 600 s)"
+
+
+def test_resume_of_a_run_whose_pid_was_recycled(tmp_path: Path, server: OAIServer) -> None:
+    """`--resume` of a run left `running` whose pid now belongs to an unrelated process (a
+    `sleep` started after the run's last heartbeat): it resumes, instead of being refused as
+    "being written by process <sleep>" for 600 s."""
+    import socket
+
+    n = 5
+    spec = write_yesno_suite(tmp_path / "s", n)
+    db = tmp_path / "pid.duckdb"
+    first = _run(spec, db, server)
+    assert first.returncode == 0, first.stderr
+    beat = dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(seconds=10)
+    sleeper = subprocess.Popen(["sleep", "60"])  # started > 2 s after that beat
+    try:
+        with Store(db) as s:
+            (rid,) = [r[0] for r in s.execute("SELECT run_id FROM runs").fetchall()]
+            s.execute("DELETE FROM results WHERE variant = 'b'")  # something left to do
+            s.update_run(
+                rid,
+                status="running",
+                owner_pid=sleeper.pid,
+                owner_host=socket.gethostname(),
+                heartbeat_at=beat,
+                ended_at=None,
+            )
+            s.checkpoint()
+        proc = subprocess.run(
+            cli_cmd(
+                "run",
+                "--resume",
+                rid,
+                "--db",
+                str(db),
+                "--no-report",
+                "--quiet",
+                "--no-cache",
+                "--base-url",
+                server.base_url,
+            ),
+            env=cli_env(OPENAI_API_KEY="sk-test"),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert proc.returncode == 0, proc.stderr
+    assert str(sleeper.pid) not in proc.stderr
+    assert _results(db) == 2 * n
