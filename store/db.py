@@ -470,16 +470,23 @@ def _create_file(path: Path) -> None:
         except FileExistsError:
             pass  # another process created it first: open theirs
         except OSError:
-            # a file system without hard links: an exclusive create of the name, then the bytes
+            # A file system without hard links: an exclusive create of the name, then the bytes.
+            # Another process opening it during the copy is refused ("not a valid DuckDB
+            # database") rather than given a file to write; a copy that fails is removed (this
+            # call created it and it never held a database).
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             except FileExistsError:
                 return
-            with os.fdopen(fd, "wb") as out, open(tmp, "rb") as src:
-                while chunk := src.read(1 << 20):
-                    out.write(chunk)
-                out.flush()
-                os.fsync(out.fileno())
+            try:
+                with os.fdopen(fd, "wb") as out, open(tmp, "rb") as src:
+                    while chunk := src.read(1 << 20):
+                        out.write(chunk)
+                    out.flush()
+                    os.fsync(out.fileno())
+            except OSError:
+                path.unlink(missing_ok=True)
+                raise
     except StoreError as e:  # said of the scratch name: say it of the file the user named
         raise type(e)(str(e).replace(str(tmp), str(path))) from e
     except OSError as e:

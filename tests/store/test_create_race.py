@@ -186,3 +186,34 @@ def test_two_cli_runs_on_a_new_file(tmp_path: Path) -> None:
                     assert p.returncode == 2 and "in use by another process" in err, err
     finally:
         stop_server(server)
+
+
+def test_a_file_system_without_hard_links(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where `os.link` is refused (FAT, some network and FUSE file systems answer EPERM), the
+    new file is created exclusively and filled from the scratch copy: a whole database of the
+    current schema, no scratch file left, and an existing file is never overwritten."""
+    import os
+
+    from llmscope.store.db import SCHEMA_VERSION, Store
+
+    def no_links(src: object, dst: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    db = tmp_path / "nolink.duckdb"
+    with Store(db) as s:
+        assert s.schema_version() == SCHEMA_VERSION
+        s.create_run({"run_id": "r", "suite_id": "s", "status": "running"})
+        s.checkpoint()
+    assert [p.name for p in tmp_path.iterdir()] == ["nolink.duckdb"]
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        assert con.execute("SELECT run_id FROM runs").fetchall() == [("r",)]
+    finally:
+        con.close()
+    # Another process that also found no file, a moment later: it leaves this one as it is.
+    from llmscope.store.db import _create_file
+
+    before = db.read_bytes()
+    _create_file(db)
+    assert db.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["nolink.duckdb"]
