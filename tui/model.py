@@ -187,14 +187,21 @@ class StoreHandle:
 
 
 # -- run list --------------------------------------------------------------------------------
-def owner_gone(run: dict[str, Any]) -> bool:
-    """True when a live-channel run's writer (same host) no longer exists (kill -9: no `ended`)."""
+def owner_gone(run: dict[str, Any], published_at: Any = None) -> bool:
+    """True when a live-channel run's writer (same host) no longer exists (kill -9: no `ended`):
+    no process has its pid, or the one that has it started after the writer last published
+    (`published_at`, the progress file's `time`: a recycled pid)."""
+    import datetime as dt
     import socket
 
-    from llmscope.store.db import _pid_alive
+    from llmscope.store.db import _owner_alive
 
     pid, host = run.get("owner_pid"), run.get("owner_host")
-    return isinstance(pid, int) and host == socket.gethostname() and not _pid_alive(pid)
+    if not isinstance(pid, int) or host != socket.gethostname():
+        return False
+    beat = (dt.datetime.fromtimestamp(published_at, dt.UTC).replace(tzinfo=None)
+            if isinstance(published_at, int | float) else None)
+    return not _owner_alive(pid, beat)
 
 
 def live_runs(db: str | Path) -> LiveRuns:
@@ -203,7 +210,7 @@ def live_runs(db: str | Path) -> LiveRuns:
     snaps = read_live(db)
     out = LiveRuns(skipped=snaps.skipped)
     for snap in snaps:
-        if not snap["ended"] and owner_gone(snap.get("run") or {}):
+        if not snap["ended"] and owner_gone(snap.get("run") or {}, snap.get("time")):
             snap["ended"] = True  # killed: show it stopped, read it from the database
             snap.setdefault("progress", {})["status"] = "interrupted"
         run = snap.get("run") or {}
@@ -866,7 +873,7 @@ class LiveFeed:
             snap = read_snapshot(self.dir / "progress.json")
         except (OSError, BadRecord):
             return None
-        snap["ended"] = (self.dir / "ended").exists() or owner_gone(snap.get("run") or {})
+        snap["ended"] = (self.dir / "ended").exists() or owner_gone(snap.get("run") or {}, snap.get("time"))
         return snap
 
     @property

@@ -114,3 +114,23 @@ async def test_view_lists_the_live_run_and_says_what_it_skipped(damaged) -> None
         assert await wait_until(pilot, lambda: "running (live)" in screen_text(app))
         text = screen_text(app)
         assert "run-w" in text and "3 unreadable live-channel file(s) skipped" in text, text
+
+
+def test_live_run_whose_pid_was_recycled_reads_stopped() -> None:
+    """A live-channel run without `ended` whose pid now belongs to a process started after the
+    writer last published (kill -9, then the pid reused) is shown stopped, not `running (live)`."""
+    import socket
+    import time
+
+    from llmscope.tui.model import owner_gone
+
+    published = time.time() - 10
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        run = {"owner_pid": sleeper.pid, "owner_host": socket.gethostname()}
+        assert owner_gone(run, published)  # started after the last publication: not the writer
+        assert not owner_gone(run, time.time() + 5)  # published after it started: may be it
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert owner_gone(run, None)  # no such process any more
