@@ -14,6 +14,11 @@ backend stats (`cache_hits`, `cache_misses`). `llmscope run --no-cache` bypasses
 
 SQLite rather than DuckDB: DuckDB lets one process write a file at a time, and a cache is
 exactly the file several concurrent runs must write.
+
+A damaged cache costs speed, never the run: a file that is not SQLite, holds another schema or
+turns out malformed (at open, or on any read or write) is moved aside whole, as
+`responses.sqlite.damaged-<time>`, a new one is started, and one warning names both files;
+the call that met the damage is asked of the backend, as a miss is (`set_aside`).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -42,6 +48,41 @@ VOLATILE_FIELDS = frozenset({
 })
 
 COMMIT_EVERY_S = 1.0
+COLUMNS = ("key", "value", "created")
+
+log = logging.getLogger(__name__)
+
+
+def is_damage(e: BaseException) -> bool:
+    """Whether a SQLite error means the file itself is unusable (not SQLite, malformed, or of
+    another schema), as opposed to busy, locked or out of space, which pass."""
+    if not isinstance(e, sqlite3.DatabaseError):
+        return False
+    name = getattr(e, "sqlite_errorname", "") or ""
+    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
+        return True
+    low = str(e).lower()
+    return any(m in low for m in ("malformed", "not a database", "no such table", "no such column",
+                                  "has no column", "encrypted"))
+
+
+def set_aside(path: Path, inode: int | None = None) -> Path | None:
+    """Move a damaged SQLite file (and its -wal, -shm) to `<name>.damaged-<time>` beside it,
+    kept for a look; returns the new name, or None when `path` is no longer the file with
+    `inode` (another process set it aside and started a new one already) or cannot be moved."""
+    try:
+        if inode is not None and path.stat().st_ino != inode:
+            return None
+        aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+        os.replace(path, aside)
+    except OSError:
+        return None
+    for suffix in ("-wal", "-shm", "-journal"):
+        try:
+            os.replace(f"{path}{suffix}", f"{aside}{suffix}")
+        except OSError:
+            pass
+    return aside
 
 
 def cache_path() -> Path | None:
@@ -55,29 +96,111 @@ def cache_path() -> Path | None:
 
 
 class ResponseCache:
-    """The SQLite table of cached responses; safe to share between threads and processes."""
+    """The SQLite table of cached responses; safe to share between threads and processes.
 
-    def __init__(self, path: str | Path) -> None:
+    `warn(message)` is told once when the file is found damaged and replaced (`set_aside`);
+    `rebuilt` counts those replacements, `errors` the calls answered as misses because of them.
+    """
+
+    def __init__(self, path: str | Path, warn: Any = None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._con = sqlite3.connect(str(self.path), timeout=10.0, check_same_thread=False,
-                                    isolation_level=None)
-        self._con.execute("PRAGMA journal_mode=WAL")
-        self._con.execute("PRAGMA busy_timeout=10000")
-        self._con.execute(
-            "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL)"
-        )
+        self._warn = warn
+        self._warned = False
+        self.rebuilt = 0
+        self.errors = 0
         self._pending: list[tuple[str, str, float]] = []
         self._last_commit = time.monotonic()
+        self._con: sqlite3.Connection | None = None
+        self._inode: int | None = None
+        try:
+            self._open()
+        except sqlite3.Error as e:
+            if not is_damage(e):
+                raise
+            self._replace(e)  # at most once: a second failure is not the old file's fault
+
+    def _open(self) -> None:
+        con = sqlite3.connect(str(self.path), timeout=10.0, check_same_thread=False, isolation_level=None)
+        try:
+            con.execute("PRAGMA journal_mode=WAL")
+            con.execute("PRAGMA busy_timeout=10000")
+            con.execute(
+                "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL)"
+            )
+            cols = tuple(r[1] for r in con.execute("PRAGMA table_info(responses)").fetchall())
+            if cols != COLUMNS:
+                raise sqlite3.DatabaseError(f"has no column layout {COLUMNS} (responses{cols}: another schema)")
+            self._inode = self.path.stat().st_ino  # to tell whether another process replaced it
+        except BaseException:
+            con.close()
+            raise
+        self._con = con
+
+    def drop(self, key: str) -> None:
+        """Forget one entry whose value could not be read back (asked again, stored again)."""
+        with self._lock:
+            self.errors += 1
+            self._pending = [p for p in self._pending if p[0] != key]
+            if self._con is None:
+                return
+            try:
+                self._con.execute("DELETE FROM responses WHERE key = ?", [key])
+            except sqlite3.Error as e:
+                if is_damage(e):
+                    self._damaged(e)
+
+    def _replace(self, err: BaseException) -> None:
+        """Set the damaged file aside, start a new one, and say so once (caller holds the lock,
+        or is the constructor)."""
+        if self._con is not None:
+            try:
+                self._con.close()
+            except sqlite3.Error:
+                pass
+            self._con = None
+        aside = set_aside(self.path, self._inode)
+        self.rebuilt += 1
+        self._pending = []
+        msg = (f"response cache {self.path} is unusable ({str(err).splitlines()[0] if str(err) else type(err).__name__}); "
+               + (f"moved it to {aside.name} and started a new one" if aside is not None
+                  else "another process replaced it already; using the new one")
+               + " (answers are asked again; the run is not affected)")
+        if not self._warned:
+            self._warned = True
+            if self._warn is not None:
+                self._warn(msg)
+            else:
+                log.warning(msg)
+        self._open()
+
+    def _damaged(self, err: BaseException) -> None:
+        """A read or write met damage: one call becomes a miss; the file is replaced, or
+        (if that fails too) the cache is left off for the rest of the run."""
+        self.errors += 1
+        try:
+            self._replace(err)
+        except (OSError, sqlite3.Error):
+            self._con = None
 
     def get(self, key: str) -> Any | None:
         with self._lock:
             for k, v, _ in self._pending:
                 if k == key:
                     return json.loads(v)
-            row = self._con.execute("SELECT value FROM responses WHERE key = ?", [key]).fetchone()
-        return None if row is None else json.loads(row[0])
+            if self._con is None:
+                return None
+            try:
+                row = self._con.execute("SELECT value FROM responses WHERE key = ?", [key]).fetchone()
+                return None if row is None else json.loads(row[0])
+            except sqlite3.Error as e:
+                if is_damage(e):
+                    self._damaged(e)
+                return None
+            except (ValueError, TypeError) as e:  # a value that is not our JSON: damage too
+                self._damaged(e)
+                return None
 
     def put(self, key: str, value: Any) -> None:
         text = json.dumps(value, allow_nan=True)
@@ -87,24 +210,27 @@ class ResponseCache:
                 self._flush_locked()
 
     def _flush_locked(self) -> None:
-        if self._pending:
+        if self._pending and self._con is not None:
             try:
                 self._con.execute("BEGIN IMMEDIATE")
                 self._con.executemany("INSERT OR IGNORE INTO responses VALUES (?, ?, ?)", self._pending)
                 self._con.execute("COMMIT")
-            except sqlite3.Error:
+            except sqlite3.Error as e:
                 # A busy or full cache must never fail a run: the answers are in the results.
                 try:
                     self._con.execute("ROLLBACK")
                 except sqlite3.Error:
                     pass
-            self._pending = []
+                if is_damage(e):
+                    self._damaged(e)
+        self._pending = []
         self._last_commit = time.monotonic()
 
     def close(self) -> None:
         with self._lock:
             self._flush_locked()
-            self._con.close()
+            if self._con is not None:
+                self._con.close()
 
 
 def model_identity(describe: dict[str, Any]) -> dict[str, Any]:
@@ -158,7 +284,10 @@ class CachedBackend(Backend):
         return {**self.inner.describe(), "response_cache": str(self.cache.path)}
 
     def stats(self) -> dict[str, Any]:
-        return {**self.inner.stats(), "cache_hits": self.hits, "cache_misses": self.misses}
+        out = {**self.inner.stats(), "cache_hits": self.hits, "cache_misses": self.misses}
+        if self.cache.rebuilt:  # recorded with the run: a damaged cache was replaced
+            out.update(cache_rebuilt=self.cache.rebuilt, cache_errors=self.cache.errors)
+        return out
 
     def render(self, prompt: str, *, chat: bool = True) -> str:
         return self.inner.render(prompt, chat=chat)
@@ -169,11 +298,14 @@ class CachedBackend(Backend):
         key = _key(self._ident(), "next_token", [prompt, list(answers), chat, top_k])
         hit = self.cache.get(key)
         if hit is not None:
-            self.hits += 1
-            hit["top"] = [TopToken(**t) for t in hit["top"]]
-            out = NextTokenOut(**hit)
-            out.meta = {**out.meta, "cache": "hit"}
-            return out
+            try:
+                hit["top"] = [TopToken(**t) for t in hit["top"]]
+                out = NextTokenOut(**hit)
+                out.meta = {**out.meta, "cache": "hit"}
+                self.hits += 1
+                return out
+            except (TypeError, KeyError, AttributeError):  # not a stored answer: ask again
+                self.cache.drop(key)
         self.misses += 1
         out = await self.inner.next_token(prompt, answers, chat=chat, top_k=top_k)
         sampled = out.meta.get("method") == "sampled-estimate"
@@ -185,8 +317,12 @@ class CachedBackend(Backend):
         key = _key(self._ident(), "loglik", [[list(r) for r in requests], chat])
         hit = self.cache.get(key)
         if hit is not None:
-            self.hits += 1
-            return [LogLikOut(**o) for o in hit]
+            try:
+                outs = [LogLikOut(**o) for o in hit]
+                self.hits += 1
+                return outs
+            except (TypeError, KeyError, AttributeError):
+                self.cache.drop(key)
         self.misses += 1
         outs = await self.inner.loglik(requests, chat=chat)
         self.cache.put(key, [dataclasses.asdict(o) for o in outs])
@@ -198,10 +334,13 @@ class CachedBackend(Backend):
         if reproducible:
             hit = self.cache.get(key)
             if hit is not None:
-                self.hits += 1
-                out = GenerateOut(**hit)
-                out.meta = {**out.meta, "cache": "hit"}
-                return out
+                try:
+                    out = GenerateOut(**hit)
+                    out.meta = {**out.meta, "cache": "hit"}
+                    self.hits += 1
+                    return out
+                except (TypeError, KeyError, AttributeError):
+                    self.cache.drop(key)
         self.misses += 1
         out = await self.inner.generate(prompt, params, chat=chat)
         if reproducible:
@@ -226,7 +365,7 @@ def with_cache(backend: Backend, enabled: bool = True, warn: Any = None) -> Back
     if path is None:
         return backend
     try:
-        cache = ResponseCache(path)
+        cache = ResponseCache(path, warn=warn)
     except (OSError, sqlite3.Error) as e:
         if warn is not None:
             warn(f"response cache disabled: cannot open {path}: {e}")

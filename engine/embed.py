@@ -8,12 +8,15 @@ analysis layer sits above the engine, never below it.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 Embedder = Callable[[list[str]], np.ndarray]
 
@@ -72,7 +75,9 @@ class _DiskCache:
     """Embeddings kept across processes (ProbEval re-embeds the same answers in every report and
     dashboard): one SQLite file per model folder under the cache dir, text -> float32 bytes.
     Keyed by the model folder's path and its weights' size and mtime, so a changed model misses.
-    Any SQLite failure just turns the cache off (the embeddings are recomputed)."""
+    Any SQLite failure just turns the cache off (the embeddings are recomputed); a damaged file
+    (not SQLite, malformed, another schema) is set aside as the response cache's is
+    (engine/cache.py `set_aside`), with one warning naming it, and a new one is started."""
 
     def __init__(self, model_dir: str | os.PathLike[str]) -> None:
         from llmscope.engine.models import cache_dir
@@ -86,17 +91,40 @@ class _DiskCache:
         key = hashlib.sha256(f"{d.resolve()}|{stamp}".encode()).hexdigest()[:16]
         self.path = cache_dir() / "embeddings" / f"{key}.sqlite"
 
-    def _conn(self) -> sqlite3.Connection | None:
+    def _conn(self, retry: bool = True) -> sqlite3.Connection | None:
         if self.path is None:
             return None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             con = sqlite3.connect(self.path, timeout=10)
-            con.execute("CREATE TABLE IF NOT EXISTS emb (text TEXT PRIMARY KEY, vec BLOB NOT NULL)")
+            try:
+                con.execute("CREATE TABLE IF NOT EXISTS emb (text TEXT PRIMARY KEY, vec BLOB NOT NULL)")
+                cols = tuple(r[1] for r in con.execute("PRAGMA table_info(emb)").fetchall())
+                if cols != ("text", "vec"):
+                    raise sqlite3.DatabaseError(f"has no column layout (text, vec) (emb{cols}: another schema)")
+            except BaseException:
+                con.close()
+                raise
             return con
-        except (OSError, sqlite3.Error):
+        except sqlite3.Error as e:
+            if retry and self._damaged(e):
+                return self._conn(retry=False)
             self.path = None
             return None
+        except OSError:
+            self.path = None
+            return None
+
+    def _damaged(self, e: sqlite3.Error) -> bool:
+        """Set a damaged file aside (kept) with one warning; True when a new one can be started."""
+        from llmscope.engine.cache import is_damage, set_aside
+
+        if self.path is None or not is_damage(e):
+            return False
+        aside = set_aside(self.path)
+        log.warning("embedding cache %s is unusable (%s); %s", self.path, str(e).splitlines()[0] if str(e) else e,
+                    f"moved it to {aside.name} and started a new one" if aside else "it is left off")
+        return aside is not None
 
     def get(self, texts: list[str]) -> dict[str, np.ndarray]:
         con = self._conn()
@@ -108,8 +136,11 @@ class _DiskCache:
                 chunk = texts[i : i + 500]
                 q = f"SELECT text, vec FROM emb WHERE text IN ({','.join('?' * len(chunk))})"
                 for t, b in con.execute(q, chunk):
-                    out[t] = np.frombuffer(b, dtype=np.float32).copy()
-        except sqlite3.Error:
+                    if isinstance(b, bytes) and len(b) % 4 == 0:  # else not a stored vector: recompute
+                        out[t] = np.frombuffer(b, dtype=np.float32).copy()
+        except sqlite3.Error as e:
+            con.close()
+            self._damaged(e)
             return {}
         finally:
             con.close()
@@ -123,7 +154,8 @@ class _DiskCache:
             with con:
                 con.executemany("INSERT OR REPLACE INTO emb VALUES (?, ?)",
                                 [(t, np.asarray(v, dtype=np.float32).tobytes()) for t, v in vecs.items()])
-        except sqlite3.Error:
-            pass
+        except sqlite3.Error as e:
+            con.close()
+            self._damaged(e)
         finally:
             con.close()

@@ -37,7 +37,11 @@ class StopSignals:
 
     def __init__(self) -> None:
         self.received: int | None = None
-        self.signals = [getattr(signal, n) for n in self.NAMES if hasattr(signal, n)]
+        # A signal this process inherited as ignored stays ignored: `nohup llmscope run ... &`
+        # ignores SIGHUP so that the run outlives its terminal (a non-interactive shell's `&`
+        # does the same to SIGINT, which Python then leaves alone too).
+        self.signals = [getattr(signal, n) for n in self.NAMES
+                        if hasattr(signal, n) and signal.getsignal(getattr(signal, n)) is not signal.SIG_IGN]
         self._old: dict[int, Any] = {}
 
     @staticmethod
@@ -166,8 +170,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 print("\ninterrupted before any item was scored; run the same command again to start.",
                       file=sys.stderr)
                 return stop.exit_code()
+            where = f"stored in {args.db}"
+            try:
+                store.checkpoint()
+            except StoreError as e:
+                where = f"kept, but not yet in the file alone: {e}"
             print(
-                f"\ninterrupted: everything scored so far is stored in {args.db}. "
+                f"\ninterrupted: everything scored so far is {where}. "
                 f"Resume with the same command, or: {resume_hint(rid, args.db)}",
                 file=sys.stderr,
             )
@@ -182,6 +191,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         run_row = store.get_run(prog.run_id)
         if not args.no_report and run_row:
             print(format_rows(build_report(store, run_row)))
+        # The checked close: a run is reported done only once the file alone holds it (a full
+        # disk during the final checkpoint leaves every row in the .wal; say so, exit 2).
+        try:
+            store.checkpoint()
+        except StoreError as e:
+            raise CLIError(f"run {prog.run_id} {prog.status}, but {e}") from e
         return 0 if prog.errors == 0 else 1
     finally:
         store.close()
@@ -234,7 +249,11 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     if not Path(args.db).exists():
         raise CLIError(f"no database at {args.db} (pass --db)")
     before = file_schema_version(args.db)
-    _open_store(args.db).close()  # a write open migrates (all or nothing) or says why not
+    store = _open_store(args.db)  # a write open migrates (all or nothing) or says why not
+    try:
+        store.checkpoint()
+    finally:
+        store.close()
     if before == SCHEMA_VERSION:
         print(f"{args.db} is already at schema {SCHEMA_VERSION}; nothing changed")
     else:
@@ -422,6 +441,7 @@ def cmd_import(args: argparse.Namespace) -> int:
                                                 suite_path=args.suite_path, model=args.model)
         else:
             msgs = importers.import_results(store, [Path(p) for p in args.paths], suite_path=args.suite_path)
+        store.checkpoint()
     finally:
         store.close()
     for m in msgs:

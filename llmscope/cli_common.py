@@ -57,14 +57,15 @@ def _holder(path: str, pid: int | None) -> str:
         snaps = read_live(path)
     except OSError:
         return ""
+    bad = f"; {len(snaps.skipped)} unreadable live-channel file(s) skipped" if snaps.skipped else ""
     for snap in snaps:
         run = snap.get("run") or {}
         if snap.get("ended") or (pid is not None and run.get("owner_pid") not in (pid, None)):
             continue
         prog = snap.get("progress") or {}
         return (f"; it is writing run {run.get('run_id') or prog.get('run_id')} "
-                f"({run.get('suite_name')} x {run.get('model')}, {prog.get('done')}/{prog.get('total')})")
-    return ""
+                f"({run.get('suite_name')} x {run.get('model')}, {prog.get('done')}/{prog.get('total')}){bad}")
+    return bad
 
 
 # Fields of engine.config.BackendConfig that the `run` command's flags fill (flag dest = field).

@@ -22,6 +22,11 @@ its latest line and dropping the rest; readers also keep only the latest line pe
 The viewer only reads these files, so it can neither block nor slow nor corrupt
 the writer; the writer never waits for a viewer. When no run is live, the viewer
 opens the database read-only.
+
+Readers trust nothing in these files: a progress file that is not UTF-8 JSON of an object
+(with `run` and `progress` objects) is skipped, a results line that does not parse as an
+object is skipped, and each reader counts what it skipped (`LiveRuns.skipped`,
+`ResultTail.skipped`) for the viewer to show; the valid records around a bad one are kept.
 """
 
 from __future__ import annotations
@@ -183,18 +188,56 @@ class LiveWriter:
         os.replace(tmp, self.dir / "progress.json")
 
 
-def read_live(db: str | Path) -> list[dict[str, Any]]:
-    """Snapshots of every run published beside a database (newest first)."""
+class LiveRuns(list[dict[str, Any]]):
+    """`read_live`'s snapshots, with the progress files it could not read (`skipped`: paths)."""
+
+    def __init__(self, items: Any = (), skipped: list[str] | None = None) -> None:
+        super().__init__(items)
+        self.skipped: list[str] = list(skipped or [])
+
+
+class BadRecord(ValueError):
+    """A live-channel record that is not what a writer writes."""
+
+
+def read_snapshot(path: Path) -> dict[str, Any]:
+    """One run's progress.json as a writer wrote it: an object whose `run` and `progress` are
+    objects and whose `time` is a number. Raises OSError (absent, unreadable) or BadRecord."""
+    data = path.read_bytes()
+    try:
+        # The standard parser, as the writer is the standard `json.dumps`: it reads the NaN a
+        # progress value can hold (an accuracy over NaN scores), which orjson refuses.
+        snap = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise BadRecord(f"{path}: not UTF-8 JSON ({e})") from None
+    if not isinstance(snap, dict):
+        raise BadRecord(f"{path}: a JSON {type(snap).__name__}, not an object")
+    for k in ("run", "progress"):
+        if not isinstance(snap.get(k, {}), dict):
+            raise BadRecord(f"{path}: `{k}` is not an object")
+    if not isinstance(snap.get("time", 0), int | float):
+        raise BadRecord(f"{path}: `time` is not a number")
+    return snap
+
+
+def read_live(db: str | Path) -> LiveRuns:
+    """Snapshots of every run published beside a database (newest first); progress files that
+    do not read as a writer writes them are left out and listed in `skipped`."""
     base = live_dir(db)
-    out: list[dict[str, Any]] = []
-    if not base.is_dir():
+    out = LiveRuns()
+    try:
+        dirs = sorted(base.iterdir()) if base.is_dir() else []
+    except OSError:
         return out
-    for d in base.iterdir():
+    for d in dirs:
         p = d / "progress.json"
         try:
-            snap = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError):
+            snap = read_snapshot(p)
+        except BadRecord:
+            out.skipped.append(str(p))
             continue
+        except OSError:
+            continue  # not there (yet): a run starting, or not a run folder
         snap["ended"] = (d / "ended").exists()
         snap["dir"] = str(d)
         out.append(snap)
@@ -237,6 +280,7 @@ class ResultTail:
         self._partial = b""
         self._ino: int | None = None
         self.resets = 0
+        self.skipped = 0  # lines that did not parse as a result object (since the last reset)
         self.index: dict[str, dict[str, tuple[int, int]]] = {}
 
     def read_new(self) -> list[dict[str, Any]]:
@@ -245,7 +289,7 @@ class ResultTail:
             with open(self.path, "rb") as f:
                 st = os.fstat(f.fileno())
                 if self._ino is not None and (st.st_ino != self._ino or st.st_size < self.offset):
-                    self.offset, self._partial, self.index = 0, b"", {}
+                    self.offset, self._partial, self.index, self.skipped = 0, b"", {}, 0
                     self.resets += 1
                 self._ino = st.st_ino
                 f.seek(self.offset)
@@ -264,10 +308,14 @@ class ResultTail:
             if not line.strip():
                 continue
             try:
+                # the standard parser, as the writer is `json.dumps`; bytes that are not UTF-8
+                # raise UnicodeDecodeError, a ValueError
                 row = json.loads(line)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):
+                self.skipped += 1
                 continue
-            if not isinstance(row, dict):
+            if not isinstance(row, dict) or "item_id" not in row or "variant" not in row:
+                self.skipped += 1
                 continue
             key = _key(row)
             self.index.setdefault(key[0], {})[key[1]] = (at, len(line))
@@ -286,7 +334,7 @@ class ResultTail:
                     f.seek(at)
                     try:
                         row = json.loads(f.read(n))
-                    except json.JSONDecodeError:
+                    except (ValueError, RecursionError):
                         continue
                     if isinstance(row, dict) and _key(row) == (str(item_id), variant):
                         rows.append(row)

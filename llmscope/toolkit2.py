@@ -188,6 +188,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         if run_row and not args.no_report:
             print(format_rows(build_report(store, run_row)))
         print(f"rerun {prog.run_id} of {old['run_id']}: {len(ids)} item(s)", file=sys.stderr)
+        store.checkpoint()  # the checked close (llmscope/cli.py `_cmd_run`)
         return 0 if prog.errors == 0 else 1
     finally:
         store.close()

@@ -11,8 +11,12 @@ import contextlib
 import datetime as dt
 import json
 import math
+import os
 import re
+import secrets
+import tempfile
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -236,8 +240,50 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def process_started_at(pid: int) -> dt.datetime | None:
+    """When process `pid` of this host started (naive UTC), or None where that is unknown.
+
+    Read from /proc/<pid>/stat (field 22, clock ticks after boot) and /proc/stat's `btime`
+    on Linux; elsewhere from psutil when it is installed.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode("ascii", "replace")
+        # the command name (field 2) may hold spaces and parentheses: fields follow the last ")"
+        ticks = int(stat[stat.rindex(")") + 2 :].split()[19])
+        with open("/proc/stat", "rb") as f:
+            btime = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
+        return dt.datetime.fromtimestamp(btime + ticks / os.sysconf("SC_CLK_TCK"), dt.UTC).replace(tzinfo=None)
+    except (OSError, ValueError, IndexError, StopIteration):
+        pass
+    try:
+        import psutil  # type: ignore[import-untyped]
+
+        return dt.datetime.fromtimestamp(psutil.Process(pid).create_time(), dt.UTC).replace(tzinfo=None)
+    except Exception:  # not installed, no such process, no access
+        return None
+
+
+# A process that started this long after the owner's last heartbeat cannot be the owner (it
+# wrote that heartbeat while alive): the slack covers /proc/stat's whole-second boot time.
+PID_REUSE_SLACK_S = 2.0
+
+
+def _owner_alive(pid: int, last_beat: Any) -> bool:
+    """Whether the run's owner, process `pid` on this host, still runs: the pid is in use and
+    the process using it started before the owner's last recorded heartbeat (a recycled pid
+    belongs to a process started after the owner died)."""
+    if not _pid_alive(pid):
+        return False
+    if _isnull(last_beat) or not isinstance(last_beat, dt.datetime):
+        return True
+    started = process_started_at(pid)
+    return started is None or (started - last_beat).total_seconds() <= PID_REUSE_SLACK_S
+
+
 def effective_status(rec: dict[str, Any], now: dt.datetime | None = None) -> str | None:
-    """The status to show: a `running` run whose owner process is gone is `interrupted`."""
+    """The status to show: a `running` run whose owner process is gone is `interrupted`
+    (gone: no process has its pid, or the process with its pid started after its last beat)."""
     import socket
 
     status = rec.get("status")
@@ -250,7 +296,7 @@ def effective_status(rec: dict[str, Any], now: dt.datetime | None = None) -> str
     age = (now - beat).total_seconds() if isinstance(beat, dt.datetime) else None
     pid, host = rec.get("owner_pid"), rec.get("owner_host")
     if not _isnull(pid) and host == socket.gethostname():
-        if not _pid_alive(int(str(pid).split(".")[0])):
+        if not _owner_alive(int(str(pid).split(".")[0]), beat):
             return "interrupted"
         return "interrupted" if age is not None and age > STALE_LOCAL_S else "running"
     return "interrupted" if age is None or age > STALE_REMOTE_S else "running"
@@ -304,6 +350,9 @@ def _now() -> dt.datetime:
 def _explain(e: Exception, path: str, action: str) -> StoreError:
     msg = str(e)
     low = msg.lower()
+    wal = _explain_wal(e, path)
+    if wal is not None:
+        return wal
     if "lock" in low and ("conflicting" in low or "could not set lock" in low):
         m = re.search(r"\(PID (\d+)\)", msg)
         who = f"PID {m.group(1)}; " if m else ""
@@ -394,10 +443,115 @@ def file_schema_version(path: str | Path) -> int:
         con.close()
 
 
+# How often a writer folds its WAL into the file (`Store._maybe_checkpoint`): what a damaged
+# or deleted WAL can cost. A checkpoint of a results table rewrites its open row group (tens of
+# milliseconds), so this is about time, not rows (bench/store_bench.py, RELIABILITY.md).
+CHECKPOINT_EVERY_S = float(os.environ.get("LLMSCOPE_CHECKPOINT_S", "30"))
+
+
+def _create_file(path: Path) -> None:
+    """Create a database file with the current schema where none is, safely when other
+    processes do the same at the same moment.
+
+    The file is built under a name only this call uses, in the same folder, checkpointed and
+    closed, then given its name with `os.link`, which refuses a name that exists: exactly one
+    process's file becomes `path`, whole, and nobody removes a file another process made (the
+    others find it there and open it like any existing file, waiting for the writer's lock).
+    """
+    tmp = path.with_name(f".{path.name}.creating-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        built = Store(tmp, _building=True)
+        try:
+            built.checkpoint()
+        finally:
+            built.close()
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process created it first: open theirs
+        except OSError:
+            # A file system without hard links: an exclusive create of the name, then the bytes.
+            # Another process opening it during the copy is refused ("not a valid DuckDB
+            # database") rather than given a file to write; a copy that fails is removed (this
+            # call created it and it never held a database).
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            except FileExistsError:
+                return
+            try:
+                with os.fdopen(fd, "wb") as out, open(tmp, "rb") as src:
+                    while chunk := src.read(1 << 20):
+                        out.write(chunk)
+                    out.flush()
+                    os.fsync(out.fileno())
+            except OSError:
+                path.unlink(missing_ok=True)
+                raise
+    except StoreError as e:  # said of the scratch name: say it of the file the user named
+        raise type(e)(str(e).replace(str(tmp), str(path))) from e
+    except OSError as e:
+        raise _explain(e, str(path), "creating the database") from e
+    finally:
+        for suffix in ("", ".wal"):
+            try:
+                Path(str(tmp) + suffix).unlink(missing_ok=True)
+            except OSError:
+                pass
+
+
+def _explain_wal(e: Exception, path: str) -> StoreError | None:
+    """A WAL that does not replay (a flipped byte after a crash): what is kept, and how."""
+    msg = str(e)
+    if "replaying wal" not in msg.lower():
+        return None
+    wal = path + ".wal"
+    m = re.search(r"byte position (\d+)", msg)
+    cut = int(m.group(1)) if m else None
+    keep = _rows_with_wal_cut(path, cut) if cut is not None else None
+    how = (f"keep a copy (`cp {wal} {wal}.damaged`), then cut the log where the damage starts: "
+           f"`python -c \"import os; os.truncate('{wal}', {cut})\"`"
+           if cut is not None else f"move the log aside (`mv {wal} {wal}.damaged`)")
+    kept = ""
+    if keep is not None:
+        runs = ", ".join(f"{rid}: {n}" for rid, n in keep)
+        kept = f"; the file then holds {sum(n for _, n in keep)} result rows ({runs or 'no runs'})"
+    return StoreError(
+        f"{path} cannot be opened: its write log {wal} is damaged ({msg.splitlines()[0][-160:]}). "
+        f"To recover, {how}, and open the file again{kept}. Writes after the damage are lost "
+        f"(a running run folds its log into the file every {CHECKPOINT_EVERY_S:g} s); "
+        f"`llmscope run --resume` scores them again"
+    )
+
+
+def _rows_with_wal_cut(path: str, cut: int) -> list[tuple[str, int]] | None:
+    """The result rows per run that `path` holds with its WAL cut at byte `cut`, read from a
+    scratch copy (a hard link of the file and the cut log, in a folder beside it) so that the
+    original is not touched; None where that cannot be done."""
+    folder = Path(path).parent
+    try:
+        with tempfile.TemporaryDirectory(dir=folder, prefix=".llmscope-recover-") as d:
+            probe = Path(d) / "probe.duckdb"
+            os.link(path, probe)
+            with open(path + ".wal", "rb") as src, open(str(probe) + ".wal", "wb") as dst:
+                left = cut
+                while left > 0 and (chunk := src.read(min(left, 1 << 20))):
+                    dst.write(chunk)
+                    left -= len(chunk)
+            con = duckdb.connect(str(probe), read_only=True)
+            try:
+                rows = con.execute("SELECT run_id, count(*) FROM results GROUP BY 1 ORDER BY 1").fetchall()
+            finally:
+                con.close()
+            return [(str(r[0]), int(r[1])) for r in rows]
+    except (OSError, duckdb.Error):
+        return None
+
+
 class Store:
     """One DuckDB file owned by one process; thread-safe through a lock."""
 
-    def __init__(self, path: str | Path = "llmscope.duckdb", *, read_only: bool = False) -> None:
+    def __init__(self, path: str | Path = "llmscope.duckdb", *, read_only: bool = False,
+                 _building: bool = False) -> None:
         self.path = str(path)
         self.read_only = read_only
         self._metrics_cache: MetricsCache | None = None
@@ -408,9 +562,11 @@ class Store:
             raise StoreError(f"{self.path} does not exist")
         if not read_only and not p.parent.exists():
             raise StoreError(f"cannot create {self.path}: folder {p.parent} does not exist")
-        # A file this call creates is removed again if creating it fails (a full disk leaves
-        # a truncated header that DuckDB would later refuse as "not a valid database").
-        self._created = not read_only and not p.exists()
+        # `_building`: this call builds a new file under a name only it uses (`_create_file`);
+        # only such a file is ever removed again when building it fails.
+        self._created = _building
+        if not read_only and not _building and self.path != ":memory:" and not p.exists():
+            _create_file(p)
         try:
             self.con = duckdb.connect(self.path, read_only=read_only)
         except Exception as e:  # duckdb raises IOException / others; all need a clear message
@@ -420,10 +576,13 @@ class Store:
         self._created = False
         self._db_key = f"memory:{id(self)}" if self.path == ":memory:" else str(Path(self.path).resolve())
         self._forget_keys()  # another process may have written the file since this process last had it
+        self._checkpointed_at = time.monotonic()
         if not read_only:
             # A checkpoint rewrites the table's open row group; at DuckDB's default (16 MiB of
             # WAL) a run of small commits rewrites it again and again (half of a write's cost).
-            # Commits stay durable in the WAL; a reopened file replays it.
+            # Commits stay durable in the WAL; a reopened file replays it. The writes of a long
+            # run are folded into the file every CHECKPOINT_EVERY_S instead (`_maybe_checkpoint`),
+            # so a damaged or lost WAL costs at most that much of a session.
             self.execute("SET checkpoint_threshold = '256MiB'")
 
     @property
@@ -537,7 +696,53 @@ class Store:
                 self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {old} ON CONFLICT DO NOTHING")
         self.con.execute(f"DROP TABLE {old}")
 
+    def checkpoint(self) -> None:
+        """Fold the write-ahead log into the file and check that it worked, so that the file
+        alone holds every committed write (what a copy of the file, without its `.wal`, needs).
+
+        Raises StoreError naming where the data is when it did not (a full disk during the
+        checkpoint): the commits are then in `<db>.wal`, which the next open replays."""
+        if self.read_only or self.path == ":memory:":
+            return
+        wal = Path(self.path + ".wal")
+        with self._lock:
+            try:
+                self.con.execute("CHECKPOINT").fetchall()
+                self._checkpointed_at = time.monotonic()
+                err: str | None = None
+            except duckdb.Error as e:
+                err = str(e).splitlines()[0]
+            try:
+                left = wal.stat().st_size
+            except OSError:
+                left = 0
+        if err is None and left == 0:
+            return
+        raise StoreError(
+            f"could not fold the write log into {self.path} ({err or f'{left} bytes left in {wal.name}'}). "
+            f"Every committed row is in {wal} (keep it beside {Path(self.path).name}; copying or "
+            f"moving the .duckdb file alone loses them): free disk space, then open the file once "
+            f"(`llmscope runs --db {self.path}`) to fold them in"
+        )
+
+    def _maybe_checkpoint(self) -> None:
+        """After a write: fold the WAL into the file when the last checkpoint is
+        CHECKPOINT_EVERY_S old (never inside a transaction; a failure is left to the final,
+        checked checkpoint, since the commits stay safe in the WAL)."""
+        if self._in_tx or self.read_only or self.path == ":memory:":
+            return
+        if time.monotonic() - self._checkpointed_at < CHECKPOINT_EVERY_S:
+            return
+        with self._lock:
+            self._checkpointed_at = time.monotonic()
+            try:
+                self.con.execute("CHECKPOINT").fetchall()
+            except duckdb.Error:
+                pass
+
     def close(self) -> None:
+        """Close the connection, best effort (DuckDB checkpoints on close); a writer that must
+        know the file holds everything calls `checkpoint()` first."""
         with self._lock:
             if hasattr(self, "_db_key"):
                 self._forget_keys()
@@ -750,6 +955,7 @@ class Store:
                 else:
                     self._insert_arrow("results", tbl)
             stored |= fresh
+            self._maybe_checkpoint()
             return tbl.num_rows
 
     # -- suites and items -----------------------------------------------------------------

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from llmscope.live import ResultTail, live_dir, read_live
+from llmscope.live import BadRecord, LiveRuns, ResultTail, live_dir, read_live, read_snapshot
 from llmscope.store.db import JSON_RESULT_COLUMNS, RESULT_SCHEMA, Store, StoreError, decode_json
 
 # The light result columns the dashboard holds per row: the store's one column definition
@@ -187,21 +187,30 @@ class StoreHandle:
 
 
 # -- run list --------------------------------------------------------------------------------
-def owner_gone(run: dict[str, Any]) -> bool:
-    """True when a live-channel run's writer (same host) no longer exists (kill -9: no `ended`)."""
+def owner_gone(run: dict[str, Any], published_at: Any = None) -> bool:
+    """True when a live-channel run's writer (same host) no longer exists (kill -9: no `ended`):
+    no process has its pid, or the one that has it started after the writer last published
+    (`published_at`, the progress file's `time`: a recycled pid)."""
+    import datetime as dt
     import socket
 
-    from llmscope.store.db import _pid_alive
+    from llmscope.store.db import _owner_alive
 
     pid, host = run.get("owner_pid"), run.get("owner_host")
-    return isinstance(pid, int) and host == socket.gethostname() and not _pid_alive(pid)
+    if not isinstance(pid, int) or host != socket.gethostname():
+        return False
+    beat = (dt.datetime.fromtimestamp(published_at, dt.UTC).replace(tzinfo=None)
+            if isinstance(published_at, int | float) else None)
+    return not _owner_alive(pid, beat)
 
 
-def live_runs(db: str | Path) -> list[dict[str, Any]]:
-    """Runs published on the live channel, as run-list rows (newest first)."""
-    out = []
-    for snap in read_live(db):
-        if not snap["ended"] and owner_gone(snap.get("run") or {}):
+def live_runs(db: str | Path) -> LiveRuns:
+    """Runs published on the live channel, as run-list rows (newest first); `skipped` lists
+    the progress files that could not be read (shown with the list)."""
+    snaps = read_live(db)
+    out = LiveRuns(skipped=snaps.skipped)
+    for snap in snaps:
+        if not snap["ended"] and owner_gone(snap.get("run") or {}, snap.get("time")):
             snap["ended"] = True  # killed: show it stopped, read it from the database
             snap.setdefault("progress", {})["status"] = "interrupted"
         run = snap.get("run") or {}
@@ -861,10 +870,10 @@ class LiveFeed:
 
     def progress(self) -> dict[str, Any] | None:
         try:
-            snap = json.loads((self.dir / "progress.json").read_text())
-        except (OSError, json.JSONDecodeError):
+            snap = read_snapshot(self.dir / "progress.json")
+        except (OSError, BadRecord):
             return None
-        snap["ended"] = (self.dir / "ended").exists() or owner_gone(snap.get("run") or {})
+        snap["ended"] = (self.dir / "ended").exists() or owner_gone(snap.get("run") or {}, snap.get("time"))
         return snap
 
     @property

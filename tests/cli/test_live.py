@@ -8,6 +8,7 @@ it to completion, and compares the live file and a viewer's RunModel with the da
 from __future__ import annotations
 
 import json
+import math
 import signal
 import subprocess
 import time
@@ -19,7 +20,14 @@ import pytest
 
 from llmscope.engine.progress import Progress
 from llmscope.engine.types import Result
-from llmscope.live import MAX_LIVE_TEXT, LiveWriter, ResultTail, compact_results, live_dir
+from llmscope.live import (
+    MAX_LIVE_TEXT,
+    LiveWriter,
+    ResultTail,
+    compact_results,
+    live_dir,
+    read_live,
+)
 from llmscope.store.db import Store
 from llmscope.tui.model import LiveFeed, RunModel, item_detail, item_detail_live
 from tests.helpers.cli import cli, cli_cmd, cli_env, record, tiny_model_dir, write_yesno_suite
@@ -79,6 +87,21 @@ def test_long_text_is_cut_and_flagged(tmp_path: Path) -> None:
     live.on_results([big], prog)
     line = json.loads((live_dir(db) / "r" / "results.jsonl").read_text())
     assert len(line["prompt"]) == MAX_LIVE_TEXT and line["_truncated"] == ["prompt"]
+
+
+def test_progress_with_nan_and_odd_text_is_read_not_skipped(tmp_path: Path) -> None:
+    """What the writer itself writes is never counted as damage: a NaN accuracy (NaN scores)
+    and a run name with a lone surrogate are written by `json.dumps`; the reader lists the run."""
+    db = tmp_path / "x.duckdb"
+    live = LiveWriter(db, interval_s=0.0)
+    prog = Progress(run_id="r", total=2, scored=1, correct=float("nan"))
+    live.on_start({"run_id": "r", "suite_name": "s\ud83d"}, prog)
+    text = (live_dir(db) / "r" / "progress.json").read_text()
+    assert "NaN" in text and "\\ud83d" in text  # what a viewer is handed
+    snaps = read_live(db)
+    assert snaps.skipped == [] and [s["run"]["run_id"] for s in snaps] == ["r"]
+    assert math.isnan(snaps[0]["progress"]["accuracy"])
+    assert snaps[0]["run"]["suite_name"] == "s\ud83d"
 
 
 def test_reader_keeps_latest_line_per_key_and_follows_a_rewrite(tmp_path: Path) -> None:

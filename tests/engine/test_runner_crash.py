@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
 SEED = 20240611
 N_KILLS = 10
-TOL = 1e-6
+TOL = 1e-5  # fp32: a resumed session batches differently, which moves numbers by up to ~3e-6 (RELIABILITY.md)
 N_YESNO, N_CHOICE = 1200, 300  # 2400 + 300 prompts: a few seconds of scoring each
 
 
@@ -107,9 +107,9 @@ def _assert_same_numbers(
             mine, theirs = json.loads(r["option_scores"]), json.loads(b["option_scores"])
             assert mine.keys() == theirs.keys()
             for opt in theirs:
-                # A summed log-likelihood of magnitude ~20 carries fp32 rounding of ~2e-6 that
-                # depends on how a resumed run's batches (and shared prefixes) fall; 1e-6
-                # relative is the fp32 precision of the sum, the probabilities stay at 1e-6 absolute.
+                # A summed log-likelihood of magnitude ~20 carries fp32 rounding that depends on
+                # how a resumed run's batches (and shared prefixes) fall: up to 2.7e-6 relative
+                # between batch sizes 4 and 3 on the tiny model, hence 1e-5 relative.
                 assert mine[opt]["logprob"] == pytest.approx(theirs[opt]["logprob"], rel=TOL, abs=TOL)
 
 

@@ -42,6 +42,7 @@ ALLOWED = {
     ("llmscope/cli.py", "return dict(json.loads(json.dumps(desc, default=str)))"): "a JSON round trip of a dict",
     ("llmscope/live.py", "row = orjson.loads(line)"): "live channel file",
     ("llmscope/live.py", "snap = json.loads(p.read_text())"): "live channel file",
+    ("llmscope/live.py", 'snap = json.loads(data.decode("utf-8"))'): "live channel file",
     ("llmscope/live.py", "row = json.loads(line)"): "live channel file",
     ("llmscope/live.py", "row = json.loads(f.read(n))"): "live channel file",
     ("llmscope/importers.py", "loads = orjson.loads"): "published results file",

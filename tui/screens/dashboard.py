@@ -354,6 +354,9 @@ class DashboardScreen(BaseScreen):
         )
         if source == "live":
             t.append("  (live channel)", style="magenta")
+            bad = self.feed.tail.skipped if self.feed is not None else 0
+            if bad:
+                t.append(f"  {bad} unreadable live record(s) skipped", style="yellow")
         t.append("\n")
         t.append(f"{done}/{total or '?'} results   errors {errors}")
         if p and self._is_active(run):

@@ -136,6 +136,9 @@ class HomeScreen(BaseScreen):
                     f"{app.db_path} is in use by another process (DuckDB allows one writer); "
                     "showing runs published on its live channel until it is free again"
                 )
+        skipped = getattr(rows, "skipped", None)
+        if skipped:
+            notice = f"{notice + '; ' if notice else ''}{len(skipped)} unreadable live-channel file(s) skipped"
         for r in rows:
             h = app.running.get(str(r.get("run_id")))
             if h is not None:
