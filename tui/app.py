@@ -257,11 +257,13 @@ class LlmscopeApp(App[int]):
             req = RunRequest(suite_name=params.get("suite"), suite_path=params.get("suite_path") or None,
                              config=cfg, task_options=dict(params.get("options") or {}), limit=params.get("limit"))
         opened = False
+        written: list[Any] = []
 
         def writer() -> Any:
             nonlocal opened
             store = self.handle.open_writer_waiting()
             opened = True
+            written.append(store)
             return store
 
         try:
@@ -286,6 +288,8 @@ class LlmscopeApp(App[int]):
                 asyncio.run(main())
             except (RunInterrupted, asyncio.CancelledError):
                 self.post_message(RunEnded(runner.run_id, "interrupted"))
+            for store in written:  # the checked close, as `llmscope run` does (Store.checkpoint)
+                store.checkpoint()
         except Exception as e:  # shown to the user; the app keeps running
             self._starting.pop(id(handle.reporter), None)
             self.post_message(RunFailed(f"{type(e).__name__}: {e}"))
