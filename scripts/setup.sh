@@ -40,9 +40,25 @@ if [ "$dev" = 1 ]; then
 fi
 if [ "$server" = 1 ]; then
   # The version the server tier was measured with (docs/scale-out.md); built from source.
+  # A portable AVX2 build (GGML_NATIVE=OFF): the native build of 0.3.36 segfaults on the first
+  # completion on CPUs with AMX (seen on a Sapphire Rapids-class VM). $CMAKE_ARGS overrides.
+  CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON}" \
   CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
     python -m pip install -q "llama-cpp-python[server]==0.3.36"
   python -c "import llama_cpp.server" >/dev/null
+  # One token from the embedded model: a build that crashes here is removed (the tier then skips,
+  # saying llama-cpp-python is missing) instead of failing every server test with a dead server.
+  if ! python - <<'PY'
+from llama_cpp import Llama
+from llmscope.engine.models import embedded_model_path
+m = Llama(model_path=str(embedded_model_path()), logits_all=True, n_ctx=256, verbose=False, seed=0)
+m.create_completion("The capital of France is", max_tokens=1, logprobs=2)
+PY
+  then
+    echo "setup.sh: llama-cpp-python crashed on a one-token completion on this machine; uninstalled (set CMAKE_ARGS for another build)" >&2
+    python -m pip uninstall -q -y llama-cpp-python
+    exit 3
+  fi
 fi
 python -m llmscope --help >/dev/null
 echo "llmscope is set up in $(pwd)/.venv"
