@@ -19,7 +19,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from tests.helpers.cli import cli_cmd, cli_env, record, write_yesno_suite
+from tests.helpers.cli import api_run_args, cli_cmd, cli_env, record, write_yesno_suite
 from tests.helpers.oai import OAIServer, start_server, stop_server
 
 pytestmark = pytest.mark.reliability
@@ -40,15 +40,7 @@ def server() -> Iterator[OAIServer]:
 
 def _cmd(spec: Path, db: Path, server: OAIServer) -> list[str]:
     return cli_cmd(
-        "run",
-        "--suite",
-        str(spec),
-        "--db",
-        str(db),
-        "--model",
-        "openai:test-model",
-        "--base-url",
-        server.base_url,
+        *api_run_args(spec, db, server.base_url),
         "--no-report",
         "--quiet",
         "--no-cache",

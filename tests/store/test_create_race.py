@@ -136,7 +136,7 @@ def test_two_cli_runs_on_a_new_file(tmp_path: Path) -> None:
     spreads the two opens apart, so this alone rarely meets the race (3 trials passed on the
     old code too); the barrier test above does (the old code failed its first trial). It
     checks the command's whole path: the later run waits for the lock and joins the file."""
-    from tests.helpers.cli import cli_cmd, write_yesno_suite
+    from tests.helpers.cli import api_run_args, cli_cmd, write_yesno_suite
     from tests.helpers.oai import start_server, stop_server
 
     server = start_server()
@@ -147,15 +147,7 @@ def test_two_cli_runs_on_a_new_file(tmp_path: Path) -> None:
             procs = [
                 subprocess.Popen(
                     cli_cmd(
-                        "run",
-                        "--suite",
-                        str(spec),
-                        "--db",
-                        str(db),
-                        "--model",
-                        "openai:test-model",
-                        "--base-url",
-                        server.base_url,
+                        *api_run_args(spec, db, server.base_url),
                         "--no-report",
                         "--quiet",
                         "--no-cache",

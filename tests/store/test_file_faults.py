@@ -21,7 +21,7 @@ import duckdb
 import pytest
 
 from llmscope.store.db import Store, StoreError, effective_status, process_started_at
-from tests.helpers.cli import cli_cmd, cli_env, record, write_yesno_suite
+from tests.helpers.cli import api_run_args, cli_cmd, cli_env, record, write_yesno_suite
 from tests.helpers.oai import OAIServer, start_server, stop_server
 
 pytestmark = pytest.mark.reliability
@@ -53,15 +53,7 @@ def _run(
 
     return subprocess.run(
         cli_cmd(
-            "run",
-            "--suite",
-            str(spec),
-            "--db",
-            str(db),
-            "--model",
-            "openai:test-model",
-            "--base-url",
-            server.base_url,
+            *api_run_args(spec, db, server.base_url),
             "--no-report",
             "--quiet",
             "--no-cache",
@@ -118,15 +110,7 @@ def test_periodic_checkpoints_keep_the_file_self_contained(
     db = tmp_path / "ck.duckdb"
     proc = subprocess.Popen(
         cli_cmd(
-            "run",
-            "--suite",
-            str(spec),
-            "--db",
-            str(db),
-            "--model",
-            "openai:test-model",
-            "--base-url",
-            server.base_url,
+            *api_run_args(spec, db, server.base_url),
             "--no-report",
             "--quiet",
             "--no-cache",
