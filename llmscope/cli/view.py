@@ -22,7 +22,9 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
 def add_parsers(sub: Any, ctx: ParserContext) -> None:
     """Register `view` (alias `watch`)."""
-    s = sub.add_parser("view", aliases=["watch"], help="watch runs live (also from another terminal)")
+    s = sub.add_parser(
+        "view", aliases=["watch"], help="watch runs live (also from another terminal)"
+    )
     ctx.db_arg(s)
     s.add_argument("--run", help="open this run (id or prefix) directly")
     s.set_defaults(func=cmd_view)

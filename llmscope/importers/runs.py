@@ -18,21 +18,41 @@ def import_run_id(*parts: str) -> str:
 
 def store_suite(store: Store, suite: Suite) -> None:
     """Store the suite the imported results were scored on."""
-    store.add_suite(suite.suite_id, suite.name, suite.task, suite.spec, suite.source or "", suite.items())
+    store.add_suite(
+        suite.suite_id, suite.name, suite.task, suite.spec, suite.source or "", suite.items()
+    )
 
 
-def create_import_run(store: Store, run_id: str, suite: Suite, model: str, source: Path,
-                       n_total: int, options: dict[str, Any]) -> bool:
+def create_import_run(
+    store: Store,
+    run_id: str,
+    suite: Suite,
+    model: str,
+    source: Path,
+    n_total: int,
+    options: dict[str, Any],
+) -> bool:
     """Create the run; False when it was imported before (re-importing adds nothing)."""
     if run_exists(store, run_id):
         return False
-    store.create_run({
-        "run_id": run_id, "suite_id": suite.suite_id, "suite_name": suite.name, "task": suite.task,
-        "model": model, "model_path": str(source), "backend": "import", "seed": None,
-        "options": {"import": options}, "versions": {"llmscope": llmscope.__version__},
-        "meta": {"imported_from": str(source), "suite": suite.describe()}, "config_hash": run_id,
-        "n_total": n_total, "status": "running",
-    })
+    store.create_run(
+        {
+            "run_id": run_id,
+            "suite_id": suite.suite_id,
+            "suite_name": suite.name,
+            "task": suite.task,
+            "model": model,
+            "model_path": str(source),
+            "backend": "import",
+            "seed": None,
+            "options": {"import": options},
+            "versions": {"llmscope": llmscope.__version__},
+            "meta": {"imported_from": str(source), "suite": suite.describe()},
+            "config_hash": run_id,
+            "n_total": n_total,
+            "status": "running",
+        }
+    )
     return True
 
 
@@ -47,5 +67,10 @@ def finish_import_run(store: Store, run_id: str) -> None:
     import datetime as dt
 
     n, err = store.count_results(run_id)
-    store.update_run(run_id, status="completed", n_done=n, n_errors=err,
-                     ended_at=dt.datetime.now(dt.UTC).replace(tzinfo=None))
+    store.update_run(
+        run_id,
+        status="completed",
+        n_done=n,
+        n_errors=err,
+        ended_at=dt.datetime.now(dt.UTC).replace(tzinfo=None),
+    )
