@@ -1,5 +1,7 @@
-"""What the CLI's command groups share: the user-facing error, opening the database, the
-backend config from flags, the endpoint check, and the parsers' common defaults.
+"""What the CLI's command groups share.
+
+The user-facing error, opening the database, the backend config from flags, the endpoint
+check, and the parsers' common defaults.
 
 Kept out of the package's `__init__` (which builds the parser from every command group) so
 that a command module never imports the module that imports it.

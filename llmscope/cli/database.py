@@ -1,5 +1,7 @@
-"""Commands on the database file: `runs` (list them), `migrate` (upgrade its schema) and
-`import` (published results stored as runs)."""
+"""Commands on the database file: `runs`, `migrate` and `import`.
+
+`runs` lists its runs, `migrate` upgrades its schema, `import` stores published results as runs.
+"""
 
 from __future__ import annotations
 

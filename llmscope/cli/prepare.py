@@ -1,5 +1,8 @@
-"""Commands that prepare a run: `suites` (the built-in suites), `plan` (a pre-registration
-plan) and `tokens` (a tokenizer's answer-token ids)."""
+"""Commands that prepare a run: `suites`, `plan` and `tokens`.
+
+`suites` lists the built-in suites, `plan` writes a pre-registration plan, `tokens` lists a
+tokenizer's answer-token ids.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""`llmscope probeval` (ProbEval KL of an answers file against clustered human answers) and
-`probeval-validate` (how well the automatic KL agrees with gold labels: the paper's protocols)."""
+"""`llmscope probeval` and `probeval-validate`: ProbEval KL against clustered human answers.
+
+`probeval` scores an answers file; `probeval-validate` checks how well the automatic KL agrees
+with gold labels (the paper's protocols).
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""Commands that read stored runs: `report` (metrics), `figure`, `export` (per-item results)
-and `compare` (paired tests)."""
+"""Commands that read stored runs: `report`, `figure`, `export` and `compare`.
+
+`report` prints the metrics, `figure` draws them, `export` writes per-item results, `compare`
+runs paired tests between runs.
+"""
 
 from __future__ import annotations
 

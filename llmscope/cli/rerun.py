@@ -1,6 +1,8 @@
-"""`llmscope rerun RUN --where FILTER [--model M] [--opt k=v]`: only the selected items of a
-stored run, run again (another model or options) as a new run whose `runs.meta.rerun_of`
-names the old one.
+"""`llmscope rerun`: selected items of a stored run, scored again as a new linked run.
+
+`llmscope rerun RUN --where FILTER [--model M] [--opt k=v]` runs only the selected items of a
+stored run again (another model or options) as a new run whose `runs.meta.rerun_of` names
+the old one.
 
 FILTER is a SQL condition (DuckDB) over the old run's rows: columns item_id, variant,
 correct, error, prediction, gold, confidence, flagged, and every item field; the words

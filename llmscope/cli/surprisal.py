@@ -1,4 +1,6 @@
-"""`llmscope surprisal RUN [-o words.csv|words.parquet] [--rt FILE]`: the word-level surprisal
+"""`llmscope surprisal`: word-level surprisal of a syntaxgym run, and a reading-time model.
+
+`llmscope surprisal RUN [-o words.csv|words.parquet] [--rt FILE]` writes the word-level surprisal
 table of a syntaxgym run (long format, one row per item, condition and word) and, with
 reading times, a fit of rt ~ surprisal + length (+ log frequency) on held-out words.
 """

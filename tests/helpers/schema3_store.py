@@ -1,6 +1,7 @@
-"""A schema-3 database file and the result writer that wrote it (store/db.py at git
-fecc4dd~1), for the tests of the migration from schema 3. Not used by llmscope; the
-benchmark's schema-3 figures run that commit's own code (`bench.store_bench --before schema3`).
+"""A schema-3 database file and its result writer, for the tests of the migration from schema 3.
+
+The writer is store/db.py's at git fecc4dd~1. Not used by llmscope; the benchmark's schema-3
+figures run that commit's own code (`bench.store_bench --before schema3`).
 
 Schema 3: `results` keyed by a PRIMARY KEY (run_id, item_id, variant), a plain insert per
 batch with an ON CONFLICT retry, DuckDB's default checkpoint threshold, per-column list
