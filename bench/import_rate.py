@@ -34,9 +34,12 @@ def measure(directory: Path, files: list[str], work: Path, fresh: bool = False) 
     suite is stored inside the timed import too)."""
     import time
 
-    from llmscope import importers
     from llmscope.data.suites import load_suite
     from llmscope.store.db import Store
+
+    from .scale import worldsense_importer
+
+    store_suite, import_worldsense = worldsense_importer()  # this tree's, or an older one's
 
     (work / "results").mkdir(parents=True)
     os.symlink(directory / "trials.jsonl.bz2", work / "trials.jsonl.bz2")
@@ -44,11 +47,11 @@ def measure(directory: Path, files: list[str], work: Path, fresh: bool = False) 
         os.symlink(directory / "results" / f, work / "results" / f)
     if not fresh:
         s = Store(str(work / "db.duckdb"))
-        importers._store_suite(s, load_suite("worldsense", work))
+        store_suite(s, load_suite("worldsense", work))
         s.close()
     t, c = time.perf_counter(), time.process_time()
     s = Store(str(work / "db.duckdb"))
-    importers.import_worldsense(s, work)
+    import_worldsense(s, work)
     n = s.execute("SELECT count(*) FROM results").fetchone()[0]
     s.close()
     return n, time.perf_counter() - t, time.process_time() - c

@@ -6,7 +6,7 @@
 Data: one synthetic yes/no run of `--n` results (default 1,000,000; 20 top tokens per row,
 like a real run) written through the store's public bulk API (`Store.append_results`, or
 `Store.write_results` where a version has no bulk path), or with `--worldsense` the WorldSense
-import (4 runs x 87,048 results, `llmscope.importers.import_worldsense`).
+import (4 runs x 87,048 results, `llmscope.importers.published.import_worldsense`).
 
 "before" is real code: the package as it was at `--before` (default a2b14b8, the commit the
 issue 17 figures were measured on) is extracted from git into a temporary folder, and every
@@ -75,6 +75,19 @@ def extract_tree(ref: str, dest: Path) -> Path:
     return pkg
 
 
+def worldsense_importer() -> tuple[Any, Any]:
+    """(store_suite, import_worldsense) of the llmscope imported: the importers package's, or,
+    in a tree extracted from before that package, the single `llmscope.importers` module's."""
+    try:
+        from llmscope.importers.published import import_worldsense
+        from llmscope.importers.runs import store_suite
+    except ImportError:
+        from llmscope import importers
+
+        return importers._store_suite, importers.import_worldsense
+    return store_suite, import_worldsense
+
+
 def call_in_tree(tree: Path | None, imports: str, call: str) -> list[str]:
     """The fields `print(*call)` prints in a fresh interpreter (one torch thread) with `tree`
     (an extracted older package, `extract_tree`) first on sys.path, else the working tree's code."""
@@ -104,12 +117,13 @@ def _child(body: str, tree: Path, timeout: float = 3600) -> dict[str, Any]:
 def import_step(db: Path, directory: Path, tree: Path) -> dict[str, Any]:
     """`llmscope import worldsense` into a new file."""
     body = f"""
-    from llmscope import importers
+    from bench.scale import worldsense_importer
     from llmscope.store.db import Store
     from pathlib import Path
+    _, import_worldsense = worldsense_importer()
     s = Store({str(db)!r}); s.execute("SET enable_progress_bar = false")
     t, c = time.perf_counter(), time.process_time()
-    importers.import_worldsense(s, Path({str(directory)!r}))
+    import_worldsense(s, Path({str(directory)!r}))
     call_wall, call_cpu = time.perf_counter() - t, time.process_time() - c
     n = s.execute("SELECT count(*) FROM results").fetchone()[0]; s.close()
     _done(rows=n, call_wall=call_wall, call_cpu=call_cpu)

@@ -4,8 +4,8 @@
 
 1. Rows per second through `Store.write_results`, in the run loop's batch size, with
    yes/no-shaped rows (probabilities, 20 top tokens, prompt, extra): the code of git `--before`
-   (default 69e8d33, the store before this round's changes; `schema3` for the schema-3 writer
-   kept in bench/_store_v3.py) and the working tree, each in fresh processes, interleaved.
+   (default 69e8d33, the store before this round's changes; `schema3` for fecc4dd~1, the
+   store's last schema-3 writer) and the working tree, each in fresh processes, interleaved.
 2. A real run (`commonsense-sample`, yesno task, Runner) on the tiny random-weight model
    from tests/helpers/tinymodel.py, so the model is as fast as it gets and the store's share is an
    upper bound; time inside `write_results` (writer thread) over the run's wall time.
@@ -52,18 +52,16 @@ def _rows(n: int, offset: int = 0) -> list[Any]:
     return out
 
 
-def write_rate(rows: int, batch: int, before: bool = False) -> tuple[float, float]:
+def write_rate(rows: int, batch: int) -> tuple[float, float]:
     """Rows per second through `write_results` (rows prepared beforehand) until the file is
     closed (its final checkpoint included): by wall time and by this process's CPU time (all
-    threads; the fairer figure on a shared machine). `before`: the schema-3 writer
-    (bench/_store_v3.py) instead of the current store."""
+    threads; the fairer figure on a shared machine), with the store of the llmscope imported
+    (the working tree's, or an older tree's: `_child_rate`)."""
     from llmscope.store.db import Store
-
-    from ._store_v3 import StoreV3
 
     d = tempfile.mkdtemp(prefix="llmscope-store-bench-")
     path = os.path.join(d, "s.duckdb")
-    store: Any = StoreV3(path) if before else Store(path)
+    store = Store(path)
     data = _rows(rows)
     chunks = [data[i : i + batch] for i in range(0, rows, batch)]
     t0, c0 = time.perf_counter(), time.process_time()
@@ -122,14 +120,15 @@ def run_share(limit: int | None) -> tuple[float, float, int]:
 
 ROOT = Path(__file__).resolve().parents[1]
 BEFORE_REF = "69e8d33"  # main at the start of round 3 (schema 4, before the bulk-path work)
+SCHEMA3_REF = "fecc4dd~1"  # the last commit whose store wrote schema 3 (`--before schema3`)
 
 
-def _child_rate(tree: Path | None, rows: int, batch: int, schema3: bool = False) -> tuple[float, float]:
+def _child_rate(tree: Path | None, rows: int, batch: int) -> tuple[float, float]:
     """`write_rate` in a fresh interpreter: with `tree` (an extracted older package) first on
     sys.path, else the working tree's code."""
     from .scale import call_in_tree
 
-    w, c = call_in_tree(tree, "from bench.store_bench import write_rate", f"write_rate({rows}, {batch}, {schema3!r})")
+    w, c = call_in_tree(tree, "from bench.store_bench import write_rate", f"write_rate({rows}, {batch})")
     return float(w), float(c)
 
 
@@ -142,25 +141,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--rounds", type=int, default=2, help="before/after pairs per batch size (best kept)")
     ap.add_argument("--before", default=BEFORE_REF, metavar="REF",
-                    help=f"git commit whose store is 'before' (default {BEFORE_REF}), or 'schema3'")
+                    help=f"git commit whose store is 'before' (default {BEFORE_REF}), or 'schema3' "
+                         f"({SCHEMA3_REF}, the last schema-3 writer)")
     ap.add_argument(
         "--run-limit", type=int, default=None, help="statements of commonsense-sample (default all)"
     )
     ap.add_argument("--skip-run", action="store_true", help="skip the tiny-model run")
     args = ap.parse_args(argv)
-    schema3 = args.before == "schema3"
-    tree = None
-    if not schema3:
-        from .scale import extract_tree
+    from .scale import extract_tree
 
-        tree = extract_tree(args.before, Path(tempfile.mkdtemp(prefix="llmscope-store-before-")))
-    label = "schema-3 writer" if schema3 else args.before
+    ref = SCHEMA3_REF if args.before == "schema3" else args.before
+    tree = extract_tree(ref, Path(tempfile.mkdtemp(prefix="llmscope-store-before-")))
+    label = f"schema-3 writer, {ref}" if args.before == "schema3" else ref
     for b in args.batch:
         # before and after interleaved, each in a fresh process, best of `rounds` (machine load
         # hits both alike; CPU seconds of the process, all threads, are the fairer figure)
         runs: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
         for _ in range(args.rounds):
-            runs[True].append(_child_rate(None, args.rows, b, True) if schema3 else _child_rate(tree, args.rows, b))
+            runs[True].append(_child_rate(tree, args.rows, b))
             runs[False].append(_child_rate(None, args.rows, b))
         w0, w1 = max(r[0] for r in runs[True]), max(r[0] for r in runs[False])
         c0, c1 = max(r[1] for r in runs[True]), max(r[1] for r in runs[False])

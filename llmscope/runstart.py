@@ -43,7 +43,7 @@ class RunComplete(Exception):
 
 @dataclass
 class RerunOf:
-    """A rerun: items of `run` selected by `where` (llmscope/toolkit2.py), scored as a new run."""
+    """A rerun: items of `run` selected by `where` (llmscope/cli/rerun.py), scored as a new run."""
 
     run: dict[str, Any]
     where: str

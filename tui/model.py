@@ -108,7 +108,7 @@ class StoreHandle:
 
         from llmscope.store.db import StoreLocked
 
-        if wait_s is None:  # the CLI's wait (llmscope/cli_common.py LOCK_WAIT_S)
+        if wait_s is None:  # the CLI's wait (llmscope/cli/common.py LOCK_WAIT_S)
             wait_s = float(os.environ.get("LLMSCOPE_LOCK_WAIT", "5"))
         deadline = time.monotonic() + wait_s
         delay = 0.1

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from llmscope.cli import build_parser, config_from_args
+from llmscope.cli import build_parser
+from llmscope.cli.common import config_from_args
 from llmscope.engine.types import Item, Result
 from llmscope.settings import SettingsError, load_settings
 from llmscope.store.db import Store

@@ -15,8 +15,8 @@ from typing import Any
 import duckdb
 import pytest
 
+from llmscope.cli.rerun import select_items
 from llmscope.store.db import Store
-from llmscope.toolkit2 import select_items
 from llmscope.where import WhereError
 from tests.helpers.cli import (
     api_run,

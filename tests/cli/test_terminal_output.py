@@ -1,5 +1,5 @@
 """What the CLI prints fits the terminal it is read in: a resume hint that can be pasted (it names
-llmscope as this shell can run it, llmscope/cli_common.py `invocation`, and --db only when not the
+llmscope as this shell can run it, llmscope/cli/common.py `invocation`, and --db only when not the
 default), report lines that fit 80/100 columns or stay whole in a pipe, no hard wrapping off a terminal."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from llmscope.cli import DEFAULT_DB, resume_hint
-from llmscope.cli_common import invocation
+from llmscope.cli.common import DEFAULT_DB, invocation
+from llmscope.cli.run import resume_hint
 
 
 def _script(folder: Path) -> Path:

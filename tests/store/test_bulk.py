@@ -10,7 +10,7 @@ import pytest
 
 from llmscope.data.suites import SuiteError, read_jsonl
 from llmscope.engine.types import Result
-from llmscope.importers import fast_jsonl, import_worldsense
+from llmscope.importers.published import fast_jsonl, import_worldsense
 from llmscope.store.db import Store, StoreError
 
 COLS = ("item_id", "variant", "seq", "prompt", "probs", "p_yes", "p_no", "other", "top_tokens",

@@ -14,7 +14,7 @@ import pytest
 
 from llmscope.data.suites import SuiteError, read_jsonl
 from llmscope.engine.types import Item, Result
-from llmscope.importers import fast_jsonl
+from llmscope.importers.published import fast_jsonl
 from llmscope.store.db import Store, _json_array, decode_json
 
 

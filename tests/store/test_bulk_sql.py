@@ -12,9 +12,9 @@ import pyarrow as pa
 import pytest
 
 import llmscope.data.worldsense as ws
-from llmscope import importers
 from llmscope.data.suites import SuiteError, read_jsonl
-from llmscope.importers import import_worldsense, is_plain_results
+from llmscope.importers import published
+from llmscope.importers.published import import_worldsense, is_plain_results
 from llmscope.store.db import Store, StoreError
 
 COLS = ("item_id", "variant", "seq", "prompt", "probs", "p_yes", "p_no", "other", "top_tokens",
@@ -189,7 +189,7 @@ def _ws_dir(tmp_path: Path, results: dict[str, bytes]) -> Path:
 def _import(d: Path, db: Path, monkeypatch: pytest.MonkeyPatch, *, python: bool) -> tuple[list[str], list, list]:
     with monkeypatch.context() as m:
         if python:
-            m.setattr(importers, "is_plain_results", lambda raw: False)
+            m.setattr(published, "is_plain_results", lambda raw: False)
         with Store(db) as st:
             msgs = import_worldsense(st, d)
             runs = st.execute("SELECT run_id, model, status, n_total, n_done, n_errors, meta FROM runs "
@@ -240,13 +240,13 @@ def test_other_lines_go_to_the_parser(tmp_path: Path, monkeypatch: pytest.Monkey
     """A file with one line of another shape is parsed in Python, rows as before; the SQL path
     is never asked to read it."""
     calls: list[str] = []
-    real = importers._append_plain
+    real = published._append_plain
 
     def spy(*a: object) -> tuple[int, int, int]:
         calls.append(str(a[3]))
         return real(*a)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(importers, "_append_plain", spy)
+    monkeypatch.setattr(published, "_append_plain", spy)
     files = {"A": ("\n".join(PLAIN[:3]) + "\n" + line + "\n").encode(), "B": (PLAIN[0] + "\n").encode()}
     try:
         sql, py = _both(tmp_path, files, monkeypatch)

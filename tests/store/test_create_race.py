@@ -2,7 +2,7 @@
 
 Each trial starts two real writer processes on one file that does not exist yet and releases
 them together (a barrier over their stdin pipes). Each opens the file the way `llmscope run`
-does (`cli_common.open_store`: wait for the writer's lock, then open), creates its own run,
+does (`llmscope.cli.common.open_store`: wait for the writer's lock, then open), creates its own run,
 appends its rows and closes with the checked checkpoint. Before the fix, the process that
 lost the lock removed the new file (and its `.wal`) that the winner was writing into, and both
 reported success. Now both runs must be in the file with every row, or the loser must say why
@@ -28,7 +28,7 @@ ROWS = 200
 WORKER = textwrap.dedent(
     """
     import json, sys
-    from llmscope.cli_common import CLIError, open_store
+    from llmscope.cli.common import CLIError, open_store
     from llmscope.store.db import StoreError
 
     print("ready", flush=True)

@@ -25,7 +25,7 @@ ALLOWED = {
     ("llmscope/runstart.py", "return dict(json.loads(json.dumps(desc, default=str)))"):
         "a backend's description, copied as plain JSON values",
     ("llmscope/where.py", "return dict(json.loads(raw))"): "DuckDB's parse tree of a --where filter",
-    ("llmscope/toolkit2.py", 'data = json.loads(Path(path).read_text(encoding="utf-8"))'):
+    ("llmscope/cli/probeval.py", 'data = json.loads(Path(path).read_text(encoding="utf-8"))'):
         "a ProbEval answer pool file (probeval-validate --pool)",
     ("engine/openai_backend.py", "data = json.loads(raw.http_response.content)"): "HTTP response body",
     ("engine/cache.py", "return json.loads(v)"): "the response cache's own SQLite file",
@@ -45,9 +45,9 @@ ALLOWED = {
     ("llmscope/live.py", 'snap = json.loads(data.decode("utf-8"))'): "live channel file",
     ("llmscope/live.py", "row = json.loads(line)"): "live channel file",
     ("llmscope/live.py", "row = json.loads(f.read(n))"): "live channel file",
-    ("llmscope/importers.py", "loads = orjson.loads"): "published results file",
-    ("llmscope/importers.py", 'data = json.loads(f.read_text(encoding="utf-8"))'): "answer-set file",
-    ("llmscope/import_lm_eval.py", 'data = json.loads(res.read_text(encoding="utf-8"))'): "lm-eval results file",
+    ("llmscope/importers/published.py", "loads = orjson.loads"): "published results file",
+    ("llmscope/importers/published.py", 'data = json.loads(f.read_text(encoding="utf-8"))'): "answer-set file",
+    ("llmscope/importers/lm_eval.py", 'data = json.loads(res.read_text(encoding="utf-8"))'): "lm-eval results file",
     ("analysis/worldsense.py", "return pd.DataFrame([json.loads(line) for line in f if line.strip()])"):
         "published results file",
     ("analysis/probeval.py", "r = json.loads(line)"): "CFC targets file",

@@ -1,5 +1,5 @@
 """Schema 4: results without a primary key (a batched key check instead), promoted columns,
-and the migration of a schema-3 file written by the schema-3 writer (bench/_store_v3.py)."""
+and the migration of a schema-3 file written by the schema-3 writer (tests/helpers/schema3_store.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from bench._store_v3 import StoreV3  # noqa: E402
 from llmscope.engine.types import Result
 from llmscope.store.db import SCHEMA_VERSION, Store, StoreError
+from tests.helpers.schema3_store import Schema3Store
 
 ROWS = [
     Result(item_id="a", variant="q1", prompt="P a", probs={"yes": 0.7, "no": 0.2}, other=0.1,
@@ -46,7 +46,7 @@ def test_writer_fills_promoted_columns_and_drops_the_primary_key(db_path: Path) 
 
 def test_schema_3_file_is_migrated_with_identical_rows(tmp_path: Path) -> None:
     db = tmp_path / "v3.duckdb"
-    old = StoreV3(str(db))
+    old = Schema3Store(str(db))
     old.write_results("r", ROWS)
     old.write_results("r", [ROWS[0]], start_seq=9)  # a repeated key: the v3 primary key refuses it
     before = old.con.execute(f"SELECT {COLS} FROM results ORDER BY seq").fetchall()
@@ -126,8 +126,8 @@ def test_append_results_fills_promoted_columns_from_json_text(db_path: Path) -> 
 
 def test_fast_jsonl_reads_64_bit_keys_without_the_slow_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # WorldSense keys are 19-digit int64 values, which orjson reads exactly
-    from llmscope import importers
     from llmscope.data.suites import read_jsonl
+    from llmscope.importers import published
 
     p = tmp_path / "r.jsonl"
     p.write_text('{"Key":-9223372036854775807,"resp":"1"}\n{"Key":9223372036854775807,"resp":"x"}\n'
@@ -138,8 +138,8 @@ def test_fast_jsonl_reads_64_bit_keys_without_the_slow_reader(tmp_path: Path, mo
     def refuse(path: Path) -> None:
         raise AssertionError("fell back to the slow reader")
 
-    monkeypatch.setattr(importers, "read_jsonl", refuse)
-    assert importers.fast_jsonl(p) == expected
+    monkeypatch.setattr(published, "read_jsonl", refuse)
+    assert published.fast_jsonl(p) == expected
     p.write_text('{"Key":9223372036854775808}\n')  # one past int64: the reader's own error decides
     with pytest.raises(AssertionError, match="slow reader"):
-        importers.fast_jsonl(p)
+        published.fast_jsonl(p)

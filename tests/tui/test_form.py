@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from llmscope.cli import build_parser, config_from_args
+from llmscope.cli import build_parser
+from llmscope.cli.common import config_from_args
 from llmscope.store.db import Store
 from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.panels_form import FIELDS, FormError, RunForm, check_task_options, form_run

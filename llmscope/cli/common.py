@@ -1,19 +1,45 @@
-"""Helpers shared by the CLI's command modules (llmscope/cli.py, llmscope/toolkit2.py).
+"""What the CLI's command groups share.
 
-Kept out of cli.py so that a command module can use them without importing the CLI
-(which imports every command module to build its parser).
+The user-facing error, opening the database, the backend config from flags, the endpoint
+check, and the parsers' common defaults.
+
+Kept out of the package's `__init__` (which builds the parser from every command group) so
+that a command module never imports the module that imports it.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from llmscope.settings import Settings
+
+DEFAULT_DB = "llmscope.duckdb"
 
 
 class CLIError(Exception):
     """A user-facing error: printed without a traceback, exit status 2."""
+
+
+@dataclass(frozen=True)
+class ParserContext:
+    """What every command group's parsers share: the defaults from llmscope.toml and the environment."""
+
+    settings: Settings
+    default_db: str
+    default_base_url: str | None  # None when $OPENAI_BASE_URL is set: the backend reads it
+
+    def db_arg(self, sp: argparse.ArgumentParser) -> None:
+        """`--db` on a subcommand (suppressed when absent, so the top-level `--db` holds)."""
+        sp.add_argument("--db", default=argparse.SUPPRESS, help=f"DuckDB file (default {self.default_db})")
+
+    def json_arg(self, sp: argparse.ArgumentParser, what: str) -> None:
+        """`--json` printing `what` as JSON."""
+        sp.add_argument("--json", action="store_true", help=f"print {what} as JSON")
 
 
 def parse_opts(pairs: list[str] | None) -> dict[str, Any]:

@@ -1,6 +1,7 @@
-"""The store's result writer as it was at schema 3 (before issue 17 item 2), kept callable
-so that `python -m bench.store_bench` prints before/after figures in one run, and so that
-tests can build a schema-3 file with the code that wrote them. Not used by llmscope.
+"""A schema-3 database file and its result writer, for the tests of the migration from schema 3.
+
+The writer is store/db.py's at git fecc4dd~1. Not used by llmscope; the benchmark's schema-3
+figures run that commit's own code (`bench.store_bench --before schema3`).
 
 Schema 3: `results` keyed by a PRIMARY KEY (run_id, item_id, variant), a plain insert per
 batch with an ON CONFLICT retry, DuckDB's default checkpoint threshold, per-column list
@@ -20,7 +21,7 @@ import pyarrow as pa
 from llmscope.engine.types import Result
 from llmscope.store.db import MIGRATIONS, _json
 
-V3_SCHEMA = pa.schema(
+SCHEMA3_COLUMNS = pa.schema(
     [
         ("run_id", pa.string()), ("item_id", pa.string()), ("variant", pa.string()), ("seq", pa.int64()),
         ("prompt", pa.string()), ("probs", pa.string()), ("p_yes", pa.float64()), ("p_no", pa.float64()),
@@ -39,7 +40,7 @@ def _finite(x: float | None) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def results_to_arrow_v3(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.datetime) -> pa.Table:
+def results_to_arrow_schema3(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.datetime) -> pa.Table:
     probs = [r.probs for r in rs]
     cols: dict[str, list[Any]] = {
         "run_id": [run_id] * len(rs),
@@ -63,11 +64,11 @@ def results_to_arrow_v3(run_id: str, rs: Sequence[Result], start_seq: int, now: 
         "extra": [_json(r.extra) if r.extra else None for r in rs],
         "written_at": [now] * len(rs),
     }
-    return pa.table(cols, schema=V3_SCHEMA)
+    return pa.table(cols, schema=SCHEMA3_COLUMNS)
 
 
-class StoreV3:
-    """A schema-3 file and its result writer (only what the benchmark and migration tests need)."""
+class Schema3Store:
+    """A schema-3 file and its result writer (only what the migration tests need)."""
 
     def __init__(self, path: str) -> None:
         self.con = duckdb.connect(path)
@@ -81,7 +82,7 @@ class StoreV3:
         rs = list(results)
         if not rs:
             return 0
-        tbl = results_to_arrow_v3(run_id, rs, start_seq, dt.datetime.now(dt.UTC).replace(tzinfo=None))
+        tbl = results_to_arrow_schema3(run_id, rs, start_seq, dt.datetime.now(dt.UTC).replace(tzinfo=None))
         cols = ", ".join(tbl.column_names)
         self.con.register("_llmscope_batch", tbl)
         try:
@@ -98,10 +99,6 @@ class StoreV3:
         finally:
             self.con.unregister("_llmscope_batch")
         return len(rs)
-
-    def count_results(self, run_id: str) -> tuple[int, int]:
-        row = self.con.execute("SELECT count(*), count(error) FROM results WHERE run_id = ?", [run_id]).fetchone()
-        return (int(row[0]), int(row[1])) if row else (0, 0)
 
     def close(self) -> None:
         self.con.close()

@@ -1,15 +1,15 @@
-"""`llmscope import`: published per-item results stored as runs, so the same report,
-comparison and TUI apply to them.
+"""Published per-item results stored as runs (`llmscope import worldsense | results | answers`).
 
 - `import worldsense DIR`: `DIR/trials.jsonl.bz2` as the `worldsense` suite and every
   `DIR/results/<prompting>___<model>___results.jsonl` ({"Key", "resp"}) as a run.
 - `import results FILE...`: commonsense `results_raw_q{1,2,3}.jsonl` files
   ({"id", "prompt", "response": {yes, no, other} | "text"}) as one run per model folder.
+- `import answers FILE...`: answer sets (`{"model_answers": {qid: [answers...]}}`) as runs on
+  the `cfc` suite, one per file and answer set.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections import defaultdict
@@ -20,50 +20,19 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-import llmscope
 from llmscope.data.safety import MAX_INT
 from llmscope.data.suites import Suite, SuiteError, gc_paused, load_suite, read_jsonl
 from llmscope.engine.answers import match_answer
 from llmscope.engine.tasks.constrained import class_correct
 from llmscope.engine.types import Result
+from llmscope.importers.runs import (
+    create_import_run,
+    finish_import_run,
+    import_run_id,
+    run_exists,
+    store_suite,
+)
 from llmscope.store.db import Store, decode_json
-
-
-def _run_id(*parts: str) -> str:
-    return "imp-" + hashlib.sha256("|".join(parts).encode()).hexdigest()[:10]
-
-
-def _store_suite(store: Store, suite: Suite) -> None:
-    store.add_suite(suite.suite_id, suite.name, suite.task, suite.spec, suite.source or "", suite.items())
-
-
-def _create_import_run(store: Store, run_id: str, suite: Suite, model: str, source: Path,
-                       n_total: int, options: dict[str, Any]) -> bool:
-    """Create the run; False when it was imported before (re-importing adds nothing)."""
-    if _run_exists(store, run_id):
-        return False
-    store.create_run({
-        "run_id": run_id, "suite_id": suite.suite_id, "suite_name": suite.name, "task": suite.task,
-        "model": model, "model_path": str(source), "backend": "import", "seed": None,
-        "options": {"import": options}, "versions": {"llmscope": llmscope.__version__},
-        "meta": {"imported_from": str(source), "suite": suite.describe()}, "config_hash": run_id,
-        "n_total": n_total, "status": "running",
-    })
-    return True
-
-
-def _run_exists(store: Store, run_id: str) -> bool:
-    row = store.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()
-    return bool(row and row[0])
-
-
-def _finish(store: Store, run_id: str) -> None:
-    import datetime as dt
-
-    n, err = store.count_results(run_id)
-    store.update_run(run_id, status="completed", n_done=n, n_errors=err,
-                     ended_at=dt.datetime.now(dt.UTC).replace(tzinfo=None))
-
 
 # 19+ digits (also inside fractions, exponents and strings: a false alarm costs only the slower parse)
 _LONG_INT = re.compile(rb"[0-9]{19,}")
@@ -179,7 +148,7 @@ def _import_worldsense(store: Store, directory: Path) -> list[str]:
         # trials are read (the regex check and orjson hold the GIL: they take turns with the
         # trials' parse, and are done by the time the results are inserted).
         parsed = {f: pool.submit(_read_results, f) for f in files
-                  if not _run_exists(store, _run_id("worldsense", suite.suite_id, f.name))}
+                  if not run_exists(store, import_run_id("worldsense", suite.suite_id, f.name))}
         try:
             return _import_worldsense_files(store, suite, directory, files, parsed)
         finally:
@@ -197,7 +166,7 @@ def _import_worldsense_files(store: Store, suite: Suite, directory: Path, files:
     fresh = None
     if not store.has_suite(suite.suite_id):
         fresh = suite.items()
-        _store_suite(store, suite)
+        store_suite(store, suite)
         n_items = len(fresh)
     else:
         row = store.execute("SELECT count(*) FROM items WHERE suite_id = ?", [suite.suite_id]).fetchone()
@@ -222,7 +191,7 @@ def _import_worldsense_files(store: Store, suite: Suite, directory: Path, files:
     with store.transaction():
         for f in files:
             prompting, model, _ = f.name.split("___")
-            run_id = _run_id("worldsense", suite.suite_id, f.name)
+            run_id = import_run_id("worldsense", suite.suite_id, f.name)
             if f not in parsed:
                 msgs.append(f"{f.name}: already imported as run {run_id}")
                 continue
@@ -230,7 +199,7 @@ def _import_worldsense_files(store: Store, suite: Suite, directory: Path, files:
             # The per-row extra has two possible values: encode each once.
             extra_text = {v: _json_text({"imported": True, "prompting": prompting, "valid": v})
                           for v in (True, False)}
-            _create_import_run(store, run_id, suite, model, f, n_items, {"prompting": prompting})
+            create_import_run(store, run_id, suite, model, f, n_items, {"prompting": prompting})
             if recs is None:
                 n, unknown, dupes = _append_plain(store, suite.suite_id, run_id, f, variant, classes, extra_text)
             else:
@@ -241,7 +210,7 @@ def _import_worldsense_files(store: Store, suite: Suite, directory: Path, files:
             if dupes:
                 meta["duplicate_keys"] = dupes
             store.update_run(run_id, meta=meta)
-            _finish(store, run_id)
+            finish_import_run(store, run_id)
             msgs.append(f"{f.name}: run {run_id} ({model}, {prompting}), {n} responses"
                         + (f", {unknown} keys not in the test set" if unknown else "")
                         + (f", {dupes} repeated keys ignored (first kept)" if dupes else ""))
@@ -357,7 +326,7 @@ def import_results(store: Store, files: list[Path], suite_path: str | None = Non
     """Published commonsense results (one file per prompt variant) as one run per model."""
     suite = load_suite("commonsense", suite_path)
     work = {(w.item.item_id, w.variant): w for w in suite.work()}
-    _store_suite(store, suite)
+    store_suite(store, suite)
     by_model: dict[str, list[Path]] = defaultdict(list)
     for f in files:
         if not f.is_file():
@@ -365,7 +334,7 @@ def import_results(store: Store, files: list[Path], suite_path: str | None = Non
         by_model[f.parent.name].append(f)
     msgs = []
     for model, paths in sorted(by_model.items()):
-        run_id = _run_id("results", suite.suite_id, model, *sorted(p.name for p in paths))
+        run_id = import_run_id("results", suite.suite_id, model, *sorted(p.name for p in paths))
         if store.get_run(run_id) is not None:
             msgs.append(f"{model}: already imported as run {run_id}")
             continue
@@ -407,13 +376,13 @@ def import_results(store: Store, files: list[Path], suite_path: str | None = Non
                 ))
         # One transaction per model: the run, its rows and its final counts, or nothing.
         with store.transaction():
-            _create_import_run(store, run_id, suite, model, paths[0].parent, len(work),
+            create_import_run(store, run_id, suite, model, paths[0].parent, len(work),
                                {"files": [p.name for p in paths]})
             store.write_results(run_id, rows, start_seq=0)
             if dupes:
                 store.update_run(run_id, meta={"imported_from": str(paths[0].parent), "suite": suite.describe(),
                                                "duplicate_keys": dupes})
-            _finish(store, run_id)
+            finish_import_run(store, run_id)
         msgs.append(f"{model}: run {run_id}, {len(rows)} results from {len(paths)} files"
                     + (f" ({mismatched} prompts differ from the suite's)" if mismatched else "")
                     + (f", {dupes} repeated ids ignored (first kept)" if dupes else ""))
@@ -426,7 +395,7 @@ def import_answer_sets(store: Store, files: list[Path], suite_path: str | None =
     `cfc` suite, so human samples can be scored by ProbEval as if they were a model."""
     suite = load_suite("cfc", suite_path)
     items = {it.item_id: it for it in suite.items()}
-    _store_suite(store, suite)
+    store_suite(store, suite)
     variant = suite.variant_names()[0]
     msgs = []
     for f in files:
@@ -444,8 +413,8 @@ def import_answer_sets(store: Store, files: list[Path], suite_path: str | None =
                 f"the suite's targets file {suite.items_path}; pass the matching targets with --suite-path",
                 f, 1, "model_answers")
         name = model if (model and len(files) == 1) else f.stem
-        run_id = _run_id("answers", suite.suite_id, f.name, name)
-        if not _create_import_run(store, run_id, suite, name, f, len(items), {"answer_sets": f.name}):
+        run_id = import_run_id("answers", suite.suite_id, f.name, name)
+        if not create_import_run(store, run_id, suite, name, f, len(items), {"answer_sets": f.name}):
             msgs.append(f"{f.name}: already imported as run {run_id}")
             continue
         results = []
@@ -461,7 +430,7 @@ def import_answer_sets(store: Store, files: list[Path], suite_path: str | None =
                 extra={"imported": True, "samples": [{"text": t} for t in texts]},
             ))
         store.write_results(run_id, results)
-        _finish(store, run_id)
+        finish_import_run(store, run_id)
         from llmscope.report import probeval_for_run
 
         run = store.get_run(run_id)

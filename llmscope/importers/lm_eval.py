@@ -41,7 +41,7 @@ from llmscope.data.suites import (
 from llmscope.engine.choice_math import score_options, softmax
 from llmscope.engine.tasks.choice import continuation_text
 from llmscope.engine.types import Item, Result
-from llmscope.importers import _create_import_run, _finish, _run_id, _store_suite
+from llmscope.importers.runs import create_import_run, finish_import_run, import_run_id, store_suite
 from llmscope.store.db import Store
 
 _NAME = re.compile(r"^samples_(?P<task>.+?)_(?P<date>\d{4}-\d{2}-\d{2}T[\d\-.]+)\.jsonl$")
@@ -240,9 +240,9 @@ def import_lm_eval(store: Store, files: list[Path], suite_spec: str | None = Non
                                  f"{want!r} for item {it.item_id}", f, s.line, "arguments")
             pairs.append((s, it))
         name = _model_name(f, model)
-        _store_suite(store, suite)
-        run_id = _run_id("lm-eval", suite.suite_id, f.name, name)
-        if not _create_import_run(store, run_id, suite, name, f, len(samples), {"lm_eval_samples": f.name}):
+        store_suite(store, suite)
+        run_id = import_run_id("lm-eval", suite.suite_id, f.name, name)
+        if not create_import_run(store, run_id, suite, name, f, len(samples), {"lm_eval_samples": f.name}):
             msgs.append(f"{f.name}: already imported as run {run_id}")
             continue
         results = [_result(s, it, variant, cont_fmt, scored) for s, it in pairs]
@@ -253,7 +253,7 @@ def import_lm_eval(store: Store, files: list[Path], suite_spec: str | None = Non
                        if "acc" in s.metrics and r.correct is not None and float(s.metrics["acc"]) != r.correct)
         store.update_run(run_id, meta={"imported_from": str(f), "suite": suite.describe(), "lm_eval_task": task,
                                        "acc_disagreements": acc_diff, "prompt_differences": prompt_diff})
-        _finish(store, run_id)
+        finish_import_run(store, run_id)
         note = f", {acc_diff} samples where lm-eval's acc differs from the raw argmax" if acc_diff else ""
         note += f", {prompt_diff} contexts differ from the suite's" if prompt_diff else ""
         msgs.append(f"{f.name}: run {run_id} ({name}, suite {suite.suite_id}), {len(results)} samples{note}")

@@ -1,0 +1,76 @@
+"""The `llmscope` command line: the parser, `main`, and the list of command groups (one module each)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from typing import Any
+
+from llmscope.cli.common import DEFAULT_DB, CLIError, ParserContext
+
+# The command groups, in the order `llmscope --help` lists them: each is a module of this
+# package with `add_parsers(sub, ctx)` and its `cmd_*` functions. A new group is one more name.
+COMMAND_GROUPS = ("run", "prepare", "database", "report", "view", "surprisal", "rerun", "probeval")
+
+
+def build_parser(settings: Any = None) -> argparse.ArgumentParser:
+    """The argument parser; `settings` (from llmscope.toml files) supplies defaults beneath flags."""
+    from llmscope import __version__
+    from llmscope.settings import Settings
+
+    cfg: Settings = settings if settings is not None else Settings()
+    env_db = os.environ.get("LLMSCOPE_DB")
+    default_db = env_db or cfg.get("db") or DEFAULT_DB
+    # $OPENAI_BASE_URL wins over a config file; the backend reads it when --base-url is absent.
+    default_base_url = None if os.environ.get("OPENAI_BASE_URL") else cfg.get("base_url")
+
+    p = argparse.ArgumentParser(
+        prog="llmscope",
+        description="A terminal microscope for LLM behaviour. With no command, opens the TUI.",
+        epilog="Defaults can be set in ./llmscope.toml or ~/.config/llmscope/llmscope.toml "
+        "(keys: db, model, base_url, concurrency, timeout, device, dtype, batch_size, threads); "
+        "flags and environment variables win.",
+    )
+    p.add_argument("--version", action="version", version=f"llmscope {__version__}",
+                   help="print the version and exit")
+    p.add_argument("--db", default=default_db, help=f"DuckDB file (default {default_db})")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    ctx = ParserContext(settings=cfg, default_db=default_db, default_base_url=default_base_url)
+    for name in COMMAND_GROUPS:
+        importlib.import_module(f"{__name__}.{name}").add_parsers(sub, ctx)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command `argv` names (the TUI with none); the exit status."""
+    from llmscope.settings import SettingsError, load_settings
+
+    try:
+        settings = load_settings()
+    except SettingsError as e:
+        print(f"llmscope: error: {e}", file=sys.stderr)
+        return 2
+    parser = build_parser(settings)
+    args = parser.parse_args(argv)
+    args._settings = settings  # which config values were refused (a project file's base_url)
+    if not args.command:
+        from llmscope.cli.view import cmd_tui
+
+        args.func = cmd_tui
+    from llmscope.data.suites import SuiteError
+    from llmscope.engine.backend import BackendConfigError
+    from llmscope.engine.config import ConfigError
+    from llmscope.engine.models import ModelSpecError
+    from llmscope.engine.runner import RunBusy
+    from llmscope.store.db import StoreError
+
+    try:
+        return int(args.func(args) or 0)
+    except (CLIError, SuiteError, StoreError, ModelSpecError, BackendConfigError, ConfigError, RunBusy) as e:
+        print(f"llmscope: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0

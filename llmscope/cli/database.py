@@ -1,0 +1,99 @@
+"""Commands on the database file: `runs`, `migrate` and `import`.
+
+`runs` lists its runs, `migrate` upgrades its schema, `import` stores published results as runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from llmscope.cli.common import CLIError, ParserContext, open_store
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    store = open_store(args.db, read_only=True)
+    try:
+        df = store.runs()
+    finally:
+        store.close()
+    if args.json:
+        print(df.to_json(orient="records", date_format="iso"))
+        return 0
+    if df.empty:
+        print("(no runs)")
+        return 0
+    for r in df.itertuples():
+        # the headline metric (metrics cache; worldsense_accuracy for a WorldSense run), named
+        acc = "" if r.accuracy is None or r.accuracy != r.accuracy else f"{r.metric} {r.accuracy:.3f}"
+        # a run row written by hand or by an old version may lack any of these: shown as "-"
+        suite, model, status = (("-" if v is None or v != v else str(v)) for v in (r.suite_name, r.model, r.status))
+        print(f"{r.run_id}  {suite:<20} {model[:32]:<32} {status:<22} "
+              f"{r.n_done}/{r.n_total}  {acc}  {r.started_at}")
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Read-only commands never change a file; this one upgrades it (as `run` or the TUI would)."""
+    from llmscope.store.db import SCHEMA_VERSION, file_schema_version
+
+    if not Path(args.db).exists():
+        raise CLIError(f"no database at {args.db} (pass --db)")
+    before = file_schema_version(args.db)
+    store = open_store(args.db)  # a write open migrates (all or nothing) or says why not
+    try:
+        store.checkpoint()
+    finally:
+        store.close()
+    if before == SCHEMA_VERSION:
+        print(f"{args.db} is already at schema {SCHEMA_VERSION}; nothing changed")
+    else:
+        print(f"{args.db}: schema {before} -> {SCHEMA_VERSION} (older llmscope versions cannot open it now)")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from llmscope.importers import published
+
+    store = open_store(args.db)
+    try:
+        if args.kind == "worldsense":
+            msgs = published.import_worldsense(store, Path(args.paths[0]))
+        elif args.kind == "lm-eval":
+            from llmscope.importers.lm_eval import import_lm_eval
+
+            msgs = import_lm_eval(store, [Path(p) for p in args.paths], suite_spec=args.suite, model=args.model)
+        elif args.kind == "answers":
+            msgs = published.import_answer_sets(store, [Path(p) for p in args.paths],
+                                                suite_path=args.suite_path, model=args.model)
+        else:
+            msgs = published.import_results(store, [Path(p) for p in args.paths], suite_path=args.suite_path)
+        store.checkpoint()
+    finally:
+        store.close()
+    for m in msgs:
+        print(m)
+    return 0
+
+
+def add_parsers(sub: Any, ctx: ParserContext) -> None:
+    """Register `runs`, `migrate` and `import`."""
+    s = sub.add_parser("runs", help="list runs in the database")
+    ctx.db_arg(s)
+    ctx.json_arg(s, "the runs")
+    s.set_defaults(func=cmd_runs)
+
+    s = sub.add_parser("migrate", help="upgrade a database written by an older llmscope to this version's schema")
+    ctx.db_arg(s)
+    s.set_defaults(func=cmd_migrate)
+
+    s = sub.add_parser("import", help="import published results (worldsense DIR | results FILE... | answers FILE... | lm-eval SAMPLES.jsonl...)")
+    ctx.db_arg(s)
+    s.add_argument("kind", choices=["worldsense", "results", "answers", "lm-eval"], help="what the files are")
+    s.add_argument("paths", nargs="+", help="the folder (worldsense) or files to import")
+    s.add_argument("--suite-path", help="commonsense statements CSV (results) or CFC targets file (answers)")
+    s.add_argument("--model", help="name of the imported answer set (answers) or model (lm-eval)")
+    s.add_argument("--suite", help="lm-eval: the task YAML or suite the samples were scored on (default: "
+                   "rebuilt from the samples)")
+    s.set_defaults(func=cmd_import)
