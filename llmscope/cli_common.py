@@ -105,7 +105,7 @@ def check_endpoints(args: argparse.Namespace, cfg: Any, say: Any, stored_in: str
     """
     import sys
 
-    from llmscope.engine.openai_backend import OPENAI_URL, _public_url, expand_base_urls
+    from llmscope.engine.openai.backend import OPENAI_URL, _public_url, expand_base_urls
     from llmscope.settings import Settings
 
     if getattr(cfg, "kind", None) != "openai":

@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 from llmscope.engine.backend import BackendError, GenParams
-from llmscope.engine.openai_backend import (
+from llmscope.engine.openai.backend import (
     REASONING_SUFFIX,
     OpenAIBackend,
     apply_topk_rule,
@@ -172,7 +172,7 @@ SAMPLES = [
 
 async def test_no_logprobs_response_falls_back_to_samples(oai: OAIServer, caplog) -> None:
     m = oai.script("[nolp]", no_logprobs=True, samples=SAMPLES)
-    caplog.set_level(logging.WARNING, logger="llmscope.engine.openai_backend")
+    caplog.set_level(logging.WARNING, logger="llmscope.engine.openai.backend")
     async with backend(oai, samples=10) as b:
         assert b.describe()["logprobs"] is None
         out = await b.next_token(f"{m} q", ["yes", "no"])

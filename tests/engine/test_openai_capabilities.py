@@ -20,7 +20,7 @@ import pytest
 from llmscope import cli
 from llmscope.analysis.api_method import api_method_rows, method_banner
 from llmscope.engine.backend import BackendConfigError, BackendError
-from llmscope.engine.openai_backend import OpenAIBackend, _redactor, apply_topk_rule
+from llmscope.engine.openai.backend import OpenAIBackend, _redactor, apply_topk_rule
 from tests.helpers import oai as oai_fixtures
 from tests.helpers.oai import CANARY_KEY, OAIServer, note_fault_outcome
 
@@ -367,7 +367,7 @@ def test_method_banner_lists_adaptations_made_mid_run() -> None:
 
 
 def test_prompt_logprobs_that_do_not_spell_the_prompt_fail_at_once() -> None:
-    from llmscope.engine.openai_backend import prompt_logprobs_as_echo
+    from llmscope.engine.openai.backend import prompt_logprobs_as_echo
 
     choice = {
         "prompt_logprobs": [None, {"7": {"logprob": -1.0, "rank": 1, "decoded_token": " caf\ufffd"}}],
