@@ -259,7 +259,7 @@ def _model_args(cfg: BackendConfig) -> dict[str, Any]:
 @register("openai")
 def _build_openai(cfg: BackendConfig, spec: ModelSpec) -> BuiltBackend:
     from llmscope.engine.backend import BackendError
-    from llmscope.engine.openai.backend import OpenAIBackend
+    from llmscope.engine.openai import OpenAIBackend
 
     kw: dict[str, Any] = {"model": spec.name, "base_url": cfg.base_url, "concurrency": cfg.concurrency,
                           "top_logprobs": cfg.top_logprobs, "seed": cfg.seed}
