@@ -294,7 +294,7 @@ def _build_openai(cfg: BackendConfig, spec: ModelSpec) -> BuiltBackend:
 @register("hf")
 def _build_hf(cfg: BackendConfig, spec: ModelSpec) -> BuiltBackend:
     try:
-        from llmscope.engine.hf.backend import HFBackend
+        from llmscope.engine.hf import HFBackend
     except ImportError as e:
         raise ConfigError(
             f"local models need the `hf` extra ({e.name} is missing): pip install 'llmscope[hf]'"
