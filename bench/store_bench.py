@@ -79,7 +79,7 @@ def run_share(limit: int | None) -> tuple[float, float, int]:
     """(store seconds, run wall seconds, rows) of a tiny-model run of commonsense-sample."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from llmscope.data.suites import load_suite
-    from llmscope.engine.hf_backend import HFBackend
+    from llmscope.engine.hf import HFBackend
     from llmscope.engine.runner import Runner, RunPlan
     from llmscope.store.db import Store
     from tests.helpers.tinymodel import make_tiny_model, tiny_spec

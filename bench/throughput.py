@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.mc_items import mc_items
     from llmscope.data.suites import load_suite
-    from llmscope.engine.hf_backend import HFBackend, load_model
+    from llmscope.engine.hf import HFBackend, load_model
     from llmscope.engine.models import parse_model
 
     if args.threads:

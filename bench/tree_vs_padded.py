@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.mc_items import mc_items
     from bench.throughput import _reference_mc
-    from llmscope.engine.hf_backend import HFBackend, load_model
+    from llmscope.engine.hf import HFBackend, load_model
     from llmscope.engine.models import parse_model
 
     args = sys.argv[1:] if argv is None else argv

@@ -259,7 +259,7 @@ def _model_args(cfg: BackendConfig) -> dict[str, Any]:
 @register("openai")
 def _build_openai(cfg: BackendConfig, spec: ModelSpec) -> BuiltBackend:
     from llmscope.engine.backend import BackendError
-    from llmscope.engine.openai_backend import OpenAIBackend
+    from llmscope.engine.openai import OpenAIBackend
 
     kw: dict[str, Any] = {"model": spec.name, "base_url": cfg.base_url, "concurrency": cfg.concurrency,
                           "top_logprobs": cfg.top_logprobs, "seed": cfg.seed}
@@ -294,7 +294,7 @@ def _build_openai(cfg: BackendConfig, spec: ModelSpec) -> BuiltBackend:
 @register("hf")
 def _build_hf(cfg: BackendConfig, spec: ModelSpec) -> BuiltBackend:
     try:
-        from llmscope.engine.hf_backend import HFBackend
+        from llmscope.engine.hf import HFBackend
     except ImportError as e:
         raise ConfigError(
             f"local models need the `hf` extra ({e.name} is missing): pip install 'llmscope[hf]'"

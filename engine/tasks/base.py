@@ -145,7 +145,7 @@ class Task(abc.ABC):
 
     def probe_need(self) -> str:
         """What an API backend must prove before the run: next_token, loglik, options or
-        generate (engine/openai_backend.py `probe`)."""
+        generate (engine/openai/probe.py `probe`)."""
         caps = self.required_capabilities()
         if "generate" in caps:
             return "generate"

@@ -131,7 +131,7 @@ def check_endpoints(args: argparse.Namespace, cfg: Any, say: Any, stored_in: str
     """
     import sys
 
-    from llmscope.engine.openai_backend import OPENAI_URL, _public_url, expand_base_urls
+    from llmscope.engine.openai import OPENAI_URL, expand_base_urls, public_url
     from llmscope.settings import Settings
 
     if getattr(cfg, "kind", None) != "openai":
@@ -147,7 +147,7 @@ def check_endpoints(args: argparse.Namespace, cfg: Any, say: Any, stored_in: str
         source = stored_in
         trusted = set(expand_base_urls(env)) | set(expand_base_urls(user_url)) | _used_endpoints()
         if not set(urls) <= trusted and not getattr(args, "trust_db", False):
-            shown = ", ".join(_public_url(u) for u in urls)
+            shown = ", ".join(public_url(u) for u in urls)
             question = (f"{stored_in} sends requests (and $OPENAI_API_KEY) to {shown}, which none of "
                         "your flags, environment or config names")
             if sys.stdin.isatty() and sys.stderr.isatty():
@@ -177,7 +177,7 @@ def check_endpoints(args: argparse.Namespace, cfg: Any, say: Any, stored_in: str
                            f"~/.config/llmscope/llmscope.toml, or name the file with LLMSCOPE_CONFIG={path}")
         say("warning", f"{why}; ignored, using {source}")
     for u in urls:
-        say("info", f"endpoint {_public_url(u)} (from {source})")
+        say("info", f"endpoint {public_url(u)} (from {source})")
     if stored_in is None or flag:
         _remember_endpoints(urls)
 

@@ -191,7 +191,7 @@ def test_context_on_real_tokenizer_matches_direct_forward(tmp_path):
         pytest.skip(f"Qwen2.5 tokenizer not found under {SHARED}")
     import torch
 
-    from llmscope.engine.hf_backend import HFBackend
+    from llmscope.engine.hf import HFBackend
     from tests.helpers.tinymodel import make_tiny_model, tiny_spec
 
     model, tok = make_tiny_model(tmp_path)

@@ -111,7 +111,7 @@ def test_live_progress_accuracy_equals_the_report(tmp_path: Path) -> None:
     import json
 
     from llmscope.data.suites import load_suite
-    from llmscope.engine.hf_backend import HFBackend
+    from llmscope.engine.hf import HFBackend
     from llmscope.engine.runner import Runner, RunPlan
     from tests.helpers.tinymodel import make_tiny_model, tiny_spec
 

@@ -22,13 +22,13 @@ def test_old_code_is_extracted_and_imported_instead_of_the_working_tree(tmp_path
                          check=True).stdout.strip()
     tree = scale.extract_tree(ref, tmp_path / "old")
     # The package-dir layout: engine/ becomes llmscope/engine and so on.
-    assert (tree / "llmscope" / "engine" / "hf_backend.py").is_file()
+    assert (tree / "llmscope" / "engine" / "backend.py").is_file()
     assert (tree / "llmscope" / "store" / "db.py").is_file()
-    old_src = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:engine/hf_backend.py"], capture_output=True,
+    old_src = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:engine/backend.py"], capture_output=True,
                              text=True, check=True).stdout
-    assert (tree / "llmscope" / "engine" / "hf_backend.py").read_text() == old_src
+    assert (tree / "llmscope" / "engine" / "backend.py").read_text() == old_src
     out = scale._child(
-        "import llmscope.engine.hf_backend as h, llmscope.store.db as d\n_done(h=h.__file__, d=d.__file__)\n", tree
+        "import llmscope.engine.backend as h, llmscope.store.db as d\n_done(h=h.__file__, d=d.__file__)\n", tree
     )
     assert out["h"].startswith(str(tree)) and out["d"].startswith(str(tree))
     assert out["wall"] >= 0 and out["peak_mb"] > 0

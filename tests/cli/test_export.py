@@ -48,7 +48,7 @@ def _cli(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def runs_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     """One database holding a short tiny-model run of every built-in suite."""
-    from llmscope.engine.hf_backend import HFBackend
+    from llmscope.engine.hf import HFBackend
 
     tmp = tmp_path_factory.mktemp("export")
     db = tmp / "runs.duckdb"

@@ -50,7 +50,7 @@ def peer(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
-    from llmscope.engine.hf_backend import load_model
+    from llmscope.engine.hf import load_model
     from llmscope.engine.models import parse_model
 
     d = tmp_path_factory.mktemp("lm_eval_peer")

@@ -55,7 +55,7 @@ def _norm(s: str) -> str:
 
 
 def test_tiny_model_run_gets_the_probeval_kl(tmp_path: Path) -> None:
-    from llmscope.engine.hf_backend import HFBackend
+    from llmscope.engine.hf import HFBackend
 
     model, tok = make_tiny_model(tmp_path)
     backend = HFBackend(tiny_spec(tmp_path), model=model, tokenizer=tok, device="cpu", dtype="float32")

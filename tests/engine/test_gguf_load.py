@@ -1,4 +1,4 @@
-"""A GGUF file's metadata is parsed once per load (engine/hf_backend.py `_gguf_parsed_once`)."""
+"""A GGUF file's metadata is parsed once per load (engine/hf/loading.py `_gguf_parsed_once`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 def test_one_reader_per_file_during_a_load_and_the_class_restored_after() -> None:
     gguf = pytest.importorskip("gguf")
-    from llmscope.engine.hf_backend import _gguf_parsed_once
+    from llmscope.engine.hf.loading import _gguf_parsed_once
     from llmscope.engine.models import ModelSpecError, embedded_model_path
 
     try:

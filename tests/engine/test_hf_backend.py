@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from llmscope.engine.hf_backend import HFBackend  # noqa: E402
+from llmscope.engine.hf import HFBackend  # noqa: E402
 from tests.helpers.tinymodel import make_tiny_model, tiny_spec  # noqa: E402
 
 PROMPTS = [

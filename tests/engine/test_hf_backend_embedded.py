@@ -30,7 +30,7 @@ def test_embedded_model_batch_size_invariance() -> None:
         spec = parse_model(None)
     except ModelSpecError as e:
         pytest.skip(str(e))
-    from llmscope.engine.hf_backend import HFBackend, load_model
+    from llmscope.engine.hf import HFBackend, load_model
 
     tok, model, _ = load_model(spec, "cpu", "float32")
 

@@ -11,7 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from llmscope.engine.hf_backend import HFBackend, default_threads, physical_cores  # noqa: E402
+from llmscope.engine.hf import HFBackend  # noqa: E402
+from llmscope.engine.hf.loading import default_threads, physical_cores  # noqa: E402
 from tests.helpers.tinymodel import make_tiny_model, tiny_spec  # noqa: E402
 
 

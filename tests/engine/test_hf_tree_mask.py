@@ -1,4 +1,4 @@
-"""Tree attention mask for log-likelihoods (engine/hf_backend.py, issue 17 item 5).
+"""Tree attention mask for log-likelihoods (engine/hf/tree.py, issue 17 item 5).
 
 One row per context: the context once, every option's tokens as branches after it, a 4-D
 mask so each option token sees only the context and its own earlier tokens. Expected
@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from llmscope.engine.hf_backend import HFBackend  # noqa: E402
+from llmscope.engine.hf import HFBackend  # noqa: E402
 from tests.helpers.tinymodel import make_tiny_model, tiny_spec  # noqa: E402
 
 CTX = "Question: which of these is an animal?\nAnswer:"

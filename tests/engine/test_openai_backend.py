@@ -13,12 +13,9 @@ from contextlib import asynccontextmanager
 import pytest
 
 from llmscope.engine.backend import BackendError, GenParams
-from llmscope.engine.openai_backend import (
-    REASONING_SUFFIX,
-    OpenAIBackend,
-    apply_topk_rule,
-    is_reasoning_model,
-)
+from llmscope.engine.openai import OpenAIBackend
+from llmscope.engine.openai.backend import REASONING_SUFFIX, is_reasoning_model
+from llmscope.engine.openai.topk import apply_topk_rule
 from tests.helpers import oai as oai_fixtures
 from tests.helpers.oai import CANARY_KEY, OAIServer
 
@@ -172,7 +169,7 @@ SAMPLES = [
 
 async def test_no_logprobs_response_falls_back_to_samples(oai: OAIServer, caplog) -> None:
     m = oai.script("[nolp]", no_logprobs=True, samples=SAMPLES)
-    caplog.set_level(logging.WARNING, logger="llmscope.engine.openai_backend")
+    caplog.set_level(logging.WARNING, logger="llmscope.engine.openai")
     async with backend(oai, samples=10) as b:
         assert b.describe()["logprobs"] is None
         out = await b.next_token(f"{m} q", ["yes", "no"])

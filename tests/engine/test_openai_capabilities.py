@@ -20,7 +20,9 @@ import pytest
 from llmscope import cli
 from llmscope.analysis.api_method import api_method_rows, method_banner
 from llmscope.engine.backend import BackendConfigError, BackendError
-from llmscope.engine.openai_backend import OpenAIBackend, _redactor, apply_topk_rule
+from llmscope.engine.openai import OpenAIBackend
+from llmscope.engine.openai.endpoints import redactor
+from llmscope.engine.openai.topk import apply_topk_rule
 from tests.helpers import oai as oai_fixtures
 from tests.helpers.oai import CANARY_KEY, OAIServer, note_fault_outcome
 
@@ -242,7 +244,7 @@ def test_base_url_userinfo_and_bad_scheme_refused(monkeypatch: pytest.MonkeyPatc
 
 
 def test_redactor_removes_key_base64_forms_and_authorization_values() -> None:
-    r = _redactor(CANARY_KEY)
+    r = redactor(CANARY_KEY)
     for user in ("", "u", "us", "user"):
         basic = base64.b64encode(f"{user}:{CANARY_KEY}".encode()).decode()
         for text in (f"Authorization: Basic {basic}", f"echo {basic} end", f"{{'authorization': 'Basic {basic}'}}"):
@@ -367,7 +369,7 @@ def test_method_banner_lists_adaptations_made_mid_run() -> None:
 
 
 def test_prompt_logprobs_that_do_not_spell_the_prompt_fail_at_once() -> None:
-    from llmscope.engine.openai_backend import prompt_logprobs_as_echo
+    from llmscope.engine.openai.loglik import prompt_logprobs_as_echo
 
     choice = {
         "prompt_logprobs": [None, {"7": {"logprob": -1.0, "rank": 1, "decoded_token": " caf\ufffd"}}],

@@ -17,7 +17,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from llmscope.engine.openai_backend import DETERMINISTIC_REPEATS
+from llmscope.engine.openai.client import DETERMINISTIC_REPEATS
 from tests.helpers.cli import api_run, record
 from tests.helpers.oai import start_server, stop_server
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from llmscope.engine.backend import GenParams
-from llmscope.engine.openai_backend import OpenAIBackend
+from llmscope.engine.openai import OpenAIBackend
 from tests.helpers.oai import OAIServer, start_server, stop_server
 
 pytestmark = pytest.mark.reliability

@@ -14,7 +14,7 @@ from email.utils import formatdate
 import pytest
 
 from llmscope.engine.backend import BackendError
-from llmscope.engine.openai_backend import OpenAIBackend
+from llmscope.engine.openai import OpenAIBackend
 from llmscope.engine.retry import RetryPolicy, parse_retry_after
 from tests.helpers import oai as oai_fixtures
 from tests.helpers.oai import OAIServer, start_server, stop_server

@@ -13,7 +13,7 @@ import pytest
 
 from llmscope import cli
 from llmscope.engine.backend import BackendConfigError
-from llmscope.engine.openai_backend import OpenAIBackend, expand_base_urls
+from llmscope.engine.openai import OpenAIBackend, expand_base_urls
 from tests.helpers.oai import CANARY_KEY, OAIServer, start_server, stop_server
 
 TOP = [["Yes", -0.3], ["No", -1.6]]

@@ -42,7 +42,7 @@ class Recorder(NullReporter):
 
 
 def _run(tmp_path, db, limit=None, batch_size=4):
-    from llmscope.engine.hf_backend import HFBackend
+    from llmscope.engine.hf import HFBackend
 
     model, tok = make_tiny_model(tmp_path)
     backend = HFBackend(tiny_spec(tmp_path), model=model, tokenizer=tok, device="cpu", dtype="float32",
@@ -86,7 +86,7 @@ def test_run_resume_and_exactly_once(tmp_path, db_path):
 
 
 def test_item_errors_are_stored_not_scored(tmp_path, db_path):
-    from llmscope.engine.hf_backend import HFBackend
+    from llmscope.engine.hf import HFBackend
 
     model, tok = make_tiny_model(tmp_path)
     # the items' prompts fit in 200 tokens with either test tokenizer (Qwen2.5 ~50, the trained

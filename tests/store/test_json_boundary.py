@@ -27,7 +27,7 @@ ALLOWED = {
     ("llmscope/where.py", "return dict(json.loads(raw))"): "DuckDB's parse tree of a --where filter",
     ("llmscope/cli/probeval.py", 'data = json.loads(Path(path).read_text(encoding="utf-8"))'):
         "a ProbEval answer pool file (probeval-validate --pool)",
-    ("engine/openai_backend.py", "data = json.loads(raw.http_response.content)"): "HTTP response body",
+    ("engine/openai/client.py", "data = json.loads(raw.http_response.content)"): "HTTP response body",
     ("engine/cache.py", "return json.loads(v)"): "the response cache's own SQLite file",
     ("engine/cache.py", "return None if row is None else json.loads(row[0])"): "the response cache's own SQLite file",
     ("engine/models.py", "known = json.loads(idx.read_text())"): "model index file",

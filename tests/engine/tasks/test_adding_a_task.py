@@ -63,7 +63,7 @@ def test_the_module_registers_one_task(prefers: type) -> None:
 
 
 def test_the_suite_runs_end_to_end_on_a_local_model(prefers: type, tmp_path: Path, db_path: Path) -> None:
-    from llmscope.engine.hf_backend import HFBackend
+    from llmscope.engine.hf import HFBackend
 
     suite = load_suite(write_suite(tmp_path))
     assert [it.text for it in suite.items()] == ["mat | theorem", "four | purple", "door | of"]

@@ -52,7 +52,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Any]:
 
 
 def test_min_k_matches_direct_model_logprobs(tiny):
-    from llmscope.engine.hf_backend import HFBackend
+    from llmscope.engine.hf import HFBackend
 
     model, tok, spec = tiny
     text = "the cat can swim like a fish in the river water"

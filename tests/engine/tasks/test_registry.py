@@ -238,7 +238,7 @@ def test_choice_needs_loglik_or_labels() -> None:
 
 
 def test_probe_needs() -> None:
-    # what the API backend probes for each task (engine/openai_backend.py `probe`)
+    # what the API backend probes for each task (engine/openai/probe.py `probe`)
     want = {"yesno": "next_token", "rating": "next_token", "choice": "options", "minpairs": "loglik",
             "constrained": "generate", "generation": "generate", "syntaxgym": "loglik", "contamination": "loglik"}
     assert {t: get_task(t)({}).probe_need() for t in want} == want

@@ -11,7 +11,7 @@ transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
 from llmscope.engine.answers import match_answer  # noqa: E402
-from llmscope.engine.hf_backend import HFBackend  # noqa: E402
+from llmscope.engine.hf import HFBackend  # noqa: E402
 from llmscope.engine.models import ModelSpec  # noqa: E402
 from llmscope.engine.tasks.choice import ChoiceTask  # noqa: E402
 from llmscope.engine.tasks.constrained import ConstrainedTask  # noqa: E402
