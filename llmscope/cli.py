@@ -689,6 +689,9 @@ def build_parser(settings: Any = None) -> argparse.ArgumentParser:
     from llmscope.toolkit2 import add_parsers as add_toolkit2_parsers
 
     add_toolkit2_parsers(sub, db_arg)  # surprisal, rerun
+    from llmscope.study_cli import add_parsers as add_study_parsers
+
+    add_study_parsers(sub, db_arg)  # study run, study status
     return p
 
 
