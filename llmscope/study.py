@@ -329,6 +329,7 @@ def load_study(path: str | Path) -> Study:
         spath = s.get("suite_path")
         if spath is not None and not isinstance(spath, str):
             raise w.error("must be a path", ("suites", i, "suite_path"))
+        src["suite"] = _located(w, ("suites", i))
         label = str(s.get("label") or s["suite"])
         suites.append((SuiteEntry(label, sname, _relative(base, spath) if spath else None, opts), src))
 
@@ -348,6 +349,7 @@ def load_study(path: str | Path) -> Study:
         if bad:
             raise w.error(f"unknown key; allowed: {', '.join(MODEL_KEYS)}", ("models", i, str(bad[0])))
         opts = _run_options({k: v for k, v in m.items() if k in RUN_KEYS}, w, ("models", i), RUN_KEYS, src)
+        src["model"] = _located(w, ("models", i))
         label = str(m.get("label") or m.get("model") or "default")
         models.append((ModelEntry(label, _model_arg(base, m.get("model")), opts), src))
 
@@ -394,7 +396,7 @@ def load_study(path: str | Path) -> Study:
             for k in opts:
                 if k in _NOT_A_FACTOR:
                     raise w.error(f"{k} does not change what a run measures, so every level would be the same "
-                                  "run; set it under `options` instead", (*at, lab, k))
+                                  "run; set it under `options` instead", at if isinstance(spec, list) else (*at, lab, k))
         labels = [lab for lab, _ in levels]
         dup = next((x for i, x in enumerate(labels) if x in labels[:i]), None)
         if dup is not None:
@@ -459,6 +461,7 @@ def check_cells(study: Study, w: _Where | None = None) -> None:
     """Check every cell as `llmscope run` would before loading a model: the backend options and
     each suite's task options and design. Errors name the file, line and field that set the value."""
     from llmscope.data.suites import SuiteError, load_suite
+    from llmscope.engine.models import ModelSpecError
     from llmscope.engine.tasks.options import TaskOptionError, validate_task_options
 
     loaded: dict[tuple[str, str | None], Any] = {}
@@ -467,14 +470,20 @@ def check_cells(study: Study, w: _Where | None = None) -> None:
         try:
             c.config().resolve()
         except ConfigError as e:
-            raise _cell_error(study, c, str(e), _flag_field(str(e))) from None
+            flag = _flag_field(str(e))
+            if flag in c.sources:
+                raise _cell_error(study, c, str(e), flag) from None
+            raise _cell_error(study, c, str(e), "model", at=f"models[{study.models.index(c.model)}]") from None
+        except ModelSpecError as e:
+            raise _cell_error(study, c, str(e), "model", at=f"models[{study.models.index(c.model)}]") from None
         sk = (c.suite.suite, c.suite.suite_path)
         if sk not in loaded:
             try:
                 loaded[sk] = load_suite(*sk)
                 loaded[sk].items()
             except SuiteError as e:
-                raise _cell_error(study, c, f"suite {c.suite.label!r}: {e}", None, at="suites") from None
+                raise _cell_error(study, c, f"suite {c.suite.label!r}: {e}", "suite",
+                                  at=f"suites[{study.suites.index(c.suite)}]") from None
         suite = loaded[sk]
         opts = c.task_options()
         if c.options.get("chat") is not None:
@@ -510,7 +519,7 @@ def _cell_error(study: Study, c: Cell, msg: str, option: str | None, at: str | N
     if where and ":" in where:
         path_s, _, line_s = where.rpartition(":")
         path, line = Path(path_s), int(line_s) if line_s.isdigit() else None
-    fieldname = option or at
+    fieldname = at or option
     return StudyError(f"cell [{c.key}]: {msg}", path, line, fieldname)
 
 
