@@ -35,7 +35,9 @@ STUDY_KEYS = ("name", "db", "suites", "models", "options", "grid", "plan", "desc
 # Run options a study may set (top-level `options`, a model or suite entry, a grid level):
 # every BackendConfig field that `llmscope run`'s flags fill, plus these.
 _CONFIG_FIELDS: dict[str, str] = {
-    f.name: str(f.type) for f in dataclasses.fields(BackendConfig) if f.name not in ("model", "kind", "extra")
+    f.name: str(f.type)
+    for f in dataclasses.fields(BackendConfig)
+    if f.name not in ("model", "kind", "extra")
 }
 _EXTRA_KEYS: dict[str, str] = {"limit": "int | None", "opt": "dict", "cache": "bool"}
 RUN_KEYS: tuple[str, ...] = (*_CONFIG_FIELDS, *_EXTRA_KEYS)
@@ -49,8 +51,13 @@ SUITE_KEYS = ("suite", "suite_path", "label", *RUN_KEYS)
 class StudyError(Exception):
     """A bad study file: one line naming the file, line and field."""
 
-    def __init__(self, message: str, path: str | Path | None = None, line: int | None = None,
-                 fieldname: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        path: str | Path | None = None,
+        line: int | None = None,
+        fieldname: str | None = None,
+    ) -> None:
         where = str(path) if path is not None else ""
         if path is not None and line is not None:
             where += f":{line}"
@@ -148,7 +155,9 @@ class _Where:
                     return self.lines[at[:n]]
             return None
         for key in reversed([a for a in at if isinstance(a, str)]):  # TOML: the key's first line
-            pat = re.compile(rf"^\s*(\[+\s*)?(\"{re.escape(key)}\"|{re.escape(key)})\s*(=|\]|\.)", re.M)
+            pat = re.compile(
+                rf"^\s*(\[+\s*)?(\"{re.escape(key)}\"|{re.escape(key)})\s*(=|\]|\.)", re.M
+            )
             m = pat.search(self.text) or re.search(rf"\b{re.escape(key)}\s*=", self.text)
             if m:
                 return self.text.count("\n", 0, m.start()) + 1
@@ -179,7 +188,9 @@ def _yaml_lines(node: Any, at: tuple[Any, ...], out: dict[tuple[Any, ...], int])
 
 def _read(path: Path) -> tuple[dict[str, Any], _Where]:
     from llmscope.data.safety import MAX_SPEC_BYTES, UnsafeInput, depth_exceeds, read_regular
-    from llmscope.data.suites import _SpecLoader  # the suite specs' loader: YAML 1.2 booleans, no aliases
+
+    # the suite specs' loader: YAML 1.2 booleans, no aliases
+    from llmscope.data.suites import _SpecLoader
 
     try:
         text = read_regular(path, MAX_SPEC_BYTES).decode("utf-8")
@@ -190,6 +201,7 @@ def _read(path: Path) -> tuple[dict[str, Any], _Where]:
     except OSError as e:
         raise StudyError(f"cannot read: {e.strerror or e}", path) from e
     lines: dict[tuple[Any, ...], int] | None = None
+    data: Any = None
     try:
         if path.suffix == ".toml":
             data = tomllib.loads(text)
@@ -208,10 +220,15 @@ def _read(path: Path) -> tuple[dict[str, Any], _Where]:
         raise StudyError(f"invalid TOML: {e}", path, getattr(e, "lineno", None)) from e
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        raise StudyError(f"invalid YAML: {getattr(e, 'problem', None) or e}", path,
-                         mark.line + 1 if mark else None) from e
+        raise StudyError(
+            f"invalid YAML: {getattr(e, 'problem', None) or e}",
+            path,
+            mark.line + 1 if mark else None,
+        ) from e
     if not isinstance(data, dict):
-        raise StudyError("a study file is a mapping of keys (name, suites, models, options, grid, plan)", path)
+        raise StudyError(
+            "a study file is a mapping of keys (name, suites, models, options, grid, plan)", path
+        )
     if depth_exceeds(data, 16):
         raise StudyError("nested too deeply (the limit is 16 levels)", path)
     return data, _Where(path, text, lines)
@@ -231,8 +248,9 @@ def _type_ok(typ: str, v: Any) -> bool:
     return any(checks.get(t, False) for t in allowed)
 
 
-def _run_options(raw: Any, w: _Where, at: tuple[Any, ...], allowed: tuple[str, ...],
-                 sources: dict[str, str]) -> dict[str, Any]:
+def _run_options(
+    raw: Any, w: _Where, at: tuple[Any, ...], allowed: tuple[str, ...], sources: dict[str, str]
+) -> dict[str, Any]:
     """Check a mapping of run options (types, known keys); note where each was set."""
     if not isinstance(raw, dict):
         raise w.error("must be a mapping of run options", at)
@@ -243,7 +261,9 @@ def _run_options(raw: Any, w: _Where, at: tuple[Any, ...], allowed: tuple[str, .
             raise w.error(f"unknown key; allowed: {', '.join(allowed)}", (*at, k))
         typ = _CONFIG_FIELDS.get(k) or _EXTRA_KEYS.get(k)
         if typ is not None and not _type_ok(typ, v):
-            raise w.error(f"must be {typ.replace('dict', 'a mapping of task options')}, got {v!r}", (*at, k))
+            raise w.error(
+                f"must be {typ.replace('dict', 'a mapping of task options')}, got {v!r}", (*at, k)
+            )
         if k == "limit" and v is not None and v < 1:
             raise w.error(f"must be 1 or more, got {v}", (*at, k))
         if k == "opt":
@@ -251,7 +271,8 @@ def _run_options(raw: Any, w: _Where, at: tuple[Any, ...], allowed: tuple[str, .
                 raise w.error(
                     "prompt templates belong to the suite: list one suite spec per template set under "
                     "`suites`, or vary system_prompt, chat or a task option (e.g. label_template)",
-                    (*at, k, "templates"))
+                    (*at, k, "templates"),
+                )
             for ok in v:
                 sources[f"opt.{ok}"] = _located(w, (*at, k, str(ok)))
         else:
@@ -287,7 +308,7 @@ def _model_arg(base: Path, model: str | None) -> str | None:
     assert model is not None
     for prefix in ("hf:", "gguf:"):
         if model.startswith(prefix):
-            return prefix + _relative(base, model[len(prefix):])
+            return prefix + _relative(base, model[len(prefix) :])
     if model.endswith(".gguf"):
         return _relative(base, model)
     return model
@@ -323,32 +344,48 @@ def load_study(path: str | Path) -> Study:
             raise w.error("a suite is a name or path, or a mapping with `suite:`", ("suites", i))
         bad = [k for k in s if k not in SUITE_KEYS]
         if bad:
-            raise w.error(f"unknown key; allowed: {', '.join(SUITE_KEYS)}", ("suites", i, str(bad[0])))
-        opts = _run_options({k: v for k, v in s.items() if k in RUN_KEYS}, w, ("suites", i), RUN_KEYS, src)
+            raise w.error(
+                f"unknown key; allowed: {', '.join(SUITE_KEYS)}", ("suites", i, str(bad[0]))
+            )
+        opts = _run_options(
+            {k: v for k, v in s.items() if k in RUN_KEYS}, w, ("suites", i), RUN_KEYS, src
+        )
         sname = _suite_arg(base, s["suite"])
         spath = s.get("suite_path")
         if spath is not None and not isinstance(spath, str):
             raise w.error("must be a path", ("suites", i, "suite_path"))
         src["suite"] = _located(w, ("suites", i))
         label = str(s.get("label") or s["suite"])
-        suites.append((SuiteEntry(label, sname, _relative(base, spath) if spath else None, opts), src))
+        suites.append(
+            (SuiteEntry(label, sname, _relative(base, spath) if spath else None, opts), src)
+        )
 
     models: list[tuple[ModelEntry, dict[str, str]]] = []
     raw_models = data.get("models", ["default"])
     if not isinstance(raw_models, list) or not raw_models:
-        raise w.error("must be a list of models (default, hf:..., gguf:..., openai:NAME with base_url)",
-                      ("models",))
+        raise w.error(
+            "must be a list of models (default, hf:..., gguf:..., openai:NAME with base_url)",
+            ("models",),
+        )
     for i, m in enumerate(raw_models):
         src = {}
         if isinstance(m, str) or m is None:
             m = {"model": m}
-        if not isinstance(m, dict) or not (m.get("model") is None or isinstance(m.get("model"), str)):
-            raise w.error("a model is a --model argument, or a mapping with `model:` (and base_url, ...)",
-                          ("models", i))
+        if not isinstance(m, dict) or not (
+            m.get("model") is None or isinstance(m.get("model"), str)
+        ):
+            raise w.error(
+                "a model is a --model argument, or a mapping with `model:` (and base_url, ...)",
+                ("models", i),
+            )
         bad = [k for k in m if k not in MODEL_KEYS]
         if bad:
-            raise w.error(f"unknown key; allowed: {', '.join(MODEL_KEYS)}", ("models", i, str(bad[0])))
-        opts = _run_options({k: v for k, v in m.items() if k in RUN_KEYS}, w, ("models", i), RUN_KEYS, src)
+            raise w.error(
+                f"unknown key; allowed: {', '.join(MODEL_KEYS)}", ("models", i, str(bad[0]))
+            )
+        opts = _run_options(
+            {k: v for k, v in m.items() if k in RUN_KEYS}, w, ("models", i), RUN_KEYS, src
+        )
         src["model"] = _located(w, ("models", i))
         label = str(m.get("label") or m.get("model") or "default")
         models.append((ModelEntry(label, _model_arg(base, m.get("model")), opts), src))
@@ -357,13 +394,18 @@ def load_study(path: str | Path) -> Study:
         labels = [e.label for e in entries]
         dup = next((x for i, x in enumerate(labels) if x in labels[:i]), None)
         if dup is not None:
-            raise w.error(f"{dup!r} is listed twice; give one of them another `label:`",
-                          (kind, labels.index(dup, labels.index(dup) + 1)))
+            raise w.error(
+                f"{dup!r} is listed twice; give one of them another `label:`",
+                (kind, labels.index(dup, labels.index(dup) + 1)),
+            )
 
     factors: list[tuple[Factor, list[dict[str, str]]]] = []
     grid = data.get("grid") or {}
     if not isinstance(grid, dict):
-        raise w.error("must be a mapping: factor -> list of values, or factor -> {level: {options}}", ("grid",))
+        raise w.error(
+            "must be a mapping: factor -> list of values, or factor -> {level: {options}}",
+            ("grid",),
+        )
     for fname, spec in grid.items():
         fname = str(fname)
         at: tuple[Any, ...] = ("grid", fname)
@@ -371,32 +413,55 @@ def load_study(path: str | Path) -> Study:
         level_src: list[dict[str, str]] = []
         if isinstance(spec, list):  # one option over values: `seed: [0, 1]`
             if fname in ("opt", "model", "suite"):
-                raise w.error("name the option itself (a task option or a run option), with its values", at)
+                raise w.error(
+                    "name the option itself (a task option or a run option), with its values", at
+                )
             if not spec:
                 raise w.error("a factor needs at least one value", at)
             for j, v in enumerate(spec):
                 src = {}
                 raw = {fname: v} if fname in RUN_KEYS else {"opt": {fname: v}}
-                lw = _Where(w.path, w.text, None if w.lines is None else
-                            {**w.lines, (*at, j, fname): w.line((*at, j)) or 0,
-                             (*at, j, "opt", fname): w.line((*at, j)) or 0})
+                lw = _Where(
+                    w.path,
+                    w.text,
+                    None
+                    if w.lines is None
+                    else {
+                        **w.lines,
+                        (*at, j, fname): w.line((*at, j)) or 0,
+                        (*at, j, "opt", fname): w.line((*at, j)) or 0,
+                    },
+                )
                 levels.append((_level_label(v), _run_options(raw, lw, (*at, j), RUN_KEYS, src)))
                 level_src.append(src)
-        elif isinstance(spec, dict):  # named levels: `prompt: {plain: {}, expert: {system_prompt: ...}}`
+        elif isinstance(
+            spec, dict
+        ):  # named levels: `prompt: {plain: {}, expert: {system_prompt: ...}}`
             if not spec:
                 raise w.error("a factor needs at least one level", at)
             for lab, opts in spec.items():
                 src = {}
-                levels.append((str(lab), _run_options(opts if opts is not None else {}, w, (*at, str(lab)),
-                                                      RUN_KEYS, src)))
+                levels.append(
+                    (
+                        str(lab),
+                        _run_options(
+                            opts if opts is not None else {}, w, (*at, str(lab)), RUN_KEYS, src
+                        ),
+                    )
+                )
                 level_src.append(src)
         else:
-            raise w.error("a factor is a list of values or a mapping of level names to run options", at)
-        for (lab, opts), src in zip(levels, level_src, strict=True):
+            raise w.error(
+                "a factor is a list of values or a mapping of level names to run options", at
+            )
+        for lab, opts in levels:
             for k in opts:
                 if k in _NOT_A_FACTOR:
-                    raise w.error(f"{k} does not change what a run measures, so every level would be the same "
-                                  "run; set it under `options` instead", at if isinstance(spec, list) else (*at, lab, k))
+                    raise w.error(
+                        f"{k} does not change what a run measures, so every level would be the same "
+                        "run; set it under `options` instead",
+                        at if isinstance(spec, list) else (*at, lab, k),
+                    )
         labels = [lab for lab, _ in levels]
         dup = next((x for i, x in enumerate(labels) if x in labels[:i]), None)
         if dup is not None:
@@ -422,13 +487,21 @@ def load_study(path: str | Path) -> Study:
     for m, msrc in models:
         for s, ssrc in suites:
             for combo in level_combos:
-                chosen = [(f, f.levels[j], fsrc[j]) for (f, fsrc), j in zip(factors, combo, strict=True)]
+                chosen = [
+                    (f, f.levels[j], fsrc[j]) for (f, fsrc), j in zip(factors, combo, strict=True)
+                ]
                 seen: dict[str, str] = {}
                 for f, (_, opts), _src in chosen:  # two factors setting one option: ambiguous
-                    for k in [*(k for k in opts if k != "opt"), *(f"opt.{o}" for o in opts.get("opt", {}))]:
+                    for k in [
+                        *(k for k in opts if k != "opt"),
+                        *(f"opt.{o}" for o in opts.get("opt", {})),
+                    ]:
                         if k in seen and seen[k] != f.name:
-                            raise w.error(f"factors {seen[k]!r} and {f.name!r} both set {k}; one option, one "
-                                          "factor", ("grid", f.name))
+                            raise w.error(
+                                f"factors {seen[k]!r} and {f.name!r} both set {k}; one option, one "
+                                "factor",
+                                ("grid", f.name),
+                            )
                         seen[k] = f.name
                 merged = _merge(common, s.options, m.options, *[lv[1] for _, lv, _ in chosen])
                 src = {**sources, **ssrc, **msrc}
@@ -438,9 +511,18 @@ def load_study(path: str | Path) -> Study:
                 key = " | ".join([s.label, m.label, *(f"{k}={v}" for k, v in levels_map.items())])
                 cells.append(Cell(key, pos, s, m, levels_map, merged, src))
                 pos += 1
-    study = Study(name.strip(), p, db, [s for s, _ in suites], [m for m, _ in models], [f for f, _ in factors],
-                  cells, plan, desc if isinstance(desc, str) else None,
-                  hashlib.sha256(w.text.encode()).hexdigest()[:16])
+    study = Study(
+        name.strip(),
+        p,
+        db,
+        [s for s, _ in suites],
+        [m for m, _ in models],
+        [f for f, _ in factors],
+        cells,
+        plan,
+        desc if isinstance(desc, str) else None,
+        hashlib.sha256(w.text.encode()).hexdigest()[:16],
+    )
     check_cells(study, w)
     return study
 
@@ -473,17 +555,26 @@ def check_cells(study: Study, w: _Where | None = None) -> None:
             flag = _flag_field(str(e))
             if flag in c.sources:
                 raise _cell_error(study, c, str(e), flag) from None
-            raise _cell_error(study, c, str(e), "model", at=f"models[{study.models.index(c.model)}]") from None
+            raise _cell_error(
+                study, c, str(e), "model", at=f"models[{study.models.index(c.model)}]"
+            ) from None
         except ModelSpecError as e:
-            raise _cell_error(study, c, str(e), "model", at=f"models[{study.models.index(c.model)}]") from None
+            raise _cell_error(
+                study, c, str(e), "model", at=f"models[{study.models.index(c.model)}]"
+            ) from None
         sk = (c.suite.suite, c.suite.suite_path)
         if sk not in loaded:
             try:
                 loaded[sk] = load_suite(*sk)
                 loaded[sk].items()
             except SuiteError as e:
-                raise _cell_error(study, c, f"suite {c.suite.label!r}: {e}", "suite",
-                                  at=f"suites[{study.suites.index(c.suite)}]") from None
+                raise _cell_error(
+                    study,
+                    c,
+                    f"suite {c.suite.label!r}: {e}",
+                    "suite",
+                    at=f"suites[{study.suites.index(c.suite)}]",
+                ) from None
         suite = loaded[sk]
         opts = c.task_options()
         if c.options.get("chat") is not None:
@@ -513,7 +604,9 @@ def _flag_field(msg: str) -> str | None:
     return m.group(1).replace("-", "_") if m else None
 
 
-def _cell_error(study: Study, c: Cell, msg: str, option: str | None, at: str | None = None) -> StudyError:
+def _cell_error(
+    study: Study, c: Cell, msg: str, option: str | None, at: str | None = None
+) -> StudyError:
     where = c.sources.get(option or "") if option else None
     path, line = study.path, None
     if where and ":" in where:
@@ -556,22 +649,45 @@ def record_study(store: Any, study: Study) -> None:
     """Record the study and its cells (cells already recorded keep their run and state)."""
     ensure_tables(store)
     store.execute("DELETE FROM studies WHERE name = ?", [study.name])
-    store.execute("INSERT INTO studies VALUES (?, ?, ?, ?, ?)",
-                  [study.name, str(study.path), study.spec_hash, json.dumps(study.record()), _now()])
-    have = {str(r[0]) for r in store.execute("SELECT cell FROM study_cells WHERE study = ?",
-                                             [study.name]).fetchall()}
+    store.execute(
+        "INSERT INTO studies VALUES (?, ?, ?, ?, ?)",
+        [study.name, str(study.path), study.spec_hash, json.dumps(study.record()), _now()],
+    )
+    have = {
+        str(r[0])
+        for r in store.execute(
+            "SELECT cell FROM study_cells WHERE study = ?", [study.name]
+        ).fetchall()
+    }
     for c in study.cells:
         if c.key in have:
-            store.execute("UPDATE study_cells SET position = ? WHERE study = ? AND cell = ?",
-                          [c.position, study.name, c.key])
+            store.execute(
+                "UPDATE study_cells SET position = ? WHERE study = ? AND cell = ?",
+                [c.position, study.name, c.key],
+            )
         else:
-            store.execute("INSERT INTO study_cells VALUES (?, ?, ?, ?, ?, ?, NULL, 'not_started', NULL, ?)",
-                          [study.name, c.key, c.position, c.suite.label, c.model.label, json.dumps(c.levels),
-                           _now()])
+            store.execute(
+                "INSERT INTO study_cells VALUES (?, ?, ?, ?, ?, ?, NULL, 'not_started', NULL, ?)",
+                [
+                    study.name,
+                    c.key,
+                    c.position,
+                    c.suite.label,
+                    c.model.label,
+                    json.dumps(c.levels),
+                    _now(),
+                ],
+            )
 
 
-def record_cell(store: Any, study: str, cell: str, state: str, run_id: str | None = None,
-                error: str | None = None) -> None:
+def record_cell(
+    store: Any,
+    study: str,
+    cell: str,
+    state: str,
+    run_id: str | None = None,
+    error: str | None = None,
+) -> None:
     """A cell's latest outcome; a run id, once known, is kept when a later attempt fails early."""
     store.execute(
         "UPDATE study_cells SET state = ?, error = ?, run_id = coalesce(?, run_id), updated_at = ? "
@@ -624,7 +740,10 @@ class CellRow:
 def study_names(store: Any) -> list[str]:
     if not _has_tables(store):
         return []
-    return [str(r[0]) for r in store.execute("SELECT DISTINCT name FROM studies ORDER BY name").fetchall()]
+    return [
+        str(r[0])
+        for r in store.execute("SELECT DISTINCT name FROM studies ORDER BY name").fetchall()
+    ]
 
 
 def study_record(store: Any, name: str) -> dict[str, Any] | None:
@@ -639,7 +758,9 @@ def study_record(store: Any, name: str) -> dict[str, Any] | None:
     return rec if isinstance(rec, dict) else None
 
 
-def study_cells(store: Any, name: str, cells: list[Cell] | None = None, *, metrics: bool = True) -> list[CellRow]:
+def study_cells(
+    store: Any, name: str, cells: list[Cell] | None = None, *, metrics: bool = True
+) -> list[CellRow]:
     """A study's cells with state, counts and headline metric (from the metrics pipeline, the
     function `llmscope report` uses; its cache beside the file makes a finished cell cheap).
 
@@ -652,7 +773,8 @@ def study_cells(store: Any, name: str, cells: list[Cell] | None = None, *, metri
     if _has_tables(store):
         for r in store.query_df(
             "SELECT cell, position, suite, model, levels, run_id, state, error FROM study_cells "
-            "WHERE study = ? ORDER BY position", [name]
+            "WHERE study = ? ORDER BY position",
+            [name],
         ).to_dict("records"):
             recorded[str(r["cell"])] = r
     # runs tagged with this study in their meta (also when the tables were lost)
@@ -667,9 +789,18 @@ def study_cells(store: Any, name: str, cells: list[Cell] | None = None, *, metri
     if cells is not None:
         shape = [(c.key, c.position, c.suite.label, c.model.label, dict(c.levels)) for c in cells]
     else:
-        shape = [(k, int(r["position"]), str(r["suite"]), str(r["model"]),
-                  decode_json(r["levels"]) if isinstance(r["levels"], str) else dict(r["levels"] or {}))
-                 for k, r in recorded.items()]
+        shape = [
+            (
+                k,
+                int(r["position"]),
+                str(r["suite"]),
+                str(r["model"]),
+                decode_json(r["levels"])
+                if isinstance(r["levels"], str)
+                else dict(r["levels"] or {}),
+            )
+            for k, r in recorded.items()
+        ]
     run_ids = {k: (recorded.get(k) or {}).get("run_id") or tagged.get(k) for k, *_ in shape}
     wanted = sorted({str(r) for r in run_ids.values() if r})
     runs: dict[str, dict[str, Any]] = {}
@@ -704,17 +835,28 @@ def study_cells(store: Any, name: str, cells: list[Cell] | None = None, *, metri
             state = "error"  # the latest attempt failed (the run keeps what it stored)
         elif status == "failed":
             state, err = "error", err or run.get("error")
-        elif total is not None and n_done >= total and status in ("completed", "completed_with_errors"):
+        elif (
+            total is not None
+            and n_done >= total
+            and status in ("completed", "completed_with_errors")
+        ):
             state = "done_with_errors" if n_err else "done"
         else:
             state = "partial"
-        row = CellRow(name, key, pos, suite, model, levels, state, str(rid), n_done, n_err, total, error=err)
+        row = CellRow(
+            name, key, pos, suite, model, levels, state, str(rid), n_done, n_err, total, error=err
+        )
         if metrics and n_done > n_err:
             h = headline(run_metrics(store, run))
             if h is not None:
                 ci = h.ci95
-                row = dataclasses.replace(row, metric=h.name, value=h.value,
-                                          ci95=(ci[0], ci[1]) if ci else None,
-                                          interval_method=h.interval_method if ci else None, n=h.n)
+                row = dataclasses.replace(
+                    row,
+                    metric=h.name,
+                    value=h.value,
+                    ci95=(ci[0], ci[1]) if ci else None,
+                    interval_method=h.interval_method if ci else None,
+                    n=h.n,
+                )
         out.append(row)
     return sorted(out, key=lambda r: r.position)

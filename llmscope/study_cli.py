@@ -17,25 +17,46 @@ from llmscope.cli_common import CLIError, open_store
 
 def add_parsers(sub: Any, db_arg: Callable[[argparse.ArgumentParser], None]) -> None:
     """Register `study run` and `study status` under the main parser's subcommands."""
-    p = sub.add_parser("study", help="run a study file (suites x models x options) and show its grid")
+    p = sub.add_parser(
+        "study", help="run a study file (suites x models x options) and show its grid"
+    )
     ssub = p.add_subparsers(dest="study_command", metavar="STUDY_COMMAND", required=True)
 
-    r = ssub.add_parser("run", help="run every cell of a study file as a normal run (finished cells are reused)")
+    r = ssub.add_parser(
+        "run", help="run every cell of a study file as a normal run (finished cells are reused)"
+    )
     r.add_argument("file", help="study file (YAML or TOML), see docs/studies.md")
-    r.add_argument("--db", dest="study_db", default=None,
-                   help="DuckDB file (default: the study's `db`, else the usual default)")
-    r.add_argument("--jobs", type=int, default=4, help="API cells run at once (default 4; local models: one)")
-    r.add_argument("--dry-run", action="store_true", help="list the cells and what each would do; run nothing")
-    r.add_argument("--trust-study", action="store_true",
-                   help="send requests (and $OPENAI_API_KEY) to base URLs the study file names even when none "
-                        "of your flags, environment or config names them")
+    r.add_argument(
+        "--db",
+        dest="study_db",
+        default=None,
+        help="DuckDB file (default: the study's `db`, else the usual default)",
+    )
+    r.add_argument(
+        "--jobs", type=int, default=4, help="API cells run at once (default 4; local models: one)"
+    )
+    r.add_argument(
+        "--dry-run", action="store_true", help="list the cells and what each would do; run nothing"
+    )
+    r.add_argument(
+        "--trust-study",
+        action="store_true",
+        help="send requests (and $OPENAI_API_KEY) to base URLs the study file names even when none "
+        "of your flags, environment or config names them",
+    )
     r.add_argument("--quiet", action="store_true", help="only warnings, errors and the final grid")
     r.set_defaults(func=cmd_study_run)
 
-    s = ssub.add_parser("status", help="the study's grid: each cell's state, counts and headline metric")
+    s = ssub.add_parser(
+        "status", help="the study's grid: each cell's state, counts and headline metric"
+    )
     s.add_argument("study", help="study file, or the name of a study recorded in the database")
-    s.add_argument("--db", dest="study_db", default=None,
-                   help="DuckDB file (default: the study's `db`, else the usual default)")
+    s.add_argument(
+        "--db",
+        dest="study_db",
+        default=None,
+        help="DuckDB file (default: the study's `db`, else the usual default)",
+    )
     s.add_argument("--json", action="store_true", help="print the cells as JSON")
     s.set_defaults(func=cmd_study_status)
 
@@ -62,13 +83,13 @@ def _db_for(args: argparse.Namespace, study: Any | None) -> str:
 def _check_endpoints(study: Any, args: argparse.Namespace, say: Callable[[str, str], None]) -> None:
     """Before any request: a base URL written in a study file (someone else's file, perhaps)
     is used only when you name it yourself too, or pass --trust-study; every endpoint is printed."""
-    from llmscope.cli_common import _remember_endpoints, _used_endpoints
+    from llmscope.cli_common import remember_endpoints, used_endpoints
     from llmscope.engine.openai_backend import OPENAI_URL, _public_url, expand_base_urls
 
     settings = getattr(args, "_settings", None)
     user_url = settings.values.get("base_url") if settings is not None else None
     env = os.environ.get("OPENAI_BASE_URL")
-    trusted = set(expand_base_urls(env)) | set(expand_base_urls(user_url)) | _used_endpoints()
+    trusted = set(expand_base_urls(env)) | set(expand_base_urls(user_url)) | used_endpoints()
     chosen: list[str] = []
     for m in study.models:
         if not m.is_api:
@@ -82,12 +103,14 @@ def _check_endpoints(study: Any, args: argparse.Namespace, say: Callable[[str, s
         untrusted = [u for u in urls if u not in trusted]
         if untrusted and not args.trust_study:
             shown = ", ".join(_public_url(u) for u in untrusted)
-            raise CLIError(f"{study.path} sends requests (and $OPENAI_API_KEY) for model {m.label!r} to {shown}, "
-                           "which none of your flags, environment or config names; pass --trust-study to use it")
+            raise CLIError(
+                f"{study.path} sends requests (and $OPENAI_API_KEY) for model {m.label!r} to {shown}, "
+                "which none of your flags, environment or config names; pass --trust-study to use it"
+            )
         for u in urls:
             say("info", f"endpoint {_public_url(u)} for {m.label} (from study {study.path})")
         chosen += urls
-    _remember_endpoints(chosen)
+    remember_endpoints(chosen)
 
 
 class _Stop:
@@ -137,6 +160,7 @@ def cmd_study_run(args: argparse.Namespace) -> int:
     stop = _Stop()
     outcomes: list[Any] = []
     try:
+
         async def main() -> list[Any]:
             task = asyncio.current_task()
             assert task is not None
@@ -154,8 +178,11 @@ def cmd_study_run(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if stop.received is not None:
-        print(f"\ninterrupted: every cell scored so far is stored in {db}. Run the same command again to "
-              "resume the rest.", file=sys.stderr)
+        print(
+            f"\ninterrupted: every cell scored so far is stored in {db}. Run the same command again to "
+            "resume the rest.",
+            file=sys.stderr,
+        )
         return 128 + int(stop.received)
     _print_status(study.name, db, study.cells)
     failed = [o for o in outcomes if o.state == "error"]
@@ -169,15 +196,23 @@ def _dry_run(study: Any, db: str) -> int:
     store = open_store(db, read_only=True) if Path(db).exists() else None
     try:
         for c in study.cells:
-            req = RunRequest(suite_name=c.suite.suite, suite_path=c.suite.suite_path, config=c.config(),
-                             task_options=c.task_options(), limit=c.options.get("limit"))
+            req = RunRequest(
+                suite_name=c.suite.suite,
+                suite_path=c.suite.suite_path,
+                config=c.config(),
+                task_options=c.task_options(),
+                limit=c.options.get("limit"),
+            )
             if store is None:
                 what = "new run"
             else:
                 try:
                     prep = prepare_run(store, req)
-                    what = (f"resume run {prep.existing['run_id']} ({prep.n_have}/{prep.n_asked} stored)"
-                            if prep.existing is not None else "new run")
+                    what = (
+                        f"resume run {prep.existing['run_id']} ({prep.n_have}/{prep.n_asked} stored)"
+                        if prep.existing is not None
+                        else "new run"
+                    )
                 except RunComplete as e:
                     what = f"reuse run {e.run_id} (complete)"
                 except Exception as e:
@@ -199,19 +234,27 @@ def cmd_study_status(args: argparse.Namespace) -> int:
     db = _db_for(args, study)
     name = study.name if study is not None else target
     if study is None and not Path(db).exists():
-        raise CLIError(f"no study file {target!r}, and no database at {db} to look the name up in (pass --db)")
+        raise CLIError(
+            f"no study file {target!r}, and no database at {db} to look the name up in (pass --db)"
+        )
     if study is not None and not Path(db).exists():
         from llmscope.study import CellRow
 
-        rows = [CellRow(name, c.key, c.position, c.suite.label, c.model.label, dict(c.levels), "not_started")
-                for c in study.cells]
+        rows = [
+            CellRow(
+                name, c.key, c.position, c.suite.label, c.model.label, dict(c.levels), "not_started"
+            )
+            for c in study.cells
+        ]
         return _emit(args, name, db, rows)
     store = open_store(db, read_only=True)
     try:
         if study is None and study_record(store, name) is None:
             known = study_names(store)
-            raise CLIError(f"no study {name!r} in {db}; recorded studies: {', '.join(known) or '(none)'}"
-                           " (or give the study file)")
+            raise CLIError(
+                f"no study {name!r} in {db}; recorded studies: {', '.join(known) or '(none)'}"
+                " (or give the study file)"
+            )
         rows = _cells(store, name, study.cells if study is not None else None)
     finally:
         store.close()
@@ -235,7 +278,13 @@ def _print_status(name: str, db: str, cells: Any) -> None:
 
 def _emit(args: argparse.Namespace, name: str, db: str, rows: list[Any]) -> int:
     if args.json:
-        print(json.dumps({"study": name, "db": db, "cells": [r.to_dict() for r in rows]}, indent=1, default=str))
+        print(
+            json.dumps(
+                {"study": name, "db": db, "cells": [r.to_dict() for r in rows]},
+                indent=1,
+                default=str,
+            )
+        )
     else:
         print(format_grid(name, db, rows))
     return 0
@@ -261,20 +310,35 @@ def format_grid(name: str, db: str, rows: list[Any]) -> str:
     suites = list(dict.fromkeys(r.suite for r in rows))
     lines_keys = list(dict.fromkeys((r.model, tuple(sorted(r.levels.items()))) for r in rows))
     by = {(r.model, tuple(sorted(r.levels.items())), r.suite): r for r in rows}
-    header = ["model" + ("".join(f" {k}" for k, _ in lines_keys[0][1]) if lines_keys and lines_keys[0][1] else ""),
-              *suites]
+    header = [
+        "model"
+        + (
+            "".join(f" {k}" for k, _ in lines_keys[0][1]) if lines_keys and lines_keys[0][1] else ""
+        ),
+        *suites,
+    ]
     table = [header]
     for model, levels in lines_keys:
         label = model + "".join(f" {k}={v}" for k, v in levels)
-        table.append([label, *(_cell_text(by[(model, levels, s)]) if (model, levels, s) in by else "-"
-                               for s in suites)])
+        table.append(
+            [
+                label,
+                *(
+                    _cell_text(by[(model, levels, s)]) if (model, levels, s) in by else "-"
+                    for s in suites
+                ),
+            ]
+        )
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     counts: dict[str, int] = {}
     for r in rows:
         counts[r.state] = counts.get(r.state, 0) + 1
     summary = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in counts.items())
     out = [f"study {name} ({db}): {len(rows)} cells: {summary}"]
-    out += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
+    out += [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in table
+    ]
     errs = [r for r in rows if r.state == "error" and r.error]
     if errs:
         out.append("errors:")

@@ -40,7 +40,10 @@ class CellReporter:
         self._last = time.monotonic()
 
     def on_start(self, run: dict[str, Any], progress: Any) -> None:
-        self.say("info", f"[{self.cell.key}] run {run.get('run_id')}: {progress.done}/{progress.total} stored")
+        self.say(
+            "info",
+            f"[{self.cell.key}] run {run.get('run_id')}: {progress.done}/{progress.total} stored",
+        )
 
     def on_results(self, results: list[Any], progress: Any) -> None:
         pass
@@ -55,8 +58,11 @@ class CellReporter:
         self.say(level, f"[{self.cell.key}] {text}")
 
     def on_end(self, progress: Any) -> None:
-        self.say("info", f"[{self.cell.key}] {progress.status}: {progress.done}/{progress.total}"
-                 + (f", {progress.errors} errors" if progress.errors else ""))
+        self.say(
+            "info",
+            f"[{self.cell.key}] {progress.status}: {progress.done}/{progress.total}"
+            + (f", {progress.errors} errors" if progress.errors else ""),
+        )
 
 
 def _plan_for(study: Study) -> tuple[dict[str, Any], str, str] | None:
@@ -69,8 +75,18 @@ def _plan_for(study: Study) -> tuple[dict[str, Any], str, str] | None:
 
 def _model_key(prep: Any) -> str:
     cfg = prep.config
-    return repr((cfg.model, cfg.device, cfg.dtype, cfg.revision, cfg.adapter, cfg.load_in_8bit, cfg.load_in_4bit,
-                 cfg.trust_remote_code))
+    return repr(
+        (
+            cfg.model,
+            cfg.device,
+            cfg.dtype,
+            cfg.revision,
+            cfg.adapter,
+            cfg.load_in_8bit,
+            cfg.load_in_4bit,
+            cfg.trust_remote_code,
+        )
+    )
 
 
 _STATES = {"completed": "done", "completed_with_errors": "done_with_errors"}
@@ -106,17 +122,29 @@ async def run_study(
         say("error", f"[{cell.key}] {msg}")
 
     for cell in study.cells:
-        planned = plan if plan is not None and plan[0].get("suite") in (cell.suite.suite, cell.suite.label) else None
-        req = RunRequest(suite_name=cell.suite.suite, suite_path=cell.suite.suite_path, config=cell.config(),
-                         task_options=cell.task_options(), limit=cell.options.get("limit"),
-                         cache=bool(cell.options.get("cache", True)), plan=planned)
+        planned = (
+            plan
+            if plan is not None and plan[0].get("suite") in (cell.suite.suite, cell.suite.label)
+            else None
+        )
+        req = RunRequest(
+            suite_name=cell.suite.suite,
+            suite_path=cell.suite.suite_path,
+            config=cell.config(),
+            task_options=cell.task_options(),
+            limit=cell.options.get("limit"),
+            cache=bool(cell.options.get("cache", True)),
+            plan=planned,
+        )
         try:
             prep = prepare_run(store, req)
         except RunComplete as e:
             tag_run(store, e.run_id, study.name, cell.key)
             state = "done_with_errors" if e.n_errors else "done"
             record_cell(store, study.name, cell.key, state, e.run_id)
-            outcomes[cell.key] = CellOutcome(cell, "reused", e.run_id, f"run {e.run_id} is complete")
+            outcomes[cell.key] = CellOutcome(
+                cell, "reused", e.run_id, f"run {e.run_id} is complete"
+            )
             say("info", f"[{cell.key}] run {e.run_id} is already complete: reused")
             continue
         except RunBusy as e:
@@ -126,8 +154,11 @@ async def run_study(
             fail(cell, f"{type(e).__name__}: {e}" if not _user_error(e) else str(e))
             continue
         if prep.request_key in keys:
-            fail(cell, f"the same run as cell [{keys[prep.request_key]}] (no option of the grid changes what "
-                       "it measures)")
+            fail(
+                cell,
+                f"the same run as cell [{keys[prep.request_key]}] (no option of the grid changes what "
+                "it measures)",
+            )
             continue
         keys[prep.request_key] = cell.key
         if prep.existing is not None:
@@ -141,7 +172,8 @@ async def run_study(
                 check_endpoint(cell, prep.config)
             rep = CellReporter(cell, say, progress_every_s)
             started = await asyncio.to_thread(
-                start_run, store, prep, [rep], db=db, warn=lambda m: rep.on_message("warning", m))
+                start_run, store, prep, [rep], db=db, warn=lambda m: rep.on_message("warning", m)
+            )
             runner = started.runner
             started.plan.meta = {**(started.plan.meta or {}), "studies": {study.name: cell.key}}
             record_cell(store, study.name, cell.key, "running", None, None)
@@ -181,8 +213,15 @@ async def run_study(
                     continue
                 await run_cell(cell, prep)
                 out = outcomes.get(cell.key)
-                if out is not None and out.state == "error" and out.run_id is None and "load" in out.message:
-                    failed[mk] = out.message  # the model did not load: its other cells would not either
+                if (
+                    out is not None
+                    and out.state == "error"
+                    and out.run_id is None
+                    and "load" in out.message
+                ):
+                    failed[mk] = (
+                        out.message
+                    )  # the model did not load: its other cells would not either
 
     gate = asyncio.Semaphore(max(1, jobs))
 

@@ -46,21 +46,48 @@ def suites(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     ("body", "line", "field", "needle"),
     [
         ("name: s\nsuites: [YN]\nmodel: default\n", 3, "model", "unknown study key"),
-        ("name: s\nsuites: [YN]\noptions:\n  limit: 2\n  seeed: 1\n", 5, "options.seeed", "allowed: "),
+        (
+            "name: s\nsuites: [YN]\noptions:\n  limit: 2\n  seeed: 1\n",
+            5,
+            "options.seeed",
+            "allowed: ",
+        ),
         ("name: s\nsuites: [YN]\noptions:\n  seed: one\n", 4, "options.seed", "must be int"),
         ("name: s\nsuites: [YN]\noptions:\n  limit: 0\n", 4, "options.limit", "1 or more"),
-        ("name: s\nsuites: [YN]\nmodels:\n  - default\n  - {model: 'openai:x', base_urll: 'http://h/v1'}\n",
-         5, "models[1].base_urll", "unknown key"),
-        ("name: s\nsuites: [YN, CH]\ngrid:\n  prompt:\n    a: {}\n    b:\n      opt: {top_k: 5}\n",
-         7, "opt.top_k", "unknown option 'top_k' for task 'choice'"),
+        (
+            "name: s\nsuites: [YN]\nmodels:\n  - default\n  - {model: 'openai:x', base_urll: 'http://h/v1'}\n",
+            5,
+            "models[1].base_urll",
+            "unknown key",
+        ),
+        (
+            "name: s\nsuites: [YN, CH]\ngrid:\n  prompt:\n    a: {}\n    b:\n      opt: {top_k: 5}\n",
+            7,
+            "opt.top_k",
+            "unknown option 'top_k' for task 'choice'",
+        ),
         ("name: s\nsuites: [YN]\ngrid:\n  top_k: [5, 'x']\n", 4, "opt.top_k", "must be"),
         ("name: s\nsuites: [YN]\ngrid:\n  limit: [1, 2]\n", 4, "grid.limit", "same run"),
-        ("name: s\nsuites: [YN]\noptions:\n  opt:\n    templates: {a: '{text}'}\n", 5,
-         "options.opt.templates", "belong to the suite"),
-        ("name: s\nsuites: [YN]\noptions:\n  dtype: float8\n", 4, "dtype", "--dtype must be one of"),
+        (
+            "name: s\nsuites: [YN]\noptions:\n  opt:\n    templates: {a: '{text}'}\n",
+            5,
+            "options.opt.templates",
+            "belong to the suite",
+        ),
+        (
+            "name: s\nsuites: [YN]\noptions:\n  dtype: float8\n",
+            4,
+            "dtype",
+            "--dtype must be one of",
+        ),
         ("name: s\nsuites: [YN, YN]\n", 2, "suites[1]", "listed twice"),
         ("suites: [YN]\n", None, "name", "required"),
-        ("name: s\nsuites: [YN]\ngrid:\n  seed: [0, 1]\n  s2:\n    a: {seed: 3}\n", 5, "grid.s2", "both set seed"),
+        (
+            "name: s\nsuites: [YN]\ngrid:\n  seed: [0, 1]\n  s2:\n    a: {seed: 3}\n",
+            5,
+            "grid.s2",
+            "both set seed",
+        ),
         ("name: s\nsuites: [nosuch-suite]\n", 2, "suites[0]", "no built-in suite"),
     ],
 )
@@ -77,7 +104,10 @@ def test_bad_study_files_name_file_line_and_field(tmp_path, suites, body, line, 
 
 def test_toml_study_reads_and_names_the_line(tmp_path, suites):
     yn, _ = suites
-    good = _write(tmp_path / "ok.toml", f'name = "t"\nsuites = ["{yn}"]\n[options]\nlimit = 2\n[grid]\nseed = [0, 1]\n')
+    good = _write(
+        tmp_path / "ok.toml",
+        f'name = "t"\nsuites = ["{yn}"]\n[options]\nlimit = 2\n[grid]\nseed = [0, 1]\n',
+    )
     study = load_study(good)
     assert [c.key for c in study.cells] == [f"{yn} | default | seed=0", f"{yn} | default | seed=1"]
     assert [c.options for c in study.cells] == [{"limit": 2, "seed": 0}, {"limit": 2, "seed": 1}]
@@ -89,7 +119,9 @@ def test_toml_study_reads_and_names_the_line(tmp_path, suites):
 
 def test_cells_are_the_product_in_file_order(tmp_path, suites):
     yn, ch = suites
-    path = _write(tmp_path / "s.yaml", f"""name: grid
+    path = _write(
+        tmp_path / "s.yaml",
+        f"""name: grid
 suites: [{{suite: {yn}, label: yn, opt: {{chat: true}}}}, {{suite: {ch}, label: ch}}]
 models: [default, {{model: "openai:m", base_url: "http://127.0.0.1:9/v1", label: api}}]
 options: {{limit: 3}}
@@ -98,7 +130,8 @@ grid:
     plain: {{}}
     careful: {{system_prompt: "Be careful."}}
   seed: [0, 7]
-""")
+""",
+    )
     study = load_study(path)
     assert len(study.cells) == 2 * 2 * 2 * 2
     first = study.cells[0]
@@ -108,12 +141,18 @@ grid:
     assert last.key == "ch | api | prompt=careful | seed=7"
     cfg = last.config()
     assert (cfg.model, cfg.base_url, cfg.system_prompt, cfg.seed) == (
-        "openai:m", "http://127.0.0.1:9/v1", "Be careful.", 7)
+        "openai:m",
+        "http://127.0.0.1:9/v1",
+        "Be careful.",
+        7,
+    )
     assert last.task_options() == {}
 
 
 def test_cli_error_is_one_line(tmp_path, suites):
-    path = _write(tmp_path / "s.yaml", f"name: s\nsuites: [{suites[0]}]\nmodels: [default]\ngird: {{}}\n")
+    path = _write(
+        tmp_path / "s.yaml", f"name: s\nsuites: [{suites[0]}]\nmodels: [default]\ngird: {{}}\n"
+    )
     proc = cli("study", "run", str(path), "--db", str(tmp_path / "x.duckdb"))
     err = assert_clean_error(proc, "s.yaml:4", "field 'gird'", "unknown study key")
     assert len(err.strip().splitlines()) == 1
@@ -124,6 +163,9 @@ def test_docs_example_is_a_valid_study(tmp_path):
     """The example in docs/studies.md reads (its suites are built-in)."""
     text = (Path(__file__).resolve().parents[2] / "docs" / "studies.md").read_text(encoding="utf-8")
     block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    ckpt = tmp_path / "checkpoints" / "step-1000"  # the example's local folder (not loaded here)
+    ckpt.mkdir(parents=True)
+    (ckpt / "config.json").write_text("{}")
     study = load_study(_write(tmp_path / "example.yaml", block))
     assert study.name and len(study.cells) == len(study.models) * len(study.suites) * 2
 
@@ -146,8 +188,11 @@ def _status(path: Path | str, db: Path) -> list[dict]:
 def _duplicates(db: Path) -> int:
     con = duckdb.connect(str(db), read_only=True)
     try:
-        return int(con.execute("SELECT count(*) - count(DISTINCT (run_id, item_id, variant)) FROM results")
-                   .fetchone()[0])
+        return int(
+            con.execute(
+                "SELECT count(*) - count(DISTINCT (run_id, item_id, variant)) FROM results"
+            ).fetchone()[0]
+        )
     finally:
         con.close()
 
@@ -158,7 +203,9 @@ def test_two_models_two_suites_two_prompts_status_equals_report(tmp_path, suites
     model = tiny_model_dir(tmp_path)
     server = start_server()
     try:
-        study = _write(tmp_path / "s.yaml", f"""name: matrix
+        study = _write(
+            tmp_path / "s.yaml",
+            f"""name: matrix
 suites:
   - {{suite: {yn}, label: yn, opt: {{chat: true}}}}
   - {{suite: {ch}, label: ch}}
@@ -169,30 +216,44 @@ grid:
   prompt:
     plain: {{}}
     careful: {{system_prompt: "Be careful."}}
-""")
+""",
+        )
         db = tmp_path / "m.duckdb"
         proc = cli("study", "run", str(study), "--db", str(db), "--trust-study", env=cli_env(**ENV))
         assert proc.returncode == 0, proc.stderr[-3000:]
-        assert proc.stderr.count("Loading weights: 100%") <= 1  # the local model loads once for its 4 cells
+        assert (
+            proc.stderr.count("Loading weights: 100%") <= 1
+        )  # the local model loads once for its 4 cells
         cells = _status(study, db)
         assert len(cells) == 8 and {c["state"] for c in cells} == {"done"}
         assert len({c["run_id"] for c in cells}) == 8
         for c in cells:
             rep = _report_headline(db, c["run_id"], c["metric"])
-            assert (c["value"], c["ci95"], c["n"]) == (rep["value"], rep["ci95"], rep["n"]), c["cell"]
+            assert (c["value"], c["ci95"], c["n"]) == (rep["value"], rep["ci95"], rep["n"]), c[
+                "cell"
+            ]
             assert c["n_done"] == c["n_total"] == (12 if c["suite"] == "yn" else 4)
         # the same grid by name, from the database alone
         assert _status("matrix", db) == cells
         # the local model's later cells reused the loaded weights, and say so
         con = duckdb.connect(str(db), read_only=True)
-        loads = [json.loads(m)["backend"]["load"].get("reused", False) for (m,) in con.execute(
-            "SELECT meta FROM runs WHERE backend = 'hf' ORDER BY started_at").fetchall()]
-        members = {json.loads(m)["studies"]["matrix"] for (m,) in con.execute("SELECT meta FROM runs").fetchall()}
+        loads = [
+            json.loads(m)["backend"]["load"].get("reused", False)
+            for (m,) in con.execute(
+                "SELECT meta FROM runs WHERE backend = 'hf' ORDER BY started_at"
+            ).fetchall()
+        ]
+        members = {
+            json.loads(m)["studies"]["matrix"]
+            for (m,) in con.execute("SELECT meta FROM runs").fetchall()
+        }
         con.close()
         assert loads == [False, True, True, True]
         assert members == {c["cell"] for c in cells}
         # a second run reuses every cell: nothing scored again
-        again = cli("study", "run", str(study), "--db", str(db), "--trust-study", env=cli_env(**ENV))
+        again = cli(
+            "study", "run", str(study), "--db", str(db), "--trust-study", env=cli_env(**ENV)
+        )
         assert again.returncode == 0, again.stderr[-2000:]
         assert again.stderr.count("already complete: reused") == 8
         assert "Loading weights" not in again.stderr
@@ -202,13 +263,16 @@ grid:
 
 
 def _api_study(tmp_path: Path, yn: Path, ch: Path, base_url: str, extra_model: str = "") -> Path:
-    return _write(tmp_path / "api.yaml", f"""name: apistudy
+    return _write(
+        tmp_path / "api.yaml",
+        f"""name: apistudy
 suites: [{{suite: {yn}, label: yn}}, {{suite: {ch}, label: ch}}]
 models:
   - {{model: "openai:test-model", base_url: "{base_url}", label: api, concurrency: 1}}
 {extra_model}grid:
   seed: [0, 1]
-""")
+""",
+    )
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
@@ -219,16 +283,22 @@ def test_kill_mid_study_then_rerun_completes_every_cell_once(tmp_path, suites, s
         server.script("number", delay=0.15)  # every prompt of both suites: a slow server
         study = _api_study(tmp_path, yn, ch, server.base_url)
         db = tmp_path / "k.duckdb"
-        proc = subprocess.Popen(cli_cmd("study", "run", str(study), "--db", str(db), "--trust-study",
-                                        "--jobs", "1"),
-                                env=cli_env(**ENV), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        proc = subprocess.Popen(
+            cli_cmd("study", "run", str(study), "--db", str(db), "--trust-study", "--jobs", "1"),
+            env=cli_env(**ENV),
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+        )
         assert proc.stderr is not None
         seen: list[str] = []
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # one cell finished and the next one started
             line = proc.stderr.readline()
             seen.append(line)
-            if not line or (any("completed:" in x for x in seen) and "stored" in line and "0/" in line):
+            if not line or (
+                any("completed:" in x for x in seen) and "stored" in line and "0/" in line
+            ):
                 break
         proc.send_signal(sig)
         rest = proc.communicate(timeout=60)[1]
@@ -241,7 +311,9 @@ def test_kill_mid_study_then_rerun_completes_every_cell_once(tmp_path, suites, s
         mid = _status(study, db)
         assert {c["state"] for c in mid} & {"done"} and {c["state"] for c in mid} - {"done"}
         server.script("number", delay=0.0)
-        again = cli("study", "run", str(study), "--db", str(db), "--trust-study", env=cli_env(**ENV))
+        again = cli(
+            "study", "run", str(study), "--db", str(db), "--trust-study", env=cli_env(**ENV)
+        )
         assert again.returncode == 0, again.stderr[-3000:]
         assert "already complete: reused" in again.stderr
         cells = _status(study, db)
