@@ -771,11 +771,11 @@ def study_cells(
 
     recorded: dict[str, dict[str, Any]] = {}
     if _has_tables(store):
-        for r in store.query_df(
-            "SELECT cell, position, suite, model, levels, run_id, state, error FROM study_cells "
-            "WHERE study = ? ORDER BY position",
-            [name],
-        ).to_dict("records"):
+        cols = ("cell", "position", "suite", "model", "levels", "run_id", "state", "error")
+        for values in store.execute(  # plain rows: a NULL stays None (a DataFrame makes it NaN)
+            f"SELECT {', '.join(cols)} FROM study_cells WHERE study = ? ORDER BY position", [name]
+        ).fetchall():
+            r = dict(zip(cols, values, strict=True))
             recorded[str(r["cell"])] = r
     # runs tagged with this study in their meta (also when the tables were lost)
     tagged: dict[str, str] = {}

@@ -35,11 +35,19 @@ class CellOutcome:
 class CellReporter:
     """Prints a cell's start, its end and a progress line every few seconds (engine Reporter)."""
 
-    def __init__(self, cell: Cell, say: Say, every_s: float = 10.0) -> None:
-        self.cell, self.say, self.every_s = cell, say, every_s
+    def __init__(
+        self,
+        cell: Cell,
+        say: Say,
+        every_s: float = 10.0,
+        on_run: Callable[[str], None] | None = None,
+    ) -> None:
+        self.cell, self.say, self.every_s, self.on_run = cell, say, every_s, on_run
         self._last = time.monotonic()
 
     def on_start(self, run: dict[str, Any], progress: Any) -> None:
+        if self.on_run is not None and run.get("run_id"):
+            self.on_run(str(run["run_id"]))  # the cell's run, known once the runner created it
         self.say(
             "info",
             f"[{self.cell.key}] run {run.get('run_id')}: {progress.done}/{progress.total} stored",
@@ -170,13 +178,17 @@ async def run_study(
         try:
             if check_endpoint is not None and prep.config.kind == "openai":
                 check_endpoint(cell, prep.config)
-            rep = CellReporter(cell, say, progress_every_s)
+            rep = CellReporter(
+                cell,
+                say,
+                progress_every_s,
+                lambda rid: record_cell(store, study.name, cell.key, "running", rid),
+            )
             started = await asyncio.to_thread(
                 start_run, store, prep, [rep], db=db, warn=lambda m: rep.on_message("warning", m)
             )
             runner = started.runner
             started.plan.meta = {**(started.plan.meta or {}), "studies": {study.name: cell.key}}
-            record_cell(store, study.name, cell.key, "running", None, None)
             prog = await execute(started, lambda m: rep.on_message("info", m))
             tag_run(store, prog.run_id, study.name, cell.key)
             state = _STATES.get(prog.status, "partial")

@@ -309,7 +309,7 @@ def test_kill_mid_study_then_rerun_completes_every_cell_once(tmp_path, suites, s
         else:
             assert proc.returncode == -9
         mid = _status(study, db)
-        assert {c["state"] for c in mid} & {"done"} and {c["state"] for c in mid} - {"done"}
+        assert "done" in {c["state"] for c in mid} and "partial" in {c["state"] for c in mid}, mid
         server.script("number", delay=0.0)
         again = cli(
             "study", "run", str(study), "--db", str(db), "--trust-study", env=cli_env(**ENV)
