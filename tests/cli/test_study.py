@@ -372,3 +372,50 @@ def test_study_file_base_url_needs_trust(tmp_path, suites):
     proc = cli("study", "run", str(study), "--db", str(tmp_path / "t.duckdb"), env=cli_env(**ENV))
     assert_clean_error(proc, "--trust-study", "10.255.255.1")
     assert not (tmp_path / "t.duckdb").exists()
+
+
+def test_plan_applies_to_its_suite_and_dry_run_says_what_each_cell_does(tmp_path, suites):
+    yn, ch = suites
+    server = start_server()
+    try:
+        made = cli(
+            "plan",
+            "--suite",
+            str(yn),
+            "--model",
+            "openai:test-model",
+            "--hypothesis",
+            "accuracy(a) > accuracy(b)",
+            "-o",
+            str(tmp_path / "plan.yaml"),
+        )
+        assert made.returncode == 0, made.stderr
+        study = _write(
+            tmp_path / "p.yaml",
+            f"""name: planned
+suites: [{{suite: {yn}, label: yn}}, {{suite: {ch}, label: ch}}]
+models: [{{model: "openai:test-model", base_url: "{server.base_url}", label: api}}]
+plan: plan.yaml
+""",
+        )
+        db = tmp_path / "p.duckdb"
+        dry = cli("study", "run", str(study), "--db", str(db), "--dry-run")
+        assert dry.returncode == 0, dry.stderr
+        assert dry.stdout.splitlines() == ["yn | api: new run", "ch | api: new run"]
+        assert not db.exists()
+        proc = cli("study", "run", str(study), "--db", str(db), "--trust-study", env=cli_env(**ENV))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        con = duckdb.connect(str(db), read_only=True)
+        metas = dict(con.execute("SELECT suite_name, meta FROM runs").fetchall())
+        con.close()
+        planned = json.loads(metas["rel-yesno"])["plan"]
+        assert planned["path"] == str(tmp_path / "plan.yaml") and planned["deviations"] == []
+        assert "plan" not in json.loads(metas["rel-choice"])  # the plan names the yes/no suite only
+        ids = {c["cell"]: c["run_id"] for c in _status(study, db)}
+        again = cli("study", "run", str(study), "--db", str(db), "--dry-run")
+        assert again.stdout.splitlines() == [
+            f"yn | api: reuse run {ids['yn | api']} (complete)",
+            f"ch | api: reuse run {ids['ch | api']} (complete)",
+        ]
+    finally:
+        stop_server(server)
