@@ -171,12 +171,11 @@ def test_docs_example_is_a_valid_study(tmp_path):
 
 
 # -- running ----------------------------------------------------------------------------------------
-def _report_headline(db: Path, run_id: str, metric: str) -> dict:
-    proc = cli("report", "--db", str(db), "--run", run_id, "--json")
+def _report_headlines(db: Path) -> dict[tuple[str, str], dict]:
+    """`llmscope report --json` of every run: (run, metric) -> its overall row."""
+    proc = cli("report", "--db", str(db), "--json")
     assert proc.returncode == 0, proc.stderr
-    rows = [r for r in json.loads(proc.stdout) if r["metric"] == metric and not r["group"]]
-    assert len(rows) == 1, rows
-    return rows[0]
+    return {(r["run"], r["metric"]): r for r in json.loads(proc.stdout) if not r["group"]}
 
 
 def _status(path: Path | str, db: Path) -> list[dict]:
@@ -227,8 +226,9 @@ grid:
         cells = _status(study, db)
         assert len(cells) == 8 and {c["state"] for c in cells} == {"done"}
         assert len({c["run_id"] for c in cells}) == 8
+        report = _report_headlines(db)
         for c in cells:
-            rep = _report_headline(db, c["run_id"], c["metric"])
+            rep = report[(c["run_id"], c["metric"])]
             assert (c["value"], c["ci95"], c["n"]) == (rep["value"], rep["ci95"], rep["n"]), c[
                 "cell"
             ]
@@ -250,6 +250,37 @@ grid:
         con.close()
         assert loads == [False, True, True, True]
         assert members == {c["cell"] for c in cells}
+        # a cell scored on the reused weights equals `llmscope run` of the same options, which loads
+        # the model afresh
+        one = tmp_path / "one.duckdb"
+        alone = cli(
+            "run",
+            "--suite",
+            str(yn),
+            "--model",
+            f"hf:{model}",
+            "--threads",
+            "1",
+            "--opt",
+            "chat=true",
+            "--system-prompt",
+            "Be careful.",
+            "--db",
+            str(one),
+            "--no-report",
+        )
+        assert alone.returncode == 0, alone.stderr[-2000:]
+        cell = next(c for c in cells if c["cell"] == "yn | tiny | prompt=careful")
+        q = "SELECT item_id, variant, p_yes, p_no, other FROM results WHERE run_id = ? ORDER BY 1, 2"
+        con = duckdb.connect(str(db), read_only=True)
+        in_study = con.execute(q, [cell["run_id"]]).fetchall()
+        con.close()
+        con = duckdb.connect(str(one), read_only=True)
+        (rid,) = con.execute("SELECT run_id FROM runs").fetchone()
+        fresh = con.execute(q, [rid]).fetchall()
+        con.close()
+        assert rid == cell["run_id"]  # the same run identity
+        assert len(in_study) == 12 and in_study == fresh
         # a second run reuses every cell: nothing scored again
         again = cli(
             "study", "run", str(study), "--db", str(db), "--trust-study", env=cli_env(**ENV)
@@ -340,9 +371,22 @@ def test_a_failing_cell_does_not_stop_the_others(tmp_path, suites):
         extra = f'  - {{model: "openai:test-model", base_url: "{dead}", label: dead, max_retries: 0, timeout: 2}}\n'
         study = _api_study(tmp_path, yn, ch, server.base_url, extra)
         db = tmp_path / "f.duckdb"
-        proc = cli("study", "run", str(study), "--db", str(db), "--trust-study", env=cli_env(**ENV))
+        server.script("number", delay=0.05)
+        proc = cli(
+            "study",
+            "run",
+            str(study),
+            "--db",
+            str(db),
+            "--trust-study",
+            "--jobs",
+            "2",
+            env=cli_env(**ENV),
+        )
         assert proc.returncode == 1, proc.stderr[-3000:]
         assert "Traceback" not in proc.stderr
+        # API cells ran side by side: two at a time (--jobs 2), one request each (concurrency 1)
+        assert server.server_stats()["max_active"]["number"] == 2
         cells = _status(study, db)
         states = {c["cell"]: c["state"] for c in cells}
         assert len(states) == 8
