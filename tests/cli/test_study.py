@@ -306,6 +306,7 @@ models:
     )
 
 
+@pytest.mark.reliability
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_kill_mid_study_then_rerun_completes_every_cell_once(tmp_path, suites, sig):
     yn, ch = suites
@@ -359,6 +360,7 @@ def test_kill_mid_study_then_rerun_completes_every_cell_once(tmp_path, suites, s
         stop_server(server)
 
 
+@pytest.mark.reliability
 def test_a_failing_cell_does_not_stop_the_others(tmp_path, suites):
     yn, ch = suites
     server = start_server()
