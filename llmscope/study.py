@@ -758,6 +758,54 @@ def study_record(store: Any, name: str) -> dict[str, Any] | None:
     return rec if isinstance(rec, dict) else None
 
 
+@dataclass(frozen=True)
+class LiveCell:
+    """A study cell's run as its live channel shows it (`<db>.live/<run>/progress.json`)."""
+
+    cell: str
+    run_id: str
+    done: int
+    total: int
+    errors: int
+    status: str | None
+    ended: bool  # the run's writer marked it ended (False while running, or after kill -9)
+    pid: int | None
+
+
+def live_cells(db: str | Path, name: str) -> dict[str, LiveCell]:
+    """Cell key -> the newest live snapshot of its run, read from the live channel beside `db`
+    without opening the database: usable while `study run` holds the file for writing."""
+    from llmscope.live import read_live
+
+    newest: dict[str, tuple[float, LiveCell]] = {}
+    for snap in read_live(db):
+        run = snap.get("run") or {}
+        meta = run.get("meta") if isinstance(run, dict) else None
+        studies = meta.get("studies") if isinstance(meta, dict) else None
+        key = studies.get(name) if isinstance(studies, dict) else None
+        prog = snap.get("progress") or {}
+        if not isinstance(key, str) or not isinstance(prog, dict):
+            continue
+        at = float(snap.get("time") or 0.0)
+        if key in newest and newest[key][0] >= at:
+            continue
+        pid = snap.get("pid")
+        newest[key] = (
+            at,
+            LiveCell(
+                key,
+                str(prog.get("run_id") or run.get("run_id")),
+                int(prog.get("done") or 0),
+                int(prog.get("total") or 0),
+                int(prog.get("errors") or 0),
+                prog.get("status"),
+                bool(snap.get("ended")),
+                int(pid) if isinstance(pid, int) else None,
+            ),
+        )
+    return {k: v for k, (_, v) in newest.items()}
+
+
 def study_cells(
     store: Any, name: str, cells: list[Cell] | None = None, *, metrics: bool = True
 ) -> list[CellRow]:
@@ -765,7 +813,16 @@ def study_cells(
     function `llmscope report` uses; its cache beside the file makes a finished cell cheap).
 
     `cells`: the cells of a study file (`study status FILE`); default: those recorded for `name`.
-    `metrics=False` skips the metrics (state and counts only)."""
+    `metrics=False` skips the metrics (state and counts only). `store` may be a database path,
+    opened read-only for the call (StoreLocked while a writer holds it: see `live_cells`)."""
+    if isinstance(store, (str, Path)):
+        from llmscope.store.db import Store
+
+        opened = Store(str(store), read_only=True)
+        try:
+            return study_cells(opened, name, cells, metrics=metrics)
+        finally:
+            opened.close()
     from llmscope.analysis.metrics import headline, run_metrics
     from llmscope.store.db import decode_json, effective_status
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from llmscope.study import StudyError, load_study
+from llmscope.study import StudyError, live_cells, load_study, study_cells
 from tests.helpers.cli import (
     assert_clean_error,
     cli,
@@ -342,6 +342,19 @@ def test_kill_mid_study_then_rerun_completes_every_cell_once(tmp_path, suites, s
             assert proc.returncode == -9
         mid = _status(study, db)
         assert "done" in {c["state"] for c in mid} and "partial" in {c["state"] for c in mid}, mid
+        # the live channel (readable while a study holds the file) names the same runs and counts
+        live = live_cells(db, "apistudy")
+        for c in mid:
+            if c["state"] in ("done", "partial"):
+                assert live[c["cell"]].run_id == c["run_id"]
+            if c["state"] == "done":
+                assert live[c["cell"]].done == live[c["cell"]].total == c["n_done"]
+                assert live[c["cell"]].ended
+        # the same rows through the library call a TUI makes (a path, opened read-only)
+        assert [r.to_dict() for r in study_cells(db, "apistudy", metrics=False)] == [
+            {**c, "metric": None, "value": None, "ci95": None, "interval_method": None, "n": None}
+            for c in mid
+        ]
         server.script("number", delay=0.0)
         again = cli(
             "study", "run", str(study), "--db", str(db), "--trust-study", env=cli_env(**ENV)
