@@ -247,7 +247,12 @@ def cmd_study_status(args: argparse.Namespace) -> int:
             for c in study.cells
         ]
         return _emit(args, name, db, rows)
-    store = open_store(db, read_only=True)
+    from llmscope.store.db import Store, StoreLocked
+
+    try:
+        store = Store(db, read_only=True)
+    except StoreLocked as e:  # a study (or a run) writes the file now: its live channel instead
+        return _emit(args, name, db, _live_rows(name, db, study), held=str(e))
     try:
         if study is None and study_record(store, name) is None:
             known = study_names(store)
@@ -276,16 +281,50 @@ def _print_status(name: str, db: str, cells: Any) -> None:
     print(format_grid(name, db, rows))
 
 
-def _emit(args: argparse.Namespace, name: str, db: str, rows: list[Any]) -> int:
-    if args.json:
-        print(
-            json.dumps(
-                {"study": name, "db": db, "cells": [r.to_dict() for r in rows]},
-                indent=1,
-                default=str,
+def _live_rows(name: str, db: str, study: Any | None) -> list[Any]:
+    """Cells from the live channel: runs' progress (no metric: the pipeline reads the database)."""
+    from llmscope.study import CellRow, live_cells
+
+    live = live_cells(db, name)
+    if study is not None:
+        shape = [
+            (c.key, c.position, c.suite.label, c.model.label, dict(c.levels)) for c in study.cells
+        ]
+    else:  # by name: the cells that have a run on the live channel
+        shape = [
+            (k, i, k.split(" | ")[0], k.split(" | ")[1], {}) for i, k in enumerate(sorted(live))
+        ]
+    rows = []
+    for key, pos, suite, model, levels in shape:
+        lc = live.get(key)
+        if lc is None:
+            rows.append(CellRow(name, key, pos, suite, model, levels, "not_started"))
+            continue
+        if not lc.ended:
+            state = "running"
+        elif lc.status in ("completed", "completed_with_errors") and lc.done >= lc.total:
+            state = "done_with_errors" if lc.errors else "done"
+        else:
+            state = "partial"
+        rows.append(
+            CellRow(
+                name, key, pos, suite, model, levels, state, lc.run_id, lc.done, lc.errors, lc.total
             )
         )
+    return rows
+
+
+def _emit(
+    args: argparse.Namespace, name: str, db: str, rows: list[Any], held: str | None = None
+) -> int:
+    if args.json:
+        out: dict[str, Any] = {"study": name, "db": db, "cells": [r.to_dict() for r in rows]}
+        if held:
+            out["live"] = held
+        print(json.dumps(out, indent=1, default=str))
     else:
+        if held:
+            print(f"{held}; showing each cell's live channel (no metrics until the file is free)")
         print(format_grid(name, db, rows))
     return 0
 
