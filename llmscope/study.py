@@ -653,6 +653,14 @@ def record_study(store: Any, study: Study) -> None:
         "INSERT INTO studies VALUES (?, ?, ?, ?, ?)",
         [study.name, str(study.path), study.spec_hash, json.dumps(study.record()), _now()],
     )
+    keep = {c.key for c in study.cells}
+    for (gone,) in store.execute(
+        "SELECT cell FROM study_cells WHERE study = ?", [study.name]
+    ).fetchall():
+        if str(gone) not in keep:  # a cell the edited file no longer has (its run stays a run)
+            store.execute(
+                "DELETE FROM study_cells WHERE study = ? AND cell = ?", [study.name, gone]
+            )
     have = {
         str(r[0])
         for r in store.execute(
@@ -886,18 +894,18 @@ def study_cells(
         n_done, n_err = counts.get(str(rid), (0, 0))
         status = effective_status(run)
         total = int(run.get("n_total") or 0) or None
+        complete = total is not None and n_done >= total
         if status == "running":
             state = "running"
+        elif complete and status in ("completed", "completed_with_errors"):
+            state, err = (
+                ("done_with_errors" if n_err else "done"),
+                None,
+            )  # also when finished elsewhere
         elif rec.get("state") == "error" and err:
             state = "error"  # the latest attempt failed (the run keeps what it stored)
         elif status == "failed":
             state, err = "error", err or run.get("error")
-        elif (
-            total is not None
-            and n_done >= total
-            and status in ("completed", "completed_with_errors")
-        ):
-            state = "done_with_errors" if n_err else "done"
         else:
             state = "partial"
         row = CellRow(

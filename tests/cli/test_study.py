@@ -419,6 +419,17 @@ def test_a_failing_cell_does_not_stop_the_others(tmp_path, suites):
         text = cli("study", "status", str(study), "--db", str(db))
         assert text.returncode == 0
         assert "4 done, 4 error" in text.stdout and "errors:" in text.stdout
+        # the file edited to drop the dead endpoint: the study (by name) is the 4 cells left,
+        # all reused
+        _api_study(tmp_path, yn, ch, server.base_url)
+        fixed = cli(
+            "study", "run", str(study), "--db", str(db), "--trust-study", env=cli_env(**ENV)
+        )
+        assert fixed.returncode == 0, fixed.stderr[-2000:]
+        assert fixed.stderr.count("already complete: reused") == 4
+        by_name = _status("apistudy", db)
+        assert [c["cell"] for c in by_name] == [k for k in states if "| api |" in k]
+        assert {c["state"] for c in by_name} == {"done"}
     finally:
         stop_server(server)
 
