@@ -95,6 +95,22 @@ def _gguf_parsed_once() -> Iterator[None]:
         gguf.GGUFReader = orig  # type: ignore[misc]
 
 
+# Models kept loaded inside `keep_loaded()` (a study's cells on one model: llmscope/study_run.py).
+_KEPT: dict[str, tuple[Any, Any, dict[str, Any]]] | None = None
+
+
+@contextlib.contextmanager
+def keep_loaded() -> Iterator[None]:
+    """Within the block, a model loaded again with the same arguments reuses the loaded weights
+    (recorded as `load.reused` in the run's backend description); they are freed after it."""
+    global _KEPT
+    outer, _KEPT = _KEPT, ({} if _KEPT is None else _KEPT)
+    try:
+        yield
+    finally:
+        _KEPT = outer
+
+
 def load_model(
     spec: ModelSpec, device: str, dtype: str, model_args: dict[str, Any] | None = None
 ) -> tuple[Any, Any, dict[str, Any]]:
@@ -103,6 +119,20 @@ def load_model(
     `model_args` (engine/config.py): revision, trust_remote_code, adapter (PEFT folder or
     hub id), load_in_8bit / load_in_4bit (bitsandbytes, CUDA only).
     """
+    if _KEPT is None:
+        return _load_model(spec, device, dtype, model_args)
+    key = repr((spec.path, spec.gguf_file, device, dtype, sorted((model_args or {}).items())))
+    if key not in _KEPT:
+        _KEPT.clear()  # one model held at a time: the study runs a model's cells together
+        _KEPT[key] = _load_model(spec, device, dtype, model_args)
+        return _KEPT[key][0], _KEPT[key][1], dict(_KEPT[key][2])
+    tok, model, info = _KEPT[key]
+    return tok, model, {**info, "reused": True}
+
+
+def _load_model(
+    spec: ModelSpec, device: str, dtype: str, model_args: dict[str, Any] | None = None
+) -> tuple[Any, Any, dict[str, Any]]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -196,6 +196,16 @@ def _used_endpoints() -> set[str]:
         return set()
 
 
+def used_endpoints() -> set[str]:
+    """Endpoints the user chose before (flags, environment, config): trusted in a study file too."""
+    return _used_endpoints()
+
+
+def remember_endpoints(urls: list[str]) -> None:
+    """Add endpoints the user chose (or trusted with --trust-study) to their own list."""
+    _remember_endpoints(urls)
+
+
 def _remember_endpoints(urls: list[str]) -> None:
     new = [u for u in urls if u not in _used_endpoints()]
     if not new:

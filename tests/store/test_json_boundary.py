@@ -54,6 +54,8 @@ ALLOWED = {
     ("analysis/commonsense.py", "r = json.loads(line)"): "published results file",
     ("bench/_before.py", 'data = json.loads(f.read_text(encoding="utf-8"))'): "answer-set file (old path)",
     ("bench/scale.py", "return dict(json.loads(out.read_text()))"): "a child process's figures",
+    ("bench/study_matrix.py", "return dict(json.loads(out.stdout.strip().splitlines()[-1]))"):
+        "a child process's figures",
 }
 
 

@@ -1,0 +1,128 @@
+"""How long a study's matrix takes to read: `llmscope.study.study_cells` over big runs.
+
+    python -m bench.study_matrix [--runs 10] [--rows 87048] [--keep DIR]
+
+Builds one database with `--runs` completed yes/no runs of `--rows` results each (a suite of
+rows/3 statements x 3 variants, written through `Store.append_results`; no top tokens, which no
+headline metric reads), records them as the cells of one study (2 suites' worth of labels x
+models), then times `study_cells` in fresh child processes: first with no metrics cache (every
+cell's metrics computed by the pipeline), then again (the pipeline's cache beside the file, as
+the TUI or a second `study status` finds it), and with `metrics=False` (state and counts only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BUILD = """
+import json, random, time
+from pathlib import Path
+from llmscope.engine.types import Item
+from llmscope.store.db import Store
+from llmscope.study import Cell, ModelEntry, Study, SuiteEntry, record_cell, record_study, tag_run
+db, runs, n = {db!r}, {runs}, {rows}
+t0 = time.perf_counter()
+s = Store(db); s.execute("SET enable_progress_bar = false")
+m = (n + 2) // 3
+items = [Item(item_id=f"s{{i:07d}}", fields={{"category": f"c{{i % 7}}"}}, gold="yes" if i % 2 else "no",
+              options=["yes", "no"], text=f"Statement number {{i}}.") for i in range(m)]
+spec = {{"name": "synthetic", "task": "yesno", "templates": {{"q1": "{{text}}", "q2": "{{text}}", "q3": "{{text}}"}}}}
+s.add_suite("synthetic@1", "synthetic", "yesno", spec, "bench", items)
+suite = SuiteEntry("synthetic", "synthetic")
+models = [ModelEntry(f"model{{k}}", f"hf:model{{k}}") for k in range(runs)]
+cells = [Cell(f"synthetic | {{me.label}}", k, suite, me, {{}}, {{}}, {{}}) for k, me in enumerate(models)]
+study = Study("bench", Path("bench.yaml"), None, [suite], models, [], cells)
+record_study(s, study)
+for k in range(runs):
+    rid = f"run{{k:02d}}"
+    s.create_run({{"run_id": rid, "suite_id": "synthetic@1", "suite_name": "synthetic", "task": "yesno",
+                   "model": f"model{{k}}", "backend": "bench", "n_total": n, "status": "running"}})
+    rng = random.Random(k)
+    CH = 65536
+    for j in range(0, n, CH):
+        rows = range(j, min(n, j + CH))
+        py = [rng.random() for _ in rows]
+        gold = ["yes" if (i // 3) % 2 else "no" for i in rows]
+        pred = ["yes" if p > 0.5 else "no" for p in py]
+        s.append_results(rid, {{
+            "item_id": [f"s{{i // 3:07d}}" for i in rows], "variant": [f"q{{i % 3 + 1}}" for i in rows],
+            "prompt": [f"Statement number {{i // 3}}." for i in rows],
+            "probs": [json.dumps({{"yes": p * 0.9, "no": (1 - p) * 0.9}}) for p in py],
+            "p_yes": [p * 0.9 for p in py], "p_no": [(1 - p) * 0.9 for p in py], "other": [0.1] * len(py),
+            "prediction": pred, "gold": gold, "correct": [float(a == b) for a, b in zip(pred, gold)],
+            "confidence": [max(p, 1 - p) for p in py],
+        }}, start_seq=j)
+    s.update_run(rid, status="completed", n_done=n, n_errors=0)
+    tag_run(s, rid, "bench", cells[k].key)
+    record_cell(s, "bench", cells[k].key, "done", rid)
+s.checkpoint(); s.close()
+print(json.dumps({{"build_s": time.perf_counter() - t0}}))
+"""
+
+READ = """
+import json, time
+from llmscope.store.db import Store
+from llmscope.study import study_cells
+t0 = time.perf_counter()
+s = Store({db!r}, read_only=True)
+rows = study_cells(s, "bench", metrics={metrics})
+s.close()
+wall = time.perf_counter() - t0
+print(json.dumps({{"wall_s": wall, "cells": len(rows), "with_metric": sum(r.value is not None for r in rows),
+                  "first": rows[0].to_dict()}}))
+"""
+
+
+def _child(code: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise SystemExit(out.stderr[-3000:])
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--rows", type=int, default=87048)
+    ap.add_argument("--keep", help="build the database in this folder and keep it")
+    args = ap.parse_args(argv)
+    folder = (
+        Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="llmscope-study-bench-"))
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    db = str(folder / "study.duckdb")
+    t = time.perf_counter()
+    built = _child(BUILD.format(db=db, runs=args.runs, rows=args.rows))
+    print(f"built {args.runs} runs x {args.rows} rows in {built['build_s']:.1f} s ({db})")
+    for label, metrics in (
+        ("cold (no metrics cache)", True),
+        ("warm (metrics cache)", True),
+        ("state and counts only", False),
+    ):
+        r = _child(READ.format(db=db, metrics=metrics))
+        print(
+            f"study_cells {label}: {r['wall_s']:.2f} s for {r['cells']} cells "
+            f"({r['with_metric']} with a headline metric); first: {r['first']['metric']} "
+            f"{r['first']['value']} {r['first']['ci95']}"
+        )
+    print(f"total {time.perf_counter() - t:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
