@@ -84,7 +84,7 @@ def _check_endpoints(study: Any, args: argparse.Namespace, say: Callable[[str, s
     """Before any request: a base URL written in a study file (someone else's file, perhaps)
     is used only when you name it yourself too, or pass --trust-study; every endpoint is printed."""
     from llmscope.cli.common import remember_endpoints, used_endpoints
-    from llmscope.engine.openai_backend import OPENAI_URL, _public_url, expand_base_urls
+    from llmscope.engine.openai import OPENAI_URL, expand_base_urls, public_url
 
     settings = getattr(args, "_settings", None)
     user_url = settings.values.get("base_url") if settings is not None else None
@@ -98,17 +98,17 @@ def _check_endpoints(study: Any, args: argparse.Namespace, say: Callable[[str, s
         if not urls:
             src = "$OPENAI_BASE_URL" if env else "default"
             for u in expand_base_urls(env) or [OPENAI_URL]:
-                say("info", f"endpoint {_public_url(u)} for {m.label} (from {src})")
+                say("info", f"endpoint {public_url(u)} for {m.label} (from {src})")
             continue
         untrusted = [u for u in urls if u not in trusted]
         if untrusted and not args.trust_study:
-            shown = ", ".join(_public_url(u) for u in untrusted)
+            shown = ", ".join(public_url(u) for u in untrusted)
             raise CLIError(
                 f"{study.path} sends requests (and $OPENAI_API_KEY) for model {m.label!r} to {shown}, "
                 "which none of your flags, environment or config names; pass --trust-study to use it"
             )
         for u in urls:
-            say("info", f"endpoint {_public_url(u)} for {m.label} (from study {study.path})")
+            say("info", f"endpoint {public_url(u)} for {m.label} (from study {study.path})")
         chosen += urls
     remember_endpoints(chosen)
 
