@@ -17,7 +17,9 @@ from llmscope.data.suites import load_suite
 from llmscope.engine import runner as runner_mod
 from llmscope.engine.types import NextTokenOut, TopToken
 from llmscope.live import LiveWriter
-from llmscope.store.db import STALE_REMOTE_S, Store, StoreError, effective_status
+from llmscope.store.db import Store
+from llmscope.store.errors import StoreError
+from llmscope.store.run_status import STALE_REMOTE_S, effective_status
 from tests.helpers.fakes import TableBackend
 
 

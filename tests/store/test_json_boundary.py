@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from llmscope.engine.types import Item, Result
-from llmscope.store.db import Store, decode_frame, decode_json
+from llmscope.store.codec import decode_frame, decode_json
+from llmscope.store.db import Store
 from tests.helpers.paths import ROOT
 
 CODE_DIRS = ("llmscope", "engine", "data", "analysis", "tui", "bench", "scripts")

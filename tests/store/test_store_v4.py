@@ -11,7 +11,9 @@ import pytest
 
 from bench._store_v3 import StoreV3  # noqa: E402
 from llmscope.engine.types import Result
-from llmscope.store.db import SCHEMA_VERSION, Store, StoreError
+from llmscope.store.db import Store
+from llmscope.store.errors import StoreError
+from llmscope.store.schema import SCHEMA_VERSION
 
 ROWS = [
     Result(item_id="a", variant="q1", prompt="P a", probs={"yes": 0.7, "no": 0.2}, other=0.1,
