@@ -84,7 +84,7 @@ def test_a_failed_write_ends_the_run_failed_with_the_error(tmp_path: Path, monke
 
 
 # The real time: an owner (this process) writes its heartbeat after it started (a beat from
-# before its start time would be a recycled pid, store.db `_owner_alive`).
+# before its start time would be a recycled pid, store.run_status `_owner_alive`).
 NOW = dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
