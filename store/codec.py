@@ -1,5 +1,7 @@
-"""Values to and from stored columns: JSON text, finite floats, Arrow result batches, top-tokens
-blobs, and the one JSON decoder of stored columns."""
+"""Values to and from stored columns: JSON text, finite floats, Arrow batches, top-token blobs.
+
+`decode_json` is the one JSON decoder of stored columns.
+"""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
-"""The DuckDB store: the `Store` a process opens a file with (its connection, lock, lifecycle and
-checkpoints), composed from the schema, writes and queries of the modules beside it.
+"""The `Store`: one DuckDB file's connection, lock, lifecycle and checkpoints, composed from store/.
 
-Only store/ talks to DuckDB. Its errors are wrapped in `StoreError` with a message a
-researcher can act on (locked file, read-only path, full disk, a database written by a newer
-llmscope).
+The schema, writes and reads are mixins from the modules beside this one. Only store/ talks to
+DuckDB. Its errors are wrapped in `StoreError` with a message a researcher can act on (locked
+file, read-only path, full disk, a database written by a newer llmscope).
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""The store's errors, and DuckDB's explained for the user: a locked, read-only or full file,
-a damaged write log, a file written by a newer llmscope."""
+"""The store's errors, and DuckDB's errors explained for the user.
+
+A locked, read-only or full file, a damaged write log, a file written by a newer llmscope.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The failing items of a run (or the rows a filter chooses), filtered, sorted and paged in SQL:
-the TUI's virtual list."""
+"""A run's failing items (or a filter's rows), filtered, sorted and paged in SQL: the TUI's list."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Reading what a file holds: its suites and their items, its runs (with their effective status
-and headline metric) and stored analyses."""
+"""Reading what a file holds: suites, items, runs (effective status, headline metric), analyses."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The database layout: its tables, the ordered migrations that build them, and a results row
-as Arrow."""
+"""The database layout: its tables, the migrations that build them, a results row as Arrow."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Writing suites, runs and result rows: batched Arrow inserts under a per-run key check that
-keeps `results` free of duplicate (item, variant) keys."""
+"""Writing suites, runs and result rows, under a per-run key check against duplicate keys."""
 
 from __future__ import annotations
 
