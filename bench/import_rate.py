@@ -78,7 +78,7 @@ def same_rows(a: Path, b: Path) -> bool:
         "AND column_name <> 'written_at' ORDER BY column_index").fetchall())
     runs = "run_id, suite_id, model, n_total, n_done, n_errors, status"
 
-    def results(db: str) -> str:  # the prompt as every Store reader returns it (store.db.RESULT_COLUMNS)
+    def results(db: str) -> str:  # the prompt as every Store reader returns it (store.result_queries.RESULT_COLUMNS)
         return (f"SELECT {cols} FROM {db}.results r LEFT JOIN {db}.runs u ON u.run_id = r.run_id "
                 f"LEFT JOIN {db}.items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id")
 

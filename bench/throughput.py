@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llmscope.store.db import decode_json
+from llmscope.store.codec import decode_json
 
 PEAK_FLOPS = {
     "H100": 989e12,

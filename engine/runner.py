@@ -4,7 +4,7 @@ Work flows through a bounded window of in-flight items to the backend (one
 batching thread for local models, concurrent HTTP requests for APIs). Results
 are written in Arrow batches by a single writer thread, each batch in one
 transaction, so a killed run loses at most the batch in flight and resumes
-without duplicates (the store's key check on (run, item, variant); see store/db.py).
+without duplicates (the store's key check on (run, item, variant); see store/writes.py).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ FLUSH_EVERY_S = 1.0
 # faster than 512 (bench/store_bench.py). The time limit above still bounds what a kill loses
 # to about one second of results whenever scoring is slower than 4,096 results/s.
 FLUSH_ROWS = 4096
-HEARTBEAT_S = 5.0  # how often a run records that its owner is alive (store.db.effective_status)
+HEARTBEAT_S = 5.0  # how often a run records that its owner is alive (store.run_status.effective_status)
 
 
 class RunBusy(BackendError):

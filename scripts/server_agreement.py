@@ -24,7 +24,7 @@ from typing import Any
 
 import duckdb
 
-from llmscope.store.db import decode_json
+from llmscope.store.codec import decode_json
 
 SUITES = ["commonsense-sample", "mc-sample", "pragmatics-choice", "rating-sample", "generation-sample",
           "minimal-pairs", "syntax-sample", "contamination-sample"]

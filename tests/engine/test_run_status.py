@@ -17,7 +17,9 @@ from llmscope.data.suites import load_suite
 from llmscope.engine import runner as runner_mod
 from llmscope.engine.types import NextTokenOut, TopToken
 from llmscope.live import LiveWriter
-from llmscope.store.db import STALE_REMOTE_S, Store, StoreError, effective_status
+from llmscope.store.db import Store
+from llmscope.store.errors import StoreError
+from llmscope.store.run_status import STALE_REMOTE_S, effective_status
 from tests.helpers.fakes import TableBackend
 
 
@@ -82,7 +84,7 @@ def test_a_failed_write_ends_the_run_failed_with_the_error(tmp_path: Path, monke
 
 
 # The real time: an owner (this process) writes its heartbeat after it started (a beat from
-# before its start time would be a recycled pid, store.db `_owner_alive`).
+# before its start time would be a recycled pid, store.run_status `_owner_alive`).
 NOW = dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 

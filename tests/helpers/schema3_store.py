@@ -19,7 +19,8 @@ import duckdb
 import pyarrow as pa
 
 from llmscope.engine.types import Result
-from llmscope.store.db import MIGRATIONS, _json
+from llmscope.store.codec import encode_json
+from llmscope.store.schema import MIGRATIONS
 
 SCHEMA3_COLUMNS = pa.schema(
     [
@@ -48,12 +49,12 @@ def results_to_arrow_schema3(run_id: str, rs: Sequence[Result], start_seq: int, 
         "variant": [r.variant for r in rs],
         "seq": list(range(start_seq, start_seq + len(rs))),
         "prompt": [r.prompt for r in rs],
-        "probs": [_json(p) for p in probs],
+        "probs": [encode_json(p) for p in probs],
         "p_yes": [_finite(p.get("yes")) if p else None for p in probs],
         "p_no": [_finite(p.get("no")) if p else None for p in probs],
         "other": [_finite(r.other) for r in rs],
-        "top_tokens": [_json(r.top_tokens) for r in rs],
-        "option_scores": [_json(r.option_scores) for r in rs],
+        "top_tokens": [encode_json(r.top_tokens) for r in rs],
+        "option_scores": [encode_json(r.option_scores) for r in rs],
         "prediction": [r.prediction for r in rs],
         "gold": [r.gold for r in rs],
         "correct": [_finite(r.correct) for r in rs],
@@ -61,7 +62,7 @@ def results_to_arrow_schema3(run_id: str, rs: Sequence[Result], start_seq: int, 
         "n_tokens": [int(r.n_tokens or 0) for r in rs],
         "latency_ms": [_finite(r.latency_ms) for r in rs],
         "error": [r.error for r in rs],
-        "extra": [_json(r.extra) if r.extra else None for r in rs],
+        "extra": [encode_json(r.extra) if r.extra else None for r in rs],
         "written_at": [now] * len(rs),
     }
     return pa.table(cols, schema=SCHEMA3_COLUMNS)

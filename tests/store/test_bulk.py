@@ -11,7 +11,8 @@ import pytest
 from llmscope.data.suites import SuiteError, read_jsonl
 from llmscope.engine.types import Result
 from llmscope.importers.published import fast_jsonl, import_worldsense
-from llmscope.store.db import Store, StoreError
+from llmscope.store.db import Store
+from llmscope.store.errors import StoreError
 
 COLS = ("item_id", "variant", "seq", "prompt", "probs", "p_yes", "p_no", "other", "top_tokens",
         "option_scores", "prediction", "gold", "correct", "confidence", "n_tokens", "latency_ms", "error", "extra")

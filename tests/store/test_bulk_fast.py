@@ -15,7 +15,8 @@ import pytest
 from llmscope.data.suites import SuiteError, read_jsonl
 from llmscope.engine.types import Item, Result
 from llmscope.importers.published import fast_jsonl
-from llmscope.store.db import Store, _json_array, decode_json
+from llmscope.store.codec import _json_array, decode_json
+from llmscope.store.db import Store
 
 
 @dataclasses.dataclass

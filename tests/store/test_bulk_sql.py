@@ -15,7 +15,8 @@ import llmscope.data.worldsense as ws
 from llmscope.data.suites import SuiteError, read_jsonl
 from llmscope.importers import published
 from llmscope.importers.published import import_worldsense, is_plain_results
-from llmscope.store.db import Store, StoreError
+from llmscope.store.db import Store
+from llmscope.store.errors import StoreError
 
 COLS = ("item_id", "variant", "seq", "prompt", "probs", "p_yes", "p_no", "other", "top_tokens",
         "option_scores", "prediction", "gold", "correct", "confidence", "n_tokens", "latency_ms", "error",

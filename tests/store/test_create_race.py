@@ -29,7 +29,7 @@ WORKER = textwrap.dedent(
     """
     import json, sys
     from llmscope.cli.common import CLIError, open_store
-    from llmscope.store.db import StoreError
+    from llmscope.store.errors import StoreError
 
     print("ready", flush=True)
     for line in sys.stdin:
@@ -186,7 +186,8 @@ def test_a_file_system_without_hard_links(tmp_path: Path, monkeypatch: pytest.Mo
     current schema, no scratch file left, and an existing file is never overwritten."""
     import os
 
-    from llmscope.store.db import SCHEMA_VERSION, Store
+    from llmscope.store.db import Store
+    from llmscope.store.schema import SCHEMA_VERSION
 
     def no_links(src: object, dst: object) -> None:
         raise PermissionError(1, "Operation not permitted")

@@ -7,7 +7,8 @@ import json
 import duckdb
 
 from llmscope.engine.types import Item, Result
-from llmscope.store.db import MIGRATIONS, SCHEMA_VERSION, Store
+from llmscope.store.db import Store
+from llmscope.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 
 def test_schema_1_file_is_migrated_keeping_its_rows(db_path):

@@ -22,7 +22,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from llmscope.store.db import SCHEMA_VERSION, Store
+from llmscope.store.db import Store
+from llmscope.store.schema import SCHEMA_VERSION
 from tests.helpers.cli import (
     api_run,
     assert_clean_error,

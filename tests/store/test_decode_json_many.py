@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from llmscope.store.db import decode_json, decode_json_many
+from llmscope.store.codec import decode_json, decode_json_many
 
 CASES = [
     ['{"yes": 0.25, "no": 0.7}', None, float("nan"), '{"yes": 1e-300, "no": 0}'],
@@ -44,7 +44,7 @@ def test_wide_integer_test_matches_the_per_text_rule() -> None:
     import random
     import re
 
-    from llmscope.store.db import _has_wide_int
+    from llmscope.store.codec import _has_wide_int
 
     rule = re.compile(r"-?[0-9]{19,}")
 

@@ -20,7 +20,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from llmscope.store.db import Store, StoreError, effective_status, process_started_at
+from llmscope.store.db import Store
+from llmscope.store.errors import StoreError
+from llmscope.store.run_status import effective_status, process_started_at
 from tests.helpers.cli import api_run_args, cli_cmd, cli_env, record, write_yesno_suite
 from tests.helpers.oai import OAIServer, start_server, stop_server
 

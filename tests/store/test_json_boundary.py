@@ -1,7 +1,7 @@
 """No JSON decoding of stored columns outside store/ (issue 13 item 3): every `json.loads` /
 `orjson.loads` outside store/ must be one of the listed decoders of other JSON (source files,
 HTTP bodies, the live channel's files, the response cache), each with its reason. Stored
-columns are decoded by `llmscope.store.db.decode_json` or come back decoded from `Store`."""
+columns are decoded by `llmscope.store.codec.decode_json` or come back decoded from `Store`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from llmscope.engine.types import Item, Result
-from llmscope.store.db import Store, decode_frame, decode_json
+from llmscope.store.codec import decode_frame, decode_json
+from llmscope.store.db import Store
 from tests.helpers.paths import ROOT
 
 CODE_DIRS = ("llmscope", "engine", "data", "analysis", "tui", "bench", "scripts")
@@ -67,7 +68,7 @@ def test_no_json_decoding_of_stored_columns_outside_store() -> None:
             for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
                 if LOADS.search(line) and (rel, line.strip()) not in ALLOWED:
                     found.append(f"{rel}:{n}: {line.strip()}")
-    assert not found, "decode stored JSON with llmscope.store.db.decode_json or a Store API:\n" + "\n".join(found)
+    assert not found, "decode stored JSON with llmscope.store.codec.decode_json or a Store API:\n" + "\n".join(found)
 
 
 def test_the_check_finds_a_new_decoder() -> None:

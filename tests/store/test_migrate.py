@@ -6,7 +6,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from llmscope.store.db import SCHEMA_VERSION, Store, file_schema_version
+from llmscope.store.db import Store
+from llmscope.store.schema import SCHEMA_VERSION, file_schema_version
 from tests.helpers.cli import assert_clean_error, cli
 from tests.store.test_top_tokens_blob import _downgrade_to_schema_4
 

@@ -10,7 +10,9 @@ import duckdb
 import pytest
 
 from llmscope.engine.types import Result
-from llmscope.store.db import SCHEMA_VERSION, Store, StoreError
+from llmscope.store.db import Store
+from llmscope.store.errors import StoreError
+from llmscope.store.schema import SCHEMA_VERSION
 from tests.helpers.schema3_store import Schema3Store
 
 ROWS = [

@@ -11,7 +11,9 @@ import pytest
 
 from llmscope.engine.types import Result
 from llmscope.export import export_rows
-from llmscope.store.db import SCHEMA_VERSION, Store, StoreError
+from llmscope.store.db import Store
+from llmscope.store.errors import StoreError
+from llmscope.store.schema import SCHEMA_VERSION
 
 
 def _top(tag: str, n: int = 3) -> list[dict[str, object]]:

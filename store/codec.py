@@ -1,0 +1,281 @@
+"""Values to and from stored columns: JSON text, finite floats, Arrow batches, top-token blobs.
+
+`decode_json` is the one JSON decoder of stored columns.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import zstandard
+
+from llmscope.engine.types import Result
+from llmscope.store.errors import StoreError
+from llmscope.store.schema import RESULT_SCHEMA
+
+# The `results` columns that hold JSON text (open shapes); every reader gets them decoded
+# from the store (`decode_json`, `Store.results_frame(decoded=True)`, `Store.item_detail`).
+JSON_RESULT_COLUMNS = ("probs", "top_tokens", "option_scores", "extra")
+
+_ORJSON_OPTS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+
+
+def encode_json(v: Any) -> str | None:
+    """JSON text for a column; NaN/inf become null. orjson first: it is ~8x faster on result rows."""
+    if v is None:
+        return None
+    try:
+        return orjson.dumps(v, default=_json_default, option=_ORJSON_OPTS).decode()
+    except (orjson.JSONEncodeError, TypeError):
+        # e.g. lone surrogates, which the stdlib escapes instead of refusing
+        return json.dumps(v, ensure_ascii=False, default=_json_default).replace("NaN", "null")
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "item"):
+        return o.item()
+    if hasattr(o, "__dict__"):
+        return o.__dict__
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _finite(x: float | None) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def is_null(v: Any) -> bool:
+    """Whether a stored value read back is missing: None, NaT or NaN."""
+    return v is None or v is pd.NaT or (isinstance(v, float) and math.isnan(v))
+
+
+def _json_many(values: Iterable[Any]) -> list[str | None]:
+    """`encode_json` of each value; orjson in one comprehension, the careful path only for a value it refuses."""
+    dumps, opts, default = orjson.dumps, _ORJSON_OPTS, _json_default
+    try:
+        return [None if v is None else dumps(v, default=default, option=opts).decode() for v in values]
+    except (orjson.JSONEncodeError, TypeError):
+        return [encode_json(v) for v in values]
+
+
+def _json_array(values: Sequence[Any]) -> pa.Array:
+    """`_json_many` as an Arrow string array, built from orjson's bytes without a Python str
+    per value (Arrow checks the UTF-8 in one pass). Values orjson takes only with the careful
+    options (non-string keys, objects needing `default`) go through `_json_many`: same text."""
+    dumps, opt = orjson.dumps, orjson.OPT_SERIALIZE_NUMPY
+    try:
+        encoded = [None if v is None else dumps(v, option=opt) for v in values]
+        return pa.array(encoded, type=pa.binary()).cast(pa.string())
+    except (orjson.JSONEncodeError, TypeError, pa.ArrowInvalid):
+        return pa.array(_json_many(values), type=pa.string())
+
+
+def _finite_array(values: Sequence[Any]) -> pa.Array:
+    """float64 with NaN/inf (and None) as null, converted in Arrow rather than per value."""
+    try:
+        arr = pa.array(values, type=pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        return pa.array([_finite(v) for v in values], type=pa.float64())
+    if arr.null_count == len(arr):
+        return arr
+    return pc.if_else(pc.is_finite(arr), arr, pa.scalar(None, pa.float64()))
+
+
+def column_list(v: Any) -> list[Any]:
+    """A column given as a Python sequence or an Arrow array, as a list."""
+    return v.to_pylist() if isinstance(v, (pa.Array, pa.ChunkedArray)) else list(v)
+
+
+def _decoded_probs(p: Any) -> Any:
+    if isinstance(p, str):
+        try:
+            return orjson.loads(p)
+        except orjson.JSONDecodeError:
+            return None
+    return p
+
+
+def p_chosen_array(probs: Sequence[Any], preds: Sequence[Any]) -> pa.Array:
+    """probs[prediction] per row (probs as dicts or JSON text)."""
+    vals = []
+    for p, x in zip(probs, preds, strict=True):
+        d = _decoded_probs(p) if p is not None and x is not None else None
+        vals.append(d.get(x) if isinstance(d, dict) else None)
+    return _finite_array(vals)
+
+
+def choice_method_array(extras: Sequence[Any]) -> pa.Array:
+    """extra.choice_method per row (extras as dicts or JSON text; bulk imports repeat a few texts)."""
+    out = []
+    memo: dict[str, str | None] = {}
+    for e in extras:
+        if isinstance(e, str) and e in memo:
+            out.append(memo[e])
+            continue
+        d = _decoded_probs(e) if e else None
+        m = d.get("choice_method") if isinstance(d, dict) else None
+        m = m if isinstance(m, str) else None
+        if isinstance(e, str):
+            memo[e] = m
+        out.append(m)
+    return pa.array(out, type=pa.string())
+
+
+def results_to_arrow(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.datetime, *,
+                     tops_inline: bool = True) -> pa.Table:
+    """Column-wise conversion of results to the `results` table's Arrow schema (floats are
+    checked for NaN/inf in Arrow; JSON columns encoded by orjson per value). `tops_inline=False`
+    leaves `top_tokens` null (the store writes them as the batch's blob, `encode_top_tokens`)."""
+    n = len(rs)
+    if not n:
+        return RESULT_SCHEMA.empty_table()
+    probs = [r.probs for r in rs]
+    preds = [r.prediction for r in rs]
+    extras = [r.extra for r in rs]
+    ntok = [r.n_tokens for r in rs]
+    try:
+        n_tokens = pa.array([v or 0 for v in ntok], type=pa.int32())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        n_tokens = pa.array([int(v or 0) for v in ntok], type=pa.int32())
+    methods = [e.get("choice_method") if e else None for e in extras]
+    arrays = [
+        pa.array([run_id] * n, type=pa.string()),
+        pa.array([r.item_id for r in rs], type=pa.string()),
+        pa.array([r.variant for r in rs], type=pa.string()),
+        pa.array(range(start_seq, start_seq + n), type=pa.int64()),
+        pa.array([r.prompt for r in rs], type=pa.string()),
+        _json_array(probs),
+        _finite_array([p.get("yes") if p else None for p in probs]),
+        _finite_array([p.get("no") if p else None for p in probs]),
+        _finite_array([r.other for r in rs]),
+        _json_array([r.top_tokens for r in rs]) if tops_inline else pa.nulls(n, type=pa.string()),
+        _json_array([r.option_scores for r in rs]),
+        pa.array(preds, type=pa.string()),
+        pa.array([r.gold for r in rs], type=pa.string()),
+        _finite_array([r.correct for r in rs]),
+        _finite_array([r.confidence for r in rs]),
+        n_tokens,
+        _finite_array([r.latency_ms for r in rs]),
+        pa.array([r.error for r in rs], type=pa.string()),
+        _json_array([e or None for e in extras]),
+        pa.array([now] * n, type=pa.timestamp("us")),
+        _finite_array([p.get(x) if p and x is not None else None for p, x in zip(probs, preds, strict=True)]),
+        pa.array([m if isinstance(m, str) else None for m in methods], type=pa.string()),
+        pa.nulls(n, type=pa.int64()),
+    ]
+    return pa.Table.from_arrays(arrays, schema=RESULT_SCHEMA)
+
+
+def encode_top_tokens(tops: Sequence[Any]) -> bytes | None:
+    """One batch's top tokens (a list per row, or None) as the blob stored in `result_blobs`:
+    zstd level 1 over one orjson array (None when no row has any). One orjson call and one
+    compression per batch instead of a JSON text per row: the per-row cost of top tokens was
+    more than half of a write (docs/PERFORMANCE.md, round 4 sto2)."""
+    if all(t is None for t in tops):
+        return None
+    try:
+        raw = orjson.dumps(tops, option=orjson.OPT_SERIALIZE_NUMPY)
+    except (orjson.JSONEncodeError, TypeError):
+        # what orjson refuses with the fast options (non-string keys, odd objects): the
+        # careful encoder per row, the same text `encode_json` stores in a column
+        raw = ("[" + ",".join("null" if t is None else (encode_json(t) or "null") for t in tops) + "]").encode()
+    # zstd level 1 (measured on 100k bench rows, 20 top tokens each: 0.28 CPU s, 22 MB; stdlib
+    # zlib level 1: 0.74 s, 29 MB; lz4: 0.19 s but 45 MB for DuckDB to write)
+    return zstandard.ZstdCompressor(level=1).compress(raw)
+
+
+def decode_top_tokens(blob: bytes) -> list[Any]:
+    """The per-row list of an `encode_top_tokens` blob."""
+    v = decode_json(zstandard.ZstdDecompressor().decompress(blob))
+    if not isinstance(v, list):
+        raise StoreError("a stored top-tokens blob does not hold a list")
+    return v
+
+
+_LONG_DIGITS = re.compile(r"-?[0-9]{19,}")
+
+
+def decode_json(v: Any, default: Any = None) -> Any:
+    """A stored JSON column's value decoded: text is parsed (`default` when it does not parse),
+    anything else (None, an already decoded value) is returned as it is. The one JSON decoder
+    for stored columns; code outside store/ calls this or gets decoded values from `Store`."""
+    if isinstance(v, (bytes, str)):
+        try:
+            text = v if isinstance(v, str) else v.decode("utf-8", "replace")
+            if any(not (-(2**63) <= int(m) <= 2**64 - 1) for m in _LONG_DIGITS.findall(text)):
+                raise orjson.JSONDecodeError("orjson reads integers beyond 64 bits as floats", "", 0)
+            return orjson.loads(v)
+        except orjson.JSONDecodeError:
+            try:  # what orjson refuses and the stdlib reads (NaN, integers beyond 64 bits)
+                return json.loads(v)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                return default
+    return v
+
+
+def _has_wide_int(text: str) -> bool:
+    """Whether ``text`` holds an integer orjson cannot read exactly: `decode_json`'s
+    ``_LONG_DIGITS`` test, with the digit runs found by numpy. Written by hand because the
+    regex tries every position of every run of digits (probabilities have 17-digit runs):
+    1.8 s over a 1M-row `probs` column, against ~0.1 s."""
+    raw = text.encode("utf-8", "surrogatepass")
+    b = np.frombuffer(raw, dtype=np.uint8)
+    digit = ((b >= 48) & (b <= 57)).astype(np.int8)
+    edges = np.diff(np.concatenate(([0], digit, [0])).astype(np.int8))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    wide = (ends - starts) >= 19
+    for s, e in zip(starts[wide].tolist(), ends[wide].tolist(), strict=True):
+        v = int(raw[s:e])
+        if s > 0 and raw[s - 1] == 45:  # "-": the regex's optional sign
+            v = -v
+        if not (-(2**63) <= v <= 2**64 - 1):
+            return True
+    return False
+
+
+def decode_json_many(values: Iterable[Any], default: Any = None) -> list[Any]:
+    """`decode_json` of each value (a stored column's), with one scan of all the texts for
+    integers beyond orjson's range instead of one per text: a 1M-row yes/no report decoded
+    its `probs` column per row through the scan (~1.5 s)."""
+    vals = list(values)
+    texts = [v for v in vals if isinstance(v, str)]
+    if len(texts) < len(vals) and any(isinstance(v, bytes) for v in vals):
+        return [decode_json(v, default) for v in vals]
+    # decode_json's test, over the texts in chunks (digit runs never cross the newlines)
+    if any(_has_wide_int("\n".join(texts[i:i + 65536])) for i in range(0, len(texts), 65536)):
+        return [decode_json(v, default) for v in vals]  # some text needs the stdlib: each as decode_json does
+    loads = orjson.loads
+    out: list[Any] = []
+    for v in vals:
+        if isinstance(v, str):
+            try:
+                out.append(loads(v))
+            except orjson.JSONDecodeError:
+                out.append(decode_json(v, default))  # NaN and the like: what the stdlib reads
+        else:
+            out.append(v)
+    return out
+
+
+STORED_JSON_COLUMNS = (*JSON_RESULT_COLUMNS, "fields", "options", "item_fields", "item_options")
+
+
+def decode_frame(df: pd.DataFrame, columns: Iterable[str] = STORED_JSON_COLUMNS) -> pd.DataFrame:
+    """A copy of a frame of stored rows with its JSON columns (those present) decoded."""
+    out = df.copy()
+    for c in columns:
+        if c in out.columns:
+            out[c] = pd.Series([None if is_null(v) else decode_json(v) for v in out[c]], index=out.index, dtype=object)
+    return out
