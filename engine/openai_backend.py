@@ -55,7 +55,10 @@ from llmscope.engine.backend import (
     Capabilities,
     GenParams,
 )
+from llmscope.engine.fleet import Fleet
 from llmscope.engine.retry import RetryPolicy, parse_retry_after
+from llmscope.engine.start_tokens import StartTokens
+from llmscope.engine.start_tokens import from_vllm as start_tokens_from_vllm
 from llmscope.engine.textsafety import REDACTED, key_redactor, map_strings
 from llmscope.engine.types import GenerateOut, LogLikOut, NextTokenOut, TopToken
 
@@ -488,7 +491,12 @@ class OpenAIBackend(Backend):
         self._client = self._clients[0]
         self._sems = [asyncio.Semaphore(self.concurrency) for _ in self.base_urls]
         self._per_endpoint = [0 for _ in self.base_urls]  # HTTP attempts sent to each
-        self._rr = 0
+        # several base URLs: round-robin over the replicas that answer (engine/fleet.py)
+        self._fleet = Fleet([_public_url(u) for u in self.base_urls])
+        # what an empty context becomes, learned from the server (engine/start_tokens.py)
+        self._start: StartTokens | None = None
+        self._start_learned = False
+        self._start_lock = asyncio.Lock()
         self._chat_params = _param_names(self._client.chat.completions.create)
         self._cmpl_params = _param_names(self._client.completions.create)
         self._pause_until = 0.0
@@ -588,6 +596,7 @@ class OpenAIBackend(Backend):
             "loglik_batch": self.loglik_batch,
             "capabilities": self.probed or self._capabilities(),
             "method_choice": self.method_choice,
+            "start_tokens": self._start.to_dict() if self._start else None,
             "adaptations": list(self.adaptations),
             "breaker_after": self.breaker_after,
             "dropped_params": sorted(self._dropped),
@@ -602,6 +611,7 @@ class OpenAIBackend(Backend):
             **self._c,
             "in_flight": self._in_flight,
             "requests_per_endpoint": list(self._per_endpoint),
+            **self._fleet.summary(),
             "logprobs": self._logprobs,
             "method": self._method(),
             "top_logprobs_used": self._k_cap,
@@ -662,7 +672,9 @@ class OpenAIBackend(Backend):
         last, kind = "no attempt made", "none"
         same: tuple[int, str] | None = None
         repeats = 0
+        elsewhere = False  # the last attempt's replica failed and another one is up
         for attempt in range(max_retries + 1):
+            elsewhere = False
             if self._breaker:
                 raise BackendUnavailable(self._breaker)
             if attempt:
@@ -675,8 +687,7 @@ class OpenAIBackend(Backend):
             if self._pinned is not None:
                 ep = self._pinned
             else:
-                ep = self._rr % len(self._clients)
-                self._rr += 1
+                ep = self._fleet.pick()
             client = self._clients[ep]
             api = client.chat.completions if endpoint == "chat" else client.completions
             create = api.with_raw_response.create
@@ -691,6 +702,7 @@ class OpenAIBackend(Backend):
                         create(**kwargs, timeout=self.timeout), self.timeout + 1.0
                     )
                     self._down_streak = 0
+                    self._fleet.answered(ep)
                     data = json.loads(raw.http_response.content)
                     data = self._redact_reply(data)
                     if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
@@ -702,15 +714,20 @@ class OpenAIBackend(Backend):
                 except (TimeoutError, openai.APITimeoutError):
                     self._c["timeouts"] += 1
                     last, kind = f"timed out after {self.timeout:g}s", "timeout"
-                    self._went_down(last)
+                    elsewhere = self._fleet.failed(ep, last)
+                    if not elsewhere:  # the breaker counts only when no replica is left
+                        self._went_down(last)
                 except openai.APIConnectionError as e:
                     self._c["connection_errors"] += 1
                     cause = e.__cause__ or e
                     last = f"connection error: {self._redact(str(cause) or str(e))[:300]}"
                     kind = "connection"
-                    self._went_down(last)
+                    elsewhere = self._fleet.failed(ep, last)
+                    if not elsewhere:
+                        self._went_down(last)
                 except openai.APIStatusError as e:
                     self._down_streak = 0
+                    self._fleet.answered(ep)
                     status = e.status_code
                     message, param, code = self._error_fields(e)
                     retry_after = parse_retry_after(e.response.headers)
@@ -750,6 +767,8 @@ class OpenAIBackend(Backend):
             if self._probing and kind in ("connection", "timeout") and attempt >= PROBE_RETRIES:
                 break  # an unreachable server is a configuration error at probe time
             if attempt < max_retries:
+                if kind in ("connection", "timeout") and elsewhere and self._pinned is None:
+                    continue  # another replica is up: retry there without waiting
                 delay = self.policy.delay(attempt, retry_after, self._rng)
                 if retry_after is not None:
                     # the server asked everyone to hold off, not just this request
@@ -1194,6 +1213,7 @@ class OpenAIBackend(Backend):
                         await self._check_echo()
             if self._loglik is False:
                 raise BackendError(self._loglik_error or "loglik unsupported")
+            requests = await self._explicit_start(requests)
             return await self._loglik_all(requests)
         except BackendError:
             self._c["failed"] += 1
@@ -1611,6 +1631,37 @@ class OpenAIBackend(Backend):
             return
         if self.loglik_batch > 1:
             await self.loglik([("The sky is", " blue"), ("The sea is", " wet")])
+        await self._learn_start()
+
+    # ------------------------------------------------------------------ start tokens (vLLM)
+
+    def start_tokens(self) -> StartTokens | None:
+        """What the server's tokenizer starts a text with (learned by `probe`); None: unknown."""
+        return self._start
+
+    async def _learn_start(self) -> None:
+        async with self._start_lock:
+            if not self._start_learned:
+                self._start_learned = True
+                headers = {"Authorization": f"Bearer {self._clients[0].api_key}"}
+                self._start = await start_tokens_from_vllm(self.base_urls[0], self.model, headers,
+                                                           timeout=self.timeout)
+
+    async def _explicit_start(self, requests: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Empty contexts replaced by the start token's text, as the local backend scores them.
+
+        A server that names no start token (not vLLM) gets the request unchanged."""
+        if not any(c == "" for c, _ in requests):
+            return requests
+        await self._learn_start()
+        st = self._start
+        if st is None:
+            return requests
+        if st.empty_context is None:
+            raise BackendError(
+                f"an empty context needs the model's start token, which {_public_url(self.base_url)} "
+                f"does not name ({st.note}); or condition on explicit text (minpairs: context text)")
+        return [(st.empty_context if c == "" else c, x) for c, x in requests]
 
     def _capabilities(self) -> dict[str, Any]:
         return {
