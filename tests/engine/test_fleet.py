@@ -53,7 +53,9 @@ def test_a_dead_replica_leaves_the_rotation_and_gets_a_trial_after_its_cool_off(
     f.answered(1)
     assert f.healthy() == 3
     assert [(e["event"], e["endpoint"], e["url"]) for e in f.events] == [
-        ("down", 1, "http://b/v1"), ("back", 1, "http://b/v1")]
+        ("down", 1, "http://b/v1"),
+        ("back", 1, "http://b/v1"),
+    ]
     s = f.summary()
     assert s["endpoints_up"] == [True, True, True] and s["endpoint_failures"] == [0, 3, 0]
 
@@ -83,8 +85,9 @@ async def test_backend_finishes_every_call_when_a_replica_dies_and_takes_it_back
     monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
     a, b = start_server(), start_server()
     port_b = b.port
-    be = OpenAIBackend("test-model", base_url=[a.base_url, b.base_url], concurrency=2, timeout=5,
-                       breaker_after=3)
+    be = OpenAIBackend(
+        "test-model", base_url=[a.base_url, b.base_url], concurrency=2, timeout=5, breaker_after=3
+    )
     try:
         for s in (a, b):
             s.script("[f]", top=TOP, delay=0.05)
@@ -92,7 +95,9 @@ async def test_backend_finishes_every_call_when_a_replica_dies_and_takes_it_back
         assert len(b.log("[f]")) >= 3
         stop_server(b)
         # more calls than the breaker's limit: the failures on b are not "the server is gone"
-        second = await asyncio.gather(*(be.next_token(f"[f] {i}", ["yes", "no"]) for i in range(8, 20)))
+        second = await asyncio.gather(
+            *(be.next_token(f"[f] {i}", ["yes", "no"]) for i in range(8, 20))
+        )
         st = be.stats()
         assert st["breaker"] is None
         assert st["endpoints_up"] == [True, False]
@@ -119,10 +124,15 @@ async def test_backend_finishes_every_call_when_a_replica_dies_and_takes_it_back
 
 def _items(tmp_path: Path, n: int) -> Path:
     (tmp_path / "items.jsonl").write_text(
-        "".join(json.dumps({"id": f"i{k:03d}", "text": f"s{k}", "gold": "yes"}) + "\n" for k in range(n)))
+        "".join(
+            json.dumps({"id": f"i{k:03d}", "text": f"s{k}", "gold": "yes"}) + "\n" for k in range(n)
+        )
+    )
     spec = tmp_path / "suite.yaml"
-    spec.write_text("name: f\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
-                    "templates:\n  plain: '[kill] {text} Answer yes or no.'\n")
+    spec.write_text(
+        "name: f\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
+        "templates:\n  plain: '[kill] {text} Answer yes or no.'\n"
+    )
     return spec
 
 
@@ -136,10 +146,31 @@ def test_cli_run_loses_a_replica_mid_run_and_stores_every_item_once(tmp_path: Pa
         env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY, "OMP_NUM_THREADS": "1"}
         env.pop("OPENAI_BASE_URL", None)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "llmscope", "--db", str(db), "run", "--suite", str(spec),
-             "--model", "openai:test-model", "--base-url", a.base_url, "--base-url", b.base_url,
-             "--concurrency", "2", "--quiet", "--no-report"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            [
+                sys.executable,
+                "-m",
+                "llmscope",
+                "--db",
+                str(db),
+                "run",
+                "--suite",
+                str(spec),
+                "--model",
+                "openai:test-model",
+                "--base-url",
+                a.base_url,
+                "--base-url",
+                b.base_url,
+                "--concurrency",
+                "2",
+                "--quiet",
+                "--no-report",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         deadline = time.monotonic() + 120
         while len(b.log("[kill]")) < 8:
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()

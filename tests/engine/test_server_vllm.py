@@ -69,17 +69,44 @@ def vllm(servers: dict[str, Any]) -> str:
     return str(servers["a"])
 
 
-def run_cli(db: Path, suite: str, *extra: str, base_url: str | list[str] | None = None,
-            timeout: int = 600) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    db: Path, suite: str, *extra: str, base_url: str | list[str] | None = None, timeout: int = 600
+) -> subprocess.CompletedProcess[str]:
     """`llmscope run` in a subprocess: through the server(s) with base_url, else locally."""
     env = {**os.environ, "OPENAI_API_KEY": KEY, "OMP_NUM_THREADS": "1"}
     env.pop("OPENAI_BASE_URL", None)
     urls = [base_url] if isinstance(base_url, str) else list(base_url or [])
-    model = (["--model", f"openai:{vs.ALIAS}", *[x for u in urls for x in ("--base-url", u)],
-              "--concurrency", "2"] if urls else ["--threads", "1"])
+    model = (
+        [
+            "--model",
+            f"openai:{vs.ALIAS}",
+            *[x for u in urls for x in ("--base-url", u)],
+            "--concurrency",
+            "2",
+        ]
+        if urls
+        else ["--threads", "1"]
+    )
     return subprocess.run(
-        [sys.executable, "-m", "llmscope", "--db", str(db), "run", "--suite", suite, *model, "--quiet",
-         "--no-report", *extra], capture_output=True, text=True, timeout=timeout, env=env)
+        [
+            sys.executable,
+            "-m",
+            "llmscope",
+            "--db",
+            str(db),
+            "run",
+            "--suite",
+            suite,
+            *model,
+            "--quiet",
+            "--no-report",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def rows(db: Path, backend: str) -> dict[tuple[str, str], dict[str, Any]]:
@@ -88,7 +115,8 @@ def rows(db: Path, backend: str) -> dict[tuple[str, str], dict[str, Any]]:
         cur = con.execute(
             "select r.item_id, r.variant, r.probs, r.prediction, r.correct, r.error, r.extra, r.option_scores "
             "from results r join runs using (run_id) where runs.backend = ? order by r.item_id, r.variant",
-            [backend])
+            [backend],
+        )
         cols = [d[0] for d in cur.description]
         out = {}
         for row in cur.fetchall():
@@ -104,8 +132,9 @@ def rows(db: Path, backend: str) -> dict[tuple[str, str], dict[str, Any]]:
 def backend_meta(db: Path, backend: str = "openai") -> dict[str, Any]:
     con = duckdb.connect(str(db), read_only=True)
     try:
-        (meta,) = con.execute("select meta from runs where backend = ? order by started_at desc limit 1",
-                              [backend]).fetchone()
+        (meta,) = con.execute(
+            "select meta from runs where backend = ? order by started_at desc limit 1", [backend]
+        ).fetchone()
     finally:
         con.close()
     return dict(json.loads(meta))
@@ -132,7 +161,9 @@ def test_minimal_pairs_agree_with_local_per_sentence(vllm: str, tmp_path: Path) 
     remote, local = both(db, "minimal-pairs", vllm, 5)
     for k, r in remote.items():
         # the same explicit context as locally, recorded with every item
-        assert r["extra"]["context"]["text"] == local[k]["extra"]["context"]["text"] == "<|endoftext|>"
+        assert (
+            r["extra"]["context"]["text"] == local[k]["extra"]["context"]["text"] == "<|endoftext|>"
+        )
         assert set(r["option_scores"]) == set(local[k]["option_scores"])
         for s, sc in r["option_scores"].items():
             assert abs(sc["logprob"] - local[k]["option_scores"][s]["logprob"]) < LL_TOL, (k, s)
@@ -151,7 +182,11 @@ def test_syntaxgym_agrees_with_local(vllm: str, tmp_path: Path) -> None:
     remote, local = both(db, "syntax-sample", vllm, 2)
     for k, r in remote.items():
         a, b = _sentence_logprobs(r), _sentence_logprobs(local[k])
-        assert len(a) == len(b) and all(abs(x - y) < LL_TOL for x, y in zip(a, b, strict=True)), (k, a, b)
+        assert len(a) == len(b) and all(abs(x - y) < LL_TOL for x, y in zip(a, b, strict=True)), (
+            k,
+            a,
+            b,
+        )
         assert r["correct"] == local[k]["correct"]
     # an empty context is the start token, as locally (SmolLM2: BOS <|im_start|>, named by the server)
     st = backend_meta(db)["backend"]["start_tokens"]
@@ -176,9 +211,15 @@ def test_yesno_p_yes_within_a_hundredth(vllm: str, tmp_path: Path) -> None:
         # P(yes) is rescaled by the top-k rule (all-present: mass / top-k total), a stated method
         # difference (docs/scale-out.md), so the seen mass is what must agree.
         # within 0.01, not 1e-3: variants of yes/no outside the top-20 ("YES", ...) are not seen
-        assert abs(r["extra"]["raw_probs"]["yes"] - local[k]["probs"]["yes"]) < 0.01, (k, r["extra"], local[k])
+        assert abs(r["extra"]["raw_probs"]["yes"] - local[k]["probs"]["yes"]) < 0.01, (
+            k,
+            r["extra"],
+            local[k],
+        )
         assert abs(r["extra"]["raw_probs"]["no"] - local[k]["probs"]["no"]) < 0.01
-        assert r["extra"]["raw_probs"]["yes"] <= local[k]["probs"]["yes"] + 1e-4  # seen mass: a lower bound
+        assert (
+            r["extra"]["raw_probs"]["yes"] <= local[k]["probs"]["yes"] + 1e-4
+        )  # seen mass: a lower bound
         assert r["prediction"] == local[k]["prediction"]
 
 
@@ -190,7 +231,9 @@ def test_rating_ranking_identical(vllm: str, tmp_path: Path) -> None:
     db = tmp_path / "rt.duckdb"
     # top-100 (the server allows it: --max-logprobs 100): every label of the scale is seen; with
     # the default top-20 the labels outside it share the leftover mass equally (docs/scale-out.md)
-    remote, local = both(db, "rating-sample", vllm, 3, "--top-logprobs", "100", "--opt", "top_k=100")
+    remote, local = both(
+        db, "rating-sample", vllm, 3, "--top-logprobs", "100", "--opt", "top_k=100"
+    )
     for k, r in remote.items():
         assert set(r["probs"]) == {"1", "2", "3", "4", "5"}
         assert _order(r["probs"]) == _order(local[k]["probs"])
@@ -217,7 +260,9 @@ def test_generation_greedy_text(vllm: str, tmp_path: Path) -> None:
     remote, local = both(db, "generation-sample", vllm, 3)
     same = sum(r["prediction"] == local[k]["prediction"] for k, r in remote.items())
     # fp32 on both sides: greedy texts match unless two tokens tie within float noise
-    assert same >= len(remote) - 1, [(r["prediction"], local[k]["prediction"]) for k, r in remote.items()]
+    assert same >= len(remote) - 1, [
+        (r["prediction"], local[k]["prediction"]) for k, r in remote.items()
+    ]
 
 
 def test_probeval_oneshot_samples(vllm: str, tmp_path: Path) -> None:
@@ -230,17 +275,32 @@ def test_probeval_oneshot_samples(vllm: str, tmp_path: Path) -> None:
 
 # -- one run over two servers, one killed mid-run -------------------------------------------------
 
+
 def _yesno_suite(tmp_path: Path, n: int) -> Path:
-    (tmp_path / "items.jsonl").write_text("".join(
-        json.dumps({"id": f"q{k:03d}", "text": f"Is {k} an even number?", "gold": "yes" if k % 2 == 0 else "no"})
-        + "\n" for k in range(n)))
+    (tmp_path / "items.jsonl").write_text(
+        "".join(
+            json.dumps(
+                {
+                    "id": f"q{k:03d}",
+                    "text": f"Is {k} an even number?",
+                    "gold": "yes" if k % 2 == 0 else "no",
+                }
+            )
+            + "\n"
+            for k in range(n)
+        )
+    )
     spec = tmp_path / "suite.yaml"
-    spec.write_text("name: parity\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
-                    "templates:\n  plain: '{text} Answer yes or no.'\n")
+    spec.write_text(
+        "name: parity\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
+        "templates:\n  plain: '{text} Answer yes or no.'\n"
+    )
     return spec
 
 
-def test_two_servers_lose_one_mid_run_and_store_every_item_once(servers: dict[str, Any], tmp_path: Path) -> None:
+def test_two_servers_lose_one_mid_run_and_store_every_item_once(
+    servers: dict[str, Any], tmp_path: Path
+) -> None:
     b: vs.VLLMServer | None = servers["b"]
     if b is None:
         pytest.skip("LLMSCOPE_VLLM_SERVER given: no second server started")
@@ -250,10 +310,31 @@ def test_two_servers_lose_one_mid_run_and_store_every_item_once(servers: dict[st
     env = {**os.environ, "OPENAI_API_KEY": KEY, "OMP_NUM_THREADS": "1"}
     env.pop("OPENAI_BASE_URL", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llmscope", "--db", str(db), "run", "--suite", str(spec),
-         "--model", f"openai:{vs.ALIAS}", "--base-url", servers["a"], "--base-url", b.base_url,
-         "--concurrency", "2", "--quiet", "--no-report"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        [
+            sys.executable,
+            "-m",
+            "llmscope",
+            "--db",
+            str(db),
+            "run",
+            "--suite",
+            str(spec),
+            "--model",
+            f"openai:{vs.ALIAS}",
+            "--base-url",
+            servers["a"],
+            "--base-url",
+            b.base_url,
+            "--concurrency",
+            "2",
+            "--quiet",
+            "--no-report",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     # kill b once it has answered a few of the run's requests (its own request counter)
     deadline = time.monotonic() + 300
     before = vs.finished_requests(b.base_url)
@@ -278,6 +359,13 @@ def test_two_servers_lose_one_mid_run_and_store_every_item_once(servers: dict[st
 
 # every built-in suite has a test above (tests/engine/test_vllm_coverage.py checks it without vLLM)
 VLLM_TESTED = {
-    "minimal-pairs", "syntax-sample", "contamination-sample", "commonsense-sample", "rating-sample",
-    "mc-sample", "pragmatics-choice", "generation-sample", "probeval-oneshot",
+    "minimal-pairs",
+    "syntax-sample",
+    "contamination-sample",
+    "commonsense-sample",
+    "rating-sample",
+    "mc-sample",
+    "pragmatics-choice",
+    "generation-sample",
+    "probeval-oneshot",
 }
