@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit("--kill needs the servers this benchmark starts (no --base-url)")
             figs["kill"] = kill_run(
                 tmp / "kill.duckdb",
-                a.n_items,
+                a.kill_items or a.n_items,
                 urls[0],
                 b_server,
                 a.concurrency,
