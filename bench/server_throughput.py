@@ -236,6 +236,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--restart", action="store_true", help="with --kill: start B again after the kill"
     )
+    ap.add_argument(
+        "--kill-items",
+        type=int,
+        default=None,
+        help="items of the --kill run (default --n-items; with --restart, enough to outlast a server start)",
+    )
     ap.add_argument("--json", help="also write the figures here")
     a = ap.parse_args(argv)
     systems = [s.strip() for s in a.systems.split(",") if s.strip()]
