@@ -1646,6 +1646,10 @@ class OpenAIBackend(Backend):
                 headers = {"Authorization": f"Bearer {self._clients[0].api_key}"}
                 self._start = await start_tokens_from_vllm(self.base_urls[0], self.model, headers,
                                                            timeout=self.timeout)
+                if self._start is not None and self._start.empty_context is None:
+                    self._warn_once("start_token", f"{_public_url(self.base_url)}: texts scored with no "
+                                    f"context (SyntaxGym, contamination, minpairs context bos) will fail: "
+                                    f"{self._start.note}")
 
     async def _explicit_start(self, requests: list[tuple[str, str]]) -> list[tuple[str, str]]:
         """Empty contexts replaced by the start token's text, as the local backend scores them.
