@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from llmscope.engine.start_tokens import StartTokens, from_tokenizer
 from llmscope.engine.types import GenerateOut, LogLikOut, NextTokenOut
 
 
@@ -99,6 +100,11 @@ class Backend(abc.ABC):
         when `tok` is set."""
         return Capabilities(generate=type(self).generate is not Backend.generate, local_loglik=self.kind == "hf",
                             tokenizer=self.tok is not None)
+
+    def start_tokens(self) -> StartTokens | None:
+        """What an empty context and the document separator are, as text (engine/start_tokens.py);
+        from the local tokenizer here, from the server for API backends; None when unknown."""
+        return from_tokenizer(self.tok, self.add_bos) if self.tok is not None else None
 
     async def probe(self, task: Any = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
         """Check the configuration before a run stores anything (API backends ask the

@@ -276,6 +276,9 @@ class CachedBackend(Backend):
     def add_bos(self) -> bool:
         return self.inner.add_bos
 
+    def start_tokens(self) -> Any:
+        return self.inner.start_tokens()
+
     async def probe(self, task: Any = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
         await self.inner.probe(task, options)
         return self.describe()

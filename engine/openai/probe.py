@@ -136,6 +136,7 @@ class CapabilityProbe(PromptLoglik):
             return
         if self.loglik_batch > 1:
             await self.loglik([("The sky is", " blue"), ("The sea is", " wet")])
+        await self._learn_start()
 
     def _capabilities(self) -> dict[str, Any]:
         return {

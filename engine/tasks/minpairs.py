@@ -139,11 +139,17 @@ def resolve_context(mode: str, text: str, backend: Backend) -> dict[str, Any]:
     tok = backend.tok if caps.tokenizer else None
     adds_bos = bool(backend.add_bos) if caps.tokenizer else False
     sep = document_separator(tok)
+    served = None if caps.tokenizer else backend.start_tokens()
+    if served is not None:  # the tokenizer is inside the server (vLLM): what it told the backend
+        adds_bos, sep = served.adds_bos, served.separator
     if mode == "auto":
         if sep is not None and not adds_bos:
-            return {"mode": "eos", "text": sep, "why": "auto: the tokenizer's document separator"}
+            src = f" ({served.source})" if served is not None else ""
+            return {"mode": "eos", "text": sep, "why": f"auto: the tokenizer's document separator{src}"}
         why = ("auto: the tokenizer starts documents with BOS" if adds_bos
                else "auto: no tokenizer to find a document separator in (backend default start token)")
+        if served is not None:
+            why += f" ({served.source})"
         return {"mode": "bos", "text": "", "why": why}
     if mode == "eos":
         if sep is None:

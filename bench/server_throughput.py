@@ -1,0 +1,334 @@
+"""Throughput on vLLM: one server vs two, beside the local path and lm-eval's `local-completions`.
+
+    python -m bench.server_throughput [--n-items 60] [--concurrency 4] [--systems local,vllm-1,vllm-2,lm-eval]
+        [--base-url URL_A --base-url URL_B] [--kill] [--restart] [--json FILE]
+
+The same yes/no prompts for every system: the built-in `commonsense-sample` suite, `--n-items`
+items x its 3 templates (60 -> 180 prompts), the embedded SmolLM2 in fp32:
+
+* `local`: `llmscope run` on the local backend (one torch thread);
+* `vllm-1`: `llmscope run --model openai:smollm2 --base-url A` (chat top-20 log-probs);
+* `vllm-2`: the same run with `--base-url A --base-url B` (items sharded round-robin);
+* `lm-eval`: lm-evaluation-harness's `local-completions` model against server A, scoring the
+  log-likelihood of "Yes" and "No" after each chat-rendered prompt (two requests per prompt, as
+  lm-eval asks a completions server; the tokens the HF tokenizer gives, sent as token ids).
+
+llmscope's figure is the runner's own time (`runs.meta.last_session.seconds`: no process start,
+no model load); lm-eval's the `loglikelihood` call. Without `--base-url` two vLLM servers are
+started (bench/vllm_server.py: one thread each) and stopped at the end. The response cache is off.
+
+`--kill`: one more two-server run, in which server B is killed (SIGKILL) once it has finished
+a few requests; prints the items stored, duplicates and the run record's endpoint events.
+`--restart` starts B again on its port right after the kill (it rejoins once it answers).
+
+Prints items/s per system and `ratio two/one servers: X.XX`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from bench import vllm_server as vs
+
+SUITE = "commonsense-sample"
+
+
+def _env() -> dict[str, str]:
+    env = {
+        **os.environ,
+        "OPENAI_API_KEY": "sk-bench",
+        "OMP_NUM_THREADS": "1",
+        "LLMSCOPE_RESPONSE_CACHE": "off",
+    }
+    env.pop("OPENAI_BASE_URL", None)
+    return env
+
+
+def llmscope_run(
+    db: Path, n_items: int, urls: list[str], concurrency: int, popen: bool = False
+) -> Any:
+    model = (
+        [
+            "--model",
+            f"openai:{vs.ALIAS}",
+            *[x for u in urls for x in ("--base-url", u)],
+            "--concurrency",
+            str(concurrency),
+        ]
+        if urls
+        else ["--threads", "1"]
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "llmscope",
+        "--db",
+        str(db),
+        "run",
+        "--suite",
+        SUITE,
+        "--limit",
+        str(n_items),
+        *model,
+        "--quiet",
+        "--no-report",
+    ]
+    if popen:
+        return subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
+        )
+    p = subprocess.run(cmd, capture_output=True, text=True, env=_env())
+    if p.returncode:
+        raise SystemExit(f"llmscope run failed: {p.stderr[-1500:]}")
+    return p
+
+
+def run_figures(db: Path) -> dict[str, Any]:
+    """The last run's items, seconds, items/s and backend stats, from the store."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        run_id, meta = con.execute(
+            "select run_id, meta from runs order by started_at desc limit 1"
+        ).fetchone()
+        ids = [
+            r[0] + "/" + r[1]
+            for r in con.execute(
+                "select item_id, variant from results where run_id = ?", [run_id]
+            ).fetchall()
+        ]
+        errors = con.execute(
+            "select count(error) from results where run_id = ?", [run_id]
+        ).fetchone()[0]
+    finally:
+        con.close()
+    m = json.loads(meta)
+    last = m.get("last_session") or {}
+    return {
+        "rows": len(ids),
+        "distinct": len(set(ids)),
+        "errors": errors,
+        "seconds": last.get("seconds"),
+        "items_per_s": last.get("items_per_s"),
+        "backend_stats": m.get("backend_stats") or {},
+    }
+
+
+def lmeval_yesno(base_url: str, model_dir: Path, n_items: int, concurrency: int) -> dict[str, Any]:
+    """lm-eval's local-completions on the same prompts: loglik of "Yes" and "No" per prompt."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.openai_completions import LocalCompletionsAPI
+    from transformers import AutoTokenizer
+
+    from llmscope.data.suites import load_suite
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    work = load_suite(SUITE).work(n_items)
+    rendered = [
+        tok.apply_chat_template(
+            [{"role": "user", "content": w.prompt}], add_generation_prompt=True, tokenize=False
+        )
+        for w in work
+    ]
+    lm = LocalCompletionsAPI(
+        model=vs.ALIAS,
+        base_url=f"{base_url}/completions",
+        tokenizer=str(model_dir),  # noqa: E501
+        tokenizer_backend="huggingface",
+        num_concurrent=concurrency,
+        batch_size=1,
+        max_retries=3,
+        max_length=2048,
+    )
+    reqs = [
+        Instance(request_type="loglikelihood", doc={}, arguments=(r, a), idx=i)
+        for i, (r, a) in enumerate((r, a) for r in rendered for a in ("Yes", "No"))
+    ]
+    t0 = time.perf_counter()
+    out = lm.loglikelihood(reqs, disable_tqdm=True)
+    dt = time.perf_counter() - t0
+    assert len(out) == 2 * len(rendered)
+    return {
+        "rows": len(rendered),
+        "seconds": round(dt, 3),
+        "items_per_s": len(rendered) / dt,
+        "requests": len(reqs),
+    }
+
+
+def kill_run(
+    db: Path,
+    n_items: int,
+    a: str,
+    b: vs.VLLMServer,
+    concurrency: int,
+    restart: bool,
+    model_dir: Path,
+) -> dict[str, Any]:
+    """A two-server run in which B is killed mid-run (and with `restart`, started again)."""
+    proc = llmscope_run(db, n_items, [a, b.base_url], concurrency, popen=True)
+    before = vs.finished_requests(b.base_url)
+    while vs.finished_requests(b.base_url) < before + 10:
+        if proc.poll() is not None:
+            raise SystemExit(f"the run ended before B was killed: {proc.communicate()[1][-1500:]}")
+        time.sleep(0.2)
+    t_kill = time.time()
+    vs.stop(b, hard=True)
+    restarted: dict[str, Any] = {}
+    if restart:
+
+        def again() -> None:
+            nb = vs.launch(model_dir, b.log, b.port)
+            try:
+                vs.wait(nb)
+                restarted.update(server=nb, up_after_s=round(time.time() - t_kill, 1))
+            except RuntimeError as e:
+                restarted["error"] = str(e)
+
+        th = threading.Thread(target=again, daemon=True)
+        th.start()
+    _, err = proc.communicate()
+    if proc.returncode:
+        raise SystemExit(f"the two-server run failed after the kill: {err[-1500:]}")
+    fig = run_figures(db)
+    st = fig.pop("backend_stats")
+    fig.update(
+        killed_at=round(t_kill, 3),
+        endpoint_events=st.get("endpoint_events"),
+        endpoints_up=st.get("endpoints_up"),
+        requests_per_endpoint=st.get("requests_per_endpoint"),
+        breaker=st.get("breaker"),
+    )
+    if restart:
+        th.join(timeout=vs.START_TIMEOUT_S)
+        fig["restart"] = {k: v for k, v in restarted.items() if k != "server"}
+        if "server" in restarted:
+            vs.stop(restarted["server"])
+    return fig
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--n-items", type=int, default=60, help="commonsense-sample items (x3 templates)"
+    )
+    ap.add_argument("--concurrency", type=int, default=4, help="requests in flight per server")
+    ap.add_argument("--systems", default="local,vllm-1,vllm-2,lm-eval")
+    ap.add_argument(
+        "--base-url",
+        action="append",
+        default=[],
+        help="two vLLM servers already running with bench/vllm_server.py's command line",
+    )
+    ap.add_argument(
+        "--kill", action="store_true", help="also: a two-server run that loses server B"
+    )
+    ap.add_argument(
+        "--restart", action="store_true", help="with --kill: start B again after the kill"
+    )
+    ap.add_argument(
+        "--kill-items",
+        type=int,
+        default=None,
+        help="items of the --kill run (default --n-items; with --restart, enough to outlast a server start)",
+    )
+    ap.add_argument("--json", help="also write the figures here")
+    a = ap.parse_args(argv)
+    systems = [s.strip() for s in a.systems.split(",") if s.strip()]
+    model_dir = vs.hf_folder()
+    tmp = Path(tempfile.mkdtemp(prefix="llmscope-srv-bench-"))
+    started: list[vs.VLLMServer] = []
+    figs: dict[str, Any] = {
+        "n_prompts": 3 * a.n_items,
+        "concurrency_per_server": a.concurrency,
+        "load_before": os.getloadavg(),
+    }
+    try:
+        if len(a.base_url) >= 2:
+            urls = a.base_url[:2]
+            b_server = None
+        else:
+            if vs.missing():
+                raise SystemExit(f"vLLM: {vs.missing()}")
+            sa = vs.launch(model_dir, tmp / "a.log")
+            started.append(sa)
+            vs.wait(sa)
+            sb = vs.launch(model_dir, tmp / "b.log")
+            started.append(sb)
+            vs.wait(sb)
+            figs["start_s"] = [round(sa.started_s, 1), round(sb.started_s, 1)]
+            urls, b_server = [sa.base_url, sb.base_url], sb
+        print(json.dumps({"servers": urls, **{k: v for k, v in figs.items()}}), flush=True)
+        for system in systems:
+            db = tmp / f"{system}.duckdb"
+            if system == "local":
+                llmscope_run(db, a.n_items, [], a.concurrency)
+            elif system == "vllm-1":
+                llmscope_run(db, a.n_items, urls[:1], a.concurrency)
+            elif system == "vllm-2":
+                llmscope_run(db, a.n_items, urls, a.concurrency)
+            elif system == "lm-eval":
+                figs[system] = lmeval_yesno(urls[0], model_dir, a.n_items, a.concurrency)
+                print(json.dumps({system: figs[system]}), flush=True)
+                continue
+            else:
+                raise SystemExit(f"unknown system {system!r} (local, vllm-1, vllm-2, lm-eval)")
+            fig = run_figures(db)
+            st = fig.pop("backend_stats")
+            fig["requests_per_endpoint"] = st.get("requests_per_endpoint")
+            figs[system] = fig
+            print(json.dumps({system: fig}), flush=True)
+        if a.kill:
+            if b_server is None:
+                raise SystemExit("--kill needs the servers this benchmark starts (no --base-url)")
+            figs["kill"] = kill_run(
+                tmp / "kill.duckdb",
+                a.kill_items or a.n_items,
+                urls[0],
+                b_server,
+                a.concurrency,
+                a.restart,
+                model_dir,
+            )
+            print(json.dumps({"kill": figs["kill"]}), flush=True)
+    finally:
+        for s in started:
+            vs.stop(s, hard=False)
+    figs["load_after"] = os.getloadavg()
+    print()
+    print(f"{'system':<10} {'prompts':>8} {'seconds':>9} {'prompts/s':>10}")
+    for system in systems:
+        f = figs.get(system) or {}
+        print(
+            f"{system:<10} {f.get('rows', 0):>8} {f.get('seconds') or float('nan'):>9.2f} "
+            f"{f.get('items_per_s') or float('nan'):>10.2f}"
+        )
+    if "vllm-1" in figs and "vllm-2" in figs:
+        print(
+            f"ratio two/one servers: {figs['vllm-2']['items_per_s'] / figs['vllm-1']['items_per_s']:.2f}"
+        )
+    if "local" in figs and "vllm-1" in figs:
+        print(
+            f"ratio local/vllm-1: {figs['local']['items_per_s'] / figs['vllm-1']['items_per_s']:.2f}"
+        )
+    if "lm-eval" in figs and "vllm-1" in figs:
+        print(
+            f"ratio llmscope-vllm-1/lm-eval: {figs['vllm-1']['items_per_s'] / figs['lm-eval']['items_per_s']:.2f}"
+        )
+    if a.json:
+        Path(a.json).write_text(json.dumps(figs, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,262 @@
+"""Agreement between a real vLLM (CPU) server and the local backend, per built-in suite.
+
+    .venv/bin/python scripts/vllm_agreement.py --limit 10 --db /tmp/vllm-agree.duckdb
+    .venv/bin/python scripts/vllm_agreement.py --base-url http://127.0.0.1:PORT/v1 ...   # a running server
+
+Starts one vLLM server (bench/vllm_server.py: the transformers folder llmscope caches for the
+embedded SmolLM2 GGUF, fp32, one thread; needs `bash scripts/setup.sh vllm`) unless --base-url
+is given, runs each built-in suite twice with `llmscope run` (locally, then through the server)
+and prints a Markdown table from the stored rows of both runs, paired by item and variant. The
+numbers in docs/scale-out.md come from this script. Rating runs ask for the top-100 log-probs
+(`--top-logprobs 100 --opt top_k=100`; the server allows 100) so every label is seen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import vllm_server as vs  # noqa: E402
+from llmscope.store.db import decode_json  # noqa: E402
+
+SUITES = [
+    "minimal-pairs",
+    "syntax-sample",
+    "contamination-sample",
+    "commonsense-sample",
+    "rating-sample",
+    "mc-sample",
+    "pragmatics-choice",
+    "generation-sample",
+    "probeval-oneshot",
+]
+EXTRA = {
+    "rating-sample": ["--top-logprobs", "100", "--opt", "top_k=100"],
+    "pragmatics-choice": ["--opt", 'schemes=["labels"]'],
+    "probeval-oneshot": ["--opt", "n=5"],
+}
+
+
+def run(db: Path, suite: str, limit: int, base: str | None) -> tuple[int, str, float]:
+    env = {
+        **os.environ,
+        "OPENAI_API_KEY": "sk-local",
+        "OMP_NUM_THREADS": "1",
+        "LLMSCOPE_RESPONSE_CACHE": "off",
+    }
+    env.pop("OPENAI_BASE_URL", None)
+    model = (
+        ["--model", f"openai:{vs.ALIAS}", "--base-url", base, "--concurrency", "2"]
+        if base
+        else ["--threads", "1"]
+    )
+    t0 = time.monotonic()
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmscope",
+            "--db",
+            str(db),
+            "run",
+            "--suite",
+            suite,
+            "--limit",
+            str(limit),
+            *model,
+            *EXTRA.get(suite, []),
+            "--quiet",
+            "--no-report",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    return p.returncode, (p.stderr.strip().splitlines() or [""])[-1], time.monotonic() - t0
+
+
+def load(
+    db: Path, suite: str, backend: str
+) -> tuple[dict[tuple[str, str], dict[str, Any]], dict[str, Any]]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        run_id, meta = con.execute(
+            "select run_id, meta from runs where suite_name = ? and backend = ? order by started_at desc limit 1",
+            [suite, backend],
+        ).fetchone()
+        cur = con.execute(
+            "select item_id, variant, probs, prediction, correct, error, extra, option_scores "
+            "from results where run_id = ?",
+            [run_id],
+        )
+        cols = [d[0] for d in cur.description]
+        out = {}
+        for row in cur.fetchall():
+            r = dict(zip(cols, row, strict=True))
+            for k in ("probs", "extra", "option_scores"):
+                r[k] = decode_json(r[k]) if isinstance(r[k], str) else (r[k] or {})
+            out[(r["item_id"], r["variant"])] = r
+        return out, decode_json(meta) if isinstance(meta, str) else meta
+    finally:
+        con.close()
+
+
+def order(d: dict[str, float]) -> list[str]:
+    return sorted(d, key=lambda o: -d[o])
+
+
+def compare(suite: str, loc: dict, rem: dict) -> dict[str, Any]:
+    keys = [k for k in loc if k in rem and not loc[k]["error"] and not rem[k]["error"]]
+    out: dict[str, Any] = {
+        "n": len(keys),
+        "server_errors": sum(1 for r in rem.values() if r["error"]),
+    }
+    if not keys:
+        return out
+    out["same_prediction"] = sum(loc[k]["prediction"] == rem[k]["prediction"] for k in keys) / len(
+        keys
+    )
+    if suite == "minimal-pairs":
+        d = [
+            abs(sc["logprob"] - loc[k]["option_scores"][s]["logprob"])
+            for k in keys
+            for s, sc in rem[k]["option_scores"].items()
+        ]
+        out.update(max_abs_d_sentence_logprob=max(d), sentences=len(d))
+    elif suite == "syntax-sample":
+        d = [
+            abs(sum(a["logprobs"]) - sum(b["logprobs"]))
+            for k in keys
+            for a, b in zip(rem[k]["extra"]["per_token"], loc[k]["extra"]["per_token"], strict=True)
+        ]
+        out.update(
+            max_abs_d_sentence_logprob=max(d),
+            sentences=len(d),
+            same_verdict=sum(loc[k]["correct"] == rem[k]["correct"] for k in keys) / len(keys),
+        )
+    elif suite == "contamination-sample":
+        d = [abs(rem[k]["extra"]["mean_logprob"] - loc[k]["extra"]["mean_logprob"]) for k in keys]
+        m = [abs(rem[k]["extra"]["min_k_prob"] - loc[k]["extra"]["min_k_prob"]) for k in keys]
+        out.update(max_abs_d_mean_token_logprob=max(d), max_abs_d_min_k_prob=max(m))
+    elif suite == "commonsense-sample":
+        seen = [abs(rem[k]["extra"]["raw_probs"]["yes"] - loc[k]["probs"]["yes"]) for k in keys]
+        ruled = [abs(rem[k]["probs"]["yes"] - loc[k]["probs"]["yes"]) for k in keys]
+        out.update(
+            max_abs_d_p_yes_seen=max(seen),
+            mean_abs_d_p_yes_seen=sum(seen) / len(seen),
+            mean_abs_d_p_yes_stored=sum(ruled) / len(ruled),
+        )
+    elif suite == "rating-sample":
+        out["same_ranking"] = sum(
+            order(rem[k]["probs"]) == order(loc[k]["probs"]) for k in keys
+        ) / len(keys)
+        d = [
+            abs(p - loc[k]["extra"]["raw_probs"][lab])
+            for k in keys
+            for lab, p in rem[k]["extra"]["meta"]["raw_probs"].items()
+        ]
+        out["max_abs_d_label_prob_seen"] = max(d)
+    elif suite in ("mc-sample", "pragmatics-choice"):
+        out["server_method"] = ",".join(
+            sorted({str(rem[k]["extra"].get("choice_method")) for k in keys})
+        )
+        out["same_ranking"] = sum(
+            order(rem[k]["probs"]) == order(loc[k]["probs"]) for k in keys
+        ) / len(keys)
+        d = [
+            abs(sc["logprob"] - loc[k]["option_scores"][o]["logprob"])
+            for k in keys
+            for o, sc in rem[k]["option_scores"].items()
+        ]
+        out["max_abs_d_option_logprob"] = max(d)
+    elif suite == "generation-sample":
+        out["same_text"] = out["same_prediction"]
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--limit", type=int, default=10)
+    ap.add_argument("--db", default="vllm-agreement.duckdb")
+    ap.add_argument("--suite", action="append", help=f"suites (default: {', '.join(SUITES)})")
+    ap.add_argument(
+        "--base-url", help="a vLLM server started with bench/vllm_server.py's command line"
+    )
+    a = ap.parse_args()
+    db = Path(a.db)
+    server = None
+    if a.base_url:
+        base = a.base_url
+    else:
+        why = vs.missing()
+        if why:
+            raise SystemExit(f"vLLM: {why}")
+        server = vs.start(vs.hf_folder(), db.with_suffix(".vllm.log"))
+        base = server.base_url
+        print(json.dumps({"server_start_s": round(server.started_s, 1)}), flush=True)
+    rows = []
+    try:
+        for suite in a.suite or SUITES:
+            rc_l, err_l, t_l = run(db, suite, a.limit, None)
+            rc_r, err_r, t_r = run(db, suite, a.limit, base)
+            res: dict[str, Any] = {
+                "suite": suite,
+                "local_rc": rc_l,
+                "server_rc": rc_r,
+                "local_s": round(t_l),
+                "server_s": round(t_r),
+            }
+            if rc_r:
+                res["server_stop"] = err_r
+            if rc_l:
+                res["local_stop"] = err_l
+            if rc_l == 0 and rc_r == 0:
+                loc, _ = load(db, suite, "hf")
+                rem, meta = load(db, suite, "openai")
+                res.update(compare(suite, loc, rem))
+                be = meta.get("backend") or {}
+                res["loglik"] = be.get("loglik")
+                res["context"] = next(
+                    (
+                        r["extra"].get("context", {}).get("text")
+                        for r in rem.values()
+                        if isinstance(r["extra"].get("context"), dict)
+                    ),
+                    None,
+                )
+            rows.append(res)
+            print(json.dumps(res), flush=True)
+    finally:
+        if server is not None:
+            vs.stop(server)
+    print()
+    print("| suite | n | same prediction | agreement | server |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        agree = ", ".join(
+            f"{k} {v:.2g}" if k.startswith("max") or k.startswith("mean") else f"{k} {v:.0%}"
+            for k, v in r.items()
+            if k.startswith(("max_abs", "mean_abs", "same_ranking", "same_verdict"))
+            and isinstance(v, float)
+        )
+        same = f"{r['same_prediction']:.0%}" if "same_prediction" in r else "-"
+        srv = r.get("server_stop") or (
+            f"errors {r['server_errors']}" if r.get("server_errors") else "ok"
+        )
+        if r.get("server_method"):
+            srv += f" ({r['server_method']})"
+        print(f"| {r['suite']} | {r.get('n', 0)} | {same} | {agree or '-'} | {srv} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
