@@ -2,7 +2,7 @@
 the benchmarks (`bash scripts/setup.sh vllm` builds `.vllm-venv`; docs/scale-out.md).
 
 The model is the transformers folder llmscope caches when it converts the embedded GGUF
-(`<cache>/gguf/<hash>/`, engine/hf_backend.py); `hf_folder()` converts it once if the cache
+(`<cache>/gguf/<hash>/`, engine/hf/loading.py); `hf_folder()` converts it once if the cache
 lacks it. Each server gets one OpenMP thread (`OMP_NUM_THREADS=1`, no core binding) and 1 GiB
 of KV cache, serves on a free loopback port, and runs in its own process group, which
 `stop()` ends (the engine core is a child process).
@@ -59,7 +59,7 @@ def finished_requests(base_url: str) -> int:
 
 def hf_folder() -> Path:
     """The embedded SmolLM2 as a transformers folder (converted from the GGUF once, cached)."""
-    from llmscope.engine.hf_backend import _gguf_cache_path
+    from llmscope.engine.hf.loading import _gguf_cache_path
     from llmscope.engine.models import parse_model
 
     spec = parse_model(None)
@@ -67,7 +67,7 @@ def hf_folder() -> Path:
     if not (path / "llmscope-ok").is_file():
         import asyncio
 
-        from llmscope.engine.hf_backend import HFBackend
+        from llmscope.engine.hf import HFBackend
 
         be = HFBackend(spec, device="cpu", threads=1)  # converts and caches the folder
         asyncio.run(be.aclose())

@@ -1,7 +1,7 @@
 """What a model's text starts with: the start token, the document separator, as text.
 
 Sentence log-probabilities need something to condition the first token on. Locally the
-backend's tokenizer says (engine/hf_backend.py: an empty context becomes BOS, else EOS;
+backend's tokenizer says (engine/hf/: an empty context becomes BOS, else EOS;
 engine/tasks/minpairs.py: the document separator `<|endoftext|>`). Over HTTP the tokenizer
 sits inside the server, and a sentence sent with no context has a first token nothing
 scores (vLLM returns no log-prob for a prompt's first token). vLLM exposes its tokenizer:
@@ -130,7 +130,7 @@ async def from_vllm(
 
 
 def from_tokenizer(tok: Any, add_bos: bool) -> StartTokens:
-    """The same facts from a local tokenizer (as engine/hf_backend.py and minpairs use them)."""
+    """The same facts from a local tokenizer (as engine/hf/ and minpairs use them)."""
     vocab = set(getattr(tok, "all_special_tokens", []) or []) | set(
         (getattr(tok, "get_added_vocab", lambda: {})() or {}).keys()
     )

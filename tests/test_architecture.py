@@ -291,3 +291,37 @@ def test_discovery_counts_as_importing_every_module(graph: tuple[dict[str, Path]
     _, edges = graph
     found = {e.dst for e in edges if e.src == "llmscope.engine.tasks" and e.where.endswith(":discovery")}
     assert {"llmscope.engine.tasks.choice", "llmscope.engine.tasks.yesno", "llmscope.engine.tasks.base"} <= found
+
+
+# -- the module map (docs/ARCHITECTURE.md) ---------------------------------------------------
+
+
+def _module_map():  # scripts/ is not a package: load the generator by path
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("module_map", ROOT / "scripts" / "module_map.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_every_module_names_its_one_concept_and_stays_small() -> None:
+    """A module opens with a docstring naming what it holds, and holds one concept: past the
+    size limit it holds several (split it along them, docs/ARCHITECTURE.md)."""
+    mm = _module_map()
+    files = mm.source_files(ROOT)
+    assert len(files) > 100  # the walk found the package
+    undocumented = [p.relative_to(ROOT).as_posix() for p in files if not mm.concept(p)]
+    assert not undocumented, f"modules without a docstring naming their concept: {undocumented}"
+    big = {p.relative_to(ROOT).as_posix(): n for p in files
+           if (n := len(p.read_text(encoding="utf-8").splitlines())) > mm.MAX_LINES}
+    assert not big, f"modules over {mm.MAX_LINES} lines: {big}"
+
+
+def test_the_module_map_in_the_architecture_doc_is_current() -> None:
+    """docs/ARCHITECTURE.md lists every module with its concept, as the modules say it."""
+    mm = _module_map()
+    assert mm.doc_map() == mm.module_map(), (
+        "docs/ARCHITECTURE.md's module map is out of date: run `python scripts/module_map.py --write`"
+    )

@@ -31,7 +31,7 @@ def test_from_tokenizer_mirrors_the_local_backend() -> None:
     # Llama-style: BOS added by the tokenizer itself, so an empty context needs nothing more
     st = from_tokenizer(_tok(["<s>", "</s>"], "<s>", "</s>"), True)
     assert (st.separator, st.empty_context) == ("</s>", "")
-    # no BOS: EOS stands in (as engine/hf_backend.py does)
+    # no BOS: EOS stands in (as engine/hf/ does)
     st = from_tokenizer(_tok(["<eos>"], None, "<eos>"), False)
     assert st.empty_context == "<eos>"
 
