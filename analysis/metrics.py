@@ -10,7 +10,9 @@ metric.
   are generated from it (a test keeps the file in step).
 * Producers are registered in :data:`PRODUCERS`. A producer is ``f(ctx) -> list[Metric]``;
   a function shaped ``f(df, run, spec) -> list[metric_row dicts]`` (the shape other modules
-  use) plugs in through :func:`register_row_producer`.
+  use) plugs in through :func:`register_row_producer`. The pipeline's own producers live in
+  ``analysis/producers/``, one module per family; this module registers every family, in
+  report order, when it is imported.
 * Dependence: every interval is computed over the suite's clusters (:func:`cluster_key`):
   the suite's ``cluster_field`` when it has one (WorldSense: the tuple), otherwise the item,
   so an item's prompt variants and option permutations are one unit (ProbEval: the question).
@@ -560,7 +562,7 @@ def cluster_bootstrap_mean(values: Any, clusters: Any, cfg: BootstrapConfig) -> 
     return cluster_bootstrap_stat(Ratio(v), len(v), clusters, cfg)
 
 
-# -- producers -------------------------------------------------------------------------------
+# -- the producer registry -------------------------------------------------------------------
 Producer = Callable[[MetricContext], list[Metric]]
 
 
@@ -1038,7 +1040,7 @@ def definitions() -> list[dict[str, Any]]:
 
 
 
-# -- the producers, in report order ------------------------------------------------------------
+# -- the producers, in report order ---------------------------------------------------------
 def _register_producers() -> None:
     """Every family's producers, once, in report order (the order of :data:`PRODUCERS`)."""
     for family in (accuracy, position, yesno, calibration, generation, commonsense, probeval, worldsense,
