@@ -10,7 +10,9 @@ metric.
   are generated from it (a test keeps the file in step).
 * Producers are registered in :data:`PRODUCERS`. A producer is ``f(ctx) -> list[Metric]``;
   a function shaped ``f(df, run, spec) -> list[metric_row dicts]`` (the shape other modules
-  use) plugs in through :func:`register_row_producer`.
+  use) plugs in through :func:`register_row_producer`. The pipeline's own producers live in
+  ``analysis/producers/``, one module per family; this module registers every family, in
+  report order, when it is imported.
 * Dependence: every interval is computed over the suite's clusters (:func:`cluster_key`):
   the suite's ``cluster_field`` when it has one (WorldSense: the tuple), otherwise the item,
   so an item's prompt variants and option permutations are one unit (ProbEval: the question).
@@ -33,11 +35,10 @@ import pandas as pd
 # call these) without importing scipy.stats (most of `llmscope report`'s start-up time).
 from scipy import special
 
-from llmscope.data.registry import suite_producers
 from llmscope.engine.tasks.registry import task_producers
-from llmscope.store.db import decode_json, decode_json_many
+from llmscope.store.db import decode_json
 
-from .intervals import accuracy_ci, bootstrap_ratio, resample_index, resample_weights
+from .intervals import accuracy_ci, bootstrap_ratio, resample_index
 from .queries import (
     EXTRA_KEYS,
     RESULT_COLUMNS,
@@ -72,6 +73,25 @@ __all__ = [
     "metrics_markdown",
     "display",
     "TIE_RULE",
+    # the producers, defined in analysis/producers/ (importable from here as before)
+    "accuracy_metrics",
+    "variant_spread",
+    "method_metrics",
+    "position_metrics",
+    "yesno_metrics",
+    "gold_yes_column",
+    "brier_item",
+    "calibration_metrics",
+    "raw_confidence",
+    "reliability_bin_metrics",
+    "bin_label",
+    "generation_metrics",
+    "commonsense_metrics",
+    "human_correlation_metrics",
+    "human_agreement_pairs",
+    "probeval_metrics",
+    "worldsense_metrics",
+    "worldsense_from_tuples",
 ]
 
 
@@ -111,51 +131,49 @@ class MetricDef:
     tasks: str = "all"
 
 
-_RATE_CI = "cluster-t (CR1 sandwich, t with G-1 df) over clusters; Wilson without clustering"
-_MEAN_CI = "cluster-t (CR1 sandwich, t with G-1 df) on the per-item values, over clusters"
-_BOOT_CI = "percentile cluster bootstrap (BOOTSTRAP resamples and seed), clusters resampled"
-# contamination and reference-based generation scores: one row per item, rows not clustered
-_ITEM_T_CI = "Student t interval over result rows (sd ddof=1, n-1 df; rows not clustered)"
+RATE_CI = "cluster-t (CR1 sandwich, t with G-1 df) over clusters; Wilson without clustering"
+MEAN_CI = "cluster-t (CR1 sandwich, t with G-1 df) on the per-item values, over clusters"
+BOOT_CI = "percentile cluster bootstrap (BOOTSTRAP resamples and seed), clusters resampled"
 
 _DEFS: list[MetricDef] = [
     MetricDef("accuracy", "share of scored items whose prediction is correct (mean of per-item "
               "`correct`; generation: exact match of the first sample); per method for choice tasks",
-              _RATE_CI),
+              RATE_CI),
     MetricDef("item_accuracy", "WorldSense runs only: the plain share of trials answered in the gold "
               "answer class, unweighted and not rebalanced; NOT the published metric (see "
-              "worldsense_accuracy)", _RATE_CI, "constrained (WorldSense)"),
+              "worldsense_accuracy)", RATE_CI, "constrained (WorldSense)"),
     MetricDef("expected_accuracy", "mean over items of the softmax probability (alpha) of the gold "
-              "option under a scoring method", _MEAN_CI, "choice, constrained"),
+              "option under a scoring method", MEAN_CI, "choice, constrained"),
     MetricDef("variant_acc_range", "max minus min of the per-variant accuracies", "none"),
     MetricDef("variant_acc_sd", "sample standard deviation (ddof=1) of the per-variant accuracies",
               "none"),
     MetricDef("chosen_rate", "share of items whose prediction is the option at this position "
-              "(first / last listed)", _RATE_CI, "choice, constrained"),
+              "(first / last listed)", RATE_CI, "choice, constrained"),
     MetricDef("gold_rate", "share of items whose gold answer is the option at this position",
               "none", "choice, constrained"),
-    MetricDef("mean_p_yes", "mean over items of P(yes) at the first answer position", _MEAN_CI, "yesno"),
-    MetricDef("mean_p_no", "mean over items of P(no)", _MEAN_CI, "yesno"),
-    MetricDef("mean_p_other", "mean over items of P(other) = 1 - P(yes) - P(no)", _MEAN_CI, "yesno"),
+    MetricDef("mean_p_yes", "mean over items of P(yes) at the first answer position", MEAN_CI, "yesno"),
+    MetricDef("mean_p_no", "mean over items of P(no)", MEAN_CI, "yesno"),
+    MetricDef("mean_p_other", "mean over items of P(other) = 1 - P(yes) - P(no)", MEAN_CI, "yesno"),
     MetricDef("pred_yes_rate", "share of items predicted yes (P(yes) > P(no); a tie is not yes)",
-              _RATE_CI, "yesno"),
+              RATE_CI, "yesno"),
     MetricDef("gold_yes_rate", "share of items (with a yes/no gold) whose gold is yes", "none", "yesno"),
     MetricDef("yes_bias", "mean over items with a yes/no gold of 1[predicted yes] - 1[gold yes] "
-              "(= pred_yes_rate - gold_yes_rate on those items; > 0 leans yes)", _MEAN_CI, "yesno"),
-    MetricDef("off_format_rate", "share of items where P(other) > P(yes) + P(no)", _RATE_CI, "yesno"),
+              "(= pred_yes_rate - gold_yes_rate on those items; > 0 leans yes)", MEAN_CI, "yesno"),
+    MetricDef("off_format_rate", "share of items where P(other) > P(yes) + P(no)", RATE_CI, "yesno"),
     MetricDef("ece", "expected calibration error: count-weighted mean over 10 equal-width bins "
               "[i/10, (i+1)/10) (last closed) of |accuracy - mean confidence|; confidence = the row's "
               "`confidence`, the probability of the predicted answer RENORMALISED over the listed "
               "answers (yes/no: P(pred) / (P(yes) + P(no)), mass on other tokens left out; choice: "
               "the softmax over the options; rating: the label probabilities renormalised)",
-              _BOOT_CI, "yesno, choice, rating, constrained"),
+              BOOT_CI, "yesno, choice, rating, constrained"),
     MetricDef("mce", "maximum calibration error: the largest |accuracy - mean confidence| over non-empty "
               "bins (the same renormalised confidence as `ece`)",
-              _BOOT_CI, "yesno, choice, rating, constrained"),
+              BOOT_CI, "yesno, choice, rating, constrained"),
     MetricDef("ece_raw", "ECE with confidence = the raw probability of the predicted answer, not "
               "renormalised (yes/no: P(pred), P(other) counted against it); the same bins; reported "
               "only where it differs from `ece`'s confidence (answers with probability mass outside "
-              "them: yes/no, choice by labels)", _BOOT_CI, "yesno, choice (labels)"),
-    MetricDef("mce_raw", "MCE with the raw confidence of `ece_raw`", _BOOT_CI, "yesno, choice (labels)"),
+              "them: yes/no, choice by labels)", BOOT_CI, "yesno, choice (labels)"),
+    MetricDef("mce_raw", "MCE with the raw confidence of `ece_raw`", BOOT_CI, "yesno, choice (labels)"),
     MetricDef("human_distance", "per statement, not a run metric: |m-h| = |P(yes) / (P(yes) + P(no)) - "
               "human_q1|, the model's yes probability renormalised over yes/no (as `ece`'s confidence) "
               "against the share of people who agree; shown in the TUI item list and human panel "
@@ -169,19 +187,19 @@ _DEFS: list[MetricDef] = [
               "none", "yesno, choice, rating, constrained"),
     MetricDef("brier", "multi-class Brier score: mean over items of sum_k (p_k - 1[k = gold])^2 over "
               "the listed answers (mass outside them is not renormalised; a gold not listed adds 1)",
-              _MEAN_CI, "yesno, choice, rating, constrained"),
+              MEAN_CI, "yesno, choice, rating, constrained"),
     MetricDef("brier_yes", "binary Brier score: mean over items of (P(yes) - 1[gold = yes])^2 "
-              "(half the two-class `brier` when P(other) = 0)", _MEAN_CI, "yesno"),
+              "(half the two-class `brier` when P(other) = 0)", MEAN_CI, "yesno"),
     MetricDef("tie_rate", "share of scored items whose two best answers have exactly equal "
               "probability (ties are never credited, see the tie rule)", "none"),
     MetricDef("token_f1", "mean over items of SQuAD token F1 (max over golds) of the first sample, "
               "after the answer normalisation of Conventions (numbers)",
-              _MEAN_CI, "generation"),
+              MEAN_CI, "generation"),
     MetricDef("em_majority", "mean over items of exact match of the majority normalised sample",
-              _RATE_CI, "generation"),
-    MetricDef("em_mean", "mean over items of the per-item mean exact match over samples", _MEAN_CI,
+              RATE_CI, "generation"),
+    MetricDef("em_mean", "mean over items of the per-item mean exact match over samples", MEAN_CI,
               "generation"),
-    MetricDef("token_f1_mean", "mean over items of the per-item mean token F1 over samples", _MEAN_CI,
+    MetricDef("token_f1_mean", "mean over items of the per-item mean token F1 over samples", MEAN_CI,
               "generation"),
     MetricDef("consensus", "share of statements whose model answer (q1) agrees with the human "
               "majority (Whiting & Watts 2024)", "Wilson over statements (no clustering)",
@@ -291,7 +309,8 @@ class RunMetrics:
 
 
 # -- inputs ----------------------------------------------------------------------------------
-def _json(v: Any) -> Any:
+def decode_cell(v: Any) -> Any:
+    """A JSON column's value decoded (None when it is not valid JSON); other values as they are."""
     if isinstance(v, str):
         try:
             return decode_json(v)
@@ -310,10 +329,17 @@ def expand_fields(df: pd.DataFrame) -> pd.DataFrame:
     """Add ``f.<name>`` columns from the ``fields`` JSON column (when present)."""
     if df.empty or "fields" not in df:
         return df
-    fields = df["fields"].map(lambda s: _json(s) if s is not None else {}).map(lambda d: d if isinstance(d, dict) else {})
+    fields = df["fields"].map(lambda s: decode_cell(s) if s is not None else {}).map(lambda d: d if isinstance(d, dict) else {})
     flat = pd.DataFrame(list(fields), index=df.index).add_prefix("f.")
     flat = flat[[c for c in flat.columns if c not in df.columns]]
     return pd.concat([df, flat], axis=1)
+
+
+def row_extras(df: pd.DataFrame) -> pd.Series:
+    """Each row's `extra` as a dict (empty when missing or not a JSON object)."""
+    if "extra" not in df:
+        return pd.Series([{}] * len(df), index=df.index, dtype=object)
+    return df["extra"].map(lambda s: decode_cell(s) or {}).map(lambda d: d if isinstance(d, dict) else {})
 
 
 # Prefix of the unit of a row whose item has no cluster label: its item, apart from every label.
@@ -536,7 +562,7 @@ def cluster_bootstrap_mean(values: Any, clusters: Any, cfg: BootstrapConfig) -> 
     return cluster_bootstrap_stat(Ratio(v), len(v), clusters, cfg)
 
 
-# -- producers -------------------------------------------------------------------------------
+# -- the producer registry -------------------------------------------------------------------
 Producer = Callable[[MetricContext], list[Metric]]
 
 
@@ -609,492 +635,6 @@ def register_row_producer(name: str, fn: RowProducer, *, every_task: bool = Fals
         return rows_to_metrics(fn(ctx.df, ctx.run, ctx.spec), name)
 
     register_producer(name, every_task=every_task, needs=needs, whole_items=whole_items)(adapted)
-
-
-def _group_col(df: pd.DataFrame, fieldname: str) -> str | None:
-    if fieldname in df:
-        return fieldname
-    return f"f.{fieldname}" if f"f.{fieldname}" in df else None
-
-
-@register_producer("accuracy", every_task=True, reads=())
-def accuracy_metrics(ctx: MetricContext) -> list[Metric]:
-    """Accuracy overall, per prompt variant, per ``by`` field."""
-    if "correct" not in ctx.df:
-        return []
-    ok = ctx.ok()
-    ok = ok[pd.to_numeric(ok["correct"], errors="coerce").notna()]
-    if ok.empty:
-        return []
-    out: list[Metric] = []
-
-    def add(sub: pd.DataFrame, group: dict[str, Any]) -> None:
-        m = rate("accuracy", sub["correct"], ctx.clusters(sub), group, "accuracy")
-        if m is not None:
-            out.append(m)
-
-    add(ok, {})
-    if ok["variant"].nunique() > 1:
-        for v, sub in ok.groupby(ok["variant"].astype(str), sort=True):
-            add(sub, {"variant": v})
-    for f in ctx.by:
-        col = _group_col(ok, f)
-        if col is None:
-            continue
-        for key, sub in ok.groupby(ok[col].astype(str), sort=True):
-            add(sub, {f: key})
-    return out + variant_spread(out)
-
-
-def variant_spread(accuracy: list[Metric]) -> list[Metric]:
-    """Range and SD of the per-variant accuracies (prompt sensitivity), from the row or SQL form."""
-    accs = [m.value for m in accuracy if set(m.group) == {"variant"} and m.value is not None]
-    if len(accs) < 2:
-        return []
-    a = np.asarray(accs, dtype=float)
-    return [Metric("variant_acc_range", float(a.max() - a.min()), n=len(a), producer="accuracy"),
-            Metric("variant_acc_sd", float(a.std(ddof=1)), n=len(a), producer="accuracy")]
-
-
-def _extras(df: pd.DataFrame) -> pd.Series:
-    if "extra" not in df:
-        return pd.Series([{}] * len(df), index=df.index, dtype=object)
-    return df["extra"].map(lambda s: _json(s) or {}).map(lambda d: d if isinstance(d, dict) else {})
-
-
-@register_producer("methods", needs=lambda c: c.extra_has("methods"),
-                   reads=("extra",))
-def method_metrics(ctx: MetricContext) -> list[Metric]:
-    """Choice tasks: accuracy and expected accuracy for each scoring method."""
-    ok = ctx.ok()
-    if ok.empty or "extra" not in ok:
-        return []
-    methods = [e.get("methods") if isinstance(e.get("methods"), dict) else None for e in _extras(ok)]
-    if not any(methods):
-        return []
-    names: list[str] = []
-    for m in methods:
-        for k in m or {}:
-            if k not in names:
-                names.append(k)
-    cl = ctx.clusters(ok)
-    out: list[Metric] = []
-    for name in names:
-        for key, metric in (("correct", "accuracy"), ("expected_acc", "expected_accuracy")):
-            vals = [float(m[name][key]) if m and name in m and m[name].get(key) is not None else np.nan
-                    for m in methods]
-            r = (rate if metric == "accuracy" else mean_metric)(metric, vals, cl, {"method": name}, "methods")
-            if r is not None:
-                out.append(r)
-    return out
-
-
-@register_producer("position", needs=lambda c: c.has("option_scores"),
-                   reads=("option_scores",))
-def position_metrics(ctx: MetricContext) -> list[Metric]:
-    """Position bias: how often the first / last listed option is predicted vs is gold."""
-    ok = ctx.ok()
-    if ok.empty or "option_scores" not in ok:
-        return []
-    ok = ok[ok["option_scores"].notna() & ok["prediction"].notna()]
-    if ok.empty:
-        return []
-    orders = ok["option_scores"].map(lambda s: list(_json(s) or {}))
-    cl = ctx.clusters(ok)
-    out: list[Metric] = []
-    for name, pos in (("first", 0), ("last", -1)):
-        pred = [float(o[pos] == p) if o else np.nan for o, p in zip(orders, ok["prediction"], strict=True)]
-        # `notna`: a missing gold is NaN, not None, beside rows with gold (pandas' string dtype)
-        gold = np.array([float(o[pos] == g) if o and has else np.nan
-                         for o, g, has in zip(orders, ok["gold"], ok["gold"].notna(), strict=True)])
-        r = rate("chosen_rate", pred, cl, {"position": name}, "position")
-        if r is not None:
-            out.append(r)
-        if np.isfinite(gold).any():
-            out.append(Metric("gold_rate", float(np.nanmean(gold)), n=int(np.isfinite(gold).sum()),
-                              group={"position": name}, producer="position"))
-    return out
-
-
-def _gold_yes(g: Any) -> float:
-    if g is None or (isinstance(g, float) and math.isnan(g)):
-        return math.nan
-    if isinstance(g, str):
-        return {"yes": 1.0, "no": 0.0, "true": 1.0, "false": 0.0}.get(g.strip().lower(), math.nan)
-    return float(bool(g))
-
-
-def _gold_yes_column(gold: pd.Series) -> np.ndarray:
-    """`_gold_yes` of each row, called once per distinct gold (a column holds a few values;
-    per row it was 0.3 s of a 100k-row report)."""
-    codes, uniques = pd.factorize(gold, use_na_sentinel=True)
-    missing = codes < 0
-    na = _gold_yes(gold[missing].iloc[0]) if missing.any() else math.nan
-    table = np.array([*(_gold_yes(u) for u in uniques), na], dtype=float)
-    return table[codes]  # code -1 (missing) takes the last entry
-
-
-def _yesno_frame(ok: pd.DataFrame) -> pd.DataFrame:
-    y = pd.to_numeric(ok["p_yes"], errors="coerce")
-    n = pd.to_numeric(ok["p_no"], errors="coerce")
-    o = pd.to_numeric(ok["other"], errors="coerce") if "other" in ok else pd.Series(np.nan, index=ok.index)
-    o = o.where(o.notna(), 1.0 - y - n)
-    f = pd.DataFrame({"p_yes": y, "p_no": n, "p_other": o}, index=ok.index)
-    f["pred_yes"] = (y > n).astype(float)
-    f["gold_yes"] = _gold_yes_column(ok["gold"])
-    f["off_format"] = (o > y + n).astype(float)
-    return f[np.isfinite(y) & np.isfinite(n)]
-
-
-@register_producer("yesno", needs=lambda c: c.has("p_yes"), reads=("p_yes", "p_no", "other"))
-def yesno_metrics(ctx: MetricContext) -> list[Metric]:
-    """Mean P(yes)/P(no)/P(other), yes rate vs gold, yes bias and off-format rate."""
-    ok = ctx.ok()
-    if ok.empty or "p_yes" not in ok:
-        return []
-    out: list[Metric] = []
-    groups: list[tuple[dict[str, Any], pd.DataFrame]] = [({}, ok)]
-    if ok["variant"].nunique() > 1:
-        groups += [({"variant": v}, s) for v, s in ok.groupby(ok["variant"].astype(str), sort=True)]
-    for group, sub in groups:
-        f = _yesno_frame(sub)
-        if f.empty:
-            continue
-        cl = ctx.clusters(sub.loc[f.index])
-        for m in ("p_yes", "p_no", "p_other"):
-            r = mean_metric(f"mean_{m}", f[m], cl, group, "yesno")
-            if r is not None:
-                out.append(r)
-        for name, col in (("pred_yes_rate", "pred_yes"),):
-            r = rate(name, f[col], cl, group, "yesno")
-            if r is not None:
-                out.append(r)
-        gk = np.isfinite(f["gold_yes"].to_numpy(float))
-        if gk.any():
-            out.append(Metric("gold_yes_rate", float(f["gold_yes"][gk].mean()), n=int(gk.sum()),
-                              group=dict(group), producer="yesno"))
-            r = mean_metric("yes_bias", (f["pred_yes"] - f["gold_yes"])[gk], cl[gk], group, "yesno")
-            if r is not None:
-                out.append(r)
-        r = rate("off_format_rate", f["off_format"], cl, group, "yesno")
-        if r is not None:
-            out.append(r)
-    return out
-
-
-def _prob_rows(ok: pd.DataFrame) -> list[dict[str, float] | None]:
-    return [p if isinstance(p, dict) and p else None for p in decode_json_many(ok["probs"].tolist())]
-
-
-def brier_item(probs: Mapping[str, Any] | None, gold: Any) -> float:
-    """Multi-class Brier of one item over its listed answers (gold not listed adds 1)."""
-    if not probs or gold is None or (isinstance(gold, float) and math.isnan(gold)):
-        return math.nan
-    g = str(gold).strip().lower()
-    s = 0.0
-    for k, p in probs.items():
-        if p is None:
-            return math.nan
-        s += (float(p) - (1.0 if str(k).strip().lower() == g else 0.0)) ** 2
-    if g not in {str(k).strip().lower() for k in probs}:
-        s += 1.0
-    return s
-
-
-@register_producer("calibration",
-                   needs=lambda c: c.has("confidence") or c.has("probs"), reads=("confidence", "probs", "p_yes"))
-def calibration_metrics(ctx: MetricContext) -> list[Metric]:
-    """ECE and MCE (10 equal-width bins), Brier (multi-class; `brier_yes` for yes/no), ties."""
-    from .calibration import reliability
-
-    ok = ctx.ok()
-    if ok.empty or "confidence" not in ok:
-        return []
-    corr = pd.to_numeric(ok["correct"], errors="coerce").to_numpy(float)
-    conf = pd.to_numeric(ok["confidence"], errors="coerce").to_numpy(float)
-    keep = np.isfinite(corr) & np.isfinite(conf)
-    out: list[Metric] = []
-    if keep.any():
-        c, y = conf[keep], corr[keep]
-        cl = ctx.clusters(ok)[keep]
-        rel = reliability(c, y, n_bins=10)
-        (elo, ehi), (mlo, mhi), G = _calibration_bootstrap(c, y, cl, 10, ctx.bootstrap)
-        for name, est, lo, hi in (("ece", rel.ece, elo, ehi), ("mce", rel.mce, mlo, mhi)):
-            out.append(Metric(name, est, None if math.isnan(lo) else lo, None if math.isnan(hi) else hi,
-                              "cluster-bootstrap", int(keep.sum()), G, {}, "calibration"))
-        out += reliability_bin_metrics(rel.bins)
-    if "probs" in ok:
-        probs = _prob_rows(ok)
-        out += _raw_calibration(ctx, ok, probs, conf, corr)
-        scored = np.isfinite(corr)
-        b = np.array([brier_item(p, g) if s else math.nan
-                      for p, g, s in zip(probs, ok["gold"], scored, strict=True)])
-        r = mean_metric("brier", b, ctx.clusters(ok), {}, "calibration")
-        if r is not None:
-            out.append(r)
-        if "p_yes" in ok and ok["p_yes"].notna().any():
-            py = pd.to_numeric(ok["p_yes"], errors="coerce").to_numpy(float)
-            gy = _gold_yes_column(ok["gold"])
-            r = mean_metric("brier_yes", (py - gy) ** 2, ctx.clusters(ok), {}, "calibration")
-            if r is not None:
-                out.append(r)
-        ties = [float(_is_tie(p)) if p and s else math.nan for p, s in zip(probs, scored, strict=True)]
-        tv = np.asarray(ties, dtype=float)
-        if np.isfinite(tv).any():
-            out.append(Metric("tie_rate", float(np.nanmean(tv)), n=int(np.isfinite(tv).sum()),
-                              producer="calibration"))
-    return out
-
-
-def raw_confidence(probs: Mapping[str, Any] | None, prediction: Any) -> float:
-    """The stored probability of the predicted answer, not renormalised over the answers
-    (yes/no: P(pred) with P(other) left out of the denominator); NaN without one."""
-    if not probs or prediction is None or (isinstance(prediction, float) and math.isnan(prediction)):
-        return math.nan
-    v = probs.get(str(prediction))
-    try:
-        return float(v) if v is not None else math.nan
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def _raw_calibration(ctx: MetricContext, ok: pd.DataFrame, probs: list[dict[str, float] | None],
-                     conf: np.ndarray, corr: np.ndarray) -> list[Metric]:
-    """`ece_raw` / `mce_raw`: ECE and MCE with the raw P(predicted answer) as the confidence,
-    reported where it differs from the renormalised `confidence` (answers with mass outside them)."""
-    from .calibration import reliability
-
-    raw = np.array([raw_confidence(p, pr) for p, pr in zip(probs, ok["prediction"].tolist(), strict=True)])
-    keep = np.isfinite(corr) & np.isfinite(raw) & np.isfinite(conf)
-    if not keep.any() or np.allclose(raw[keep], conf[keep], rtol=0.0, atol=1e-9):
-        return []
-    c, y = raw[keep], corr[keep]
-    cl = ctx.clusters(ok)[keep]
-    rel = reliability(c, y, n_bins=10)
-    (elo, ehi), (mlo, mhi), G = _calibration_bootstrap(c, y, cl, 10, ctx.bootstrap)
-    return [Metric(name, est, None if math.isnan(lo) else lo, None if math.isnan(hi) else hi,
-                   "cluster-bootstrap", int(keep.sum()), G, {}, "calibration")
-            for name, est, lo, hi in (("ece_raw", rel.ece, elo, ehi), ("mce_raw", rel.mce, mlo, mhi))]
-def reliability_bin_metrics(bins: pd.DataFrame) -> list[Metric]:
-    """The reliability diagram ECE is computed from: per non-empty bin its accuracy and mean
-    confidence, n = the bin's count (figures and `report --json` read these rows)."""
-    out: list[Metric] = []
-    for b in bins.to_dict("records"):
-        if not b["count"]:
-            continue
-        group = {"bin": bin_label(float(b["lo"]), float(b["hi"]))}
-        for name, key in (("bin_accuracy", "accuracy"), ("bin_confidence", "confidence")):
-            out.append(Metric(name, float(b[key]), n=int(b["count"]), group=dict(group), producer="calibration"))
-    return out
-
-
-def bin_label(lo: float, hi: float) -> str:
-    """A reliability bin's label, ``"0.3-0.4"`` (``[lo, hi)``, the last bin closed)."""
-    return f"{lo:.1f}-{hi:.1f}"
-
-
-def _calibration_bootstrap(
-    conf: np.ndarray, correct: np.ndarray, clusters: np.ndarray, n_bins: int, cfg: BootstrapConfig
-) -> tuple[tuple[float, float], tuple[float, float], int]:
-    """Cluster-bootstrap percentile intervals of ECE and MCE, vectorised.
-
-    Per cluster and bin we keep (count, sum of confidence, sum of correct); a resample is a
-    vector of cluster multiplicities, so its bin totals are one matrix product. ECE of a
-    resample = sum_b |sum_y - sum_c| / n (count x |acc - conf| per bin), as in `reliability`.
-    """
-    from .calibration import uniform_bin
-
-    codes, _ = pd.factorize(pd.Series(clusters, dtype="object"), sort=False)
-    G = int(codes.max()) + 1 if len(codes) else 0
-    if G < 2:
-        return (math.nan, math.nan), (math.nan, math.nan), G
-    b = uniform_bin(conf, n_bins)
-    cell = codes * n_bins + b
-    cnt = np.bincount(cell, minlength=G * n_bins).reshape(G, n_bins).astype(float)
-    sc = np.bincount(cell, weights=conf, minlength=G * n_bins).reshape(G, n_bins)
-    sy = np.bincount(cell, weights=correct, minlength=G * n_bins).reshape(G, n_bins)
-    R = cfg.resamples
-    eces = np.empty(R)
-    mces = np.empty(R)
-    done = 0
-    for W in resample_weights(G, R, cfg.seed):
-        k = W.shape[0]
-        n_b, c_b, y_b = W @ cnt, W @ sc, W @ sy
-        gap = np.abs(y_b - c_b)
-        eces[done:done + k] = gap.sum(axis=1) / n_b.sum(axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mces[done:done + k] = np.where(n_b > 0, gap / n_b, -np.inf).max(axis=1)
-        done += k
-    a = (1 - cfg.level) / 2
-    e = tuple(float(x) for x in np.quantile(eces, [a, 1 - a]))
-    m = tuple(float(x) for x in np.quantile(mces, [a, 1 - a]))
-    return (e[0], e[1]), (m[0], m[1]), G
-
-
-def _is_tie(p: Mapping[str, Any]) -> bool:
-    v = sorted((float(x) for x in p.values() if x is not None), reverse=True)
-    return len(v) >= 2 and v[0] == v[1]
-
-
-@register_producer("generation", needs=lambda c: c.has("extra"), reads=("extra",))
-def generation_metrics(ctx: MetricContext) -> list[Metric]:
-    """Token F1 of the first sample; with several samples majority / mean exact match and F1."""
-    ok = ctx.ok()
-    if ok.empty or "extra" not in ok:
-        return []
-    ex = list(_extras(ok))
-    cl = ctx.clusters(ok)
-    sampled = any(len(e.get("samples") or []) > 1 for e in ex)
-    out: list[Metric] = []
-    for key, metric in (("f1", "token_f1"), ("em_majority", "em_majority"), ("em_mean", "em_mean"),
-                        ("f1_mean", "token_f1_mean")):
-        if key != "f1" and not sampled:
-            continue
-        vals = [float(e[key]) if e.get(key) is not None else np.nan for e in ex]
-        # F1 and means of sample scores are means, not proportions: no Wilson interval.
-        r = (rate if metric == "em_majority" else mean_metric)(metric, vals, cl, {}, "generation")
-        if r is not None:
-            out.append(r)
-    return out
-
-
-@register_producer("commonsense", needs=lambda c: c.has("f.human_q1"), reads=("p_yes", "p_no"))
-def commonsense_metrics(ctx: MetricContext) -> list[Metric]:
-    """Consensus, awareness and commonsensicality against the human majority (`human_q1`)."""
-    df = ctx.df
-    if "f.human_q1" not in df or not {"q1", "q2"} <= set(df["variant"].astype(str)):
-        return []
-    from .commonsense import commonsense_frame, commonsense_rows, commonsensicality
-
-    ok = ctx.ok()
-    ok = ok[pd.to_numeric(ok["p_yes"], errors="coerce").notna()]
-    cat = ok["f.category"] if "f.category" in ok else pd.Series([None] * len(ok), index=ok.index)
-    human = pd.DataFrame({"id": ok["item_id"], "human_q1": ok["f.human_q1"], "category": cat})
-    human = human.drop_duplicates("id")
-    human = human[human["human_q1"].notna()]
-    q = {v: ok[ok["variant"].astype(str) == v][["item_id", "p_yes", "p_no"]].rename(columns={"item_id": "id"})
-         for v in ("q1", "q2")}
-    frame = commonsense_frame(human, q["q1"], q["q2"])
-    if frame.empty:
-        return []
-    out: list[Metric] = []
-    for by in ([], ["category"]):
-        if by and frame["category"].isna().all():
-            continue
-        table = commonsensicality(frame, by, n_boot=ctx.bootstrap.resamples, seed=ctx.bootstrap.seed)
-        rows = commonsense_rows(table, run=str(ctx.run.get("run_id")), model=str(ctx.run.get("model")), by=by)
-        for m in rows_to_metrics(rows, "commonsense"):
-            if by and m.group.get("category") == "(all)":
-                continue
-            # consensus and awareness carry Wilson intervals (analysis/commonsense.py), only
-            # commonsensicality a bootstrap over statements
-            m.interval_method = ("bootstrap over statements" if m.name == "commonsensicality"
-                                 else "wilson (statements)")
-            out.append(m)
-    return out
-
-
-@register_producer("human_correlation", needs=lambda c: c.has("f.human_q1"), reads=("p_yes",))
-def human_correlation_metrics(ctx: MetricContext) -> list[Metric]:
-    """Pearson and Spearman correlation of P(yes) (variant q1 when present) with `human_q1`."""
-    if "f.human_q1" not in ctx.df:
-        return []
-    from .commonsense import correlation
-
-    pairs = human_agreement_pairs(ctx.ok())
-    c = correlation(pairs["p_yes"], pairs["human"])
-    return [Metric(f"human_{k}", c.get(k), n=int(c["n"]), producer="human_correlation")
-            for k in ("pearson", "spearman")]
-
-
-def human_agreement_pairs(ok: pd.DataFrame) -> pd.DataFrame:
-    """The (statement, P(yes), human agreement) pairs `human_pearson` / `human_spearman` are
-    computed over: rows of variant q1 when present, one per item; columns item_id, p_yes, human
-    (the figures plot these same pairs)."""
-    if "error" in ok:
-        ok = ok[ok["error"].isna()]
-    if "q1" in set(ok["variant"].astype(str)):
-        ok = ok[ok["variant"].astype(str) == "q1"]
-    ok = ok.drop_duplicates("item_id")
-    return pd.DataFrame({"item_id": ok["item_id"], "p_yes": ok["p_yes"], "human": ok["f.human_q1"]})
-
-
-@register_producer("probeval",
-                   needs=lambda c: c.store is not None and c.has("f.clusters"), reads=())
-def probeval_metrics(ctx: MetricContext) -> list[Metric]:
-    """Mean ProbEval KL(P_human || P_model) with a bootstrap interval over questions."""
-    if ctx.store is None or "f.clusters" not in ctx.df:
-        return []
-    from .probeval_run import probeval_for_run
-
-    res = probeval_for_run(ctx.store, ctx.run)
-    if res is None or res.per_question.empty:
-        return []
-    kl = res.per_question["kl"].to_numpy(float)
-    est, lo, hi, G = cluster_bootstrap_mean(kl, np.arange(len(kl)), ctx.bootstrap)
-    n_model = int(res.per_question["n_model"].sum())
-    return [
-        Metric("probeval_kl", est, lo, hi, "bootstrap over questions", len(kl), G, {}, "probeval"),
-        Metric("probeval_wrong_share", float(res.per_question["n_wrong"].sum() / max(1, n_model)),
-               n=n_model, producer="probeval"),
-    ]
-
-
-@register_producer("worldsense", needs=lambda c: c.has("f.tuple_ID"), reads=())
-def worldsense_metrics(ctx: MetricContext) -> list[Metric]:
-    """The authors' WorldSense accuracy (%) of this run, first in the report."""
-    # The authors' metrics belong to their suite (data/registry.py: SuiteEntry.producers).
-    if "worldsense" not in suite_producers(ctx.run.get("suite_name")) or "f.tuple_ID" not in ctx.df:
-        return []
-    import warnings
-
-    from .worldsense import tuple_table
-
-    df = ctx.df
-    exp = df["f.expectedresp"] if "f.expectedresp" in df else df.get("f.options")
-    t = pd.DataFrame({
-        "Key": df["item_id"], "resp": df["prediction"].where(df["error"].isna(), "").fillna(""),
-        "modelname": str(ctx.run.get("model")), "prompting": "run",
-        "tuple_ID": df["f.tuple_ID"], "expectedresp": exp, "goldresp": df["gold"],
-        "problemname": df.get("f.problemname"), "problemsize": df.get("f.problemsize"),
-    })
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # incomplete tuples (a run still streaming) are excluded
-        tuples = tuple_table(t)
-    return worldsense_from_tuples(ctx, tuples, len(t))
-
-
-def worldsense_from_tuples(ctx: MetricContext, tuples: pd.DataFrame, n_trials: int) -> list[Metric]:
-    """The authors' metrics and tables of a run from its per-tuple table (``tuple_table``'s
-    shape, from the rows or from SQL: analysis.sqlmetrics); ``n_trials`` counts every row."""
-    import warnings
-
-    from .worldsense import group_stats
-
-    if tuples.empty:
-        return []
-    ctx.artifacts["worldsense_tuples"] = tuples
-    ctx.artifacts["worldsense_incomplete"] = n_trials - int(tuples["n_trials"].sum())
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        acc = group_stats(tuples, ["prompting", "modelname"]).reset_index()
-        pacc = group_stats(tuples, ["prompting", "modelname", "problemname"]).reset_index()
-        pbias = group_stats(tuples, ["prompting", "modelname", "problemname"], "bias").reset_index()
-    # The authors' tables of this run alone (prompting "run"): `llmscope report` assembles the
-    # tables over several runs from these when no two runs share a (model, prompting) group.
-    ctx.artifacts["worldsense_accuracy_table"] = acc
-    ctx.artifacts["worldsense_problem_accuracy_table"] = pacc
-    ctx.artifacts["worldsense_problem_bias_table"] = pbias
-    out: list[Metric] = []
-    for name, table, gcols in (("worldsense_accuracy", acc, []),
-                               ("worldsense_accuracy", pacc, ["problemname"]),
-                               ("worldsense_bias", pbias, ["problemname"])):
-        for rec in table.to_dict("records"):
-            m, c = float(rec["mean"]), float(rec["conf95"])
-            lo, hi = (None, None) if math.isnan(c) else (m - c, m + c)
-            out.append(Metric(name, m, lo, hi, "authors' conf95 over tuples", int(rec["count"]),
-                              int(rec["count"]), {k: rec[k] for k in gcols}, "worldsense"))
-    return out
 
 
 # -- the pipeline ----------------------------------------------------------------------------
@@ -1286,8 +826,9 @@ def _code_fingerprint() -> str:
         from pathlib import Path
 
         h = hashlib.sha256()
-        for f in sorted(Path(__file__).parent.glob("*.py")):
-            h.update(f.name.encode())
+        here = Path(__file__).parent
+        for f in sorted(here.rglob("*.py")):  # the producers package too
+            h.update(f.relative_to(here).as_posix().encode())
             h.update(f.read_bytes())
         _CODE_FP.append(h.hexdigest()[:16])
     return _CODE_FP[0]
@@ -1497,140 +1038,48 @@ def definitions() -> list[dict[str, Any]]:
     return [asdict(d) for d in METRICS.values()]
 
 
-# -- producers written beside their features (row-shaped; adapted into the registry) ----------
-def _register_feature_producers() -> None:
-    """Producers that live in feature modules, registered once with their definitions."""
-    from llmscope.analysis.abstention import abstention_rows
-    from llmscope.analysis.api_method import api_method_rows
-    from llmscope.analysis.syntaxgym import sg_rows
 
-    for d in (
-        MetricDef("abstain_rate", "share of scored items that abstained: no evidence for any answer "
-                  "(no probability mass on any answer, or no option with a finite log-likelihood); "
-                  "an abstention is counted wrong in `accuracy`", _RATE_CI, "yesno, rating, choice"),
-        MetricDef("accuracy_answered", "accuracy over the items with gold that did not abstain (shown "
-                  "only when some item abstained)", _RATE_CI, "yesno, rating, choice"),
-        MetricDef("method_share", "share of scored rows produced by this scoring method (API runs: "
-                  "log-probs, sampled estimate, labels...)", "none"),
-        MetricDef("topk_seen_mass", "mean over rows scored from API log-probs of the top-k probability "
-                  "mass the top-k rule saw (1 minus it is the mass the rule assumed)", _MEAN_CI, "yesno, rating"),
-        MetricDef("sg_score", "SyntaxGym score: share of items meeting all their predictions (Hu et al. "
-                  "2020); per suite (group `suite`) the share of its items; overall (no group) the MACRO "
-                  "average, the mean of the per-suite scores, as the paper reports it; per circuit "
-                  "(group `circuit`, where the suites name one in `meta.circuit`) the mean over the "
-                  "circuit's suites",
-                  "Wilson per suite; stratified bootstrap (items resampled within suites) overall and "
-                  "per circuit", "syntaxgym"),
-        MetricDef("sg_score_micro", "SyntaxGym MICRO average: items meeting all predictions / all items, "
-                  "pooled over suites (GPT-2 XL's published file: 718 / 842 = 0.853, macro 0.831); "
-                  "reported with two or more suites", "Wilson", "syntaxgym"),
-        MetricDef("sg_score_circuits", "mean over circuits of the per-circuit `sg_score` (only where the "
-                  "suites name their circuit)", "none", "syntaxgym"),
-        MetricDef("prediction_met", "share of items meeting one prediction (one conjunct) of a suite",
-                  "Wilson", "syntaxgym"),
-        MetricDef("flagged_rate", "share of items flagged as possibly seen in training (Min-K% or the "
-                  "completion probe over its threshold)", "Wilson", "contamination"),
-        MetricDef("min_k_prob", "mean over items of Min-K% probability: mean log-probability (nats) of "
-                  "the k% least likely tokens, max(1, floor(n k / 100)) of them (Shi et al. 2023)",
-                  _ITEM_T_CI + " (at most 0)", "contamination"),
-        MetricDef("ngram_overlap", "mean over items of the n-gram recall of the greedy continuation of "
-                  "an item's first half against its second half", _ITEM_T_CI + " (clipped to [0, 1])",
-                  "contamination"),
-        MetricDef("bleu_mean", "mean over items of sentence BLEU (sacrebleu, 0-100) of the first sample "
-                  "against all the gold answers", _ITEM_T_CI + " (clipped to [0, 100]); none when every "
-                  "item scores the same", "generation"),
-        MetricDef("chrf_mean", "mean over items of sentence chrF (sacrebleu, 0-100) of the first sample "
-                  "against all the gold answers", _ITEM_T_CI + " (clipped to [0, 100]); none when every "
-                  "item scores the same", "generation"),
-        MetricDef("rougeL_mean", "mean over items of ROUGE-L F (rouge-score, Porter stemming, 0-1), the "
-                  "best over the gold answers", _ITEM_T_CI + " (clipped to [0, 1]); none when every item "
-                  "scores the same", "generation"),
-        MetricDef("embed_cos_mean", "mean over items of the cosine similarity of MiniLM sentence "
-                  "embeddings of answer and gold, the best over the gold answers", _ITEM_T_CI +
-                  " (clipped to [-1, 1]); none when every item scores the same", "generation"),
-        MetricDef("corpus_bleu", "corpus BLEU (sacrebleu, 0-100) over all items, each item's first gold "
-                  "answer the reference", "none", "generation"),
-        MetricDef("corpus_chrf", "corpus chrF (sacrebleu, 0-100) over all items, each item's first gold "
-                  "answer the reference", "none", "generation"),
-    ):
-        define_metric(d)
-    _T1 = "choice, yesno, rating (machine-psychology toolkit I, docs/METHODS.md)"
-    for d in (
-        MetricDef("scheme_acc_range", "max minus min accuracy over the scoring schemes computed for the "
-                  "same items (researcher degrees of freedom)", "none", _T1),
-        MetricDef("scheme_disagreement_rate", "share of items on which at least two scoring schemes choose "
-                  "different options", _RATE_CI, _T1),
-        MetricDef("scheme_flip_rate", "share of items whose correctness differs between at least two "
-                  "scoring schemes", _RATE_CI, _T1),
-        MetricDef("fit_alpha", "softmax inverse temperature alpha fitted by maximum likelihood to human "
-                  "choice counts, P(c=j) proportional to exp(alpha * s_j)", "profile-likelihood interval", _T1),
-        MetricDef("condition_fit_alpha", "fit_alpha after aggregating items to conditions (mean scores, "
-                  "mean probabilities or winner-take-all, in the group)", "profile-likelihood interval", _T1),
-        MetricDef("human_loglik", "log-likelihood of the human choices under the fitted softmax", "none", _T1),
-        MetricDef("condition_human_loglik", "human_loglik at the condition level", "none", _T1),
-        MetricDef("human_ll_uniform", "log-likelihood of the human choices under a uniform choice "
-                  "(lower baseline)", "none", _T1),
-        MetricDef("human_ll_empirical", "log-likelihood of the human choices under each item's own "
-                  "empirical distribution (upper bound)", "none", _T1),
-        MetricDef("human_ll_per_choice", "human_loglik divided by the number of human choices",
-                  "percentile cluster bootstrap over items", _T1),
-        MetricDef("softmax_accuracy", "mean over items of the softmax probability of the gold option at "
-                  "the alpha in the group, softmax(alpha * s) over the scheme's option scores s (`raw`: "
-                  "the log-likelihood; `calibrated` and `labels`: the log of their probabilities)",
-                  _MEAN_CI, _T1),
-        MetricDef("softmax_accuracy_fitted", "softmax_accuracy at the fitted alpha", "none", _T1),
-        MetricDef("left_out_no_distribution", "result rows the statistic in group `of` (human_fit, "
-                  "softmax_accuracy, human_choice) left out because the model gave them no choice "
-                  "distribution: no option with a finite score (an abstention: every label probability 0), "
-                  "or no probability mass on any option; n = the rows it considered", "none", _T1),
-        MetricDef("order_consistency", "share of items whose prediction is the same under every "
-                  "counterbalanced order", _RATE_CI, _T1),
-        MetricDef("order_robust_accuracy", "accuracy after averaging each item's answer probabilities "
-                  "over its counterbalanced orders", _RATE_CI, _T1),
-        MetricDef("recency_effect", "few-shot recency bias (Zhao et al. 2021): change in the rate of "
-                  "predicting a label when the last demo has that label", "paired t over clusters", _T1),
-        MetricDef("majority_effect", "few-shot majority-label bias (Zhao et al. 2021): change in the rate "
-                  "of predicting a label when most demos have it", "paired t over clusters", _T1),
-        MetricDef("pred_equals_last_demo", "share of few-shot items predicted as the last demo's label",
-                  _RATE_CI, _T1),
-    ):
-        define_metric(d)
-    def lazy(module: str, fn: str) -> RowProducer:
-        """A row producer imported on first use (these modules pull in scipy.stats/optimize)."""
 
-        def call(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:
-            import importlib
-
-            return list(getattr(importlib.import_module(module), fn)(df, run, spec))
-
-        return call
-
-    # Each gate is what the producer reads: skipping it when absent changes no number.
-    register_row_producer("method_sensitivity", lazy("llmscope.analysis.methods", "sensitivity_rows"),
-                          every_task=True, needs=lambda c: c.extra_has("methods"))
-    # Rows count only with human answers: per-option counts named by the spec (choice rows)
-    # or the item's `human_q1` (yes/no rows; analysis.methods.human_choice_data).
-    register_row_producer("human_choice_fit", lazy("llmscope.analysis.methods", "fit_rows"),
-                          every_task=True,
-                          needs=lambda c: (c.has("option_scores") and bool(c.spec.get("human_counts_field")))
-                          or (c.has("probs") and c.has("f.human_q1")))
-    register_row_producer("softmax_accuracy_curve", lazy("llmscope.analysis.methods", "softmax_curve_rows"),
-                          needs=lambda c: c.has("option_scores"))
-    register_row_producer("order_effects", lazy("llmscope.analysis.design_effects", "order_effect_rows"),
-                          every_task=True, needs=lambda c: c.extra_has("design") or c.prof().derived_variants)
-    register_row_producer("fewshot_bias", lazy("llmscope.analysis.design_effects", "fewshot_rows"),
-                          needs=lambda c: c.extra_has("design"))
-    register_row_producer("abstention", abstention_rows, whole_items=False)
-    register_row_producer("api_method", api_method_rows, every_task=True, needs=lambda c: c.run.get("backend") == "openai",
-                          whole_items=False)
-    register_row_producer("syntaxgym", sg_rows)
-    register_row_producer("contamination", lazy("llmscope.analysis.contamination", "contamination_rows"))
-    register_row_producer("genmetrics", lazy("llmscope.analysis.genmetrics", "generation_library_rows"),
-                          needs=lambda c: c.has("extra"),
-                          whole_items=False)
+# -- the producers, in report order ---------------------------------------------------------
+def _register_producers() -> None:
+    """Every family's producers, once, in report order (the order of :data:`PRODUCERS`)."""
+    for family in (accuracy, position, yesno, calibration, generation, commonsense, probeval, worldsense,
+                   feature_rows):
+        family.register()
     # Last: analysis/human.py registers its definitions and producers on import, and imports this
     # module; importing it here, after everything else, gives one order whichever is imported first.
     from . import human  # noqa: F401
 
 
-_register_feature_producers()
+# After everything the families use is defined (they import it from here).
+from .producers import (  # noqa: E402
+    accuracy,
+    calibration,
+    commonsense,
+    feature_rows,
+    generation,
+    position,
+    probeval,
+    worldsense,
+    yesno,
+)
+from .producers.accuracy import accuracy_metrics, method_metrics, variant_spread  # noqa: E402
+from .producers.calibration import (  # noqa: E402
+    bin_label,
+    brier_item,
+    calibration_metrics,
+    raw_confidence,
+    reliability_bin_metrics,
+)
+from .producers.commonsense import (  # noqa: E402
+    commonsense_metrics,
+    human_agreement_pairs,
+    human_correlation_metrics,
+)
+from .producers.generation import generation_metrics  # noqa: E402
+from .producers.position import position_metrics  # noqa: E402
+from .producers.probeval import probeval_metrics  # noqa: E402
+from .producers.worldsense import worldsense_from_tuples, worldsense_metrics  # noqa: E402
+from .producers.yesno import gold_yes_column, yesno_metrics  # noqa: E402
+
+_register_producers()

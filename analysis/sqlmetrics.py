@@ -130,8 +130,8 @@ def sql_run_metrics(store: Any, run: Mapping[str, Any], spec: Mapping[str, Any],
         MetricContext,
         RunMetrics,
         finish_metrics,
-        worldsense_from_tuples,
     )
+    from .producers.worldsense import worldsense_from_tuples
 
     sid = run.get("suite_id")
     if not sid or profile.n == 0 or not hasattr(store, "query_numpy"):
@@ -188,7 +188,8 @@ def _accuracy(store: Any, rid: str, info: _FieldInfo, cf: str | None, groups: li
     the sum of 0/1 scores and the first row (``min(seq)``); every grouping's per-cluster sums
     are then bincounts of those cells (integers: exact in any order), clusters in order of
     first appearance as the row pipeline has them. None when a scored row has no item."""
-    from .metrics import Metric, variant_spread
+    from .metrics import Metric
+    from .producers.accuracy import variant_spread
 
     cl = f"i.s{info.column[cf]}" if cf else "r.item_id"
     cols = "".join(f", i.s{info.column[f]} AS g{k}" for k, f in enumerate(groups))

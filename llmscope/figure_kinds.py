@@ -434,7 +434,8 @@ def draw_human(data: list[RunData]) -> Figure:
 def _human_scatter(data: list[RunData]) -> Figure:
     import pandas as pd
 
-    from llmscope.analysis.metrics import human_agreement_pairs, results_with_fields
+    from llmscope.analysis.metrics import results_with_fields
+    from llmscope.analysis.producers.commonsense import human_agreement_pairs
 
     fig, (ax,) = _new(3.0)
     notes = []

@@ -15,13 +15,13 @@ from llmscope.analysis.metrics import (
     BOOTSTRAP,
     PRODUCERS,
     BootstrapConfig,
-    _calibration_bootstrap,
     compute_metrics,
     metrics_markdown,
     paired_comparison,
     register_row_producer,
     run_metrics,
 )
+from llmscope.analysis.producers.calibration import _calibration_bootstrap
 from llmscope.analysis.rows import metric_row
 from llmscope.cli import main
 from llmscope.engine.types import Item, Result

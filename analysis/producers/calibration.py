@@ -1,0 +1,180 @@
+"""Calibration producer: ECE / MCE with reliability bins, Brier scores and ties."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from llmscope.store.db import decode_json_many
+
+from ..intervals import resample_weights
+from ..metrics import BootstrapConfig, Metric, MetricContext, mean_metric, register_producer
+from .yesno import gold_yes_column
+
+__all__ = ["brier_item", "calibration_metrics", "raw_confidence", "reliability_bin_metrics", "bin_label",
+           "register"]
+
+
+def _prob_rows(ok: pd.DataFrame) -> list[dict[str, float] | None]:
+    return [p if isinstance(p, dict) and p else None for p in decode_json_many(ok["probs"].tolist())]
+
+
+def brier_item(probs: Mapping[str, Any] | None, gold: Any) -> float:
+    """Multi-class Brier of one item over its listed answers (gold not listed adds 1)."""
+    if not probs or gold is None or (isinstance(gold, float) and math.isnan(gold)):
+        return math.nan
+    g = str(gold).strip().lower()
+    s = 0.0
+    for k, p in probs.items():
+        if p is None:
+            return math.nan
+        s += (float(p) - (1.0 if str(k).strip().lower() == g else 0.0)) ** 2
+    if g not in {str(k).strip().lower() for k in probs}:
+        s += 1.0
+    return s
+
+
+def calibration_metrics(ctx: MetricContext) -> list[Metric]:
+    """ECE and MCE (10 equal-width bins), Brier (multi-class; `brier_yes` for yes/no), ties."""
+    from ..calibration import reliability
+
+    ok = ctx.ok()
+    if ok.empty or "confidence" not in ok:
+        return []
+    corr = pd.to_numeric(ok["correct"], errors="coerce").to_numpy(float)
+    conf = pd.to_numeric(ok["confidence"], errors="coerce").to_numpy(float)
+    keep = np.isfinite(corr) & np.isfinite(conf)
+    out: list[Metric] = []
+    if keep.any():
+        c, y = conf[keep], corr[keep]
+        cl = ctx.clusters(ok)[keep]
+        rel = reliability(c, y, n_bins=10)
+        (elo, ehi), (mlo, mhi), G = _calibration_bootstrap(c, y, cl, 10, ctx.bootstrap)
+        for name, est, lo, hi in (("ece", rel.ece, elo, ehi), ("mce", rel.mce, mlo, mhi)):
+            out.append(Metric(name, est, None if math.isnan(lo) else lo, None if math.isnan(hi) else hi,
+                              "cluster-bootstrap", int(keep.sum()), G, {}, "calibration"))
+        out += reliability_bin_metrics(rel.bins)
+    if "probs" in ok:
+        probs = _prob_rows(ok)
+        out += _raw_calibration(ctx, ok, probs, conf, corr)
+        scored = np.isfinite(corr)
+        b = np.array([brier_item(p, g) if s else math.nan
+                      for p, g, s in zip(probs, ok["gold"], scored, strict=True)])
+        r = mean_metric("brier", b, ctx.clusters(ok), {}, "calibration")
+        if r is not None:
+            out.append(r)
+        if "p_yes" in ok and ok["p_yes"].notna().any():
+            py = pd.to_numeric(ok["p_yes"], errors="coerce").to_numpy(float)
+            gy = gold_yes_column(ok["gold"])
+            r = mean_metric("brier_yes", (py - gy) ** 2, ctx.clusters(ok), {}, "calibration")
+            if r is not None:
+                out.append(r)
+        ties = [float(_is_tie(p)) if p and s else math.nan for p, s in zip(probs, scored, strict=True)]
+        tv = np.asarray(ties, dtype=float)
+        if np.isfinite(tv).any():
+            out.append(Metric("tie_rate", float(np.nanmean(tv)), n=int(np.isfinite(tv).sum()),
+                              producer="calibration"))
+    return out
+
+
+def raw_confidence(probs: Mapping[str, Any] | None, prediction: Any) -> float:
+    """The stored probability of the predicted answer, not renormalised over the answers
+    (yes/no: P(pred) with P(other) left out of the denominator); NaN without one."""
+    if not probs or prediction is None or (isinstance(prediction, float) and math.isnan(prediction)):
+        return math.nan
+    v = probs.get(str(prediction))
+    try:
+        return float(v) if v is not None else math.nan
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _raw_calibration(ctx: MetricContext, ok: pd.DataFrame, probs: list[dict[str, float] | None],
+                     conf: np.ndarray, corr: np.ndarray) -> list[Metric]:
+    """`ece_raw` / `mce_raw`: ECE and MCE with the raw P(predicted answer) as the confidence,
+    reported where it differs from the renormalised `confidence` (answers with mass outside them)."""
+    from ..calibration import reliability
+
+    raw = np.array([raw_confidence(p, pr) for p, pr in zip(probs, ok["prediction"].tolist(), strict=True)])
+    keep = np.isfinite(corr) & np.isfinite(raw) & np.isfinite(conf)
+    if not keep.any() or np.allclose(raw[keep], conf[keep], rtol=0.0, atol=1e-9):
+        return []
+    c, y = raw[keep], corr[keep]
+    cl = ctx.clusters(ok)[keep]
+    rel = reliability(c, y, n_bins=10)
+    (elo, ehi), (mlo, mhi), G = _calibration_bootstrap(c, y, cl, 10, ctx.bootstrap)
+    return [Metric(name, est, None if math.isnan(lo) else lo, None if math.isnan(hi) else hi,
+                   "cluster-bootstrap", int(keep.sum()), G, {}, "calibration")
+            for name, est, lo, hi in (("ece_raw", rel.ece, elo, ehi), ("mce_raw", rel.mce, mlo, mhi))]
+
+
+def reliability_bin_metrics(bins: pd.DataFrame) -> list[Metric]:
+    """The reliability diagram ECE is computed from: per non-empty bin its accuracy and mean
+    confidence, n = the bin's count (figures and `report --json` read these rows)."""
+    out: list[Metric] = []
+    for b in bins.to_dict("records"):
+        if not b["count"]:
+            continue
+        group = {"bin": bin_label(float(b["lo"]), float(b["hi"]))}
+        for name, key in (("bin_accuracy", "accuracy"), ("bin_confidence", "confidence")):
+            out.append(Metric(name, float(b[key]), n=int(b["count"]), group=dict(group), producer="calibration"))
+    return out
+
+
+def bin_label(lo: float, hi: float) -> str:
+    """A reliability bin's label, ``"0.3-0.4"`` (``[lo, hi)``, the last bin closed)."""
+    return f"{lo:.1f}-{hi:.1f}"
+
+
+def _calibration_bootstrap(
+    conf: np.ndarray, correct: np.ndarray, clusters: np.ndarray, n_bins: int, cfg: BootstrapConfig
+) -> tuple[tuple[float, float], tuple[float, float], int]:
+    """Cluster-bootstrap percentile intervals of ECE and MCE, vectorised.
+
+    Per cluster and bin we keep (count, sum of confidence, sum of correct); a resample is a
+    vector of cluster multiplicities, so its bin totals are one matrix product. ECE of a
+    resample = sum_b |sum_y - sum_c| / n (count x |acc - conf| per bin), as in `reliability`.
+    """
+    from ..calibration import uniform_bin
+
+    codes, _ = pd.factorize(pd.Series(clusters, dtype="object"), sort=False)
+    G = int(codes.max()) + 1 if len(codes) else 0
+    if G < 2:
+        return (math.nan, math.nan), (math.nan, math.nan), G
+    b = uniform_bin(conf, n_bins)
+    cell = codes * n_bins + b
+    cnt = np.bincount(cell, minlength=G * n_bins).reshape(G, n_bins).astype(float)
+    sc = np.bincount(cell, weights=conf, minlength=G * n_bins).reshape(G, n_bins)
+    sy = np.bincount(cell, weights=correct, minlength=G * n_bins).reshape(G, n_bins)
+    R = cfg.resamples
+    eces = np.empty(R)
+    mces = np.empty(R)
+    done = 0
+    for W in resample_weights(G, R, cfg.seed):
+        k = W.shape[0]
+        n_b, c_b, y_b = W @ cnt, W @ sc, W @ sy
+        gap = np.abs(y_b - c_b)
+        eces[done:done + k] = gap.sum(axis=1) / n_b.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mces[done:done + k] = np.where(n_b > 0, gap / n_b, -np.inf).max(axis=1)
+        done += k
+    a = (1 - cfg.level) / 2
+    e = tuple(float(x) for x in np.quantile(eces, [a, 1 - a]))
+    m = tuple(float(x) for x in np.quantile(mces, [a, 1 - a]))
+    return (e[0], e[1]), (m[0], m[1]), G
+
+
+def _is_tie(p: Mapping[str, Any]) -> bool:
+    v = sorted((float(x) for x in p.values() if x is not None), reverse=True)
+    return len(v) >= 2 and v[0] == v[1]
+
+
+def register() -> None:
+    """Add this family's producer to the pipeline (analysis/metrics.py calls it)."""
+    register_producer("calibration",
+                      needs=lambda c: c.has("confidence") or c.has("probs"),
+                      reads=("confidence", "probs", "p_yes"))(calibration_metrics)
