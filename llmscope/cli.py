@@ -689,6 +689,9 @@ def build_parser(settings: Any = None) -> argparse.ArgumentParser:
     from llmscope.toolkit2 import add_parsers as add_toolkit2_parsers
 
     add_toolkit2_parsers(sub, db_arg)  # surprisal, rerun
+    from llmscope.irt_report import add_parser as add_irt_parser
+
+    add_irt_parser(sub, db_arg)  # irt
     return p
 
 
