@@ -202,17 +202,17 @@ def response_matrix(store: Any, runs: Sequence[Mapping[str, Any]]) -> ResponseMa
     cor = long.pivot_table(
         index="run", columns="item", values="correct", aggfunc="first", dropna=False
     )
-    exp = long.pivot_table(
+    expd = long.pivot_table(
         index="run", columns="item", values="expected", aggfunc="first", dropna=False
     )
     cor = cor.reindex(index=run_ids, columns=order)
-    exp = exp.reindex(index=run_ids, columns=order)
+    expd = expd.reindex(index=run_ids, columns=order)
     return ResponseMatrix(
         runs=run_ids,
         models=[str(r.get("model")) for r in runs],
         items=order,
         correct=cor.to_numpy(dtype=float),
-        expected=exp.to_numpy(dtype=float),
+        expected=expd.to_numpy(dtype=float),
         suite=str(runs[0].get("suite_name") or ""),
     )
 
