@@ -12,7 +12,7 @@ from llmscope.cli.common import DEFAULT_DB, CLIError, ParserContext
 
 # The command groups, in the order `llmscope --help` lists them: each is a module of this
 # package with `add_parsers(sub, ctx)` and its `cmd_*` functions. A new group is one more name.
-COMMAND_GROUPS = ("run", "prepare", "database", "report", "view", "study", "surprisal", "rerun", "probeval")
+COMMAND_GROUPS = ("run", "prepare", "database", "report", "view", "study", "irt", "surprisal", "rerun", "probeval")
 
 
 def build_parser(settings: Any = None) -> argparse.ArgumentParser:

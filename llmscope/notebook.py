@@ -1,0 +1,195 @@
+"""The notebook API: `db = llmscope.open("x.duckdb")`, then `db.runs()`, `db.results(run)`,
+`db.metrics(run)` and `db.study(name)`.
+
+Read-only and safe beside a writing process, as `llmscope report` is: every call opens the file
+read-only for its reads and closes it after, so nothing is held between calls and a run started
+in another terminal can take the file. While another process holds the write lock (DuckDB then
+keeps read-only openers out too), a call reads a private copy of the file as of the writer's
+last checkpoint (it folds its log into the file every 30 s, `LLMSCOPE_CHECKPOINT_S`): the copy
+is taken only when the file's size and time are the same before and after copying, so it is one
+checkpoint's image, never a torn one. Rows the writer stored since that checkpoint are not in it;
+each such read is said in `Database.notices` and as a warning, with the live channel that holds
+the running run's rows (`<db>.live/`, read by `llmscope view`). Nothing is ever written, not even
+the metrics cache of the copy, which is removed with it.
+
+Columns and numbers come from the one place each is made: `results` is the export's rows
+(`llmscope.export`, the columns and types of `llmscope export --format parquet`), `metrics` the
+pipeline's `RunMetrics` (`llmscope report --json` prints its `rows()`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from llmscope.analysis.metrics import RunMetrics
+    from llmscope.store.db import Store
+
+FORMATS = ("pandas", "arrow", "polars")
+
+
+class NotebookError(ValueError):
+    """A request the database cannot answer (no such file or run, an unknown format)."""
+
+
+class Database:
+    """Read access to one llmscope database (see the module's docstring)."""
+
+    COPY_TRIES = 5
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise NotebookError(f"no database at {self.path}")
+        self.notices: list[str] = []
+
+    def __repr__(self) -> str:
+        return f"llmscope.Database({str(self.path)!r})"
+
+    # -- reading -----------------------------------------------------------------------------------
+    @contextmanager
+    def _store(self) -> Iterator[Store]:
+        from llmscope.store.db import Store, StoreLocked
+
+        try:
+            store = Store(self.path, read_only=True)
+        except StoreLocked as e:
+            with self._copy(e) as copy:
+                store = Store(copy, read_only=True)
+                try:
+                    yield store
+                finally:
+                    store.close()
+            return
+        try:
+            yield store
+        finally:
+            store.close()
+
+    @contextmanager
+    def _copy(self, locked: Exception) -> Iterator[Path]:
+        """A private copy of the file taken while no checkpoint wrote it (see the docstring)."""
+        folder = Path(tempfile.mkdtemp(prefix="llmscope-notebook-"))
+        try:
+            copy = folder / self.path.name
+            for _ in range(self.COPY_TRIES):
+                before = os.stat(self.path)
+                shutil.copyfile(self.path, copy)
+                after = os.stat(self.path)
+                if (before.st_size, before.st_mtime_ns) == (after.st_size, after.st_mtime_ns):
+                    break
+                time.sleep(0.2)
+            else:
+                raise NotebookError(
+                    f"{self.path} is being written by another process and changed during "
+                    f"each of {self.COPY_TRIES} copies; try again ({locked})"
+                )
+            note = (
+                f"{locked} Read a copy of {self.path.name} as of its last checkpoint instead: rows "
+                f"stored since then are not in it (the running run's rows are in "
+                f"{self.path.name}.live/, `llmscope view`)"
+            )
+            self.notices.append(note)
+            warnings.warn(note, stacklevel=6)  # the caller of runs()/results()/metrics()
+            yield copy
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def _find(self, store: Store, run: str | dict[str, Any]) -> dict[str, Any]:
+        rid = run["run_id"] if isinstance(run, dict) else str(run)
+        found = store.find_run(rid)
+        if found is None:
+            raise NotebookError(f"no run {rid!r} in {self.path}")
+        return found
+
+    def runs(self) -> pd.DataFrame:
+        """Every run, one row each (the columns `llmscope runs --json` prints)."""
+        with self._store() as store:
+            return store.runs()
+
+    def run(self, run: str) -> dict[str, Any]:
+        """One run's stored record (id, prefix or 'last')."""
+        with self._store() as store:
+            return self._find(store, run)
+
+    def results(self, run: str | dict[str, Any], as_: str = "pandas") -> Any:
+        """A run's rows with the export's typed columns (`llmscope.export.COLUMNS`): a pandas
+        DataFrame, or a pyarrow Table (`as_="arrow"`) or polars DataFrame (`as_="polars"`)."""
+        from llmscope.export import export_rows, to_arrow
+
+        if as_ not in FORMATS:
+            raise NotebookError(f"as_ must be one of {', '.join(FORMATS)}, got {as_!r}")
+        with self._store() as store:
+            table = to_arrow(export_rows(store, self._find(store, run)))
+        if as_ == "arrow":
+            return table
+        if as_ == "polars":
+            try:
+                import polars as pl
+            except ImportError as e:
+                raise NotebookError("as_='polars' needs polars (pip install polars)") from e
+            return pl.from_arrow(table)
+        return table.to_pandas()
+
+    def metrics(self, run: str | dict[str, Any], by: list[str] | None = None) -> RunMetrics:
+        """The run's metrics from the pipeline (`RunMetrics`; `.rows()` are `report --json`'s rows)."""
+        from llmscope.report import run_metrics
+
+        with self._store() as store:
+            return run_metrics(store, self._find(store, run), by)
+
+    def studies(self) -> list[str]:
+        """The names of the studies recorded in the file (`llmscope study run`)."""
+        from llmscope.study import study_names
+
+        with self._store() as store:
+            return study_names(store)
+
+    def study(self, name: str, as_: str = "pandas") -> Any:
+        """A study's cells as `llmscope study status --json` gives them: one row a cell, with its
+        state, counts, headline metric and interval (`ci95_lo`, `ci95_hi`) and one column per
+        factor (`level.<factor>`)."""
+        import pyarrow as pa
+
+        from llmscope.study import study_cells, study_names, study_record
+
+        if as_ not in FORMATS:
+            raise NotebookError(f"as_ must be one of {', '.join(FORMATS)}, got {as_!r}")
+        with self._store() as store:
+            if study_record(store, name) is None:
+                known = study_names(store)
+                raise NotebookError(
+                    f"no study {name!r} in {self.path}; recorded studies: {', '.join(known) or '(none)'}"
+                )
+            cells = study_cells(store, name)
+        rows = []
+        for c in cells:
+            d = c.to_dict()
+            levels = d.pop("levels", None) or {}
+            lo, hi = d.pop("ci95", None) or (None, None)
+            rows.append({**d, "ci95_lo": lo, "ci95_hi": hi, **{f"level.{k}": v for k, v in levels.items()}})
+        table = pa.Table.from_pylist(rows)
+        if as_ == "arrow":
+            return table
+        if as_ == "polars":
+            try:
+                import polars as pl
+            except ImportError as e:
+                raise NotebookError("as_='polars' needs polars (pip install polars)") from e
+            return pl.from_arrow(table)
+        return table.to_pandas()
+
+
+def open_db(path: str | os.PathLike[str]) -> Database:
+    """Open an llmscope database for reading (`llmscope.open`)."""
+    return Database(path)

@@ -1,0 +1,227 @@
+"""Item response theory across runs (analysis/irt.py, `llmscope irt`).
+
+Expected values are the parameters the data were simulated with, and a label flipped on purpose
+in a real DuckDB file: the fits must recover the first and flag the second.
+
+Tolerances (root mean square error against the true values; measured with these seeds in
+parentheses; MML with N(0, 1) abilities, so the estimates are on the true scale):
+- 2PL, 500 runs x 25 items: discrimination 0.25 (0.16), difficulty 0.30 (0.2), ability 0.50 (0.4);
+- Rasch, 300 runs x 20 items: difficulty 0.20, ability 0.55, common discrimination within 0.15 of 1.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llmscope.analysis.irt import MODELS, IrtError, ResponseMatrix, fit_irt, response_matrix
+from llmscope.engine.types import Item, Result
+from llmscope.store.db import Store
+from tests.helpers.cli import assert_clean_error, cli
+
+
+def _simulate(
+    n_runs: int, n_items: int, seed: int, rasch: bool = False, flip: tuple[int, ...] = ()
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    a = np.ones(n_items) if rasch else rng.lognormal(0.0, 0.3, n_items)
+    b = rng.normal(0.0, 1.0, n_items)
+    theta = rng.normal(0.0, 1.0, n_runs)
+    for j in flip:
+        a[j] = -a[j]
+    p = 1.0 / (1.0 + np.exp(-a[None, :] * (theta[:, None] - b[None, :])))
+    return (rng.random(p.shape) < p).astype(float), a, b, theta
+
+
+def _matrix(x: np.ndarray) -> ResponseMatrix:
+    n_runs, n_items = x.shape
+    return ResponseMatrix(
+        runs=[f"r{i}" for i in range(n_runs)],
+        models=["m"] * n_runs,
+        items=[f"q{j}" for j in range(n_items)],
+        correct=x,
+        expected=np.full(x.shape, np.nan),
+    )
+
+
+def _rmse(est: list[float], true: np.ndarray) -> float:
+    return float(np.sqrt(np.mean((np.asarray(est) - true) ** 2)))
+
+
+def test_2pl_recovers_known_parameters_and_flags_the_negative_item() -> None:
+    x, a, b, theta = _simulate(500, 25, seed=3, flip=(4,))
+    fit = fit_irt(_matrix(x), "2pl")
+    assert [i.item for i in fit.items] == [
+        f"q{j}" for j in range(25)
+    ]  # no item answered alike by all
+    assert _rmse([i.discrimination for i in fit.items], a) < 0.25
+    assert _rmse([i.difficulty for i in fit.items], b) < 0.30
+    assert _rmse([r.theta for r in fit.abilities], theta) < 0.50
+    assert [i.item for i in fit.flagged] == ["q4"]
+    q4 = fit.items[4]
+    assert q4.reversed and q4.discrimination < 0 and q4.discrimination_ci[1] is not None
+    assert q4.discrimination_ci[0] <= a[4] <= q4.discrimination_ci[1]  # type: ignore[operator]
+    # the intervals cover most true values (Wald 95%; 25 items, so not every one)
+    covered = [
+        lo is not None and lo <= t <= hi
+        for (lo, hi), t in zip((i.difficulty_ci for i in fit.items), b, strict=True)  # type: ignore[operator]
+    ]
+    assert sum(covered) >= 20
+    assert (
+        sum(r.ci[0] <= t <= r.ci[1] for r, t in zip(fit.abilities, theta, strict=True)) >= 0.9 * 500
+    )
+    assert fit.converged
+
+
+def test_rasch_recovers_difficulties_and_abilities() -> None:
+    x, _, b, theta = _simulate(300, 20, seed=5, rasch=True)
+    fit = fit_irt(_matrix(x), "rasch")
+    assert len({round(i.discrimination, 9) for i in fit.items}) == 1  # one common discrimination
+    assert abs(fit.items[0].discrimination - 1.0) < 0.15
+    assert _rmse([i.difficulty for i in fit.items], b) < 0.20
+    assert _rmse([r.theta for r in fit.abilities], theta) < 0.55
+    assert not fit.flagged  # Rasch never flags (no sign to estimate)
+
+
+def test_constant_items_are_left_out_and_too_little_data_is_refused() -> None:
+    x, *_ = _simulate(200, 6, seed=1)
+    x[:, 0] = 1.0  # everyone right
+    x[:, 1] = 0.0  # everyone wrong
+    fit = fit_irt(_matrix(x), "2pl")
+    assert fit.constant_items == ["q0", "q1"]
+    assert [i.item for i in fit.items] == ["q2", "q3", "q4", "q5"]
+    with pytest.raises(IrtError, match="at least 2"):
+        fit_irt(_matrix(np.ones((5, 4))), "2pl")
+    with pytest.raises(IrtError, match="one of"):
+        fit_irt(_matrix(x), "3pl")
+
+
+def test_cli_model_names_match_the_analysis() -> None:
+    from llmscope.cli import irt as irt_report
+
+    assert irt_report.MODELS == MODELS
+
+
+# -- a built-in example: a suite with one label flipped, in a real DuckDB -------------------------
+OPTIONS = ["A", "B", "C"]
+N_ITEMS, N_RUNS, FLIPPED = 24, 60, "q07"
+
+
+def write_flipped_db(db: Path, seed: int = 11) -> dict[str, list[float]]:
+    """A choice suite whose gold is "A" for every item but FLIPPED, stored as "B" (a label error),
+    and N_RUNS runs of simulated models: a model that knows an item answers "A", else a wrong
+    option ("B" or "C" in turn), so on FLIPPED the strong models are marked wrong and the weak
+    ones right. Returns each item's stored expected accuracies."""
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(1.2, 2.2, N_ITEMS)
+    b = rng.normal(0.0, 0.8, N_ITEMS)
+    theta = rng.normal(0.0, 1.2, N_RUNS)
+    ids = [f"q{j:02d}" for j in range(N_ITEMS)]
+    gold = {k: ("B" if k == FLIPPED else "A") for k in ids}
+    items = [
+        Item(item_id=k, fields={}, gold=gold[k], options=OPTIONS, text=f"question {k}") for k in ids
+    ]
+    expected: dict[str, list[float]] = {k: [] for k in ids}
+    with Store(db) as st:
+        st.add_suite("s-flip", "flipped", "choice", {"task": "choice"}, "", items)
+        for i in range(N_RUNS):
+            rid = f"run{i:02d}"
+            st.create_run(
+                {
+                    "run_id": rid,
+                    "suite_id": "s-flip",
+                    "suite_name": "flipped",
+                    "task": "choice",
+                    "n_total": N_ITEMS,
+                    "model": f"model-{i:02d}",
+                    "backend": "hf",
+                    "status": "completed",
+                }
+            )
+            rows = []
+            for j, k in enumerate(ids):
+                knows = rng.random() < 1.0 / (1.0 + math.exp(-a[j] * (theta[i] - b[j])))
+                pred = "A" if knows else OPTIONS[1 + (i + j) % 2]
+                probs = {o: (0.8 if o == pred else 0.1) for o in OPTIONS}
+                exp_acc = probs[gold[k]]
+                expected[k].append(exp_acc)
+                rows.append(
+                    Result(
+                        item_id=k,
+                        variant="v0",
+                        prompt=f"question {k}",
+                        probs=probs,
+                        prediction=pred,
+                        gold=gold[k],
+                        correct=float(pred == gold[k]),
+                        confidence=0.8,
+                        extra={
+                            "choice_method": "loglik",
+                            "methods": {
+                                "loglik": {
+                                    "prediction": pred,
+                                    "correct": float(pred == gold[k]),
+                                    "expected_acc": exp_acc,
+                                }
+                            },
+                        },
+                    )
+                )
+            st.write_results(rid, rows)
+    return expected
+
+
+@pytest.fixture(scope="module")
+def flipped_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[float]]]:
+    db = tmp_path_factory.mktemp("irt") / "flipped.duckdb"
+    return db, write_flipped_db(db)
+
+
+def test_the_flipped_label_is_flagged_from_stored_runs(
+    flipped_db: tuple[Path, dict[str, list[float]]],
+) -> None:
+    db, expected = flipped_db
+    with Store(db, read_only=True) as st:
+        runs = [st.get_run(f"run{i:02d}") for i in range(N_RUNS)]
+        matrix = response_matrix(st, [r for r in runs if r is not None])
+    fit = fit_irt(matrix, "2pl")
+    assert [i.item for i in fit.flagged] == [FLIPPED]
+    for it in fit.items:
+        assert it.expected_accuracy == pytest.approx(float(np.mean(expected[it.item])), abs=1e-12)
+    by_run = {r.run_id: r for r in fit.abilities}
+    # a run's accuracy is its share right on the fitted items, from the stored rows
+    with Store(db, read_only=True) as st:
+        df = st.query_df("SELECT run_id, item_id, correct FROM results")
+    keep = {i.item for i in fit.items}
+    sub = df[df["item_id"].isin(keep)]
+    for rid, acc in sub.groupby("run_id")["correct"].mean().items():
+        assert by_run[str(rid)].accuracy == pytest.approx(acc, abs=1e-12)
+
+
+def test_cli_irt_end_to_end(flipped_db: tuple[Path, dict[str, list[float]]]) -> None:
+    db, _ = flipped_db
+    proc = cli("irt", "--db", str(db), "--suite", "flipped", "--json")
+    assert proc.returncode == 0, proc.stderr
+    (fit,) = json.loads(proc.stdout)
+    assert fit["model"] == "2pl" and len(fit["abilities"]) == N_RUNS
+    assert [i["item"] for i in fit["items"] if i["flagged"]] == [FLIPPED]
+    proc = cli(
+        "irt",
+        "--db",
+        str(db),
+        "--runs",
+        ",".join(f"run{i:02d}" for i in range(N_RUNS)),
+        "--model",
+        "both",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "IRT rasch" in proc.stdout and "IRT 2pl" in proc.stdout
+    flagged = [ln for ln in proc.stdout.splitlines() if "LIKELY LABEL ERROR" in ln]
+    assert len(flagged) == 1 and flagged[0].split()[0] == FLIPPED
+    assert_clean_error(cli("irt", "--db", str(db)), "--runs", "--suite")
+    assert_clean_error(cli("irt", "--db", str(db), "--suite", "nope"), "flipped")
+    assert_clean_error(cli("irt", "--db", str(db), "--runs", "run00"), "at least 2 runs")
