@@ -14,7 +14,8 @@ from typing import Any
 import pandas as pd
 
 from llmscope.analysis.compare import mcnemar
-from llmscope.analysis.metrics import BOOTSTRAP, paired_comparison, run_metrics
+from llmscope.analysis.metrics import BOOTSTRAP, run_metrics
+from llmscope.analysis.paired import paired_comparison
 from llmscope.analysis.queries import metric_frame
 from llmscope.analysis.rows import format_p
 from llmscope.store.db import Store, StoreError

@@ -339,7 +339,7 @@ def lm_eval_results(run: dict[str, Any], rows: list[ExportRow], n_items: int | N
     (`analysis.metrics.iid_stderr`; the report's intervals cluster prompt variants of one
     item, so they are wider).
     """
-    from llmscope.analysis.metrics import iid_stderr
+    from llmscope.analysis.paired import iid_stderr
 
     variants = sorted({r.variant for r in rows})
     metric = _lm_eval_metric(run.get("task"))

@@ -150,7 +150,7 @@ class Database:
 
     def studies(self) -> list[str]:
         """The names of the studies recorded in the file (`llmscope study run`)."""
-        from llmscope.study import study_names
+        from llmscope.study_store import study_names
 
         with self._store() as store:
             return study_names(store)
@@ -161,7 +161,7 @@ class Database:
         factor (`level.<factor>`)."""
         import pyarrow as pa
 
-        from llmscope.study import study_cells, study_names, study_record
+        from llmscope.study_store import study_cells, study_names, study_record
 
         if as_ not in FORMATS:
             raise NotebookError(f"as_ must be one of {', '.join(FORMATS)}, got {as_!r}")

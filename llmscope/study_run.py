@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from llmscope.study import Cell, Study, record_cell, record_study, tag_run
+from llmscope.study import Cell, Study
+from llmscope.study_store import record_cell, record_study, tag_run
 
 Say = Callable[[str, str], None]  # (level, text)
 

@@ -227,7 +227,7 @@ def _dry_run(study: Any, db: str) -> int:
 
 # -- status -------------------------------------------------------------------------------------
 def cmd_study_status(args: argparse.Namespace) -> int:
-    from llmscope.study import study_names, study_record
+    from llmscope.study_store import study_names, study_record
 
     target = str(args.study)
     study = _load(target) if Path(target).is_file() else None
@@ -238,7 +238,7 @@ def cmd_study_status(args: argparse.Namespace) -> int:
             f"no study file {target!r}, and no database at {db} to look the name up in (pass --db)"
         )
     if study is not None and not Path(db).exists():
-        from llmscope.study import CellRow
+        from llmscope.study_store import CellRow
 
         rows = [
             CellRow(
@@ -267,7 +267,7 @@ def cmd_study_status(args: argparse.Namespace) -> int:
 
 
 def _cells(store: Any, name: str, cells: Any) -> list[Any]:
-    from llmscope.study import study_cells
+    from llmscope.study_store import study_cells
 
     return study_cells(store, name, cells)
 
@@ -283,7 +283,7 @@ def _print_status(name: str, db: str, cells: Any) -> None:
 
 def _live_rows(name: str, db: str, study: Any | None) -> list[Any]:
     """Cells from the live channel: runs' progress (no metric: the pipeline reads the database)."""
-    from llmscope.study import CellRow, live_cells
+    from llmscope.study_store import CellRow, live_cells
 
     live = live_cells(db, name)
     if study is not None:

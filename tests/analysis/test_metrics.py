@@ -17,10 +17,10 @@ from llmscope.analysis.metrics import (
     BootstrapConfig,
     compute_metrics,
     metrics_markdown,
-    paired_comparison,
     register_row_producer,
     run_metrics,
 )
+from llmscope.analysis.paired import paired_comparison
 from llmscope.analysis.producers.calibration import _calibration_bootstrap
 from llmscope.analysis.rows import metric_row
 from llmscope.cli import main

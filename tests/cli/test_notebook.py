@@ -195,7 +195,8 @@ def test_import_llmscope_stays_light() -> None:
 def test_study_cells_equal_study_status_json(tmp_path: Path) -> None:
     """`db.study(name)` is `llmscope study status --json`'s grid, one row a cell."""
     from llmscope.store.db import Store
-    from llmscope.study import load_study, record_cell, record_study, tag_run
+    from llmscope.study import load_study
+    from llmscope.study_store import record_cell, record_study, tag_run
     from tests.helpers.cli import write_yesno_suite
     from tests.helpers.mixed import write_yesno_db
 

@@ -1,0 +1,325 @@
+"""A study in the database: its record, its cells' membership and state, and the grid
+`llmscope study status` and the TUI show (`study_cells`, `live_cells`); docs/studies.md.
+
+The study file and its cells are read and checked in `llmscope/study.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llmscope.study import Cell, Study
+
+STATES = ("done", "done_with_errors", "running", "partial", "error", "not_started")
+
+_TABLES = (
+    """CREATE TABLE IF NOT EXISTS studies (
+        name VARCHAR, source VARCHAR, spec_hash VARCHAR, record JSON, updated_at TIMESTAMP)""",
+    """CREATE TABLE IF NOT EXISTS study_cells (
+        study VARCHAR, cell VARCHAR, position INTEGER, suite VARCHAR, model VARCHAR, levels JSON,
+        run_id VARCHAR, state VARCHAR, error VARCHAR, updated_at TIMESTAMP)""",
+)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+def ensure_tables(store: Any) -> None:
+    """Create the study tables in a file opened for writing (llmscope's own schema is untouched)."""
+    for sql in _TABLES:
+        store.execute(sql)
+
+
+def _has_tables(store: Any) -> bool:
+    row = store.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name IN ('studies', 'study_cells')"
+    ).fetchone()
+    return bool(row and row[0] == 2)
+
+
+def record_study(store: Any, study: Study) -> None:
+    """Record the study and its cells (cells already recorded keep their run and state)."""
+    ensure_tables(store)
+    store.execute("DELETE FROM studies WHERE name = ?", [study.name])
+    store.execute(
+        "INSERT INTO studies VALUES (?, ?, ?, ?, ?)",
+        [study.name, str(study.path), study.spec_hash, json.dumps(study.record()), _now()],
+    )
+    keep = {c.key for c in study.cells}
+    for (gone,) in store.execute(
+        "SELECT cell FROM study_cells WHERE study = ?", [study.name]
+    ).fetchall():
+        if str(gone) not in keep:  # a cell the edited file no longer has (its run stays a run)
+            store.execute(
+                "DELETE FROM study_cells WHERE study = ? AND cell = ?", [study.name, gone]
+            )
+    have = {
+        str(r[0])
+        for r in store.execute(
+            "SELECT cell FROM study_cells WHERE study = ?", [study.name]
+        ).fetchall()
+    }
+    for c in study.cells:
+        if c.key in have:
+            store.execute(
+                "UPDATE study_cells SET position = ? WHERE study = ? AND cell = ?",
+                [c.position, study.name, c.key],
+            )
+        else:
+            store.execute(
+                "INSERT INTO study_cells VALUES (?, ?, ?, ?, ?, ?, NULL, 'not_started', NULL, ?)",
+                [
+                    study.name,
+                    c.key,
+                    c.position,
+                    c.suite.label,
+                    c.model.label,
+                    json.dumps(c.levels),
+                    _now(),
+                ],
+            )
+
+
+def record_cell(
+    store: Any,
+    study: str,
+    cell: str,
+    state: str,
+    run_id: str | None = None,
+    error: str | None = None,
+) -> None:
+    """A cell's latest outcome; a run id, once known, is kept when a later attempt fails early."""
+    store.execute(
+        "UPDATE study_cells SET state = ?, error = ?, run_id = coalesce(?, run_id), updated_at = ? "
+        "WHERE study = ? AND cell = ?",
+        [state, error, run_id, _now(), study, cell],
+    )
+
+
+def tag_run(store: Any, run_id: str, study: str, cell: str) -> None:
+    """Add `study -> cell` to the run's `meta.studies` (a run may belong to several studies)."""
+    run = store.get_run(run_id)
+    if run is None:
+        return
+    meta = run.get("meta") if isinstance(run.get("meta"), dict) else {}
+    studies = dict(meta.get("studies") or {}) if isinstance(meta.get("studies"), dict) else {}
+    if studies.get(study) == cell:
+        return
+    studies[study] = cell
+    store.update_run(run_id, meta={**meta, "studies": studies})
+
+
+@dataclass(frozen=True)
+class CellRow:
+    """One cell of a study as `study status` and the TUI show it."""
+
+    study: str
+    cell: str
+    position: int
+    suite: str
+    model: str
+    levels: dict[str, str]
+    state: str  # one of STATES
+    run_id: str | None = None
+    n_done: int = 0  # results stored (errors included)
+    n_errors: int = 0
+    n_total: int | None = None  # results the run asks for
+    metric: str | None = None  # the run's headline metric (the report's)
+    value: float | None = None
+    ci95: tuple[float, float] | None = None
+    interval_method: str | None = None
+    n: int | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["ci95"] = list(self.ci95) if self.ci95 is not None else None
+        return d
+
+
+def study_names(store: Any) -> list[str]:
+    if not _has_tables(store):
+        return []
+    return [
+        str(r[0])
+        for r in store.execute("SELECT DISTINCT name FROM studies ORDER BY name").fetchall()
+    ]
+
+
+def study_record(store: Any, name: str) -> dict[str, Any] | None:
+    if not _has_tables(store):
+        return None
+    row = store.execute("SELECT record FROM studies WHERE name = ?", [name]).fetchone()
+    if row is None:
+        return None
+    from llmscope.store.db import decode_json
+
+    rec = decode_json(row[0]) if isinstance(row[0], str) else row[0]
+    return rec if isinstance(rec, dict) else None
+
+
+@dataclass(frozen=True)
+class LiveCell:
+    """A study cell's run as its live channel shows it (`<db>.live/<run>/progress.json`)."""
+
+    cell: str
+    run_id: str
+    done: int
+    total: int
+    errors: int
+    status: str | None
+    ended: bool  # the run's writer marked it ended (False while running, or after kill -9)
+    pid: int | None
+
+
+def live_cells(db: str | Path, name: str) -> dict[str, LiveCell]:
+    """Cell key -> the newest live snapshot of its run, read from the live channel beside `db`
+    without opening the database: usable while `study run` holds the file for writing."""
+    from llmscope.live import read_live
+
+    newest: dict[str, tuple[float, LiveCell]] = {}
+    for snap in read_live(db):
+        run = snap.get("run") or {}
+        meta = run.get("meta") if isinstance(run, dict) else None
+        studies = meta.get("studies") if isinstance(meta, dict) else None
+        key = studies.get(name) if isinstance(studies, dict) else None
+        prog = snap.get("progress") or {}
+        if not isinstance(key, str) or not isinstance(prog, dict):
+            continue
+        at = float(snap.get("time") or 0.0)
+        if key in newest and newest[key][0] >= at:
+            continue
+        pid = snap.get("pid")
+        newest[key] = (
+            at,
+            LiveCell(
+                key,
+                str(prog.get("run_id") or run.get("run_id")),
+                int(prog.get("done") or 0),
+                int(prog.get("total") or 0),
+                int(prog.get("errors") or 0),
+                prog.get("status"),
+                bool(snap.get("ended")),
+                int(pid) if isinstance(pid, int) else None,
+            ),
+        )
+    return {k: v for k, (_, v) in newest.items()}
+
+
+def study_cells(
+    store: Any, name: str, cells: list[Cell] | None = None, *, metrics: bool = True
+) -> list[CellRow]:
+    """A study's cells with state, counts and headline metric (from the metrics pipeline, the
+    function `llmscope report` uses; its cache beside the file makes a finished cell cheap).
+
+    `cells`: the cells of a study file (`study status FILE`); default: those recorded for `name`.
+    `metrics=False` skips the metrics (state and counts only). `store` may be a database path,
+    opened read-only for the call (StoreLocked while a writer holds it: see `live_cells`)."""
+    if isinstance(store, (str, Path)):
+        from llmscope.store.db import Store
+
+        opened = Store(str(store), read_only=True)
+        try:
+            return study_cells(opened, name, cells, metrics=metrics)
+        finally:
+            opened.close()
+    from llmscope.analysis.metrics import headline, run_metrics
+    from llmscope.store.db import decode_json, effective_status
+
+    recorded: dict[str, dict[str, Any]] = {}
+    if _has_tables(store):
+        cols = ("cell", "position", "suite", "model", "levels", "run_id", "state", "error")
+        for values in store.execute(  # plain rows: a NULL stays None (a DataFrame makes it NaN)
+            f"SELECT {', '.join(cols)} FROM study_cells WHERE study = ? ORDER BY position", [name]
+        ).fetchall():
+            r = dict(zip(cols, values, strict=True))
+            recorded[str(r["cell"])] = r
+    # runs tagged with this study in their meta (also when the tables were lost)
+    tagged: dict[str, str] = {}
+    for rid, raw in store.execute(
+        "SELECT run_id, json_extract(meta, '$.studies') FROM runs WHERE json_extract(meta, '$.studies') IS NOT NULL "
+        "ORDER BY started_at"
+    ).fetchall():
+        member = decode_json(raw) if isinstance(raw, str) else raw
+        if isinstance(member, dict) and isinstance(member.get(name), str):
+            tagged[member[name]] = str(rid)
+    if cells is not None:
+        shape = [(c.key, c.position, c.suite.label, c.model.label, dict(c.levels)) for c in cells]
+    else:
+        shape = [
+            (
+                k,
+                int(r["position"]),
+                str(r["suite"]),
+                str(r["model"]),
+                decode_json(r["levels"])
+                if isinstance(r["levels"], str)
+                else dict(r["levels"] or {}),
+            )
+            for k, r in recorded.items()
+        ]
+    run_ids = {k: (recorded.get(k) or {}).get("run_id") or tagged.get(k) for k, *_ in shape}
+    wanted = sorted({str(r) for r in run_ids.values() if r})
+    runs: dict[str, dict[str, Any]] = {}
+    counts: dict[str, tuple[int, int]] = {}
+    if wanted:
+        marks = ", ".join("?" for _ in wanted)
+        for rid, n, ne in store.execute(
+            f"SELECT run_id, count(*), count(error) FROM results WHERE run_id IN ({marks}) GROUP BY run_id",
+            wanted,
+        ).fetchall():
+            counts[str(rid)] = (int(n), int(ne))
+        for rid in wanted:
+            run = store.get_run(rid)
+            if run is not None:
+                runs[rid] = run
+    out: list[CellRow] = []
+    for key, pos, suite, model, levels in shape:
+        rec = recorded.get(key) or {}
+        rid = run_ids.get(key)
+        run = runs.get(str(rid)) if rid else None
+        err = rec.get("error") if isinstance(rec.get("error"), str) else None
+        if run is None:
+            state = "error" if rec.get("state") == "error" else "not_started"
+            out.append(CellRow(name, key, pos, suite, model, levels, state, None, error=err))
+            continue
+        n_done, n_err = counts.get(str(rid), (0, 0))
+        status = effective_status(run)
+        total = int(run.get("n_total") or 0) or None
+        complete = total is not None and n_done >= total
+        if status == "running":
+            state = "running"
+        elif complete and status in ("completed", "completed_with_errors"):
+            state, err = (
+                ("done_with_errors" if n_err else "done"),
+                None,
+            )  # also when finished elsewhere
+        elif rec.get("state") == "error" and err:
+            state = "error"  # the latest attempt failed (the run keeps what it stored)
+        elif status == "failed":
+            state, err = "error", err or run.get("error")
+        else:
+            state = "partial"
+        row = CellRow(
+            name, key, pos, suite, model, levels, state, str(rid), n_done, n_err, total, error=err
+        )
+        if metrics and n_done > n_err:
+            h = headline(run_metrics(store, run))
+            if h is not None:
+                ci = h.ci95
+                row = dataclasses.replace(
+                    row,
+                    metric=h.name,
+                    value=h.value,
+                    ci95=(ci[0], ci[1]) if ci else None,
+                    interval_method=h.interval_method if ci else None,
+                    n=h.n,
+                )
+        out.append(row)
+    return sorted(out, key=lambda r: r.position)
