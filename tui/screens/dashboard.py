@@ -61,7 +61,7 @@ class DashboardScreen(BaseScreen):
         Binding("m", "methods", "Methods", show=False),  # hidden: keeps the footer snapshot stable
         Binding("d", "definitions", "Definitions", show=False),
         Binding("v", "next_panel", "Next panel", show=False),
-        Binding("h", "human", "Human vs model", show=False),  # tui/panels_human.py
+        Binding("h", "human", "Human vs model", show=False),  # tui/panels/human.py
         Binding("p", "plots", "Plots", show=False),  # tui/plots.py
         Binding("w", "write_page", "Write page and figure", show=False),  # tui/handoff.py
     ]
@@ -72,14 +72,14 @@ class DashboardScreen(BaseScreen):
     PAGED_LIST = True  # False: the in-memory list for finished runs too (bench.scale's "before")
 
     def action_methods(self) -> None:
-        """Scoring schemes, human fit, order effects, plan (tui/panels_methods.py)."""
-        from llmscope.tui.panels_methods import MethodsScreen
+        """Scoring schemes, human fit, order effects, plan (tui/panels/methods.py)."""
+        from llmscope.tui.panels.methods import MethodsScreen
 
         self.app.push_screen(MethodsScreen(self.run_id))
 
     def action_human(self) -> None:
-        """Human vs model side by side (tui/panels_human.py); live: the rows received so far."""
-        from llmscope.tui.panels_human import HumanScreen
+        """Human vs model side by side (tui/panels/human.py); live: the rows received so far."""
+        from llmscope.tui.panels.human import HumanScreen
 
         self.app.push_screen(HumanScreen(self.run_id, self.model if self.source == "live" else None))
 
@@ -112,7 +112,7 @@ class DashboardScreen(BaseScreen):
     @work(thread=True, exclusive=True, exit_on_error=False, group="dash-human")
     def _load_human(self) -> None:
         from llmscope.store.db import decode_json
-        from llmscope.tui.panels_human import human_data, human_kind, render_human_summary
+        from llmscope.tui.panels.human import human_data, human_kind, render_human_summary
 
         with self.llm_app.handle.use() as store:
             # Whether the suite has human data at all, from its first items (as human_data
@@ -454,7 +454,7 @@ class DashboardScreen(BaseScreen):
                 o.append(f"{r.lo:.1f}-{r.hi:.1f} {bar(r.share, 20)} {int(r.count)}\n")
         self.query_one("#other", Static).update(o)
         if snap.sg_overall is not None or snap.sg:  # the pipeline reported SG scores: the SG panel
-            from llmscope.tui.panels_surprisal import sg_panel
+            from llmscope.tui.panels.surprisal import sg_panel
 
             self.query_one("#other", Static).update(sg_panel(snap))
         # calibration

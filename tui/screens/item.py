@@ -71,7 +71,7 @@ class ItemScreen(BaseScreen):
                 for rid in self.run_ids:
                     det = {"run_id": rid, **item_detail(store, rid, self.item_id)}
                     run = store.get_run(rid)
-                    if run is not None:  # what the human-vs-model section needs (tui/panels_human.py)
+                    if run is not None:  # what the human-vs-model section needs (tui/panels/human.py)
                         det["spec"], det["task"] = store.suite_spec(run["suite_id"]), run.get("task")
                         det["run_options"] = run.get("options") or {}
                         if "clusters" in (det.get("fields") or {}):
@@ -112,7 +112,7 @@ def render_item(details: list[dict[str, Any]]) -> Group:
         parts.append(
             Text.assemble(("options  ", "bold"), literal(" | ".join(map(str, first["options"]))))
         )
-    from llmscope.tui.panels_human import render_human_item
+    from llmscope.tui.panels.human import render_human_item
 
     side = render_human_item(first, details, first.get("spec"), first.get("task"), first.get("probeval"))
     parts.extend(side)
@@ -331,7 +331,7 @@ def _render_variant(v: dict[str, Any], declared: list[Any] | None = None) -> lis
                 literal(json.dumps(extra["methods"], ensure_ascii=False, default=str)[:2000])
             )
         if "conditions" in extra and "predictions" in extra:  # syntaxgym: word-surprisal drill-down
-            from llmscope.tui.panels_surprisal import render_surprisal
+            from llmscope.tui.panels.surprisal import render_surprisal
 
             out.extend(render_surprisal(extra))
             extra = {k: x for k, x in extra.items() if k not in ("conditions", "per_token", "predictions")}
