@@ -47,8 +47,8 @@ from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
 from llmscope.engine.config import BackendConfig
+from llmscope.tui.data.store import StoreHandle
 from llmscope.tui.messages import RunEnded, RunFailed, RunStarted
-from llmscope.tui.model import StoreHandle
 
 __all__ = ["InProcessRun", "LlmscopeApp", "RunEnded", "RunFailed", "RunStarted", "TuiReporter", "run_app"]
 

@@ -19,17 +19,11 @@ from textual.widgets import Footer, Header, ProgressBar, Static
 from llmscope.analysis.api_method import method_banner
 from llmscope.analysis.metrics import display, headline
 from llmscope.store.db import StoreError
+from llmscope.tui.data.live import LiveFeed, active_live_runs, items_from_suite, run_signature
+from llmscope.tui.data.run_model import RunModel
+from llmscope.tui.data.snapshot import Snapshot
+from llmscope.tui.data.store import is_lock_error, load_items
 from llmscope.tui.messages import DashData
-from llmscope.tui.model import (
-    LiveFeed,
-    RunModel,
-    Snapshot,
-    active_live_runs,
-    is_lock_error,
-    items_from_suite,
-    load_items,
-    run_signature,
-)
 from llmscope.tui.screens.base import BaseScreen, _duration, _set
 from llmscope.tui.screens.item import ItemScreen
 from llmscope.tui.widgets import ItemList, ReliabilityPlot, bar, ci_bar, clean, fmt, literal
@@ -85,7 +79,7 @@ class DashboardScreen(BaseScreen):
 
     def action_plots(self) -> None:
         """Accuracy and throughput over the run, reliability, score distributions (tui/plots.py)."""
-        from llmscope.tui.model import LiveFeed
+        from llmscope.tui.data.live import LiveFeed
         from llmscope.tui.plots import PlotsScreen
 
         feed = LiveFeed(self.llm_app.db_path, self.run_id) if self.source == "live" else None
@@ -245,7 +239,7 @@ class DashboardScreen(BaseScreen):
             if first is not None and self.PAGED_LIST and not self._is_active(first, "db"):
                 # A finished stored run: numbers from the pipeline and SQL aggregates, the list
                 # pages from DuckDB; no result or item rows are loaded into Python.
-                from llmscope.tui.model import stored_snapshot
+                from llmscope.tui.data.store import stored_snapshot
 
                 with app.handle.use() as store:
                     snap_, no_gold = stored_snapshot(store, first)
@@ -284,7 +278,7 @@ class DashboardScreen(BaseScreen):
 
         The worker waits (at most a second) until that frame is painted, so the heavier work
         after it does not compete with the first paint for the interpreter."""
-        from llmscope.tui.model import quick_snapshot
+        from llmscope.tui.data.store import quick_snapshot
 
         try:
             with self.llm_app.handle.use() as store:
@@ -394,7 +388,7 @@ class DashboardScreen(BaseScreen):
 
     def _more_metrics(self, snap: Snapshot) -> Text | None:
         """Overall numbers of the stored-run producers (contamination probes, generation metrics)."""
-        from llmscope.tui.model import STORED_RUN_PRODUCERS
+        from llmscope.tui.data.snapshot import STORED_RUN_PRODUCERS
 
         rm = snap.metrics
         rows = [m for m in (rm.metrics if rm is not None else [])
@@ -517,7 +511,7 @@ class DashboardScreen(BaseScreen):
         task = run.get("task")
         if not task or getattr(self, "_columns_task", None) == task:
             return
-        from llmscope.tui.model import list_fields
+        from llmscope.tui.data.fields import list_fields
 
         self._columns_task = task
         width = {"flags": 14, "number": 8, "prob": 6, "bool": 5}
@@ -531,7 +525,7 @@ class DashboardScreen(BaseScreen):
         """A finished stored run: the list pages from DuckDB (sorted and filtered in SQL)."""
         lst = self.query_one(ItemList)
         if self.PAGED_LIST and lst.source is None:
-            from llmscope.tui.model import list_fields
+            from llmscope.tui.data.fields import list_fields
             from llmscope.tui.pages import FailingSource
 
             lst.set_source(FailingSource(self.llm_app.handle.use, self.run_id, group_field,
@@ -640,7 +634,7 @@ class DashboardScreen(BaseScreen):
 
     def action_scope(self) -> None:
         """Failing rows, all rows, or (for a task that flags items) the flagged ones."""
-        from llmscope.tui.model import has_flags
+        from llmscope.tui.data.fields import has_flags
 
         scopes = ["failing", "all", *(["flagged"] if has_flags(self.run.get("task")) else [])]
         lst = self.query_one(ItemList)

@@ -13,8 +13,9 @@ from textual.widgets import DataTable, Footer, Header, Input, Label, Static
 
 from llmscope.live import change_signature
 from llmscope.store.db import StoreError
+from llmscope.tui.data.live import active_live_runs, live_runs
+from llmscope.tui.data.store import db_runs, is_lock_error
 from llmscope.tui.messages import RunsLoaded, SuitesLoaded
-from llmscope.tui.model import active_live_runs, db_runs, is_lock_error, live_runs
 from llmscope.tui.panels.form import RunForm
 from llmscope.tui.screens.base import BaseScreen, _fmt_time, _set
 from llmscope.tui.screens.compare import CompareScreen

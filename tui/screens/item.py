@@ -14,8 +14,9 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Footer, Header, Static
 
+from llmscope.tui.data.live import item_detail_live
+from llmscope.tui.data.store import item_detail
 from llmscope.tui.messages import ItemLoaded
-from llmscope.tui.model import item_detail, item_detail_live
 from llmscope.tui.screens.base import BaseScreen
 from llmscope.tui.widgets import ItemList, bar, clean, fmt, literal
 
@@ -209,7 +210,7 @@ def task_fields(v: dict[str, Any], task: str | None, options: dict[str, Any]) ->
     """The fields the run's task declares for its rows (`Task.item_fields`) beyond the ones
     drawn above, and, for a task that flags items, each probe's score, threshold and flag."""
     from llmscope.engine.tasks.registry import TASKS
-    from llmscope.tui.model import FLAG_KEY, field_value, show_field, task_item_fields
+    from llmscope.tui.data.fields import FLAG_KEY, field_value, show_field, task_item_fields
 
     shown = {"prediction", "gold", "correct", "confidence", "error", "probs", "option_scores", "other"}
     out: list[Any] = []
