@@ -1,14 +1,15 @@
-"""Dashboard: one run, live: progress, accuracy with CIs, bias, calibration, humans, failing items."""
+"""Dashboard: one run, live: progress, accuracy with CIs, bias, calibration, humans, failing items.
+
+This screen lays the panels out, loads the run and handles keys; the panels' drawing is in
+tui/panels/ (accuracy.py, calibration.py, human_agreement.py, surprisal.py).
+"""
 
 from __future__ import annotations
 
-import math
 import threading
 from typing import Any
 
 import pandas as pd
-from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -24,9 +25,12 @@ from llmscope.tui.data.run_model import RunModel
 from llmscope.tui.data.snapshot import Snapshot
 from llmscope.tui.data.store import is_lock_error, load_items
 from llmscope.tui.messages import DashData
+from llmscope.tui.panels.accuracy import render_accuracy, render_bias, render_other
+from llmscope.tui.panels.calibration import render_calibration
+from llmscope.tui.panels.human_agreement import human_histogram, render_human_stats
 from llmscope.tui.screens.base import BaseScreen, _duration, _set
 from llmscope.tui.screens.item import ItemScreen
-from llmscope.tui.widgets import ItemList, ReliabilityPlot, bar, ci_bar, clean, fmt, literal
+from llmscope.tui.widgets import ItemList, ReliabilityPlot, clean, literal
 
 FAIL_COLUMNS = [
     ("item_id", "item", 12),
@@ -386,110 +390,21 @@ class DashboardScreen(BaseScreen):
         if total:
             b.update(total=total, progress=done)
 
-    def _more_metrics(self, snap: Snapshot) -> Text | None:
-        """Overall numbers of the stored-run producers (contamination probes, generation metrics)."""
-        from llmscope.tui.data.snapshot import STORED_RUN_PRODUCERS
-
-        rm = snap.metrics
-        rows = [m for m in (rm.metrics if rm is not None else [])
-                if m.producer in STORED_RUN_PRODUCERS and not m.group and m.value is not None]
-        if not rows:
-            return None
-        t = Text("more metrics (d: definitions)\n", style="bold")
-        for m in rows:
-            ci = f" [{display(m.name, m.lo)}, {display(m.name, m.hi)}]" if m.ci95 is not None else ""
-            t.append(f"  {m.name} {display(m.name, m.value)}{ci}   n {m.n if m.n is not None else '-'}\n")
-        return t
-
     def _show_panels(self, snap: Snapshot) -> None:
         model = self.model
-        # accuracy
-        tab = Table(box=None, padding=(0, 1), show_header=True, header_style="bold", expand=True)
-        tab.add_column(snap.accuracy_name, no_wrap=True, overflow="ellipsis", ratio=2)
-        tab.add_column("mean", justify="right", width=5)
-        tab.add_column("95% CI", width=16, no_wrap=True)
-        tab.add_column("n", justify="right", width=5)
-
-        def row(a: Any, indent: str = "") -> None:
-            tab.add_row(
-                literal(indent + a.label), f"{a.mean:.3f}", ci_bar(a.mean, a.lo, a.hi, 16), str(a.n)
-            )
-
-        if snap.overall:
-            row(snap.overall)
-        if snap.variants:
-            tab.add_row(Text("by prompt variant", style="dim"), "", "", "")
-            for a in snap.variants:
-                row(a, "  ")
-        for g, accs in snap.groups.items():
-            tab.add_row(literal(f"by {g}", "dim"), "", "", "")
-            for a in accs:
-                row(a, "  ")
-        if not snap.overall:
-            # A finished run whose items have no gold (cfc/ProbEval, contamination probes) has no
-            # accuracy at all; "yet" would promise one.
-            done = not self.active and bool(snap.n)
-            tab.add_row(Text("no accuracy: these items have no gold answer (metrics below; h: human vs model)"
-                             if done else "no scored results yet", style="dim"), "", "", "")
-        no_gold = Text()
-        for v in self.no_gold:
-            no_gold.append(f"  {clean(v)}: no gold for this variant (no {snap.accuracy_name})\n", style="dim")
-        more = self._more_metrics(snap)
-        parts: list[Table | Text] = [tab, *([no_gold] if no_gold else []), *([more] if more else [])]
-        self.query_one("#acc", Static).update(Group(*parts) if len(parts) > 1 else tab)
-        # bias
-        self.query_one("#bias", Static).update(self._bias(snap))
-        # other mass
-        o = Text()
-        if snap.other_hist is not None:
-            o.append("P(other) — mass outside the answers\n", style="bold")
-            o.append(f"mean_p_other {fmt(snap.other_mean)}   off_format_rate {fmt(snap.off_format)}\n")
-            for r in snap.other_hist.itertuples():
-                o.append(f"{r.lo:.1f}-{r.hi:.1f} {bar(r.share, 20)} {int(r.count)}\n")
-        self.query_one("#other", Static).update(o)
+        self.query_one("#acc", Static).update(render_accuracy(snap, self.no_gold, self.active))
+        self.query_one("#bias", Static).update(render_bias(snap, self.no_gold))
+        self.query_one("#other", Static).update(render_other(snap))
         if snap.sg_overall is not None or snap.sg:  # the pipeline reported SG scores: the SG panel
             from llmscope.tui.panels.surprisal import sg_panel
 
             self.query_one("#other", Static).update(sg_panel(snap))
-        # calibration
         self.query_one(ReliabilityPlot).show(snap.rel_bins)
-        # Labels are the metric names `llmscope report` prints (docs/METRICS.md).
-        cal = Text()
-        cal.append("ece ", style="bold")
-        cal.append(fmt(snap.ece))
-        cal.append("   mce ", style="bold")
-        cal.append(fmt(snap.mce))
-        if not math.isnan(snap.ece_raw):
-            # which confidence each ECE uses (docs/METRICS.md): renormalised over the answers, or raw
-            cal.append("  (P(pred) renormalised)")
-            cal.append("\nece_raw ", style="bold")
-            cal.append(fmt(snap.ece_raw))
-            cal.append("  (raw P(pred))")
-        cal.append("\nbrier ", style="bold")
-        cal.append(fmt(snap.brier))
-        if not math.isnan(snap.brier_yes):
-            cal.append("\nbrier_yes ", style="bold")
-            cal.append(fmt(snap.brier_yes))
-        self.query_one("#cal", Static).update(cal)
+        self.query_one("#cal", Static).update(render_calibration(snap))
         # humans
         if snap.human_hist:
             self.query_one("#human-plot", Static).update(human_histogram(snap.human_hist))
-            hs = snap.human_stats or {}
-            h = Text()
-            for k, name in (
-                ("consensus", "consensus"),
-                ("awareness", "awareness"),
-                ("commonsensicality", "commonsensicality"),
-            ):
-                h.append(f"{name:<12} ", style="bold")
-                h.append(
-                    f"{fmt(hs.get(k))} [{fmt(hs.get(k + '_lo'), 2)}, {fmt(hs.get(k + '_hi'), 2)}]\n"
-                )
-            h.append(
-                f"human_pearson {fmt(hs.get('pearson'), 2)}  human_spearman {fmt(hs.get('spearman'), 2)}"
-                "  (P(yes) vs humans)"
-            )
-            self.query_one("#human", Static).update(h)
+            self.query_one("#human", Static).update(render_human_stats(snap.human_stats or {}))
         elif not self.active and self.source == "db" and not getattr(self, "_human_asked", False):
             # other human data (choice counts, ratings, answer clusters): summarised once the run is stored
             self._human_asked = True
@@ -552,52 +467,6 @@ class DashboardScreen(BaseScreen):
             t.append(f" {title} ", style="reverse bold" if i == self.panel else "dim")
         t.append("   v: next panel · d: definitions", style="dim")
         self.query_one("#panel-tabs", Static).update(t)
-
-    def _bias(self, snap: Snapshot) -> Any:
-        parts: list[Any] = []
-        if snap.yesno is not None and len(snap.yesno):
-            recs = snap.yesno.to_dict("records")
-            ci = recs[0].get("yes_bias_ci")
-            t = Table(
-                box=None,
-                padding=(0, 1),
-                header_style="bold",
-                title="yes/no bias" + (f" (yes_bias 95% CI [{fmt(ci[0])}, {fmt(ci[1])}])" if ci else ""),
-                title_justify="left",
-                expand=True,
-            )
-            # One row per metric (the names `llmscope report` prints), one column per variant.
-            t.add_column("metric", justify="left", no_wrap=True)
-            for r in recs:
-                t.add_column(literal(str(r.get("variant"))), justify="right", no_wrap=True)
-            for name in ("mean_p_yes", "pred_yes_rate", "gold_yes_rate", "yes_bias"):
-                # gold-based cells of a variant without gold say so rather than a bare "-"
-                t.add_row(name, *[
-                    Text("no gold", style="dim")
-                    if name in ("gold_yes_rate", "yes_bias") and str(r.get("variant")) in self.no_gold
-                    else fmt(r[name]) for r in recs])
-            parts.append(t)
-        if snap.worldsense is not None and len(snap.worldsense):
-            t = Table(
-                box=None,
-                padding=(0, 1),
-                header_style="bold",
-                title="WorldSense per problem (the authors' metrics: worldsense_accuracy, worldsense_bias)",
-                title_justify="left",
-                expand=True,
-            )
-            for c in ("problem", "acc", "±", "bias", "±"):
-                t.add_column(c, justify="left" if c == "problem" else "right")
-            for r in snap.worldsense.to_dict("records"):
-                t.add_row(
-                    literal(r["problemname"]),
-                    display("worldsense_accuracy", r["acc"]),
-                    display("worldsense_accuracy", r["acc_ci"]),
-                    display("worldsense_bias", r["bias"]),
-                    display("worldsense_bias", r["bias_ci"]),
-                )
-            parts.append(t)
-        return Group(*parts) if parts else Text("")
 
     def _fail_title(self) -> None:
         lst = self.query_one(ItemList)
@@ -692,23 +561,4 @@ def variants_without_gold(df: pd.DataFrame) -> list[str]:
     scored = pd.to_numeric(ok["correct"], errors="coerce").notna()
     per = scored.groupby(ok["variant"].astype(str), sort=True).any()
     return [str(v) for v, has in per.items() if not has] if per.any() else []
-
-
-def human_histogram(hist: dict[str, list[int]]) -> Text:
-    """Model P(yes) (q1) in ten bins, items split by the human majority: agree █, disagree ▒."""
-    agree, disagree = list(hist.values())[0], list(hist.values())[1]
-    top = max([1, *agree, *disagree])
-    t = Text()
-    t.append("model P(yes) by human majority\n", style="bold")
-    t.append("█ agree", style="green")
-    t.append(" / ")
-    t.append("▒ disagree", style="red")
-    t.append(" (humans)\n")
-    for i in range(10):
-        a, d = agree[i], disagree[i]
-        t.append(f"{i / 10:.1f}-{(i + 1) / 10:.1f} ")
-        t.append("█" * round(10 * a / top), style="green")
-        t.append("▒" * round(10 * d / top), style="red")
-        t.append(f" {a}/{d}\n")
-    return t
 
