@@ -1,6 +1,6 @@
 """Human vs model numbers of the pipeline: choice distributions and rating histograms.
 
-The TUI's human panel (tui/panels_human.py) draws these; it computes none of them.
+The TUI's human panel (tui/panels/human.py) draws these; it computes none of them.
 
 * Choice items with human choice counts (the spec's ``human_counts_field``): per (item,
   variant) the human choice shares beside the model's option probabilities (renormalised

@@ -47,8 +47,8 @@ from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
 from llmscope.engine.config import BackendConfig
+from llmscope.tui.data.store import StoreHandle
 from llmscope.tui.messages import RunEnded, RunFailed, RunStarted
-from llmscope.tui.model import StoreHandle
 
 __all__ = ["InProcessRun", "LlmscopeApp", "RunEnded", "RunFailed", "RunStarted", "TuiReporter", "run_app"]
 
@@ -252,7 +252,7 @@ class LlmscopeApp(App[int]):
         # the response cache, the run's identity and an appended session record.
         if params.get("resume"):
             req = RunRequest(resume=str(params["resume"]))
-        else:  # the new-run form fills a BackendConfig (tui/panels_form.py), as the CLI does
+        else:  # the new-run form fills a BackendConfig (tui/panels/form.py), as the CLI does
             cfg = params["config"] if params.get("config") is not None else run_params_config(params)
             req = RunRequest(suite_name=params.get("suite"), suite_path=params.get("suite_path") or None,
                              config=cfg, task_options=dict(params.get("options") or {}), limit=params.get("limit"))

@@ -6,7 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
-from llmscope.tui.model import LiveFeed, RunModel, Snapshot
+from llmscope.tui.data.live import LiveFeed
+from llmscope.tui.data.run_model import RunModel
+from llmscope.tui.data.snapshot import Snapshot
 
 if TYPE_CHECKING:
     from llmscope.tui.app import TuiReporter

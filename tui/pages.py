@@ -33,7 +33,7 @@ class FailingSource:
         self.use = use
         self.run_id = run_id
         self.group_field = group_field
-        self.fields = list(fields)  # the task's declared list columns (tui.model.list_fields)
+        self.fields = list(fields)  # the task's declared list columns (tui.data.fields.list_fields)
         self.scope = "failing"  # failing rows (Store.failing_*), all rows, or flagged rows
         self.sort = "arrival"
         self.group: str | None = None
@@ -67,7 +67,7 @@ class FailingSource:
         if scope == "failing":
             return FAILING_WHERE
         if scope == "flagged":
-            from llmscope.tui.model import FLAG_KEY, field_sql
+            from llmscope.tui.data.fields import FLAG_KEY, field_sql
 
             return f"coalesce({field_sql(FLAG_KEY, 'bool')}, false)"
         return None
@@ -88,7 +88,7 @@ class FailingSource:
 
     def _add_fields(self, store: Store, page: dict[str, list[Any]]) -> None:
         """The task's declared columns for the page's rows (one query per page)."""
-        from llmscope.tui.model import field_sql, show_field
+        from llmscope.tui.data.fields import field_sql, show_field
 
         if not self.fields or not page.get("item_id"):
             return

@@ -288,7 +288,7 @@ class PlotsScreen(Screen[None]):
         super().__init__()
         self.run_id = run_id
         self.run_task = task
-        self.feed = live_feed  # a tui.model.LiveFeed of its own when another process writes the run
+        self.feed = live_feed  # a tui.data.live.LiveFeed of its own when another process writes the run
         self._live_rows: dict[tuple[str, str], dict[str, Any]] = {}
         self._n_shown = -1
 

@@ -72,7 +72,7 @@ def test_decode_json_column_by_hand() -> None:
 
 
 def test_dashboard_first_frame_counts(tmp_path: Path) -> None:
-    from llmscope.tui.model import quick_snapshot
+    from llmscope.tui.data.store import quick_snapshot
 
     path = tmp_path / "q.duckdb"
     with Store(path) as st:

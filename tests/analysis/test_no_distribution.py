@@ -101,7 +101,7 @@ def test_cli_report_on_a_labels_run_with_an_abstention(labels_db: Path) -> None:
 def test_human_vs_model_and_tui_human_data_leave_the_abstention_out(labels_db: Path) -> None:
     """The TUI's methods panel (human_vs_model) and human panel (choice table) on the same run."""
     from llmscope.analysis.methods import human_vs_model
-    from llmscope.tui.panels_human import human_data
+    from llmscope.tui.panels.human import human_data
 
     with Store(labels_db, read_only=True) as st:
         df = results_with_fields(st, "lab-abs")
@@ -122,7 +122,7 @@ def test_human_vs_model_and_tui_human_data_leave_the_abstention_out(labels_db: P
 
 async def test_tui_methods_panel_on_a_labels_run_with_an_abstention(labels_db: Path) -> None:
     from llmscope.tui.app import LlmscopeApp
-    from llmscope.tui.panels_methods import MethodsScreen
+    from llmscope.tui.panels.methods import MethodsScreen
     from tests.helpers.tui import screen_text, settle, wait_until
 
     app = LlmscopeApp(db=str(labels_db))

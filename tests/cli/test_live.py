@@ -29,7 +29,9 @@ from llmscope.live import (
     read_live,
 )
 from llmscope.store.db import Store
-from llmscope.tui.model import LiveFeed, RunModel, item_detail, item_detail_live
+from llmscope.tui.data.live import LiveFeed, item_detail_live
+from llmscope.tui.data.run_model import RunModel
+from llmscope.tui.data.store import item_detail
 from tests.helpers.cli import cli, cli_cmd, cli_env, record, tiny_model_dir, write_yesno_suite
 
 DB_COLS = ("item_id", "variant", "prompt", "probs", "p_yes", "p_no", "other", "top_tokens", "option_scores",

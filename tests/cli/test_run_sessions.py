@@ -154,7 +154,7 @@ async def test_a_tui_form_run_reuses_the_cli_s_responses(oai, tmp_path: Path, mo
     """A run started from the TUI's form goes through the same start as `llmscope run`: the
     response cache the CLI filled answers it (another database, the same prompts)."""
     from llmscope.tui.app import LlmscopeApp
-    from llmscope.tui.panels_form import form_run
+    from llmscope.tui.panels.form import form_run
 
     oai.script("[sess]", top=[["Yes", -0.3], ["No", -1.4]])
     cache = str(tmp_path / "responses.sqlite")

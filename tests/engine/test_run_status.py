@@ -127,7 +127,7 @@ def test_live_channel_of_a_killed_writer_reads_stopped(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from llmscope.tui.model import active_live_runs, live_runs
+    from llmscope.tui.data.live import active_live_runs, live_runs
 
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     p.wait()

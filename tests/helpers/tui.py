@@ -193,9 +193,9 @@ def screen_text(app: Any) -> str:
 
 
 def fill_form(screen: Any, **values: str) -> None:
-    """Fill the home screen's run form by field name (tui/panels_form.py FIELDS), as typing
+    """Fill the home screen's run form by field name (tui/panels/form.py FIELDS), as typing
     into each field would: `fill_form(home, suite="commonsense-sample", limit="4")`."""
-    from llmscope.tui.panels_form import RunForm
+    from llmscope.tui.panels.form import RunForm
 
     form = screen.query_one(RunForm)
     for name, value in values.items():

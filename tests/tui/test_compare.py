@@ -1,4 +1,4 @@
-"""Compare any number of runs (tui/panels_compare.py and the compare screen): every pair's
+"""Compare any number of runs (tui/panels/compare.py and the compare screen): every pair's
 cell equals `llmscope compare A B --json`, disagreements sort by difference and numerically."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from llmscope.analysis.rows import format_p
 from llmscope.cli import main
 from llmscope.store.db import Store
-from llmscope.tui.panels_compare import compare_matrix, disagreement_rows, sort_disagreements
+from llmscope.tui.panels.compare import compare_matrix, disagreement_rows, sort_disagreements
 from tests.helpers.tui import make_db, p_yes_for
 
 RUNS = (("run-a", "model-A", 0), ("run-b", "model-B", 17), ("run-c", "model-C", 40))

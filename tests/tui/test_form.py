@@ -1,4 +1,4 @@
-"""The new-run form (tui/panels_form.py): every `llmscope run` option, the same BackendConfig
+"""The new-run form (tui/panels/form.py): every `llmscope run` option, the same BackendConfig
 the CLI fills, numbers and task options checked with the CLI's rules and named by field."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from llmscope.cli import build_parser
 from llmscope.cli.common import config_from_args
 from llmscope.store.db import Store
 from llmscope.tui.app import LlmscopeApp
-from llmscope.tui.panels_form import FIELDS, FormError, RunForm, check_task_options, form_run
+from llmscope.tui.panels.form import FIELDS, FormError, RunForm, check_task_options, form_run
 from llmscope.tui.screens import DashboardScreen, HomeScreen
 from tests.helpers.oai import oai, oai_server  # noqa: F401
 from tests.helpers.tui import screen_text, settle, wait_until

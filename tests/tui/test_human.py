@@ -1,4 +1,4 @@
-"""Human vs model side by side (tui/panels_human.py): each kind of human data, numbers checked
+"""Human vs model side by side (tui/panels/human.py): each kind of human data, numbers checked
 by hand or with scipy, the screen and the drill-down driven through the app."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from scipy import stats
 
 from llmscope.store.db import Store
 from llmscope.tui.app import LlmscopeApp
-from llmscope.tui.panels_human import (
+from llmscope.tui.panels.human import (
     HumanScreen,
     human_data,
     human_kind,

@@ -122,7 +122,7 @@ def test_live_run_whose_pid_was_recycled_reads_stopped() -> None:
     import socket
     import time
 
-    from llmscope.tui.model import owner_gone
+    from llmscope.tui.data.live import owner_gone
 
     published = time.time() - 10
     sleeper = subprocess.Popen(["sleep", "60"])

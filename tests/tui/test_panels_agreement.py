@@ -20,7 +20,7 @@ from tests.helpers.tui import screen_text, settle, wait_until
 from tests.tui.test_metrics_agreement import f3, make_runs, one, report_rows
 
 SUITES = ["commonsense-sample", "pragmatics-choice", "rating-sample"]
-# the overall human rows the human screen's summary lists (tui/panels_human.py HUMAN_METRICS)
+# the overall human rows the human screen's summary lists (tui/panels/human.py HUMAN_METRICS)
 HUMAN_OVERALL = (
     "consensus",
     "awareness",
@@ -141,8 +141,8 @@ def check_plots(text: str, rows: list[dict], rid: str) -> int:
 async def drive(db: Path, rows: list[dict]) -> dict[str, int]:
     from llmscope.store.db import Store
     from llmscope.tui.app import LlmscopeApp
-    from llmscope.tui.panels_human import HumanScreen
-    from llmscope.tui.panels_methods import MethodsScreen
+    from llmscope.tui.panels.human import HumanScreen
+    from llmscope.tui.panels.methods import MethodsScreen
     from llmscope.tui.plots import PlotsScreen
     from llmscope.tui.screens import DashboardScreen
 

@@ -1,4 +1,4 @@
-"""The TUI methods panel (tui/panels_methods.py) on a real DuckDB file: schemes side by side, the
+"""The TUI methods panel (tui/panels/methods.py) on a real DuckDB file: schemes side by side, the
 human-vs-model fit and the items that flip, against values computed by hand."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 from llmscope.engine.types import Item, Result
 from llmscope.store.db import Store
 from llmscope.tui.app import LlmscopeApp
-from llmscope.tui.panels_methods import MethodsScreen
+from llmscope.tui.panels.methods import MethodsScreen
 from llmscope.tui.screens import DashboardScreen
 from tests.helpers.tui import screen_text, settle, wait_until
 
@@ -71,7 +71,7 @@ def test_flipping_items_have_none_for_missing_gold_and_prediction(tmp_path: Path
 
     from llmscope.analysis.methods import flipping_items
     from llmscope.report import results_with_fields
-    from llmscope.tui.panels_methods import render_methods
+    from llmscope.tui.panels.methods import render_methods
     from tests.helpers.mixed import write_mixed_db
 
     db = write_mixed_db(tmp_path / "mixed.duckdb")

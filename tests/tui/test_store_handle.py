@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 from llmscope.store.db import Store
-from llmscope.tui.model import StoreHandle
+from llmscope.tui.data.store import StoreHandle
 from tests.helpers.tui import make_db
 
 

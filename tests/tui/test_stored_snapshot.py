@@ -1,4 +1,4 @@
-"""A finished stored run's dashboard numbers come from SQL (`tui.model.stored_snapshot`)
+"""A finished stored run's dashboard numbers come from SQL (`tui.data.store.stored_snapshot`)
 without loading its rows: they equal the in-memory path over the same rows and values
 computed here by hand from the rows' generating rule (tests/helpers/tui.py)."""
 
@@ -13,7 +13,9 @@ import numpy as np
 from llmscope.engine.types import Result
 from llmscope.store.db import Store
 from llmscope.tui.app import LlmscopeApp
-from llmscope.tui.model import LIGHT_COLS, RunModel, load_items, quick_snapshot, stored_snapshot
+from llmscope.tui.data.fields import LIGHT_COLS
+from llmscope.tui.data.run_model import RunModel
+from llmscope.tui.data.store import load_items, quick_snapshot, stored_snapshot
 from llmscope.tui.pages import FailingSource
 from llmscope.tui.screens import DashboardScreen
 from llmscope.tui.widgets import ItemList

@@ -8,7 +8,7 @@ from __future__ import annotations
 from llmscope.tui.messages import CompareLoaded, DashData, ItemLoaded, RunsLoaded, SuitesLoaded
 from llmscope.tui.screens.base import BaseScreen, _duration, _fmt_time, _set
 from llmscope.tui.screens.compare import DIS_COLUMNS, CompareScreen
-from llmscope.tui.screens.dashboard import FAIL_COLUMNS, DashboardScreen, human_histogram
+from llmscope.tui.screens.dashboard import FAIL_COLUMNS, DashboardScreen
 from llmscope.tui.screens.help import HELP, DefinitionsScreen, HelpScreen
 from llmscope.tui.screens.home import HomeScreen
 from llmscope.tui.screens.item import ItemScreen, render_item
@@ -32,6 +32,5 @@ __all__ = [
     "_duration",
     "_fmt_time",
     "_set",
-    "human_histogram",
     "render_item",
 ]

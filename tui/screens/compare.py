@@ -1,5 +1,5 @@
 """Compare: any number of runs as a runs x metrics matrix, every pair's paired difference,
-and the items they disagree on (tui/panels_compare.py computes; this screen shows)."""
+and the items they disagree on (tui/panels/compare.py computes; this screen shows)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Footer, Header, Label, Static
 
 from llmscope.tui.messages import CompareLoaded
-from llmscope.tui.panels_compare import (
+from llmscope.tui.panels.compare import (
     DIS_SORTS,
     CompareMatrix,
     compare_matrix,

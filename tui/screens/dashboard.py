@@ -1,14 +1,15 @@
-"""Dashboard: one run, live: progress, accuracy with CIs, bias, calibration, humans, failing items."""
+"""Dashboard: one run, live: progress, accuracy with CIs, bias, calibration, humans, failing items.
+
+This screen lays the panels out, loads the run and handles keys; the panels' drawing is in
+tui/panels/ (accuracy.py, calibration.py, human_agreement.py, surprisal.py).
+"""
 
 from __future__ import annotations
 
-import math
 import threading
 from typing import Any
 
 import pandas as pd
-from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -19,20 +20,17 @@ from textual.widgets import Footer, Header, ProgressBar, Static
 from llmscope.analysis.api_method import method_banner
 from llmscope.analysis.metrics import display, headline
 from llmscope.store.db import StoreError
+from llmscope.tui.data.live import LiveFeed, active_live_runs, items_from_suite, run_signature
+from llmscope.tui.data.run_model import RunModel
+from llmscope.tui.data.snapshot import Snapshot
+from llmscope.tui.data.store import is_lock_error, load_items
 from llmscope.tui.messages import DashData
-from llmscope.tui.model import (
-    LiveFeed,
-    RunModel,
-    Snapshot,
-    active_live_runs,
-    is_lock_error,
-    items_from_suite,
-    load_items,
-    run_signature,
-)
+from llmscope.tui.panels.accuracy import render_accuracy, render_bias, render_other
+from llmscope.tui.panels.calibration import render_calibration
+from llmscope.tui.panels.human_agreement import human_histogram, render_human_stats
 from llmscope.tui.screens.base import BaseScreen, _duration, _set
 from llmscope.tui.screens.item import ItemScreen
-from llmscope.tui.widgets import ItemList, ReliabilityPlot, bar, ci_bar, clean, fmt, literal
+from llmscope.tui.widgets import ItemList, ReliabilityPlot, clean, literal
 
 FAIL_COLUMNS = [
     ("item_id", "item", 12),
@@ -61,7 +59,7 @@ class DashboardScreen(BaseScreen):
         Binding("m", "methods", "Methods", show=False),  # hidden: keeps the footer snapshot stable
         Binding("d", "definitions", "Definitions", show=False),
         Binding("v", "next_panel", "Next panel", show=False),
-        Binding("h", "human", "Human vs model", show=False),  # tui/panels_human.py
+        Binding("h", "human", "Human vs model", show=False),  # tui/panels/human.py
         Binding("p", "plots", "Plots", show=False),  # tui/plots.py
         Binding("w", "write_page", "Write page and figure", show=False),  # tui/handoff.py
     ]
@@ -72,20 +70,20 @@ class DashboardScreen(BaseScreen):
     PAGED_LIST = True  # False: the in-memory list for finished runs too (bench.scale's "before")
 
     def action_methods(self) -> None:
-        """Scoring schemes, human fit, order effects, plan (tui/panels_methods.py)."""
-        from llmscope.tui.panels_methods import MethodsScreen
+        """Scoring schemes, human fit, order effects, plan (tui/panels/methods.py)."""
+        from llmscope.tui.panels.methods import MethodsScreen
 
         self.app.push_screen(MethodsScreen(self.run_id))
 
     def action_human(self) -> None:
-        """Human vs model side by side (tui/panels_human.py); live: the rows received so far."""
-        from llmscope.tui.panels_human import HumanScreen
+        """Human vs model side by side (tui/panels/human.py); live: the rows received so far."""
+        from llmscope.tui.panels.human import HumanScreen
 
         self.app.push_screen(HumanScreen(self.run_id, self.model if self.source == "live" else None))
 
     def action_plots(self) -> None:
         """Accuracy and throughput over the run, reliability, score distributions (tui/plots.py)."""
-        from llmscope.tui.model import LiveFeed
+        from llmscope.tui.data.live import LiveFeed
         from llmscope.tui.plots import PlotsScreen
 
         feed = LiveFeed(self.llm_app.db_path, self.run_id) if self.source == "live" else None
@@ -112,7 +110,7 @@ class DashboardScreen(BaseScreen):
     @work(thread=True, exclusive=True, exit_on_error=False, group="dash-human")
     def _load_human(self) -> None:
         from llmscope.store.db import decode_json
-        from llmscope.tui.panels_human import human_data, human_kind, render_human_summary
+        from llmscope.tui.panels.human import human_data, human_kind, render_human_summary
 
         with self.llm_app.handle.use() as store:
             # Whether the suite has human data at all, from its first items (as human_data
@@ -245,7 +243,7 @@ class DashboardScreen(BaseScreen):
             if first is not None and self.PAGED_LIST and not self._is_active(first, "db"):
                 # A finished stored run: numbers from the pipeline and SQL aggregates, the list
                 # pages from DuckDB; no result or item rows are loaded into Python.
-                from llmscope.tui.model import stored_snapshot
+                from llmscope.tui.data.store import stored_snapshot
 
                 with app.handle.use() as store:
                     snap_, no_gold = stored_snapshot(store, first)
@@ -284,7 +282,7 @@ class DashboardScreen(BaseScreen):
 
         The worker waits (at most a second) until that frame is painted, so the heavier work
         after it does not compete with the first paint for the interpreter."""
-        from llmscope.tui.model import quick_snapshot
+        from llmscope.tui.data.store import quick_snapshot
 
         try:
             with self.llm_app.handle.use() as store:
@@ -392,110 +390,21 @@ class DashboardScreen(BaseScreen):
         if total:
             b.update(total=total, progress=done)
 
-    def _more_metrics(self, snap: Snapshot) -> Text | None:
-        """Overall numbers of the stored-run producers (contamination probes, generation metrics)."""
-        from llmscope.tui.model import STORED_RUN_PRODUCERS
-
-        rm = snap.metrics
-        rows = [m for m in (rm.metrics if rm is not None else [])
-                if m.producer in STORED_RUN_PRODUCERS and not m.group and m.value is not None]
-        if not rows:
-            return None
-        t = Text("more metrics (d: definitions)\n", style="bold")
-        for m in rows:
-            ci = f" [{display(m.name, m.lo)}, {display(m.name, m.hi)}]" if m.ci95 is not None else ""
-            t.append(f"  {m.name} {display(m.name, m.value)}{ci}   n {m.n if m.n is not None else '-'}\n")
-        return t
-
     def _show_panels(self, snap: Snapshot) -> None:
         model = self.model
-        # accuracy
-        tab = Table(box=None, padding=(0, 1), show_header=True, header_style="bold", expand=True)
-        tab.add_column(snap.accuracy_name, no_wrap=True, overflow="ellipsis", ratio=2)
-        tab.add_column("mean", justify="right", width=5)
-        tab.add_column("95% CI", width=16, no_wrap=True)
-        tab.add_column("n", justify="right", width=5)
-
-        def row(a: Any, indent: str = "") -> None:
-            tab.add_row(
-                literal(indent + a.label), f"{a.mean:.3f}", ci_bar(a.mean, a.lo, a.hi, 16), str(a.n)
-            )
-
-        if snap.overall:
-            row(snap.overall)
-        if snap.variants:
-            tab.add_row(Text("by prompt variant", style="dim"), "", "", "")
-            for a in snap.variants:
-                row(a, "  ")
-        for g, accs in snap.groups.items():
-            tab.add_row(literal(f"by {g}", "dim"), "", "", "")
-            for a in accs:
-                row(a, "  ")
-        if not snap.overall:
-            # A finished run whose items have no gold (cfc/ProbEval, contamination probes) has no
-            # accuracy at all; "yet" would promise one.
-            done = not self.active and bool(snap.n)
-            tab.add_row(Text("no accuracy: these items have no gold answer (metrics below; h: human vs model)"
-                             if done else "no scored results yet", style="dim"), "", "", "")
-        no_gold = Text()
-        for v in self.no_gold:
-            no_gold.append(f"  {clean(v)}: no gold for this variant (no {snap.accuracy_name})\n", style="dim")
-        more = self._more_metrics(snap)
-        parts: list[Table | Text] = [tab, *([no_gold] if no_gold else []), *([more] if more else [])]
-        self.query_one("#acc", Static).update(Group(*parts) if len(parts) > 1 else tab)
-        # bias
-        self.query_one("#bias", Static).update(self._bias(snap))
-        # other mass
-        o = Text()
-        if snap.other_hist is not None:
-            o.append("P(other) — mass outside the answers\n", style="bold")
-            o.append(f"mean_p_other {fmt(snap.other_mean)}   off_format_rate {fmt(snap.off_format)}\n")
-            for r in snap.other_hist.itertuples():
-                o.append(f"{r.lo:.1f}-{r.hi:.1f} {bar(r.share, 20)} {int(r.count)}\n")
-        self.query_one("#other", Static).update(o)
+        self.query_one("#acc", Static).update(render_accuracy(snap, self.no_gold, self.active))
+        self.query_one("#bias", Static).update(render_bias(snap, self.no_gold))
+        self.query_one("#other", Static).update(render_other(snap))
         if snap.sg_overall is not None or snap.sg:  # the pipeline reported SG scores: the SG panel
-            from llmscope.tui.panels_surprisal import sg_panel
+            from llmscope.tui.panels.surprisal import sg_panel
 
             self.query_one("#other", Static).update(sg_panel(snap))
-        # calibration
         self.query_one(ReliabilityPlot).show(snap.rel_bins)
-        # Labels are the metric names `llmscope report` prints (docs/METRICS.md).
-        cal = Text()
-        cal.append("ece ", style="bold")
-        cal.append(fmt(snap.ece))
-        cal.append("   mce ", style="bold")
-        cal.append(fmt(snap.mce))
-        if not math.isnan(snap.ece_raw):
-            # which confidence each ECE uses (docs/METRICS.md): renormalised over the answers, or raw
-            cal.append("  (P(pred) renormalised)")
-            cal.append("\nece_raw ", style="bold")
-            cal.append(fmt(snap.ece_raw))
-            cal.append("  (raw P(pred))")
-        cal.append("\nbrier ", style="bold")
-        cal.append(fmt(snap.brier))
-        if not math.isnan(snap.brier_yes):
-            cal.append("\nbrier_yes ", style="bold")
-            cal.append(fmt(snap.brier_yes))
-        self.query_one("#cal", Static).update(cal)
+        self.query_one("#cal", Static).update(render_calibration(snap))
         # humans
         if snap.human_hist:
             self.query_one("#human-plot", Static).update(human_histogram(snap.human_hist))
-            hs = snap.human_stats or {}
-            h = Text()
-            for k, name in (
-                ("consensus", "consensus"),
-                ("awareness", "awareness"),
-                ("commonsensicality", "commonsensicality"),
-            ):
-                h.append(f"{name:<12} ", style="bold")
-                h.append(
-                    f"{fmt(hs.get(k))} [{fmt(hs.get(k + '_lo'), 2)}, {fmt(hs.get(k + '_hi'), 2)}]\n"
-                )
-            h.append(
-                f"human_pearson {fmt(hs.get('pearson'), 2)}  human_spearman {fmt(hs.get('spearman'), 2)}"
-                "  (P(yes) vs humans)"
-            )
-            self.query_one("#human", Static).update(h)
+            self.query_one("#human", Static).update(render_human_stats(snap.human_stats or {}))
         elif not self.active and self.source == "db" and not getattr(self, "_human_asked", False):
             # other human data (choice counts, ratings, answer clusters): summarised once the run is stored
             self._human_asked = True
@@ -517,7 +426,7 @@ class DashboardScreen(BaseScreen):
         task = run.get("task")
         if not task or getattr(self, "_columns_task", None) == task:
             return
-        from llmscope.tui.model import list_fields
+        from llmscope.tui.data.fields import list_fields
 
         self._columns_task = task
         width = {"flags": 14, "number": 8, "prob": 6, "bool": 5}
@@ -531,7 +440,7 @@ class DashboardScreen(BaseScreen):
         """A finished stored run: the list pages from DuckDB (sorted and filtered in SQL)."""
         lst = self.query_one(ItemList)
         if self.PAGED_LIST and lst.source is None:
-            from llmscope.tui.model import list_fields
+            from llmscope.tui.data.fields import list_fields
             from llmscope.tui.pages import FailingSource
 
             lst.set_source(FailingSource(self.llm_app.handle.use, self.run_id, group_field,
@@ -558,52 +467,6 @@ class DashboardScreen(BaseScreen):
             t.append(f" {title} ", style="reverse bold" if i == self.panel else "dim")
         t.append("   v: next panel · d: definitions", style="dim")
         self.query_one("#panel-tabs", Static).update(t)
-
-    def _bias(self, snap: Snapshot) -> Any:
-        parts: list[Any] = []
-        if snap.yesno is not None and len(snap.yesno):
-            recs = snap.yesno.to_dict("records")
-            ci = recs[0].get("yes_bias_ci")
-            t = Table(
-                box=None,
-                padding=(0, 1),
-                header_style="bold",
-                title="yes/no bias" + (f" (yes_bias 95% CI [{fmt(ci[0])}, {fmt(ci[1])}])" if ci else ""),
-                title_justify="left",
-                expand=True,
-            )
-            # One row per metric (the names `llmscope report` prints), one column per variant.
-            t.add_column("metric", justify="left", no_wrap=True)
-            for r in recs:
-                t.add_column(literal(str(r.get("variant"))), justify="right", no_wrap=True)
-            for name in ("mean_p_yes", "pred_yes_rate", "gold_yes_rate", "yes_bias"):
-                # gold-based cells of a variant without gold say so rather than a bare "-"
-                t.add_row(name, *[
-                    Text("no gold", style="dim")
-                    if name in ("gold_yes_rate", "yes_bias") and str(r.get("variant")) in self.no_gold
-                    else fmt(r[name]) for r in recs])
-            parts.append(t)
-        if snap.worldsense is not None and len(snap.worldsense):
-            t = Table(
-                box=None,
-                padding=(0, 1),
-                header_style="bold",
-                title="WorldSense per problem (the authors' metrics: worldsense_accuracy, worldsense_bias)",
-                title_justify="left",
-                expand=True,
-            )
-            for c in ("problem", "acc", "±", "bias", "±"):
-                t.add_column(c, justify="left" if c == "problem" else "right")
-            for r in snap.worldsense.to_dict("records"):
-                t.add_row(
-                    literal(r["problemname"]),
-                    display("worldsense_accuracy", r["acc"]),
-                    display("worldsense_accuracy", r["acc_ci"]),
-                    display("worldsense_bias", r["bias"]),
-                    display("worldsense_bias", r["bias_ci"]),
-                )
-            parts.append(t)
-        return Group(*parts) if parts else Text("")
 
     def _fail_title(self) -> None:
         lst = self.query_one(ItemList)
@@ -640,7 +503,7 @@ class DashboardScreen(BaseScreen):
 
     def action_scope(self) -> None:
         """Failing rows, all rows, or (for a task that flags items) the flagged ones."""
-        from llmscope.tui.model import has_flags
+        from llmscope.tui.data.fields import has_flags
 
         scopes = ["failing", "all", *(["flagged"] if has_flags(self.run.get("task")) else [])]
         lst = self.query_one(ItemList)
@@ -698,23 +561,4 @@ def variants_without_gold(df: pd.DataFrame) -> list[str]:
     scored = pd.to_numeric(ok["correct"], errors="coerce").notna()
     per = scored.groupby(ok["variant"].astype(str), sort=True).any()
     return [str(v) for v, has in per.items() if not has] if per.any() else []
-
-
-def human_histogram(hist: dict[str, list[int]]) -> Text:
-    """Model P(yes) (q1) in ten bins, items split by the human majority: agree █, disagree ▒."""
-    agree, disagree = list(hist.values())[0], list(hist.values())[1]
-    top = max([1, *agree, *disagree])
-    t = Text()
-    t.append("model P(yes) by human majority\n", style="bold")
-    t.append("█ agree", style="green")
-    t.append(" / ")
-    t.append("▒ disagree", style="red")
-    t.append(" (humans)\n")
-    for i in range(10):
-        a, d = agree[i], disagree[i]
-        t.append(f"{i / 10:.1f}-{(i + 1) / 10:.1f} ")
-        t.append("█" * round(10 * a / top), style="green")
-        t.append("▒" * round(10 * d / top), style="red")
-        t.append(f" {a}/{d}\n")
-    return t
 

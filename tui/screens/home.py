@@ -13,9 +13,10 @@ from textual.widgets import DataTable, Footer, Header, Input, Label, Static
 
 from llmscope.live import change_signature
 from llmscope.store.db import StoreError
+from llmscope.tui.data.live import active_live_runs, live_runs
+from llmscope.tui.data.store import db_runs, is_lock_error
 from llmscope.tui.messages import RunsLoaded, SuitesLoaded
-from llmscope.tui.model import active_live_runs, db_runs, is_lock_error, live_runs
-from llmscope.tui.panels_form import RunForm
+from llmscope.tui.panels.form import RunForm
 from llmscope.tui.screens.base import BaseScreen, _fmt_time, _set
 from llmscope.tui.screens.compare import CompareScreen
 from llmscope.tui.screens.dashboard import DashboardScreen
@@ -59,7 +60,7 @@ class HomeScreen(BaseScreen):
             with Vertical(id="suites-box"):
                 yield Label("Suites  (Enter: use in the form)", classes="title")
                 yield DataTable(id="suites", cursor_type="row")
-            yield RunForm(id="run-form")  # tui/panels_form.py: every `llmscope run` option
+            yield RunForm(id="run-form")  # tui/panels/form.py: every `llmscope run` option
             # in its place while this window only watches (`llmscope view`, or a locked file)
             yield Static(WATCH_ONLY, id="form-off")
         yield Footer()

@@ -14,8 +14,9 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Footer, Header, Static
 
+from llmscope.tui.data.live import item_detail_live
+from llmscope.tui.data.store import item_detail
 from llmscope.tui.messages import ItemLoaded
-from llmscope.tui.model import item_detail, item_detail_live
 from llmscope.tui.screens.base import BaseScreen
 from llmscope.tui.widgets import ItemList, bar, clean, fmt, literal
 
@@ -71,7 +72,7 @@ class ItemScreen(BaseScreen):
                 for rid in self.run_ids:
                     det = {"run_id": rid, **item_detail(store, rid, self.item_id)}
                     run = store.get_run(rid)
-                    if run is not None:  # what the human-vs-model section needs (tui/panels_human.py)
+                    if run is not None:  # what the human-vs-model section needs (tui/panels/human.py)
                         det["spec"], det["task"] = store.suite_spec(run["suite_id"]), run.get("task")
                         det["run_options"] = run.get("options") or {}
                         if "clusters" in (det.get("fields") or {}):
@@ -112,7 +113,7 @@ def render_item(details: list[dict[str, Any]]) -> Group:
         parts.append(
             Text.assemble(("options  ", "bold"), literal(" | ".join(map(str, first["options"]))))
         )
-    from llmscope.tui.panels_human import render_human_item
+    from llmscope.tui.panels.human import render_human_item
 
     side = render_human_item(first, details, first.get("spec"), first.get("task"), first.get("probeval"))
     parts.extend(side)
@@ -209,7 +210,7 @@ def task_fields(v: dict[str, Any], task: str | None, options: dict[str, Any]) ->
     """The fields the run's task declares for its rows (`Task.item_fields`) beyond the ones
     drawn above, and, for a task that flags items, each probe's score, threshold and flag."""
     from llmscope.engine.tasks.registry import TASKS
-    from llmscope.tui.model import FLAG_KEY, field_value, show_field, task_item_fields
+    from llmscope.tui.data.fields import FLAG_KEY, field_value, show_field, task_item_fields
 
     shown = {"prediction", "gold", "correct", "confidence", "error", "probs", "option_scores", "other"}
     out: list[Any] = []
@@ -331,7 +332,7 @@ def _render_variant(v: dict[str, Any], declared: list[Any] | None = None) -> lis
                 literal(json.dumps(extra["methods"], ensure_ascii=False, default=str)[:2000])
             )
         if "conditions" in extra and "predictions" in extra:  # syntaxgym: word-surprisal drill-down
-            from llmscope.tui.panels_surprisal import render_surprisal
+            from llmscope.tui.panels.surprisal import render_surprisal
 
             out.extend(render_surprisal(extra))
             extra = {k: x for k, x in extra.items() if k not in ("conditions", "per_token", "predictions")}

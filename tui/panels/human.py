@@ -48,7 +48,7 @@ from llmscope.tui.widgets import bar, fmt, literal
 
 if TYPE_CHECKING:
     from llmscope.tui.app import LlmscopeApp
-    from llmscope.tui.model import RunModel
+    from llmscope.tui.data.run_model import RunModel
 
 __all__ = ["HumanData", "HumanScreen", "human_data", "human_data_live", "human_kind", "rating_table",
            "render_human_item", "render_human_summary"]
@@ -96,7 +96,7 @@ def human_data(store: Any, run: dict[str, Any]) -> HumanData:
     """Everything the human views draw, read from the store: every number is the pipeline's
     (`run_metrics`); the per-item rows and the ProbEval tables are the analysis layer's."""
     from llmscope.analysis.metrics import results_with_fields, run_metrics
-    from llmscope.tui.model import load_items
+    from llmscope.tui.data.store import load_items
 
     spec = store.suite_spec(run["suite_id"]) or {}
     items = load_items(store, run["suite_id"])
@@ -131,7 +131,7 @@ def human_data_live(model: RunModel) -> HumanData:
     producers on the rows received so far (the dashboard's RunModel), no database read.
     ProbEval's per-question tables need the stored run and are shown once it has ended."""
     from llmscope.analysis.metrics import compute_metrics
-    from llmscope.tui.model import pipeline_frame
+    from llmscope.tui.data.snapshot import pipeline_frame
 
     out = _empty(model.run, model.spec, model.items)
     out.live_rows = len(model.frame())
