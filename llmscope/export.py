@@ -336,7 +336,7 @@ def lm_eval_results(run: dict[str, Any], rows: list[ExportRow], n_items: int | N
     `acc,none` is the report's `accuracy` (`metrics`, the pipeline's RunMetrics of the run):
     per prompt variant when the run has several scored variants, else the run's; the group
     block is the run's. `acc_stderr,none` is lm-eval's IID standard error
-    (`analysis.metrics.iid_stderr`; the report's intervals cluster prompt variants of one
+    (`analysis.paired.iid_stderr`; the report's intervals cluster prompt variants of one
     item, so they are wider).
     """
     from llmscope.analysis.paired import iid_stderr
