@@ -112,7 +112,9 @@ def run_figures(db: Path) -> dict[str, Any]:
         ).fetchone()[0]
     finally:
         con.close()
-    m = json.loads(meta)
+    from llmscope.store.codec import decode_json
+
+    m = decode_json(meta) or {}
     last = m.get("last_session") or {}
     return {
         "rows": len(ids),

@@ -1,4 +1,4 @@
-"""Toolkit I panels: method sensitivity, human-vs-model fit, order effects and plan hypotheses.
+"""Method panels: method sensitivity, human-vs-model fit, order effects and plan hypotheses.
 
 Opened from a run's dashboard with `m`. Every number is one of `llmscope report`'s
 rows for the run (the same producers: analysis/methods.py, analysis/design_effects.py,
