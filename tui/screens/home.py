@@ -34,7 +34,7 @@ class HomeScreen(BaseScreen):
         Binding("c", "compare", "Compare"),
         Binding("r", "reload", "Refresh"),
         Binding("n", "new_run", "New run"),
-        Binding("S", "studies", "Studies"),
+        Binding("S", "studies", "Studies", show=False),  # in Help and the command palette
         Binding("q", "app.quit", "Quit"),
         # Inputs leave Esc to us: it takes the focus out of the form, back to the runs list.
         Binding("escape", "focus_runs", "Runs list", show=False),

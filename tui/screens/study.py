@@ -170,6 +170,7 @@ class StudyScreen(BaseScreen):
         Binding("d", "definitions", "Definitions", show=False),
     ]
     DEFAULT_CSS = """
+    StudyScreen #study-title { height: auto; padding: 0 1; color: $accent; }
     StudyScreen #study-matrix { height: 1fr; }
     StudyScreen #study-detail { height: auto; max-height: 6; padding: 0 1; }
     StudyScreen #study-notice { color: $warning; padding: 0 1; }
@@ -194,7 +195,7 @@ class StudyScreen(BaseScreen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static("", id="study-title", classes="title")
+        yield Static("", id="study-title")
         yield Static("", id="study-axes")
         yield Static("", id="study-notice")
         yield DataTable(id="study-matrix", cursor_type="cell", header_height=2)
