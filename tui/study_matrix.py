@@ -94,7 +94,9 @@ def build_matrix(
     (`filtered` None: `model prompt=plain`) or held at one level each (`filtered`)."""
     rest = [f for f in factors_of(rows) if f not in (row_factor, col_factor)]
     m = Matrix(row_factor, col_factor, rest, filtered)
-    keep = [r for r in rows if not filtered or all(level_of(r, f) == v for f, v in filtered.items())]
+    keep = [
+        r for r in rows if not filtered or all(level_of(r, f) == v for f, v in filtered.items())
+    ]
     m.col_labels = _levels(keep, col_factor)
     stacked = [] if filtered is not None else rest
     keys = list(
@@ -103,7 +105,9 @@ def build_matrix(
     # rows in the order of the row factor's levels (file order), the stacked ones within
     order = {lv: i for i, lv in enumerate(_levels(keep, row_factor))}
     keys.sort(key=lambda k: order[k[0]])
-    m.row_labels = [k[0] + "".join(f" {f}={v}" for f, v in zip(stacked, k[1:], strict=True)) for k in keys]
+    m.row_labels = [
+        k[0] + "".join(f" {f}={v}" for f, v in zip(stacked, k[1:], strict=True)) for k in keys
+    ]
     index = {k: i for i, k in enumerate(keys)}
     cols = {lv: j for j, lv in enumerate(m.col_labels)}
     for r in keep:
@@ -116,7 +120,9 @@ def _state(r: CellRow) -> str:
     return r.state.replace("_", " ")
 
 
-def cell_lines(r: CellRow | None, metric_in_header: bool, marked: bool = False) -> tuple[Text, Text]:
+def cell_lines(
+    r: CellRow | None, metric_in_header: bool, marked: bool = False
+) -> tuple[Text, Text]:
     """A cell's two lines: the headline value with its 95% interval (and the metric's name
     unless the column header gives it), then its state and the results stored (`n_done` of
     `n_total`, errors beside), as `study status --json` has them."""
@@ -134,7 +140,7 @@ def cell_lines(r: CellRow | None, metric_in_header: bool, marked: bool = False) 
     low = Text("● " if marked else "", style="bold magenta")
     low.append(_state(r), style=STATE_STYLE.get(r.state, ""))
     if r.n_total or r.n_done:
-        low.append(f" {r.n_done}/{r.n_total if r.n_total else '?'}")
+        low.append(f" {r.n_done}/{r.n_total if r.n_total else '?'}", style="default")
         if r.state == "running" and r.n_total:
             low.append(f" {100 * r.n_done / r.n_total:.0f}%")
     if r.n_errors:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from llmscope.study import Study, load_study, record_cell, record_study, tag_run
 from llmscope.store.db import Store
+from llmscope.study import Study, load_study, record_cell, record_study, tag_run
 from tests.helpers.cli import write_choice_suite, write_yesno_suite
 from tests.helpers.tui import STARTED, add_suite, create_run, toy_result
 

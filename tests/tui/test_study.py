@@ -238,15 +238,22 @@ async def test_row_pair_comparisons_equal_llmscope_compare_with_holm(
         assert isinstance(pairs_screen, StudyPairsScreen)
         res = pairs_screen.result
         assert res is not None and res["family_size"] == 2 and "Holm" in res["correction"]
-        want = [("yn | base | prompt=plain", "yn | api | prompt=plain"),
-                ("ch | base | prompt=plain", "ch | api | prompt=plain")]
+        want = [
+            ("yn | base | prompt=plain", "yn | api | prompt=plain"),
+            ("ch | base | prompt=plain", "ch | api | prompt=plain"),
+        ]
         assert [(a.cell, b.cell) for a, b in pairs_screen.pairs] == want
-        cli_pairs = [_compare_json(study_db, status[a]["run_id"], status[b]["run_id"])
-                     for a, b in want]
+        cli_pairs = [
+            _compare_json(study_db, status[a]["run_id"], status[b]["run_id"]) for a, b in want
+        ]
         for got, exp in zip(res["pairs"], cli_pairs, strict=True):
             cp = got["comparison"]
             assert (cp["diff"], cp["diff_ci95"], cp["p_value"], cp["n"]) == (
-                exp["diff"], exp["diff_ci95"], exp["p_value"], exp["n"])
+                exp["diff"],
+                exp["diff_ci95"],
+                exp["p_value"],
+                exp["n"],
+            )
         # Holm by hand for m = 2: the smaller p doubled, the larger kept, never below the first
         p1, p2 = (c["p_value"] for c in cli_pairs)
         lo_i = 0 if p1 <= p2 else 1
@@ -281,7 +288,10 @@ async def test_narrow_terminals_cut_no_number_without_an_ellipsis(
             for key, (a, b) in _shown(screen).items():
                 want = _expected_lines(status[key])
                 for got, full in zip((a, b), want, strict=True):
-                    assert got == full or (got.endswith("…") and full.startswith(got[:-1])), (key, got)
+                    assert got == full or (got.endswith("…") and full.startswith(got[:-1])), (
+                        key,
+                        got,
+                    )
                     assert any(got in ln for ln in lines), (got, text)
                 seen.add(key)
             # no line of the matrix ends in a cut number: the last visible character of every
@@ -301,15 +311,14 @@ async def test_live_while_study_run_writes_in_another_process(tmp_path: Path) ->
     """`llmscope study run` holds the file; the open study screen shows its cells' progress
     from their live channels as it grows, then, the file free, the metrics `study status
     --json` gives."""
+    from llmscope.study import live_cells
     from tests.helpers.oai import start_server, stop_server
 
-    from llmscope.study import live_cells
-
-    yn = write_yesno_suite(tmp_path / "yn", 3)
+    yn = write_yesno_suite(tmp_path / "yn", 6)  # 12 prompts a cell (two templates)
     server = start_server()
     proc: subprocess.Popen[str] | None = None
     try:
-        server.script("number", delay=0.3)  # every prompt of the suite: a slow server
+        server.script("number", delay=0.4)  # every prompt of the suite: a slow server
         study = tmp_path / "live.yaml"
         study.write_text(
             f"name: livestudy\nsuites: [{{suite: {yn}, label: yn}}]\n"
@@ -340,8 +349,8 @@ async def test_live_while_study_run_writes_in_another_process(tmp_path: Path) ->
             assert screen.live
             key, first = running() or ("", 0)
             row = next(r for r in screen.rows if r.cell == key)
-            assert _shown(screen)[key] == ("-", f"running {first}/6 {100 * first / 6:.0f}%")
-            assert row.n_total == 6 and row.metric is None  # no metric while the file is held
+            assert _shown(screen)[key] == ("-", f"running {first}/12 {100 * first / 12:.0f}%")
+            assert row.n_total == 12 and row.metric is None  # no metric while the file is held
             # the same cell advances (or finishes) while the screen stays open
             assert await wait_until(
                 pilot,

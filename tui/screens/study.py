@@ -57,7 +57,9 @@ class StudiesLoaded(Message):
 class StudyLoaded(Message):
     """One study's cells; `live`: read from the live channel (the file is held elsewhere)."""
 
-    def __init__(self, rows: list[CellRow], live: bool, notice: str, watch_reason: str | None) -> None:
+    def __init__(
+        self, rows: list[CellRow], live: bool, notice: str, watch_reason: str | None
+    ) -> None:
         super().__init__()
         self.rows = rows
         self.live = live
@@ -126,8 +128,10 @@ class StudiesScreen(BaseScreen):
             if not app.watch_mode:
                 reason = f"{app.db_path} is in use by another process"
             notice = LIVE_NOTE.format(db=app.db_path)
-            rows = [{"name": n, "cells": None, "source": None, "updated": None}
-                    for n in live_study_names(app.db_path)]
+            rows = [
+                {"name": n, "cells": None, "source": None, "updated": None}
+                for n in live_study_names(app.db_path)
+            ]
         return StudiesLoaded(rows, notice, reason)
 
     def on_studies_loaded(self, msg: StudiesLoaded) -> None:
@@ -135,15 +139,22 @@ class StudiesScreen(BaseScreen):
             self.llm_app.set_blocked(msg.watch_reason)
         self.rows = msg.rows
         note = self.query_one("#studies-notice", Static)
-        empty = "" if msg.rows else "no study in this database (run one with `llmscope study run FILE`)"
+        empty = (
+            "" if msg.rows else "no study in this database (run one with `llmscope study run FILE`)"
+        )
         text = "; ".join(t for t in (msg.notice, empty) if t)
         _set(note, literal(text, "yellow"), text)
         note.display = bool(text)
         t = self.query_one("#studies", DataTable)
         t.clear()
         for r in msg.rows:
-            t.add_row(literal(r["name"]), "-" if r["cells"] is None else str(r["cells"]),
-                      literal(ellipsis(r["source"] or "-", 50)), _fmt_time(r["updated"]), key=r["name"])
+            t.add_row(
+                literal(r["name"]),
+                "-" if r["cells"] is None else str(r["cells"]),
+                literal(ellipsis(r["source"] or "-", 50)),
+                _fmt_time(r["updated"]),
+                key=r["name"],
+            )
         t.focus()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
@@ -191,7 +202,6 @@ class StudyScreen(BaseScreen):
         self.matrix: Matrix | None = None
         self._shown_cols: list[int] = []
         self._sig: tuple[Any, ...] | None = None
-        self._layout_sig: Any = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -287,14 +297,18 @@ class StudyScreen(BaseScreen):
         lines: dict[tuple[int, int], tuple[Text, Text]] = {}
         for (i, j), c in m.cells.items():
             lines[(i, j)] = cell_lines(c, bool(m.col_metric(j)), c.cell in marked)
-        label_w = min(max([len(s) for s in m.row_labels] + [len(m.row_factor), 5]), max(12, width // 3))
+        label_w = min(
+            max([len(s) for s in m.row_labels] + [len(m.row_factor), 5]), max(12, width // 3)
+        )
         avail = width - label_w - 2 - 2 - 1  # the label's padding, the scrollbar, a margin
         col_w: list[int] = []
         for j in range(len(m.col_labels)):
             head = self._col_texts(m, j)
-            w = max([len(head[0]), len(head[1])] + [max(len(a.plain), len(b.plain))
-                                                     for (_, jj), (a, b) in lines.items() if jj == j])
-            col_w.append(min(w, avail - 2))
+            w = max(
+                [len(head[0]), len(head[1])]
+                + [max(len(a.plain), len(b.plain)) for (_, jj), (a, b) in lines.items() if jj == j]
+            )
+            col_w.append(max(5, min(w, avail - 2)))
         pages: list[list[int]] = [[]]
         used = 0
         for j, w in enumerate(col_w):
@@ -305,15 +319,16 @@ class StudyScreen(BaseScreen):
             used += w + 2
         self.col_page = max(0, min(self.col_page, len(pages) - 1))
         shown = pages[self.col_page]
-        sig = (id(m), tuple(shown), width, tuple(sorted(marked)))
         self._shown_cols = shown
         t.clear(columns=True)
-        t.add_column(Text(ellipsis(self.row_factor, label_w), style="bold"), width=label_w, key="label")
+        t.add_column(
+            Text(ellipsis(self.row_factor, label_w), style="bold"), width=label_w, key="label"
+        )
         for j in shown:
             name, metric = self._col_texts(m, j)
-            head = Text(ellipsis(name, col_w[j]), style="bold")
-            head.append("\n" + ellipsis(metric, col_w[j]), style="dim")
-            t.add_column(head, width=col_w[j], key=f"c{j}")
+            title = Text(ellipsis(name, col_w[j]), style="bold")
+            title.append("\n" + ellipsis(metric, col_w[j]), style="dim")
+            t.add_column(title, width=col_w[j], key=f"c{j}")
         for i, label in enumerate(m.row_labels):
             cells: list[Any] = [literal(ellipsis(label, label_w))]
             for j in shown:
@@ -321,9 +336,11 @@ class StudyScreen(BaseScreen):
                 cells.append(Text("\n").join([_cut(a, col_w[j]), _cut(b, col_w[j])]))
             t.add_row(*cells, height=2, key=f"r{i}")
         if m.row_labels and shown:
-            t.move_cursor(row=min(keep[0], len(m.row_labels) - 1),
-                          column=max(1, min(keep[1], len(shown))), animate=False)
-        self._layout_sig = sig
+            t.move_cursor(
+                row=min(keep[0], len(m.row_labels) - 1),
+                column=max(1, min(keep[1], len(shown))),
+                animate=False,
+            )
         self._axes(m, len(pages))
         self._detail()
 
@@ -359,8 +376,10 @@ class StudyScreen(BaseScreen):
             return
         t = Text()
         t.append(c.cell, style="bold")
-        t.append(f"\nrun {c.run_id or '-'}   {c.state.replace('_', ' ')}   "
-                 f"results {c.n_done}/{c.n_total or '?'} ({c.n_errors} errors)")
+        t.append(
+            f"\nrun {c.run_id or '-'}   {c.state.replace('_', ' ')}   "
+            f"results {c.n_done}/{c.n_total or '?'} ({c.n_errors} errors)"
+        )
         if c.metric is not None:
             ci = f" [{c.ci95[0]!r}, {c.ci95[1]!r}]" if c.ci95 else ""
             t.append(f"\n{c.metric} {c.value!r}{ci} {c.interval_method or ''} n={c.n}")
@@ -386,7 +405,9 @@ class StudyScreen(BaseScreen):
         if c is None:
             return
         if not c.run_id:
-            self.notify(f"[{c.cell}] has no run yet ({c.state.replace('_', ' ')})", severity="warning")
+            self.notify(
+                f"[{c.cell}] has no run yet ({c.state.replace('_', ' ')})", severity="warning"
+            )
             return
         self.app.push_screen(DashboardScreen(c.run_id))
 
@@ -417,7 +438,10 @@ class StudyScreen(BaseScreen):
 
     def action_next_level(self) -> None:
         if not self.filtered:
-            self.notify("the other factors are stacked in the rows; s holds them at one level", severity="warning")
+            self.notify(
+                "the other factors are stacked in the rows; s holds them at one level",
+                severity="warning",
+            )
             return
         self.filter_index += 1
         self._redraw()
@@ -459,12 +483,18 @@ class StudyScreen(BaseScreen):
         marked = sorted((by_key[k] for k in self.marked if k in by_key), key=lambda r: r.position)
         pairs = pairs_among(marked)
         if not pairs:
-            self.notify("mark two or more cells of one suite that have runs (space, or M for a row), "
-                        "then press c", severity="warning")
+            self.notify(
+                "mark two or more cells of one suite that have runs (space, or M for a row), "
+                "then press c",
+                severity="warning",
+            )
             return
         if self.live or _held(self.llm_app):
-            self.notify("comparisons read the database, which another process holds; try again when "
-                        "it is free", severity="warning")
+            self.notify(
+                "comparisons read the database, which another process holds; try again when "
+                "it is free",
+                severity="warning",
+            )
             return
         if len(marked) == 2:
             self.app.push_screen(CompareScreen([str(pairs[0][0].run_id), str(pairs[0][1].run_id)]))
@@ -495,15 +525,22 @@ class StudyPairsScreen(BaseScreen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(Text(f"Study {self.study}: {len(self.pairs)} paired comparisons "
-                          "(each = llmscope compare A B)", style="bold"), id="pairs-title")
+        yield Static(
+            Text(
+                f"Study {self.study}: {len(self.pairs)} paired comparisons "
+                "(each = llmscope compare A B)",
+                style="bold",
+            ),
+            id="pairs-title",
+        )
         yield Static("loading ...", id="pairs-note")
         yield DataTable(id="pairs", cursor_type="row", zebra_stripes=True)
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#pairs", DataTable).add_columns(
-            "B vs A", "Δ acc", "95% CI", "p", "p Holm", "n", "clusters")
+            "B vs A", "Δ acc", "95% CI", "p", "p Holm", "n", "clusters"
+        )
         self.load()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="pairs")
@@ -520,12 +557,16 @@ class StudyPairsScreen(BaseScreen):
         self.result = res = msg.result
         note = Text()
         if res["correction"]:
-            note.append(f"p Holm: {res['correction']} over the {res['family_size']} pairs compared",
-                        style="bold")
+            note.append(
+                f"p Holm: {res['correction']} over the {res['family_size']} pairs compared",
+                style="bold",
+            )
         b = res["bootstrap"]
-        note.append(f"\nΔ accuracy = B − A on the items both scored; paired cluster bootstrap "
-                    f"({b['resamples']} resamples, seed {b['seed']}). Enter: the pair's compare screen.",
-                    style="dim")
+        note.append(
+            f"\nΔ accuracy = B − A on the items both scored; paired cluster bootstrap "
+            f"({b['resamples']} resamples, seed {b['seed']}). Enter: the pair's compare screen.",
+            style="dim",
+        )
         self.query_one("#pairs-note", Static).update(note)
         t = self.query_one("#pairs", DataTable)
         t.clear()
@@ -533,14 +574,29 @@ class StudyPairsScreen(BaseScreen):
             label = literal(f"{cb.cell}  vs  {ca.cell}")
             cp = p["comparison"]
             if cp is None or cp.get("diff") is None:
-                t.add_row(label, literal(p.get("error") or "no common items", "yellow"), "", "", "", "", "",
-                          key=str(k))
+                t.add_row(
+                    label,
+                    literal(p.get("error") or "no common items", "yellow"),
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    key=str(k),
+                )
                 continue
             lo, hi = cp["diff_ci95"]
             adj = p["p_adjusted"]
-            t.add_row(label, f"{cp['diff']:+.3f}", f"[{lo:+.3f}, {hi:+.3f}]", format_p(cp["p_value"]),
-                      format_p(adj) if adj is not None else "-", str(cp["n"]), str(cp["n_clusters"]),
-                      key=str(k))
+            t.add_row(
+                label,
+                f"{cp['diff']:+.3f}",
+                f"[{lo:+.3f}, {hi:+.3f}]",
+                format_p(cp["p_value"]),
+                format_p(adj) if adj is not None else "-",
+                str(cp["n"]),
+                str(cp["n_clusters"]),
+                key=str(k),
+            )
         t.focus()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
