@@ -376,3 +376,13 @@ async def test_live_while_study_run_writes_in_another_process(tmp_path: Path) ->
             proc.kill()
             proc.wait()
         stop_server(server)
+
+
+def test_study_flag_of_llmscope_and_view() -> None:
+    """`llmscope --study NAME` and `llmscope view --study NAME` name the study to open."""
+    from llmscope.cli import build_parser
+
+    p = build_parser()
+    assert p.parse_args(["--db", "x.duckdb", "--study", "grid"]).open_study == "grid"
+    view = p.parse_args(["view", "--study", "grid"])
+    assert view.open_study == "grid" and view.run is None
