@@ -178,3 +178,29 @@ def format_compare(out: dict[str, Any]) -> str:
         if len(c["disagreements"]) > 20:
             lines.append(f"      ... {len(c['disagreements']) - 20} more (use --json)")
     return "\n".join(lines)
+
+
+def compare_pairs(store: Store, pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """Several paired comparisons reported together (the TUI's study screen): each pair is
+    `llmscope compare A B` (its `comparisons[0]`: run B against run A), and with more than one
+    pair each p-value also gets its Holm adjustment over the pairs compared
+    (`analysis/multiplicity.py`), the correction named in `correction`."""
+    from llmscope.analysis.multiplicity import HOLM, holm
+
+    out: list[dict[str, Any]] = []
+    for a, b in pairs:
+        try:
+            res = compare_runs(store, [a, b])
+        except CompareError as e:
+            out.append({"a": a, "b": b, "error": str(e), "comparison": None})
+            continue
+        out.append({"a": a, "b": b, "error": None, "comparison": res["comparisons"][0],
+                    "base": res["base"]})
+    ps = [c["comparison"]["p_value"] if c["comparison"] else None for c in out]
+    m = sum(p is not None for p in ps)
+    adjusted = holm(ps) if m > 1 else [None] * len(ps)
+    for c, adj in zip(out, adjusted, strict=True):
+        c["p_adjusted"] = adj
+    return {"pairs": out, "correction": HOLM if m > 1 else None, "family_size": m,
+            "bootstrap": {"resamples": BOOTSTRAP.resamples, "seed": BOOTSTRAP.seed,
+                          "level": BOOTSTRAP.level}}

@@ -323,3 +323,39 @@ def study_cells(
                 )
         out.append(row)
     return sorted(out, key=lambda r: r.position)
+
+
+def live_cell_rows(
+    db: str | Path,
+    name: str,
+    shape: list[tuple[str, int, str, str, dict[str, str]]] | None = None,
+) -> list[CellRow]:
+    """A study's cells from their runs' live channels (`live_cells`): state and counts, no
+    metric (the pipeline reads the database, which the writer holds). `shape`: the cells as
+    (key, position, suite, model, levels), from the study file or an earlier read; default:
+    the cells that have a run on the live channel (levels read from their keys)."""
+    live = live_cells(db, name)
+    if shape is None:
+        shape = []
+        for i, k in enumerate(sorted(live)):
+            parts = k.split(" | ")
+            levels = dict(p.split("=", 1) for p in parts[2:] if "=" in p)
+            shape.append((k, i, parts[0], parts[1] if len(parts) > 1 else "", levels))
+    rows = []
+    for key, pos, suite, model, levels in shape:
+        lc = live.get(key)
+        if lc is None:
+            rows.append(CellRow(name, key, pos, suite, model, levels, "not_started"))
+            continue
+        if not lc.ended:
+            state = "running"
+        elif lc.status in ("completed", "completed_with_errors") and lc.done >= lc.total:
+            state = "done_with_errors" if lc.errors else "done"
+        else:
+            state = "partial"
+        rows.append(
+            CellRow(
+                name, key, pos, suite, model, levels, state, lc.run_id, lc.done, lc.errors, lc.total
+            )
+        )
+    return rows

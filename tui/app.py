@@ -159,11 +159,13 @@ class LlmscopeApp(App[int]):
     VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall")]
 
     def __init__(
-        self, db: str | Path, run: str | None = None, watch: bool = False, refresh_s: float = 1.0
+        self, db: str | Path, run: str | None = None, watch: bool = False, refresh_s: float = 1.0,
+        study: str | None = None,
     ) -> None:
         super().__init__()
         self.db_path = str(db)
         self.initial_run = run
+        self.initial_study = study  # `--study NAME`: its matrix opens over the home screen
         # Not `self.watch`: that would shadow Textual's `DOMNode.watch` method.
         self.watch_mode = watch
         self.refresh_s = refresh_s
@@ -197,6 +199,10 @@ class LlmscopeApp(App[int]):
         from llmscope.tui.screens import HomeScreen
 
         self.push_screen(HomeScreen())
+        if self.initial_study:
+            from llmscope.tui.screens.study import StudyScreen
+
+            self.push_screen(StudyScreen(self.initial_study))
 
     def action_help(self) -> None:
         from llmscope.tui.screens import HelpScreen
@@ -330,8 +336,11 @@ class LlmscopeApp(App[int]):
         self.handle.close()
 
 
-def run_app(db: str | Path = "llmscope.duckdb", run: str | None = None, watch: bool = False) -> int:
+def run_app(
+    db: str | Path = "llmscope.duckdb", run: str | None = None, watch: bool = False,
+    study: str | None = None,
+) -> int:
     """Run the TUI (`llmscope`, `llmscope view`); returns the exit status."""
-    app = LlmscopeApp(db, run=run, watch=watch)
+    app = LlmscopeApp(db, run=run, watch=watch, study=study)
     rc = app.run()
     return int(rc or 0)

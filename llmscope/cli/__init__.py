@@ -36,6 +36,8 @@ def build_parser(settings: Any = None) -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"llmscope {__version__}",
                    help="print the version and exit")
     p.add_argument("--db", default=default_db, help=f"DuckDB file (default {default_db})")
+    p.add_argument("--study", dest="open_study", metavar="NAME",
+                   help="with no command: open the TUI on this study's matrix")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     ctx = ParserContext(settings=cfg, default_db=default_db, default_base_url=default_base_url)

@@ -283,35 +283,14 @@ def _print_status(name: str, db: str, cells: Any) -> None:
 
 def _live_rows(name: str, db: str, study: Any | None) -> list[Any]:
     """Cells from the live channel: runs' progress (no metric: the pipeline reads the database)."""
-    from llmscope.study_store import CellRow, live_cells
+    from llmscope.study_store import live_cell_rows
 
-    live = live_cells(db, name)
-    if study is not None:
-        shape = [
-            (c.key, c.position, c.suite.label, c.model.label, dict(c.levels)) for c in study.cells
-        ]
-    else:  # by name: the cells that have a run on the live channel
-        shape = [
-            (k, i, k.split(" | ")[0], k.split(" | ")[1], {}) for i, k in enumerate(sorted(live))
-        ]
-    rows = []
-    for key, pos, suite, model, levels in shape:
-        lc = live.get(key)
-        if lc is None:
-            rows.append(CellRow(name, key, pos, suite, model, levels, "not_started"))
-            continue
-        if not lc.ended:
-            state = "running"
-        elif lc.status in ("completed", "completed_with_errors") and lc.done >= lc.total:
-            state = "done_with_errors" if lc.errors else "done"
-        else:
-            state = "partial"
-        rows.append(
-            CellRow(
-                name, key, pos, suite, model, levels, state, lc.run_id, lc.done, lc.errors, lc.total
-            )
-        )
-    return rows
+    shape = (
+        [(c.key, c.position, c.suite.label, c.model.label, dict(c.levels)) for c in study.cells]
+        if study is not None
+        else None
+    )
+    return live_cell_rows(db, name, shape)
 
 
 def _emit(

@@ -28,6 +28,7 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
         ("c", "compare the marked runs"),
         ("n", "go to the new-run form (not in `llmscope view`, which only watches)"),
         ("r", "refresh the run list"),
+        ("S", "studies in this database (enter opens one's matrix)"),
         ("escape", "leave the form for the runs list"),
         ("tab", "move between runs, suites and the form; enter in a suite fills the form"),
         ("form", "takes every `llmscope run` option; a bad value is named beside its field"),
@@ -49,6 +50,19 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
     ("Item", [
         ("n / p", "next / previous item of the list without going back"),
         ("up down pgup pgdn", "scroll"),
+    ]),
+    ("Study", [
+        ("arrows", "move between cells; the cell's run, exact value and interval show below"),
+        ("enter", "open the cell's run (live while it runs)"),
+        ("f / g", "next factor across (columns) / down (rows): model, suite, the grid's factors"),
+        ("t", "swap rows and columns"),
+        ("s", "other factors: stacked in the rows, or held at one level"),
+        ("v", "next level of the held factors"),
+        ("[ / ]", "previous / next columns when they do not fit the window"),
+        ("space", "mark a cell; M marks its whole row"),
+        ("c", "compare the marked cells: two open the compare screen; more list every pair "
+              "on one suite with Holm-adjusted p-values"),
+        ("r", "refresh"),
     ]),
     ("Compare", [
         ("enter", "open a disagreement (both runs' answers side by side)"),

@@ -35,6 +35,7 @@ class HomeScreen(BaseScreen):
         Binding("c", "compare", "Compare"),
         Binding("r", "reload", "Refresh"),
         Binding("n", "new_run", "New run"),
+        Binding("S", "studies", "Studies", show=False),  # in Help and the command palette
         Binding("q", "app.quit", "Quit"),
         # Inputs leave Esc to us: it takes the focus out of the form, back to the runs list.
         Binding("escape", "focus_runs", "Runs list", show=False),
@@ -251,6 +252,11 @@ class HomeScreen(BaseScreen):
             return
         self._returning_to = ids[0]
         self.app.push_screen(CompareScreen(ids))
+
+    def action_studies(self) -> None:
+        from llmscope.tui.screens.study import StudiesScreen  # tui/screens/study.py
+
+        self.app.push_screen(StudiesScreen())
 
     def action_new_run(self) -> None:
         if self.llm_app.watch_mode:
