@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -26,51 +27,70 @@ __all__ = ["FlatProbs", "flatten", "brier_items", "tie_flags", "raw_confidences"
 
 @dataclass
 class FlatProbs:
-    """Rows' probability dicts as flat arrays: entry ``i`` is answer ``keys[i]`` of row ``row[i]``
-    with value ``vals[i]`` (NaN for None); ``ok`` is False where a row's values are not all
-    numbers (those rows are scored per row)."""
+    """Rows' probability dicts as flat arrays: entry ``i`` is answer ``key_uniques[key_codes[i]]``
+    of row ``row[i]`` with value ``vals[i]`` (NaN for None); ``ok`` is False where a row's values
+    are not all numbers (those rows are scored per row)."""
 
     n_rows: int
     row: np.ndarray
-    keys: list[Any]
+    key_codes: np.ndarray
+    key_uniques: list[Any]
     vals: np.ndarray
     has: np.ndarray  # per row: a non-empty dict
-    ok: np.ndarray  # per row: every value None or a real number (not bool-like oddities)
+    ok: np.ndarray  # per row: every value None, a float or an int
     none: np.ndarray  # per entry: the value was None
-
-
-def _is_num(v: Any) -> bool:
-    return v is None or type(v) in (float, int)
 
 
 def flatten(probs: Sequence[Mapping[str, Any] | None]) -> FlatProbs:
     """:class:`FlatProbs` of decoded `probs` values (None or empty: no entries)."""
     n = len(probs)
+    dicts = [p for p in probs if p]
     has = np.fromiter((bool(p) for p in probs), dtype=bool, count=n)
-    lens = np.fromiter((len(p) if p else 0 for p in probs), dtype=np.int64, count=n)
-    keys = [k for p in probs if p for k in p]
-    raw = [v for p in probs if p for v in p.values()]
-    row = np.repeat(np.arange(n), lens)
-    none = np.fromiter((v is None for v in raw), dtype=bool, count=len(raw))
-    # only floats and ints (what JSON numbers decode to) go through numpy; a row with anything
-    # else (a string, a bool, a nested value) keeps the per-row function's own conversion
-    num = np.fromiter((_is_num(v) for v in raw), dtype=bool, count=len(raw))
-    bad_rows = np.unique(row[~num])
+    lens = np.fromiter(map(len, dicts), dtype=np.int64, count=len(dicts))
+    row = np.repeat(np.flatnonzero(has), lens)
+    keys = list(chain.from_iterable(dicts))
+    raw = list(chain.from_iterable(map(dict.values, dicts)))
+    kc, ku = pd.factorize(pd.Series(keys, dtype=object), use_na_sentinel=True)
+    types = set(map(type, raw))
     ok = np.ones(n, dtype=bool)
-    ok[bad_rows] = False
-    vals = np.array(
-        [v if nm and v is not None else math.nan for v, nm in zip(raw, num, strict=True)],
-        dtype=float,
-    )
-    return FlatProbs(n, row, keys, vals, has, ok, none)
+    if types <= {float, int, type(None)}:  # what JSON numbers and null decode to: the common case
+        none = (
+            np.fromiter((v is None for v in raw), dtype=bool, count=len(raw))
+            if type(None) in types
+            else np.zeros(len(raw), dtype=bool)
+        )
+        vals = np.array(raw, dtype=float)  # None -> NaN
+    else:
+        # anything else (a string, a bool, a nested value) keeps the per-row function's own
+        # conversion: its row is scored per row
+        num = np.fromiter(
+            (v is None or type(v) in (float, int) for v in raw), dtype=bool, count=len(raw)
+        )
+        ok[np.unique(row[~num])] = False
+        none = np.fromiter((v is None for v in raw), dtype=bool, count=len(raw))
+        vals = np.array(
+            [v if nm and v is not None else math.nan for v, nm in zip(raw, num, strict=True)],
+            dtype=float,
+        )
+    return FlatProbs(n, row, np.asarray(kc), list(ku), vals, has, ok, none)
 
 
-def _norm_codes(values: Sequence[Any], norm: Callable[[Any], Any]) -> np.ndarray:
-    """Codes of ``norm(v)`` per value, with one call of ``norm`` per distinct value; a shared
-    code space (the normalised strings themselves) so keys and golds compare."""
+def _space_codes(
+    codes: np.ndarray, uniques: Sequence[Any], norm: Callable[[Any], Any], space: dict[Any, int]
+) -> np.ndarray:
+    """Per value, the code in ``space`` (normalised text -> int, grown here) of ``norm`` of its
+    distinct value; -1 where the value is missing or normalises to None. One ``norm`` call per
+    distinct value."""
+    ids = []
+    for u in uniques:
+        t = norm(u)
+        ids.append(-1 if t is None else space.setdefault(t, len(space)))
+    return np.array([*ids, -1], dtype=np.int64)[codes]  # code -1 (missing) takes the last entry
+
+
+def _factorized(values: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
     codes, uniques = pd.factorize(pd.Series(list(values), dtype=object), use_na_sentinel=True)
-    table = np.array([norm(u) for u in uniques] + [None], dtype=object)
-    return table[codes]
+    return np.asarray(codes), list(uniques)
 
 
 def _gold_norm(g: Any) -> Any:
@@ -89,12 +109,10 @@ def brier_items(
     """`brier_item(probs[i], gold[i])` where ``scored[i]``, else NaN, for every row."""
     n = fp.n_rows
     gold = list(gold)
-    g = _norm_codes(gold, _gold_norm)
-    kn = _norm_codes(fp.keys, lambda k: str(k).strip().lower())
     # one code space for normalised keys and golds: a key matches when its text equals the gold's
-    space = {s: i for i, s in enumerate(dict.fromkeys([*kn.tolist(), *g.tolist()]))}
-    kc = np.array([space[s] for s in kn], dtype=np.int64) if len(kn) else np.zeros(0, np.int64)
-    gc = np.array([space[s] if s is not None else -1 for s in g], dtype=np.int64)
+    space: dict[Any, int] = {}
+    kc = _space_codes(fp.key_codes, fp.key_uniques, lambda k: str(k).strip().lower(), space)
+    gc = _space_codes(*_factorized(gold), _gold_norm, space)
     ind = (kc == gc[fp.row]).astype(float)
     # float_power: libm's pow, what Python's `x ** 2` calls (x * x and numpy's power differ from
     # it in the last bit for ~0.1% of values)
@@ -140,11 +158,11 @@ def raw_confidences(
     """`raw_confidence(probs[i], predictions[i])` for every row."""
     n = fp.n_rows
     preds = list(predictions)
-    pn = _norm_codes(preds, lambda x: None if _gold_norm(x) is None else str(x))
-    keys = _norm_codes(fp.keys, str)
-    space = {s: i for i, s in enumerate(dict.fromkeys([*keys.tolist(), *pn.tolist()]))}
-    kc = np.array([space[s] for s in keys], dtype=np.int64) if len(keys) else np.zeros(0, np.int64)
-    pc = np.array([space[s] if s is not None else -1 for s in pn], dtype=np.int64)
+    space: dict[Any, int] = {}
+    kc = _space_codes(fp.key_codes, fp.key_uniques, str, space)
+    pc = _space_codes(
+        *_factorized(preds), lambda x: None if _gold_norm(x) is None else str(x), space
+    )
     hit = kc == pc[fp.row]
     out = np.full(n, math.nan)
     out[fp.row[hit]] = fp.vals[hit]  # at most one key per row equals the prediction
