@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -51,6 +52,18 @@ class _KeyIndex:
 
 _KEYS_LOCK = threading.RLock()
 _KEYS: dict[str, _KeyIndex] = {}
+
+_ENCODER: ThreadPoolExecutor | None = None
+_ENCODER_LOCK = threading.Lock()
+
+
+def _tops_encoder() -> ThreadPoolExecutor:
+    """One worker thread per process for `write_results`' top-tokens blobs (started on first use)."""
+    global _ENCODER
+    with _ENCODER_LOCK:
+        if _ENCODER is None:
+            _ENCODER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmscope-tops")
+        return _ENCODER
 
 
 class StoreWrites:
@@ -109,10 +122,11 @@ class StoreWrites:
                     pass
                 raise explain(e, self.path, f"writing {table}") from e
 
-    def _insert_with_blob(self, run_id: str, tbl: pa.Table, seq_lo: int, blob: bytes) -> None:
+    def _insert_with_blob(self, run_id: str, tbl: pa.Table, seq_lo: int, blob: bytes | Future[bytes | None]) -> None:
         """Insert rows and their batch's top-tokens blob in one transaction (the caller's, inside
         `transaction()`); caller holds the locks. The blob id comes from a sequence, so two
-        open transactions (two `Store`s of one file) never share one."""
+        open transactions (two `Store`s of one file) never share one. `blob` may still be
+        encoding (`write_results`): the rows go in first, then its bytes, before the commit."""
         own = not self._in_tx
         try:
             if own:
@@ -121,24 +135,27 @@ class StoreWrites:
             blob_id = int(row[0][0])
             i = tbl.schema.get_field_index("top_tokens_blob")
             tbl = tbl.set_column(i, "top_tokens_blob", pa.array(np.full(tbl.num_rows, blob_id, dtype=np.int64)))
-            self.con.execute("INSERT INTO result_blobs VALUES (?, ?, ?, ?, ?)",
-                             [blob_id, run_id, seq_lo, int(pc.max(tbl.column("seq")).as_py()), blob])
             self.con.register("_llmscope_batch", tbl)
             try:
                 cols = ", ".join(tbl.column_names)
                 self.con.execute(f"INSERT INTO results ({cols}) SELECT {cols} FROM _llmscope_batch").fetchall()
             finally:
                 self.con.unregister("_llmscope_batch")
+            data = blob.result() if isinstance(blob, Future) else blob
+            self.con.execute("INSERT INTO result_blobs VALUES (?, ?, ?, ?, ?)",
+                             [blob_id, run_id, seq_lo, int(pc.max(tbl.column("seq")).as_py()), data])
             if own:
                 self.con.execute("COMMIT")
-        except duckdb.Error as e:
+        except BaseException as e:  # also the blob's encoder refusing a value: nothing committed
             self._forget_keys()
             if own:
                 try:
                     self.con.execute("ROLLBACK")
                 except duckdb.Error:
                     pass
-            raise explain(e, self.path, "writing results") from e
+            if isinstance(e, duckdb.Error):
+                raise explain(e, self.path, "writing results") from e
+            raise
 
     def _forget_keys(self) -> None:
         with _KEYS_LOCK:
@@ -153,7 +170,8 @@ class StoreWrites:
             keys = idx.runs[run_id] = {(r[0], r[1]) for r in rows}
         return keys
 
-    def _insert_results(self, run_id: str, tbl: pa.Table, tops_blob: tuple[int, bytes] | None = None) -> int:
+    def _insert_results(self, run_id: str, tbl: pa.Table,
+                        tops_blob: tuple[int, bytes | Future[bytes | None]] | None = None) -> int:
         """Append a batch of one run's rows, skipping keys already stored or repeated in the
         batch (the first copy counts). Inside `transaction()` such a key is an error instead,
         so bulk writers that dedupe themselves learn of a mistake. Returns rows written.
@@ -278,9 +296,21 @@ class StoreWrites:
         if not rs:
             return 0
         now = utc_now()
-        tbl = results_to_arrow(run_id, rs, start_seq, now, tops_inline=False)
-        blob = encode_top_tokens([r.top_tokens for r in rs])
-        self._insert_results(run_id, tbl, tops_blob=None if blob is None else (start_seq, blob))
+        tops = [r.top_tokens for r in rs]
+        # The top tokens' blob (orjson + zstd, the larger half of a write's CPU) is encoded on
+        # a worker thread while this one converts and inserts the rows: zstd and DuckDB's
+        # insert release the GIL, so on two free cores a write takes ~2/3 of the time. The
+        # bytes are the same (`encode_top_tokens`), inserted in the rows' transaction.
+        blob = _tops_encoder().submit(encode_top_tokens, tops) if any(t is not None for t in tops) else None
+        try:
+            tbl = results_to_arrow(run_id, rs, start_seq, now, tops_inline=False)
+            self._insert_results(run_id, tbl, tops_blob=None if blob is None else (start_seq, blob))
+        except BaseException:
+            if blob is not None:
+                blob.cancel()
+            raise
+        if blob is not None:
+            blob.result()  # an encoding error surfaces even when every row was a duplicate
         return len(rs)
 
     def append_results(self, run_id: str, columns: Mapping[str, Any], start_seq: int = 0, *,

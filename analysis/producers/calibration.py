@@ -11,7 +11,6 @@ import pandas as pd
 
 from llmscope.store.db import decode_json_many
 
-from ..intervals import resample_weights
 from ..metrics import BootstrapConfig, Metric, MetricContext, mean_metric, register_producer
 from .yesno import gold_yes_column
 
@@ -94,21 +93,24 @@ def raw_confidence(probs: Mapping[str, Any] | None, prediction: Any) -> float:
 
 
 def _raw_calibration(ctx: MetricContext, ok: pd.DataFrame, probs: list[dict[str, float] | None],
-                     conf: np.ndarray, corr: np.ndarray) -> list[Metric]:
+                     conf: np.ndarray, corr: np.ndarray, flat: Any = None) -> list[Metric]:
     """`ece_raw` / `mce_raw`: ECE and MCE with the raw P(predicted answer) as the confidence,
     reported where it differs from the renormalised `confidence` (answers with mass outside them)."""
     from ..calibration import reliability
+    from ..prob_rows import flatten, raw_confidences
 
-    raw = np.array([raw_confidence(p, pr) for p, pr in zip(probs, ok["prediction"].tolist(), strict=True)])
+    raw = raw_confidences(flatten(probs) if flat is None else flat, ok["prediction"].tolist(), raw_confidence,
+                          probs)
     keep = np.isfinite(corr) & np.isfinite(raw) & np.isfinite(conf)
     if not keep.any() or np.allclose(raw[keep], conf[keep], rtol=0.0, atol=1e-9):
         return []
     c, y = raw[keep], corr[keep]
     cl = ctx.clusters(ok)[keep]
     rel = reliability(c, y, n_bins=10)
-    (elo, ehi), (mlo, mhi), G = _calibration_bootstrap(c, y, cl, 10, ctx.bootstrap)
+    iv = _calibration_interval(c, y, cl, 10, ctx.bootstrap)
+    (elo, ehi), (mlo, mhi), G = iv.ece, iv.mce, iv.n_clusters
     return [Metric(name, est, None if math.isnan(lo) else lo, None if math.isnan(hi) else hi,
-                   "cluster-bootstrap", int(keep.sum()), G, {}, "calibration")
+                   iv.method, int(keep.sum()), G, {}, "calibration")
             for name, est, lo, hi in (("ece_raw", rel.ece, elo, ehi), ("mce_raw", rel.mce, mlo, mhi))]
 
 
@@ -131,41 +133,23 @@ def bin_label(lo: float, hi: float) -> str:
 
 
 def _calibration_bootstrap(
-    conf: np.ndarray, correct: np.ndarray, clusters: np.ndarray, n_bins: int, cfg: BootstrapConfig
+    conf: np.ndarray, correct: np.ndarray, clusters: np.ndarray, n_bins: int, cfg: BootstrapConfig,
+    method: str = "exact",
 ) -> tuple[tuple[float, float], tuple[float, float], int]:
-    """Cluster-bootstrap percentile intervals of ECE and MCE, vectorised.
+    """Cluster-bootstrap percentile intervals of ECE and MCE (the exact bootstrap unless
+    ``method`` says otherwise; :func:`_calibration_interval` is the producers' choice)."""
+    iv = _calibration_interval(conf, correct, clusters, n_bins, cfg, method)
+    return iv.ece, iv.mce, iv.n_clusters
 
-    Per cluster and bin we keep (count, sum of confidence, sum of correct); a resample is a
-    vector of cluster multiplicities, so its bin totals are one matrix product. ECE of a
-    resample = sum_b |sum_y - sum_c| / n (count x |acc - conf| per bin), as in `reliability`.
-    """
-    from ..calibration import uniform_bin
 
-    codes, _ = pd.factorize(pd.Series(clusters, dtype="object"), sort=False)
-    G = int(codes.max()) + 1 if len(codes) else 0
-    if G < 2:
-        return (math.nan, math.nan), (math.nan, math.nan), G
-    b = uniform_bin(conf, n_bins)
-    cell = codes * n_bins + b
-    cnt = np.bincount(cell, minlength=G * n_bins).reshape(G, n_bins).astype(float)
-    sc = np.bincount(cell, weights=conf, minlength=G * n_bins).reshape(G, n_bins)
-    sy = np.bincount(cell, weights=correct, minlength=G * n_bins).reshape(G, n_bins)
-    R = cfg.resamples
-    eces = np.empty(R)
-    mces = np.empty(R)
-    done = 0
-    for W in resample_weights(G, R, cfg.seed):
-        k = W.shape[0]
-        n_b, c_b, y_b = W @ cnt, W @ sc, W @ sy
-        gap = np.abs(y_b - c_b)
-        eces[done:done + k] = gap.sum(axis=1) / n_b.sum(axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mces[done:done + k] = np.where(n_b > 0, gap / n_b, -np.inf).max(axis=1)
-        done += k
-    a = (1 - cfg.level) / 2
-    e = tuple(float(x) for x in np.quantile(eces, [a, 1 - a]))
-    m = tuple(float(x) for x in np.quantile(mces, [a, 1 - a]))
-    return (e[0], e[1]), (m[0], m[1]), G
+def _calibration_interval(conf: np.ndarray, correct: np.ndarray, clusters: np.ndarray, n_bins: int,
+                          cfg: BootstrapConfig, method: str = "auto") -> Any:
+    """ECE/MCE intervals with the method that drew them (analysis/calibration_bootstrap.py:
+    exact up to EXACT_MAX_CLUSTERS clusters, bin totals drawn above, named so)."""
+    from ..calibration_bootstrap import calibration_bootstrap
+
+    return calibration_bootstrap(conf, correct, clusters, n_bins, cfg.resamples, cfg.seed, cfg.level,
+                                 method=method)
 
 
 def _is_tie(p: Mapping[str, Any]) -> bool:

@@ -1,0 +1,172 @@
+"""Per-row scores of stored answer probabilities, over all rows at once.
+
+The calibration producer scores each row's `probs` (answer -> probability): its multi-class
+Brier, whether its top answers tie, the raw probability of its prediction. Per row in Python
+these were ~10 s of a 1M-row report; here the rows' dicts are laid out once as flat arrays
+(one entry per answer, rows in order) and each score is a few numpy passes. The results are
+the per-row functions' (`metrics.brier_item`, `metrics.raw_confidence`, `metrics._is_tie`) bit
+for bit: sums are accumulated in answer order by `np.bincount` (sequential, as the Python loop),
+squares are libm's ``pow`` (what ``x ** 2`` calls), and any row the arrays cannot hold exactly (a
+value that is not a number, NaN among tied values) is scored by the per-row function instead.
+tests/analysis/test_prob_rows.py compares both on mixed runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["FlatProbs", "flatten", "brier_items", "tie_flags", "raw_confidences"]
+
+
+@dataclass
+class FlatProbs:
+    """Rows' probability dicts as flat arrays: entry ``i`` is answer ``key_uniques[key_codes[i]]``
+    of row ``row[i]`` with value ``vals[i]`` (NaN for None); ``ok`` is False where a row's values
+    are not all numbers (those rows are scored per row)."""
+
+    n_rows: int
+    row: np.ndarray
+    key_codes: np.ndarray
+    key_uniques: list[Any]
+    vals: np.ndarray
+    has: np.ndarray  # per row: a non-empty dict
+    ok: np.ndarray  # per row: every value None, a float or an int
+    none: np.ndarray  # per entry: the value was None
+
+
+def flatten(probs: Sequence[Mapping[str, Any] | None]) -> FlatProbs:
+    """:class:`FlatProbs` of decoded `probs` values (None or empty: no entries)."""
+    n = len(probs)
+    dicts = [p for p in probs if p]
+    has = np.fromiter((bool(p) for p in probs), dtype=bool, count=n)
+    lens = np.fromiter(map(len, dicts), dtype=np.int64, count=len(dicts))
+    row = np.repeat(np.flatnonzero(has), lens)
+    keys = list(chain.from_iterable(dicts))
+    raw = list(chain.from_iterable(map(dict.values, dicts)))
+    kc, ku = pd.factorize(pd.Series(keys, dtype=object), use_na_sentinel=True)
+    types = set(map(type, raw))
+    ok = np.ones(n, dtype=bool)
+    if types <= {float, int, type(None)}:  # what JSON numbers and null decode to: the common case
+        none = (
+            np.fromiter((v is None for v in raw), dtype=bool, count=len(raw))
+            if type(None) in types
+            else np.zeros(len(raw), dtype=bool)
+        )
+        vals = np.array(raw, dtype=float)  # None -> NaN
+    else:
+        # anything else (a string, a bool, a nested value) keeps the per-row function's own
+        # conversion: its row is scored per row
+        num = np.fromiter(
+            (v is None or type(v) in (float, int) for v in raw), dtype=bool, count=len(raw)
+        )
+        ok[np.unique(row[~num])] = False
+        none = np.fromiter((v is None for v in raw), dtype=bool, count=len(raw))
+        vals = np.array(
+            [v if nm and v is not None else math.nan for v, nm in zip(raw, num, strict=True)],
+            dtype=float,
+        )
+    return FlatProbs(n, row, np.asarray(kc), list(ku), vals, has, ok, none)
+
+
+def _space_codes(
+    codes: np.ndarray, uniques: Sequence[Any], norm: Callable[[Any], Any], space: dict[Any, int]
+) -> np.ndarray:
+    """Per value, the code in ``space`` (normalised text -> int, grown here) of ``norm`` of its
+    distinct value; -1 where the value is missing or normalises to None. One ``norm`` call per
+    distinct value."""
+    ids = []
+    for u in uniques:
+        t = norm(u)
+        ids.append(-1 if t is None else space.setdefault(t, len(space)))
+    return np.array([*ids, -1], dtype=np.int64)[codes]  # code -1 (missing) takes the last entry
+
+
+def _factorized(values: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
+    codes, uniques = pd.factorize(pd.Series(list(values), dtype=object), use_na_sentinel=True)
+    return np.asarray(codes), list(uniques)
+
+
+def _gold_norm(g: Any) -> Any:
+    if g is None or (isinstance(g, float) and math.isnan(g)):
+        return None
+    return str(g).strip().lower()
+
+
+def brier_items(
+    fp: FlatProbs,
+    gold: Sequence[Any],
+    scored: np.ndarray,
+    per_row: Callable[[Any, Any], float],
+    probs: Sequence[Any],
+) -> np.ndarray:
+    """`brier_item(probs[i], gold[i])` where ``scored[i]``, else NaN, for every row."""
+    n = fp.n_rows
+    gold = list(gold)
+    # one code space for normalised keys and golds: a key matches when its text equals the gold's
+    space: dict[Any, int] = {}
+    kc = _space_codes(fp.key_codes, fp.key_uniques, lambda k: str(k).strip().lower(), space)
+    gc = _space_codes(*_factorized(gold), _gold_norm, space)
+    ind = (kc == gc[fp.row]).astype(float)
+    # float_power: libm's pow, what Python's `x ** 2` calls (x * x and numpy's power differ from
+    # it in the last bit for ~0.1% of values)
+    sq = np.float_power(fp.vals - ind, np.full(len(ind), 2.0))
+    s = np.bincount(fp.row, weights=sq, minlength=n)  # in answer order, from 0.0
+    hit = np.bincount(fp.row, weights=ind, minlength=n) > 0
+    s = np.where(hit, s, s + 1.0)
+    none_row = np.bincount(fp.row, weights=fp.none, minlength=n) > 0
+    out = np.where(fp.has & (gc >= 0) & ~none_row & scored, s, math.nan)
+    for i in np.flatnonzero(~fp.ok & scored):
+        out[i] = per_row(probs[i], gold[i])
+    return out
+
+
+def tie_flags(
+    fp: FlatProbs, scored: np.ndarray, per_row: Callable[[Any], bool], probs: Sequence[Any]
+) -> np.ndarray:
+    """``float(_is_tie(probs[i]))`` where the row has probabilities and ``scored[i]``, else NaN."""
+    n = fp.n_rows
+    valid = ~fp.none
+    r, v = fp.row[valid], fp.vals[valid]
+    top = np.full(n, -np.inf)
+    with np.errstate(invalid="ignore"):  # NaN values: those rows are scored per row below
+        np.maximum.at(top, r, v)
+    n_valid = np.bincount(r, minlength=n)
+    n_top = np.bincount(r, weights=(v == top[r]), minlength=n)
+    tie = ((n_valid >= 2) & (n_top >= 2)).astype(float)
+    out = np.where(fp.has & scored, tie, math.nan)
+    # NaN among the values: sorted() then orders by comparisons that are all false
+    nan_row = np.zeros(n, dtype=bool)
+    nan_row[r[np.isnan(v)]] = True
+    for i in np.flatnonzero((~fp.ok | nan_row) & fp.has & scored):
+        out[i] = float(per_row(probs[i]))
+    return out
+
+
+def raw_confidences(
+    fp: FlatProbs,
+    predictions: Sequence[Any],
+    per_row: Callable[[Any, Any], float],
+    probs: Sequence[Any],
+) -> np.ndarray:
+    """`raw_confidence(probs[i], predictions[i])` for every row."""
+    n = fp.n_rows
+    preds = list(predictions)
+    space: dict[Any, int] = {}
+    kc = _space_codes(fp.key_codes, fp.key_uniques, str, space)
+    pc = _space_codes(
+        *_factorized(preds), lambda x: None if _gold_norm(x) is None else str(x), space
+    )
+    hit = kc == pc[fp.row]
+    out = np.full(n, math.nan)
+    out[fp.row[hit]] = fp.vals[hit]  # at most one key per row equals the prediction
+    out[~fp.has | (pc < 0)] = math.nan
+    for i in np.flatnonzero(~fp.ok):
+        out[i] = per_row(probs[i], preds[i])
+    return out
