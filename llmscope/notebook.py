@@ -130,16 +130,7 @@ class Database:
         if as_ not in FORMATS:
             raise NotebookError(f"as_ must be one of {', '.join(FORMATS)}, got {as_!r}")
         with self._store() as store:
-            table = to_arrow(export_rows(store, self._find(store, run)))
-        if as_ == "arrow":
-            return table
-        if as_ == "polars":
-            try:
-                import polars as pl
-            except ImportError as e:
-                raise NotebookError("as_='polars' needs polars (pip install polars)") from e
-            return pl.from_arrow(table)
-        return table.to_pandas()
+            return _as(to_arrow(export_rows(store, self._find(store, run))), as_)
 
     def metrics(self, run: str | dict[str, Any], by: list[str] | None = None) -> RunMetrics:
         """The run's metrics from the pipeline (`RunMetrics`; `.rows()` are `report --json`'s rows)."""
@@ -178,16 +169,20 @@ class Database:
             levels = d.pop("levels", None) or {}
             lo, hi = d.pop("ci95", None) or (None, None)
             rows.append({**d, "ci95_lo": lo, "ci95_hi": hi, **{f"level.{k}": v for k, v in levels.items()}})
-        table = pa.Table.from_pylist(rows)
-        if as_ == "arrow":
-            return table
-        if as_ == "polars":
-            try:
-                import polars as pl
-            except ImportError as e:
-                raise NotebookError("as_='polars' needs polars (pip install polars)") from e
-            return pl.from_arrow(table)
-        return table.to_pandas()
+        return _as(pa.Table.from_pylist(rows), as_)
+
+
+def _as(table: Any, as_: str) -> Any:
+    """An Arrow table as the frame asked for: pandas, the table itself, or polars."""
+    if as_ == "arrow":
+        return table
+    if as_ == "polars":
+        try:
+            import polars as pl
+        except ImportError as e:
+            raise NotebookError("as_='polars' needs polars (pip install polars)") from e
+        return pl.from_arrow(table)
+    return table.to_pandas()
 
 
 def open_db(path: str | os.PathLike[str]) -> Database:
