@@ -32,4 +32,6 @@ def test_nullable_integers_fall_back(tmp_path):
     db = write_mixed_db(tmp_path / "m.duckdb")
     with Store(db, read_only=True) as st:
         sql = "SELECT item_id, CASE WHEN item_id = 'i0' THEN NULL ELSE seq END AS s FROM results ORDER BY seq"
-        pd.testing.assert_frame_equal(_read_frame(st, sql, []), st.query_df(sql, []), check_dtype=True)
+        pd.testing.assert_frame_equal(
+            _read_frame(st, sql, []), st.query_df(sql, []), check_dtype=True
+        )
