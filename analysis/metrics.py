@@ -361,10 +361,15 @@ class MetricContext:
         return cf if isinstance(cf, str) else None
 
     def ok(self) -> pd.DataFrame:
-        """Rows without an error."""
+        """Rows without an error (a shallow copy when no row has one: pandas' copy-on-write
+        keeps `df` unchanged, and no column is copied; a filter copied the 1M-row frame per
+        producer)."""
         if "error" not in self.df:
             return self.df
-        return self.df[self.df["error"].isna()]
+        err = self.df["error"].notna()
+        if not err.any():
+            return self.df.copy(deep=False)
+        return self.df[~err]
 
     def clusters(self, sub: pd.DataFrame) -> np.ndarray:
         """Cluster labels of ``sub`` (rows of ``df``): integer codes of :func:`cluster_key`,
@@ -623,7 +628,10 @@ def accuracy_metrics(ctx: MetricContext) -> list[Metric]:
     if "correct" not in ctx.df:
         return []
     ok = ctx.ok()
-    ok = ok[pd.to_numeric(ok["correct"], errors="coerce").notna()]
+    # only the columns read below: the per-group frames then copy two columns, not every one
+    ok = ok[[c for c in dict.fromkeys(["correct", "variant", *(_group_col(ok, f) for f in ctx.by)]) if c]]
+    scored = pd.to_numeric(ok["correct"], errors="coerce").notna()
+    ok = ok if scored.all() else ok[scored]
     if ok.empty:
         return []
     out: list[Metric] = []
@@ -752,6 +760,7 @@ def yesno_metrics(ctx: MetricContext) -> list[Metric]:
     ok = ctx.ok()
     if ok.empty or "p_yes" not in ok:
         return []
+    ok = ok[[c for c in ("variant", "p_yes", "p_no", "other", "gold") if c in ok]]  # what is read below
     out: list[Metric] = []
     groups: list[tuple[dict[str, Any], pd.DataFrame]] = [({}, ok)]
     if ok["variant"].nunique() > 1:
