@@ -37,6 +37,7 @@ from llmscope.data.registry import suite_producers
 from llmscope.engine.tasks.registry import task_producers
 from llmscope.store.db import decode_json, decode_json_many
 
+from .calibration_bootstrap import EXACT_MAX_CLUSTERS, THIN_BIN_CLUSTERS
 from .intervals import accuracy_ci, bootstrap_ratio, resample_index
 from .queries import (
     EXTRA_KEYS,
@@ -114,6 +115,12 @@ class MetricDef:
 _RATE_CI = "cluster-t (CR1 sandwich, t with G-1 df) over clusters; Wilson without clustering"
 _MEAN_CI = "cluster-t (CR1 sandwich, t with G-1 df) on the per-item values, over clusters"
 _BOOT_CI = "percentile cluster bootstrap (BOOTSTRAP resamples and seed), clusters resampled"
+# ECE/MCE: the exact bootstrap costs clusters x resamples draws; above a stated size the bin
+# totals are drawn instead, named in the interval method (analysis/calibration_bootstrap.py)
+_CAL_BOOT_CI = (f"{_BOOT_CI}; above {EXACT_MAX_CLUSTERS:,} clusters each resample's bin totals are drawn "
+                f"(clusters of bins with fewer than {THIN_BIN_CLUSTERS:,} clusters exactly, the others' sum "
+                "from its normal distribution), interval method `cluster-bootstrap (normal bin totals)`; "
+                "its ends agree with the exact bootstrap's within Monte Carlo error (docs/PERFORMANCE.md)")
 # contamination and reference-based generation scores: one row per item, rows not clustered
 _ITEM_T_CI = "Student t interval over result rows (sd ddof=1, n-1 df; rows not clustered)"
 
@@ -147,15 +154,15 @@ _DEFS: list[MetricDef] = [
               "`confidence`, the probability of the predicted answer RENORMALISED over the listed "
               "answers (yes/no: P(pred) / (P(yes) + P(no)), mass on other tokens left out; choice: "
               "the softmax over the options; rating: the label probabilities renormalised)",
-              _BOOT_CI, "yesno, choice, rating, constrained"),
+              _CAL_BOOT_CI, "yesno, choice, rating, constrained"),
     MetricDef("mce", "maximum calibration error: the largest |accuracy - mean confidence| over non-empty "
               "bins (the same renormalised confidence as `ece`)",
-              _BOOT_CI, "yesno, choice, rating, constrained"),
+              _CAL_BOOT_CI, "yesno, choice, rating, constrained"),
     MetricDef("ece_raw", "ECE with confidence = the raw probability of the predicted answer, not "
               "renormalised (yes/no: P(pred), P(other) counted against it); the same bins; reported "
               "only where it differs from `ece`'s confidence (answers with probability mass outside "
-              "them: yes/no, choice by labels)", _BOOT_CI, "yesno, choice (labels)"),
-    MetricDef("mce_raw", "MCE with the raw confidence of `ece_raw`", _BOOT_CI, "yesno, choice (labels)"),
+              "them: yes/no, choice by labels)", _CAL_BOOT_CI, "yesno, choice (labels)"),
+    MetricDef("mce_raw", "MCE with the raw confidence of `ece_raw`", _CAL_BOOT_CI, "yesno, choice (labels)"),
     MetricDef("human_distance", "per statement, not a run metric: |m-h| = |P(yes) / (P(yes) + P(no)) - "
               "human_q1|, the model's yes probability renormalised over yes/no (as `ece`'s confidence) "
               "against the share of people who agree; shown in the TUI item list and human panel "
