@@ -20,9 +20,13 @@ import numpy as np
 from llmscope.analysis.calibration_bootstrap import calibration_bootstrap
 
 
-def data(G: int, seed: int, per: int = 3, thin: int = 40, mid: int = 1100) -> tuple[np.ndarray, ...]:
+def data(
+    G: int, seed: int, per: int = 3, thin: int = 40, mid: int = 1100
+) -> tuple[np.ndarray, ...]:
     rng = np.random.default_rng(seed)
-    conf = np.clip(np.repeat(rng.random(G), per) * 0.5 + 0.5 + rng.normal(0, 0.05, G * per), 0.5, 1.0)
+    conf = np.clip(
+        np.repeat(rng.random(G), per) * 0.5 + 0.5 + rng.normal(0, 0.05, G * per), 0.5, 1.0
+    )
     corr = (rng.random(G * per) < conf - 0.1 * np.repeat(rng.random(G) < 0.5, per)).astype(float)
     conf[: thin * per] = rng.uniform(0.0, 0.1, thin * per)
     corr[: thin * per] = rng.random(thin * per) < 0.6
@@ -54,11 +58,15 @@ def main(argv: list[str] | None = None) -> int:
                 de = max(abs(e1[0] - e[0]), abs(e1[1] - e[1])) / w
                 da = max(abs(a[0] - e[0]), abs(a[1] - e[1])) / w
                 worst["exact"], worst["approx"] = max(worst["exact"], de), max(worst["approx"], da)
-                print(f"G={G:,} data {d + 1} {key}: exact [{e[0]:.5f}, {e[1]:.5f}]; ends moved, share of width: "
-                      f"exact seed 1 {de:.3f}, approximation {da:.3f}")
+                print(
+                    f"G={G:,} data {d + 1} {key}: exact [{e[0]:.5f}, {e[1]:.5f}]; ends moved, share of width: "
+                    f"exact seed 1 {de:.3f}, approximation {da:.3f}"
+                )
             print(f"  CPU s: exact {t_ex:.2f}, approximation {t_ap:.3f}")
-    print(f"largest end difference, share of the exact interval's width: another exact seed {worst['exact']:.3f}, "
-          f"approximation {worst['approx']:.3f} (test tolerance 0.12)")
+    print(
+        f"largest end difference, share of the exact interval's width: another exact seed {worst['exact']:.3f}, "
+        f"approximation {worst['approx']:.3f} (test tolerance 0.12)"
+    )
     return 0
 
 
