@@ -31,7 +31,11 @@ def abstained_mask(extra: pd.Series) -> np.ndarray:
         d = decode_json(s)  # None when it does not parse
         return bool(isinstance(d, dict) and d.get("abstained"))
 
-    return np.fromiter((one(s) for s in extra), dtype=bool, count=len(extra))
+    out = np.zeros(len(extra), dtype=bool)
+    present = np.flatnonzero(extra.notna().to_numpy())  # a missing value never abstains
+    vals = extra.to_numpy(dtype=object)
+    out[present] = np.fromiter((one(s) for s in vals[present]), dtype=bool, count=len(present))
+    return out
 
 
 def _clusters(df: pd.DataFrame, spec: dict[str, Any]) -> np.ndarray:
@@ -45,7 +49,8 @@ def abstention_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any])
     """`abstain_rate` (and `accuracy_answered` when any row abstained) for one run."""
     if "abstention" not in task_producers(run.get("task")) or df.empty:  # the task lists it
         return []
-    ok = df[df["error"].isna()]
+    err = df["error"].notna()
+    ok = df[~err] if err.any() else df  # no error row: no copy of the frame
     if ok.empty:
         return []
     mask = abstained_mask(ok["extra"]) if "extra" in ok else np.zeros(len(ok), dtype=bool)

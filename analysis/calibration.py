@@ -48,6 +48,8 @@ class Reliability:
 
 
 def _num(x: Any) -> np.ndarray:
+    if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+        return x.astype(float)  # already numbers (the pipeline's arrays): no per-value pass
     arr = np.asarray(x if isinstance(x, (np.ndarray, pd.Series)) else list(x), dtype=object)
     return pd.to_numeric(pd.Series(arr, dtype="object"), errors="coerce").to_numpy(dtype=float)
 

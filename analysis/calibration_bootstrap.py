@@ -206,19 +206,19 @@ def _normal_bins(
         sel = ~in_s[cg]
         col = np.full(n_bins, -1)
         col[dense] = np.arange(len(dense))
-        k = len(dense)
+        nd = len(dense)
         dpos = np.cumsum(~in_s) - 1  # row of each D cluster among D
-        X = np.zeros((n_d, 2 * k))
+        X = np.zeros((n_d, 2 * nd))
         X[dpos[cg[sel]], col[cb[sel]]] = cn[sel]
-        X[dpos[cg[sel]], k + col[cb[sel]]] = cd[sel]
+        X[dpos[cg[sel]], nd + col[cb[sel]]] = cd[sel]
         mu = X.mean(axis=0)
         Xc = X - mu
         sigma = (Xc.T @ Xc) / n_d
         vals, vecs = np.linalg.eigh(sigma)
         root = vecs * np.sqrt(np.clip(vals, 0.0, None))  # sigma = root @ root.T
         m = (G - draws).astype(float)
-        z = rng.standard_normal((R, 2 * k)) @ root.T
+        z = rng.standard_normal((R, 2 * nd)) @ root.T
         tot = m[:, None] * mu + np.sqrt(m)[:, None] * z
-        n_tot[:, dense] += tot[:, :k]
-        d_tot[:, dense] += tot[:, k:]
+        n_tot[:, dense] += tot[:, :nd]
+        d_tot[:, dense] += tot[:, nd:]
     return _stats(n_tot, d_tot)

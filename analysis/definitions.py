@@ -11,6 +11,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .calibration_bootstrap import EXACT_MAX_CLUSTERS, THIN_BIN_CLUSTERS
+
 __all__ = [
     "BootstrapConfig",
     "BOOTSTRAP",
@@ -66,6 +68,12 @@ class MetricDef:
 RATE_CI = "cluster-t (CR1 sandwich, t with G-1 df) over clusters; Wilson without clustering"
 MEAN_CI = "cluster-t (CR1 sandwich, t with G-1 df) on the per-item values, over clusters"
 BOOT_CI = "percentile cluster bootstrap (BOOTSTRAP resamples and seed), clusters resampled"
+# ECE/MCE: the exact bootstrap costs clusters x resamples draws; above a stated size the bin
+# totals are drawn instead, named in the interval method (analysis/calibration_bootstrap.py)
+CAL_BOOT_CI = (f"{BOOT_CI}; above {EXACT_MAX_CLUSTERS:,} clusters each resample's bin totals are drawn "
+               f"(clusters of bins with fewer than {THIN_BIN_CLUSTERS:,} clusters exactly, the others' sum "
+               "from its normal distribution), interval method `cluster-bootstrap (normal bin totals)`; "
+               "its ends agree with the exact bootstrap's within Monte Carlo error (docs/PERFORMANCE.md)")
 
 _DEFS: list[MetricDef] = [
     MetricDef("accuracy", "share of scored items whose prediction is correct (mean of per-item "
@@ -97,15 +105,15 @@ _DEFS: list[MetricDef] = [
               "`confidence`, the probability of the predicted answer RENORMALISED over the listed "
               "answers (yes/no: P(pred) / (P(yes) + P(no)), mass on other tokens left out; choice: "
               "the softmax over the options; rating: the label probabilities renormalised)",
-              BOOT_CI, "yesno, choice, rating, constrained"),
+              CAL_BOOT_CI, "yesno, choice, rating, constrained"),
     MetricDef("mce", "maximum calibration error: the largest |accuracy - mean confidence| over non-empty "
               "bins (the same renormalised confidence as `ece`)",
-              BOOT_CI, "yesno, choice, rating, constrained"),
+              CAL_BOOT_CI, "yesno, choice, rating, constrained"),
     MetricDef("ece_raw", "ECE with confidence = the raw probability of the predicted answer, not "
               "renormalised (yes/no: P(pred), P(other) counted against it); the same bins; reported "
               "only where it differs from `ece`'s confidence (answers with probability mass outside "
-              "them: yes/no, choice by labels)", BOOT_CI, "yesno, choice (labels)"),
-    MetricDef("mce_raw", "MCE with the raw confidence of `ece_raw`", BOOT_CI, "yesno, choice (labels)"),
+              "them: yes/no, choice by labels)", CAL_BOOT_CI, "yesno, choice (labels)"),
+    MetricDef("mce_raw", "MCE with the raw confidence of `ece_raw`", CAL_BOOT_CI, "yesno, choice (labels)"),
     MetricDef("human_distance", "per statement, not a run metric: |m-h| = |P(yes) / (P(yes) + P(no)) - "
               "human_q1|, the model's yes probability renormalised over yes/no (as `ece`'s confidence) "
               "against the share of people who agree; shown in the TUI item list and human panel "

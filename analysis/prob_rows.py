@@ -45,32 +45,32 @@ def flatten(probs: Sequence[Mapping[str, Any] | None]) -> FlatProbs:
     """:class:`FlatProbs` of decoded `probs` values (None or empty: no entries)."""
     n = len(probs)
     dicts = [p for p in probs if p]
-    has = np.fromiter((bool(p) for p in probs), dtype=bool, count=n)
+    has = np.fromiter((bool(p) for p in probs), dtype=np.bool_, count=n)
     lens = np.fromiter(map(len, dicts), dtype=np.int64, count=len(dicts))
     row = np.repeat(np.flatnonzero(has), lens)
     keys = list(chain.from_iterable(dicts))
-    raw = list(chain.from_iterable(map(dict.values, dicts)))
+    raw: list[Any] = list(chain.from_iterable(p.values() for p in dicts))
     kc, ku = pd.factorize(pd.Series(keys, dtype=object), use_na_sentinel=True)
     types = set(map(type, raw))
-    ok = np.ones(n, dtype=bool)
+    ok = np.ones(n, dtype=np.bool_)
     if types <= {float, int, type(None)}:  # what JSON numbers and null decode to: the common case
         none = (
-            np.fromiter((v is None for v in raw), dtype=bool, count=len(raw))
+            np.fromiter((v is None for v in raw), dtype=np.bool_, count=len(raw))
             if type(None) in types
-            else np.zeros(len(raw), dtype=bool)
+            else np.zeros(len(raw), dtype=np.bool_)
         )
-        vals = np.array(raw, dtype=float)  # None -> NaN
+        vals = np.array(raw, dtype=np.float64)  # None -> NaN
     else:
         # anything else (a string, a bool, a nested value) keeps the per-row function's own
         # conversion: its row is scored per row
         num = np.fromiter(
-            (v is None or type(v) in (float, int) for v in raw), dtype=bool, count=len(raw)
+            (v is None or type(v) in (float, int) for v in raw), dtype=np.bool_, count=len(raw)
         )
-        ok[np.unique(row[~num])] = False
-        none = np.fromiter((v is None for v in raw), dtype=bool, count=len(raw))
+        ok[np.unique(row[np.logical_not(num)])] = False
+        none = np.fromiter((v is None for v in raw), dtype=np.bool_, count=len(raw))
         vals = np.array(
             [v if nm and v is not None else math.nan for v, nm in zip(raw, num, strict=True)],
-            dtype=float,
+            dtype=np.float64,
         )
     return FlatProbs(n, row, np.asarray(kc), list(ku), vals, has, ok, none)
 
@@ -122,7 +122,7 @@ def brier_items(
     s = np.where(hit, s, s + 1.0)
     none_row = np.bincount(fp.row, weights=fp.none, minlength=n) > 0
     out = np.where(fp.has & (gc >= 0) & ~none_row & scored, s, math.nan)
-    for i in np.flatnonzero(~fp.ok & scored):
+    for i in np.flatnonzero(~fp.ok & scored).tolist():
         out[i] = per_row(probs[i], gold[i])
     return out
 
@@ -142,9 +142,9 @@ def tie_flags(
     tie = ((n_valid >= 2) & (n_top >= 2)).astype(float)
     out = np.where(fp.has & scored, tie, math.nan)
     # NaN among the values: sorted() then orders by comparisons that are all false
-    nan_row = np.zeros(n, dtype=bool)
+    nan_row = np.zeros(n, dtype=np.bool_)
     nan_row[r[np.isnan(v)]] = True
-    for i in np.flatnonzero((~fp.ok | nan_row) & fp.has & scored):
+    for i in np.flatnonzero((~fp.ok | nan_row) & fp.has & scored).tolist():
         out[i] = float(per_row(probs[i]))
     return out
 
@@ -167,6 +167,6 @@ def raw_confidences(
     out = np.full(n, math.nan)
     out[fp.row[hit]] = fp.vals[hit]  # at most one key per row equals the prediction
     out[~fp.has | (pc < 0)] = math.nan
-    for i in np.flatnonzero(~fp.ok):
+    for i in np.flatnonzero(~fp.ok).tolist():
         out[i] = per_row(probs[i], preds[i])
     return out

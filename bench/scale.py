@@ -1,7 +1,7 @@
 """Big runs: import/write rate, report time and memory, dashboard first frame, list scrolling.
 
     python -m bench.scale [--n 1000000] [--worldsense [DIR]] [--before a2b14b8] [--skip-before]
-        [--scrolls 40] [--keep DIR]
+        [--scrolls 40] [--keep DIR] [--flush-rows 100000] [--study]
 
 Data: one synthetic yes/no run of `--n` results (default 1,000,000; 20 top tokens per row,
 like a real run) written through the store's public bulk API (`Store.append_results`, or
@@ -16,6 +16,11 @@ step's own) and reports the wall and CPU seconds (user+system, all threads: the 
 a shared machine) of the measured call, and the step's peak resident memory. The steps call
 public APIs only (Store, importers, `llmscope report`, the TUI app headless), so other work
 on those paths shows here.
+
+The last lines check issue 32's targets with the working tree's figures: the report over 1M
+rows cold (no metrics cache) under 3 s, `write_results` at the run loop's flush size at 150,000
+rows/s or more (`--flush-rows` rows, bench.store_bench's measurement), and with `--study` the
+study matrix (bench.study_matrix, 10 runs x 87,048 rows) under 2 s.
 """
 
 from __future__ import annotations
@@ -186,7 +191,9 @@ def synthetic_step(db: Path, n: int, tree: Path) -> dict[str, Any]:
 
 
 def report_step(db: Path, tree: Path) -> dict[str, Any]:
-    """`llmscope report` over every run of the file (output discarded)."""
+    """`llmscope report` over every run of the file (output discarded), cold: the metrics
+    cache beside the file (`<db>.metrics.sqlite`) is deleted first."""
+    Path(str(db) + ".metrics.sqlite").unlink(missing_ok=True)
     body = f"""
     import contextlib, io
     from llmscope.cli import main
@@ -197,6 +204,17 @@ def report_step(db: Path, tree: Path) -> dict[str, Any]:
     _done(rc=rc, chars=len(buf.getvalue()), call_wall=time.perf_counter() - t, call_cpu=time.process_time() - c)
     """
     return _child(body, tree)
+
+
+def flush_step(tree: Path, rows: int) -> dict[str, Any]:
+    """`Store.write_results` in batches of the run loop's flush size (bench.store_bench's
+    `write_rate`: yes/no rows with 20 top tokens, until the file is closed)."""
+    from llmscope.engine.runner import FLUSH_ROWS
+
+    from .store_bench import _child_rate
+
+    wall, cpu = _child_rate(None if tree == ROOT else tree, rows, FLUSH_ROWS)
+    return {"rows_s": wall, "rows_cpu_s": cpu, "batch": FLUSH_ROWS, "rows": rows}
 
 
 def dashboard_step(db: Path, run_id: str, scrolls: int, tree: Path) -> dict[str, Any]:
@@ -287,6 +305,10 @@ def measure(version: str, tree: Path, work: Path, args: argparse.Namespace) -> d
         r = con.execute("SELECT run_id FROM runs ORDER BY model LIMIT 1").fetchone()
         con.close()
         run_id = str(r[0]) if r else ""
+    if args.flush_rows:
+        figs["flush"] = _safe(flush_step, tree, args.flush_rows)
+        print(f"{version}: write_results at the flush size {_fmt(figs['flush'], 'rows_s', digits=0)} rows/s",
+              flush=True)
     if figs["write"]:
         figs["report"] = _safe(report_step, db, tree)
         print(f"{version}: report {_fmt(figs['report'], 'call_wall')} s", flush=True)
@@ -313,8 +335,15 @@ def table(before: dict[str, Any] | None, after: dict[str, Any], worldsense: bool
     rows.append((f"{what}: {n_rows:,} rows, rows/s wall", rate(w_b, "call_wall"), rate(w_a, "call_wall")))
     rows.append((f"{what}: rows/s CPU", rate(w_b, "call_cpu"), rate(w_a, "call_cpu")))
     rows.append((f"{what}: peak memory MB", _fmt(w_b, "peak_mb", digits=0), _fmt(w_a, "peak_mb", digits=0)))
+    f_b, f_a = b.get("flush"), after.get("flush")
+    if f_a or f_b:
+        batch = (f_a or f_b or {}).get("batch", 0)
+        rows.append((f"write_results, batches of {batch:,} (flush size): rows/s wall", _fmt(f_b, "rows_s", digits=0),
+                     _fmt(f_a, "rows_s", digits=0)))
+        rows.append(("write_results at the flush size: rows/CPU-s", _fmt(f_b, "rows_cpu_s", digits=0),
+                     _fmt(f_a, "rows_cpu_s", digits=0)))
     r_b, r_a = b.get("report"), after.get("report")
-    rows.append(("report over all runs, s wall", _fmt(r_b, "call_wall"), _fmt(r_a, "call_wall")))
+    rows.append(("report over all runs (cold), s wall", _fmt(r_b, "call_wall"), _fmt(r_a, "call_wall")))
     rows.append(("report, s CPU", _fmt(r_b, "call_cpu"), _fmt(r_a, "call_cpu")))
     rows.append(("report peak memory MB", _fmt(r_b, "peak_mb", digits=0), _fmt(r_a, "peak_mb", digits=0)))
     d_b, d_a = b.get("dash"), after.get("dash")
@@ -331,6 +360,36 @@ def table(before: dict[str, Any] | None, after: dict[str, Any], worldsense: bool
     return rows
 
 
+# issue 32 (scale for studies): the targets this bench checks, on this machine as it is
+REPORT_TARGET_S = 3.0  # `llmscope report` over 1M yes/no rows, cold
+STORE_TARGET_ROWS_S = 150_000  # write_results at the run loop's flush size
+
+
+def target_lines(after: dict[str, Any], args: argparse.Namespace) -> list[str]:
+    """One line per target: the figure of the working tree and whether it is met."""
+    out = ["targets (working tree):"]
+    rep = after.get("report")
+    if rep and not args.worldsense:
+        verdict = ("met" if rep["call_wall"] < REPORT_TARGET_S else "NOT met") if args.n == 1_000_000 \
+            else f"not judged: this run has {args.n:,} rows"
+        out.append(f"  report over 1M yes/no rows, cold < {REPORT_TARGET_S:g} s: {rep['call_wall']:.2f} s wall "
+                   f"({rep['call_cpu']:.2f} s CPU) {verdict}")
+    fl = after.get("flush")
+    if fl:
+        ok = fl["rows_s"] >= STORE_TARGET_ROWS_S
+        out.append(f"  store >= {STORE_TARGET_ROWS_S:,} rows/s at the flush size ({fl['batch']:,}): "
+                   f"{fl['rows_s']:,.0f} rows/s wall ({fl['rows_cpu_s']:,.0f} rows/CPU-s) {'met' if ok else 'NOT met'}")
+    st = after.get("study")
+    if st:
+        from .study_matrix import target_line
+
+        out.append("  " + target_line(st, args.study_runs, args.study_rows)
+                   + f" (CPU: warm {st['warm']['cpu_s']:.2f} s, cold {st['cold']['cpu_s']:.2f} s)")
+    elif not args.study:
+        out.append("  study matrix < 2 s: not measured here (--study, or python -m bench.study_matrix)")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--n", type=int, default=1_000_000, help="results in the synthetic run (default 1,000,000)")
@@ -343,6 +402,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scrolls", type=int, default=40, help="list key presses timed (pagedown, every 10th end)")
     ap.add_argument("--keep", type=Path, help="keep the databases in this folder")
     ap.add_argument("--json", type=Path, help="also write every figure to this file")
+    ap.add_argument("--flush-rows", type=int, default=100_000, metavar="N",
+                    help="rows written through write_results at the run loop's flush size (0: skip)")
+    ap.add_argument("--study", action="store_true",
+                    help="also time the study matrix (bench.study_matrix) with the working tree")
+    ap.add_argument("--study-runs", type=int, default=10)
+    ap.add_argument("--study-rows", type=int, default=87_048)
     args = ap.parse_args(argv)
     if args.n < 1:
         ap.error("--n must be at least 1")
@@ -362,6 +427,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         before = measure("before", old, work, args)
     after = measure("after", ROOT, work, args)
+    if args.study:
+        from .study_matrix import measure as study_measure
+
+        after["study"] = study_measure(args.study_runs, args.study_rows, work / "study")
+        print(f"after: study matrix cold {after['study']['cold']['wall_s']:.2f} s, "
+              f"warm {after['study']['warm']['wall_s']:.2f} s", flush=True)
     load = os.getloadavg()
     print(f"\n{'WorldSense import' if args.worldsense else f'synthetic run of {args.n:,} results'}; "
           f"before = {'-' if before is None else args.before}, after = working tree; "
@@ -371,6 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'measurement':<{w}}  {'before':>12}  {'after':>12}")
     for label, b, a in rows:
         print(f"{label:<{w}}  {b:>12}  {a:>12}")
+    for line in target_lines(after, args):
+        print(line)
     if args.keep:
         print(f"(databases in {work})")
     else:

@@ -20,6 +20,7 @@ from typing import Any
 import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from llmscope.store.codec import (
     JSON_RESULT_COLUMNS,
@@ -259,6 +260,15 @@ class Store(SchemaMigrations, StoreWrites, RunQueries, ResultQueries, FailingLis
                 self._forget_keys()
             try:
                 return self.con.execute(sql, params or []).df()
+            except duckdb.Error as e:
+                raise explain(e, self.path, "querying") from e
+
+    def query_arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
+        """A read as an Arrow table (strings stay in Arrow buffers: a 1M-row frame of the
+        metrics pipeline converts ~1 s faster than through `query_df`; analysis.queries)."""
+        with self._lock:
+            try:
+                return self.con.sql(sql, params=list(params or [])).to_arrow_table()
             except duckdb.Error as e:
                 raise explain(e, self.path, "querying") from e
 

@@ -23,7 +23,10 @@ def accuracy_metrics(ctx: MetricContext) -> list[Metric]:
     if "correct" not in ctx.df:
         return []
     ok = ctx.ok()
-    ok = ok[pd.to_numeric(ok["correct"], errors="coerce").notna()]
+    # only the columns read below: the per-group frames then copy two columns, not every one
+    ok = ok[[c for c in dict.fromkeys(["correct", "variant", *(_group_col(ok, f) for f in ctx.by)]) if c]]
+    scored = pd.to_numeric(ok["correct"], errors="coerce").notna()
+    ok = ok if scored.all() else ok[scored]
     if ok.empty:
         return []
     out: list[Metric] = []

@@ -48,6 +48,7 @@ def yesno_metrics(ctx: MetricContext) -> list[Metric]:
     ok = ctx.ok()
     if ok.empty or "p_yes" not in ok:
         return []
+    ok = ok[[c for c in ("variant", "p_yes", "p_no", "other", "gold") if c in ok]]  # what is read below
     out: list[Metric] = []
     groups: list[tuple[dict[str, Any], pd.DataFrame]] = [({}, ok)]
     if ok["variant"].nunique() > 1:
