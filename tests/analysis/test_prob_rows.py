@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from llmscope.analysis.producers import calibration as M
 from llmscope.analysis.prob_rows import brier_items, flatten, raw_confidences, tie_flags
+from llmscope.analysis.producers import calibration as M
 from llmscope.store.db import Store
 from tests.helpers.mixed import write_labels_db, write_mixed_db, write_yesno_db
 
