@@ -31,7 +31,7 @@ difficulties and abilities share one scale with the 2PL's. It cannot express a n
 discrimination; the flags come from the 2PL fit.
 
 Expected accuracy (the probability of the gold answer) is shown beside the fit where a run stores
-it (choice: the scoring method's `expected_acc`; yes/no: P(gold)); the libraries fit 0/1
+it (the scoring method's `expected_acc` in a row's `extra`, else P(gold) in its `probs`); the libraries fit 0/1
 responses, so it is described, not fitted.
 """
 
@@ -138,13 +138,16 @@ def _clean(v: Any) -> Any:
 
 
 # -- the matrix from stored runs ------------------------------------------------------------------
-def _expected_acc(probs: Any, gold: Any, extra: Any, task: str) -> float:
-    if task == "choice" and isinstance(extra, Mapping):
+def _expected_acc(probs: Any, gold: Any, extra: Any) -> float:
+    """What the row stores as its expected accuracy: the choice method's `expected_acc` in
+    `extra`, else the probability of the gold answer in `probs`; NaN when it stores neither."""
+    if isinstance(extra, Mapping):
         methods = extra.get("methods")
         m = methods.get(extra.get("choice_method")) if isinstance(methods, Mapping) else None
         v = m.get("expected_acc") if isinstance(m, Mapping) else None
-        return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else math.nan
-    if task == "yesno" and isinstance(probs, Mapping) and gold is not None:
+        if isinstance(v, (int, float)) and math.isfinite(v):
+            return float(v)
+    if isinstance(probs, Mapping) and gold is not None:
         v = probs.get(str(gold))
         return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else math.nan
     return math.nan
@@ -167,16 +170,11 @@ def response_matrix(store: Any, runs: Sequence[Mapping[str, Any]]) -> ResponseMa
             "WHERE run_id = ?",
             [r["run_id"]],
         )
-        task = str(r.get("task") or "")
-        if task in ("choice", "yesno"):
-            probs = decode_json_many(df["probs"])
-            extra = decode_json_many(df["extra"])
-            exp = [
-                _expected_acc(p, g, e, task)
-                for p, g, e in zip(probs, df["gold"], extra, strict=True)
-            ]
-        else:
-            exp = [math.nan] * len(df)
+        # read from what each row stores, not from the task's name (the task registry is the
+        # single source of what a task is: tests/engine/tasks/test_registry.py)
+        probs = decode_json_many(df["probs"])
+        extra = decode_json_many(df["extra"])
+        exp = [_expected_acc(p, g, e) for p, g, e in zip(probs, df["gold"], extra, strict=True)]
         ok = df["error"].isna() & df["correct"].notna()
         bad = df.loc[ok & ~df["correct"].isin([0.0, 1.0]), "correct"]
         if len(bad):
