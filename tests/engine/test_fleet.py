@@ -20,6 +20,7 @@ import pytest
 
 from llmscope.engine.fleet import COOL_OFF_MAX_S, COOL_OFF_S, Fleet
 from llmscope.engine.openai import OpenAIBackend
+from tests.helpers.cli import api_run_args
 from tests.helpers.oai import CANARY_KEY, start_server, stop_server
 
 TOP = [["Yes", -0.3], ["No", -1.6]]
@@ -146,26 +147,9 @@ def test_cli_run_loses_a_replica_mid_run_and_stores_every_item_once(tmp_path: Pa
         env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY, "OMP_NUM_THREADS": "1"}
         env.pop("OPENAI_BASE_URL", None)
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "llmscope",
-                "--db",
-                str(db),
-                "run",
-                "--suite",
-                str(spec),
-                "--model",
-                "openai:test-model",
-                "--base-url",
-                a.base_url,
-                "--base-url",
-                b.base_url,
-                "--concurrency",
-                "2",
-                "--quiet",
-                "--no-report",
-            ],
+            [sys.executable, "-m", "llmscope",
+             *api_run_args(spec, db, a.base_url, "--base-url", b.base_url, "--concurrency", "2",
+                           "--quiet", "--no-report")],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
