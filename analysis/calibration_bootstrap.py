@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from .calibration import uniform_bin
+from .definitions import EXACT_MAX_CLUSTERS, THIN_BIN_CLUSTERS
 from .intervals import resample_weights
 
 __all__ = [
@@ -44,12 +45,8 @@ __all__ = [
     "calibration_bootstrap",
 ]
 
-# Above this many clusters the bin totals are drawn (`APPROX_METHOD`): the exact bootstrap costs
-# ~1 s per 10,000 clusters here (2,000 resamples), and at 10,000 clusters its ends differ
-# from the approximation's by Monte Carlo noise (tests/analysis/test_calibration_bootstrap.py).
-EXACT_MAX_CLUSTERS = 10_000
-# A bin with fewer clusters than this has its clusters drawn exactly (not by the normal).
-THIN_BIN_CLUSTERS = 1_000
+# EXACT_MAX_CLUSTERS and THIN_BIN_CLUSTERS are set in analysis/definitions.py, beside the
+# interval description that states them (that module imports no numerics).
 
 EXACT_METHOD = "cluster-bootstrap"
 APPROX_METHOD = "cluster-bootstrap (normal bin totals)"

@@ -11,8 +11,6 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .calibration_bootstrap import EXACT_MAX_CLUSTERS, THIN_BIN_CLUSTERS
-
 __all__ = [
     "BootstrapConfig",
     "BOOTSTRAP",
@@ -68,6 +66,12 @@ class MetricDef:
 RATE_CI = "cluster-t (CR1 sandwich, t with G-1 df) over clusters; Wilson without clustering"
 MEAN_CI = "cluster-t (CR1 sandwich, t with G-1 df) on the per-item values, over clusters"
 BOOT_CI = "percentile cluster bootstrap (BOOTSTRAP resamples and seed), clusters resampled"
+# analysis/calibration_bootstrap.py: above EXACT_MAX_CLUSTERS clusters the exact bootstrap (~1 s per
+# 10,000 clusters, 2,000 resamples) gives way to drawn bin totals, whose ends differ from the exact
+# ones by Monte Carlo noise there (tests/analysis/test_calibration_bootstrap.py); a bin with fewer
+# than THIN_BIN_CLUSTERS clusters has its clusters drawn exactly.
+EXACT_MAX_CLUSTERS = 10_000
+THIN_BIN_CLUSTERS = 1_000
 # ECE/MCE: the exact bootstrap costs clusters x resamples draws; above a stated size the bin
 # totals are drawn instead, named in the interval method (analysis/calibration_bootstrap.py)
 CAL_BOOT_CI = (f"{BOOT_CI}; above {EXACT_MAX_CLUSTERS:,} clusters each resample's bin totals are drawn "
