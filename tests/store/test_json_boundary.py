@@ -40,9 +40,7 @@ ALLOWED = {
                        'finite numbers.'): "docstring",
     ("data/safety.py", "obj = json.loads(text, **kw)"): "source files, guarded parser",
     ("data/hf_datasets.py", 'data = json.loads(path.read_text(encoding="utf-8-sig"))'): "dataset source file",
-    ("llmscope/cli.py", "return dict(json.loads(json.dumps(desc, default=str)))"): "a JSON round trip of a dict",
     ("llmscope/live.py", "row = orjson.loads(line)"): "live channel file",
-    ("llmscope/live.py", "snap = json.loads(p.read_text())"): "live channel file",
     ("llmscope/live.py", 'snap = json.loads(data.decode("utf-8"))'): "live channel file",
     ("llmscope/live.py", "row = json.loads(line)"): "live channel file",
     ("llmscope/live.py", "row = json.loads(f.read(n))"): "live channel file",
@@ -53,7 +51,6 @@ ALLOWED = {
         "published results file",
     ("analysis/probeval.py", "r = json.loads(line)"): "CFC targets file",
     ("analysis/commonsense.py", "r = json.loads(line)"): "published results file",
-    ("bench/_before.py", 'data = json.loads(f.read_text(encoding="utf-8"))'): "answer-set file (old path)",
     ("bench/scale.py", "return dict(json.loads(out.read_text()))"): "a child process's figures",
     ("bench/study_matrix.py", "return dict(json.loads(out.stdout.strip().splitlines()[-1]))"):
         "a child process's figures",
@@ -69,6 +66,17 @@ def test_no_json_decoding_of_stored_columns_outside_store() -> None:
                 if LOADS.search(line) and (rel, line.strip()) not in ALLOWED:
                     found.append(f"{rel}:{n}: {line.strip()}")
     assert not found, "decode stored JSON with llmscope.store.codec.decode_json or a Store API:\n" + "\n".join(found)
+
+
+def test_every_allowed_decoder_still_exists() -> None:
+    # an entry whose line is gone would silently allow that line back anywhere in its file
+    present = set()
+    for d in CODE_DIRS:
+        for f in sorted((ROOT / d).rglob("*.py")):
+            rel = f.relative_to(ROOT).as_posix()
+            present |= {(rel, ln.strip()) for ln in f.read_text(encoding="utf-8").splitlines() if LOADS.search(ln)}
+    stale = sorted(set(ALLOWED) - present)
+    assert not stale, "remove allow-list entries whose line is gone:\n" + "\n".join(map(str, stale))
 
 
 def test_the_check_finds_a_new_decoder() -> None:
