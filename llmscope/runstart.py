@@ -70,6 +70,9 @@ class RunRequest:
     model_arg: str | None = (
         None  # recorded model argument when it differs from config.model (rerun)
     )
+    # Other prompt templates: the run scores the derived suite `<suite>~<level>`
+    # (data/derived.py); a resume or rerun of such a run derives it again from the run's record.
+    templates: Any = None  # data.derived.Derivation
 
 
 @dataclass
@@ -181,6 +184,8 @@ def prepare_run(store: Any, req: RunRequest) -> PreparedRun:
 
     Raises ConfigError / SuiteError / TaskOptionError for bad input, RunComplete when the run
     holds every result asked for, RunBusy when another live process writes it."""
+    from llmscope.data.derived import apply as apply_templates
+    from llmscope.data.derived import derivation_of_run
     from llmscope.data.suites import load_suite
     from llmscope.engine.config import resume_inputs
     from llmscope.engine.tasks.options import TaskOptionError, validate_task_options
@@ -207,6 +212,13 @@ def prepare_run(store: Any, req: RunRequest) -> PreparedRun:
         )
     cfg, _spec = cfg.resolve()  # flags checked before anything is loaded or written
     suite = load_suite(suite_name, suite_path)
+    if req.templates is not None and (existing is not None or req.rerun is not None):
+        raise ConfigError("other templates make another run: give them without --resume")
+    suite = apply_templates(
+        suite,
+        req.templates
+        or derivation_of_run(existing or (req.rerun.run if req.rerun is not None else {})),
+    )
     if req.rerun is not None:
         keep = set(req.rerun.item_ids)
         suite._items = [it for it in suite.items() if it.item_id in keep]
