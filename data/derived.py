@@ -85,7 +85,7 @@ def normalize_templates(suite: Suite, templates: Any) -> dict[str, str]:
         unknown = [k for k in out if k not in variants]
         if unknown:
             raise TemplateError(
-                f"variant {unknown[0]!r} is not one of suite {suite.name!r}'s variants "
+                f"variant {unknown[0]!r} is not a variant of suite {suite.name!r} "
                 f"({', '.join(variants)}), whose gold answers depend on the variant (variant_gold)"
             )
     have = _item_fields(suite)
