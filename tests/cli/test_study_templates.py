@@ -204,7 +204,9 @@ def test_template_levels_run_as_derived_suites_and_llmscope_run_makes_the_same_r
     ]
     spec = json.loads(stored["rel-choice~terse"])
     assert spec["templates"] == {"q": TERSE_CH}
-    assert spec["derived_from"]["suite"] == "rel-choice" and spec["derived_from"]["level"] == "terse"
+    assert (
+        spec["derived_from"]["suite"] == "rel-choice" and spec["derived_from"]["level"] == "terse"
+    )
     # report prints the derived suite's name; its headline is the matrix's
     rep = cli("report", "--db", str(db), "--json")
     assert rep.returncode == 0, rep.stderr
