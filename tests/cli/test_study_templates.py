@@ -102,6 +102,16 @@ grid:
     assert by["ch | default | template=partial"] == Derivation("partial", "{text}?")
 
 
+def test_docs_templates_example_is_a_valid_study(tmp_path):
+    """The templates example in docs/studies.md reads (built-in suites), 3 suites x 2 levels."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "studies.md").read_text("utf-8")
+    blocks = [b.split("```")[0] for b in text.split("```yaml\n")[1:]]
+    block = next(b for b in blocks if "templates:" in b)
+    study = load_study(_write(tmp_path / "ex.yaml", "name: ex\n" + block))
+    got = {c.key: c.templates.level if c.templates else None for c in study.cells}
+    assert len(got) == 6 and sorted(v for v in got.values() if v) == ["terse"] * 3
+
+
 @pytest.mark.parametrize(
     ("body", "line", "field", "needles"),
     [
@@ -214,6 +224,13 @@ def test_template_levels_run_as_derived_suites_and_llmscope_run_makes_the_same_r
     for c in cells.values():
         r = rows[(c["run_id"], c["metric"])]
         assert (c["value"], c["ci95"], c["n"]) == (r["value"], r["ci95"], r["n"])
+    # the two template levels pair up item by item (the derived suite has its parent's items)
+    own, terse = cells["yn | api | template=own"], cells["yn | api | template=terse"]
+    cmp = cli("compare", own["run_id"], terse["run_id"], "--db", str(db), "--json")
+    assert cmp.returncode == 0, cmp.stderr
+    pair = json.loads(cmp.stdout)["comparisons"][0]
+    assert own["metric"] == terse["metric"] == "accuracy"
+    assert pair["n"] == 6 and pair["diff"] == pytest.approx(terse["value"] - own["value"])
     # `llmscope run --templates` names the same run as the study cell (so: complete)
     tfile = _write(tmp_path / "terse.yaml", json.dumps(TERSE_YN))
     common = ["--model", "openai:test-model", "--base-url", server.base_url, "--db", str(db)]
