@@ -97,3 +97,16 @@ async def test_template_factor_labels_numbers_and_derived_runs(study_db) -> None
         assert isinstance(app.screen, DashboardScreen)
         assert app.screen.run_id == status[key]["run_id"]
         assert "rel-yesno~terse" in screen_text(app)
+
+
+def test_live_item_reader_builds_the_derived_suite(tmp_path: Path) -> None:
+    """A running derived-suite run's items and spec, read from its files for the dashboard."""
+    from llmscope.data.derived import with_templates
+    from llmscope.data.suites import load_suite
+    from llmscope.tui.data.live import items_from_suite
+
+    yn = write_yesno_suite(tmp_path / "yn", 3)
+    d = with_templates(load_suite(yn), {"a": "Q: {text}"}, "terse")
+    spec, items = items_from_suite({"meta": {"suite": d.describe()}})
+    assert spec["name"] == "rel-yesno~terse" and spec["templates"] == {"a": "Q: {text}"}
+    assert sorted(items) == ["q0", "q1", "q2"]
