@@ -240,6 +240,10 @@ def test_template_levels_run_as_derived_suites_and_llmscope_run_makes_the_same_r
     )  # fmt: skip
     assert again.returncode == 0, again.stderr[-2000:]
     assert f"run {cells['yn | api | template=terse']['run_id']} is already complete" in again.stderr
+    # ... and so does the derived suite's name, found in the database
+    named = cli("run", "--suite", "rel-yesno~terse", "--limit", "3", *common, env=cli_env(**ENV))
+    assert named.returncode == 0, named.stderr[-2000:]
+    assert f"run {cells['yn | api | template=terse']['run_id']} is already complete" in named.stderr
     # resuming the derived run without --limit derives it again and scores the rest
     rid = cells["yn | api | template=terse"]["run_id"]
     more = cli(
@@ -253,7 +257,21 @@ def test_template_levels_run_as_derived_suites_and_llmscope_run_makes_the_same_r
     (suite_id,) = con.execute("SELECT suite_id FROM runs WHERE run_id = ?", [rid]).fetchone()
     con.close()
     assert n == distinct == 12 and suite_id.startswith("rel-yesno~terse@")
-    # another level name is another run; a template naming a missing field: one line
+    # other templates under the same level name: another suite of that name, so the name alone
+    # no longer says which one
+    (tmp_path / "v2").mkdir()
+    t2 = _write(tmp_path / "v2" / "terse.yaml", json.dumps({"a": "Yes/no? {text}"}))
+    two = cli(
+        "run", "--suite", str(yn), "--templates", str(t2), "--limit", "1", "--no-report", *common,
+        env=cli_env(**ENV),
+    )  # fmt: skip
+    assert two.returncode == 0, two.stderr[-2000:]
+    assert_clean_error(
+        cli("run", "--suite", "rel-yesno~terse", *common, env=cli_env(**ENV)),
+        "holds 2 suites named 'rel-yesno~terse'",
+        "--templates",
+    )
+    # a template naming a missing field: one line
     bad = _write(tmp_path / "bad.yaml", "a: '{nosuch}'\nb: '{text}'\n")
     err = cli("run", "--suite", str(yn), "--templates", str(bad), *common, env=cli_env(**ENV))
     assert_clean_error(err, "names field 'nosuch'", "templates 'bad'")
