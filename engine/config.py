@@ -187,9 +187,11 @@ def resume_inputs(run: dict[str, Any]) -> ResumeInputs:
     """
     opts = run.get("options") or {}
     suite_meta = (run.get("meta") or {}).get("suite") or {}
-    name, path = suite_meta.get("spec_path") or suite_meta.get("name"), None
+    derived = suite_meta.get("derived")  # other templates: the parent, derived again on load
+    base = (derived.get("parent") if isinstance(derived, dict) else None) or suite_meta.get("name")
+    name, path = suite_meta.get("spec_path") or base, None
     if not suite_meta.get("spec_path") and suite_meta.get("items_path"):
-        name, path = suite_meta.get("name"), suite_meta.get("items_path")
+        name, path = base, suite_meta.get("items_path")
     task = dict(opts.get("task") or {})
     task.pop("task", None)
     return ResumeInputs(name, path, task, opts.get("limit"), config_of_run(run))

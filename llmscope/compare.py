@@ -76,6 +76,13 @@ def resolve_runs(stores: Sequence[Store], refs: Sequence[str]) -> list[tuple[dic
     return found
 
 
+def _items_of(store: Store, run: dict[str, Any]) -> str:
+    """The suite whose items a run scored: a derived suite's parent (same items), else its own."""
+    derived = store.suite_spec(run["suite_id"]).get("derived_from")
+    parent = derived.get("suite_id") if isinstance(derived, dict) else None
+    return str(parent or run["suite_id"])
+
+
 def compare_runs(store: Store | Sequence[Store], run_ids: list[str]) -> dict[str, Any]:
     """Each run against the first: accuracies, paired difference (cluster bootstrap CI and
     p-value), McNemar when pairs are independent, disagreements.
@@ -89,7 +96,9 @@ def compare_runs(store: Store | Sequence[Store], run_ids: list[str]) -> dict[str
     stores = [store] if isinstance(store, Store) else list(store)
     located = resolve_runs(stores, run_ids)
     runs = [run for run, _ in located]
-    suites = {r["suite_id"] for r in runs}
+    # a suite with other templates (`<suite>~<level>`, data/derived.py) has its parent's items:
+    # its runs pair with the parent's and with other levels' item by item (and variant)
+    suites = {_items_of(st, r) for r, st in located}
     if len(suites) > 1:
         raise CompareError(f"runs are on different suites ({', '.join(sorted(suites))}); compare needs one suite")
     first = located[0][1]

@@ -70,6 +70,9 @@ class RunRequest:
     model_arg: str | None = (
         None  # recorded model argument when it differs from config.model (rerun)
     )
+    # Other prompt templates: the run scores the derived suite `<suite>~<level>`
+    # (data/derived.py); a resume or rerun of such a run derives it again from the run's record.
+    templates: Any = None  # data.derived.Derivation
 
 
 @dataclass
@@ -176,11 +179,47 @@ def _find_by_key(store: Any, key: str) -> dict[str, Any] | None:
     return store.get_run(str(row[0])) if row else None
 
 
+def _stored_derived(store: Any, name: str) -> tuple[str | None, str | None, Any] | None:
+    """`--suite commonsense-sample~terse` names a derived suite stored in this database (no file
+    holds it): its parent (as the suite's runs found it) and templates. None when the name is
+    a built-in suite or a file, or no derived suite of that name is stored."""
+    from pathlib import Path
+
+    from llmscope.data.derived import SEP, Derivation
+    from llmscope.engine.config import resume_inputs
+    from llmscope.store.db import decode_json
+
+    if SEP not in name or Path(name).exists():
+        return None
+    found: dict[str, tuple[str | None, str | None, Any]] = {}
+    for sid, raw in store.execute(
+        "SELECT suite_id, spec FROM suites WHERE name = ? AND suite_id IN (SELECT suite_id FROM runs)",
+        [name],
+    ).fetchall():
+        spec = decode_json(raw) if isinstance(raw, str) else raw
+        d = spec.get("derived_from") if isinstance(spec, dict) else None
+        if not isinstance(d, dict) or not isinstance(d.get("level"), str):
+            continue
+        row = store.execute(
+            "SELECT run_id FROM runs WHERE suite_id = ? ORDER BY started_at DESC LIMIT 1", [sid]
+        ).fetchone()
+        rin = resume_inputs(store.get_run(str(row[0])) or {})
+        found[str(sid)] = (rin.suite_name, rin.suite_path, Derivation(d["level"], spec["templates"]))
+    if len(found) > 1:
+        raise ConfigError(
+            f"{store.path} holds {len(found)} suites named {name!r} ({', '.join(sorted(found))}): "
+            "give the templates with --suite PARENT --templates FILE"
+        )
+    return next(iter(found.values()), None)
+
+
 def prepare_run(store: Any, req: RunRequest) -> PreparedRun:
     """Check a request and find the run it continues, loading no model (see the module doc).
 
     Raises ConfigError / SuiteError / TaskOptionError for bad input, RunComplete when the run
     holds every result asked for, RunBusy when another live process writes it."""
+    from llmscope.data.derived import apply as apply_templates
+    from llmscope.data.derived import derivation_of_run
     from llmscope.data.suites import load_suite
     from llmscope.engine.config import resume_inputs
     from llmscope.engine.tasks.options import TaskOptionError, validate_task_options
@@ -206,7 +245,19 @@ def prepare_run(store: Any, req: RunRequest) -> PreparedRun:
             "--suite is required (a built-in name, see `llmscope suites`, or a spec path)"
         )
     cfg, _spec = cfg.resolve()  # flags checked before anything is loaded or written
+    derivation = req.templates
+    if derivation is None and existing is None and req.rerun is None:
+        named = _stored_derived(store, str(suite_name))  # `--suite PARENT~LEVEL`, run before
+        if named is not None:
+            suite_name, suite_path, derivation = named
     suite = load_suite(suite_name, suite_path)
+    if req.templates is not None and (existing is not None or req.rerun is not None):
+        raise ConfigError("other templates make another run: give them without --resume")
+    suite = apply_templates(
+        suite,
+        derivation
+        or derivation_of_run(existing or (req.rerun.run if req.rerun is not None else {})),
+    )
     if req.rerun is not None:
         keep = set(req.rerun.item_ids)
         suite._items = [it for it in suite.items() if it.item_id in keep]

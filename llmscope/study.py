@@ -24,11 +24,15 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from llmscope.engine.config import BackendConfig, ConfigError
+
+if TYPE_CHECKING:
+    from llmscope.data.derived import Derivation
+    from llmscope.runstart import RunRequest
 
 STUDY_KEYS = ("name", "db", "suites", "models", "options", "grid", "plan", "description")
 # Run options a study may set (top-level `options`, a model or suite entry, a grid level):
@@ -44,7 +48,10 @@ RUN_KEYS: tuple[str, ...] = (*_CONFIG_FIELDS, *_EXTRA_KEYS)
 # one run (the run's identity leaves them out).
 _NOT_A_FACTOR = ("limit", "cache", "concurrency", "timeout", "max_retries", "batch_size", "threads")
 MODEL_KEYS = ("model", "label", *RUN_KEYS)
-SUITE_KEYS = ("suite", "suite_path", "label", *RUN_KEYS)
+# `templates` (a suite entry, a grid level): other prompt templates make a derived suite
+# `<suite>~<level>` with its own identity (data/derived.py), not a run option.
+SUITE_KEYS = ("suite", "suite_path", "label", "templates", *RUN_KEYS)
+LEVEL_KEYS = ("templates", *RUN_KEYS)
 
 
 class StudyError(Exception):
@@ -105,6 +112,8 @@ class Cell:
     levels: dict[str, str]  # factor name -> level label
     options: dict[str, Any]  # merged run options (config fields, limit, opt, cache)
     sources: dict[str, str]  # option (or opt.NAME) -> where in the file it was set
+    templates: Derivation | None = None  # other prompt templates: the suite `<suite>~<level>`
+    templates_field: str | None = None  # where in the file they were given (dotted)
 
     def config(self) -> BackendConfig:
         """The cell's BackendConfig (unresolved), as `llmscope run`'s flags would fill it."""
@@ -113,6 +122,21 @@ class Cell:
 
     def task_options(self) -> dict[str, Any]:
         return dict(self.options.get("opt") or {})
+
+    def request(self, plan: tuple[dict[str, Any], str, str] | None = None) -> RunRequest:
+        """The cell as the request `llmscope run` would make from the same flags."""
+        from llmscope.runstart import RunRequest
+
+        return RunRequest(
+            suite_name=self.suite.suite,
+            suite_path=self.suite.suite_path,
+            config=self.config(),
+            task_options=self.task_options(),
+            limit=self.options.get("limit"),
+            cache=bool(self.options.get("cache", True)),
+            plan=plan,
+            templates=self.templates,
+        )
 
 
 @dataclass
@@ -132,7 +156,7 @@ class Study:
         """What `study status NAME` needs without the file: the grid's shape and its cells."""
         return {
             "name": self.name,
-            "source": str(self.path),
+            "source": str(self.path.resolve()),
             "suites": [s.label for s in self.suites],
             "models": [m.label for m in self.models],
             "factors": {f.name: [lab for lab, _ in f.levels] for f in self.factors},
@@ -265,11 +289,23 @@ def _run_options(
             )
         if k == "limit" and v is not None and v < 1:
             raise w.error(f"must be 1 or more, got {v}", (*at, k))
+        if k == "templates":
+            if not (isinstance(v, str) or (isinstance(v, dict) and v)):
+                raise w.error(
+                    "must be a template (text), a mapping variant -> template, or (in a grid "
+                    "level) a mapping suite label -> templates",
+                    (*at, k),
+                )
+            sources[k] = _located(w, (*at, k))
+            for tk in v if isinstance(v, dict) else ():
+                sources[f"templates.{tk}"] = _located(w, (*at, k, str(tk)))
+            out[k] = v
+            continue
         if k == "opt":
             if "templates" in v:
                 raise w.error(
-                    "prompt templates belong to the suite: list one suite spec per template set under "
-                    "`suites`, or vary system_prompt, chat or a task option (e.g. label_template)",
+                    "prompt templates make another suite: give them as `templates:` in a grid level "
+                    "or a suite entry (docs/studies.md), not as a task option",
                     (*at, k, "templates"),
                 )
             for ok in v:
@@ -315,6 +351,8 @@ def _model_arg(base: Path, model: str | None) -> str | None:
 
 def load_study(path: str | Path) -> Study:
     """Read and check a study file (YAML or TOML); raises StudyError naming file, line, field."""
+    from llmscope.data.derived import Derivation
+
     p = Path(path)
     data, w = _read(p)
     base = p.resolve().parent
@@ -347,8 +385,13 @@ def load_study(path: str | Path) -> Study:
                 f"unknown key; allowed: {', '.join(SUITE_KEYS)}", ("suites", i, str(bad[0]))
             )
         opts = _run_options(
-            {k: v for k, v in s.items() if k in RUN_KEYS}, w, ("suites", i), RUN_KEYS, src
+            {k: v for k, v in s.items() if k in LEVEL_KEYS}, w, ("suites", i), LEVEL_KEYS, src
         )
+        if "templates" in opts and not s.get("label"):
+            raise w.error(
+                "templates make the suite `<suite>~<label>`: give this entry a `label:`",
+                ("suites", i, "templates"),
+            )
         sname = _suite_arg(base, s["suite"])
         spath = s.get("suite_path")
         if spath is not None and not isinstance(spath, str):
@@ -415,6 +458,10 @@ def load_study(path: str | Path) -> Study:
                 raise w.error(
                     "name the option itself (a task option or a run option), with its values", at
                 )
+            if fname == "templates":
+                raise w.error(
+                    "template sets are named levels: `FACTOR: {LEVEL: {templates: ...}, ...}`", at
+                )
             if not spec:
                 raise w.error("a factor needs at least one value", at)
             for j, v in enumerate(spec):
@@ -444,7 +491,7 @@ def load_study(path: str | Path) -> Study:
                     (
                         str(lab),
                         _run_options(
-                            opts if opts is not None else {}, w, (*at, str(lab)), RUN_KEYS, src
+                            opts if opts is not None else {}, w, (*at, str(lab)), LEVEL_KEYS, src
                         ),
                     )
                 )
@@ -479,6 +526,7 @@ def load_study(path: str | Path) -> Study:
         except PlanError as e:
             raise w.error(str(e), ("plan",)) from None
 
+    suite_labels = {s.label for s, _ in suites}
     cells: list[Cell] = []
     combos = itertools.product(*[range(len(f.levels)) for f, _ in factors]) if factors else [()]
     level_combos = list(combos)
@@ -503,12 +551,36 @@ def load_study(path: str | Path) -> Study:
                             )
                         seen[k] = f.name
                 merged = _merge(common, s.options, m.options, *[lv[1] for _, lv, _ in chosen])
+                merged.pop("templates", None)
                 src = {**sources, **ssrc, **msrc}
-                for _, _, lsrc in chosen:
+                i_s = [x for x, _ in suites].index(s)
+                tpl, tpl_at = (
+                    (Derivation(s.label, s.options["templates"]), ("suites", i_s, "templates"))
+                    if "templates" in s.options
+                    else (None, None)
+                )
+                for f, (lab, opts), lsrc in chosen:
                     src.update(lsrc)
+                    if "templates" in opts:
+                        got = _level_templates(opts["templates"], s, suite_labels, w, f, lab)
+                        if got is not None:
+                            tpl, tpl_at = Derivation(lab, got[0]), got[1]
+                            src["templates"] = _located(w, tpl_at)
                 levels_map = {f.name: lv[0] for f, lv, _ in chosen}
                 key = " | ".join([s.label, m.label, *(f"{k}={v}" for k, v in levels_map.items())])
-                cells.append(Cell(key, pos, s, m, levels_map, merged, src))
+                cells.append(
+                    Cell(
+                        key,
+                        pos,
+                        s,
+                        m,
+                        levels_map,
+                        merged,
+                        src,
+                        tpl,
+                        _dotted(tpl_at) if tpl_at is not None else None,
+                    )
+                )
                 pos += 1
     study = Study(
         name.strip(),
@@ -526,6 +598,28 @@ def load_study(path: str | Path) -> Study:
     return study
 
 
+def _level_templates(
+    value: Any, s: SuiteEntry, suite_labels: set[str], w: _Where, f: Factor, lab: str
+) -> tuple[Any, tuple[Any, ...]] | None:
+    """A grid level's templates for suite `s`, and where they are: one template set for every
+    suite, or a mapping suite label -> template set (None: this suite keeps its templates)."""
+    at: tuple[Any, ...] = ("grid", f.name, lab, "templates")
+    if isinstance(value, dict):
+        named = [k for k in value if str(k) in suite_labels]
+        if named and len(named) < len(value):
+            other = next(k for k in value if str(k) not in suite_labels)
+            raise w.error(
+                f"{other!r} is not a suite label of this study ({', '.join(sorted(suite_labels))}); "
+                "a level's templates are either one set for every suite or keyed by suite label",
+                (*at, str(other)),
+            )
+        if named:
+            if s.label not in value:
+                return None
+            return value[s.label], (*at, s.label)
+    return value, at
+
+
 def _suite_arg(base: Path, value: str) -> str:
     from llmscope.data.registry import BUILTIN_DIR, external_suite
 
@@ -541,11 +635,12 @@ def _level_label(v: Any) -> str:
 def check_cells(study: Study, w: _Where | None = None) -> None:
     """Check every cell as `llmscope run` would before loading a model: the backend options and
     each suite's task options and design. Errors name the file, line and field that set the value."""
+    from llmscope.data.derived import TemplateError, with_templates
     from llmscope.data.suites import SuiteError, load_suite
     from llmscope.engine.models import ModelSpecError
     from llmscope.engine.tasks.options import TaskOptionError, validate_task_options
 
-    loaded: dict[tuple[str, str | None], Any] = {}
+    loaded: dict[tuple[Any, ...], Any] = {}
     checked: set[str] = set()
     for c in study.cells:
         try:
@@ -561,7 +656,7 @@ def check_cells(study: Study, w: _Where | None = None) -> None:
             raise _cell_error(
                 study, c, str(e), "model", at=f"models[{study.models.index(c.model)}]"
             ) from None
-        sk = (c.suite.suite, c.suite.suite_path)
+        sk: tuple[Any, ...] = (c.suite.suite, c.suite.suite_path)
         if sk not in loaded:
             try:
                 loaded[sk] = load_suite(*sk)
@@ -575,6 +670,20 @@ def check_cells(study: Study, w: _Where | None = None) -> None:
                     at=f"suites[{study.suites.index(c.suite)}]",
                 ) from None
         suite = loaded[sk]
+        if c.templates is not None:
+            dk = (*sk, c.templates.level, json.dumps(c.templates.templates, sort_keys=True))
+            if dk not in loaded:
+                try:
+                    loaded[dk] = with_templates(suite, c.templates.templates, c.templates.level)
+                except TemplateError as e:
+                    raise _cell_error(
+                        study,
+                        c,
+                        f"templates {c.templates.level!r}: {e}",
+                        "templates",
+                        at=c.templates_field,
+                    ) from None
+            suite, sk = loaded[dk], dk
         opts = c.task_options()
         if c.options.get("chat") is not None:
             opts["chat"] = c.options["chat"]

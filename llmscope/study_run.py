@@ -110,16 +110,18 @@ async def run_study(
     say: Say,
     check_endpoint: Callable[[Cell, Any], None] | None = None,
     progress_every_s: float = 10.0,
+    replace: bool = False,
 ) -> list[CellOutcome]:
     """Run every cell of `study` into `store` (opened for writing); returns each cell's outcome.
 
     `check_endpoint(cell, config)` is called before an API cell's first request (the CLI prints
-    the endpoint and refuses an untrusted one by raising)."""
+    the endpoint and refuses an untrusted one by raising). Raises StudyConflict (nothing run)
+    when another study file holds the name, unless `replace` (llmscope/study_store.py)."""
     from llmscope.engine.hf.loading import keep_loaded
     from llmscope.engine.runner import RunBusy, RunInterrupted
-    from llmscope.runstart import RunComplete, RunRequest, execute, prepare_run, start_run
+    from llmscope.runstart import RunComplete, execute, prepare_run, start_run
 
-    record_study(store, study)
+    record_study(store, study, replace=replace)
     plan = _plan_for(study)
     outcomes: dict[str, CellOutcome] = {}
     ready: list[tuple[Cell, Any]] = []
@@ -136,17 +138,8 @@ async def run_study(
             if plan is not None and plan[0].get("suite") in (cell.suite.suite, cell.suite.label)
             else None
         )
-        req = RunRequest(
-            suite_name=cell.suite.suite,
-            suite_path=cell.suite.suite_path,
-            config=cell.config(),
-            task_options=cell.task_options(),
-            limit=cell.options.get("limit"),
-            cache=bool(cell.options.get("cache", True)),
-            plan=planned,
-        )
         try:
-            prep = prepare_run(store, req)
+            prep = prepare_run(store, cell.request(planned))
         except RunComplete as e:
             tag_run(store, e.run_id, study.name, cell.key)
             state = "done_with_errors" if e.n_errors else "done"

@@ -43,13 +43,56 @@ def _has_tables(store: Any) -> bool:
     return bool(row and row[0] == 2)
 
 
-def record_study(store: Any, study: Study) -> None:
-    """Record the study and its cells (cells already recorded keep their run and state)."""
+class StudyConflict(Exception):
+    """Another study file already holds this study name in the database (one line)."""
+
+
+def study_conflict(store: Any, study: Study) -> str | None:
+    """Why `study` cannot be recorded under its name: the database holds a study of that name
+    from another file with other content (None: the same study, perhaps edited or moved).
+
+    A study name is how `study status NAME`, the TUI and `meta.studies` find cells; two files
+    sharing it would mix their cells, so the second is refused unless it replaces the first."""
+    if not _has_tables(store):
+        return None
+    row = store.execute(
+        "SELECT source, spec_hash FROM studies WHERE name = ?", [study.name]
+    ).fetchone()
+    if row is None or row[1] == study.spec_hash:
+        return None  # a study file moved (same content) is the same study
+    source = str(row[0] or "")
+    if source and Path(source).resolve() == study.path.resolve():
+        return None  # the same file, edited: its cells are kept or dropped key by key
+    return (
+        f"study {study.name!r} in {store.path} was recorded from another file, {source} "
+        f"(spec {row[1]}); give this study another `name:` in {study.path}, or run it with "
+        f"--replace to make this file the study {study.name!r} (the other file's cells leave "
+        "the study; their runs stay)"
+    )
+
+
+def record_study(store: Any, study: Study, *, replace: bool = False) -> None:
+    """Record the study and its cells (cells already recorded keep their run and state).
+
+    Raises StudyConflict when another file holds the name (`study_conflict`), unless
+    `replace`: then that study's cells are dropped and its runs no longer list it."""
     ensure_tables(store)
+    conflict = study_conflict(store, study)
+    if conflict is not None and not replace:
+        raise StudyConflict(conflict)
+    if conflict is not None:
+        store.execute("DELETE FROM study_cells WHERE study = ?", [study.name])
+        _untag_runs(store, study.name)
     store.execute("DELETE FROM studies WHERE name = ?", [study.name])
     store.execute(
         "INSERT INTO studies VALUES (?, ?, ?, ?, ?)",
-        [study.name, str(study.path), study.spec_hash, json.dumps(study.record()), _now()],
+        [
+            study.name,
+            str(study.path.resolve()),
+            study.spec_hash,
+            json.dumps(study.record()),
+            _now(),
+        ],
     )
     keep = {c.key for c in study.cells}
     for (gone,) in store.execute(
@@ -113,6 +156,24 @@ def tag_run(store: Any, run_id: str, study: str, cell: str) -> None:
         return
     studies[study] = cell
     store.update_run(run_id, meta={**meta, "studies": studies})
+
+
+def _untag_runs(store: Any, study: str) -> None:
+    """Remove `study` from every run's `meta.studies` (the runs themselves stay)."""
+    from llmscope.store.db import decode_json
+
+    for rid, raw in store.execute(
+        "SELECT run_id, json_extract(meta, '$.studies') FROM runs "
+        "WHERE json_extract(meta, '$.studies') IS NOT NULL"
+    ).fetchall():
+        member = decode_json(raw) if isinstance(raw, str) else raw
+        if not isinstance(member, dict) or study not in member:
+            continue
+        run = store.get_run(str(rid))
+        meta = run.get("meta") if run is not None else None
+        if isinstance(meta, dict):
+            studies = {k: v for k, v in (meta.get("studies") or {}).items() if k != study}
+            store.update_run(str(rid), meta={**meta, "studies": studies})
 
 
 @dataclass(frozen=True)

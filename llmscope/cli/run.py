@@ -86,6 +86,14 @@ class StopSignals:
         task.cancel()
 
 
+def _templates_arg(args: argparse.Namespace) -> Any:
+    if not getattr(args, "templates", None):
+        return None
+    from llmscope.data.derived import read_templates_file
+
+    return read_templates_file(args.templates)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     stop = StopSignals()
     args._stop_signals = stop
@@ -136,7 +144,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             given["model"] = args.model
         req = RunRequest(suite_name=suite_name, suite_path=suite_path, config=config_from_args(args),
                          task_options=task_opts, limit=args.limit, resume=args.resume, overrides=given,
-                         retry_errors=not args.no_retry_errors, cache=not args.no_cache, plan=plan_info)
+                         retry_errors=not args.no_retry_errors, cache=not args.no_cache, plan=plan_info,
+                         templates=_templates_arg(args))
         reporter = ConsoleReporter(quiet=args.quiet)
         try:
             prep = prepare_run(store, req)  # the suite, options and stored run, checked with no model loaded
@@ -242,6 +251,10 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
     r.add_argument("--load-in-4bit", action="store_true", default=None, help="4-bit weights (bitsandbytes; CUDA only)")
     r.add_argument("--opt", action="append", metavar="KEY=VALUE",
                    help="task option (value parsed as JSON, else text), repeatable; e.g. --opt permutations=2")
+    r.add_argument("--templates", metavar="[LEVEL=]FILE",
+                   help="other prompt templates (YAML/TOML: variant -> template, or one template): the run "
+                        "scores the derived suite SUITE~LEVEL (LEVEL: the file's stem), as a study's "
+                        "`templates` level does (docs/studies.md)")
     r.add_argument("--seed", type=int, default=None,
                    help="seed for sampling and permutations (part of the run id; default 0)")
     r.add_argument("--resume", metavar="RUN",

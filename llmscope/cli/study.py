@@ -44,6 +44,12 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
         help="send requests (and $OPENAI_API_KEY) to base URLs the study file names even when none "
         "of your flags, environment or config names them",
     )
+    r.add_argument(
+        "--replace",
+        action="store_true",
+        help="when the database holds a study of this name from another file: make this file "
+        "the study (the other file's cells leave it; their runs stay)",
+    )
     r.add_argument("--quiet", action="store_true", help="only warnings, errors and the final grid")
     r.set_defaults(func=cmd_study_run)
 
@@ -140,6 +146,7 @@ class _Stop:
 def cmd_study_run(args: argparse.Namespace) -> int:
     from llmscope.store.db import StoreError
     from llmscope.study_run import run_study
+    from llmscope.study_store import StudyConflict
 
     study = _load(args.file)
     db = _db_for(args, study)
@@ -153,7 +160,7 @@ def cmd_study_run(args: argparse.Namespace) -> int:
         print(f"{prefix}{text}", file=sys.stderr, flush=True)
 
     if args.dry_run:
-        return _dry_run(study, db)
+        return _dry_run(study, db, args.replace)
     _check_endpoints(study, args, say)
     say("info", f"study {study.name}: {len(study.cells)} cells into {db}")
     store = open_store(db)
@@ -165,10 +172,14 @@ def cmd_study_run(args: argparse.Namespace) -> int:
             task = asyncio.current_task()
             assert task is not None
             stop.attach(asyncio.get_running_loop(), task)
-            return await run_study(study, store, db=db, jobs=args.jobs, say=say)
+            return await run_study(
+                study, store, db=db, jobs=args.jobs, say=say, replace=args.replace
+            )
 
         try:
             outcomes = asyncio.run(main())
+        except StudyConflict as e:
+            raise CLIError(str(e)) from None
         except (asyncio.CancelledError, KeyboardInterrupt):
             stop.received = stop.received or signal.SIGINT
         try:
@@ -189,20 +200,18 @@ def cmd_study_run(args: argparse.Namespace) -> int:
     return 1 if failed or any(o.state in ("done_with_errors", "partial") for o in outcomes) else 0
 
 
-def _dry_run(study: Any, db: str) -> int:
+def _dry_run(study: Any, db: str, replace: bool = False) -> int:
     """Each cell and what `study run` would do with it, from the database read-only, no model loaded."""
-    from llmscope.runstart import RunComplete, RunRequest, prepare_run
+    from llmscope.runstart import RunComplete, prepare_run
+    from llmscope.study_store import study_conflict
 
     store = open_store(db, read_only=True) if Path(db).exists() else None
     try:
+        conflict = study_conflict(store, study) if store is not None else None
+        if conflict is not None and not replace:
+            raise CLIError(conflict)
         for c in study.cells:
-            req = RunRequest(
-                suite_name=c.suite.suite,
-                suite_path=c.suite.suite_path,
-                config=c.config(),
-                task_options=c.task_options(),
-                limit=c.options.get("limit"),
-            )
+            req = c.request()
             if store is None:
                 what = "new run"
             else:
@@ -227,7 +236,7 @@ def _dry_run(study: Any, db: str) -> int:
 
 # -- status -------------------------------------------------------------------------------------
 def cmd_study_status(args: argparse.Namespace) -> int:
-    from llmscope.study_store import study_names, study_record
+    from llmscope.study_store import study_conflict, study_names, study_record
 
     target = str(args.study)
     study = _load(target) if Path(target).is_file() else None
@@ -254,6 +263,9 @@ def cmd_study_status(args: argparse.Namespace) -> int:
     except StoreLocked as e:  # a study (or a run) writes the file now: its live channel instead
         return _emit(args, name, db, _live_rows(name, db, study), held=str(e))
     try:
+        conflict = study_conflict(store, study) if study is not None else None
+        if conflict is not None:
+            raise CLIError(conflict.split("; give this")[0] + f"; `study status {name}` shows it")
         if study is None and study_record(store, name) is None:
             known = study_names(store)
             raise CLIError(

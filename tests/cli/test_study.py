@@ -73,7 +73,7 @@ def suites(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
             "name: s\nsuites: [YN]\noptions:\n  opt:\n    templates: {a: '{text}'}\n",
             5,
             "options.opt.templates",
-            "belong to the suite",
+            "give them as `templates:`",
         ),
         (
             "name: s\nsuites: [YN]\noptions:\n  dtype: float8\n",

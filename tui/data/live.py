@@ -100,13 +100,16 @@ def items_from_suite(run: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dic
     if not name:
         return {}, {}
     try:
+        from llmscope.data.derived import apply, derivation_of_run
         from llmscope.data.registry import external_suite
         from llmscope.data.suites import load_suite
 
-        if external_suite(str(sm.get("name"))) is not None:  # a corpus read from its data path
-            suite = load_suite(sm["name"], sm.get("items_path"))
+        base = (sm.get("derived") or {}).get("parent") or sm.get("name")  # other templates
+        if external_suite(str(base)) is not None:  # a corpus read from its data path
+            suite = load_suite(str(base), sm.get("items_path"))
         else:
             suite = load_suite(name)
+        suite = apply(suite, derivation_of_run({"meta": meta}))
         items = {
             it.item_id: {
                 "text": it.text,
