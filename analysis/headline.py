@@ -20,7 +20,14 @@ __all__ = ["HEADLINE_PRODUCERS", "run_headline"]
 # The producers that emit a metric named in HEADLINE, in its order: worldsense_accuracy,
 # sg_score, accuracy, token_f1, probeval_kl, flagged_rate. tests/analysis/test_headline.py
 # checks over every kind of run the tests build that no other producer emits one.
-HEADLINE_PRODUCERS = ("worldsense", "syntaxgym", "accuracy", "generation", "probeval", "contamination")
+HEADLINE_PRODUCERS = (
+    "worldsense",
+    "syntaxgym",
+    "accuracy",
+    "generation",
+    "probeval",
+    "contamination",
+)
 
 
 def run_headline(store: Any, run: Mapping[str, Any]) -> Metric | None:

@@ -27,13 +27,20 @@ def _worldsense(path: Path) -> Path:
 
 
 @pytest.mark.parametrize("write", [write_mixed_db, write_labels_db, write_yesno_db, _worldsense])
-def test_headline_alone_equals_the_full_computations(tmp_path: Path, write: Callable[[Path], Path]) -> None:
+def test_headline_alone_equals_the_full_computations(
+    tmp_path: Path, write: Callable[[Path], Path]
+) -> None:
     db = write(tmp_path / "runs.duckdb")
     metrics._CACHE.clear()
     with Store(db, read_only=True) as st:
-        runs = [st.get_run(str(rid)) for (rid,) in st.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall()]
+        runs = [
+            st.get_run(str(rid))
+            for (rid,) in st.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall()
+        ]
         assert runs and all(r is not None for r in runs)
-        alone = {r["run_id"]: run_headline(st, r) for r in runs if r}  # no metrics cache beside the file
+        alone = {
+            r["run_id"]: run_headline(st, r) for r in runs if r
+        }  # no metrics cache beside the file
         assert not Path(str(db) + ".metrics.sqlite").exists()
         metrics._CACHE.clear()
         for run in runs:
@@ -57,7 +64,9 @@ def test_yes_no_headline_by_hand_and_from_the_cache(tmp_path: Path) -> None:
         assert run is not None
         h = run_headline(st, run)
         # rows i0..i2 answered "yes" with gold yes, yes, no; i3 an error row, left out
-        assert h is not None and h.name == "accuracy" and h.value == pytest.approx(2 / 3) and h.n == 3
+        assert (
+            h is not None and h.name == "accuracy" and h.value == pytest.approx(2 / 3) and h.n == 3
+        )
         run_metrics(st, run)  # a full computation, as `llmscope report` stores it beside the file
     metrics._CACHE.clear()
     with Store(db, read_only=True) as st:
