@@ -385,6 +385,9 @@ def target_lines(after: dict[str, Any], args: argparse.Namespace) -> list[str]:
 
         out.append("  " + target_line(st, args.study_runs, args.study_rows)
                    + f" (CPU: warm {st['warm']['cpu_s']:.2f} s, cold {st['cold']['cpu_s']:.2f} s)")
+        if "cold_before" in st:
+            cb = st["cold_before"]
+            out.append(f"    study matrix cold with {args.before}: {cb['wall_s']:.2f} s wall, {cb['cpu_s']:.2f} s CPU")
     elif not args.study:
         out.append("  study matrix < 2 s: not measured here (--study, or python -m bench.study_matrix)")
     return out
@@ -405,7 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flush-rows", type=int, default=100_000, metavar="N",
                     help="rows written through write_results at the run loop's flush size (0: skip)")
     ap.add_argument("--study", action="store_true",
-                    help="also time the study matrix (bench.study_matrix) with the working tree")
+                    help="also time the study matrix (bench.study_matrix): cold with --before's code and the "
+                         "working tree, warm with the working tree")
     ap.add_argument("--study-runs", type=int, default=10)
     ap.add_argument("--study-rows", type=int, default=87_048)
     args = ap.parse_args(argv)
@@ -417,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     work = Path(tempfile.mkdtemp(prefix="llmscope-scale-")) if args.keep is None else args.keep
     work.mkdir(parents=True, exist_ok=True)
-    before = None
+    before, old = None, None
     if not args.skip_before:
         try:
             old = extract_tree(args.before, work / "before-code")
@@ -430,7 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.study:
         from .study_matrix import measure as study_measure
 
-        after["study"] = study_measure(args.study_runs, args.study_rows, work / "study")
+        after["study"] = study_measure(args.study_runs, args.study_rows, work / "study",
+                                       old)
         print(f"after: study matrix cold {after['study']['cold']['wall_s']:.2f} s, "
               f"warm {after['study']['warm']['wall_s']:.2f} s", flush=True)
     load = os.getloadavg()

@@ -1,13 +1,14 @@
 """How long a study's matrix takes to read: `llmscope.study_store.study_cells` over big runs.
 
-    python -m bench.study_matrix [--runs 10] [--rows 87048] [--keep DIR]
+    python -m bench.study_matrix [--runs 10] [--rows 87048] [--keep DIR] [--before REF]
 
 Builds one database with `--runs` completed yes/no runs of `--rows` results each (a suite of
 rows/3 statements x 3 variants, written through `Store.append_results`; no top tokens, which no
 headline metric reads), records them as the cells of one study (2 suites' worth of labels x
 models), then times `study_cells` in fresh child processes: first with no metrics cache (every
-cell's metrics computed by the pipeline), then again (the pipeline's cache beside the file, as
-the TUI or a second `study status` finds it), and with `metrics=False` (state and counts only).
+cell's headline computed by the pipeline), then again after every run's full metrics were
+computed and cached beside the file (as `llmscope report` leaves them for the TUI or a second
+`study status`), and with `metrics=False` (state and counts only).
 """
 
 from __future__ import annotations
@@ -84,13 +85,33 @@ print(json.dumps({{"wall_s": wall, "cpu_s": cpu, "cells": len(rows),
                   "with_metric": sum(r.value is not None for r in rows), "first": rows[0].to_dict()}}))
 """
 
+# What `llmscope report` leaves beside the file: every run's full metrics in the metrics cache
+# (the cold read computes headlines only and stores nothing).
+FILL = """
+import json, time
+from llmscope.analysis.metrics import run_metrics
+from llmscope.store.db import Store
+t0 = time.perf_counter()
+s = Store({db!r}, read_only=True)
+for (rid,) in s.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall():
+    run_metrics(s, s.get_run(rid))
+s.close()
+print(json.dumps({{"fill_s": time.perf_counter() - t0}}))
+"""
+
 # issue 32: the study matrix over 10 runs of 87k rows renders in under 2 s
 TARGET_S = 2.0
 
 
-def _child(code: str) -> dict:
+def _child(code: str, tree: Path | None = None) -> dict:
+    """Run `code` in a fresh interpreter: with `tree` (an older package extracted from git,
+    bench.scale.extract_tree) first on sys.path, else the working tree's code."""
+    head = ""
+    if tree is not None:
+        head = (f"import sys; sys.path.insert(0, {str(tree)!r}); import llmscope\n"
+                f"assert llmscope.__file__.startswith({str(tree)!r}), llmscope.__file__\n")
     out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, "-c", head + textwrap.dedent(code)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -101,15 +122,22 @@ def _child(code: str) -> dict:
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def measure(runs: int, rows: int, folder: Path) -> dict[str, dict]:
+def measure(runs: int, rows: int, folder: Path, before: Path | None = None) -> dict[str, dict]:
     """Build the study's database in ``folder`` and time `study_cells` cold, warm and without
-    metrics, each in a fresh process (figures: wall_s, cpu_s, cells, with_metric, first)."""
+    metrics, each in a fresh process (figures: wall_s, cpu_s, cells, with_metric, first).
+    With ``before`` (an extracted older package) its cold read is timed first ("cold_before")
+    on the same file, and its metrics cache removed again."""
     folder.mkdir(parents=True, exist_ok=True)
     db = str(folder / "study.duckdb")
     for suffix in ("", ".wal", ".metrics.sqlite"):
         Path(db + suffix).unlink(missing_ok=True)
     out: dict[str, dict] = {"build": _child(BUILD.format(db=db, runs=runs, rows=rows))}
-    for key, metrics in (("cold", True), ("warm", True), ("counts", False)):
+    if before is not None:
+        out["cold_before"] = _child(READ.format(db=db, metrics=True), before)
+        Path(db + ".metrics.sqlite").unlink(missing_ok=True)
+    out["cold"] = _child(READ.format(db=db, metrics=True))
+    out["fill"] = _child(FILL.format(db=db))
+    for key, metrics in (("warm", True), ("counts", False)):
         out[key] = _child(READ.format(db=db, metrics=metrics))
     return out
 
@@ -127,14 +155,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--rows", type=int, default=87048)
     ap.add_argument("--keep", help="build the database in this folder and keep it")
+    ap.add_argument("--before", metavar="REF", help="also time the cold read with the code of git REF")
     args = ap.parse_args(argv)
     folder = (
         Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="llmscope-study-bench-"))
     )
     t = time.perf_counter()
-    figs = measure(args.runs, args.rows, folder)
-    print(f"built {args.runs} runs x {args.rows} rows in {figs['build']['build_s']:.1f} s ({folder})")
+    tree = None
+    if args.before:
+        from .scale import extract_tree
+
+        tree = extract_tree(args.before, Path(tempfile.mkdtemp(prefix="llmscope-study-before-")))
+    figs = measure(args.runs, args.rows, folder, tree)
+    print(f"built {args.runs} runs x {args.rows} rows in {figs['build']['build_s']:.1f} s ({folder}); "
+          f"every run's full metrics cached in {figs['fill']['fill_s']:.1f} s")
     for label, key in (
+        *([(f"cold with {args.before} (no metrics cache)", "cold_before")] if args.before else []),
         ("cold (no metrics cache)", "cold"),
         ("warm (metrics cache)", "warm"),
         ("state and counts only", "counts"),

@@ -277,7 +277,8 @@ def study_cells(
     store: Any, name: str, cells: list[Cell] | None = None, *, metrics: bool = True
 ) -> list[CellRow]:
     """A study's cells with state, counts and headline metric (from the metrics pipeline, the
-    function `llmscope report` uses; its cache beside the file makes a finished cell cheap).
+    function `llmscope report` uses, running only the producers a headline comes from:
+    `analysis.headline.run_headline`; its cache beside the file makes a finished cell cheap).
 
     `cells`: the cells of a study file (`study status FILE`); default: those recorded for `name`.
     `metrics=False` skips the metrics (state and counts only). `store` may be a database path,
@@ -290,7 +291,7 @@ def study_cells(
             return study_cells(opened, name, cells, metrics=metrics)
         finally:
             opened.close()
-    from llmscope.analysis.metrics import headline, run_metrics
+    from llmscope.analysis.headline import run_headline
     from llmscope.store.db import decode_json, effective_status
 
     recorded: dict[str, dict[str, Any]] = {}
@@ -371,7 +372,7 @@ def study_cells(
             name, key, pos, suite, model, levels, state, str(rid), n_done, n_err, total, error=err
         )
         if metrics and n_done > n_err:
-            h = headline(run_metrics(store, run))
+            h = run_headline(store, run)
             if h is not None:
                 ci = h.ci95
                 row = dataclasses.replace(

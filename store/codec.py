@@ -37,8 +37,22 @@ def encode_json(v: Any) -> str | None:
     try:
         return orjson.dumps(v, default=_json_default, option=_ORJSON_OPTS).decode()
     except (orjson.JSONEncodeError, TypeError):
-        # e.g. lone surrogates, which the stdlib escapes instead of refusing
-        return json.dumps(v, ensure_ascii=False, default=_json_default).replace("NaN", "null")
+        # what orjson refuses (integers beyond 64 bits, lone surrogates): the stdlib, with NaN
+        # and infinities made null in the value as orjson does (replacing "NaN" in the text
+        # also changed strings holding it, and left Infinity in)
+        return json.dumps(_finite_tree(v), ensure_ascii=False, allow_nan=False,
+                          default=lambda o: _finite_tree(_json_default(o)))
+
+
+def _finite_tree(v: Any) -> Any:
+    """`v` with every non-finite float (in dicts, lists and tuples) as None."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _finite_tree(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite_tree(x) for x in v]
+    return v
 
 
 def _json_default(o: Any) -> Any:
@@ -150,11 +164,13 @@ def results_to_arrow(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
         n_tokens = pa.array([int(v or 0) for v in ntok], type=pa.int32())
     methods = [e.get("choice_method") if e else None for e in extras]
+    # the run id, seq and time filled in Arrow from one value (a Python object per row cost
+    # ~0.8 ms of a 4,096-row write's ~7 ms here)
     arrays = [
-        pa.array([run_id] * n, type=pa.string()),
+        pa.repeat(pa.scalar(run_id, type=pa.string()), n),
         pa.array([r.item_id for r in rs], type=pa.string()),
         pa.array([r.variant for r in rs], type=pa.string()),
-        pa.array(range(start_seq, start_seq + n), type=pa.int64()),
+        pa.array(np.arange(start_seq, start_seq + n, dtype=np.int64)),
         pa.array([r.prompt for r in rs], type=pa.string()),
         _json_array(probs),
         _finite_array([p.get("yes") if p else None for p in probs]),
@@ -170,7 +186,7 @@ def results_to_arrow(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.
         _finite_array([r.latency_ms for r in rs]),
         pa.array([r.error for r in rs], type=pa.string()),
         _json_array([e or None for e in extras]),
-        pa.array([now] * n, type=pa.timestamp("us")),
+        pa.repeat(pa.scalar(now, type=pa.timestamp("us")), n),
         _finite_array([p.get(x) if p and x is not None else None for p, x in zip(probs, preds, strict=True)]),
         pa.array([m if isinstance(m, str) else None for m in methods], type=pa.string()),
         pa.nulls(n, type=pa.int64()),

@@ -171,19 +171,23 @@ class StoreWrites:
         return keys
 
     def _insert_results(self, run_id: str, tbl: pa.Table,
-                        tops_blob: tuple[int, bytes | Future[bytes | None]] | None = None) -> int:
+                        tops_blob: tuple[int, bytes | Future[bytes | None]] | None = None,
+                        keys: list[tuple[str, str]] | None = None) -> int:
         """Append a batch of one run's rows, skipping keys already stored or repeated in the
         batch (the first copy counts). Inside `transaction()` such a key is an error instead,
         so bulk writers that dedupe themselves learn of a mistake. Returns rows written.
 
         `tops_blob`: (seq of the batch's first row, `encode_top_tokens` blob of the whole batch),
-        stored in `result_blobs` in the rows' transaction; the rows name it in `top_tokens_blob`."""
+        stored in `result_blobs` in the rows' transaction; the rows name it in `top_tokens_blob`.
+        `keys`: the rows' (item_id, variant) in table order, where the caller has them (read
+        from the table otherwise)."""
         with self._lock, _KEYS_LOCK:
             try:
                 stored = self._stored_keys(run_id)
             except duckdb.Error as e:
                 raise explain(e, self.path, "reading stored keys") from e
-            batch = list(zip(tbl.column("item_id").to_pylist(), tbl.column("variant").to_pylist(), strict=True))
+            batch = keys if keys is not None else list(
+                zip(tbl.column("item_id").to_pylist(), tbl.column("variant").to_pylist(), strict=True))
             fresh = set(batch)
             if len(fresh) != len(batch) or not stored.isdisjoint(fresh):
                 seen: set[tuple[str, str]] = set()
@@ -304,7 +308,10 @@ class StoreWrites:
         blob = _tops_encoder().submit(encode_top_tokens, tops) if any(t is not None for t in tops) else None
         try:
             tbl = results_to_arrow(run_id, rs, start_seq, now, tops_inline=False)
-            self._insert_results(run_id, tbl, tops_blob=None if blob is None else (start_seq, blob))
+            # the keys from the results (the Arrow columns hold the same strings: their
+            # conversion refuses anything else), not read back from the table (~1 ms a write)
+            self._insert_results(run_id, tbl, tops_blob=None if blob is None else (start_seq, blob),
+                                 keys=[(r.item_id, r.variant) for r in rs])
         except BaseException:
             if blob is not None:
                 blob.cancel()
