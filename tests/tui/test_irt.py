@@ -138,8 +138,11 @@ async def test_too_few_runs_are_said_not_fitted(tmp_path: Path) -> None:
     async with app.run_test(size=(160, 50)) as pilot:
         await settle(pilot)
         screen = await _open_item(app, pilot, "run-a", "s001")
-        text = _flat(screen_text(app))
         assert screen.irt is not None and screen.irt.fit is None
+        assert not screen.query_one("#item-irt").display  # nothing at the top: one line at the end
+        screen.query_one("#item-body").scroll_end(animate=False)
+        await settle(pilot)
+        text = _flat(screen_text(app))
         assert (
             f"IRT: 3 run(s) of suite toy here; item difficulty and discrimination are shown from {MIN_RUNS} runs"
             in text

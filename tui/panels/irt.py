@@ -94,8 +94,8 @@ def item_irt(
         return ItemIrt(
             None,
             f"IRT: {len(chosen)} run(s) of suite {name} here; item difficulty and discrimination "
-            f"are shown from {MIN_RUNS} runs (models) on a suite. `{_cmd(chosen, name, runs is None)}` "
-            "fits any 2 or more.",
+            f"are shown from {MIN_RUNS} runs (models) on a suite; "
+            f"`{_cmd(chosen, name, runs is None)}` fits any 2 or more.",
             scope,
         )
     try:
@@ -129,7 +129,7 @@ def render_item_irt(res: ItemIrt | None, item_id: str) -> Any:
     if res is None:
         return Group(head, Text("fitting ... (in the background)", style="dim"))
     if res.fit is None:
-        return Group(head, literal(res.note, "dim"))
+        return literal("\n" + res.note, "dim")
     fit = res.fit
     mine = [i for i in fit.items if i.item_id == item_id]
     parts: list[Any] = [head]

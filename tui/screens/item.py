@@ -62,6 +62,7 @@ class ItemScreen(BaseScreen):
         with VerticalScroll(id="item-body"):
             yield Static("", id="item-irt")
             yield Static("loading ...", id="item-content")
+            yield Static("", id="item-irt-note")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -91,7 +92,13 @@ class ItemScreen(BaseScreen):
     def _show_irt(self) -> None:
         from llmscope.tui.panels.irt import render_item_irt
 
-        self.query_one("#item-irt", Static).update(render_item_irt(self.irt, self.item_id))
+        # a fit leads the drill-down; why there is none is one line at its end
+        res = self.irt
+        fitted = res is not None and res.fit is not None
+        top, note = self.query_one("#item-irt", Static), self.query_one("#item-irt-note", Static)
+        top.display, note.display = fitted, res is not None and not fitted
+        top.update(render_item_irt(res, self.item_id) if fitted else "")
+        note.update(render_item_irt(res, self.item_id) if note.display else "")
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="item")
     def load(self) -> ItemLoaded:
