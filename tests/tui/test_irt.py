@@ -232,3 +232,34 @@ async def test_study_irt_screen_equals_the_cli_and_opens_the_drill_down(
         top = lst.row(0)
         assert top is not None
         assert top["item_id"] == max(fit["items"], key=lambda i: i["difficulty"])["item"]
+
+
+async def test_study_with_too_few_runs_per_suite_says_so(tmp_path: Path) -> None:
+    from tests.helpers.study import NAME, write_study_db
+
+    db = tmp_path / "g.duckdb"
+    write_study_db(db, tmp_path / "files")
+    app = LlmscopeApp(db, study=NAME, refresh_s=3600)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await settle(pilot)
+        assert await wait_until(pilot, lambda: bool(getattr(app.screen, "rows", None)))
+        rows = list(app.screen.rows)  # type: ignore[attr-defined]
+        await pilot.press("i")
+        assert await wait_until(
+            pilot,
+            lambda: isinstance(app.screen, StudyIrtScreen) and app.screen.result is not None,
+            timeout=60,
+        )
+        await settle(pilot)
+        scr = app.screen
+        assert isinstance(scr, StudyIrtScreen) and scr.result is not None
+        with_run = [r for r in rows if r.run_id]
+        # every cell here is on the toy suite (tests/helpers/study.py writes one suite's runs)
+        (suite,) = scr.result.suites
+        assert suite.fit is None and len(suite.runs) == len(with_run) < MIN_RUNS
+        text = _flat(screen_text(app))
+        assert (
+            f"{len(with_run)} cell run(s) on suite toy: IRT is shown from {MIN_RUNS} runs" in text
+        )
+        assert f"{len(rows) - len(with_run)} cell(s) without a run are not in any fit" in text
+        assert "items: 0" in text
