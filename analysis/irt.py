@@ -38,6 +38,7 @@ responses, so it is described, not fitted.
 from __future__ import annotations
 
 import math
+import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -341,3 +342,216 @@ def fit_irt(matrix: ResponseMatrix, model: str = "2pl") -> IrtFit:
         method=f"mirt {mirt.__version__} MML-EM; Wald 95% intervals (SE: {res.se_method}); "
         "abilities EAP ± 1.96 posterior SD",
     )
+
+
+# -- selecting runs, fitting stored runs (remembered), reading an item ------------------------------
+MIN_RUNS = 10
+"""Runs of one suite before the TUI shows IRT unasked (item drill-down, study screen). With fewer
+respondents the 2PL's discrimination intervals span most of the scale, so an item's reading
+would rest on noise; `llmscope irt` and `Database.irt` fit any 2 or more runs on request."""
+
+
+def runs_of_suite(
+    store: Any, *, suite_id: str | None = None, suite_name: str | None = None
+) -> list[dict[str, Any]]:
+    """Every stored run of a suite (by id, or by name), oldest first (ties by run id), so the
+    TUI, `llmscope irt --suite` and the notebook fit the same runs in the same order."""
+    if (suite_id is None) == (suite_name is None):
+        raise IrtError("give a suite id or a suite name (one of them)")
+    col = "suite_id" if suite_id is not None else "suite_name"
+    rows = store.execute(
+        f"SELECT run_id FROM runs WHERE {col} = ? ORDER BY started_at, run_id",
+        [suite_id if suite_id is not None else suite_name],
+    ).fetchall()
+    return [r for r in (store.get_run(str(x[0])) for x in rows) if r is not None]
+
+
+_CACHE: dict[tuple[Any, ...], IrtFit] = {}
+_CACHE_SIZE = 16
+_CACHE_LOCK = threading.Lock()
+
+
+def _cache_key(store: Any, runs: Sequence[Mapping[str, Any]], model: str) -> tuple[Any, ...]:
+    """The file, the model, and each run with its rows fingerprint (the metrics cache's: it
+    changes whenever a row is added, replaced or deleted)."""
+    from llmscope.store.run_queries import ROWS_FINGERPRINT_SQL
+
+    ids = [str(r["run_id"]) for r in runs]
+    marks = ",".join("?" for _ in ids)
+    fps = dict(
+        store.execute(
+            f"SELECT x.run_id, {ROWS_FINGERPRINT_SQL} FROM results x "
+            f"WHERE x.run_id IN ({marks}) GROUP BY x.run_id",
+            ids,
+        ).fetchall()
+    )
+    return (str(getattr(store, "path", "")), model, tuple((i, fps.get(i)) for i in ids))
+
+
+def fit_stored(store: Any, runs: Sequence[Mapping[str, Any]], model: str = "2pl") -> IrtFit:
+    """`fit_irt(response_matrix(store, runs), model)`, remembered in this process per (file,
+    runs and their rows fingerprints, model): a screen that asks again after a step or a
+    refresh gets the same fit without refitting, and a run that gained rows is refitted."""
+    key = _cache_key(store, runs, model) if runs else None
+    with _CACHE_LOCK:
+        hit = _CACHE.get(key) if key is not None else None
+    if hit is not None:
+        return hit
+    fit = fit_irt(response_matrix(store, runs), model)
+    if key is not None:
+        with _CACHE_LOCK:
+            _CACHE[key] = fit
+            while len(_CACHE) > _CACHE_SIZE:
+                _CACHE.pop(next(iter(_CACHE)))
+    return fit
+
+
+# Verbal labels for discrimination: Baker (2001), "The Basics of Item Response Theory", 2nd ed.,
+# Table 2-1 (logistic metric, as mirt's a): lower bound of each label.
+DISCRIMINATION_LABELS = (
+    (1.70, "very high"),
+    (1.35, "high"),
+    (0.65, "moderate"),
+    (0.35, "low"),
+    (0.01, "very low"),
+)
+DOES_NOT_DISCRIMINATE = 0.35
+"""Below this discrimination (Baker's "very low" or none) an item is read "does not
+discriminate": stronger and weaker runs get it right about alike."""
+# Difficulty on the ability scale (standard deviations of the runs' abilities): upper bound of
+# each label.
+DIFFICULTY_LABELS = ((-2.0, "very easy"), (-0.5, "easy"), (0.5, "medium"), (2.0, "hard"))
+
+
+@dataclass(frozen=True)
+class ItemReading:
+    """An item's parameters in plain words (`read_item`)."""
+
+    difficulty: str  # very easy .. very hard
+    discrimination: str  # very high .. very low, none, negative
+    p_average: float  # P(right) for a run of average ability (theta = 0)
+    text: str
+
+
+def read_item(item: ItemParams) -> ItemReading:
+    """The plain-words reading of an item: how hard it is for a run of average ability, how
+    well it separates stronger from weaker runs, and whether it looks like a label error."""
+    a, b = item.discrimination, item.difficulty
+    p0 = 1.0 / (1.0 + math.exp(a * b))  # P(right | theta = 0) = logistic(a * (0 - b))
+    # a difficulty is where P(right) crosses 1/2 on the way up; an item that falls as ability
+    # rises has no "hard" or "easy" in that sense, so only its P(right | theta = 0) is read
+    diff = (
+        next((name for hi, name in DIFFICULTY_LABELS if b < hi), "very hard")
+        if a > 0
+        else "not read (negative discrimination)"
+    )
+    if a < 0:
+        disc = "negative"
+        if item.flagged:
+            how = "discriminates negatively: likely label error, check the gold"
+        else:
+            how = (
+                "discriminates negatively, but its interval reaches 0: possibly a label error, "
+                "check the gold"
+            )
+        how += " (stronger runs get it wrong more often than weaker ones)"
+    elif a < DOES_NOT_DISCRIMINATE:
+        disc = next((name for lo, name in DISCRIMINATION_LABELS if a >= lo), "none")
+        how = "does not discriminate: stronger and weaker runs get it right about alike"
+    else:
+        disc = next(name for lo, name in DISCRIMINATION_LABELS if a >= lo)
+        how = f"discriminates ({disc})"
+        if item.discrimination_ci[0] is not None and item.discrimination_ci[0] <= 0:
+            how += ", though its interval reaches 0"
+    chance = f"a run of average ability is right with probability {p0:.2f}"
+    if a < DOES_NOT_DISCRIMINATE:
+        # the finding leads; the difficulty of such an item is not a property worth reading
+        text = f"{how}; {chance}"
+    else:
+        text = f"{diff}: {chance}; {how}"
+    return ItemReading(difficulty=diff, discrimination=disc, p_average=p0, text=text)
+
+
+# -- tables (the notebook's DataFrames and `llmscope irt --format csv`) -----------------------------
+def items_frame(fits: Sequence[IrtFit]) -> pd.DataFrame:
+    """One row per (fit, item): parameters, 95% interval bounds, the checks and the reading."""
+    rows = []
+    for f in fits:
+        for i in f.items:
+            r = read_item(i)
+            rows.append(
+                {
+                    "irt_model": f.model,
+                    "suite": f.suite,
+                    "item": i.item,
+                    "item_id": i.item_id,
+                    "variant": i.variant,
+                    "difficulty": i.difficulty,
+                    "difficulty_lo": i.difficulty_ci[0],
+                    "difficulty_hi": i.difficulty_ci[1],
+                    "discrimination": i.discrimination,
+                    "discrimination_lo": i.discrimination_ci[0],
+                    "discrimination_hi": i.discrimination_ci[1],
+                    "n": i.n,
+                    "p_correct": i.p_correct,
+                    "expected_accuracy": i.expected_accuracy,
+                    "rest_correlation": i.rest_correlation,
+                    "reversed": i.reversed,
+                    "flagged": i.flagged,
+                    "difficulty_label": r.difficulty,
+                    "discrimination_label": r.discrimination,
+                    "p_average": r.p_average,
+                    "reading": r.text,
+                }
+            )
+    return _typed(pd.DataFrame(rows, columns=ITEM_COLUMNS))
+
+
+def abilities_frame(fits: Sequence[IrtFit]) -> pd.DataFrame:
+    """One row per (fit, run): ability (EAP), its 95% interval and standard error, accuracy."""
+    rows = [
+        {
+            "irt_model": f.model,
+            "suite": f.suite,
+            "run_id": a.run_id,
+            "model": a.model,
+            "theta": a.theta,
+            "theta_lo": a.ci[0],
+            "theta_hi": a.ci[1],
+            "se": a.se,
+            "n": a.n,
+            "accuracy": a.accuracy,
+            "expected_accuracy": a.expected_accuracy,
+        }
+        for f in fits
+        for a in f.abilities
+    ]
+    return _typed(pd.DataFrame(rows, columns=ABILITY_COLUMNS))
+
+
+ITEM_COLUMNS = [
+    "irt_model", "suite", "item", "item_id", "variant", "difficulty", "difficulty_lo",
+    "difficulty_hi", "discrimination", "discrimination_lo", "discrimination_hi", "n",
+    "p_correct", "expected_accuracy", "rest_correlation", "reversed", "flagged",
+    "difficulty_label", "discrimination_label", "p_average", "reading",
+]  # fmt: skip
+ABILITY_COLUMNS = [
+    "irt_model", "suite", "run_id", "model", "theta", "theta_lo", "theta_hi", "se", "n",
+    "accuracy", "expected_accuracy",
+]  # fmt: skip
+TEXT_COLUMNS = {"irt_model", "suite", "item", "item_id", "variant", "run_id", "model",
+         "difficulty_label", "discrimination_label", "reading"}  # fmt: skip
+
+
+def _typed(df: pd.DataFrame) -> pd.DataFrame:
+    """Numbers as float64 (missing: NaN), counts int64, flags bool, the rest text."""
+    for c in df.columns:
+        if c in TEXT_COLUMNS:
+            df[c] = df[c].astype(object)
+        elif c == "n":
+            df[c] = df[c].astype("int64")
+        elif c in ("reversed", "flagged"):
+            df[c] = df[c].astype(bool)
+        else:
+            df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
+    return df

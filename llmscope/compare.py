@@ -143,7 +143,25 @@ def compare_runs(store: Store | Sequence[Store], run_ids: list[str]) -> dict[str
             ).rename(columns={"correct_a": "correct_base", "correct_b": "correct_run", "prediction_a": "prediction_base",
                               "prediction_b": "prediction_run", "gold_a": "gold"})),
         })
+    _holm(out["comparisons"], out)
     return out
+
+
+HOLM_NAME = "Holm-adjusted p"
+
+
+def _holm(comparisons: list[dict[str, Any]], out: dict[str, Any]) -> None:
+    """With two or more comparisons reported together, each p-value's Holm adjustment over
+    them (`p_holm`; `analysis/multiplicity.py`), the correction named in `out["correction"]`;
+    with one, `p_holm` is None and so is the correction."""
+    from llmscope.analysis.multiplicity import HOLM, holm
+
+    ps = [c.get("p_value") for c in comparisons]
+    m = sum(p is not None and p == p for p in ps)  # NaN != NaN: a missing p-value is not counted
+    adjusted = holm(ps) if m > 1 else [None] * len(ps)
+    for c, adj in zip(comparisons, adjusted, strict=True):
+        c["p_holm"] = adj
+    out["correction"] = {"name": HOLM_NAME, "method": HOLM, "family_size": m} if m > 1 else None
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
@@ -173,6 +191,10 @@ def format_compare(out: dict[str, Any]) -> str:
     bs = out["bootstrap"]
     lines = [f"suite {out['suite']}; base {_label(b)} ({b['model']}); paired cluster bootstrap "
              f"{bs['resamples']} resamples, seed {bs['seed']}"]
+    corr = out.get("correction")
+    if corr:
+        lines.append(f"{corr['name']}: {corr['method']} over the {corr['family_size']} comparisons "
+                     "against the base (each run's p-value adjusted for the others reported with it)")
     for c in out["comparisons"]:
         m = c["mcnemar"]
         lo, hi = c["diff_ci95"]
@@ -182,6 +204,8 @@ def format_compare(out: dict[str, Any]) -> str:
             f"acc {_f(c['acc_base'], '.3f')} → {_f(c['acc_run'], '.3f')}  diff {_f(c['diff'], '+.3f')} "
             f"[{_f(lo, '+.3f')}, {_f(hi, '+.3f')}] p={format_p(c['p_value'])}  {mc}"
         )
+        if c.get("p_holm") is not None:
+            lines.append(f"      {HOLM_NAME}={format_p(c['p_holm'])}")
         for d in c["disagreements"][:20]:
             lines.append(f"      {d['item_id']} / {d['variant']}: base {d['correct_base']:.0f}, run {d['correct_run']:.0f}")
         if len(c["disagreements"]) > 20:

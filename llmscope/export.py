@@ -451,6 +451,33 @@ def _write_text(text: str, output: str | None, force: bool) -> None:
     _write_atomic(Path(output), write, force)
 
 
+def write_output(text: str, output: str | None, *, force: bool = False) -> None:
+    """Text to `output` by the export's rules (whole file or nothing, never replaced without
+    `force`, one-line `ExportError`), or to stdout when `output` is None."""
+    _write_text(text, output, force)
+
+
+def frame_csv(df: Any, text_columns: set[str], *, raw: bool = False) -> str:
+    """A DataFrame as the export's CSV: numbers as shortest exact floats, missing empty, text
+    cells in `text_columns` escaped against spreadsheet formulas unless `raw`."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\r\n")
+    w.writerow(list(df.columns))
+    for rec in df.itertuples(index=False):
+        line = []
+        for c, v in zip(df.columns, rec, strict=True):
+            if v is None or (isinstance(v, float) and math.isnan(v)):
+                line.append("")
+            elif c in text_columns:
+                line.append(str(v) if raw else csv_escape(str(v)))
+            elif isinstance(v, bool) or type(v).__name__ == "bool_":
+                line.append("true" if v else "false")
+            else:
+                line.append(repr(float(v)) if isinstance(v, float) else str(v))
+        w.writerow(line)
+    return buf.getvalue()
+
+
 def export_run(store: Store, run: dict[str, Any], fmt: str, output: str | None, *, force: bool = False,
                raw: bool = False) -> int:
     """Write a run in `fmt` to `output` (stdout when None, text formats only); returns rows written."""

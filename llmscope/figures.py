@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llmscope.figure_irt import draw_irt
 from llmscope.figure_kinds import (
     COLUMN_WIDTH,
     OKABE_ITO,
@@ -97,6 +98,7 @@ class Kind:
     title: str
     applies: Callable[[RunData], bool]
     draw: Callable[[list[RunData]], Figure]
+    min_runs: int = 1  # a kind drawn across runs (irt) is never offered for one run alone
 
 
 def _has(*names: str) -> Callable[[RunData], bool]:
@@ -161,13 +163,21 @@ KINDS: dict[str, Kind] = {
             _has("sg_score"),
             draw_surprisal,
         ),
+        Kind(
+            "irt",
+            "IRT item map across runs of one suite: 2PL difficulty vs discrimination, 95% "
+            "intervals, likely label errors marked",
+            lambda d: bool(d.named("accuracy")),
+            draw_irt,
+            min_runs=2,
+        ),
     )
 }
 
 
 def kinds_for(d: RunData) -> list[str]:
-    """The figure kinds that apply to a run (by the metrics it has)."""
-    return [k.name for k in KINDS.values() if k.applies(d)]
+    """The figure kinds that apply to a run (by the metrics it has), drawn from it alone."""
+    return [k.name for k in KINDS.values() if k.min_runs <= 1 and k.applies(d)]
 
 
 def _style_context(style: str | None) -> Any:

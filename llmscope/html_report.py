@@ -132,7 +132,7 @@ def figures_html(store: Any, run: dict[str, Any]) -> str:
     (data,) = load_runs(store, [run])
     parts = []
     for name, kind in KINDS.items():
-        if not kind.applies(data):
+        if kind.min_runs > 1 or not kind.applies(data):  # a page is one run
             continue
         try:
             fig = make_figure(name, [data])

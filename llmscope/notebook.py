@@ -1,5 +1,5 @@
 """The notebook API: `db = llmscope.open("x.duckdb")`, then `db.runs()`, `db.results(run)`,
-`db.metrics(run)` and `db.study(name)`.
+`db.metrics(run)`, `db.study(name)` and `db.irt(suite=...)`.
 
 Read-only and safe beside a writing process, as `llmscope report` is: every call opens the file
 read-only for its reads and closes it after, so nothing is held between calls and a run started
@@ -27,7 +27,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -170,6 +170,54 @@ class Database:
             lo, hi = d.pop("ci95", None) or (None, None)
             rows.append({**d, "ci95_lo": lo, "ci95_hi": hi, **{f"level.{k}": v for k, v in levels.items()}})
         return _as(pa.Table.from_pylist(rows), as_)
+
+    def irt(
+        self,
+        suite: str | None = None,
+        runs: list[str] | None = None,
+        model: str = "2pl",
+    ) -> IrtTables:
+        """Item response theory across runs of one suite (`llmscope irt`): every run of `suite`
+        (its name) or the `runs` named (ids or prefixes). `model` is "2pl" (default), "rasch"
+        or "both". Returns `IrtTables(items, abilities)`, two pandas DataFrames: per item its
+        difficulty and discrimination with 95% interval bounds, the likely-label-error flag and
+        the plain-words reading; per run its ability (theta) with its interval. Each frame's
+        `attrs["method"]` names the fit; every number is `llmscope.analysis.irt`'s."""
+        from llmscope.analysis.irt import (
+            MODELS,
+            IrtError,
+            abilities_frame,
+            fit_stored,
+            items_frame,
+            runs_of_suite,
+        )
+
+        if (suite is None) == (runs is None):
+            raise NotebookError("irt: give suite=NAME or runs=[...] (one of them)")
+        if model not in (*MODELS, "both"):
+            raise NotebookError(f"irt: model must be one of {', '.join(MODELS)}, both; got {model!r}")
+        with self._store() as store:
+            if suite is not None:
+                found = runs_of_suite(store, suite_name=suite)
+                if not found:
+                    raise NotebookError(f"irt: no run of suite {suite!r} in {self.path}")
+            else:
+                found = [self._find(store, r) for r in runs or []]
+            try:
+                fits = [fit_stored(store, found, m) for m in (MODELS if model == "both" else (model,))]
+            except IrtError as e:
+                raise NotebookError(f"irt: {e}") from e
+        items, abilities = items_frame(fits), abilities_frame(fits)
+        for df in (items, abilities):
+            df.attrs["method"] = {f.model: f.method for f in fits}
+        return IrtTables(items, abilities)
+
+
+class IrtTables(NamedTuple):
+    """`Database.irt`'s answer: `items, abilities = db.irt(suite="...")`."""
+
+    items: pd.DataFrame
+    abilities: pd.DataFrame
 
 
 def _as(table: Any, as_: str) -> Any:

@@ -1,10 +1,11 @@
 """`llmscope irt`: Rasch and 2PL fits across runs of one suite (`llmscope.analysis.irt`), as a
-table or JSON. Registered in `COMMAND_GROUPS`; the fitting lives in analysis."""
+table, JSON or CSV (`--format`, `-o FILE`). Registered in `COMMAND_GROUPS`; the fitting lives in analysis."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import TYPE_CHECKING, Any
 
 from llmscope.cli.common import CLIError, ParserContext, open_store
@@ -15,21 +16,25 @@ if TYPE_CHECKING:
 # analysis.irt's MODELS; spelled here so that building the parser imports no numpy or pandas
 # (tests/cli/test_startup.py); tests/analysis/test_irt.py checks they agree.
 MODELS = ("rasch", "2pl")
+FORMATS = ("table", "json", "csv")
+TABLES = ("items", "abilities")
 
 
 def select_runs(store: Any, runs: str | None, suite: str | None) -> list[dict[str, Any]]:
     """The runs named (ids or prefixes, comma-separated) or every run of a suite (by name)."""
+    from llmscope.analysis.irt import runs_of_suite
+
     if bool(runs) == bool(suite):
         raise CLIError("irt: give --runs A,B,... or --suite NAME (one of them)")
     if suite:
-        df = store.runs()
-        ids = [str(r) for r, s in zip(df["run_id"], df["suite_name"], strict=True) if s == suite]
-        if not ids:
+        found = runs_of_suite(store, suite_name=suite)
+        if not found:
+            df = store.runs()
             names = sorted({str(s) for s in df["suite_name"].dropna()})
             raise CLIError(
                 f"irt: no run of suite {suite!r}; suites with runs: {', '.join(names) or 'none'}"
             )
-        return [r for r in (store.get_run(x) for x in ids) if r is not None]
+        return found
     out = []
     for name in [x.strip() for x in str(runs).split(",") if x.strip()]:
         run = store.find_run(name)
@@ -90,27 +95,54 @@ def format_fit(fit: IrtFit) -> str:
 
 
 def cmd_irt(args: argparse.Namespace) -> int:
-    """`llmscope irt`: fit and print."""
-    from llmscope.analysis.irt import IrtError, fit_irt, response_matrix
+    """`llmscope irt`: fit, then print or write (table, JSON, or CSV of items or abilities)."""
+    from llmscope.analysis.irt import IrtError, fit_stored
 
+    fmt = "json" if args.json else args.format
+    if args.json and args.format not in ("table", "json"):
+        raise CLIError(f"irt: --json and --format {args.format} ask for two formats; give one")
+    if args.table != "items" and fmt != "csv":
+        raise CLIError("irt: --table picks the CSV's table; use it with --format csv")
+    if fmt == "table" and args.output:
+        raise CLIError("irt: -o writes --format json or csv; the table prints to the terminal")
     store = open_store(args.db, read_only=True)
     try:
         runs = select_runs(store, args.runs, args.suite)
         try:
-            matrix = response_matrix(store, runs)
+            fits = [
+                fit_stored(store, runs, m)
+                for m in (MODELS if args.model == "both" else (args.model,))
+            ]
         except IrtError as e:
             raise CLIError(f"irt: {e}") from e
     finally:
         store.close()
-    try:
-        fits = [fit_irt(matrix, m) for m in (MODELS if args.model == "both" else (args.model,))]
-    except IrtError as e:
-        raise CLIError(f"irt: {e}") from e
-    if args.json:
-        print(json.dumps([f.to_dict() for f in fits], indent=1))
-    else:
+    if fmt == "table":
         print("\n\n".join(format_fit(f) for f in fits))
+        return 0
+    text = render(fits, fmt, args.table, raw=args.raw)
+    from llmscope.export import ExportError, write_output
+
+    try:
+        write_output(text, args.output, force=args.force)
+    except ExportError as e:
+        raise CLIError(f"irt: {e}") from e
+    if args.output:
+        what = "fit(s)" if fmt == "json" else args.table
+        print(f"wrote the IRT {what} of {len(runs)} runs to {args.output}", file=sys.stderr)
     return 0
+
+
+def render(fits: list[IrtFit], fmt: str, table: str = "items", *, raw: bool = False) -> str:
+    """The fits as JSON (every field, `IrtFit.to_dict`) or as CSV of one table: `items`
+    (`analysis.irt.items_frame`) or `abilities` (`abilities_frame`)."""
+    if fmt == "json":
+        return json.dumps([f.to_dict() for f in fits], indent=1) + "\n"
+    from llmscope.analysis.irt import TEXT_COLUMNS, abilities_frame, items_frame
+    from llmscope.export import frame_csv
+
+    df = items_frame(fits) if table == "items" else abilities_frame(fits)
+    return frame_csv(df, TEXT_COLUMNS, raw=raw)
 
 
 def add_parsers(sub: Any, ctx: ParserContext) -> None:
@@ -125,5 +157,24 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
         default="2pl",
         help="rasch (1PL), 2pl (default; flags negatively discriminating items) or both",
     )
-    s.add_argument("--json", action="store_true", help="print the fits as JSON")
+    s.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="table",
+        help="table (default, to the terminal), json (every field) or csv (one table, --table)",
+    )
+    s.add_argument(
+        "--table",
+        choices=TABLES,
+        default="items",
+        help="csv: items (parameters, intervals, flag, reading; default) or abilities (per run)",
+    )
+    s.add_argument("--json", action="store_true", help="print the fits as JSON (= --format json)")
+    s.add_argument("-o", "--output", help="file for --format json or csv (default: stdout)")
+    s.add_argument("--force", action="store_true", help="replace an existing output file")
+    s.add_argument(
+        "--raw",
+        action="store_true",
+        help="csv: write text cells starting with = + - @ tab CR unchanged (default: prefix ')",
+    )
     s.set_defaults(func=cmd_irt)

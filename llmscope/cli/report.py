@@ -82,12 +82,20 @@ def cmd_figure(args: argparse.Namespace) -> int:
 
     store = open_store(args.db, read_only=True)
     try:
+        if bool(args.run) == bool(args.suite):
+            raise CLIError("figure: give --run (repeatable) or --suite NAME (one of them)")
         runs = []
-        for rid in args.run:
+        for rid in args.run or []:
             run = store.find_run(rid)
             if run is None:
                 raise CLIError(f"no run {rid!r} in {args.db}")
             runs.append(run)
+        if args.suite:
+            from llmscope.analysis.irt import runs_of_suite
+
+            runs = runs_of_suite(store, suite_name=args.suite)
+            if not runs:
+                raise CLIError(f"figure: no run of suite {args.suite!r} in {args.db}")
         try:
             write_figure(args.kind, load_runs(store, runs), args.output, style=args.style, item=args.item)
         except FigureError as e:
@@ -154,7 +162,8 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
     ctx.db_arg(s)
     s.add_argument("kind", choices=list(KINDS), help="what to draw: " + "; ".join(
         f"{k}: {v.title}" for k, v in KINDS.items()))
-    s.add_argument("--run", action="append", required=True, help="run id or prefix ('last'); repeat to overlay runs")
+    s.add_argument("--run", action="append", help="run id or prefix ('last'); repeat to overlay runs")
+    s.add_argument("--suite", help="every run of this suite (its name) instead of --run (e.g. for irt)")
     s.add_argument("-o", "--output", required=True, help="file to write: .pdf, .svg or .png")
     s.add_argument("--style", help="matplotlib style name or .mplstyle file applied over the defaults "
                    "(a journal's settings)")

@@ -12,16 +12,15 @@ parentheses; MML with N(0, 1) abilities, so the estimates are on the true scale)
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from llmscope.analysis.irt import MODELS, IrtError, ResponseMatrix, fit_irt, response_matrix
-from llmscope.engine.types import Item, Result
 from llmscope.store.db import Store
 from tests.helpers.cli import assert_clean_error, cli
+from tests.helpers.irt import FLIPPED, N_RUNS, write_flipped_db
 
 
 def _simulate(
@@ -106,75 +105,7 @@ def test_cli_model_names_match_the_analysis() -> None:
     assert irt_report.MODELS == MODELS
 
 
-# -- a built-in example: a suite with one label flipped, in a real DuckDB -------------------------
-OPTIONS = ["A", "B", "C"]
-N_ITEMS, N_RUNS, FLIPPED = 24, 60, "q07"
-
-
-def write_flipped_db(db: Path, seed: int = 11) -> dict[str, list[float]]:
-    """A choice suite whose gold is "A" for every item but FLIPPED, stored as "B" (a label error),
-    and N_RUNS runs of simulated models: a model that knows an item answers "A", else a wrong
-    option ("B" or "C" in turn), so on FLIPPED the strong models are marked wrong and the weak
-    ones right. Returns each item's stored expected accuracies."""
-    rng = np.random.default_rng(seed)
-    a = rng.uniform(1.2, 2.2, N_ITEMS)
-    b = rng.normal(0.0, 0.8, N_ITEMS)
-    theta = rng.normal(0.0, 1.2, N_RUNS)
-    ids = [f"q{j:02d}" for j in range(N_ITEMS)]
-    gold = {k: ("B" if k == FLIPPED else "A") for k in ids}
-    items = [
-        Item(item_id=k, fields={}, gold=gold[k], options=OPTIONS, text=f"question {k}") for k in ids
-    ]
-    expected: dict[str, list[float]] = {k: [] for k in ids}
-    with Store(db) as st:
-        st.add_suite("s-flip", "flipped", "choice", {"task": "choice"}, "", items)
-        for i in range(N_RUNS):
-            rid = f"run{i:02d}"
-            st.create_run(
-                {
-                    "run_id": rid,
-                    "suite_id": "s-flip",
-                    "suite_name": "flipped",
-                    "task": "choice",
-                    "n_total": N_ITEMS,
-                    "model": f"model-{i:02d}",
-                    "backend": "hf",
-                    "status": "completed",
-                }
-            )
-            rows = []
-            for j, k in enumerate(ids):
-                knows = rng.random() < 1.0 / (1.0 + math.exp(-a[j] * (theta[i] - b[j])))
-                pred = "A" if knows else OPTIONS[1 + (i + j) % 2]
-                probs = {o: (0.8 if o == pred else 0.1) for o in OPTIONS}
-                exp_acc = probs[gold[k]]
-                expected[k].append(exp_acc)
-                rows.append(
-                    Result(
-                        item_id=k,
-                        variant="v0",
-                        prompt=f"question {k}",
-                        probs=probs,
-                        prediction=pred,
-                        gold=gold[k],
-                        correct=float(pred == gold[k]),
-                        confidence=0.8,
-                        extra={
-                            "choice_method": "loglik",
-                            "methods": {
-                                "loglik": {
-                                    "prediction": pred,
-                                    "correct": float(pred == gold[k]),
-                                    "expected_acc": exp_acc,
-                                }
-                            },
-                        },
-                    )
-                )
-            st.write_results(rid, rows)
-    return expected
-
-
+# -- a built-in example: a suite with one label flipped, in a real DuckDB (tests/helpers/irt.py)
 @pytest.fixture(scope="module")
 def flipped_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[float]]]:
     db = tmp_path_factory.mktemp("irt") / "flipped.duckdb"

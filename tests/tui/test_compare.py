@@ -1,5 +1,7 @@
 """Compare any number of runs (tui/panels/compare.py and the compare screen): every pair's
-cell equals `llmscope compare A B --json`, disagreements sort by difference and numerically."""
+cell equals `llmscope compare A B --json`, disagreements sort by difference and numerically;
+with 3+ runs each p-value is also Holm-adjusted (checked against Holm written out here), on
+the screen and in `llmscope compare`'s output."""
 
 from __future__ import annotations
 
@@ -97,6 +99,10 @@ async def test_compare_screen_shows_every_pair_and_opens_both_runs(db: Path, cap
         lo, hi = cli["diff_ci95"]
         text = screen_text(app)
         assert f"{cli['diff']:+.3f} [{lo:+.3f}, {hi:+.3f}] p={format_p(cli['p_value'])} n={cli['n']}" in text
+        # three runs: each pair's Holm-adjusted p over the three pairs, named on screen
+        holm = scr.matrix.pairs[("run-b", "run-c")].p_holm
+        assert holm is not None and f"Holm-adjusted p={format_p(holm)}" in text
+        assert "Holm-adjusted p: Holm" in text and "over the 3 pairs shown" in text
         # one p-value, one format: every "p=" of the pair on screen reads the same
         shown = set(re.findall(r"\[[-+.\d]+, [-+.\d]+\] p=(\S+)", text))
         assert shown <= {format_p(c.comparison["p_value"]) for c in scr.matrix.pairs.values()}
@@ -115,3 +121,49 @@ async def test_compare_screen_shows_every_pair_and_opens_both_runs(db: Path, cap
         assert [d["run_id"] for d in item.details] == [first["a"], first["b"]]
         assert all(d["variants"] for d in item.details)
 
+
+
+def _holm_by_hand(ps: list[float]) -> list[float]:
+    """Holm (1979) written out: the i-th smallest p times (m - i + 1), made non-decreasing in
+    that order and capped at 1, returned in the input's order."""
+    order = sorted(range(len(ps)), key=lambda k: ps[k])
+    out = [0.0] * len(ps)
+    running = 0.0
+    for rank, k in enumerate(order):
+        running = max(running, min(1.0, (len(ps) - rank) * ps[k]))
+        out[k] = running
+    return out
+
+
+def test_three_runs_get_holm_adjusted_p_over_every_pair(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with Store(db, read_only=True) as st:
+        m = compare_matrix(st, ["run-a", "run-b", "run-c"])
+        two = compare_matrix(st, ["run-a", "run-b"])
+    pairs = list(m.pairs.values())
+    ps = [c.comparison["p_value"] for c in pairs]
+    # each pair's p is `llmscope compare A B`'s; the adjusted ones are Holm over the 3 pairs
+    assert ps == [_cli(db, c.a, c.b, capsys)["comparisons"][0]["p_value"] for c in pairs]
+    assert [c.p_holm for c in pairs] == pytest.approx(_holm_by_hand(ps), abs=1e-15)
+    assert len(set(ps)) > 1 and any(c.p_holm != c.comparison["p_value"] for c in pairs)
+    assert m.family_size == 3 and m.correction and m.correction.startswith("Holm")
+    # two runs: one comparison, nothing to adjust
+    assert [c.p_holm for c in two.pairs.values()] == [None] and two.correction is None
+
+
+def test_cli_compare_of_three_runs_prints_holm_adjusted_p(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert main(["compare", "--db", str(db), "run-a", "run-b", "run-c", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    comps = out["comparisons"]
+    ps = [c["p_value"] for c in comps]
+    # the family is what this command reports: each run against the base, 2 comparisons
+    assert [c["p_holm"] for c in comps] == pytest.approx(_holm_by_hand(ps), abs=1e-15)
+    assert out["correction"]["name"] == "Holm-adjusted p" and out["correction"]["family_size"] == 2
+    assert main(["compare", "--db", str(db), "run-a", "run-b", "run-c"]) == 0
+    text = capsys.readouterr().out
+    for c in comps:
+        assert f"Holm-adjusted p={format_p(c['p_holm'])}" in text
+    assert "over the 2 comparisons against the base" in text
+    assert main(["compare", "--db", str(db), "run-a", "run-b", "--json"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert one["correction"] is None and one["comparisons"][0]["p_holm"] is None

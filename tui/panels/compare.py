@@ -19,6 +19,7 @@ from rich.text import Text
 
 from llmscope.analysis.metrics import display
 from llmscope.analysis.rows import format_p
+from llmscope.compare import HOLM_NAME
 from llmscope.tui.widgets import literal
 
 __all__ = ["CompareMatrix", "PairCell", "compare_matrix", "disagreement_rows", "render_matrix", "render_pairs",
@@ -38,6 +39,7 @@ class PairCell:
     a: str
     b: str
     comparison: dict[str, Any]
+    p_holm: float | None = None  # Holm-adjusted over every pair shown (3+ runs)
 
     @property
     def diff(self) -> float | None:
@@ -54,6 +56,8 @@ class CompareMatrix:
     pairs: dict[tuple[str, str], PairCell] = field(default_factory=dict)
     items: dict[str, str] = field(default_factory=dict)  # item_id -> text
     error: str | None = None
+    correction: str | None = None  # the multiple-comparison correction over the pairs, if any
+    family_size: int = 0
 
     def cell(self, a: str, b: str) -> PairCell | None:
         return self.pairs.get((a, b))
@@ -62,7 +66,7 @@ class CompareMatrix:
 def compare_matrix(store: Any, run_ids: list[str]) -> CompareMatrix:
     """Metrics of every run and the paired comparison of every pair (i < j: j against i)."""
     from llmscope.analysis.metrics import run_metrics
-    from llmscope.compare import CompareError, compare_runs
+    from llmscope.compare import compare_pairs
 
     runs = []
     for rid in run_ids:
@@ -79,14 +83,16 @@ def compare_matrix(store: Any, run_ids: list[str]) -> CompareMatrix:
     metrics = [m for m in PREFERRED if m in seen]
     metrics += [m for m in seen if m not in metrics]
     out = CompareMatrix(ids, runs, metrics[:MAX_METRICS], values)
-    for i, a in enumerate(ids):
-        for b in ids[i + 1:]:
-            try:
-                res = compare_runs(store, [a, b])
-            except CompareError as e:
-                out.error = str(e)
-                return out
-            out.pairs[(a, b)] = PairCell(a, b, res["comparisons"][0])
+    # every pair is `llmscope compare A B`; with 3+ runs each p-value is also Holm-adjusted over
+    # all the pairs shown (`compare_pairs`, as the study screen's comparisons)
+    res = compare_pairs(store, [(a, b) for i, a in enumerate(ids) for b in ids[i + 1:]])
+    for p in res["pairs"]:
+        if p["error"]:
+            out.error = str(p["error"])
+            out.pairs.clear()
+            return out
+        out.pairs[(p["a"], p["b"])] = PairCell(p["a"], p["b"], p["comparison"], p["p_adjusted"])
+    out.correction, out.family_size = res["correction"], res["family_size"]
     if runs:
         rows = store.execute("SELECT item_id, text FROM items WHERE suite_id = ?", [runs[0]["suite_id"]]).fetchall()
         out.items = {str(i): t or "" for i, t in rows}
@@ -153,6 +159,8 @@ def render_pairs(m: CompareMatrix) -> Any:
             sig = lo is not None and hi is not None and (lo > 0 or hi < 0)
             txt = Text(f"{d:+.3f}", style="bold green" if sig and d > 0 else "bold red" if sig else "")
             txt.append(f" [{lo:+.3f}, {hi:+.3f}] p={format_p(cp.get('p_value'))} n={cp.get('n')}", style="dim")
+            if c.p_holm is not None:
+                txt.append(f"\n{HOLM_NAME}={format_p(c.p_holm)}", style="dim")
             cells.append(txt)
         t.add_row(literal(a), *cells)
     lines = Text()
@@ -165,7 +173,13 @@ def render_pairs(m: CompareMatrix) -> Any:
         lines.append(f"{b} vs {a}: ", style="bold")
         lines.append(f"Δacc {c.diff:+.3f} [{lo:+.3f}, {hi:+.3f}] p={format_p(cp.get('p_value'))}  n={cp.get('n')} "
                      f"clusters={cp.get('n_clusters')}   McNemar b={mc.get('b_base_only')} c={mc.get('c_run_only')} "
-                     f"p={mp} ({mc.get('method')})\n")
+                     f"p={mp} ({mc.get('method')})")
+        if c.p_holm is not None:
+            lines.append(f"  {HOLM_NAME}={format_p(c.p_holm)}")
+        lines.append("\n")
+    if m.correction:
+        lines.append(f"{HOLM_NAME}: {m.correction} over the {m.family_size} pairs shown; "
+                     "p alone is each pair's own test", style="dim")
     return Group(t, lines)
 
 

@@ -62,7 +62,14 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
         ("space", "mark a cell; M marks its whole row"),
         ("c", "compare the marked cells: two open the compare screen; more list every pair "
               "on one suite with Holm-adjusted p-values"),
+        ("i", "item response theory of the study's runs: each cell's ability with its interval, "
+              "likely label errors, the hardest and least discriminating items"),
         ("r", "refresh"),
+    ]),
+    ("Study IRT", [
+        ("enter", "open the item's drill-down (its IRT reading and every cell run's answer)"),
+        ("o", "sort items: flagged first / hardest first / least discriminating first"),
+        ("u", "next suite of the study"),
     ]),
     ("Compare", [
         ("enter", "open a disagreement (both runs' answers side by side)"),

@@ -17,6 +17,7 @@ from textual.widgets import Footer, Header, Static
 from llmscope.tui.data.live import item_detail_live
 from llmscope.tui.data.store import item_detail
 from llmscope.tui.messages import ItemLoaded
+from llmscope.tui.panels.irt import IrtLoaded, ItemIrt
 from llmscope.tui.screens.base import BaseScreen
 from llmscope.tui.widgets import ItemList, bar, clean, fmt, literal
 
@@ -40,6 +41,8 @@ class ItemScreen(BaseScreen):
         *,
         nav: ItemList | None = None,
         dashboard: DashboardScreen | None = None,
+        irt_runs: list[str] | None = None,
+        irt_scope: str = "",
     ) -> None:
         super().__init__()
         self.run_ids = run_ids
@@ -47,17 +50,55 @@ class ItemScreen(BaseScreen):
         self.nav = nav
         self.dashboard = dashboard
         self.details: list[dict[str, Any]] = []
+        # IRT (tui/panels/irt.py): fitted over `irt_runs` (a study's runs of the suite) or else
+        # every run of the suite, once per screen in a worker; stepping items re-reads the fit
+        self.irt_runs = irt_runs
+        self.irt_scope = irt_scope
+        self.irt: ItemIrt | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("", id="item-head")
         with VerticalScroll(id="item-body"):
+            yield Static("", id="item-irt")
             yield Static("loading ...", id="item-content")
+            yield Static("", id="item-irt-note")
         yield Footer()
 
     def on_mount(self) -> None:
         self.load()
+        self.load_irt()
         self.query_one("#item-body").focus()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="item-irt")
+    def load_irt(self) -> IrtLoaded:
+        """The suite's IRT fit (blocking: read and fit here, shown by `on_irt_loaded`)."""
+        from llmscope.store.db import StoreError
+        from llmscope.tui.panels.irt import item_irt
+
+        d = self.dashboard
+        if d is not None and d.source == "live":
+            return IrtLoaded(ItemIrt(None, "IRT: shown for stored runs (this run is live)", ""))
+        try:
+            with self.llm_app.handle.use() as store:
+                return IrtLoaded(item_irt(store, self.run_ids[0], self.irt_runs, self.irt_scope))
+        except StoreError as e:
+            return IrtLoaded(ItemIrt(None, f"IRT: cannot read the file: {e}", ""))
+
+    def on_irt_loaded(self, msg: IrtLoaded) -> None:
+        self.irt = msg.result
+        self._show_irt()
+
+    def _show_irt(self) -> None:
+        from llmscope.tui.panels.irt import render_item_irt
+
+        # a fit leads the drill-down; why there is none is one line at its end
+        res = self.irt
+        fitted = res is not None and res.fit is not None
+        top, note = self.query_one("#item-irt", Static), self.query_one("#item-irt-note", Static)
+        top.display, note.display = fitted, res is not None and not fitted
+        top.update(render_item_irt(res, self.item_id) if fitted else "")
+        note.update(render_item_irt(res, self.item_id) if note.display else "")
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="item")
     def load(self) -> ItemLoaded:
@@ -98,6 +139,7 @@ class ItemScreen(BaseScreen):
         self.query_one("#item-head", Static).update(head)
         self.details = msg.details  # what is shown (tests compare a live and a stored drill-down)
         self.query_one("#item-content", Static).update(render_item(msg.details))
+        self._show_irt()
         self.query_one("#item-body").scroll_home(animate=False)
 
 

@@ -176,6 +176,7 @@ class StudyScreen(BaseScreen):
         Binding("space", "mark", "Mark cell"),
         Binding("M", "mark_row", "Mark row"),
         Binding("c", "compare", "Compare marked"),
+        Binding("i", "irt", "IRT"),
         Binding("right_square_bracket", "page(1)", "More columns", key_display="]"),
         Binding("left_square_bracket", "page(-1)", "Previous columns", key_display="["),
         Binding("r", "reload", "Refresh"),
@@ -501,6 +502,18 @@ class StudyScreen(BaseScreen):
             self.app.push_screen(CompareScreen([str(pairs[0][0].run_id), str(pairs[0][1].run_id)]))
         else:
             self.app.push_screen(StudyPairsScreen(self.study, pairs))
+
+    def action_irt(self) -> None:
+        """The study's item response theory (tui/screens/irt.py)."""
+        from llmscope.tui.screens.irt import StudyIrtScreen
+
+        if self.live or _held(self.llm_app):
+            self.notify(
+                "IRT reads the database, which another process holds; try again when it is free",
+                severity="warning",
+            )
+            return
+        self.app.push_screen(StudyIrtScreen(self.study, list(self.rows)))
 
 
 def _cut(t: Text, width: int) -> Text:
