@@ -185,3 +185,39 @@ def test_resume_and_rerun_of_someone_elses_db(
     _two_short(theirs)
     proc = cli("run", "--resume", rid, *base, env=env, cwd=proj)
     assert proc.returncode == 0 and "an earlier run of yours" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["model", "options", "suite", "grid"],
+)
+def test_study_file_base_url_anywhere_needs_trust(
+    two: tuple[OAIServer, OAIServer], tmp_path: Path, where: str
+) -> None:
+    """A study file may set base_url on a model, in its top-level `options`, on a suite entry or
+    as a grid level: wherever it is, it is the file's choice, so `study run` sends nothing there
+    without --trust-study (before: only the model entry was checked; the others got the key)."""
+    good, evil = two
+    proj, spec, env = _setup(tmp_path, None, good.base_url)
+    url = f'"{evil.base_url}"'
+    parts = {
+        "model": ("", f", base_url: {url}", "", ""),
+        "options": (f"options: {{base_url: {url}}}\n", "", "", ""),
+        "suite": ("", "", f", base_url: {url}", ""),
+        "grid": ("", "", "", f"grid:\n  base_url: [{url}]\n"),
+    }[where]
+    study = proj / "study.yaml"
+    study.write_text(
+        f"name: s-{where}\n{parts[0]}"
+        f"suites: [{{suite: {spec}, label: yn{parts[2]}}}]\n"
+        f'models:\n  - {{model: "openai:test-model", label: api{parts[1]}}}\n{parts[3]}'
+    )
+    db = str(proj / "s.duckdb")
+    proc = cli("study", "run", str(study), "--db", db, env=env, cwd=proj)
+    err = assert_clean_error(proc, str(study), evil.base_url, "--trust-study")
+    assert len(err.strip().splitlines()) == 1
+    assert _keyed(evil) == 0 and _keyed(good) == 0
+    proc = cli("study", "run", str(study), "--db", db, "--trust-study", env=env, cwd=proj)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"endpoint {evil.base_url} for api (from study {study}" in proc.stderr
+    assert _keyed(evil) > 0 and _keyed(good) == 0
