@@ -183,17 +183,15 @@ def check_endpoints(args: argparse.Namespace, cfg: Any, say: Any, stored_in: str
 
 
 def _endpoints_file() -> Path:
-    """The user's own list of endpoints they chose (flag, environment, config), beside their
-    config file: a resume of their own run needs no --trust-db, someone else's database does."""
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path(os.environ.get("HOME") or Path.home()) / ".config")
-    return Path(base) / "llmscope" / "endpoints.txt"
+    from llmscope.settings import endpoints_file
+
+    return endpoints_file()
 
 
 def _used_endpoints() -> set[str]:
-    try:
-        return {ln.strip() for ln in _endpoints_file().read_text(encoding="utf-8").splitlines() if ln.strip()}
-    except (OSError, UnicodeDecodeError):
-        return set()
+    from llmscope.settings import used_endpoints
+
+    return used_endpoints()
 
 
 def used_endpoints() -> set[str]:
@@ -207,16 +205,9 @@ def remember_endpoints(urls: list[str]) -> None:
 
 
 def _remember_endpoints(urls: list[str]) -> None:
-    new = [u for u in urls if u not in _used_endpoints()]
-    if not new:
-        return
-    try:  # a convenience: failing to write it only means a later resume asks
-        path = _endpoints_file()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as f:
-            f.write("".join(u + "\n" for u in new))
-    except OSError:
-        pass
+    from llmscope.settings import remember_endpoints as remember
+
+    remember(urls)
 
 
 def invocation(argv0: str | None = None) -> str:
