@@ -115,4 +115,6 @@ async def test_study_screen_shows_bidi_escapes(tmp_path: Path) -> None:
         assert isinstance(app.screen, StudyScreen)
         text = screen_text(app)
         assert "<U+202E>gnp" in text and "<U+2067>x<U+2069>" in text, text
-        assert not any(ch in text for ch in BIDI), [ascii(ln) for ln in text.splitlines() if any(c in BIDI for c in ln)]
+        assert not any(ch in text for ch in BIDI), [
+            ascii(ln) for ln in text.splitlines() if any(c in BIDI for c in ln)
+        ]
