@@ -133,3 +133,23 @@ def test_key_echoed_in_a_200_reply_is_stored_nowhere(oai: Any, tmp_path: Path, w
     ]
     assert leaks == []
     assert cache.exists()
+
+
+def test_lone_surrogate_in_the_model_name_and_fingerprint(oai: Any, tmp_path: Path) -> None:  # noqa: F811
+    """Every reply, the probe's included, names its model and fingerprint with a lone surrogate
+    (and the key): before, creating the run failed ("database error while creating the run:
+    cannot encode str as UTF-8"), exit 2, nothing stored. Now the run record keeps them repaired
+    and redacted, and every row is stored."""
+    spec = write_yesno_suite(tmp_path / "suite", N_ITEMS)
+    oai.script("", system_fingerprint="fp\ud83d", model=f"m\ud83d {CANARY_KEY}")
+    db = tmp_path / "m.duckdb"
+    proc = _run(spec, db, oai.base_url, tmp_path / "cache.sqlite")
+    assert proc.returncode == 0, proc.stderr
+    assert len(_rows(db)) == 2 * N_ITEMS
+    con = duckdb.connect(str(db), read_only=True)
+    (meta,) = con.execute("SELECT meta FROM runs").fetchone()  # type: ignore[misc]
+    con.close()
+    backend = json.loads(meta)["backend"]
+    assert backend["system_fingerprints"] == ["fp\ufffd"]
+    assert backend["served_models"] == ["m\ufffd [redacted: API key]"]
+    assert CANARY_KEY not in meta
