@@ -137,6 +137,11 @@ def _untrusted_stored_endpoint(prep: Any, db: str) -> str | None:
     from llmscope.engine.openai import expand_base_urls, public_url
     from llmscope.settings import SettingsError, load_settings, trusted_endpoints
 
+    rid = (prep.existing or {}).get("run_id") or prep.request.resume
+    if getattr(prep.config, "trust_remote_code", False):  # the stored run would run the model's code
+        return (f"run {rid} in {db} was made with --trust-remote-code (it runs {prep.config.model}'s own "
+                f"Python code); nothing was started. Resume it from a shell: llmscope run --resume {rid} "
+                f"--db {db} --trust-remote-code")
     if getattr(prep.config, "kind", None) != "openai":
         return None
     urls = expand_base_urls(prep.config.base_url)
@@ -147,7 +152,6 @@ def _untrusted_stored_endpoint(prep: Any, db: str) -> str | None:
     untrusted = [u for u in urls if u not in trusted_endpoints(settings)]
     if not untrusted:
         return None
-    rid = (prep.existing or {}).get("run_id") or prep.request.resume
     return (f"run {rid} in {db} sends requests (and $OPENAI_API_KEY) to "
             f"{', '.join(public_url(u) for u in untrusted)}, which none of your environment or config "
             f"names; nothing was sent. Resume it from a shell: llmscope run --resume {rid} --db {db} "

@@ -121,6 +121,19 @@ def config_from_args(args: argparse.Namespace, base: Any = None) -> Any:
     return dataclasses.replace(cfg, **given)
 
 
+def check_stored_code(args: argparse.Namespace, cfg: Any, stored_in: str | None) -> None:
+    """A resumed or re-run run whose stored config allows the model's own Python code
+    (`trust_remote_code`) runs that code only when the user says so now: `--trust-remote-code`
+    or `--trust-db`. Someone else's database must not choose to run a hub model's code."""
+    if stored_in is None or not getattr(cfg, "trust_remote_code", False):
+        return
+    if getattr(args, "trust_remote_code", None) or getattr(args, "trust_db", False):
+        return
+    yours = "--trust-remote-code yourself, or --trust-db" if hasattr(args, "trust_remote_code") else "--trust-db"
+    raise CLIError(f"{stored_in} was made with --trust-remote-code (it runs {cfg.model}'s own Python "
+                   f"code); pass {yours} to allow it")
+
+
 def check_endpoints(args: argparse.Namespace, cfg: Any, say: Any, stored_in: str | None = None) -> None:
     """Before any request to an API model: refuse a base URL that only a project file or someone
     else's database names, and print every endpoint with where it came from.

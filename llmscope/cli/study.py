@@ -42,7 +42,7 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
         "--trust-study",
         action="store_true",
         help="send requests (and $OPENAI_API_KEY) to base URLs the study file names even when none "
-        "of your flags, environment or config names them",
+        "of your flags, environment or config names them, and let it set trust_remote_code",
     )
     r.add_argument("--quiet", action="store_true", help="only warnings, errors and the final grid")
     r.set_defaults(func=cmd_study_run)
@@ -96,6 +96,10 @@ def _check_endpoints(study: Any, args: argparse.Namespace, say: Callable[[str, s
     # top-level `options` or a grid level, and each of them is the file's choice, not the user's.
     for cell in study.cells:
         m = cell.model
+        if cell.options.get("trust_remote_code") and not args.trust_study:
+            where = cell.sources.get("trust_remote_code") or str(study.path)
+            raise CLIError(f"{where} sets trust_remote_code (it runs {m.label}'s own Python code); "
+                           "pass --trust-study to allow it")
         if not m.is_api:
             continue
         urls = expand_base_urls(cell.options.get("base_url"))
