@@ -41,6 +41,7 @@ from llmscope.engine.choice_math import permute_options
 from llmscope.engine.errors import SuiteError
 from llmscope.engine.schemes import check_schemes
 from llmscope.engine.tasks import get_task, task_names
+from llmscope.engine.templates import check_template
 from llmscope.engine.templates import render_template as render
 from llmscope.engine.types import Work
 
@@ -80,6 +81,11 @@ def check_design(suite: Suite, opts: dict[str, Any]) -> None:
         if unknown:
             raise _err(f"no template {unknown[0]!r}; templates: {', '.join(suite.variant_names())}", suite,
                        "reverse_templates")
+        for k, t in rev.items():  # the same plain-field rule as the suite's own templates
+            try:
+                check_template(t)
+            except ValueError as e:
+                raise _err(f"template {k!r} is malformed: {e}", suite, "reverse_templates") from None
     fs = opts.get("fewshot")
     if fs is not None:
         if not isinstance(fs, dict):
@@ -212,7 +218,15 @@ def expand_design(suite: Suite, work: list[Work], opts: dict[str, Any]) -> list[
             base = w.variant.split("@", 1)[0]
             if base in rev:
                 w.design = {**(w.design or {}), "scale": "as_written"}
-                more.append(Work(item=w.item, variant=f"{w.variant}@rev", prompt=render(rev[base], w.item.fields),
+                try:
+                    prompt = render(rev[base], w.item.fields)
+                except KeyError as e:
+                    raise _err(f"template {base!r} names {e}, which item {w.item.item_id!r} does not have",
+                               suite, "reverse_templates") from None
+                except ValueError as e:
+                    raise _err(f"template {base!r} on item {w.item.item_id!r}: {e}", suite,
+                               "reverse_templates") from None
+                more.append(Work(item=w.item, variant=f"{w.variant}@rev", prompt=prompt,
                                  gold=w.gold, options=w.options, design={**(w.design or {}), "scale": "reversed"}))
         out = more
 

@@ -25,7 +25,7 @@ from llmscope.engine.backend import Backend, BackendError, BackendUnavailable
 from llmscope.engine.ports import RunStore, RunSuite
 from llmscope.engine.progress import NullReporter, Progress, Reporter
 from llmscope.engine.tasks import Task, get_task
-from llmscope.engine.textsafety import repair_result
+from llmscope.engine.textsafety import map_strings, repair_result, repair_text
 from llmscope.engine.types import Result, Work
 
 FLUSH_EVERY_S = 1.0
@@ -122,7 +122,9 @@ class Runner:
         suite = self.plan.suite
         items = suite.items()
         self.store.add_suite(suite.suite_id, suite.name, suite.task, suite.spec, suite.source or "", items)
-        desc = self.backend.describe()
+        # a server's model name or fingerprint may carry a lone surrogate: the run record is
+        # stored as UTF-8, so the description is repaired as result rows are (textsafety)
+        desc, _ = map_strings(self.backend.describe(), repair_text)
         config_hash = self.plan.derive_run_id(desc.get("model_hash"))
         run_id = self.plan.run_id or config_hash
         all_work = suite.work(self.plan.limit, self.task.options)
@@ -340,7 +342,7 @@ class Runner:
         # Every session is appended to `meta.sessions`, never replaced. `last_session` and
         # `backend_stats` (read by analysis/api_method.py and older readers) are the latest
         # session that scored something: a session with nothing to do keeps the record it found.
-        stats = self.backend.stats()
+        stats, _ = map_strings(self.backend.stats(), repair_text)
         last = {"seconds": round(prog.elapsed_s, 3), "items": prog.done - prog.skipped,
                 "items_per_s": prog.items_per_s, "tokens_per_s": prog.tokens_per_s,
                 "retried_errors": self.retried_errors}

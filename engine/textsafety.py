@@ -106,3 +106,31 @@ def repair_result(res: Any) -> None:
     ):
         extra = {**extra, "key_redacted": True}
     res.extra = extra
+
+
+# Bidirectional controls: embeddings/overrides (U+202A-202E), isolates (U+2066-2069), the
+# LRM/RLM/ALM marks. A bidi terminal or a browser reorders text around them ("\u202egnp.exe"
+# reads "exe.png"), so what a reader sees would not be what is stored. The TUI draws them the
+# same way (tui/widgets.py, `clean`).
+BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
+_TERMINAL_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def show_bidi(s: str) -> str:
+    """`s` with each bidi control written as a visible `<U+202E>` (for a page or a terminal)."""
+    return BIDI_CONTROLS.sub(lambda m: f"<U+{ord(m.group()):04X}>", s)
+
+
+def for_terminal(s: str) -> str:
+    """Text printed for a person to read: bidi controls as `<U+202E>`, other control characters
+    (ANSI escapes included) as `\\x1b`, so stored text can neither reorder nor drive the screen.
+    Newlines and tabs stay."""
+    s = _TERMINAL_CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", s)
+    return show_bidi(s)
+
+
+def json_escape_bidi(text: str) -> str:
+    """JSON text with each raw bidi control written as its `\\u202e` escape: the same data once
+    parsed, but a terminal or editor showing the line cannot reorder it. Only valid for JSON
+    produced by `json.dumps`, where such characters occur inside strings alone."""
+    return BIDI_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

@@ -34,6 +34,7 @@ from typing import Any
 import pyarrow as pa
 
 from llmscope.engine.tasks import TASKS, Task
+from llmscope.engine.textsafety import json_escape_bidi
 from llmscope.store.db import Store, decode_json
 
 FORMATS = ("jsonl", "csv", "parquet", "worldsense", "lm-eval")
@@ -222,7 +223,9 @@ def to_csv(rows: list[ExportRow], *, raw: bool = False) -> str:
 
 
 def to_jsonl(rows: list[ExportRow]) -> str:
-    return "".join(json.dumps(dict(_values(r)), ensure_ascii=False) + "\n" for r in rows)
+    """JSON lines; bidi controls written as JSON escapes (the same data, but a terminal or an
+    editor showing the file cannot reorder it)."""
+    return json_escape_bidi("".join(json.dumps(dict(_values(r)), ensure_ascii=False) + "\n" for r in rows))
 
 
 # -- lm-eval shape ----------------------------------------------------------------------------

@@ -277,4 +277,9 @@ def svg_text(fig: Figure) -> str:
     s = s[s.index("<svg") :]
     s = re.sub(r"<metadata>.*?</metadata>\s*", "", s, count=1, flags=re.S)
     s = s.replace(" xlink:href=", " href=")
+    # text kept as text is laid out by the browser: a bidi control in a run's name or label
+    # would reorder it, so each is written as a visible, escaped `<U+202E>`
+    from llmscope.engine.textsafety import BIDI_CONTROLS
+
+    s = BIDI_CONTROLS.sub(lambda m: f"&lt;U+{ord(m.group()):04X}&gt;", s)
     return re.sub(r'\s+xmlns(:xlink)?="[^"]*"', "", s[: s.index(">")]) + s[s.index(">") :]

@@ -42,8 +42,11 @@ code{background:#f3f3f3;padding:0 .2em}
 
 
 def _e(v: Any) -> str:
-    """Untrusted text, escaped for HTML (quotes too: safe in attributes)."""
-    return html.escape("" if v is None else str(v), quote=True)
+    """Untrusted text, escaped for HTML (quotes too: safe in attributes); bidi controls shown
+    as `<U+202E>`, so an item cannot make a browser show 'gnp.exe' as 'exe.png'."""
+    from llmscope.engine.textsafety import show_bidi
+
+    return html.escape(show_bidi("" if v is None else str(v)), quote=True)
 
 
 def _num(name: str, v: Any) -> str:

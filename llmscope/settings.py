@@ -135,3 +135,51 @@ def load_settings(cwd: Path | None = None, env: dict[str, str] | None = None) ->
             s.values[k] = v
             s.sources[k] = p
     return s
+
+
+def endpoints_file(env: dict[str, str] | None = None) -> Path:
+    """The user's own list of endpoints they chose (flag, environment, config), beside their
+    config file: a resume of their own run needs no --trust-db, someone else's database does."""
+    env = dict(os.environ) if env is None else env
+    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME") or Path.home()) / ".config")
+    return Path(base) / "llmscope" / "endpoints.txt"
+
+
+def used_endpoints(env: dict[str, str] | None = None) -> set[str]:
+    """Endpoints the user chose before (read from `endpoints_file`); empty when unreadable."""
+    try:
+        text = endpoints_file(env).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return set()
+    return {ln.strip() for ln in text.splitlines() if ln.strip()}
+
+
+def remember_endpoints(urls: list[str], env: dict[str, str] | None = None) -> None:
+    """Add endpoints the user chose (flag, environment, own config, the TUI form, or trusted
+    with --trust-study) to their own list; failing to write it only means a later resume asks."""
+    new = [u for u in urls if u not in used_endpoints(env)]
+    if not new:
+        return
+    try:
+        path = endpoints_file(env)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write("".join(u + "\n" for u in new))
+    except OSError:
+        pass
+
+
+def trusted_endpoints(settings: Settings | None = None, env: dict[str, str] | None = None) -> set[str]:
+    """Base URLs the user named themselves: `$OPENAI_BASE_URL`, their own config file's
+    `base_url` (never a project file's), and the endpoints they chose before. A base URL stored
+    in a database or written in a study file is sent the key only when it is one of these, or
+    when the user says so (--trust-db, --trust-study, a confirmation)."""
+    from llmscope.engine.openai import expand_base_urls
+
+    env = dict(os.environ) if env is None else env
+    user_url = settings.values.get("base_url") if settings is not None else None
+    return (
+        set(expand_base_urls(env.get("OPENAI_BASE_URL")))
+        | set(expand_base_urls(user_url))
+        | used_endpoints(env)
+    )

@@ -129,6 +129,35 @@ class InProcessRun:
             self.loop.call_soon_threadsafe(self.task.cancel)
 
 
+def _untrusted_stored_endpoint(prep: Any, db: str) -> str | None:
+    """Why a resume may not send $OPENAI_API_KEY to the run's stored base URL, or None.
+
+    As `llmscope run --resume` without a terminal: a URL none of the user's environment, own
+    config or earlier choices names is someone else's file's choice (llmscope/settings.py)."""
+    from llmscope.engine.openai import expand_base_urls, public_url
+    from llmscope.settings import SettingsError, load_settings, trusted_endpoints
+
+    rid = (prep.existing or {}).get("run_id") or prep.request.resume
+    if getattr(prep.config, "trust_remote_code", False):  # the stored run would run the model's code
+        return (f"run {rid} in {db} was made with --trust-remote-code (it runs {prep.config.model}'s own "
+                f"Python code); nothing was started. Resume it from a shell: llmscope run --resume {rid} "
+                f"--db {db} --trust-remote-code")
+    if getattr(prep.config, "kind", None) != "openai":
+        return None
+    urls = expand_base_urls(prep.config.base_url)
+    try:
+        settings = load_settings()
+    except SettingsError:
+        settings = None
+    untrusted = [u for u in urls if u not in trusted_endpoints(settings)]
+    if not untrusted:
+        return None
+    return (f"run {rid} in {db} sends requests (and $OPENAI_API_KEY) to "
+            f"{', '.join(public_url(u) for u in untrusted)}, which none of your environment or config "
+            f"names; nothing was sent. Resume it from a shell: llmscope run --resume {rid} --db {db} "
+            "--trust-db (or --base-url URL)")
+
+
 def run_params_config(params: dict[str, Any]) -> BackendConfig:
     """The backend config of the new-run form (the same dataclass the CLI fills)."""
     cfg = BackendConfig(model=params.get("model") or None, base_url=params.get("base_url") or None)
@@ -262,6 +291,11 @@ class LlmscopeApp(App[int]):
             cfg = params["config"] if params.get("config") is not None else run_params_config(params)
             req = RunRequest(suite_name=params.get("suite"), suite_path=params.get("suite_path") or None,
                              config=cfg, task_options=dict(params.get("options") or {}), limit=params.get("limit"))
+            if cfg.base_url:  # typed into the form: the user's own choice, as --base-url is
+                from llmscope.engine.openai import expand_base_urls
+                from llmscope.settings import remember_endpoints
+
+                remember_endpoints(expand_base_urls(cfg.base_url))
         opened = False
         written: list[Any] = []
 
@@ -279,6 +313,11 @@ class LlmscopeApp(App[int]):
             except RunComplete as e:
                 self._starting.pop(id(handle.reporter), None)
                 self.post_message(RunFailed(str(e), title="nothing to run", severity="information"))
+                return
+            refused = _untrusted_stored_endpoint(prep, self.db_path) if params.get("resume") else None
+            if refused:  # someone else's database: its stored URL is not the user's choice
+                self._starting.pop(id(handle.reporter), None)
+                self.post_message(RunFailed(refused, title="endpoint not trusted"))
                 return
             # the write connection opens once the model is loaded
             started = start_run(writer, prep, [handle.reporter], db=self.db_path,

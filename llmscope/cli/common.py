@@ -121,6 +121,19 @@ def config_from_args(args: argparse.Namespace, base: Any = None) -> Any:
     return dataclasses.replace(cfg, **given)
 
 
+def check_stored_code(args: argparse.Namespace, cfg: Any, stored_in: str | None) -> None:
+    """A resumed or re-run run whose stored config allows the model's own Python code
+    (`trust_remote_code`) runs that code only when the user says so now: `--trust-remote-code`
+    or `--trust-db`. Someone else's database must not choose to run a hub model's code."""
+    if stored_in is None or not getattr(cfg, "trust_remote_code", False):
+        return
+    if getattr(args, "trust_remote_code", None) or getattr(args, "trust_db", False):
+        return
+    yours = "--trust-remote-code yourself, or --trust-db" if hasattr(args, "trust_remote_code") else "--trust-db"
+    raise CLIError(f"{stored_in} was made with --trust-remote-code (it runs {cfg.model}'s own Python "
+                   f"code); pass {yours} to allow it")
+
+
 def check_endpoints(args: argparse.Namespace, cfg: Any, say: Any, stored_in: str | None = None) -> None:
     """Before any request to an API model: refuse a base URL that only a project file or someone
     else's database names, and print every endpoint with where it came from.
@@ -183,17 +196,15 @@ def check_endpoints(args: argparse.Namespace, cfg: Any, say: Any, stored_in: str
 
 
 def _endpoints_file() -> Path:
-    """The user's own list of endpoints they chose (flag, environment, config), beside their
-    config file: a resume of their own run needs no --trust-db, someone else's database does."""
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path(os.environ.get("HOME") or Path.home()) / ".config")
-    return Path(base) / "llmscope" / "endpoints.txt"
+    from llmscope.settings import endpoints_file
+
+    return endpoints_file()
 
 
 def _used_endpoints() -> set[str]:
-    try:
-        return {ln.strip() for ln in _endpoints_file().read_text(encoding="utf-8").splitlines() if ln.strip()}
-    except (OSError, UnicodeDecodeError):
-        return set()
+    from llmscope.settings import used_endpoints
+
+    return used_endpoints()
 
 
 def used_endpoints() -> set[str]:
@@ -207,16 +218,9 @@ def remember_endpoints(urls: list[str]) -> None:
 
 
 def _remember_endpoints(urls: list[str]) -> None:
-    new = [u for u in urls if u not in _used_endpoints()]
-    if not new:
-        return
-    try:  # a convenience: failing to write it only means a later resume asks
-        path = _endpoints_file()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as f:
-            f.write("".join(u + "\n" for u in new))
-    except OSError:
-        pass
+    from llmscope.settings import remember_endpoints as remember
+
+    remember(urls)
 
 
 def invocation(argv0: str | None = None) -> str:

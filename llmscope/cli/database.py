@@ -13,6 +13,8 @@ from llmscope.cli.common import CLIError, ParserContext, open_store
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
+    from llmscope.engine.textsafety import for_terminal
+
     store = open_store(args.db, read_only=True)
     try:
         df = store.runs()
@@ -29,8 +31,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
         acc = "" if r.accuracy is None or r.accuracy != r.accuracy else f"{r.metric} {r.accuracy:.3f}"
         # a run row written by hand or by an old version may lack any of these: shown as "-"
         suite, model, status = (("-" if v is None or v != v else str(v)) for v in (r.suite_name, r.model, r.status))
-        print(f"{r.run_id}  {suite:<20} {model[:32]:<32} {status:<22} "
-              f"{r.n_done}/{r.n_total}  {acc}  {r.started_at}")
+        line = (f"{r.run_id}  {suite:<20} {model[:32]:<32} {status:<22} "
+                f"{r.n_done}/{r.n_total}  {acc}  {r.started_at}")
+        print(for_terminal(line))  # names from a shared file: shown, never obeyed (bidi, ANSI)
     return 0
 
 

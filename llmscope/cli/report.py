@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from llmscope.cli.common import CLIError, ParserContext, open_store
+from llmscope.engine.textsafety import for_terminal
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -52,9 +53,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(json.dumps(rows + ws_rows, indent=1, default=str))
     else:
         # a terminal's width: lines that would not fit wrap cleanly; a pipe or file: one line a row
-        print(format_rows(rows, shutil.get_terminal_size().columns if sys.stdout.isatty() else None))
+        # stored text (groups, suite and model names) shown, never obeyed: bidi and ANSI controls
+        print(for_terminal(format_rows(rows, shutil.get_terminal_size().columns if sys.stdout.isatty() else None)))
         for line in ws_text:
-            print(line)
+            print(for_terminal(line))
     return 0
 
 

@@ -20,6 +20,7 @@ from llmscope.cli.common import (
     CLIError,
     ParserContext,
     check_endpoints,
+    check_stored_code,
     config_from_args,
     open_store,
     parse_opts,
@@ -126,6 +127,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
                          model_arg=model_arg)
         # one way to start a run (llmscope/runstart.py): the response cache, the session record
         prep = prepare_run(store, req)
+        check_stored_code(args, prep.config, f"run {old['run_id']} in {args.db}")
         check_endpoints(args, prep.config, reporter.on_message,
                         stored_in=f"run {old['run_id']} in {args.db}")
         started = start_run(store, prep, [reporter], db=args.db,
@@ -163,7 +165,8 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
     r.add_argument("--base-url", action="append", default=None,
                    help="OpenAI-compatible endpoint(s) for an API model (default: the old run's)")
     r.add_argument("--trust-db", action="store_true",
-                   help="send requests (and $OPENAI_API_KEY) to the old run's stored base URL without asking")
+                   help="send requests (and $OPENAI_API_KEY) to the old run's stored base URL without "
+                   "asking; allow the model's own code if the old run was made with --trust-remote-code")
     r.add_argument("--concurrency", type=int, default=None, help="API requests in flight (default: the old run's)")
     r.add_argument("--top-logprobs", type=int, default=None, help="top log-probabilities asked of an API")
     r.add_argument("--max-retries", type=int, default=None, help="retries per API request (default 6)")

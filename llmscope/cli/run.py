@@ -14,6 +14,7 @@ from llmscope.cli.common import (
     CLIError,
     ParserContext,
     check_endpoints,
+    check_stored_code,
     config_from_args,
     invocation,
     open_store,
@@ -152,9 +153,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         except RunComplete as e:
             print(f"llmscope: {e}", file=sys.stderr)
             return 1 if e.n_errors else 0  # as a run that ends with errors stored
-        check_endpoints(args, prep.config, reporter.on_message,
-                        stored_in=(f"run {prep.existing['run_id']} in {args.db}"
-                                   if args.resume and prep.existing is not None else None))
+        stored_in = (f"run {prep.existing['run_id']} in {args.db}"
+                     if args.resume and prep.existing is not None else None)
+        check_stored_code(args, prep.config, stored_in)
+        check_endpoints(args, prep.config, reporter.on_message, stored_in=stored_in)
         reporter.on_message("info", f"loading model {prep.config.model or 'SmolLM2-135M-Instruct (embedded default)'} ...")
         started = start_run(store, prep, [reporter], db=args.db, warn=lambda m: reporter.on_message("warning", m))
         runner = started.runner
@@ -261,7 +263,8 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
                    help="continue a stored run (id or prefix; 'last') with the options it was made with")
     r.add_argument("--trust-db", action="store_true",
                    help="on resume, send requests (and $OPENAI_API_KEY) to the base URL stored in the "
-                        "database without asking, even when no flag, environment or config of yours names it")
+                        "database without asking, even when no flag, environment or config of yours names it; "
+                        "allow the model's own code if the run was made with --trust-remote-code")
     r.add_argument("--no-retry-errors", action="store_true",
                    help="on resume, keep items stored as errors instead of scoring them again")
     r.add_argument("--base-url", action="append", default=None,

@@ -42,7 +42,7 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
         "--trust-study",
         action="store_true",
         help="send requests (and $OPENAI_API_KEY) to base URLs the study file names even when none "
-        "of your flags, environment or config names them",
+        "of your flags, environment or config names them, and let it set trust_remote_code",
     )
     r.add_argument(
         "--replace",
@@ -97,25 +97,38 @@ def _check_endpoints(study: Any, args: argparse.Namespace, say: Callable[[str, s
     env = os.environ.get("OPENAI_BASE_URL")
     trusted = set(expand_base_urls(env)) | set(expand_base_urls(user_url)) | used_endpoints()
     chosen: list[str] = []
-    for m in study.models:
+    said: set[tuple[str, str]] = set()
+    # Every cell's merged options: a base_url may come from the model entry, a suite entry, the
+    # top-level `options` or a grid level, and each of them is the file's choice, not the user's.
+    for cell in study.cells:
+        m = cell.model
+        if cell.options.get("trust_remote_code") and not args.trust_study:
+            where = cell.sources.get("trust_remote_code") or str(study.path)
+            raise CLIError(f"{where} sets trust_remote_code (it runs {m.label}'s own Python code); "
+                           "pass --trust-study to allow it")
         if not m.is_api:
             continue
-        urls = expand_base_urls(m.options.get("base_url"))
+        urls = expand_base_urls(cell.options.get("base_url"))
         if not urls:
             src = "$OPENAI_BASE_URL" if env else "default"
             for u in expand_base_urls(env) or [OPENAI_URL]:
-                say("info", f"endpoint {public_url(u)} for {m.label} (from {src})")
+                if (m.label, u) not in said:
+                    said.add((m.label, u))
+                    say("info", f"endpoint {public_url(u)} for {m.label} (from {src})")
             continue
+        where = cell.sources.get("base_url") or str(study.path)
         untrusted = [u for u in urls if u not in trusted]
         if untrusted and not args.trust_study:
             shown = ", ".join(public_url(u) for u in untrusted)
             raise CLIError(
-                f"{study.path} sends requests (and $OPENAI_API_KEY) for model {m.label!r} to {shown}, "
+                f"{where} sends requests (and $OPENAI_API_KEY) for model {m.label!r} to {shown}, "
                 "which none of your flags, environment or config names; pass --trust-study to use it"
             )
         for u in urls:
-            say("info", f"endpoint {public_url(u)} for {m.label} (from study {study.path})")
-        chosen += urls
+            if (m.label, u) not in said:
+                said.add((m.label, u))
+                say("info", f"endpoint {public_url(u)} for {m.label} (from study {where})")
+        chosen += [u for u in urls if u not in chosen]
     remember_endpoints(chosen)
 
 

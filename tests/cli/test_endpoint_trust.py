@@ -117,7 +117,9 @@ def test_project_base_url_alone_is_refused(
 def _two_short(db: Path) -> None:
     """Drop two stored results, so a resume has something to ask (a complete run asks nothing)."""
     con = duckdb.connect(str(db))
-    con.execute("DELETE FROM results WHERE item_id IN (SELECT item_id FROM results ORDER BY item_id LIMIT 2)")
+    con.execute(
+        "DELETE FROM results WHERE item_id IN (SELECT item_id FROM results ORDER BY item_id LIMIT 2)"
+    )
     con.close()
 
 
@@ -185,3 +187,91 @@ def test_resume_and_rerun_of_someone_elses_db(
     _two_short(theirs)
     proc = cli("run", "--resume", rid, *base, env=env, cwd=proj)
     assert proc.returncode == 0 and "an earlier run of yours" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["model", "options", "suite", "grid"],
+)
+def test_study_file_base_url_anywhere_needs_trust(
+    two: tuple[OAIServer, OAIServer], tmp_path: Path, where: str
+) -> None:
+    """A study file may set base_url on a model, in its top-level `options`, on a suite entry or
+    as a grid level: wherever it is, it is the file's choice, so `study run` sends nothing there
+    without --trust-study (before: only the model entry was checked; the others got the key)."""
+    good, evil = two
+    proj, spec, env = _setup(tmp_path, None, good.base_url)
+    url = f'"{evil.base_url}"'
+    parts = {
+        "model": ("", f", base_url: {url}", "", ""),
+        "options": (f"options: {{base_url: {url}}}\n", "", "", ""),
+        "suite": ("", "", f", base_url: {url}", ""),
+        "grid": ("", "", "", f"grid:\n  base_url: [{url}]\n"),
+    }[where]
+    study = proj / "study.yaml"
+    study.write_text(
+        f"name: s-{where}\n{parts[0]}"
+        f"suites: [{{suite: {spec}, label: yn{parts[2]}}}]\n"
+        f'models:\n  - {{model: "openai:test-model", label: api{parts[1]}}}\n{parts[3]}'
+    )
+    db = str(proj / "s.duckdb")
+    proc = cli("study", "run", str(study), "--db", db, env=env, cwd=proj)
+    err = assert_clean_error(proc, str(study), evil.base_url, "--trust-study")
+    assert len(err.strip().splitlines()) == 1
+    assert _keyed(evil) == 0 and _keyed(good) == 0
+    proc = cli("study", "run", str(study), "--db", db, "--trust-study", env=env, cwd=proj)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"endpoint {evil.base_url} for api (from study {study}" in proc.stderr
+    assert _keyed(evil) > 0 and _keyed(good) == 0
+
+
+def test_resume_of_a_stored_trust_remote_code_needs_the_users_word(tmp_path: Path) -> None:
+    """A run stored with --trust-remote-code (a hub model's own Python code runs at load) is
+    resumed or re-run only when the user passes --trust-remote-code (run) or --trust-db: someone
+    else's database must not decide to run code. Refused before any model loads, nothing added."""
+    pytest.importorskip("torch")
+    from tests.helpers.cli import tiny_model_dir
+
+    model = tiny_model_dir(tmp_path)
+    spec = write_yesno_suite(tmp_path / "suite", 3)
+    db = tmp_path / "code.duckdb"
+    env = cli_env(HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path / "xdg"))
+    base = ["--db", str(db), "--threads", "1", "--quiet", "--no-report"]
+    made = cli(
+        "run", "--suite", str(spec), "--model", f"hf:{model}", "--trust-remote-code", *base, env=env
+    )
+    assert made.returncode == 0, made.stderr[-2000:]
+    con = duckdb.connect(str(db), read_only=True)
+    (rid,) = con.execute("SELECT run_id FROM runs").fetchone()  # type: ignore[misc]
+    con.close()
+    _two_short(db)
+    for args in (["run", "--resume", rid], ["rerun", rid, "--where", "correct = 0 OR correct = 1"]):
+        proc = cli(*args, *base, env=env)
+        err = assert_clean_error(proc, f"run {rid}", "--trust-remote-code", "--trust-db")
+        assert len(err.strip().splitlines()) == 1 and "loading model" not in proc.stderr
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT count(*) FROM runs").fetchone() == (1,)
+    assert con.execute("SELECT count(*) FROM results").fetchone() == (4,)  # 6 less the two dropped
+    con.close()
+    proc = cli("run", "--resume", rid, "--trust-remote-code", *base, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT count(*) FROM results").fetchone() == (6,)
+    con.close()
+
+
+def test_study_file_trust_remote_code_needs_trust_study(tmp_path: Path) -> None:
+    """A study file that sets trust_remote_code (a hub model's code runs at load) is refused
+    without --trust-study, before anything is created."""
+    spec = write_yesno_suite(tmp_path / "suite", 3)
+    study = tmp_path / "code.yaml"
+    study.write_text(
+        f"name: code\nsuites: [{{suite: {spec}, label: yn}}]\n"
+        'models:\n  - {model: "hf:someone/model", label: m}\n'
+        "grid:\n  trust_remote_code: [true]\n"
+    )
+    db = tmp_path / "code.duckdb"
+    env = cli_env(HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path / "xdg"))
+    proc = cli("study", "run", str(study), "--db", str(db), env=env)
+    err = assert_clean_error(proc, f"{study}:", "trust_remote_code", "--trust-study")
+    assert len(err.strip().splitlines()) == 1 and not db.exists()

@@ -133,3 +133,45 @@ def test_key_echoed_in_a_200_reply_is_stored_nowhere(oai: Any, tmp_path: Path, w
     ]
     assert leaks == []
     assert cache.exists()
+
+
+def test_lone_surrogate_in_the_model_name_and_fingerprint(oai: Any, tmp_path: Path) -> None:  # noqa: F811
+    """Every reply, the probe's included, names its model and fingerprint with a lone surrogate
+    (and the key): before, creating the run failed ("database error while creating the run:
+    cannot encode str as UTF-8"), exit 2, nothing stored. Now the run record keeps them repaired
+    and redacted, and every row is stored."""
+    spec = write_yesno_suite(tmp_path / "suite", N_ITEMS)
+    oai.script("", system_fingerprint="fp\ud83d", model=f"m\ud83d {CANARY_KEY}")
+    db = tmp_path / "m.duckdb"
+    proc = _run(spec, db, oai.base_url, tmp_path / "cache.sqlite")
+    assert proc.returncode == 0, proc.stderr
+    assert len(_rows(db)) == 2 * N_ITEMS
+    con = duckdb.connect(str(db), read_only=True)
+    (meta,) = con.execute("SELECT meta FROM runs").fetchone()  # type: ignore[misc]
+    con.close()
+    backend = json.loads(meta)["backend"]
+    assert backend["system_fingerprints"] == ["fp\ufffd"]
+    assert backend["served_models"] == ["m\ufffd [redacted: API key]"]
+    assert CANARY_KEY not in meta
+
+
+def test_a_failed_response_is_never_cached(oai: Any, tmp_path: Path) -> None:  # noqa: F811
+    """A reply refused by the checks (top-k probabilities summing above 1) is an item error, and
+    is not put in the response cache: the next run from the same cache, against a clean server,
+    asks that item again and stores it."""
+    spec = write_yesno_suite(tmp_path / "suite", N_ITEMS)
+    cache = tmp_path / "cache.sqlite"
+    oai.script("number 1 ", top=[["Yes", -0.01], ["No", -0.01]])
+    db = tmp_path / "f.duckdb"
+    proc = _run(spec, db, oai.base_url, cache, "--max-retries", "0")
+    assert proc.returncode == 1, proc.stderr
+    failed = {r["item_id"] for r in _rows(db) if r["error"]}
+    assert failed == {"q1"}
+    oai.reset()
+    db2 = tmp_path / "g.duckdb"
+    proc = _run(spec, db2, oai.base_url, cache)
+    assert proc.returncode == 0, proc.stderr
+    rows = _rows(db2)
+    assert len(rows) == 2 * N_ITEMS and all(r["error"] is None for r in rows)
+    asked = [e for e in oai.log() if "number" in json.dumps(e["body"])]
+    assert asked and all("number 1 " in json.dumps(e["body"]) for e in asked)  # only q1 again

@@ -237,3 +237,29 @@ def test_blank_gold_cell_is_no_gold(tmp_path: Path) -> None:
 def test_every_builtin_suite_still_loads() -> None:
     for name in ("commonsense-sample", "mc-sample", "rating-sample", "generation-sample", "minimal-pairs"):
         assert load_suite(name).work()
+
+
+@pytest.mark.parametrize(
+    ("template", "needle"),
+    [
+        ("{text.__class__.__mro__}", "attribute access and indexing are not allowed"),
+        ("{text:>999999999}", "width over 200"),
+        ("{nosuch}", "'nosuch', which item '1' does not have"),
+    ],
+)
+def test_reverse_template_is_checked_like_the_suite_templates(
+    tmp_path: Path, template: str, needle: str
+) -> None:
+    """A rating suite's `reverse_templates` follow the same plain-field rule as its own
+    templates, refused with one line naming the field (before: a ValueError or KeyError
+    traceback), before any request."""
+    (tmp_path / "items.jsonl").write_text('{"id": "1", "text": "a", "gold": "3"}\n')
+    (tmp_path / "s.yaml").write_text(
+        "name: rev\ntask: rating\nitems: items.jsonl\nanswers: ['1', '2', '3']\n"
+        "templates:\n  a: '{text}'\ntask_options:\n"
+        f"  reverse_templates: {{a: {json.dumps(template)}}}\n"
+    )
+    proc = cli("run", "--suite", str(tmp_path / "s.yaml"), "--db", str(tmp_path / "r.duckdb"),
+               "--model", "openai:x", "--base-url", "http://127.0.0.1:9/v1", env=cli_env())
+    err = assert_clean_error(proc, "s.yaml", "reverse_templates", needle)
+    assert len(err.strip().splitlines()) == 1

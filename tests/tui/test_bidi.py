@@ -89,3 +89,32 @@ async def test_table_and_drill_down_show_bidi_escapes(tmp_path: Path) -> None:
     pred = con.execute("SELECT prediction FROM results").fetchone()[0]
     con.close()
     assert (stored, pred) == (TEXT, PRED)  # shown escaped, stored as given
+
+
+async def test_study_screen_shows_bidi_escapes(tmp_path: Path) -> None:
+    """A shared study file's labels (suites, models, grid levels) are drawn escaped too."""
+    from llmscope.study import load_study
+    from llmscope.study_store import record_study
+    from llmscope.tui.screens.study import StudyScreen
+    from tests.helpers.cli import write_yesno_suite
+
+    yn = write_yesno_suite(tmp_path / "yn", 3)
+    study_file = tmp_path / "s.yaml"
+    study_file.write_text(
+        f'name: bidi\nsuites: [{{suite: {yn}, label: "yn \\u202egnp.exe"}}]\n'
+        'models:\n  - {model: default, label: "base\\u2067x\\u2069"}\n'
+        'grid:\n  prompt:\n    "pl\\u200fain": {}\n',
+        encoding="utf-8",
+    )
+    path = tmp_path / "study.duckdb"
+    with Store(path) as s:
+        record_study(s, load_study(study_file))
+    app = LlmscopeApp(path, study="bidi")
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot)
+        assert isinstance(app.screen, StudyScreen)
+        text = screen_text(app)
+        assert "<U+202E>gnp" in text and "<U+2067>x<U+2069>" in text, text
+        assert not any(ch in text for ch in BIDI), [
+            ascii(ln) for ln in text.splitlines() if any(c in BIDI for c in ln)
+        ]

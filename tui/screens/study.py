@@ -37,7 +37,7 @@ from llmscope.tui.panels.study_matrix import (
     pairs_among,
 )
 from llmscope.tui.screens.base import BaseScreen, _fmt_time, _set
-from llmscope.tui.widgets import ellipsis, literal
+from llmscope.tui.widgets import clean, ellipsis, literal
 
 __all__ = ["StudiesLoaded", "StudiesScreen", "StudyLoaded", "StudyPairsScreen", "StudyScreen"]
 
@@ -277,7 +277,7 @@ class StudyScreen(BaseScreen):
         for r in rows:
             counts[r.state] = counts.get(r.state, 0) + 1
         summary = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in counts.items())
-        title = Text(f"Study {self.study}", style="bold")
+        title = Text(f"Study {clean(self.study)}", style="bold")
         title.append(f"  {len(rows)} cells: {summary or 'none recorded'}")
         title.append("   (= llmscope study status)", style="dim")
         self.query_one("#study-title", Static).update(title)
@@ -287,7 +287,7 @@ class StudyScreen(BaseScreen):
 
     def _col_texts(self, m: Matrix, j: int) -> tuple[str, str]:
         metric = m.col_metric(j)
-        return m.col_labels[j], metric or ""
+        return clean(m.col_labels[j]), clean(metric or "")  # labels from a shared study file
 
     def _fill(self, m: Matrix) -> None:
         t = self.query_one("#study-matrix", DataTable)
@@ -324,7 +324,7 @@ class StudyScreen(BaseScreen):
         self._shown_cols = shown
         t.clear(columns=True)
         t.add_column(
-            Text(ellipsis(self.row_factor, label_w), style="bold"), width=label_w, key="label"
+            Text(ellipsis(clean(self.row_factor), label_w), style="bold"), width=label_w, key="label"
         )
         for j in shown:
             name, metric = self._col_texts(m, j)
@@ -377,7 +377,7 @@ class StudyScreen(BaseScreen):
             box.update("")
             return
         t = Text()
-        t.append(c.cell, style="bold")
+        t.append(clean(c.cell), style="bold")
         t.append(
             f"\nrun {c.run_id or '-'}   {c.state.replace('_', ' ')}   "
             f"results {c.n_done}/{c.n_total or '?'} ({c.n_errors} errors)"
@@ -386,7 +386,7 @@ class StudyScreen(BaseScreen):
             ci = f" [{c.ci95[0]!r}, {c.ci95[1]!r}]" if c.ci95 else ""
             t.append(f"\n{c.metric} {c.value!r}{ci} {c.interval_method or ''} n={c.n}")
         if c.error:
-            t.append("\n" + c.error, style="red")
+            t.append("\n" + clean(c.error), style="red")
         box.update(t)
 
     def on_data_table_cell_highlighted(self, event: DataTable.CellHighlighted) -> None:
@@ -408,7 +408,7 @@ class StudyScreen(BaseScreen):
             return
         if not c.run_id:
             self.notify(
-                f"[{c.cell}] has no run yet ({c.state.replace('_', ' ')})", severity="warning"
+                f"[{clean(c.cell)}] has no run yet ({c.state.replace('_', ' ')})", severity="warning"
             )
             return
         self.app.push_screen(DashboardScreen(c.run_id))
