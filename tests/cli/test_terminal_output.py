@@ -159,3 +159,25 @@ def test_a_plan_s_hypothesis_line_fits_the_terminal() -> None:
         "  H1: accuracy(q1) > accuracy(q2)  -> not supported  (difference -0.132 [-0.213, -0.051], "
         "p = 0.999, paired t over clusters, n=243)"
     )
+
+
+def test_suites_list_cuts_no_description_silently() -> None:
+    """`llmscope suites` keeps a line short by cutting long descriptions; a cut one ends in
+    "…" (once "... Whiting & Watts (stratif"), and --json has every description whole."""
+    import json
+
+    from tests.helpers.cli import cli
+
+    listed = cli("suites")
+    whole = cli("suites", "--json")
+    assert listed.returncode == 0 and whole.returncode == 0, listed.stderr + whole.stderr
+    full = {r["name"]: r["description"] for r in json.loads(whole.stdout)}
+    lines = {ln.split()[0]: ln for ln in listed.stdout.splitlines() if ln.strip()}
+    assert set(lines) == set(full)
+    cut = 0
+    for name, desc in full.items():
+        shown = lines[name].split("  ")[-1].strip()
+        if shown != desc:
+            cut += 1
+            assert shown.endswith("…") and desc.startswith(shown[:-1]), (name, shown, desc)
+    assert cut  # the built-in suites have descriptions longer than a line
