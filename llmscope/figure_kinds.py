@@ -237,7 +237,8 @@ def draw_reliability(data: list[RunData]) -> Figure:
     ax.set_ylim(-0.03, 1.03)  # markers at 0 and 1 drawn whole
     ax.set_ylabel("accuracy")
     _legend(ax, "upper left")
-    axn.set_xlabel("confidence (P(predicted answer), renormalised over the answers)")
+    # two lines: on one, the label ran past a column-wide figure's edge
+    axn.set_xlabel("confidence (P(predicted answer),\nrenormalised over the answers)")
     axn.set_ylabel("items")
     return fig
 
@@ -323,10 +324,13 @@ def _worldsense_bias(ax: Axes, data: list[RunData]) -> None:
         ax,
         labels,
         series,
-        "bias, +1 = always TRUE/POSSIBLE/KNOW (conf95)",
+        # two lines, five ticks: on one line (and with matplotlib's nine ticks) the label ran
+        # past a column-wide figure's edge and the tick labels touched
+        "bias, +1 = always TRUE/POSSIBLE/KNOW\n(conf95)",
         "position:worldsense",
     )
     ax.set_xlim(-1, 1)
+    ax.set_xticks([-1, -0.5, 0, 0.5, 1])
     ax.axvline(0, lw=0.6, color="#777777")
     ax.set_title("worldsense_bias per problem", loc="left")
 

@@ -8,6 +8,7 @@ n_clusters}.
 
 from __future__ import annotations
 
+import re
 import textwrap
 import warnings
 from typing import Any
@@ -182,6 +183,22 @@ def _nums(r: dict[str, Any], mw: int, cw: int) -> str:
     return f"{r['metric']:<{mw}} {display(r['metric'], r['value']):>8} {_ci_text(r):<{cw}} n={r['n']}{clus}"
 
 
+def _fit(line: str, width: int | None, parts: list[str] | None = None) -> list[str]:
+    """``line`` as is off a terminal, or wrapped to ``width``: each of ``parts`` starts a line
+    and continues indented, broken between words but never inside an interval's brackets
+    (the terminal would break it anywhere)."""
+    if width is None or len(line) <= width:
+        return [line]
+    out: list[str] = []
+    for part in parts or [line]:
+        # a no-break space inside [lo, hi] keeps the interval on one line
+        glued = re.sub(r"\[[^\]]*\]", lambda m: m.group(0).replace(" ", "\u00a0"), part.strip())
+        out += [ln.replace("\u00a0", " ") for ln in textwrap.wrap(
+            glued, width, initial_indent="  " if not out else "      ", subsequent_indent="      ",
+            break_long_words=False, break_on_hyphens=False)]
+    return out
+
+
 def format_rows(rows: list[dict[str, Any]], width: int | None = None) -> str:
     """Plain-text table of metric rows (values at the pipeline's display precision).
 
@@ -218,11 +235,12 @@ def format_rows(rows: list[dict[str, Any]], width: int | None = None) -> str:
             cis = f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
             p = r.get("p_value")
             est = "-" if r["value"] is None else f"{r['value']:+.3f}"
-            lines.append(f"  {g['id']}: {g['hypothesis']}  -> {g['verdict']}  (difference {est} {cis}, "
-                         f"p = {format_p(p)}, {r.get('test')}, n={r['n']})")
+            verdict = f"  {g['id']}: {g['hypothesis']}  -> {g['verdict']}"
+            detail = f"(difference {est} {cis}, p = {format_p(p)}, {r.get('test')}, n={r['n']})"
+            lines += _fit(f"{verdict}  {detail}", width, [verdict, detail])
             continue
         if r["metric"] == "plan_deviation":
-            lines.append(f"  DEVIATION from plan: {r['group']['deviation']}")
+            lines += _fit(f"  DEVIATION from plan: {r['group']['deviation']}", width)
             continue
         group = _group_text(r)
         nums = _nums(r, mw, cw)

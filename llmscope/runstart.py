@@ -171,8 +171,12 @@ def request_key(suite: Any, cfg: BackendConfig, task_opts: dict[str, Any]) -> st
 
 
 def _find_by_key(store: Any, key: str) -> dict[str, Any] | None:
+    # A rerun stores the request of the run it re-scores but holds only the chosen items:
+    # matched as "the newest run of this request" it hid the finished run, so the same command
+    # loaded the model to score nothing.
     row = store.execute(
         "SELECT run_id FROM runs WHERE json_extract_string(options, '$.request_key') = ? "
+        "AND json_extract_string(meta, '$.rerun_of.run_id') IS NULL "
         "ORDER BY started_at DESC LIMIT 1",
         [key],
     ).fetchone()

@@ -37,9 +37,12 @@ def cmd_suites(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
+        tw = max((len(r["task"]) for r in rows), default=12)  # "contamination" is 13
         for r in rows:
             n_txt = "-" if r["items"] is None else str(r["items"])
-            print(f"{r['name']:<22} {r['task']:<12} {n_txt:>7}  {r['description'][:70]}")
+            d = r["description"]
+            d = d if len(d) <= 70 else d[:69] + "…"  # a cut says so; --json has it whole
+            print(f"{r['name']:<22} {r['task']:<{tw}} {n_txt:>7}  {d}")
     return 0
 
 

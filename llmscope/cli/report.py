@@ -163,7 +163,7 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
     s = sub.add_parser("figure", help="draw a publication figure of runs (pdf, svg or png)")
     ctx.db_arg(s)
     s.add_argument("kind", choices=list(KINDS), help="what to draw: " + "; ".join(
-        f"{k}: {v.title}" for k, v in KINDS.items()))
+        f"{k}: {v.title}" for k, v in KINDS.items()).replace("%", "%%"))  # argparse formats help with %
     s.add_argument("--run", action="append", help="run id or prefix ('last'); repeat to overlay runs")
     s.add_argument("--suite", help="every run of this suite (its name) instead of --run (e.g. for irt)")
     s.add_argument("-o", "--output", required=True, help="file to write: .pdf, .svg or .png")

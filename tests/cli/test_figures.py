@@ -374,3 +374,31 @@ def test_worldsense_bias_per_problem_is_the_report_rows(tmp_path: Path) -> None:
     np.testing.assert_allclose(bars.datavalues, [want[x]["value"] for x in labels])
     segs = bars.errorbar.lines[2][0].get_segments()
     np.testing.assert_allclose([s[0][0] for s in segs], [want[x]["ci95"][0] for x in labels])
+    _assert_inside("position", fig)  # the bias axis's label once ran past the right edge
+
+
+def _assert_inside(kind: str, fig: Any) -> None:
+    """Everything drawn (drawn ticks and labels, titles, legends) lies inside the figure."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)  # laid out again as when saved
+    canvas.draw()
+    drawn, page = fig.get_tightbbox(canvas.get_renderer()), fig.bbox_inches  # inches
+    tol = 0.02
+    assert drawn.x0 >= page.x0 - tol and drawn.x1 <= page.x1 + tol, (kind, drawn, page)
+    assert drawn.y0 >= page.y0 - tol and drawn.y1 <= page.y1 + tol, (kind, drawn, page)
+
+
+def test_every_label_lies_inside_the_figure(db: Path, tmp_path: Path) -> None:
+    """A figure is one column wide with no tight box: a label longer than the column is cut at
+    the edge (the reliability diagram's x label once ended in "renormalised over the an").
+    Everything drawn in every kind for a yes/no run lies inside the saved figure."""
+    from llmscope.figures import kinds_for
+
+    with Store(db, read_only=True) as st:
+        data = load_runs(st, [st.find_run("run-a")])
+        kinds = kinds_for(data[0])
+        figs = {k: write_figure(k, data, tmp_path / f"{k}.svg") for k in kinds}
+    assert "reliability" in kinds
+    for kind, fig in figs.items():
+        _assert_inside(kind, fig)

@@ -127,6 +127,25 @@ def test_limit_is_the_same_run_partly_done(oai, tmp_path: Path) -> None:  # noqa
     assert "is already complete (10/10 results" in done.stderr
 
 
+def test_a_rerun_does_not_hide_the_finished_run(oai, tmp_path: Path) -> None:  # noqa: F811
+    """A rerun is a new run with the request of the run it re-scores; the same `run` command
+    after it once matched the rerun (the newest run with that request), missed that the run
+    is complete, loaded the model and appended an empty session each time."""
+    oai.script("[sess]", top=[["Yes", -0.3], ["No", -1.4]])
+    suite, db = _suite(tmp_path / "s"), tmp_path / "r.duckdb"
+    assert _run(oai, suite, db).returncode == 0
+    (rid,) = _runs(db)
+    proc = cli("rerun", rid, "--where", "item_id = 'k1'", "--db", str(db), "--no-report",
+               env=cli_env(OPENAI_API_KEY=CANARY_KEY))
+    assert proc.returncode == 0, proc.stderr
+    before = _runs(db)[rid]["meta"]
+    again = _run(oai, suite, db)
+    assert again.returncode == 0, again.stderr
+    assert f"run {rid} is already complete ({2 * N}/{2 * N} results" in again.stderr, again.stderr
+    assert "loading model" not in again.stderr
+    assert _runs(db)[rid]["meta"] == before  # no empty session appended
+
+
 def _hits(run: dict[str, Any]) -> int:
     return int((run["meta"]["sessions"][-1].get("backend_stats") or {}).get("cache_hits") or 0)
 

@@ -29,3 +29,38 @@ def test_building_the_parser_imports_no_heavy_library() -> None:
     # the parser is whole: the toolkit II commands are registered too
     assert {"report", "run", "import", "surprisal", "rerun", "probeval"} <= set(subs)
     assert heavy == [], f"building the parser imported {heavy}"
+
+
+def test_every_command_prints_its_help() -> None:
+    """`llmscope CMD --help` is the first thing a user types: each renders, exits 0 and names
+    what it offers (a bare % in a help text once made `figure --help` a traceback)."""
+    code = (
+        "import contextlib, io, json\n"
+        "import llmscope.cli as cli\n"
+        "from llmscope.settings import load_settings\n"
+        "p = cli.build_parser(load_settings())\n"
+        "out = {}\n"
+        "def walk(prefix, parser):\n"
+        "    acts = [a for a in parser._actions if getattr(a, 'choices', None) and "
+        "hasattr(a, '_name_parser_map')]\n"
+        "    for a in acts:\n"
+        "        for name, sp in a.choices.items():\n"
+        "            walk(prefix + [name], sp)\n"
+        "    buf = io.StringIO()\n"
+        "    try:\n"
+        "        with contextlib.redirect_stdout(buf):\n"
+        "            p.parse_args(prefix + ['--help'])\n"
+        "    except SystemExit as e:\n"
+        "        out[' '.join(prefix)] = [e.code, buf.getvalue()]\n"
+        "    except Exception as e:\n"
+        "        out[' '.join(prefix)] = [repr(e), '']\n"
+        "walk([], p)\n"
+        "print(json.dumps(out))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    helps = json.loads(res.stdout.strip().splitlines()[-1])
+    assert {"report", "figure", "run", "view", "compare"} <= set(helps)
+    broken = {cmd: code for cmd, (code, _) in helps.items() if code != 0}
+    assert broken == {}, broken
+    # the figure kinds are listed with their titles, the percent sign printed as such
+    assert "95% intervals" in " ".join(helps["figure"][1].split())

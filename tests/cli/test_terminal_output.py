@@ -125,3 +125,59 @@ def test_progress_lines_are_not_hard_wrapped_off_a_terminal(
     assert (
         err.count("\n") == 1 and err.endswith("on cpu/float32, 729 prompts\n") and model in err
     ), err
+
+
+def test_a_plan_s_hypothesis_line_fits_the_terminal() -> None:
+    """A pre-registered run's verdict line (~110 characters) once broke at the terminal's edge
+    inside its interval; at 80 and 100 columns it wraps between parts, the interval whole;
+    to a pipe it stays one line."""
+    from llmscope.report import format_rows
+
+    hyp = {
+        "run": "r1",
+        "suite": "s",
+        "model": "m",
+        "metric": "hypothesis",
+        "group": {"id": "H1", "hypothesis": "accuracy(q1) > accuracy(q2)", "verdict": "not supported"},
+        "value": -0.132,
+        "ci95": [-0.213, -0.051],
+        "p_value": 0.999,
+        "test": "paired t over clusters",
+        "n": 243,
+        "preregistered": True,
+    }
+    for width in (80, 100):
+        text = format_rows([hyp], width)
+        lines = text.splitlines()
+        assert all(len(ln) <= width for ln in lines), text
+        assert any("[-0.213, -0.051]" in ln for ln in lines), text
+        assert "  H1: accuracy(q1) > accuracy(q2)  -> not supported" in text
+        joined = " ".join(" ".join(lines).split())
+        assert "(difference -0.132 [-0.213, -0.051], p = 0.999, paired t over clusters, n=243)" in joined
+    piped = format_rows([hyp]).splitlines()
+    assert piped[-1] == (
+        "  H1: accuracy(q1) > accuracy(q2)  -> not supported  (difference -0.132 [-0.213, -0.051], "
+        "p = 0.999, paired t over clusters, n=243)"
+    )
+
+
+def test_suites_list_cuts_no_description_silently() -> None:
+    """`llmscope suites` keeps a line short by cutting long descriptions; a cut one ends in
+    "…" (once "... Whiting & Watts (stratif"), and --json has every description whole."""
+    import json
+
+    from tests.helpers.cli import cli
+
+    listed = cli("suites")
+    whole = cli("suites", "--json")
+    assert listed.returncode == 0 and whole.returncode == 0, listed.stderr + whole.stderr
+    full = {r["name"]: r["description"] for r in json.loads(whole.stdout)}
+    lines = {ln.split()[0]: ln for ln in listed.stdout.splitlines() if ln.strip()}
+    assert set(lines) == set(full)
+    cut = 0
+    for name, desc in full.items():
+        shown = lines[name].split("  ")[-1].strip()
+        if shown != desc:
+            cut += 1
+            assert shown.endswith("…") and desc.startswith(shown[:-1]), (name, shown, desc)
+    assert cut  # the built-in suites have descriptions longer than a line

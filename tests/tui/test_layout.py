@@ -286,3 +286,32 @@ async def test_help_gives_each_key_its_own_line(tmp_path: Path, size: tuple[int,
                 start = " ".join(what.split()[:2])
                 assert any(re.match(rf"(?:\w+\s+)?{re.escape(first)}(?:\s\S+)*?\s{{2,}}{re.escape(start)}", ln) for ln in lines), \
                     (k, what, size)
+
+
+async def test_home_at_80x24_keeps_progress_beside_a_long_model_name(tmp_path: Path) -> None:
+    """With the embedded model's name (21 characters) the runs list at 80 columns once showed
+    `300/300 10` for 300/300 100%, the rest past the edge: the model name gives way (ellipsis), the
+    progress keeps its digits."""
+    import duckdb
+
+    model, rid = "SmolLM2-135M-Instruct", "0de66de3c9d5"
+    db = make_db(tmp_path / "t.duckdb", n_items=150, runs=((rid, model, 0),))
+    con = duckdb.connect(str(db))  # the README's main job: a 12-character id, its suite's name
+    con.execute("UPDATE runs SET suite_name = 'commonsense-sample'")
+    con.close()
+    app = LlmscopeApp(db)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        row = next(ln for ln in screen_text(app).splitlines() if rid in ln)
+        assert "commonsense-sample" in row, row
+        # the whole progress cell: the count and its share, or the count alone, never "300/300 10"
+        assert f"{expected_accuracy(150):.3f}" in row and re.search(r"\b300/300(\s+100%|\s*$|\s{2,}\S)", row), row
+        assert "SmolLM2" in row and ("…" in row or model in row), row
+    async with LlmscopeApp(db).run_test(size=(150, 40)) as pilot:
+        await settle(pilot)
+        row = next(ln for ln in screen_text(pilot.app).splitlines() if rid in ln)
+        assert model in row and "300/300 100%" in row, row  # wide: the whole name and the share
+        await pilot.resize_terminal(80, 24)  # narrowed while open: the columns narrow too
+        await settle(pilot)
+        row = next(ln for ln in screen_text(pilot.app).splitlines() if rid in ln)
+        assert re.search(r"\b300/300(\s+100%|\s*$|\s{2,}\S)", row), row

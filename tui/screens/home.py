@@ -27,6 +27,9 @@ WATCH_ONLY = ("This window only watches (`llmscope view`, or the database is in 
               "or `llmscope run` on a database no other process is writing.")
 
 
+RUN_COLUMNS = (" ", "run", "suite", "model", "accuracy", "progress", "status", "started")
+
+
 class HomeScreen(BaseScreen):
     """Runs in the database, the suites available, and a form to start a run."""
 
@@ -71,7 +74,7 @@ class HomeScreen(BaseScreen):
         # The headline number right after what was run, so an 80-column terminal shows it; no
         # fixed widths: a column is as wide as its longest cell (ids and counts keep every
         # character) and the table scrolls sideways when the columns do not fit.
-        t.add_columns(" ", "run", "suite", "model", "accuracy", "progress", "status", "started")
+        t.add_columns(*RUN_COLUMNS)
         self._suite_rows: list[dict[str, Any]] = []
         self._suite_cols()
         for inp in self.query(Input):
@@ -177,18 +180,22 @@ class HomeScreen(BaseScreen):
         t = self.query_one("#runs", DataTable)
         keep = t.cursor_row
         t.clear()
+        # Below DESCRIPTION_MIN_WIDTH the model's name gives way (ellipsis) and the progress
+        # leaves out its share, so the count ends before the right edge: with the embedded
+        # model's name an 80-column list once showed "300/300 10" for 300/300 100%.
+        self._runs_narrow = narrow = self.app.size.width < self.DESCRIPTION_MIN_WIDTH
         for r in self.rows:
             rid = str(r.get("run_id"))
             done, total = r.get("n_done"), r.get("n_total")
             prog = f"{done or 0}/{total or '?'}"
-            if total:
+            if total and not narrow:
                 prog += f" {100 * (done or 0) / total:.0f}%"
             acc = r.get("accuracy")
             t.add_row(
                 "●" if rid in self.marked else " ",
                 literal(rid),
                 literal(r.get("suite_name")),
-                literal(ellipsis(str(r.get("model") or ""), 40)),
+                literal(ellipsis(str(r.get("model") or ""), 14 if narrow else 40)),
                 fmt(acc) if r.get("metric") in (None, "accuracy") else f"{fmt(acc)} {r['metric']}",  # headline (store.runs)
                 prog,
                 literal(r.get("status")),
@@ -315,6 +322,16 @@ class HomeScreen(BaseScreen):
 
     def on_resize(self) -> None:
         self._suite_cols()
+        if getattr(self, "_runs_narrow", None) is not None and self._runs_narrow != (
+            self.app.size.width < self.DESCRIPTION_MIN_WIDTH
+        ):
+            t = self.query_one("#runs", DataTable)
+            keep = t.cursor_row
+            t.clear(columns=True)  # a column keeps its widest cell's width until it is re-added
+            t.add_columns(*RUN_COLUMNS)
+            self._fill_runs()
+            if self.rows:
+                t.move_cursor(row=min(keep, len(self.rows) - 1))
 
     def _fill_suites(self) -> None:
         t = self.query_one("#suites", DataTable)
