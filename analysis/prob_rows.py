@@ -170,3 +170,72 @@ def raw_confidences(
     for i in np.flatnonzero(~fp.ok).tolist():
         out[i] = per_row(probs[i], preds[i])
     return out
+
+
+# A yes/no row's `probs` text as the store writes it (orjson: `{"yes":a,"no":b}`; json.dumps
+# adds a space after ":" and ","): read by Arrow instead of a dict per row. Numbers are kept to
+# a shape both parsers round the same way (correctly: orjson's and Arrow's string-to-double
+# are exact to the nearest double): no sign (a probability; "-0" would be orjson's int 0 but
+# Arrow's -0.0), at most 15 integer digits, at most a 2-digit exponent.
+_NUM = r"(?:0|[1-9][0-9]{0,14})(?:\.[0-9]+)?(?:[eE][+-]?[0-9]{1,2})?"
+_YES_NO = r'^\{"yes": ?(?P<y>' + _NUM + r'), ?"no": ?(?P<n>' + _NUM + r")\}$"
+
+
+def flatten_column(
+    column: pd.Series, decode: Callable[[list[Any]], list[Any]]
+) -> tuple[list[Any], FlatProbs]:
+    """:func:`flatten` of a stored `probs` column, and the decoded dicts of the rows that needed
+    them (None elsewhere: the per-row fallbacks only read rows :func:`flatten` marks not ok).
+
+    Texts of the yes/no shape (`_YES_NO`) are read by Arrow (a regex and a cast, ~0.4 s over 1M
+    rows against ~1.1 s for a dict per row); every other row is decoded by ``decode`` (text ->
+    dict or None per row) as before. A column that is not Arrow text (a frame built by hand)
+    is decoded whole."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(column)
+    if not isinstance(column.array, pd.arrays.ArrowStringArray):
+        whole = decode(column.tolist())
+        return whole, flatten(whole)
+    arr = pa.array(column.array)
+    st = pc.extract_regex(arr, _YES_NO)
+    fast = np.asarray(st.is_valid().to_numpy(zero_copy_only=False), dtype=np.bool_)
+    rest = np.flatnonzero(~fast)
+    probs: list[Any] = [None] * n
+    decoded = decode(arr.take(pa.array(rest)).to_pylist()) if len(rest) else []
+    for i, d in zip(rest.tolist(), decoded, strict=True):
+        probs[i] = d
+    part = flatten(decoded)
+    fi = np.flatnonzero(fast)
+    y = pc.cast(pc.struct_field(st, "y").filter(pa.array(fast)), pa.float64()).to_numpy(
+        zero_copy_only=False
+    )
+    no = pc.cast(pc.struct_field(st, "n").filter(pa.array(fast)), pa.float64()).to_numpy(
+        zero_copy_only=False
+    )
+    uniques = list(part.key_uniques)
+    codes = {k: i for i, k in enumerate(uniques)}
+    for k in ("yes", "no"):
+        if k not in codes:
+            codes[k] = len(uniques)
+            uniques.append(k)
+    k_fast = np.tile(np.array([codes["yes"], codes["no"]], dtype=np.int64), len(fi))
+    has = np.zeros(n, dtype=np.bool_)
+    has[fast] = True
+    has[rest] = part.has
+    ok = np.ones(n, dtype=np.bool_)
+    ok[rest] = part.ok
+    v_fast = np.empty(2 * len(fi), dtype=np.float64)
+    v_fast[0::2], v_fast[1::2] = y, no
+    flat = FlatProbs(
+        n_rows=n,
+        row=np.concatenate([np.repeat(fi, 2), rest[part.row]]),
+        key_codes=np.concatenate([k_fast, np.asarray(part.key_codes, dtype=np.int64)]),
+        key_uniques=uniques,
+        vals=np.concatenate([v_fast, part.vals]),
+        has=has,
+        ok=ok,
+        none=np.concatenate([np.zeros(2 * len(fi), dtype=np.bool_), part.none]),
+    )
+    return probs, flat
