@@ -30,11 +30,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from .calibration import uniform_bin
 from .definitions import EXACT_MAX_CLUSTERS, THIN_BIN_CLUSTERS
-from .intervals import resample_weights
+from .intervals import cluster_codes, resample_weights
 
 __all__ = [
     "EXACT_MAX_CLUSTERS",
@@ -66,10 +65,7 @@ class CalibrationInterval:
 
 
 def _codes(clusters: np.ndarray) -> np.ndarray:
-    g = np.asarray(clusters)
-    if g.dtype.kind in "iu":  # cluster codes already (MetricContext.clusters): no object pass
-        return np.asarray(pd.factorize(g, sort=False)[0])
-    return np.asarray(pd.factorize(pd.Series(g, dtype="object"), sort=False)[0])
+    return cluster_codes(np.asarray(clusters))  # MetricContext.clusters' codes: no object pass
 
 
 def _stats(n_b: np.ndarray, d_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

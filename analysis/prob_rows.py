@@ -88,9 +88,18 @@ def _space_codes(
     return np.array([*ids, -1], dtype=np.int64)[codes]  # code -1 (missing) takes the last entry
 
 
-def _factorized(values: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
+def _factorized(values: Sequence[Any] | pd.Series) -> tuple[np.ndarray, list[Any]]:
+    if isinstance(values, pd.Series) and isinstance(values.array, pd.arrays.ArrowStringArray):
+        # a stored text column: Arrow's dictionary encoding, the same codes and texts as the
+        # object path below (missing -> -1) without a Python string per row
+        codes, uniques = pd.factorize(values, use_na_sentinel=True)
+        return np.asarray(codes), list(uniques)
     codes, uniques = pd.factorize(pd.Series(list(values), dtype=object), use_na_sentinel=True)
     return np.asarray(codes), list(uniques)
+
+
+def _listed(values: Sequence[Any] | pd.Series) -> list[Any]:
+    return values.tolist() if isinstance(values, pd.Series) else list(values)
 
 
 def _gold_norm(g: Any) -> Any:
@@ -101,14 +110,13 @@ def _gold_norm(g: Any) -> Any:
 
 def brier_items(
     fp: FlatProbs,
-    gold: Sequence[Any],
+    gold: Sequence[Any] | pd.Series,
     scored: np.ndarray,
     per_row: Callable[[Any, Any], float],
     probs: Sequence[Any],
 ) -> np.ndarray:
     """`brier_item(probs[i], gold[i])` where ``scored[i]``, else NaN, for every row."""
     n = fp.n_rows
-    gold = list(gold)
     # one code space for normalised keys and golds: a key matches when its text equals the gold's
     space: dict[Any, int] = {}
     kc = _space_codes(fp.key_codes, fp.key_uniques, lambda k: str(k).strip().lower(), space)
@@ -122,8 +130,10 @@ def brier_items(
     s = np.where(hit, s, s + 1.0)
     none_row = np.bincount(fp.row, weights=fp.none, minlength=n) > 0
     out = np.where(fp.has & (gc >= 0) & ~none_row & scored, s, math.nan)
-    for i in np.flatnonzero(~fp.ok & scored).tolist():
-        out[i] = per_row(probs[i], gold[i])
+    rest = np.flatnonzero(~fp.ok & scored).tolist()
+    gold_l = _listed(gold) if rest else []
+    for i in rest:
+        out[i] = per_row(probs[i], gold_l[i])
     return out
 
 
@@ -151,23 +161,24 @@ def tie_flags(
 
 def raw_confidences(
     fp: FlatProbs,
-    predictions: Sequence[Any],
+    predictions: Sequence[Any] | pd.Series,
     per_row: Callable[[Any, Any], float],
     probs: Sequence[Any],
 ) -> np.ndarray:
     """`raw_confidence(probs[i], predictions[i])` for every row."""
     n = fp.n_rows
-    preds = list(predictions)
     space: dict[Any, int] = {}
     kc = _space_codes(fp.key_codes, fp.key_uniques, str, space)
     pc = _space_codes(
-        *_factorized(preds), lambda x: None if _gold_norm(x) is None else str(x), space
+        *_factorized(predictions), lambda x: None if _gold_norm(x) is None else str(x), space
     )
     hit = kc == pc[fp.row]
     out = np.full(n, math.nan)
     out[fp.row[hit]] = fp.vals[hit]  # at most one key per row equals the prediction
     out[~fp.has | (pc < 0)] = math.nan
-    for i in np.flatnonzero(~fp.ok).tolist():
+    rest = np.flatnonzero(~fp.ok).tolist()
+    preds = _listed(predictions) if rest else []
+    for i in rest:
         out[i] = per_row(probs[i], preds[i])
     return out
 

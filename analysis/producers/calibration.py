@@ -72,7 +72,7 @@ def calibration_metrics(ctx: MetricContext) -> list[Metric]:
         probs, flat = flatten_column(ok["probs"], _decoded_prob_rows)
         out += _raw_calibration(ctx, ok, probs, conf, corr, flat)
         scored = np.isfinite(corr)
-        b = brier_items(flat, ok["gold"].tolist(), scored, brier_item, probs)
+        b = brier_items(flat, ok["gold"], scored, brier_item, probs)
         r = mean_metric("brier", b, ctx.clusters(ok), {}, "calibration")
         if r is not None:
             out.append(r)
@@ -108,8 +108,7 @@ def _raw_calibration(ctx: MetricContext, ok: pd.DataFrame, probs: list[dict[str,
     from ..calibration import reliability
     from ..prob_rows import flatten, raw_confidences
 
-    raw = raw_confidences(flatten(probs) if flat is None else flat, ok["prediction"].tolist(), raw_confidence,
-                          probs)
+    raw = raw_confidences(flatten(probs) if flat is None else flat, ok["prediction"], raw_confidence, probs)
     keep = np.isfinite(corr) & np.isfinite(raw) & np.isfinite(conf)
     if not keep.any() or np.allclose(raw[keep], conf[keep], rtol=0.0, atol=1e-9):
         return []
@@ -170,4 +169,4 @@ def register() -> None:
     """Add this family's producer to the pipeline (analysis/metrics.py calls it)."""
     register_producer("calibration",
                       needs=lambda c: c.has("confidence") or c.has("probs"),
-                      reads=("confidence", "probs", "p_yes"))(calibration_metrics)
+                      reads=("confidence", "probs", "p_yes"), fields=())(calibration_metrics)

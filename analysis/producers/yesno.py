@@ -81,4 +81,5 @@ def yesno_metrics(ctx: MetricContext) -> list[Metric]:
 
 def register() -> None:
     """Add this family's producer to the pipeline (analysis/metrics.py calls it)."""
-    register_producer("yesno", needs=lambda c: c.has("p_yes"), reads=("p_yes", "p_no", "other"))(yesno_metrics)
+    register_producer("yesno", needs=lambda c: c.has("p_yes"), reads=("p_yes", "p_no", "other"),
+                      fields=())(yesno_metrics)
