@@ -217,6 +217,17 @@ def cluster_key(df: pd.DataFrame, cluster_field: str | None) -> np.ndarray:
     return labels
 
 
+def cluster_codes_of(df: pd.DataFrame, cluster_field: str | None) -> np.ndarray:
+    """``pd.factorize(cluster_key(df, cluster_field), sort=False)[0]``: each row's unit as an
+    integer, units numbered in order of first appearance. Units that are the items of a stored
+    text column are encoded by Arrow (the same codes; no Python string per row)."""
+    items = df["item_id"]
+    if (not (cluster_field and f"f.{cluster_field}" in df)
+            and isinstance(items.array, pd.arrays.ArrowStringArray) and not items.hasnans):
+        return np.asarray(pd.factorize(items, sort=False)[0])
+    return np.asarray(pd.factorize(pd.Series(cluster_key(df, cluster_field), dtype=object), sort=False)[0])
+
+
 @dataclass
 class MetricContext:
     """What a producer sees: the rows, the run, the suite spec, grouping and configuration."""
@@ -258,8 +269,7 @@ class MetricContext:
         if not self.df.index.is_unique:
             return cluster_key(sub, self.cluster_field)
         if self._codes is None or len(self._codes) != len(self.df):
-            self._codes = pd.factorize(pd.Series(cluster_key(self.df, self.cluster_field), dtype=object),
-                                       sort=False)[0]
+            self._codes = cluster_codes_of(self.df, self.cluster_field)
         if sub.index is self.df.index or (len(sub) == len(self.df) and sub.index.equals(self.df.index)):
             return self._codes.copy()  # every row, in order (ctx.ok() without an error row)
         pos = self.df.index.get_indexer(sub.index)
