@@ -46,12 +46,33 @@ def _out_of_order_db(path):
     with Store(path) as st:
         st.add_suite("s", "s", "yesno", {"task": "yesno"}, "", items)
         for rid in ("inc", "mixed"):
-            st.create_run({"run_id": rid, "suite_id": "s", "suite_name": "s", "task": "yesno", "n_total": 9,
-                           "model": "m", "backend": "hf", "status": "completed"})
+            st.create_run(
+                {
+                    "run_id": rid,
+                    "suite_id": "s",
+                    "suite_name": "s",
+                    "task": "yesno",
+                    "n_total": 9,
+                    "model": "m",
+                    "backend": "hf",
+                    "status": "completed",
+                }
+            )
 
         def rows(ids):
-            return [Result(item_id=f"i{i}", variant="v", prompt="p", probs={"yes": i / 10, "no": 0.5},
-                           prediction="yes", gold="yes", correct=1.0, confidence=0.5) for i in ids]
+            return [
+                Result(
+                    item_id=f"i{i}",
+                    variant="v",
+                    prompt="p",
+                    probs={"yes": i / 10, "no": 0.5},
+                    prediction="yes",
+                    gold="yes",
+                    correct=1.0,
+                    confidence=0.5,
+                )
+                for i in ids
+            ]
 
         st.write_results("inc", rows(range(9)))
         st.write_results("mixed", rows([0, 1, 2]), start_seq=10)
@@ -73,5 +94,9 @@ def test_order_by_reads_the_table_order_only_when_it_is_that_order(tmp_path):
                 pd.testing.assert_frame_equal(got, want, check_dtype=True, check_exact=True)
             else:  # not in order in the table: the rows of ORDER BY seq (ties in DuckDB's order)
                 assert got["seq"].tolist() == [0, 1, 1, 2, 2, 3, 10, 11, 12]
-                assert got["item_id"].tolist()[:1] == ["i3"] and got["item_id"].tolist()[-3:] == ["i0", "i1", "i2"]
+                assert got["item_id"].tolist()[:1] == ["i3"] and got["item_id"].tolist()[-3:] == [
+                    "i0",
+                    "i1",
+                    "i2",
+                ]
                 pd.testing.assert_frame_equal(got, want, check_dtype=True, check_exact=True)
