@@ -177,10 +177,12 @@ def _read_frame(store: Any, sql: str, params: list[Any], order_by: str | None = 
             out[name] = (np.full(n, None, dtype=object) if n == 0 or col.null_count == n
                          else col.to_pandas())
         elif pa.types.is_floating(t) or (pa.types.is_integer(t) and col.null_count == 0):
-            out[name] = col.to_numpy()
+            v = col.to_numpy()
+            out[name] = v if v.flags.writeable else v.copy()  # Arrow's own buffer is read-only
         else:  # other types (none in the metric columns): DuckDB's own conversion
             return pd.DataFrame(store.query_df(ordered, params))
-    return pd.DataFrame(out, columns=tbl.column_names)
+    # copy=False: the columns as they are, not copied into one 2-D block (~0.1 s, 50 MB per 1M rows)
+    return pd.DataFrame(out, columns=tbl.column_names, copy=False)
 
 
 def _strictly_increasing(col: pa.ChunkedArray) -> bool:
