@@ -39,10 +39,11 @@ def abstained_mask(extra: pd.Series) -> np.ndarray:
 
 
 def _clusters(df: pd.DataFrame, spec: dict[str, Any]) -> np.ndarray:
-    from llmscope.analysis.metrics import cluster_key  # the pipeline's units (imports this module)
+    # the pipeline's units as codes (metrics imports this module)
+    from llmscope.analysis.metrics import cluster_codes_of
 
     cf = spec.get("cluster_field")
-    return cluster_key(df, cf if isinstance(cf, str) else None)
+    return cluster_codes_of(df, cf if isinstance(cf, str) else None)
 
 
 def abstention_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:

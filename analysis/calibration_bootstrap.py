@@ -30,11 +30,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from .calibration import uniform_bin
 from .definitions import EXACT_MAX_CLUSTERS, THIN_BIN_CLUSTERS
-from .intervals import resample_weights
+from .intervals import cluster_codes, resample_weights
 
 __all__ = [
     "EXACT_MAX_CLUSTERS",
@@ -66,10 +65,7 @@ class CalibrationInterval:
 
 
 def _codes(clusters: np.ndarray) -> np.ndarray:
-    g = np.asarray(clusters)
-    if g.dtype.kind in "iu":  # cluster codes already (MetricContext.clusters): no object pass
-        return np.asarray(pd.factorize(g, sort=False)[0])
-    return np.asarray(pd.factorize(pd.Series(g, dtype="object"), sort=False)[0])
+    return cluster_codes(np.asarray(clusters))  # MetricContext.clusters' codes: no object pass
 
 
 def _stats(n_b: np.ndarray, d_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -158,9 +154,18 @@ def _normal_bins(
     """The module docstring's draw: thin bins' clusters exactly, the rest's totals normal."""
     # per touched (cluster, bin) cell: rows and sum(correct - confidence); sparse, since a
     # cluster has rows in a few bins
-    cells, inv = np.unique(cell, return_inverse=True)
-    cn = np.bincount(inv).astype(float)
-    cd = np.bincount(inv, weights=correct) - np.bincount(inv, weights=conf)
+    if G * n_bins <= max(4 * len(cell), 1 << 20):
+        # cell numbers are bounded: count them directly (np.unique sorts, ~0.1 s per 1M rows);
+        # the same cells in the same order, each sum accumulated in row order as below
+        cnt = np.bincount(cell, minlength=G * n_bins)
+        cells = np.flatnonzero(cnt)
+        cn = cnt[cells].astype(float)
+        cd = (np.bincount(cell, weights=correct, minlength=G * n_bins)[cells]
+              - np.bincount(cell, weights=conf, minlength=G * n_bins)[cells])
+    else:
+        cells, inv = np.unique(cell, return_inverse=True)
+        cn = np.bincount(inv).astype(float)
+        cd = np.bincount(inv, weights=correct) - np.bincount(inv, weights=conf)
     cg, cb = cells // n_bins, cells % n_bins
     clusters_per_bin = np.bincount(cb, minlength=n_bins)
     thin_bin = clusters_per_bin < THIN_BIN_CLUSTERS

@@ -46,6 +46,7 @@ __all__ = [
     "accuracy_table",
     "resample_index",
     "resample_weights",
+    "cluster_codes",
     "bootstrap_ratio",
     "MIN_CLUSTERS_CLOSED_FORM",
 ]
@@ -129,8 +130,21 @@ def _clean(correct: Any, clusters: Any | None) -> tuple[np.ndarray, np.ndarray |
     return c[keep], g, int((~keep).sum())
 
 
+def cluster_codes(g: np.ndarray) -> np.ndarray:
+    """``pd.factorize(g, sort=False)[0]``: clusters numbered in order of first appearance.
+
+    Integer labels that are already so numbered (the pipeline's cluster codes of a whole run,
+    or of a group whose items come in the run's order) are returned as they are: checking is
+    one pass (~4 ms per 1M rows), hashing them again ~20 ms, paid by every interval."""
+    if g.dtype.kind in "iu":
+        if len(g) and g[0] == 0 and bool(np.all(g[1:] <= np.maximum.accumulate(g)[:-1] + 1)):
+            return np.asarray(g, dtype=np.intp)  # each new label is the largest so far + 1
+        return np.asarray(pd.factorize(g, sort=False)[0])
+    return np.asarray(pd.factorize(pd.Series(g, dtype="object"), sort=False)[0])
+
+
 def _cluster_sums(c: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    codes, _ = pd.factorize(g if g.dtype.kind in "iu" else pd.Series(g, dtype="object"), sort=False)
+    codes = cluster_codes(g)
     y = np.bincount(codes, weights=c)
     m = np.bincount(codes).astype(float)
     return y, m

@@ -52,7 +52,7 @@ from .definitions import (
     display,
     metrics_markdown,
 )
-from .intervals import accuracy_ci, bootstrap_ratio, resample_index
+from .intervals import accuracy_ci, bootstrap_ratio, cluster_codes, resample_index
 from .queries import (
     EXTRA_KEYS,
     RESULT_COLUMNS,
@@ -217,6 +217,17 @@ def cluster_key(df: pd.DataFrame, cluster_field: str | None) -> np.ndarray:
     return labels
 
 
+def cluster_codes_of(df: pd.DataFrame, cluster_field: str | None) -> np.ndarray:
+    """``pd.factorize(cluster_key(df, cluster_field), sort=False)[0]``: each row's unit as an
+    integer, units numbered in order of first appearance. Units that are the items of a stored
+    text column are encoded by Arrow (the same codes; no Python string per row)."""
+    items = df["item_id"]
+    if (not (cluster_field and f"f.{cluster_field}" in df)
+            and isinstance(items.array, pd.arrays.ArrowStringArray) and not items.hasnans):
+        return np.asarray(pd.factorize(items, sort=False)[0])
+    return np.asarray(pd.factorize(pd.Series(cluster_key(df, cluster_field), dtype=object), sort=False)[0])
+
+
 @dataclass
 class MetricContext:
     """What a producer sees: the rows, the run, the suite spec, grouping and configuration."""
@@ -258,8 +269,9 @@ class MetricContext:
         if not self.df.index.is_unique:
             return cluster_key(sub, self.cluster_field)
         if self._codes is None or len(self._codes) != len(self.df):
-            self._codes = pd.factorize(pd.Series(cluster_key(self.df, self.cluster_field), dtype=object),
-                                       sort=False)[0]
+            self._codes = cluster_codes_of(self.df, self.cluster_field)
+        if sub.index is self.df.index or (len(sub) == len(self.df) and sub.index.equals(self.df.index)):
+            return self._codes.copy()  # every row, in order (ctx.ok() without an error row)
         pos = self.df.index.get_indexer(sub.index)
         if (pos < 0).any():  # a frame derived from df with new rows: label it directly
             return cluster_key(sub, self.cluster_field)
@@ -332,7 +344,7 @@ def mean_ci(values: Any, clusters: Any, level: float = 0.95) -> tuple[float, flo
     n = len(v)
     if n == 0:
         return (math.nan, math.nan, math.nan, 0, 0, "empty")
-    codes, _ = pd.factorize(g if g.dtype.kind in "iu" else pd.Series(g, dtype="object"), sort=False)
+    codes = cluster_codes(g)
     y = np.bincount(codes, weights=v)
     m = np.bincount(codes).astype(float)
     G = len(y)
@@ -437,6 +449,8 @@ class _Registered:
     needs: Needs | None = None  # a cheap test that the rows hold what the producer reads
     whole_items: bool = False  # reads the items' raw `fields` JSON and text (row producers)
     reads: tuple[str, ...] | None = None  # result columns read (None: any); see queries.BASE_COLUMNS
+    # item fields of PIPELINE_FIELDS read besides the grouping and cluster fields (None: any)
+    fields: tuple[str, ...] | None = None
 
     def active(self, ctx: MetricContext) -> bool:
         if not self.every_task and self.name not in task_producers(ctx.task):
@@ -448,8 +462,8 @@ PRODUCERS: list[_Registered] = []
 
 
 def register_producer(name: str, *, every_task: bool = False, needs: Needs | None = None,
-                      whole_items: bool = False, reads: Iterable[str] | None = None
-                      ) -> Callable[[Producer], Producer]:
+                      whole_items: bool = False, reads: Iterable[str] | None = None,
+                      fields: Iterable[str] | None = None) -> Callable[[Producer], Producer]:
     """Decorator: add a producer, in registration order.
 
     A producer runs for every task with ``every_task``; otherwise only for the tasks that
@@ -458,12 +472,15 @@ def register_producer(name: str, *, every_task: bool = False, needs: Needs | Non
     ``ctx.extra_has(key)``); a producer whose test fails is skipped, so a big run never pays
     for analyses it has no data for. It must never be stricter than the producer itself.
     ``reads`` names the result columns it reads beyond the base ones (None: it may read any);
-    a stored run's frame carries only the columns its active producers read.
+    a stored run's frame carries only the columns its active producers read. ``fields`` names
+    the item fields of :data:`PIPELINE_FIELDS` it reads besides the grouping and cluster fields
+    (None: any of them); a stored run's frame extracts only the fields its active producers read.
     """
 
     def deco(fn: Producer) -> Producer:
         PRODUCERS.append(_Registered(name, fn, every_task, needs, whole_items,
-                                     tuple(reads) if reads is not None else None))
+                                     tuple(reads) if reads is not None else None,
+                                     tuple(fields) if fields is not None else None))
         return fn
 
     return deco
@@ -485,16 +502,19 @@ def rows_to_metrics(rows: Iterable[Mapping[str, Any]], producer: str = "") -> li
 
 
 def register_row_producer(name: str, fn: RowProducer, *, every_task: bool = False,
-                          needs: Needs | None = None, whole_items: bool = True) -> None:
+                          needs: Needs | None = None, whole_items: bool = True,
+                          reads: Iterable[str] | None = None, fields: Iterable[str] | None = None) -> None:
     """Adapter: plug in ``fn(df, run, spec) -> list[metric_row dicts]`` as a producer.
 
-    With ``whole_items`` the rows carry each item's raw `fields` JSON and text.
+    With ``whole_items`` the rows carry each item's raw `fields` JSON and text; ``reads`` and
+    ``fields`` as for :func:`register_producer` (default: any column, any field).
     """
 
     def adapted(ctx: MetricContext) -> list[Metric]:
         return rows_to_metrics(fn(ctx.df, ctx.run, ctx.spec), name)
 
-    register_producer(name, every_task=every_task, needs=needs, whole_items=whole_items)(adapted)
+    register_producer(name, every_task=every_task, needs=needs, whole_items=whole_items, reads=reads,
+                      fields=fields)(adapted)
 
 
 # -- the pipeline ----------------------------------------------------------------------------
@@ -573,8 +593,9 @@ def stored_frame(store: Any, run: Mapping[str, Any], spec: Mapping[str, Any], by
     JSON and text are added only when a row producer that reads whole items is active.
     """
     cf = spec.get("cluster_field")
-    names = [*by, *(g for g in spec.get("group_by") or [] if isinstance(g, str)),
-             *([cf] if isinstance(cf, str) else []), *PIPELINE_FIELDS]
+    grouping = [*by, *(g for g in spec.get("group_by") or [] if isinstance(g, str)),
+                *([cf] if isinstance(cf, str) else [])]
+    names = [*grouping, *PIPELINE_FIELDS]
     # Before the rows are read, take the wanted fields some item of the suite has (a superset
     # of the frame's columns); compute_metrics tests the gates again on the rows themselves.
     # Assuming every wanted field instead read every item's JSON and text for the human-choice
@@ -593,6 +614,11 @@ def stored_frame(store: Any, run: Mapping[str, Any], spec: Mapping[str, Any], by
             columns = None
             break
         columns |= set(p.reads)  # type: ignore[operator]
+    # only the pipeline fields the active producers read (a yes/no run's `category` was ~0.5 s
+    # of a 1M-row report: extracted, decoded and attached to every row, read by none)
+    if all(p.fields is not None for p in active):
+        read = {f for p in active for f in p.fields or ()}
+        names = [*grouping, *(f for f in PIPELINE_FIELDS if f in read)]
     return metric_frame(store, dict(run), names, columns=columns,
                         raw_fields=whole, item_text=whole)
 

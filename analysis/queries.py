@@ -130,7 +130,8 @@ def metric_frame(store: Any, run: dict[str, Any], fields: Iterable[str], *,
     want = list(dict.fromkeys(fields))
     cols = RESULT_COLUMNS if columns is None else [c for c in RESULT_COLUMNS if c in set(columns) | set(BASE_COLUMNS)]
     sel = [c for c in cols if c != "run_id"]
-    df = _read_frame(store, f"SELECT {', '.join(sel)} FROM results WHERE run_id = ? ORDER BY seq", [run["run_id"]])
+    df = _read_frame(store, f"SELECT {', '.join(sel)} FROM results WHERE run_id = ?", [run["run_id"]],
+                     order_by="seq")
     if "run_id" in cols:
         df.insert(0, "run_id", run["run_id"])
     sid = run.get("suite_id")
@@ -146,19 +147,28 @@ def metric_frame(store: Any, run: dict[str, Any], fields: Iterable[str], *,
     return df
 
 
-def _read_frame(store: Any, sql: str, params: list[Any]) -> pd.DataFrame:
+def _read_frame(store: Any, sql: str, params: list[Any], order_by: str | None = None) -> pd.DataFrame:
     """``store.query_df(sql, params)``, the same frame (dtypes and missing values included),
     read through Arrow where the store offers it: DuckDB's frame conversion makes a Python
     string per value, which was ~1 s of a 1M-row report. Arrow's conversion differs from
     DuckDB's in three cases, handled here: a text column with no value (DuckDB: object, None),
     an empty result (DuckDB: object text columns) and an integer column with a null (DuckDB: a
-    nullable integer dtype; such a frame is read through `query_df`)."""
+    nullable integer dtype; such a frame is read through `query_df`).
+
+    ``order_by`` names a selected column to append ``ORDER BY`` for. The rows are first read
+    in the table's order (DuckDB keeps insertion order) and kept when that column is strictly
+    increasing there: then it is the one order ``ORDER BY`` gives. Otherwise (ties, rows out
+    of order) the query is sent again with ``ORDER BY``. The sort held every column of a 1M-row
+    run in memory once more (~0.15 s, ~170 MB)."""
+    ordered = f"{sql} ORDER BY {order_by}" if order_by else sql
     query_arrow = getattr(store, "query_arrow", None)
     if query_arrow is None:
-        return pd.DataFrame(store.query_df(sql, params))
+        return pd.DataFrame(store.query_df(ordered, params))
     tbl = query_arrow(sql, params)
+    if order_by and not _strictly_increasing(tbl.column(order_by)):
+        tbl = query_arrow(ordered, params)
     if len(set(tbl.column_names)) < tbl.num_columns:  # a name twice: DuckDB's renaming then
-        return pd.DataFrame(store.query_df(sql, params))
+        return pd.DataFrame(store.query_df(ordered, params))
     n = tbl.num_rows
     out: dict[str, Any] = {}
     for name, col in zip(tbl.column_names, tbl.columns, strict=True):
@@ -167,10 +177,19 @@ def _read_frame(store: Any, sql: str, params: list[Any]) -> pd.DataFrame:
             out[name] = (np.full(n, None, dtype=object) if n == 0 or col.null_count == n
                          else col.to_pandas())
         elif pa.types.is_floating(t) or (pa.types.is_integer(t) and col.null_count == 0):
-            out[name] = col.to_numpy()
+            v = col.to_numpy()
+            out[name] = v if v.flags.writeable else v.copy()  # Arrow's own buffer is read-only
         else:  # other types (none in the metric columns): DuckDB's own conversion
-            return pd.DataFrame(store.query_df(sql, params))
-    return pd.DataFrame(out, columns=tbl.column_names)
+            return pd.DataFrame(store.query_df(ordered, params))
+    # copy=False: the columns as they are, not copied into one 2-D block (~0.1 s, 50 MB per 1M rows)
+    return pd.DataFrame(out, columns=tbl.column_names, copy=False)
+
+
+def _strictly_increasing(col: pa.ChunkedArray) -> bool:
+    if col.null_count or not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
+        return False
+    v = col.to_numpy()
+    return bool(np.all(v[1:] > v[:-1]))
 
 
 def _attach(df: pd.DataFrame, items: pd.DataFrame, columns: dict[str, str]) -> None:

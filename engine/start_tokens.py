@@ -18,8 +18,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
-
 DOC_SEPARATOR = "<|endoftext|>"
 
 
@@ -67,6 +65,8 @@ async def from_vllm(
     """The start tokens of the model a vLLM server serves, or None when the server has no
     `/tokenize` (not vLLM). Raises nothing for a missing `/tokenizer_info`: the result then
     says what is unknown (`empty_context` None unless the tokenizer adds BOS itself)."""
+    import httpx  # here, not at import: every command line builds its parser through this module
+
     root = server_root(base_url)
     async with httpx.AsyncClient(timeout=timeout, headers=headers) as http:
 

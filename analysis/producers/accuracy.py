@@ -86,6 +86,6 @@ def method_metrics(ctx: MetricContext) -> list[Metric]:
 
 def register() -> None:
     """Add this family's producers to the pipeline, in report order (analysis/metrics.py calls it)."""
-    register_producer("accuracy", every_task=True, reads=())(accuracy_metrics)
+    register_producer("accuracy", every_task=True, reads=(), fields=())(accuracy_metrics)
     register_producer("methods", needs=lambda c: c.extra_has("methods"),
                       reads=("extra",))(method_metrics)

@@ -19,7 +19,11 @@ __all__ = ["brier_item", "calibration_metrics", "raw_confidence", "reliability_b
 
 
 def _prob_rows(ok: pd.DataFrame) -> list[dict[str, float] | None]:
-    return [p if isinstance(p, dict) and p else None for p in decode_json_many(ok["probs"].tolist())]
+    return _decoded_prob_rows(ok["probs"].tolist())
+
+
+def _decoded_prob_rows(values: list[Any]) -> list[dict[str, float] | None]:
+    return [p if isinstance(p, dict) and p else None for p in decode_json_many(values)]
 
 
 def brier_item(probs: Mapping[str, Any] | None, gold: Any) -> float:
@@ -52,17 +56,23 @@ def calibration_metrics(ctx: MetricContext) -> list[Metric]:
         c, y = conf[keep], corr[keep]
         cl = ctx.clusters(ok)[keep]
         rel = reliability(c, y, n_bins=10)
-        (elo, ehi), (mlo, mhi), G = _calibration_bootstrap(c, y, cl, 10, ctx.bootstrap)
+        # exact up to EXACT_MAX_CLUSTERS clusters, drawn bin totals above (named in the method),
+        # as the definitions state (analysis/definitions.py CAL_BOOT_CI)
+        iv = _calibration_interval(c, y, cl, 10, ctx.bootstrap)
+        (elo, ehi), (mlo, mhi), G = iv.ece, iv.mce, iv.n_clusters
         for name, est, lo, hi in (("ece", rel.ece, elo, ehi), ("mce", rel.mce, mlo, mhi)):
             out.append(Metric(name, est, None if math.isnan(lo) else lo, None if math.isnan(hi) else hi,
-                              "cluster-bootstrap", int(keep.sum()), G, {}, "calibration"))
+                              iv.method, int(keep.sum()), G, {}, "calibration"))
         out += reliability_bin_metrics(rel.bins)
     if "probs" in ok:
-        probs = _prob_rows(ok)
-        out += _raw_calibration(ctx, ok, probs, conf, corr)
+        from ..prob_rows import brier_items, flatten_column, tie_flags
+
+        # the rows' answer probabilities as flat arrays: per-row scores in numpy (prob_rows.py);
+        # `probs` holds the decoded dicts of the rows the per-row functions still score
+        probs, flat = flatten_column(ok["probs"], _decoded_prob_rows)
+        out += _raw_calibration(ctx, ok, probs, conf, corr, flat)
         scored = np.isfinite(corr)
-        b = np.array([brier_item(p, g) if s else math.nan
-                      for p, g, s in zip(probs, ok["gold"], scored, strict=True)])
+        b = brier_items(flat, ok["gold"], scored, brier_item, probs)
         r = mean_metric("brier", b, ctx.clusters(ok), {}, "calibration")
         if r is not None:
             out.append(r)
@@ -72,8 +82,7 @@ def calibration_metrics(ctx: MetricContext) -> list[Metric]:
             r = mean_metric("brier_yes", (py - gy) ** 2, ctx.clusters(ok), {}, "calibration")
             if r is not None:
                 out.append(r)
-        ties = [float(_is_tie(p)) if p and s else math.nan for p, s in zip(probs, scored, strict=True)]
-        tv = np.asarray(ties, dtype=float)
+        tv = tie_flags(flat, scored, _is_tie, probs)
         if np.isfinite(tv).any():
             out.append(Metric("tie_rate", float(np.nanmean(tv)), n=int(np.isfinite(tv).sum()),
                               producer="calibration"))
@@ -99,8 +108,7 @@ def _raw_calibration(ctx: MetricContext, ok: pd.DataFrame, probs: list[dict[str,
     from ..calibration import reliability
     from ..prob_rows import flatten, raw_confidences
 
-    raw = raw_confidences(flatten(probs) if flat is None else flat, ok["prediction"].tolist(), raw_confidence,
-                          probs)
+    raw = raw_confidences(flatten(probs) if flat is None else flat, ok["prediction"], raw_confidence, probs)
     keep = np.isfinite(corr) & np.isfinite(raw) & np.isfinite(conf)
     if not keep.any() or np.allclose(raw[keep], conf[keep], rtol=0.0, atol=1e-9):
         return []
@@ -161,4 +169,4 @@ def register() -> None:
     """Add this family's producer to the pipeline (analysis/metrics.py calls it)."""
     register_producer("calibration",
                       needs=lambda c: c.has("confidence") or c.has("probs"),
-                      reads=("confidence", "probs", "p_yes"))(calibration_metrics)
+                      reads=("confidence", "probs", "p_yes"), fields=())(calibration_metrics)

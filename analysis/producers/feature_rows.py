@@ -142,7 +142,8 @@ def register() -> None:
                           every_task=True, needs=lambda c: c.extra_has("design") or c.prof().derived_variants)
     register_row_producer("fewshot_bias", lazy("llmscope.analysis.design_effects", "fewshot_rows"),
                           needs=lambda c: c.extra_has("design"))
-    register_row_producer("abstention", abstention_rows, whole_items=False)
+    # abstention_rows reads `extra` and the base columns (analysis/abstention.py)
+    register_row_producer("abstention", abstention_rows, whole_items=False, reads=("extra",), fields=())
     register_row_producer("api_method", api_method_rows, every_task=True, needs=lambda c: c.run.get("backend") == "openai",
                           whole_items=False)
     register_row_producer("syntaxgym", sg_rows)

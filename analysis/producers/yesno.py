@@ -31,16 +31,16 @@ def gold_yes_column(gold: pd.Series) -> np.ndarray:
     return table[codes]  # code -1 (missing) takes the last entry
 
 
-def _yesno_frame(ok: pd.DataFrame) -> pd.DataFrame:
-    y = pd.to_numeric(ok["p_yes"], errors="coerce")
-    n = pd.to_numeric(ok["p_no"], errors="coerce")
-    o = pd.to_numeric(ok["other"], errors="coerce") if "other" in ok else pd.Series(np.nan, index=ok.index)
-    o = o.where(o.notna(), 1.0 - y - n)
-    f = pd.DataFrame({"p_yes": y, "p_no": n, "p_other": o}, index=ok.index)
-    f["pred_yes"] = (y > n).astype(float)
-    f["gold_yes"] = gold_yes_column(ok["gold"])
-    f["off_format"] = (o > y + n).astype(float)
-    return f[np.isfinite(y) & np.isfinite(n)]
+def _yesno_columns(ok: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per row: P(yes), P(no), P(other) (stored, else 1 - P(yes) - P(no)), predicted yes, gold
+    yes, off format (P(other) above P(yes) + P(no)), and whether P(yes) and P(no) are finite."""
+    y = pd.to_numeric(ok["p_yes"], errors="coerce").to_numpy(float)
+    n = pd.to_numeric(ok["p_no"], errors="coerce").to_numpy(float)
+    o = pd.to_numeric(ok["other"], errors="coerce").to_numpy(float) if "other" in ok else np.full(len(ok), np.nan)
+    o = np.where(np.isnan(o), 1.0 - y - n, o)  # what Series.where(notna) keeps and fills
+    return {"p_yes": y, "p_no": n, "p_other": o, "pred_yes": (y > n).astype(float),
+            "gold_yes": gold_yes_column(ok["gold"]), "off_format": (o > y + n).astype(float),
+            "keep": np.isfinite(y) & np.isfinite(n)}
 
 
 def yesno_metrics(ctx: MetricContext) -> list[Metric]:
@@ -48,16 +48,21 @@ def yesno_metrics(ctx: MetricContext) -> list[Metric]:
     ok = ctx.ok()
     if ok.empty or "p_yes" not in ok:
         return []
-    ok = ok[[c for c in ("variant", "p_yes", "p_no", "other", "gold") if c in ok]]  # what is read below
+    # Every column once over the whole run, then each group's rows by a mask (rows in run order,
+    # as a group-by gives them): the same values as per-group frames, without copying frames.
+    cols = _yesno_columns(ok)
+    cl_all = ctx.clusters(ok)
     out: list[Metric] = []
-    groups: list[tuple[dict[str, Any], pd.DataFrame]] = [({}, ok)]
+    groups: list[tuple[dict[str, Any], np.ndarray]] = [({}, cols["keep"])]
+    variant = ok["variant"].astype(str)
     if ok["variant"].nunique() > 1:
-        groups += [({"variant": v}, s) for v, s in ok.groupby(ok["variant"].astype(str), sort=True)]
-    for group, sub in groups:
-        f = _yesno_frame(sub)
-        if f.empty:
+        codes, uniques = pd.factorize(variant, sort=True)  # missing: -1, in no group
+        groups += [({"variant": v}, cols["keep"] & (codes == k)) for k, v in enumerate(uniques)]
+    for group, rows in groups:
+        if not rows.any():
             continue
-        cl = ctx.clusters(sub.loc[f.index])
+        f = {k: v[rows] for k, v in cols.items() if k != "keep"}
+        cl = cl_all[rows]
         for m in ("p_yes", "p_no", "p_other"):
             r = mean_metric(f"mean_{m}", f[m], cl, group, "yesno")
             if r is not None:
@@ -66,9 +71,9 @@ def yesno_metrics(ctx: MetricContext) -> list[Metric]:
             r = rate(name, f[col], cl, group, "yesno")
             if r is not None:
                 out.append(r)
-        gk = np.isfinite(f["gold_yes"].to_numpy(float))
+        gk = np.isfinite(f["gold_yes"])
         if gk.any():
-            out.append(Metric("gold_yes_rate", float(f["gold_yes"][gk].mean()), n=int(gk.sum()),
+            out.append(Metric("gold_yes_rate", float(pd.Series(f["gold_yes"][gk]).mean()), n=int(gk.sum()),
                               group=dict(group), producer="yesno"))
             r = mean_metric("yes_bias", (f["pred_yes"] - f["gold_yes"])[gk], cl[gk], group, "yesno")
             if r is not None:
@@ -81,4 +86,5 @@ def yesno_metrics(ctx: MetricContext) -> list[Metric]:
 
 def register() -> None:
     """Add this family's producer to the pipeline (analysis/metrics.py calls it)."""
-    register_producer("yesno", needs=lambda c: c.has("p_yes"), reads=("p_yes", "p_no", "other"))(yesno_metrics)
+    register_producer("yesno", needs=lambda c: c.has("p_yes"), reads=("p_yes", "p_no", "other"),
+                      fields=())(yesno_metrics)

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
+import orjson
 import pytest
 
-from llmscope.analysis.prob_rows import brier_items, flatten, raw_confidences, tie_flags
+from llmscope.analysis.prob_rows import (
+    brier_items,
+    flatten,
+    flatten_column,
+    raw_confidences,
+    tie_flags,
+)
 from llmscope.analysis.producers import calibration as M
 from llmscope.store.db import Store
 from tests.helpers.mixed import write_labels_db, write_mixed_db, write_yesno_db
@@ -101,3 +109,65 @@ def test_stored_runs_match(tmp_path, writer):
             probs = M._prob_rows(df)
             corr = np.asarray(df["correct"].to_numpy(dtype=float, na_value=np.nan))
             _check(probs, df["gold"].tolist(), df["prediction"].tolist(), np.isfinite(corr))
+
+
+def _texts_case() -> list[str | None]:
+    rng = np.random.default_rng(11)
+    out: list[str | None] = []
+    for i in range(3000):
+        a, b = (float(x) for x in rng.random(2))
+        if i % 7 == 0:  # 25 digits: more than a double holds, rounded by each parser
+            text = f'{{"yes": {a:.25f}, "no": {b:.25f}}}'
+        elif i % 2:
+            text = orjson.dumps({"yes": a, "no": b}).decode()
+        else:
+            text = json.dumps({"yes": a, "no": b})
+        out.append(text)
+    out += [
+        '{"yes": 1, "no": 0}',
+        '{"yes":1e-05,"no":2.5E+3}',
+        '{"yes": 0.1234567890123456789012, "no": 0.5}',
+        '{"yes": -0, "no": 0.5}',
+        '{"yes": 01, "no": 0.5}',
+        '{"no": 0.2, "yes": 0.7}',
+        '{"Yes": 0.2, "No": 0.7}',
+        '{"yes": 0.2, "no": 0.2}',
+        '{"yes": 1e-320, "no": 1e-30}',
+        '{"yes": 12345678901234567890, "no": 0}',
+        '{"yes": 0.3, "no": 0.3, "x": 0.4}',
+        '{"yes": null, "no": 0.5}',
+        '{"yes": NaN, "no": 0.5}',
+        "not json",
+        "{}",
+        None,
+        '{"yes":  0.5, "no": 0.5}',
+        '{"yes": "0.5", "no": 0.5}',
+        '{"yes": true, "no": 0.5}',
+    ]
+    return out
+
+
+def test_stored_text_column_read_by_arrow_matches_decoding_every_row():
+    import pandas as pd
+
+    texts = _texts_case()
+    col = pd.Series(texts, dtype="str")  # how a stored `probs` column reads (Arrow text)
+    probs_all = M._decoded_prob_rows(col.tolist())
+    probs, fp = flatten_column(col, M._decoded_prob_rows)
+    assert int(np.asarray(fp.ok).sum()) < len(texts)  # some rows need the per-row functions
+    # the yes/no texts were read by Arrow: no dict decoded for them
+    assert sum(p is None for p in probs) > 2000
+    n = len(texts)
+    gold = [("yes", "no", "Yes", None)[i % 4] for i in range(n)]
+    preds = [("no", "yes", "Yes", None)[i % 4] for i in range(n)]
+    scored = np.arange(n) % 5 != 2
+    want = _reference(probs_all, gold, preds, scored)
+    got = (
+        brier_items(fp, gold, scored, M.brier_item, probs),
+        tie_flags(fp, scored, M._is_tie, probs),
+        raw_confidences(fp, preds, M.raw_confidence, probs),
+    )
+    for g, w in zip(got, want, strict=True):
+        assert np.array_equal(np.isnan(g), np.isnan(w))
+        assert (g[~np.isnan(g)] == w[~np.isnan(w)]).all()
+        assert (np.signbit(g) == np.signbit(w)).all()

@@ -35,3 +35,68 @@ def test_nullable_integers_fall_back(tmp_path):
         pd.testing.assert_frame_equal(
             _read_frame(st, sql, []), st.query_df(sql, []), check_dtype=True
         )
+
+
+def _out_of_order_db(path):
+    """Rows written in three batches: the second's seq numbers below the first's, the third
+    repeating some (as `write_results` with its default start_seq does)."""
+    from llmscope.engine.types import Item, Result
+
+    items = [Item(item_id=f"i{i}", fields={}, gold="yes", text=f"s{i}") for i in range(9)]
+    with Store(path) as st:
+        st.add_suite("s", "s", "yesno", {"task": "yesno"}, "", items)
+        for rid in ("inc", "mixed"):
+            st.create_run(
+                {
+                    "run_id": rid,
+                    "suite_id": "s",
+                    "suite_name": "s",
+                    "task": "yesno",
+                    "n_total": 9,
+                    "model": "m",
+                    "backend": "hf",
+                    "status": "completed",
+                }
+            )
+
+        def rows(ids):
+            return [
+                Result(
+                    item_id=f"i{i}",
+                    variant="v",
+                    prompt="p",
+                    probs={"yes": i / 10, "no": 0.5},
+                    prediction="yes",
+                    gold="yes",
+                    correct=1.0,
+                    confidence=0.5,
+                )
+                for i in ids
+            ]
+
+        st.write_results("inc", rows(range(9)))
+        st.write_results("mixed", rows([0, 1, 2]), start_seq=10)
+        st.write_results("mixed", rows([3, 4, 5]), start_seq=0)
+        st.write_results("mixed", rows([6, 7, 8]), start_seq=1)  # seq 1 and 2 twice
+    return path
+
+
+def test_order_by_reads_the_table_order_only_when_it_is_that_order(tmp_path):
+    db = _out_of_order_db(tmp_path / "o.duckdb")
+    base = "SELECT item_id, seq, probs FROM results WHERE run_id = ?"
+    with Store(db, read_only=True) as st:
+        for rid, want_items in (("inc", [f"i{i}" for i in range(9)]), ("mixed", None)):
+            want = st.query_df(base + " ORDER BY seq", [rid])
+            got = _read_frame(st, base, [rid], order_by="seq")
+            assert got["seq"].tolist() == sorted(want["seq"].tolist())
+            if want_items:
+                assert got["item_id"].tolist() == want_items
+                pd.testing.assert_frame_equal(got, want, check_dtype=True, check_exact=True)
+            else:  # not in order in the table: the rows of ORDER BY seq (ties in DuckDB's order)
+                assert got["seq"].tolist() == [0, 1, 1, 2, 2, 3, 10, 11, 12]
+                assert got["item_id"].tolist()[:1] == ["i3"] and got["item_id"].tolist()[-3:] == [
+                    "i0",
+                    "i1",
+                    "i2",
+                ]
+                pd.testing.assert_frame_equal(got, want, check_dtype=True, check_exact=True)
