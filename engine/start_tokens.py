@@ -63,7 +63,10 @@ def _token_text(value: Any) -> str | None:
 
 
 async def from_vllm(
-    base_url: str, model: str, headers: dict[str, str], timeout: float = 10.0,
+    base_url: str,
+    model: str,
+    headers: dict[str, str],
+    timeout: float = 10.0,
     clean: Callable[[Any], Any] | None = None,
 ) -> StartTokens | None:
     """The start tokens of the model a vLLM server serves, or None when the server has no

@@ -68,7 +68,11 @@ class _VLLMTokenizer(BaseHTTPRequestHandler):
         req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         text = req["prompt"]
         # the document separator is two tokens here, so the EOS text becomes the separator
-        self._send(json.dumps({"tokens": [] if text == "" else [7, 8] if text == DOC_SEPARATOR else [7]}).encode())
+        self._send(
+            json.dumps(
+                {"tokens": [] if text == "" else [7, 8] if text == DOC_SEPARATOR else [7]}
+            ).encode()
+        )
 
     def do_GET(self) -> None:
         self._send(b'{"bos_token": "<s>' + SECRET.encode() + b'", "eos_token": "</s>\\ud83d"}')
