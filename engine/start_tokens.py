@@ -14,6 +14,7 @@ back into its id, which `check_special` verifies), and the run records them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -60,11 +61,17 @@ def _token_text(value: Any) -> str | None:
 
 
 async def from_vllm(
-    base_url: str, model: str, headers: dict[str, str], timeout: float = 10.0
+    base_url: str,
+    model: str,
+    headers: dict[str, str],
+    timeout: float = 10.0,
+    clean: Callable[[Any], Any] | None = None,
 ) -> StartTokens | None:
     """The start tokens of the model a vLLM server serves, or None when the server has no
     `/tokenize` (not vLLM). Raises nothing for a missing `/tokenizer_info`: the result then
-    says what is unknown (`empty_context` None unless the tokenizer adds BOS itself)."""
+    says what is unknown (`empty_context` None unless the tokenizer adds BOS itself).
+    `clean`: applied to the `/tokenizer_info` reply before it is read (the backend's key
+    redaction and text repair: its token texts are sent as context and stored with the run)."""
     import httpx  # here, not at import: every command line builds its parser through this module
 
     root = server_root(base_url)
@@ -96,7 +103,7 @@ async def from_vllm(
         try:
             r = await http.get(f"{root}/tokenizer_info")
             if r.status_code == 200 and isinstance(r.json(), dict):
-                info = r.json()
+                info = r.json() if clean is None else clean(r.json())
         except (httpx.HTTPError, ValueError):
             info = {}
         bos, eos = _token_text(info.get("bos_token")), _token_text(info.get("eos_token"))

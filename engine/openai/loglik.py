@@ -18,6 +18,7 @@ from llmscope.engine.openai.endpoints import public_url
 from llmscope.engine.openai.parse import InvalidResponse, valid_logprob
 from llmscope.engine.start_tokens import StartTokens
 from llmscope.engine.start_tokens import from_vllm as start_tokens_from_vllm
+from llmscope.engine.textsafety import map_strings, repair_text
 from llmscope.engine.types import LogLikOut
 
 _LOGLIK_UNSUPPORTED = re.compile(
@@ -138,8 +139,9 @@ class PromptLoglik(HTTPLayer):
             if not self._start_learned:
                 self._start_learned = True
                 headers = {"Authorization": f"Bearer {self._clients[0].api_key}"}
-                self._start = await start_tokens_from_vllm(self.base_urls[0], self.model, headers,
-                                                           timeout=self.timeout)
+                self._start = await start_tokens_from_vllm(
+                    self.base_urls[0], self.model, headers, timeout=self.timeout,
+                    clean=lambda d: map_strings(self._redact_reply(d), repair_text)[0])
                 if self._start is not None and self._start.empty_context is None:
                     self._warn_once("start_token", f"{public_url(self.base_url)}: texts scored with no "
                                     f"context (SyntaxGym, contamination, minpairs context bos) will fail: "
