@@ -238,14 +238,24 @@ def encode_top_tokens(tops: Sequence[Any]) -> bytes | None:
     zstd level 1 over one orjson array (None when no row has any). One orjson call and one
     compression per batch instead of a JSON text per row: the per-row cost of top tokens was
     more than half of a write (docs/PERFORMANCE.md, round 4 sto2)."""
+    raw = top_tokens_json(tops)
+    return None if raw is None else compress_top_tokens(raw)
+
+
+def top_tokens_json(tops: Sequence[Any]) -> bytes | None:
+    """The JSON array `encode_top_tokens` compresses (None when no row has any top tokens)."""
     if all(t is None for t in tops):
         return None
     try:
-        raw = orjson.dumps(tops, option=orjson.OPT_SERIALIZE_NUMPY)
+        return orjson.dumps(tops, option=orjson.OPT_SERIALIZE_NUMPY)
     except (orjson.JSONEncodeError, TypeError):
         # what orjson refuses with the fast options (non-string keys, odd objects): the
         # careful encoder per row, the same text `encode_json` stores in a column
-        raw = ("[" + ",".join("null" if t is None else (encode_json(t) or "null") for t in tops) + "]").encode()
+        return ("[" + ",".join("null" if t is None else (encode_json(t) or "null") for t in tops) + "]").encode()
+
+
+def compress_top_tokens(raw: bytes) -> bytes:
+    """`top_tokens_json`'s text as the stored blob (releases the GIL while it compresses)."""
     # zstd level 1 (measured on 100k bench rows, 20 top tokens each: 0.28 CPU s, 22 MB; stdlib
     # zlib level 1: 0.74 s, 29 MB; lz4: 0.19 s but 45 MB for DuckDB to write)
     return zstandard.ZstdCompressor(level=1).compress(raw)
