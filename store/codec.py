@@ -147,8 +147,6 @@ def choice_method_array(extras: Sequence[Any]) -> pa.Array:
     return pa.array(out, type=pa.string())
 
 
-
-
 def _finite_columns(cols: Sequence[Sequence[Any]]) -> list[pa.Array] | None:
     """`_finite_array` of each column in one numpy conversion (None and NaN/inf as null), or
     None where numpy takes a value differently (then each column goes through `_finite_array`)."""

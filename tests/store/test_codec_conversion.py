@@ -1,7 +1,7 @@
 """`results_to_arrow` gives the same Arrow table, value for value and type for type, as the
 per-column conversion it replaced (kept below as the reference, unchanged), over rows with odd
 values: NaN and infinities, None, booleans, numpy scalars, numbers given as text, integers
-beyond 2**53, missing probabilities, predictions outside them, non-string choice methods; and
+beyond 2**53, complex numbers, missing probabilities, predictions outside them, non-string choice methods; and
 it refuses what the reference refuses."""
 
 from __future__ import annotations
@@ -91,6 +91,9 @@ ODD_FLOATS: list[Any] = [
     "nan",
     5e-324,
     1.7976931348623157e308,
+    " 1.5 ",
+    "1_000",
+    "infinity",
 ]
 
 
@@ -176,7 +179,7 @@ def test_each_float_column_alone_converts_as_the_reference() -> None:
             )
 
 
-@pytest.mark.parametrize("bad", ["abc", [0.5], {"a": 1}, 10**400])
+@pytest.mark.parametrize("bad", ["abc", "0x10", 1 + 2j, [0.5], {"a": 1}, 10**400])
 def test_values_the_reference_refuses_are_refused(bad: Any) -> None:
     rows = [
         Result(item_id="a", variant="v", correct=bad),
