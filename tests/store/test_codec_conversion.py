@@ -1,8 +1,8 @@
 """`results_to_arrow` gives the same Arrow table, value for value and type for type, as the
 per-column conversion it replaced (kept below as the reference, unchanged), over rows with odd
 values: NaN and infinities, None, booleans, numpy scalars, numbers given as text, integers
-beyond 2**53, complex numbers, missing probabilities, predictions outside them, non-string choice methods; and
-it refuses what the reference refuses."""
+beyond 2**53, missing probabilities, predictions outside them, non-string choice methods; and
+it refuses what the reference refuses (complex numbers, hex text, sequences, huge integers)."""
 
 from __future__ import annotations
 
