@@ -147,47 +147,84 @@ def choice_method_array(extras: Sequence[Any]) -> pa.Array:
     return pa.array(out, type=pa.string())
 
 
+def _finite_columns(cols: Sequence[Sequence[Any]]) -> list[pa.Array] | None:
+    """`_finite_array` of each column in one numpy conversion (None and NaN/inf as null), or
+    None where numpy takes a value differently (then each column goes through `_finite_array`)."""
+    try:
+        arr = np.array(cols, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if arr.shape != (len(cols), len(cols[0])):  # a value that is itself a sequence
+        return None
+    bad = ~np.isfinite(arr)
+    return [pa.array(a, mask=m) for a, m in zip(arr, bad, strict=True)]
+
+
 def results_to_arrow(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.datetime, *,
                      tops_inline: bool = True) -> pa.Table:
     """Column-wise conversion of results to the `results` table's Arrow schema (floats are
-    checked for NaN/inf in Arrow; JSON columns encoded by orjson per value). `tops_inline=False`
+    checked for NaN/inf in numpy; JSON columns encoded by orjson per value). `tops_inline=False`
     leaves `top_tokens` null (the store writes them as the batch's blob, `encode_top_tokens`)."""
     n = len(rs)
     if not n:
         return RESULT_SCHEMA.empty_table()
-    probs = [r.probs for r in rs]
-    preds = [r.prediction for r in rs]
-    extras = [r.extra for r in rs]
-    ntok = [r.n_tokens for r in rs]
+    # the fields in one pass over the objects, appended to a list per field: the rows of a batch
+    # lie scattered in memory among their top tokens (a pass per column cost ~2x), and a tuple
+    # per row (attrgetter, zip) set off the cyclic GC over every live object (~3x)
+    cols: list[list[Any]] = [[] for _ in range(14)]
+    (item_ids, variants, prompts, probs, other, option_scores, preds, golds, correct, confidence,
+     ntok, latency, errors, extras) = cols
+    (a_id, a_var, a_prompt, a_probs, a_other, a_os, a_pred, a_gold, a_corr, a_conf, a_ntok,
+     a_lat, a_err, a_extra) = [c.append for c in cols]
+    for r in rs:
+        a_id(r.item_id)
+        a_var(r.variant)
+        a_prompt(r.prompt)
+        a_probs(r.probs)
+        a_other(r.other)
+        a_os(r.option_scores)
+        a_pred(r.prediction)
+        a_gold(r.gold)
+        a_corr(r.correct)
+        a_conf(r.confidence)
+        a_ntok(r.n_tokens)
+        a_lat(r.latency_ms)
+        a_err(r.error)
+        a_extra(r.extra)
     try:
         n_tokens = pa.array([v or 0 for v in ntok], type=pa.int32())
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
         n_tokens = pa.array([int(v or 0) for v in ntok], type=pa.int32())
     methods = [e.get("choice_method") if e else None for e in extras]
+    p_yes = [p.get("yes") if p else None for p in probs]
+    p_no = [p.get("no") if p else None for p in probs]
+    p_chosen = [p.get(x) if p and x is not None else None for p, x in zip(probs, preds, strict=True)]
+    float_cols = (p_yes, p_no, other, correct, confidence, latency, p_chosen)
+    floats = _finite_columns(float_cols) or [_finite_array(c) for c in float_cols]
     # the run id, seq and time filled in Arrow from one value (a Python object per row cost
     # ~0.8 ms of a 4,096-row write's ~7 ms here)
     arrays = [
         pa.repeat(pa.scalar(run_id, type=pa.string()), n),
-        pa.array([r.item_id for r in rs], type=pa.string()),
-        pa.array([r.variant for r in rs], type=pa.string()),
+        pa.array(item_ids, type=pa.string()),
+        pa.array(variants, type=pa.string()),
         pa.array(np.arange(start_seq, start_seq + n, dtype=np.int64)),
-        pa.array([r.prompt for r in rs], type=pa.string()),
+        pa.array(prompts, type=pa.string()),
         _json_array(probs),
-        _finite_array([p.get("yes") if p else None for p in probs]),
-        _finite_array([p.get("no") if p else None for p in probs]),
-        _finite_array([r.other for r in rs]),
+        floats[0],
+        floats[1],
+        floats[2],
         _json_array([r.top_tokens for r in rs]) if tops_inline else pa.nulls(n, type=pa.string()),
-        _json_array([r.option_scores for r in rs]),
+        _json_array(option_scores),
         pa.array(preds, type=pa.string()),
-        pa.array([r.gold for r in rs], type=pa.string()),
-        _finite_array([r.correct for r in rs]),
-        _finite_array([r.confidence for r in rs]),
+        pa.array(golds, type=pa.string()),
+        floats[3],
+        floats[4],
         n_tokens,
-        _finite_array([r.latency_ms for r in rs]),
-        pa.array([r.error for r in rs], type=pa.string()),
+        floats[5],
+        pa.array(errors, type=pa.string()),
         _json_array([e or None for e in extras]),
         pa.repeat(pa.scalar(now, type=pa.timestamp("us")), n),
-        _finite_array([p.get(x) if p and x is not None else None for p, x in zip(probs, preds, strict=True)]),
+        floats[6],
         pa.array([m if isinstance(m, str) else None for m in methods], type=pa.string()),
         pa.nulls(n, type=pa.int64()),
     ]
@@ -199,14 +236,24 @@ def encode_top_tokens(tops: Sequence[Any]) -> bytes | None:
     zstd level 1 over one orjson array (None when no row has any). One orjson call and one
     compression per batch instead of a JSON text per row: the per-row cost of top tokens was
     more than half of a write (docs/PERFORMANCE.md, round 4 sto2)."""
+    raw = top_tokens_json(tops)
+    return None if raw is None else compress_top_tokens(raw)
+
+
+def top_tokens_json(tops: Sequence[Any]) -> bytes | None:
+    """The JSON array `encode_top_tokens` compresses (None when no row has any top tokens)."""
     if all(t is None for t in tops):
         return None
     try:
-        raw = orjson.dumps(tops, option=orjson.OPT_SERIALIZE_NUMPY)
+        return orjson.dumps(tops, option=orjson.OPT_SERIALIZE_NUMPY)
     except (orjson.JSONEncodeError, TypeError):
         # what orjson refuses with the fast options (non-string keys, odd objects): the
         # careful encoder per row, the same text `encode_json` stores in a column
-        raw = ("[" + ",".join("null" if t is None else (encode_json(t) or "null") for t in tops) + "]").encode()
+        return ("[" + ",".join("null" if t is None else (encode_json(t) or "null") for t in tops) + "]").encode()
+
+
+def compress_top_tokens(raw: bytes) -> bytes:
+    """`top_tokens_json`'s text as the stored blob (releases the GIL while it compresses)."""
     # zstd level 1 (measured on 100k bench rows, 20 top tokens each: 0.28 CPU s, 22 MB; stdlib
     # zlib level 1: 0.74 s, 29 MB; lz4: 0.19 s but 45 MB for DuckDB to write)
     return zstandard.ZstdCompressor(level=1).compress(raw)

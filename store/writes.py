@@ -16,10 +16,11 @@ from llmscope.engine.types import Item, Result
 from llmscope.store.codec import (
     choice_method_array,
     column_list,
+    compress_top_tokens,
     encode_json,
-    encode_top_tokens,
     p_chosen_array,
     results_to_arrow,
+    top_tokens_json,
 )
 from llmscope.store.errors import StoreError, explain
 from llmscope.store.schema import RESULT_SCHEMA, utc_now
@@ -301,11 +302,13 @@ class StoreWrites:
             return 0
         now = utc_now()
         tops = [r.top_tokens for r in rs]
-        # The top tokens' blob (orjson + zstd, the larger half of a write's CPU) is encoded on
-        # a worker thread while this one converts and inserts the rows: zstd and DuckDB's
-        # insert release the GIL, so on two free cores a write takes ~2/3 of the time. The
-        # bytes are the same (`encode_top_tokens`), inserted in the rows' transaction.
-        blob = _tops_encoder().submit(encode_top_tokens, tops) if any(t is not None for t in tops) else None
+        # The top tokens' blob: its JSON here (orjson holds the GIL, ~5 ms a batch; on the
+        # worker it stalled this thread's conversion and every return from DuckDB behind it),
+        # its zstd compression on a worker thread while this one converts and inserts the rows
+        # (zstd and DuckDB's insert release the GIL). The bytes are `encode_top_tokens`',
+        # inserted in the rows' transaction.
+        raw = top_tokens_json(tops)
+        blob = None if raw is None else _tops_encoder().submit(compress_top_tokens, raw)
         try:
             tbl = results_to_arrow(run_id, rs, start_seq, now, tops_inline=False)
             # the keys from the results (the Arrow columns hold the same strings: their
