@@ -59,6 +59,10 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     from llmscope.importers import published
 
+    if not args.paths and args.kind != "commonsense-models":
+        raise CLIError(f"import {args.kind}: give the files to import")
+    if len(args.paths) > 1 and args.kind == "commonsense-models":
+        raise CLIError("import commonsense-models: give one CSV (or none for the one in ../shared)")
     store = open_store(args.db)
     try:
         if args.kind == "worldsense":
@@ -67,6 +71,11 @@ def cmd_import(args: argparse.Namespace) -> int:
             from llmscope.importers.lm_eval import import_lm_eval
 
             msgs = import_lm_eval(store, [Path(p) for p in args.paths], suite_spec=args.suite, model=args.model)
+        elif args.kind == "commonsense-models":
+            from llmscope.importers.commonsense_models import import_commonsense_models
+
+            msgs = import_commonsense_models(store, Path(args.paths[0]) if args.paths else None,
+                                             suite_path=args.suite_path)
         elif args.kind == "answers":
             msgs = published.import_answer_sets(store, [Path(p) for p in args.paths],
                                                 suite_path=args.suite_path, model=args.model)
@@ -91,11 +100,15 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
     ctx.db_arg(s)
     s.set_defaults(func=cmd_migrate)
 
-    s = sub.add_parser("import", help="import published results (worldsense DIR | results FILE... | answers FILE... | lm-eval SAMPLES.jsonl...)")
+    s = sub.add_parser("import", help="import published results (worldsense DIR | results FILE... | answers FILE... | "
+                       "lm-eval SAMPLES.jsonl... | commonsense-models [CSV])")
     ctx.db_arg(s)
-    s.add_argument("kind", choices=["worldsense", "results", "answers", "lm-eval"], help="what the files are")
-    s.add_argument("paths", nargs="+", help="the folder (worldsense) or files to import")
-    s.add_argument("--suite-path", help="commonsense statements CSV (results) or CFC targets file (answers)")
+    s.add_argument("kind", choices=["worldsense", "results", "answers", "lm-eval", "commonsense-models"],
+                   help="what the files are")
+    s.add_argument("paths", nargs="*", help="the folder (worldsense) or files to import (commonsense-models: "
+                   "all_models_binarythresh.csv, default the one in ../shared)")
+    s.add_argument("--suite-path", help="commonsense statements CSV (results, commonsense-models) or CFC "
+                   "targets file (answers)")
     s.add_argument("--model", help="name of the imported answer set (answers) or model (lm-eval)")
     s.add_argument("--suite", help="lm-eval: the task YAML or suite the samples were scored on (default: "
                    "rebuilt from the samples)")
