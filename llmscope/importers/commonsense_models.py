@@ -98,14 +98,18 @@ def read_models_csv(path: Path) -> tuple[list[ModelAnswers], dict[str, tuple[str
                                 num = None
                             pred = {1.0: "yes", 0.0: "no"}.get(num) if num is not None else None
                         if pred is None:
-                            raise SuiteError(f"expected 0 or 1, got {cell!r}", path, line, header[j])
+                            raise SuiteError(
+                                f"expected 0 or 1, got {cell!r}", path, line, header[j]
+                            )
                         models[model].rows.append((sid, variant, pred))
         except (csv.Error, UnicodeDecodeError) as e:
             raise SuiteError(f"unreadable line: {e}", path, reader.line_num) from e
     return list(models.values()), statements
 
 
-def import_commonsense_models(store: Store, path: Path | None, suite_path: str | None = None) -> list[str]:
+def import_commonsense_models(
+    store: Store, path: Path | None, suite_path: str | None = None
+) -> list[str]:
     """One run per model column pair of `path` on the `commonsense` suite, all new runs in one
     transaction (a bad line leaves none); a model imported before is named and skipped."""
     if path is None:
@@ -121,21 +125,33 @@ def import_commonsense_models(store: Store, path: Path | None, suite_path: str |
     work = {(w.item.item_id, w.variant): w for w in suite.work()}
     unknown = [s for s in statements if (s, VARIANTS[0]) not in work]
     if unknown:
-        raise SuiteError(f"statement id {unknown[0]} is not in the commonsense suite ({len(unknown)} such ids); "
-                         f"pass the matching statements_and_prompts.csv with --suite-path",
-                         path, statements[unknown[0]][1], "id")
-    differ = sum(1 for s, (text, _) in statements.items() if text and text != work[(s, VARIANTS[0])].item.text)
+        raise SuiteError(
+            f"statement id {unknown[0]} is not in the commonsense suite ({len(unknown)} such ids); "
+            f"pass the matching statements_and_prompts.csv with --suite-path",
+            path,
+            statements[unknown[0]][1],
+            "id",
+        )
+    differ = sum(
+        1
+        for s, (text, _) in statements.items()
+        if text and text != work[(s, VARIANTS[0])].item.text
+    )
     store_suite(store, suite)
-    msgs = [f"suite {suite.suite_id}: {len(statements)} statements x {len(VARIANTS)} prompts from {path.name}"
-            + (f" ({differ} statements differ from the suite's text)" if differ else "")]
+    msgs = [
+        f"suite {suite.suite_id}: {len(statements)} statements x {len(VARIANTS)} prompts from {path.name}"
+        + (f" ({differ} statements differ from the suite's text)" if differ else "")
+    ]
     with store.transaction():
         for m in models:
             run_id = import_run_id("commonsense-models", suite.suite_id, path.name, m.model)
             if run_exists(store, run_id):
                 msgs.append(f"{m.model}: already imported as run {run_id}")
                 continue
-            cols: dict[str, list[Any]] = {k: [] for k in ("item_id", "variant", "prompt", "prediction",
-                                                         "gold", "correct", "extra")}
+            cols: dict[str, list[Any]] = {
+                k: []
+                for k in ("item_id", "variant", "prompt", "prediction", "gold", "correct", "extra")
+            }
             extra = '{"imported": true, "binarised": true}'
             for sid, variant, pred in m.rows:
                 w = work[(sid, variant)]
@@ -146,12 +162,25 @@ def import_commonsense_models(store: Store, path: Path | None, suite_path: str |
                 cols["gold"].append(w.gold)
                 cols["correct"].append(None if w.gold is None else float(pred == w.gold))
                 cols["extra"].append(extra)
-            create_import_run(store, run_id, suite, m.model, path, len(m.rows),
-                              {"kind": "commonsense-models", "source": SOURCE})
+            create_import_run(
+                store,
+                run_id,
+                suite,
+                m.model,
+                path,
+                len(m.rows),
+                {"kind": "commonsense-models", "source": SOURCE},
+            )
             store.append_results(run_id, cols)
-            store.update_run(run_id, meta={"imported_from": str(path), "source": SOURCE,
-                                           "probabilities": "none: the file holds binarised answers only",
-                                           "suite": suite.describe()})
+            store.update_run(
+                run_id,
+                meta={
+                    "imported_from": str(path),
+                    "source": SOURCE,
+                    "probabilities": "none: the file holds binarised answers only",
+                    "suite": suite.describe(),
+                },
+            )
             finish_import_run(store, run_id)
             msgs.append(f"{m.model}: run {run_id}, {len(m.rows)} answers")
     return msgs

@@ -24,8 +24,26 @@ N_STATEMENTS = 300
 # Flagged (discrimination interval below 0) by `llmscope irt` on these 300 statements and also on
 # the first 1,000 statements (measured 2026-11-27, docs/METHODS.md): items whose flag does not
 # hang on which statements surround them.
-FLAGGED = ["22/q1", "22/q2", "25/q1", "25/q2", "51/q1", "51/q2", "54/q1", "54/q2", "61/q1",
-           "132/q1", "132/q2", "155/q1", "155/q2", "180/q1", "180/q2", "211/q1", "266/q1", "293/q2"]
+FLAGGED = [
+    "22/q1",
+    "22/q2",
+    "25/q1",
+    "25/q2",
+    "51/q1",
+    "51/q2",
+    "54/q1",
+    "54/q2",
+    "61/q1",
+    "132/q1",
+    "132/q2",
+    "155/q1",
+    "155/q2",
+    "180/q1",
+    "180/q2",
+    "211/q1",
+    "266/q1",
+    "293/q2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +55,15 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     subset = tmp / "models.csv"
     subset.write_text("".join(lines[: N_STATEMENTS + 1]), encoding="utf-8")
     db = tmp / "cs.duckdb"
-    proc = cli("import", "commonsense-models", str(subset), "--suite-path", str(statements), "--db", str(db))
+    proc = cli(
+        "import",
+        "commonsense-models",
+        str(subset),
+        "--suite-path",
+        str(statements),
+        "--db",
+        str(db),
+    )
     assert proc.returncode == 0, proc.stderr
     return {"csv": subset, "statements": statements, "db": db, "tmp": tmp}
 
@@ -57,24 +83,35 @@ def test_one_run_per_model_with_the_papers_accuracy(data: dict[str, Path]) -> No
     for m in models:
         # the paper's score: the model's answer equals the human majority, over q1 and q2
         right = (df[f"{m}_q1"] == df["human_q1"]).sum() + (df[f"{m}_q2"] == df["human_q1"]).sum()
-        assert runs[m]["accuracy"] == pytest.approx(right / (2 * len(df)), abs=1e-9), m  # JSON keeps 10 digits
+        # `runs --json` keeps 10 digits
+        assert runs[m]["accuracy"] == pytest.approx(right / (2 * len(df)), abs=1e-9), m
         assert runs[m]["n_done"] == 2 * N_STATEMENTS and runs[m]["status"] == "completed"
     con = duckdb.connect(str(data["db"]), read_only=True)
     try:
-        stored = con.execute("SELECT meta, (SELECT count(*) FROM results r WHERE r.run_id = runs.run_id "
-                             "AND (r.probs IS NOT NULL OR r.confidence IS NOT NULL)) FROM runs").fetchall()
+        stored = con.execute(
+            "SELECT meta, (SELECT count(*) FROM results r WHERE r.run_id = runs.run_id "
+            "AND (r.probs IS NOT NULL OR r.confidence IS NOT NULL)) FROM runs"
+        ).fetchall()
     finally:
         con.close()
     for meta_text, with_probs in stored:
         meta = json.loads(meta_text)
-        assert "Watts-Lab commonsense-llm-eval" in meta["source"] and meta["probabilities"].startswith("none")
+        assert "Watts-Lab commonsense-llm-eval" in meta["source"]
+        assert meta["probabilities"].startswith("none")
         assert with_probs == 0
 
 
 def test_reimport_adds_nothing(data: dict[str, Path]) -> None:
     _, models = _frame(data["csv"])
-    proc = cli("import", "commonsense-models", str(data["csv"]), "--suite-path", str(data["statements"]),
-               "--db", str(data["db"]))
+    proc = cli(
+        "import",
+        "commonsense-models",
+        str(data["csv"]),
+        "--suite-path",
+        str(data["statements"]),
+        "--db",
+        str(data["db"]),
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("already imported") == len(models)
     runs = json.loads(cli("runs", "--db", str(data["db"]), "--json").stdout)
@@ -90,7 +127,15 @@ def test_bad_cell_names_file_line_and_field_and_stores_nothing(data: dict[str, P
     with open(bad, "w", newline="", encoding="utf-8") as f:
         csv.writer(f, lineterminator="\n").writerows(rows)
     db = data["tmp"] / "bad.duckdb"
-    proc = cli("import", "commonsense-models", str(bad), "--suite-path", str(data["statements"]), "--db", str(db))
+    proc = cli(
+        "import",
+        "commonsense-models",
+        str(bad),
+        "--suite-path",
+        str(data["statements"]),
+        "--db",
+        str(db),
+    )
     assert proc.returncode == 2
     err = proc.stderr.strip()
     assert "Traceback" not in err and len(err.splitlines()) == 1, err
