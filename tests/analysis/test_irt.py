@@ -156,3 +156,30 @@ def test_cli_irt_end_to_end(flipped_db: tuple[Path, dict[str, list[float]]]) -> 
     assert_clean_error(cli("irt", "--db", str(db)), "--runs", "--suite")
     assert_clean_error(cli("irt", "--db", str(db), "--suite", "nope"), "flipped")
     assert_clean_error(cli("irt", "--db", str(db), "--runs", "run00"), "at least 2 runs")
+
+
+def test_abilities_are_continuous_with_the_information_s_standard_error() -> None:
+    # with a few hundred items a run's posterior is narrower than mirt's 21-point EAP grid: the
+    # abilities must not collapse onto grid points, and each one's standard error must be the
+    # posterior's curvature, 1 / sqrt(1 + sum_j a_j^2 P_j (1 - P_j)) at the ability (N(0, 1)
+    # prior), computed here by hand from the fitted items
+    x, _, _, theta = _simulate(35, 300, seed=1)
+    fit = fit_irt(_matrix(x), "2pl")
+    est = np.array([r.theta for r in fit.abilities])
+    assert len(np.unique(np.round(est, 6))) == len(est)
+    assert np.corrcoef(est, theta)[0, 1] > 0.95
+    a = np.array([i.discrimination for i in fit.items])
+    b = np.array([i.difficulty for i in fit.items])
+    for r in fit.abilities:
+        p = 1.0 / (1.0 + np.exp(-a * (r.theta - b)))
+        assert r.se == pytest.approx(1.0 / np.sqrt(1.0 + np.sum(a**2 * p * (1 - p))), rel=0.05)
+
+
+def test_a_fit_too_big_for_memory_is_refused_before_it_starts() -> None:
+    # 9,000 items: mirt's standard errors would need about 40 GB; one clear error instead of the
+    # system killing the process
+    rng = np.random.default_rng(0)
+    x = (rng.random((4, 9000)) < 0.5).astype(float)
+    x[0], x[1] = 1.0, 0.0  # every item varies
+    with pytest.raises(IrtError, match=r"9,000 items needs about .* GB .* available: fit fewer items"):
+        fit_irt(_matrix(x), "2pl")

@@ -51,7 +51,8 @@ ALLOWED = {
         "published results file",
     ("analysis/probeval.py", "r = json.loads(line)"): "CFC targets file",
     ("analysis/commonsense.py", "r = json.loads(line)"): "published results file",
-    ("bench/scale.py", "return dict(json.loads(out.read_text()))"): "a child process's figures",
+    ("bench/scale.py", 'return {**json.loads(out.read_text()), "proc_wall": wall, "proc_cpu": cpu}'):
+        "a child process's figures",
     ("bench/study_matrix.py", "return dict(json.loads(out.stdout.strip().splitlines()[-1]))"):
         "a child process's figures",
 }
