@@ -33,15 +33,17 @@ class ConstBackend(TableBackend):
 
 
 class FullDiskStore(Store):
-    """Fails every results write after the first (as a disk that filled up would)."""
+    """Fails every results commit after the first (as a disk that filled up would), in the
+    store's commit stage, which both `write_results` and the run loop's pipelined writer use."""
 
     writes = 0
 
-    def write_results(self, run_id: str, results: Any, start_seq: int = 0) -> int:
+    def _commit_prepared(self, batch: Any) -> None:
         FullDiskStore.writes += 1
         if FullDiskStore.writes > 1:
+            self._release_prepared(batch)
             raise StoreError(f"cannot write {self.path}: the disk is full (simulated); nothing was half-written")
-        return super().write_results(run_id, results, start_seq)
+        super()._commit_prepared(batch)
 
 
 def _suite(folder: Path, n: int) -> Any:
