@@ -37,7 +37,9 @@ class PipelinedWriter:
 
     def __init__(self, store: Store, run_id: str) -> None:
         if store._in_tx:
-            raise StoreError("a pipelined writer commits its own transactions; not inside transaction()")
+            raise StoreError(
+                "a pipelined writer commits its own transactions; not inside transaction()"
+            )
         self.store = store
         self.run_id = run_id
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmscope-commit")
