@@ -3,8 +3,10 @@
 Work flows through a bounded window of in-flight items to the backend (one
 batching thread for local models, concurrent HTTP requests for APIs). Results
 are written in Arrow batches by a single writer thread, each batch in one
-transaction, so a killed run loses at most the batch in flight and resumes
-without duplicates (the store's key check on (run, item, variant); see store/writes.py).
+transaction; the store's pipelined writer converts the next batch while the last
+commits (store/pipeline.py), so a killed run loses at most the two batches in
+flight and the buffer, and resumes without duplicates (the store's key check on
+(run, item, variant); see store/writes.py).
 """
 
 from __future__ import annotations

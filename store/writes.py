@@ -42,8 +42,9 @@ class _KeyIndex:
     Python set lookups instead of a primary-key index maintained per row.
 
     Why this keeps `results` free of duplicates: DuckDB lets one process write a file, every
-    row enters `results` through `Store._insert_results` (which drops or refuses a key already
-    here, under `_KEYS_LOCK`), and anything that may change `results` otherwise (a rolled-back
+    row enters `results` through `Store._insert_results` or, from `write_results` and the
+    pipelined writer, `Store._check_keys` (each drops or refuses a key already here, under
+    `_KEYS_LOCK`; the latter reserves the batch's keys before its commit), and anything that may change `results` otherwise (a rolled-back
     transaction, a failed insert, a raw INSERT/UPDATE/DELETE through `execute`) forgets the
     file's keys, which are then read again from the table. Shared by every `Store` of a file in
     this process (DuckDB shares one database between connections to the same path).
