@@ -2,14 +2,13 @@
 
     python -m bench.store_bench [--rows 100000] [--batch 4096] [--run-limit 243] [--before REF]
 
-1. Rows per second through the run loop's writer (`Store.pipelined_writer`; `write_results`
-   called serially printed beside it), in the run loop's batch size, with
+1. Rows per second through `Store.write_results`, in the run loop's batch size, with
    yes/no-shaped rows (probabilities, 20 top tokens, prompt, extra): the code of git `--before`
    (default 69e8d33, the store before this round's changes; `schema3` for fecc4dd~1, the
    store's last schema-3 writer) and the working tree, each in fresh processes, interleaved.
 2. A real run (`commonsense-sample`, yesno task, Runner) on the tiny random-weight model
    from tests/helpers/tinymodel.py, so the model is as fast as it gets and the store's share is an
-   upper bound; time the writer thread spends in the store's writer over the run's wall time.
+   upper bound; time inside `write_results` (writer thread) over the run's wall time.
 """
 
 from __future__ import annotations
@@ -56,15 +55,11 @@ def _rows(n: int, offset: int = 0) -> list[Any]:
     return out
 
 
-def write_rate(rows: int, batch: int, serial: bool = False) -> tuple[float, float]:
-    """Rows per second through the store's writer as the run loop uses it (rows prepared
-    beforehand) until the file is closed (its final checkpoint included): by wall time and by
-    this process's CPU time (all threads; the fairer figure on a shared machine), with the
-    store of the llmscope imported (the working tree's, or an older tree's: `_child_rate`).
-
-    The run loop writes through `Store.pipelined_writer` where the store has one (batch k+1
-    prepared while batch k commits), else `write_results`; `serial` measures `write_results`
-    one call after another."""
+def write_rate(rows: int, batch: int) -> tuple[float, float]:
+    """Rows per second through `write_results` (rows prepared beforehand) until the file is
+    closed (its final checkpoint included): by wall time and by this process's CPU time (all
+    threads; the fairer figure on a shared machine), with the store of the llmscope imported
+    (the working tree's, or an older tree's: `_child_rate`)."""
     from llmscope.store.db import Store
 
     d = tempfile.mkdtemp(prefix="llmscope-store-bench-")
@@ -74,13 +69,8 @@ def write_rate(rows: int, batch: int, serial: bool = False) -> tuple[float, floa
     chunks = [data[i : i + batch] for i in range(0, rows, batch)]
     t0, c0 = time.perf_counter(), time.process_time()
     seq = 0
-    if serial or not hasattr(store, "pipelined_writer"):
-        for c in chunks:
-            seq += store.write_results("bench-run", c, seq)
-    else:
-        with store.pipelined_writer("bench-run") as w:
-            for c in chunks:
-                seq += w.submit(c, seq)
+    for c in chunks:
+        seq += store.write_results("bench-run", c, seq)
     n = store.count_results("bench-run")[0]
     store.close()
     dt, dc = time.perf_counter() - t0, time.process_time() - c0
@@ -114,32 +104,6 @@ def run_share(limit: int | None) -> tuple[float, float, int]:
             spent[0] += time.perf_counter() - t
 
     store.write_results = timed  # type: ignore[method-assign]
-    open_writer = store.pipelined_writer
-
-    def timed_writer(run_id: str) -> Any:
-        # the run loop's writer: time its writer thread waits in submit (prepare + the
-        # previous commit) and drain
-        w = open_writer(run_id)
-        sub, drain = w.submit, w.drain
-
-        def t_sub(*a: Any) -> int:
-            t = time.perf_counter()
-            try:
-                return sub(*a)
-            finally:
-                spent[0] += time.perf_counter() - t
-
-        def t_drain() -> None:
-            t = time.perf_counter()
-            try:
-                drain()
-            finally:
-                spent[0] += time.perf_counter() - t
-
-        w.submit, w.drain = t_sub, t_drain  # type: ignore[method-assign]
-        return w
-
-    store.pipelined_writer = timed_writer  # type: ignore[method-assign]
     plan = RunPlan(
         suite=load_suite("commonsense-sample"), model_label="tiny", model_arg=None, limit=limit
     )
@@ -162,14 +126,12 @@ BEFORE_REF = "69e8d33"  # main at the start of round 3 (schema 4, before the bul
 SCHEMA3_REF = "fecc4dd~1"  # the last commit whose store wrote schema 3 (`--before schema3`)
 
 
-def _child_rate(tree: Path | None, rows: int, batch: int, serial: bool = False) -> tuple[float, float]:
+def _child_rate(tree: Path | None, rows: int, batch: int) -> tuple[float, float]:
     """`write_rate` in a fresh interpreter: with `tree` (an extracted older package) first on
-    sys.path, else the working tree's code (`serial`: its `write_results` alone)."""
+    sys.path, else the working tree's code."""
     from .scale import call_in_tree
 
-    # an older tree's write_rate has no `serial` (and its store no pipelined writer)
-    call = f"write_rate({rows}, {batch}, serial=True)" if serial else f"write_rate({rows}, {batch})"
-    w, c = call_in_tree(tree, "from bench.store_bench import write_rate", call)
+    w, c = call_in_tree(tree, "from bench.store_bench import write_rate", f"write_rate({rows}, {batch})")
     return float(w), float(c)
 
 
@@ -199,22 +161,19 @@ def main(argv: list[str] | None = None) -> int:
     for b in args.batch:
         # before and after interleaved, each in a fresh process, best of `rounds` (machine load
         # hits both alike; CPU seconds of the process, all threads, are the fairer figure)
-        runs: dict[str, list[tuple[float, float]]] = {"before": [], "now": [], "serial": []}
+        runs: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
         for _ in range(args.rounds):
-            runs["before"].append(_child_rate(tree, args.rows, b))
-            runs["now"].append(_child_rate(None, args.rows, b))
-            runs["serial"].append(_child_rate(None, args.rows, b, serial=True))
-        w0, w1, ws = (max(r[0] for r in runs[k]) for k in ("before", "now", "serial"))
-        c0, c1, cs = (max(r[1] for r in runs[k]) for k in ("before", "now", "serial"))
+            runs[True].append(_child_rate(tree, args.rows, b))
+            runs[False].append(_child_rate(None, args.rows, b))
+        w0, w1 = max(r[0] for r in runs[True]), max(r[0] for r in runs[False])
+        c0, c1 = max(r[1] for r in runs[True]), max(r[1] for r in runs[False])
         load = os.getloadavg()[0]
         print(
-            f"the run loop's writer, {args.rows:,} rows in batches of {b:,} (until closed): "
+            f"write_results, {args.rows:,} rows in batches of {b:,} (until closed): "
             f"before ({label}) {w0:,.0f} rows/s wall, {c0:,.0f} rows/CPU-s; "
             f"now {w1:,.0f} rows/s wall, {c1:,.0f} rows/CPU-s; ratio {w1 / w0:.2f}x wall, {c1 / c0:.2f}x CPU; "
             f"load average {load:.1f} on {os.cpu_count()} CPUs", flush=True
         )
-        print(f"  now, write_results one call after another: {ws:,.0f} rows/s wall, {cs:,.0f} rows/CPU-s",
-              flush=True)
         print(f"  target: >= {TARGET_ROWS_S:,} rows/s wall at the run loop's flush size "
               f"({FLUSH_ROWS:,} rows): {'met' if w1 >= TARGET_ROWS_S else 'NOT met'} "
               f"({w1:,.0f} rows/s{'' if b == FLUSH_ROWS else '; this batch size is not the flush size'})",

@@ -3,10 +3,8 @@
 Work flows through a bounded window of in-flight items to the backend (one
 batching thread for local models, concurrent HTTP requests for APIs). Results
 are written in Arrow batches by a single writer thread, each batch in one
-transaction; the store's pipelined writer converts the next batch while the last
-commits (store/pipeline.py), so a killed run loses at most the two batches in
-flight and the buffer, and resumes without duplicates (the store's key check on
-(run, item, variant); see store/writes.py).
+transaction, so a killed run loses at most the batch in flight and resumes
+without duplicates (the store's key check on (run, item, variant); see store/writes.py).
 """
 
 from __future__ import annotations
@@ -110,7 +108,6 @@ class Runner:
         self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmscope-writer")
         self._buffer: list[Result] = []
         self._pending_write: asyncio.Future[Any] | None = None
-        self._pipe: Any = None  # the store's pipelined writer for this run (store/pipeline.py)
         self._seq = 0
         self._tokens = 0
         self.run_id = ""
@@ -213,8 +210,6 @@ class Runner:
     async def run(self) -> Progress:
         run, todo = self.prepare_run()
         assert self.progress is not None
-        open_pipe = getattr(self.store, "pipelined_writer", None)
-        self._pipe = open_pipe(self.run_id) if open_pipe is not None else None
         prog = self.progress
         self.reporter.on_start(run, prog)
         t0 = time.perf_counter()
@@ -302,11 +297,6 @@ class Runner:
                 await self._flush(final=True)
             except Exception as e:  # e.g. StoreError: disk full; stored batches stay intact
                 failure, status = e, "failed"
-            if self._pipe is not None:
-                try:
-                    self._pipe.close()  # drained above; a failure was raised there
-                except Exception:
-                    pass
             self._update_rates(prog, t0)
             prog.status = status
             try:
@@ -329,8 +319,6 @@ class Runner:
     def _heartbeat(self) -> None:
         """Record that the owner is alive (skipped while a write holds the store)."""
         if self._pending_write is not None and not self._pending_write.done():
-            return
-        if self._pipe is not None and self._pipe.busy():
             return  # a write in flight proves liveness soon enough; never queue behind it
         try:
             self.store.update_run(self.run_id, heartbeat_at=_utcnow())
@@ -398,25 +386,18 @@ class Runner:
         prog.backend = self.backend.stats()
 
     async def _flush(self, final: bool = False) -> None:
-        """Hand the buffer to the writer thread; at most one write in flight. With the store's
-        pipelined writer, a write returns once its batch is prepared and the batch before it
-        committed, so the next batch is converted while this one commits; the final flush
-        waits until every batch is committed."""
+        """Hand the buffer to the writer thread; at most one write in flight."""
         if self._pending_write is not None:
             await self._pending_write
             self._pending_write = None
+        if not self._buffer:
+            return
+        batch, self._buffer = self._buffer, []
+        seq = self._seq
+        self._seq += len(batch)
         loop = asyncio.get_running_loop()
-        if self._buffer:
-            batch, self._buffer = self._buffer, []
-            seq = self._seq
-            self._seq += len(batch)
-            if self._pipe is not None:
-                fut = loop.run_in_executor(self._writer, self._pipe.submit, batch, seq)
-            else:
-                fut = loop.run_in_executor(self._writer, self.store.write_results, self.run_id, batch, seq)
-            if not final:
-                self._pending_write = asyncio.ensure_future(fut)
-                return
+        fut = loop.run_in_executor(self._writer, self.store.write_results, self.run_id, batch, seq)
+        if final:
             await fut
-        if final and self._pipe is not None:
-            await loop.run_in_executor(self._writer, self._pipe.drain)
+        else:
+            self._pending_write = asyncio.ensure_future(fut)

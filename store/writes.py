@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -28,7 +27,6 @@ from llmscope.store.schema import RESULT_SCHEMA, utc_now
 
 if TYPE_CHECKING:
     from llmscope.store.db import Rows
-    from llmscope.store.pipeline import PipelinedWriter
 
 # items per insert in `Store.add_suite` (WorldSense: 87,048 items in 6 slices)
 _ITEM_SLICE = 16_384
@@ -42,9 +40,8 @@ class _KeyIndex:
     Python set lookups instead of a primary-key index maintained per row.
 
     Why this keeps `results` free of duplicates: DuckDB lets one process write a file, every
-    row enters `results` through `Store._insert_results` or, from `write_results` and the
-    pipelined writer, `Store._check_keys` (each drops or refuses a key already here, under
-    `_KEYS_LOCK`; the latter reserves the batch's keys before its commit), and anything that may change `results` otherwise (a rolled-back
+    row enters `results` through `Store._insert_results` (which drops or refuses a key already
+    here, under `_KEYS_LOCK`), and anything that may change `results` otherwise (a rolled-back
     transaction, a failed insert, a raw INSERT/UPDATE/DELETE through `execute`) forgets the
     file's keys, which are then read again from the table. Shared by every `Store` of a file in
     this process (DuckDB shares one database between connections to the same path).
@@ -68,17 +65,6 @@ def _tops_encoder() -> ThreadPoolExecutor:
         if _ENCODER is None:
             _ENCODER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmscope-tops")
         return _ENCODER
-
-
-@dataclass
-class PreparedBatch:
-    """A batch of one run's rows converted and key-checked, not yet written (`_prepare_results`)."""
-
-    run_id: str
-    tbl: pa.Table  # the rows to insert (keys stored or repeated already dropped)
-    seq_lo: int  # seq of the batch's first result (the blob's range starts there)
-    blob: Future[bytes | None] | None  # the top tokens' blob, compressing on the worker
-    keys: set[tuple[str, str]]  # the kept rows' keys, reserved in the key index
 
 
 class StoreWrites:
@@ -314,26 +300,6 @@ class StoreWrites:
         rs = list(results)
         if not rs:
             return 0
-        # both stages under the store's lock: the key check and the insert as one step
-        with self._lock:
-            batch = self._prepare_results(run_id, rs, start_seq)
-            self._commit_prepared(batch)
-        return len(rs)
-
-    def pipelined_writer(self, run_id: str) -> PipelinedWriter:
-        """A writer of one run's batches that prepares batch k+1 on the calling thread while
-        batch k commits on a DuckDB thread (one transaction per batch, committed in order);
-        see store/pipeline.py. Use as a context manager, or call `close()`."""
-        from llmscope.store.pipeline import PipelinedWriter
-
-        return PipelinedWriter(self, run_id)  # type: ignore[arg-type]
-
-    def _prepare_results(self, run_id: str, rs: list[Result], start_seq: int,
-                         pending: set[tuple[str, str]] | None = None) -> PreparedBatch:
-        """The GIL-bound half of a write: the rows' Arrow table, their keys checked against the
-        stored ones (and `pending`, the keys of batches prepared but not yet committed) and
-        reserved in the key index, the top tokens' JSON (its zstd started on a worker).
-        Nothing is written; `_commit_prepared` writes it, `_release_prepared` gives it up."""
         now = utc_now()
         tops = [r.top_tokens for r in rs]
         # The top tokens' blob: its JSON here (orjson holds the GIL, ~5 ms a batch; on the
@@ -347,76 +313,15 @@ class StoreWrites:
             tbl = results_to_arrow(run_id, rs, start_seq, now, tops_inline=False)
             # the keys from the results (the Arrow columns hold the same strings: their
             # conversion refuses anything else), not read back from the table (~1 ms a write)
-            keys = [(r.item_id, r.variant) for r in rs]
-            tbl, fresh = self._check_keys(run_id, tbl, keys, pending)
+            self._insert_results(run_id, tbl, tops_blob=None if blob is None else (start_seq, blob),
+                                 keys=[(r.item_id, r.variant) for r in rs])
         except BaseException:
             if blob is not None:
                 blob.cancel()
             raise
-        return PreparedBatch(run_id, tbl, start_seq, blob, fresh)
-
-    def _check_keys(self, run_id: str, tbl: pa.Table, batch: list[tuple[str, str]],
-                    pending: set[tuple[str, str]] | None) -> tuple[pa.Table, set[tuple[str, str]]]:
-        """Drop rows whose key is stored, pending or repeated in the batch (the first copy
-        counts; inside `transaction()` such a key is an error), and reserve the rest in the
-        key index. Returns the rows kept and their keys."""
-        with _KEYS_LOCK:
-            idx = _KEYS.get(self._db_key)
-            stored = idx.runs.get(run_id) if idx is not None else None
-        if stored is None:  # read from the table (once per process): needs the connection
-            with self._lock, _KEYS_LOCK:
-                try:
-                    stored = self._stored_keys(run_id)
-                except duckdb.Error as e:
-                    raise explain(e, self.path, "reading stored keys") from e
-        with _KEYS_LOCK:
-            fresh = set(batch)
-            taken = stored if not pending else stored | pending
-            if len(fresh) != len(batch) or not taken.isdisjoint(fresh):
-                seen: set[tuple[str, str]] = set()
-                keep = []
-                for k in batch:
-                    keep.append(k not in taken and k not in seen)
-                    seen.add(k)
-                if self._in_tx:
-                    dup = next(k for k, ok in zip(batch, keep, strict=True) if not ok)
-                    raise StoreError(f"duplicate result key {dup} for run {run_id} inside one transaction")
-                tbl = tbl.filter(pa.array(keep, type=pa.bool_()))
-                fresh -= taken
-            # reserved: another write of this process sees them as stored from now on; a
-            # failed commit forgets the index, which is then read again from the table
-            stored |= fresh
-        return tbl, fresh
-
-    def _commit_prepared(self, batch: PreparedBatch) -> None:
-        """The DuckDB half of a write: the rows and their blob in one transaction (or the
-        caller's `transaction()`), then the periodic checkpoint. On failure nothing of the
-        batch is stored and the key index is forgotten (its reservations with it)."""
-        try:
-            with self._lock:
-                if batch.tbl.num_rows:
-                    if batch.blob is not None:
-                        self._insert_with_blob(batch.run_id, batch.tbl, batch.seq_lo, batch.blob)
-                    else:
-                        self._insert_arrow("results", batch.tbl)
-                    with _KEYS_LOCK:  # the index may have been read again since the reservation
-                        idx = _KEYS.get(self._db_key)
-                        stored = idx.runs.get(batch.run_id) if idx is not None else None
-                        if stored is not None:
-                            stored |= batch.keys
-                self._maybe_checkpoint()
-        except BaseException:
-            self._release_prepared(batch)
-            raise
-        if batch.blob is not None:
-            batch.blob.result()  # an encoding error surfaces even when every row was a duplicate
-
-    def _release_prepared(self, batch: PreparedBatch) -> None:
-        """Give up a prepared batch: its blob's encoding cancelled, its reserved keys released
-        (the index is forgotten and read again from the table when next needed)."""
-        if batch.blob is not None:
-            batch.blob.cancel()
-        self._forget_keys()
+        if blob is not None:
+            blob.result()  # an encoding error surfaces even when every row was a duplicate
+        return len(rs)
 
     def append_results(self, run_id: str, columns: Mapping[str, Any], start_seq: int = 0, *,
                        prompt_from_suite: str | None = None) -> int:

@@ -33,17 +33,15 @@ class ConstBackend(TableBackend):
 
 
 class FullDiskStore(Store):
-    """Fails every results commit after the first (as a disk that filled up would), in the
-    store's commit stage, which both `write_results` and the run loop's pipelined writer use."""
+    """Fails every results write after the first (as a disk that filled up would)."""
 
     writes = 0
 
-    def _commit_prepared(self, batch: Any) -> None:
+    def write_results(self, run_id: str, results: Any, start_seq: int = 0) -> int:
         FullDiskStore.writes += 1
         if FullDiskStore.writes > 1:
-            self._release_prepared(batch)
             raise StoreError(f"cannot write {self.path}: the disk is full (simulated); nothing was half-written")
-        super()._commit_prepared(batch)
+        return super().write_results(run_id, results, start_seq)
 
 
 def _suite(folder: Path, n: int) -> Any:
