@@ -224,7 +224,9 @@ def cluster_codes_of(df: pd.DataFrame, cluster_field: str | None) -> np.ndarray:
     items = df["item_id"]
     if (not (cluster_field and f"f.{cluster_field}" in df)
             and isinstance(items.array, pd.arrays.ArrowStringArray) and not items.hasnans):
-        return np.asarray(pd.factorize(items, sort=False)[0])
+        from .frame_codes import factorize
+
+        return factorize(items)[0].copy()  # shared codes (frame_codes.py): the caller's own copy
     return np.asarray(pd.factorize(pd.Series(cluster_key(df, cluster_field), dtype=object), sort=False)[0])
 
 

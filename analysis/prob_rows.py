@@ -92,8 +92,10 @@ def _factorized(values: Sequence[Any] | pd.Series) -> tuple[np.ndarray, list[Any
     if isinstance(values, pd.Series) and isinstance(values.array, pd.arrays.ArrowStringArray):
         # a stored text column: Arrow's dictionary encoding, the same codes and texts as the
         # object path below (missing -> -1) without a Python string per row
-        codes, uniques = pd.factorize(values, use_na_sentinel=True)
-        return np.asarray(codes), list(uniques)
+        from .frame_codes import factorize
+
+        codes, uniques = factorize(values)  # computed once per column (frame_codes.py)
+        return codes, list(uniques)
     codes, uniques = pd.factorize(pd.Series(list(values), dtype=object), use_na_sentinel=True)
     return np.asarray(codes), list(uniques)
 
