@@ -163,7 +163,16 @@ def _normal_bins(
         cd = (np.bincount(cell, weights=correct, minlength=G * n_bins)[cells]
               - np.bincount(cell, weights=conf, minlength=G * n_bins)[cells])
     else:
-        cells, inv = np.unique(cell, return_inverse=True)
+        if len(cell) and bool(np.all(cell[1:] >= cell[:-1])):
+            # already in order (a cluster's rows together, clusters numbered in run order: a
+            # run of one row per item): np.unique's cells and inverse without its sort
+            new = np.empty(len(cell), dtype=bool)
+            new[0] = True
+            np.not_equal(cell[1:], cell[:-1], out=new[1:])
+            cells = cell[new]
+            inv = np.cumsum(new) - 1
+        else:
+            cells, inv = np.unique(cell, return_inverse=True)
         cn = np.bincount(inv).astype(float)
         cd = np.bincount(inv, weights=correct) - np.bincount(inv, weights=conf)
     cg, cb = cells // n_bins, cells % n_bins
