@@ -223,8 +223,8 @@ def _normal_bins(
         X[dpos[cg[sel]], col[cb[sel]]] = cn[sel]
         X[dpos[cg[sel]], nd + col[cb[sel]]] = cd[sel]
         mu = X.mean(axis=0)
-        Xc = X - mu
-        sigma = (Xc.T @ Xc) / n_d
+        X -= mu  # centred in place: the values of X - mu without a second (clusters x bins) matrix
+        sigma = (X.T @ X) / n_d
         vals, vecs = np.linalg.eigh(sigma)
         root = vecs * np.sqrt(np.clip(vals, 0.0, None))  # sigma = root @ root.T
         m = (G - draws).astype(float)

@@ -328,7 +328,8 @@ def rate(name: str, values: Any, clusters: np.ndarray, group: dict[str, Any] | N
     keep = np.isfinite(v)
     if not keep.any():
         return None
-    iv = accuracy_ci(v[keep], np.asarray(clusters)[keep])
+    every = bool(keep.all())  # no copy of the columns when every value is finite
+    iv = accuracy_ci(v if every else v[keep], np.asarray(clusters) if every else np.asarray(clusters)[keep])
     lo, hi = (None, None) if math.isnan(iv.lo) else (iv.lo, iv.hi)
     return Metric(name, iv.mean, lo, hi, iv.method, iv.n, iv.n_clusters, dict(group or {}), producer)
 
@@ -342,7 +343,8 @@ def mean_ci(values: Any, clusters: Any, level: float = 0.95) -> tuple[float, flo
     v = _floats(values)
     g = np.asarray(clusters)
     keep = np.isfinite(v)
-    v, g = v[keep], g[keep]
+    if not keep.all():  # every value finite (the usual case): no copy of the 1M-row columns
+        v, g = v[keep], g[keep]
     n = len(v)
     if n == 0:
         return (math.nan, math.nan, math.nan, 0, 0, "empty")
