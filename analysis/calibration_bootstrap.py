@@ -220,8 +220,11 @@ def _normal_bins(
         nd = len(dense)
         dpos = np.cumsum(~in_s) - 1  # row of each D cluster among D
         X = np.zeros((n_d, 2 * nd))
-        X[dpos[cg[sel]], col[cb[sel]]] = cn[sel]
-        X[dpos[cg[sel]], nd + col[cb[sel]]] = cd[sel]
+        every = bool(sel.all())  # no thin bin's cluster: every cell, no masked copies
+        at = (dpos[cg] if every else dpos[cg[sel]]) * (2 * nd) + (col[cb] if every else col[cb[sel]])
+        flat = X.reshape(-1)  # a view: each cell's (row, column) as one flat index
+        flat[at] = cn if every else cn[sel]
+        flat[at + nd] = cd if every else cd[sel]
         mu = X.mean(axis=0)
         X -= mu  # centred in place: the values of X - mu without a second (clusters x bins) matrix
         sigma = (X.T @ X) / n_d
