@@ -314,10 +314,11 @@ def profile_frame(df: pd.DataFrame) -> ResultProfile:
 
 # -- interval helpers ------------------------------------------------------------------------
 def _floats(values: Any) -> np.ndarray:
-    """Values as floats, anything not numeric as NaN (numeric arrays without a per-value pass)."""
+    """Values as floats, anything not numeric as NaN (numeric arrays without a per-value pass;
+    a float array as it is, not copied: callers only read it)."""
     arr = np.asarray(values)
     if arr.dtype.kind in "fiub":
-        return arr.astype(float)
+        return arr.astype(float, copy=False)
     return pd.to_numeric(pd.Series(np.asarray(values, dtype=object)), errors="coerce").to_numpy(float)
 
 
