@@ -42,8 +42,18 @@ def accuracy_metrics(ctx: MetricContext) -> list[Metric]:
     # each group's rows in run order, as the group-by gave them
     codes, uniques, distinct = variant_codes(ok)
     if distinct > 1:
-        for k, v in enumerate(uniques):
-            add(ok[codes == k], {"variant": v})
+        if ctx.df.index.is_unique:
+            # a group's clusters are the run's at its rows (MetricContext.clusters): masks of
+            # whole-run arrays, no frame (and no Arrow text) copied per group
+            corr, cl = ok["correct"].to_numpy(), ctx.clusters(ok)
+            for k, v in enumerate(uniques):
+                rows = codes == k
+                m = rate("accuracy", corr[rows], cl[rows], {"variant": v}, "accuracy")
+                if m is not None:
+                    out.append(m)
+        else:
+            for k, v in enumerate(uniques):
+                add(ok[codes == k], {"variant": v})
     for f in ctx.by:
         col = _group_col(ok, f)
         if col is None:
