@@ -130,8 +130,10 @@ def brier_items(
     s = np.bincount(fp.row, weights=sq, minlength=n)  # in answer order, from 0.0
     hit = np.bincount(fp.row, weights=ind, minlength=n) > 0
     s = np.where(hit, s, s + 1.0)
-    none_row = np.bincount(fp.row, weights=fp.none, minlength=n) > 0
-    out = np.where(fp.has & (gc >= 0) & ~none_row & scored, s, math.nan)
+    valid = fp.has & (gc >= 0) & scored
+    if fp.none.any():  # a row with a None value scores NaN
+        valid &= ~(np.bincount(fp.row, weights=fp.none, minlength=n) > 0)
+    out = np.where(valid, s, math.nan)
     rest = np.flatnonzero(~fp.ok & scored).tolist()
     gold_l = _listed(gold) if rest else []
     for i in rest:
@@ -144,8 +146,11 @@ def tie_flags(
 ) -> np.ndarray:
     """``float(_is_tie(probs[i]))`` where the row has probabilities and ``scored[i]``, else NaN."""
     n = fp.n_rows
-    valid = ~fp.none
-    r, v = fp.row[valid], fp.vals[valid]
+    if fp.none.any():
+        valid = ~fp.none
+        r, v = fp.row[valid], fp.vals[valid]
+    else:  # no None value (a yes/no column): the arrays as they are
+        r, v = fp.row, fp.vals
     top = np.full(n, -np.inf)
     with np.errstate(invalid="ignore"):  # NaN values: those rows are scored per row below
         np.maximum.at(top, r, v)
