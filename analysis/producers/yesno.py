@@ -74,8 +74,9 @@ def yesno_metrics(ctx: MetricContext) -> list[Metric]:
         if not rows.any():
             continue
         every = bool(rows.all())  # the whole run: the columns as they are, not copied by a mask
-        f = {k: v if every else v[rows] for k, v in cols.items() if k != "keep"}
-        cl = cl_all if every else cl_all[rows]
+        at = None if every else np.flatnonzero(rows)  # one pass over the mask, not one per column
+        f = {k: v if at is None else v[at] for k, v in cols.items() if k != "keep"}
+        cl = cl_all if at is None else cl_all[at]
         for m in ("p_yes", "p_no", "p_other"):
             r = mean_metric(f"mean_{m}", f[m], cl, group, "yesno")
             if r is not None:
