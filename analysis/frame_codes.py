@@ -28,7 +28,7 @@ def factorize(values: pd.Series, sort: bool = False) -> tuple[np.ndarray, Any]:
     if not isinstance(arr, pd.arrays.ArrowStringArray):
         codes, uniques = pd.factorize(values, sort=sort, use_na_sentinel=True)
         return np.asarray(codes), uniques
-    pa_arr = arr._pa_array  # the Arrow data: shared by every frame holding this column
+    pa_arr = arr._pa_array  # type: ignore[attr-defined]  # the Arrow data, shared by the frames
     key = (id(pa_arr), sort)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is pa_arr:

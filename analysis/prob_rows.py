@@ -273,8 +273,12 @@ def _yes_no_values(arr: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             st = pc.extract_regex(ch, _YES_NO)
             f = np.asarray(st.is_valid().to_numpy(zero_copy_only=False), dtype=np.bool_)
             sel = pa.array(f)
-            y = pc.cast(pc.struct_field(st, "y").filter(sel), pa.float64()).to_numpy(zero_copy_only=False)
-            n = pc.cast(pc.struct_field(st, "n").filter(sel), pa.float64()).to_numpy(zero_copy_only=False)
+            y = pc.cast(pc.struct_field(st, "y").filter(sel), pa.float64()).to_numpy(
+                zero_copy_only=False
+            )
+            n = pc.cast(pc.struct_field(st, "n").filter(sel), pa.float64()).to_numpy(
+                zero_copy_only=False
+            )
         fast_parts.append(f)
         y_parts.append(np.asarray(y, dtype=np.float64))
         n_parts.append(np.asarray(n, dtype=np.float64))
@@ -296,12 +300,17 @@ def _yes_no_views(ch: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         e = np.zeros(0, dtype=np.float64)
         return fast, e, e
     bufs = ch.buffers()
-    off = np.frombuffer(bufs[1], dtype=np.int32)[ch.offset : ch.offset + len(ch) + 1].astype(np.int64)
+    off = np.frombuffer(bufs[1], dtype=np.int32)[ch.offset : ch.offset + len(ch) + 1].astype(
+        np.int64
+    )
     data_buf = bufs[2]
     data = np.frombuffer(data_buf, dtype=np.uint8)
     start, end = off[:-1][fi], off[1:][fi]
     # every matched text is ASCII with one comma: its index is a byte offset
-    comma = start + np.asarray(pc.find_substring(ch, ",").fill_null(-1).to_numpy(zero_copy_only=False))[fi]
+    comma = (
+        start
+        + np.asarray(pc.find_substring(ch, ",").fill_null(-1).to_numpy(zero_copy_only=False))[fi]
+    )
     ys = start + 7  # after '{"yes":'
     ys += data[ys] == 32  # an optional space
     ns = comma + 1
