@@ -163,7 +163,16 @@ def _normal_bins(
         cd = (np.bincount(cell, weights=correct, minlength=G * n_bins)[cells]
               - np.bincount(cell, weights=conf, minlength=G * n_bins)[cells])
     else:
-        cells, inv = np.unique(cell, return_inverse=True)
+        if len(cell) and bool(np.all(cell[1:] >= cell[:-1])):
+            # already in order (a cluster's rows together, clusters numbered in run order: a
+            # run of one row per item): np.unique's cells and inverse without its sort
+            new = np.empty(len(cell), dtype=bool)
+            new[0] = True
+            np.not_equal(cell[1:], cell[:-1], out=new[1:])
+            cells = cell[new]
+            inv = np.cumsum(new) - 1
+        else:
+            cells, inv = np.unique(cell, return_inverse=True)
         cn = np.bincount(inv).astype(float)
         cd = np.bincount(inv, weights=correct) - np.bincount(inv, weights=conf)
     cg, cb = cells // n_bins, cells % n_bins
@@ -211,11 +220,14 @@ def _normal_bins(
         nd = len(dense)
         dpos = np.cumsum(~in_s) - 1  # row of each D cluster among D
         X = np.zeros((n_d, 2 * nd))
-        X[dpos[cg[sel]], col[cb[sel]]] = cn[sel]
-        X[dpos[cg[sel]], nd + col[cb[sel]]] = cd[sel]
+        every = bool(sel.all())  # no thin bin's cluster: every cell, no masked copies
+        at = (dpos[cg] if every else dpos[cg[sel]]) * (2 * nd) + (col[cb] if every else col[cb[sel]])
+        flat = X.reshape(-1)  # a view: each cell's (row, column) as one flat index
+        flat[at] = cn if every else cn[sel]
+        flat[at + nd] = cd if every else cd[sel]
         mu = X.mean(axis=0)
-        Xc = X - mu
-        sigma = (Xc.T @ Xc) / n_d
+        X -= mu  # centred in place: the values of X - mu without a second (clusters x bins) matrix
+        sigma = (X.T @ X) / n_d
         vals, vecs = np.linalg.eigh(sigma)
         root = vecs * np.sqrt(np.clip(vals, 0.0, None))  # sigma = root @ root.T
         m = (G - draws).astype(float)

@@ -126,7 +126,9 @@ def _clean(correct: Any, clusters: Any | None) -> tuple[np.ndarray, np.ndarray |
             g_all = g_all.astype(object)
         if len(g_all) != len(c):
             raise ValueError(f"clusters has length {len(g_all)}, correct has {len(c)}")
-        g = g_all[keep]
+        g = g_all if keep.all() else g_all[keep]
+    if not len(c) or keep.all():  # nothing missing: the arrays as they are, not copied
+        return c, g, 0
     return c[keep], g, int((~keep).sum())
 
 

@@ -38,6 +38,7 @@ from scipy import special
 from llmscope.engine.tasks.registry import task_producers
 from llmscope.store.db import decode_json
 
+from . import frame_codes
 from .definitions import (
     BOOT_CI,
     BOOTSTRAP,
@@ -224,7 +225,7 @@ def cluster_codes_of(df: pd.DataFrame, cluster_field: str | None) -> np.ndarray:
     items = df["item_id"]
     if (not (cluster_field and f"f.{cluster_field}" in df)
             and isinstance(items.array, pd.arrays.ArrowStringArray) and not items.hasnans):
-        return np.asarray(pd.factorize(items, sort=False)[0])
+        return frame_codes.factorize(items)[0].copy()  # shared codes: the caller's own copy
     return np.asarray(pd.factorize(pd.Series(cluster_key(df, cluster_field), dtype=object), sort=False)[0])
 
 
@@ -312,10 +313,10 @@ def profile_frame(df: pd.DataFrame) -> ResultProfile:
 
 # -- interval helpers ------------------------------------------------------------------------
 def _floats(values: Any) -> np.ndarray:
-    """Values as floats, anything not numeric as NaN (numeric arrays without a per-value pass)."""
+    """Values as floats, anything not numeric as NaN (a float array as it is: callers read it)."""
     arr = np.asarray(values)
     if arr.dtype.kind in "fiub":
-        return arr.astype(float)
+        return arr.astype(float, copy=False)
     return pd.to_numeric(pd.Series(np.asarray(values, dtype=object)), errors="coerce").to_numpy(float)
 
 
@@ -326,7 +327,8 @@ def rate(name: str, values: Any, clusters: np.ndarray, group: dict[str, Any] | N
     keep = np.isfinite(v)
     if not keep.any():
         return None
-    iv = accuracy_ci(v[keep], np.asarray(clusters)[keep])
+    every = bool(keep.all())  # no copy of the columns when every value is finite
+    iv = accuracy_ci(v if every else v[keep], np.asarray(clusters)[slice(None) if every else keep])
     lo, hi = (None, None) if math.isnan(iv.lo) else (iv.lo, iv.hi)
     return Metric(name, iv.mean, lo, hi, iv.method, iv.n, iv.n_clusters, dict(group or {}), producer)
 
@@ -340,7 +342,7 @@ def mean_ci(values: Any, clusters: Any, level: float = 0.95) -> tuple[float, flo
     v = _floats(values)
     g = np.asarray(clusters)
     keep = np.isfinite(v)
-    v, g = v[keep], g[keep]
+    v, g = (v, g) if keep.all() else (v[keep], g[keep])  # all finite (usual): no copies
     n = len(v)
     if n == 0:
         return (math.nan, math.nan, math.nan, 0, 0, "empty")

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..metrics import Metric, MetricContext, mean_metric, rate, register_producer, row_extras
+from .yesno import variant_codes
 
 __all__ = ["accuracy_metrics", "variant_spread", "method_metrics", "register"]
 
@@ -37,9 +38,22 @@ def accuracy_metrics(ctx: MetricContext) -> list[Metric]:
             out.append(m)
 
     add(ok, {})
-    if ok["variant"].nunique() > 1:
-        for v, sub in ok.groupby(ok["variant"].astype(str), sort=True):
-            add(sub, {"variant": v})
+    # the variant column's codes, shared with the yes/no producer (a group-by hashed it again);
+    # each group's rows in run order, as the group-by gave them
+    codes, uniques, distinct = variant_codes(ok)
+    if distinct > 1:
+        if ctx.df.index.is_unique:
+            # a group's clusters are the run's at its rows (MetricContext.clusters): masks of
+            # whole-run arrays, no frame (and no Arrow text) copied per group
+            corr, cl = ok["correct"].to_numpy(), ctx.clusters(ok)
+            for k, v in enumerate(uniques):
+                rows = codes == k
+                m = rate("accuracy", corr[rows], cl[rows], {"variant": v}, "accuracy")
+                if m is not None:
+                    out.append(m)
+        else:
+            for k, v in enumerate(uniques):
+                add(ok[codes == k], {"variant": v})
     for f in ctx.by:
         col = _group_col(ok, f)
         if col is None:

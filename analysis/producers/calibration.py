@@ -53,8 +53,9 @@ def calibration_metrics(ctx: MetricContext) -> list[Metric]:
     keep = np.isfinite(corr) & np.isfinite(conf)
     out: list[Metric] = []
     if keep.any():
-        c, y = conf[keep], corr[keep]
-        cl = ctx.clusters(ok)[keep]
+        every = bool(keep.all())  # no masked copies of the 1M-row columns when nothing is missing
+        c, y = (conf, corr) if every else (conf[keep], corr[keep])
+        cl = ctx.clusters(ok) if every else ctx.clusters(ok)[keep]
         rel = reliability(c, y, n_bins=10)
         # exact up to EXACT_MAX_CLUSTERS clusters, drawn bin totals above (named in the method),
         # as the definitions state (analysis/definitions.py CAL_BOOT_CI)

@@ -8,9 +8,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..frame_codes import factorize
 from ..metrics import Metric, MetricContext, mean_metric, rate, register_producer
 
-__all__ = ["gold_yes_column", "yesno_metrics", "register"]
+__all__ = ["gold_yes_column", "variant_codes", "yesno_metrics", "register"]
 
 
 def _gold_yes(g: Any) -> float:
@@ -24,11 +25,23 @@ def _gold_yes(g: Any) -> float:
 def gold_yes_column(gold: pd.Series) -> np.ndarray:
     """`_gold_yes` of each row, called once per distinct gold (a column holds a few values;
     per row it was 0.3 s of a 100k-row report)."""
-    codes, uniques = pd.factorize(gold, use_na_sentinel=True)
+    codes, uniques = factorize(gold)  # the column's codes, shared by the producers
     missing = codes < 0
     na = _gold_yes(gold[missing].iloc[0]) if missing.any() else math.nan
     table = np.array([*(_gold_yes(u) for u in uniques), na], dtype=float)
     return table[codes]  # code -1 (missing) takes the last entry
+
+
+def variant_codes(ok: pd.DataFrame) -> tuple[np.ndarray, list[str], int]:
+    """Each row's prompt variant as ``pd.factorize(ok["variant"].astype(str), sort=True)``
+    (missing: -1), and ``ok["variant"].nunique()``; a stored text column's codes are shared
+    by the producers."""
+    col = ok["variant"]
+    if isinstance(col.array, pd.arrays.ArrowStringArray):  # astype(str) keeps it as it is
+        codes, uniques = factorize(col, sort=True)
+        return codes, [str(u) for u in uniques], len(uniques)
+    codes, uniques = factorize(col.astype(str), sort=True)
+    return codes, [str(u) for u in uniques], int(col.nunique())
 
 
 def _yesno_columns(ok: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -54,15 +67,16 @@ def yesno_metrics(ctx: MetricContext) -> list[Metric]:
     cl_all = ctx.clusters(ok)
     out: list[Metric] = []
     groups: list[tuple[dict[str, Any], np.ndarray]] = [({}, cols["keep"])]
-    variant = ok["variant"].astype(str)
-    if ok["variant"].nunique() > 1:
-        codes, uniques = pd.factorize(variant, sort=True)  # missing: -1, in no group
+    codes, uniques, distinct = variant_codes(ok)  # missing: -1, in no group
+    if distinct > 1:
         groups += [({"variant": v}, cols["keep"] & (codes == k)) for k, v in enumerate(uniques)]
     for group, rows in groups:
         if not rows.any():
             continue
-        f = {k: v[rows] for k, v in cols.items() if k != "keep"}
-        cl = cl_all[rows]
+        every = bool(rows.all())  # the whole run: the columns as they are, not copied by a mask
+        at = None if every else np.flatnonzero(rows)  # one pass over the mask, not one per column
+        f = {k: v if at is None else v[at] for k, v in cols.items() if k != "keep"}
+        cl = cl_all if at is None else cl_all[at]
         for m in ("p_yes", "p_no", "p_other"):
             r = mean_metric(f"mean_{m}", f[m], cl, group, "yesno")
             if r is not None:
