@@ -192,7 +192,8 @@ def _check_node(where: str, n: dict[str, Any], cls: str, columns: list[str]) -> 
             "WINDOW": "window functions",
             "PARAMETER": "parameters",
             "LAMBDA": "lambdas",
-        }.get(cls, cls.lower())
+            "TYPE": "type names (casts)",
+        }.get(cls, f"{cls.lower().replace('_', ' ')} expressions")
         raise _refuse(where, f"{what} are not allowed in a filter")
     if cls == "COLUMN_REF":
         names = n.get("column_names") or []

@@ -87,6 +87,7 @@ async def test_view_mode_offers_no_run_form(tmp_path: Path) -> None:
         home = app.screen
         assert not home.query_one("#run-form").display and home.query_one("#form-off").display
         assert "only watches" in screen_text(app) and "Start run" not in screen_text(app)
+        assert "New run" not in screen_text(app)  # nor does the footer offer the key
         await pilot.press("n")
         await settle(pilot)
         assert app.focused is None or app.focused.id != "f-suite"
@@ -94,3 +95,4 @@ async def test_view_mode_offers_no_run_form(tmp_path: Path) -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         assert app.screen.query_one("#run-form").display and not app.screen.query_one("#form-off").display
+        assert "New run" in screen_text(app)

@@ -265,6 +265,12 @@ class HomeScreen(BaseScreen):
 
         self.app.push_screen(StudiesScreen())
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # `llmscope view` cannot start runs: its footer does not offer the key (False hides it)
+        if action == "new_run" and self.llm_app.watch_mode:
+            return False
+        return True
+
     def action_new_run(self) -> None:
         if self.llm_app.watch_mode:
             self.notify("this window only watches; start runs with `llmscope` or `llmscope run`",
