@@ -236,14 +236,14 @@ def study_irt(store: Any, study: str, rows: Sequence[CellRow]) -> StudyIrt:
 
 
 def render_abilities(s: SuiteIrt) -> Table:
-    """Each cell's run: its ability (EAP) with the 95% interval, highest first."""
+    """Each cell's run: its ability (MAP) with the 95% interval, highest first."""
     assert s.fit is not None
     t = Table(
         box=None,
         padding=(0, 1),
         header_style="bold",
         title_justify="left",
-        title="ability per cell: theta (EAP) [95% CI]; 0 = the average run",
+        title="ability per cell: theta (MAP) [95% CI]; 0 = the average run",
     )
     for c in ("cell", "model", "theta [95% CI]", "accuracy", "items"):
         t.add_column(c, no_wrap=True, overflow="ellipsis")
