@@ -315,3 +315,66 @@ async def test_home_at_80x24_keeps_progress_beside_a_long_model_name(tmp_path: P
         await settle(pilot)
         row = next(ln for ln in screen_text(pilot.app).splitlines() if rid in ln)
         assert re.search(r"\b300/300(\s+100%|\s*$|\s{2,}\S)", row), row
+
+
+BARS = "▁▂▃▄▅▆▇█▉▊▋▌▍▎▏"  # scrollbar thumbs
+
+
+def _suite_rows_seen(app: LlmscopeApp) -> dict[str, tuple[str, list[str]]]:
+    """The suites table as drawn: suite name -> (its line left of the form's border, the words
+    after the name)."""
+    from llmscope.data.suites import builtin_names
+
+    names = set(builtin_names())
+    seen: dict[str, tuple[str, list[str]]] = {}
+    for ln in screen_text(app).splitlines():
+        left = ln.split("│")[0]
+        words = [w for w in left.split() if w.strip(BARS)]
+        if words and words[0] in names:
+            seen[words[0]] = (left, words[1:])
+    return seen
+
+
+def _whole_or_marked(shown: str, full: str) -> bool:
+    return shown == full or (shown.endswith("…") and len(shown) > 1 and full.startswith(shown[:-1]))
+
+
+@pytest.mark.parametrize(
+    "sizes", [[(80, 24)], [(160, 40), (80, 24)], [(80, 24), (90, 24)], [(100, 30), (200, 60)]]
+)
+async def test_home_suites_table_cuts_text_only_with_an_ellipsis(
+    tmp_path: Path, sizes: list[tuple[int, int]]
+) -> None:
+    """At 80 columns the suites table once showed `contamin` for the contamination task, cut at
+    the panel's edge with no mark: every suite name stays whole, a task name or description is
+    whole or ends in "…", and nothing runs into the panel's edge (also after the terminal is
+    narrowed or widened while the screen is open)."""
+    from llmscope.data.registry import external_suite
+    from llmscope.data.suites import builtin_names, load_suite
+
+    # each suite's task and description read from its spec, not from the table
+    specs: dict[str, tuple[str, str | None]] = {}
+    for n in builtin_names():
+        e = external_suite(n)
+        if e is not None and e.large:
+            specs[n] = (e.task, None)
+        else:
+            s = load_suite(n)
+            specs[n] = (s.task, " ".join((s.description or "").split()))
+    assert any(t == "contamination" for t, _ in specs.values())  # the task name that was cut
+    app = LlmscopeApp(make_db(tmp_path / "t.duckdb"))
+    async with app.run_test(size=sizes[0]) as pilot:
+        for size in sizes:
+            await pilot.resize_terminal(*size)
+            await settle(pilot)
+            await pilot.pause()
+            seen = _suite_rows_seen(app)
+            visible = [n for n in specs if n in seen]
+            assert len(visible) >= 5, (size, seen)  # the table shows (most of) the suites
+            for name in visible:
+                left, (items, task, *desc) = seen[name]
+                assert left.rstrip(BARS).endswith(" "), (size, left)  # nothing cut at the edge
+                assert _whole_or_marked(task, specs[name][0]), (size, name, task)
+                full = specs[name][1]
+                if desc and full is not None:
+                    assert _whole_or_marked(" ".join(desc), full), (size, name, desc)

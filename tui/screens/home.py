@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -20,7 +21,7 @@ from llmscope.tui.panels.form import RunForm
 from llmscope.tui.screens.base import BaseScreen, _fmt_time, _set
 from llmscope.tui.screens.compare import CompareScreen
 from llmscope.tui.screens.dashboard import DashboardScreen
-from llmscope.tui.widgets import ellipsis, fmt, literal
+from llmscope.tui.widgets import clean, ellipsis, fmt, literal
 
 WATCH_ONLY = ("This window only watches (`llmscope view`, or the database is in use by another "
               "process): it cannot start runs.\n\nStart one with `llmscope` (the full interface) "
@@ -311,23 +312,50 @@ class HomeScreen(BaseScreen):
                 rows.append({"name": name, "task": "?", "items": None, "description": str(e)})
         return SuitesLoaded(rows)
 
-    # Below this many columns the suites list leaves out the descriptions: cut at the panel's
-    # edge, their leading numbers ("243 statements ...") read as cut item counts.
+    # Below this many columns the runs list gives the model's name less room (ellipsis).
     DESCRIPTION_MIN_WIDTH = 100
+    # The suites list shows descriptions only with this much room: cut short, their leading
+    # numbers ("243 statements ...") read as cut item counts.
+    DESCRIPTION_MIN_ROOM = 16
 
-    def _suite_cols(self) -> None:
-        """The suites list's columns for the terminal's width, its rows filled again."""
-        wide = self.app.size.width >= self.DESCRIPTION_MIN_WIDTH
-        if getattr(self, "_suites_wide", None) == wide:
-            return
-        self._suites_wide = wide
+    def _suite_cols(self, force: bool = False) -> None:
+        """The suites list's columns for the table's width, its rows filled again.
+
+        Suite names and item counts stay whole; the task name gives way (ellipsis) where the
+        table is narrow, and the description is shown, cut with an ellipsis, only where it has
+        room: at 80 columns the task once showed `contamin`, cut at the edge with no mark."""
         t = self.query_one("#suites", DataTable)
-        t.clear(columns=True)
-        t.add_columns("suite", "items", "task", *(["description"] if wide else []))
+        rows, pad = self._suite_rows, 2 * t.cell_padding
+        task_w: int | None = None
+        desc_w: int | None = None
+        if t.size.width:  # laid out: fit the last column to the room left
+            used = sum(
+                max([cell_len(head)] + [cell_len(cell(r)) for r in rows]) + pad
+                for head, cell in (
+                    ("suite", lambda r: clean(r["name"])),
+                    ("items", lambda r: "-" if r["items"] is None else str(r["items"])),
+                )
+            )
+            bar = t.styles.scrollbar_size_vertical if len(rows) + 1 > t.size.height else 0
+            room = t.size.width - bar - used - pad  # for the task (and description) column
+            task_full = max([cell_len("task")] + [cell_len(clean(r["task"])) for r in rows])
+            if room - task_full - pad >= self.DESCRIPTION_MIN_ROOM:
+                desc_w = min(room - task_full - pad, 60)
+            else:
+                task_w = max(room, 4)
+        if not force and getattr(self, "_suites_layout", None) == (task_w, desc_w):
+            return
+        self._suites_layout = (task_w, desc_w)
+        keep = t.cursor_row
+        t.clear(columns=True)  # a column keeps its widest cell's width until it is re-added
+        t.add_columns("suite", "items", "task", *(["description"] if desc_w else []))
         self._fill_suites()
+        if rows:
+            t.move_cursor(row=min(keep, len(rows) - 1))
 
     def on_resize(self) -> None:
-        self._suite_cols()
+        # after the layout, so the table's new width is known
+        self.call_after_refresh(self._suite_cols)
         if getattr(self, "_runs_narrow", None) is not None and self._runs_narrow != (
             self.app.size.width < self.DESCRIPTION_MIN_WIDTH
         ):
@@ -342,18 +370,19 @@ class HomeScreen(BaseScreen):
     def _fill_suites(self) -> None:
         t = self.query_one("#suites", DataTable)
         t.clear()
+        task_w, desc_w = getattr(self, "_suites_layout", (None, None))
         for r in self._suite_rows:
             t.add_row(
                 literal(r["name"]),
                 Text("-" if r["items"] is None else str(r["items"]), justify="right"),
-                r["task"],
-                *([literal(ellipsis(r["description"], 60))] if self._suites_wide else []),
+                literal(r["task"] if task_w is None else ellipsis(r["task"], task_w)),
+                *([literal(ellipsis(r["description"], desc_w))] if desc_w else []),
                 key=r["name"],
             )
 
     def on_suites_loaded(self, msg: SuitesLoaded) -> None:
         self._suite_rows = msg.rows
-        self._fill_suites()
+        self._suite_cols(force=True)  # the task column's room depends on the suite names
         inp = self.query_one("#f-suite", Input)
         if not inp.value and msg.rows:
             inp.value = msg.rows[0]["name"]
