@@ -75,6 +75,40 @@ def open_store(path: str, read_only: bool = False) -> Any:
             delay = min(delay * 2, 1.0)
 
 
+# Tables a refused command may have filled before it refused (an import stores its suite first).
+_DEFINITIONS = ("schema_version", "suites", "items")
+
+
+def discard_if_unused(store: Any, created: bool) -> None:
+    """After a refusal: remove the database file this command created (`created`: no file was at
+    its path before it opened the store) while it holds no run, result or analysis (only the
+    schema and suite definitions, which any run stores again), so a refused suite, task or
+    import file leaves no database behind. A file that existed before, or that holds a run
+    (another process's too), is kept; so is one that cannot be checked."""
+    if not created or store.path == ":memory:":
+        return
+    try:
+        tables = [
+            str(t)
+            for (t,) in store.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE NOT internal AND NOT temporary"
+            ).fetchall()
+        ]
+        if any(
+            store.execute(f'SELECT 1 FROM "{t}" LIMIT 1').fetchone()
+            for t in tables
+            if t not in _DEFINITIONS
+        ):
+            return
+        store.checkpoint()  # nothing left in a .wal that closing would write back
+        # removed while this process still holds the writer's lock: another process waiting
+        # for the file finds no file and creates its own, never writes into this one
+        for suffix in ("", ".wal"):
+            Path(store.path + suffix).unlink(missing_ok=True)
+    except Exception:  # best effort: the refusal itself is what the user must see
+        return
+
+
 def _holder(path: str, pid: int | None) -> str:
     """What the process holding the file is doing, from the live channel (never the locked file)."""
     from llmscope.live import read_live

@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from llmscope.cli.common import CLIError, ParserContext, open_store
+from llmscope.cli.common import CLIError, ParserContext, discard_if_unused, open_store
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -63,6 +63,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         raise CLIError(f"import {args.kind}: give the files to import")
     if len(args.paths) > 1 and args.kind == "commonsense-models":
         raise CLIError("import commonsense-models: give one CSV (or none for the one in ../shared)")
+    created = not Path(args.db).exists()
     store = open_store(args.db)
     try:
         if args.kind == "worldsense":
@@ -82,6 +83,9 @@ def cmd_import(args: argparse.Namespace) -> int:
         else:
             msgs = published.import_results(store, [Path(p) for p in args.paths], suite_path=args.suite_path)
         store.checkpoint()
+    except BaseException:
+        discard_if_unused(store, created)  # a refused file to import: no empty database left
+        raise
     finally:
         store.close()
     for m in msgs:

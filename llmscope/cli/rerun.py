@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmscope.cli.common import (
@@ -98,6 +99,8 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     from llmscope.report import build_report, format_rows
     from llmscope.runstart import RerunOf, RunRequest, execute, prepare_run, start_run
 
+    if not Path(args.db).exists():  # a stored run is needed: no empty file made to say so
+        raise CLIError(f"no database at {args.db} (pass --db)")
     store = open_store(args.db)
     try:
         old = store.find_run(args.run)

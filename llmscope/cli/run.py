@@ -6,6 +6,7 @@ import argparse
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 from llmscope.cli.common import (
@@ -16,6 +17,7 @@ from llmscope.cli.common import (
     check_endpoints,
     check_stored_code,
     config_from_args,
+    discard_if_unused,
     invocation,
     open_store,
     parse_opts,
@@ -119,6 +121,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     _check_positive("--limit", args.limit)
     if not args.resume:
         config_from_args(args).validate()  # bad numbers stop before the database is touched
+    created = not Path(args.db).exists()
     store = open_store(args.db)
     try:
         task_opts = parse_opts(args.opt)
@@ -207,6 +210,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         except StoreError as e:
             raise CLIError(f"run {prog.run_id} {prog.status}, but {e}") from e
         return 0 if prog.errors == 0 else 1
+    except BaseException:
+        discard_if_unused(store, created)  # a refused suite, task or plan file: no empty file left
+        raise
     finally:
         store.close()
 

@@ -326,7 +326,6 @@ def import_results(store: Store, files: list[Path], suite_path: str | None = Non
     """Published commonsense results (one file per prompt variant) as one run per model."""
     suite = load_suite("commonsense", suite_path)
     work = {(w.item.item_id, w.variant): w for w in suite.work()}
-    store_suite(store, suite)
     by_model: dict[str, list[Path]] = defaultdict(list)
     for f in files:
         if not f.is_file():
@@ -374,6 +373,7 @@ def import_results(store: Store, files: list[Path], suite_path: str | None = Non
                                             **({"response_text": rec["response"]} if text_answer is not None
                                                or isinstance(rec.get("response"), str) else {})},
                 ))
+        store_suite(store, suite)  # once a file is read whole: a refused one writes nothing
         # One transaction per model: the run, its rows and its final counts, or nothing.
         with store.transaction():
             create_import_run(store, run_id, suite, model, paths[0].parent, len(work),
@@ -395,7 +395,6 @@ def import_answer_sets(store: Store, files: list[Path], suite_path: str | None =
     `cfc` suite, so human samples can be scored by ProbEval as if they were a model."""
     suite = load_suite("cfc", suite_path)
     items = {it.item_id: it for it in suite.items()}
-    store_suite(store, suite)
     variant = suite.variant_names()[0]
     msgs = []
     for f in files:
@@ -414,6 +413,7 @@ def import_answer_sets(store: Store, files: list[Path], suite_path: str | None =
                 f, 1, "model_answers")
         name = model if (model and len(files) == 1) else f.stem
         run_id = import_run_id("answers", suite.suite_id, f.name, name)
+        store_suite(store, suite)  # once the file is read: a refused one writes nothing
         if not create_import_run(store, run_id, suite, name, f, len(items), {"answer_sets": f.name}):
             msgs.append(f"{f.name}: already imported as run {run_id}")
             continue
