@@ -320,7 +320,14 @@ def decode_top_tokens(blob: bytes) -> list[Any]:
     before it and for batches MessagePack could not hold as JSON does)."""
     raw = zstandard.ZstdDecompressor().decompress(blob)
     if raw[:1] == b"[":
-        v = decode_json(raw)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            v = decode_json(raw)
+        else:
+            # decode_json's values, with its scan for integers beyond 64 bits done by numpy
+            # (`decode_json_many`): its regex took ~0.1 s over a 4,096-row blob's text
+            v = decode_json_many([text])[0]
     else:
         try:
             v = ormsgpack.unpackb(raw)
