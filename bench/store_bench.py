@@ -5,7 +5,9 @@
 1. Rows per second through `Store.write_results`, in the run loop's batch size, with
    yes/no-shaped rows (probabilities, 20 top tokens, prompt, extra): the code of git `--before`
    (default 69e8d33, the store before this round's changes; `schema3` for fecc4dd~1, the
-   store's last schema-3 writer) and the working tree, each in fresh processes, interleaved.
+   store's last schema-3 writer) and the working tree, each in fresh processes, interleaved;
+   with `--without-top-tokens`, also the working tree on the same rows without top tokens
+   (the ceiling of the rest of a write).
 2. A real run (`commonsense-sample`, yesno task, Runner) on the tiny random-weight model
    from tests/helpers/tinymodel.py, so the model is as fast as it gets and the store's share is an
    upper bound; time inside `write_results` (writer thread) over the run's wall time.
@@ -55,17 +57,21 @@ def _rows(n: int, offset: int = 0) -> list[Any]:
     return out
 
 
-def write_rate(rows: int, batch: int) -> tuple[float, float]:
+def write_rate(rows: int, batch: int, top_tokens: bool = True) -> tuple[float, float]:
     """Rows per second through `write_results` (rows prepared beforehand) until the file is
     closed (its final checkpoint included): by wall time and by this process's CPU time (all
     threads; the fairer figure on a shared machine), with the store of the llmscope imported
-    (the working tree's, or an older tree's: `_child_rate`)."""
+    (the working tree's, or an older tree's: `_child_rate`). `top_tokens=False`: the same rows
+    without top tokens (what the rest of a write costs)."""
     from llmscope.store.db import Store
 
     d = tempfile.mkdtemp(prefix="llmscope-store-bench-")
     path = os.path.join(d, "s.duckdb")
     store = Store(path)
     data = _rows(rows)
+    if not top_tokens:
+        for r in data:
+            r.top_tokens = None
     chunks = [data[i : i + batch] for i in range(0, rows, batch)]
     t0, c0 = time.perf_counter(), time.process_time()
     seq = 0
@@ -126,12 +132,13 @@ BEFORE_REF = "69e8d33"  # main at the start of round 3 (schema 4, before the bul
 SCHEMA3_REF = "fecc4dd~1"  # the last commit whose store wrote schema 3 (`--before schema3`)
 
 
-def _child_rate(tree: Path | None, rows: int, batch: int) -> tuple[float, float]:
+def _child_rate(tree: Path | None, rows: int, batch: int, top_tokens: bool = True) -> tuple[float, float]:
     """`write_rate` in a fresh interpreter: with `tree` (an extracted older package) first on
     sys.path, else the working tree's code."""
     from .scale import call_in_tree
 
-    w, c = call_in_tree(tree, "from bench.store_bench import write_rate", f"write_rate({rows}, {batch})")
+    call = f"write_rate({rows}, {batch}{'' if top_tokens else ', top_tokens=False'})"
+    w, c = call_in_tree(tree, "from bench.store_bench import write_rate", call)
     return float(w), float(c)
 
 
@@ -150,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         "--run-limit", type=int, default=None, help="statements of commonsense-sample (default all)"
     )
     ap.add_argument("--skip-run", action="store_true", help="skip the tiny-model run")
+    ap.add_argument("--without-top-tokens", action="store_true",
+                    help="also write the same rows without top tokens (working tree): the rest of a write's cost")
     args = ap.parse_args(argv)
     from llmscope.engine.runner import FLUSH_ROWS
 
@@ -174,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
             f"now {w1:,.0f} rows/s wall, {c1:,.0f} rows/CPU-s; ratio {w1 / w0:.2f}x wall, {c1 / c0:.2f}x CPU; "
             f"load average {load:.1f} on {os.cpu_count()} CPUs", flush=True
         )
+        if args.without_top_tokens:
+            bare = [_child_rate(None, args.rows, b, top_tokens=False) for _ in range(args.rounds)]
+            print(f"  the same rows without top tokens (now): {max(r[0] for r in bare):,.0f} rows/s wall, "
+                  f"{max(r[1] for r in bare):,.0f} rows/CPU-s", flush=True)
         print(f"  target: >= {TARGET_ROWS_S:,} rows/s wall at the run loop's flush size "
               f"({FLUSH_ROWS:,} rows): {'met' if w1 >= TARGET_ROWS_S else 'NOT met'} "
               f"({w1:,.0f} rows/s{'' if b == FLUSH_ROWS else '; this batch size is not the flush size'})",

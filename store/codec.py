@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+import ormsgpack
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -161,10 +162,12 @@ def _finite_columns(cols: Sequence[Sequence[Any]]) -> list[pa.Array] | None:
 
 
 def results_to_arrow(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.datetime, *,
-                     tops_inline: bool = True) -> pa.Table:
+                     tops_inline: bool = True, keys: list[tuple[str, str]] | None = None) -> pa.Table:
     """Column-wise conversion of results to the `results` table's Arrow schema (floats are
     checked for NaN/inf in numpy; JSON columns encoded by orjson per value). `tops_inline=False`
-    leaves `top_tokens` null (the store writes them as the batch's blob, `encode_top_tokens`)."""
+    leaves `top_tokens` null (the store writes them as the batch's blob, `encode_top_tokens`).
+    `keys`: a list that receives each row's (item_id, variant), in order (the store's key
+    check; from the lists this pass builds anyway, not another pass over the results)."""
     n = len(rs)
     if not n:
         return RESULT_SCHEMA.empty_table()
@@ -191,6 +194,8 @@ def results_to_arrow(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.
         a_lat(r.latency_ms)
         a_err(r.error)
         a_extra(r.extra)
+    if keys is not None:
+        keys.extend(zip(item_ids, variants, strict=True))
     try:
         n_tokens = pa.array([v or 0 for v in ntok], type=pa.int32())
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
@@ -233,15 +238,65 @@ def results_to_arrow(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.
 
 def encode_top_tokens(tops: Sequence[Any]) -> bytes | None:
     """One batch's top tokens (a list per row, or None) as the blob stored in `result_blobs`:
-    zstd level 1 over one orjson array (None when no row has any). One orjson call and one
-    compression per batch instead of a JSON text per row: the per-row cost of top tokens was
-    more than half of a write (docs/PERFORMANCE.md, round 4 sto2)."""
-    raw = top_tokens_json(tops)
-    return None if raw is None else compress_top_tokens(raw)
+    zstd level 1 over one MessagePack array (`pack_top_tokens`; None when no row has any). One
+    encoding and one compression per batch instead of a JSON text per row: the per-row cost of
+    top tokens was more than half of a write (docs/PERFORMANCE.md, round 4 sto2)."""
+    raw = pack_top_tokens(tops)
+    return None if raw is None else finish_top_tokens(tops, raw)
+
+
+# The IEEE bits of the NaN that arithmetic produces (Python's, numpy's, torch's and the x86
+# default, of either sign; a float32 NaN widened to float64 is one of these too) and of both
+# infinities: what `_msgpack_nonfinite` looks for after a MessagePack float64 marker (0xcb)
+_NONFINITE_BITS = np.array([0x7FF8000000000000, 0xFFF8000000000000, 0x7FF0000000000000,
+                            0xFFF0000000000000], dtype=np.uint64)
+
+
+def _msgpack_nonfinite(raw: bytes) -> bool:
+    """Whether a MessagePack text holds a float64 NaN or infinity (`_NONFINITE_BITS`), found
+    with numpy (which releases the GIL: this runs on the store's encoder thread). A byte 0xcb
+    inside another value can look like a marker: at worst the batch takes the JSON path.
+    Written by hand: no MessagePack encoder turns non-finite floats into nil as JSON does."""
+    b = np.frombuffer(raw, dtype=np.uint8)
+    at = np.flatnonzero(b[:-8] == 0xCB)
+    at = at[(b[at + 1] & 0x7F) == 0x7F]  # exponent's high bits set: rare, then the whole value
+    if not len(at):
+        return False
+    bits = np.zeros(len(at), dtype=np.uint64)
+    for k in range(1, 9):
+        bits = (bits << np.uint64(8)) | b[at + k].astype(np.uint64)
+    return bool(np.isin(bits, _NONFINITE_BITS).any())
+
+
+def pack_top_tokens(tops: Sequence[Any]) -> bytes | None:
+    """One MessagePack array of the rows' top tokens (ormsgpack, one call per batch), or the
+    JSON array of `top_tokens_json` where ormsgpack refuses a value (numpy scalars,
+    non-string keys, integers beyond 64 bits, lone surrogates). None when no row has any top
+    tokens. `finish_top_tokens` checks what MessagePack would keep and JSON would not, then
+    compresses. Against orjson's JSON of the same list: 40 % smaller, and its compression
+    ~2.5x cheaper (docs/PERFORMANCE.md, fifth pass)."""
+    if all(t is None for t in tops):
+        return None
+    try:
+        return ormsgpack.packb(tops)
+    except (ormsgpack.MsgpackEncodeError, TypeError):
+        return top_tokens_json(tops)
+
+
+def finish_top_tokens(tops: Sequence[Any], raw: bytes) -> bytes:
+    """The stored blob of `pack_top_tokens(tops)`'s text: compressed, unless the MessagePack
+    holds NaN or an infinity, which JSON stores as null; then the batch is stored as JSON, so
+    every blob decodes to the values `encode_json` would have stored. `decode_top_tokens`
+    reads both (a JSON array starts with `[`, a MessagePack array never does)."""
+    if raw[:1] != b"[" and _msgpack_nonfinite(raw):
+        raw = top_tokens_json(tops) or b"[]"
+    return compress_top_tokens(raw)
 
 
 def top_tokens_json(tops: Sequence[Any]) -> bytes | None:
-    """The JSON array `encode_top_tokens` compresses (None when no row has any top tokens)."""
+    """The top tokens as one JSON array (None when no row has any): the blob's text for a
+    batch MessagePack cannot hold as JSON would (`pack_top_tokens`), and of blobs written
+    before it."""
     if all(t is None for t in tops):
         return None
     try:
@@ -253,15 +308,31 @@ def top_tokens_json(tops: Sequence[Any]) -> bytes | None:
 
 
 def compress_top_tokens(raw: bytes) -> bytes:
-    """`top_tokens_json`'s text as the stored blob (releases the GIL while it compresses)."""
-    # zstd level 1 (measured on 100k bench rows, 20 top tokens each: 0.28 CPU s, 22 MB; stdlib
-    # zlib level 1: 0.74 s, 29 MB; lz4: 0.19 s but 45 MB for DuckDB to write)
+    """A blob's text compressed (releases the GIL while it compresses)."""
+    # zstd level 1. On 100k bench rows, 20 top tokens each, as JSON: 0.28 CPU s, 22 MB (stdlib
+    # zlib level 1: 0.74 s, 29 MB; lz4: 0.19 s but 45 MB for DuckDB to write); as
+    # MessagePack: ~0.07 s, 15 MB
     return zstandard.ZstdCompressor(level=1).compress(raw)
 
 
 def decode_top_tokens(blob: bytes) -> list[Any]:
-    """The per-row list of an `encode_top_tokens` blob."""
-    v = decode_json(zstandard.ZstdDecompressor().decompress(blob))
+    """The per-row list of an `encode_top_tokens` blob (MessagePack; JSON for blobs written
+    before it and for batches MessagePack could not hold as JSON does)."""
+    raw = zstandard.ZstdDecompressor().decompress(blob)
+    if raw[:1] == b"[":
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            v = decode_json(raw)
+        else:
+            # decode_json's values, with its scan for integers beyond 64 bits done by numpy
+            # (`decode_json_many`): its regex took ~0.1 s over a 4,096-row blob's text
+            v = decode_json_many([text])[0]
+    else:
+        try:
+            v = ormsgpack.unpackb(raw)
+        except (ormsgpack.MsgpackDecodeError, ValueError, TypeError) as e:
+            raise StoreError(f"a stored top-tokens blob does not decode ({e})") from e
     if not isinstance(v, list):
         raise StoreError("a stored top-tokens blob does not hold a list")
     return v

@@ -156,6 +156,8 @@ MIGRATIONS: list[tuple[int, str]] = [
         # batch's transaction; a row names its batch's blob in `top_tokens_blob`, so a deleted,
         # skipped or rescored row never picks up another row's entry. Rows written before keep
         # their JSON in `results.top_tokens`; readers read that first (`_fill_top_tokens`).
+        # Blobs written since are MessagePack where it holds the same values, JSON otherwise
+        # (`codec.pack_top_tokens`); both are read.
         """
         ALTER TABLE results ADD COLUMN top_tokens_blob BIGINT;
         CREATE SEQUENCE result_blob_ids START 1;  -- unique across connections, unlike max() + 1

@@ -16,11 +16,11 @@ from llmscope.engine.types import Item, Result
 from llmscope.store.codec import (
     choice_method_array,
     column_list,
-    compress_top_tokens,
     encode_json,
+    finish_top_tokens,
     p_chosen_array,
+    pack_top_tokens,
     results_to_arrow,
-    top_tokens_json,
 )
 from llmscope.store.errors import StoreError, explain
 from llmscope.store.schema import RESULT_SCHEMA, utc_now
@@ -302,19 +302,20 @@ class StoreWrites:
             return 0
         now = utc_now()
         tops = [r.top_tokens for r in rs]
-        # The top tokens' blob: its JSON here (orjson holds the GIL, ~5 ms a batch; on the
-        # worker it stalled this thread's conversion and every return from DuckDB behind it),
-        # its zstd compression on a worker thread while this one converts and inserts the rows
-        # (zstd and DuckDB's insert release the GIL). The bytes are `encode_top_tokens`',
-        # inserted in the rows' transaction.
-        raw = top_tokens_json(tops)
-        blob = None if raw is None else _tops_encoder().submit(compress_top_tokens, raw)
+        # The top tokens' blob: its MessagePack here (ormsgpack holds the GIL, ~4 ms a batch; on
+        # the worker it stalled this thread's conversion and every return from DuckDB behind it),
+        # its check for non-finite floats and zstd compression on a worker thread while this one
+        # converts and inserts the rows (numpy, zstd and DuckDB's insert release the GIL). The
+        # bytes are `encode_top_tokens`', inserted in the rows' transaction.
+        raw = pack_top_tokens(tops)
+        blob = None if raw is None else _tops_encoder().submit(finish_top_tokens, tops, raw)
         try:
-            tbl = results_to_arrow(run_id, rs, start_seq, now, tops_inline=False)
             # the keys from the results (the Arrow columns hold the same strings: their
             # conversion refuses anything else), not read back from the table (~1 ms a write)
+            keys: list[tuple[str, str]] = []
+            tbl = results_to_arrow(run_id, rs, start_seq, now, tops_inline=False, keys=keys)
             self._insert_results(run_id, tbl, tops_blob=None if blob is None else (start_seq, blob),
-                                 keys=[(r.item_id, r.variant) for r in rs])
+                                 keys=keys)
         except BaseException:
             if blob is not None:
                 blob.cancel()
