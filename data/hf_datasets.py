@@ -197,7 +197,19 @@ def read_hub_rows(src: DatasetSource) -> list[Row]:
     except ImportError as e:
         raise SuiteError(
             f"{src.path!r} is not a local file, and hub datasets need the `datasets` package "
-            "(pip install datasets)", src.spec_path, None, "dataset.path") from e
+            "(pip install 'datasets>=4')", src.spec_path, None, "dataset.path") from e
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        old = Version(datasets.__version__) < Version("4.0")
+    except (InvalidVersion, AttributeError):
+        old = True
+    if old:
+        # before 4.0 a repository's loading script ran (2.16-2.19 with only a warning)
+        raise SuiteError(
+            f"hub datasets need the `datasets` package 4.0 or later, which never runs a dataset "
+            f"repository's code; found {getattr(datasets, '__version__', 'unknown')} "
+            "(pip install -U 'datasets>=4')", src.spec_path, None, "dataset.path")
     try:
         ds = datasets.load_dataset(src.path, src.name, split=src.split, revision=src.revision)
     except Exception as e:  # the library raises many types (network, missing config, bad split)

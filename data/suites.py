@@ -624,6 +624,15 @@ def load_suite(name_or_path: str | Path, suite_path: str | Path | None = None) -
     if entry is not None:
         suite: Suite = entry.loader(suite_path)
         return suite
+    if suite_path is not None and str(suite_path) != "":
+        # only the loaders of third-party data read it; ignoring it would run another suite's
+        # items than the user pointed at
+        raise SuiteError(
+            f"--suite-path (a study's suite_path) is read only by the suites that load third-party "
+            f"data files ({', '.join(sorted(EXTERNAL_SUITES))}); {s!r} has its own items: leave the "
+            "path out",
+            suite_path,
+        )
     builtin = BUILTIN_DIR / s / "suite.yaml"
     if builtin.is_file():
         path = builtin

@@ -54,6 +54,8 @@ def _refusals(src: Path) -> list[tuple[list[str], str]]:
     return [
         (["run", "--suite", suite, "--limit", "1"], "items.jsonl"),
         (["run", "--suite", "mc-sample", "--templates", str(src / "terse.yaml")], "nosuch"),
+        # a suite with its own items: the path was once ignored and the whole suite ran
+        (["run", "--suite", "commonsense-sample", "--suite-path", str(src / "terse.yaml")], "--suite-path"),
         (["import", "lm-eval", str(src / "samples_x.jsonl")], "samples_x.jsonl"),
         (["import", "answers", str(src / "answers.json")], "answers.json"),
         (["import", "results", str(src / "results.jsonl")], "results.jsonl"),

@@ -133,3 +133,28 @@ def test_data_folder_through_the_datasets_library(tmp_path: Path) -> None:
     pq.write_table(pa.Table.from_pylist(ROWS), folder / "test.parquet")
     suite = load_suite(_write_spec(tmp_path, "arc"))
     assert [(w.item.item_id, w.gold) for w in suite.work()] == [("Mercury_1", "carbon dioxide"), ("Mercury_2", "salt")]
+
+
+def test_a_datasets_package_older_than_4_is_refused_before_it_loads(tmp_path: Path) -> None:
+    """`datasets` before 4.0 ran a hub repository's loading script (2.16-2.19 with a warning
+    only): such a version is refused with one line, and never asked to load anything."""
+    fake = tmp_path / "site" / "datasets"
+    fake.mkdir(parents=True)
+    marker = tmp_path / "load_dataset_called"
+    (fake / "__init__.py").write_text(
+        '__version__ = "2.17.0"\n'
+        "def load_dataset(*a, **k):\n"
+        f"    open({str(marker)!r}, 'w').close()\n"
+        "    return []\n"
+    )
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: x\ntask: yesno\ndataset:\n  path: someone/scripted-dataset\n  split: test\n")
+    env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path / "site")}
+    p = subprocess.run([sys.executable, "-m", "llmscope", "--db", str(tmp_path / "x.duckdb"), "run",
+                        "--suite", str(spec), "--model", "openai:none", "--base-url", "http://127.0.0.1:9/v1"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 2, p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "4.0 or later" in p.stderr and "2.17.0" in p.stderr and "dataset.path" in p.stderr
+    assert not marker.exists()
+    assert not (tmp_path / "x.duckdb").exists()
