@@ -9,13 +9,12 @@ the JSON lines write the `\\u202e` escape (the same data once parsed)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.cli import cli, cli_env
-from tests.helpers.oai import OAIServer, start_server, stop_server
+from tests.helpers.oai import OAIServer, oai_server  # noqa: F401
 
 BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
 TEXTS = ["Open \u202egnp.exe now \u2067x\u2069", "plain \u200fitem", "an \u202bembedding"]
@@ -23,16 +22,7 @@ MODEL = "test\u202emodel"
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[OAIServer]:
-    s = start_server()
-    try:
-        yield s
-    finally:
-        stop_server(s)
-
-
-@pytest.fixture(scope="module")
-def db(server: OAIServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def db(oai_server: OAIServer, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
     folder = tmp_path_factory.mktemp("bidi")
     items = [{"id": f"b{i}", "text": t, "group": t[:8], "gold": "no"} for i, t in enumerate(TEXTS)]
     (folder / "items.jsonl").write_text("".join(json.dumps(it) + "\n" for it in items))
@@ -50,7 +40,7 @@ def db(server: OAIServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
         "--model",
         f"openai:{MODEL}",
         "--base-url",
-        server.base_url,
+        oai_server.base_url,
         "--no-report",
         env=_env(folder),
     )

@@ -8,7 +8,6 @@ the new-run form is their own choice: its resume proceeds (tests/tui/test_run_re
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -17,17 +16,8 @@ import pytest
 from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import DashboardScreen
 from tests.helpers.cli import cli, cli_env, write_yesno_suite
-from tests.helpers.oai import CANARY_KEY, OAIServer, start_server, stop_server
+from tests.helpers.oai import CANARY_KEY, OAIServer, oai_server  # noqa: F401
 from tests.helpers.tui import screen_text, settle, wait_until
-
-
-@pytest.fixture
-def evil() -> Iterator[OAIServer]:
-    server = start_server()
-    try:
-        yield server
-    finally:
-        stop_server(server)
 
 
 def _keyed(server: OAIServer) -> int:
@@ -35,8 +25,9 @@ def _keyed(server: OAIServer) -> int:
 
 
 async def test_resume_key_refuses_a_stored_endpoint_the_user_never_named(
-    tmp_path: Path, evil: OAIServer, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, oai_server: OAIServer, monkeypatch: pytest.MonkeyPatch  # noqa: F811
 ) -> None:
+    evil = oai_server  # someone else's server
     spec = write_yesno_suite(tmp_path / "suite", 4)
     db = tmp_path / "theirs.duckdb"
     other = tmp_path / "other"  # made under someone else's home and config
