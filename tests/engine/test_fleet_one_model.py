@@ -233,3 +233,17 @@ def test_a_replica_with_impossible_200_answers_leaves_the_rotation(
     assert len(bad) <= 2 + st["endpoint_trials"][1]
     assert ("down", b.base_url) in [(e["event"], e["url"]) for e in st["endpoint_events"]]
     assert len(_marked(a)) == N
+
+
+def test_resume_refuses_a_server_that_now_serves_another_model(pair: Any, tmp_path: Path) -> None:
+    a, _ = pair
+    a.script(MARK, top=YES)
+    p = _run(tmp_path, [a.base_url], "--limit", "5")
+    assert p.returncode == 0, p.stderr[-2000:]
+    a.reset()
+    a.script("", model="other-model-70b", top=NO)  # one URL: its own name would be accepted
+    p = _run(tmp_path, [a.base_url])
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert "measured model 'test-model'" in p.stderr and "'other-model-70b'" in p.stderr
+    rows, _, _ = _stored(tmp_path)
+    assert len(rows) == 5 and _marked(a) == []  # nothing asked, nothing stored
