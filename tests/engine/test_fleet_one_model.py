@@ -247,3 +247,37 @@ def test_resume_refuses_a_server_that_now_serves_another_model(pair: Any, tmp_pa
     assert "measured model 'test-model'" in p.stderr and "'other-model-70b'" in p.stderr
     rows, _, _ = _stored(tmp_path)
     assert len(rows) == 5 and _marked(a) == []  # nothing asked, nothing stored
+
+
+def test_the_dashboard_banner_and_report_lines_name_the_replica() -> None:
+    from llmscope.analysis.api_method import fleet_notes, method_banner
+
+    events = [
+        {"event": "down", "url": "http://c/v1", "at": 1.0, "reason": "timed out"},
+        {"event": "left_out", "url": "http://a/v1", "at": 2.0, "reason": "it serves 'm2', not 'm'"},
+        {"event": "model_changed", "url": "http://b/v1", "at": 3.0, "reason": "now serves 'm3'"},
+    ]
+    run = {
+        "meta": {
+            "backend": {"method_choice": {"method": "chat top-k log-probs", "reason": "r"}},
+            # the same events in the session list and the latest stats: each said once
+            "sessions": [{"backend_stats": {"endpoint_events": events}}],
+            "backend_stats": {"endpoint_events": events},
+        }
+    }
+    assert fleet_notes(run) == [
+        "fleet: http://a/v1 left out at the start: it serves 'm2', not 'm'",
+        "fleet: http://b/v1 taken out mid-run: now serves 'm3'; its answers since were not used "
+        "(scored again on the other replicas)",
+    ]
+    banner = method_banner(run)
+    assert (
+        banner is not None
+        and "http://a/v1 left out" in banner
+        and "http://b/v1 taken out" in banner
+    )
+    # a run still going: the start's decision is in the backend record
+    live = {
+        "meta": {"backend": {"replicas": [{"url": "http://a/v1", "excluded": "it serves 'm2'"}]}}
+    }
+    assert fleet_notes(live) == ["fleet: http://a/v1 left out at the start: it serves 'm2'"]
