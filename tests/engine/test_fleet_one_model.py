@@ -281,3 +281,28 @@ def test_the_dashboard_banner_and_report_lines_name_the_replica() -> None:
         "meta": {"backend": {"replicas": [{"url": "http://a/v1", "excluded": "it serves 'm2'"}]}}
     }
     assert fleet_notes(live) == ["fleet: http://a/v1 left out at the start: it serves 'm2'"]
+
+
+async def test_one_url_that_changes_model_pauses_the_run(
+    pair: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llmscope.engine.backend import BackendUnavailable
+    from llmscope.engine.openai import OpenAIBackend
+
+    a, _ = pair
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
+    a.script("", top=YES, model_after=[6, "other-model-70b"])
+    be = OpenAIBackend("test-model", base_url=a.base_url, timeout=5)
+    try:
+        await be.probe("yesno")
+        done = len(a.log())
+        assert done < 6
+        outs = [await be.next_token(f"q{i}", ["yes", "no"]) for i in range(6 - done)]
+        assert all(o.meta["model"] == "test-model" for o in outs)
+        with pytest.raises(BackendUnavailable, match="no replica serves 'test-model'"):
+            await be.next_token("after the swap", ["yes", "no"])
+        st = be.stats()
+        assert st["model_changed"] == 1 and st["breaker"] is not None
+        assert [e["event"] for e in st["endpoint_events"]] == ["model_changed"]
+    finally:
+        await be.aclose()
