@@ -16,7 +16,10 @@ import pandas as pd
 from llmscope.analysis.rows import metric_row
 from llmscope.store.db import decode_json
 
-__all__ = ["api_method_rows", "method_banner", "item_method"]
+__all__ = ["api_method_rows", "fleet_notes", "method_banner", "item_method"]
+
+# replica events that change which answers are the run's (engine/fleet.py)
+_FLEET_EVENTS = ("left_out", "model_changed")
 
 
 def _extras(df: pd.DataFrame) -> list[dict[str, Any]]:
@@ -58,6 +61,44 @@ def _backend_meta(run: dict[str, Any]) -> dict[str, Any]:
     return _meta(run, "backend")
 
 
+def fleet_notes(run: dict[str, Any]) -> list[str]:
+    """One line per replica of a fleet that did not serve the run's model: left out at the
+    start, or taken out when it changed model mid-run (its answers since were not used)."""
+    meta = run.get("meta")
+    if isinstance(meta, str):
+        try:
+            meta = decode_json(meta)
+        except json.JSONDecodeError:
+            return []
+    if not isinstance(meta, dict):
+        return []
+    stats = [s.get("backend_stats") for s in meta.get("sessions") or [] if isinstance(s, dict)]
+    stats.append(meta.get("backend_stats"))
+    seen: set[tuple[Any, ...]] = set()
+    lines = []
+    for st in stats:
+        events = st.get("endpoint_events") if isinstance(st, dict) else None
+        for e in events or []:
+            if not isinstance(e, dict) or e.get("event") not in _FLEET_EVENTS:
+                continue
+            key = (e.get("event"), e.get("url"), e.get("at"))
+            if key in seen:
+                continue
+            seen.add(key)
+            if e["event"] == "left_out":
+                lines.append(f"fleet: {e.get('url')} left out at the start: {e.get('reason')}")
+            else:
+                lines.append(
+                    f"fleet: {e.get('url')} taken out mid-run: {e.get('reason')}; its answers "
+                    "since were not used (scored again on the other replicas)"
+                )
+    if not lines:  # a run still going: the start's decisions are in the backend record
+        for r in _backend_meta(run).get("replicas") or []:
+            if isinstance(r, dict) and r.get("excluded"):
+                lines.append(f"fleet: {r.get('url')} left out at the start: {r['excluded']}")
+    return lines
+
+
 def method_banner(run: dict[str, Any]) -> str | None:
     """One line for an API run: the method chosen for its task, why, and any adaptation."""
     be = _backend_meta(run)
@@ -72,6 +113,9 @@ def method_banner(run: dict[str, Any]) -> str | None:
     adapt += [a for a in _meta(run, "backend_stats").get("adaptations") or [] if a not in adapt]
     if adapt:
         line += "; adapted: " + "; ".join(str(a) for a in adapt)
+    fleet = fleet_notes(run)
+    if fleet:
+        line += "; " + "; ".join(fleet)
     return line
 
 

@@ -43,6 +43,7 @@ CACHE_FORMAT = 1  # bump when the stored shape or the meaning of a cached call c
 VOLATILE_FIELDS = frozenset({
     "batch_size", "threads", "torch_threads", "concurrency", "max_retries", "timeout", "api_key",
     "client", "served_models", "system_fingerprints", "load", "reasoning_efforts_rejected",
+    "replicas", "expected_model", "expected_fingerprint",  # what the probe saw, per replica
     "dropped_params", "notices", "stats", "capabilities_probed_at",
     "scoring",  # hf: tree-mask or padded log-likelihood path (equal within fp32 rounding)
 })

@@ -10,9 +10,20 @@ the reason) recorded in the backend's stats, which the runner stores with each s
 (`runs.meta.backend_stats.endpoint_events`), so the run record says which replica was lost
 and when it returned.
 
+A replica is picked when one of its request slots is free (`pick(free)`), never before:
+a request waits for the first free slot of any replica in the rotation, so a replica that
+hangs holds only the requests already on its slots, not a queue behind them.
+
+A fleet measures one model. A replica that serves another model (or fingerprint) than the
+run's is left out for good (`exclude`): at the start (event `left_out`) or when it changes
+mid-run (event `model_changed`); it never rejoins, and no answer from it after the change is
+used. Failures that count towards the cool-off are the ones the backend reports through
+`failed`: no answer, a timeout, and 200 answers whose bodies cannot be right (an error body,
+impossible probabilities).
+
 Only when every replica is out does a failure count towards the backend's circuit breaker
 (the run pauses, as with one URL). With one URL nothing changes: the lone replica is always
-picked, whatever its state.
+picked, whatever its state (unless it changed model: then nothing is left to ask).
 """
 
 from __future__ import annotations
@@ -36,8 +47,12 @@ class Replica:
     retry_at: float = 0.0  # monotonic time of the next trial while down
     cool_off: float = COOL_OFF_S
     trial: bool = False  # one attempt in flight after the cool-off
-    failures: int = 0  # connection failures and timeouts, whole run
+    failures: int = 0  # connection failures, timeouts and impossible bodies, whole run
     downs: int = 0
+    trials: int = 0  # attempts sent to it after a cool-off, to see whether it is back
+    excluded: str | None = None  # why it is out for good (another model), else None
+    models: set[str] = field(default_factory=set)  # served model ids seen in its answers
+    fingerprints: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -55,24 +70,49 @@ class Fleet:
     def __post_init__(self) -> None:
         self.replicas = [Replica(u) for u in self.urls]
 
-    def pick(self) -> int:
-        """The replica for the next attempt: the next one up in round-robin order; a replica
-        whose cool-off is over gets its trial first; with every replica out, the one whose
-        cool-off ends first (the attempt then tells whether it is back)."""
+    def pick(self, free: Callable[[int], bool] | None = None) -> int | None:
+        """The replica for the next attempt among those with a free slot (`free(i)`; all when
+        None): the next one up in round-robin order; a replica whose cool-off is over gets its
+        trial first; with every replica out, the one whose cool-off ends first (the attempt
+        then tells whether it is back). None: no usable replica has a free slot now."""
         n = len(self.replicas)
+        ok = [
+            free is None or free(i) if r.excluded is None else False
+            for i, r in enumerate(self.replicas)
+        ]
         if n == 1:
-            return 0
+            return 0 if ok[0] else None
         now = self.clock()
         for i, r in enumerate(self.replicas):
-            if not r.up and not r.trial and now >= r.retry_at:
-                r.trial = True
+            if ok[i] and not r.up and not r.trial and now >= r.retry_at:
+                r.trial, r.trials = True, r.trials + 1
                 return i
         for k in range(n):
             i = (self._rr + k) % n
-            if self.replicas[i].up:
+            if ok[i] and self.replicas[i].up:
                 self._rr = i + 1
                 return i
-        return min(range(n), key=lambda i: self.replicas[i].retry_at)
+        if any(r.up for r, o in zip(self.replicas, ok, strict=True) if r.excluded is None):
+            return None  # a replica in the rotation will free a slot: wait for it
+        down = [i for i in range(n) if ok[i]]
+        return min(down, key=lambda i: self.replicas[i].retry_at) if down else None
+
+    def next_trial_in(self) -> float | None:
+        """Seconds until a replica out of the rotation is due for its trial (None: none is)."""
+        due = [r.retry_at for r in self.replicas if not r.up and not r.trial and r.excluded is None]
+        return max(0.0, min(due) - self.clock()) if due else None
+
+    def usable(self) -> int:
+        """How many replicas serve the run's model (in the rotation or cooling off)."""
+        return sum(r.excluded is None for r in self.replicas)
+
+    def exclude(self, i: int, kind: str, reason: str) -> None:
+        """Take replica `i` out for good (it serves another model); event `kind`."""
+        r = self.replicas[i]
+        if r.excluded is not None:
+            return
+        r.excluded, r.up, r.trial = reason, False, False
+        self._event(kind, i, reason)
 
     def healthy(self) -> int:
         """How many replicas are in the rotation."""
@@ -82,7 +122,7 @@ class Fleet:
         """Replica `i` answered over HTTP (any status): it is up."""
         r = self.replicas[i]
         r.trial = False
-        if not r.up:
+        if not r.up and r.excluded is None:
             r.up, r.cool_off = True, COOL_OFF_S
             self._event("back", i, "answered again")
 
@@ -91,8 +131,8 @@ class Fleet:
         another replica is still up, so the attempt can be retried there at once."""
         r = self.replicas[i]
         r.failures += 1
-        if len(self.replicas) == 1:
-            return False
+        if len(self.replicas) == 1 or r.excluded is not None:
+            return self.healthy() > 0 and len(self.replicas) > 1
         now = self.clock()
         if r.up:
             r.up, r.downs = False, r.downs + 1
@@ -122,7 +162,9 @@ class Fleet:
         """What the run record keeps: each replica's state and the down/back events."""
         return {
             "endpoints_up": [r.up for r in self.replicas],
+            "endpoints_excluded": [r.excluded for r in self.replicas],
             "endpoint_failures": [r.failures for r in self.replicas],
+            "endpoint_trials": [r.trials for r in self.replicas],
             "endpoint_events": list(self.events),
             "endpoint_events_dropped": self._dropped_events,
         }

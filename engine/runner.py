@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import llmscope
-from llmscope.engine.backend import Backend, BackendError, BackendUnavailable
+from llmscope.engine.backend import Backend, BackendConfigError, BackendError, BackendUnavailable
 from llmscope.engine.ports import RunStore, RunSuite
 from llmscope.engine.progress import NullReporter, Progress, Reporter
 from llmscope.engine.tasks import Task, get_task
@@ -168,6 +168,14 @@ class Runner:
             if existing["suite_id"] != suite.suite_id:
                 raise BackendError(
                     f"run {run_id} belongs to suite {existing['suite_id']}, not {suite.suite_id}"
+                )
+            old = existing.get("meta") if isinstance(existing.get("meta"), dict) else {}
+            was = (old.get("backend") or {}).get("expected_model") if isinstance(old, dict) else None
+            now = desc.get("expected_model")
+            if was and now and was != now:  # an API server that now serves another model
+                raise BackendConfigError(
+                    f"run {run_id} measured model {was!r}; the server now serves {now!r} (resume "
+                    "it against the run's model)"
                 )
             if existing.get("status") == "running" and existing.get("owner_pid") != os.getpid():
                 raise RunBusy(

@@ -173,7 +173,10 @@ class OpenAIBackend(CapabilityProbe, SampledText):
             for u in self.base_urls
         ]
         self._client = self._clients[0]
-        self._sems = [asyncio.Semaphore(self.concurrency) for _ in self.base_urls]
+        self._busy = [0 for _ in self.base_urls]  # requests in flight per endpoint (<= concurrency)
+        self._slot_freed = asyncio.Event()
+        # the served model (and, for a fleet, fingerprint) every answer must carry; set by the probe
+        self._expect: tuple[str | None, str | None] | None = None
         self._per_endpoint = [0 for _ in self.base_urls]  # HTTP attempts sent to each
         # several base URLs: round-robin over the replicas that answer (engine/fleet.py)
         self._fleet = Fleet([public_url(u) for u in self.base_urls])
@@ -214,6 +217,7 @@ class OpenAIBackend(CapabilityProbe, SampledText):
                 "invalid",
                 "key_redacted",
                 "deterministic",
+                "model_changed",
                 "failed",
                 "prompt_tokens",
                 "completion_tokens",
@@ -286,6 +290,13 @@ class OpenAIBackend(CapabilityProbe, SampledText):
             "dropped_params": sorted(self._dropped),
             "served_models": sorted(self._models_seen),
             "system_fingerprints": sorted(self._fingerprints),
+            "expected_model": self._expect[0] if self._expect else None,
+            "expected_fingerprint": self._expect[1] if self._expect else None,
+            "replicas": [
+                {"url": r.url, "served_models": sorted(r.models), "fingerprints": sorted(r.fingerprints),
+                 "excluded": r.excluded}
+                for r in self._fleet.replicas
+            ],
         }
 
     def stats(self) -> dict[str, Any]:

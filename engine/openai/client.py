@@ -1,7 +1,8 @@
 """HTTP to the server: round-robin endpoints, retries, the circuit breaker, parameter adaptation.
 
-Every HTTP attempt goes through `_request`: a semaphore per endpoint bounds requests in
-flight (several base URLs are served round-robin), 429/5xx/timeouts/connection errors/
+Every HTTP attempt goes through `_request`: `concurrency` slots per endpoint bound requests in
+flight (several base URLs are served round-robin, the replica chosen when one of its slots is
+free; engine/fleet.py), 429/5xx/timeouts/connection errors/
 malformed or invalid bodies (non-finite or positive log-probs) are retried with
 exponential backoff and full jitter (honouring `Retry-After` and `retry-after-ms`), the
 same 5xx body three times in a row is a deterministic error (adapted to, or the item's
@@ -81,6 +82,10 @@ class GaveUp(BackendError):
         self.kind = kind
 
 
+class ModelChanged(Exception):
+    """A replica answered with another served model (or fingerprint) than the run's."""
+
+
 class NoLogprobs(BackendError):
     """The server said it cannot return log-probabilities for this model."""
 
@@ -126,7 +131,9 @@ class HTTPLayer(Backend):
     _redact_body: Callable[[str], str]
     _rng: random.Random
     _clients: list[openai.AsyncOpenAI]
-    _sems: list[asyncio.Semaphore]
+    _busy: list[int]
+    _slot_freed: asyncio.Event
+    _expect: tuple[str | None, str | None] | None
     _per_endpoint: list[int]
     _fleet: Fleet
     _pinned: int | None
@@ -201,90 +208,111 @@ class HTTPLayer(Backend):
                 await asyncio.sleep(wait)
             retry_after: float | None = None
             # round-robin over the endpoints, per attempt: a retry goes to the next replica
-            if self._pinned is not None:
-                ep = self._pinned
-            else:
-                ep = self._fleet.pick()
+            ep = await self._take_slot()
             client = self._clients[ep]
             api = client.chat.completions if endpoint == "chat" else client.completions
             create = api.with_raw_response.create
-            async with self._sems[ep]:
-                self._c["requests"] += 1
-                self._per_endpoint[ep] += 1
-                self._in_flight += 1
-                try:
-                    # the client's own timeout covers connect/read/write; the outer bound
-                    # also catches a server that trickles bytes forever
-                    raw = await asyncio.wait_for(
-                        create(**kwargs, timeout=self.timeout), self.timeout + 1.0
-                    )
-                    self._down_streak = 0
-                    self._fleet.answered(ep)
-                    data = json.loads(raw.http_response.content)
-                    data = self._redact_reply(data)
-                    if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
-                        raise ValueError("no 'choices' list in the response")
-                    if not data["choices"] or not all(isinstance(c, dict) for c in data["choices"]):
-                        raise ValueError("empty or invalid 'choices' in the response")
-                    if check is not None:
-                        check(data)
-                except (TimeoutError, openai.APITimeoutError):
+            self._c["requests"] += 1
+            self._per_endpoint[ep] += 1
+            self._in_flight += 1
+            try:
+                # the client's own timeout covers connect/read/write; the outer bound
+                # also catches a server that trickles bytes forever
+                raw = await asyncio.wait_for(
+                    create(**kwargs, timeout=self.timeout), self.timeout + 1.0
+                )
+                self._down_streak = 0
+                data = json.loads(raw.http_response.content)
+                data = self._redact_reply(data)
+                if isinstance(data, dict) and "error" in data and not data.get("choices"):
+                    raise ValueError(f"an error body with HTTP 200: {str(data['error'])[:200]}")
+                if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
+                    raise ValueError("no 'choices' list in the response")
+                if not data["choices"] or not all(isinstance(c, dict) for c in data["choices"]):
+                    raise ValueError("empty or invalid 'choices' in the response")
+                self._check_served(ep, data)
+                if check is not None:
+                    check(data)
+                self._fleet.answered(ep)
+            except (TimeoutError, openai.APITimeoutError):
+                self._c["timeouts"] += 1
+                last, kind = f"timed out after {self.timeout:g}s", "timeout"
+                elsewhere = self._fleet.failed(ep, last)
+                if not elsewhere:  # the breaker counts only when no replica is left
+                    self._went_down(last)
+            except openai.APIConnectionError as e:
+                self._c["connection_errors"] += 1
+                cause = e.__cause__ or e
+                last = f"connection error: {self._redact(str(cause) or str(e))[:300]}"
+                kind = "connection"
+                elsewhere = self._fleet.failed(ep, last)
+                if not elsewhere:
+                    self._went_down(last)
+            except openai.APIStatusError as e:
+                self._down_streak = 0
+                self._fleet.answered(ep)
+                status = e.status_code
+                message, param, code = self._error_fields(e)
+                retry_after = parse_retry_after(e.response.headers)
+                if status == 429:
+                    self._c["rate_limited"] += 1
+                elif status >= 500:
+                    self._c["server_errors"] += 1
+                elif status == 408:
                     self._c["timeouts"] += 1
-                    last, kind = f"timed out after {self.timeout:g}s", "timeout"
-                    elsewhere = self._fleet.failed(ep, last)
-                    if not elsewhere:  # the breaker counts only when no replica is left
-                        self._went_down(last)
-                except openai.APIConnectionError as e:
-                    self._c["connection_errors"] += 1
-                    cause = e.__cause__ or e
-                    last = f"connection error: {self._redact(str(cause) or str(e))[:300]}"
-                    kind = "connection"
-                    elsewhere = self._fleet.failed(ep, last)
-                    if not elsewhere:
-                        self._went_down(last)
-                except openai.APIStatusError as e:
-                    self._down_streak = 0
-                    self._fleet.answered(ep)
-                    status = e.status_code
-                    message, param, code = self._error_fields(e)
-                    retry_after = parse_retry_after(e.response.headers)
-                    if status == 429:
-                        self._c["rate_limited"] += 1
-                    elif status >= 500:
-                        self._c["server_errors"] += 1
-                    elif status == 408:
-                        self._c["timeouts"] += 1
-                    else:
-                        raise APIRequestError(status, message, param, code) from None
-                    last, kind = f"HTTP {status}: {message}", "server"
-                    sig = (status, message)
-                    repeats = repeats + 1 if sig == same else 1
-                    same = sig
-                    if (
-                        status >= 500
-                        and retry_after is None
-                        and self.deterministic_after
-                        and repeats >= self.deterministic_after
-                    ):
-                        self._c["deterministic"] += 1
-                        raise DeterministicError(status, message, param, code, repeats) from None
-                except InvalidResponse as e:
-                    self._c["invalid"] += 1
-                    last, kind = f"invalid response: {self._redact(str(e))[:300]}", "invalid"
-                    same, repeats = None, 0
-                except (ValueError, UnicodeDecodeError) as e:
-                    self._c["malformed"] += 1
-                    last, kind = f"malformed response: {self._redact(str(e))[:200]}", "malformed"
-                    same, repeats = None, 0
                 else:
-                    self._account(data)
-                    return data
-                finally:
-                    self._in_flight -= 1
+                    raise APIRequestError(status, message, param, code) from None
+                last, kind = f"HTTP {status}: {message}", "server"
+                sig = (status, message)
+                repeats = repeats + 1 if sig == same else 1
+                same = sig
+                if (
+                    status >= 500
+                    and retry_after is None
+                    and self.deterministic_after
+                    and repeats >= self.deterministic_after
+                ):
+                    self._c["deterministic"] += 1
+                    raise DeterministicError(status, message, param, code, repeats) from None
+            except ModelChanged as e:
+                # its answer is not the run's: never used; the replica is out for good
+                self._c["model_changed"] += 1
+                last, kind = str(e), "model_changed"
+                self._fleet.exclude(ep, "model_changed", last)
+                self._warn_once(f"changed:{ep}", f"{self._fleet.replicas[ep].url}: {last}; "
+                                "taken out of the rotation, its answers since not used")
+                if not self._fleet.usable():
+                    self._breaker = (
+                        f"no replica serves {(self._expect[0] if self._expect else None) or self.model!r} "
+                        f"any more ({last}); the run is paused, resume it when the server "
+                        "serves the run's model again"
+                    )
+                    self.notices.append(self._breaker)
+                    raise BackendUnavailable(self._breaker) from None
+                elsewhere = True
+            except InvalidResponse as e:
+                # impossible numbers: a fault of this replica (it leaves the rotation)
+                self._c["invalid"] += 1
+                last, kind = f"invalid response: {self._redact(str(e))[:300]}", "invalid"
+                same, repeats = None, 0
+                elsewhere = self._fleet.failed(ep, last)
+            except (ValueError, UnicodeDecodeError) as e:
+                self._c["malformed"] += 1
+                last, kind = f"malformed response: {self._redact(str(e))[:200]}", "malformed"
+                same, repeats = None, 0
+                elsewhere = self._fleet.failed(ep, last)
+            else:
+                self._account(data, ep)
+                return data
+            finally:
+                self._in_flight -= 1
+                self._release(ep)
             if self._probing and kind in ("connection", "timeout") and attempt >= PROBE_RETRIES:
                 break  # an unreachable server is a configuration error at probe time
             if attempt < max_retries:
-                if kind in ("connection", "timeout") and elsewhere and self._pinned is None:
+                if kind == "model_changed" or (elsewhere and self._pinned is None and kind in (
+                    "connection", "timeout", "invalid", "malformed"
+                )):
                     continue  # another replica is up: retry there without waiting
                 delay = self.policy.delay(attempt, retry_after, self._rng)
                 if retry_after is not None:
@@ -292,6 +320,45 @@ class HTTPLayer(Backend):
                     self._pause_until = max(self._pause_until, loop.time() + delay)
                 await asyncio.sleep(delay)
         raise GaveUp(f"giving up after {attempt} retries: {last}", kind)
+
+    async def _take_slot(self) -> int:
+        """The replica for the next attempt, chosen when one of its slots is free (waiting for
+        the first free slot of any usable replica; the probe's pinned replica while probing)."""
+        pinned = self._pinned
+        while True:
+            if pinned is not None:
+                ep = pinned if self._busy[pinned] < self.concurrency else None
+            else:
+                if not self._fleet.usable():
+                    raise BackendUnavailable(self._breaker or "no replica serves the run's model")
+                ep = self._fleet.pick(lambda i: self._busy[i] < self.concurrency)
+            if ep is not None:
+                self._busy[ep] += 1
+                return ep
+            self._slot_freed.clear()
+            wake = None if pinned is not None else self._fleet.next_trial_in()
+            try:
+                # a slot freed, or a replica's cool-off ended (its trial may go first)
+                await asyncio.wait_for(self._slot_freed.wait(), None if wake is None else wake + 0.01)
+            except TimeoutError:
+                pass
+
+    def _release(self, ep: int) -> None:
+        self._busy[ep] -= 1
+        self._slot_freed.set()
+
+    def _check_served(self, ep: int, data: dict[str, Any]) -> None:
+        """Raise ModelChanged when a replica answers with another model than the run's (set by
+        the probe; a fleet also checks the fingerprint)."""
+        if self._expect is None:
+            return
+        model, fingerprint = self._expect
+        got = data.get("model")
+        if model is not None and got is not None and str(got) != model:
+            raise ModelChanged(f"now serves model {str(got)[:200]!r}, not {model!r}")
+        fp = data.get("system_fingerprint")
+        if fingerprint is not None and fp is not None and str(fp) != fingerprint:
+            raise ModelChanged(f"now answers with fingerprint {str(fp)[:200]!r}, not {fingerprint!r}")
 
     def _redact_reply(self, data: Any) -> Any:
         """The reply with the key replaced wherever it appears (text, tokens, every field), before
@@ -327,14 +394,17 @@ class HTTPLayer(Backend):
         code = body.get("code") if isinstance(body, dict) else None
         return self._redact(str(message))[:2000], param, code
 
-    def _account(self, data: dict[str, Any]) -> None:
+    def _account(self, data: dict[str, Any], ep: int) -> None:
         usage = token_usage([data])
         self._c["prompt_tokens"] += usage["prompt_tokens"]
         self._c["completion_tokens"] += usage["completion_tokens"]
+        r = self._fleet.replicas[ep]
         if data.get("model"):
             self._models_seen.add(str(data["model"]))
+            r.models.add(str(data["model"]))
         if data.get("system_fingerprint"):
             self._fingerprints.add(str(data["system_fingerprint"]))
+            r.fingerprints.add(str(data["system_fingerprint"]))
 
     async def _adaptive(
         self,

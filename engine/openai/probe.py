@@ -77,8 +77,19 @@ class CapabilityProbe(PromptLoglik):
 
         need = get_task(task or "yesno")(dict(options or {})).probe_need()
         self._probing = True
+        n = len(self._clients)
         try:
             self._pinned = 0
+            if n > 1:
+                # a fleet measures one model: ask every replica which it serves, leave out the
+                # ones that differ, then learn the capabilities from one that serves the run's
+                for i in range(n):
+                    self._pinned = i
+                    try:
+                        await self.generate("Say yes.", GenParams(max_new_tokens=1, stop=[]))
+                    except BackendError as e:
+                        raise self._config_error(e, i) from None
+                self._pinned = self._settle_replicas()
             try:
                 if need == "generate":
                     await self.generate("Say yes.", GenParams(max_new_tokens=1, stop=[]))
@@ -87,13 +98,9 @@ class CapabilityProbe(PromptLoglik):
                 if need in ("loglik", "options"):
                     await self._probe_loglik()
             except BackendError as e:
-                raise self._config_error(e, 0) from None
-            for i in range(1, len(self._clients)):  # every replica must answer too
-                self._pinned = i
-                try:
-                    await self.generate("Say yes.", GenParams(max_new_tokens=1, stop=[]))
-                except BackendError as e:
-                    raise self._config_error(e, i) from None
+                raise self._config_error(e, self._pinned or 0) from None
+            if n == 1:
+                self._settle_replicas()
         finally:
             self._probing = False
             self._pinned = None
@@ -107,6 +114,49 @@ class CapabilityProbe(PromptLoglik):
         for message in held:
             log.warning(message)
         return self.describe()
+
+    def _settle_replicas(self) -> int:
+        """Which model the run measures, from the probe's answers: the `--model` name when a
+        replica serves it, else the one every replica names (a provider's alias, e.g. a dated
+        snapshot). Replicas serving another model, or (a fleet) answering with another
+        fingerprint, are left out with one line each; the run refuses when the replicas
+        disagree and none serves the `--model` name. Returns the first replica kept."""
+        reps = self._fleet.replicas
+        ids = [tuple(sorted(r.models)) for r in reps]
+        if any(i == (self.model,) for i in ids):
+            ref: str | None = self.model
+        elif len(set(ids)) == 1 and len(ids[0]) <= 1:
+            ref = ids[0][0] if ids[0] else None  # all agree (or none names its model)
+        else:
+            listing = "; ".join(f"{r.url} serves {_names(i)}" for r, i in zip(reps, ids, strict=True))
+            raise BackendConfigError(
+                f"the base URLs do not serve one model and none serves {self.model!r} ({listing}); "
+                "give the base URLs of the run's model only"
+            )
+        want = (ref,) if ref is not None else ()
+        for k, i in enumerate(ids):
+            if i != want:
+                self._leave_out(k, f"it serves {_names(i)}, not {ref!r}")
+        kept = [k for k, r in enumerate(reps) if r.excluded is None]
+        fp: str | None = None
+        if len(reps) > 1:
+            first = reps[kept[0]].fingerprints
+            fp = next(iter(first)) if len(first) == 1 else None
+            for k in kept[1:]:
+                if fp is not None and reps[k].fingerprints != {fp}:
+                    got = ", ".join(sorted(reps[k].fingerprints)) or "none"
+                    self._leave_out(k, f"it answers with fingerprint {got}, not {fp!r}")
+        if ref is not None or fp is not None:
+            self._expect = (ref, fp)
+        kept_models = [reps[k] for k in range(len(reps)) if reps[k].excluded is None]
+        self._models_seen = {m for r in kept_models for m in r.models}
+        self._fingerprints = {f for r in kept_models for f in r.fingerprints}
+        return kept[0]
+
+    def _leave_out(self, k: int, why: str) -> None:
+        url = self._fleet.replicas[k].url
+        self._fleet.exclude(k, "left_out", why)
+        self._warn_once(f"left_out:{k}", f"{url} left out of the fleet: {why}")
 
     def _config_error(self, e: BackendError, ep: int) -> BackendConfigError:
         """One clear line for a probe failure at endpoint `ep`."""
@@ -214,3 +264,8 @@ class CapabilityProbe(PromptLoglik):
             f"{self.model}: the server returns no log-probabilities ({reason}); answer "
             f"probabilities are estimated from {self.samples} sampled answers",
         )
+
+
+def _names(ids: tuple[str, ...]) -> str:
+    """The model ids a replica answered with, for a message."""
+    return " and ".join(repr(i[:200]) for i in ids) if ids else "no model id"

@@ -18,6 +18,7 @@ from llmscope.engine.textsafety import for_terminal
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from llmscope.analysis.api_method import fleet_notes
     from llmscope.report import build_report, explain_text, format_rows, worldsense_reports
 
     if getattr(args, "explain", False):
@@ -35,8 +36,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         if args.by:
             _check_by(store, runs, args.by)
         rows = []
+        fleet: list[str] = []  # replicas that did not serve the run's model (left out, taken out)
         for run in runs:
             rows += build_report(store, run, args.by)
+            fleet += [f"{run['run_id']}: {line}" for line in fleet_notes(run)]
         ws_rows, ws_text = worldsense_reports(store, runs)
         if args.html:
             from llmscope.html_report import write_page
@@ -49,6 +52,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         store.close()  # read-only: the metrics cache went to the file beside it (store/metrics_cache.py)
     if args.html:
         print(f"wrote {len(runs)} run(s) to {args.html}", file=sys.stderr)
+    for line in fleet:  # on stderr: stdout stays the rows (a table or JSON)
+        print(for_terminal(line), file=sys.stderr)
     if args.json:
         print(json.dumps(rows + ws_rows, indent=1, default=str))
     else:

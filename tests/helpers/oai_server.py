@@ -45,6 +45,12 @@ A request is handled by the first script whose MARKER occurs in its prompt text
     ignore_n       true: answer one choice whatever `n` asks (servers that ignore `n`)
     token_logprobs {token: logprob} for echo scoring (merged over the global table)
     model, system_fingerprint   override the response fields
+    model_after    [N, "name"] or [N, "name", {SPEC}]: from this marker's Nth request on
+                   (counting from 0, probes included when the marker is ""), answer as model
+                   "name", with these SPEC keys overridden (a replica whose model is swapped
+                   mid-run)
+    error_body     true: answer every request with HTTP 200 and {"error": {...}} (a proxy that
+                   wraps upstream errors in a 200)
 
 Control endpoints (for tests): POST /_control/script {"marker": M, "spec": SPEC},
 POST /_control/faults {"rate": R, "seed": S, "kinds": [...], "sleep": T, "retry_after": A},
@@ -459,6 +465,13 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(float(fault.get("sleep", 0)))  # the client should have given up by now
         if spec.get("delay"):
             time.sleep(float(spec["delay"]))
+        if spec.get("model_after") and attempt >= int(spec["model_after"][0]):
+            spec = {**spec, "model": spec["model_after"][1], **(spec["model_after"][2:] or [{}])[0]}
+        if spec.get("error_body"):
+            with STATE.lock:
+                entry["outcome"] = "error_body"
+            self._send(200, {"error": {"message": "upstream failure", "type": "server_error"}})
+            return
         err = spec.get("error") or _rejection(body, spec)
         if err:
             with STATE.lock:
