@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-WAIT_S = 300.0  # the most a condition is waited for (a loaded 2-core machine takes long to start a run)
+WAIT_S = 600.0  # the most a condition is waited for (a loaded 2-core machine takes long to start a run)
 
 
 def live_progress(db: str | Path) -> dict[str, Any] | None:
