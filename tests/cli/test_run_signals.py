@@ -105,7 +105,7 @@ def _interrupt_then_resume(
         assert m, err
         resume = shlex.split(m.group(1))  # exactly as printed
     stored_at_signal = len(rows)
-    done = cli(*resume, "--quiet", "--no-report", env=cli_env())
+    done = cli(*resume, "--quiet", "--no-report", env=cli_env(), timeout=1800)  # minutes under load
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     rows = _rows(db)

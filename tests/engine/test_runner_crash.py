@@ -255,7 +255,7 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(setup: dict[str, Any]) -> N
     con.close()
     assert status == [("interrupted",)]
     # The printed resume command, run as printed, finishes the run.
-    proc2 = cli(*hint[3:], env=cli_env())
+    proc2 = cli(*hint[3:], env=cli_env(), timeout=1800)  # minutes on a loaded machine
     assert proc2.returncode == 0, proc2.stderr
     done = result_rows(db)
     _assert_unique(done)
