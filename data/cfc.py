@@ -13,6 +13,7 @@ from typing import Any
 
 from llmscope.data.registry import SuiteEntry, register_suite
 from llmscope.data.suites import Suite, SuiteError, _find_shared, read_jsonl, suite_from_spec
+from llmscope.engine.errors import SuiteDataMissing
 from llmscope.engine.types import Item
 
 SPEC: dict[str, Any] = {
@@ -57,7 +58,7 @@ def load_cfc_suite(suite_path: str | Path | None = None) -> Suite:
         shared = _find_shared()
         cand = shared / "data" / "cfc" / "cfc_dev_targets.jsonl" if shared else None
         if cand is None or not cand.is_file():
-            raise SuiteError("the cfc suite needs --suite-path (a CFC/ProtoQA *_targets.jsonl file)")
+            raise SuiteDataMissing("the cfc suite needs --suite-path (a CFC/ProtoQA *_targets.jsonl file)")
         path = cand
     else:
         path = Path(suite_path)

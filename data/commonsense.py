@@ -19,6 +19,7 @@ from llmscope.data.suites import (
     _read_spec,
     suite_from_spec,
 )
+from llmscope.engine.errors import SuiteDataMissing
 from llmscope.engine.types import Item
 
 CATEGORY_FIELDS = ["behavior", "everyday", "figure_of_speech", "judgment", "opinion", "reasoning"]
@@ -76,7 +77,7 @@ def load_full_commonsense(suite_path: str | Path | None) -> Suite:
     """The full corpus as a suite, with the sample's spec (templates, gold, groups)."""
     csv_path = Path(suite_path) if suite_path else _default_csv()
     if csv_path is None:
-        raise SuiteError(
+        raise SuiteDataMissing(
             "the full commonsense corpus is not bundled; pass --suite-path statements_and_prompts.csv"
         )
     if csv_path.is_dir():

@@ -13,6 +13,7 @@ import gc
 import hashlib
 import io
 import json
+import os
 import re
 import tomllib
 from collections.abc import Iterator
@@ -43,6 +44,7 @@ from llmscope.data.safety import (
     render_template,
     safe_resolve,
 )
+from llmscope.engine.errors import SuiteDataMissing as SuiteDataMissing
 from llmscope.engine.errors import SuiteError as SuiteError
 from llmscope.engine.tasks import Task, get_task, task_names
 from llmscope.engine.tasks.options import TaskOptionError, validate_task_options
@@ -599,6 +601,13 @@ def read_items(suite: Suite) -> list[Item]:
 
 
 def _find_shared() -> Path | None:
+    """The third-party data folder: `$LLMSCOPE_SHARED` when set (and nothing else: a path
+    that holds no `data/` means none, so tests can run as on a machine without it), else
+    `../shared` (or `../../shared`) beside the working folder or the repository."""
+    env = os.environ.get("LLMSCOPE_SHARED")
+    if env:
+        p = Path(env).expanduser()
+        return p.resolve() if (p / "data").is_dir() else None
     here = Path.cwd()
     for base in [here, Path(__file__).resolve().parents[1]]:
         for cand in SHARED_DIR_CANDIDATES:

@@ -17,6 +17,7 @@ from typing import Any
 
 from llmscope.data.registry import SuiteEntry, register_suite
 from llmscope.data.suites import Suite, SuiteError, _find_shared, suite_from_spec
+from llmscope.engine.errors import SuiteDataMissing
 from llmscope.engine.tasks.syntaxgym import (
     FormulaError,
     build_sentence,
@@ -104,7 +105,7 @@ def load_syntaxgym_suite(suite_path: str | Path | None = None) -> Suite:
         shared = _find_shared()
         cand = shared / "data" / "syntaxgym" / "test_suites" if shared else None
         if cand is None or not cand.is_dir():
-            raise SuiteError("the syntaxgym suite needs --suite-path (a SyntaxGym suite .json file or folder)")
+            raise SuiteDataMissing("the syntaxgym suite needs --suite-path (a SyntaxGym suite .json file or folder)")
         path = cand
     else:
         path = Path(suite_path)

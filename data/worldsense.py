@@ -19,6 +19,7 @@ from typing import Any
 
 from llmscope.data.registry import SuiteEntry, register_suite
 from llmscope.data.suites import Suite, SuiteError, _find_shared, gc_paused, suite_from_spec
+from llmscope.engine.errors import SuiteDataMissing
 from llmscope.engine.types import Item
 
 _loads: Callable[[str | bytes], Any]
@@ -293,7 +294,7 @@ def load_worldsense_suite(suite_path: str | Path | None = None) -> Suite:
     if suite_path is None:
         found = default_path()
         if found is None:
-            raise SuiteError(
+            raise SuiteDataMissing(
                 "the worldsense suite needs --suite-path (trials.jsonl.bz2 or its folder)"
             )
         trials = found

@@ -28,3 +28,9 @@ class SuiteError(Exception):
         if self.field:
             where += f", field '{self.field}'"
         return f"{where}: {self.message}"
+
+
+class SuiteDataMissing(SuiteError):
+    """A loader's default data (under ../shared) is absent and no `--suite-path` was given.
+
+    A listing of suites shows such a suite as needing a path; running it still refuses."""

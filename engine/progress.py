@@ -21,6 +21,7 @@ class Progress:
     done: int = 0  # results scored, including those stored by earlier sessions of the run (during a
     # run the newest are stored at the next flush, within about a second; at the end: what is stored)
     skipped: int = 0  # already stored when this session started
+    stored: int = 0  # results committed to the database (earlier sessions' too): what a kill keeps
     errors: int = 0
     scored: int = 0  # results with a gold answer
     correct: float = 0.0

@@ -208,6 +208,7 @@ class Runner:
             total=int(run.get("n_total") or len(all_work)),
             done=n_done,
             skipped=n_done,
+            stored=n_done,
             errors=n_err,
             scored=int(scored_row[0]) if scored_row else 0,
             correct=float(scored_row[1]) if scored_row else 0.0,
@@ -336,6 +337,7 @@ class Runner:
     def _finish_run(self, prog: Progress, status: str, failure: BaseException | None = None) -> None:
         n_done, n_err = self.store.count_results(self.run_id)
         prog.done, prog.errors = n_done, n_err  # what is actually stored
+        prog.stored = n_done
         if status == "completed":
             # The final status counts what the store holds, not what this session saw.
             n_ok = n_done - n_err
@@ -405,6 +407,12 @@ class Runner:
         self._seq += len(batch)
         loop = asyncio.get_running_loop()
         fut = loop.run_in_executor(self._writer, self.store.write_results, self.run_id, batch, seq)
+
+        def committed(f: asyncio.Future[Any], n: int = len(batch)) -> None:
+            if self.progress is not None and not f.cancelled() and f.exception() is None:
+                self.progress.stored += n
+
+        fut.add_done_callback(committed)
         if final:
             await fut
         else:

@@ -40,6 +40,15 @@ def inputs(tmp_path: Path) -> Path:
     (src / "samples_x.jsonl").write_text('{"doc_id": 0}\n', encoding="utf-8")  # lm-eval, no request
     (src / "answers.json").write_text("[1, 2", encoding="utf-8")
     (src / "results.jsonl").write_text('{"id": "1"}\n', encoding="utf-8")  # no q1/q2/q3 in the name
+    # the good suites the two imports score against (their default data, ../shared, may be absent)
+    (src / "targets.jsonl").write_text(
+        '{"metadata": {"id": "q1"}, "question": {"normalized": "name a fruit"}, '
+        '"answers": {"raw": {"apple": 3}, "clusters": {"apple": {"count": 3, "answers": ["apple"]}}}}\n',
+        encoding="utf-8",
+    )
+    (src / "statements.csv").write_text(
+        "statement,category,elicitation,q1,q2,q3\nCats purr.,animals,written,a,b,c\n", encoding="utf-8"
+    )
     (tmp_path / "db").mkdir()
     with Store(tmp_path / "db" / "old.duckdb") as st:
         st.create_run(
@@ -57,8 +66,10 @@ def _refusals(src: Path) -> list[tuple[list[str], str]]:
         # a suite with its own items: the path was once ignored and the whole suite ran
         (["run", "--suite", "commonsense-sample", "--suite-path", str(src / "terse.yaml")], "--suite-path"),
         (["import", "lm-eval", str(src / "samples_x.jsonl")], "samples_x.jsonl"),
-        (["import", "answers", str(src / "answers.json")], "answers.json"),
-        (["import", "results", str(src / "results.jsonl")], "results.jsonl"),
+        (["import", "answers", str(src / "answers.json"), "--suite-path", str(src / "targets.jsonl")],
+         "answers.json"),
+        (["import", "results", str(src / "results.jsonl"), "--suite-path", str(src / "statements.csv")],
+         "results.jsonl"),
     ]
 
 

@@ -2,8 +2,9 @@
 
 A signal the shell hands down as ignored stays ignored: SIGHUP under `nohup`, SIGINT for a job
 started with `&` by a non-interactive shell. Real processes started the way a user does (the
-`nohup` binary; `sh -c '... &'`), the scripted OpenAI-wire server, a run slow enough (20 ms a
-request, one at a time) for the signal to land mid-run; the run must finish with every row.
+`nohup` binary; `sh -c '... &'`), the scripted OpenAI-wire server, which holds the run's later
+requests until the signal is sent (so it lands mid-run on any machine); the run must finish
+with every row.
 """
 
 from __future__ import annotations
@@ -12,30 +13,43 @@ import shlex
 import shutil
 import signal
 import subprocess
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import duckdb
 import pytest
 
 from tests.helpers.cli import api_run_args, cli_cmd, cli_env, record, write_yesno_suite
+from tests.helpers.midrun import wait_until
 from tests.helpers.oai import OAIServer, start_server, stop_server
 
 pytestmark = pytest.mark.reliability
 
-N = 60  # 120 requests of 20 ms: about 3 s of scoring
+N = 60  # 120 requests, one at a time
+MARKERS = ("Question", "Is it true")  # the two templates of write_yesno_suite
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[OAIServer]:
     s = start_server()
     try:
-        s.script("Question", delay=0.02)
-        s.script("Is it true", delay=0.02)
         yield s
     finally:
         stop_server(s)
+
+
+def _hold(server: OAIServer) -> None:
+    """Answer the first 5 requests of each template, then hold them until `_signal_then_go_on`."""
+    for m in MARKERS:
+        server.script(m, hold_after=5)
+
+
+def _signal_then_go_on(server: OAIServer, proc: subprocess.Popen[str], send: Callable[[], None]) -> None:
+    """Once a request is held (10 answered, 110 to go), signal the run, then let it go on."""
+    wait_until(lambda: any(server.held(m) for m in MARKERS), "a request was held", proc)
+    send()
+    for m in MARKERS:
+        server.release(m)
 
 
 def _cmd(spec: Path, db: Path, server: OAIServer) -> list[str]:
@@ -47,17 +61,6 @@ def _cmd(spec: Path, db: Path, server: OAIServer) -> list[str]:
         "--concurrency",
         "1",
     )
-
-
-def _wait_scoring(db: Path, limit: float = 120) -> None:
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        if any(
-            p.read_bytes().count(b"\n") >= 5 for p in Path(f"{db}.live").glob("*/results.jsonl")
-        ):
-            return
-        time.sleep(0.05)
-    raise AssertionError("the run never started scoring")
 
 
 def _stored(db: Path) -> tuple[int, str]:
@@ -74,6 +77,7 @@ def _stored(db: Path) -> tuple[int, str]:
 def test_sighup_under_nohup_does_not_stop_the_run(tmp_path: Path, server: OAIServer) -> None:
     spec = write_yesno_suite(tmp_path / "s", N)
     db = tmp_path / "nohup.duckdb"
+    _hold(server)
     proc = subprocess.Popen(
         ["nohup", *_cmd(spec, db, server)],
         env=cli_env(OPENAI_API_KEY="sk-test"),
@@ -83,9 +87,9 @@ def test_sighup_under_nohup_does_not_stop_the_run(tmp_path: Path, server: OAISer
         cwd=tmp_path,
     )
     try:
-        _wait_scoring(db)
-        proc.send_signal(signal.SIGHUP)  # nohup execs the run: this pid is the run's
-        _, err = proc.communicate(timeout=120)
+        # nohup execs the run: this pid is the run's
+        _signal_then_go_on(server, proc, lambda: proc.send_signal(signal.SIGHUP))
+        _, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -100,6 +104,7 @@ def test_sigint_to_a_background_job_of_a_script(tmp_path: Path, server: OAIServe
     control), so a Ctrl-C meant for the script's foreground leaves the run alone."""
     spec = write_yesno_suite(tmp_path / "s", N)
     db = tmp_path / "bg.duckdb"
+    _hold(server)
     script = f"{shlex.join(_cmd(spec, db, server))} 2>{shlex.quote(str(tmp_path / 'err.txt'))} & echo $!; wait $!; echo rc=$?"
     sh = subprocess.Popen(
         ["sh", "-c", script],
@@ -110,11 +115,10 @@ def test_sigint_to_a_background_job_of_a_script(tmp_path: Path, server: OAIServe
     try:
         assert sh.stdout is not None
         pid = int(sh.stdout.readline())
-        _wait_scoring(db)
         import os
 
-        os.kill(pid, signal.SIGINT)
-        out, _ = sh.communicate(timeout=120)
+        _signal_then_go_on(server, sh, lambda: os.kill(pid, signal.SIGINT))
+        out, _ = sh.communicate(timeout=300)
     finally:
         if sh.poll() is None:
             sh.kill()

@@ -3,6 +3,10 @@ a run that reads `interrupted`, and in every case the printed (or `--resume ID`)
 finishes the run without loss or duplicates. A local run (tiny random Llama) and an API
 run (the scripted OpenAI-wire server) each; the API resume is given no --base-url and
 must reach the same server from the stored config.
+
+Each signal lands mid-run on any machine (tests/helpers/midrun.py): it is sent once the run
+reports stored results, while the server holds the API run's later requests, or while the
+local run is frozen.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import re
 import shlex
 import signal
 import subprocess
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,28 +24,14 @@ import duckdb
 import pytest
 
 from tests.helpers.cli import cli, cli_cmd, cli_env, record, tiny_model_dir, write_yesno_suite
+from tests.helpers.midrun import signal_frozen, wait_stored
 from tests.helpers.oai import oai, oai_server  # noqa: F401
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
-N_LOCAL = 1500  # 3,000 prompts at batch size 2: still scoring after the first flush (1 s) on a fast idle
-# machine (1,200 prompts finished inside the 1.5 s wait there: "signal landed too late: 1200/1200")
-N_API = 150  # 300 prompts at 30 ms each, two in flight
-
-
-def _wait_scoring(db: Path, proc: subprocess.Popen[str], min_rows: int = 1, limit: float = 120) -> None:
-    """Wait until the run has published at least `min_rows` results on the live channel."""
-    live = Path(str(db) + ".live")
-    end = time.monotonic() + limit
-    while time.monotonic() < end and proc.poll() is None:
-        for p in live.glob("*/results.jsonl"):
-            try:
-                if p.read_bytes().count(b"\n") >= min_rows:
-                    return
-            except OSError:
-                pass
-        time.sleep(0.05)
-    raise AssertionError(f"the run never started scoring (exit {proc.poll()})")
+N_LOCAL = 1500  # 3,000 prompts at batch size 2: frozen (SIGSTOP) at its first stored results
+N_API = 150  # 300 prompts, two in flight; the server answers the first HOLD_AFTER, then holds
+HOLD_AFTER = 40
 
 
 def _rows(db: Path) -> list[tuple[Any, ...]]:
@@ -83,14 +73,17 @@ def _api_suite(folder: Path) -> Path:
     return folder / "suite.yaml"
 
 
-def _interrupt_then_resume(cmd: list[str], db: Path, sig: int, total: int) -> dict[str, Any]:
+def _interrupt_then_resume(
+    cmd: list[str], db: Path, sig: int, total: int, send: Callable[[subprocess.Popen[str]], None]
+) -> dict[str, Any]:
+    """Start the run, and once it reports stored results (kill -9 leaves rows to keep) signal
+    it with `send`, which holds its work; then resume it as printed."""
     proc = subprocess.Popen(cli_cmd(*cmd), env=cli_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     try:
-        _wait_scoring(db, proc, min_rows=20)
-        time.sleep(1.5)  # past the first flush (once a second), so kill -9 leaves rows to keep
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=120)
+        wait_stored(db, proc)
+        send(proc)
+        _, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -112,7 +105,7 @@ def _interrupt_then_resume(cmd: list[str], db: Path, sig: int, total: int) -> di
         assert m, err
         resume = shlex.split(m.group(1))  # exactly as printed
     stored_at_signal = len(rows)
-    done = cli(*resume, "--quiet", "--no-report", env=cli_env())
+    done = cli(*resume, "--quiet", "--no-report", env=cli_env(), timeout=1800)  # minutes under load
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     rows = _rows(db)
@@ -132,18 +125,24 @@ def test_local_run_signal_then_resume(local_setup: dict[str, Path], name: str, s
     db = local_setup["base"] / f"{name}.duckdb"
     cmd = ["run", "--suite", str(local_setup["suite"]), "--model", f"hf:{local_setup['model']}", "--db", str(db),
            "--dtype", "float32", "--device", "cpu", "--batch-size", "2", "--threads", "1", "--no-report", "--quiet"]
-    figures = _interrupt_then_resume(cmd, db, sig, 2 * N_LOCAL)
+    figures = _interrupt_then_resume(cmd, db, sig, 2 * N_LOCAL, lambda p: signal_frozen(p, db, sig))
     record(f"signal_local_{name}", **figures, items_lost=0, duplicates=0)
 
 
 @pytest.mark.parametrize(("name", "sig"), SIGNALS)
 def test_api_run_signal_then_resume_keeps_base_url(tmp_path: Path, oai, name: str, sig: int) -> None:  # noqa: F811
-    oai.script("[sig]", top=[["Yes", -0.3], ["No", -1.5]], delay=0.03)
+    oai.script("[sig]", top=[["Yes", -0.3], ["No", -1.5]], hold_after=HOLD_AFTER)
     db = tmp_path / f"{name}.duckdb"
     cmd = ["run", "--suite", str(_api_suite(tmp_path / "s")), "--model", "openai:test-model",
            "--base-url", oai.base_url, "--concurrency", "2", "--db", str(db), "--no-report", "--quiet"]
     before = len(oai.log("[sig]"))
-    figures = _interrupt_then_resume(cmd, db, sig, 2 * N_API)
+
+    def send(proc: subprocess.Popen[str]) -> None:
+        proc.send_signal(sig)  # the run waits on held requests: it cannot have finished
+        proc.wait(timeout=300)
+        oai.release("[sig]")  # the resume's requests are answered
+
+    figures = _interrupt_then_resume(cmd, db, sig, 2 * N_API, send)
     # the resume (given no --base-url) reached this server, not the default endpoint
     assert len(oai.log("[sig]")) - before >= 2 * N_API
     record(f"signal_api_{name}", **figures, items_lost=0, duplicates=0)

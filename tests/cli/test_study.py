@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import duckdb
@@ -26,6 +25,7 @@ from tests.helpers.cli import (
     write_choice_suite,
     write_yesno_suite,
 )
+from tests.helpers.midrun import wait_until
 from tests.helpers.oai import start_server, stop_server
 
 ENV = {"OPENAI_API_KEY": "sk-test"}
@@ -313,7 +313,9 @@ def test_kill_mid_study_then_rerun_completes_every_cell_once(tmp_path, suites, s
     yn, ch = suites
     server = start_server()
     try:
-        server.script("number", delay=0.4)  # every prompt of both suites: a slow server
+        # every prompt of both suites: the first cell (12 prompts) and 2 of the next answered,
+        # the rest held until the signal is sent, so it lands mid-study on any machine
+        server.script("number", hold_after=14)
         study = _api_study(tmp_path, yn, ch, server.base_url)
         db = tmp_path / "k.duckdb"
         proc = subprocess.Popen(
@@ -324,15 +326,19 @@ def test_kill_mid_study_then_rerun_completes_every_cell_once(tmp_path, suites, s
             text=True,
         )
         assert proc.stderr is not None
-        seen: list[str] = []
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:  # one cell finished and the next one started
-            line = proc.stderr.readline()
-            seen.append(line)
-            if not line or (
-                any("completed:" in x for x in seen) and "stored" in line and "0/" in line
-            ):
-                break
+
+        def next_cell_stored() -> bool:  # one cell finished, the next one stored results
+            for p in Path(f"{db}.live").glob("*/progress.json"):
+                try:
+                    prog = json.loads(p.read_text(encoding="utf-8"))["progress"]
+                except (OSError, ValueError, KeyError):
+                    continue
+                if 0 < int(prog.get("stored") or 0) < int(prog["total"]):
+                    return True
+            return False
+
+        wait_until(lambda: server.held("number"), "a request of the second cell was held", proc)
+        wait_until(next_cell_stored, "the second cell stored results", proc)
         # while the study holds the file, status reads the cells' live channels
         during = cli("study", "status", str(study), "--db", str(db), "--json")
         assert during.returncode == 0, during.stderr
@@ -340,8 +346,8 @@ def test_kill_mid_study_then_rerun_completes_every_cell_once(tmp_path, suites, s
         assert "live" in live_view, live_view
         assert "done" in {c["state"] for c in live_view["cells"]}
         proc.send_signal(sig)
-        rest = proc.communicate(timeout=60)[1]
-        assert any("completed:" in x for x in seen), "".join(seen) + rest
+        rest = proc.communicate(timeout=300)[1]
+        assert "completed:" in rest, rest
         if sig == signal.SIGTERM:
             assert proc.returncode == 143, rest
             assert "Run the same command again" in rest

@@ -181,3 +181,22 @@ def test_suites_list_cuts_no_description_silently() -> None:
             cut += 1
             assert shown.endswith("…") and desc.startswith(shown[:-1]), (name, shown, desc)
     assert cut  # the built-in suites have descriptions longer than a line
+
+
+def test_suites_list_without_the_shared_data(tmp_path: Path) -> None:
+    """Where ../shared is absent (a user's clone), `llmscope suites` still lists every suite, and
+    the loaders of third-party corpora as needing --suite-path."""
+    import json
+
+    from llmscope.data.registry import SUITES, suite_names
+    from tests.helpers.cli import cli, cli_env
+
+    env = cli_env(LLMSCOPE_SHARED=str(tmp_path / "no-shared"))
+    listed, whole = cli("suites", env=env), cli("suites", "--json", env=env)
+    assert listed.returncode == 0 and whole.returncode == 0, listed.stderr + whole.stderr
+    rows = {r["name"]: r for r in json.loads(whole.stdout)}
+    assert list(rows) == suite_names()
+    assert {ln.split()[0] for ln in listed.stdout.splitlines() if ln.strip()} == set(rows)
+    for name, entry in SUITES.items():
+        assert rows[name]["task"] == entry.task and rows[name]["items"] is None, rows[name]
+        assert "--suite-path" in rows[name]["description"], rows[name]

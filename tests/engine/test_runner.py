@@ -29,6 +29,7 @@ class Recorder(NullReporter):
     def __init__(self) -> None:
         self.started: list[Progress] = []
         self.batches: list[int] = []
+        self.counts: list[tuple[int, int]] = []  # (stored, done) as each batch arrives
         self.ended: Progress | None = None
 
     def on_start(self, run, progress):
@@ -36,6 +37,7 @@ class Recorder(NullReporter):
 
     def on_results(self, results, progress):
         self.batches.append(len(results))
+        self.counts.append((progress.stored, progress.done))
 
     def on_end(self, progress):
         self.ended = progress
@@ -83,6 +85,9 @@ def test_run_resume_and_exactly_once(tmp_path, db_path):
         acc = st.execute("SELECT avg(correct), count(correct) FROM results").fetchone()
         assert acc[1] == 24
         assert prog2.scored == 24 and prog2.correct == pytest.approx(acc[0] * 24)
+    # `stored` counts what the database holds: never ahead of what was scored, all at the end
+    assert prog.stored == 10 and prog2.stored == 24
+    assert all(10 <= stored <= done for stored, done in rec2.counts), rec2.counts
 
 
 def test_item_errors_are_stored_not_scored(tmp_path, db_path):

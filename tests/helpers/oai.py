@@ -53,6 +53,14 @@ class OAIServer:
     def reset(self) -> None:
         self._call("/_control/reset", {})
 
+    def release(self, marker: str) -> None:
+        """Let the requests held for `marker` (its script's `hold_after`) go on, and later ones."""
+        self._call("/_control/release", {"marker": marker})
+
+    def held(self, marker: str) -> int:
+        """How many requests for `marker` wait at its gate now."""
+        return int(self.server_stats().get("held", {}).get(marker, 0))
+
     def log(self, marker: str | None = None) -> list[dict[str, Any]]:
         """Requests seen (optionally only those matched to `marker`), in arrival order."""
         entries = self._call("/_control/log")

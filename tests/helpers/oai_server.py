@@ -40,6 +40,9 @@ A request is handled by the first script whose MARKER occurs in its prompt text
                    (the first min(k, len) are returned as top_logprobs)
     content        the generated text (default: the first `top` token)
     delay          seconds to wait before every normal answer (for concurrency tests)
+    hold_after     N: the first N requests to this marker are answered, later ones wait until
+                   the test releases the marker (POST /_control/release; reset releases all):
+                   a run that cannot finish before a signal, however fast the machine
     no_logprobs    true: answer without logprobs (like reasoning models)
     samples        list of texts handed out in turn to each sampled choice
     ignore_n       true: answer one choice whatever `n` asks (servers that ignore `n`)
@@ -54,8 +57,9 @@ A request is handled by the first script whose MARKER occurs in its prompt text
 
 Control endpoints (for tests): POST /_control/script {"marker": M, "spec": SPEC},
 POST /_control/faults {"rate": R, "seed": S, "kinds": [...], "sleep": T, "retry_after": A},
-POST /_control/reset, GET /_control/log (requests seen),
-GET /_control/stats (faults injected, requests, most requests handled at once per marker).
+POST /_control/reset, POST /_control/release {"marker": M} (let held requests go on),
+GET /_control/log (requests seen), GET /_control/stats (faults injected, requests, most
+requests handled at once per marker, requests waiting in a hold per marker).
 
 Echo tokenisation is "optional whitespace + non-space run" (`\\s*\\S+`), so hand sums in
 tests are easy: "The cat sat" -> "The", " cat", " sat". The first prompt token has a
@@ -110,12 +114,17 @@ class State:
         self.injected = {"429": 0, "500": 0, "timeout": 0, "malformed": 0}
         self.active: dict[str, int] = {}  # marker -> requests being handled now
         self.max_active: dict[str, int] = {}
+        self.gates: dict[str, threading.Event] = {}  # marker -> set once released (hold_after)
+        self.held: dict[str, int] = {}  # marker -> requests waiting at its gate now
 
     def set_faults(self, faults: dict[str, Any]) -> None:
         self.faults = faults
         self.rng = random.Random(faults.get("seed", 0))
 
     def reset(self) -> None:
+        for gate in self.gates.values():
+            gate.set()  # no request stays held past the test that held it
+        self.gates.clear()
         self.scripts.clear()
         self.counters.clear()
         self.sample_counters.clear()
@@ -386,6 +395,7 @@ class Handler(BaseHTTPRequestHandler):
                         "injected": dict(STATE.injected),
                         "requests": len(STATE.log),
                         "max_active": dict(STATE.max_active),
+                        "held": dict(STATE.held),
                     },
                 )
         elif self.path.rstrip("/").endswith("/models"):
@@ -426,6 +436,13 @@ class Handler(BaseHTTPRequestHandler):
                 "outcome": "ok",
             }
             STATE.log.append(entry)
+            gate = None
+            if spec.get("hold_after") is not None and attempt >= int(spec["hold_after"]):
+                gate = STATE.gates.setdefault(marker or "", threading.Event())
+                if gate.is_set():
+                    gate = None
+                else:
+                    STATE.held[marker or ""] = STATE.held.get(marker or "", 0) + 1
             fault = None
             scripted = spec.get("faults", [])
             if attempt < len(scripted):
@@ -443,6 +460,10 @@ class Handler(BaseHTTPRequestHandler):
                 entry["outcome"] = "fault:" + (
                     str(fault["status"]) if "status" in fault else next(iter(fault))
                 )
+        if gate is not None:
+            gate.wait(timeout=600)  # the test releases it (or resets the server)
+            with STATE.lock:
+                STATE.held[marker or ""] -= 1
         if fault is not None:
             if "status" in fault:
                 self._error(
@@ -491,11 +512,16 @@ class Handler(BaseHTTPRequestHandler):
             if self.path == "/_control/script":
                 STATE.scripts[body["marker"]] = body["spec"]
                 STATE.counters.pop(body["marker"], None)
+                old = STATE.gates.pop(body["marker"], None)
+                if old is not None:
+                    old.set()  # a new script starts with a closed gate; nothing stays held
             elif self.path == "/_control/faults":
                 STATE.set_faults({**STATE.faults, **body})
                 STATE.injected = {k: 0 for k in STATE.injected}
             elif self.path == "/_control/reset":
                 STATE.reset()
+            elif self.path == "/_control/release":
+                STATE.gates.setdefault(body["marker"], threading.Event()).set()
             else:
                 self._error(404, f"no route {self.path}")
                 return

@@ -19,7 +19,8 @@ import functools
 from pathlib import Path
 from typing import Any
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
+from tests.helpers.paths import SHARED
+
 QWEN_TOKENIZER = SHARED / "tokenizers" / "qwen2.5"
 
 CHATML_TEMPLATE = (
@@ -129,7 +130,7 @@ def make_tiny_model(
 ) -> tuple[Any, Any]:
     """(model, tokenizer): a random-weight 2-layer Llama whose vocabulary covers the tokenizer.
 
-    `vocab`: "auto" (shared Qwen2.5 tokenizer when /work/shared exists, else a BPE trained on
+    `vocab`: "auto" (shared Qwen2.5 tokenizer when ../shared has it, else a BPE trained on
     the fly), "qwen" or "trained". `chat_template=False` drops the chat template. The model is
     fp32, in eval mode, on CPU; with `save` both are also written to `tmp_path/"tiny-llama"`.
     """

@@ -24,6 +24,7 @@ from llmscope.store.db import Store
 from llmscope.store.errors import StoreError
 from llmscope.store.run_status import effective_status, process_started_at
 from tests.helpers.cli import api_run_args, cli_cmd, cli_env, record, write_yesno_suite
+from tests.helpers.midrun import wait_stored
 from tests.helpers.oai import OAIServer, start_server, stop_server
 
 pytestmark = pytest.mark.reliability
@@ -108,7 +109,7 @@ def test_periodic_checkpoints_keep_the_file_self_contained(
     file itself, not only in the WAL."""
     n = 150
     spec = write_yesno_suite(tmp_path / "s", n)
-    server.script("Question", delay=0.01)
+    server.script("Question", hold_after=20)  # then held: the kill lands mid-run on any machine
     db = tmp_path / "ck.duckdb"
     proc = subprocess.Popen(
         cli_cmd(
@@ -125,15 +126,7 @@ def test_periodic_checkpoints_keep_the_file_self_contained(
         text=True,
     )
     try:
-        live = Path(f"{db}.live")
-        import time
-
-        end = time.monotonic() + 120
-        while time.monotonic() < end and proc.poll() is None:
-            if any(p.read_bytes().count(b"\n") >= 40 for p in live.glob("*/results.jsonl")):
-                break
-            time.sleep(0.05)
-        time.sleep(1.5)  # past the first flush (once a second)
+        wait_stored(db, proc)  # rows written (and, every 0 s, checkpointed) before the kill
         proc.kill()
         proc.wait(timeout=30)
     finally:

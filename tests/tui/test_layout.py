@@ -350,7 +350,7 @@ async def test_home_suites_table_cuts_text_only_with_an_ellipsis(
     whole or ends in "…", and nothing runs into the panel's edge (also after the terminal is
     narrowed or widened while the screen is open)."""
     from llmscope.data.registry import external_suite
-    from llmscope.data.suites import builtin_names, load_suite
+    from llmscope.data.suites import SuiteDataMissing, builtin_names, load_suite
 
     # each suite's task and description read from its spec, not from the table
     specs: dict[str, tuple[str, str | None]] = {}
@@ -358,9 +358,14 @@ async def test_home_suites_table_cuts_text_only_with_an_ellipsis(
         e = external_suite(n)
         if e is not None and e.large:
             specs[n] = (e.task, None)
-        else:
+            continue
+        try:
             s = load_suite(n)
-            specs[n] = (s.task, " ".join((s.description or "").split()))
+        except SuiteDataMissing:  # its data (../shared) is absent here: listed as needing a path
+            assert e is not None
+            specs[n] = (e.task, None)
+            continue
+        specs[n] = (s.task, " ".join((s.description or "").split()))
     assert any(t == "contamination" for t, _ in specs.values())  # the task name that was cut
     app = LlmscopeApp(make_db(tmp_path / "t.duckdb"))
     async with app.run_test(size=sizes[0]) as pilot:
@@ -378,3 +383,25 @@ async def test_home_suites_table_cuts_text_only_with_an_ellipsis(
                 full = specs[name][1]
                 if desc and full is not None:
                     assert _whole_or_marked(" ".join(desc), full), (size, name, desc)
+
+
+async def test_home_lists_a_suite_whose_data_is_absent_as_needing_a_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ../shared the loaders of third-party corpora cannot read their default data: the
+    home screen still lists every suite, those with their task and "needs --suite-path" (the
+    listing once failed as a whole)."""
+    from llmscope.data.registry import SUITES
+    from llmscope.data.suites import builtin_names
+
+    monkeypatch.setenv("LLMSCOPE_SHARED", str(tmp_path / "no-shared"))
+    app = LlmscopeApp(make_db(tmp_path / "t.duckdb"))
+    async with app.run_test(size=(240, 60)) as pilot:
+        await settle(pilot)
+        await pilot.pause()
+        seen = _suite_rows_seen(app)
+    assert set(builtin_names()) <= set(seen), seen
+    for name, entry in SUITES.items():
+        _, (items, task, *desc) = seen[name]
+        assert (items, task) == ("-", entry.task), (name, seen[name])
+        assert "--suite-path" in " ".join(desc), (name, seen[name])

@@ -19,9 +19,9 @@ import pytest
 
 from llmscope.cli import main  # noqa: E402
 from tests.helpers.cli import tiny_model_dir  # noqa: E402
+from tests.helpers.paths import SHARED
 from tests.helpers.tui import screen_text, settle, wait_until  # noqa: E402
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 # Loaders of full corpora take the first N items; WorldSense needs whole tuples (3 trials).
 LIMIT = {"worldsense": 6}
 HUMAN_PANEL = ("human_majority_agreement", "human_tv_distance", "human_rating_share")

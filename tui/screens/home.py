@@ -283,7 +283,7 @@ class HomeScreen(BaseScreen):
     @work(thread=True, exclusive=True, exit_on_error=False, group="home-suites")
     def load_suites(self) -> SuitesLoaded:
         from llmscope.data.registry import external_suite
-        from llmscope.data.suites import builtin_names, load_suite
+        from llmscope.data.suites import SuiteDataMissing, builtin_names, load_suite
 
         rows = []
         for name in builtin_names():
@@ -308,6 +308,15 @@ class HomeScreen(BaseScreen):
                         "description": " ".join((s.description or "").split()),
                     }
                 )
+            except SuiteDataMissing:  # a loader whose default data (../shared) is absent
+                rows.append(
+                    {
+                        "name": name,
+                        "task": entry.task if entry is not None else "?",
+                        "items": None,
+                        "description": "needs --suite-path (no ../shared)",
+                    }
+                )
             except Exception as e:  # a broken spec is listed with its error
                 rows.append({"name": name, "task": "?", "items": None, "description": str(e)})
         return SuitesLoaded(rows)
@@ -326,19 +335,15 @@ class HomeScreen(BaseScreen):
         room: at 80 columns the task once showed `contamin`, cut at the edge with no mark."""
         t = self.query_one("#suites", DataTable)
         rows, pad = self._suite_rows, 2 * t.cell_padding
+        name_w = max([cell_len("suite")] + [cell_len(clean(r["name"])) for r in rows])
+        items_w = max([cell_len("items")] + [len("-" if r["items"] is None else str(r["items"])) for r in rows])
+        task_full = max([cell_len("task")] + [cell_len(clean(r["task"])) for r in rows])
         task_w: int | None = None
         desc_w: int | None = None
         if t.size.width:  # laid out: fit the last column to the room left
-            used = sum(
-                max([cell_len(head)] + [cell_len(cell(r)) for r in rows]) + pad
-                for head, cell in (
-                    ("suite", lambda r: clean(r["name"])),
-                    ("items", lambda r: "-" if r["items"] is None else str(r["items"])),
-                )
-            )
+            used = name_w + pad + items_w + pad
             bar = t.styles.scrollbar_size_vertical if len(rows) + 1 > t.size.height else 0
             room = t.size.width - bar - used - pad  # for the task (and description) column
-            task_full = max([cell_len("task")] + [cell_len(clean(r["task"])) for r in rows])
             if room - task_full - pad >= self.DESCRIPTION_MIN_ROOM:
                 desc_w = min(room - task_full - pad, 60)
             else:
@@ -347,8 +352,15 @@ class HomeScreen(BaseScreen):
             return
         self._suites_layout = (task_w, desc_w)
         keep = t.cursor_row
-        t.clear(columns=True)  # a column keeps its widest cell's width until it is re-added
-        t.add_columns("suite", "items", "task", *(["description"] if desc_w else []))
+        t.clear(columns=True)
+        # Widths given, not measured: DataTable measures cells when idle, and a table drawn
+        # before that (suites that load fast) kept the headers' widths, names cut with no mark.
+        t.add_column("suite", width=name_w)
+        t.add_column("items", width=items_w)
+        t.add_column("task", width=task_full if task_w is None else min(task_w, task_full))
+        if desc_w:
+            desc_full = max([cell_len("description")] + [cell_len(r["description"]) for r in rows])
+            t.add_column("description", width=min(desc_w, desc_full))
         self._fill_suites()
         if rows:
             t.move_cursor(row=min(keep, len(rows) - 1))
