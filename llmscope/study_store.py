@@ -605,7 +605,9 @@ def live_cell_rows(
     """A study's cells from their runs' live channels (`live_cells`): state and counts, no
     metric (the pipeline reads the database, which the writer holds). `shape`: the cells as
     (key, position, suite, model, levels), from the study file or an earlier read; default:
-    the cells that have a run on the live channel (levels read from their keys)."""
+    the grid `study run` published (`publish_study`), else the cells that have a run on the
+    live channel (levels read from their keys). A cell with no run on the channel shows what
+    `study run` found for it before running (reused, to resume, failed), else `not_started`."""
     live = live_cells(db, name)
     published = published_study(db, name)
     starts: dict[str, dict[str, Any]] = {}

@@ -104,8 +104,10 @@ def _check_endpoints(study: Any, args: argparse.Namespace, say: Callable[[str, s
         m = cell.model
         if cell.options.get("trust_remote_code") and not args.trust_study:
             where = cell.sources.get("trust_remote_code") or str(study.path)
-            raise CLIError(f"{where} sets trust_remote_code (it runs {m.label}'s own Python code); "
-                           "pass --trust-study to allow it")
+            raise CLIError(
+                f"{where} sets trust_remote_code (it runs {m.label}'s own Python code); "
+                "pass --trust-study to allow it"
+            )
         if not m.is_api:
             continue
         urls = expand_base_urls(cell.options.get("base_url"))
@@ -390,7 +392,9 @@ def format_grid(name: str, db: str, rows: list[Any]) -> str:
         for row in table
     ]
     wider = [
-        r for r in rows if r.run_items is not None and r.n_items is not None and r.run_items > r.n_items
+        r
+        for r in rows
+        if r.run_items is not None and r.n_items is not None and r.run_items > r.n_items
     ]
     if wider:
         out.append("read on the study's items only (each suite's cells on one item set):")

@@ -165,8 +165,12 @@ grid:
     for extra in ([], ["--dry-run"]):
         proc = cli("study", "run", str(study), "--db", str(db), *extra)
         assert_clean_error(
-            proc, f"{study}:7", "grid.prompt.expert.system_prompt", "factor 'prompt'",
-            "suite 'mc-sample'", "without a chat template",
+            proc,
+            f"{study}:7",
+            "grid.prompt.expert.system_prompt",
+            "factor 'prompt'",
+            "suite 'mc-sample'",
+            "without a chat template",
         )
         assert len(proc.stderr.strip().splitlines()) == 1
     assert not db.exists()  # nothing was recorded or run
@@ -226,8 +230,20 @@ def test_while_a_study_writes_every_cell_is_shown_from_the_grid(tmp_path):
         model = f'{{model: "openai:m", base_url: "{srv.base_url}", label: api, concurrency: 1}}'
         # one cell's run exists already, with more items than the study asks for
         pre = cli(
-            "run", "--suite", str(yn), "--model", "openai:m", "--base-url", srv.base_url,
-            "--limit", "6", "--seed", "0", "--db", str(db), env=cli_env(**ENV),
+            "run",
+            "--suite",
+            str(yn),
+            "--model",
+            "openai:m",
+            "--base-url",
+            srv.base_url,
+            "--limit",
+            "6",
+            "--seed",
+            "0",
+            "--db",
+            str(db),
+            env=cli_env(**ENV),
         )
         assert pre.returncode == 0, pre.stderr[-2000:]
         study = _write(
@@ -242,7 +258,10 @@ grid:
         )
         proc = subprocess.Popen(
             cli_cmd("study", "run", str(study), "--db", str(db), "--jobs", "1", "--trust-study"),
-            env=cli_env(**ENV), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=cli_env(**ENV),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         try:
             deadline = time.monotonic() + 120
