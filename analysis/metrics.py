@@ -646,22 +646,22 @@ def run_metrics(store: Any, run: Mapping[str, Any], by: Sequence[str] | None = N
     by_l = list(by) if by else [g for g in (spec.get("group_by") or []) if isinstance(g, str)]
     sig = rows_signature(store, rid)
     if items is not None:
-        keep = frozenset(str(i) for i in items)
+        wanted = frozenset(str(i) for i in items)
         key_s = (str(getattr(store, "path", id(store))), rid, sig, tuple(by_l), bootstrap,
-                 tuple(producers) if producers is not None else None, keep,
+                 tuple(producers) if producers is not None else None, wanted,
                  json.dumps(dict(run), sort_keys=True, default=str))
         if cache and key_s in _CACHE:
             return _CACHE[key_s]
         profile = result_profile(store, rid)
         df = stored_frame(store, run, spec, by_l, profile, producers)
-        df = df[df["item_id"].astype(str).isin(keep)].reset_index(drop=True)
-        rm = compute_metrics(df, run, spec, by_l, store=store, bootstrap=bootstrap, producers=producers,
+        df = df[df["item_id"].astype(str).isin(wanted)].reset_index(drop=True)
+        sub = compute_metrics(df, run, spec, by_l, store=store, bootstrap=bootstrap, producers=producers,
                              profile=profile)
         if cache:
             if len(_CACHE) >= _CACHE_MAX:
                 _CACHE.pop(next(iter(_CACHE)))
-            _CACHE[key_s] = rm
-        return rm
+            _CACHE[key_s] = sub
+        return sub
     key = (str(getattr(store, "path", id(store))), rid, sig, tuple(by_l), bootstrap,
            tuple(producers) if producers is not None else None, json.dumps(dict(run), sort_keys=True, default=str))
     if cache and key in _CACHE:

@@ -221,10 +221,9 @@ grid:
 
 # -- the whole grid while a study writes ------------------------------------------------------------
 def test_while_a_study_writes_every_cell_is_shown_from_the_grid(tmp_path):
-    if True:
-        # every answer waits, so the study is still writing while the test reads
-        slow = {"scripts": {"number": {"delay": 0.15}}}
-        srv = start_server("--scenario", str(_write(tmp_path / "sc.json", json.dumps(slow))))
+    srv = start_server()
+    try:
+        srv.script("number", delay=0.15)  # every answer waits: the study writes while we read
         yn = write_yesno_suite(tmp_path / "yn", 20)
         db = tmp_path / "w.duckdb"
         model = f'{{model: "openai:m", base_url: "{srv.base_url}", label: api, concurrency: 1}}'
@@ -286,4 +285,5 @@ grid:
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.communicate(timeout=60)
+    finally:
         stop_server(srv)
