@@ -10,7 +10,7 @@ and the same `finish_metrics` (a WorldSense run's published metric first).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .metrics import Metric, headline, run_metrics
@@ -30,10 +30,13 @@ HEADLINE_PRODUCERS = (
 )
 
 
-def run_headline(store: Any, run: Mapping[str, Any]) -> Metric | None:
+def run_headline(
+    store: Any, run: Mapping[str, Any], items: Iterable[str] | None = None
+) -> Metric | None:
     """The headline metric of a stored run, as `headline(run_metrics(store, run))` gives it.
 
     A full computation in the metrics cache beside the file is read where present; otherwise
     only :data:`HEADLINE_PRODUCERS` run (nothing is written to the cache, which holds full
-    computations only)."""
-    return headline(run_metrics(store, run, producers=HEADLINE_PRODUCERS))
+    computations only). ``items``: on these item ids only (a study cell whose run holds more
+    items than the study asks for)."""
+    return headline(run_metrics(store, run, producers=HEADLINE_PRODUCERS, items=items))

@@ -627,7 +627,7 @@ def stored_frame(store: Any, run: Mapping[str, Any], spec: Mapping[str, Any], by
 
 def run_metrics(store: Any, run: Mapping[str, Any], by: Sequence[str] | None = None,
                 *, bootstrap: BootstrapConfig = BOOTSTRAP, producers: Sequence[str] | None = None,
-                cache: bool = True) -> RunMetrics:
+                cache: bool = True, items: Iterable[str] | None = None) -> RunMetrics:
     """:func:`compute_metrics` for a stored run, reading only what its producers need.
 
     Results are cached per (database, run, rows fingerprint, grouping, configuration): in
@@ -636,11 +636,32 @@ def run_metrics(store: Any, run: Mapping[str, Any], by: Sequence[str] | None = N
     `llmscope report`, the TUI, the runs list) reads them instead of recomputing. The
     DuckDB file itself is never written here: a read-only store stays read-only. Any added,
     replaced or deleted row changes the fingerprint, so a stale entry is never read.
+
+    ``items``: read the run on these item ids only (every row of each: all its prompt
+    variants and units), as a study or `compare` reads a run that holds more items than the
+    comparison (kept in memory only: the sidecar cache holds whole runs).
     """
     rid = str(run["run_id"])
     spec = store.suite_spec(run["suite_id"]) if run.get("suite_id") else {}
     by_l = list(by) if by else [g for g in (spec.get("group_by") or []) if isinstance(g, str)]
     sig = rows_signature(store, rid)
+    if items is not None:
+        wanted = frozenset(str(i) for i in items)
+        key_s = (str(getattr(store, "path", id(store))), rid, sig, tuple(by_l), bootstrap,
+                 tuple(producers) if producers is not None else None, wanted,
+                 json.dumps(dict(run), sort_keys=True, default=str))
+        if cache and key_s in _CACHE:
+            return _CACHE[key_s]
+        profile = result_profile(store, rid)
+        df = stored_frame(store, run, spec, by_l, profile, producers)
+        df = df[df["item_id"].astype(str).isin(wanted)].reset_index(drop=True)
+        sub = compute_metrics(df, run, spec, by_l, store=store, bootstrap=bootstrap, producers=producers,
+                             profile=profile)
+        if cache:
+            if len(_CACHE) >= _CACHE_MAX:
+                _CACHE.pop(next(iter(_CACHE)))
+            _CACHE[key_s] = sub
+        return sub
     key = (str(getattr(store, "path", id(store))), rid, sig, tuple(by_l), bootstrap,
            tuple(producers) if producers is not None else None, json.dumps(dict(run), sort_keys=True, default=str))
     if cache and key in _CACHE:

@@ -25,8 +25,10 @@ class CompareError(ValueError):
     pass
 
 
-def _accuracy(store: Store, run: dict[str, Any]) -> dict[str, Any]:
-    rm = run_metrics(store, run)  # the report's numbers: the same cached RunMetrics (store's metrics cache)
+def _accuracy(store: Store, run: dict[str, Any], items: frozenset[str] | None = None) -> dict[str, Any]:
+    # the report's numbers: the same cached RunMetrics (store's metrics cache); on `items` only
+    # when the compared runs hold different item sets
+    rm = run_metrics(store, run) if items is None else run_metrics(store, run, items=items)
     m = rm.get("accuracy") or rm.get("item_accuracy")
     return {
         "metric": m.name if m else "accuracy",
@@ -83,9 +85,21 @@ def _items_of(store: Store, run: dict[str, Any]) -> str:
     return str(parent or run["suite_id"])
 
 
-def compare_runs(store: Store | Sequence[Store], run_ids: list[str]) -> dict[str, Any]:
+def _item_ids(store: Store, run: dict[str, Any]) -> frozenset[str]:
+    return frozenset(str(r[0]) for r in store.execute(
+        "SELECT DISTINCT item_id FROM results WHERE run_id = ?", [run["run_id"]]).fetchall())
+
+
+def compare_runs(store: Store | Sequence[Store], run_ids: list[str], *,
+                 all_items: bool = False) -> dict[str, Any]:
     """Each run against the first: accuracies, paired difference (cluster bootstrap CI and
     p-value), McNemar when pairs are independent, disagreements.
+
+    Runs that hold different item sets (a longer run against a limited one) are compared on
+    the items every run holds: each run's accuracy then comes from those items too, so the
+    per-run figures and the paired difference describe the same items (`items` in the output
+    names each run's count and what was left out). `all_items`: each run's accuracy on all
+    its own items instead (the paired difference is on the shared items either way).
 
     `store` may be several databases: runs are then looked up in each (see `resolve_runs`);
     runs from different files pair up when they score the same suite (same suite id, which is a
@@ -109,10 +123,21 @@ def compare_runs(store: Store | Sequence[Store], run_ids: list[str]) -> dict[str
     multi = len({str(st.path) for _, st in located}) > 1
     briefs = [_brief(r, str(st.path) if multi else None) for r, st in located]
     base, base_df = runs[0], frames[0]
+    held = [_item_ids(st, r) for r, st in located]
+    shared = frozenset.intersection(*held)
+    differ = any(h != shared for h in held)
+    on = shared if differ and not all_items else None
     out: dict[str, Any] = {
         "suite": base["suite_name"],
         "bootstrap": {"resamples": BOOTSTRAP.resamples, "seed": BOOTSTRAP.seed, "level": BOOTSTRAP.level},
-        "base": {**briefs[0], "accuracy": _accuracy(first, base)},
+        "items": {
+            "differ": differ,
+            "shared": len(shared),
+            "accuracy_on": "all items of each run" if on is None else "shared items",
+            "runs": [{"run_id": r["run_id"], "n_items": len(h), "unshared": len(h - shared)}
+                     for (r, _), h in zip(located, held, strict=True)],
+        },
+        "base": {**briefs[0], "accuracy": _accuracy(first, base, on)},
         "comparisons": [],
     }
     for (run, st), df, brief in zip(located[1:], frames[1:], briefs[1:], strict=True):
@@ -128,7 +153,7 @@ def compare_runs(store: Store | Sequence[Store], run_ids: list[str]) -> dict[str
             # dependent, which McNemar's test assumes away; the bootstrap p-value accounts for it.
             mc = {"statistic": None, "p": None, "method": "not applicable: dependent pairs within clusters"}
         out["comparisons"].append({
-            "run": {**brief, "accuracy": _accuracy(st, run)},
+            "run": {**brief, "accuracy": _accuracy(st, run, on)},
             "n": c.n,
             "n_clusters": c.n_clusters,
             "acc_base": c.acc_a,
@@ -185,6 +210,12 @@ def _f(v: Any, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _acc_text(a: dict[str, Any]) -> str:
+    ci = a.get("ci95")
+    ci_s = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+    return f"{a.get('metric')} {_f(a.get('value'), '.3f')}{ci_s} n={a.get('n')}"
+
+
 def format_compare(out: dict[str, Any]) -> str:
     """Text table: one line per compared run, then its disagreeing items."""
     b = out["base"]
@@ -192,6 +223,15 @@ def format_compare(out: dict[str, Any]) -> str:
     lines = [f"suite {out['suite']}; base {_label(b)} ({b['model']}); paired cluster bootstrap "
              f"{bs['resamples']} resamples, seed {bs['seed']}"]
     corr = out.get("correction")
+    items = out.get("items") or {}
+    if items.get("differ"):
+        held = ", ".join(f"{r['run_id']} {r['n_items']}" + (f" ({r['unshared']} not shared)" if r["unshared"] else "")
+                         for r in items["runs"])
+        lines.append(f"item sets differ (items per run: {held}); compared on the {items['shared']} shared items; "
+                     f"each run's accuracy on {items['accuracy_on']}")
+    lines.append(f"  base {_label(b)}: {_acc_text(b['accuracy'])}")
+    for c in out["comparisons"]:
+        lines.append(f"  run  {_label(c['run'])}: {_acc_text(c['run']['accuracy'])}")
     if corr:
         lines.append(f"{corr['name']}: {corr['method']} over the {corr['family_size']} comparisons "
                      "against the base (each run's p-value adjusted for the others reported with it)")

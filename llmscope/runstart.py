@@ -35,10 +35,11 @@ from llmscope.engine.runner import RunBusy
 class RunComplete(Exception):
     """The run asked for already holds every result asked for: nothing is loaded or written."""
 
-    def __init__(self, message: str, run_id: str, n_errors: int = 0) -> None:
+    def __init__(self, message: str, run_id: str, n_errors: int = 0, n_asked: int = 0) -> None:
         super().__init__(message)
         self.run_id = run_id
         self.n_errors = n_errors  # asked-for results stored as errors (kept by --no-retry-errors)
+        self.n_asked = n_asked  # results asked for (all stored)
 
 
 @dataclass
@@ -330,6 +331,7 @@ def prepare_run(store: Any, req: RunRequest) -> PreparedRun:
                 "again as a new run, or change an option (e.g. --seed) for another run",
                 rid,
                 n_err,
+                n_asked,
             )
     return PreparedRun(req, suite, cfg, task_opts, limit, key, existing, n_asked, n_have)
 

@@ -161,6 +161,8 @@ class Study:
             "models": [m.label for m in self.models],
             "factors": {f.name: [lab for lab, _ in f.levels] for f in self.factors},
             "plan": self.plan,
+            # each cell's item count (None: every item): the items a suite's cells report on
+            "limits": {c.key: c.options.get("limit") for c in self.cells},
         }
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmscope.study import Cell, Study
-from llmscope.study_store import record_cell, record_study, tag_run
+from llmscope.study_store import LiveStart, publish_study, record_cell, record_study, tag_run
 
 Say = Callable[[str, str], None]  # (level, text)
 
@@ -116,16 +116,21 @@ async def run_study(
 
     `check_endpoint(cell, config)` is called before an API cell's first request (the CLI prints
     the endpoint and refuses an untrusted one by raising). Raises StudyConflict (nothing run)
-    when another study file holds the name, unless `replace` (llmscope/study_store.py)."""
+    when another study file holds the name, unless `replace` (llmscope/study_store.py), and
+    StudyError (nothing run) for a factor level that changes nothing (llmscope/study_checks.py)."""
     from llmscope.engine.hf.loading import keep_loaded
     from llmscope.engine.runner import RunBusy, RunInterrupted
     from llmscope.runstart import RunComplete, execute, prepare_run, start_run
+    from llmscope.study_checks import check_levels
 
+    check_levels(study)  # a level that changes nothing: refused before anything is written
     record_study(store, study, replace=replace)
     plan = _plan_for(study)
     outcomes: dict[str, CellOutcome] = {}
     ready: list[tuple[Cell, Any]] = []
     keys: dict[str, str] = {}
+    # each cell as known before any runs (for readers while this process holds the file)
+    start: dict[str, LiveStart] = {}
 
     def fail(cell: Cell, msg: str, run_id: str | None = None) -> None:
         record_cell(store, study.name, cell.key, "error", run_id, msg)
@@ -147,6 +152,7 @@ async def run_study(
             outcomes[cell.key] = CellOutcome(
                 cell, "reused", e.run_id, f"run {e.run_id} is complete"
             )
+            start[cell.key] = LiveStart(state, e.run_id, e.n_asked, e.n_errors, e.n_asked)
             say("info", f"[{cell.key}] run {e.run_id} is already complete: reused")
             continue
         except RunBusy as e:
@@ -165,7 +171,13 @@ async def run_study(
         keys[prep.request_key] = cell.key
         if prep.existing is not None:
             tag_run(store, str(prep.existing["run_id"]), study.name, cell.key)
+            rid = str(prep.existing["run_id"])
+            start[cell.key] = LiveStart("partial", rid, prep.n_have, 0, prep.n_asked)
         ready.append((cell, prep))
+    for key, out in outcomes.items():
+        if out.state == "error":
+            start[key] = LiveStart("error", out.run_id, error=out.message)
+    publish_study(db, study, start)
 
     async def run_cell(cell: Cell, prep: Any) -> None:
         runner = None

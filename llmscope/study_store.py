@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,6 +199,11 @@ class CellRow:
     interval_method: str | None = None
     n: int | None = None
     error: str | None = None
+    # The items the cell reports on: the study's item set for its suite (the first `limit`
+    # items, the least limit of the suite's cells), and how many items the run holds; a run
+    # that holds more (a reused longer run) is read on the study's items only.
+    n_items: int | None = None
+    run_items: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -237,6 +244,90 @@ class LiveCell:
     status: str | None
     ended: bool  # the run's writer marked it ended (False while running, or after kill -9)
     pid: int | None
+
+
+@dataclass(frozen=True)
+class LiveStart:
+    """A cell as `study run` found it before running anything (published with the grid)."""
+
+    state: str  # done | done_with_errors | partial (a run to resume) | error
+    run_id: str | None = None
+    n_done: int = 0
+    n_errors: int = 0
+    n_total: int | None = None
+    error: str | None = None
+
+
+def _manifest(db: str | Path, name: str) -> Path:
+    from llmscope.live import live_dir
+
+    digest = hashlib.sha256(name.encode()).hexdigest()[:12]
+    return live_dir(db) / f"study-{digest}.json"
+
+
+def publish_study(db: str | Path, study: Study, start: dict[str, LiveStart]) -> None:
+    """Write the study's whole grid beside the database's live channel
+    (`<db>.live/study-<hash>.json`): every cell, and what `study run` found for it before
+    running (reused, to resume, failed). A reader that cannot open the file while the study
+    writes shows every cell from it, the running ones from their runs' live channels."""
+    path = _manifest(db, study.name)
+    body = {
+        "study": study.name,
+        "source": str(study.path.resolve()),
+        "cells": [
+            {
+                "cell": c.key,
+                "position": c.position,
+                "suite": c.suite.label,
+                "model": c.model.label,
+                "levels": dict(c.levels),
+                "start": dataclasses.asdict(start[c.key]) if c.key in start else None,
+            }
+            for c in study.cells
+        ],
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(body), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass  # the live view then shows the cells on the channel only; the run goes on
+
+
+def published_study(db: str | Path, name: str) -> dict[str, Any] | None:
+    """The grid `publish_study` wrote for `name` (None: none, or not readable as one)."""
+    try:
+        body = json.loads(_manifest(db, name).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(body, dict) or body.get("study") != name:
+        return None
+    cells = body.get("cells")
+    if not isinstance(cells, list) or not all(
+        isinstance(c, dict) and isinstance(c.get("cell"), str) for c in cells
+    ):
+        return None
+    return body
+
+
+def published_study_names(db: str | Path) -> list[str]:
+    """Studies whose grid is published beside `db` (`publish_study`)."""
+    from llmscope.live import live_dir
+
+    names: list[str] = []
+    try:
+        files = sorted(live_dir(db).glob("study-*.json"))
+    except OSError:
+        return names
+    for f in files:
+        try:
+            body = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(body, dict) and isinstance(body.get("study"), str):
+            names.append(body["study"])
+    return names
 
 
 def live_cells(db: str | Path, name: str) -> dict[str, LiveCell]:
@@ -341,6 +432,7 @@ def study_cells(
             run = store.get_run(rid)
             if run is not None:
                 runs[rid] = run
+    limits = _suite_limits(store, name, cells, shape, run_ids, runs)
     out: list[CellRow] = []
     for key, pos, suite, model, levels in shape:
         rec = recorded.get(key) or {}
@@ -354,7 +446,14 @@ def study_cells(
         n_done, n_err = counts.get(str(rid), (0, 0))
         status = effective_status(run)
         total = int(run.get("n_total") or 0) or None
+        sel = _item_selection(store, run, limits.get(suite), total)
+        held = _distinct_items(store, str(rid))
+        if sel is not None:
+            # the run holds items outside the study's: counts and metric on the study's only
+            n_done, n_err, total = sel.n_done, sel.n_errors, sel.n_total
         complete = total is not None and n_done >= total
+        if sel is not None and complete and status != "running":
+            status = "completed_with_errors" if n_err else "completed"
         if status == "running":
             state = "running"
         elif complete and status in ("completed", "completed_with_errors"):
@@ -369,10 +468,23 @@ def study_cells(
         else:
             state = "partial"
         row = CellRow(
-            name, key, pos, suite, model, levels, state, str(rid), n_done, n_err, total, error=err
+            name,
+            key,
+            pos,
+            suite,
+            model,
+            levels,
+            state,
+            str(rid),
+            n_done,
+            n_err,
+            total,
+            error=err,
+            n_items=sel.n_items if sel is not None else held,
+            run_items=held,
         )
         if metrics and n_done > n_err:
-            h = run_headline(store, run)
+            h = run_headline(store, run, sel.item_ids if sel is not None else None)
             if h is not None:
                 ci = h.ci95
                 row = dataclasses.replace(
@@ -387,6 +499,104 @@ def study_cells(
     return sorted(out, key=lambda r: r.position)
 
 
+@dataclass(frozen=True)
+class ItemSelection:
+    """A run read on a study's items: the first `limit` items of its suite."""
+
+    item_ids: frozenset[str]
+    n_items: int  # of those, items the run holds results for
+    n_done: int
+    n_errors: int
+    n_total: int  # results asked for on those items
+
+
+def _cell_limits(
+    store: Any,
+    name: str,
+    cells: list[Cell] | None,
+    run_ids: dict[str, Any],
+    runs: dict[str, dict[str, Any]],
+) -> dict[str, int | None]:
+    """Cell key -> its item limit: from the study file, else as recorded with the study, else
+    as its run recorded it (a study recorded before limits were)."""
+    if cells is not None:
+        return {c.key: c.options.get("limit") for c in cells}
+    rec = study_record(store, name) or {}
+    if isinstance(rec.get("limits"), dict):
+        return {str(k): v if isinstance(v, int) else None for k, v in rec["limits"].items()}
+    out: dict[str, int | None] = {}
+    for key, rid in run_ids.items():
+        run = runs.get(str(rid)) if rid else None
+        lim = ((run or {}).get("options") or {}).get("limit")
+        out[key] = lim if isinstance(lim, int) else None
+    return out
+
+
+def _suite_limits(
+    store: Any,
+    name: str,
+    cells: list[Cell] | None,
+    shape: list[tuple[str, int, str, str, dict[str, str]]],
+    run_ids: dict[str, Any],
+    runs: dict[str, dict[str, Any]],
+) -> dict[str, int | None]:
+    """Suite label -> the item count every cell of that suite reports on (the least limit of
+    its cells; None: every item), so that a suite's cells are read on one item set."""
+    limits = _cell_limits(store, name, cells, run_ids, runs)
+    out: dict[str, int | None] = {}
+    for key, _pos, suite, *_ in shape:
+        lim = limits.get(key)
+        if suite not in out:
+            out[suite] = lim
+        elif lim is not None:
+            cur = out[suite]
+            out[suite] = lim if cur is None else min(cur, lim)
+    return out
+
+
+def _distinct_items(store: Any, run_id: str) -> int:
+    row = store.execute(
+        "SELECT count(DISTINCT item_id) FROM results WHERE run_id = ?", [run_id]
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _item_selection(
+    store: Any, run: dict[str, Any], limit: int | None, total: int | None
+) -> ItemSelection | None:
+    """The run on the first `limit` items of its suite, when it holds results for other items
+    too (None: the run holds only the study's items, read as it is)."""
+    if limit is None:
+        return None
+    rid, sid = str(run["run_id"]), str(run.get("suite_id"))
+    ids = frozenset(
+        str(r[0])
+        for r in store.execute(
+            "SELECT item_id FROM items WHERE suite_id = ? ORDER BY idx LIMIT ?", [sid, int(limit)]
+        ).fetchall()
+    )
+    row = store.execute(
+        "SELECT count(*) FILTER (WHERE NOT in_set), count(DISTINCT item_id) FILTER (WHERE in_set), "
+        "count(*) FILTER (WHERE in_set), count(error) FILTER (WHERE in_set) FROM ("
+        "SELECT item_id, error, item_id IN (SELECT item_id FROM items WHERE suite_id = ? "
+        "ORDER BY idx LIMIT ?) AS in_set FROM results WHERE run_id = ?)",
+        [sid, int(limit), rid],
+    ).fetchone()
+    outside, n_items, n_done, n_err = (int(x or 0) for x in row) if row else (0, 0, 0, 0)
+    if not outside:
+        return None
+    # Results asked for on the study's items: the run's work is item-major with the same
+    # units per item (prompt variants x the task's expansions), so the run's own count scaled
+    # by the items; a finished run holds every unit of each item it scored.
+    run_items = int(
+        ((run.get("options") or {}).get("limit") or 0)
+        or store.execute("SELECT count(*) FROM items WHERE suite_id = ?", [sid]).fetchone()[0]
+    )
+    per_item = (total or 0) / run_items if run_items else 0.0
+    asked = round(per_item * min(len(ids), run_items)) if per_item else n_done
+    return ItemSelection(ids, n_items, n_done, n_err, max(asked, n_done))
+
+
 def live_cell_rows(
     db: str | Path,
     name: str,
@@ -395,8 +605,27 @@ def live_cell_rows(
     """A study's cells from their runs' live channels (`live_cells`): state and counts, no
     metric (the pipeline reads the database, which the writer holds). `shape`: the cells as
     (key, position, suite, model, levels), from the study file or an earlier read; default:
-    the cells that have a run on the live channel (levels read from their keys)."""
+    the grid `study run` published (`publish_study`), else the cells that have a run on the
+    live channel (levels read from their keys). A cell with no run on the channel shows what
+    `study run` found for it before running (reused, to resume, failed), else `not_started`."""
     live = live_cells(db, name)
+    published = published_study(db, name)
+    starts: dict[str, dict[str, Any]] = {}
+    if published is not None:
+        for c in published["cells"]:
+            if isinstance(c.get("start"), dict):
+                starts[c["cell"]] = c["start"]
+    if shape is None and published is not None:  # the whole grid, as `study run` published it
+        shape = [
+            (
+                str(c["cell"]),
+                int(c.get("position") or 0),
+                str(c.get("suite") or ""),
+                str(c.get("model") or ""),
+                {str(k): str(v) for k, v in (c.get("levels") or {}).items()},
+            )
+            for c in published["cells"]
+        ]
     if shape is None:
         shape = []
         for i, k in enumerate(sorted(live)):
@@ -406,6 +635,27 @@ def live_cell_rows(
     rows = []
     for key, pos, suite, model, levels in shape:
         lc = live.get(key)
+        st = starts.get(key)
+        if lc is not None and st is not None and st.get("run_id") not in (None, lc.run_id):
+            lc = None  # the channel's snapshot is of another run than this study's cell
+        if lc is None and st is not None:
+            rows.append(
+                CellRow(
+                    name,
+                    key,
+                    pos,
+                    suite,
+                    model,
+                    levels,
+                    str(st.get("state") or "not_started"),
+                    st.get("run_id"),
+                    int(st.get("n_done") or 0),
+                    int(st.get("n_errors") or 0),
+                    st.get("n_total"),
+                    error=st.get("error"),
+                )
+            )
+            continue
         if lc is None:
             rows.append(CellRow(name, key, pos, suite, model, levels, "not_started"))
             continue

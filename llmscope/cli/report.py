@@ -141,7 +141,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     try:
         for path in dict.fromkeys(paths):  # the same file twice is opened once
             stores.append(open_store(path, read_only=True))
-        out = compare_runs(stores, args.runs)
+        out = compare_runs(stores, args.runs, all_items=args.all_items)
     except CompareError as e:
         raise CLIError(str(e)) from e
     finally:
@@ -196,4 +196,7 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
                    f"(runs are then looked up in every file; default {ctx.default_db})")
     s.add_argument("runs", nargs="+", help="run ids or prefixes (FILE:RUN picks the file explicitly)")
     ctx.json_arg(s, "the comparison")
+    s.add_argument("--all-items", action="store_true",
+                   help="runs holding different items: each run's accuracy on all its own items (default: on "
+                   "the items every run holds; the paired difference is on those either way)")
     s.set_defaults(func=cmd_compare)

@@ -104,8 +104,10 @@ def _check_endpoints(study: Any, args: argparse.Namespace, say: Callable[[str, s
         m = cell.model
         if cell.options.get("trust_remote_code") and not args.trust_study:
             where = cell.sources.get("trust_remote_code") or str(study.path)
-            raise CLIError(f"{where} sets trust_remote_code (it runs {m.label}'s own Python code); "
-                           "pass --trust-study to allow it")
+            raise CLIError(
+                f"{where} sets trust_remote_code (it runs {m.label}'s own Python code); "
+                "pass --trust-study to allow it"
+            )
         if not m.is_api:
             continue
         urls = expand_base_urls(cell.options.get("base_url"))
@@ -158,10 +160,16 @@ class _Stop:
 
 def cmd_study_run(args: argparse.Namespace) -> int:
     from llmscope.store.db import StoreError
+    from llmscope.study import StudyError
+    from llmscope.study_checks import check_levels
     from llmscope.study_run import run_study
     from llmscope.study_store import StudyConflict
 
     study = _load(args.file)
+    try:
+        check_levels(study)  # before anything runs, --dry-run included
+    except StudyError as e:
+        raise CLIError(str(e)) from None
     db = _db_for(args, study)
     if args.jobs < 1:
         raise CLIError(f"--jobs must be 1 or more, got {args.jobs}")
@@ -343,7 +351,8 @@ def _cell_text(r: Any) -> str:
     metric = ""
     if r.value is not None:
         ci = f" [{r.ci95[0]:.3f}, {r.ci95[1]:.3f}]" if r.ci95 else ""
-        metric = f"{r.metric} {r.value:.3f}{ci} "
+        n = f" n={r.n}" if r.n is not None else ""
+        metric = f"{r.metric} {r.value:.3f}{ci}{n} "
     return f"{metric}{state} {counts}".strip()
 
 
@@ -382,6 +391,17 @@ def format_grid(name: str, db: str, rows: list[Any]) -> str:
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
         for row in table
     ]
+    wider = [
+        r
+        for r in rows
+        if r.run_items is not None and r.n_items is not None and r.run_items > r.n_items
+    ]
+    if wider:
+        out.append("read on the study's items only (each suite's cells on one item set):")
+        out += [
+            f"  [{r.cell}] run {r.run_id} holds {r.run_items} items; {r.n_items} are the study's"
+            for r in wider
+        ]
     errs = [r for r in rows if r.state == "error" and r.error]
     if errs:
         out.append("errors:")

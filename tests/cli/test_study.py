@@ -208,7 +208,7 @@ def test_two_models_two_suites_two_prompts_status_equals_report(tmp_path, suites
             f"""name: matrix
 suites:
   - {{suite: {yn}, label: yn, opt: {{chat: true}}}}
-  - {{suite: {ch}, label: ch}}
+  - {{suite: {ch}, label: ch, opt: {{chat: true}}}}  # the system prompt goes through the chat template
 models:
   - {{model: "hf:{model}", label: tiny, threads: 1}}
   - {{model: "openai:test-model", base_url: "{server.base_url}", label: api}}

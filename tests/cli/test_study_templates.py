@@ -317,7 +317,9 @@ options: {{limit: 2}}
     now = _rows(db)
     # (its one cell is the first file's `yn | api | template=own` run: limit is no identity)
     assert "already complete: reused" in rep.stderr
-    assert [c["cell"] for c in now] == ["yn | api"] and now[0]["n_done"] == 6
+    # read on this study's 2 items (x 2 variants), though the run holds 6 results on 3 items
+    assert [c["cell"] for c in now] == ["yn | api"] and now[0]["n_done"] == 4
+    assert (now[0]["n_items"], now[0]["run_items"]) == (2, 3)
     con = duckdb.connect(str(db), read_only=True)
     tagged = [
         json.loads(m).get("studies", {}).get("shared")

@@ -350,6 +350,11 @@ async def test_live_while_study_run_writes_in_another_process(tmp_path: Path) ->
             key, first = running() or ("", 0)
             row = next(r for r in screen.rows if r.cell == key)
             assert _shown(screen)[key] == ("-", f"running {first}/12 {100 * first / 12:.0f}%")
+            # the whole grid while the file is held (published by `study run`), not only the
+            # cells whose runs are on the live channel
+            assert {r.cell for r in screen.rows} == {"yn | api | seed=0", "yn | api | seed=1"}
+            other = next(r for r in screen.rows if r.cell != key)
+            assert other.state in ("not_started", "done"), other
             assert row.n_total == 12 and row.metric is None  # no metric while the file is held
             # the same cell advances (or finishes) while the screen stays open
             assert await wait_until(

@@ -179,10 +179,12 @@ def merge_live(live: list[CellRow], before: list[CellRow]) -> list[CellRow]:
 
 
 def live_study_names(db: str | Path) -> list[str]:
-    """Studies named by runs on the live channel (while another process holds the file)."""
+    """Studies a `study run` published beside the file, or named by runs on the live channel
+    (while another process holds the file)."""
     from llmscope.live import read_live
+    from llmscope.study_store import published_study_names
 
-    names: list[str] = []
+    names: list[str] = list(dict.fromkeys(published_study_names(db)))
     for snap in read_live(db):
         run: Any = snap.get("run") or {}
         meta = run.get("meta") if isinstance(run, dict) else None
