@@ -89,13 +89,14 @@ def _db_for(args: argparse.Namespace, study: Any | None) -> str:
 def _check_endpoints(study: Any, args: argparse.Namespace, say: Callable[[str, str], None]) -> None:
     """Before any request: a base URL written in a study file (someone else's file, perhaps)
     is used only when you name it yourself too, or pass --trust-study; every endpoint is printed."""
-    from llmscope.cli.common import remember_endpoints, used_endpoints
+    from llmscope.cli.common import remember_endpoints
+    from llmscope.engine.backend import BackendConfigError
     from llmscope.engine.openai import OPENAI_URL, expand_base_urls, public_url
+    from llmscope.engine.openai.endpoints import check_base_url
+    from llmscope.settings import trusted_endpoints, untrusted_endpoints
 
-    settings = getattr(args, "_settings", None)
-    user_url = settings.values.get("base_url") if settings is not None else None
     env = os.environ.get("OPENAI_BASE_URL")
-    trusted = set(expand_base_urls(env)) | set(expand_base_urls(user_url)) | used_endpoints()
+    trusted = trusted_endpoints(getattr(args, "_settings", None))
     chosen: list[str] = []
     said: set[tuple[str, str]] = set()
     # Every cell's merged options: a base_url may come from the model entry, a suite entry, the
@@ -108,7 +109,15 @@ def _check_endpoints(study: Any, args: argparse.Namespace, say: Callable[[str, s
                            "pass --trust-study to allow it")
         if not m.is_api:
             continue
-        urls = expand_base_urls(cell.options.get("base_url"))
+        where = cell.sources.get("base_url") or str(study.path)
+        try:
+            # an `@FILE` the study names is read as a list of URLs and never shown; a URL with
+            # a key in it (user:KEY@) is refused before anything is printed or written
+            urls = expand_base_urls(cell.options.get("base_url"))
+            for u in urls:
+                check_base_url(u)
+        except BackendConfigError as e:
+            raise CLIError(f"{where}, field 'base_url': {e}") from None
         if not urls:
             src = "$OPENAI_BASE_URL" if env else "default"
             for u in expand_base_urls(env) or [OPENAI_URL]:
@@ -116,8 +125,7 @@ def _check_endpoints(study: Any, args: argparse.Namespace, say: Callable[[str, s
                     said.add((m.label, u))
                     say("info", f"endpoint {public_url(u)} for {m.label} (from {src})")
             continue
-        where = cell.sources.get("base_url") or str(study.path)
-        untrusted = [u for u in urls if u not in trusted]
+        untrusted = untrusted_endpoints(urls, trusted)
         if untrusted and not args.trust_study:
             shown = ", ".join(public_url(u) for u in untrusted)
             raise CLIError(
