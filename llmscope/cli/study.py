@@ -51,6 +51,12 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
         "the study (the other file's cells leave it; their runs stay)",
     )
     r.add_argument("--quiet", action="store_true", help="only warnings, errors and the final grid")
+    r.add_argument(
+        "--max-cells",
+        type=int,
+        default=None,
+        help="the most cells the study may have (default 10,000; checked before any is built)",
+    )
     r.set_defaults(func=cmd_study_run)
 
     s = ssub.add_parser(
@@ -64,14 +70,19 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
         help="DuckDB file (default: the study's `db`, else the usual default)",
     )
     s.add_argument("--json", action="store_true", help="print the cells as JSON")
+    s.add_argument(
+        "--max-cells", type=int, default=None, help="the most cells the study may have (default 10,000)"
+    )
     s.set_defaults(func=cmd_study_status)
 
 
-def _load(path: str) -> Any:
-    from llmscope.study import StudyError, load_study
+def _load(path: str, max_cells: int | None = None) -> Any:
+    from llmscope.study import MAX_CELLS, StudyError, load_study
 
+    if max_cells is not None and max_cells < 1:
+        raise CLIError(f"--max-cells must be 1 or more, got {max_cells}")
     try:
-        return load_study(path)
+        return load_study(path, max_cells=MAX_CELLS if max_cells is None else max_cells)
     except StudyError as e:
         raise CLIError(str(e)) from None
 
@@ -169,7 +180,7 @@ def cmd_study_run(args: argparse.Namespace) -> int:
     from llmscope.study_run import run_study
     from llmscope.study_store import StudyConflict
 
-    study = _load(args.file)
+    study = _load(args.file, args.max_cells)
     db = _db_for(args, study)
     if args.jobs < 1:
         raise CLIError(f"--jobs must be 1 or more, got {args.jobs}")
@@ -260,7 +271,7 @@ def cmd_study_status(args: argparse.Namespace) -> int:
     from llmscope.study_store import study_conflict, study_names, study_record
 
     target = str(args.study)
-    study = _load(target) if Path(target).is_file() else None
+    study = _load(target, args.max_cells) if Path(target).is_file() else None
     db = _db_for(args, study)
     name = study.name if study is not None else target
     if study is None and not Path(db).exists():
