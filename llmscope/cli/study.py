@@ -212,6 +212,11 @@ def cmd_study_run(args: argparse.Namespace) -> int:
             outcomes = asyncio.run(main())
         except StudyConflict as e:
             raise CLIError(str(e)) from None
+        except (StoreError, OSError) as e:  # the database failed under every cell (a full disk)
+            raise CLIError(
+                f"study {study.name} stopped: {e}. Every cell's rows committed before it are kept; "
+                "run the same command again to resume"
+            ) from None
         except (asyncio.CancelledError, KeyboardInterrupt):
             stop.received = stop.received or signal.SIGINT
         try:
