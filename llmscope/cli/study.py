@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from llmscope.cli.common import CLIError, ParserContext, open_store
+from llmscope.engine.textsafety import for_terminal
 
 
 def add_parsers(sub: Any, ctx: ParserContext) -> None:
@@ -189,7 +190,7 @@ def cmd_study_run(args: argparse.Namespace) -> int:
         if level == "info" and args.quiet:
             return
         prefix = "" if level == "info" else f"{level}: "
-        print(f"{prefix}{text}", file=sys.stderr, flush=True)
+        print(for_terminal(f"{prefix}{text}"), file=sys.stderr, flush=True)
 
     if args.dry_run:
         return _dry_run(study, db, args.replace)
@@ -263,7 +264,7 @@ def _dry_run(study: Any, db: str, replace: bool = False) -> int:
                     what = f"reuse run {e.run_id} (complete)"
                 except Exception as e:
                     what = f"error: {e}"
-            print(f"{c.key}: {what}")
+            print(for_terminal(f"{c.key}: {what}"))
     finally:
         if store is not None:
             store.close()
@@ -327,7 +328,7 @@ def _print_status(name: str, db: str, cells: Any) -> None:
         rows = _cells(store, name, cells)
     finally:
         store.close()
-    print(format_grid(name, db, rows))
+    print(for_terminal(format_grid(name, db, rows)))
 
 
 def _live_rows(name: str, db: str, study: Any | None) -> list[Any]:
@@ -352,8 +353,8 @@ def _emit(
         print(json.dumps(out, indent=1, default=str))
     else:
         if held:
-            print(f"{held}; showing each cell's live channel (no metrics until the file is free)")
-        print(format_grid(name, db, rows))
+            print(for_terminal(f"{held}; showing each cell's live channel (no metrics until the file is free)"))
+        print(for_terminal(format_grid(name, db, rows)))
     return 0
 
 
