@@ -77,3 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except OSError as e:  # a file the command was given that the system refuses (a name too long)
+        name = str(e.filename or "")
+        shown = name if len(name) <= 80 else f"{name[:60]}... ({len(name):,} characters)"
+        print(for_terminal(f"llmscope: error: {shown + ': ' if shown else ''}{e.strerror or e}"), file=sys.stderr)
+        return 2
