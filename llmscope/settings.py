@@ -187,8 +187,8 @@ def remember_endpoints(urls: list[str], env: dict[str, str] | None = None) -> No
     with --trust-study) to their own list; failing to write it only means a later resume asks.
 
     The file keeps scheme, host, port and path alone, readable by the user alone (0600). A file
-    holding anything else (a URL with a key in it, lines that are not URLs) is rewritten
-    with the public forms of its URLs only."""
+    holding anything else is rewritten: URLs keep their public form, a URL with a key in it
+    (which llmscope refuses) and lines that are not URLs are dropped."""
     lines = _endpoint_lines(env)
     kept = list(dict.fromkeys(f for f in map(_endpoint_form, lines) if f))
     new = [f for f in dict.fromkeys(f for f in map(_endpoint_form, urls) if f) if f not in kept]
