@@ -220,3 +220,65 @@ def test_a_templates_name_too_long_is_one_line(tmp_path: Path) -> None:
         )
         err = _one_line(p, "field '--templates'", "too long")
         assert len(err) < 300, err
+
+
+def test_study_on_a_full_disk_ends_in_one_line(tmp_path: Path) -> None:
+    """Five API cells on an 8 MiB tmpfs, checkpoints every 0.3 s: DuckDB's failed checkpoint
+    invalidates the connection under every cell at once."""
+    import os
+    import random
+    import shutil
+
+    from tests.helpers.oai import start_server, stop_server
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if (
+        os.geteuid() != 0
+        or shutil.which("mount") is None
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)], capture_output=True
+        ).returncode
+    ):
+        pytest.skip(
+            "needs `mount -t tmpfs` (root in a container that allows mounts) for a full disk"
+        )
+    server = start_server()
+    try:
+        rng = random.Random(1)
+        folder = tmp_path / "suite"
+        folder.mkdir()
+        with open(folder / "items.jsonl", "w") as f:  # incompressible 3 kB prompts
+            for i in range(600):
+                text = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(3000))
+                f.write(json.dumps({"id": f"q{i}", "text": text, "gold": "yes"}) + "\n")
+        (folder / "suite.yaml").write_text(
+            "name: big\ntask: yesno\nitems: items.jsonl\ntask_options:\n  chat: false\n"
+        )
+        models = "".join(
+            f'  - {{model: "openai:m{k}", base_url: "{server.base_url}", label: m{k}}}\n'
+            for k in range(5)
+        )
+        study = tmp_path / "st.yaml"
+        study.write_text(
+            f"name: fd\nsuites: [{{suite: {folder / 'suite.yaml'}, label: s}}]\nmodels:\n{models}"
+        )
+        env = cli_env(
+            OPENAI_API_KEY="sk-test",
+            HOME=str(tmp_path / "home"),
+            XDG_CONFIG_HOME="",
+            LLMSCOPE_CHECKPOINT_S="0.3",
+        )
+        p = cli(
+            "study", "run", str(study), "--db", str(disk / "s.duckdb"), "--trust-study", env=env
+        )
+        err = p.stderr
+        assert p.returncode == 2 and "Traceback" not in err, err[-3000:]
+        assert (
+            err.count("llmscope: error:") == 1
+            and "study fd stopped" in err
+            and "disk is full" in err
+        )
+    finally:
+        stop_server(server)
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
