@@ -36,6 +36,7 @@ def _setup(tmp_path: Path) -> tuple[Path, Path, Path, str]:
     # an environment-like file and a shadow-like file, outside the folders searched
     (elsewhere / "environ").write_text(f"PATH=/bin\nOPENAI_API_KEY={key}\n{CLOSED}\n")
     (elsewhere / "shadow").write_text(f"root:{key}:20228:0:99999:7:::\n")
+    (elsewhere / "shadow2").write_text(f"daemon:*:1:2:::\nroot:{key}:20228:0:99999:7\n")
     return home, work, elsewhere, key
 
 
@@ -120,6 +121,14 @@ def test_a_key_in_the_base_url_or_an_at_file_never_leaves(tmp_path: Path) -> Non
             )
         )
         _one_line(outs[-1])
+    # the same file, and one YAML cannot parse, as the study's plan
+    for shadow in ("shadow", "shadow2"):
+        (work / "st4.yaml").write_text(
+            f'name: st4\nsuites: [suite.yaml]\nplan: "{elsewhere / shadow}"\n'
+            f'models: [{{model: openai:m, base_url: "{CLOSED}"}}]\n'
+        )
+        outs.append(_run(work, home, "study", "run", "st4.yaml", "--dry-run"))
+        assert "field 'plan'" in _one_line(outs[-1])
     # 6: the real /proc/self/environ with the key planted in the environment
     if Path("/proc/self/environ").is_file():
         outs.append(_api_run(work, home, "@/proc/self/environ", OPENAI_API_KEY=key))
