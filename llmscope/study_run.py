@@ -262,8 +262,8 @@ async def run_study(
     try:
         await asyncio.gather(*tasks)
     finally:
-        for t in tasks:  # cancelled from outside (Ctrl-C): no cell left running
-            t.cancel()
+        # cancelled from outside (Ctrl-C): gather has passed the cancellation on to every cell
+        # (once: a second one would cut a cell's final flush short); wait for them to stop
         await asyncio.gather(*tasks, return_exceptions=True)
     if fatal:
         raise fatal[0]
