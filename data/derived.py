@@ -183,10 +183,25 @@ def read_templates_file(arg: str) -> Derivation:
     from llmscope.data.safety import MAX_SPEC_BYTES, UnsafeInput, read_regular
     from llmscope.data.suites import _SpecLoader
 
+    def is_file(p: Path) -> bool:
+        try:
+            return p.is_file()
+        except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+            return False
+
     level, sep, file = arg.partition("=")
-    if not sep or not level or Path(arg).is_file():
+    if not sep or not level or is_file(Path(arg)):
         level, file = Path(arg).stem, arg
     path = Path(file)
+    if len(level) > 64 or any(len(part) > 255 for part in path.parts) or len(file) > 4096:
+        shown = file if len(file) <= 80 else f"{file[:60]}... ({len(file):,} characters)"
+        long_file = any(len(part) > 255 for part in path.parts) or len(file) > 4096
+        too_long = "the file name" if long_file else "the level name"
+        raise SuiteError(
+            f"{too_long} is too long (at most 64 characters for a level, 255 for a file name)",
+            shown,
+            field="--templates",
+        )
     try:
         text = read_regular(path, MAX_SPEC_BYTES).decode("utf-8")
         if path.suffix == ".toml":

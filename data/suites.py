@@ -320,10 +320,18 @@ SPEC_KEYS = (
 )
 
 
+_KEY_LIKE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+
+
 def _check_spec_keys(spec: dict[str, Any], err: Any) -> None:
     for key in spec:
         if key not in SPEC_KEYS:
             k = str(key)
+            if not _KEY_LIKE.match(k) or not any(x in SPEC_KEYS for x in spec):
+                # not a suite spec at all (a password file named by someone's study): say so
+                # without quoting any of it
+                raise err("not a suite spec (a key that is no suite key; the file's content is not "
+                          f"shown); allowed keys: {', '.join(SPEC_KEYS)}", None)
             close = difflib.get_close_matches(k, SPEC_KEYS, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise err(f"unknown key {k!r}{hint}; allowed keys: {', '.join(SPEC_KEYS)}", k)

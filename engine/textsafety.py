@@ -129,8 +129,12 @@ def for_terminal(s: str) -> str:
     return show_bidi(s)
 
 
+_JSON_RAW = re.compile("[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c\x7f-\x9f]")
+
+
 def json_escape_bidi(text: str) -> str:
-    """JSON text with each raw bidi control written as its `\\u202e` escape: the same data once
-    parsed, but a terminal or editor showing the line cannot reorder it. Only valid for JSON
+    """JSON text with each raw bidi control (and DEL and the C1 controls, which `json.dumps`
+    leaves raw) written as its `\\u202e` escape: the same data once parsed, but a terminal or
+    editor showing the line can neither reorder it nor be driven by it. Only valid for JSON
     produced by `json.dumps`, where such characters occur inside strings alone."""
-    return BIDI_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

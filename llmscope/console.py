@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemaini
 from rich.progress import Progress as RichProgress
 
 from llmscope.engine.progress import Progress
+from llmscope.engine.textsafety import for_terminal
 from llmscope.engine.types import Result
 
 
@@ -57,8 +58,8 @@ class ConsoleReporter:
             return
         resumed = f" (resuming: {progress.skipped} already stored)" if progress.skipped else ""
         self.console.print(
-            f"run [bold]{escape(progress.run_id)}[/]: {escape(str(run.get('suite_name')))} × "
-            f"{escape(str(run.get('model')))}{escape(_where(run))}, "
+            f"run [bold]{escape(progress.run_id)}[/]: {escape(for_terminal(str(run.get('suite_name'))))} × "
+            f"{escape(for_terminal(str(run.get('model'))))}{escape(for_terminal(_where(run)))}, "
             f"{progress.total} prompts{resumed}"
         )
         if self.tty:
@@ -92,6 +93,7 @@ class ConsoleReporter:
     def on_message(self, level: str, text: str) -> None:
         if not self.quiet or level in ("warning", "error"):
             style = {"warning": "yellow", "error": "red"}.get(level, "")
+            text = for_terminal(text)  # names and server text: shown, never obeyed (ESC, bidi)
             self.console.print(f"[{style}]{escape(text)}[/]" if style else escape(text))
 
     def on_end(self, progress: Progress) -> None:

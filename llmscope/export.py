@@ -34,7 +34,7 @@ from typing import Any
 import pyarrow as pa
 
 from llmscope.engine.tasks import TASKS, Task
-from llmscope.engine.textsafety import json_escape_bidi
+from llmscope.engine.textsafety import for_terminal, json_escape_bidi
 from llmscope.store.db import Store, decode_json
 
 FORMATS = ("jsonl", "csv", "parquet", "worldsense", "lm-eval")
@@ -442,7 +442,9 @@ def _write_atomic(path: Path, write: Callable[[Path], None], force: bool) -> Non
 
 def _write_text(text: str, output: str | None, force: bool) -> None:
     if not output:
-        sys.stdout.write(text)
+        # standard output is read on a terminal: control characters (ESC) and bidi controls in
+        # stored text are shown, never obeyed (a file written with -o keeps the bytes)
+        sys.stdout.write(for_terminal(text.replace("\r\n", "\n")))
         return
 
     def write(tmp: Path) -> None:

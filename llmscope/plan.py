@@ -113,8 +113,13 @@ def read_plan(path: str | Path) -> dict[str, Any]:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
     except OSError as e:
         raise PlanError(f"{p}: cannot read: {e.strerror}") from e
+    except UnicodeDecodeError:
+        raise PlanError(f"{p}: not UTF-8 text, not an llmscope plan") from None
     except yaml.YAMLError as e:
-        raise PlanError(f"{p}: invalid YAML: {e}") from e
+        # the problem and its line, never the quoted text (the file may be anyone's)
+        mark = getattr(e, "problem_mark", None)
+        line = f", line {mark.line + 1}" if mark is not None else ""
+        raise PlanError(f"{p}{line}: invalid YAML: {getattr(e, 'problem', None) or 'not YAML'}") from None
     if not isinstance(data, dict) or data.get("llmscope_plan") != PLAN_VERSION:
         raise PlanError(f"{p}: not an llmscope plan (needs 'llmscope_plan: {PLAN_VERSION}')")
     bad = [k for k in data if k not in PLAN_KEYS]

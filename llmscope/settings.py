@@ -145,26 +145,72 @@ def endpoints_file(env: dict[str, str] | None = None) -> Path:
     return Path(base) / "llmscope" / "endpoints.txt"
 
 
-def used_endpoints(env: dict[str, str] | None = None) -> set[str]:
-    """Endpoints the user chose before (read from `endpoints_file`); empty when unreadable."""
+def _endpoint_form(url: str) -> str | None:
+    """What the endpoints file keeps of a URL: scheme, host, port and path (never a user, a
+    password or a query, which may carry a key); None for anything that is not an http(s) URL."""
+    from llmscope.engine.backend import BackendConfigError
+    from llmscope.engine.openai import public_url
+    from llmscope.engine.openai.endpoints import check_base_url
+
     try:
-        text = endpoints_file(env).read_text(encoding="utf-8")
+        check_base_url(url.strip())
+    except BackendConfigError:
+        return None
+    return public_url(url.strip().rstrip("/"))
+
+
+def _endpoint_lines(env: dict[str, str] | None = None) -> list[str]:
+    try:
+        return endpoints_file(env).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
-        return set()
-    return {ln.strip() for ln in text.splitlines() if ln.strip()}
+        return []
+
+
+def used_endpoints(env: dict[str, str] | None = None) -> set[str]:
+    """Endpoints the user chose before (read from `endpoints_file`, in their public form); empty
+    when unreadable. A line that is not an http(s) URL (an older file's) is ignored."""
+    return {f for f in map(_endpoint_form, _endpoint_lines(env)) if f}
+
+
+def endpoint_forms(urls: list[str] | set[str]) -> set[str]:
+    """`urls` as the endpoints file keeps them (to compare a URL with the ones trusted)."""
+    return {f for f in map(_endpoint_form, urls) if f}
+
+
+def untrusted_endpoints(urls: list[str], trusted: set[str]) -> list[str]:
+    """The URLs of `urls` whose public form is not among `trusted` (public forms)."""
+    return [u for u in urls if (_endpoint_form(u) or "") not in trusted]
 
 
 def remember_endpoints(urls: list[str], env: dict[str, str] | None = None) -> None:
     """Add endpoints the user chose (flag, environment, own config, the TUI form, or trusted
-    with --trust-study) to their own list; failing to write it only means a later resume asks."""
-    new = [u for u in urls if u not in used_endpoints(env)]
-    if not new:
+    with --trust-study) to their own list; failing to write it only means a later resume asks.
+
+    The file keeps scheme, host, port and path alone, readable by the user alone (0600). A file
+    holding anything else is rewritten: URLs keep their public form, a URL with a key in it
+    (which llmscope refuses) and lines that are not URLs are dropped."""
+    lines = _endpoint_lines(env)
+    kept = list(dict.fromkeys(f for f in map(_endpoint_form, lines) if f))
+    new = [f for f in dict.fromkeys(f for f in map(_endpoint_form, urls) if f) if f not in kept]
+    path = endpoints_file(env)
+    try:
+        mode_ok = not path.exists() or (path.stat().st_mode & 0o077) == 0
+    except OSError:
+        mode_ok = True
+    if not new and kept == lines and mode_ok:
         return
     try:
-        path = endpoints_file(env)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as f:
-            f.write("".join(u + "\n" for u in new))
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write("".join(u + "\n" for u in [*kept, *new]))
+            os.replace(tmp, path)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
     except OSError:
         pass
 
@@ -173,13 +219,14 @@ def trusted_endpoints(settings: Settings | None = None, env: dict[str, str] | No
     """Base URLs the user named themselves: `$OPENAI_BASE_URL`, their own config file's
     `base_url` (never a project file's), and the endpoints they chose before. A base URL stored
     in a database or written in a study file is sent the key only when it is one of these, or
-    when the user says so (--trust-db, --trust-study, a confirmation)."""
+    when the user says so (--trust-db, --trust-study, a confirmation). Compared in their public
+    form (`endpoint_forms`)."""
     from llmscope.engine.openai import expand_base_urls
 
     env = dict(os.environ) if env is None else env
     user_url = settings.values.get("base_url") if settings is not None else None
     return (
-        set(expand_base_urls(env.get("OPENAI_BASE_URL")))
-        | set(expand_base_urls(user_url))
+        endpoint_forms(expand_base_urls(env.get("OPENAI_BASE_URL")))
+        | endpoint_forms(expand_base_urls(user_url))
         | used_endpoints(env)
     )

@@ -351,7 +351,13 @@ def _model_arg(base: Path, model: str | None) -> str | None:
     return model
 
 
-def load_study(path: str | Path) -> Study:
+# The most cells a study may have unless the user raises it (`study run --max-cells`): the
+# count is checked before any cell is built, so a grid of a million cells is refused at once
+# rather than built for minutes.
+MAX_CELLS = 10_000
+
+
+def load_study(path: str | Path, max_cells: int = MAX_CELLS) -> Study:
     """Read and check a study file (YAML or TOML); raises StudyError naming file, line, field."""
     from llmscope.data.derived import Derivation
 
@@ -528,6 +534,19 @@ def load_study(path: str | Path) -> Study:
         except PlanError as e:
             raise w.error(str(e), ("plan",)) from None
 
+    n_cells = len(models) * len(suites)
+    for f, _ in factors:
+        n_cells *= len(f.levels)
+    if n_cells > max_cells:
+        sizes = " x ".join(
+            [f"{len(models)} models", f"{len(suites)} suites"]
+            + [f"{len(f.levels)} {f.name}" for f, _ in factors]
+        )
+        raise StudyError(
+            f"{sizes} make {n_cells:,} cells, over the limit of {max_cells:,}; make the grid "
+            "smaller, or raise the limit with --max-cells",
+            p,
+        )
     suite_labels = {s.label for s, _ in suites}
     cells: list[Cell] = []
     combos = itertools.product(*[range(len(f.levels)) for f, _ in factors]) if factors else [()]

@@ -247,7 +247,38 @@ async def run_study(
         async with gate:
             await run_cell(cell, prep)
 
-    await asyncio.gather(local_lane(), *(api_cell(c, p) for c, p in api))
+    # A failure outside any one cell (the database itself: a full disk invalidates DuckDB's
+    # connection, so every later write fails too) stops the study: the other cells are cancelled
+    # (each stores what it can, as on Ctrl-C) and that one error is raised, once, with no
+    # task left to fail again while asyncio shuts down.
+    fatal: list[Exception] = []
+    tasks: list[asyncio.Task[None]] = []
+
+    async def guarded(coro: Any) -> None:
+        try:
+            await coro
+        except asyncio.CancelledError:
+            if not fatal:
+                raise
+        except Exception as e:
+            if not fatal:
+                fatal.append(e)
+                for t in tasks:
+                    if t is not asyncio.current_task():
+                        t.cancel()
+
+    tasks = [
+        asyncio.create_task(guarded(c))
+        for c in (local_lane(), *(api_cell(c, p) for c, p in api))
+    ]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        # cancelled from outside (Ctrl-C): gather has passed the cancellation on to every cell
+        # (once: a second one would cut a cell's final flush short); wait for them to stop
+        await asyncio.gather(*tasks, return_exceptions=True)
+    if fatal:
+        raise fatal[0]
     return [outcomes.get(c.key) or CellOutcome(c, "not_started") for c in study.cells]
 
 

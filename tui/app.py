@@ -135,7 +135,12 @@ def _untrusted_stored_endpoint(prep: Any, db: str) -> str | None:
     As `llmscope run --resume` without a terminal: a URL none of the user's environment, own
     config or earlier choices names is someone else's file's choice (llmscope/settings.py)."""
     from llmscope.engine.openai import expand_base_urls, public_url
-    from llmscope.settings import SettingsError, load_settings, trusted_endpoints
+    from llmscope.settings import (
+        SettingsError,
+        load_settings,
+        trusted_endpoints,
+        untrusted_endpoints,
+    )
 
     rid = (prep.existing or {}).get("run_id") or prep.request.resume
     if getattr(prep.config, "trust_remote_code", False):  # the stored run would run the model's code
@@ -149,7 +154,7 @@ def _untrusted_stored_endpoint(prep: Any, db: str) -> str | None:
         settings = load_settings()
     except SettingsError:
         settings = None
-    untrusted = [u for u in urls if u not in trusted_endpoints(settings)]
+    untrusted = untrusted_endpoints(urls, trusted_endpoints(settings))
     if not untrusted:
         return None
     return (f"run {rid} in {db} sends requests (and $OPENAI_API_KEY) to "

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from llmscope.cli.common import DEFAULT_DB, CLIError, ParserContext
+from llmscope.engine.textsafety import for_terminal
 
 # The command groups, in the order `llmscope --help` lists them: each is a module of this
 # package with `add_parsers(sub, ctx)` and its `cmd_*` functions. A new group is one more name.
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = load_settings()
     except SettingsError as e:
-        print(f"llmscope: error: {e}", file=sys.stderr)
+        print(f"llmscope: error: {for_terminal(str(e))}", file=sys.stderr)
         return 2
     parser = build_parser(settings)
     args = parser.parse_args(argv)
@@ -72,7 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except (CLIError, SuiteError, StoreError, ModelSpecError, BackendConfigError, ConfigError, RunBusy) as e:
-        print(f"llmscope: error: {e}", file=sys.stderr)
+        print(f"llmscope: error: {for_terminal(str(e))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0
+    except OSError as e:  # a file the command was given that the system refuses (a name too long)
+        name = str(e.filename or "")
+        shown = name if len(name) <= 80 else f"{name[:60]}... ({len(name):,} characters)"
+        print(for_terminal(f"llmscope: error: {shown + ': ' if shown else ''}{e.strerror or e}"), file=sys.stderr)
+        return 2

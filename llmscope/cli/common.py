@@ -179,21 +179,25 @@ def check_endpoints(args: argparse.Namespace, cfg: Any, say: Any, stored_in: str
     import sys
 
     from llmscope.engine.openai import OPENAI_URL, expand_base_urls, public_url
-    from llmscope.settings import Settings
+    from llmscope.engine.openai.endpoints import check_base_url, shown_url
+    from llmscope.settings import Settings, trusted_endpoints, untrusted_endpoints
 
     if getattr(cfg, "kind", None) != "openai":
         return
     settings: Settings = getattr(args, "_settings", None) or Settings()
     flag = getattr(args, "base_url", None)
     env = os.environ.get("OPENAI_BASE_URL")
-    user_url, user_src = settings.values.get("base_url"), settings.sources.get("base_url")
+    user_src = settings.sources.get("base_url")
     urls = expand_base_urls(cfg.base_url)
+    # A URL with a key in it (user:KEY@) is refused before it is printed, remembered or stored.
+    for u in urls or expand_base_urls(env):
+        check_base_url(u)
     if flag:
         source = "--base-url"
     elif urls and stored_in is not None:
         source = stored_in
-        trusted = set(expand_base_urls(env)) | set(expand_base_urls(user_url)) | _used_endpoints()
-        if not set(urls) <= trusted and not getattr(args, "trust_db", False):
+        untrusted = untrusted_endpoints(urls, trusted_endpoints(settings))
+        if untrusted and not getattr(args, "trust_db", False):
             shown = ", ".join(public_url(u) for u in urls)
             question = (f"{stored_in} sends requests (and $OPENAI_API_KEY) to {shown}, which none of "
                         "your flags, environment or config names")
@@ -204,7 +208,7 @@ def check_endpoints(args: argparse.Namespace, cfg: Any, say: Any, stored_in: str
             else:
                 raise CLIError(f"{question}; pass --base-url yourself (the same URL to continue a run), "
                                "or --trust-db to use the stored one")
-        elif set(urls) <= trusted:
+        elif not untrusted:
             source += ", also named by your environment, config or an earlier run of yours"
         else:
             source += ", trusted with --trust-db"
@@ -217,7 +221,7 @@ def check_endpoints(args: argparse.Namespace, cfg: Any, say: Any, stored_in: str
     project = settings.untrusted.get("base_url")
     if project is not None and not flag and stored_in is None:
         value, path = project
-        why = (f"{path} sets base_url = {value!r}; a project file cannot choose where "
+        why = (f"{path} sets base_url = {shown_url(str(value))!r}; a project file cannot choose where "
                "$OPENAI_API_KEY is sent")
         if source == "default":
             raise CLIError(f"{why}. Pass --base-url, set OPENAI_BASE_URL, put base_url in your own "

@@ -57,6 +57,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    from llmscope.engine.textsafety import for_terminal
     from llmscope.importers import published
 
     if not args.paths and args.kind != "commonsense-models":
@@ -89,7 +90,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     finally:
         store.close()
     for m in msgs:
-        print(m)
+        print(for_terminal(m))  # model names and ids from the imported file: shown, never obeyed
     return 0
 
 

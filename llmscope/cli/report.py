@@ -147,7 +147,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     finally:
         for st in stores:
             st.close()
-    print(json.dumps(out, indent=1, default=str) if args.json else format_compare(out))
+    print(json.dumps(out, indent=1, default=str) if args.json else for_terminal(format_compare(out)))
     return 0
 
 

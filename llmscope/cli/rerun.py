@@ -26,6 +26,7 @@ from llmscope.cli.common import (
     open_store,
     parse_opts,
 )
+from llmscope.engine.textsafety import for_terminal
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -138,7 +139,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         prog = asyncio.run(execute(started, lambda m: reporter.on_message("info", m)))
         run_row = store.get_run(prog.run_id)
         if run_row and not args.no_report:
-            print(format_rows(build_report(store, run_row)))
+            print(for_terminal(format_rows(build_report(store, run_row))))
         print(f"rerun {prog.run_id} of {old['run_id']}: {len(ids)} item(s)", file=sys.stderr)
         store.checkpoint()  # the checked close (llmscope/cli/run.py `_cmd_run`)
         return 0 if prog.errors == 0 else 1

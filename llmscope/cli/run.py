@@ -22,6 +22,7 @@ from llmscope.cli.common import (
     open_store,
     parse_opts,
 )
+from llmscope.engine.textsafety import for_terminal
 
 
 def _check_positive(flag: str, value: int | None) -> None:
@@ -154,7 +155,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         try:
             prep = prepare_run(store, req)  # the suite, options and stored run, checked with no model loaded
         except RunComplete as e:
-            print(f"llmscope: {e}", file=sys.stderr)
+            print(f"llmscope: {for_terminal(str(e))}", file=sys.stderr)
             return 1 if e.n_errors else 0  # as a run that ends with errors stored
         stored_in = (f"run {prep.existing['run_id']} in {args.db}"
                      if args.resume and prep.existing is not None else None)
@@ -202,7 +203,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         stop.install()
         run_row = store.get_run(prog.run_id)
         if not args.no_report and run_row:
-            print(format_rows(build_report(store, run_row)))
+            print(for_terminal(format_rows(build_report(store, run_row))))
         # The checked close: a run is reported done only once the file alone holds it (a full
         # disk during the final checkpoint leaves every row in the .wal; say so, exit 2).
         try:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from llmscope.cli.common import CLIError, ParserContext, open_store
+from llmscope.engine.textsafety import for_terminal
 
 
 def add_parsers(sub: Any, ctx: ParserContext) -> None:
@@ -51,6 +52,12 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
         "the study (the other file's cells leave it; their runs stay)",
     )
     r.add_argument("--quiet", action="store_true", help="only warnings, errors and the final grid")
+    r.add_argument(
+        "--max-cells",
+        type=int,
+        default=None,
+        help="the most cells the study may have (default 10,000; checked before any is built)",
+    )
     r.set_defaults(func=cmd_study_run)
 
     s = ssub.add_parser(
@@ -64,14 +71,19 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
         help="DuckDB file (default: the study's `db`, else the usual default)",
     )
     s.add_argument("--json", action="store_true", help="print the cells as JSON")
+    s.add_argument(
+        "--max-cells", type=int, default=None, help="the most cells the study may have (default 10,000)"
+    )
     s.set_defaults(func=cmd_study_status)
 
 
-def _load(path: str) -> Any:
-    from llmscope.study import StudyError, load_study
+def _load(path: str, max_cells: int | None = None) -> Any:
+    from llmscope.study import MAX_CELLS, StudyError, load_study
 
+    if max_cells is not None and max_cells < 1:
+        raise CLIError(f"--max-cells must be 1 or more, got {max_cells}")
     try:
-        return load_study(path)
+        return load_study(path, max_cells=MAX_CELLS if max_cells is None else max_cells)
     except StudyError as e:
         raise CLIError(str(e)) from None
 
@@ -89,13 +101,14 @@ def _db_for(args: argparse.Namespace, study: Any | None) -> str:
 def _check_endpoints(study: Any, args: argparse.Namespace, say: Callable[[str, str], None]) -> None:
     """Before any request: a base URL written in a study file (someone else's file, perhaps)
     is used only when you name it yourself too, or pass --trust-study; every endpoint is printed."""
-    from llmscope.cli.common import remember_endpoints, used_endpoints
+    from llmscope.cli.common import remember_endpoints
+    from llmscope.engine.backend import BackendConfigError
     from llmscope.engine.openai import OPENAI_URL, expand_base_urls, public_url
+    from llmscope.engine.openai.endpoints import check_base_url
+    from llmscope.settings import trusted_endpoints, untrusted_endpoints
 
-    settings = getattr(args, "_settings", None)
-    user_url = settings.values.get("base_url") if settings is not None else None
     env = os.environ.get("OPENAI_BASE_URL")
-    trusted = set(expand_base_urls(env)) | set(expand_base_urls(user_url)) | used_endpoints()
+    trusted = trusted_endpoints(getattr(args, "_settings", None))
     chosen: list[str] = []
     said: set[tuple[str, str]] = set()
     # Every cell's merged options: a base_url may come from the model entry, a suite entry, the
@@ -110,7 +123,15 @@ def _check_endpoints(study: Any, args: argparse.Namespace, say: Callable[[str, s
             )
         if not m.is_api:
             continue
-        urls = expand_base_urls(cell.options.get("base_url"))
+        where = cell.sources.get("base_url") or str(study.path)
+        try:
+            # an `@FILE` the study names is read as a list of URLs and never shown; a URL with
+            # a key in it (user:KEY@) is refused before anything is printed or written
+            urls = expand_base_urls(cell.options.get("base_url"))
+            for u in urls:
+                check_base_url(u)
+        except BackendConfigError as e:
+            raise CLIError(f"{where}, field 'base_url': {e}") from None
         if not urls:
             src = "$OPENAI_BASE_URL" if env else "default"
             for u in expand_base_urls(env) or [OPENAI_URL]:
@@ -118,8 +139,7 @@ def _check_endpoints(study: Any, args: argparse.Namespace, say: Callable[[str, s
                     said.add((m.label, u))
                     say("info", f"endpoint {public_url(u)} for {m.label} (from {src})")
             continue
-        where = cell.sources.get("base_url") or str(study.path)
-        untrusted = [u for u in urls if u not in trusted]
+        untrusted = untrusted_endpoints(urls, trusted)
         if untrusted and not args.trust_study:
             shown = ", ".join(public_url(u) for u in untrusted)
             raise CLIError(
@@ -165,7 +185,7 @@ def cmd_study_run(args: argparse.Namespace) -> int:
     from llmscope.study_run import run_study
     from llmscope.study_store import StudyConflict
 
-    study = _load(args.file)
+    study = _load(args.file, args.max_cells)
     try:
         check_levels(study)  # before anything runs, --dry-run included
     except StudyError as e:
@@ -178,7 +198,7 @@ def cmd_study_run(args: argparse.Namespace) -> int:
         if level == "info" and args.quiet:
             return
         prefix = "" if level == "info" else f"{level}: "
-        print(f"{prefix}{text}", file=sys.stderr, flush=True)
+        print(for_terminal(f"{prefix}{text}"), file=sys.stderr, flush=True)
 
     if args.dry_run:
         return _dry_run(study, db, args.replace)
@@ -201,6 +221,11 @@ def cmd_study_run(args: argparse.Namespace) -> int:
             outcomes = asyncio.run(main())
         except StudyConflict as e:
             raise CLIError(str(e)) from None
+        except (StoreError, OSError) as e:  # the database failed under every cell (a full disk)
+            raise CLIError(
+                f"study {study.name} stopped: {e}. Every cell's rows committed before it are kept; "
+                "run the same command again to resume"
+            ) from None
         except (asyncio.CancelledError, KeyboardInterrupt):
             stop.received = stop.received or signal.SIGINT
         try:
@@ -247,7 +272,7 @@ def _dry_run(study: Any, db: str, replace: bool = False) -> int:
                     what = f"reuse run {e.run_id} (complete)"
                 except Exception as e:
                     what = f"error: {e}"
-            print(f"{c.key}: {what}")
+            print(for_terminal(f"{c.key}: {what}"))
     finally:
         if store is not None:
             store.close()
@@ -260,7 +285,7 @@ def cmd_study_status(args: argparse.Namespace) -> int:
     from llmscope.study_store import study_conflict, study_names, study_record
 
     target = str(args.study)
-    study = _load(target) if Path(target).is_file() else None
+    study = _load(target, args.max_cells) if Path(target).is_file() else None
     db = _db_for(args, study)
     name = study.name if study is not None else target
     if study is None and not Path(db).exists():
@@ -311,7 +336,7 @@ def _print_status(name: str, db: str, cells: Any) -> None:
         rows = _cells(store, name, cells)
     finally:
         store.close()
-    print(format_grid(name, db, rows))
+    print(for_terminal(format_grid(name, db, rows)))
 
 
 def _live_rows(name: str, db: str, study: Any | None) -> list[Any]:
@@ -336,8 +361,8 @@ def _emit(
         print(json.dumps(out, indent=1, default=str))
     else:
         if held:
-            print(f"{held}; showing each cell's live channel (no metrics until the file is free)")
-        print(format_grid(name, db, rows))
+            print(for_terminal(f"{held}; showing each cell's live channel (no metrics until the file is free)"))
+        print(for_terminal(format_grid(name, db, rows)))
     return 0
 
 

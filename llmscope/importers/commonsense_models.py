@@ -50,7 +50,8 @@ class ModelAnswers:
 def read_models_csv(path: Path) -> tuple[list[ModelAnswers], dict[str, tuple[str, int]]]:
     """Every `<Model>_q1` / `<Model>_q2` column's answers, and each id's (statement, line).
 
-    A cell other than 0 or 1, a repeated id or a short line is an error naming file, line and field.
+    A cell other than exactly 0 or 1, a repeated id, a model column given twice or a short line
+    is an error naming file, line and field.
     """
     try:
         f = open(path, newline="", encoding="utf-8")
@@ -69,6 +70,15 @@ def read_models_csv(path: Path) -> tuple[list[ModelAnswers], dict[str, tuple[str
         for j, name in enumerate(header):
             model, _, variant = name.rpartition("_")
             if variant in VARIANTS and model and model != "human":
+                if variant in cols.get(model, {}):
+                    # two answer sets under one name: keeping either would drop the other
+                    raise SuiteError(
+                        f"column {name!r} appears twice (two answer sets for model {model!r}); "
+                        "give each model its own name",
+                        path,
+                        1,
+                        name,
+                    )
                 cols.setdefault(model, {})[variant] = j
         if not cols:
             raise SuiteError("no <Model>_q1 / <Model>_q2 columns in the header", path, 1)
@@ -88,15 +98,8 @@ def read_models_csv(path: Path) -> tuple[list[ModelAnswers], dict[str, tuple[str
                 statements[sid] = (row[stmt_col] if stmt_col is not None else "", line)
                 for model, by_variant in cols.items():
                     for variant, j in by_variant.items():
-                        cell = row[j].strip()
-                        pred = _ANSWER.get(cell)
-                        if pred is None:
-                            # a published float such as "1.0" is read as the answer it names
-                            try:
-                                num = float(cell)
-                            except ValueError:
-                                num = None
-                            pred = {1.0: "yes", 0.0: "no"}.get(num) if num is not None else None
+                        cell = row[j]
+                        pred = _ANSWER.get(cell)  # exactly 0 or 1: " 1" or "1.0" is not an answer
                         if pred is None:
                             raise SuiteError(
                                 f"expected 0 or 1, got {cell!r}", path, line, header[j]

@@ -107,13 +107,42 @@ def _parse_sample(rec: dict[str, Any], path: Path, line: int) -> Sample:
             raise SuiteError(f"response {r!r} has no log-likelihood", path, line, "filtered_resps") from e
         if not math.isfinite(ll):
             raise SuiteError(f"log-likelihood {r[0]!r} is not finite", path, line, "filtered_resps")
+        if ll > 0:  # a log-probability is at most 0: this is not lm-eval's log-likelihood
+            raise SuiteError(f"log-likelihood {r[0]!r} is positive (a log-probability is at most 0)",
+                             path, line, "filtered_resps")
         lls.append(ll)
         greedy.append(str(r[1]) == "True" if len(r) > 1 else False)
     metrics = {k: v for k, v in rec.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
                and k in (rec.get("metrics") or [])}
     doc: dict[str, Any] = rec["doc"] if isinstance(rec.get("doc"), dict) else {}
+    if len(pairs) > 1 and "target" in rec:
+        _check_target(rec["target"], [p[1] for p in pairs], path, line)
     return Sample(line=line, doc_id=doc_id, doc=doc, target=str(rec.get("target", "")), context=pairs[0][0],
                   continuations=[p[1] for p in pairs], logliks=lls, greedy=greedy, metrics=metrics)
+
+
+def _check_target(target: Any, continuations: list[str], path: Path, line: int) -> None:
+    """A multiple-choice sample's target is an option's index (0 to n-1) or one of its options;
+    anything else would store the item without a gold and drop it from accuracy unsaid."""
+    t = str(target).strip()
+    if re.fullmatch(r"[+-]?\d+", t):
+        if not 0 <= int(t) < len(continuations):
+            raise SuiteError(f"target {t} is not an option index (0 to {len(continuations) - 1})",
+                             path, line, "target")
+        return
+    _, choices = _split_delim(continuations)
+    if t not in choices and str(target) not in continuations and str(target) not in choices:
+        raise SuiteError(f"target {str(target)[:80]!r} is neither an option index (0 to "
+                         f"{len(continuations) - 1}) nor one of the options", path, line, "target")
+
+
+def _read_samples(f: Path) -> list[Sample]:
+    if not f.is_file():
+        raise SuiteError("file not found", f)
+    recs = read_jsonl(f)
+    if not recs:
+        raise SuiteError("no samples", f)
+    return [_parse_sample(rec, f, n) for n, rec in recs]
 
 
 def _model_name(path: Path, override: str | None) -> str:
@@ -209,13 +238,9 @@ def import_lm_eval(store: Store, files: list[Path], suite_spec: str | None = Non
                    model: str | None = None) -> list[str]:
     """Import `lm_eval --log_samples` files, one run per file; returns one message per file."""
     msgs = []
-    for f in files:
-        if not f.is_file():
-            raise SuiteError("file not found", f)
-        recs = read_jsonl(f)
-        if not recs:
-            raise SuiteError("no samples", f)
-        samples = [_parse_sample(rec, f, n) for n, rec in recs]
+    # every sample of every file checked before anything is stored
+    read = [(f, _read_samples(f)) for f in files]
+    for f, samples in read:
         m = _NAME.match(f.name)
         task = m.group("task") if m else f.stem
         if suite_spec:
