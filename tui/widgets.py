@@ -22,6 +22,8 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual_plotext import PlotextPlot
 
+from llmscope.analysis.numbers import fmt_num
+
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # Bidirectional controls: embeddings/overrides (U+202A-202E), isolates (U+2066-2069), the
 # LRM/RLM/ALM marks. A bidi terminal reorders text around them ("\u202egnp.exe" reads
@@ -51,14 +53,10 @@ def ellipsis(s: Any, n: int) -> str:
     return s if len(s) <= n else s[: max(n - 1, 0)] + "…"
 
 
-def fmt(x: Any, digits: int = 3) -> str:
-    if x is None:
-        return "-"
-    try:
-        f = float(x)
-    except (TypeError, ValueError):
-        return str(x)
-    return "-" if math.isnan(f) else f"{f:.{digits}f}"
+def fmt(x: Any, digits: int | None = None, metric: str | None = None) -> str:
+    """A number as every surface prints it (`analysis/numbers.py`): by the rule for `metric`
+    (counts as integers), or with `digits` decimals where a column shares one scale."""
+    return fmt_num(x, metric, decimals=digits)
 
 
 def bar(p: float | None, width: int = 20, ch: str = "█") -> str:
