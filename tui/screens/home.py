@@ -18,7 +18,7 @@ from llmscope.tui.data.live import active_live_runs, live_runs
 from llmscope.tui.data.store import db_runs, is_lock_error
 from llmscope.tui.messages import RunsLoaded, SuitesLoaded
 from llmscope.tui.panels.form import RunForm
-from llmscope.tui.screens.base import BaseScreen, _fmt_time, _set
+from llmscope.tui.screens.base import BaseScreen, _fmt_time, _set, limited_note
 from llmscope.tui.screens.compare import CompareScreen
 from llmscope.tui.screens.dashboard import DashboardScreen
 from llmscope.tui.widgets import clean, ellipsis, fmt, literal
@@ -191,6 +191,7 @@ class HomeScreen(BaseScreen):
             prog = f"{done or 0}/{total or '?'}"
             if total and not narrow:
                 prog += f" {100 * (done or 0) / total:.0f}%"
+            prog += limited_note(r)
             acc = r.get("accuracy")
             t.add_row(
                 "●" if rid in self.marked else " ",
@@ -392,3 +393,4 @@ class HomeScreen(BaseScreen):
         run = event.run
         self.notify(f"starting {run.suite} with {run.config.model or 'the default model'} ...")
         self.llm_app.start_run(run.params())
+

@@ -329,9 +329,9 @@ def _render_variant(v: dict[str, Any], declared: list[Any] | None = None) -> lis
         t.add_column()
         t.add_column(justify="right")
         for k, p in list(probs.items())[:20]:
-            t.add_row(literal(k), bar(p, 30), fmt(p))
+            t.add_row(literal(k), bar(p, 30), fmt(p, metric="p"))
         if v.get("other") is not None:
-            t.add_row(Text("(other)", style="dim"), bar(v.get("other"), 30), fmt(v.get("other")))
+            t.add_row(Text("(other)", style="dim"), bar(v.get("other"), 30), fmt(v.get("other"), metric="p"))
         out.append(t)
     top = v.get("top_tokens")
     if isinstance(top, list) and top:
