@@ -191,7 +191,7 @@ class HomeScreen(BaseScreen):
             prog = f"{done or 0}/{total or '?'}"
             if total and not narrow:
                 prog += f" {100 * (done or 0) / total:.0f}%"
-            prog += limited_note(r)
+            prog += limited_note(r, narrow)
             acc = r.get("accuracy")
             t.add_row(
                 "●" if rid in self.marked else " ",
@@ -349,7 +349,19 @@ class HomeScreen(BaseScreen):
         self._suites_layout = (task_w, desc_w)
         keep = t.cursor_row
         t.clear(columns=True)  # a column keeps its widest cell's width until it is re-added
-        t.add_columns("suite", "items", "task", *(["description"] if desc_w else []))
+        # Explicit widths: sized from the cells as they are added, a column could be drawn at
+        # its title's width (`commo` for commonsense-sample) when the rows came in mid-layout.
+        widths = {
+            "suite": max([cell_len("suite")] + [cell_len(clean(r["name"])) for r in rows]),
+            "items": max([cell_len("items")] + [len("-" if r["items"] is None else str(r["items"])) for r in rows]),
+            "task": task_w if task_w is not None
+            else max([cell_len("task")] + [cell_len(clean(r["task"])) for r in rows]),
+        }
+        if desc_w:
+            widths["description"] = max([cell_len("description")]
+                                        + [cell_len(ellipsis(clean(r["description"]), desc_w)) for r in rows])
+        for name, w in widths.items():
+            t.add_column(name, width=w)
         self._fill_suites()
         if rows:
             t.move_cursor(row=min(keep, len(rows) - 1))
