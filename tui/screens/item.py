@@ -355,13 +355,16 @@ def _render_variant(v: dict[str, Any], declared: list[Any] | None = None) -> lis
             if isinstance(m, dict):
                 methods += [k for k in m if k not in methods]
         out.append(Text("option scores by method", style="bold"))
+        cells = {opt: [fmt(m.get(k), metric=k) if isinstance(m, dict) else "-" for k in methods]
+                 for opt, m in scores.items()}
         t = Table(box=None, padding=(0, 1), header_style="bold")
-        t.add_column("option", no_wrap=True)
-        for m in methods:
-            t.add_column(m, justify="right")
-        for opt, m in scores.items():
-            m = m if isinstance(m, dict) else {}
-            t.add_row(literal(opt), *[fmt(m.get(k), metric=k) for k in methods])
+        # numbers are never cut: the option text wraps on a narrow screen
+        t.add_column("option", overflow="fold")
+        for j, m in enumerate(methods):
+            t.add_column(m, justify="right", no_wrap=True,
+                         min_width=max([len(m)] + [len(c[j]) for c in cells.values()]))
+        for opt, row in cells.items():
+            t.add_row(literal(opt), *row)
         out.append(t)
     extra = v.get("extra")
     if isinstance(extra, dict) and isinstance(extra.get("context"), dict):
