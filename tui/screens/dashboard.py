@@ -557,8 +557,8 @@ def _suite_size(store: Any, run: dict[str, Any] | None) -> None:
     """The run's `item_limit` and its suite's item count (`n_suite_items`), for the header."""
     if not run or not run.get("suite_id"):
         return
-    opts = run.get("options") if isinstance(run.get("options"), dict) else {}
-    run["item_limit"] = opts.get("limit")
+    opts = run.get("options")
+    run["item_limit"] = opts.get("limit") if isinstance(opts, dict) else None
     if run["item_limit"]:
         row = store.execute("SELECT count(*) FROM items WHERE suite_id = ?", [run["suite_id"]]).fetchone()
         run["n_suite_items"] = int(row[0]) if row else None
