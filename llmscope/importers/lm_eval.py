@@ -6,8 +6,11 @@ Each `samples_<task>_<date>.jsonl` file (lm-eval 0.4.x) becomes one run. A sampl
 `acc_norm`, ...). Per sample llmscope stores what its own `task: choice` stores: the option
 log-likelihoods, softmax probabilities, the raw-argmax prediction and correctness, and its
 per-char/per-byte methods (lengths of the continuation as scored, delimiter included), so
-report, compare and TUI read an imported run like a local one. lm-eval's own per-sample
-values are kept in `extra["lm_eval"]`, and the number of samples where llmscope's raw
+report, compare and TUI read an imported run like a local one. Where the samples log
+`acc_norm` / `acc_mutual_info`, those are stored as the methods of those names by lm-eval's rules
+(engine/schemes.py), the unconditional log-likelihoods included, so the report shows lm-eval's
+values under lm-eval's names; each request's `is_greedy` is kept per option. lm-eval's own
+per-sample values are kept in `extra["lm_eval"]`, and the number of samples where llmscope's raw
 correctness differs from lm-eval's `acc` is printed (0 when both agree on the gold).
 
 Suite: with `--suite SPEC` (the lm-eval task YAML, or any llmscope suite whose item ids are
