@@ -7,9 +7,10 @@ they are, so the TUI and `report --explain` can read it without the pipeline's n
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from llmscope.analysis.numbers import fmt_num
 
 __all__ = [
     "BootstrapConfig",
@@ -184,12 +185,9 @@ def define_metric(d: MetricDef) -> MetricDef:
 
 # -- display ---------------------------------------------------------------------------------
 def display(name: str, value: float | None) -> str:
-    """A metric value at the precision every surface prints it (report text, TUI)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if name in ("errors", "left_out_no_distribution"):  # counts
-        return f"{value:.0f}"
-    return f"{value:.3f}"
+    """A metric value at the precision every surface prints it (report text, TUI): the one
+    number format of `analysis/numbers.py`."""
+    return fmt_num(value, name)
 
 
 # -- documentation ---------------------------------------------------------------------------

@@ -322,6 +322,9 @@ class CachedBackend(Backend):
         hit = self.cache.get(key)
         if hit is not None:
             try:
+                if any("greedy" not in o for o in hit):
+                    # stored before is_greedy was recorded: asked again, so an lm-eval export has it
+                    raise KeyError("greedy")
                 outs = [LogLikOut(**o) for o in hit]
                 self.hits += 1
                 return outs

@@ -248,11 +248,13 @@ def lm_eval_scores(options: list[str], lls: list[float], uncond: list[float] | N
 
 
 def add_lm_eval_schemes(res: Result, options: list[str], lls: list[float], uncond: list[float] | None,
-                        gold: int | None, opts: dict[str, Any]) -> None:
+                        gold: int | None, opts: dict[str, Any],
+                        uncond_greedy: list[bool | None] | None = None) -> None:
     """Add the lm-eval schemes named in `opts["schemes"]` to `res` (methods and option_scores).
 
     Per option: `acc_norm` (ll / len(option)); with ``acc_mutual_info`` also
-    `uncond_logprob` (ll of the continuation after an empty context) and `mutual_info`.
+    `uncond_logprob` (ll of the continuation after an empty context) and `mutual_info`, and
+    `uncond_is_greedy` (1.0/0.0) where `uncond_greedy` says whether that continuation was greedy.
     """
     wanted = [x for x in check_schemes(opts.get("schemes")) if x in LM_EVAL_SCHEMES]
     if not wanted:
@@ -282,6 +284,9 @@ def add_lm_eval_schemes(res: Result, options: list[str], lls: list[float], uncon
             else:
                 row["uncond_logprob"] = float(uncond[i]) if uncond is not None else float("nan")
                 row["mutual_info"] = float(s[i])
+                g = uncond_greedy[i] if uncond_greedy is not None and i < len(uncond_greedy) else None
+                if g is not None:
+                    row["uncond_is_greedy"] = float(g)
     res.option_scores = os_
 
 

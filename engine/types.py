@@ -61,6 +61,8 @@ class LogLikOut:
     token_logprobs: list[float]
     tokens: list[str]
     n_context_tokens: int = 0
+    # every continuation token is the argmax at its position (lm-eval's `is_greedy`); None: not known
+    greedy: bool | None = None
 
 
 @dataclass

@@ -252,10 +252,12 @@ def _lm_eval_doc(fields: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def _resp(lp: float | None) -> list[str]:
+def _resp(lp: float | None, greedy: Any = None) -> list[str]:
     # lm-eval's (loglikelihood, is_greedy) pair as its tracker writes it: every value str()'d
-    # (`sanitize_list`). llmscope does not record is_greedy, so it is str(None), not a guess.
-    return [str(lp), str(None)]
+    # (`sanitize_list`), so "True"/"False". is_greedy is recorded per option by the local
+    # backend (`is_greedy`, `uncond_is_greedy`) and by an lm-eval import; where it was not
+    # (an API server's log-likelihoods) it is str(None), not a guess.
+    return [str(lp), str(None if greedy is None else bool(greedy))]
 
 
 def lm_eval_samples(store: Store, run: dict[str, Any], rows: list[ExportRow]) -> dict[str, list[dict[str, Any]]]:
@@ -266,9 +268,10 @@ def lm_eval_samples(store: Store, run: dict[str, Any], rows: list[ExportRow]) ->
     as scored (target delimiter included: " garden"), then, when the run computed
     `acc_mutual_info`, one ("", continuation) request per option (lm-eval's unconditional
     requests); `resps`/`filtered_resps` hold [str(loglik), str(is_greedy)] with is_greedy
-    "None" (not recorded); `target` is the gold option's index as text, as lm-eval's tracker
-    writes it. Per-sample `acc` is the row's `correct`, `acc_norm`/`acc_mutual_info` the
-    methods of those names. Generation rows list the text.
+    "None" where it was not recorded; `target` is the gold option's index as text, as lm-eval's
+    tracker writes it. Per-sample `acc` is the row's `correct`, `acc_norm`/`acc_mutual_info` the
+    methods of those names. Generation rows list the text. Lines are in `doc_id` order, as
+    lm-eval writes them.
     """
     items = store.items_frame(str(run.get("suite_id"))) if run.get("suite_id") else None
     doc_of: dict[str, tuple[int | None, dict[str, Any]]] = {}
@@ -297,16 +300,18 @@ def lm_eval_samples(store: Store, run: dict[str, Any], rows: list[ExportRow]) ->
             conts = (r.extra or {}).get("continuations")
             if not (isinstance(conts, list) and len(conts) == len(labels)):
                 conts = labels  # rows scored without continuations (label choice, yes/no)
-            reqs: list[tuple[str, str, float | None]] = [
-                (r.prompt or "", str(c), lp) for c, lp in zip(conts, lps, strict=True)]
             scores = r.option_scores or {}
+            reqs: list[tuple[str, str, float | None, Any]] = [
+                (r.prompt or "", str(c), lp, (scores.get(lab) or {}).get("is_greedy"))
+                for c, lp, lab in zip(conts, lps, labels, strict=True)]
             uncond = [_num((scores.get(lab) or {}).get("uncond_logprob")) for lab in labels]
             if any(u is not None for u in uncond):
-                reqs += [("", str(c), u) for c, u in zip(conts, uncond, strict=True)]
+                reqs += [("", str(c), u, (scores.get(lab) or {}).get("uncond_is_greedy"))
+                         for c, u, lab in zip(conts, uncond, labels, strict=True)]
             rec["target"] = str(labels.index(r.gold)) if r.gold in labels else str(r.gold)
-            rec["arguments"] = {f"gen_args_{i}": {"arg_0": c, "arg_1": x} for i, (c, x, _) in enumerate(reqs)}
-            rec["resps"] = [[_resp(lp)] for _, _, lp in reqs]
-            rec["filtered_resps"] = [_resp(lp) for _, _, lp in reqs]
+            rec["arguments"] = {f"gen_args_{i}": {"arg_0": c, "arg_1": x} for i, (c, x, _, _) in enumerate(reqs)}
+            rec["resps"] = [[_resp(lp, g)] for _, _, lp, g in reqs]
+            rec["filtered_resps"] = [_resp(lp, g) for _, _, lp, g in reqs]
             methods = (r.extra or {}).get("methods") or {}
             for name in LM_EVAL_METHODS:
                 if isinstance(methods.get(name), dict):
@@ -329,6 +334,8 @@ def lm_eval_samples(store: Store, run: dict[str, Any], rows: list[ExportRow]) ->
         if r.error:
             rec["error"] = r.error
         out.setdefault(_task_name(run, r.variant, len(variants)), []).append(rec)
+    for recs in out.values():  # lm-eval writes a task's samples in doc_id order
+        recs.sort(key=lambda x: (x["doc_id"] is None, x["doc_id"] or 0, x["variant"]))
     return out
 
 
@@ -372,7 +379,9 @@ def lm_eval_results(run: dict[str, Any], rows: list[ExportRow], n_items: int | N
 
     def block(name: str, rs: list[ExportRow], whole: bool = False) -> dict[str, Any]:
         vals = [float(r.correct) for r in rs if r.correct is not None and r.error is None]
-        out = {"alias": name, f"{metric},none": value(rs, whole or len(by_task) == 1),
+        # lm-eval's task block: name, alias and sample_len (the documents scored) before the metrics
+        out = {"name": name, "alias": name, "sample_len": sum(1 for r in rs if r.error is None),
+               f"{metric},none": value(rs, whole or len(by_task) == 1),
                f"{metric}_stderr,none": iid_stderr(vals)}
         for mname in LM_EVAL_METHODS:
             mv = [(r.extra or {}).get("methods", {}).get(mname) for r in rs if r.error is None]

@@ -117,7 +117,8 @@ class RunQueries:
 
     def runs(self) -> pd.DataFrame:
         """Every run with its stored counts; `status` is the effective status (see effective_status);
-        `accuracy` is the value of the run's headline metric, named in `metric`."""
+        `accuracy` is the value of the run's headline metric, named in `metric`; `item_limit` the
+        run's `--limit` (None: every item) and `n_suite_items` its suite's items."""
         df = self.query_df(
             f"""
             SELECT r.run_id, r.suite_name, r.task, r.model, r.backend, r.status, r.n_total,
@@ -125,6 +126,8 @@ class RunQueries:
                    (SELECT count(*) FROM results x WHERE x.run_id = r.run_id AND x.error IS NOT NULL) AS n_errors,
                    (SELECT avg(correct) FROM results x WHERE x.run_id = r.run_id AND x.error IS NULL) AS accuracy,
                    r.started_at, r.ended_at, r.updated_at, r.heartbeat_at, r.owner_pid, r.owner_host, r.error,
+                   TRY_CAST(json_extract_string(r.options, '$.limit') AS BIGINT) AS item_limit,
+                   (SELECT count(*) FROM items i WHERE i.suite_id = r.suite_id) AS n_suite_items,
                    (SELECT {ROWS_FINGERPRINT_SQL} FROM results x WHERE x.run_id = r.run_id) AS _fp
             FROM runs r
             ORDER BY r.started_at

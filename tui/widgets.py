@@ -22,6 +22,8 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual_plotext import PlotextPlot
 
+from llmscope.analysis.numbers import fmt_num
+
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # Bidirectional controls: embeddings/overrides (U+202A-202E), isolates (U+2066-2069), the
 # LRM/RLM/ALM marks. A bidi terminal reorders text around them ("\u202egnp.exe" reads
@@ -51,14 +53,30 @@ def ellipsis(s: Any, n: int) -> str:
     return s if len(s) <= n else s[: max(n - 1, 0)] + "…"
 
 
-def fmt(x: Any, digits: int = 3) -> str:
-    if x is None:
-        return "-"
-    try:
-        f = float(x)
-    except (TypeError, ValueError):
-        return str(x)
-    return "-" if math.isnan(f) else f"{f:.{digits}f}"
+# list columns shown side by side whose values are read against each other (gold vs prediction)
+DIFF_PAIRS = {"gold": "prediction", "prediction": "gold", "gold_a": "prediction_a", "prediction_a": "prediction_b",
+              "prediction_b": "prediction_a"}
+
+
+def cut_where_differs(s: str, other: str, n: int) -> str:
+    """``s`` in at most ``n`` characters; when ``s`` and ``other`` share a prefix longer than
+    the room, the part where they start to differ, between ellipses ("…t landed"), so two
+    long answers cut to the same prefix still read apart."""
+    if len(s) <= n or n < 4:
+        return ellipsis(s, n)
+    k = 0
+    while k < min(len(s), len(other)) and s[k] == other[k]:
+        k += 1
+    if k < n - 2:  # the difference shows before the cut
+        return ellipsis(s, n)
+    body = s[max(1, k - 2):]  # two characters of context before the first difference
+    return "…" + (body if len(body) <= n - 1 else body[: n - 2] + "…")
+
+
+def fmt(x: Any, digits: int | None = None, metric: str | None = None) -> str:
+    """A number as every surface prints it (`analysis/numbers.py`): by the rule for `metric`
+    (counts as integers), or with `digits` decimals where a column shares one scale."""
+    return fmt_num(x, metric, decimals=digits)
 
 
 def bar(p: float | None, width: int = 20, ch: str = "█") -> str:
@@ -388,6 +406,8 @@ class ItemList(ScrollView, can_focus=True):
         for (_, title, _), w in zip(self.columns, self.widths(width), strict=True):
             if w < 0:
                 continue
+            if w and cell_len(title) > w:  # a cut title says so
+                title = set_cell_size(title, max(w - 1, 0)) + "…"
             t.append(set_cell_size(title, w) + " " if w else title)
         return t
 
@@ -425,12 +445,15 @@ class ItemList(ScrollView, can_focus=True):
                 continue
             v = row.get(key)
             if isinstance(v, float):
-                s = fmt(v, 2)
+                s = fmt(v, metric=key)
             else:
                 s = clean(v).replace("\n", " ⏎ ").replace("\t", " ")
             if w:
-                if cell_len(s) > w:  # cut: say so
-                    s = set_cell_size(s, w - 1) + "…"
+                if cell_len(s) > w:  # cut: say so, and where gold and prediction differ, show that part
+                    other = row.get(DIFF_PAIRS[key]) if key in DIFF_PAIRS else None
+                    s = cut_where_differs(s, clean(other), w) if isinstance(other, str) else s
+                    if cell_len(s) > w:
+                        s = set_cell_size(s, w - 1) + "…"
                 parts.append(set_cell_size(s, w) + " ")
                 used += w + 1
             else:

@@ -153,11 +153,13 @@ class Scoring(TreeMask):
         res = self._forward_last(seqs, keep1, reserve, want_cache=bool(second))
         logp1, past1 = res if second else (res, None)
         tl: list[list[float]] = [[] for _ in batch]
+        greedy = [True] * len(batch)
         for i, e in enumerate(encs):
             n = e.n_cont if whole[i] else 1
             cont = e.ids[-e.n_cont :][:n]
             rows = logp1[row1[i], keep1 - n :, :]
             tl[i] = rows.gather(-1, torch.tensor(cont, device=rows.device)[:, None])[:, 0].tolist()
+            greedy[i] = rows.argmax(-1).tolist() == cont
         if second:
             assert past1 is not None  # the forward returned its cache because `second` is non-empty
             try:
@@ -176,6 +178,7 @@ class Scoring(TreeMask):
                 tl[i] += rows.gather(-1, torch.tensor(cont, device=rows.device)[:, None])[
                     :, 0
                 ].tolist()
+                greedy[i] = greedy[i] and rows.argmax(-1).tolist() == cont
             self._stats["loglik_context_shared"] += len(second)
         self._stats["loglik_rows_saved"] += len(batch) - len(seqs)
         return [
@@ -185,6 +188,7 @@ class Scoring(TreeMask):
                 token_logprobs=t,
                 tokens=e.cont_tokens,
                 n_context_tokens=len(e.ids) - e.n_cont,
+                greedy=g,
             )
-            for e, t in zip(encs, tl, strict=True)
+            for e, t, g in zip(encs, tl, greedy, strict=True)
         ]

@@ -148,9 +148,9 @@ class TreeMask(ForwardPasses):
         logp = torch.log_softmax(logits[rows_t, cols_t].float(), dim=-1)
         flat_pos = [p for pk in picks for p in pk]
         flat_tok = [t for e in encs for t in e.ids[-e.n_cont :]]
-        vals = logp[
-            torch.tensor(flat_pos, device=logp.device), torch.tensor(flat_tok, device=logp.device)
-        ].tolist()
+        pos_t = torch.tensor(flat_pos, device=logp.device)
+        vals = logp[pos_t, torch.tensor(flat_tok, device=logp.device)].tolist()
+        tops = logp[pos_t].argmax(-1).tolist()
         self._stats["loglik_tree_batches"] += 1
         self._stats["loglik_tree_rows"] += len(seqs)
         self._stats["loglik_rows_saved"] += len(batch) - len(seqs)
@@ -158,9 +158,11 @@ class TreeMask(ForwardPasses):
         k = 0
         for e in encs:
             t = vals[k : k + e.n_cont]
+            greedy = tops[k : k + e.n_cont] == flat_tok[k : k + e.n_cont]
             k += e.n_cont
             out.append(LogLikOut(logprob=float(math.fsum(t)), n_tokens=e.n_cont, token_logprobs=t,
-                                 tokens=e.cont_tokens, n_context_tokens=len(e.ids) - e.n_cont))
+                                 tokens=e.cont_tokens, n_context_tokens=len(e.ids) - e.n_cont,
+                                 greedy=greedy))
         return out
 
     def _forward_tree(

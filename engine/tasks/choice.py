@@ -128,6 +128,8 @@ def loglik_option_result(
         for m in ("calibrated", "pmi", "mean_token_prob", "surprisal_ratio"):
             if m in cs.values:
                 row[m] = float(cs.values[m][i])
+        if outs[i].greedy is not None:  # lm-eval's is_greedy, written back by `export --format lm-eval`
+            row["is_greedy"] = float(outs[i].greedy)
         option_scores[opt] = row
     pred = cs.predictions["raw"]
     res = Result(
@@ -273,7 +275,7 @@ class ChoiceTask(Task):
 
     async def _option_logprobs(
         self, backend: Backend, context: str, conts: list[str], cache: dict[tuple[str, str], Any],
-        chat: bool | None = None,
+        chat: bool | None = None, greedy: list[bool | None] | None = None,
     ) -> list[float]:
         """log P(cont | context) per continuation, cached per (context, continuation).
 
@@ -298,6 +300,8 @@ class ChoiceTask(Task):
                     del cache[k]
                 raise
             out.append(float(res[i].logprob))
+            if greedy is not None:
+                greedy.append(res[i].greedy)
         return out
 
     async def score(self, work: Work, backend: Backend) -> Result:
@@ -362,11 +366,12 @@ class ChoiceTask(Task):
         if "acc_norm" not in wanted and "acc_mutual_info" not in wanted:
             return
         uncond = None
+        greedy: list[bool | None] = []
         if "acc_mutual_info" in wanted:
             # lm-eval's unconditional request ("", delimiter + choice): never chat-templated
-            uncond = await self._option_logprobs(backend, "", conts, self._uncond_cache, chat=False)
+            uncond = await self._option_logprobs(backend, "", conts, self._uncond_cache, chat=False, greedy=greedy)
         add_lm_eval_schemes(res, options, [float(o.logprob) for o in outs], uncond,
-                            gold_index(options, work.gold), self.options)
+                            gold_index(options, work.gold), self.options, uncond_greedy=greedy or None)
 
     async def _add_schemes(self, res: Result, work: Work, options: list[str], backend: Backend) -> None:
         if self.options.get("schemes"):  # labels / free / rating / embedding (engine/schemes.py)

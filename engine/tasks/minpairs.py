@@ -198,6 +198,9 @@ class MinPairsTask(Task):
     summary = "sentence log-probabilities of minimal pairs; the acceptable one should win"
     needs = frozenset({"loglik"})
     default_method = "loglik"
+    # the forced choice's confidence (probs[prediction]) is calibrated like a choice item's:
+    # ECE, MCE and Brier beside the reliability curve the dashboard draws from it
+    metric_producers = ("calibration",)
     result_fields = ("sentences", "logprob_diff", "good", "per_token", "context", "critical", "surprisal_unit")
     item_fields = (*COMMON_ITEM_FIELDS, ItemField("extra.logprob_diff", "Δ logprob", "number"),
                    ItemField("extra.sentences", "sentences", "json", column=False))

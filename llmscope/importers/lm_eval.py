@@ -6,8 +6,11 @@ Each `samples_<task>_<date>.jsonl` file (lm-eval 0.4.x) becomes one run. A sampl
 `acc_norm`, ...). Per sample llmscope stores what its own `task: choice` stores: the option
 log-likelihoods, softmax probabilities, the raw-argmax prediction and correctness, and its
 per-char/per-byte methods (lengths of the continuation as scored, delimiter included), so
-report, compare and TUI read an imported run like a local one. lm-eval's own per-sample
-values are kept in `extra["lm_eval"]`, and the number of samples where llmscope's raw
+report, compare and TUI read an imported run like a local one. Where the samples log
+`acc_norm` / `acc_mutual_info`, those are stored as the methods of those names by lm-eval's rules
+(engine/schemes.py), the unconditional log-likelihoods included, so the report shows lm-eval's
+values under lm-eval's names; each request's `is_greedy` is kept per option. lm-eval's own
+per-sample values are kept in `extra["lm_eval"]`, and the number of samples where llmscope's raw
 correctness differs from lm-eval's `acc` is printed (0 when both agree on the gold).
 
 Suite: with `--suite SPEC` (the lm-eval task YAML, or any llmscope suite whose item ids are
@@ -39,6 +42,7 @@ from llmscope.data.suites import (
     suite_from_spec,
 )
 from llmscope.engine.choice_math import score_options, softmax
+from llmscope.engine.schemes import LM_EVAL_SCHEMES, add_lm_eval_schemes
 from llmscope.engine.tasks.choice import continuation_text
 from llmscope.engine.types import Item, Result
 from llmscope.importers.runs import create_import_run, finish_import_run, import_run_id, store_suite
@@ -60,6 +64,9 @@ class Sample:
     logliks: list[float]
     greedy: list[bool]
     metrics: dict[str, Any]
+    # lm-eval's unconditional requests ("", continuation), one per choice, for acc_mutual_info
+    uncond: list[float] | None = None
+    uncond_greedy: list[bool] | None = None
 
 
 def _parse_sample(rec: dict[str, Any], path: Path, line: int) -> Sample:
@@ -83,20 +90,21 @@ def _parse_sample(rec: dict[str, Any], path: Path, line: int) -> Sample:
         raise SuiteError("only loglikelihood requests (context, continuation) can be imported; this looks like "
                          "a generate_until or loglikelihood_rolling task", path, line, "arguments")
     half = len(pairs) // 2
+    n_uncond = 0
     if (len(pairs) % 2 == 0 and half and all(p[0] == "" for p in pairs[half:])
             and [p[1] for p in pairs[half:]] == [p[1] for p in pairs[:half]] and pairs[0][0] != ""):
         # acc_mutual_info: lm-eval appends one ("", continuation) request per choice; the
-        # choices are the first half (their unconditional log-likelihoods are not imported)
-        pairs = pairs[:half]
-        if isinstance(rec["filtered_resps"], list) and len(rec["filtered_resps"]) == 2 * half:
-            rec = {**rec, "filtered_resps": rec["filtered_resps"][:half]}
+        # choices are the first half, the second half their unconditional log-likelihoods
+        n_uncond = half
+    n_requests = len(pairs)
+    pairs = pairs[: n_uncond or n_requests]
     contexts = {p[0] for p in pairs}
     if len(contexts) != 1:
         raise SuiteError("requests with different contexts (a multiple-input task) cannot be imported",
                          path, line, "arguments")
     resps = rec["filtered_resps"]
-    if not isinstance(resps, list) or len(resps) != len(pairs):
-        raise SuiteError(f"expected {len(pairs)} responses, one per request", path, line, "filtered_resps")
+    if not isinstance(resps, list) or len(resps) != n_requests:
+        raise SuiteError(f"expected {n_requests} responses, one per request", path, line, "filtered_resps")
     lls, greedy = [], []
     for r in resps:
         if isinstance(r, list) and len(r) == 1 and isinstance(r[0], list):
@@ -117,8 +125,10 @@ def _parse_sample(rec: dict[str, Any], path: Path, line: int) -> Sample:
     doc: dict[str, Any] = rec["doc"] if isinstance(rec.get("doc"), dict) else {}
     if len(pairs) > 1 and "target" in rec:
         _check_target(rec["target"], [p[1] for p in pairs], path, line)
+    n = len(pairs)
     return Sample(line=line, doc_id=doc_id, doc=doc, target=str(rec.get("target", "")), context=pairs[0][0],
-                  continuations=[p[1] for p in pairs], logliks=lls, greedy=greedy, metrics=metrics)
+                  continuations=[p[1] for p in pairs], logliks=lls[:n], greedy=greedy[:n], metrics=metrics,
+                  uncond=lls[n:] if n_uncond else None, uncond_greedy=greedy[n:] if n_uncond else None)
 
 
 def _check_target(target: Any, continuations: list[str], path: Path, line: int) -> None:
@@ -225,13 +235,22 @@ def _result(s: Sample, it: Item, variant: str, cont_fmt: str, scored: bool) -> R
             "per_char": float(cs.values["per_char"][i]), "per_byte": float(cs.values["per_byte"][i])}
         for i, o in enumerate(options)
     }
+    for i, o in enumerate(options):
+        if i < len(s.greedy):
+            option_scores[o]["is_greedy"] = float(s.greedy[i])
     methods = {m: v for m, v in cs.method_summary().items() if m != "mean_token"}
-    return Result(
+    res = Result(
         item_id=it.item_id, variant=variant, prompt=s.context,
         probs={o: float(p) for o, p in zip(options, probs, strict=True)}, option_scores=option_scores,
         prediction=options[pred], gold=it.gold, correct=cs.correct["raw"], confidence=float(probs[pred]),
         extra={"imported": True, "methods": methods, "continuations": conts, "lm_eval": lm_extra},
     )
+    # lm-eval's acc_norm / acc_mutual_info under their own names, by lm-eval's rules (engine/schemes.py)
+    schemes = [m for m in LM_EVAL_SCHEMES if m in s.metrics and (m != "acc_mutual_info" or s.uncond)]
+    if schemes:
+        add_lm_eval_schemes(res, options, s.logliks, s.uncond, gi, {"schemes": schemes},
+                            uncond_greedy=list(s.uncond_greedy) if s.uncond_greedy else None)
+    return res
 
 
 def import_lm_eval(store: Store, files: list[Path], suite_spec: str | None = None,

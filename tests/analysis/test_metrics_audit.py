@@ -254,7 +254,7 @@ AUDITED: dict[str, set[str]] = {
     "generation-sample": set(
         "accuracy token_f1 bleu_mean chrf_mean rougeL_mean corpus_bleu corpus_chrf errors".split()
     ),
-    "minimal-pairs": {"accuracy", "errors"},
+    "minimal-pairs": {"accuracy", "errors", "ece", "mce", "brier", "bin_accuracy", "bin_confidence", "tie_rate"},
     "probeval-oneshot": {"errors"},
     "syntax-sample": {"accuracy", "sg_score", "sg_score_micro", "errors"},
     "contamination-sample": {"flagged_rate", "min_k_prob", "ngram_overlap", "errors"},
@@ -448,6 +448,15 @@ def test_minimal_pairs_accuracy_recomputed_from_exported_rows(runs: dict[str, An
             c = [x for x, r in zip(corr, ok, strict=True) if items[r["item_id"]][field] == val]
             assert _get(rep, "accuracy", **{field: val}) == pytest.approx(np.mean(c))
     assert _get(rep, "errors") == 0
+    # calibration of the forced choice: confidence = P(prediction) of the softmax over sentences
+    conf = np.array([max(r["probs"].values()) for r in ok])
+    ece, mce = _ece_mce(conf, np.array(corr))
+    assert _get(rep, "ece") == pytest.approx(ece) and _get(rep, "mce") == pytest.approx(mce)
+    brier = [sum((p - (k == r["gold"])) ** 2 for k, p in r["probs"].items()) for r in ok]
+    assert _get(rep, "brier") == pytest.approx(np.mean(brier))
+    _reliability_bins(rep, conf, np.array(corr))
+    top2 = [sorted(r["probs"].values())[-2:] for r in ok]
+    assert _get(rep, "tie_rate") == pytest.approx(np.mean([a == b for a, b in top2]))
 
 
 def _formula_met(formula: str, conditions: dict) -> bool:

@@ -122,6 +122,9 @@ def peer(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "lm": [json.loads(x) for x in lm_file.read_text().splitlines()],
         "ours": [json.loads(x) for x in ours_file.read_text().splitlines()],
         "lm_results": res["results"]["mc_peer"],
+        "lm_file": lm_file,
+        "lm_results_file": json.loads(next((d / "lm").rglob("results_*.json")).read_text()),
+        "dir": d,
         "ours_results": json.loads(next((d / "ours").glob("results_*.json")).read_text()),
         "db": db,
         "run_id": run_id,
@@ -188,5 +191,90 @@ def test_export_samples_match_lm_evals_field_by_field(peer: dict[str, Any]) -> N
                 )  # lm-eval writes str(loglik), str(is_greedy)
                 # fp32 noise between two forward passes (batching differs)
                 assert float(y[0]) == pytest.approx(float(x[0]), abs=2e-4)
-                # is_greedy is not recorded by llmscope: str(None), never a guessed bool
-                assert y[1] == "None" and x[1] in ("True", "False")
+                # is_greedy as lm-eval writes it: "True"/"False", the same answer per request
+                assert x[1] in ("True", "False") and y[1] == x[1]
+
+
+def test_export_lines_in_doc_id_order_and_results_block_shaped_like_lm_evals(
+    peer: dict[str, Any],
+) -> None:
+    assert [s["doc_id"] for s in peer["ours"]] == [s["doc_id"] for s in peer["lm"]] == list(range(N_DOCS))
+    theirs = peer["lm_results_file"]["results"]["mc_peer"]
+    ours = peer["ours_results"]["results"]["mc_peer"]
+    assert list(ours) == list(theirs), "same keys, same order"
+    assert (ours["name"], ours["alias"], ours["sample_len"]) == (
+        theirs["name"],
+        theirs["alias"],
+        theirs["sample_len"],
+    )
+    assert peer["ours_results"]["n-samples"] == peer["lm_results_file"]["n-samples"]
+
+
+def _report_accuracy(db: Path, run_id: str, capsys: pytest.CaptureFixture[str]) -> dict[str, float]:
+    capsys.readouterr()
+    assert main(["--db", str(db), "report", "--run", run_id, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    rows = rows["rows"] if isinstance(rows, dict) else rows
+    return {
+        r["group"]["method"]: r["value"]
+        for r in rows
+        if r["metric"] == "accuracy" and set(r["group"]) == {"method"}
+    }
+
+
+def _run_of(db: Path, backend: str) -> list[str]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return [r[0] for r in con.execute(
+            "select run_id from runs where backend = ? order by started_at", [backend]).fetchall()]
+    finally:
+        con.close()
+
+
+def test_import_reports_lm_evals_acc_norm_under_its_name_and_export_gives_the_file_back(
+    peer: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """lm-eval's samples file imported: acc_norm and acc_mutual_info reported under those names
+    with lm-eval's values; exported again: lm-eval's fields as lm-eval wrote them."""
+    db = tmp_path / "imp.duckdb"
+    assert main(["--db", str(db), "import", "lm-eval", str(peer["lm_file"]), "--model", "smol"]) == 0
+    (run_id,) = _run_of(db, "import")
+    acc = _report_accuracy(db, run_id, capsys)
+    for name in ("acc_norm", "acc_mutual_info"):
+        assert acc[name] == pytest.approx(peer["lm_results"][f"{name},none"], abs=1e-12), name
+    assert acc["raw"] == pytest.approx(peer["lm_results"]["acc,none"], abs=1e-12)
+    con = duckdb.connect(str(db), read_only=True)
+    (scores,) = con.execute("select option_scores from results where item_id = '0'").fetchone()  # type: ignore[misc]
+    con.close()
+    first = peer["lm"][0]
+    n = len(first["doc"]["options"])
+    uncond = [float(r[0]) for r in first["filtered_resps"][n:]]
+    assert [json.loads(scores)[o]["uncond_logprob"] for o in first["doc"]["options"]] == uncond
+    out = tmp_path / "back"
+    assert main(["--db", str(db), "export", "--run", run_id, "--format", "lm-eval", "-o", str(out)]) == 0
+    (back_file,) = out.glob("samples_*.jsonl")
+    back = [json.loads(x) for x in back_file.read_text().splitlines()]
+    assert len(back) == len(peer["lm"])
+    for a, b in zip(peer["lm"], back, strict=True):
+        for key in ("doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "filter",
+                    "metrics", "doc_hash", "prompt_hash", "target_hash", "acc", "acc_norm", "acc_mutual_info"):
+            assert b[key] == a[key], (key, a["doc_id"])
+    block = json.loads(next(out.glob("results_*.json")).read_text())["results"]["mc_peer"]
+    for name in ("acc", "acc_norm", "acc_mutual_info"):
+        assert block[f"{name},none"] == pytest.approx(peer["lm_results"][f"{name},none"], abs=1e-12), name
+
+
+def test_llmscope_run_exported_and_imported_back_keeps_acc_norm(
+    peer: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run with lm-eval's schemes, exported as lm-eval samples and imported back: the same
+    acc_norm and acc_mutual_info under those names, the same as lm-eval's."""
+    (ours_file,) = (peer["dir"] / "ours").glob("samples_*.jsonl")
+    db = tmp_path / "back.duckdb"
+    assert main(["--db", str(db), "import", "lm-eval", str(ours_file), "--model", "smol"]) == 0
+    (run_id,) = _run_of(db, "import")
+    back = _report_accuracy(db, run_id, capsys)
+    orig = _report_accuracy(peer["db"], peer["run_id"], capsys)
+    for name in ("raw", "acc_norm", "acc_mutual_info"):
+        assert back[name] == pytest.approx(orig[name], abs=1e-12), name
+    assert back["acc_norm"] == pytest.approx(peer["lm_results"]["acc_norm,none"], abs=1e-12)

@@ -95,6 +95,13 @@ def field_value(row: dict[str, Any], key: str) -> Any:
     return v
 
 
+def _number(v: Any) -> Any:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return str(v)
+
+
 def show_field(v: Any, kind: str) -> str:
     """A declared field's value as the list and the drill-down print it."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -107,10 +114,9 @@ def show_field(v: Any, kind: str) -> str:
         v = parse_json(v) if isinstance(v, str) else v
         return "yes" if v is True or v == 1 else "no"
     if kind in ("number", "prob"):
-        try:
-            return f"{float(v):.3f}"
-        except (TypeError, ValueError):
-            return str(v)
+        from llmscope.analysis.numbers import fmt_num
+
+        return fmt_num(v if isinstance(v, (int, float)) else _number(v))
     if kind == "json" and not isinstance(v, str):
         return json.dumps(v, ensure_ascii=False, default=str)
     return str(v)

@@ -109,24 +109,30 @@ def _ci(row: dict[str, Any] | None, name: str) -> Text:
     return t
 
 
-def render_matrix(m: CompareMatrix, width: int = 120) -> Table:
+def render_matrix(m: CompareMatrix, width: int = 120, labels: dict[str, str] | None = None) -> Table:
     """Runs x metrics: each value with its 95% interval, as `llmscope report` gives it.
 
-    As many metric columns as `width` holds (about 22 cells each); the run id is never cut."""
+    As many metric columns as `width` holds (about 22 cells each); the run id is never cut.
+    `labels` (a study's cell names by run id) replace the model column, so two cells of one
+    model read apart."""
     run_w = max([len(str(r["run_id"])) for r in m.runs] + [3])
-    model_w = min(20, max([len(str(r.get("model") or "")) for r in m.runs] + [5]))
+
+    def who(r: dict[str, Any]) -> str:
+        return (labels or {}).get(str(r["run_id"])) or str(r.get("model") or "")
+
+    model_w = min(30 if labels else 20, max([len(who(r)) for r in m.runs] + [5]))
     fit = max(1, (width - run_w - model_w - 6) // 23)
     names = m.metrics[:fit]
     hidden = len(m.metrics) - len(names)
     title = "runs × metrics (as llmscope report)" + (f"; {hidden} more with a wider window" if hidden else "")
     t = Table(box=None, padding=(0, 1), header_style="bold", title=title, title_justify="left")
     t.add_column("run", no_wrap=True, min_width=run_w)
-    t.add_column("model", no_wrap=True, max_width=model_w, overflow="ellipsis")
+    t.add_column("cell" if labels else "model", no_wrap=True, max_width=model_w, overflow="ellipsis")
     for name in names:
         t.add_column(name, no_wrap=True, overflow="ellipsis")
     for r in m.runs:
         rid = str(r["run_id"])
-        t.add_row(literal(rid), literal(str(r.get("model") or "")),
+        t.add_row(literal(rid), literal(who(r)),
                   *[_ci(m.values.get(rid, {}).get(name), name) for name in names])
     return t
 

@@ -79,3 +79,16 @@ class BaseScreen(Screen[None]):
 
         self.app.push_screen(DefinitionsScreen(self.shown_metric_names()))
 
+
+def limited_note(r: dict[str, Any], narrow: bool = False) -> str:
+    """" (12 of 30 items)" for a run limited to fewer items than its suite has (`--limit`), so a
+    limited run's 12/12 never reads as the whole suite (" (12/30 items)" where room is short);
+    "" otherwise."""
+    lim, n = r.get("item_limit"), r.get("n_suite_items")
+    try:
+        lim_i, n_i = int(lim), int(n)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return ""
+    if not 0 < lim_i < n_i:
+        return ""
+    return f" ({lim_i}/{n_i} items)" if narrow else f" ({lim_i} of {n_i} items)"

@@ -48,9 +48,10 @@ class CompareScreen(BaseScreen):
     CompareScreen #cmp-top { height: auto; max-height: 50%; }
     """
 
-    def __init__(self, run_ids: list[str]) -> None:
+    def __init__(self, run_ids: list[str], labels: dict[str, str] | None = None) -> None:
         super().__init__()
         self.run_ids = run_ids
+        self.labels = labels  # a study's cell names by run id (two cells of one model read apart)
         self.matrix: CompareMatrix | None = None
         self.sort = DIS_SORTS[0]
         self._rows: list[dict] = []
@@ -85,7 +86,7 @@ class CompareScreen(BaseScreen):
     def on_compare_loaded(self, msg: CompareLoaded) -> None:
         m: CompareMatrix = msg.data["matrix"]
         self.matrix = m
-        self.query_one("#cmp-matrix", Static).update(render_matrix(m, self.size.width))
+        self.query_one("#cmp-matrix", Static).update(render_matrix(m, self.size.width, self.labels))
         self.query_one("#cmp-tests", Static).update(render_pairs(m))
         self._rows = disagreement_rows(m)
         self._show_items()

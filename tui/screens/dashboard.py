@@ -28,7 +28,7 @@ from llmscope.tui.messages import DashData
 from llmscope.tui.panels.accuracy import render_accuracy, render_bias, render_other
 from llmscope.tui.panels.calibration import render_calibration
 from llmscope.tui.panels.human_agreement import human_histogram, render_human_stats
-from llmscope.tui.screens.base import BaseScreen, _duration, _set
+from llmscope.tui.screens.base import BaseScreen, _duration, _set, limited_note
 from llmscope.tui.screens.item import ItemScreen
 from llmscope.tui.widgets import ItemList, ReliabilityPlot, clean, literal
 
@@ -287,6 +287,7 @@ class DashboardScreen(BaseScreen):
         try:
             with self.llm_app.handle.use() as store:
                 run, snap = quick_snapshot(store, self.run_id)
+                _suite_size(store, run)
         except StoreError:
             return None  # _load_db reports it
         if run is not None:
@@ -303,6 +304,7 @@ class DashboardScreen(BaseScreen):
                 raise StoreError(f"no run {run_id!r} in {self.llm_app.db_path}")
             if model is None:
                 model = RunModel(run, store.suite_spec(run["suite_id"]), load_items(store, run["suite_id"]))
+            _suite_size(store, run)
             model.run = run
             model.poll_db(store)
         return run, model
@@ -356,7 +358,7 @@ class DashboardScreen(BaseScreen):
             if bad:
                 t.append(f"  {bad} unreadable live record(s) skipped", style="yellow")
         t.append("\n")
-        t.append(f"{done}/{total or '?'} results   errors {errors}")
+        t.append(f"{done}/{total or '?'} results{limited_note(run)}   errors {errors}")
         if p and self._is_active(run):
             be = p.get("backend") or {}
             retries = be.get("retries", be.get("n_retries", 0))
@@ -549,6 +551,17 @@ class DashboardScreen(BaseScreen):
         self.app.push_screen(
             ItemScreen([self.run_id], event.row["item_id"], nav=event.item_list, dashboard=self)
         )
+
+
+def _suite_size(store: Any, run: dict[str, Any] | None) -> None:
+    """The run's `item_limit` and its suite's item count (`n_suite_items`), for the header."""
+    if not run or not run.get("suite_id"):
+        return
+    opts = run.get("options")
+    run["item_limit"] = opts.get("limit") if isinstance(opts, dict) else None
+    if run["item_limit"]:
+        row = store.execute("SELECT count(*) FROM items WHERE suite_id = ?", [run["suite_id"]]).fetchone()
+        run["n_suite_items"] = int(row[0]) if row else None
 
 
 def variants_without_gold(df: pd.DataFrame) -> list[str]:

@@ -18,7 +18,7 @@ from llmscope.tui.data.live import active_live_runs, live_runs
 from llmscope.tui.data.store import db_runs, is_lock_error
 from llmscope.tui.messages import RunsLoaded, SuitesLoaded
 from llmscope.tui.panels.form import RunForm
-from llmscope.tui.screens.base import BaseScreen, _fmt_time, _set
+from llmscope.tui.screens.base import BaseScreen, _fmt_time, _set, limited_note
 from llmscope.tui.screens.compare import CompareScreen
 from llmscope.tui.screens.dashboard import DashboardScreen
 from llmscope.tui.widgets import clean, ellipsis, fmt, literal
@@ -191,6 +191,7 @@ class HomeScreen(BaseScreen):
             prog = f"{done or 0}/{total or '?'}"
             if total and not narrow:
                 prog += f" {100 * (done or 0) / total:.0f}%"
+            prog += limited_note(r, narrow)
             acc = r.get("accuracy")
             t.add_row(
                 "●" if rid in self.marked else " ",
@@ -352,15 +353,20 @@ class HomeScreen(BaseScreen):
             return
         self._suites_layout = (task_w, desc_w)
         keep = t.cursor_row
-        t.clear(columns=True)
-        # Widths given, not measured: DataTable measures cells when idle, and a table drawn
-        # before that (suites that load fast) kept the headers' widths, names cut with no mark.
-        t.add_column("suite", width=name_w)
-        t.add_column("items", width=items_w)
-        t.add_column("task", width=task_full if task_w is None else min(task_w, task_full))
+        t.clear(columns=True)  # a column keeps its widest cell's width until it is re-added
+        # Explicit widths: sized from the cells as they are added, a column could be drawn at
+        # its title's width (`commo` for commonsense-sample) when the rows came in mid-layout.
+        widths = {
+            "suite": max([cell_len("suite")] + [cell_len(clean(r["name"])) for r in rows]),
+            "items": max([cell_len("items")] + [len("-" if r["items"] is None else str(r["items"])) for r in rows]),
+            "task": task_w if task_w is not None
+            else max([cell_len("task")] + [cell_len(clean(r["task"])) for r in rows]),
+        }
         if desc_w:
-            desc_full = max([cell_len("description")] + [cell_len(r["description"]) for r in rows])
-            t.add_column("description", width=min(desc_w, desc_full))
+            widths["description"] = max([cell_len("description")]
+                                        + [cell_len(ellipsis(clean(r["description"]), desc_w)) for r in rows])
+        for name, w in widths.items():
+            t.add_column(name, width=w)
         self._fill_suites()
         if rows:
             t.move_cursor(row=min(keep, len(rows) - 1))
@@ -404,3 +410,4 @@ class HomeScreen(BaseScreen):
         run = event.run
         self.notify(f"starting {run.suite} with {run.config.model or 'the default model'} ...")
         self.llm_app.start_run(run.params())
+

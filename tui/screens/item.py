@@ -19,7 +19,7 @@ from llmscope.tui.data.store import item_detail
 from llmscope.tui.messages import ItemLoaded
 from llmscope.tui.panels.irt import IrtLoaded, ItemIrt
 from llmscope.tui.screens.base import BaseScreen
-from llmscope.tui.widgets import ItemList, bar, clean, fmt, literal
+from llmscope.tui.widgets import ItemList, bar, clean, ellipsis, fmt, literal
 
 if TYPE_CHECKING:
     from llmscope.tui.screens.dashboard import DashboardScreen
@@ -254,7 +254,9 @@ def task_fields(v: dict[str, Any], task: str | None, options: dict[str, Any]) ->
     from llmscope.engine.tasks.registry import TASKS
     from llmscope.tui.data.fields import FLAG_KEY, field_value, show_field, task_item_fields
 
-    shown = {"prediction", "gold", "correct", "confidence", "error", "probs", "option_scores", "other"}
+    # drawn by _render_variant (extra.methods as its own table)
+    shown = {"prediction", "gold", "correct", "confidence", "error", "probs", "option_scores", "other",
+             "extra.methods"}
     out: list[Any] = []
     rows = [(f.label, show_field(field_value(v, f.key), f.kind)) for f in task_item_fields(task)
             if f.key not in shown and f.key != FLAG_KEY]
@@ -264,7 +266,7 @@ def task_fields(v: dict[str, Any], task: str | None, options: dict[str, Any]) ->
         t.add_column(no_wrap=True, style="dim")
         t.add_column()
         for label, val in rows:
-            t.add_row(literal(label), literal(val[:500]))
+            t.add_row(literal(label), literal(ellipsis(val, 500)))
         out.append(t)
     probes = getattr(TASKS.get(task) if isinstance(task, str) else None, "flag_probes", ())
     if probes:
@@ -311,7 +313,7 @@ def _render_variant(v: dict[str, Any], declared: list[Any] | None = None) -> lis
         line.append(literal(v.get("gold")))
     line.append("   prediction ", style="bold")
     line.append(literal(v.get("prediction")))
-    line.append(f"   confidence {fmt(v.get('confidence'))}   tokens {v.get('n_tokens') or 0}")
+    line.append(f"   confidence {fmt(v.get('confidence'))}   tokens {fmt(v.get('n_tokens') or 0, metric='n_tokens')}")
     out.append(line)
     if v.get("error"):
         out.append(Text.assemble(("error ", "bold red"), literal(v["error"])))
@@ -327,9 +329,9 @@ def _render_variant(v: dict[str, Any], declared: list[Any] | None = None) -> lis
         t.add_column()
         t.add_column(justify="right")
         for k, p in list(probs.items())[:20]:
-            t.add_row(literal(k), bar(p, 30), fmt(p))
+            t.add_row(literal(k), bar(p, 30), fmt(p, metric="p"))
         if v.get("other") is not None:
-            t.add_row(Text("(other)", style="dim"), bar(v.get("other"), 30), fmt(v.get("other")))
+            t.add_row(Text("(other)", style="dim"), bar(v.get("other"), 30), fmt(v.get("other"), metric="p"))
         out.append(t)
     top = v.get("top_tokens")
     if isinstance(top, list) and top:
@@ -353,13 +355,16 @@ def _render_variant(v: dict[str, Any], declared: list[Any] | None = None) -> lis
             if isinstance(m, dict):
                 methods += [k for k in m if k not in methods]
         out.append(Text("option scores by method", style="bold"))
+        cells = {opt: [fmt(m.get(k), metric=k) if isinstance(m, dict) else "-" for k in methods]
+                 for opt, m in scores.items()}
         t = Table(box=None, padding=(0, 1), header_style="bold")
-        t.add_column("option", no_wrap=True)
-        for m in methods:
-            t.add_column(m, justify="right")
-        for opt, m in scores.items():
-            m = m if isinstance(m, dict) else {}
-            t.add_row(literal(opt), *[fmt(m.get(k), 4) for k in methods])
+        # numbers are never cut: the option text wraps on a narrow screen
+        t.add_column("option", overflow="fold")
+        for j, m in enumerate(methods):
+            t.add_column(m, justify="right", no_wrap=True,
+                         min_width=max([len(m)] + [len(c[j]) for c in cells.values()]))
+        for opt, row in cells.items():
+            t.add_row(literal(opt), *row)
         out.append(t)
     extra = v.get("extra")
     if isinstance(extra, dict) and isinstance(extra.get("context"), dict):
@@ -368,11 +373,8 @@ def _render_variant(v: dict[str, Any], declared: list[Any] | None = None) -> lis
         out.append(Text.assemble(("sentence context ", "bold"), literal(f"{c.get('mode')} {c.get('text')!r}"),
                                  (f"  ({c.get('why')})", "dim")))
     if isinstance(extra, dict) and extra:
-        if "methods" in extra:
-            out.append(Text("methods", style="bold"))
-            out.append(
-                literal(json.dumps(extra["methods"], ensure_ascii=False, default=str)[:2000])
-            )
+        if isinstance(extra.get("methods"), dict) and extra["methods"]:
+            out.append(_methods_table(extra["methods"]))
         if "conditions" in extra and "predictions" in extra:  # syntaxgym: word-surprisal drill-down
             from llmscope.tui.panels.surprisal import render_surprisal
 
@@ -382,7 +384,47 @@ def _render_variant(v: dict[str, Any], declared: list[Any] | None = None) -> lis
         if trace:
             out.append(Text("normalisation trace / task detail", style="bold"))
             for k, x in trace.items():
-                s = x if isinstance(x, str) else json.dumps(x, ensure_ascii=False, default=str)
-                out.append(Text.assemble((f"  {k}: ", "dim"), literal(s[:1000])))
+                s = x if isinstance(x, str) else short_json(x)
+                out.append(Text.assemble((f"  {k}: ", "dim"), literal(ellipsis(s, 1000))))
     return out
+
+
+def _methods_table(methods: dict[str, Any]) -> Any:
+    """Each scoring method's prediction, correctness and expected accuracy, one row a method."""
+    t = Table(box=None, padding=(0, 1), header_style="bold", title="methods", title_justify="left",
+              title_style="bold")
+    t.add_column("method", no_wrap=True)
+    t.add_column("prediction")
+    t.add_column("correct", justify="right")
+    t.add_column("expected acc", justify="right")
+    for name, m in methods.items():
+        if not isinstance(m, dict):
+            t.add_row(literal(name), literal(short_json(m)), "", "")
+            continue
+        c = m.get("correct")
+        t.add_row(literal(name), literal(m.get("prediction") if m.get("prediction") is not None else "-"),
+                  "-" if c is None else ("yes" if c >= 0.5 else "no"),
+                  fmt(m.get("expected_acc"), metric="expected_accuracy"))
+    return t
+
+
+def short_json(x: Any) -> str:
+    """JSON-like text of stored detail with its numbers in the one display format (no
+    17-digit floats, counts as integers)."""
+    if isinstance(x, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k), ensure_ascii=False)}: {_short_value(str(k), v)}"
+                               for k, v in x.items()) + "}"
+    if isinstance(x, list):
+        return "[" + ", ".join(_short_value(None, v) for v in x) + "]"
+    return _short_value(None, x)
+
+
+def _short_value(key: str | None, v: Any) -> str:
+    if isinstance(v, (dict, list)):
+        return short_json(v)
+    if isinstance(v, bool) or v is None:
+        return json.dumps(v)
+    if isinstance(v, (int, float)):
+        return fmt(v, metric=key)
+    return json.dumps(v, ensure_ascii=False, default=str)
 

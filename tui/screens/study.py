@@ -21,6 +21,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Label, Static
 
+from llmscope.analysis.numbers import fmt_count, fmt_interval
 from llmscope.live import change_signature
 from llmscope.store.db import StoreError
 from llmscope.study_store import CellRow
@@ -383,8 +384,9 @@ class StudyScreen(BaseScreen):
             f"results {c.n_done}/{c.n_total or '?'} ({c.n_errors} errors)"
         )
         if c.metric is not None:
-            ci = f" [{c.ci95[0]!r}, {c.ci95[1]!r}]" if c.ci95 else ""
-            t.append(f"\n{c.metric} {c.value!r}{ci} {c.interval_method or ''} n={c.n}")
+            lo, hi = c.ci95 if c.ci95 else (None, None)
+            t.append(f"\n{c.metric} {fmt_interval(c.value, lo, hi, c.metric)} {c.interval_method or ''} "
+                     f"n={fmt_count(c.n)}")
         if c.error:
             t.append("\n" + clean(c.error), style="red")
         box.update(t)
@@ -499,7 +501,9 @@ class StudyScreen(BaseScreen):
             )
             return
         if len(marked) == 2:
-            self.app.push_screen(CompareScreen([str(pairs[0][0].run_id), str(pairs[0][1].run_id)]))
+            a, b = pairs[0]
+            self.app.push_screen(CompareScreen([str(a.run_id), str(b.run_id)],
+                                               labels={str(a.run_id): a.cell, str(b.run_id): b.cell}))
         else:
             self.app.push_screen(StudyPairsScreen(self.study, pairs))
 
