@@ -210,12 +210,10 @@ def failing_html(store: Any, run: dict[str, Any], limit: int = MAX_FAILING) -> s
         f'<p class="failing-count">{"first " + str(shown) + " of " if shown < total else ""}'
         f"{total} failing rows (an error, or scored below 0.5), in the order they were scored</p>"
     ]
-    details: dict[str, Any] = {}
+    details = store.item_details(rid, [page["item_id"][i] for i in range(shown)])
     for i in range(shown):
         iid, variant = page["item_id"][i], page["variant"][i]
-        if iid not in details:
-            details[iid] = store.item_detail(rid, iid)
-        det = details[iid]
+        det = details[str(iid)]
         row: dict[str, Any] = next((v for v in det.variants if v.get("variant") == variant), {})
         conf = page["confidence"][i]
         conf_s = "-" if conf is None else f"{float(conf):.3f}"
