@@ -31,10 +31,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-# scipy.special, not scipy.stats: the same quantile functions (stats.t.ppf and stats.norm.ppf
-# call these) without importing scipy.stats (most of `llmscope report`'s start-up time).
-from scipy import special
-
 from llmscope.engine.tasks.registry import task_producers
 from llmscope.store.db import decode_json
 
@@ -384,6 +380,8 @@ def mean_ci(values: Any, clusters: Any, level: float = 0.95) -> tuple[float, flo
     if G < 2:
         return (p, math.nan, math.nan, n, G, "cluster-t")
     var = G / (G - 1) * float(np.sum((y - p * m) ** 2)) / float(m.sum()) ** 2
+    from scipy import special  # loaded by the one metric that needs it, not by every importer
+
     t = float(special.stdtrit(G - 1, 0.5 + level / 2))
     half = t * math.sqrt(var)
     return (p, p - half, p + half, n, G, "cluster-t")

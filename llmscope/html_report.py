@@ -15,7 +15,7 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -251,8 +251,10 @@ def build_page(
     *,
     source: str = "",
     extra_rows: list[dict[str, Any]] | None = None,
+    on_run: Callable[[dict[str, Any]], None] | None = None,
 ) -> str:
-    """The whole page: ``rows`` are the metric rows `report --json` prints for ``runs``."""
+    """The whole page: ``rows`` are the metric rows `report --json` prints for ``runs``;
+    ``on_run`` is told each run before its section is drawn (a progress bar)."""
     from llmscope import __version__
     from llmscope.analysis.metrics import BOOTSTRAP
 
@@ -281,6 +283,8 @@ def build_page(
             + "</ul>"
         )
     for run in runs:
+        if on_run is not None:
+            on_run(run)
         rid = str(run["run_id"])
         body.append(
             f'<section class="run" id="run-{_e(rid)}"><h2>{_e(run.get("suite_name"))} · '

@@ -34,17 +34,32 @@ def cmd_report(args: argparse.Namespace) -> int:
             runs = [r for r in (store.get_run(x) for x in store.runs()["run_id"]) if r is not None]
         if args.by:
             _check_by(store, runs, args.by)
-        rows = []
-        for run in runs:
-            rows += build_report(store, run, args.by)
-        ws_rows, ws_text = worldsense_reports(store, runs)
-        if args.html:
-            from llmscope.html_report import write_page
+        from llmscope.console import StepProgress
 
-            try:
-                write_page(store, runs, rows, args.html, source=Path(args.db).name, extra_rows=ws_rows)
-            except OSError as e:
-                raise CLIError(f"--html {args.html}: cannot write: {e.strerror or e}") from e
+        rows = []
+        # a bar on a terminal (which run, how many left); nothing in a pipe
+        with StepProgress("report", len(runs) * (2 if args.html else 1)) as bar:
+            for run in runs:
+                bar.step(f"metrics · {run.get('model')} ({run['run_id']})")
+                rows += build_report(store, run, args.by)
+                bar.advance()
+            ws_rows, ws_text = worldsense_reports(store, runs)
+            if args.html:
+                from llmscope.html_report import write_page
+
+                started: list[str] = []
+
+                def on_run(run: dict[str, Any]) -> None:
+                    if started:
+                        bar.advance()
+                    started.append(str(run["run_id"]))
+                    bar.step(f"page · {run.get('model')} ({run['run_id']})")
+
+                try:
+                    write_page(store, runs, rows, args.html, source=Path(args.db).name, extra_rows=ws_rows,
+                               on_run=on_run)
+                except OSError as e:
+                    raise CLIError(f"--html {args.html}: cannot write: {e.strerror or e}") from e
     finally:
         store.close()  # read-only: the metrics cache went to the file beside it (store/metrics_cache.py)
     if args.html:
