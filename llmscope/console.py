@@ -117,7 +117,7 @@ class StepProgress:
         self.total = total
         self.what = what
         self._bar: RichProgress | None = None
-        if self.console.is_terminal and sys.stderr.isatty() and total > 1:
+        if self.console.is_terminal and sys.stderr.isatty():
             self._bar = RichProgress(
                 TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                 TextColumn("{task.fields[step]}"), console=self.console, transient=True,
@@ -138,6 +138,12 @@ class StepProgress:
         """Say which step is under way."""
         if self._bar is not None:
             self._bar.update(self._task_id, step=escape(name))
+
+    def set_total(self, total: int) -> None:
+        """The number of steps, once known."""
+        self.total = total
+        if self._bar is not None:
+            self._bar.update(self._task_id, total=total)
 
     def advance(self) -> None:
         """One step done."""

@@ -82,10 +82,19 @@ def cmd_import(args: argparse.Namespace) -> int:
 
             msgs = import_lm_eval(store, [Path(p) for p in args.paths], suite_spec=args.suite, model=args.model)
         elif args.kind == "commonsense-models":
+            from llmscope.console import StepProgress
             from llmscope.importers.commonsense_models import import_commonsense_models
 
-            msgs = import_commonsense_models(store, Path(args.paths[0]) if args.paths else None,
-                                             suite_path=args.suite_path)
+            with StepProgress("import", 1) as bar:  # the model count is known once the file is read
+
+                def on_model(i: int, n: int, name: str) -> None:
+                    bar.set_total(n)
+                    bar.step(name)
+                    if i:
+                        bar.advance()
+
+                msgs = import_commonsense_models(store, Path(args.paths[0]) if args.paths else None,
+                                                 suite_path=args.suite_path, on_model=on_model)
         elif args.kind == "answers":
             msgs = published.import_answer_sets(store, [Path(p) for p in args.paths],
                                                 suite_path=args.suite_path, model=args.model)

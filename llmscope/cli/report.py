@@ -113,8 +113,18 @@ def cmd_figure(args: argparse.Namespace) -> int:
             runs = runs_of_suite(store, suite_name=args.suite)
             if not runs:
                 raise CLIError(f"figure: no run of suite {args.suite!r} in {args.db}")
+        from llmscope.console import StepProgress
+
         try:
-            write_figure(args.kind, load_runs(store, runs), args.output, style=args.style, item=args.item)
+            # a bar on a terminal while each run's metrics are read (computed once, then cached)
+            with StepProgress("figure", len(runs) + 1) as bar:
+                def on_run(run: dict[str, Any]) -> None:
+                    bar.step(f"metrics · {run.get('model')} ({run['run_id']})")
+                    bar.advance()
+
+                data = load_runs(store, runs, on_run=on_run)
+                bar.step(f"drawing {args.kind}")
+                write_figure(args.kind, data, args.output, style=args.style, item=args.item)
         except FigureError as e:
             raise CLIError(str(e)) from e
     finally:
