@@ -32,8 +32,8 @@ import numpy as np
 import pandas as pd
 
 # scipy.special, not scipy.stats: the same quantile functions (stats.t.ppf and stats.norm.ppf
-# call these) without importing scipy.stats (most of `llmscope report`'s start-up time).
-from scipy import special
+# call these) without importing scipy.stats (most of `llmscope report`'s start-up time); it is
+# imported where a quantile is computed, so the TUI's first screen loads no scipy at all.
 
 __all__ = [
     "Interval",
@@ -90,6 +90,8 @@ class BootstrapResult:
 
 
 def _z(level: float) -> float:
+    from scipy import special  # at first use: importing the intervals (every screen) stays light
+
     return float(special.ndtri(0.5 + level / 2))
 
 
@@ -167,6 +169,8 @@ def cluster_robust_interval(
     if G < 2:
         return (p, math.nan, math.nan)
     var = G / (G - 1) * float(np.sum((y - p * m) ** 2)) / (M * M)
+    from scipy import special
+
     t = float(special.stdtrit(G - 1, 0.5 + level / 2))
     half = t * math.sqrt(var)
     return (p, max(0.0, p - half), min(1.0, p + half))

@@ -31,12 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-# scipy.special, not scipy.stats: the same quantile functions (stats.t.ppf and stats.norm.ppf
-# call these) without importing scipy.stats (most of `llmscope report`'s start-up time).
-from scipy import special
-
 from llmscope.engine.tasks.registry import task_producers
-from llmscope.store.db import decode_json
 
 from . import frame_codes
 from .definitions import (
@@ -53,6 +48,7 @@ from .definitions import (
     display,
     metrics_markdown,
 )
+from .fields import decode_cell, expand_fields
 from .intervals import accuracy_ci, bootstrap_ratio, cluster_codes, resample_index
 from .queries import (
     EXTRA_KEYS,
@@ -165,30 +161,10 @@ class RunMetrics:
 
 
 # -- inputs ----------------------------------------------------------------------------------
-def decode_cell(v: Any) -> Any:
-    """A JSON column's value decoded (None when it is not valid JSON); other values as they are."""
-    if isinstance(v, str):
-        try:
-            return decode_json(v)
-        except ValueError:
-            return None
-    return v
-
-
 def results_with_fields(store: Any, run_id: str) -> pd.DataFrame:
     """A run's results with each item's fields expanded into ``f.<name>`` columns."""
     df = store.results_frame(run_id)
     return expand_fields(df)
-
-
-def expand_fields(df: pd.DataFrame) -> pd.DataFrame:
-    """Add ``f.<name>`` columns from the ``fields`` JSON column (when present)."""
-    if df.empty or "fields" not in df:
-        return df
-    fields = df["fields"].map(lambda s: decode_cell(s) if s is not None else {}).map(lambda d: d if isinstance(d, dict) else {})
-    flat = pd.DataFrame(list(fields), index=df.index).add_prefix("f.")
-    flat = flat[[c for c in flat.columns if c not in df.columns]]
-    return pd.concat([df, flat], axis=1)
 
 
 def row_extras(df: pd.DataFrame) -> pd.Series:
@@ -354,6 +330,8 @@ def mean_ci(values: Any, clusters: Any, level: float = 0.95) -> tuple[float, flo
     if G < 2:
         return (p, math.nan, math.nan, n, G, "cluster-t")
     var = G / (G - 1) * float(np.sum((y - p * m) ** 2)) / float(m.sum()) ** 2
+    from scipy import special  # loaded by the one metric that needs it, not by every importer
+
     t = float(special.stdtrit(G - 1, 0.5 + level / 2))
     half = t * math.sqrt(var)
     return (p, p - half, p + half, n, G, "cluster-t")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmscope.engine.backend import Backend
-from llmscope.engine.models import ModelSpec, ModelSpecError, parse_model
+from llmscope.engine.models import ModelSpec, ModelSpecError, hub_offline_missing, parse_model
 
 
 class ConfigError(Exception):
@@ -295,6 +295,9 @@ def _build_openai(cfg: BackendConfig, spec: ModelSpec) -> BuiltBackend:
 
 @register("hf")
 def _build_hf(cfg: BackendConfig, spec: ModelSpec) -> BuiltBackend:
+    missing = hub_offline_missing(spec, cfg.revision)
+    if missing:  # before torch is imported: an offline typo is reported at once
+        raise ConfigError(f"cannot load model {cfg.model!r}: {missing}")
     try:
         from llmscope.engine.hf import HFBackend
     except ImportError as e:

@@ -114,6 +114,30 @@ def parse_model(arg: str | None) -> ModelSpec:
     return ModelSpec("hf", target, target, None, label=target)
 
 
+def hub_offline_missing(spec: ModelSpec, revision: str | None = None) -> str | None:
+    """Why a hub id cannot load with the hub switched off (`HF_HUB_OFFLINE`): it is not in the
+    local cache. Said before torch is imported (seconds of start-up), not after; None when the
+    spec is a file or folder, the hub is on, or the id is cached."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() not in ("1", "true", "yes", "on"):
+        return None
+    repo = spec.path
+    if spec.backend != "hf" or not repo or spec.gguf_file or Path(repo).exists():
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None  # the load itself names the missing extra
+    try:
+        cached = try_to_load_from_cache(repo, "config.json", revision=revision)
+    except ValueError:  # not a valid repo id; the loader says why
+        return None
+    if isinstance(cached, str):
+        return None
+    home = os.environ.get("HF_HUB_CACHE") or os.environ.get("HF_HOME") or "~/.cache/huggingface"
+    return (f"{repo!r} is not in the Hugging Face cache ({home}) and HF_HUB_OFFLINE is set: "
+            "download it once with the hub on, or pass a local folder")
+
+
 def file_sha256(path: str | Path) -> str:
     """SHA-256 of a file, cached by (path, size, mtime) so big files are hashed once."""
     p = Path(path)

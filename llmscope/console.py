@@ -106,3 +106,48 @@ class ConsoleReporter:
                 f"{progress.status}: {progress.done}/{progress.total} stored, {progress.errors} errors, "
                 f"{progress.elapsed_s:.1f}s this session ({_fmt_rate(progress)})"
             )
+
+
+class StepProgress:
+    """Progress of a long command over a known number of steps (runs of a report, files of an
+    import): a rich bar with the current step's name on a terminal, nothing elsewhere (a pipe
+    or a log gets the command's usual output only). A context manager; `step(name)` before
+    each step, `advance()` after it."""
+
+    def __init__(self, what: str, total: int, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True, highlight=False)
+        self.total = total
+        self.what = what
+        self._bar: RichProgress | None = None
+        if self.console.is_terminal and sys.stderr.isatty():
+            self._bar = RichProgress(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.fields[step]}"), console=self.console, transient=True,
+            )
+            self._task_id = self._bar.add_task(what, total=total, step="")
+
+    def __enter__(self) -> StepProgress:
+        if self._bar is not None:
+            self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+    def step(self, name: str) -> None:
+        """Say which step is under way."""
+        if self._bar is not None:
+            self._bar.update(self._task_id, step=escape(name))
+
+    def set_total(self, total: int) -> None:
+        """The number of steps, once known."""
+        self.total = total
+        if self._bar is not None:
+            self._bar.update(self._task_id, total=total)
+
+    def advance(self) -> None:
+        """One step done."""
+        if self._bar is not None:
+            self._bar.advance(self._task_id)

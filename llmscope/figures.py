@@ -82,11 +82,19 @@ RC: dict[str, Any] = {
 }
 
 
-def load_runs(store: Any, runs: Sequence[dict[str, Any]]) -> list[RunData]:
-    """The pipeline's metrics of each run (cached per rows fingerprint, as `report` reads them)."""
+def load_runs(
+    store: Any, runs: Sequence[dict[str, Any]], on_run: Callable[[dict[str, Any]], None] | None = None
+) -> list[RunData]:
+    """The pipeline's metrics of each run (cached per rows fingerprint, as `report` reads them);
+    `on_run` is told each run before its metrics are read (a progress bar)."""
     from llmscope.analysis.metrics import run_metrics
 
-    return [RunData(dict(r), run_metrics(store, r), store) for r in runs]
+    out = []
+    for r in runs:
+        if on_run is not None:
+            on_run(r)
+        out.append(RunData(dict(r), run_metrics(store, r), store))
+    return out
 
 
 # -- kinds ------------------------------------------------------------------------------------------

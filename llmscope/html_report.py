@@ -15,7 +15,7 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -210,12 +210,10 @@ def failing_html(store: Any, run: dict[str, Any], limit: int = MAX_FAILING) -> s
         f'<p class="failing-count">{"first " + str(shown) + " of " if shown < total else ""}'
         f"{total} failing rows (an error, or scored below 0.5), in the order they were scored</p>"
     ]
-    details: dict[str, Any] = {}
+    details = store.item_details(rid, [page["item_id"][i] for i in range(shown)])
     for i in range(shown):
         iid, variant = page["item_id"][i], page["variant"][i]
-        if iid not in details:
-            details[iid] = store.item_detail(rid, iid)
-        det = details[iid]
+        det = details[str(iid)]
         row: dict[str, Any] = next((v for v in det.variants if v.get("variant") == variant), {})
         conf = page["confidence"][i]
         conf_s = "-" if conf is None else f"{float(conf):.3f}"
@@ -253,8 +251,10 @@ def build_page(
     *,
     source: str = "",
     extra_rows: list[dict[str, Any]] | None = None,
+    on_run: Callable[[dict[str, Any]], None] | None = None,
 ) -> str:
-    """The whole page: ``rows`` are the metric rows `report --json` prints for ``runs``."""
+    """The whole page: ``rows`` are the metric rows `report --json` prints for ``runs``;
+    ``on_run`` is told each run before its section is drawn (a progress bar)."""
     from llmscope import __version__
     from llmscope.analysis.metrics import BOOTSTRAP
 
@@ -283,6 +283,8 @@ def build_page(
             + "</ul>"
         )
     for run in runs:
+        if on_run is not None:
+            on_run(run)
         rid = str(run["run_id"])
         body.append(
             f'<section class="run" id="run-{_e(rid)}"><h2>{_e(run.get("suite_name"))} · '

@@ -9,13 +9,13 @@ import datetime as dt
 import json
 import math
 import re
+import sys
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 import ormsgpack
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import zstandard
@@ -23,6 +23,9 @@ import zstandard
 from llmscope.engine.types import Result
 from llmscope.store.errors import StoreError
 from llmscope.store.schema import RESULT_SCHEMA
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # The `results` columns that hold JSON text (open shapes); every reader gets them decoded
 # from the store (`decode_json`, `Store.results_frame(decoded=True)`, `Store.item_detail`).
@@ -73,7 +76,13 @@ def _finite(x: float | None) -> float | None:
 
 def is_null(v: Any) -> bool:
     """Whether a stored value read back is missing: None, NaT or NaN."""
-    return v is None or v is pd.NaT or (isinstance(v, float) and math.isnan(v))
+    if v is None:
+        return True
+    if isinstance(v, float):
+        return math.isnan(v)
+    # NaT exists only once pandas is loaded; commands that never load it (`runs`) never see one
+    pd = sys.modules.get("pandas")
+    return pd is not None and v is pd.NaT
 
 
 def _json_many(values: Iterable[Any]) -> list[str | None]:
@@ -420,6 +429,8 @@ STORED_JSON_COLUMNS = (*JSON_RESULT_COLUMNS, "fields", "options", "item_fields",
 
 def decode_frame(df: pd.DataFrame, columns: Iterable[str] = STORED_JSON_COLUMNS) -> pd.DataFrame:
     """A copy of a frame of stored rows with its JSON columns (those present) decoded."""
+    import pandas as pd
+
     out = df.copy()
     for c in columns:
         if c in out.columns:

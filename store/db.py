@@ -15,11 +15,10 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from llmscope.store.codec import (
@@ -41,6 +40,9 @@ from llmscope.store.schema import (
     file_schema_version,
 )
 from llmscope.store.writes import StoreWrites
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # `Store` and the names other packages import from here, where they have always been.
 __all__ = [

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
 from llmscope.engine.types import ItemDetail, Result
 from llmscope.store.codec import (
     JSON_RESULT_COLUMNS,
@@ -19,6 +17,8 @@ from llmscope.store.codec import (
 from llmscope.store.errors import StoreError
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from llmscope.store.db import Rows
 
 # Every results column, `prompt` as the model saw it: a row stores NULL when its prompt is its
@@ -91,6 +91,8 @@ class ResultQueries:
                 raise StoreError(f"{self.path}: result seq {int(seqs[pos])} is outside its top-tokens blob")
             v = entry[1][i]
             tops[pos] = v if not as_text or v is None else encode_json(v)
+        import pandas as pd
+
         df["top_tokens"] = pd.Series(tops, index=df.index, dtype=object)
         return df
 
@@ -115,18 +117,30 @@ class ResultQueries:
 
     def item_detail(self, run_id: str, item_id: str) -> ItemDetail:
         """Every stored variant of one item in one run, with the item's text, fields and options."""
+        return self.item_details(run_id, [item_id])[str(item_id)]
+
+    def item_details(self, run_id: str, item_ids: Sequence[str]) -> dict[str, ItemDetail]:
+        """`item_detail` of several items of one run, read in one query (a page of failing
+        items reads its details at once, not one query each); every id asked for is a key."""
+        wanted = list(dict.fromkeys(str(i) for i in item_ids))
+        if not wanted:
+            return {}
         df = self.query_df(
             f"SELECT {RESULT_COLUMNS}, i.text AS item_text, i.fields AS item_fields, i.options AS item_options "
-            f"{FROM_RESULTS_WITH_ITEMS} WHERE r.run_id = ? AND r.item_id = ? ORDER BY r.variant",
-            [run_id, item_id],
+            f"{FROM_RESULTS_WITH_ITEMS} WHERE r.run_id = ? AND r.item_id IN ({', '.join('?' * len(wanted))}) "
+            "ORDER BY r.item_id, r.variant",
+            [run_id, *wanted],
         )
         df = self._fill_top_tokens(df, as_text=False)
-        rows = []
+        by_item: dict[str, list[dict[str, Any]]] = {i: [] for i in wanted}
         for rec in df.to_dict("records"):
             row = {str(k): (None if is_null(v) else v) for k, v in rec.items()}
             for k in (*JSON_RESULT_COLUMNS, "item_fields", "item_options"):
                 row[k] = decode_json(row.get(k))
-            rows.append(row)
-        first = rows[0] if rows else {}
-        return ItemDetail(item_id=item_id, text=first.get("item_text") or "", fields=first.get("item_fields") or {},
-                          options=first.get("item_options"), variants=rows)
+            by_item[str(row["item_id"])].append(row)
+        out = {}
+        for iid, rows in by_item.items():
+            first = rows[0] if rows else {}
+            out[iid] = ItemDetail(item_id=iid, text=first.get("item_text") or "", fields=first.get("item_fields") or {},
+                                  options=first.get("item_options"), variants=rows)
+        return out

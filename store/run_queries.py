@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
 from llmscope.engine.types import Item
-from llmscope.store.codec import decode_json
+from llmscope.store.codec import decode_json, is_null
 from llmscope.store.errors import StoreError
 from llmscope.store.run_status import effective_status
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from llmscope.store.db import Rows
     from llmscope.store.metrics_cache import MetricsCache
 
@@ -24,6 +23,13 @@ if TYPE_CHECKING:
 ROWS_FINGERPRINT_SQL = (
     "concat_ws('|', count(*), coalesce(max(x.seq), -1), coalesce(CAST(max(x.written_at) AS VARCHAR), '-'), "
     "count(x.error), coalesce(CAST(sum(x.correct) AS VARCHAR), '-'))"
+)
+
+# The columns of `run_records` / `runs`, in order.
+RUN_LIST_COLUMNS = (
+    "run_id", "suite_name", "task", "model", "backend", "status", "n_total", "n_done", "n_errors", "accuracy",
+    "started_at", "ended_at", "updated_at", "heartbeat_at", "owner_pid", "owner_host", "error",
+    "item_limit", "n_suite_items", "metric",
 )
 
 
@@ -116,10 +122,18 @@ class RunQueries:
         return None if df.empty else _row(df)
 
     def runs(self) -> pd.DataFrame:
-        """Every run with its stored counts; `status` is the effective status (see effective_status);
-        `accuracy` is the value of the run's headline metric, named in `metric`; `item_limit` the
-        run's `--limit` (None: every item) and `n_suite_items` its suite's items."""
-        df = self.query_df(
+        """`run_records` as a frame (columns in that order, also when there are no runs)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.run_records(), columns=list(RUN_LIST_COLUMNS))
+
+    def run_records(self) -> list[dict[str, Any]]:
+        """Every run with its stored counts, oldest first; `status` is the effective status (see
+        effective_status); `accuracy` is the value of the run's headline metric, named in
+        `metric`; `item_limit` the run's `--limit` (None: every item) and `n_suite_items` its suite's
+        items. Plain rows: listing runs needs no pandas (`llmscope runs` starts fast)."""
+        cols = RUN_LIST_COLUMNS[:-1]  # `metric` is added below
+        rows = self.execute(
             f"""
             SELECT r.run_id, r.suite_name, r.task, r.model, r.backend, r.status, r.n_total,
                    (SELECT count(*) FROM results x WHERE x.run_id = r.run_id) AS n_done,
@@ -132,19 +146,20 @@ class RunQueries:
             FROM runs r
             ORDER BY r.started_at
             """
-        )
+        ).fetchall()
+        recs = [dict(zip((*cols, "_fp"), row, strict=True)) for row in rows]
         # The run's headline metric from the metrics pipeline's cache when it matches the rows
         # (WorldSense: worldsense_accuracy); else plain `accuracy` = avg(correct), named so.
-        fps = [str(f) for f in df.pop("_fp")]
         side = self.metrics_cache
-        known = side.headlines(dict(zip(df["run_id"].astype(str), fps, strict=True))) if side is not None else {}
-        head = [known.get(str(rid)) for rid in df["run_id"]]
-        df["metric"] = [h.get("name") if isinstance(h, dict) else "accuracy" for h in head]
-        df["accuracy"] = [h.get("value") if isinstance(h, dict) else a
-                          for h, a in zip(head, df["accuracy"], strict=True)]
-        if not df.empty:
-            df["status"] = [effective_status({str(k): v for k, v in rec.items()}) for rec in df.to_dict("records")]
-        return df
+        known = side.headlines({str(r["run_id"]): str(r["_fp"]) for r in recs}) if side is not None and recs else {}
+        for r in recs:
+            r.pop("_fp")
+            h = known.get(str(r["run_id"]))
+            r["metric"] = h.get("name") if isinstance(h, dict) else "accuracy"
+            if isinstance(h, dict):
+                r["accuracy"] = h.get("value")
+            r["status"] = effective_status(r)
+        return recs
 
     def load_analysis(self, run_id: str, kind: str) -> Any:
         """A stored analysis, or None."""
@@ -160,7 +175,7 @@ def _row(df: pd.DataFrame) -> dict[str, Any]:
                 rec[k] = json.loads(rec[k])
             except json.JSONDecodeError:
                 pass
-    out = {str(k): (None if (isinstance(v, float) and math.isnan(v)) or v is pd.NaT else v) for k, v in rec.items()}
+    out = {str(k): (None if is_null(v) else v) for k, v in rec.items()}
     pid = out.get("owner_pid")
     if isinstance(pid, float):
         out["owner_pid"] = int(pid)

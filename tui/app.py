@@ -48,7 +48,7 @@ from textual.worker import Worker, WorkerState
 
 from llmscope.engine.config import BackendConfig
 from llmscope.tui.data.store import StoreHandle
-from llmscope.tui.messages import RunEnded, RunFailed, RunStarted
+from llmscope.tui.messages import RunEnded, RunFailed, RunPhase, RunStarted
 
 __all__ = ["InProcessRun", "LlmscopeApp", "RunEnded", "RunFailed", "RunStarted", "TuiReporter", "run_app"]
 
@@ -103,6 +103,11 @@ class TuiReporter:
     def on_message(self, level: str, text: str) -> None:
         with self._lock:
             self.messages.append((level, text))
+        self.app.post_message(RunPhase(self, text, level))
+
+    def phase(self, text: str) -> None:
+        """Say what the run is doing before its first result (the starting screen shows it)."""
+        self.app.post_message(RunPhase(self, text))
 
     def on_end(self, progress: Any) -> None:
         with self._lock:
@@ -127,6 +132,14 @@ class InProcessRun:
     def stop(self) -> None:
         if self.loop is not None and self.task is not None and not self.task.done():
             self.loop.call_soon_threadsafe(self.task.cancel)
+
+
+def _starting_title(params: dict[str, Any]) -> str:
+    if params.get("resume"):
+        return f"resuming run {params['resume']}"
+    cfg = params.get("config")
+    model = getattr(cfg, "model", None) or params.get("model") or "the default model"
+    return f"starting {params.get('suite')} with {model}"
 
 
 def _untrusted_stored_endpoint(prep: Any, db: str) -> str | None:
@@ -278,6 +291,11 @@ class LlmscopeApp(App[int]):
         )
         handle.thread = t
         self._starting[id(reporter)] = handle
+        from llmscope.tui.screens.starting import RunStartingScreen
+
+        # from the first moment: what the run is doing until it scores (the model's load can
+        # take a minute), then its dashboard
+        self.push_screen(RunStartingScreen(_starting_title(params), reporter))
         t.start()
 
     def resume_run(self, run_id: str) -> None:
@@ -311,23 +329,31 @@ class LlmscopeApp(App[int]):
             written.append(store)
             return store
 
+        reporter = handle.reporter
         try:
             try:
                 with self.handle.use() as reader:  # read-only: no lock while checking
                     prep = prepare_run(reader, req)
             except RunComplete as e:
                 self._starting.pop(id(handle.reporter), None)
-                self.post_message(RunFailed(str(e), title="nothing to run", severity="information"))
+                self.post_message(RunFailed(str(e), title="nothing to run", severity="information", reporter=reporter))
                 return
             refused = _untrusted_stored_endpoint(prep, self.db_path) if params.get("resume") else None
             if refused:  # someone else's database: its stored URL is not the user's choice
                 self._starting.pop(id(handle.reporter), None)
-                self.post_message(RunFailed(refused, title="endpoint not trusted"))
+                self.post_message(RunFailed(refused, title="endpoint not trusted", reporter=reporter))
                 return
+            model = prep.config.model or "SmolLM2-135M-Instruct (embedded default)"
+            if model.startswith("openai:"):
+                reporter.phase(f"loading model {model}: asking the server what it offers ...")
+            else:  # seconds to a minute; a GGUF file's first load converts it
+                reporter.phase(f"loading model {model} (a GGUF file is converted the first time, then cached) ...")
             # the write connection opens once the model is loaded
             started = start_run(writer, prep, [handle.reporter], db=self.db_path,
                                 warn=lambda m: handle.reporter.on_message("warning", m))
             runner = started.runner
+
+            reporter.phase("warming up: opening the database and sending the first items ...")
 
             async def main() -> Any:
                 handle.loop = asyncio.get_running_loop()
@@ -342,7 +368,7 @@ class LlmscopeApp(App[int]):
                 store.checkpoint()
         except Exception as e:  # shown to the user; the app keeps running
             self._starting.pop(id(handle.reporter), None)
-            self.post_message(RunFailed(f"{type(e).__name__}: {e}"))
+            self.post_message(RunFailed(f"{type(e).__name__}: {e}", reporter=reporter))
         finally:
             if opened:
                 self.handle.release_writer()  # idle again: no lock held between runs
@@ -352,6 +378,8 @@ class LlmscopeApp(App[int]):
         self.running[msg.run_id] = started if started is not None else InProcessRun(msg.reporter)
         self.notify(f"run {msg.run_id} started")
         from llmscope.tui.screens import HomeScreen
+
+        self._close_starting(msg.reporter)
 
         if isinstance(self.screen, HomeScreen):
             self.screen.reload()
@@ -366,7 +394,26 @@ class LlmscopeApp(App[int]):
                 s.reload()
 
     def on_run_failed(self, msg: RunFailed) -> None:
+        self._close_starting(msg.reporter)
         self.notify(msg.text, title=msg.title, severity=msg.severity, timeout=10)
+
+    def on_run_phase(self, msg: RunPhase) -> None:
+        from llmscope.tui.screens.starting import RunStartingScreen
+
+        for s in self.screen_stack:
+            if isinstance(s, RunStartingScreen) and s.reporter is msg.reporter:
+                if msg.level is None:
+                    s.set_phase(msg.text)
+                else:
+                    s.add_line(msg.level, msg.text)
+
+    def _close_starting(self, reporter: Any) -> None:
+        """The starting screen of this run, if it is on top, gives way (to its dashboard or,
+        when it failed, to the form it came from, with the reason)."""
+        from llmscope.tui.screens.starting import RunStartingScreen
+
+        if reporter is not None and isinstance(self.screen, RunStartingScreen) and self.screen.reporter is reporter:
+            self.pop_screen()
 
     def stop_runs(self, wait_s: float = 10.0) -> None:
         for h in self.running.values():

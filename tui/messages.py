@@ -71,6 +71,17 @@ class RunStarted(Message):
         self.reporter = reporter
 
 
+class RunPhase(Message):
+    """What a starting run is doing (`phase`: resolving, loading the model, warming up), or a
+    line it said (`level` set), before its first result."""
+
+    def __init__(self, reporter: TuiReporter, text: str, level: str | None = None) -> None:
+        super().__init__()
+        self.reporter = reporter
+        self.text = text
+        self.level = level
+
+
 class RunEnded(Message):
     def __init__(self, run_id: str, status: str) -> None:
         super().__init__()
@@ -81,8 +92,10 @@ class RunEnded(Message):
 class RunFailed(Message):
     """A run could not start or failed (`severity` "information": there was nothing to run)."""
 
-    def __init__(self, text: str, *, title: str = "run failed", severity: str = "error") -> None:
+    def __init__(self, text: str, *, title: str = "run failed", severity: str = "error",
+                 reporter: TuiReporter | None = None) -> None:
         super().__init__()
+        self.reporter = reporter  # the run's, when it fails before it started (its starting screen closes)
         self.text = text
         self.title = title
         self.severity = severity

@@ -63,12 +63,12 @@ def main(argv: list[str] | None = None) -> int:
         from llmscope.cli.view import cmd_tui
 
         args.func = cmd_tui
-    from llmscope.data.suites import SuiteError
     from llmscope.engine.backend import BackendConfigError
     from llmscope.engine.config import ConfigError
+    from llmscope.engine.errors import SuiteError
     from llmscope.engine.models import ModelSpecError
     from llmscope.engine.runner import RunBusy
-    from llmscope.store.db import StoreError
+    from llmscope.store.errors import StoreError
 
     try:
         return int(args.func(args) or 0)

@@ -13,26 +13,35 @@ from llmscope.cli.common import CLIError, ParserContext, discard_if_unused, open
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
+    import datetime as dt
+    import json
+
     from llmscope.engine.textsafety import for_terminal
 
     store = open_store(args.db, read_only=True)
     try:
-        df = store.runs()
+        recs = store.run_records()
     finally:
         store.close()
     if args.json:
-        print(df.to_json(orient="records", date_format="iso"))
+        def _iso(v: Any) -> Any:  # times as ISO 8601 to the millisecond; NaN as null
+            if isinstance(v, dt.datetime):
+                return v.isoformat(timespec="milliseconds")
+            return None if isinstance(v, float) and v != v else v
+
+        print(json.dumps([{k: _iso(v) for k, v in r.items()} for r in recs], separators=(",", ":"), default=str))
         return 0
-    if df.empty:
+    if not recs:
         print("(no runs)")
         return 0
-    for r in df.itertuples():
+    for r in recs:
         # the headline metric (metrics cache; worldsense_accuracy for a WorldSense run), named
-        acc = "" if r.accuracy is None or r.accuracy != r.accuracy else f"{r.metric} {r.accuracy:.3f}"
+        a = r["accuracy"]
+        acc = "" if a is None or a != a else f"{r['metric']} {a:.3f}"
         # a run row written by hand or by an old version may lack any of these: shown as "-"
-        suite, model, status = (("-" if v is None or v != v else str(v)) for v in (r.suite_name, r.model, r.status))
-        line = (f"{r.run_id}  {suite:<20} {model[:32]:<32} {status:<22} "
-                f"{r.n_done}/{r.n_total}  {acc}  {r.started_at}")
+        suite, model, status = (("-" if v is None or v != v else str(v)) for v in (r["suite_name"], r["model"], r["status"]))
+        line = (f"{r['run_id']}  {suite:<20} {model[:32]:<32} {status:<22} "
+                f"{r['n_done']}/{r['n_total']}  {acc}  {r['started_at']}")
         print(for_terminal(line))  # names from a shared file: shown, never obeyed (bidi, ANSI)
     return 0
 
@@ -74,10 +83,19 @@ def cmd_import(args: argparse.Namespace) -> int:
 
             msgs = import_lm_eval(store, [Path(p) for p in args.paths], suite_spec=args.suite, model=args.model)
         elif args.kind == "commonsense-models":
+            from llmscope.console import StepProgress
             from llmscope.importers.commonsense_models import import_commonsense_models
 
-            msgs = import_commonsense_models(store, Path(args.paths[0]) if args.paths else None,
-                                             suite_path=args.suite_path)
+            with StepProgress("import", 1) as bar:  # the model count is known once the file is read
+
+                def on_model(i: int, n: int, name: str) -> None:
+                    bar.set_total(n)
+                    bar.step(name)
+                    if i:
+                        bar.advance()
+
+                msgs = import_commonsense_models(store, Path(args.paths[0]) if args.paths else None,
+                                                 suite_path=args.suite_path, on_model=on_model)
         elif args.kind == "answers":
             msgs = published.import_answer_sets(store, [Path(p) for p in args.paths],
                                                 suite_path=args.suite_path, model=args.model)

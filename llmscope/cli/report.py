@@ -35,19 +35,34 @@ def cmd_report(args: argparse.Namespace) -> int:
             runs = [r for r in (store.get_run(x) for x in store.runs()["run_id"]) if r is not None]
         if args.by:
             _check_by(store, runs, args.by)
+        from llmscope.console import StepProgress
+
         rows = []
         fleet: list[str] = []  # replicas that did not serve the run's model (left out, taken out)
-        for run in runs:
-            rows += build_report(store, run, args.by)
-            fleet += [f"{run['run_id']}: {line}" for line in fleet_notes(run)]
-        ws_rows, ws_text = worldsense_reports(store, runs)
-        if args.html:
-            from llmscope.html_report import write_page
+        # a bar on a terminal (which run, how many left); nothing in a pipe
+        with StepProgress("report", len(runs) * (2 if args.html else 1)) as bar:
+            for run in runs:
+                bar.step(f"metrics · {run.get('model')} ({run['run_id']})")
+                rows += build_report(store, run, args.by)
+                fleet += [f"{run['run_id']}: {line}" for line in fleet_notes(run)]
+                bar.advance()
+            ws_rows, ws_text = worldsense_reports(store, runs)
+            if args.html:
+                from llmscope.html_report import write_page
 
-            try:
-                write_page(store, runs, rows, args.html, source=Path(args.db).name, extra_rows=ws_rows)
-            except OSError as e:
-                raise CLIError(f"--html {args.html}: cannot write: {e.strerror or e}") from e
+                started: list[str] = []
+
+                def on_run(run: dict[str, Any]) -> None:
+                    if started:
+                        bar.advance()
+                    started.append(str(run["run_id"]))
+                    bar.step(f"page · {run.get('model')} ({run['run_id']})")
+
+                try:
+                    write_page(store, runs, rows, args.html, source=Path(args.db).name, extra_rows=ws_rows,
+                               on_run=on_run)
+                except OSError as e:
+                    raise CLIError(f"--html {args.html}: cannot write: {e.strerror or e}") from e
     finally:
         store.close()  # read-only: the metrics cache went to the file beside it (store/metrics_cache.py)
     if args.html:
@@ -103,8 +118,18 @@ def cmd_figure(args: argparse.Namespace) -> int:
             runs = runs_of_suite(store, suite_name=args.suite)
             if not runs:
                 raise CLIError(f"figure: no run of suite {args.suite!r} in {args.db}")
+        from llmscope.console import StepProgress
+
         try:
-            write_figure(args.kind, load_runs(store, runs), args.output, style=args.style, item=args.item)
+            # a bar on a terminal while each run's metrics are read (computed once, then cached)
+            with StepProgress("figure", len(runs) + 1) as bar:
+                def on_run(run: dict[str, Any]) -> None:
+                    bar.step(f"metrics · {run.get('model')} ({run['run_id']})")
+                    bar.advance()
+
+                data = load_runs(store, runs, on_run=on_run)
+                bar.step(f"drawing {args.kind}")
+                write_figure(args.kind, data, args.output, style=args.style, item=args.item)
         except FigureError as e:
             raise CLIError(str(e)) from e
     finally:

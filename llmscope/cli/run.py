@@ -115,7 +115,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from llmscope.console import ConsoleReporter
     from llmscope.engine.runner import RunInterrupted
-    from llmscope.report import build_report, format_rows
     from llmscope.runstart import RunComplete, RunRequest, execute, prepare_run, start_run
     from llmscope.store.db import StoreError
 
@@ -203,6 +202,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         stop.install()
         run_row = store.get_run(prog.run_id)
         if not args.no_report and run_row:
+            # pandas and scipy: loaded once a run has ended, not before it starts
+            from llmscope.report import build_report, format_rows
+
             print(for_terminal(format_rows(build_report(store, run_row))))
         # The checked close: a run is reported done only once the file alone holds it (a full
         # disk during the final checkpoint leaves every row in the .wal; say so, exit 2).

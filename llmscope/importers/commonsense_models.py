@@ -13,6 +13,7 @@ store none, and the run's meta says so.
 from __future__ import annotations
 
 import csv
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,10 +112,12 @@ def read_models_csv(path: Path) -> tuple[list[ModelAnswers], dict[str, tuple[str
 
 
 def import_commonsense_models(
-    store: Store, path: Path | None, suite_path: str | None = None
+    store: Store, path: Path | None, suite_path: str | None = None,
+    on_model: Callable[[int, int, str], None] | None = None,
 ) -> list[str]:
     """One run per model column pair of `path` on the `commonsense` suite, all new runs in one
-    transaction (a bad line leaves none); a model imported before is named and skipped."""
+    transaction (a bad line leaves none); a model imported before is named and skipped.
+    `on_model(i, n, name)` is told each model before it is written (a progress bar)."""
     if path is None:
         path = default_csv()
         if path is None:
@@ -146,7 +149,9 @@ def import_commonsense_models(
         + (f" ({differ} statements differ from the suite's text)" if differ else "")
     ]
     with store.transaction():
-        for m in models:
+        for i, m in enumerate(models):
+            if on_model is not None:
+                on_model(i, len(models), m.model)
             run_id = import_run_id("commonsense-models", suite.suite_id, path.name, m.model)
             if run_exists(store, run_id):
                 msgs.append(f"{m.model}: already imported as run {run_id}")

@@ -17,9 +17,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from llmscope.analysis.metrics import display
 from llmscope.analysis.rows import format_p
-from llmscope.compare import HOLM_NAME
 from llmscope.tui.widgets import literal
 
 __all__ = ["CompareMatrix", "PairCell", "compare_matrix", "disagreement_rows", "render_matrix", "render_pairs",
@@ -100,6 +98,8 @@ def compare_matrix(store: Any, run_ids: list[str]) -> CompareMatrix:
 
 
 def _ci(row: dict[str, Any] | None, name: str) -> Text:
+    from llmscope.analysis.metrics import display  # scipy: only once runs are compared
+
     if not row or row.get("value") is None:
         return Text("-", style="dim")
     t = Text(display(name, row["value"]))
@@ -139,6 +139,8 @@ def render_matrix(m: CompareMatrix, width: int = 120, labels: dict[str, str] | N
 
 def render_pairs(m: CompareMatrix) -> Any:
     """Every pair: Δ accuracy (column run − row run) [95% CI] p, from `llmscope compare row col`."""
+    from llmscope.compare import HOLM_NAME
+
     if m.error:
         return Text(m.error, style="yellow")
     if len(m.run_ids) < 2:
