@@ -54,6 +54,7 @@ class WriterLock:
         self._fd = _open_lock(db) if db is not None else None
         self._held = False
         self._paused = False
+        self.waited_s = 0.0  # time spent waiting for readers' copies (bench/readers.py)
 
     def __enter__(self) -> WriterLock:
         self._rlock.acquire()
@@ -72,7 +73,12 @@ class WriterLock:
 
     def _take(self) -> None:
         if self._fd is not None and not self._held:
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # a reader is copying the file: wait for its copy
+                t = time.perf_counter()
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
+                self.waited_s += time.perf_counter() - t
             self._held = True
 
     def _drop(self) -> None:
