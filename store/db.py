@@ -40,7 +40,7 @@ from llmscope.store.schema import (
     SchemaMigrations,
     file_schema_version,
 )
-from llmscope.store.snapshot import WriterLock, take_snapshot
+from llmscope.store.snapshot import NotOurWriter, WriterLock, take_snapshot
 from llmscope.store.writes import StoreWrites
 
 # `Store` and the names other packages import from here, where they have always been.
@@ -165,7 +165,16 @@ class Store(SchemaMigrations, StoreWrites, RunQueries, ResultQueries, FailingLis
                 if not (snapshot and read_only and isinstance(err, StoreLocked)):
                     self._lock.close()
                     raise err from e
-                self._open_snapshot(err)
+                try:
+                    self._open_snapshot(err)
+                except BaseException:
+                    self._lock.close()
+                    raise
+            else:
+                try:
+                    self._lock.claim()
+                except OSError:
+                    pass  # a lock file that cannot be written: readers keep out, as from any other writer
             try:
                 self._migrate()
             except BaseException:
@@ -185,8 +194,12 @@ class Store(SchemaMigrations, StoreWrites, RunQueries, ResultQueries, FailingLis
             self.execute("SET checkpoint_threshold = '256MiB'")
 
     def _open_snapshot(self, locked: StoreLocked) -> None:
-        """Connect to a private copy of the file, taken between two of its writer's commits."""
-        copy, self.snapshot_stats = take_snapshot(self.path)
+        """Connect to a private copy of the file, taken between two of its writer's commits
+        (StoreLocked as before when the writer is not an llmscope store that allows it)."""
+        try:
+            copy, self.snapshot_stats = take_snapshot(self.path, locked.pid)
+        except NotOurWriter:
+            raise locked from None
         self._snapshot_dir = copy.parent
         try:
             self.con = duckdb.connect(str(copy), read_only=True)

@@ -96,6 +96,15 @@ class WriterLock:
         self._paused = False
         self._take()
 
+    def claim(self) -> None:
+        """Say in the lock file that this process writes the file (after DuckDB gave it the
+        file's write lock, inside the exclusive hold): a reader copies only a file whose DuckDB
+        lock holder is the process named there, so a writer that does not take this lock (plain
+        `duckdb`, another tool) keeps readers out as before instead of handing them a torn copy."""
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+
     def close(self) -> None:
         if self._fd is not None:
             self._drop()
@@ -115,8 +124,15 @@ def _copy(src: str, dst: str) -> None:
         shutil.copyfileobj(fin, fout, 1 << 20)
 
 
-def take_snapshot(db: str) -> tuple[Path, dict[str, Any]]:
+class NotOurWriter(Exception):
+    """The process holding the file does not take the snapshot lock: no copy can be trusted."""
+
+
+def take_snapshot(db: str, holder_pid: int | None) -> tuple[Path, dict[str, Any]]:
     """Copy `db` and its `.wal` into a new private folder while no writer statement runs.
+
+    `holder_pid`: the process DuckDB names as the file's writer; NotOurWriter unless that is
+    the process the lock file names (`WriterLock.claim`).
 
     Returns the copy's path (inside the folder; the caller removes the folder) and what was
     measured: `wait_s` (for the writer's statement), `copy_s` (the writer's longest wait) and
@@ -145,6 +161,9 @@ def take_snapshot(db: str) -> tuple[Path, dict[str, Any]]:
                 delay = min(delay * 2, 0.05)
         t1 = time.monotonic()
         try:
+            named = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            if holder_pid is None or named != str(holder_pid):
+                raise NotOurWriter(named)
             _copy(db, str(copy))
             size = copy.stat().st_size
             if os.path.exists(db + ".wal"):
