@@ -71,32 +71,50 @@ while True:
 """
 
 
-def phase(seconds: float, batch: int, poll: float | None, reader: str = "report") -> dict[str, object]:
+def phase(
+    seconds: float, batch: int, poll: float | None, reader: str = "report"
+) -> dict[str, object]:
     folder = tempfile.mkdtemp(prefix="llmscope-readers-bench-")
     db = os.path.join(folder, "w.duckdb")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NO_COLOR": "1"}
-    w = subprocess.Popen([sys.executable, "-c", WRITER.format(root=str(ROOT)), db, str(seconds), str(batch)],
-                         stdout=subprocess.PIPE, text=True, env=env)
+    w = subprocess.Popen(
+        [sys.executable, "-c", WRITER.format(root=str(ROOT)), db, str(seconds), str(batch)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     assert w.stdout is not None and w.stdout.readline().strip() == "ready"
     latencies: list[float] = []
     sizes: list[int] = []
     failed = 0
     if reader == "copy" and poll is not None:
-        c = subprocess.run([sys.executable, "-c", COPIER, db, str(poll)], capture_output=True, text=True, env=env)
+        c = subprocess.run(
+            [sys.executable, "-c", COPIER, db, str(poll)], capture_output=True, text=True, env=env
+        )
         latencies = [float(line.split()[0]) for line in c.stdout.splitlines() if line.strip()]
         failed = int(c.returncode != 0)
         poll = None
     while poll is not None and w.poll() is None:
         t = time.perf_counter()
         sizes.append(sum(os.path.getsize(db + s) for s in ("", ".wal") if os.path.exists(db + s)))
-        r = subprocess.run([sys.executable, "-m", "llmscope", "report", "--db", db, "--json"],
-                           capture_output=True, text=True, env=env)
+        r = subprocess.run(
+            [sys.executable, "-m", "llmscope", "report", "--db", db, "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         latencies.append(time.perf_counter() - t)
         failed += r.returncode != 0
         time.sleep(max(0.0, poll - (time.perf_counter() - t)))
     out = json.loads(w.communicate()[0].strip().splitlines()[-1])
-    return {**out, "rows_s": out["rows"] / out["seconds"], "cpu_rows_s": out["rows"] / out["cpu_s"], "latencies": latencies, "sizes": sizes,
-            "failed": failed}
+    return {
+        **out,
+        "rows_s": out["rows"] / out["seconds"],
+        "cpu_rows_s": out["rows"] / out["cpu_s"],
+        "latencies": latencies,
+        "sizes": sizes,
+        "failed": failed,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,20 +130,26 @@ def main(argv: list[str] | None = None) -> int:
 
     def writer(label: str, p: dict[str, object]) -> None:
         slower = 100 * (1 - float(p["rows_s"]) / float(alone["rows_s"]))  # type: ignore[arg-type]
-        print(f"writer {label:<24} {p['rows_s']:>9,.0f} rows/s wall ({slower:+.1f}% vs alone), "
-              f"{p['cpu_rows_s']:,.0f} per CPU s; {p['rows']:,} rows in {p['seconds']:.1f} s; "
-              f"commits waited {p['waited_s']:.3f} s for copies")
+        print(
+            f"writer {label:<24} {p['rows_s']:>9,.0f} rows/s wall ({slower:+.1f}% vs alone), "
+            f"{p['cpu_rows_s']:,.0f} per CPU s; {p['rows']:,} rows in {p['seconds']:.1f} s; "
+            f"commits waited {p['waited_s']:.3f} s for copies"
+        )
 
     writer("alone:", alone)
     writer(f"+ report every {a.poll:g} s:", read)
     writer(f"+ copy every {a.copy_poll:g} s:", copy)
-    for label, p in ((f"report --json (process start included), every {a.poll:g} s", read),
-                     (f"snapshot read of the count, every {a.copy_poll:g} s", copy)):
+    for label, p in (
+        (f"report --json (process start included), every {a.poll:g} s", read),
+        (f"snapshot read of the count, every {a.copy_poll:g} s", copy),
+    ):
         lat = p["latencies"]
         assert isinstance(lat, list)
         if lat:
-            print(f"reader {label}: {len(lat)} reads, {p['failed']} failed; latency median "
-                  f"{statistics.median(lat):.3f} s, max {max(lat):.3f} s")
+            print(
+                f"reader {label}: {len(lat)} reads, {p['failed']} failed; latency median "
+                f"{statistics.median(lat):.3f} s, max {max(lat):.3f} s"
+            )
     sizes = read["sizes"]
     assert isinstance(sizes, list)
     if sizes:

@@ -139,13 +139,7 @@ class Store(SchemaMigrations, StoreWrites, RunQueries, ResultQueries, FailingLis
         self.snapshot_stats: dict[str, Any] = {}
         self._snapshot_dir: Path | None = None
         p = Path(self.path)
-        # A writer's statements hold `<db>.snapshot.lock` exclusively, so that a reader's copy
-        # is taken between two of them (store/snapshot.py); a file being built has no readers.
-        guarded = not read_only and not _building and self.path != ":memory:" and p.parent.exists()
-        try:
-            self._lock = WriterLock(self.path if guarded else None)
-        except OSError as e:
-            raise explain(e, self.path, "opening the database") from e
+        self._lock = WriterLock(None)
         self._in_tx = False  # inside `transaction()`: writes join it instead of committing
         if read_only and not p.exists():
             raise StoreError(f"{self.path} does not exist")
@@ -156,6 +150,10 @@ class Store(SchemaMigrations, StoreWrites, RunQueries, ResultQueries, FailingLis
         self._created = _building
         if not read_only and not _building and self.path != ":memory:" and not p.exists():
             _create_file(p)
+        if not read_only and not _building and self.path != ":memory:" and p.exists():
+            # A writer's statements hold the file's snapshot lock exclusively, so that a reader's
+            # copy is taken between two of them (store/snapshot.py); a file being built has no readers.
+            self._lock = WriterLock(self.path)
         with self._lock:
             try:
                 self.con = duckdb.connect(self.path, read_only=read_only)

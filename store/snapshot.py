@@ -2,7 +2,7 @@
 
 DuckDB lets one process hold a file read-write, and then keeps read-only openers out. A writer
 (`Store` opened for writing) therefore takes an exclusive `flock` on a small side file,
-`<db>.snapshot.lock`, around every statement, commit, checkpoint, open and close; the body of a
+a small lock file (`lock_path`: in the temporary folder), around every statement, commit, checkpoint, open and close; the body of a
 `transaction()` runs without it (uncommitted rows live in the writer's memory; its COMMIT takes
 it again). A reader that finds the file held takes the same lock shared only while it copies the
 database and its `.wal` into a private folder (a reflink where the file system has them), then
@@ -14,6 +14,7 @@ one file", has the measurements.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -32,8 +33,18 @@ _FICLONE = 0x40049409  # linux/fs.h: share the extents of a file (btrfs, XFS); E
 
 
 def lock_path(db: str) -> str:
-    """The side file a writer locks exclusively and a copying reader shared."""
-    return db + ".snapshot.lock"
+    """The lock file of database `db` (which must exist): in the temporary folder, named after
+    the file's device and inode, so that nothing but the database lies beside it and every
+    path to the file (a symlink, a hard link) finds the same lock. A reader and a writer that
+    disagree on it (another $TMPDIR) fail safe: the lock file does not name the writer, and the
+    reader is refused as before (`take_snapshot`)."""
+    st = os.stat(db)
+    folder = Path(tempfile.gettempdir()) / "llmscope-snapshot-locks"
+    if not folder.is_dir():
+        folder.mkdir(mode=0o777, exist_ok=True)
+        with contextlib.suppress(OSError):
+            folder.chmod(0o1777)  # shared by every user, like /tmp itself
+    return str(folder / f"{st.st_dev}-{st.st_ino}.lock")
 
 
 def _open_lock(db: str) -> int:
@@ -41,17 +52,22 @@ def _open_lock(db: str) -> int:
     try:
         return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     except PermissionError:
-        return os.open(path, os.O_RDONLY)  # a reader in a folder it may not write
+        return os.open(path, os.O_RDONLY)  # another user's lock file: enough to read
 
 
 class WriterLock:
-    """A `Store`'s thread lock; for a writer also the exclusive hold of `<db>.snapshot.lock`
+    """A `Store`'s thread lock; for a writer also the exclusive hold of the lock file
     while a thread of this process is inside it (outside a transaction's body)."""
 
     def __init__(self, db: str | None) -> None:
         self._rlock = threading.RLock()
         self._depth = 0
-        self._fd = _open_lock(db) if db is not None else None
+        self._fd: int | None = None
+        if db is not None:
+            try:
+                self._fd = os.open(lock_path(db), os.O_RDWR | os.O_CREAT, 0o666)
+            except OSError:  # no lock: readers are refused, as for any other writer
+                self._fd = None
         self._held = False
         self._paused = False
         self.waited_s = 0.0  # time spent waiting for readers' copies (bench/readers.py)
@@ -119,9 +135,31 @@ def _copy(src: str, dst: str) -> None:
             fcntl.ioctl(fout.fileno(), _FICLONE, fin.fileno())
             return
         except OSError as e:
-            if e.errno not in (errno.EOPNOTSUPP, errno.ENOTTY, errno.EXDEV, errno.EINVAL, errno.EBADF):
+            if e.errno not in (
+                errno.EOPNOTSUPP,
+                errno.ENOTTY,
+                errno.EXDEV,
+                errno.EINVAL,
+                errno.EBADF,
+            ):
                 raise
         shutil.copyfileobj(fin, fout, 1 << 20)
+
+
+def _remove_orphans() -> None:
+    """Remove the copies of readers that were killed before they could (their PID is gone)."""
+    try:
+        found = list(Path(tempfile.gettempdir()).glob("llmscope-snapshot-*-*"))
+    except OSError:
+        return
+    for folder in found:
+        try:
+            pid = int(folder.name.split("-")[2])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except (ValueError, IndexError, OSError):
+            continue
 
 
 class NotOurWriter(Exception):
@@ -137,13 +175,16 @@ def take_snapshot(db: str, holder_pid: int | None) -> tuple[Path, dict[str, Any]
     Returns the copy's path (inside the folder; the caller removes the folder) and what was
     measured: `wait_s` (for the writer's statement), `copy_s` (the writer's longest wait) and
     `bytes`. Raises StoreError when the writer does not let go within SNAPSHOT_WAIT_S."""
-    folder = Path(tempfile.mkdtemp(prefix="llmscope-snapshot-"))
+    _remove_orphans()
+    folder = Path(tempfile.mkdtemp(prefix=f"llmscope-snapshot-{os.getpid()}-"))
     copy = folder / Path(db).name
     try:
         fd = _open_lock(db)
     except OSError as e:
         shutil.rmtree(folder, ignore_errors=True)
-        raise StoreError(f"cannot read {db} while it is written: cannot open {lock_path(db)} ({e})") from e
+        raise StoreError(
+            f"cannot read {db} while it is written: cannot open {lock_path(db)} ({e})"
+        ) from e
     try:
         t0 = time.monotonic()
         delay = 0.002
@@ -157,7 +198,9 @@ def take_snapshot(db: str, holder_pid: int | None) -> tuple[Path, dict[str, Any]
                         f"cannot read {db}: its writer held it for more than {SNAPSHOT_WAIT_S:g}s "
                         f"($LLMSCOPE_SNAPSHOT_WAIT); try again"
                     ) from None
-                time.sleep(delay)  # the writer's one statement; polled so a stopped writer cannot hang us
+                time.sleep(
+                    delay
+                )  # the writer's one statement; polled so a stopped writer cannot hang us
                 delay = min(delay * 2, 0.05)
         t1 = time.monotonic()
         try:

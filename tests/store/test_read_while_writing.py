@@ -54,15 +54,24 @@ HOLD_SHARED = textwrap.dedent("""
 
 
 def _py(script: str, *args: str, **kw: object) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", script, *args], env=cli_env(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)  # type: ignore[call-overload]
-
-
-def _writer(oai: OAIServer, db: Path) -> subprocess.Popen[str]:
-    oai.script("", delay=0.02)  # every prompt: one request at a time keeps the run going ~1 min
     return subprocess.Popen(
-        cli_cmd(*api_run_args("commonsense-sample", db, oai.base_url, "--concurrency", "1")),
-        env=cli_env(OPENAI_API_KEY="sk-test"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-c", script, *args],
+        env=cli_env(),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        **kw,
+    )  # type: ignore[call-overload]
+
+
+def _writer(server: OAIServer, db: Path) -> subprocess.Popen[str]:
+    server.script("", delay=0.02)  # every prompt: one request at a time keeps the run going ~1 min
+    return subprocess.Popen(
+        cli_cmd(*api_run_args("commonsense-sample", db, server.base_url, "--concurrency", "1")),
+        env=cli_env(OPENAI_API_KEY="sk-test"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -79,7 +88,11 @@ def _wait_stored(db: Path, writer: subprocess.Popen[str], at_least: int = 1) -> 
             except StoreError:  # the file is being created
                 continue
             try:
-                n = st.execute("SELECT count(*) FROM results").fetchone()[0] if _has_results(st) else 0
+                n = (
+                    st.execute("SELECT count(*) FROM results").fetchone()[0]
+                    if _has_results(st)
+                    else 0
+                )
             finally:
                 st.close()
             if n >= at_least:
@@ -88,8 +101,11 @@ def _wait_stored(db: Path, writer: subprocess.Popen[str], at_least: int = 1) -> 
 
 
 def _has_results(st: object) -> bool:
-    return bool(st.execute(  # type: ignore[attr-defined]
-        "SELECT 1 FROM duckdb_tables() WHERE table_name = 'results'").fetchone())
+    return bool(
+        st.execute(  # type: ignore[attr-defined]
+            "SELECT 1 FROM duckdb_tables() WHERE table_name = 'results'"
+        ).fetchone()
+    )
 
 
 def _final(db: Path) -> tuple[int, int]:
@@ -101,7 +117,7 @@ def _final(db: Path) -> tuple[int, int]:
     return int(n), int(errors)
 
 
-def test_every_read_command_answers_while_a_run_writes(oai: OAIServer, tmp_path: Path) -> None:
+def test_every_read_command_answers_while_a_run_writes(oai: OAIServer, tmp_path: Path) -> None:  # noqa: F811
     db = tmp_path / "w.duckdb"
     writer = _writer(oai, db)
     try:
@@ -115,14 +131,32 @@ def test_every_read_command_answers_while_a_run_writes(oai: OAIServer, tmp_path:
         env = cli_env()
         out = tmp_path / "rows.jsonl"
         reads = {
-            "runs": subprocess.Popen(cli_cmd("runs", "--db", str(db), "--json"), env=env, text=True,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE),
-            "report": subprocess.Popen(cli_cmd("report", "--db", str(db), "--json"), env=env, text=True,
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE),
-            "export": subprocess.Popen(cli_cmd("export", "--db", str(db), "--run", "last", "--format",
-                                               "jsonl", "-o", str(out)), env=env, text=True,
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE),
-            "notebook": _py("import llmscope, sys; print(len(llmscope.open(sys.argv[1]).runs()))", str(db)),
+            "runs": subprocess.Popen(
+                cli_cmd("runs", "--db", str(db), "--json"),
+                env=env,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            ),
+            "report": subprocess.Popen(
+                cli_cmd("report", "--db", str(db), "--json"),
+                env=env,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            ),
+            "export": subprocess.Popen(
+                cli_cmd(
+                    "export", "--db", str(db), "--run", "last", "--format", "jsonl", "-o", str(out)
+                ),
+                env=env,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            ),
+            "notebook": _py(
+                "import llmscope, sys; print(len(llmscope.open(sys.argv[1]).runs()))", str(db)
+            ),
         }
         answers = {}
         for name, p in reads.items():
@@ -137,7 +171,10 @@ def test_every_read_command_answers_while_a_run_writes(oai: OAIServer, tmp_path:
         report = json.loads(answers["report"][0])
         assert report and report[0]["n"] >= first
         assert sum(1 for _ in out.open()) >= first
-        assert answers["notebook"][0].strip() == "1" and "still being written" in answers["notebook"][1]
+        assert (
+            answers["notebook"][0].strip() == "1"
+            and "still being written" in answers["notebook"][1]
+        )
         stdout, stderr = writer.communicate(timeout=600)
         assert writer.returncode == 0, stderr
         seen = []
@@ -154,11 +191,19 @@ def test_every_read_command_answers_while_a_run_writes(oai: OAIServer, tmp_path:
     assert _final(db) == (N, 0)
     for counts in seen:  # never down, never above what the writer stored
         assert counts == sorted(counts) and counts[-1] == N and max(counts) <= N
-    record("read_while_writing", reader_loops=len(seen), reads=sum(len(c) for c in seen),
-           stored=N, errors=0)
+    record(
+        "read_while_writing",
+        reader_loops=len(seen),
+        reads=sum(len(c) for c in seen),
+        stored=N,
+        errors=0,
+    )
 
 
-def test_kill_9_of_the_writer_during_reads_loses_nothing_flushed(oai: OAIServer, tmp_path: Path) -> None:
+def test_kill_9_of_the_writer_during_reads_loses_nothing_flushed(
+    oai: OAIServer,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     db = tmp_path / "w.duckdb"
     writer = _writer(oai, db)
     loop = None
