@@ -227,3 +227,32 @@ def test_kill_9_of_the_writer_during_reads_loses_nothing_flushed(
     assert seen > 0 and counts[0] == seen
     assert counts == sorted(counts) and max(counts) <= stored  # nothing read was lost
     assert counts[-1] == stored  # the last read, of the free file, is the file
+
+
+def test_study_status_of_a_held_file_equals_the_free_file(tmp_path: Path) -> None:
+    """`study status` while an llmscope writer holds the file: the same cells, counts and
+    metrics as once it is free, and one line saying it is being written."""
+    from tests.helpers.cli import cli
+    from tests.helpers.study import NAME, write_study_db
+
+    db = tmp_path / "study.duckdb"
+    write_study_db(db, tmp_path)
+    free = cli("study", "status", NAME, "--db", str(db), "--json")
+    assert free.returncode == 0 and "still being written" not in free.stderr, free.stderr
+    holder = _py(
+        "import sys; from llmscope.store.db import Store; st = Store(sys.argv[1]);"
+        "print('held', flush=True); sys.stdin.readline(); st.close()",
+        str(db),
+        stdin=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        held = cli("study", "status", NAME, "--db", str(db), "--json")
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.write("\n")
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    assert held.returncode == 0, held.stderr
+    assert held.stderr.count("still being written") == 1, held.stderr
+    assert json.loads(held.stdout) == json.loads(free.stdout)
