@@ -3,14 +3,11 @@
 
 Read-only and safe beside a writing process, as `llmscope report` is: every call opens the file
 read-only for its reads and closes it after, so nothing is held between calls and a run started
-in another terminal can take the file. While another process holds the write lock (DuckDB then
-keeps read-only openers out too), a call reads a private copy of the file as of the writer's
-last checkpoint (it folds its log into the file every 30 s, `LLMSCOPE_CHECKPOINT_S`): the copy
-is taken only when the file's size and time are the same before and after copying, so it is one
-checkpoint's image, never a torn one. Rows the writer stored since that checkpoint are not in it;
-each such read is said in `Database.notices` and as a warning, with the live channel that holds
-the running run's rows (`<db>.live/`, read by `llmscope view`). Nothing is ever written, not even
-the metrics cache of the copy, which is removed with it.
+in another terminal can take the file. While another process writes the file (DuckDB then
+keeps read-only openers out), a call reads a private copy of it taken between two of the
+writer's commits (store/snapshot.py): every row stored by the writer's last flush, nothing
+half-written. Each such read is said in `Database.notices` and as a warning, with the rows the
+running runs hold. Nothing is ever written beside the file but the metrics cache.
 
 Columns and numbers come from the one place each is made: `results` is the export's rows
 (`llmscope.export`, the columns and types of `llmscope export --format parquet`), `metrics` the
@@ -20,9 +17,6 @@ pipeline's `RunMetrics` (`llmscope report --json` prints its `rows()`).
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,8 +39,6 @@ class NotebookError(ValueError):
 class Database:
     """Read access to one llmscope database (see the module's docstring)."""
 
-    COPY_TRIES = 5
-
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         if not self.path.is_file():
@@ -59,51 +51,17 @@ class Database:
     # -- reading -----------------------------------------------------------------------------------
     @contextmanager
     def _store(self) -> Iterator[Store]:
-        from llmscope.store.db import Store, StoreLocked
+        from llmscope.store.db import Store
 
+        store = Store(self.path, read_only=True, snapshot=True)
         try:
-            store = Store(self.path, read_only=True)
-        except StoreLocked as e:
-            with self._copy(e) as copy:
-                store = Store(copy, read_only=True)
-                try:
-                    yield store
-                finally:
-                    store.close()
-            return
-        try:
+            note = store.writing_note()
+            if note is not None:
+                self.notices.append(note)
+                warnings.warn(note, stacklevel=4)  # the caller of runs()/results()/metrics()
             yield store
         finally:
             store.close()
-
-    @contextmanager
-    def _copy(self, locked: Exception) -> Iterator[Path]:
-        """A private copy of the file taken while no checkpoint wrote it (see the docstring)."""
-        folder = Path(tempfile.mkdtemp(prefix="llmscope-notebook-"))
-        try:
-            copy = folder / self.path.name
-            for _ in range(self.COPY_TRIES):
-                before = os.stat(self.path)
-                shutil.copyfile(self.path, copy)
-                after = os.stat(self.path)
-                if (before.st_size, before.st_mtime_ns) == (after.st_size, after.st_mtime_ns):
-                    break
-                time.sleep(0.2)
-            else:
-                raise NotebookError(
-                    f"{self.path} is being written by another process and changed during "
-                    f"each of {self.COPY_TRIES} copies; try again ({locked})"
-                )
-            note = (
-                f"{locked} Read a copy of {self.path.name} as of its last checkpoint instead: rows "
-                f"stored since then are not in it (the running run's rows are in "
-                f"{self.path.name}.live/, `llmscope view`)"
-            )
-            self.notices.append(note)
-            warnings.warn(note, stacklevel=6)  # the caller of runs()/results()/metrics()
-            yield copy
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
 
     def _find(self, store: Store, run: str | dict[str, Any]) -> dict[str, Any]:
         rid = run["run_id"] if isinstance(run, dict) else str(run)

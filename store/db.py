@@ -11,7 +11,7 @@ import contextlib
 import os
 import re
 import secrets
-import threading
+import shutil
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -39,6 +39,7 @@ from llmscope.store.schema import (
     SchemaMigrations,
     file_schema_version,
 )
+from llmscope.store.snapshot import NotOurWriter, WriterLock, take_snapshot
 from llmscope.store.writes import StoreWrites
 
 if TYPE_CHECKING:
@@ -128,13 +129,20 @@ class Store(SchemaMigrations, StoreWrites, RunQueries, ResultQueries, FailingLis
     """One DuckDB file owned by one process; thread-safe through a lock."""
 
     def __init__(self, path: str | Path = "llmscope.duckdb", *, read_only: bool = False,
-                 _building: bool = False) -> None:
+                 snapshot: bool = False, _building: bool = False) -> None:
+        """`snapshot` (read-only only): when another process writes the file, read a private
+        copy of it as of the writer's last commit instead of raising StoreLocked
+        (store/snapshot.py); `snapshot_of` then says who writes it and `snapshot_stats` what
+        the copy cost."""
         self.path = str(path)
         self.read_only = read_only
         self._metrics_cache: MetricsCache | None = None
-        self._lock = threading.RLock()
-        self._in_tx = False  # inside `transaction()`: writes join it instead of committing
+        self.snapshot_of: StoreLocked | None = None
+        self.snapshot_stats: dict[str, Any] = {}
+        self._snapshot_dir: Path | None = None
         p = Path(self.path)
+        self._lock = WriterLock(None)
+        self._in_tx = False  # inside `transaction()`: writes join it instead of committing
         if read_only and not p.exists():
             raise StoreError(f"{self.path} does not exist")
         if not read_only and not p.parent.exists():
@@ -144,12 +152,35 @@ class Store(SchemaMigrations, StoreWrites, RunQueries, ResultQueries, FailingLis
         self._created = _building
         if not read_only and not _building and self.path != ":memory:" and not p.exists():
             _create_file(p)
-        try:
-            self.con = duckdb.connect(self.path, read_only=read_only)
-        except Exception as e:  # duckdb raises IOException / others; all need a clear message
-            self._remove_if_created()
-            raise explain(e, self.path, "opening the database") from e
-        self._migrate()
+        if not read_only and not _building and self.path != ":memory:" and p.exists():
+            # A writer's statements hold the file's snapshot lock exclusively, so that a reader's
+            # copy is taken between two of them (store/snapshot.py); a file being built has no readers.
+            self._lock = WriterLock(self.path)
+        with self._lock:
+            try:
+                self.con = duckdb.connect(self.path, read_only=read_only)
+            except Exception as e:  # duckdb raises IOException / others; all need a clear message
+                self._remove_if_created()
+                err = explain(e, self.path, "opening the database")
+                if not (snapshot and read_only and isinstance(err, StoreLocked)):
+                    self._lock.close()
+                    raise err from e
+                try:
+                    self._open_snapshot(err)
+                except BaseException:
+                    self._lock.close()
+                    raise
+            else:
+                try:
+                    self._lock.claim()
+                except OSError:
+                    pass  # a lock file that cannot be written: readers keep out, as from any other writer
+            try:
+                self._migrate()
+            except BaseException:
+                self._lock.close()
+                self._remove_snapshot()
+                raise
         self._created = False
         self._db_key = f"memory:{id(self)}" if self.path == ":memory:" else str(Path(self.path).resolve())
         self._forget_keys()  # another process may have written the file since this process last had it
@@ -161,6 +192,45 @@ class Store(SchemaMigrations, StoreWrites, RunQueries, ResultQueries, FailingLis
             # run are folded into the file every CHECKPOINT_EVERY_S instead (`_maybe_checkpoint`),
             # so a damaged or lost WAL costs at most that much of a session.
             self.execute("SET checkpoint_threshold = '256MiB'")
+
+    def _open_snapshot(self, locked: StoreLocked) -> None:
+        """Connect to a private copy of the file, taken between two of its writer's commits
+        (StoreLocked as before when the writer is not an llmscope store that allows it)."""
+        try:
+            copy, self.snapshot_stats = take_snapshot(self.path, locked.pid)
+        except NotOurWriter:
+            raise locked from None
+        self._snapshot_dir = copy.parent
+        try:
+            self.con = duckdb.connect(str(copy), read_only=True)
+        except Exception as e:
+            self._remove_snapshot()
+            raise explain(e, self.path, "opening a copy of the database") from e
+        self.snapshot_of = locked
+
+    def _remove_snapshot(self) -> None:
+        if self._snapshot_dir is not None:
+            shutil.rmtree(self._snapshot_dir, ignore_errors=True)
+            self._snapshot_dir = None
+
+    def writing_note(self) -> str | None:
+        """One line for a read of a copy (`snapshot`): that the file is still being written,
+        and how many rows its running runs hold as of the copy; None for a plain read."""
+        if self.snapshot_of is None:
+            return None
+        who = f"PID {self.snapshot_of.pid}" if self.snapshot_of.pid else "another process"
+        try:
+            running = self.execute(
+                "SELECT r.run_id, r.suite_name, r.model, r.n_total, "
+                "(SELECT count(*) FROM results x WHERE x.run_id = r.run_id) "
+                "FROM runs r WHERE r.status = 'running' ORDER BY r.started_at"
+            ).fetchall()
+        except StoreError:
+            running = []
+        runs = "; ".join(f"run {rid} ({suite} x {model}) holds {n}/{total} rows" for rid, suite, model, total, n
+                         in running)
+        return (f"{self.path} is still being written ({who}); read as of its last flush"
+                + (f": {runs}" if runs else ""))
 
     @property
     def metrics_cache(self) -> MetricsCache | None:
@@ -233,6 +303,8 @@ class Store(SchemaMigrations, StoreWrites, RunQueries, ResultQueries, FailingLis
                 self.con.close()
             except duckdb.Error:
                 pass
+        self._remove_snapshot()
+        self._lock.close()
 
     def __enter__(self) -> Store:
         return self
@@ -309,9 +381,11 @@ class Store(SchemaMigrations, StoreWrites, RunQueries, ResultQueries, FailingLis
             except duckdb.Error as e:
                 raise explain(e, self.path, "starting a transaction") from e
             self._in_tx = True
+            self._lock.pause()  # uncommitted rows touch neither file: readers may copy meanwhile
             try:
                 yield
             except BaseException:
+                self._lock.resume()
                 self._forget_keys()  # keys added inside are not stored after all
                 try:
                     self.con.execute("ROLLBACK")
@@ -319,6 +393,7 @@ class Store(SchemaMigrations, StoreWrites, RunQueries, ResultQueries, FailingLis
                     pass
                 raise
             else:
+                self._lock.resume()
                 try:
                     self.con.execute("COMMIT")
                 except duckdb.Error as e:

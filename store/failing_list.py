@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +12,7 @@ from llmscope.store.errors import explain
 
 if TYPE_CHECKING:
     from llmscope.store.db import Rows
+    from llmscope.store.snapshot import WriterLock
 
 # The failing rows of a run (the TUI's default list): an error, or scored below 0.5.
 FAILING_WHERE = "(r.error IS NOT NULL OR (isfinite(r.correct) AND r.correct < 0.5))"
@@ -24,7 +24,7 @@ class FailingList:
     if TYPE_CHECKING:  # provided by `Store` (store/db.py)
         path: str
         con: duckdb.DuckDBPyConnection
-        _lock: threading.RLock
+        _lock: WriterLock
 
         def execute(self, sql: str, params: Sequence[Any] | None = None) -> Rows: ...
 

@@ -27,6 +27,7 @@ from llmscope.store.schema import RESULT_SCHEMA, utc_now
 
 if TYPE_CHECKING:
     from llmscope.store.db import Rows
+    from llmscope.store.snapshot import WriterLock
 
 # items per insert in `Store.add_suite` (WorldSense: 87,048 items in 6 slices)
 _ITEM_SLICE = 16_384
@@ -74,7 +75,7 @@ class StoreWrites:
     if TYPE_CHECKING:  # provided by `Store` (store/db.py) and its other parts
         path: str
         con: duckdb.DuckDBPyConnection
-        _lock: threading.RLock
+        _lock: WriterLock
         _in_tx: bool
         _db_key: str
 

@@ -56,7 +56,10 @@ LOCK_WAIT_S = float(os.environ.get("LLMSCOPE_LOCK_WAIT", "5"))
 
 
 def open_store(path: str, read_only: bool = False) -> Any:
-    """Open the database; if another process holds it, wait up to LOCK_WAIT_S, then say who."""
+    """Open the database. A reader of a file another process writes reads a copy as of the
+    writer's last flush (store/snapshot.py) and says so in one line on stderr; a writer that
+    finds the file held waits up to LOCK_WAIT_S, then says who holds it."""
+    import sys
     import time
 
     from llmscope.store.db import Store, StoreLocked
@@ -67,12 +70,19 @@ def open_store(path: str, read_only: bool = False) -> Any:
     delay = 0.1
     while True:
         try:
-            return Store(path, read_only=read_only)
+            store = Store(path, read_only=read_only, snapshot=read_only)
         except StoreLocked as e:
             if time.monotonic() + delay > deadline:
                 raise CLIError(f"{e}{_holder(path, e.pid)} (waited {LOCK_WAIT_S:g}s)") from e
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
+            continue
+        note = store.writing_note()
+        if note is not None:
+            from llmscope.engine.textsafety import for_terminal
+
+            print(f"llmscope: note: {for_terminal(note)}", file=sys.stderr)
+        return store
 
 
 # Tables a refused command may have filled before it refused (an import stores its suite first).

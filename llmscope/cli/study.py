@@ -302,11 +302,11 @@ def cmd_study_status(args: argparse.Namespace) -> int:
             for c in study.cells
         ]
         return _emit(args, name, db, rows)
-    from llmscope.store.db import Store, StoreLocked
+    from llmscope.store.db import StoreLocked
 
-    try:
-        store = Store(db, read_only=True)
-    except StoreLocked as e:  # a study (or a run) writes the file now: its live channel instead
+    try:  # a file a study (or a run) writes now: a copy as of its last flush (open_store says so)
+        store = open_store(db, read_only=True)
+    except StoreLocked as e:  # a copy that could not be taken: the cells' live channels instead
         return _emit(args, name, db, _live_rows(name, db, study), held=str(e))
     try:
         conflict = study_conflict(store, study) if study is not None else None

@@ -339,11 +339,12 @@ def test_kill_mid_study_then_rerun_completes_every_cell_once(tmp_path, suites, s
 
         wait_until(lambda: server.held("number"), "a request of the second cell was held", proc)
         wait_until(next_cell_stored, "the second cell stored results", proc)
-        # while the study holds the file, status reads the cells' live channels
+        # while the study holds the file, status reads it as of the study's last flush, and says so
         during = cli("study", "status", str(study), "--db", str(db), "--json")
         assert during.returncode == 0, during.stderr
+        assert during.stderr.count("still being written") == 1, during.stderr
         live_view = json.loads(during.stdout)
-        assert "live" in live_view, live_view
+        assert "live" not in live_view, live_view
         assert "done" in {c["state"] for c in live_view["cells"]}
         proc.send_signal(sig)
         rest = proc.communicate(timeout=300)[1]
