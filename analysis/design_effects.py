@@ -30,7 +30,6 @@ majority contrast.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -41,19 +40,10 @@ from scipy import stats
 from llmscope.analysis.intervals import accuracy_ci
 from llmscope.analysis.rows import metric_row
 from llmscope.engine.tasks.registry import task_producers
-from llmscope.store.db import decode_json
+from llmscope.store.codec import decode_json_cell
 
 BINARY_FACTORS = {"answer_order": ("as_written", "swapped"), "scale": ("as_written", "reversed")}
 MULTI_FACTORS = ("option_order", "demo_order")
-
-
-def _json(v: Any) -> Any:
-    if isinstance(v, str):
-        try:
-            return decode_json(v)
-        except json.JSONDecodeError:
-            return None
-    return v if isinstance(v, dict) else None
 
 
 def _row(run: dict[str, Any], group: dict[str, Any], metric: str, value: float | None,
@@ -69,13 +59,13 @@ def design_frame(df: pd.DataFrame, spec: dict[str, Any]) -> pd.DataFrame:
     cf = spec.get("cluster_field")
     recs = []
     for r in ok.to_dict("records"):
-        extra = _json(r.get("extra")) or {}
+        extra = decode_json_cell(r.get("extra")) or {}
         design = dict(extra.get("design") or {})
         variant = str(r["variant"])
         if "@p" in variant and "option_order" not in design:
             design["option_order"] = int(variant.rsplit("@p", 1)[1].split("@")[0])
-        fields = _json(r.get("fields")) or {}
-        probs = _json(r.get("probs")) or {}
+        fields = decode_json_cell(r.get("fields")) or {}
+        probs = decode_json_cell(r.get("probs")) or {}
         canon = dict(probs)
         if design.get("scale") == "reversed" and probs:
             labels = list(probs)

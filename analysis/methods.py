@@ -49,7 +49,7 @@ from llmscope.analysis.intervals import accuracy_ci
 from llmscope.analysis.rows import metric_row
 from llmscope.engine.choice_math import softmax
 from llmscope.engine.tasks.registry import task_producers
-from llmscope.store.db import decode_json
+from llmscope.store.codec import decode_json_cell
 
 # scheme -> (option_scores key, transform to a log-space-or-plain score)
 SCHEME_SCORES: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray] | None]] = {
@@ -67,17 +67,6 @@ SCHEME_SCORES: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray] | None]] 
     "acc_norm": ("acc_norm", None),
     "acc_mutual_info": ("mutual_info", None),
 }
-
-
-def _json(v: Any) -> Any:
-    if isinstance(v, str):
-        try:
-            return decode_json(v)
-        except json.JSONDecodeError:
-            return None
-    # a JSON text column with some values holds NaN where a row has none (pandas' string
-    # dtype): NaN is truthy, so `_json(v) or {}` would hand back a float
-    return None if isinstance(v, float) and math.isnan(v) else v
 
 
 def scheme_vectors(os_: dict[str, Any], options: Sequence[str]) -> dict[str, np.ndarray | None]:
@@ -123,7 +112,7 @@ def scheme_predictions(df: pd.DataFrame) -> pd.DataFrame:
     recs = []
     ok = df[df["error"].isna() & df["extra"].notna()]
     for r in ok.to_dict("records"):
-        m = (_json(r["extra"]) or {}).get("methods") or {}
+        m = (decode_json_cell(r["extra"]) or {}).get("methods") or {}
         if not m:
             continue
         rec: dict[str, Any] = {"item_id": r["item_id"], "variant": r["variant"], "gold": r.get("gold")}
@@ -238,14 +227,14 @@ def human_choice_data(df: pd.DataFrame, spec: dict[str, Any]) -> HumanChoiceData
     data = HumanChoiceData()
     types: list[list[str]] = []
     for r in _records(ok, ("item_id", "variant", "fields", "option_scores", "probs", "gold", "extra")):
-        fields = _json(r.get("fields")) or {}
-        os_ = _json(r.get("option_scores"))
+        fields = decode_json_cell(r.get("fields")) or {}
+        os_ = decode_json_cell(r.get("option_scores"))
         if isinstance(os_, dict) and os_:
             options = list(os_)
             counts = _counts_for(fields, options, spec)
             vecs = scheme_vectors(os_, options)
         else:
-            probs = _json(r.get("probs"))
+            probs = decode_json_cell(r.get("probs"))
             h = fields.get("human_q1")
             if not isinstance(probs, dict) or h not in (0, 1, "0", "1") or pd.isna(r.get("gold")):
                 continue
@@ -255,7 +244,7 @@ def human_choice_data(df: pd.DataFrame, spec: dict[str, Any]) -> HumanChoiceData
             counts = np.array([float(int(h) == (1 if o == "yes" else 0)) for o in options])
             with np.errstate(divide="ignore"):
                 logs = {"raw": np.log(np.array([float(probs[o]) for o in options]))}
-            cal = ((_json(r.get("extra")) or {}).get("calibration") or {}).get("calibrated")
+            cal = ((decode_json_cell(r.get("extra")) or {}).get("calibration") or {}).get("calibrated")
             if isinstance(cal, dict) and all(o in cal for o in options):
                 with np.errstate(divide="ignore"):
                     logs["calibrated"] = np.log(np.array([float(cal[o]) for o in options]))
@@ -453,7 +442,7 @@ def softmax_curve_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, An
     per: dict[str, list[tuple[np.ndarray, int, str]]] = {}
     left: dict[str, int] = {}  # scheme -> rows without a distribution (abstentions), left out
     for r in ok.to_dict("records"):
-        os_ = _json(r.get("option_scores"))
+        os_ = decode_json_cell(r.get("option_scores"))
         if not isinstance(os_, dict) or r["gold"] not in os_:
             continue
         options = list(os_)

@@ -21,7 +21,6 @@ surprisal (ΔLL, Goodkind & Bicknell 2018; Wilcox et al. 2020).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,23 +32,14 @@ import pandas as pd
 from llmscope.analysis.intervals import wilson_interval
 from llmscope.analysis.rows import metric_row
 from llmscope.engine.tasks.registry import task_has
-from llmscope.store.db import decode_json
+from llmscope.store.codec import decode_json_cell
 
 WORD_COLUMNS = ["run_id", "model", "item_id", "condition", "word_index", "word", "region", "region_name",
                 "start", "end", "length", "n_tokens", "surprisal_bits", "sentence"]
 
 
-def _json(v: Any) -> Any:
-    if isinstance(v, str):
-        try:
-            return decode_json(v)
-        except json.JSONDecodeError:
-            return None
-    return v
-
-
 def _suite_of(fields: Any, spec: dict[str, Any]) -> str:
-    f = _json(fields) or {}
+    f = decode_json_cell(fields) or {}
     if "suite" in f:
         return str(f["suite"])
     by = spec.get("group_by") or []
@@ -105,7 +95,7 @@ def sg_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list
     ok = df[df["error"].isna() & df["correct"].notna()]
     suites = ok["fields"].map(lambda f: _suite_of(f, spec))
     per_item = {s: ok.loc[suites == s, "correct"].to_numpy(float) for s in table["suite"]}
-    key = "suite" if ok["fields"].map(lambda f: "suite" in (_json(f) or {})).any() else (
+    key = "suite" if ok["fields"].map(lambda f: "suite" in (decode_json_cell(f) or {})).any() else (
         (spec.get("group_by") or ["suite"])[0])
     if len(per_item) == 1:  # one suite: its own (Wilson) interval
         rec0 = table.iloc[0]
@@ -121,7 +111,7 @@ def sg_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list
         for rec in table.to_dict("records"):
             row("sg_score", rec["score"], [rec["lo"], rec["hi"]], rec["n"], {key: rec["suite"]})
     # per circuit (Hu et al. 2020's groups of suites), where the suites name theirs
-    circ_of = {s: c for s, c in zip(suites, ok["fields"].map(lambda f: (_json(f) or {}).get("circuit")),
+    circ_of = {s: c for s, c in zip(suites, ok["fields"].map(lambda f: (decode_json_cell(f) or {}).get("circuit")),
                                     strict=True) if isinstance(c, str)}
     if circ_of:
         circuits: dict[str, dict[str, np.ndarray]] = {}
@@ -138,7 +128,7 @@ def sg_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list
     # each prediction's hit rate, so a conjunction's failing part is visible
     hits: dict[tuple[str, int, str], list[float]] = {}
     for s, extra in zip(suites, ok["extra"], strict=True):
-        for i, p in enumerate((_json(extra) or {}).get("predictions") or []):
+        for i, p in enumerate((decode_json_cell(extra) or {}).get("predictions") or []):
             hits.setdefault((s, i, p["formula"]), []).append(1.0 if p["met"] else 0.0)
     if any(i > 0 for _, i, _ in hits) or len(table) == 1:
         for (s, i, formula), v in sorted(hits.items()):
@@ -169,8 +159,8 @@ def word_frame(df: pd.DataFrame, run: dict[str, Any] | None = None) -> pd.DataFr
     run = run or {}
     rows = []
     for rec in df[df["error"].isna()].to_dict("records"):
-        extra = _json(rec.get("extra")) or {}
-        fields = _json(rec.get("fields")) or {}
+        extra = decode_json_cell(rec.get("extra")) or {}
+        fields = decode_json_cell(rec.get("fields")) or {}
         names = fields.get("region_names")
         if isinstance(names, list):
             name_of = {str(i + 1): n for i, n in enumerate(names)}

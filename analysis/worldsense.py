@@ -42,6 +42,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from llmscope.data.worldsense import DEOBFUSCATE
+
 from .rows import metric_row
 
 __all__ = [
@@ -62,15 +64,7 @@ __all__ = [
     "report_rows",
 ]
 
-GOLD_DEOBFUSCATION = {
-    "Emmanuel": "TRUE",
-    "Megi": "FALSE",
-    "Dieuwke": "POSSIBLE",
-    "Pascal": "IMPOSSIBLE",
-    "Mark": "1",
-    "Youssef": "2",
-    "Yoda": "3",
-}
+GOLD_DEOBFUSCATION = DEOBFUSCATE  # the published files obfuscate the gold answer as the suite's do
 RESP_MAP = {
     "TRUE": "TRUE",
     "FALSE": "FALSE",

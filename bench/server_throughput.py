@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -39,51 +38,20 @@ from typing import Any
 
 import duckdb
 
+from bench import server_harness as sh
 from bench import vllm_server as vs
 
 SUITE = "commonsense-sample"
 
 
 def _env() -> dict[str, str]:
-    env = {
-        **os.environ,
-        "OPENAI_API_KEY": "sk-bench",
-        "OMP_NUM_THREADS": "1",
-        "LLMSCOPE_RESPONSE_CACHE": "off",
-    }
-    env.pop("OPENAI_BASE_URL", None)
-    return env
+    return sh.client_env("sk-bench", LLMSCOPE_RESPONSE_CACHE="off")
 
 
 def llmscope_run(
     db: Path, n_items: int, urls: list[str], concurrency: int, popen: bool = False
 ) -> Any:
-    model = (
-        [
-            "--model",
-            f"openai:{vs.ALIAS}",
-            *[x for u in urls for x in ("--base-url", u)],
-            "--concurrency",
-            str(concurrency),
-        ]
-        if urls
-        else ["--threads", "1"]
-    )
-    cmd = [
-        sys.executable,
-        "-m",
-        "llmscope",
-        "--db",
-        str(db),
-        "run",
-        "--suite",
-        SUITE,
-        "--limit",
-        str(n_items),
-        *model,
-        "--quiet",
-        "--no-report",
-    ]
+    cmd = sh.run_command(db, SUITE, urls, "--limit", str(n_items), concurrency=concurrency)
     if popen:
         return subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()

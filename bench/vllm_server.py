@@ -153,24 +153,34 @@ def launch(model: Path, log: Path, port: int | None = None) -> VLLMServer:
     return server
 
 
-def wait(server: VLLMServer, timeout: float = START_TIMEOUT_S) -> VLLMServer:
-    """Block until the server answers /v1/models; raises RuntimeError (and stops it) otherwise."""
-    t0 = -server.started_s
-    deadline = t0 + timeout
+def poll_models(base_url: str, proc: subprocess.Popen[bytes], log: Path, name: str, deadline: float,
+                want: str | None = None, every: float = 1.0) -> None:
+    """Block until `base_url`/models answers 200 (listing `want`, when given); RuntimeError with
+    the log's tail when the process exits or the monotonic `deadline` passes."""
     while True:
-        if not server.alive():
-            raise RuntimeError(f"vLLM exited with {server.proc.returncode}: {tail(server.log)}")
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode}: {tail(log)}")
         try:
-            with urllib.request.urlopen(f"{server.base_url}/models", timeout=5) as r:
-                if r.status == 200 and ALIAS in r.read().decode():
-                    server.started_s = time.monotonic() - t0
-                    return server
+            with urllib.request.urlopen(f"{base_url}/models", timeout=5) as r:
+                if r.status == 200 and (want is None or want in r.read().decode()):
+                    return
         except OSError:
             pass
         if time.monotonic() > deadline:
-            stop(server)
-            raise RuntimeError(f"vLLM did not answer in {timeout:.0f} s: {tail(server.log)}")
-        time.sleep(1.0)
+            raise RuntimeError(f"{name} did not answer in time: {tail(log)}")
+        time.sleep(every)
+
+
+def wait(server: VLLMServer, timeout: float = START_TIMEOUT_S) -> VLLMServer:
+    """Block until the server answers /v1/models; raises RuntimeError (and stops it) otherwise."""
+    t0 = -server.started_s
+    try:
+        poll_models(server.base_url, server.proc, server.log, "vLLM", t0 + timeout, want=ALIAS)
+    except RuntimeError:
+        stop(server)
+        raise
+    server.started_s = time.monotonic() - t0
+    return server
 
 
 def start(model: Path, log: Path, port: int | None = None) -> VLLMServer:

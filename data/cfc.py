@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from llmscope.data.registry import SuiteEntry, register_suite
-from llmscope.data.suites import Suite, SuiteError, _find_shared, read_jsonl, suite_from_spec
-from llmscope.engine.errors import SuiteDataMissing
+from llmscope.data.suites import Suite, SuiteError, read_jsonl, suite_from_spec, suite_source
 from llmscope.engine.types import Item
 
 SPEC: dict[str, Any] = {
@@ -54,14 +53,7 @@ def load_cfc_items(path: Path) -> list[Item]:
 
 def load_cfc_suite(suite_path: str | Path | None = None) -> Suite:
     """The `cfc` suite from a targets file (default: the shared CFC dev set when present)."""
-    if suite_path is None:
-        shared = _find_shared()
-        cand = shared / "data" / "cfc" / "cfc_dev_targets.jsonl" if shared else None
-        if cand is None or not cand.is_file():
-            raise SuiteDataMissing("the cfc suite needs --suite-path (a CFC/ProtoQA *_targets.jsonl file)")
-        path = cand
-    else:
-        path = Path(suite_path)
+    path = suite_source(suite_path, "cfc/cfc_dev_targets.jsonl", "cfc", "a CFC/ProtoQA *_targets.jsonl file")
     if not path.is_file():
         raise SuiteError("file not found", path)
     suite = suite_from_spec(dict(SPEC, source=str(path)), None)

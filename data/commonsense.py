@@ -15,8 +15,8 @@ from llmscope.data.suites import (
     BUILTIN_DIR,
     Suite,
     SuiteError,
-    _find_shared,
     _read_spec,
+    shared_data,
     suite_from_spec,
 )
 from llmscope.engine.errors import SuiteDataMissing
@@ -27,11 +27,7 @@ BOOL_FIELDS = set(CATEGORY_FIELDS)
 
 
 def _default_csv() -> Path | None:
-    shared = _find_shared()
-    if shared is None:
-        return None
-    p = shared / "data" / "commonsense" / "statements_and_prompts.csv"
-    return p if p.is_file() else None
+    return shared_data("commonsense/statements_and_prompts.csv")
 
 
 def read_human_majority(path: Path) -> dict[str, int]:

@@ -57,8 +57,14 @@ from llmscope.data.hf_datasets import (
     read_local_rows,
 )
 from llmscope.data.registry import FileReader, register_file_reader
-from llmscope.data.safety import MAX_SPEC_BYTES, UnsafeInput, read_regular
-from llmscope.data.suites import Suite, SuiteError, _make_item, suite_from_spec
+from llmscope.data.suites import (
+    NoAliasLoader,
+    Suite,
+    SuiteError,
+    _make_item,
+    read_spec_text,
+    suite_from_spec,
+)
 from llmscope.engine.types import Item
 
 OUTPUT_TYPES = {"multiple_choice": "choice", "loglikelihood": "choice"}
@@ -72,17 +78,10 @@ class FunctionRef(str):
     """A `!function module.name` reference (kept as text; never executed)."""
 
 
-class _TaskLoader(yaml.SafeLoader):
+class _TaskLoader(NoAliasLoader):
     """lm-eval's YAML dialect: `!function` tags are recorded, not imported; no aliases."""
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            ev = self.peek_event()
-            raise yaml.composer.ComposerError(
-                None, None, f"YAML aliases (*{ev.anchor}) are not allowed in task files; repeat the value",
-                ev.start_mark,
-            )
-        return super().compose_node(parent, index)
+    kind = "task files"
 
 
 _TaskLoader.add_constructor(
@@ -107,12 +106,7 @@ def read_task_config(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]
     """The task YAML as a mapping, with `include:` files merged underneath (lm-eval's order)."""
     if path in _seen:
         raise SuiteError("include cycle: " + " -> ".join(str(p) for p in (*_seen, path)), path, None, "include")
-    try:
-        text = read_regular(path, MAX_SPEC_BYTES).decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise SuiteError(f"not UTF-8 text ({e.reason})", path) from e
-    except UnsafeInput as e:
-        raise SuiteError(e.message, path) from e
+    text = read_spec_text(path)
     try:
         data = yaml.load(text, Loader=_TaskLoader)  # noqa: S506 - a SafeLoader subclass
     except RecursionError:

@@ -58,19 +58,28 @@ TASK_TYPES: tuple[str, ...] = tuple(task_names())
 EXTERNAL_SUITES: ExternalTasks = ExternalTasks()  # external suite name -> task (live view)
 
 
-class _SpecLoader(yaml.SafeLoader):
-    """YAML 1.2 booleans: only true/false, so `answers: [yes, no]` stays strings; no aliases."""
+class NoAliasLoader(yaml.SafeLoader):
+    """A SafeLoader that refuses YAML aliases, naming the kind of file (`kind`) in the error.
+
+    An alias bomb (each anchor listing the previous one nine times) expands exponentially when
+    the data is walked; suite specs and task files have no need for aliases, so none are accepted."""
+
+    kind = "YAML files"
 
     def compose_node(self, parent: Any, index: Any) -> Any:
-        # An alias bomb (each anchor listing the previous one nine times) expands exponentially
-        # when the spec is walked; suite specs have no need for aliases, so none are accepted.
         if self.check_event(yaml.AliasEvent):
             ev = self.peek_event()
             raise yaml.composer.ComposerError(
-                None, None, f"YAML aliases (*{ev.anchor}) are not allowed in suite specs; repeat the value",
+                None, None, f"YAML aliases (*{ev.anchor}) are not allowed in {self.kind}; repeat the value",
                 ev.start_mark,
             )
         return super().compose_node(parent, index)
+
+
+class _SpecLoader(NoAliasLoader):
+    """YAML 1.2 booleans: only true/false, so `answers: [yes, no]` stays strings; no aliases."""
+
+    kind = "suite specs"
 
 
 _SpecLoader.yaml_implicit_resolvers = {
@@ -271,13 +280,18 @@ def _as_str(v: Any) -> str | None:
     return str(v)
 
 
-def _read_spec(path: Path) -> dict[str, Any]:
+def read_spec_text(path: Path) -> str:
+    """A spec or task file's text: a regular file of at most MAX_SPEC_BYTES, UTF-8 (SuiteError otherwise)."""
     try:
-        text = read_regular(path, MAX_SPEC_BYTES).decode("utf-8")
+        return read_regular(path, MAX_SPEC_BYTES).decode("utf-8")
     except UnicodeDecodeError as e:
         raise SuiteError(f"not UTF-8 text ({e.reason})", path) from e
     except UnsafeInput as e:
         raise SuiteError(e.message, path) from e
+
+
+def _read_spec(path: Path) -> dict[str, Any]:
+    text = read_spec_text(path)
     try:
         if path.suffix == ".toml":
             data = tomllib.loads(text)
@@ -624,6 +638,25 @@ def _find_shared() -> Path | None:
                 return p
     return None
 
+
+
+def shared_data(rel: str) -> Path | None:
+    """`<shared>/data/<rel>` when the shared data folder lies beside the repository and holds it."""
+    shared = _find_shared()
+    p = shared / "data" / rel if shared is not None else None
+    return p if p is not None and p.exists() else None
+
+
+def suite_source(suite_path: str | Path | None, default: str, name: str, wants: str) -> Path:
+    """The path a suite loader reads: `suite_path`, else the shared data's `default` when present;
+    a SuiteError saying what --suite-path takes (`wants`) otherwise."""
+    if suite_path is not None:
+        return Path(suite_path)
+    found = shared_data(default)
+    if found is None:
+        # SuiteDataMissing: a listing shows the suite as needing a path
+        raise SuiteDataMissing(f"the {name} suite needs --suite-path ({wants})")
+    return found
 
 def builtin_names() -> list[str]:
     """Names of the suites shipped in data/builtin, plus the loaders that need a path."""

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from llmscope.data.registry import SuiteEntry, register_suite
-from llmscope.data.suites import Suite, SuiteError, _find_shared, suite_from_spec
-from llmscope.engine.errors import SuiteDataMissing
+from llmscope.data.suites import Suite, SuiteError, suite_from_spec, suite_source
 from llmscope.engine.tasks.syntaxgym import (
     FormulaError,
     build_sentence,
@@ -101,14 +100,8 @@ def load_syntaxgym_file(path: Path) -> list[Item]:
 
 def load_syntaxgym_suite(suite_path: str | Path | None = None) -> Suite:
     """The `syntaxgym` suite from a JSON file or folder (default: the shared test suites)."""
-    if suite_path is None:
-        shared = _find_shared()
-        cand = shared / "data" / "syntaxgym" / "test_suites" if shared else None
-        if cand is None or not cand.is_dir():
-            raise SuiteDataMissing("the syntaxgym suite needs --suite-path (a SyntaxGym suite .json file or folder)")
-        path = cand
-    else:
-        path = Path(suite_path)
+    path = suite_source(suite_path, "syntaxgym/test_suites", "syntaxgym",
+                        "a SyntaxGym suite .json file or folder")
     files = _files(path)
     h = hashlib.sha256()
     for f in files:

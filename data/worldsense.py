@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from llmscope.data.registry import SuiteEntry, register_suite
-from llmscope.data.suites import Suite, SuiteError, _find_shared, gc_paused, suite_from_spec
+from llmscope.data.suites import Suite, SuiteError, gc_paused, shared_data, suite_from_spec
 from llmscope.engine.errors import SuiteDataMissing
 from llmscope.engine.types import Item
 
@@ -282,11 +282,7 @@ def _drain(chunks: Iterator[Any]) -> bool:
 
 def default_path() -> Path | None:
     """The shared WorldSense test set, when present beside the repository."""
-    shared = _find_shared()
-    if shared is None:
-        return None
-    cand = shared / "data" / "worldsense" / "test_set" / "trials.jsonl.bz2"
-    return cand if cand.is_file() else None
+    return shared_data("worldsense/test_set/trials.jsonl.bz2")
 
 
 def load_worldsense_suite(suite_path: str | Path | None = None) -> Suite:

@@ -34,7 +34,7 @@ import pandas as pd
 import yaml
 from scipy import stats
 
-from llmscope.store.db import decode_json
+from llmscope.store.codec import decode_json_cell
 
 PLAN_VERSION = 1
 MEASURES = ("accuracy", "p_yes", "expected")
@@ -164,17 +164,6 @@ def deviations(plan: dict[str, Any], *, suite_id: str, model: str | None, task_o
 
 
 # -- evaluation -------------------------------------------------------------------------------
-def _json(v: Any) -> Any:
-    if isinstance(v, str):
-        try:
-            return decode_json(v)
-        except json.JSONDecodeError:
-            return None
-    # a JSON text column with some values holds NaN where a row has none (pandas' string
-    # dtype): NaN is truthy, so `_json(v) or {}` would hand back a float
-    return None if isinstance(v, float) and math.isnan(v) else v
-
-
 def _per_cluster(df: pd.DataFrame, side: Side, cluster_field: str | None) -> pd.Series:
     """Mean of the side's measure per cluster, over the rows its group selects."""
     from llmscope.analysis.metrics import cluster_key
@@ -192,14 +181,14 @@ def _per_cluster(df: pd.DataFrame, side: Side, cluster_field: str | None) -> pd.
             raise PlanError(f"hypothesis group key {k!r} is not variant, method or an item field")
     if side.measure == "accuracy":
         if method:
-            vals = sub["extra"].map(lambda e: ((_json(e) or {}).get("methods") or {}).get(method, {}).get("correct"))
+            vals = sub["extra"].map(lambda e: ((decode_json_cell(e) or {}).get("methods") or {}).get(method, {}).get("correct"))
         else:
             vals = sub["correct"]
     elif side.measure == "p_yes":
         vals = sub.apply(lambda r: (r["p_yes"] / (r["p_yes"] + r["p_no"]))
                          if pd.notna(r.get("p_yes")) and (r["p_yes"] + r["p_no"]) > 0 else np.nan, axis=1)
     else:
-        vals = sub["extra"].map(lambda e: (_json(e) or {}).get("expected"))
+        vals = sub["extra"].map(lambda e: (decode_json_cell(e) or {}).get("expected"))
     vals = pd.to_numeric(pd.Series(vals, index=sub.index), errors="coerce")
     # the pipeline's units: an item without the cluster label is its own (a missing label is
     # NaN after astype(str), and groupby would drop its rows)

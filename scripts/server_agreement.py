@@ -14,17 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
-from llmscope.store.codec import decode_json
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import server_harness as sh  # noqa: E402
 
 SUITES = ["commonsense-sample", "mc-sample", "pragmatics-choice", "rating-sample", "generation-sample",
           "minimal-pairs", "syntax-sample", "contamination-sample"]
@@ -36,56 +32,6 @@ def ranking(r: dict[str, Any]) -> list[str]:
     if os_ and all("logprob" in v for v in os_.values()):
         return sorted(os_, key=lambda o: -os_[o]["logprob"])
     return sorted(r["probs"], key=lambda o: -r["probs"][o])
-
-
-def start_server(gguf: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    fh = open(log, "wb")  # noqa: SIM115 - kept open for the server's lifetime
-    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--logits_all",
-                             "true", "--model_alias", "smollm2", "--host", "127.0.0.1", "--port", str(port),
-                             "--n_ctx", "2048", "--seed", "0", "--verbose", "false"], stdout=fh, stderr=fh)
-    base = f"http://127.0.0.1:{port}/v1"
-    for _ in range(360):
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited: {log.read_text()[-1500:]}")
-        try:
-            with urllib.request.urlopen(f"{base}/models", timeout=5):
-                return proc, base
-        except OSError:
-            time.sleep(0.5)
-    proc.terminate()
-    raise SystemExit("server did not start in 180 s")
-
-
-def run(db: Path, suite: str, limit: int, base: str | None) -> tuple[int, str]:
-    env = {**os.environ, "OPENAI_API_KEY": "sk-local", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    env.pop("OPENAI_BASE_URL", None)
-    model = ["--model", "openai:smollm2", "--base-url", base, "--concurrency", "2"] if base else ["--threads", "1"]
-    p = subprocess.run([sys.executable, "-m", "llmscope", "--db", str(db), "run", "--suite", suite, "--limit",
-                        str(limit), *model, "--quiet", "--no-report"], capture_output=True, text=True, env=env)
-    return p.returncode, (p.stderr.strip().splitlines() or [""])[-1]
-
-
-def load(db: Path, suite: str, backend: str) -> dict[tuple[str, str], dict[str, Any]]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        cur = con.execute(
-            "select r.item_id, r.variant, r.probs, r.prediction, r.correct, r.error, r.extra, r.option_scores "
-            "from results r join runs using (run_id) where runs.suite_name = ? and runs.backend = ? "
-            "and runs.run_id = (select run_id from runs where suite_name = ? and backend = ? "
-            "order by started_at desc limit 1)", [suite, backend, suite, backend])
-        cols = [d[0] for d in cur.description]
-        out = {}
-        for row in cur.fetchall():
-            r = dict(zip(cols, row, strict=True))
-            for k in ("probs", "extra", "option_scores"):
-                r[k] = decode_json(r[k]) if isinstance(r[k], str) else (r[k] or {})
-            out[(r["item_id"], r["variant"])] = r
-        return out
-    finally:
-        con.close()
 
 
 def compare(task: str, loc: dict, rem: dict) -> dict[str, Any]:
@@ -140,29 +86,23 @@ def main() -> int:
     if a.base_url:
         base = a.base_url
     else:
-        proc, base = start_server(embedded_model_path(), db.with_suffix(".server.log"))
+        try:
+            proc, base = sh.start_llama(embedded_model_path(), db.with_suffix(".server.log"))
+        except RuntimeError as e:
+            raise SystemExit(str(e)) from None
+    env = sh.client_env("sk-local", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     rows = []
     try:
         for suite in a.suite or SUITES:
-            t0 = time.monotonic()
-            rc_l, err_l = run(db, suite, a.limit, None)
-            t1 = time.monotonic()
-            rc_r, err_r = run(db, suite, a.limit, base)
-            t2 = time.monotonic()
-            res: dict[str, Any] = {"suite": suite, "local_rc": rc_l, "server_rc": rc_r,
-                                   "local_s": round(t1 - t0), "server_s": round(t2 - t1)}
-            if rc_r:
-                res["server_stop"] = err_r
-            if rc_l:
-                res["local_stop"] = err_l
-            if rc_l == 0:
-                res.update(compare(load_suite(suite).task, load(db, suite, "hf"), load(db, suite, "openai")))
+            res = sh.run_both(db, suite, base, "--limit", str(a.limit), env=env)
+            if res["local_rc"] == 0:
+                res.update(compare(load_suite(suite).task, sh.latest_rows(db, suite, "hf"),
+                                   sh.latest_rows(db, suite, "openai")))
             rows.append(res)
             print(json.dumps(res), flush=True)
     finally:
         if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=30)
+            sh.stop_llama(proc)
     print()
     print("| suite | n | same prediction | agreement | accuracy local / server | server |")
     print("|---|---|---|---|---|---|")

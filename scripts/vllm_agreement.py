@@ -15,18 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import server_harness as sh  # noqa: E402
 from bench import vllm_server as vs  # noqa: E402
-from llmscope.store.db import decode_json  # noqa: E402
 
 SUITES = [
     "minimal-pairs",
@@ -44,70 +39,6 @@ EXTRA = {
     "pragmatics-choice": ["--opt", 'schemes=["labels"]'],
     "probeval-oneshot": ["--opt", "n=5"],
 }
-
-
-def run(db: Path, suite: str, limit: int, base: str | None) -> tuple[int, str, float]:
-    env = {
-        **os.environ,
-        "OPENAI_API_KEY": "sk-local",
-        "OMP_NUM_THREADS": "1",
-        "LLMSCOPE_RESPONSE_CACHE": "off",
-    }
-    env.pop("OPENAI_BASE_URL", None)
-    model = (
-        ["--model", f"openai:{vs.ALIAS}", "--base-url", base, "--concurrency", "2"]
-        if base
-        else ["--threads", "1"]
-    )
-    t0 = time.monotonic()
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llmscope",
-            "--db",
-            str(db),
-            "run",
-            "--suite",
-            suite,
-            "--limit",
-            str(limit),
-            *model,
-            *EXTRA.get(suite, []),
-            "--quiet",
-            "--no-report",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    return p.returncode, (p.stderr.strip().splitlines() or [""])[-1], time.monotonic() - t0
-
-
-def load(
-    db: Path, suite: str, backend: str
-) -> tuple[dict[tuple[str, str], dict[str, Any]], dict[str, Any]]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        run_id, meta = con.execute(
-            "select run_id, meta from runs where suite_name = ? and backend = ? order by started_at desc limit 1",
-            [suite, backend],
-        ).fetchone()
-        cur = con.execute(
-            "select item_id, variant, probs, prediction, correct, error, extra, option_scores "
-            "from results where run_id = ?",
-            [run_id],
-        )
-        cols = [d[0] for d in cur.description]
-        out = {}
-        for row in cur.fetchall():
-            r = dict(zip(cols, row, strict=True))
-            for k in ("probs", "extra", "option_scores"):
-                r[k] = decode_json(r[k]) if isinstance(r[k], str) else (r[k] or {})
-            out[(r["item_id"], r["variant"])] = r
-        return out, decode_json(meta) if isinstance(meta, str) else meta
-    finally:
-        con.close()
 
 
 def order(d: dict[str, float]) -> list[str]:
@@ -203,27 +134,15 @@ def main() -> int:
         server = vs.start(vs.hf_folder(), db.with_suffix(".vllm.log"))
         base = server.base_url
         print(json.dumps({"server_start_s": round(server.started_s, 1)}), flush=True)
+    env = sh.client_env("sk-local", LLMSCOPE_RESPONSE_CACHE="off")
     rows = []
     try:
         for suite in a.suite or SUITES:
-            rc_l, err_l, t_l = run(db, suite, a.limit, None)
-            rc_r, err_r, t_r = run(db, suite, a.limit, base)
-            res: dict[str, Any] = {
-                "suite": suite,
-                "local_rc": rc_l,
-                "server_rc": rc_r,
-                "local_s": round(t_l),
-                "server_s": round(t_r),
-            }
-            if rc_r:
-                res["server_stop"] = err_r
-            if rc_l:
-                res["local_stop"] = err_l
-            if rc_l == 0 and rc_r == 0:
-                loc, _ = load(db, suite, "hf")
-                rem, meta = load(db, suite, "openai")
+            res = sh.run_both(db, suite, base, "--limit", str(a.limit), *EXTRA.get(suite, []), env=env)
+            if res["local_rc"] == 0 and res["server_rc"] == 0:
+                loc, rem = sh.latest_rows(db, suite, "hf"), sh.latest_rows(db, suite, "openai")
                 res.update(compare(suite, loc, rem))
-                be = meta.get("backend") or {}
+                be = sh.run_meta(db, "openai", suite).get("backend") or {}
                 res["loglik"] = be.get("loglik")
                 res["context"] = next(
                     (

@@ -368,6 +368,12 @@ def decode_json(v: Any, default: Any = None) -> Any:
     return v
 
 
+def decode_json_cell(v: Any) -> Any:
+    """`decode_json` of one cell of a stored JSON text column read into pandas: a missing value
+    (NaN in pandas' string dtype, which is truthy, so `cell or {}` would hand back a float) is None."""
+    return None if isinstance(v, float) and math.isnan(v) else decode_json(v)
+
+
 _DIGITS_AS_ZERO = bytes(48 if 48 <= i <= 57 else i for i in range(256))
 
 

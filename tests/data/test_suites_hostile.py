@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from llmscope.data.suites import SuiteError, load_suite
 from llmscope.store.db import Store
-from tests.helpers.cli import assert_clean_error, cli, cli_env, record
-from tests.helpers.oai import start_server, stop_server
+from tests.helpers.cli import api_run, assert_clean_error, cli_env, record
+from tests.helpers.oai import running_server
 
 pytestmark = pytest.mark.reliability
 
@@ -392,18 +392,8 @@ def test_cli_rejects_without_half_import(tmp_path: Path, case: str) -> None:
     items.write_bytes(content if isinstance(content, bytes) else content.encode())
     (tmp_path / "suite.yaml").write_text("name: bad\ntask: yesno\nitems: items.jsonl\n")
     db = tmp_path / "x.duckdb"
-    proc = cli(
-        "run",
-        "--suite",
-        str(tmp_path / "suite.yaml"),
-        "--db",
-        str(db),
-        "--model",
-        "openai:m",
-        "--base-url",
-        "http://127.0.0.1:9/v1",
-        env=cli_env(OPENAI_API_KEY="sk-x"),
-    )
+    # nothing listens on port 9: the suite must be refused before any request
+    proc = api_run(tmp_path / "suite.yaml", db, "http://127.0.0.1:9/v1", env=cli_env(OPENAI_API_KEY="sk-x"))
     assert_clean_error(proc, str(items.resolve()), needle)
     if db.exists():
         con = duckdb.connect(str(db), read_only=True)
@@ -423,23 +413,9 @@ def test_cli_stores_hostile_text_literally(tmp_path: Path) -> None:
         'name: "[bold]hostile\\e[31m"\ntask: yesno\nitems: items.jsonl\n'
     )
     db = tmp_path / "x.duckdb"
-    server = start_server()
-    try:
-        proc = cli(
-            "run",
-            "--suite",
-            str(tmp_path / "suite.yaml"),
-            "--db",
-            str(db),
-            "--model",
-            "openai:m",
-            "--base-url",
-            server.base_url,
-            "--no-report",
-            env=cli_env(OPENAI_API_KEY="sk-x"),
-        )
-    finally:
-        stop_server(server)
+    with running_server() as server:
+        proc = api_run(tmp_path / "suite.yaml", db, server.base_url, "--no-report",
+                       env=cli_env(OPENAI_API_KEY="sk-x"))
     assert proc.returncode == 0, proc.stderr
     con = duckdb.connect(str(db), read_only=True)
     stored = con.execute("SELECT text FROM items ORDER BY idx").fetchall()

@@ -22,19 +22,16 @@ import numpy as np
 import pytest
 
 from tests.helpers.cli import record
-from tests.helpers.oai import OAIServer, start_server, stop_server
+from tests.helpers.oai import OAIServer, running_server
 
 N = 90  # items; one template each
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[OAIServer]:
-    s = start_server()
-    try:
+    with running_server() as s:
         s.script("[d]", top=[["Yes", -0.3], ["No", -1.5]])
         yield s
-    finally:
-        stop_server(s)
 
 
 @pytest.fixture(scope="module")

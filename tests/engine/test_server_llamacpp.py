@@ -16,16 +16,16 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
 import pytest
+
+from bench import server_harness as sh
 
 _MISSING = [m for m in ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context",
                         "pydantic_settings") if importlib.util.find_spec(m) is None]
@@ -36,14 +36,8 @@ pytestmark = [
                        "missing): run `bash scripts/setup.sh server`"),
 ]
 
-ALIAS = "smollm2"
+ALIAS = sh.ALIAS
 KEY = "sk-local-llamacpp"  # the server runs without --api_key; any value is accepted
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # Module scope (only this file uses it): the server's CPU time is counted when it is reaped, so
@@ -60,70 +54,22 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield os.environ["LLMSCOPE_LLAMA_SERVER"].rstrip("/")
         return
 
-    gguf = embedded_model_path()
-    port = _free_port()
-    log = tmp_path_factory.mktemp("llama") / "server.log"
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--logits_all", "true",
-             "--model_alias", ALIAS, "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048",
-             "--seed", "0", "--verbose", "false"],
-            stdout=fh, stderr=subprocess.STDOUT,
-        )
-    base = f"http://127.0.0.1:{port}/v1"
+    proc, base = sh.start_llama(embedded_model_path(), tmp_path_factory.mktemp("llama") / "server.log")
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"llama.cpp server exited with {proc.returncode}: {log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{base}/models", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"llama.cpp server did not answer in 180 s: {log.read_text()[-2000:]}")
-            time.sleep(0.5)
         yield base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        sh.stop_llama(proc)
 
 
 def run_cli(db: Path, suite: str, *extra: str, base_url: str | None = None,
             timeout: int = 420) -> subprocess.CompletedProcess[str]:
     """`llmscope run` in a subprocess; with base_url through the server, else the local backend."""
-    env = {**os.environ, "OPENAI_API_KEY": KEY, "OMP_NUM_THREADS": "1"}
-    env.pop("OPENAI_BASE_URL", None)
-    model = ["--model", f"openai:{ALIAS}", "--base-url", base_url, "--concurrency", "2"] if base_url \
-        else ["--threads", "1"]
-    return subprocess.run(
-        [sys.executable, "-m", "llmscope", "--db", str(db), "run", "--suite", suite, *model, "--quiet",
-         "--no-report", *extra],
-        capture_output=True, text=True, timeout=timeout, env=env,
-    )
+    return subprocess.run(sh.run_command(db, suite, base_url, *extra), capture_output=True, text=True,
+                          timeout=timeout, env=sh.client_env(KEY))
 
 
 def rows(db: Path, backend: str | None = None) -> list[dict]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        q = ("select r.item_id, r.variant, r.probs, r.prediction, r.gold, r.correct, r.error, r.extra, "
-             "r.option_scores, runs.backend, runs.status from results r join runs using (run_id)")
-        cur = con.execute(q + (" where runs.backend = ?" if backend else "") + " order by r.item_id, r.variant",
-                          [backend] if backend else [])
-        cols = [d[0] for d in cur.description]
-        out = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
-    finally:
-        con.close()
-    for r in out:
-        for k in ("probs", "extra", "option_scores"):
-            r[k] = json.loads(r[k]) if isinstance(r[k], str) else r[k]
-    return out
+    return sh.stored_rows(db, backend)
 
 
 def run_record(db: Path) -> dict:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any
 import duckdb
 import pytest
 
+from bench import server_harness as sh
 from bench import vllm_server as vs
 
 _WHY = vs.missing()
@@ -73,71 +73,16 @@ def run_cli(
     db: Path, suite: str, *extra: str, base_url: str | list[str] | None = None, timeout: int = 600
 ) -> subprocess.CompletedProcess[str]:
     """`llmscope run` in a subprocess: through the server(s) with base_url, else locally."""
-    env = {**os.environ, "OPENAI_API_KEY": KEY, "OMP_NUM_THREADS": "1"}
-    env.pop("OPENAI_BASE_URL", None)
-    urls = [base_url] if isinstance(base_url, str) else list(base_url or [])
-    model = (
-        [
-            "--model",
-            f"openai:{vs.ALIAS}",
-            *[x for u in urls for x in ("--base-url", u)],
-            "--concurrency",
-            "2",
-        ]
-        if urls
-        else ["--threads", "1"]
-    )
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llmscope",
-            "--db",
-            str(db),
-            "run",
-            "--suite",
-            suite,
-            *model,
-            "--quiet",
-            "--no-report",
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
+    return subprocess.run(sh.run_command(db, suite, base_url, *extra), capture_output=True,
+                          text=True, timeout=timeout, env=sh.client_env(KEY))
 
 
 def rows(db: Path, backend: str) -> dict[tuple[str, str], dict[str, Any]]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        cur = con.execute(
-            "select r.item_id, r.variant, r.probs, r.prediction, r.correct, r.error, r.extra, r.option_scores "
-            "from results r join runs using (run_id) where runs.backend = ? order by r.item_id, r.variant",
-            [backend],
-        )
-        cols = [d[0] for d in cur.description]
-        out = {}
-        for row in cur.fetchall():
-            r = dict(zip(cols, row, strict=True))
-            for k in ("probs", "extra", "option_scores"):
-                r[k] = json.loads(r[k]) if isinstance(r[k], str) else (r[k] or {})
-            out[(r["item_id"], r["variant"])] = r
-        return out
-    finally:
-        con.close()
+    return sh.rows_by_key(sh.stored_rows(db, backend))
 
 
 def backend_meta(db: Path, backend: str = "openai") -> dict[str, Any]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        (meta,) = con.execute(
-            "select meta from runs where backend = ? order by started_at desc limit 1", [backend]
-        ).fetchone()
-    finally:
-        con.close()
-    return dict(json.loads(meta))
+    return sh.run_meta(db, backend)
 
 
 def both(db: Path, suite: str, vllm: str, limit: int, *extra: str) -> tuple[dict, dict]:
@@ -307,33 +252,12 @@ def test_two_servers_lose_one_mid_run_and_store_every_item_once(
     vs.wait(b)
     n = 40
     spec, db = _yesno_suite(tmp_path, n), tmp_path / "two.duckdb"
-    env = {**os.environ, "OPENAI_API_KEY": KEY, "OMP_NUM_THREADS": "1"}
-    env.pop("OPENAI_BASE_URL", None)
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "llmscope",
-            "--db",
-            str(db),
-            "run",
-            "--suite",
-            str(spec),
-            "--model",
-            f"openai:{vs.ALIAS}",
-            "--base-url",
-            servers["a"],
-            "--base-url",
-            b.base_url,
-            "--concurrency",
-            "2",
-            "--quiet",
-            "--no-report",
-        ],
+        sh.run_command(db, spec, [servers["a"], b.base_url]),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=env,
+        env=sh.client_env(KEY),
     )
     # kill b once it has answered a few of the run's requests (its own request counter)
     deadline = time.monotonic() + 300

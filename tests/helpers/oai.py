@@ -12,6 +12,7 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,14 +96,21 @@ def stop_server(server: OAIServer) -> None:
         server.proc.wait(timeout=5)
 
 
-@pytest.fixture(scope="module")
-def oai_server() -> Iterator[OAIServer]:
-    """One scripted server per test module."""
-    server = start_server()
+@contextmanager
+def running_server(*args: str) -> Iterator[OAIServer]:
+    """A scripted server (`start_server(*args)`) for the block, stopped however the block ends."""
+    server = start_server(*args)
     try:
         yield server
     finally:
         stop_server(server)
+
+
+@pytest.fixture(scope="module")
+def oai_server() -> Iterator[OAIServer]:
+    """One scripted server per test module."""
+    with running_server() as server:
+        yield server
 
 
 @pytest.fixture

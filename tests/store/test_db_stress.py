@@ -32,7 +32,7 @@ from tests.helpers.cli import (
     snapshot,
     write_yesno_suite,
 )
-from tests.helpers.oai import OAIServer, start_server, stop_server
+from tests.helpers.oai import OAIServer, running_server
 
 pytestmark = pytest.mark.reliability
 
@@ -41,11 +41,8 @@ FIGURES: dict[str, str] = {}
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[OAIServer]:
-    s = start_server()
-    try:
+    with running_server() as s:
         yield s
-    finally:
-        stop_server(s)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -25,7 +25,7 @@ from llmscope.store.errors import StoreError
 from llmscope.store.run_status import effective_status, process_started_at
 from tests.helpers.cli import api_run_args, cli_cmd, cli_env, record, write_yesno_suite
 from tests.helpers.midrun import wait_stored
-from tests.helpers.oai import OAIServer, start_server, stop_server
+from tests.helpers.oai import OAIServer, running_server
 
 pytestmark = pytest.mark.reliability
 
@@ -34,11 +34,8 @@ FIGURES: dict[str, str] = {}
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[OAIServer]:
-    s = start_server()
-    try:
+    with running_server() as s:
         yield s
-    finally:
-        stop_server(s)
 
 
 @pytest.fixture(scope="module", autouse=True)
