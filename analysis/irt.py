@@ -482,12 +482,13 @@ def fit_irt(matrix: ResponseMatrix, model: str = "2pl") -> IrtFit:
     lo_a, hi_a = SLOPE_BOUNDS
     at_bound = (disc <= lo_a * (1 + 1e-6)) | (disc >= hi_a * (1 - 1e-6))
     at_bound |= np.abs(em.intercept) >= INTERCEPT_BOUND * (1 - 1e-6)
+    # no interval at a bound: the maximum is not interior there
+    half_a = np.where(at_bound, np.nan, Z95 * np.sqrt(var_a))
+    half_b = np.where(at_bound, np.nan, Z95 * np.sqrt(var_b))
     ci = {
-        "discrimination": (disc - Z95 * np.sqrt(var_a), disc + Z95 * np.sqrt(var_a)),
-        "difficulty": (diff - Z95 * np.sqrt(var_b), diff + Z95 * np.sqrt(var_b)),
+        "discrimination": (disc - half_a, disc + half_a),
+        "difficulty": (diff - half_b, diff + half_b),
     }
-    for key in ci:  # no interval at a bound: the maximum is not interior there
-        ci[key] = tuple(np.where(at_bound, np.nan, v) for v in ci[key])
     items = []
     for k, j in enumerate(cols):
         name = matrix.items[j]
