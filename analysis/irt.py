@@ -2,18 +2,12 @@
 matrix of per-item correctness, item difficulty and discrimination, each run's ability, with
 intervals; items that discriminate negatively are flagged as likely label errors.
 
-The fits are made by the `mirt` package (marginal maximum likelihood by EM, standard errors from
-the observed information by Oakes' identity, Wald intervals; abilities are MAP scores under the
-N(0, 1) prior with their standard error from the posterior's curvature). MAP, not mirt's default
-EAP: EAP integrates over 21 quadrature points, and once a run answers a few hundred items its
-posterior is narrower than that grid, so its EAP lands on grid points and its posterior SD
-collapses (simulated 35 runs x 1,000 items: 30 distinct EAPs for 35 runs, median SD 0.009 against
-the 0.066 of the information; with 24 items the two agree within 0.01). Why mirt: on simulated data with known parameters
-(`bench/irt_libraries.py`, `tests/analysis/test_irt.py`) it recovers difficulties,
-discriminations and abilities as closely as girth (the other numpy/scipy candidate; the same
-estimates to two decimals), it is maintained, and it gives standard errors and intervals, which
-girth leaves to a bootstrap; py-irt requires pandas < 3. girth's 2PL also took 26 s on 40 x 200
-where mirt took 0.5 s.
+The fits are marginal maximum likelihood by Bock-Aitkin EM on 61 quadrature points (`fit_em`,
+written here for memory and precision: see the comment above it), standard errors from each
+item's block of the observed information (Louis' formula), Wald intervals; abilities are MAP
+scores under the N(0, 1) prior with their standard error from the posterior's curvature. Checked
+against an independent marginal-ML fit and against mirt on simulated data
+(`tests/analysis/test_irt.py`).
 
 What an IRT item is here: one stored (item, prompt variant) pair, named `item_id` when the suite
 has one variant and `item_id/variant` otherwise: each prompt variant or option order is a question
@@ -21,8 +15,8 @@ of its own. A response is the row's `correct` (an abstention counts 0, as in `ac
 rows and rows without gold are missing. Items every run answers alike (all right or all wrong)
 carry no information about difficulty and are left out of the fit, listed in `constant_items`.
 
-Negative discrimination: mirt (like girth) bounds every discrimination below by a small positive
-number (0.1), so an item whose responses fall as ability rises cannot be fitted as it is. Such an
+Negative discrimination: the fit bounds every discrimination below by a small positive number
+(`SLOPE_BOUNDS`, as mirt and girth do), so an item whose responses fall as ability rises cannot be fitted as it is. Such an
 item is fitted reversed (1 - x): with P(x' = 1) = σ(a'(θ - b)), the item itself follows
 P(x = 1) = σ(-a'(θ - b)), a 2PL item with discrimination -a' and the same difficulty (its interval
 is [-hi', -lo']). Which items are reversed is decided by the sign of their correlation with the
