@@ -298,3 +298,30 @@ def test_an_item_subset_is_fitted_and_named() -> None:
     assert "1 of 4 items left out (1 right by every run, 0 wrong by every run" in fit.notes[0]
     with pytest.raises(IrtError, match="'q9' is not in"):
         subset_matrix(_matrix(x), ["q9"])
+
+
+def test_cli_irt_fits_an_item_subset(flipped_db: tuple[Path, dict[str, list[float]]]) -> None:
+    db, _ = flipped_db
+    chosen = ["q00", "q01", "q02", "q03", FLIPPED]
+    by_items = cli(
+        "irt", "--db", str(db), "--suite", "flipped", "--items", ",".join(chosen), "--json"
+    )
+    assert by_items.returncode == 0, by_items.stderr
+    fit = json.loads(by_items.stdout)[0]
+    assert sorted(i["item"] for i in fit["items"]) + fit["constant_items"] == sorted(chosen)
+    assert any("fitted items" in n for n in fit["notes"])
+    quoted = ", ".join(f"'{c}'" for c in chosen)
+    by_where = cli(
+        "irt", "--db", str(db), "--suite", "flipped", "--where", f"item_id IN ({quoted})", "--json"
+    )
+    assert by_where.returncode == 0, by_where.stderr
+    assert json.loads(by_where.stdout) == json.loads(by_items.stdout)
+    table = cli("irt", "--db", str(db), "--suite", "flipped", "--items", ",".join(chosen))
+    assert "note: accuracy here is over the" in table.stdout
+    assert_clean_error(
+        cli("irt", "--db", str(db), "--suite", "flipped", "--items", "nope"), "'nope' is not in"
+    )
+    assert_clean_error(
+        cli("irt", "--db", str(db), "--suite", "flipped", "--where", "read_text('x') = 1"),
+        "--where",
+    )
