@@ -102,10 +102,19 @@ class Question:
     question: str
     raw: dict[str, int]
     clusters: dict[str, list[str]] = field(default_factory=dict)
+    # answers the targets list in more than one cluster -> every cluster listing them; each is
+    # kept in the last one only, as the reference's `cluster_map` does (a later cluster's entry
+    # overwrites an earlier one's)
+    shared: dict[str, list[str]] = field(default_factory=dict)
 
     def cluster_counts(self) -> dict[str, int]:
-        """Human count per cluster: sum of the raw counts of its members."""
-        return {k: int(sum(self.raw.get(a, 0) for a in v)) for k, v in self.clusters.items()}
+        """Human count per cluster: sum of the raw counts of its members (see `shared`)."""
+        # a shared answer sits in its last cluster only, and counts there once per listing: the
+        # reference sums the listed members through its cluster_map (CFC dev r1q4: 41/9/15/13)
+        return {
+            k: int(sum(self.raw.get(a, 0) * len(self.shared.get(a, [k])) for a in v))
+            for k, v in self.clusters.items()
+        }
 
 
 @dataclass
@@ -221,8 +230,16 @@ def load_targets(path: str | os.PathLike[str]) -> dict[str, Question]:
             q = r.get("question", "")
             text = q.get("normalized") or q.get("original", "") if isinstance(q, dict) else str(q)
             ans = r.get("answers", {})
-            clusters = {k: list(v["answers"]) for k, v in (ans.get("clusters") or {}).items()}
-            out[qid] = Question(qid, text, dict(ans.get("raw") or {}), clusters)
+            listed = {k: list(v["answers"]) for k, v in (ans.get("clusters") or {}).items()}
+            owner: dict[str, str] = {}
+            where: dict[str, list[str]] = {}
+            for k, members in listed.items():
+                for a in members:
+                    owner[a] = k  # the last cluster listing it wins, as in the reference
+                    where.setdefault(a, []).append(k)
+            clusters = {k: [a for a in v if owner[a] == k] for k, v in listed.items()}
+            shared = {a: ks for a, ks in where.items() if len(ks) > 1}
+            out[qid] = Question(qid, text, dict(ans.get("raw") or {}), clusters, shared)
     return out
 
 

@@ -96,7 +96,8 @@ def draw_irt(data: list[RunData]) -> Figure:
         f"2PL item map: {fit.suite}\n{len(fit.abilities)} runs × {len(fit.items)} items"
         + (
             f" ({len(fit.constant_items)} answered alike, not fitted)" if fit.constant_items else ""
-        ),
+        )
+        + "".join(f"\nWARNING: {w}" for w in fit.warnings),
         loc="left",
     )
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=1)

@@ -140,7 +140,8 @@ class Database:
         or "both". Returns `IrtTables(items, abilities)`, two pandas DataFrames: per item its
         difficulty and discrimination with 95% interval bounds, the likely-label-error flag and
         the plain-words reading; per run its ability (theta) with its interval. Each frame's
-        `attrs["method"]` names the fit; every number is `llmscope.analysis.irt`'s."""
+        `attrs["method"]` names the fit and `attrs["warnings"]` what a reader must know (also
+        raised as Python warnings); every number is `llmscope.analysis.irt`'s."""
         from llmscope.analysis.irt import (
             MODELS,
             IrtError,
@@ -168,6 +169,14 @@ class Database:
         items, abilities = items_frame(fits), abilities_frame(fits)
         for df in (items, abilities):
             df.attrs["method"] = {f.model: f.method for f in fits}
+            df.attrs["warnings"] = {f.model: list(f.warnings) for f in fits}
+            df.attrs["notes"] = {f.model: list(f.notes) for f in fits}
+        if any(f.warnings for f in fits):
+            import warnings
+
+            for f in fits:
+                for w in f.warnings:
+                    warnings.warn(f"irt {f.model}: {w}", stacklevel=2)
         return IrtTables(items, abilities)
 
 

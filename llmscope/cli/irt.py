@@ -44,6 +44,64 @@ def select_runs(store: Any, runs: str | None, suite: str | None) -> list[dict[st
     return out
 
 
+def select_items(
+    store: Any, runs: list[dict[str, Any]], items: str | None, where: str | None
+) -> list[str] | None:
+    """The item subset asked for: `--items` (ids or `id/variant` names, comma-separated, or
+    @FILE with one a line) and/or `--where` (a filter over the first run's rows and the items'
+    fields, `llmscope/where.py`); both given: the items in both. None: every item."""
+    if not items and not where:
+        return None
+    chosen: list[str] | None = None
+    if items:
+        if items.startswith("@"):
+            path = items[1:]
+            try:
+                with open(path, encoding="utf-8") as f:
+                    text = f.read()
+            except (OSError, UnicodeDecodeError) as e:
+                raise CLIError(f"irt: --items {items}: cannot read ({type(e).__name__})") from e
+            chosen = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        else:
+            chosen = [x.strip() for x in items.split(",") if x.strip()]
+        if not chosen:
+            raise CLIError(f"irt: --items {items!r} names no item")
+    if where:
+        import duckdb
+
+        from llmscope.cli.rerun import WHERE_SHORTHANDS, selection_frame
+        from llmscope.where import check_where, connect_sandboxed
+
+        df = store.results_frame(runs[0]["run_id"])
+        sel = selection_frame(df)
+        cond = WHERE_SHORTHANDS.get(where.strip(), where)
+        con = connect_sandboxed()
+        try:
+            con.register("r", sel)
+            checked = check_where(cond, sel.columns, con)
+            head = "SELECT DISTINCT item_id FROM r WHERE "
+            if not checked.startswith(head):  # the checked query's shape is where.py's own
+                raise ValueError("not a filter over the rows")
+            sql = "SELECT DISTINCT item_id, variant FROM r WHERE " + checked[len(head) :]
+            rows = con.execute(sql).fetchall()
+        except (duckdb.Error, ValueError) as e:
+            cols = ", ".join(sel.columns)
+            raise CLIError(
+                f"irt: --where {where!r}: {str(e).splitlines()[0]} (columns: {cols})"
+            ) from e
+        finally:
+            con.close()
+        one_variant = df["variant"].astype(str).nunique() <= 1
+        names = [str(i) if one_variant else f"{i}/{v}" for i, v in rows]
+        if not names:
+            raise CLIError(f"irt: --where {where!r} matches no item of run {runs[0]['run_id']}")
+        if chosen is not None:
+            keep = set(chosen)
+            names = [n for n in names if n in keep or n.partition("/")[0] in keep]
+        chosen = list(dict.fromkeys(names))
+    return chosen
+
+
 def _num(v: float | None, fmt: str = "{:+.2f}") -> str:
     return "-" if v is None else fmt.format(v)
 
@@ -57,8 +115,10 @@ def format_fit(fit: IrtFit) -> str:
     lines = [
         f"IRT {fit.model} on suite {fit.suite}: {len(fit.abilities)} runs x {len(fit.items)} items "
         f"({fit.method}; converged: {fit.converged})",
+        *(f"WARNING: {w}" for w in fit.warnings),
+        *(f"note: {n}" for n in fit.notes),
         "",
-        "ability per run (theta, 95% interval)",
+        "ability per run (theta, 95% interval; accuracy and fit accuracy over the fitted items)",
     ]
     for a in sorted(fit.abilities, key=lambda a: -a.theta):
         exp = (
@@ -66,7 +126,7 @@ def format_fit(fit: IrtFit) -> str:
         )
         lines.append(
             f"  {a.run_id:<18} {a.model[:30]:<30} {a.theta:+.2f} {_ci(a.ci):<16} "
-            f"accuracy {a.accuracy:.3f} n={a.n}{exp}"
+            f"accuracy {a.accuracy:.3f} fit {a.fit_accuracy:.3f} n={a.n}{exp}"
         )
     lines += [
         "",
@@ -76,7 +136,7 @@ def format_fit(fit: IrtFit) -> str:
     for i in sorted(fit.items, key=lambda i: (not i.flagged, i.discrimination)):
         flag = (
             "  LIKELY LABEL ERROR" if i.flagged else ("  negative" if i.discrimination < 0 else "")
-        )
+        ) + ("  AT BOUND" if i.at_bound else "")
         exp = "" if i.expected_accuracy is None else f" exp {i.expected_accuracy:.2f}"
         lines.append(
             f"  {i.item:<{w}} b {i.difficulty:+.2f} {_ci(i.difficulty_ci):<16} "
@@ -108,9 +168,10 @@ def cmd_irt(args: argparse.Namespace) -> int:
     store = open_store(args.db, read_only=True)
     try:
         runs = select_runs(store, args.runs, args.suite)
+        items = select_items(store, runs, args.items, args.where)
         try:
             fits = [
-                fit_stored(store, runs, m)
+                fit_stored(store, runs, m, items)
                 for m in (MODELS if args.model == "both" else (args.model,))
             ]
         except IrtError as e:
@@ -151,6 +212,14 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
     ctx.db_arg(s)
     s.add_argument("--runs", help="run ids or prefixes, comma-separated (runs of one suite)")
     s.add_argument("--suite", help="every run of this suite (its name)")
+    s.add_argument(
+        "--items",
+        help="fit these items only: ids or id/variant names, comma-separated, or @FILE (one a line)",
+    )
+    s.add_argument(
+        "--where",
+        help="fit the items whose rows (of the first run) match FILTER, as in `rerun --where`",
+    )
     s.add_argument(
         "--model",
         choices=[*MODELS, "both"],

@@ -18,6 +18,17 @@ from llmscope.cli.common import CLIError, ParserContext
 # invocation (docs/PERFORMANCE.md, round 5)
 
 
+def warn_shared(questions: dict[str, Any], path: str) -> None:
+    """One line on stderr per question whose targets list an answer in several clusters."""
+    for qid, q in questions.items():
+        for a, ks in q.shared.items():
+            print(
+                f"warning: {path}: question {qid} lists {a!r} in clusters {', '.join(ks)}; it counts "
+                f"in the last one, {ks[-1]}, as in the reference implementation",
+                file=sys.stderr,
+            )
+
+
 def cmd_probeval(args: argparse.Namespace) -> int:
     """ProbEval of an answers file against a targets file, as the paper runs it."""
     from llmscope.analysis.probeval import load_answer_sets, load_targets, probeval, question_set
@@ -26,6 +37,7 @@ def cmd_probeval(args: argparse.Namespace) -> int:
         if not Path(p).is_file():
             raise CLIError(f"file not found: {p}")
     questions = load_targets(args.targets)
+    warn_shared(questions, args.targets)
     answers = load_answer_sets(args.answers)
     shared = sorted(set(questions) & set(answers))
     if not shared:
@@ -126,6 +138,7 @@ def cmd_probeval_validate(args: argparse.Namespace) -> int:
     if protocol == "held-out" and args.pool:
         raise CLIError("--pool belongs to --protocol mixture; the held-out protocol takes --gold")
     questions = load_targets(args.targets)
+    warn_shared(questions, args.targets)
     m = _matching(args)
     if protocol == "mixture":
         if args.gold:

@@ -57,3 +57,32 @@ def test_answer_sets_for_other_questions_are_refused(tmp_path):
         capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
     assert "none of the 46 question ids" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_an_answer_listed_in_two_clusters_counts_in_the_last_one(tmp_path):
+    # CFC dev r1q4 lists "party time" in r1q4.1 and r1q4.4; the reference implementation's
+    # cluster_map gives it to the last, once for each listing (the reference sums the listed
+    # members through cluster_map: human counts 41/9/15/13), and its KL on the GPT-2-XL
+    # answers is 1.17043
+    cfc = shared_path("data", "cfc")
+    line = next(
+        ln for ln in (cfc / "cfc_dev_targets.jsonl").read_text().splitlines()
+        if ln.strip() and json.loads(ln)["metadata"]["id"] == "r1q4"
+    )
+    rec = json.loads(line)
+    assert sum(rec["answers"]["raw"].values()) == 77
+    targets = tmp_path / "r1q4.jsonl"
+    targets.write_text(line + "\n")
+    from llmscope.analysis.probeval import load_targets
+
+    q = load_targets(targets)["r1q4"]
+    assert list(q.cluster_counts().values()) == [41, 9, 15, 13]
+    assert q.shared == {"party time": ["r1q4.1", "r1q4.4"]}
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmscope", "probeval", str(targets),
+         str(cfc / "cfc_gpt2xl_oneshot_predictions.json"), "--json"],
+        capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "'party time' in clusters r1q4.1, r1q4.4; it counts in the last one, r1q4.4" in proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["per_question"][0]["kl"] == pytest.approx(1.17043, abs=5e-4)

@@ -137,6 +137,7 @@ def render_item_irt(res: ItemIrt | None, item_id: str) -> Any:
     if res.command:
         sub.append(f"  (= {res.command})", style="dim")
     parts.append(sub)
+    parts.extend(Text(f"WARNING: {w}", style="bold yellow") for w in fit.warnings)
     if not mine:
         left = [x for x in fit.constant_items if x.partition("/")[0] == item_id]
         why = (
@@ -264,7 +265,7 @@ def render_summary(s: SuiteIrt) -> Group:
 
     assert s.fit is not None
     fit = s.fit
-    out: list[Any] = []
+    out: list[Any] = [Text(f"WARNING: {w}", style="bold yellow") for w in fit.warnings]
     flagged = fit.flagged
     head = Text(f"likely label errors: {len(flagged)}", style="bold red" if flagged else "bold")
     head.append("  (discrimination's whole 95% interval below 0: check the gold)", style="dim")
