@@ -74,7 +74,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     timings: dict[str, float] = {}
     for name, spec in suites.items():
         t0 = time.monotonic()
-        proc = cli(*_run_args(spec, model, baseline_db), env=cli_env())
+        proc = cli(*_run_args(spec, model, baseline_db), env=cli_env(), timeout=1800)  # load: minutes
         assert proc.returncode == 0, proc.stderr
         timings[name] = time.monotonic() - t0
     rows = result_rows(baseline_db)
