@@ -68,14 +68,23 @@ def test_example_runs_resumes_and_draws_its_figure(name: str, tmp_path: Path) ->
     assert again.returncode == 0, again.stderr[-2000:]
     status = cli("study", "status", str(study), "--json", env=env)
     assert status.returncode == 0, status.stderr
-    cells = json.loads(status.stdout)
+    cells = json.loads(status.stdout)["cells"]
     assert len(cells) == (2 if with_gemma else 1)
     for c in cells:
         assert c["state"] == "done", c
         assert c["n_done"] == c["n_total"] == limit * per_item, c
         assert c["n_errors"] == 0, c
         fig = tmp_path / f"{name}-{c['run_id']}.svg"
-        drawn = cli("figure", kind, "--db", str(tmp_path / f"{name}.duckdb"), "--run", c["run_id"],
-                        "-o", str(fig), env=env)
+        drawn = cli(
+            "figure",
+            kind,
+            "--db",
+            str(tmp_path / f"{name}.duckdb"),
+            "--run",
+            c["run_id"],
+            "-o",
+            str(fig),
+            env=env,
+        )
         assert drawn.returncode == 0, drawn.stderr
         assert fig.read_text(encoding="utf-8").lstrip().startswith(("<?xml", "<svg"))
