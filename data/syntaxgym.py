@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,33 @@ from llmscope.engine.tasks.syntaxgym import (
     parse_formula,
 )
 from llmscope.engine.types import Item
+
+# Hu et al. (2020)'s six circuits by test-suite tag, as their analysis maps them
+# (cpllab/syntactic-generalization, notebooks/main.py: the tag is the suite name up to its first
+# "-", "_" or digit).
+CIRCUITS = {
+    "npi": "Licensing",
+    "reflexive": "Licensing",
+    "fgd": "Long-Distance Dependencies",
+    "cleft": "Long-Distance Dependencies",
+    "number": "Agreement",
+    "npz": "Garden-Path Effects",
+    "mvrr": "Garden-Path Effects",
+    "subordination": "Gross Syntactic State",
+    "center": "Center Embedding",
+}
+
+
+# Suites their analysis leaves out of every figure (the same notebook's `exclude_suite_re`).
+EXCLUDED = re.compile(r"^fgd-embed[34]|^gardenpath|^nn-nv")
+
+
+def circuit_of(suite_name: str) -> str | None:
+    """The circuit of a test suite named as Hu et al.'s are (`npz_ambig_mod` -> Garden-Path
+    Effects); None for a suite their analysis excludes or whose tag they do not map."""
+    if EXCLUDED.search(suite_name):
+        return None
+    return CIRCUITS.get(re.split(r"[-_0-9]", suite_name)[0])
 
 SPEC: dict[str, Any] = {
     "name": "syntaxgym",
@@ -92,7 +120,9 @@ def load_syntaxgym_file(path: Path) -> list[Item]:
             "text": build_sentence(conds[0].regions)[0],
         }
         circuit = (data.get("meta") or {}).get("circuit")
-        if isinstance(circuit, str) and circuit:  # Hu et al.'s circuit, where the suite names it
+        if not (isinstance(circuit, str) and circuit):
+            circuit = circuit_of(name)
+        if circuit:  # Hu et al.'s circuit: named by the suite, else from its name's tag
             fields["circuit"] = circuit
         items.append(Item(item_id=fields["id"], fields=fields, text=fields["text"]))
     return items

@@ -366,6 +366,65 @@ def draw_commonsense(data: list[RunData]) -> Figure:
     return fig
 
 
+def _overall(d: RunData, name: str) -> Metric | None:
+    return next((m for m in d.named(name) if not m.group), None)
+
+
+def draw_plane(data: list[RunData]) -> Figure:
+    """Whiting & Watts (2024): each run's consensus (q1 answers equal to the human majority)
+    against its awareness (q2 answers equal to it), with 95% intervals, over curves of equal
+    commonsensicality sqrt(consensus x awareness). Runs of other suites are not put on one
+    plane: the figure names the suite, and a second suite is refused."""
+
+    points = [(d, _overall(d, "consensus"), _overall(d, "awareness")) for d in data]
+    points = [(d, c, a) for d, c, a in points if c is not None and a is not None]
+    suites = sorted({str(d.run.get("suite_name")) for d, _, _ in points})
+    if len(suites) > 1:
+        # other statements: their rates are not comparable point by point
+        raise FigureError(f"plane: the runs are of different suites ({', '.join(suites)}); give runs of one suite")
+    imported = [str(d.run.get("run_id", "")).startswith("imp-") for d, _, _ in points]
+    fig, (ax,) = _new(COLUMN_WIDTH)
+    vals = [v.value for _, c, a in points for v in (c, a)]
+    lo = max(0.0, min(vals) - 0.05)
+    hi = min(1.0, max(vals) + 0.05)
+    import numpy as np
+
+    xs = np.linspace(max(lo, 1e-3), hi, 200)
+    for k in np.arange(0.1, 1.0, 0.1):
+        ax.plot(xs, k * k / xs, ls=":", lw=0.5, color="#BBBBBB", zorder=0)
+        if lo < k < hi:
+            ax.text(k, k, f"{k:.1f}", fontsize=5, color="#888888", ha="center", va="center")
+    # Many published runs crowd the plane: past 8 they are drawn as dots, and only the two
+    # highest and lowest by commonsensicality are named.
+    crowd = sum(imported) > 8
+    by_score = sorted((c.value * a.value, i) for i, (_, c, a) in enumerate(points) if imported[i])
+    named = {i for _, i in by_score[:2] + by_score[-2:]} if crowd else set(range(len(points)))
+    ours = 0
+    for i, ((d, c, a), imp) in enumerate(zip(points, imported, strict=True)):
+        color = "#999999" if imp else _color(ours)
+        if imp and crowd:
+            ax.plot([c.value], [a.value], "o", ms=2.5, color=color, zorder=1)
+        else:
+            (xlo, xhi), (ylo, yhi) = _err([c]), _err([a])
+            ax.errorbar([c.value], [a.value], xerr=[xlo, xhi], yerr=[ylo, yhi], fmt="o",
+                        ms=2.5 if imp else 4, lw=0.5, color=color, zorder=1 if imp else 3)
+        if not imp:
+            ours += 1
+        if not imp or i in named:
+            ax.annotate(_short(str(d.run.get("model")), 18), (c.value, a.value), fontsize=5,
+                        xytext=(2, 2), textcoords="offset points", color="#555555" if imp else color)
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_aspect("equal")
+    ax.set_xlabel("consensus (q1 = human majority)")
+    ax.set_ylabel("awareness (q2 = human majority)")
+    _title(fig, f"{suites[0] if suites else ''} (dotted: equal commonsensicality)")
+    if any(imported):
+        _note(fig, f"grey: {sum(imported)} imported published runs (binarised answers)"
+              + ("; intervals of ours only" if crowd else ""))
+    return fig
+
+
 def draw_schemes(data: list[RunData]) -> Figure:
     """Accuracy under each scoring scheme (method) with intervals; disagreement in the title."""
     labels, series = _series(data, lambda d: {

@@ -26,6 +26,7 @@ from llmscope.figure_kinds import (
     draw_accuracy,
     draw_commonsense,
     draw_human,
+    draw_plane,
     draw_position,
     draw_probeval,
     draw_reliability,
@@ -146,6 +147,13 @@ KINDS: dict[str, Kind] = {
             "consensus, awareness and commonsensicality per category (Whiting & Watts 2024)",
             _has("commonsensicality"),
             draw_commonsense,
+        ),
+        Kind(
+            "plane",
+            "consensus against awareness per run, over curves of equal commonsensicality "
+            "(Whiting & Watts 2024)",
+            _has("consensus"),
+            draw_plane,
         ),
         Kind(
             "schemes",

@@ -16,8 +16,19 @@ def commonsense_metrics(ctx: MetricContext) -> list[Metric]:
         return []
     from ..commonsense import commonsense_frame, commonsense_rows, commonsensicality
 
-    ok = ctx.ok()
-    ok = ok[pd.to_numeric(ok["p_yes"], errors="coerce").notna()]
+    ok = ctx.ok().copy()
+    # Published binarised answers (`import commonsense-models`) store an answer and no
+    # probabilities: the answer is the model's binarised answer, as P(yes) > P(no) is for a
+    # probabilistic run, so it counts as P(yes) 1 or 0.
+    p_yes = pd.to_numeric(ok["p_yes"], errors="coerce")
+    p_no = pd.to_numeric(ok["p_no"], errors="coerce")
+    pred = ok["prediction"].astype("string").str.lower() if "prediction" in ok else None
+    if pred is not None and p_yes.isna().any():
+        answered = p_yes.isna() & pred.isin(["yes", "no"]).fillna(False)
+        p_yes = p_yes.mask(answered, (pred == "yes").astype(float))
+        p_no = p_no.mask(answered, (pred == "no").astype(float))
+    ok["p_yes"], ok["p_no"] = p_yes, p_no
+    ok = ok[ok["p_yes"].notna()]
     cat = ok["f.category"] if "f.category" in ok else pd.Series([None] * len(ok), index=ok.index)
     human = pd.DataFrame({"id": ok["item_id"], "human_q1": ok["f.human_q1"], "category": cat})
     human = human.drop_duplicates("id")
@@ -70,6 +81,7 @@ def human_agreement_pairs(ok: pd.DataFrame) -> pd.DataFrame:
 
 def register() -> None:
     """Add this family's producers to the pipeline, in report order (analysis/metrics.py calls it)."""
-    register_producer("commonsense", needs=lambda c: c.has("f.human_q1"), reads=("p_yes", "p_no"))(commonsense_metrics)
+    register_producer("commonsense", needs=lambda c: c.has("f.human_q1"),
+                      reads=("p_yes", "p_no", "prediction"))(commonsense_metrics)
     register_producer("human_correlation", needs=lambda c: c.has("f.human_q1"),
                       reads=("p_yes",))(human_correlation_metrics)

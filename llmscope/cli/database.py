@@ -95,7 +95,12 @@ def cmd_import(args: argparse.Namespace) -> int:
                         bar.advance()
 
                 msgs = import_commonsense_models(store, Path(args.paths[0]) if args.paths else None,
-                                                 suite_path=args.suite_path, on_model=on_model)
+                                                 suite_path=args.suite_path, suite_name=args.suite,
+                                                 on_model=on_model)
+        elif args.kind == "syntaxgym-results":
+            from llmscope.importers.syntaxgym_results import import_syntaxgym_results
+
+            msgs = import_syntaxgym_results(store, [Path(p) for p in args.paths], suite_path=args.suite_path)
         elif args.kind == "answers":
             msgs = published.import_answer_sets(store, [Path(p) for p in args.paths],
                                                 suite_path=args.suite_path, model=args.model)
@@ -124,15 +129,17 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
     s.set_defaults(func=cmd_migrate)
 
     s = sub.add_parser("import", help="import published results (worldsense DIR | results FILE... | answers FILE... | "
-                       "lm-eval SAMPLES.jsonl... | commonsense-models [CSV])")
+                       "lm-eval SAMPLES.jsonl... | commonsense-models [CSV] | syntaxgym-results CSV...)")
     ctx.db_arg(s)
-    s.add_argument("kind", choices=["worldsense", "results", "answers", "lm-eval", "commonsense-models"],
+    s.add_argument("kind", choices=["worldsense", "results", "answers", "lm-eval", "commonsense-models",
+                                       "syntaxgym-results"],
                    help="what the files are")
     s.add_argument("paths", nargs="*", help="the folder (worldsense) or files to import (commonsense-models: "
                    "all_models_binarythresh.csv, default the one in ../shared)")
-    s.add_argument("--suite-path", help="commonsense statements CSV (results, commonsense-models) or CFC "
-                   "targets file (answers)")
+    s.add_argument("--suite-path", help="commonsense statements CSV (results, commonsense-models), CFC "
+                   "targets file (answers) or SyntaxGym test-suite folder (syntaxgym-results)")
     s.add_argument("--model", help="name of the imported answer set (answers) or model (lm-eval)")
     s.add_argument("--suite", help="lm-eval: the task YAML or suite the samples were scored on (default: "
-                   "rebuilt from the samples)")
+                   "rebuilt from the samples); commonsense-models: commonsense (default) or "
+                   "commonsense-sample (the published answers to the sample's statements only)")
     s.set_defaults(func=cmd_import)

@@ -111,24 +111,43 @@ def read_models_csv(path: Path) -> tuple[list[ModelAnswers], dict[str, tuple[str
     return list(models.values()), statements
 
 
+SUITES = ("commonsense", "commonsense-sample")
+
+
 def import_commonsense_models(
-    store: Store, path: Path | None, suite_path: str | None = None,
+    store: Store, path: Path | None, suite_path: str | None = None, suite_name: str | None = None,
     on_model: Callable[[int, int, str], None] | None = None,
 ) -> list[str]:
-    """One run per model column pair of `path` on the `commonsense` suite, all new runs in one
-    transaction (a bad line leaves none); a model imported before is named and skipped.
-    `on_model(i, n, name)` is told each model before it is written (a progress bar)."""
+    """One run per model column pair of `path` on the `commonsense` suite (or on
+    `commonsense-sample`: the published answers to the sample's statements only, so that runs of
+    the sample compare with them on the same items), all new runs in one transaction (a bad line
+    leaves none); a model imported before is named and skipped. `on_model(i, n, name)` is told
+    each model before it is written (a progress bar)."""
+    suite_name = suite_name or "commonsense"
+    if suite_name not in SUITES:
+        raise SuiteError(f"--suite {suite_name!r}: the published answers are on {' or '.join(SUITES)}")
     if path is None:
         path = default_csv()
         if path is None:
             raise SuiteError("no all_models_binarythresh.csv found in ../shared; give its path")
     if not path.is_file():
         raise SuiteError("file not found", path)
-    if suite_path is None and (path.parent / "statements_and_prompts.csv").is_file():
+    if suite_name == "commonsense-sample":
+        if suite_path is not None:
+            raise SuiteError("--suite-path is for the full commonsense suite, not commonsense-sample")
+    elif suite_path is None and (path.parent / "statements_and_prompts.csv").is_file():
         suite_path = str(path.parent / "statements_and_prompts.csv")
     models, statements = read_models_csv(path)  # every line checked before anything is written
-    suite = load_suite("commonsense", suite_path)
+    suite = load_suite(suite_name, suite_path)
     work = {(w.item.item_id, w.variant): w for w in suite.work()}
+    n_file = len(statements)
+    if suite_name == "commonsense-sample":
+        # the sample's statements are a subset of the corpus: keep theirs, say how many
+        statements = {s: v for s, v in statements.items() if (s, VARIANTS[0]) in work}
+        if not statements:
+            raise SuiteError("no statement of the file is in commonsense-sample", path)
+        for m in models:
+            m.rows = [r for r in m.rows if r[0] in statements]
     unknown = [s for s in statements if (s, VARIANTS[0]) not in work]
     if unknown:
         raise SuiteError(
@@ -146,6 +165,7 @@ def import_commonsense_models(
     store_suite(store, suite)
     msgs = [
         f"suite {suite.suite_id}: {len(statements)} statements x {len(VARIANTS)} prompts from {path.name}"
+        + (f" (the {len(statements)} of its {n_file} statements in {suite_name})" if len(statements) < n_file else "")
         + (f" ({differ} statements differ from the suite's text)" if differ else "")
     ]
     with store.transaction():
