@@ -5,7 +5,7 @@
 Runs each built-in suite with the embedded model (SmolLM2-135M-Instruct) into ``--db`` (a
 temporary file by default; a suite that already has a completed run there is not run again),
 then draws every figure kind that applies to each run with `llmscope figure`'s code
-(:func:`llmscope.figures.write_figure`) and writes ``GALLERY.md`` beside the SVGs. The numbers
+(:func:`llmscope.figures.make.write_figure`) and writes ``GALLERY.md`` beside the SVGs. The numbers
 are those of a 135M-parameter model on small sample suites: they show what the figures look
 like, not how good any model is.
 """
@@ -53,7 +53,7 @@ def ensure_runs(db: Path, suites: list[str]) -> dict[str, str]:
 
 def draw(db: Path, runs: dict[str, str], out: Path) -> list[tuple[str, str, str, str]]:
     """Every applicable figure of each run as ``<suite>-<kind>.svg``; (suite, task, kind, file)."""
-    from llmscope.figures import KINDS, kinds_for, load_runs, write_figure
+    from llmscope.figures.make import KINDS, kinds_for, load_runs, write_figure
     from llmscope.store.db import Store
 
     out.mkdir(parents=True, exist_ok=True)
@@ -73,7 +73,7 @@ def draw(db: Path, runs: dict[str, str], out: Path) -> list[tuple[str, str, str,
 
 def gallery_md(made: list[tuple[str, str, str, str]], model: str) -> str:
     """GALLERY.md: one section per suite, each figure with its kind and the command that draws it."""
-    from llmscope.figures import KINDS
+    from llmscope.figures.make import KINDS
 
     lines = [
         "# Figure gallery",

@@ -6,7 +6,7 @@
 Data: one synthetic yes/no run of `--n` results (default 1,000,000; 20 top tokens per row,
 like a real run) written through the store's public bulk API (`Store.append_results`, or
 `Store.write_results` where a version has no bulk path), or with `--worldsense` the WorldSense
-import (4 runs x 87,048 results, `llmscope.importers.published.import_worldsense`).
+import (4 runs x 87,048 results, `llmscope.io.importers.published.import_worldsense`).
 
 "before" is real code: the package as it was at `--before` (default a2b14b8, the commit the
 issue 17 figures were measured on) is extracted from git into a temporary folder, and every
@@ -89,12 +89,12 @@ def extract_tree(ref: str, dest: Path) -> Path:
 
 def worldsense_importer() -> tuple[Any, Any]:
     """(store_suite, import_worldsense) of the llmscope imported: the importers package's, or,
-    in a tree extracted from before that package, the single `llmscope.importers` module's."""
+    in a tree extracted from before that package, the single `llmscope.io.importers` module's."""
     try:
-        from llmscope.importers.published import import_worldsense
-        from llmscope.importers.runs import store_suite
+        from llmscope.io.importers.published import import_worldsense
+        from llmscope.io.importers.runs import store_suite
     except ImportError:
-        from llmscope import importers
+        from llmscope.io import importers
 
         return importers._store_suite, importers.import_worldsense
     return store_suite, import_worldsense

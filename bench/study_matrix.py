@@ -1,4 +1,4 @@
-"""How long a study's matrix takes to read: `llmscope.study_store.study_cells` over big runs.
+"""How long a study's matrix takes to read: `llmscope.studies.store.study_cells` over big runs.
 
     python -m bench.study_matrix [--runs 10] [--rows 87048] [--keep DIR] [--before REF]
 
@@ -31,8 +31,8 @@ import json, random, time
 from pathlib import Path
 from llmscope.engine.types import Item
 from llmscope.store.db import Store
-from llmscope.study import Cell, ModelEntry, Study, SuiteEntry
-from llmscope.study_store import record_cell, record_study, tag_run
+from llmscope.studies.spec import Cell, ModelEntry, Study, SuiteEntry
+from llmscope.studies.store import record_cell, record_study, tag_run
 db, runs, n = {db!r}, {runs}, {rows}
 t0 = time.perf_counter()
 s = Store(db); s.execute("SET enable_progress_bar = false")
@@ -75,7 +75,7 @@ print(json.dumps({{"build_s": time.perf_counter() - t0}}))
 READ = """
 import json, time
 from llmscope.store.db import Store
-from llmscope.study_store import study_cells
+from llmscope.studies.store import study_cells
 t0, c0 = time.perf_counter(), time.process_time()
 s = Store({db!r}, read_only=True)
 rows = study_cells(s, "bench", metrics={metrics})

@@ -55,7 +55,7 @@ class RunPlan:
     window: int = 64  # items in flight
     backend_config: dict[str, Any] | None = None  # engine.config.BackendConfig.to_dict(), stored with the run
     retry_errors: bool = True  # a reopened run scores its errored items again
-    request_key: str | None = None  # llmscope/runstart.py: matches a request to this run before loading
+    request_key: str | None = None  # llmscope/runs/start.py: matches a request to this run before loading
     meta: dict[str, Any] | None = None  # recorded in the run's meta (e.g. `rerun_of`)
 
     def task(self) -> Task:

@@ -10,7 +10,7 @@ half-written. Each such read is said in `Database.notices` and as a warning, wit
 running runs hold. Nothing is ever written beside the file but the metrics cache.
 
 Columns and numbers come from the one place each is made: `results` is the export's rows
-(`llmscope.export`, the columns and types of `llmscope export --format parquet`), `metrics` the
+(`llmscope.io.export`, the columns and types of `llmscope export --format parquet`), `metrics` the
 pipeline's `RunMetrics` (`llmscope report --json` prints its `rows()`).
 """
 
@@ -81,9 +81,9 @@ class Database:
             return self._find(store, run)
 
     def results(self, run: str | dict[str, Any], as_: str = "pandas") -> Any:
-        """A run's rows with the export's typed columns (`llmscope.export.COLUMNS`): a pandas
+        """A run's rows with the export's typed columns (`llmscope.io.export.COLUMNS`): a pandas
         DataFrame, or a pyarrow Table (`as_="arrow"`) or polars DataFrame (`as_="polars"`)."""
-        from llmscope.export import export_rows, to_arrow
+        from llmscope.io.export import export_rows, to_arrow
 
         if as_ not in FORMATS:
             raise NotebookError(f"as_ must be one of {', '.join(FORMATS)}, got {as_!r}")
@@ -99,7 +99,7 @@ class Database:
 
     def studies(self) -> list[str]:
         """The names of the studies recorded in the file (`llmscope study run`)."""
-        from llmscope.study_store import study_names
+        from llmscope.studies.store import study_names
 
         with self._store() as store:
             return study_names(store)
@@ -110,7 +110,7 @@ class Database:
         factor (`level.<factor>`)."""
         import pyarrow as pa
 
-        from llmscope.study_store import study_cells, study_names, study_record
+        from llmscope.studies.store import study_cells, study_names, study_record
 
         if as_ not in FORMATS:
             raise NotebookError(f"as_ must be one of {', '.join(FORMATS)}, got {as_!r}")

@@ -46,7 +46,7 @@ def build_report(store: Store, run: dict[str, Any], by: list[str] | None = None)
     meta = run.get("meta") or {}
     if not (isinstance(meta, dict) and meta.get("plan")):
         return rows
-    from llmscope.plan import plan_rows
+    from llmscope.runs.plan import plan_rows
 
     df = results_with_fields(store, run["run_id"])  # hypotheses filter on any item field
     spec = store.suite_spec(run["suite_id"])
@@ -226,7 +226,7 @@ def format_rows(rows: list[dict[str, Any]], width: int | None = None) -> str:
             lines.append(head)
             cur = head
             section = None
-        if "preregistered" in r and r["preregistered"] != section:  # runs made with a plan (llmscope/plan.py)
+        if "preregistered" in r and r["preregistered"] != section:  # runs made with a plan (llmscope/runs/plan.py)
             section = r["preregistered"]
             lines.append("  -- pre-registered (plan) --" if section else "  -- exploratory (not in the plan) --")
         if r["metric"] == "hypothesis":

@@ -146,9 +146,9 @@ def _untrusted_stored_endpoint(prep: Any, db: str) -> str | None:
     """Why a resume may not send $OPENAI_API_KEY to the run's stored base URL, or None.
 
     As `llmscope run --resume` without a terminal: a URL none of the user's environment, own
-    config or earlier choices names is someone else's file's choice (llmscope/settings.py)."""
+    config or earlier choices names is someone else's file's choice (llmscope/runs/settings.py)."""
     from llmscope.engine.openai import expand_base_urls, public_url
-    from llmscope.settings import (
+    from llmscope.runs.settings import (
         SettingsError,
         load_settings,
         trusted_endpoints,
@@ -304,9 +304,9 @@ class LlmscopeApp(App[int]):
 
     def _run_thread(self, params: dict[str, Any], handle: InProcessRun) -> None:
         from llmscope.engine.runner import RunInterrupted
-        from llmscope.runstart import RunComplete, RunRequest, execute, prepare_run, start_run
+        from llmscope.runs.start import RunComplete, RunRequest, execute, prepare_run, start_run
 
-        # The same path as `llmscope run` (llmscope/runstart.py): checks before any model loads,
+        # The same path as `llmscope run` (llmscope/runs/start.py): checks before any model loads,
         # the response cache, the run's identity and an appended session record.
         if params.get("resume"):
             req = RunRequest(resume=str(params["resume"]))
@@ -316,7 +316,7 @@ class LlmscopeApp(App[int]):
                              config=cfg, task_options=dict(params.get("options") or {}), limit=params.get("limit"))
             if cfg.base_url:  # typed into the form: the user's own choice, as --base-url is
                 from llmscope.engine.openai import expand_base_urls
-                from llmscope.settings import remember_endpoints
+                from llmscope.runs.settings import remember_endpoints
 
                 remember_endpoints(expand_base_urls(cfg.base_url))
         opened = False

@@ -12,7 +12,7 @@ from typing import Any
 
 __all__ = ["PANEL_FIGURES", "handoff_folder", "handoff_message", "write_handoff"]
 
-# The figure each dashboard panel is drawn as, first that applies (llmscope.figures.KINDS).
+# The figure each dashboard panel is drawn as, first that applies (llmscope.figures.make.KINDS).
 PANEL_FIGURES = {
     "accuracy": ("sg", "accuracy"),
     "calibration": ("reliability",),
@@ -28,8 +28,8 @@ def handoff_folder(db_path: str | Path) -> Path:
 
 def write_handoff(store: Any, run_id: str, panel: str, db_path: str | Path) -> list[Path]:
     """Write the run's page and the panel's figure (when one applies); returns the paths."""
-    from llmscope.figures import kinds_for, load_runs, write_figure
-    from llmscope.html_report import write_page
+    from llmscope.figures.html_report import write_page
+    from llmscope.figures.make import kinds_for, load_runs, write_figure
     from llmscope.report import build_report
 
     run = store.get_run(run_id)

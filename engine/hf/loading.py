@@ -95,7 +95,7 @@ def _gguf_parsed_once() -> Iterator[None]:
         gguf.GGUFReader = orig  # type: ignore[misc]
 
 
-# Models kept loaded inside `keep_loaded()` (a study's cells on one model: llmscope/study_run.py).
+# Models kept loaded inside `keep_loaded()` (a study's cells on one model: llmscope/studies/run.py).
 _KEPT: dict[str, tuple[Any, Any, dict[str, Any]]] | None = None
 
 

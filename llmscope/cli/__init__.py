@@ -19,7 +19,7 @@ COMMAND_GROUPS = ("run", "prepare", "database", "report", "view", "study", "irt"
 def build_parser(settings: Any = None) -> argparse.ArgumentParser:
     """The argument parser; `settings` (from llmscope.toml files) supplies defaults beneath flags."""
     from llmscope import __version__
-    from llmscope.settings import Settings
+    from llmscope.runs.settings import Settings
 
     cfg: Settings = settings if settings is not None else Settings()
     env_db = os.environ.get("LLMSCOPE_DB")
@@ -49,7 +49,7 @@ def build_parser(settings: Any = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command `argv` names (the TUI with none); the exit status."""
-    from llmscope.settings import SettingsError, load_settings
+    from llmscope.runs.settings import SettingsError, load_settings
 
     try:
         settings = load_settings()

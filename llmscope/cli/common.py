@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from llmscope.settings import Settings
+    from llmscope.runs.settings import Settings
 
 DEFAULT_DB = "llmscope.duckdb"
 
@@ -121,7 +121,7 @@ def discard_if_unused(store: Any, created: bool) -> None:
 
 def _holder(path: str, pid: int | None) -> str:
     """What the process holding the file is doing, from the live channel (never the locked file)."""
-    from llmscope.live import read_live
+    from llmscope.runs.live import read_live
 
     try:
         snaps = read_live(path)
@@ -190,7 +190,7 @@ def check_endpoints(args: argparse.Namespace, cfg: Any, say: Any, stored_in: str
 
     from llmscope.engine.openai import OPENAI_URL, expand_base_urls, public_url
     from llmscope.engine.openai.endpoints import check_base_url, shown_url
-    from llmscope.settings import Settings, trusted_endpoints, untrusted_endpoints
+    from llmscope.runs.settings import Settings, trusted_endpoints, untrusted_endpoints
 
     if getattr(cfg, "kind", None) != "openai":
         return
@@ -244,13 +244,13 @@ def check_endpoints(args: argparse.Namespace, cfg: Any, say: Any, stored_in: str
 
 
 def _endpoints_file() -> Path:
-    from llmscope.settings import endpoints_file
+    from llmscope.runs.settings import endpoints_file
 
     return endpoints_file()
 
 
 def _used_endpoints() -> set[str]:
-    from llmscope.settings import used_endpoints
+    from llmscope.runs.settings import used_endpoints
 
     return used_endpoints()
 
@@ -266,7 +266,7 @@ def remember_endpoints(urls: list[str]) -> None:
 
 
 def _remember_endpoints(urls: list[str]) -> None:
-    from llmscope.settings import remember_endpoints as remember
+    from llmscope.runs.settings import remember_endpoints as remember
 
     remember(urls)
 

@@ -67,7 +67,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     from llmscope.engine.textsafety import for_terminal
-    from llmscope.importers import published
+    from llmscope.io.importers import published
 
     if not args.paths and args.kind != "commonsense-models":
         raise CLIError(f"import {args.kind}: give the files to import")
@@ -79,12 +79,12 @@ def cmd_import(args: argparse.Namespace) -> int:
         if args.kind == "worldsense":
             msgs = published.import_worldsense(store, Path(args.paths[0]))
         elif args.kind == "lm-eval":
-            from llmscope.importers.lm_eval import import_lm_eval
+            from llmscope.io.importers.lm_eval import import_lm_eval
 
             msgs = import_lm_eval(store, [Path(p) for p in args.paths], suite_spec=args.suite, model=args.model)
         elif args.kind == "commonsense-models":
             from llmscope.console import StepProgress
-            from llmscope.importers.commonsense_models import import_commonsense_models
+            from llmscope.io.importers.commonsense_models import import_commonsense_models
 
             with StepProgress("import", 1) as bar:  # the model count is known once the file is read
 
@@ -98,7 +98,7 @@ def cmd_import(args: argparse.Namespace) -> int:
                                                  suite_path=args.suite_path, suite_name=args.suite,
                                                  on_model=on_model)
         elif args.kind == "syntaxgym-results":
-            from llmscope.importers.syntaxgym_results import import_syntaxgym_results
+            from llmscope.io.importers.syntaxgym_results import import_syntaxgym_results
 
             msgs = import_syntaxgym_results(store, [Path(p) for p in args.paths], suite_path=args.suite_path)
         elif args.kind == "answers":

@@ -49,7 +49,7 @@ def select_items(
 ) -> list[str] | None:
     """The item subset asked for: `--items` (ids or `id/variant` names, comma-separated, or
     @FILE with one a line) and/or `--where` (a filter over the first run's rows and the items'
-    fields, `llmscope/where.py`); both given: the items in both. None: every item."""
+    fields, `llmscope/runs/where.py`); both given: the items in both. None: every item."""
     if not items and not where:
         return None
     chosen: list[str] | None = None
@@ -70,7 +70,7 @@ def select_items(
         import duckdb
 
         from llmscope.cli.rerun import WHERE_SHORTHANDS, selection_frame
-        from llmscope.where import check_where, connect_sandboxed
+        from llmscope.runs.where import check_where, connect_sandboxed
 
         df = store.results_frame(runs[0]["run_id"])
         sel = selection_frame(df)
@@ -182,7 +182,7 @@ def cmd_irt(args: argparse.Namespace) -> int:
         print("\n\n".join(format_fit(f) for f in fits))
         return 0
     text = render(fits, fmt, args.table, raw=args.raw)
-    from llmscope.export import ExportError, write_output
+    from llmscope.io.export import ExportError, write_output
 
     try:
         write_output(text, args.output, force=args.force)
@@ -200,7 +200,7 @@ def render(fits: list[IrtFit], fmt: str, table: str = "items", *, raw: bool = Fa
     if fmt == "json":
         return json.dumps([f.to_dict() for f in fits], indent=1) + "\n"
     from llmscope.analysis.irt import TEXT_COLUMNS, abilities_frame, items_frame
-    from llmscope.export import frame_csv
+    from llmscope.io.export import frame_csv
 
     df = items_frame(fits) if table == "items" else abilities_frame(fits)
     return frame_csv(df, TEXT_COLUMNS, raw=raw)

@@ -50,7 +50,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     import datetime as dt
 
     from llmscope.data.suites import load_suite
-    from llmscope.plan import PLAN_VERSION, PlanError, write_plan
+    from llmscope.runs.plan import PLAN_VERSION, PlanError, write_plan
 
     suite = load_suite(args.suite, args.suite_path)
     suite.task_options = {**suite.task_options, **parse_opts(args.opt)}

@@ -48,7 +48,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                 bar.advance()
             ws_rows, ws_text = worldsense_reports(store, runs)
             if args.html:
-                from llmscope.html_report import write_page
+                from llmscope.figures.html_report import write_page
 
                 started: list[str] = []
 
@@ -100,7 +100,7 @@ def _check_by(store: Any, runs: list[dict[str, Any]], by: list[str]) -> None:
 
 
 def cmd_figure(args: argparse.Namespace) -> int:
-    from llmscope.figures import FigureError, load_runs, write_figure
+    from llmscope.figures.make import FigureError, load_runs, write_figure
 
     store = open_store(args.db, read_only=True)
     try:
@@ -139,7 +139,7 @@ def cmd_figure(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from llmscope.export import ExportError, export_run
+    from llmscope.io.export import ExportError, export_run
 
     store = open_store(args.db, read_only=True)
     try:
@@ -188,7 +188,7 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
                    "failing items, method record)")
     s.set_defaults(func=cmd_report)
 
-    from llmscope.figures import KINDS
+    from llmscope.figures.make import KINDS
 
     s = sub.add_parser("figure", help="draw a publication figure of runs (pdf, svg or png)")
     ctx.db_arg(s)

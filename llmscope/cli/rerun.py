@@ -7,7 +7,7 @@ the old one.
 FILTER is a SQL condition (DuckDB) over the old run's rows: columns item_id, variant,
 correct, error, prediction, gold, confidence, flagged, and every item field; the words
 `failing`, `errored` and `flagged` are shorthands. Only one expression is accepted
-(llmscope/where.py): no statements, subqueries, file or table functions.
+(llmscope/runs/where.py): no statements, subqueries, file or table functions.
 """
 
 from __future__ import annotations
@@ -69,11 +69,11 @@ def _flag(extra: Any) -> bool:
 def select_items(df: pd.DataFrame, where: str) -> list[str]:
     """Item ids of the rows matching a filter (ValueError naming --where when refused or invalid).
 
-    The filter must be one expression over the rows' columns (llmscope/where.py): no
+    The filter must be one expression over the rows' columns (llmscope/runs/where.py): no
     statements, subqueries, file or table functions."""
     import duckdb
 
-    from llmscope.where import check_where, connect_sandboxed
+    from llmscope.runs.where import check_where, connect_sandboxed
 
     cond = WHERE_SHORTHANDS.get(where.strip(), where)
     sel = selection_frame(df)
@@ -98,7 +98,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     from llmscope.console import ConsoleReporter
     from llmscope.engine.config import config_of_run, resume_inputs
     from llmscope.report import build_report, format_rows
-    from llmscope.runstart import RerunOf, RunRequest, execute, prepare_run, start_run
+    from llmscope.runs.start import RerunOf, RunRequest, execute, prepare_run, start_run
 
     if not Path(args.db).exists():  # a stored run is needed: no empty file made to say so
         raise CLIError(f"no database at {args.db} (pass --db)")
@@ -129,7 +129,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
                          config=config_from_args(args, base), task_options=task_opts,
                          cache=not args.no_cache, rerun=RerunOf(old, args.where, ids),
                          model_arg=model_arg)
-        # one way to start a run (llmscope/runstart.py): the response cache, the session record
+        # one way to start a run (llmscope/runs/start.py): the response cache, the session record
         prep = prepare_run(store, req)
         check_stored_code(args, prep.config, f"run {old['run_id']} in {args.db}")
         check_endpoints(args, prep.config, reporter.on_message,

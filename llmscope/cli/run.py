@@ -115,7 +115,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from llmscope.console import ConsoleReporter
     from llmscope.engine.runner import RunInterrupted
-    from llmscope.runstart import RunComplete, RunRequest, execute, prepare_run, start_run
+    from llmscope.runs.start import RunComplete, RunRequest, execute, prepare_run, start_run
     from llmscope.store.db import StoreError
 
     _check_positive("--limit", args.limit)
@@ -127,8 +127,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         task_opts = parse_opts(args.opt)
         suite_name, suite_path = args.suite, args.suite_path
         plan_info = None
-        if getattr(args, "plan", None):  # pre-registration (llmscope/plan.py)
-            from llmscope.plan import PlanError, plan_hash, read_plan
+        if getattr(args, "plan", None):  # pre-registration (llmscope/runs/plan.py)
+            from llmscope.runs.plan import PlanError, plan_hash, read_plan
 
             try:
                 plan_body = read_plan(args.plan)

@@ -78,7 +78,7 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
 
 
 def _load(path: str, max_cells: int | None = None) -> Any:
-    from llmscope.study import MAX_CELLS, StudyError, load_study
+    from llmscope.studies.spec import MAX_CELLS, StudyError, load_study
 
     if max_cells is not None and max_cells < 1:
         raise CLIError(f"--max-cells must be 1 or more, got {max_cells}")
@@ -105,7 +105,7 @@ def _check_endpoints(study: Any, args: argparse.Namespace, say: Callable[[str, s
     from llmscope.engine.backend import BackendConfigError
     from llmscope.engine.openai import OPENAI_URL, expand_base_urls, public_url
     from llmscope.engine.openai.endpoints import check_base_url
-    from llmscope.settings import trusted_endpoints, untrusted_endpoints
+    from llmscope.runs.settings import trusted_endpoints, untrusted_endpoints
 
     env = os.environ.get("OPENAI_BASE_URL")
     trusted = trusted_endpoints(getattr(args, "_settings", None))
@@ -180,10 +180,10 @@ class _Stop:
 
 def cmd_study_run(args: argparse.Namespace) -> int:
     from llmscope.store.db import StoreError
-    from llmscope.study import StudyError
-    from llmscope.study_checks import check_levels
-    from llmscope.study_run import run_study
-    from llmscope.study_store import StudyConflict
+    from llmscope.studies.checks import check_levels
+    from llmscope.studies.run import run_study
+    from llmscope.studies.spec import StudyError
+    from llmscope.studies.store import StudyConflict
 
     study = _load(args.file, args.max_cells)
     try:
@@ -248,8 +248,8 @@ def cmd_study_run(args: argparse.Namespace) -> int:
 
 def _dry_run(study: Any, db: str, replace: bool = False) -> int:
     """Each cell and what `study run` would do with it, from the database read-only, no model loaded."""
-    from llmscope.runstart import RunComplete, prepare_run
-    from llmscope.study_store import study_conflict
+    from llmscope.runs.start import RunComplete, prepare_run
+    from llmscope.studies.store import study_conflict
 
     store = open_store(db, read_only=True) if Path(db).exists() else None
     try:
@@ -282,7 +282,7 @@ def _dry_run(study: Any, db: str, replace: bool = False) -> int:
 
 # -- status -------------------------------------------------------------------------------------
 def cmd_study_status(args: argparse.Namespace) -> int:
-    from llmscope.study_store import study_conflict, study_names, study_record
+    from llmscope.studies.store import study_conflict, study_names, study_record
 
     target = str(args.study)
     study = _load(target, args.max_cells) if Path(target).is_file() else None
@@ -293,7 +293,7 @@ def cmd_study_status(args: argparse.Namespace) -> int:
             f"no study file {target!r}, and no database at {db} to look the name up in (pass --db)"
         )
     if study is not None and not Path(db).exists():
-        from llmscope.study_store import CellRow
+        from llmscope.studies.store import CellRow
 
         rows = [
             CellRow(
@@ -325,7 +325,7 @@ def cmd_study_status(args: argparse.Namespace) -> int:
 
 
 def _cells(store: Any, name: str, cells: Any) -> list[Any]:
-    from llmscope.study_store import study_cells
+    from llmscope.studies.store import study_cells
 
     return study_cells(store, name, cells)
 
@@ -341,7 +341,7 @@ def _print_status(name: str, db: str, cells: Any) -> None:
 
 def _live_rows(name: str, db: str, study: Any | None) -> list[Any]:
     """Cells from the live channel: runs' progress (no metric: the pipeline reads the database)."""
-    from llmscope.study_store import live_cell_rows
+    from llmscope.studies.store import live_cell_rows
 
     shape = (
         [(c.key, c.position, c.suite.label, c.model.label, dict(c.levels)) for c in study.cells]

@@ -51,8 +51,8 @@ def test_items_without_a_cluster_label_are_each_their_own_cluster(mixed_db: Path
 def test_plan_hypothesis_keeps_items_without_a_cluster_label(mixed_db: Path) -> None:
     """A pre-registered hypothesis is tested over the same units: the rows of items without a
     cluster label are not dropped from it."""
-    from llmscope.plan import evaluate, parse_hypothesis
     from llmscope.report import results_with_fields
+    from llmscope.runs.plan import evaluate, parse_hypothesis
 
     with Store(mixed_db, read_only=True) as st:
         df = results_with_fields(st, "r1")
@@ -137,8 +137,8 @@ def test_yesno_report_with_one_row_extra_equals_the_run_without(tmp_path: Path) 
 def test_plan_hypothesis_on_extra_with_one_row_extra_equals_the_run_without(tmp_path: Path) -> None:
     """A hypothesis on a measure read from `extra` (per-method accuracy, expected rating) over
     rows most of which have no `extra` (NaN, not None, beside the one that has)."""
-    from llmscope.plan import evaluate, parse_hypothesis
     from llmscope.report import results_with_fields
+    from llmscope.runs.plan import evaluate, parse_hypothesis
 
     db = tmp_path / "yn.duckdb"
     _yesno_runs(db)

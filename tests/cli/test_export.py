@@ -27,7 +27,14 @@ from llmscope.data.suites import EXTERNAL_SUITES, builtin_names, load_suite
 from llmscope.engine.progress import NullReporter
 from llmscope.engine.runner import Runner, RunPlan
 from llmscope.engine.types import Result
-from llmscope.export import COLUMNS, CSV_DTYPES, CSV_SQL_TYPES, ExportError, csv_escape, export_run
+from llmscope.io.export import (
+    COLUMNS,
+    CSV_DTYPES,
+    CSV_SQL_TYPES,
+    ExportError,
+    csv_escape,
+    export_run,
+)
 from llmscope.store.db import Store
 from tests.helpers.paths import SHARED
 from tests.helpers.tinymodel import make_tiny_model, tiny_spec

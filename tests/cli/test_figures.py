@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from llmscope.figures import load_runs, write_figure
+from llmscope.figures.make import load_runs, write_figure
 from llmscope.store.db import Store
 from tests.helpers.cli import cli
 from tests.helpers.tui import expected_accuracy, make_db, p_yes_for
@@ -393,7 +393,7 @@ def test_every_label_lies_inside_the_figure(db: Path, tmp_path: Path) -> None:
     """A figure is one column wide with no tight box: a label longer than the column is cut at
     the edge (the reliability diagram's x label once ended in "renormalised over the an").
     Everything drawn in every kind for a yes/no run lies inside the saved figure."""
-    from llmscope.figures import kinds_for
+    from llmscope.figures.make import kinds_for
 
     with Store(db, read_only=True) as st:
         data = load_runs(st, [st.find_run("run-a")])

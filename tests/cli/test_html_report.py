@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from llmscope.engine.types import Item
-from llmscope.html_report import CSP
+from llmscope.figures.html_report import CSP
 from llmscope.store.db import Store
 from tests.helpers.cli import cli
 from tests.helpers.tui import make_db, p_yes_for, toy_result
@@ -231,7 +231,7 @@ def test_failing_items_are_listed_with_prompt_and_count(
 def test_a_large_run_lists_the_first_failing_rows_and_says_how_many(tmp_path: Path) -> None:
     db = make_db(tmp_path / "big.duckdb", n_items=150)
     with Store(db, read_only=True) as st:
-        from llmscope.html_report import MAX_FAILING, failing_html
+        from llmscope.figures.html_report import MAX_FAILING, failing_html
 
         run = st.get_run("run-a")
         total = st.failing_count("run-a")

@@ -104,7 +104,8 @@ def test_csv_and_json_files_hold_the_fit(
         ]
     # stdout when no -o; the export's rules: never replace without --force; one-line errors
     rc, out, _ = _run(capsys, *base, "--format", "csv")
-    assert rc == 0 and out == items_csv.read_bytes().decode("utf-8")
+    # (on stdout CSV's CRLF line ends are written as the terminal's LF: the export's rule)
+    assert rc == 0 and out == items_csv.read_bytes().decode("utf-8").replace("\r\n", "\n")
     _clean_error(_run(capsys, *base, "--format", "csv", "-o", str(items_csv)), "exists", "--force")
     assert _run(capsys, *base, "--format", "csv", "-o", str(items_csv), "--force")[0] == 0
     _clean_error(_run(capsys, *base, "--json", "--format", "csv"), "--json", "--format csv")
@@ -141,7 +142,7 @@ def test_notebook_irt_frames_equal_the_cli(db: Path, fits: list[dict[str, Any]])
 def test_item_map_figure_draws_the_fit(
     db: Path, fits: list[dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from llmscope.figures import KINDS, FigureError, kinds_for, load_runs, make_figure
+    from llmscope.figures.make import KINDS, FigureError, kinds_for, load_runs, make_figure
     from llmscope.store.db import Store
 
     (two,) = fits

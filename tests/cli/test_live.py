@@ -20,7 +20,7 @@ import pytest
 
 from llmscope.engine.progress import Progress
 from llmscope.engine.types import Result
-from llmscope.live import (
+from llmscope.runs.live import (
     MAX_LIVE_TEXT,
     LiveWriter,
     ResultTail,

@@ -172,7 +172,7 @@ def test_errors_and_formats(tmp_path: Path) -> None:
     with pytest.raises(NotebookError, match="pandas, arrow, polars"):
         nb.results("r1", as_="excel")
     df = nb.results("r1")
-    from llmscope.export import COLUMNS
+    from llmscope.io.export import COLUMNS
 
     assert list(df.columns) == COLUMNS
     assert df["item_id"].tolist() == ["i0", "i1", "i2", "i3", "i4", "i5", "i6"]
@@ -200,8 +200,8 @@ def test_import_llmscope_stays_light() -> None:
 def test_study_cells_equal_study_status_json(tmp_path: Path) -> None:
     """`db.study(name)` is `llmscope study status --json`'s grid, one row a cell."""
     from llmscope.store.db import Store
-    from llmscope.study import load_study
-    from llmscope.study_store import record_cell, record_study, tag_run
+    from llmscope.studies.spec import load_study
+    from llmscope.studies.store import record_cell, record_study, tag_run
     from tests.helpers.cli import write_yesno_suite
     from tests.helpers.mixed import write_yesno_db
 

@@ -16,7 +16,7 @@ import pytest
 from llmscope.cli import build_parser
 from llmscope.cli.common import config_from_args
 from llmscope.engine.types import Item, Result
-from llmscope.settings import SettingsError, load_settings
+from llmscope.runs.settings import SettingsError, load_settings
 from llmscope.store.db import Store
 from tests.helpers.paths import ROOT
 

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from llmscope.plan import PlanError, evaluate, parse_hypothesis, read_plan
+from llmscope.runs.plan import PlanError, evaluate, parse_hypothesis, read_plan
 
 
 def test_parse_hypotheses():

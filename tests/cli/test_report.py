@@ -224,7 +224,7 @@ def test_lm_eval_export_of_a_worldsense_run_after_a_report_is_the_plain_share(tm
     lm-eval export still writes the per-trial share of correct answers, counted here."""
     import llmscope.analysis.metrics as metrics
     from llmscope.analysis.metrics import run_metrics
-    from llmscope.export import export_run
+    from llmscope.io.export import export_run
 
     items, responses = _ws_store(tmp_path / "ws.duckdb", [("m1", "basic", 1)])
     want = sum(r == it.gold for it, r in zip(items, responses["w0"], strict=True)) / len(items)

@@ -16,8 +16,8 @@ import duckdb
 import pytest
 
 from llmscope.cli.rerun import select_items
+from llmscope.runs.where import WhereError
 from llmscope.store.db import Store
-from llmscope.where import WhereError
 from tests.helpers.cli import (
     api_run,
     assert_clean_error,
@@ -174,7 +174,7 @@ def test_legit_rerun_through_the_cli(made: tuple[Path, str, str], tmp_path: Path
 def test_no_network_from_a_filter() -> None:
     """No function in the allowed set can open a connection: the sandboxed connection refuses
     external access even if a filter got past the parser."""
-    from llmscope.where import connect_sandboxed
+    from llmscope.runs.where import connect_sandboxed
 
     con = connect_sandboxed()
     with socket.socket() as s:

@@ -19,7 +19,7 @@ def test_building_the_parser_imports_no_heavy_library() -> None:
     code = (
         "import json, sys\n"
         "import llmscope.cli as cli\n"
-        "from llmscope.settings import load_settings\n"
+        "from llmscope.runs.settings import load_settings\n"
         "p = cli.build_parser(load_settings())\n"
         "subs = sorted(p._subparsers._group_actions[0].choices)\n"
         f"print(json.dumps([subs, [m for m in {HEAVY!r} if m in sys.modules]]))\n"
@@ -37,7 +37,7 @@ def test_every_command_prints_its_help() -> None:
     code = (
         "import contextlib, io, json\n"
         "import llmscope.cli as cli\n"
-        "from llmscope.settings import load_settings\n"
+        "from llmscope.runs.settings import load_settings\n"
         "p = cli.build_parser(load_settings())\n"
         "out = {}\n"
         "def walk(prefix, parser):\n"

@@ -14,8 +14,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from llmscope.study import StudyError, load_study
-from llmscope.study_store import live_cells, study_cells
+from llmscope.studies.spec import StudyError, load_study
+from llmscope.studies.store import live_cells, study_cells
 from tests.helpers.cli import (
     assert_clean_error,
     cli,

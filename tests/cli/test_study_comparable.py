@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from llmscope.data.registry import BUILTIN_DIR
-from llmscope.study_store import live_cell_rows
+from llmscope.studies.store import live_cell_rows
 from tests.helpers.cli import (
     assert_clean_error,
     cli,

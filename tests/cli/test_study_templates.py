@@ -16,8 +16,8 @@ import pytest
 
 from llmscope.data.derived import Derivation
 from llmscope.store.db import Store
-from llmscope.study import StudyError, load_study
-from llmscope.study_store import study_cells, study_conflict
+from llmscope.studies.spec import StudyError, load_study
+from llmscope.studies.store import study_cells, study_conflict
 from tests.helpers.cli import (
     assert_clean_error,
     cli,

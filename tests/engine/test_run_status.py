@@ -16,7 +16,7 @@ import pytest
 from llmscope.data.suites import load_suite
 from llmscope.engine import runner as runner_mod
 from llmscope.engine.types import NextTokenOut, TopToken
-from llmscope.live import LiveWriter
+from llmscope.runs.live import LiveWriter
 from llmscope.store.db import Store
 from llmscope.store.errors import StoreError
 from llmscope.store.run_status import STALE_REMOTE_S, effective_status

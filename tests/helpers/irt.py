@@ -2,7 +2,7 @@
 N_RUNS runs of simulated models (2PL with known parameters), so a fit must flag FLIPPED.
 
 Used by tests/analysis/test_irt.py, tests/cli/test_irt_outputs.py and tests/tui/test_irt.py;
-`write_irt_study` records the runs as the cells of a study (`llmscope.study`'s own API).
+`write_irt_study` records the runs as the cells of a study (`llmscope.studies.spec`'s own API).
 """
 
 from __future__ import annotations
@@ -89,8 +89,8 @@ STUDY = "irt-study"
 def write_irt_study(db: Path, folder: Path) -> dict[str, str]:
     """Record N_RUNS cells (one suite x N_RUNS models) as a study in `db`, cell `position` i
     holding run `run{i:02d}` of `write_flipped_db` (call that first). Returns run id -> cell."""
-    from llmscope.study import load_study
-    from llmscope.study_store import record_cell, record_study, tag_run
+    from llmscope.studies.spec import load_study
+    from llmscope.studies.store import record_cell, record_study, tag_run
     from tests.helpers.cli import write_choice_suite
 
     suite = write_choice_suite(folder / "suite", 4, name="flipped")

@@ -1,4 +1,4 @@
-"""A study database for the TUI's study screen, written through `llmscope.study`'s own API
+"""A study database for the TUI's study screen, written through `llmscope.studies.spec`'s own API
 (`load_study`, `record_study`, `tag_run`, `record_cell`) and the Store: a real study file, its
 cells recorded, each cell a run of the toy yes/no suite (tests/helpers/tui.py) whose P(yes)
 shift differs by cell, so every cell has its own accuracy, known by hand
@@ -14,8 +14,8 @@ import datetime as dt
 from pathlib import Path
 
 from llmscope.store.db import Store
-from llmscope.study import Study, load_study
-from llmscope.study_store import record_cell, record_study, tag_run
+from llmscope.studies.spec import Study, load_study
+from llmscope.studies.store import record_cell, record_study, tag_run
 from tests.helpers.cli import write_choice_suite, write_yesno_suite
 from tests.helpers.tui import STARTED, add_suite, create_run, toy_result
 

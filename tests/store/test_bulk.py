@@ -10,7 +10,7 @@ import pytest
 
 from llmscope.data.suites import SuiteError, read_jsonl
 from llmscope.engine.types import Result
-from llmscope.importers.published import fast_jsonl, import_worldsense
+from llmscope.io.importers.published import fast_jsonl, import_worldsense
 from llmscope.store.db import Store
 from llmscope.store.errors import StoreError
 

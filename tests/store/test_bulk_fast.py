@@ -14,7 +14,7 @@ import pytest
 
 from llmscope.data.suites import SuiteError, read_jsonl
 from llmscope.engine.types import Item, Result
-from llmscope.importers.published import fast_jsonl
+from llmscope.io.importers.published import fast_jsonl
 from llmscope.store.codec import _json_array, decode_json
 from llmscope.store.db import Store
 
@@ -70,7 +70,7 @@ def _run(st: Store, run_id: str, suite_id: str = "s@1") -> None:
 def test_append_results_prompt_from_suite(tmp_path: Path) -> None:
     """Rows whose prompt is their item's text store NULL; every reader returns the item's text,
     and a row with its own prompt keeps it."""
-    from llmscope.export import export_rows
+    from llmscope.io.export import export_rows
 
     with Store(tmp_path / "p.duckdb") as st:
         _suite(st)

@@ -13,8 +13,8 @@ import pytest
 
 import llmscope.data.worldsense as ws
 from llmscope.data.suites import SuiteError, read_jsonl
-from llmscope.importers import published
-from llmscope.importers.published import import_worldsense, is_plain_results
+from llmscope.io.importers import published
+from llmscope.io.importers.published import import_worldsense, is_plain_results
 from llmscope.store.db import Store
 from llmscope.store.errors import StoreError
 

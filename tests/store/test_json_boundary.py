@@ -23,9 +23,9 @@ LOADS = re.compile(r"\b(?:orjson|json)\.loads\b")
 ALLOWED = {
     ("bench/vllm_server.py", 'return [m["id"] for m in json.loads(r.read())["data"]]'): "HTTP response body",
     ("engine/config.py", "out[k] = json.loads(v)"): "a --opt value typed by the user",
-    ("llmscope/runstart.py", "return dict(json.loads(json.dumps(desc, default=str)))"):
+    ("llmscope/runs/start.py", "return dict(json.loads(json.dumps(desc, default=str)))"):
         "a backend's description, copied as plain JSON values",
-    ("llmscope/where.py", "return dict(json.loads(raw))"): "DuckDB's parse tree of a --where filter",
+    ("llmscope/runs/where.py", "return dict(json.loads(raw))"): "DuckDB's parse tree of a --where filter",
     ("llmscope/cli/probeval.py", 'data = json.loads(Path(path).read_text(encoding="utf-8"))'):
         "a ProbEval answer pool file (probeval-validate --pool)",
     ("engine/openai/client.py", "data = json.loads(raw.http_response.content)"): "HTTP response body",
@@ -40,13 +40,13 @@ ALLOWED = {
                        'finite numbers.'): "docstring",
     ("data/safety.py", "obj = json.loads(text, **kw)"): "source files, guarded parser",
     ("data/hf_datasets.py", 'data = json.loads(path.read_text(encoding="utf-8-sig"))'): "dataset source file",
-    ("llmscope/live.py", "row = orjson.loads(line)"): "live channel file",
-    ("llmscope/live.py", 'snap = json.loads(data.decode("utf-8"))'): "live channel file",
-    ("llmscope/live.py", "row = json.loads(line)"): "live channel file",
-    ("llmscope/live.py", "row = json.loads(f.read(n))"): "live channel file",
-    ("llmscope/importers/published.py", "loads = orjson.loads"): "published results file",
-    ("llmscope/importers/published.py", 'data = json.loads(f.read_text(encoding="utf-8"))'): "answer-set file",
-    ("llmscope/importers/lm_eval.py", 'data = json.loads(res.read_text(encoding="utf-8"))'): "lm-eval results file",
+    ("llmscope/runs/live.py", "row = orjson.loads(line)"): "live channel file",
+    ("llmscope/runs/live.py", 'snap = json.loads(data.decode("utf-8"))'): "live channel file",
+    ("llmscope/runs/live.py", "row = json.loads(line)"): "live channel file",
+    ("llmscope/runs/live.py", "row = json.loads(f.read(n))"): "live channel file",
+    ("llmscope/io/importers/published.py", "loads = orjson.loads"): "published results file",
+    ("llmscope/io/importers/published.py", 'data = json.loads(f.read_text(encoding="utf-8"))'): "answer-set file",
+    ("llmscope/io/importers/lm_eval.py", 'data = json.loads(res.read_text(encoding="utf-8"))'): "lm-eval results file",
     ("analysis/worldsense.py", "return pd.DataFrame([json.loads(line) for line in f if line.strip()])"):
         "published results file",
     ("analysis/probeval.py", "r = json.loads(line)"): "CFC targets file",

@@ -129,7 +129,7 @@ def test_append_results_fills_promoted_columns_from_json_text(db_path: Path) -> 
 def test_fast_jsonl_reads_64_bit_keys_without_the_slow_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # WorldSense keys are 19-digit int64 values, which orjson reads exactly
     from llmscope.data.suites import read_jsonl
-    from llmscope.importers import published
+    from llmscope.io.importers import published
 
     p = tmp_path / "r.jsonl"
     p.write_text('{"Key":-9223372036854775807,"resp":"1"}\n{"Key":9223372036854775807,"resp":"x"}\n'

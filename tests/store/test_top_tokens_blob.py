@@ -10,7 +10,7 @@ import duckdb
 import pytest
 
 from llmscope.engine.types import Result
-from llmscope.export import export_rows
+from llmscope.io.export import export_rows
 from llmscope.store.db import Store
 from llmscope.store.errors import StoreError
 from llmscope.store.schema import SCHEMA_VERSION

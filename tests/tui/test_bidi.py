@@ -93,8 +93,8 @@ async def test_table_and_drill_down_show_bidi_escapes(tmp_path: Path) -> None:
 
 async def test_study_screen_shows_bidi_escapes(tmp_path: Path) -> None:
     """A shared study file's labels (suites, models, grid levels) are drawn escaped too."""
-    from llmscope.study import load_study
-    from llmscope.study_store import record_study
+    from llmscope.studies.spec import load_study
+    from llmscope.studies.store import record_study
     from llmscope.tui.screens.study import StudyScreen
     from tests.helpers.cli import write_yesno_suite
 

@@ -152,7 +152,7 @@ sys.path.insert(0, {root!r})
 from llmscope.data.suites import load_suite
 from llmscope.engine.progress import Progress
 from llmscope.engine.types import Result
-from llmscope.live import LiveWriter
+from llmscope.runs.live import LiveWriter
 from llmscope.store.db import Store
 
 suite = load_suite("pragmatics-choice")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from llmscope.live import ResultTail, live_dir, read_live
+from llmscope.runs.live import ResultTail, live_dir, read_live
 from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import HomeScreen
 from tests.helpers.cli import cli_cmd, cli_env, record, write_yesno_suite

@@ -4,7 +4,7 @@ Enter opens the cell's run; factors on the axes; paired comparisons equal `llmsc
 in another process; narrow terminals cut nothing without an ellipsis.
 
 Real parts: a real DuckDB file (tests/helpers/study.py writes the study through
-llmscope.study's API), the CLI in a subprocess, and for the live test `llmscope study run`
+llmscope.studies.spec's API), the CLI in a subprocess, and for the live test `llmscope study run`
 against the scripted OpenAI-wire server.
 """
 
@@ -311,7 +311,7 @@ async def test_live_while_study_run_writes_in_another_process(tmp_path: Path) ->
     """`llmscope study run` holds the file; the open study screen shows its cells' progress
     from their live channels as it grows, then, the file free, the metrics `study status
     --json` gives."""
-    from llmscope.study_store import live_cells
+    from llmscope.studies.store import live_cells
     from tests.helpers.oai import start_server, stop_server
 
     yn = write_yesno_suite(tmp_path / "yn", 6)  # 12 prompts a cell (two templates)

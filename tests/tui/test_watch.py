@@ -21,7 +21,7 @@ WRITER = textwrap.dedent(
     sys.path.insert(0, {root!r})
     from tests.helpers.tui import create_run, toy_items, toy_result
     from llmscope.engine.progress import Progress
-    from llmscope.live import LiveWriter
+    from llmscope.runs.live import LiveWriter
     from llmscope.store.db import Store
 
     db = {db!r}
@@ -145,7 +145,7 @@ def writer_after_a_finished_run(tmp_path: Path):
     """A database with a finished run published on the live channel (as `llmscope run` leaves
     it), then another process writing a second run and holding the file."""
     from llmscope.engine.progress import Progress
-    from llmscope.live import LiveWriter
+    from llmscope.runs.live import LiveWriter
     from llmscope.store.db import Store
     from tests.helpers.tui import toy_items, toy_result
 

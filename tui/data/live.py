@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from llmscope.live import BadRecord, LiveRuns, ResultTail, live_dir, read_live, read_snapshot
+from llmscope.runs.live import BadRecord, LiveRuns, ResultTail, live_dir, read_live, read_snapshot
 from llmscope.tui.data.fields import LIGHT_COLS, field_value, is_nan, parse_json
 
 if TYPE_CHECKING:

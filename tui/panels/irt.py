@@ -20,7 +20,7 @@ from llmscope.tui.widgets import literal
 
 if TYPE_CHECKING:
     from llmscope.analysis.irt import IrtFit, ItemParams
-    from llmscope.study_store import CellRow
+    from llmscope.studies.store import CellRow
 
 __all__ = [
     "IrtLoaded",

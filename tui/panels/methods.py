@@ -2,7 +2,7 @@
 
 Opened from a run's dashboard with `m`. Every number is one of `llmscope report`'s
 rows for the run (the same producers: analysis/methods.py, analysis/design_effects.py,
-llmscope/plan.py), so the panel and the report cannot disagree.
+llmscope/runs/plan.py), so the panel and the report cannot disagree.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A study's cells as a matrix for the TUI's study screen (tui/screens/study.py).
 
-Nothing is computed here: each cell is a `llmscope.study.CellRow` (`study_cells`, the rows
+Nothing is computed here: each cell is a `llmscope.studies.spec.CellRow` (`study_cells`, the rows
 `llmscope study status --json` prints: state, counts, the headline metric and its interval
 from the metrics pipeline), and this module only arranges them (which two factors form the
 rows and columns, the others stacked into the row label or filtered to one level) and writes
@@ -17,7 +17,7 @@ from typing import Any
 from rich.text import Text
 
 from llmscope.analysis.metrics import display
-from llmscope.study_store import CellRow
+from llmscope.studies.store import CellRow
 
 __all__ = [
     "STATE_STYLE",
@@ -181,8 +181,8 @@ def merge_live(live: list[CellRow], before: list[CellRow]) -> list[CellRow]:
 def live_study_names(db: str | Path) -> list[str]:
     """Studies a `study run` published beside the file, or named by runs on the live channel
     (while another process holds the file)."""
-    from llmscope.live import read_live
-    from llmscope.study_store import published_study_names
+    from llmscope.runs.live import read_live
+    from llmscope.studies.store import published_study_names
 
     names: list[str] = list(dict.fromkeys(published_study_names(db)))
     for snap in read_live(db):

@@ -96,7 +96,7 @@ class DashboardScreen(BaseScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="dash-handoff")
     def _write_handoff(self, panel: str) -> None:
-        from llmscope.figures import FigureError
+        from llmscope.figures.make import FigureError
         from llmscope.tui.handoff import handoff_message, write_handoff
 
         try:

@@ -12,7 +12,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Header, Input, Label, Static
 
-from llmscope.live import change_signature
+from llmscope.runs.live import change_signature
 from llmscope.store.db import StoreError
 from llmscope.tui.data.live import active_live_runs, live_runs
 from llmscope.tui.data.store import db_runs, is_lock_error

@@ -17,7 +17,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Footer, Header, Static
 
-from llmscope.study_store import CellRow
+from llmscope.studies.store import CellRow
 from llmscope.tui.panels.irt import (
     ITEM_SORTS,
     StudyIrt,

@@ -1,7 +1,7 @@
 """Studies: the list of studies in the database, one study's matrix of cells (live while cells
 run), and paired comparisons across cells.
 
-Every number comes from elsewhere: a cell is a `llmscope.study.CellRow` from `study_cells`
+Every number comes from elsewhere: a cell is a `llmscope.studies.spec.CellRow` from `study_cells`
 (what `llmscope study status --json` prints; the headline metric from the metrics pipeline), and
 a comparison is `llmscope compare A B` (`llmscope.compare.compare_pairs`, which adds each
 p-value's Holm adjustment when several pairs are compared). tui/panels/study_matrix.py arranges them.
@@ -22,9 +22,9 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Label, Static
 
 from llmscope.analysis.numbers import fmt_count, fmt_interval
-from llmscope.live import change_signature
+from llmscope.runs.live import change_signature
 from llmscope.store.db import StoreError
-from llmscope.study_store import CellRow
+from llmscope.studies.store import CellRow
 from llmscope.tui.data.live import active_live_runs
 from llmscope.tui.data.store import is_lock_error
 from llmscope.tui.panels.study_matrix import (
@@ -107,7 +107,7 @@ class StudiesScreen(BaseScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="studies")
     def load(self) -> StudiesLoaded:
-        from llmscope.study_store import study_names
+        from llmscope.studies.store import study_names
 
         app = self.llm_app
         reason: str | None = None
@@ -234,7 +234,7 @@ class StudyScreen(BaseScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="study")
     def load(self) -> StudyLoaded:
-        from llmscope.study_store import live_cell_rows, study_cells, study_record
+        from llmscope.studies.store import live_cell_rows, study_cells, study_record
 
         app = self.llm_app
         before = self.rows

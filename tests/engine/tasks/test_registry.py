@@ -105,16 +105,16 @@ def test_task_traits_are_declared_and_asked_by_name() -> None:
 
 
 def test_export_method_labels_come_from_the_tasks() -> None:
-    from llmscope.export import _method
+    from llmscope.io.export import _method
 
-    # by hand: the labels export wrote before the registry (llmscope/export.py DEFAULT_METHOD)
+    # by hand: the labels export wrote before the registry (llmscope/io/export.py DEFAULT_METHOD)
     want = {"yesno": "next-token", "rating": "next-token", "choice": "loglik", "minpairs": "loglik",
             "constrained": "constrained", "generation": "generate", "syntaxgym": "loglik-surprisal",
             "contamination": "min-k%-prob+greedy-completion"}
     assert {t: _method(t, {}, {}) for t in want} == want
     assert _method("choice", {"choice_method": "labels-topk"}, {}) == "labels-topk"
     assert _method("not-a-task", {}, {}) is None
-    from llmscope.export import _lm_eval_metric
+    from llmscope.io.export import _lm_eval_metric
 
     assert {t: _lm_eval_metric(t) for t in ("generation", "choice", "yesno", None)} == {
         "generation": "exact_match", "choice": "acc", "yesno": "acc", None: "acc"}

@@ -25,7 +25,7 @@ from llmscope.data.suites import Suite, SuiteError, gc_paused, load_suite, read_
 from llmscope.engine.answers import match_answer
 from llmscope.engine.tasks.constrained import class_correct
 from llmscope.engine.types import Result
-from llmscope.importers.runs import (
+from llmscope.io.importers.runs import (
     create_import_run,
     finish_import_run,
     import_run_id,

@@ -45,7 +45,12 @@ from llmscope.engine.choice_math import score_options, softmax
 from llmscope.engine.schemes import LM_EVAL_SCHEMES, add_lm_eval_schemes
 from llmscope.engine.tasks.choice import continuation_text
 from llmscope.engine.types import Item, Result
-from llmscope.importers.runs import create_import_run, finish_import_run, import_run_id, store_suite
+from llmscope.io.importers.runs import (
+    create_import_run,
+    finish_import_run,
+    import_run_id,
+    store_suite,
+)
 from llmscope.store.db import Store
 
 _NAME = re.compile(r"^samples_(?P<task>.+?)_(?P<date>\d{4}-\d{2}-\d{2}T[\d\-.]+)\.jsonl$")

@@ -1,4 +1,4 @@
-"""Running a study (llmscope/study.py): every cell as a normal run through llmscope/runstart.py.
+"""Running a study (llmscope/studies/spec.py): every cell as a normal run through llmscope/runs/start.py.
 
 Order: cells are checked and matched to their stored runs first (no model loaded); a cell whose
 run is complete is reused, one with a stored run resumes it. Local-model cells run one at a
@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from llmscope.study import Cell, Study
-from llmscope.study_store import LiveStart, publish_study, record_cell, record_study, tag_run
+from llmscope.studies.spec import Cell, Study
+from llmscope.studies.store import LiveStart, publish_study, record_cell, record_study, tag_run
 
 Say = Callable[[str, str], None]  # (level, text)
 
@@ -77,7 +77,7 @@ class CellReporter:
 def _plan_for(study: Study) -> tuple[dict[str, Any], str, str] | None:
     if not study.plan:
         return None
-    from llmscope.plan import plan_hash, read_plan
+    from llmscope.runs.plan import plan_hash, read_plan
 
     return read_plan(study.plan), plan_hash(study.plan), study.plan
 
@@ -116,12 +116,12 @@ async def run_study(
 
     `check_endpoint(cell, config)` is called before an API cell's first request (the CLI prints
     the endpoint and refuses an untrusted one by raising). Raises StudyConflict (nothing run)
-    when another study file holds the name, unless `replace` (llmscope/study_store.py), and
-    StudyError (nothing run) for a factor level that changes nothing (llmscope/study_checks.py)."""
+    when another study file holds the name, unless `replace` (llmscope/studies/store.py), and
+    StudyError (nothing run) for a factor level that changes nothing (llmscope/studies/checks.py)."""
     from llmscope.engine.hf.loading import keep_loaded
     from llmscope.engine.runner import RunBusy, RunInterrupted
-    from llmscope.runstart import RunComplete, execute, prepare_run, start_run
-    from llmscope.study_checks import check_levels
+    from llmscope.runs.start import RunComplete, execute, prepare_run, start_run
+    from llmscope.studies.checks import check_levels
 
     check_levels(study)  # a level that changes nothing: refused before anything is written
     record_study(store, study, replace=replace)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from llmscope.figure_kinds import COLUMN_WIDTH, OKABE_ITO, FigureError, RunData
+from llmscope.figures.kinds import COLUMN_WIDTH, OKABE_ITO, FigureError, RunData
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -1,6 +1,6 @@
 """The drawing of each figure kind (`llmscope figure`, `report --html`): matplotlib figures
 whose every number is a metric of the pipeline (:mod:`llmscope.analysis.metrics`) or a stored
-per-item value read through the analysis layer. :mod:`llmscope.figures` registers them."""
+per-item value read through the analysis layer. :mod:`llmscope.figures.make` registers them."""
 
 from __future__ import annotations
 

@@ -1,14 +1,14 @@
 """Studies: one file naming suites, models and an option grid (docs/studies.md).
 
 A *cell* is one (suite, model, options) combination and is one normal run, started through
-`llmscope/runstart.py` like `llmscope run`: the same identity rules, so a finished cell is
+`llmscope/runs/start.py` like `llmscope run`: the same identity rules, so a finished cell is
 reused and an interrupted one resumes. This module reads and checks a study file, expands
 its cells, records which runs belong to which study, and lists a study's cells with their
-state, counts and headline metric (`llmscope/study_store.py`, for `llmscope study status` and the TUI).
+state, counts and headline metric (`llmscope/studies/store.py`, for `llmscope study status` and the TUI).
 
 Membership is kept twice:
 - in each run's `meta.studies` (study name -> cell key), so a run says which studies use it;
-- in two tables `llmscope/study_store.py` creates (`studies`, `study_cells`, CREATE TABLE IF NOT EXISTS),
+- in two tables `llmscope/studies/store.py` creates (`studies`, `study_cells`, CREATE TABLE IF NOT EXISTS),
   because a cell can fail before any run exists (a bad endpoint, a model that does not load)
   and its error must still be listed, and because `study status NAME` shows the whole grid,
   cells not yet started included, without the study file.
@@ -32,7 +32,7 @@ from llmscope.engine.config import BackendConfig, ConfigError
 
 if TYPE_CHECKING:
     from llmscope.data.derived import Derivation
-    from llmscope.runstart import RunRequest
+    from llmscope.runs.start import RunRequest
 
 STUDY_KEYS = ("name", "db", "suites", "models", "options", "grid", "plan", "description")
 # Run options a study may set (top-level `options`, a model or suite entry, a grid level):
@@ -125,7 +125,7 @@ class Cell:
 
     def request(self, plan: tuple[dict[str, Any], str, str] | None = None) -> RunRequest:
         """The cell as the request `llmscope run` would make from the same flags."""
-        from llmscope.runstart import RunRequest
+        from llmscope.runs.start import RunRequest
 
         return RunRequest(
             suite_name=self.suite.suite,
@@ -527,7 +527,7 @@ def load_study(path: str | Path, max_cells: int = MAX_CELLS) -> Study:
         if not isinstance(plan, str):
             raise w.error("must be the path of a plan file (llmscope plan)", ("plan",))
         plan = _relative(base, plan)
-        from llmscope.plan import PlanError, read_plan
+        from llmscope.runs.plan import PlanError, read_plan
 
         try:
             read_plan(plan)

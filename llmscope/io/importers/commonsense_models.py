@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from llmscope.data.suites import SuiteError, _find_shared, load_suite
-from llmscope.importers.runs import (
+from llmscope.io.importers.runs import (
     create_import_run,
     finish_import_run,
     import_run_id,

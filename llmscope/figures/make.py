@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmscope.figure_irt import draw_irt
-from llmscope.figure_kinds import (
+from llmscope.figures.irt import draw_irt
+from llmscope.figures.kinds import (
     COLUMN_WIDTH,
     OKABE_ITO,
     FigureError,

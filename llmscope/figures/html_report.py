@@ -2,7 +2,7 @@
 
 The page holds, per run, the method record (model, backend, task and scheme options, context,
 plan), the metric rows `llmscope report --json` prints (the same rows, at the report's
-precision), every figure that applies (inline SVG from :mod:`llmscope.figures`) and the first
+precision), every figure that applies (inline SVG from :mod:`llmscope.figures.make`) and the first
 failing items with their prompts, top tokens and human answers.
 
 Nothing is fetched when it opens: CSS and SVG are inline, there is no script, and a
@@ -130,7 +130,7 @@ def method_record(run: dict[str, Any]) -> str:
 
 def figures_html(store: Any, run: dict[str, Any]) -> str:
     """Every figure kind that applies to the run, as inline SVG."""
-    from llmscope.figures import KINDS, FigureError, load_runs, make_figure, svg_text
+    from llmscope.figures.make import KINDS, FigureError, load_runs, make_figure, svg_text
 
     (data,) = load_runs(store, [run])
     parts = []

@@ -1,7 +1,7 @@
 """A study in the database: its record, its cells' membership and state, and the grid
 `llmscope study status` and the TUI show (`study_cells`, `live_cells`); docs/studies.md.
 
-The study file and its cells are read and checked in `llmscope/study.py`.
+The study file and its cells are read and checked in `llmscope/studies/spec.py`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmscope.study import Cell, Study
+from llmscope.studies.spec import Cell, Study
 
 STATES = ("done", "done_with_errors", "running", "partial", "error", "not_started")
 
@@ -259,7 +259,7 @@ class LiveStart:
 
 
 def _manifest(db: str | Path, name: str) -> Path:
-    from llmscope.live import live_dir
+    from llmscope.runs.live import live_dir
 
     digest = hashlib.sha256(name.encode()).hexdigest()[:12]
     return live_dir(db) / f"study-{digest}.json"
@@ -313,7 +313,7 @@ def published_study(db: str | Path, name: str) -> dict[str, Any] | None:
 
 def published_study_names(db: str | Path) -> list[str]:
     """Studies whose grid is published beside `db` (`publish_study`)."""
-    from llmscope.live import live_dir
+    from llmscope.runs.live import live_dir
 
     names: list[str] = []
     try:
@@ -333,7 +333,7 @@ def published_study_names(db: str | Path) -> list[str]:
 def live_cells(db: str | Path, name: str) -> dict[str, LiveCell]:
     """Cell key -> the newest live snapshot of its run, read from the live channel beside `db`
     without opening the database: usable while `study run` holds the file for writing."""
-    from llmscope.live import read_live
+    from llmscope.runs.live import read_live
 
     newest: dict[str, tuple[float, LiveCell]] = {}
     for snap in read_live(db):

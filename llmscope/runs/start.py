@@ -347,7 +347,7 @@ def start_run(
     from llmscope.engine.config import build_backend
     from llmscope.engine.progress import MultiReporter
     from llmscope.engine.runner import Runner, RunPlan
-    from llmscope.live import LiveWriter
+    from llmscope.runs.live import LiveWriter
 
     req = prep.request
     built = build_backend(prep.config)
@@ -393,7 +393,7 @@ def start_run(
         store = store()
     extra: list[Any] = []
     if req.plan is not None:
-        from llmscope.plan import PlanRecorder, deviations
+        from llmscope.runs.plan import PlanRecorder, deviations
 
         body, digest, path = req.plan
         devs = deviations(

@@ -21,7 +21,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from llmscope.study import Cell, Study, StudyError
+from llmscope.studies.spec import Cell, Study, StudyError
 
 
 @cache
@@ -73,7 +73,7 @@ def _effective_chat(cell: Cell, suites: dict[Any, Any]) -> bool | None:
     the scoring method, chosen when the model is probed)."""
     from llmscope.data.derived import with_templates
     from llmscope.data.suites import load_suite
-    from llmscope.runstart import task_identity
+    from llmscope.runs.start import task_identity
 
     key = (cell.suite.suite, cell.suite.suite_path)
     if key not in suites:

@@ -1,0 +1,1 @@
+"""Data in and out: exports of stored runs and importers of other tools' results."""
