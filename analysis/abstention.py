@@ -46,7 +46,9 @@ def _clusters(df: pd.DataFrame, spec: dict[str, Any]) -> np.ndarray:
     return cluster_codes_of(df, cf if isinstance(cf, str) else None)
 
 
-def abstention_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:
+def abstention_rows(
+    df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]
+) -> list[dict[str, Any]]:
     """`abstain_rate` (and `accuracy_answered` when any row abstained) for one run."""
     if "abstention" not in task_producers(run.get("task")) or df.empty:  # the task lists it
         return []

@@ -119,7 +119,9 @@ def method_banner(run: dict[str, Any]) -> str | None:
     return line
 
 
-def api_method_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:
+def api_method_rows(
+    df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]
+) -> list[dict[str, Any]]:
     """`method_share` per scoring method (fraction of scored rows, n = rows with it) and
     `topk_seen_mass`: the mean top-k probability mass the top-k rule saw (rows scored from
     log-probs only; 1 - it is the mass the rule had to assume)."""
@@ -141,7 +143,9 @@ def api_method_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any])
         if isinstance(e.get("topk_mass"), int | float) and math.isfinite(float(e["topk_mass"]))
     ]
     if mass:
-        rows.append(metric_row(rid, model, "topk_seen_mass", sum(mass) / len(mass), None, len(mass)))
+        rows.append(
+            metric_row(rid, model, "topk_seen_mass", sum(mass) / len(mass), None, len(mass))
+        )
     for r in rows:
         r["suite"] = run.get("suite_name")
     return rows

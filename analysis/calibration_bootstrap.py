@@ -160,8 +160,10 @@ def _normal_bins(
         cnt = np.bincount(cell, minlength=G * n_bins)
         cells = np.flatnonzero(cnt)
         cn = cnt[cells].astype(float)
-        cd = (np.bincount(cell, weights=correct, minlength=G * n_bins)[cells]
-              - np.bincount(cell, weights=conf, minlength=G * n_bins)[cells])
+        cd = (
+            np.bincount(cell, weights=correct, minlength=G * n_bins)[cells]
+            - np.bincount(cell, weights=conf, minlength=G * n_bins)[cells]
+        )
     else:
         if len(cell) and bool(np.all(cell[1:] >= cell[:-1])):
             # already in order (a cluster's rows together, clusters numbered in run order: a
@@ -221,7 +223,9 @@ def _normal_bins(
         dpos = np.cumsum(~in_s) - 1  # row of each D cluster among D
         X = np.zeros((n_d, 2 * nd))
         every = bool(sel.all())  # no thin bin's cluster: every cell, no masked copies
-        at = (dpos[cg] if every else dpos[cg[sel]]) * (2 * nd) + (col[cb] if every else col[cb[sel]])
+        at = (dpos[cg] if every else dpos[cg[sel]]) * (2 * nd) + (
+            col[cb] if every else col[cb[sel]]
+        )
         flat = X.reshape(-1)  # a view: each cell's (row, column) as one flat index
         flat[at] = cn if every else cn[sel]
         flat[at + nd] = cd if every else cd[sel]

@@ -84,10 +84,14 @@ def log_softmax(s: np.ndarray, alpha: float) -> np.ndarray:
     return np.asarray(special.log_softmax(z))
 
 
-def loglik(alpha: float, scores: Sequence[Sequence[float]], counts: Sequence[Sequence[float]]) -> float:
+def loglik(
+    alpha: float, scores: Sequence[Sequence[float]], counts: Sequence[Sequence[float]]
+) -> float:
     """Σ_i Σ_j c_ij log softmax(α s_i)_j."""
-    return _ll_logs([log_softmax(np.asarray(s, dtype=np.float64), alpha) for s in scores],
-                    [np.asarray(c, dtype=np.float64) for c in counts])
+    return _ll_logs(
+        [log_softmax(np.asarray(s, dtype=np.float64), alpha) for s in scores],
+        [np.asarray(c, dtype=np.float64) for c in counts],
+    )
 
 
 def baselines(counts: Sequence[np.ndarray]) -> tuple[float, float]:
@@ -109,7 +113,9 @@ def has_distribution(s: Sequence[float] | np.ndarray) -> bool:
     return bool(np.any(np.isfinite(a)) and not np.any(np.isnan(a)))
 
 
-def _clean(scores: Sequence[Sequence[float]], counts: Sequence[Sequence[float]]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def _clean(
+    scores: Sequence[Sequence[float]], counts: Sequence[Sequence[float]]
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
     s_out, c_out = [], []
     for s, c in zip(scores, counts, strict=True):
         sa, ca = np.asarray(s, dtype=np.float64), np.asarray(c, dtype=np.float64)
@@ -125,8 +131,11 @@ def _clean(scores: Sequence[Sequence[float]], counts: Sequence[Sequence[float]])
 
 
 def fit_dists(
-    predict: Callable[[float], list[np.ndarray]], counts: Sequence[np.ndarray],
-    bounds: tuple[float, float] = ALPHA_BOUNDS, *, log_space: bool = False,
+    predict: Callable[[float], list[np.ndarray]],
+    counts: Sequence[np.ndarray],
+    bounds: tuple[float, float] = ALPHA_BOUNDS,
+    *,
+    log_space: bool = False,
     loglik_of: Callable[[float], float] | None = None,
 ) -> AlphaFit:
     """Maximum-likelihood α for a model `predict(α) -> one distribution (or log-distribution) per unit`.
@@ -156,19 +165,33 @@ def fit_dists(
     def side(edge: float) -> float:
         if -nll(edge) >= target:
             return edge  # the interval reaches the search bound
-        return float(optimize.brentq(lambda a: -nll(a) - target, min(a_hat, edge), max(a_hat, edge), xtol=1e-9))
+        return float(
+            optimize.brentq(
+                lambda a: -nll(a) - target, min(a_hat, edge), max(a_hat, edge), xtol=1e-9
+            )
+        )
 
-    return AlphaFit(a_hat, side(bounds[0]), side(bounds[1]), ll_hat, uni, emp, len(counts), n_choices, at_bound)
+    return AlphaFit(
+        a_hat, side(bounds[0]), side(bounds[1]), ll_hat, uni, emp, len(counts), n_choices, at_bound
+    )
 
 
-def fit_alpha(scores: Sequence[Sequence[float]], counts: Sequence[Sequence[float]],
-              bounds: tuple[float, float] = ALPHA_BOUNDS) -> AlphaFit:
+def fit_alpha(
+    scores: Sequence[Sequence[float]],
+    counts: Sequence[Sequence[float]],
+    bounds: tuple[float, float] = ALPHA_BOUNDS,
+) -> AlphaFit:
     """Item-level fit: P(choice j of item i) = softmax(α s_i)_j. Items without counts are skipped."""
     s, c = _clean(scores, counts)
     if not s:
         raise ValueError("no item has both finite scores and human counts")
-    return fit_dists(lambda a: [log_softmax(x, a) for x in s], c, bounds, log_space=True,
-                     loglik_of=_item_loglik(s, c))
+    return fit_dists(
+        lambda a: [log_softmax(x, a) for x in s],
+        c,
+        bounds,
+        log_space=True,
+        loglik_of=_item_loglik(s, c),
+    )
 
 
 def _item_loglik(s: list[np.ndarray], c: list[np.ndarray]) -> Callable[[float], float]:
@@ -179,7 +202,10 @@ def _item_loglik(s: list[np.ndarray], c: list[np.ndarray]) -> Callable[[float], 
     by_len: dict[int, list[int]] = {}
     for i, x in enumerate(s):
         by_len.setdefault(len(x), []).append(i)
-    blocks = [(np.asarray(ix), np.stack([s[i] for i in ix]), np.stack([c[i] for i in ix])) for ix in by_len.values()]
+    blocks = [
+        (np.asarray(ix), np.stack([s[i] for i in ix]), np.stack([c[i] for i in ix]))
+        for ix in by_len.values()
+    ]
 
     def ll(alpha: float) -> float:
         per_item = np.empty(len(s))
@@ -201,7 +227,10 @@ def _item_loglik(s: list[np.ndarray], c: list[np.ndarray]) -> Callable[[float], 
 
 def softmax_accuracy(alpha: float, scores: Sequence[Sequence[float]], gold: Sequence[int]) -> float:
     """Mean over items of softmax(α s_i)[gold_i] (the expected accuracy of a softmax chooser)."""
-    vals = [float(softmax(np.asarray(s, dtype=np.float64), alpha)[g]) for s, g in zip(scores, gold, strict=True)]
+    vals = [
+        float(softmax(np.asarray(s, dtype=np.float64), alpha)[g])
+        for s, g in zip(scores, gold, strict=True)
+    ]
     return float(np.mean(vals)) if vals else float("nan")
 
 
@@ -216,7 +245,9 @@ class ConditionTable:
 
 
 def condition_table(
-    scores: Sequence[Sequence[float]], counts: Sequence[Sequence[float]], conditions: Sequence[str],
+    scores: Sequence[Sequence[float]],
+    counts: Sequence[Sequence[float]],
+    conditions: Sequence[str],
     option_types: Sequence[Sequence[str]] | None = None,
 ) -> ConditionTable:
     """Pool items by condition; options are aligned by `option_types` (else by position)."""
@@ -267,7 +298,9 @@ def condition_dists(table: ConditionTable, how: str, alpha: float) -> list[np.nd
     return [np.exp(x) for x in condition_logdists(table, how, alpha)]
 
 
-def fit_condition(table: ConditionTable, how: str, bounds: tuple[float, float] = ALPHA_BOUNDS) -> AlphaFit:
+def fit_condition(
+    table: ConditionTable, how: str, bounds: tuple[float, float] = ALPHA_BOUNDS
+) -> AlphaFit:
     """Fit α at the condition level under one aggregation rule (wta: no α, LL only)."""
     if not table.conditions:
         raise ValueError("no condition has items with finite scores")
@@ -276,4 +309,6 @@ def fit_condition(table: ConditionTable, how: str, bounds: tuple[float, float] =
         ll = _ll_logs(condition_logdists(table, "wta", 1.0), table.counts)
         n = int(round(sum(float(c.sum()) for c in table.counts)))
         return AlphaFit(None, None, None, ll, uni, emp, len(table.conditions), n)
-    return fit_dists(lambda a: condition_logdists(table, how, a), table.counts, bounds, log_space=True)
+    return fit_dists(
+        lambda a: condition_logdists(table, how, a), table.counts, bounds, log_space=True
+    )

@@ -103,7 +103,11 @@ def paired_frame(
     for c in ("correct_a", "correct_b"):
         m[c] = pd.to_numeric(m[c], errors="coerce").astype(float)
     # Sorted by key so the pairing (and the disagreement list) does not depend on arrival order.
-    m = m.dropna(subset=["correct_a", "correct_b"]).sort_values(keys, kind="stable").reset_index(drop=True)
+    m = (
+        m.dropna(subset=["correct_a", "correct_b"])
+        .sort_values(keys, kind="stable")
+        .reset_index(drop=True)
+    )
     m["d"] = m["correct_b"] - m["correct_a"]
     return m
 

@@ -21,8 +21,9 @@ from llmscope.engine.tasks.registry import task_producers
 from llmscope.store.db import decode_json
 
 
-def _mean_t(v: np.ndarray, lo: float = -math.inf, hi: float = math.inf
-            ) -> tuple[float, list[float] | None]:
+def _mean_t(
+    v: np.ndarray, lo: float = -math.inf, hi: float = math.inf
+) -> tuple[float, list[float] | None]:
     """Mean and t interval over items, clipped to the value's range [lo, hi]."""
     v = v[np.isfinite(v)]
     if len(v) == 0:
@@ -33,7 +34,9 @@ def _mean_t(v: np.ndarray, lo: float = -math.inf, hi: float = math.inf
     return float(v.mean()), [max(lo, float(v.mean()) - half), min(hi, float(v.mean()) + half)]
 
 
-def contamination_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:
+def contamination_rows(
+    df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]
+) -> list[dict[str, Any]]:
     """Metric rows for a contamination run (empty for other tasks)."""
     if "contamination" not in task_producers(run.get("task")) or df.empty:  # the task lists it
         return []
@@ -53,7 +56,8 @@ def contamination_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, An
         n = len(ex)
         flagged = float(sum(bool(e.get("flagged")) for e in ex))
         rows: list[tuple[str, float, list[float] | None]] = [
-            ("flagged_rate", flagged / n, list(wilson_interval(flagged, n)))]
+            ("flagged_rate", flagged / n, list(wilson_interval(flagged, n)))
+        ]
         # a mean log-probability is at most 0; an n-gram recall lies in [0, 1]
         for key, lo, hi in (("min_k_prob", -math.inf, 0.0), ("ngram_overlap", 0.0, 1.0)):
             m, ci = _mean_t(np.array([float(e.get(key, math.nan)) for e in ex]), lo, hi)

@@ -75,104 +75,242 @@ EXACT_MAX_CLUSTERS = 10_000
 THIN_BIN_CLUSTERS = 1_000
 # ECE/MCE: the exact bootstrap costs clusters x resamples draws; above a stated size the bin
 # totals are drawn instead, named in the interval method (analysis/calibration_bootstrap.py)
-CAL_BOOT_CI = (f"{BOOT_CI}; above {EXACT_MAX_CLUSTERS:,} clusters each resample's bin totals are drawn "
-               f"(clusters of bins with fewer than {THIN_BIN_CLUSTERS:,} clusters exactly, the others' sum "
-               "from its normal distribution), interval method `cluster-bootstrap (normal bin totals)`; "
-               "its ends agree with the exact bootstrap's within Monte Carlo error (docs/PERFORMANCE.md)")
+CAL_BOOT_CI = (
+    f"{BOOT_CI}; above {EXACT_MAX_CLUSTERS:,} clusters each resample's bin totals are drawn "
+    f"(clusters of bins with fewer than {THIN_BIN_CLUSTERS:,} clusters exactly, the others' sum "
+    "from its normal distribution), interval method `cluster-bootstrap (normal bin totals)`; "
+    "its ends agree with the exact bootstrap's within Monte Carlo error (docs/PERFORMANCE.md)"
+)
 
 _DEFS: list[MetricDef] = [
-    MetricDef("accuracy", "share of scored items whose prediction is correct (mean of per-item "
-              "`correct`; generation: exact match of the first sample); per method for choice tasks",
-              RATE_CI),
-    MetricDef("item_accuracy", "WorldSense runs only: the plain share of trials answered in the gold "
-              "answer class, unweighted and not rebalanced; NOT the published metric (see "
-              "worldsense_accuracy)", RATE_CI, "constrained (WorldSense)"),
-    MetricDef("expected_accuracy", "mean over items of the softmax probability (alpha) of the gold "
-              "option under a scoring method", MEAN_CI, "choice, constrained"),
+    MetricDef(
+        "accuracy",
+        "share of scored items whose prediction is correct (mean of per-item "
+        "`correct`; generation: exact match of the first sample); per method for choice tasks",
+        RATE_CI,
+    ),
+    MetricDef(
+        "item_accuracy",
+        "WorldSense runs only: the plain share of trials answered in the gold "
+        "answer class, unweighted and not rebalanced; NOT the published metric (see "
+        "worldsense_accuracy)",
+        RATE_CI,
+        "constrained (WorldSense)",
+    ),
+    MetricDef(
+        "expected_accuracy",
+        "mean over items of the softmax probability (alpha) of the gold "
+        "option under a scoring method",
+        MEAN_CI,
+        "choice, constrained",
+    ),
     MetricDef("variant_acc_range", "max minus min of the per-variant accuracies", "none"),
-    MetricDef("variant_acc_sd", "sample standard deviation (ddof=1) of the per-variant accuracies",
-              "none"),
-    MetricDef("chosen_rate", "share of items whose prediction is the option at this position "
-              "(first / last listed)", RATE_CI, "choice, constrained"),
-    MetricDef("gold_rate", "share of items whose gold answer is the option at this position",
-              "none", "choice, constrained"),
-    MetricDef("mean_p_yes", "mean over items of P(yes) at the first answer position", MEAN_CI, "yesno"),
+    MetricDef(
+        "variant_acc_sd", "sample standard deviation (ddof=1) of the per-variant accuracies", "none"
+    ),
+    MetricDef(
+        "chosen_rate",
+        "share of items whose prediction is the option at this position (first / last listed)",
+        RATE_CI,
+        "choice, constrained",
+    ),
+    MetricDef(
+        "gold_rate",
+        "share of items whose gold answer is the option at this position",
+        "none",
+        "choice, constrained",
+    ),
+    MetricDef(
+        "mean_p_yes", "mean over items of P(yes) at the first answer position", MEAN_CI, "yesno"
+    ),
     MetricDef("mean_p_no", "mean over items of P(no)", MEAN_CI, "yesno"),
     MetricDef("mean_p_other", "mean over items of P(other) = 1 - P(yes) - P(no)", MEAN_CI, "yesno"),
-    MetricDef("pred_yes_rate", "share of items predicted yes (P(yes) > P(no); a tie is not yes)",
-              RATE_CI, "yesno"),
-    MetricDef("gold_yes_rate", "share of items (with a yes/no gold) whose gold is yes", "none", "yesno"),
-    MetricDef("yes_bias", "mean over items with a yes/no gold of 1[predicted yes] - 1[gold yes] "
-              "(= pred_yes_rate - gold_yes_rate on those items; > 0 leans yes)", MEAN_CI, "yesno"),
-    MetricDef("off_format_rate", "share of items where P(other) > P(yes) + P(no)", RATE_CI, "yesno"),
-    MetricDef("ece", "expected calibration error: count-weighted mean over 10 equal-width bins "
-              "[i/10, (i+1)/10) (last closed) of |accuracy - mean confidence|; confidence = the row's "
-              "`confidence`, the probability of the predicted answer RENORMALISED over the listed "
-              "answers (yes/no: P(pred) / (P(yes) + P(no)), mass on other tokens left out; choice: "
-              "the softmax over the options; rating: the label probabilities renormalised)",
-              CAL_BOOT_CI, "yesno, choice, rating, constrained"),
-    MetricDef("mce", "maximum calibration error: the largest |accuracy - mean confidence| over non-empty "
-              "bins (the same renormalised confidence as `ece`)",
-              CAL_BOOT_CI, "yesno, choice, rating, constrained"),
-    MetricDef("ece_raw", "ECE with confidence = the raw probability of the predicted answer, not "
-              "renormalised (yes/no: P(pred), P(other) counted against it); the same bins; reported "
-              "only where it differs from `ece`'s confidence (answers with probability mass outside "
-              "them: yes/no, choice by labels)", CAL_BOOT_CI, "yesno, choice (labels)"),
-    MetricDef("mce_raw", "MCE with the raw confidence of `ece_raw`", CAL_BOOT_CI, "yesno, choice (labels)"),
-    MetricDef("human_distance", "per statement, not a run metric: |m-h| = |P(yes) / (P(yes) + P(no)) - "
-              "human_q1|, the model's yes probability renormalised over yes/no (as `ece`'s confidence) "
-              "against the share of people who agree; shown in the TUI item list and human panel "
-              "(`analysis.yesno.human_distance`); missing where P(yes) + P(no) = 0", "none",
-              "yesno (commonsense)"),
-    MetricDef("bin_accuracy", "reliability diagram: accuracy of the scored items whose confidence "
-              "falls in this bin (the 10 equal-width bins of `ece`; non-empty bins only; n = the bin's "
-              "count)", "none", "yesno, choice, rating, constrained"),
-    MetricDef("bin_confidence", "reliability diagram: mean confidence (`ece`'s renormalised "
-              "confidence) of the items in this bin; |bin_accuracy - bin_confidence| weighted by n is `ece`",
-              "none", "yesno, choice, rating, constrained"),
-    MetricDef("brier", "multi-class Brier score: mean over items of sum_k (p_k - 1[k = gold])^2 over "
-              "the listed answers (mass outside them is not renormalised; a gold not listed adds 1)",
-              MEAN_CI, "yesno, choice, rating, constrained"),
-    MetricDef("brier_yes", "binary Brier score: mean over items of (P(yes) - 1[gold = yes])^2 "
-              "(half the two-class `brier` when P(other) = 0)", MEAN_CI, "yesno"),
-    MetricDef("tie_rate", "share of scored items whose two best answers have exactly equal "
-              "probability (ties are never credited, see the tie rule)", "none"),
-    MetricDef("token_f1", "mean over items of SQuAD token F1 (max over golds) of the first sample, "
-              "after the answer normalisation of Conventions (numbers)",
-              MEAN_CI, "generation"),
-    MetricDef("em_majority", "mean over items of exact match of the majority normalised sample",
-              RATE_CI, "generation"),
-    MetricDef("em_mean", "mean over items of the per-item mean exact match over samples", MEAN_CI,
-              "generation"),
-    MetricDef("token_f1_mean", "mean over items of the per-item mean token F1 over samples", MEAN_CI,
-              "generation"),
-    MetricDef("consensus", "share of statements whose model answer (q1) agrees with the human "
-              "majority (Whiting & Watts 2024)", "Wilson over statements (no clustering)",
-              "yesno (commonsense)"),
-    MetricDef("awareness", "share of statements where the model's q2 (do most people agree?) "
-              "matches the human majority", "Wilson over statements (no clustering)",
-              "yesno (commonsense)"),
-    MetricDef("commonsensicality", "geometric mean sqrt(consensus x awareness)",
-              "percentile bootstrap over statements (BOOTSTRAP resamples and seed)",
-              "yesno (commonsense)"),
-    MetricDef("human_pearson", "Pearson correlation over statements of P(yes) (variant q1) with the "
-              "human agreement rate `human_q1`", "none", "yesno (commonsense)"),
-    MetricDef("human_spearman", "Spearman rank correlation of the same pairs", "none", "yesno (commonsense)"),
-    MetricDef("probeval_kl", "mean over questions of KL(P_human || P_model) over answer clusters "
-              "(ProbEval, Cheng et al. 2024)", "percentile bootstrap over questions (BOOTSTRAP)",
-              "generation (CFC)"),
-    MetricDef("probeval_wrong_share", "share of model samples matched to no human answer cluster",
-              "none", "generation (CFC)"),
-    MetricDef("worldsense_accuracy", "the WorldSense authors' accuracy: tuple-weighted, rebalanced, "
-              "answer classes (1 and 2 are KNOW); the published metric, a fraction here (the authors' "
-              "tables, printed after the report, show it x100: 0.556 is their 55.6)",
-              "the authors' conf95 (mean +/- 1.96 sd / sqrt(n tuples))", "constrained (WorldSense)"),
-    MetricDef("worldsense_bias", "the WorldSense authors' bias per problem (+1 = always "
-              "TRUE/POSSIBLE/KNOW)", "the authors' conf95", "constrained (WorldSense)"),
+    MetricDef(
+        "pred_yes_rate",
+        "share of items predicted yes (P(yes) > P(no); a tie is not yes)",
+        RATE_CI,
+        "yesno",
+    ),
+    MetricDef(
+        "gold_yes_rate", "share of items (with a yes/no gold) whose gold is yes", "none", "yesno"
+    ),
+    MetricDef(
+        "yes_bias",
+        "mean over items with a yes/no gold of 1[predicted yes] - 1[gold yes] "
+        "(= pred_yes_rate - gold_yes_rate on those items; > 0 leans yes)",
+        MEAN_CI,
+        "yesno",
+    ),
+    MetricDef(
+        "off_format_rate", "share of items where P(other) > P(yes) + P(no)", RATE_CI, "yesno"
+    ),
+    MetricDef(
+        "ece",
+        "expected calibration error: count-weighted mean over 10 equal-width bins "
+        "[i/10, (i+1)/10) (last closed) of |accuracy - mean confidence|; confidence = the row's "
+        "`confidence`, the probability of the predicted answer RENORMALISED over the listed "
+        "answers (yes/no: P(pred) / (P(yes) + P(no)), mass on other tokens left out; choice: "
+        "the softmax over the options; rating: the label probabilities renormalised)",
+        CAL_BOOT_CI,
+        "yesno, choice, rating, constrained",
+    ),
+    MetricDef(
+        "mce",
+        "maximum calibration error: the largest |accuracy - mean confidence| over non-empty "
+        "bins (the same renormalised confidence as `ece`)",
+        CAL_BOOT_CI,
+        "yesno, choice, rating, constrained",
+    ),
+    MetricDef(
+        "ece_raw",
+        "ECE with confidence = the raw probability of the predicted answer, not "
+        "renormalised (yes/no: P(pred), P(other) counted against it); the same bins; reported "
+        "only where it differs from `ece`'s confidence (answers with probability mass outside "
+        "them: yes/no, choice by labels)",
+        CAL_BOOT_CI,
+        "yesno, choice (labels)",
+    ),
+    MetricDef(
+        "mce_raw", "MCE with the raw confidence of `ece_raw`", CAL_BOOT_CI, "yesno, choice (labels)"
+    ),
+    MetricDef(
+        "human_distance",
+        "per statement, not a run metric: |m-h| = |P(yes) / (P(yes) + P(no)) - "
+        "human_q1|, the model's yes probability renormalised over yes/no (as `ece`'s confidence) "
+        "against the share of people who agree; shown in the TUI item list and human panel "
+        "(`analysis.yesno.human_distance`); missing where P(yes) + P(no) = 0",
+        "none",
+        "yesno (commonsense)",
+    ),
+    MetricDef(
+        "bin_accuracy",
+        "reliability diagram: accuracy of the scored items whose confidence "
+        "falls in this bin (the 10 equal-width bins of `ece`; non-empty bins only; n = the bin's "
+        "count)",
+        "none",
+        "yesno, choice, rating, constrained",
+    ),
+    MetricDef(
+        "bin_confidence",
+        "reliability diagram: mean confidence (`ece`'s renormalised "
+        "confidence) of the items in this bin; |bin_accuracy - bin_confidence| weighted by n is `ece`",
+        "none",
+        "yesno, choice, rating, constrained",
+    ),
+    MetricDef(
+        "brier",
+        "multi-class Brier score: mean over items of sum_k (p_k - 1[k = gold])^2 over "
+        "the listed answers (mass outside them is not renormalised; a gold not listed adds 1)",
+        MEAN_CI,
+        "yesno, choice, rating, constrained",
+    ),
+    MetricDef(
+        "brier_yes",
+        "binary Brier score: mean over items of (P(yes) - 1[gold = yes])^2 "
+        "(half the two-class `brier` when P(other) = 0)",
+        MEAN_CI,
+        "yesno",
+    ),
+    MetricDef(
+        "tie_rate",
+        "share of scored items whose two best answers have exactly equal "
+        "probability (ties are never credited, see the tie rule)",
+        "none",
+    ),
+    MetricDef(
+        "token_f1",
+        "mean over items of SQuAD token F1 (max over golds) of the first sample, "
+        "after the answer normalisation of Conventions (numbers)",
+        MEAN_CI,
+        "generation",
+    ),
+    MetricDef(
+        "em_majority",
+        "mean over items of exact match of the majority normalised sample",
+        RATE_CI,
+        "generation",
+    ),
+    MetricDef(
+        "em_mean",
+        "mean over items of the per-item mean exact match over samples",
+        MEAN_CI,
+        "generation",
+    ),
+    MetricDef(
+        "token_f1_mean",
+        "mean over items of the per-item mean token F1 over samples",
+        MEAN_CI,
+        "generation",
+    ),
+    MetricDef(
+        "consensus",
+        "share of statements whose model answer (q1) agrees with the human "
+        "majority (Whiting & Watts 2024)",
+        "Wilson over statements (no clustering)",
+        "yesno (commonsense)",
+    ),
+    MetricDef(
+        "awareness",
+        "share of statements where the model's q2 (do most people agree?) "
+        "matches the human majority",
+        "Wilson over statements (no clustering)",
+        "yesno (commonsense)",
+    ),
+    MetricDef(
+        "commonsensicality",
+        "geometric mean sqrt(consensus x awareness)",
+        "percentile bootstrap over statements (BOOTSTRAP resamples and seed)",
+        "yesno (commonsense)",
+    ),
+    MetricDef(
+        "human_pearson",
+        "Pearson correlation over statements of P(yes) (variant q1) with the "
+        "human agreement rate `human_q1`",
+        "none",
+        "yesno (commonsense)",
+    ),
+    MetricDef(
+        "human_spearman",
+        "Spearman rank correlation of the same pairs",
+        "none",
+        "yesno (commonsense)",
+    ),
+    MetricDef(
+        "probeval_kl",
+        "mean over questions of KL(P_human || P_model) over answer clusters "
+        "(ProbEval, Cheng et al. 2024)",
+        "percentile bootstrap over questions (BOOTSTRAP)",
+        "generation (CFC)",
+    ),
+    MetricDef(
+        "probeval_wrong_share",
+        "share of model samples matched to no human answer cluster",
+        "none",
+        "generation (CFC)",
+    ),
+    MetricDef(
+        "worldsense_accuracy",
+        "the WorldSense authors' accuracy: tuple-weighted, rebalanced, "
+        "answer classes (1 and 2 are KNOW); the published metric, a fraction here (the authors' "
+        "tables, printed after the report, show it x100: 0.556 is their 55.6)",
+        "the authors' conf95 (mean +/- 1.96 sd / sqrt(n tuples))",
+        "constrained (WorldSense)",
+    ),
+    MetricDef(
+        "worldsense_bias",
+        "the WorldSense authors' bias per problem (+1 = always TRUE/POSSIBLE/KNOW)",
+        "the authors' conf95",
+        "constrained (WorldSense)",
+    ),
     MetricDef("errors", "number of items whose scoring raised an error (n = all items)", "none"),
-    MetricDef("acc_stderr", "lm-eval's standard error of `accuracy`: sample sd (ddof=1) of per-row "
-              "`correct` / sqrt(n), rows treated as independent; only in `llmscope export --format "
-              "lm-eval` (the report's intervals cluster)", "none", "export (lm-eval)"),
+    MetricDef(
+        "acc_stderr",
+        "lm-eval's standard error of `accuracy`: sample sd (ddof=1) of per-row "
+        "`correct` / sqrt(n), rows treated as independent; only in `llmscope export --format "
+        "lm-eval` (the report's intervals cluster)",
+        "none",
+        "export (lm-eval)",
+    ),
 ]
 METRICS: dict[str, MetricDef] = {d.name: d for d in _DEFS}
 

@@ -46,8 +46,14 @@ BINARY_FACTORS = {"answer_order": ("as_written", "swapped"), "scale": ("as_writt
 MULTI_FACTORS = ("option_order", "demo_order")
 
 
-def _row(run: dict[str, Any], group: dict[str, Any], metric: str, value: float | None,
-         ci: list[float] | None, n: int | None) -> dict[str, Any]:
+def _row(
+    run: dict[str, Any],
+    group: dict[str, Any],
+    metric: str,
+    value: float | None,
+    ci: list[float] | None,
+    n: int | None,
+) -> dict[str, Any]:
     r = metric_row(run["run_id"], str(run.get("model")), metric, value, ci, n, group)
     r["suite"] = run.get("suite_name")
     return r
@@ -78,24 +84,31 @@ def design_frame(df: pd.DataFrame, spec: dict[str, Any]) -> pd.DataFrame:
         p_first = None
         if len(keys) == 2 and sum(probs.values()) > 0:
             p_first = float(probs[keys[0]]) / float(sum(probs.values()))
-        recs.append({
-            "item_id": str(r["item_id"]),
-            "cluster": str(fields.get(cf)) if cf and cf in fields else str(r["item_id"]),
-            "base": variant.split("@", 1)[0],
-            "variant": variant,
-            "correct": r.get("correct"),
-            "p_first": p_first,
-            "expected": extra.get("expected"),
-            "prediction": pred,
-            "canon": canon,
-            "gold": r.get("gold"),
-            **{f: design.get(f, 0 if f == "option_order" else None) for f in (*BINARY_FACTORS, *MULTI_FACTORS)},
-            "demo_labels": design.get("demo_labels"),
-        })
+        recs.append(
+            {
+                "item_id": str(r["item_id"]),
+                "cluster": str(fields.get(cf)) if cf and cf in fields else str(r["item_id"]),
+                "base": variant.split("@", 1)[0],
+                "variant": variant,
+                "correct": r.get("correct"),
+                "p_first": p_first,
+                "expected": extra.get("expected"),
+                "prediction": pred,
+                "canon": canon,
+                "gold": r.get("gold"),
+                **{
+                    f: design.get(f, 0 if f == "option_order" else None)
+                    for f in (*BINARY_FACTORS, *MULTI_FACTORS)
+                },
+                "demo_labels": design.get("demo_labels"),
+            }
+        )
     return pd.DataFrame(recs)
 
 
-def paired_cluster_diff(diff: np.ndarray, clusters: np.ndarray, level: float = 0.95) -> tuple[float, float, float, int]:
+def paired_cluster_diff(
+    diff: np.ndarray, clusters: np.ndarray, level: float = 0.95
+) -> tuple[float, float, float, int]:
     """Mean of per-cluster mean differences with a t interval over clusters: (mean, lo, hi, G)."""
     d = pd.Series(diff).groupby(pd.Series(clusters)).mean().to_numpy(float)
     g = len(d)
@@ -116,7 +129,9 @@ def _cells(fr: pd.DataFrame, factor: str) -> tuple[pd.DataFrame, list[str]]:
     return out, ["item_id", "base", *others]
 
 
-def order_effect_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:
+def order_effect_rows(
+    df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]
+) -> list[dict[str, Any]]:
     """Order effects per counterbalanced factor, and the order-robust accuracy."""
     fr = design_frame(df, spec)
     if fr.empty:
@@ -132,8 +147,13 @@ def order_effect_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any
             if vals.empty:
                 continue
             vals[measure] = vals[measure].astype(float)
-            wide = vals.pivot_table(index=[*keys, "cluster"], columns=factor, values=measure, aggfunc="mean",
-                                    dropna=False)
+            wide = vals.pivot_table(
+                index=[*keys, "cluster"],
+                columns=factor,
+                values=measure,
+                aggfunc="mean",
+                dropna=False,
+            )
             if a not in wide or b not in wide:
                 continue
             wide = wide.dropna(subset=[a, b])
@@ -142,11 +162,24 @@ def order_effect_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any
             diff = (wide[b] - wide[a]).to_numpy(float)
             clusters = wide.index.get_level_values("cluster").to_numpy()
             m, lo, hi, g = paired_cluster_diff(diff, clusters)
-            name = {"correct": "accuracy", "p_first": "p_first_answer", "expected": "expected_rating"}[measure]
+            name = {
+                "correct": "accuracy",
+                "p_first": "p_first_answer",
+                "expected": "expected_rating",
+            }[measure]
             if measure in ("correct", "p_first") and not math.isnan(lo):
                 lo, hi = max(lo, -1.0), min(hi, 1.0)  # a difference of proportions lies in [-1, 1]
             ci = None if math.isnan(lo) else [lo, hi]
-            rows.append(_row(run, {"factor": factor, "contrast": f"{b}-{a}"}, f"order_effect_{name}", m, ci, g))
+            rows.append(
+                _row(
+                    run,
+                    {"factor": factor, "contrast": f"{b}-{a}"},
+                    f"order_effect_{name}",
+                    m,
+                    ci,
+                    g,
+                )
+            )
     for factor in MULTI_FACTORS:
         col = fr[factor]
         if col.isna().all() or col.dropna().nunique() < 2:
@@ -156,24 +189,44 @@ def order_effect_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any
             scored = part[part["correct"].notna()]
             if not scored.empty:
                 iv = accuracy_ci(scored["correct"].to_numpy(float), scored["cluster"].to_numpy())
-                rows.append(_row(run, {"factor": factor, "level": int(str(level))}, "accuracy", iv.mean,
-                                 None if math.isnan(iv.lo) else [iv.lo, iv.hi], iv.n))
+                rows.append(
+                    _row(
+                        run,
+                        {"factor": factor, "level": int(str(level))},
+                        "accuracy",
+                        iv.mean,
+                        None if math.isnan(iv.lo) else [iv.lo, iv.hi],
+                        iv.n,
+                    )
+                )
         sub, keys = _cells(sub, factor)
         same = sub.groupby(keys, dropna=False).agg(
             consistent=("prediction", lambda s: float(s.nunique(dropna=False) == 1)),
-            n_levels=("prediction", "size"), cluster=("cluster", "first"))
+            n_levels=("prediction", "size"),
+            cluster=("cluster", "first"),
+        )
         same = same[same["n_levels"] > 1]
         if not same.empty:
             iv = accuracy_ci(same["consistent"].to_numpy(float), same["cluster"].to_numpy())
-            rows.append(_row(run, {"factor": factor}, "order_consistency", iv.mean,
-                             None if math.isnan(iv.lo) else [iv.lo, iv.hi], iv.n))
+            rows.append(
+                _row(
+                    run,
+                    {"factor": factor},
+                    "order_consistency",
+                    iv.mean,
+                    None if math.isnan(iv.lo) else [iv.lo, iv.hi],
+                    iv.n,
+                )
+            )
     rows += _robust_rows(fr, run)
     return rows
 
 
 def _robust_rows(fr: pd.DataFrame, run: dict[str, Any]) -> list[dict[str, Any]]:
     design_cols = [*BINARY_FACTORS, "demo_order"]
-    counterbalanced = fr["variant"].str.contains("@").any() or any(fr[c].notna().any() for c in design_cols)
+    counterbalanced = fr["variant"].str.contains("@").any() or any(
+        fr[c].notna().any() for c in design_cols
+    )
     if not counterbalanced:
         return []
     out = []
@@ -187,7 +240,9 @@ def _robust_rows(fr: pd.DataFrame, run: dict[str, Any]) -> list[dict[str, Any]]:
                     keys.append(k)
         if not keys:
             continue
-        dists = [d for d in ([float(c.get(k, 0.0)) for k in keys] for c in part["canon"]) if sum(d) > 0]
+        dists = [
+            d for d in ([float(c.get(k, 0.0)) for k in keys] for c in part["canon"]) if sum(d) > 0
+        ]
         gold = str(part["gold"].iloc[0])
         if not dists:
             # every order abstained (no mass on any answer): no prediction, scored 0 as the
@@ -204,10 +259,21 @@ def _robust_rows(fr: pd.DataFrame, run: dict[str, Any]) -> list[dict[str, Any]]:
     if not out:
         return []
     iv = accuracy_ci(np.array([c for c, _ in out]), np.array([g for _, g in out]))
-    return [_row(run, {}, "order_robust_accuracy", iv.mean, None if math.isnan(iv.lo) else [iv.lo, iv.hi], iv.n)]
+    return [
+        _row(
+            run,
+            {},
+            "order_robust_accuracy",
+            iv.mean,
+            None if math.isnan(iv.lo) else [iv.lo, iv.hi],
+            iv.n,
+        )
+    ]
 
 
-def fewshot_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:
+def fewshot_rows(
+    df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]
+) -> list[dict[str, Any]]:
     """Recency and majority-label effects of few-shot demos (Zhao et al. 2021)."""
     if "fewshot_bias" not in task_producers(run.get("task")):  # the task lists it
         return []
@@ -225,7 +291,16 @@ def fewshot_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) ->
     rows = []
     agree = (fr["prediction"].astype(str) == fr["last"]).astype(float).to_numpy()
     iv = accuracy_ci(agree, fr["cluster"].to_numpy())
-    rows.append(_row(run, {}, "pred_equals_last_demo", iv.mean, None if math.isnan(iv.lo) else [iv.lo, iv.hi], iv.n))
+    rows.append(
+        _row(
+            run,
+            {},
+            "pred_equals_last_demo",
+            iv.mean,
+            None if math.isnan(iv.lo) else [iv.lo, iv.hi],
+            iv.n,
+        )
+    )
     labels = sorted({str(x) for ls in fr["demo_labels"] for x in ls})
     for lab in labels:
         for metric, col in (("recency_effect", "last"), ("majority_effect", "majority")):
@@ -240,8 +315,9 @@ def fewshot_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) ->
     return rows
 
 
-def contrast_boot(hit: np.ndarray, on: np.ndarray, clusters: np.ndarray, n_boot: int = 2000,
-                  seed: int = 0) -> tuple[float, float, float]:
+def contrast_boot(
+    hit: np.ndarray, on: np.ndarray, clusters: np.ndarray, n_boot: int = 2000, seed: int = 0
+) -> tuple[float, float, float]:
     """mean(hit | on) − mean(hit | not on), with a cluster-bootstrap percentile interval.
 
     Clusters are resampled with replacement (`cluster_bootstrap`'s scheme, vectorised:

@@ -60,12 +60,15 @@ def _pairs(df: pd.DataFrame) -> list[tuple[str, list[str]]]:
     return out
 
 
-def generation_library_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any],
-                            embed: Any = "auto") -> list[dict[str, Any]]:
+def generation_library_rows(
+    df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any], embed: Any = "auto"
+) -> list[dict[str, Any]]:
     """Metric rows for a generation run with gold answers (empty otherwise)."""
     import sacrebleu
 
-    if "genmetrics" not in task_producers(run.get("task")) or df.empty or "extra" not in df:  # the task lists it
+    if (
+        "genmetrics" not in task_producers(run.get("task")) or df.empty or "extra" not in df
+    ):  # the task lists it
         return []
     ok = df[df["error"].isna() & df["extra"].notna()]
     pairs = _pairs(ok)
@@ -87,8 +90,12 @@ def generation_library_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[st
         rows.append(r)
 
     # the interval is clipped to the score's range, as every mean's interval (docs/METRICS.md)
-    for key, lo, hi in (("bleu", 0.0, 100.0), ("chrf", 0.0, 100.0), ("rougeL", 0.0, 1.0),
-                        ("embed_cos", -1.0, 1.0)):
+    for key, lo, hi in (
+        ("bleu", 0.0, 100.0),
+        ("chrf", 0.0, 100.0),
+        ("rougeL", 0.0, 1.0),
+        ("embed_cos", -1.0, 1.0),
+    ):
         v = np.array([m[key] for m in per if key in m], dtype=float)
         if len(v) == 0:
             continue

@@ -38,23 +38,47 @@ from .metrics import (
     register_producer,
 )
 
-__all__ = ["field_value", "human_counts", "choice_frame", "rating_labels", "rating_frame", "CHOICE_COLUMNS"]
+__all__ = [
+    "field_value",
+    "human_counts",
+    "choice_frame",
+    "rating_labels",
+    "rating_frame",
+    "CHOICE_COLUMNS",
+]
 
 _RATE_CI = "cluster-t (CR1 sandwich, t with G-1 df) over clusters; Wilson without clustering"
 _MEAN_CI = "cluster-t (CR1 sandwich, t with G-1 df) on the per-item values, over clusters"
 
 for _d in (
-    MetricDef("human_tv_distance", "mean over (item, variant) rows of the total-variation distance "
-              "1/2 sum_k |h_k - m_k| between the human choice shares h (choice counts / total) and the "
-              "model's option probabilities m renormalised over the listed options", _MEAN_CI,
-              "choice with human choice counts"),
-    MetricDef("human_majority_agreement", "share of (item, variant) rows whose model argmax option is "
-              "the human majority choice (first listed wins a tie on either side)", _RATE_CI,
-              "choice with human choice counts"),
-    MetricDef("human_rating_share", "share of items whose human rating (gold, rounded to the nearest "
-              "rating label; one per item) is this label (group `rating`)", "none", "rating"),
-    MetricDef("model_rating_share", "share of scored rows whose predicted rating is this label "
-              "(group `rating`)", _RATE_CI, "rating"),
+    MetricDef(
+        "human_tv_distance",
+        "mean over (item, variant) rows of the total-variation distance "
+        "1/2 sum_k |h_k - m_k| between the human choice shares h (choice counts / total) and the "
+        "model's option probabilities m renormalised over the listed options",
+        _MEAN_CI,
+        "choice with human choice counts",
+    ),
+    MetricDef(
+        "human_majority_agreement",
+        "share of (item, variant) rows whose model argmax option is "
+        "the human majority choice (first listed wins a tie on either side)",
+        _RATE_CI,
+        "choice with human choice counts",
+    ),
+    MetricDef(
+        "human_rating_share",
+        "share of items whose human rating (gold, rounded to the nearest "
+        "rating label; one per item) is this label (group `rating`)",
+        "none",
+        "rating",
+    ),
+    MetricDef(
+        "model_rating_share",
+        "share of scored rows whose predicted rating is this label (group `rating`)",
+        _RATE_CI,
+        "rating",
+    ),
 ):
     define_metric(_d)
 
@@ -118,8 +142,9 @@ def _choice_frame(df: pd.DataFrame, spec: Mapping[str, Any]) -> tuple[pd.DataFra
     fields_col = df["fields"] if "fields" in df else pd.Series([None] * len(df), index=df.index)
     opts_col = df["options"] if "options" in df else pd.Series([None] * len(df), index=df.index)
     of = spec.get("options_field") or "options"
-    for ix, iid, var, probs_s, fields_s, opts_s in zip(df.index, df["item_id"], df["variant"], df["probs"],
-                                                     fields_col, opts_col, strict=True):
+    for ix, iid, var, probs_s, fields_s, opts_s in zip(
+        df.index, df["item_id"], df["variant"], df["probs"], fields_col, opts_col, strict=True
+    ):
         fields = field_value(fields_s) if fields_s is not None else {}
         fields = fields if isinstance(fields, dict) else {}
         counts = human_counts(fields, spec)
@@ -127,7 +152,12 @@ def _choice_frame(df: pd.DataFrame, spec: Mapping[str, Any]) -> tuple[pd.DataFra
         if not isinstance(opts, list):
             opts = field_value(fields.get(of))
         probs = field_value(probs_s) if probs_s is not None else None
-        if not counts or not isinstance(opts, list) or not isinstance(probs, dict) or len(opts) != len(counts):
+        if (
+            not counts
+            or not isinstance(opts, list)
+            or not isinstance(probs, dict)
+            or len(opts) != len(counts)
+        ):
             continue
         tot = sum(counts)
         if tot <= 0:
@@ -138,10 +168,18 @@ def _choice_frame(df: pd.DataFrame, spec: Mapping[str, Any]) -> tuple[pd.DataFra
             n_left += 1
             continue
         m = m / m.sum()
-        recs.append({"item_id": str(iid), "variant": str(var), "options": [str(o) for o in opts],
-                     "human": h.tolist(), "model": m.tolist(), "n_human": int(tot),
-                     "tv": float(0.5 * np.abs(h - m).sum()),
-                     "agree": bool(int(np.argmax(h)) == int(np.argmax(m)))})
+        recs.append(
+            {
+                "item_id": str(iid),
+                "variant": str(var),
+                "options": [str(o) for o in opts],
+                "human": h.tolist(),
+                "model": m.tolist(),
+                "n_human": int(tot),
+                "tv": float(0.5 * np.abs(h - m).sum()),
+                "agree": bool(int(np.argmax(h)) == int(np.argmax(m))),
+            }
+        )
         index.append(ix)
     return pd.DataFrame(recs, index=pd.Index(index), columns=CHOICE_COLUMNS), n_left
 
@@ -150,7 +188,9 @@ def _has_counts(ctx: MetricContext) -> bool:
     return isinstance(ctx.spec.get("human_counts_field"), str)
 
 
-@register_producer("human_choice", every_task=True, needs=_has_counts, whole_items=True, reads=("probs",))
+@register_producer(
+    "human_choice", every_task=True, needs=_has_counts, whole_items=True, reads=("probs",)
+)
 def human_choice_metrics(ctx: MetricContext) -> list[Metric]:
     """``human_tv_distance`` and ``human_majority_agreement`` over rows with human counts."""
     ok = ctx.ok()
@@ -160,11 +200,20 @@ def human_choice_metrics(ctx: MetricContext) -> list[Metric]:
     out: list[Metric | None] = []
     if not c.empty:
         cl = ctx.clusters(ok.loc[c.index])
-        out += [mean_metric("human_tv_distance", c["tv"].to_numpy(float), cl, {}, "human_choice"),
-                rate("human_majority_agreement", c["agree"].to_numpy(float), cl, {}, "human_choice")]
+        out += [
+            mean_metric("human_tv_distance", c["tv"].to_numpy(float), cl, {}, "human_choice"),
+            rate("human_majority_agreement", c["agree"].to_numpy(float), cl, {}, "human_choice"),
+        ]
     if n_left:
-        out.append(Metric("left_out_no_distribution", float(n_left), n=n_left + len(c), group={"of": "human_choice"},
-                          producer="human_choice"))
+        out.append(
+            Metric(
+                "left_out_no_distribution",
+                float(n_left),
+                n=n_left + len(c),
+                group={"of": "human_choice"},
+                producer="human_choice",
+            )
+        )
     return [m for m in out if m is not None]
 
 
@@ -200,7 +249,9 @@ def human_rating_metrics(ctx: MetricContext) -> list[Metric]:
         return []
     labels = rating_labels(ctx.spec)
     items = ok.drop_duplicates("item_id")
-    n_items = int(items["gold"].map(lambda g: finite_float(g) is not None or str(g) in labels).sum())
+    n_items = int(
+        items["gold"].map(lambda g: finite_float(g) is not None or str(g) in labels).sum()
+    )
     if n_items == 0:
         return []
     hist = rating_frame(ok, labels)
@@ -208,9 +259,18 @@ def human_rating_metrics(ctx: MetricContext) -> list[Metric]:
     pred = ok["prediction"].astype(str).to_numpy()
     out: list[Metric] = []
     for lab, h in zip(hist["label"], hist["human"], strict=True):
-        out.append(Metric("human_rating_share", float(h) / n_items, n=n_items, group={"rating": lab},
-                          producer="human_rating"))
-        m = rate("model_rating_share", (pred == lab).astype(float), cl, {"rating": lab}, "human_rating")
+        out.append(
+            Metric(
+                "human_rating_share",
+                float(h) / n_items,
+                n=n_items,
+                group={"rating": lab},
+                producer="human_rating",
+            )
+        )
+        m = rate(
+            "model_rating_share", (pred == lab).astype(float), cl, {"rating": lab}, "human_rating"
+        )
         if m is not None:
             out.append(m)
     return out

@@ -204,7 +204,11 @@ def resample_weights(G: int, resamples: int, seed: int) -> Iterator[np.ndarray]:
     is then one matrix product per chunk (``W @ sums``), not a Python loop per resample."""
     for idx in resample_index(G, resamples, seed):
         k = idx.shape[0]
-        yield np.bincount((idx + G * np.arange(k)[:, None]).ravel(), minlength=k * G).reshape(k, G).astype(float)
+        yield (
+            np.bincount((idx + G * np.arange(k)[:, None]).ravel(), minlength=k * G)
+            .reshape(k, G)
+            .astype(float)
+        )
 
 
 def bootstrap_ratio(num: np.ndarray, den: np.ndarray, resamples: int, seed: int) -> np.ndarray:
@@ -216,7 +220,7 @@ def bootstrap_ratio(num: np.ndarray, den: np.ndarray, resamples: int, seed: int)
     for W in resample_weights(G, resamples, seed):
         k = W.shape[0]
         with np.errstate(invalid="ignore", divide="ignore"):
-            reps[done:done + k] = (W @ num) / (W @ den)
+            reps[done : done + k] = (W @ num) / (W @ den)
         done += k
     return reps
 
@@ -259,8 +263,18 @@ def accuracy_ci(
         y, m = c, np.ones(n)
     else:
         y, m = _cluster_sums(c, g)
-    return accuracy_ci_sums(y, m, float(c.sum()), n, clustered=g is not None, n_missing=n_missing,
-                            method=method, n_boot=n_boot, seed=seed, level=level)
+    return accuracy_ci_sums(
+        y,
+        m,
+        float(c.sum()),
+        n,
+        clustered=g is not None,
+        n_missing=n_missing,
+        method=method,
+        n_boot=n_boot,
+        seed=seed,
+        level=level,
+    )
 
 
 def accuracy_ci_sums(

@@ -90,8 +90,14 @@ def scheme_vectors(os_: dict[str, Any], options: Sequence[str]) -> dict[str, np.
     return out
 
 
-def _row(run: dict[str, Any], group: dict[str, Any], metric: str, value: float | None,
-         ci: list[float] | None, n: int | None) -> dict[str, Any]:
+def _row(
+    run: dict[str, Any],
+    group: dict[str, Any],
+    metric: str,
+    value: float | None,
+    ci: list[float] | None,
+    n: int | None,
+) -> dict[str, Any]:
     r = metric_row(run["run_id"], str(run.get("model")), metric, value, ci, n, group)
     r["suite"] = run.get("suite_name")
     return r
@@ -115,7 +121,11 @@ def scheme_predictions(df: pd.DataFrame) -> pd.DataFrame:
         m = (decode_json_cell(r["extra"]) or {}).get("methods") or {}
         if not m:
             continue
-        rec: dict[str, Any] = {"item_id": r["item_id"], "variant": r["variant"], "gold": r.get("gold")}
+        rec: dict[str, Any] = {
+            "item_id": r["item_id"],
+            "variant": r["variant"],
+            "gold": r.get("gold"),
+        }
         for name, v in m.items():
             rec[f"pred:{name}"] = v.get("prediction")
             rec[f"correct:{name}"] = v.get("correct")
@@ -135,12 +145,22 @@ def flipping_items(df: pd.DataFrame) -> list[dict[str, Any]]:
     for r in sp.astype(object).where(sp.notna(), None).to_dict("records"):
         preds = {s: r.get(f"pred:{s}") for s in schemes if f"pred:{s}" in r}
         if len({json.dumps(p) for p in preds.values()}) > 1:
-            out.append({"item_id": r["item_id"], "variant": r["variant"], "gold": r["gold"],
-                        "schemes": {s: {"prediction": preds[s], "correct": r.get(f"correct:{s}")} for s in preds}})
+            out.append(
+                {
+                    "item_id": r["item_id"],
+                    "variant": r["variant"],
+                    "gold": r["gold"],
+                    "schemes": {
+                        s: {"prediction": preds[s], "correct": r.get(f"correct:{s}")} for s in preds
+                    },
+                }
+            )
     return out
 
 
-def sensitivity_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:
+def sensitivity_rows(
+    df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]
+) -> list[dict[str, Any]]:
     """Scheme disagreement, flip rate and accuracy range across scoring schemes."""
     sp = scheme_predictions(df)
     if sp.empty:
@@ -150,11 +170,17 @@ def sensitivity_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]
         return []
     preds = sp[[f"pred:{s}" for s in schemes]]
     clusters = sp["item_id"].astype(str).to_numpy()
-    disagree = np.array([float(len({json.dumps(v) for v in row}) > 1) for row in preds.itertuples(index=False)])
+    disagree = np.array(
+        [float(len({json.dumps(v) for v in row}) > 1) for row in preds.itertuples(index=False)]
+    )
     rows = []
     iv = accuracy_ci(disagree, clusters)
-    rows.append(_row(run, {"schemes": len(schemes)}, "scheme_disagreement_rate", iv.mean, _ci(iv), iv.n))
-    corr = sp[[f"correct:{s}" for s in schemes]].apply(pd.to_numeric, errors="coerce").to_numpy(float)
+    rows.append(
+        _row(run, {"schemes": len(schemes)}, "scheme_disagreement_rate", iv.mean, _ci(iv), iv.n)
+    )
+    corr = (
+        sp[[f"correct:{s}" for s in schemes]].apply(pd.to_numeric, errors="coerce").to_numpy(float)
+    )
     scored = np.all(np.isfinite(corr), axis=1)
     if scored.any():
         # over the rows every scheme scored (all finite): rows without a score printed numpy's
@@ -162,10 +188,20 @@ def sensitivity_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]
         ok = corr[scored]
         flip = (ok.max(axis=1) != ok.min(axis=1)).astype(float)
         iv = accuracy_ci(flip, clusters[scored])
-        rows.append(_row(run, {"schemes": len(schemes)}, "scheme_flip_rate", iv.mean, _ci(iv), iv.n))
+        rows.append(
+            _row(run, {"schemes": len(schemes)}, "scheme_flip_rate", iv.mean, _ci(iv), iv.n)
+        )
         accs = np.nanmean(corr[scored], axis=0)
-        rows.append(_row(run, {"schemes": len(schemes)}, "scheme_acc_range", float(accs.max() - accs.min()),
-                         None, int(scored.sum())))
+        rows.append(
+            _row(
+                run,
+                {"schemes": len(schemes)},
+                "scheme_acc_range",
+                float(accs.max() - accs.min()),
+                None,
+                int(scored.sum()),
+            )
+        )
     return rows
 
 
@@ -194,7 +230,9 @@ def _records(df: pd.DataFrame, columns: Sequence[str]) -> Iterator[dict[str, Any
         yield dict(zip(cols, vals, strict=True))
 
 
-def _counts_for(fields: dict[str, Any], options: list[str], spec: dict[str, Any]) -> np.ndarray | None:
+def _counts_for(
+    fields: dict[str, Any], options: list[str], spec: dict[str, Any]
+) -> np.ndarray | None:
     name = spec.get("human_counts_field")
     raw = fields.get(name) if name else None
     if raw is None:
@@ -208,7 +246,9 @@ def _counts_for(fields: dict[str, Any], options: list[str], spec: dict[str, Any]
     return None
 
 
-def _types_for(fields: dict[str, Any], options: list[str], spec: dict[str, Any]) -> list[str] | None:
+def _types_for(
+    fields: dict[str, Any], options: list[str], spec: dict[str, Any]
+) -> list[str] | None:
     name = spec.get("option_types_field")
     raw = fields.get(name) if name else None
     item_opts = fields.get(spec.get("options_field") or "options")
@@ -226,7 +266,9 @@ def human_choice_data(df: pd.DataFrame, spec: dict[str, Any]) -> HumanChoiceData
     cond_fields = list(spec.get("condition_fields") or [])
     data = HumanChoiceData()
     types: list[list[str]] = []
-    for r in _records(ok, ("item_id", "variant", "fields", "option_scores", "probs", "gold", "extra")):
+    for r in _records(
+        ok, ("item_id", "variant", "fields", "option_scores", "probs", "gold", "extra")
+    ):
         fields = decode_json_cell(r.get("fields")) or {}
         os_ = decode_json_cell(r.get("option_scores"))
         if isinstance(os_, dict) and os_:
@@ -244,7 +286,9 @@ def human_choice_data(df: pd.DataFrame, spec: dict[str, Any]) -> HumanChoiceData
             counts = np.array([float(int(h) == (1 if o == "yes" else 0)) for o in options])
             with np.errstate(divide="ignore"):
                 logs = {"raw": np.log(np.array([float(probs[o]) for o in options]))}
-            cal = ((decode_json_cell(r.get("extra")) or {}).get("calibration") or {}).get("calibrated")
+            cal = ((decode_json_cell(r.get("extra")) or {}).get("calibration") or {}).get(
+                "calibrated"
+            )
             if isinstance(cal, dict) and all(o in cal for o in options):
                 with np.errstate(divide="ignore"):
                     logs["calibrated"] = np.log(np.array([float(cal[o]) for o in options]))
@@ -274,7 +318,11 @@ def human_choice_data(df: pd.DataFrame, spec: dict[str, Any]) -> HumanChoiceData
     return data
 
 
-def _average_by_item(data: HumanChoiceData, scheme: str, rows: list[int]) -> tuple[list[np.ndarray], list[np.ndarray], list[int | None], list[str], list[list[str]], list[str]]:
+def _average_by_item(
+    data: HumanChoiceData, scheme: str, rows: list[int]
+) -> tuple[
+    list[np.ndarray], list[np.ndarray], list[int | None], list[str], list[list[str]], list[str]
+]:
     """Average each item's scores over its variants (option-order permutations), by option text."""
     by_item: dict[str, list[int]] = {}
     for i in rows:
@@ -315,15 +363,33 @@ def fit_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> lis
             g = {**g0, "scheme": scheme}
             if first:
                 rows.append(_row(run, g0, "human_ll_uniform", fit.ll_uniform, None, fit.n_choices))
-                rows.append(_row(run, g0, "human_ll_empirical", fit.ll_empirical, None, fit.n_choices))
+                rows.append(
+                    _row(run, g0, "human_ll_empirical", fit.ll_empirical, None, fit.n_choices)
+                )
                 first = False
             rows += _fit_metric_rows(run, g, fit)
-            rows.append(_row(run, g, "human_ll_per_choice", fit.loglik / max(fit.n_choices, 1),
-                             _ll_boot(s, c, float(fit.alpha or 0.0)), fit.n_choices))
+            rows.append(
+                _row(
+                    run,
+                    g,
+                    "human_ll_per_choice",
+                    fit.loglik / max(fit.n_choices, 1),
+                    _ll_boot(s, c, float(fit.alpha or 0.0)),
+                    fit.n_choices,
+                )
+            )
             scored = [(x, y) for x, y in zip(s, gold, strict=True) if y is not None]
             if scored and fit.alpha is not None:
-                rows.append(_row(run, g, "softmax_accuracy_fitted", softmax_accuracy(
-                    fit.alpha, [x for x, _ in scored], [y for _, y in scored]), None, len(scored)))
+                rows.append(
+                    _row(
+                        run,
+                        g,
+                        "softmax_accuracy_fitted",
+                        softmax_accuracy(fit.alpha, [x for x, _ in scored], [y for _, y in scored]),
+                        None,
+                        len(scored),
+                    )
+                )
             if spec.get("condition_fields"):
                 try:
                     table = condition_table(s, c, cond, typ)
@@ -331,14 +397,27 @@ def fit_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> lis
                     continue
                 for how in AGGREGATIONS:
                     cf = fit_condition(table, how)
-                    rows += _fit_metric_rows(run, {**g, "aggregation": how}, cf, prefix="condition_")
+                    rows += _fit_metric_rows(
+                        run, {**g, "aggregation": how}, cf, prefix="condition_"
+                    )
         left = sum(1 for v in data.left_out if base_variant(v) == base)
         if left:
-            rows.append(_row(run, {**g0, "of": "human_fit"}, "left_out_no_distribution", left, None, left + len(sel)))
+            rows.append(
+                _row(
+                    run,
+                    {**g0, "of": "human_fit"},
+                    "left_out_no_distribution",
+                    left,
+                    None,
+                    left + len(sel),
+                )
+            )
     return rows
 
 
-_Averaged = tuple[list[np.ndarray], list[np.ndarray], list[int | None], list[str], list[list[str]], list[str]]
+_Averaged = tuple[
+    list[np.ndarray], list[np.ndarray], list[int | None], list[str], list[list[str]], list[str]
+]
 
 
 def _with_distribution(*cols: Any) -> _Averaged:
@@ -351,7 +430,9 @@ def _with_distribution(*cols: Any) -> _Averaged:
     return tuple([col[i] for i in keep] for col in cols)  # type: ignore[return-value]
 
 
-def _fit_metric_rows(run: dict[str, Any], g: dict[str, Any], fit: AlphaFit, prefix: str = "") -> list[dict[str, Any]]:
+def _fit_metric_rows(
+    run: dict[str, Any], g: dict[str, Any], fit: AlphaFit, prefix: str = ""
+) -> list[dict[str, Any]]:
     rows = []
     if fit.at_bound:
         # the likelihood still rises at the search bound (separable data): α is not identified
@@ -362,11 +443,18 @@ def _fit_metric_rows(run: dict[str, Any], g: dict[str, Any], fit: AlphaFit, pref
     return rows
 
 
-def _ll_boot(s: list[np.ndarray], c: list[np.ndarray], alpha: float, n_boot: int = 1000) -> list[float] | None:
+def _ll_boot(
+    s: list[np.ndarray], c: list[np.ndarray], alpha: float, n_boot: int = 1000
+) -> list[float] | None:
     """Percentile interval of the per-choice log-likelihood at a fixed α, resampling items."""
     if len(s) < 2:
         return None
-    per = np.array([float(np.sum(ci[ci > 0] * np.log(softmax(si, alpha)[ci > 0]))) for si, ci in zip(s, c, strict=True)])
+    per = np.array(
+        [
+            float(np.sum(ci[ci > 0] * np.log(softmax(si, alpha)[ci > 0])))
+            for si, ci in zip(s, c, strict=True)
+        ]
+    )
     n = np.array([float(ci.sum()) for ci in c])
     rng = np.random.default_rng(0)
     idx = rng.integers(0, len(s), size=(n_boot, len(s)))
@@ -375,8 +463,12 @@ def _ll_boot(s: list[np.ndarray], c: list[np.ndarray], alpha: float, n_boot: int
     return [float(lo), float(hi)]
 
 
-def human_vs_model(df: pd.DataFrame, spec: dict[str, Any], scheme: str = "raw",
-                   alphas: dict[str, float] | None = None) -> dict[str, Any] | None:
+def human_vs_model(
+    df: pd.DataFrame,
+    spec: dict[str, Any],
+    scheme: str = "raw",
+    alphas: dict[str, float] | None = None,
+) -> dict[str, Any] | None:
     """Per template (variant), each item's human distribution beside the model's (for the TUI
     methods panel): ``model_p`` = softmax(s), the scheme's scores normalised over the options
     (for the log-probability schemes, the model's probabilities normalised), and ``fitted`` =
@@ -409,17 +501,32 @@ def human_vs_model(df: pd.DataFrame, spec: dict[str, Any], scheme: str = "raw",
             except ValueError:
                 continue
         by_item = {data.item_ids[i]: data.options[i] for i in sel}
-        items = [{"item_id": iid, "options": by_item[iid], "human": (ci / ci.sum()).tolist(),
-                  "model_p": softmax(si, 1.0).tolist(), "fitted": softmax(si, alpha).tolist()}
-                 for iid, si, ci in zip(ids, s, c, strict=True)]
+        items = [
+            {
+                "item_id": iid,
+                "options": by_item[iid],
+                "human": (ci / ci.sum()).tolist(),
+                "model_p": softmax(si, 1.0).tolist(),
+                "fitted": softmax(si, alpha).tolist(),
+            }
+            for iid, si, ci in zip(ids, s, c, strict=True)
+        ]
         entry: dict[str, Any] = {"variant": key, "alpha": alpha, "items": items}
         if spec.get("condition_fields"):
             try:
                 table = condition_table(s, c, cond, typ)
-                entry["conditions"] = {"types": table.types, "rows": [
-                    {"condition": k, "human": (h / h.sum()).tolist(), "model": d.tolist()}
-                    for k, h, d in zip(table.conditions, table.counts, condition_dists(table, "scores", alpha),
-                                       strict=True)]}
+                entry["conditions"] = {
+                    "types": table.types,
+                    "rows": [
+                        {"condition": k, "human": (h / h.sum()).tolist(), "model": d.tolist()}
+                        for k, h, d in zip(
+                            table.conditions,
+                            table.counts,
+                            condition_dists(table, "scores", alpha),
+                            strict=True,
+                        )
+                    ],
+                }
             except ValueError:
                 pass
         out_variants.append(entry)
@@ -429,7 +536,9 @@ def human_vs_model(df: pd.DataFrame, spec: dict[str, Any], scheme: str = "raw",
 SOFTMAX_ALPHAS = (0.5, 1.0, 2.0, 4.0)
 
 
-def softmax_curve_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list[dict[str, Any]]:
+def softmax_curve_rows(
+    df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]
+) -> list[dict[str, Any]]:
     """Softmax accuracy E[softmax(α·s)[gold]] per scheme at α = 0.5, 1, 2, 4 (argmax accuracy is the α → ∞ limit).
 
     Cluster-t intervals of the mean (CR1, clusters = items), clipped to [0, 1].
@@ -464,6 +573,14 @@ def softmax_curve_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, An
                 ci = None if math.isnan(lo) else [max(0.0, lo), min(1.0, hi)]
                 rows.append(_row(run, {"scheme": scheme, "alpha": a}, "softmax_accuracy", m, ci, n))
         if left.get(scheme):
-            rows.append(_row(run, {"of": "softmax_accuracy", "scheme": scheme}, "left_out_no_distribution",
-                             left[scheme], None, left[scheme] + len(data)))
+            rows.append(
+                _row(
+                    run,
+                    {"of": "softmax_accuracy", "scheme": scheme},
+                    "left_out_no_distribution",
+                    left[scheme],
+                    None,
+                    left[scheme] + len(data),
+                )
+            )
     return rows

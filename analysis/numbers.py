@@ -21,13 +21,47 @@ from typing import Any
 __all__ = ["fmt_count", "fmt_interval", "fmt_num", "is_count", "is_share"]
 
 # metric (or field) names whose values are counts
-_COUNTS = {"n", "k", "count", "n_items", "n_runs", "n_clusters", "n_tokens", "n_chars", "n_bytes",
-           "n_context_tokens", "n_scored", "n_errors", "n_pairs", "tokens", "sample_len", "rows", "errors",
-           "left_out_no_distribution", "is_greedy",
-           "uncond_is_greedy"}
+_COUNTS = {
+    "n",
+    "k",
+    "count",
+    "n_items",
+    "n_runs",
+    "n_clusters",
+    "n_tokens",
+    "n_chars",
+    "n_bytes",
+    "n_context_tokens",
+    "n_scored",
+    "n_errors",
+    "n_pairs",
+    "tokens",
+    "sample_len",
+    "rows",
+    "errors",
+    "left_out_no_distribution",
+    "is_greedy",
+    "uncond_is_greedy",
+}
 # names whose values are shares or probabilities in [0, 1]
-_SHARES = {"accuracy", "acc", "ece", "mce", "brier", "prob", "probability", "p", "confidence", "agreement",
-           "share", "calibrated", "correct", "rate", "consensus", "awareness"}
+_SHARES = {
+    "accuracy",
+    "acc",
+    "ece",
+    "mce",
+    "brier",
+    "prob",
+    "probability",
+    "p",
+    "confidence",
+    "agreement",
+    "share",
+    "calibrated",
+    "correct",
+    "rate",
+    "consensus",
+    "awareness",
+}
 
 
 def is_count(metric: str | None) -> bool:
@@ -43,7 +77,9 @@ def is_share(metric: str | None) -> bool:
     if not metric:
         return False
     words = metric.lower().replace("-", "_").split("_")
-    return bool(_SHARES & set(words)) or any(w.startswith("accurac") or w.endswith("rate") for w in words)
+    return bool(_SHARES & set(words)) or any(
+        w.startswith("accurac") or w.endswith("rate") for w in words
+    )
 
 
 def _float(x: Any) -> float | None:

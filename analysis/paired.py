@@ -35,8 +35,12 @@ class PairedComparison:
     disagreements: pd.DataFrame = field(repr=False)
 
 
-def paired_comparison(a: pd.DataFrame, b: pd.DataFrame, cluster_field: str | None = None,
-                      cfg: BootstrapConfig = BOOTSTRAP) -> PairedComparison:
+def paired_comparison(
+    a: pd.DataFrame,
+    b: pd.DataFrame,
+    cluster_field: str | None = None,
+    cfg: BootstrapConfig = BOOTSTRAP,
+) -> PairedComparison:
     """Paired cluster bootstrap of the accuracy difference on per-item differences.
 
     Rows are matched on (item_id, variant); whole clusters (``cluster_key``) are resampled
@@ -53,7 +57,9 @@ def paired_comparison(a: pd.DataFrame, b: pd.DataFrame, cluster_field: str | Non
     n = len(p)
     if n == 0:
         e = p.iloc[0:0]
-        return PairedComparison(0, 0, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan, "empty", p, e)
+        return PairedComparison(
+            0, 0, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan, "empty", p, e
+        )
     cl = cluster_key(p, cluster_field)
     d = p["d"].to_numpy(float)
     codes, _ = pd.factorize(pd.Series(cl, dtype="object"), sort=False)
@@ -65,15 +71,26 @@ def paired_comparison(a: pd.DataFrame, b: pd.DataFrame, cluster_field: str | Non
     start = 0
     for idx in resample_index(G, cfg.resamples, cfg.seed):
         k = idx.shape[0]
-        reps[start:start + k] = ds[idx].sum(axis=1) / m[idx].sum(axis=1)
+        reps[start : start + k] = ds[idx].sum(axis=1) / m[idx].sum(axis=1)
         start += k
     al = (1 - cfg.level) / 2
     lo, hi = (float(x) for x in np.quantile(reps, [al, 1 - al]))
     pval = float((1 + np.sum(np.abs(reps - diff) >= abs(diff) - 1e-12)) / (1 + cfg.resamples))
     ca, cb = p["correct_a"].to_numpy(float), p["correct_b"].to_numpy(float)
     dis = p[(ca >= 0.5) != (cb >= 0.5)].reset_index(drop=True)
-    return PairedComparison(n, G, float(ca.mean()), float(cb.mean()), diff, lo, hi, min(1.0, pval),
-                            "paired cluster bootstrap", p, dis)
+    return PairedComparison(
+        n,
+        G,
+        float(ca.mean()),
+        float(cb.mean()),
+        diff,
+        lo,
+        hi,
+        min(1.0, pval),
+        "paired cluster bootstrap",
+        p,
+        dis,
+    )
 
 
 def iid_stderr(values: Sequence[float]) -> float | None:

@@ -15,8 +15,14 @@ from llmscope.store.db import decode_json
 __all__ = ["probeval_for_run", "default_embedder"]
 
 
-def probeval_for_run(store: Any, run: dict[str, Any], *, embed: Any = "auto", save: bool = False,
-                     settings: Any = None) -> Any:
+def probeval_for_run(
+    store: Any,
+    run: dict[str, Any],
+    *,
+    embed: Any = "auto",
+    save: bool = False,
+    settings: Any = None,
+) -> Any:
     """ProbEval (Cheng et al. 2024) of a run on a suite with clustered human answers, or None.
 
     Model answers are the stored samples of each question (generation runs) or the imported
@@ -45,7 +51,9 @@ def probeval_for_run(store: Any, run: dict[str, Any], *, embed: Any = "auto", sa
         if "raw" not in fields or "clusters" not in fields:
             return None
         qid = rec["item_id"]
-        clusters = {k: list(v.get("answers", [])) for k, v in (fields.get("clusters") or {}).items()}
+        clusters = {
+            k: list(v.get("answers", [])) for k, v in (fields.get("clusters") or {}).items()
+        }
         questions[qid] = Question(qid, fields.get("question", ""), dict(fields["raw"]), clusters)
         extra = decode_json(rec["extra"], {}) if isinstance(rec["extra"], str) else {}
         samples = extra.get("samples") or []
@@ -68,8 +76,15 @@ def probeval_for_run(store: Any, run: dict[str, Any], *, embed: Any = "auto", sa
             "embedding": m.settings.describe(),
             "settings": m.settings.as_dict(),
             "fallback": m.note,
-            "questions": {qid: {"kl": sc.kl, "n_model": sc.n_model, "n_wrong": sc.n_wrong,
-                                "table": sc.table.to_dict("records")} for qid, sc in result.scores.items()},
+            "questions": {
+                qid: {
+                    "kl": sc.kl,
+                    "n_model": sc.n_model,
+                    "n_wrong": sc.n_wrong,
+                    "table": sc.table.to_dict("records"),
+                }
+                for qid, sc in result.scores.items()
+            },
         }
         store.save_analysis(run["run_id"], "probeval", payload)
     return result

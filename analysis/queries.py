@@ -20,14 +20,38 @@ import pyarrow as pa
 
 from llmscope.store.db import ROWS_FINGERPRINT_SQL, decode_json
 
-__all__ = ["ResultProfile", "result_profile", "rows_signature", "metric_frame", "RESULT_COLUMNS",
-           "decode_json_column", "item_fields_frame", "field_names"]
+__all__ = [
+    "ResultProfile",
+    "result_profile",
+    "rows_signature",
+    "metric_frame",
+    "RESULT_COLUMNS",
+    "decode_json_column",
+    "item_fields_frame",
+    "field_names",
+]
 
 # Result columns the pipeline may read; `prompt`, `top_tokens` and `written_at` never feed a
 # metric and are the bulk of a row, so they are not fetched.
-RESULT_COLUMNS = ("run_id", "item_id", "variant", "seq", "probs", "p_yes", "p_no", "other",
-                  "option_scores", "prediction", "gold", "correct", "confidence", "n_tokens",
-                  "latency_ms", "error", "extra")
+RESULT_COLUMNS = (
+    "run_id",
+    "item_id",
+    "variant",
+    "seq",
+    "probs",
+    "p_yes",
+    "p_no",
+    "other",
+    "option_scores",
+    "prediction",
+    "gold",
+    "correct",
+    "confidence",
+    "n_tokens",
+    "latency_ms",
+    "error",
+    "extra",
+)
 _PROFILED = ("probs", "p_yes", "p_no", "option_scores", "extra", "confidence", "correct", "error")
 # Top-level keys of `extra` that decide whether a producer has anything to read.
 EXTRA_KEYS = ("methods", "design", "samples", "method", "abstained", "expected", "f1", "imported")
@@ -61,8 +85,8 @@ def result_profile(store: Any, run_id: str) -> ResultProfile:
         [run_id],
     ).fetchone()
     n = int(row[0] or 0)
-    nonnull = {c: int(v or 0) for c, v in zip(_PROFILED, row[1:1 + len(_PROFILED)], strict=True)}
-    flags = row[1 + len(_PROFILED):-2]
+    nonnull = {c: int(v or 0) for c, v in zip(_PROFILED, row[1 : 1 + len(_PROFILED)], strict=True)}
+    flags = row[1 + len(_PROFILED) : -2]
     present = frozenset(k for k, f in zip(EXTRA_KEYS, flags[:-1], strict=True) if f)
     return ResultProfile(n, nonnull, present, bool(flags[-1]), int(row[-2] or 0), int(row[-1] or 0))
 
@@ -70,7 +94,9 @@ def result_profile(store: Any, run_id: str) -> ResultProfile:
 def rows_signature(store: Any, run_id: str) -> tuple[Any, ...]:
     """Changes whenever a run's rows change (added, replaced, deleted): the cache key (the
     store's one fingerprint expression, which the runs list compares in SQL too)."""
-    row = store.execute(f"SELECT {ROWS_FINGERPRINT_SQL} FROM results x WHERE x.run_id = ?", [run_id]).fetchone()
+    row = store.execute(
+        f"SELECT {ROWS_FINGERPRINT_SQL} FROM results x WHERE x.run_id = ?", [run_id]
+    ).fetchone()
     return tuple(row or ())
 
 
@@ -116,9 +142,15 @@ def _field_expr(f: str, alias: str = "i") -> str:
 BASE_COLUMNS = ("item_id", "variant", "seq", "prediction", "gold", "correct", "error")
 
 
-def metric_frame(store: Any, run: dict[str, Any], fields: Iterable[str], *,
-                 columns: Iterable[str] | None = None, raw_fields: bool = False,
-                 item_text: bool = False) -> pd.DataFrame:
+def metric_frame(
+    store: Any,
+    run: dict[str, Any],
+    fields: Iterable[str],
+    *,
+    columns: Iterable[str] | None = None,
+    raw_fields: bool = False,
+    item_text: bool = False,
+) -> pd.DataFrame:
     """A run's rows (in arrival order) with the named item fields as ``f.<name>`` columns.
 
     ``columns`` limits the result columns read (default: all of :data:`RESULT_COLUMNS`);
@@ -128,10 +160,18 @@ def metric_frame(store: Any, run: dict[str, Any], fields: Iterable[str], *,
     item) with the item's `idx` and `options`, ``item_text`` the item text.
     """
     want = list(dict.fromkeys(fields))
-    cols = RESULT_COLUMNS if columns is None else [c for c in RESULT_COLUMNS if c in set(columns) | set(BASE_COLUMNS)]
+    cols = (
+        RESULT_COLUMNS
+        if columns is None
+        else [c for c in RESULT_COLUMNS if c in set(columns) | set(BASE_COLUMNS)]
+    )
     sel = [c for c in cols if c != "run_id"]
-    df = _read_frame(store, f"SELECT {', '.join(sel)} FROM results WHERE run_id = ?", [run["run_id"]],
-                     order_by="seq")
+    df = _read_frame(
+        store,
+        f"SELECT {', '.join(sel)} FROM results WHERE run_id = ?",
+        [run["run_id"]],
+        order_by="seq",
+    )
     if "run_id" in cols:
         df.insert(0, "run_id", run["run_id"])
     sid = run.get("suite_id")
@@ -141,13 +181,19 @@ def metric_frame(store: Any, run: dict[str, Any], fields: Iterable[str], *,
         it = item_fields_frame(store, sid, want)
         _attach(df, it, {f: f"f.{f}" for f in want if it[f].notna().any()})
     if raw_fields or item_text:
-        cols_i = ["item_id", *(["idx", "options", "fields"] if raw_fields else []), *(["text"] if item_text else [])]
+        cols_i = [
+            "item_id",
+            *(["idx", "options", "fields"] if raw_fields else []),
+            *(["text"] if item_text else []),
+        ]
         it = store.query_df(f"SELECT {', '.join(cols_i)} FROM items WHERE suite_id = ?", [sid])
         _attach(df, it, {c: c for c in cols_i[1:]})
     return df
 
 
-def _read_frame(store: Any, sql: str, params: list[Any], order_by: str | None = None) -> pd.DataFrame:
+def _read_frame(
+    store: Any, sql: str, params: list[Any], order_by: str | None = None
+) -> pd.DataFrame:
     """``store.query_df(sql, params)``, the same frame (dtypes and missing values included),
     read through Arrow where the store offers it: DuckDB's frame conversion makes a Python
     string per value, which was ~1 s of a 1M-row report. Arrow's conversion differs from
@@ -174,8 +220,9 @@ def _read_frame(store: Any, sql: str, params: list[Any], order_by: str | None = 
     for name, col in zip(tbl.column_names, tbl.columns, strict=True):
         t = col.type
         if pa.types.is_string(t):
-            out[name] = (np.full(n, None, dtype=object) if n == 0 or col.null_count == n
-                         else col.to_pandas())
+            out[name] = (
+                np.full(n, None, dtype=object) if n == 0 or col.null_count == n else col.to_pandas()
+            )
         elif pa.types.is_floating(t) or (pa.types.is_integer(t) and col.null_count == 0):
             v = col.to_numpy()
             out[name] = v if v.flags.writeable else v.copy()  # Arrow's own buffer is read-only
@@ -221,7 +268,9 @@ def item_fields_frame(store: Any, suite_id: str, fields: Iterable[str]) -> pd.Da
 
 def _item_fields(store: Any, suite_id: str, want: list[str]) -> pd.DataFrame:
     if not want:
-        return store.query_df("SELECT item_id, gold FROM items WHERE suite_id = ? ORDER BY idx", [suite_id])
+        return store.query_df(
+            "SELECT item_id, gold FROM items WHERE suite_id = ? ORDER BY idx", [suite_id]
+        )
     paths = ", ".join("'" + ("$." + json.dumps(f)).replace("'", "''") + "'" for f in want)
     sel = ["item_id", "gold", *(f"v[{k + 1}] AS {_quote(f)}" for k, f in enumerate(want))]
     df = store.query_df(

@@ -72,35 +72,46 @@ def _items_table(store: Any, suite_id: str, names: Sequence[str], n_text: int) -
     import hashlib
 
     key = (str(getattr(store, "path", id(store))), suite_id, tuple(names), n_text)
-    table = "llmscope_items_" + hashlib.sha1(json.dumps([suite_id, list(names), n_text]).encode()).hexdigest()[:16]
+    table = (
+        "llmscope_items_"
+        + hashlib.sha1(json.dumps([suite_id, list(names), n_text]).encode()).hexdigest()[:16]
+    )
     paths = ", ".join("'" + _path(f) + "'" for f in names)
     # Text (json_extract_string) only for fields that can group or cluster rows: what
     # SQL groups by; array lengths only where a tuple's size is read.
     text = {*names[:n_text], "tuple_ID"}
-    cols = ", ".join(f"v[{k + 1}] AS j{k}"
-                     + (f", json_extract_string(v[{k + 1}], '$') AS s{k}" if f in text else "")
-                     + (f", json_array_length(v[{k + 1}]) AS n{k}" if f in _ARRAY_FIELDS else "")
-                     for k, f in enumerate(names))
-    store.execute(f"CREATE TEMP TABLE IF NOT EXISTS {table} AS SELECT item_id, {cols} "
-                  f"FROM (SELECT item_id, json_extract(fields, [{paths}]) AS v FROM items WHERE suite_id = ?)",
-                  [suite_id])
+    cols = ", ".join(
+        f"v[{k + 1}] AS j{k}"
+        + (f", json_extract_string(v[{k + 1}], '$') AS s{k}" if f in text else "")
+        + (f", json_array_length(v[{k + 1}]) AS n{k}" if f in _ARRAY_FIELDS else "")
+        for k, f in enumerate(names)
+    )
+    store.execute(
+        f"CREATE TEMP TABLE IF NOT EXISTS {table} AS SELECT item_id, {cols} "
+        f"FROM (SELECT item_id, json_extract(fields, [{paths}]) AS v FROM items WHERE suite_id = ?)",
+        [suite_id],
+    )
     if key in _FIELD_INFO and _FIELD_INFO[key].table == table:
         return _FIELD_INFO[key]
     parts = ["count(*)"]
     for k in range(len(names)):
         # The JSON kind from the extracted value's text (cheaper than json_type's parse):
         # s(tring), i(nteger), a(rray), o(ther: float, boolean, object); NULL when absent.
-        t = (f"CASE WHEN j{k} IS NULL OR j{k} = 'null' THEN NULL WHEN starts_with(j{k}, '\"') THEN 's' "
-             f"WHEN regexp_full_match(j{k}, '-?[0-9]+') THEN 'i' WHEN starts_with(j{k}, '[') THEN 'a' ELSE 'o' END")
-        parts += [f"count({t})",
-                  f"count(*) FILTER (WHERE {t} IN ('s', 'i'))",
-                  f"count(DISTINCT {t})",
-                  f"count(*) FILTER (WHERE {t} = 'a')"]
+        t = (
+            f"CASE WHEN j{k} IS NULL OR j{k} = 'null' THEN NULL WHEN starts_with(j{k}, '\"') THEN 's' "
+            f"WHEN regexp_full_match(j{k}, '-?[0-9]+') THEN 'i' WHEN starts_with(j{k}, '[') THEN 'a' ELSE 'o' END"
+        )
+        parts += [
+            f"count({t})",
+            f"count(*) FILTER (WHERE {t} IN ('s', 'i'))",
+            f"count(DISTINCT {t})",
+            f"count(*) FILTER (WHERE {t} = 'a')",
+        ]
     row = store.execute(f"SELECT {', '.join(parts)} FROM {table}").fetchone()
     n = int(row[0])
     present, exact, complete, one_type, arrays = set(), set(), set(), set(), set()
     for k, f in enumerate(names):
-        nn, ne, nt, na = (int(v or 0) for v in row[1 + 4 * k: 5 + 4 * k])
+        nn, ne, nt, na = (int(v or 0) for v in row[1 + 4 * k : 5 + 4 * k])
         if nn:
             present.add(f)
         if ne == nn:
@@ -111,16 +122,31 @@ def _items_table(store: Any, suite_id: str, names: Sequence[str], n_text: int) -
             one_type.add(f)
         if na == n:
             arrays.add(f)
-    info = _FieldInfo(table, n, frozenset(present), frozenset(exact), frozenset(complete), frozenset(one_type),
-                      frozenset(arrays), {f: k for k, f in enumerate(names)})
+    info = _FieldInfo(
+        table,
+        n,
+        frozenset(present),
+        frozenset(exact),
+        frozenset(complete),
+        frozenset(one_type),
+        frozenset(arrays),
+        {f: k for k, f in enumerate(names)},
+    )
     if len(_FIELD_INFO) >= 8:
         _FIELD_INFO.pop(next(iter(_FIELD_INFO)))
     _FIELD_INFO[key] = info
     return info
 
 
-def sql_run_metrics(store: Any, run: Mapping[str, Any], spec: Mapping[str, Any], by: Sequence[str],
-                    bootstrap: Any, producers: Sequence[str] | None, profile: ResultProfile) -> Any:
+def sql_run_metrics(
+    store: Any,
+    run: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    by: Sequence[str],
+    bootstrap: Any,
+    producers: Sequence[str] | None,
+    profile: ResultProfile,
+) -> Any:
     """:func:`analysis.metrics.compute_metrics` of a stored run in SQL, or None where the SQL
     form would not give the row pipeline's numbers exactly (the caller then builds the frame)."""
     from .metrics import (
@@ -140,20 +166,29 @@ def sql_run_metrics(store: Any, run: Mapping[str, Any], spec: Mapping[str, Any],
     cf = cf if isinstance(cf, str) else None
     grouping = list(dict.fromkeys([*by, *([cf] if cf else [])]))
     names = list(dict.fromkeys([*grouping, *PIPELINE_FIELDS]))
+
     # A producer without a SQL form that is active whichever fields the items hold (a yes/no
     # run's calibration) sends the run to the row pipeline: decided before the items' fields
     # are extracted (~0.15 s of a 1M-row report, for nothing). Returning None is always safe.
     def beyond_sql(hint: frozenset[str]) -> bool:
-        p0 = MetricContext(pd.DataFrame(), dict(run), dict(spec), list(by), BOOTSTRAP, store, profile, hint)
-        return any(p.name not in SQL_PRODUCERS for p in PRODUCERS
-                   if (producers is None or p.name in producers) and p.active(p0))
+        p0 = MetricContext(
+            pd.DataFrame(), dict(run), dict(spec), list(by), BOOTSTRAP, store, profile, hint
+        )
+        return any(
+            p.name not in SQL_PRODUCERS
+            for p in PRODUCERS
+            if (producers is None or p.name in producers) and p.active(p0)
+        )
 
     if beyond_sql(frozenset()) and beyond_sql(frozenset(names)):
         return None
     info = _items_table(store, str(sid), names, len(grouping))
-    probe = MetricContext(pd.DataFrame(), dict(run), dict(spec), list(by), BOOTSTRAP, store, profile,
-                          info.present)
-    active = [p.name for p in PRODUCERS if (producers is None or p.name in producers) and p.active(probe)]
+    probe = MetricContext(
+        pd.DataFrame(), dict(run), dict(spec), list(by), BOOTSTRAP, store, profile, info.present
+    )
+    active = [
+        p.name for p in PRODUCERS if (producers is None or p.name in producers) and p.active(probe)
+    ]
     if not set(active) <= SQL_PRODUCERS:
         return None
     # Group fields as the row pipeline finds them: a result column by that name wins.
@@ -170,12 +205,19 @@ def sql_run_metrics(store: Any, run: Mapping[str, Any], spec: Mapping[str, Any],
     if profile.n_binary is None or profile.n_fractional:
         return None  # a fractional score: its sums depend on the order they are added in
     rid = str(run["run_id"])
-    rm = RunMetrics(rid, str(run.get("model")), run.get("suite_name"), run.get("task") or spec.get("task"),
-                    f"suite field {cf!r}" if cf else "item (prompt variants and permutations together)",
-                    bootstrap)
+    rm = RunMetrics(
+        rid,
+        str(run.get("model")),
+        run.get("suite_name"),
+        run.get("task") or spec.get("task"),
+        f"suite field {cf!r}" if cf else "item (prompt variants and permutations together)",
+        bootstrap,
+    )
     for name in active:
         if name == "accuracy":
-            acc = _accuracy(store, rid, info, cf if cf in info.present else None, groups, profile.n_binary)
+            acc = _accuracy(
+                store, rid, info, cf if cf in info.present else None, groups, profile.n_binary
+            )
             if acc is None:
                 return None
             rm.metrics.extend(acc)
@@ -185,15 +227,24 @@ def sql_run_metrics(store: Any, run: Mapping[str, Any], spec: Mapping[str, Any],
             tuples = _worldsense_tuples(store, run, info, profile.n)
             if tuples is None:
                 return None
-            ctx = MetricContext(pd.DataFrame(), dict(run), dict(spec), list(by), bootstrap, store, profile,
-                                info.present)
+            ctx = MetricContext(
+                pd.DataFrame(),
+                dict(run),
+                dict(spec),
+                list(by),
+                bootstrap,
+                store,
+                profile,
+                info.present,
+            )
             rm.metrics.extend(worldsense_from_tuples(ctx, tuples, profile.n))
             rm.artifacts.update(ctx.artifacts)
     return finish_metrics(rm, profile.nonnull.get("error", 0), profile.n)
 
 
-def _accuracy(store: Any, rid: str, info: _FieldInfo, cf: str | None, groups: list[str],
-              n_scored: int) -> list[Any] | None:
+def _accuracy(
+    store: Any, rid: str, info: _FieldInfo, cf: str | None, groups: list[str], n_scored: int
+) -> list[Any] | None:
     """accuracy_metrics from one GROUP BY: per (variant, cluster, group fields) cell the count,
     the sum of 0/1 scores and the first row (``min(seq)``); every grouping's per-cluster sums
     are then bincounts of those cells (integers: exact in any order), clusters in order of
@@ -222,12 +273,17 @@ def _accuracy(store: Any, rid: str, info: _FieldInfo, cf: str | None, groups: li
     def add(y: np.ndarray, m: np.ndarray, group: dict[str, Any]) -> None:
         iv = accuracy_ci_sums(y, m, float(y.sum()), int(m.sum()))
         lo, hi = (None, None) if iv.lo != iv.lo else (iv.lo, iv.hi)
-        out.append(Metric("accuracy", iv.mean, lo, hi, iv.method, iv.n, iv.n_clusters, group, "accuracy"))
+        out.append(
+            Metric("accuracy", iv.mean, lo, hi, iv.method, iv.n, iv.n_clusters, group, "accuracy")
+        )
 
     add(np.bincount(cl_codes, weights=y_cell), np.bincount(cl_codes, weights=m_cell), {})
-    for j, (col, f) in enumerate(zip(["variant", *(f"g{k}" for k in range(len(groups)))], ["variant", *groups],
-                                     strict=True)):
-        gcodes, gvals = pd.factorize(pd.Series(res[col], dtype=object), sort=False)  # None -> -1: no group
+    for j, (col, f) in enumerate(
+        zip(["variant", *(f"g{k}" for k in range(len(groups)))], ["variant", *groups], strict=True)
+    ):
+        gcodes, gvals = pd.factorize(
+            pd.Series(res[col], dtype=object), sort=False
+        )  # None -> -1: no group
         if j == 0 and len(gvals) <= 1:
             continue  # one prompt variant: no per-variant rows
         keep = gcodes >= 0
@@ -242,7 +298,9 @@ def _accuracy(store: Any, rid: str, info: _FieldInfo, cf: str | None, groups: li
     return out + variant_spread(out)
 
 
-def _worldsense_tuples(store: Any, run: Mapping[str, Any], info: _FieldInfo, n_rows: int) -> pd.DataFrame | None:
+def _worldsense_tuples(
+    store: Any, run: Mapping[str, Any], info: _FieldInfo, n_rows: int
+) -> pd.DataFrame | None:
     """``worldsense.tuple_table`` of a run's trials in SQL (None where it would not be exact)."""
     from .worldsense import BIAS_MAP, RESP_MAP, WEIGHT_MAP, _norm_resp
 
@@ -252,7 +310,8 @@ def _worldsense_tuples(store: Any, run: Mapping[str, Any], info: _FieldInfo, n_r
     rid = str(run["run_id"])
     pairs = store.execute(
         "SELECT DISTINCT CASE WHEN error IS NULL THEN prediction END, gold FROM results WHERE run_id = ?",
-        [rid]).fetchall()
+        [rid],
+    ).fetchall()
     if len(pairs) > _MAX_PAIRS:
         return None
     values, params = [], []
@@ -294,12 +353,17 @@ def _worldsense_tuples(store: Any, run: Mapping[str, Any], info: _FieldInfo, n_r
     for k in np.flatnonzero(pd.isna(tids)):
         tids[k] = _decode(agg["tj"][k])
 
-    out = pd.DataFrame({
-        "modelname": str(run.get("model")), "prompting": "run",
-        "tuple_ID": pd.Series(tids, dtype=object), "Key": agg["key"], "expectedresp": decoded("ej"),
-        "problemname": decoded("pn") if "problemname" in info.present else None,
-        "problemsize": decoded("ps") if "problemsize" in info.present else None,
-    })
+    out = pd.DataFrame(
+        {
+            "modelname": str(run.get("model")),
+            "prompting": "run",
+            "tuple_ID": pd.Series(tids, dtype=object),
+            "Key": agg["key"],
+            "expectedresp": decoded("ej"),
+            "problemname": decoded("pn") if "problemname" in info.present else None,
+            "problemsize": decoded("ps") if "problemsize" in info.present else None,
+        }
+    )
     sw = agg["sw"].astype(float)
     with np.errstate(invalid="ignore", divide="ignore"):
         out["acc"] = agg["sacc"].astype(float) / sw

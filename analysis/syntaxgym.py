@@ -34,8 +34,22 @@ from llmscope.analysis.rows import metric_row
 from llmscope.engine.tasks.registry import task_has
 from llmscope.store.codec import decode_json_cell
 
-WORD_COLUMNS = ["run_id", "model", "item_id", "condition", "word_index", "word", "region", "region_name",
-                "start", "end", "length", "n_tokens", "surprisal_bits", "sentence"]
+WORD_COLUMNS = [
+    "run_id",
+    "model",
+    "item_id",
+    "condition",
+    "word_index",
+    "word",
+    "region",
+    "region_name",
+    "start",
+    "end",
+    "length",
+    "n_tokens",
+    "surprisal_bits",
+    "sentence",
+]
 
 
 def _suite_of(fields: Any, spec: dict[str, Any]) -> str:
@@ -54,7 +68,11 @@ def sg_scores(df: pd.DataFrame, spec: dict[str, Any] | None = None) -> pd.DataFr
     ok = df[df["error"].isna() & df["correct"].notna()]
     if ok.empty:
         return pd.DataFrame(columns=["suite", "n", "k", "score", "lo", "hi"])
-    suites = ok["fields"].map(lambda f: _suite_of(f, spec)) if "fields" in ok else pd.Series("suite", ok.index)
+    suites = (
+        ok["fields"].map(lambda f: _suite_of(f, spec))
+        if "fields" in ok
+        else pd.Series("suite", ok.index)
+    )
     rows = []
     for name, sub in ok.groupby(suites, sort=True):
         k, n = float(sub["correct"].sum()), len(sub)
@@ -63,7 +81,9 @@ def sg_scores(df: pd.DataFrame, spec: dict[str, Any] | None = None) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
-def overall_sg(per_item: dict[str, np.ndarray], n_boot: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+def overall_sg(
+    per_item: dict[str, np.ndarray], n_boot: int = 2000, seed: int = 0
+) -> tuple[float, float, float]:
     """Mean of per-suite scores and its stratified-bootstrap 95% interval."""
     if not per_item:
         return (math.nan, math.nan, math.nan)
@@ -87,7 +107,9 @@ def sg_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list
     model, rid = str(run.get("model")), run["run_id"]
     out = []
 
-    def row(metric: str, value: float, ci: list[float] | None, n: int, group: dict[str, Any]) -> None:
+    def row(
+        metric: str, value: float, ci: list[float] | None, n: int, group: dict[str, Any]
+    ) -> None:
         r = metric_row(rid, model, metric, value, ci, n, group)
         r["suite"] = run.get("suite_name")
         out.append(r)
@@ -95,8 +117,11 @@ def sg_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list
     ok = df[df["error"].isna() & df["correct"].notna()]
     suites = ok["fields"].map(lambda f: _suite_of(f, spec))
     per_item = {s: ok.loc[suites == s, "correct"].to_numpy(float) for s in table["suite"]}
-    key = "suite" if ok["fields"].map(lambda f: "suite" in (decode_json_cell(f) or {})).any() else (
-        (spec.get("group_by") or ["suite"])[0])
+    key = (
+        "suite"
+        if ok["fields"].map(lambda f: "suite" in (decode_json_cell(f) or {})).any()
+        else ((spec.get("group_by") or ["suite"])[0])
+    )
     if len(per_item) == 1:  # one suite: its own (Wilson) interval
         rec0 = table.iloc[0]
         est, lo, hi = float(rec0["score"]), float(rec0["lo"]), float(rec0["hi"])
@@ -111,8 +136,15 @@ def sg_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list
         for rec in table.to_dict("records"):
             row("sg_score", rec["score"], [rec["lo"], rec["hi"]], rec["n"], {key: rec["suite"]})
     # per circuit (Hu et al. 2020's groups of suites), where the suites name theirs
-    circ_of = {s: c for s, c in zip(suites, ok["fields"].map(lambda f: (decode_json_cell(f) or {}).get("circuit")),
-                                    strict=True) if isinstance(c, str)}
+    circ_of = {
+        s: c
+        for s, c in zip(
+            suites,
+            ok["fields"].map(lambda f: (decode_json_cell(f) or {}).get("circuit")),
+            strict=True,
+        )
+        if isinstance(c, str)
+    }
     if circ_of:
         circuits: dict[str, dict[str, np.ndarray]] = {}
         for s_, v in per_item.items():
@@ -122,8 +154,13 @@ def sg_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list
         for c, sub in sorted(circuits.items()):
             c_est, c_lo, c_hi = overall_sg(sub)
             scores.append(c_est)
-            row("sg_score", c_est, [c_lo, c_hi], int(sum(len(v) for v in sub.values())),
-                {"circuit": c, "suites": len(sub)})
+            row(
+                "sg_score",
+                c_est,
+                [c_lo, c_hi],
+                int(sum(len(v) for v in sub.values())),
+                {"circuit": c, "suites": len(sub)},
+            )
         row("sg_score_circuits", float(np.mean(scores)), None, len(scores), {})
     # each prediction's hit rate, so a conjunction's failing part is visible
     hits: dict[tuple[str, int, str], list[float]] = {}
@@ -134,7 +171,13 @@ def sg_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> list
         for (s, i, formula), v in sorted(hits.items()):
             k, n = sum(v), len(v)
             lo_, hi_ = wilson_interval(k, n)
-            row("prediction_met", k / n, [lo_, hi_], n, {key: s, "prediction": i + 1, "formula": formula})
+            row(
+                "prediction_met",
+                k / n,
+                [lo_, hi_],
+                n,
+                {key: s, "prediction": i + 1, "formula": formula},
+            )
     return out
 
 
@@ -144,8 +187,13 @@ def published_sg_scores(path: str | Path) -> pd.DataFrame:
     missing = {"model", "suite", "item", "correct"} - set(d.columns)
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(sorted(missing))}")
-    d["correct"] = d["correct"].astype(str).str.strip().str.lower().map({"true": 1.0, "false": 0.0, "1": 1.0,
-                                                                          "0": 0.0, "1.0": 1.0, "0.0": 0.0})
+    d["correct"] = (
+        d["correct"]
+        .astype(str)
+        .str.strip()
+        .str.lower()
+        .map({"true": 1.0, "false": 0.0, "1": 1.0, "0": 0.0, "1.0": 1.0, "0.0": 0.0})
+    )
     if d["correct"].isna().any():
         raise ValueError(f"{path}: column 'correct' must be True/False")
     g = d.groupby(["model", "suite"])["correct"].agg(["sum", "count"]).reset_index()
@@ -171,14 +219,24 @@ def word_frame(df: pd.DataFrame, run: dict[str, Any] | None = None) -> pd.DataFr
         for cond, c in (extra.get("conditions") or {}).items():
             for i, w in enumerate(c.get("words") or []):
                 reg = w.get("region")
-                rows.append({
-                    "run_id": rec.get("run_id", run.get("run_id")), "model": run.get("model"),
-                    "item_id": rec["item_id"], "condition": cond, "word_index": i, "word": w["word"],
-                    "region": reg, "region_name": name_of.get(str(reg)), "start": w["start"], "end": w["end"],
-                    "length": len(w["word"].strip(".,;:!?\"'()")) or len(w["word"]),
-                    "n_tokens": w.get("n_tokens"), "surprisal_bits": w.get("surprisal_bits"),
-                    "sentence": c.get("sentence"),
-                })
+                rows.append(
+                    {
+                        "run_id": rec.get("run_id", run.get("run_id")),
+                        "model": run.get("model"),
+                        "item_id": rec["item_id"],
+                        "condition": cond,
+                        "word_index": i,
+                        "word": w["word"],
+                        "region": reg,
+                        "region_name": name_of.get(str(reg)),
+                        "start": w["start"],
+                        "end": w["end"],
+                        "length": len(w["word"].strip(".,;:!?\"'()")) or len(w["word"]),
+                        "n_tokens": w.get("n_tokens"),
+                        "surprisal_bits": w.get("surprisal_bits"),
+                        "sentence": c.get("sentence"),
+                    }
+                )
     return pd.DataFrame(rows, columns=WORD_COLUMNS)
 
 
@@ -212,8 +270,10 @@ def rt_fit(words: pd.DataFrame, rts: pd.DataFrame, *, folds: int = 10, seed: int
     need = {"item_id", "condition", "word_index", "rt"}
     missing = need - set(rts.columns)
     if missing:
-        raise ValueError(f"reading-time file lacks column(s): {', '.join(sorted(missing))} "
-                         "(needs item_id, condition, word_index, rt; optional frequency)")
+        raise ValueError(
+            f"reading-time file lacks column(s): {', '.join(sorted(missing))} "
+            "(needs item_id, condition, word_index, rt; optional frequency)"
+        )
     r = rts.copy()
     r["item_id"] = r["item_id"].astype(str)
     r["condition"] = r["condition"].astype(str)
@@ -234,8 +294,10 @@ def rt_fit(words: pd.DataFrame, rts: pd.DataFrame, *, folds: int = 10, seed: int
     uniq = groups.unique()
     k = min(folds, len(uniq))
     if len(d) < len(preds) + 3 or k < 2:
-        raise ValueError(f"only {len(d)} words with reading times joined the surprisal table "
-                         f"({len(uniq)} sentences); need more to fit on held-out words")
+        raise ValueError(
+            f"only {len(d)} words with reading times joined the surprisal table "
+            f"({len(uniq)} sentences); need more to fit on held-out words"
+        )
     rng = np.random.default_rng(seed)
     fold_of = dict(zip(uniq, rng.permutation(len(uniq)) % k, strict=True))
     fold = groups.map(fold_of).to_numpy()
@@ -259,8 +321,14 @@ def rt_fit(words: pd.DataFrame, rts: pd.DataFrame, *, folds: int = 10, seed: int
 
     beta = _ols(_design(d, preds), y)
     return RTFit(
-        n_words=len(d), n_folds=k, predictors=preds,
-        coef={"intercept": float(beta[0]), **{p: float(b) for p, b in zip(preds, beta[1:], strict=True)}},
-        r2_heldout=r2(pred_full), r2_heldout_baseline=r2(pred_base),
+        n_words=len(d),
+        n_folds=k,
+        predictors=preds,
+        coef={
+            "intercept": float(beta[0]),
+            **{p: float(b) for p, b in zip(preds, beta[1:], strict=True)},
+        },
+        r2_heldout=r2(pred_full),
+        r2_heldout_baseline=r2(pred_base),
         delta_ll_per_word=(ll(pred_full) - ll(pred_base)) / len(y),
     )

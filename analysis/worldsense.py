@@ -195,10 +195,18 @@ def tuple_table(df: pd.DataFrame, *, filter_incomplete: bool = True) -> pd.DataF
     codes = np.where(valid, ng, 0).astype(np.int64)
     keep = valid
     if filter_incomplete:
-        size = np.where(valid, np.bincount(codes[valid], minlength=int(codes.max()) + 1 if len(codes) else 0)[codes], -1)
+        size = np.where(
+            valid,
+            np.bincount(codes[valid], minlength=int(codes.max()) + 1 if len(codes) else 0)[codes],
+            -1,
+        )
         # A trial whose item is not stored has no expected responses: its tuple cannot be
         # shown complete, so it is excluded with the others (-2 never equals a size).
-        exp_len = df["expectedresp"].map(lambda v: len(v) if isinstance(v, (list, tuple)) else -2).to_numpy()
+        exp_len = (
+            df["expectedresp"]
+            .map(lambda v: len(v) if isinstance(v, (list, tuple)) else -2)
+            .to_numpy()
+        )
         keep = size == exp_len
         # a tuple is kept whole or not at all (in the authors' files every trial of a tuple
         # has the same expected responses, so this only matters for a trial without its item)

@@ -19,7 +19,13 @@ import pandas as pd
 
 from .intervals import wilson_interval
 
-__all__ = ["yesno_frame", "yesno_summary", "other_histogram", "human_distance", "HUMAN_DISTANCE_SQL"]
+__all__ = [
+    "yesno_frame",
+    "yesno_summary",
+    "other_histogram",
+    "human_distance",
+    "HUMAN_DISTANCE_SQL",
+]
 
 # |m-h| in SQL, for the paged item list (Store.failing_page fills {p_yes}, {p_no}, {human}):
 # the same definition as `human_distance`, NULL where P(yes) + P(no) = 0 or a value is missing.
@@ -33,13 +39,17 @@ def human_distance(p_yes: Any, p_no: Any, human: Any) -> np.ndarray:
     renormalised over the two answers, as `ece`'s confidence is, so mass on other tokens does
     not count as agreeing with "no". NaN where P(yes) + P(no) = 0 or a value is missing. The TUI's
     item list and human panel show this value (docs/METRICS.md, `human_distance`)."""
+
     def col(x: Any) -> np.ndarray:
-        return pd.to_numeric(pd.Series(np.asarray(x, dtype=object).ravel()), errors="coerce").to_numpy(float)
+        return pd.to_numeric(
+            pd.Series(np.asarray(x, dtype=object).ravel()), errors="coerce"
+        ).to_numpy(float)
 
     y, n, h = col(p_yes), col(p_no), col(human)
     s = y + n
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(s > 0, np.abs(y / np.where(s > 0, s, 1.0) - h), np.nan)
+
 
 Z95 = 1.959963984540054
 
@@ -151,7 +161,9 @@ def yesno_summary(
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = y / (y + n_)
         # np.nanmean warns "Mean of empty slice" when no item has any yes/no mass.
-        row["p_yes_norm"] = float(np.mean(ratio[np.isfinite(ratio)])) if np.isfinite(ratio).any() else np.nan
+        row["p_yes_norm"] = (
+            float(np.mean(ratio[np.isfinite(ratio)])) if np.isfinite(ratio).any() else np.nan
+        )
         k_yes = int(np.sum(y > n_))
         row["pred_yes_rate"] = k_yes / n if n else np.nan
         row["pred_yes_lo"], row["pred_yes_hi"] = wilson_interval(k_yes, n)

@@ -25,11 +25,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DIR = ROOT.parent / "shared" / "data" / "worldsense" / "test_set"
 DEFAULT_FILES = ["basic___GPT4___results.jsonl", "basic___GPT3.5___results.jsonl"]
-ALL_FILES = [*DEFAULT_FILES, "basic___Llama2-chat___results.jsonl", "basic___Llama2-FT+1M___results.jsonl"]
+ALL_FILES = [
+    *DEFAULT_FILES,
+    "basic___Llama2-chat___results.jsonl",
+    "basic___Llama2-FT+1M___results.jsonl",
+]
 BEFORE_REF = "69e8d33"
 
 
-def measure(directory: Path, files: list[str], work: Path, fresh: bool = False) -> tuple[int, float, float]:
+def measure(
+    directory: Path, files: list[str], work: Path, fresh: bool = False
+) -> tuple[int, float, float]:
     """(rows, wall s, CPU s) of importing `files` into a new database under `work` (`fresh`: the
     suite is stored inside the timed import too)."""
     import time
@@ -57,12 +63,16 @@ def measure(directory: Path, files: list[str], work: Path, fresh: bool = False) 
     return n, time.perf_counter() - t, time.process_time() - c
 
 
-def _child(tree: Path | None, directory: Path, files: list[str], work: Path,
-           fresh: bool = False) -> tuple[int, float, float]:
+def _child(
+    tree: Path | None, directory: Path, files: list[str], work: Path, fresh: bool = False
+) -> tuple[int, float, float]:
     from .scale import call_in_tree
 
-    n, w, c = call_in_tree(tree, "from pathlib import Path\nfrom bench.import_rate import measure",
-                           f"measure(Path({str(directory)!r}), {files!r}, Path({str(work)!r}), {fresh!r})")
+    n, w, c = call_in_tree(
+        tree,
+        "from pathlib import Path\nfrom bench.import_rate import measure",
+        f"measure(Path({str(directory)!r}), {files!r}, Path({str(work)!r}), {fresh!r})",
+    )
     return int(n), float(w), float(c)
 
 
@@ -73,26 +83,43 @@ def same_rows(a: Path, b: Path) -> bool:
     con = duckdb.connect()
     con.execute(f"ATTACH '{a}' AS a (READ_ONLY)")
     con.execute(f"ATTACH '{b}' AS b (READ_ONLY)")
-    cols = ", ".join("coalesce(r.prompt, i.text)" if r[0] == "prompt" else f"r.{r[0]}" for r in con.execute(
-        "SELECT column_name FROM duckdb_columns() WHERE database_name = 'a' AND table_name = 'results' "
-        "AND column_name <> 'written_at' ORDER BY column_index").fetchall())
+    cols = ", ".join(
+        "coalesce(r.prompt, i.text)" if r[0] == "prompt" else f"r.{r[0]}"
+        for r in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE database_name = 'a' AND table_name = 'results' "
+            "AND column_name <> 'written_at' ORDER BY column_index"
+        ).fetchall()
+    )
     runs = "run_id, suite_id, model, n_total, n_done, n_errors, status"
 
-    def results(db: str) -> str:  # the prompt as every Store reader returns it (store.result_queries.RESULT_COLUMNS)
-        return (f"SELECT {cols} FROM {db}.results r LEFT JOIN {db}.runs u ON u.run_id = r.run_id "
-                f"LEFT JOIN {db}.items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id")
+    def results(
+        db: str,
+    ) -> str:  # the prompt as every Store reader returns it (store.result_queries.RESULT_COLUMNS)
+        return (
+            f"SELECT {cols} FROM {db}.results r LEFT JOIN {db}.runs u ON u.run_id = r.run_id "
+            f"LEFT JOIN {db}.items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id"
+        )
 
     queries = [f"{results(x)} EXCEPT ALL {results(y)}" for x, y in (("a", "b"), ("b", "a"))]
-    queries += [f"SELECT {runs} FROM {x}.runs EXCEPT ALL SELECT {runs} FROM {y}.runs" for x, y in (("a", "b"), ("b", "a"))]
+    queries += [
+        f"SELECT {runs} FROM {x}.runs EXCEPT ALL SELECT {runs} FROM {y}.runs"
+        for x, y in (("a", "b"), ("b", "a"))
+    ]
     return not any(con.execute(f"SELECT count(*) FROM ({q})").fetchall()[0][0] for q in queries)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--worldsense", type=Path, default=DEFAULT_DIR)
-    ap.add_argument("--before", default=BEFORE_REF, metavar="REF", help=f"git commit (default {BEFORE_REF})")
+    ap.add_argument(
+        "--before", default=BEFORE_REF, metavar="REF", help=f"git commit (default {BEFORE_REF})"
+    )
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--fresh", action="store_true", help="time the whole import into a new file, trials included")
+    ap.add_argument(
+        "--fresh",
+        action="store_true",
+        help="time the whole import into a new file, trials included",
+    )
     ap.add_argument("files", nargs="*")
     args = ap.parse_args(argv)
     if not args.files:
@@ -112,13 +139,17 @@ def main(argv: list[str] | None = None) -> int:
     for name, rs in runs.items():
         n = rs[0][0]
         figures[name] = (n, n / min(r[1] for r in rs), n / min(r[2] for r in rs))
-        print(f"{name} ({args.before if name == 'before' else 'working tree'}): {n:,} rows, "
-              f"{figures[name][1]:,.0f} rows/s wall, {figures[name][2]:,.0f} rows/CPU-s "
-              f"(best of {len(rs)}; seconds wall {', '.join(f'{r[1]:.2f}' for r in rs)}, "
-              f"CPU {', '.join(f'{r[2]:.2f}' for r in rs)})")
+        print(
+            f"{name} ({args.before if name == 'before' else 'working tree'}): {n:,} rows, "
+            f"{figures[name][1]:,.0f} rows/s wall, {figures[name][2]:,.0f} rows/CPU-s "
+            f"(best of {len(rs)}; seconds wall {', '.join(f'{r[1]:.2f}' for r in rs)}, "
+            f"CPU {', '.join(f'{r[2]:.2f}' for r in rs)})"
+        )
     b, a = figures["before"], figures["after"]
-    print(f"ratio after/before: {a[1] / b[1]:.2f}x wall, {a[2] / b[2]:.2f}x CPU (target >= 50,000 rows/s); "
-          f"same rows: {same_rows(dbs['before'], dbs['after'])}")
+    print(
+        f"ratio after/before: {a[1] / b[1]:.2f}x wall, {a[2] / b[2]:.2f}x CPU (target >= 50,000 rows/s); "
+        f"same rows: {same_rows(dbs['before'], dbs['after'])}"
+    )
     return 0
 
 

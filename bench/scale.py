@@ -67,14 +67,19 @@ def _done(**extra):
 
 def extract_tree(ref: str, dest: Path) -> Path:
     """The package at git `ref`, laid out as an importable `llmscope` folder under `dest`."""
+
     def show(path: str) -> bytes:
-        return subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:{path}"], capture_output=True,
-                              check=True).stdout
+        return subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{ref}:{path}"], capture_output=True, check=True
+        ).stdout
 
     mapping = tomllib.loads(show("pyproject.toml").decode())["tool"]["setuptools"]["package-dir"]
     src = dest / "src"
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, *sorted(set(mapping.values()))],
-                             capture_output=True, check=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", ref, *sorted(set(mapping.values()))],
+        capture_output=True,
+        check=True,
+    ).stdout
     with tarfile.open(fileobj=BytesIO(archive)) as tar:
         tar.extractall(src, filter="data")
     pkg = dest / "pkg"
@@ -103,13 +108,24 @@ def worldsense_importer() -> tuple[Any, Any]:
 def call_in_tree(tree: Path | None, imports: str, call: str) -> list[str]:
     """The fields `print(*call)` prints in a fresh interpreter (one torch thread) with `tree`
     (an extracted older package, `extract_tree`) first on sys.path, else the working tree's code."""
-    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
-            + (f"sys.path.insert(0, {str(tree)!r})\n" if tree else "")
-            + "import llmscope\n"
-            + (f"assert llmscope.__file__.startswith({str(tree)!r}), llmscope.__file__\n" if tree else "")
-            + f"{imports}\nprint(*{call})\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=tempfile.gettempdir())
+    code = (
+        f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+        + (f"sys.path.insert(0, {str(tree)!r})\n" if tree else "")
+        + "import llmscope\n"
+        + (
+            f"assert llmscope.__file__.startswith({str(tree)!r}), llmscope.__file__\n"
+            if tree
+            else ""
+        )
+        + f"{imports}\nprint(*{call})\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        cwd=tempfile.gettempdir(),
+    )
     if proc.returncode:
         raise RuntimeError(f"bench child failed:\n{proc.stderr[-2000:]}")
     return proc.stdout.strip().splitlines()[-1].split()
@@ -120,8 +136,13 @@ def _child(body: str, tree: Path, timeout: float = 3600) -> dict[str, Any]:
     out = Path(tempfile.mkdtemp(prefix="llmscope-scale-step-")) / "out.json"
     code = _PRELUDE.format(root=str(ROOT), tree=str(tree), out=str(out)) + textwrap.dedent(body)
     ru0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     ru1, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter() - t0
     if out.is_file():
         # the whole child process too: interpreter start and imports included
@@ -318,19 +339,26 @@ def measure(version: str, tree: Path, work: Path, args: argparse.Namespace) -> d
         run_id = str(r[0]) if r else ""
     if args.flush_rows and not args.report_only:
         figs["flush"] = _safe(flush_step, tree, args.flush_rows)
-        print(f"{version}: write_results at the flush size {_fmt(figs['flush'], 'rows_s', digits=0)} rows/s",
-              flush=True)
+        print(
+            f"{version}: write_results at the flush size {_fmt(figs['flush'], 'rows_s', digits=0)} rows/s",
+            flush=True,
+        )
     if figs["write"]:
         reps = []
         for _ in range(args.report_rounds):
             r = _safe(report_step, db, tree)
-            print(f"{version}: report {_fmt(r, 'call_wall')} s wall, {_fmt(r, 'call_cpu')} s CPU "
-                  f"(whole process {_fmt(r, 'proc_wall')} s wall, {_fmt(r, 'proc_cpu')} s CPU; "
-                  f"load {os.getloadavg()[0]:.1f})", flush=True)
+            print(
+                f"{version}: report {_fmt(r, 'call_wall')} s wall, {_fmt(r, 'call_cpu')} s CPU "
+                f"(whole process {_fmt(r, 'proc_wall')} s wall, {_fmt(r, 'proc_cpu')} s CPU; "
+                f"load {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
             if r:
                 reps.append(r)
         # the round with the median CPU time (the wall time follows the machine's load)
-        figs["report"] = sorted(reps, key=lambda r: r["call_cpu"])[(len(reps) - 1) // 2] if reps else None
+        figs["report"] = (
+            sorted(reps, key=lambda r: r["call_cpu"])[(len(reps) - 1) // 2] if reps else None
+        )
     if figs["write"] and not args.report_only:
         figs["dash"] = _safe(dashboard_step, db, run_id, args.scrolls, tree)
         print(f"{version}: dashboard {_fmt(figs['dash'], 'numbers')} s", flush=True)
@@ -340,7 +368,9 @@ def measure(version: str, tree: Path, work: Path, args: argparse.Namespace) -> d
     return figs
 
 
-def table(before: dict[str, Any] | None, after: dict[str, Any], worldsense: bool) -> list[tuple[str, str, str]]:
+def table(
+    before: dict[str, Any] | None, after: dict[str, Any], worldsense: bool
+) -> list[tuple[str, str, str]]:
     b = before or {}
     rows: list[tuple[str, str, str]] = []
 
@@ -352,33 +382,73 @@ def table(before: dict[str, Any] | None, after: dict[str, Any], worldsense: bool
     w_b, w_a = b.get("write"), after.get("write")
     what = "import" if worldsense else "write (store bulk API)"
     n_rows = (w_a or w_b or {}).get("rows", 0)
-    rows.append((f"{what}: {n_rows:,} rows, rows/s wall", rate(w_b, "call_wall"), rate(w_a, "call_wall")))
+    rows.append(
+        (f"{what}: {n_rows:,} rows, rows/s wall", rate(w_b, "call_wall"), rate(w_a, "call_wall"))
+    )
     rows.append((f"{what}: rows/s CPU", rate(w_b, "call_cpu"), rate(w_a, "call_cpu")))
-    rows.append((f"{what}: peak memory MB", _fmt(w_b, "peak_mb", digits=0), _fmt(w_a, "peak_mb", digits=0)))
+    rows.append(
+        (f"{what}: peak memory MB", _fmt(w_b, "peak_mb", digits=0), _fmt(w_a, "peak_mb", digits=0))
+    )
     f_b, f_a = b.get("flush"), after.get("flush")
     if f_a or f_b:
         batch = (f_a or f_b or {}).get("batch", 0)
-        rows.append((f"write_results, batches of {batch:,} (flush size): rows/s wall", _fmt(f_b, "rows_s", digits=0),
-                     _fmt(f_a, "rows_s", digits=0)))
-        rows.append(("write_results at the flush size: rows/CPU-s", _fmt(f_b, "rows_cpu_s", digits=0),
-                     _fmt(f_a, "rows_cpu_s", digits=0)))
+        rows.append(
+            (
+                f"write_results, batches of {batch:,} (flush size): rows/s wall",
+                _fmt(f_b, "rows_s", digits=0),
+                _fmt(f_a, "rows_s", digits=0),
+            )
+        )
+        rows.append(
+            (
+                "write_results at the flush size: rows/CPU-s",
+                _fmt(f_b, "rows_cpu_s", digits=0),
+                _fmt(f_a, "rows_cpu_s", digits=0),
+            )
+        )
     r_b, r_a = b.get("report"), after.get("report")
-    rows.append(("report over all runs (cold), s wall", _fmt(r_b, "call_wall"), _fmt(r_a, "call_wall")))
+    rows.append(
+        ("report over all runs (cold), s wall", _fmt(r_b, "call_wall"), _fmt(r_a, "call_wall"))
+    )
     rows.append(("report, s CPU", _fmt(r_b, "call_cpu"), _fmt(r_a, "call_cpu")))
-    rows.append(("report, whole process (start-up too), s wall", _fmt(r_b, "proc_wall"), _fmt(r_a, "proc_wall")))
+    rows.append(
+        (
+            "report, whole process (start-up too), s wall",
+            _fmt(r_b, "proc_wall"),
+            _fmt(r_a, "proc_wall"),
+        )
+    )
     rows.append(("report, whole process, s CPU", _fmt(r_b, "proc_cpu"), _fmt(r_a, "proc_cpu")))
-    rows.append(("report peak memory MB", _fmt(r_b, "peak_mb", digits=0), _fmt(r_a, "peak_mb", digits=0)))
+    rows.append(
+        ("report peak memory MB", _fmt(r_b, "peak_mb", digits=0), _fmt(r_a, "peak_mb", digits=0))
+    )
     d_b, d_a = b.get("dash"), after.get("dash")
     rows.append(("dashboard first frame s", _fmt(d_b, "first_frame"), _fmt(d_a, "first_frame")))
-    rows.append(("dashboard failing list shown s", _fmt(d_b, "list_shown"), _fmt(d_a, "list_shown")))
+    rows.append(
+        ("dashboard failing list shown s", _fmt(d_b, "list_shown"), _fmt(d_a, "list_shown"))
+    )
     rows.append(("dashboard numbers shown s", _fmt(d_b, "numbers"), _fmt(d_a, "numbers")))
-    rows.append(("dashboard peak memory MB", _fmt(d_b, "peak_mb", digits=0), _fmt(d_a, "peak_mb", digits=0)))
+    rows.append(
+        ("dashboard peak memory MB", _fmt(d_b, "peak_mb", digits=0), _fmt(d_a, "peak_mb", digits=0))
+    )
     listed = (d_a or d_b or {}).get("listed") or 0
-    rows.append((f"list scroll per key, ms median ({listed:,} rows)", _fmt(d_b, "scroll_median_ms", digits=0),
-                 _fmt(d_a, "scroll_median_ms", digits=0)))
-    rows.append(("list scroll per key, ms max", _fmt(d_b, "scroll_max_ms", digits=0),
-                 _fmt(d_a, "scroll_max_ms", digits=0)))
-    rows.append(("list re-sort ms", _fmt(d_b, "resort_ms", digits=0), _fmt(d_a, "resort_ms", digits=0)))
+    rows.append(
+        (
+            f"list scroll per key, ms median ({listed:,} rows)",
+            _fmt(d_b, "scroll_median_ms", digits=0),
+            _fmt(d_a, "scroll_median_ms", digits=0),
+        )
+    )
+    rows.append(
+        (
+            "list scroll per key, ms max",
+            _fmt(d_b, "scroll_max_ms", digits=0),
+            _fmt(d_a, "scroll_max_ms", digits=0),
+        )
+    )
+    rows.append(
+        ("list re-sort ms", _fmt(d_b, "resort_ms", digits=0), _fmt(d_a, "resort_ms", digits=0))
+    )
     return rows
 
 
@@ -392,59 +462,104 @@ def target_lines(after: dict[str, Any], args: argparse.Namespace) -> list[str]:
     out = ["targets (working tree):"]
     rep = after.get("report")
     if rep and not args.worldsense:
-        verdict = ("met" if rep["call_wall"] < REPORT_TARGET_S else "NOT met") if args.n == 1_000_000 \
+        verdict = (
+            ("met" if rep["call_wall"] < REPORT_TARGET_S else "NOT met")
+            if args.n == 1_000_000
             else f"not judged: this run has {args.n:,} rows"
-        out.append(f"  report over 1M yes/no rows, cold < {REPORT_TARGET_S:g} s: {rep['call_wall']:.2f} s wall "
-                   f"({rep['call_cpu']:.2f} s CPU; whole process {rep['proc_wall']:.2f} s wall, "
-                   f"{rep['proc_cpu']:.2f} s CPU) {verdict}")
+        )
+        out.append(
+            f"  report over 1M yes/no rows, cold < {REPORT_TARGET_S:g} s: {rep['call_wall']:.2f} s wall "
+            f"({rep['call_cpu']:.2f} s CPU; whole process {rep['proc_wall']:.2f} s wall, "
+            f"{rep['proc_cpu']:.2f} s CPU) {verdict}"
+        )
     fl = after.get("flush")
     if fl:
         ok = fl["rows_s"] >= STORE_TARGET_ROWS_S
-        out.append(f"  store >= {STORE_TARGET_ROWS_S:,} rows/s at the flush size ({fl['batch']:,}): "
-                   f"{fl['rows_s']:,.0f} rows/s wall ({fl['rows_cpu_s']:,.0f} rows/CPU-s) {'met' if ok else 'NOT met'}")
+        out.append(
+            f"  store >= {STORE_TARGET_ROWS_S:,} rows/s at the flush size ({fl['batch']:,}): "
+            f"{fl['rows_s']:,.0f} rows/s wall ({fl['rows_cpu_s']:,.0f} rows/CPU-s) {'met' if ok else 'NOT met'}"
+        )
     st = after.get("study")
     if st:
         from .study_matrix import target_line
 
-        out.append("  " + target_line(st, args.study_runs, args.study_rows)
-                   + f" (CPU: warm {st['warm']['cpu_s']:.2f} s, cold {st['cold']['cpu_s']:.2f} s)")
+        out.append(
+            "  "
+            + target_line(st, args.study_runs, args.study_rows)
+            + f" (CPU: warm {st['warm']['cpu_s']:.2f} s, cold {st['cold']['cpu_s']:.2f} s)"
+        )
         if "cold_before" in st:
             cb = st["cold_before"]
-            out.append(f"    study matrix cold with {args.before}: {cb['wall_s']:.2f} s wall, {cb['cpu_s']:.2f} s CPU")
+            out.append(
+                f"    study matrix cold with {args.before}: {cb['wall_s']:.2f} s wall, {cb['cpu_s']:.2f} s CPU"
+            )
     elif not args.study:
-        out.append("  study matrix < 2 s: not measured here (--study, or python -m bench.study_matrix)")
+        out.append(
+            "  study matrix < 2 s: not measured here (--study, or python -m bench.study_matrix)"
+        )
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    ap.add_argument("--n", type=int, default=1_000_000, help="results in the synthetic run (default 1,000,000)")
-    ap.add_argument("--worldsense", type=Path, nargs="?", metavar="DIR",
-                    const=ROOT.parent / "shared" / "data" / "worldsense" / "test_set",
-                    help="use the WorldSense import instead (default DIR: the shared test set)")
-    ap.add_argument("--before", default=BEFORE_REF, metavar="REF",
-                    help=f"git commit whose code is 'before' (default {BEFORE_REF})")
+    ap.add_argument(
+        "--n", type=int, default=1_000_000, help="results in the synthetic run (default 1,000,000)"
+    )
+    ap.add_argument(
+        "--worldsense",
+        type=Path,
+        nargs="?",
+        metavar="DIR",
+        const=ROOT.parent / "shared" / "data" / "worldsense" / "test_set",
+        help="use the WorldSense import instead (default DIR: the shared test set)",
+    )
+    ap.add_argument(
+        "--before",
+        default=BEFORE_REF,
+        metavar="REF",
+        help=f"git commit whose code is 'before' (default {BEFORE_REF})",
+    )
     ap.add_argument("--skip-before", action="store_true", help="measure the current code only")
-    ap.add_argument("--scrolls", type=int, default=40, help="list key presses timed (pagedown, every 10th end)")
+    ap.add_argument(
+        "--scrolls", type=int, default=40, help="list key presses timed (pagedown, every 10th end)"
+    )
     ap.add_argument("--keep", type=Path, help="keep the databases in this folder")
     ap.add_argument("--json", type=Path, help="also write every figure to this file")
-    ap.add_argument("--flush-rows", type=int, default=100_000, metavar="N",
-                    help="rows written through write_results at the run loop's flush size (0: skip)")
-    ap.add_argument("--study", action="store_true",
-                    help="also time the study matrix (bench.study_matrix): cold with --before's code and the "
-                         "working tree, warm with the working tree")
+    ap.add_argument(
+        "--flush-rows",
+        type=int,
+        default=100_000,
+        metavar="N",
+        help="rows written through write_results at the run loop's flush size (0: skip)",
+    )
+    ap.add_argument(
+        "--study",
+        action="store_true",
+        help="also time the study matrix (bench.study_matrix): cold with --before's code and the "
+        "working tree, warm with the working tree",
+    )
     ap.add_argument("--study-runs", type=int, default=10)
     ap.add_argument("--study-rows", type=int, default=87_048)
-    ap.add_argument("--report-only", action="store_true",
-                    help="write the data and time the report only (no flush-size or dashboard step)")
-    ap.add_argument("--report-rounds", type=int, default=1, metavar="N",
-                    help="time the report N times per version; the table shows the median-CPU round")
+    ap.add_argument(
+        "--report-only",
+        action="store_true",
+        help="write the data and time the report only (no flush-size or dashboard step)",
+    )
+    ap.add_argument(
+        "--report-rounds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="time the report N times per version; the table shows the median-CPU round",
+    )
     args = ap.parse_args(argv)
     if args.n < 1:
         ap.error("--n must be at least 1")
     if args.worldsense and not (args.worldsense / "trials.jsonl.bz2").is_file():
-        print(f"no WorldSense test set at {args.worldsense} (trials.jsonl.bz2); omit --worldsense for a synthetic run",
-              file=sys.stderr)
+        print(
+            f"no WorldSense test set at {args.worldsense} (trials.jsonl.bz2); omit --worldsense for a synthetic run",
+            file=sys.stderr,
+        )
         return 2
     work = Path(tempfile.mkdtemp(prefix="llmscope-scale-")) if args.keep is None else args.keep
     work.mkdir(parents=True, exist_ok=True)
@@ -453,22 +568,28 @@ def main(argv: list[str] | None = None) -> int:
         try:
             old = extract_tree(args.before, work / "before-code")
         except subprocess.CalledProcessError as e:
-            print(f"--before {args.before}: cannot read that commit from git ({e.stderr.decode().strip()[:200]})",
-                  file=sys.stderr)
+            print(
+                f"--before {args.before}: cannot read that commit from git ({e.stderr.decode().strip()[:200]})",
+                file=sys.stderr,
+            )
             return 2
         before = measure("before", old, work, args)
     after = measure("after", ROOT, work, args)
     if args.study:
         from .study_matrix import measure as study_measure
 
-        after["study"] = study_measure(args.study_runs, args.study_rows, work / "study",
-                                       old)
-        print(f"after: study matrix cold {after['study']['cold']['wall_s']:.2f} s, "
-              f"warm {after['study']['warm']['wall_s']:.2f} s", flush=True)
+        after["study"] = study_measure(args.study_runs, args.study_rows, work / "study", old)
+        print(
+            f"after: study matrix cold {after['study']['cold']['wall_s']:.2f} s, "
+            f"warm {after['study']['warm']['wall_s']:.2f} s",
+            flush=True,
+        )
     load = os.getloadavg()
-    print(f"\n{'WorldSense import' if args.worldsense else f'synthetic run of {args.n:,} results'}; "
-          f"before = {'-' if before is None else args.before}, after = working tree; "
-          f"load average {load[0]:.1f} on {os.cpu_count()} CPUs")
+    print(
+        f"\n{'WorldSense import' if args.worldsense else f'synthetic run of {args.n:,} results'}; "
+        f"before = {'-' if before is None else args.before}, after = working tree; "
+        f"load average {load[0]:.1f} on {os.cpu_count()} CPUs"
+    )
     rows = table(before, after, bool(args.worldsense))
     w = max(len(r[0]) for r in rows)
     print(f"{'measurement':<{w}}  {'before':>12}  {'after':>12}")
@@ -481,7 +602,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         shutil.rmtree(work, ignore_errors=True)
     if args.json:
-        args.json.write_text(json.dumps({"before_ref": args.before, "before": before, "after": after}, indent=2))
+        args.json.write_text(
+            json.dumps({"before_ref": args.before, "before": before, "after": after}, indent=2)
+        )
     return 0
 
 

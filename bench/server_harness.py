@@ -22,8 +22,17 @@ from bench.vllm_server import free_port, poll_models
 from llmscope.store.codec import decode_json
 
 ALIAS = "smollm2"  # the name both servers serve the embedded model under
-ROW_COLUMNS = ("item_id", "variant", "probs", "prediction", "gold", "correct", "error", "extra",
-               "option_scores")
+ROW_COLUMNS = (
+    "item_id",
+    "variant",
+    "probs",
+    "prediction",
+    "gold",
+    "correct",
+    "error",
+    "extra",
+    "option_scores",
+)
 JSON_COLUMNS = ("probs", "extra", "option_scores")
 
 
@@ -35,19 +44,42 @@ def client_env(key: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def run_command(db: Path, suite: str | Path, urls: str | Sequence[str] | None, *extra: str,
-                concurrency: int = 2) -> list[str]:
+def run_command(
+    db: Path, suite: str | Path, urls: str | Sequence[str] | None, *extra: str, concurrency: int = 2
+) -> list[str]:
     """`llmscope run` of a suite: through the server(s) at `urls` (items sharded over them), else
     on the local backend with one thread."""
     urls = [urls] if isinstance(urls, str) else list(urls or [])
-    model = (["--model", f"openai:{ALIAS}", *[x for u in urls for x in ("--base-url", u)],
-              "--concurrency", str(concurrency)] if urls else ["--threads", "1"])
-    return [sys.executable, "-m", "llmscope", "--db", str(db), "run", "--suite", str(suite), *model,
-            "--quiet", "--no-report", *extra]
+    model = (
+        [
+            "--model",
+            f"openai:{ALIAS}",
+            *[x for u in urls for x in ("--base-url", u)],
+            "--concurrency",
+            str(concurrency),
+        ]
+        if urls
+        else ["--threads", "1"]
+    )
+    return [
+        sys.executable,
+        "-m",
+        "llmscope",
+        "--db",
+        str(db),
+        "run",
+        "--suite",
+        str(suite),
+        *model,
+        "--quiet",
+        "--no-report",
+        *extra,
+    ]
 
 
-def stored_rows(db: Path, backend: str | None = None, suite: str | None = None,
-                latest: bool = False) -> list[dict[str, Any]]:
+def stored_rows(
+    db: Path, backend: str | None = None, suite: str | None = None, latest: bool = False
+) -> list[dict[str, Any]]:
     """The stored result rows (JSON columns decoded, with the run's backend and status), ordered
     by item and variant: of every run of `backend` (of every run: None) of `suite`, or only of
     the latest such run."""
@@ -60,12 +92,16 @@ def stored_rows(db: Path, backend: str | None = None, suite: str | None = None,
         args.append(suite)
     cond = " where " + " and ".join(where) if where else ""
     if latest:
-        cond = f" where runs.run_id = (select run_id from runs{cond} order by started_at desc limit 1)"
+        cond = (
+            f" where runs.run_id = (select run_id from runs{cond} order by started_at desc limit 1)"
+        )
     con = duckdb.connect(str(db), read_only=True)
     try:
         cur = con.execute(
             f"select {', '.join('r.' + c for c in ROW_COLUMNS)}, runs.backend, runs.status "
-            f"from results r join runs using (run_id){cond} order by r.item_id, r.variant", args)
+            f"from results r join runs using (run_id){cond} order by r.item_id, r.variant",
+            args,
+        )
         cols = [d[0] for d in cur.description]
         out = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
     finally:
@@ -78,7 +114,9 @@ def stored_rows(db: Path, backend: str | None = None, suite: str | None = None,
 
 def rows_by_key(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
     """Rows keyed by (item, variant), empty JSON columns as {} (for pairing two runs)."""
-    return {(r["item_id"], r["variant"]): {**r, **{k: r[k] or {} for k in JSON_COLUMNS}} for r in rows}
+    return {
+        (r["item_id"], r["variant"]): {**r, **{k: r[k] or {} for k in JSON_COLUMNS}} for r in rows
+    }
 
 
 def run_meta(db: Path, backend: str, suite: str | None = None) -> dict[str, Any]:
@@ -86,8 +124,11 @@ def run_meta(db: Path, backend: str, suite: str | None = None) -> dict[str, Any]
     con = duckdb.connect(str(db), read_only=True)
     try:
         (meta,) = con.execute(
-            "select meta from runs where backend = ?" + (" and suite_name = ?" if suite else "")
-            + " order by started_at desc limit 1", [backend, *([suite] if suite else [])]).fetchone()
+            "select meta from runs where backend = ?"
+            + (" and suite_name = ?" if suite else "")
+            + " order by started_at desc limit 1",
+            [backend, *([suite] if suite else [])],
+        ).fetchone()
     finally:
         con.close()
     return dict(decode_json(meta) if isinstance(meta, str) else meta)
@@ -96,9 +137,27 @@ def run_meta(db: Path, backend: str, suite: str | None = None) -> dict[str, Any]
 def llama_command(gguf: Path, port: int) -> list[str]:
     """The llama.cpp server's command line: the GGUF served as `smollm2`, every position's
     logits kept (prompt log-probabilities), 2048 tokens of context."""
-    return [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--logits_all", "true",
-            "--model_alias", ALIAS, "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048",
-            "--seed", "0", "--verbose", "false"]
+    return [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(gguf),
+        "--logits_all",
+        "true",
+        "--model_alias",
+        ALIAS,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        "2048",
+        "--seed",
+        "0",
+        "--verbose",
+        "false",
+    ]
 
 
 def start_llama(gguf: Path, log: Path, timeout: float = 180) -> tuple[subprocess.Popen[bytes], str]:
@@ -125,12 +184,15 @@ def stop_llama(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def run_suite(db: Path, suite: str, base: str | None, *extra: str,
-              env: dict[str, str]) -> tuple[int, str, float]:
+def run_suite(
+    db: Path, suite: str, base: str | None, *extra: str, env: dict[str, str]
+) -> tuple[int, str, float]:
     """`llmscope run` of a suite (through the server at `base`, else locally): its exit code,
     the last line it wrote to stderr (the reason of a stop) and its seconds."""
     t0 = time.monotonic()
-    p = subprocess.run(run_command(db, suite, base, *extra), capture_output=True, text=True, env=env)
+    p = subprocess.run(
+        run_command(db, suite, base, *extra), capture_output=True, text=True, env=env
+    )
     return p.returncode, (p.stderr.strip().splitlines() or [""])[-1], time.monotonic() - t0
 
 
@@ -139,8 +201,13 @@ def run_both(db: Path, suite: str, base: str, *extra: str, env: dict[str, str]) 
     codes, seconds and stop reasons (the stored rows are read with `stored_rows`)."""
     rc_l, err_l, t_l = run_suite(db, suite, None, *extra, env=env)
     rc_r, err_r, t_r = run_suite(db, suite, base, *extra, env=env)
-    res: dict[str, Any] = {"suite": suite, "local_rc": rc_l, "server_rc": rc_r,
-                           "local_s": round(t_l), "server_s": round(t_r)}
+    res: dict[str, Any] = {
+        "suite": suite,
+        "local_rc": rc_l,
+        "server_rc": rc_r,
+        "local_s": round(t_l),
+        "server_s": round(t_r),
+    }
     if rc_r:
         res["server_stop"] = err_r
     if rc_l:

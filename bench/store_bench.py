@@ -132,7 +132,9 @@ BEFORE_REF = "69e8d33"  # main at the start of round 3 (schema 4, before the bul
 SCHEMA3_REF = "fecc4dd~1"  # the last commit whose store wrote schema 3 (`--before schema3`)
 
 
-def _child_rate(tree: Path | None, rows: int, batch: int, top_tokens: bool = True) -> tuple[float, float]:
+def _child_rate(
+    tree: Path | None, rows: int, batch: int, top_tokens: bool = True
+) -> tuple[float, float]:
     """`write_rate` in a fresh interpreter: with `tree` (an extracted older package) first on
     sys.path, else the working tree's code."""
     from .scale import call_in_tree
@@ -146,19 +148,31 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument(
-        "--batch", type=int, nargs="+", default=[4096, 32768],
+        "--batch",
+        type=int,
+        nargs="+",
+        default=[4096, 32768],
         help="rows per write (the run loop flushes 4,096 rows or 1 s; imports write a run per transaction)",
     )
-    ap.add_argument("--rounds", type=int, default=2, help="before/after pairs per batch size (best kept)")
-    ap.add_argument("--before", default=BEFORE_REF, metavar="REF",
-                    help=f"git commit whose store is 'before' (default {BEFORE_REF}), or 'schema3' "
-                         f"({SCHEMA3_REF}, the last schema-3 writer)")
+    ap.add_argument(
+        "--rounds", type=int, default=2, help="before/after pairs per batch size (best kept)"
+    )
+    ap.add_argument(
+        "--before",
+        default=BEFORE_REF,
+        metavar="REF",
+        help=f"git commit whose store is 'before' (default {BEFORE_REF}), or 'schema3' "
+        f"({SCHEMA3_REF}, the last schema-3 writer)",
+    )
     ap.add_argument(
         "--run-limit", type=int, default=None, help="statements of commonsense-sample (default all)"
     )
     ap.add_argument("--skip-run", action="store_true", help="skip the tiny-model run")
-    ap.add_argument("--without-top-tokens", action="store_true",
-                    help="also write the same rows without top tokens (working tree): the rest of a write's cost")
+    ap.add_argument(
+        "--without-top-tokens",
+        action="store_true",
+        help="also write the same rows without top tokens (working tree): the rest of a write's cost",
+    )
     args = ap.parse_args(argv)
     from llmscope.engine.runner import FLUSH_ROWS
 
@@ -181,16 +195,22 @@ def main(argv: list[str] | None = None) -> int:
             f"write_results, {args.rows:,} rows in batches of {b:,} (until closed): "
             f"before ({label}) {w0:,.0f} rows/s wall, {c0:,.0f} rows/CPU-s; "
             f"now {w1:,.0f} rows/s wall, {c1:,.0f} rows/CPU-s; ratio {w1 / w0:.2f}x wall, {c1 / c0:.2f}x CPU; "
-            f"load average {load:.1f} on {os.cpu_count()} CPUs", flush=True
+            f"load average {load:.1f} on {os.cpu_count()} CPUs",
+            flush=True,
         )
         if args.without_top_tokens:
             bare = [_child_rate(None, args.rows, b, top_tokens=False) for _ in range(args.rounds)]
-            print(f"  the same rows without top tokens (now): {max(r[0] for r in bare):,.0f} rows/s wall, "
-                  f"{max(r[1] for r in bare):,.0f} rows/CPU-s", flush=True)
-        print(f"  target: >= {TARGET_ROWS_S:,} rows/s wall at the run loop's flush size "
-              f"({FLUSH_ROWS:,} rows): {'met' if w1 >= TARGET_ROWS_S else 'NOT met'} "
-              f"({w1:,.0f} rows/s{'' if b == FLUSH_ROWS else '; this batch size is not the flush size'})",
-              flush=True)
+            print(
+                f"  the same rows without top tokens (now): {max(r[0] for r in bare):,.0f} rows/s wall, "
+                f"{max(r[1] for r in bare):,.0f} rows/CPU-s",
+                flush=True,
+            )
+        print(
+            f"  target: >= {TARGET_ROWS_S:,} rows/s wall at the run loop's flush size "
+            f"({FLUSH_ROWS:,} rows): {'met' if w1 >= TARGET_ROWS_S else 'NOT met'} "
+            f"({w1:,.0f} rows/s{'' if b == FLUSH_ROWS else '; this batch size is not the flush size'})",
+            flush=True,
+        )
     if not args.skip_run:
         spent, wall, done = run_share(args.run_limit)
         print(

@@ -108,8 +108,10 @@ def _child(code: str, tree: Path | None = None) -> dict:
     bench.scale.extract_tree) first on sys.path, else the working tree's code."""
     head = ""
     if tree is not None:
-        head = (f"import sys; sys.path.insert(0, {str(tree)!r}); import llmscope\n"
-                f"assert llmscope.__file__.startswith({str(tree)!r}), llmscope.__file__\n")
+        head = (
+            f"import sys; sys.path.insert(0, {str(tree)!r}); import llmscope\n"
+            f"assert llmscope.__file__.startswith({str(tree)!r}), llmscope.__file__\n"
+        )
     out = subprocess.run(
         [sys.executable, "-c", head + textwrap.dedent(code)],
         capture_output=True,
@@ -145,9 +147,11 @@ def measure(runs: int, rows: int, folder: Path, before: Path | None = None) -> d
 def target_line(figs: dict[str, dict], runs: int, rows: int) -> str:
     """Whether the matrix renders within TARGET_S (warm: the metrics cache filled; cold: none)."""
     warm, cold = figs["warm"]["wall_s"], figs["cold"]["wall_s"]
-    return (f"target: study matrix ({runs} runs x {rows:,} rows) < {TARGET_S:g} s: "
-            f"warm {warm:.2f} s {'met' if warm < TARGET_S else 'NOT met'}; "
-            f"cold {cold:.2f} s {'met' if cold < TARGET_S else 'NOT met'}")
+    return (
+        f"target: study matrix ({runs} runs x {rows:,} rows) < {TARGET_S:g} s: "
+        f"warm {warm:.2f} s {'met' if warm < TARGET_S else 'NOT met'}; "
+        f"cold {cold:.2f} s {'met' if cold < TARGET_S else 'NOT met'}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--rows", type=int, default=87048)
     ap.add_argument("--keep", help="build the database in this folder and keep it")
-    ap.add_argument("--before", metavar="REF", help="also time the cold read with the code of git REF")
+    ap.add_argument(
+        "--before", metavar="REF", help="also time the cold read with the code of git REF"
+    )
     args = ap.parse_args(argv)
     folder = (
         Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="llmscope-study-bench-"))
@@ -167,8 +173,10 @@ def main(argv: list[str] | None = None) -> int:
 
         tree = extract_tree(args.before, Path(tempfile.mkdtemp(prefix="llmscope-study-before-")))
     figs = measure(args.runs, args.rows, folder, tree)
-    print(f"built {args.runs} runs x {args.rows} rows in {figs['build']['build_s']:.1f} s ({folder}); "
-          f"every run's full metrics cached in {figs['fill']['fill_s']:.1f} s")
+    print(
+        f"built {args.runs} runs x {args.rows} rows in {figs['build']['build_s']:.1f} s ({folder}); "
+        f"every run's full metrics cached in {figs['fill']['fill_s']:.1f} s"
+    )
     for label, key in (
         *([(f"cold with {args.before} (no metrics cache)", "cold_before")] if args.before else []),
         ("cold (no metrics cache)", "cold"),

@@ -176,8 +176,11 @@ def main(argv: list[str] | None = None) -> int:
         "--sets", default="yesno,mc", help="comma-separated item sets to run: yesno, mc"
     )
     ap.add_argument("--json", default=None, help="also write the figures to this file")
-    ap.add_argument("--compare-padded", action="store_true",
-                    help="also time llmscope's padded loglik path (tree mask off) on the mc set")
+    ap.add_argument(
+        "--compare-padded",
+        action="store_true",
+        help="also time llmscope's padded loglik path (tree mask off) on the mc set",
+    )
     args = ap.parse_args(argv)
 
     import torch
@@ -264,7 +267,9 @@ def main(argv: list[str] | None = None) -> int:
 
                 cpu: dict[str, float] = {}
 
-                async def go(b: HFBackend = backend, cpu: dict[str, float] = cpu) -> tuple[Any, Any]:
+                async def go(
+                    b: HFBackend = backend, cpu: dict[str, float] = cpu
+                ) -> tuple[Any, Any]:
                     y = await _llmscope_yesno(b, suite, args.n_yesno) if do_y else None
                     cpu["y"] = _LAST_CPU[0]
                     m = await _llmscope_mc(b, mc) if do_m else None
@@ -361,8 +366,10 @@ def main(argv: list[str] | None = None) -> int:
             t = statistics.median(times[(system, name)])
             rate[system] = n / t
             cpu_rate[system] = n / statistics.median(cpu_times[(system, name)])
-            line = (f"{name:6s} {system:8s} {n / t:8.2f} items/s {ntok / t:9.1f} tokens/s "
-                    f"{cpu_rate[system]:8.2f} items per CPU second")
+            line = (
+                f"{name:6s} {system:8s} {n / t:8.2f} items/s {ntok / t:9.1f} tokens/s "
+                f"{cpu_rate[system]:8.2f} items per CPU second"
+            )
             if peak:
                 line += f"  {2 * n_params * ntok / t / peak:.2%} of peak FLOP/s"
             print(line)
@@ -370,13 +377,17 @@ def main(argv: list[str] | None = None) -> int:
             figures[f"{name}_{system}_items_per_cpu_s"] = round(cpu_rate[system], 3)
         ratios[name] = rate["llmscope"] / rate["lm-eval"]
         figures[f"ratio_cpu_{name}"] = round(cpu_rate["llmscope"] / cpu_rate["lm-eval"], 3)
-        print(f"{name:6s} ratio llmscope/lm-eval by CPU seconds: {figures[f'ratio_cpu_{name}']:.2f}")
+        print(
+            f"{name:6s} ratio llmscope/lm-eval by CPU seconds: {figures[f'ratio_cpu_{name}']:.2f}"
+        )
         if name == "mc" and "padded" in rate:
             figures["mc_tree_over_padded"] = round(rate["llmscope"] / rate["padded"], 3)
             figures["mc_tree_over_padded_cpu"] = round(cpu_rate["llmscope"] / cpu_rate["padded"], 3)
-            print(f"mc     tree mask vs padded path: {rate['llmscope'] / rate['padded']:.2f}x wall, "
-                  f"{figures['mc_tree_over_padded_cpu']:.2f}x CPU "
-                  f"(padded vs lm-eval {rate['padded'] / rate['lm-eval']:.2f} wall)")
+            print(
+                f"mc     tree mask vs padded path: {rate['llmscope'] / rate['padded']:.2f}x wall, "
+                f"{figures['mc_tree_over_padded_cpu']:.2f}x CPU "
+                f"(padded vs lm-eval {rate['padded'] / rate['lm-eval']:.2f} wall)"
+            )
         what = (
             "P(answer token)"
             if name == "yesno"
@@ -424,7 +435,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         cpu_ratio = min(figures[f"ratio_cpu_{k}"] for k in ratios)
         figures["ratio_paired_rounds"] = round(paired, 3)
-        print(f"ratio llmscope/lm-eval, median of per-round ratios: {paired:.2f}; by CPU seconds: {cpu_ratio:.2f}")
+        print(
+            f"ratio llmscope/lm-eval, median of per-round ratios: {paired:.2f}; by CPU seconds: {cpu_ratio:.2f}"
+        )
     print(f"ratio llmscope/lm-eval: {min(ratios.values()):.2f}")
     return 0 if ok else 1
 

@@ -35,7 +35,15 @@ def main(argv: list[str] | None = None) -> int:
     reqs = [(c, o) for c, opts, _ in mc for o in opts]
 
     def run(tree: bool) -> tuple[float, float, list[Any], dict[str, Any]]:
-        b = HFBackend(spec, model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=16, threads=1)
+        b = HFBackend(
+            spec,
+            model=model,
+            tokenizer=tok,
+            device="cpu",
+            dtype="float32",
+            batch_size=16,
+            threads=1,
+        )
         b.tree_mask = tree
 
         async def go() -> tuple[float, float, list[Any]]:
@@ -62,15 +70,27 @@ def main(argv: list[str] | None = None) -> int:
     for rnd in range(rounds):
         for tree in (True, False):
             dt, dc, out, st = run(tree)
-            d = max(abs(a - b) for o, r in zip(out, ref, strict=True) for a, b in zip(o.token_logprobs, r, strict=True))
+            d = max(
+                abs(a - b)
+                for o, r in zip(out, ref, strict=True)
+                for a, b in zip(o.token_logprobs, r, strict=True)
+            )
             res[tree].append((dt, dc))
-            print(f"round {rnd} {'tree  ' if tree else 'padded'} wall {dt:6.2f}s cpu {dc:6.2f}s "
-                  f"items/cpu-s {len(mc) / dc:6.2f} batches {st['batches']:.0f} maxdiff {d:.2e} "
-                  f"load {os.getloadavg()[0]:.1f}", flush=True)
-    med = {t: (statistics.median(x[0] for x in res[t]), statistics.median(x[1] for x in res[t])) for t in res}
+            print(
+                f"round {rnd} {'tree  ' if tree else 'padded'} wall {dt:6.2f}s cpu {dc:6.2f}s "
+                f"items/cpu-s {len(mc) / dc:6.2f} batches {st['batches']:.0f} maxdiff {d:.2e} "
+                f"load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
+    med = {
+        t: (statistics.median(x[0] for x in res[t]), statistics.median(x[1] for x in res[t]))
+        for t in res
+    }
     for t in (True, False):
         print(f"{'tree  ' if t else 'padded'} median wall {med[t][0]:.2f} s, CPU {med[t][1]:.2f} s")
-    print(f"tree mask speed-up: {med[False][0] / med[True][0]:.2f}x wall, {med[False][1] / med[True][1]:.2f}x CPU")
+    print(
+        f"tree mask speed-up: {med[False][0] / med[True][0]:.2f}x wall, {med[False][1] / med[True][1]:.2f}x CPU"
+    )
     return 0
 
 

@@ -153,8 +153,15 @@ def launch(model: Path, log: Path, port: int | None = None) -> VLLMServer:
     return server
 
 
-def poll_models(base_url: str, proc: subprocess.Popen[bytes], log: Path, name: str, deadline: float,
-                want: str | None = None, every: float = 1.0) -> None:
+def poll_models(
+    base_url: str,
+    proc: subprocess.Popen[bytes],
+    log: Path,
+    name: str,
+    deadline: float,
+    want: str | None = None,
+    every: float = 1.0,
+) -> None:
     """Block until `base_url`/models answers 200 (listing `want`, when given); RuntimeError with
     the log's tail when the process exits or the monotonic `deadline` passes."""
     while True:

@@ -23,8 +23,15 @@ SPEC: dict[str, Any] = {
     "id_field": "id",
     "text_field": "question",
     "templates": {"default": "{question} Answer with a short phrase."},
-    "task_options": {"n": 20, "temperature": 1.0, "top_p": 1.0, "max_new_tokens": 12, "stop": ["\n"],
-                     "seed": 0, "chat": True},
+    "task_options": {
+        "n": 20,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "max_new_tokens": 12,
+        "stop": ["\n"],
+        "seed": 0,
+        "chat": True,
+    },
 }
 
 
@@ -44,8 +51,10 @@ def load_cfc_items(path: Path) -> list[Item]:
         raw = ans.get("raw") or {}
         if not isinstance(raw, dict):
             raise SuiteError("answers.raw must map answers to counts", path, n, "answers.raw")
-        clusters = {k: {"count": v.get("count"), "answers": list(v.get("answers", []))}
-                    for k, v in (ans.get("clusters") or {}).items()}
+        clusters = {
+            k: {"count": v.get("count"), "answers": list(v.get("answers", []))}
+            for k, v in (ans.get("clusters") or {}).items()
+        }
         fields = {"id": qid, "question": text, "raw": raw, "clusters": clusters}
         items.append(Item(item_id=qid, fields=fields, text=text, line=n))
     return items
@@ -53,7 +62,9 @@ def load_cfc_items(path: Path) -> list[Item]:
 
 def load_cfc_suite(suite_path: str | Path | None = None) -> Suite:
     """The `cfc` suite from a targets file (default: the shared CFC dev set when present)."""
-    path = suite_source(suite_path, "cfc/cfc_dev_targets.jsonl", "cfc", "a CFC/ProtoQA *_targets.jsonl file")
+    path = suite_source(
+        suite_path, "cfc/cfc_dev_targets.jsonl", "cfc", "a CFC/ProtoQA *_targets.jsonl file"
+    )
     if not path.is_file():
         raise SuiteError("file not found", path)
     suite = suite_from_spec(dict(SPEC, source=str(path)), None)
@@ -66,7 +77,7 @@ CHOICE_SPEC: dict[str, Any] = {
     "name": "cfc-choice",
     "task": "choice",
     "description": "CFC / ProtoQA questions as choice items: one option per human answer cluster "
-                   "(its most frequent answer), with the cluster counts as human choice counts",
+    "(its most frequent answer), with the cluster counts as human choice counts",
     "source": "qxc101/PROBEVAL_CFC",
     "id_field": "id",
     "text_field": "question",
@@ -97,7 +108,9 @@ def cfc_choice_items(path: Path) -> list[Item]:
         if len(options) < 2:
             continue
         fields = {"id": it.item_id, "question": it.text, "options": options, "human_counts": counts}
-        out.append(Item(item_id=it.item_id, fields=fields, options=options, text=it.text, line=it.line))
+        out.append(
+            Item(item_id=it.item_id, fields=fields, options=options, text=it.text, line=it.line)
+        )
     return out
 
 

@@ -9,5 +9,11 @@ from __future__ import annotations
 from llmscope.data.cfc import CHOICE_SPEC, load_cfc_choice_suite
 from llmscope.data.registry import SuiteEntry, register_suite
 
-register_suite(SuiteEntry("cfc-choice", str(CHOICE_SPEC["task"]), load_cfc_choice_suite,
-                          str(CHOICE_SPEC["description"])))
+register_suite(
+    SuiteEntry(
+        "cfc-choice",
+        str(CHOICE_SPEC["task"]),
+        load_cfc_choice_suite,
+        str(CHOICE_SPEC["description"]),
+    )
+)

@@ -97,7 +97,13 @@ def load_full_commonsense(suite_path: str | Path | None) -> Suite:
             rec["human_q1"] = h
             rec["gold"] = None if h is None else ("yes" if h == 1 else "no")
             items.append(
-                Item(item_id=str(rec["id"]), fields=rec, gold=rec["gold"], text=rec["statement"], line=line)
+                Item(
+                    item_id=str(rec["id"]),
+                    fields=rec,
+                    gold=rec["gold"],
+                    text=rec["statement"],
+                    line=line,
+                )
             )
         return items
 
@@ -105,6 +111,12 @@ def load_full_commonsense(suite_path: str | Path | None) -> Suite:
     return suite
 
 
-register_suite(SuiteEntry("commonsense", "yesno", load_full_commonsense,
-                          "the full commonsense statements file (needs --suite-path or ../shared)",
-                          large=True))
+register_suite(
+    SuiteEntry(
+        "commonsense",
+        "yesno",
+        load_full_commonsense,
+        "the full commonsense statements file (needs --suite-path or ../shared)",
+        large=True,
+    )
+)

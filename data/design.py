@@ -61,39 +61,66 @@ def check_design(suite: Suite, opts: dict[str, Any]) -> None:
     """Validate the design options against the suite (SuiteError naming the option)."""
     if opts.get("answer_orders"):
         if "answer_orders" not in get_task(suite.task).design_options:
-            raise _err(f"answer_orders applies to {_tasks_with('answer_orders')} suites only", suite, "answer_orders")
+            raise _err(
+                f"answer_orders applies to {_tasks_with('answer_orders')} suites only",
+                suite,
+                "answer_orders",
+            )
         if opts["answer_orders"] is not True:
             raise _err("must be true or false", suite, "answer_orders")
         answers = suite.answers or ["yes", "no"]
         if len(answers) != 2:
-            raise _err(f"needs exactly two answers, the suite has {answers}", suite, "answer_orders")
+            raise _err(
+                f"needs exactly two answers, the suite has {answers}", suite, "answer_orders"
+            )
         for v, tpl in (suite.templates or {}).items():
             if not all(_word(a).search(tpl) for a in answers):
-                raise _err(f"template {v!r} does not name both answers {answers} to swap", suite, "answer_orders")
+                raise _err(
+                    f"template {v!r} does not name both answers {answers} to swap",
+                    suite,
+                    "answer_orders",
+                )
     rev = opts.get("reverse_templates")
     if rev is not None:
         if "reverse_templates" not in get_task(suite.task).design_options:
-            raise _err(f"reverse_templates applies to {_tasks_with('reverse_templates')} suites only", suite,
-                       "reverse_templates")
-        if not isinstance(rev, dict) or not all(isinstance(k, str) and isinstance(t, str) for k, t in rev.items()):
-            raise _err("must map a variant name to its reversed-scale template", suite, "reverse_templates")
+            raise _err(
+                f"reverse_templates applies to {_tasks_with('reverse_templates')} suites only",
+                suite,
+                "reverse_templates",
+            )
+        if not isinstance(rev, dict) or not all(
+            isinstance(k, str) and isinstance(t, str) for k, t in rev.items()
+        ):
+            raise _err(
+                "must map a variant name to its reversed-scale template", suite, "reverse_templates"
+            )
         unknown = [k for k in rev if k not in suite.variant_names()]
         if unknown:
-            raise _err(f"no template {unknown[0]!r}; templates: {', '.join(suite.variant_names())}", suite,
-                       "reverse_templates")
+            raise _err(
+                f"no template {unknown[0]!r}; templates: {', '.join(suite.variant_names())}",
+                suite,
+                "reverse_templates",
+            )
         for k, t in rev.items():  # the same plain-field rule as the suite's own templates
             try:
                 check_template(t)
             except ValueError as e:
-                raise _err(f"template {k!r} is malformed: {e}", suite, "reverse_templates") from None
+                raise _err(
+                    f"template {k!r} is malformed: {e}", suite, "reverse_templates"
+                ) from None
     fs = opts.get("fewshot")
     if fs is not None:
         if not isinstance(fs, dict):
-            raise _err("must be a mapping with k (and optionally balance, pattern, orders, seed, format)",
-                       suite, "fewshot")
+            raise _err(
+                "must be a mapping with k (and optionally balance, pattern, orders, seed, format)",
+                suite,
+                "fewshot",
+            )
         bad = [k for k in fs if k not in FEWSHOT_KEYS]
         if bad:
-            raise _err(f"unknown key {bad[0]!r}; allowed: {', '.join(FEWSHOT_KEYS)}", suite, "fewshot")
+            raise _err(
+                f"unknown key {bad[0]!r}; allowed: {', '.join(FEWSHOT_KEYS)}", suite, "fewshot"
+            )
         pattern = fs.get("pattern")
         if pattern is not None and (not isinstance(pattern, list) or not pattern):
             raise _err("pattern must be a non-empty list of labels", suite, "fewshot.pattern")
@@ -106,12 +133,16 @@ def check_design(suite: Suite, opts: dict[str, Any]) -> None:
             raise _err(f"balance must be one of {', '.join(BALANCE)}", suite, "fewshot.balance")
         orders = fs.get("orders", 1)
         if not isinstance(orders, int) or isinstance(orders, bool) or orders < 1:
-            raise _err(f"orders must be a positive integer, got {orders!r}", suite, "fewshot.orders")
+            raise _err(
+                f"orders must be a positive integer, got {orders!r}", suite, "fewshot.orders"
+            )
         for key in ("format", "separator", "file"):
             if key in fs and not isinstance(fs[key], str):
                 raise _err("must be a string", suite, f"fewshot.{key}")
         if "file" in fs and not _demo_path(suite, fs["file"]).is_file():
-            raise _err(f"demo file not found: {_demo_path(suite, fs['file'])}", suite, "fewshot.file")
+            raise _err(
+                f"demo file not found: {_demo_path(suite, fs['file'])}", suite, "fewshot.file"
+            )
     if "schemes" in opts:
         try:
             check_schemes(opts["schemes"])
@@ -137,7 +168,10 @@ def _word(a: str) -> re.Pattern[str]:
 
 def swap_answers(template: str, a: str, b: str) -> str:
     """The template with the words `a` and `b` exchanged (case kept: "Yes" -> "No")."""
-    pat = re.compile(r"(?<![A-Za-z0-9])(" + re.escape(a) + "|" + re.escape(b) + r")(?![A-Za-z0-9])", re.IGNORECASE)
+    pat = re.compile(
+        r"(?<![A-Za-z0-9])(" + re.escape(a) + "|" + re.escape(b) + r")(?![A-Za-z0-9])",
+        re.IGNORECASE,
+    )
 
     def repl(m: re.Match[str]) -> str:
         w = m.group(0)
@@ -153,11 +187,15 @@ def swap_answers(template: str, a: str, b: str) -> str:
 
 def _demo_orders(n: int, orders: int, seed: str) -> list[list[int]]:
     base = list(range(n))
-    return [base] + [list(p) for p in permute_options(base, orders - 1, seed=random.Random(seed).randrange(2**31))]
+    return [base] + [
+        list(p)
+        for p in permute_options(base, orders - 1, seed=random.Random(seed).randrange(2**31))
+    ]
 
 
-def _pick_demos(pool: list[tuple[str, str, Any]], labels: list[str], fs: dict[str, Any], item_id: str,
-                seed: int) -> list[tuple[str, str, Any]]:
+def _pick_demos(
+    pool: list[tuple[str, str, Any]], labels: list[str], fs: dict[str, Any], item_id: str, seed: int
+) -> list[tuple[str, str, Any]]:
     """k demos (id, label, item) for one item, by pattern, balanced or random labels."""
     rng = random.Random(f"{seed}:{item_id}")
     k = int(fs.get("k", len(fs.get("pattern") or [])))
@@ -166,7 +204,11 @@ def _pick_demos(pool: list[tuple[str, str, Any]], labels: list[str], fs: dict[st
     for d in cands:
         by_label.setdefault(d[1], []).append(d)
     pattern = fs.get("pattern")
-    if pattern is None and fs.get("balance", "balanced") == "balanced" and len(by_label) <= max(2, k):
+    if (
+        pattern is None
+        and fs.get("balance", "balanced") == "balanced"
+        and len(by_label) <= max(2, k)
+    ):
         order = sorted(by_label)
         pattern = [order[i % len(order)] for i in range(k)]
         rng.shuffle(pattern)
@@ -179,7 +221,9 @@ def _pick_demos(pool: list[tuple[str, str, Any]], labels: list[str], fs: dict[st
     for lab in pattern:
         avail = [d for d in by_label.get(str(lab), []) if d[0] not in used]
         if not avail:
-            raise ValueError(f"few-shot: not enough items with gold {lab!r} for the demo labels {pattern}")
+            raise ValueError(
+                f"few-shot: not enough items with gold {lab!r} for the demo labels {pattern}"
+            )
         d = rng.choice(avail)
         used.add(d[0])
         out.append(d)
@@ -205,8 +249,16 @@ def expand_design(suite: Suite, work: list[Work], opts: dict[str, Any]) -> list[
         for w in out:
             swapped.append(w)
             tpl = templates[w.variant.split("@", 1)[0]]
-            swapped.append(Work(item=w.item, variant=f"{w.variant}@swap", prompt=render(swap_answers(tpl, a, b), w.item.fields),
-                                gold=w.gold, options=w.options, design={**(w.design or {}), "answer_order": "swapped"}))
+            swapped.append(
+                Work(
+                    item=w.item,
+                    variant=f"{w.variant}@swap",
+                    prompt=render(swap_answers(tpl, a, b), w.item.fields),
+                    gold=w.gold,
+                    options=w.options,
+                    design={**(w.design or {}), "answer_order": "swapped"},
+                )
+            )
             w.design = {**(w.design or {}), "answer_order": "as_written"}
         out = swapped
 
@@ -221,13 +273,27 @@ def expand_design(suite: Suite, work: list[Work], opts: dict[str, Any]) -> list[
                 try:
                     prompt = render(rev[base], w.item.fields)
                 except KeyError as e:
-                    raise _err(f"template {base!r} names {e}, which item {w.item.item_id!r} does not have",
-                               suite, "reverse_templates") from None
+                    raise _err(
+                        f"template {base!r} names {e}, which item {w.item.item_id!r} does not have",
+                        suite,
+                        "reverse_templates",
+                    ) from None
                 except ValueError as e:
-                    raise _err(f"template {base!r} on item {w.item.item_id!r}: {e}", suite,
-                               "reverse_templates") from None
-                more.append(Work(item=w.item, variant=f"{w.variant}@rev", prompt=prompt,
-                                 gold=w.gold, options=w.options, design={**(w.design or {}), "scale": "reversed"}))
+                    raise _err(
+                        f"template {base!r} on item {w.item.item_id!r}: {e}",
+                        suite,
+                        "reverse_templates",
+                    ) from None
+                more.append(
+                    Work(
+                        item=w.item,
+                        variant=f"{w.variant}@rev",
+                        prompt=prompt,
+                        gold=w.gold,
+                        options=w.options,
+                        design={**(w.design or {}), "scale": "reversed"},
+                    )
+                )
         out = more
 
     fs = opts.get("fewshot")
@@ -251,25 +317,50 @@ def expand_design(suite: Suite, work: list[Work], opts: dict[str, Any]) -> list[
         for w in out:
             base = w.variant.split("@", 1)[0]
             tpl = templates.get(base, first_tpl)
-            if (w.design or {}).get("answer_order") == "swapped":  # demos asked the same way as the query
+            if (w.design or {}).get(
+                "answer_order"
+            ) == "swapped":  # demos asked the same way as the query
                 tpl = swap_answers(tpl, *(suite.answers or ["yes", "no"])[:2])
             if base in suite.variant_gold and suite.variant_gold[base] is None:
                 # a variant without a gold answer (e.g. commonsense q3) has no answers for demos
-                w.design = {**(w.design or {}), "k": 0, "fewshot": "skipped: this variant has no gold answer"}
+                w.design = {
+                    **(w.design or {}),
+                    "k": 0,
+                    "fewshot": "skipped: this variant has no gold answer",
+                }
                 shots.append(w)
                 continue
             try:
                 demos = _pick_demos(pool, labels, fs, w.item.item_id, seed)
             except ValueError as e:
                 raise _err(str(e), suite, "fewshot") from e
-            texts = [fmt.replace("{prompt}", render(tpl, d[2].fields)).replace("{answer}", d[1]) for d in demos]
-            for j, order in enumerate(_demo_orders(len(demos), n_orders, f"{seed}:{w.item.item_id}"), 1):
+            texts = [
+                fmt.replace("{prompt}", render(tpl, d[2].fields)).replace("{answer}", d[1])
+                for d in demos
+            ]
+            for j, order in enumerate(
+                _demo_orders(len(demos), n_orders, f"{seed}:{w.item.item_id}"), 1
+            ):
                 prefix = sep.join(texts[i] for i in order) + sep
                 d_ids = [demos[i][0] for i in order]
                 d_labels = [demos[i][1] for i in order]
-                design = {**(w.design or {}), "demo_order": j, "demo_ids": d_ids, "demo_labels": d_labels,
-                          "k": len(demos), "_prefix": prefix}
-                shots.append(Work(item=w.item, variant=w.variant if j == 1 else f"{w.variant}@o{j}",
-                                  prompt=prefix + w.prompt, gold=w.gold, options=w.options, design=design))
+                design = {
+                    **(w.design or {}),
+                    "demo_order": j,
+                    "demo_ids": d_ids,
+                    "demo_labels": d_labels,
+                    "k": len(demos),
+                    "_prefix": prefix,
+                }
+                shots.append(
+                    Work(
+                        item=w.item,
+                        variant=w.variant if j == 1 else f"{w.variant}@o{j}",
+                        prompt=prefix + w.prompt,
+                        gold=w.gold,
+                        options=w.options,
+                        design=design,
+                    )
+                )
         out = shots
     return out

@@ -88,7 +88,9 @@ def parse_source(raw: Any, spec_path: Path | None) -> DatasetSource:
         raise err("must be a mapping with at least `path` (a local file or a hub id)", "")
     unknown = sorted(set(raw) - set(DATASET_KEYS))
     if unknown:
-        raise err(f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(DATASET_KEYS)}", unknown[0])
+        raise err(
+            f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(DATASET_KEYS)}", unknown[0]
+        )
     path = raw.get("path")
     if not isinstance(path, str) or not path.strip():
         raise err("required: a local parquet/JSON/CSV file or a Hugging Face hub id", "path")
@@ -105,11 +107,20 @@ def parse_source(raw: Any, spec_path: Path | None) -> DatasetSource:
         raise err("must be true or false", "gold_index")
     fmt = raw.get("format")
     if fmt is not None and fmt not in set(LOCAL_FORMATS.values()):
-        raise err(f"unknown format {fmt!r}; expected one of {', '.join(sorted(set(LOCAL_FORMATS.values())))}",
-                  "format")
-    src = DatasetSource(path=path, name=raw.get("name"), split=raw.get("split") or "test",
-                        revision=raw.get("revision"), fields=dict(fields), gold_index=gold_index, format=fmt,
-                        spec_path=spec_path)
+        raise err(
+            f"unknown format {fmt!r}; expected one of {', '.join(sorted(set(LOCAL_FORMATS.values())))}",
+            "format",
+        )
+    src = DatasetSource(
+        path=path,
+        name=raw.get("name"),
+        split=raw.get("split") or "test",
+        revision=raw.get("revision"),
+        fields=dict(fields),
+        gold_index=gold_index,
+        format=fmt,
+        spec_path=spec_path,
+    )
     base = spec_path.parent if spec_path else Path.cwd()
     cand = (base / path).expanduser()
     if cand.is_file():
@@ -125,8 +136,11 @@ def _local_format(src: DatasetSource) -> str:
     assert src.local is not None
     fmt = src.format or LOCAL_FORMATS.get(src.local.suffix.lower())
     if fmt is None:
-        raise SuiteError(f"cannot tell the format from the suffix {src.local.suffix!r}; set dataset.format "
-                         f"to one of {', '.join(sorted(set(LOCAL_FORMATS.values())))}", src.local)
+        raise SuiteError(
+            f"cannot tell the format from the suffix {src.local.suffix!r}; set dataset.format "
+            f"to one of {', '.join(sorted(set(LOCAL_FORMATS.values())))}",
+            src.local,
+        )
     return fmt
 
 
@@ -154,10 +168,15 @@ def read_local_rows(src: DatasetSource) -> list[Row]:
             elif len(arrays) == 1:
                 data = next(iter(arrays.values()))
             else:
-                raise SuiteError(f"a JSON object needs one array of rows or a key named after the split "
-                                 f"{src.split!r}; found {', '.join(arrays) or 'no arrays'}", path)
+                raise SuiteError(
+                    f"a JSON object needs one array of rows or a key named after the split "
+                    f"{src.split!r}; found {', '.join(arrays) or 'no arrays'}",
+                    path,
+                )
         if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-            raise SuiteError("a .json data file must hold an array of objects (use .jsonl for JSON Lines)", path)
+            raise SuiteError(
+                "a .json data file must hold an array of objects (use .jsonl for JSON Lines)", path
+            )
         return [Row(r, i + 1, i) for i, r in enumerate(data)]
     import pyarrow as pa
 
@@ -176,8 +195,9 @@ def read_local_rows(src: DatasetSource) -> list[Row]:
             table = pcsv.read_csv(
                 path,
                 parse_options=delim,
-                convert_options=pcsv.ConvertOptions(column_types={n: pa.string() for n in names},
-                                                    strings_can_be_null=False),
+                convert_options=pcsv.ConvertOptions(
+                    column_types={n: pa.string() for n in names}, strings_can_be_null=False
+                ),
             )
         else:
             import pyarrow.feather as pf
@@ -197,7 +217,11 @@ def read_hub_rows(src: DatasetSource) -> list[Row]:
     except ImportError as e:
         raise SuiteError(
             f"{src.path!r} is not a local file, and hub datasets need the `datasets` package "
-            "(pip install 'datasets>=4')", src.spec_path, None, "dataset.path") from e
+            "(pip install 'datasets>=4')",
+            src.spec_path,
+            None,
+            "dataset.path",
+        ) from e
     from packaging.version import InvalidVersion, Version
 
     try:
@@ -209,13 +233,22 @@ def read_hub_rows(src: DatasetSource) -> list[Row]:
         raise SuiteError(
             f"hub datasets need the `datasets` package 4.0 or later, which never runs a dataset "
             f"repository's code; found {getattr(datasets, '__version__', 'unknown')} "
-            "(pip install -U 'datasets>=4')", src.spec_path, None, "dataset.path")
+            "(pip install -U 'datasets>=4')",
+            src.spec_path,
+            None,
+            "dataset.path",
+        )
     try:
         ds = datasets.load_dataset(src.path, src.name, split=src.split, revision=src.revision)
     except Exception as e:  # the library raises many types (network, missing config, bad split)
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise SuiteError(f"cannot load hub dataset {src.path!r} (config {src.name!r}, split {src.split!r}): "
-                         f"{first}", src.spec_path, None, "dataset.path") from e
+        raise SuiteError(
+            f"cannot load hub dataset {src.path!r} (config {src.name!r}, split {src.split!r}): "
+            f"{first}",
+            src.spec_path,
+            None,
+            "dataset.path",
+        ) from e
     return [Row(dict(r), i + 1, i) for i, r in enumerate(ds)]
 
 
@@ -233,7 +266,11 @@ def column(values: dict[str, Any], path: str) -> Any:
     for part in path.split("."):
         if isinstance(cur, dict) and part in cur:
             cur = cur[part]
-        elif isinstance(cur, list) and part.lstrip("-").isdigit() and -len(cur) <= int(part) < len(cur):
+        elif (
+            isinstance(cur, list)
+            and part.lstrip("-").isdigit()
+            and -len(cur) <= int(part) < len(cur)
+        ):
             cur = cur[int(part)]
         else:
             return _MISSING
@@ -247,8 +284,12 @@ def map_row(row: Row, src: DatasetSource, suite: Suite, where: Path | str) -> di
     for name, col in src.fields.items():
         v = column(row.values, col)
         if v is _MISSING:
-            raise SuiteError(f"no column {col!r} (columns: {', '.join(map(str, row.values))})",
-                             where, row.line, f"dataset.fields.{name}")
+            raise SuiteError(
+                f"no column {col!r} (columns: {', '.join(map(str, row.values))})",
+                where,
+                row.line,
+                f"dataset.fields.{name}",
+            )
         rec[name] = v
     if suite.id_field not in rec:
         rec[suite.id_field] = row.index
@@ -258,11 +299,17 @@ def map_row(row: Row, src: DatasetSource, suite: Suite, where: Path | str) -> di
         try:
             gi = int(g)
         except (TypeError, ValueError):
-            raise SuiteError(f"gold_index is set but the gold value {g!r} is not an integer",
-                             where, row.line, suite.gold_field) from None
+            raise SuiteError(
+                f"gold_index is set but the gold value {g!r} is not an integer",
+                where,
+                row.line,
+                suite.gold_field,
+            ) from None
         if not isinstance(opts, list) or not 0 <= gi < len(opts):
             n = len(opts) if isinstance(opts, list) else 0
-            raise SuiteError(f"gold index {gi} is outside the {n} options", where, row.line, suite.gold_field)
+            raise SuiteError(
+                f"gold index {gi} is outside the {n} options", where, row.line, suite.gold_field
+            )
         rec[suite.gold_field] = opts[gi]
     return rec
 
@@ -271,8 +318,13 @@ def rows_loader(suite: Suite, src: DatasetSource) -> Callable[[], list[Item]]:
     """A Suite item loader reading and mapping the rows once."""
 
     def load() -> list[Item]:
-        where: Path | str = src.local or f"hf:{src.path}" + (f"/{src.name}" if src.name else "") + f"[{src.split}]"
-        return [_make_item(suite, map_row(r, src, suite, where), Path(str(where)), r.line) for r in read_rows(src)]
+        where: Path | str = (
+            src.local or f"hf:{src.path}" + (f"/{src.name}" if src.name else "") + f"[{src.split}]"
+        )
+        return [
+            _make_item(suite, map_row(r, src, suite, where), Path(str(where)), r.line)
+            for r in read_rows(src)
+        ]
 
     return load
 
@@ -280,7 +332,12 @@ def rows_loader(suite: Suite, src: DatasetSource) -> Callable[[], list[Item]]:
 def suite_from_dataset_spec(spec: dict[str, Any], spec_path: Path | None) -> Suite:
     """A Suite from a spec with a `dataset:` block (instead of `items:`)."""
     if spec.get("items"):
-        raise SuiteError("give either `items` (a JSONL/CSV file) or `dataset`, not both", spec_path, None, "dataset")
+        raise SuiteError(
+            "give either `items` (a JSONL/CSV file) or `dataset`, not both",
+            spec_path,
+            None,
+            "dataset",
+        )
     src = parse_source(spec["dataset"], spec_path)
     base = {k: v for k, v in spec.items() if k != "dataset"}
     suite = suite_from_spec(base, spec_path)
@@ -288,8 +345,11 @@ def suite_from_dataset_spec(spec: dict[str, Any], spec_path: Path | None) -> Sui
     suite.items_path = src.local  # content_hash() covers the data file; None for hub ids
     suite._loader = rows_loader(suite, src)
     if not suite.source:
-        suite.source = f"Hugging Face dataset {src.path}" + (f" ({src.name})" if src.name else "") \
-            if src.local is None else str(src.local)
+        suite.source = (
+            f"Hugging Face dataset {src.path}" + (f" ({src.name})" if src.name else "")
+            if src.local is None
+            else str(src.local)
+        )
     return suite
 
 

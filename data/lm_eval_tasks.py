@@ -69,7 +69,9 @@ from llmscope.engine.types import Item
 
 OUTPUT_TYPES = {"multiple_choice": "choice", "loglikelihood": "choice"}
 LOCAL_BUILDERS = {"json": None, "csv": "csv", "parquet": "parquet", "arrow": "arrow"}
-_DETECT = re.compile(r"^(output_type|doc_to_text|doc_to_choice|doc_to_target|dataset_path)\s*:", re.M)
+_DETECT = re.compile(
+    r"^(output_type|doc_to_text|doc_to_choice|doc_to_target|dataset_path)\s*:", re.M
+)
 # Item field names for what the YAML computes; prefixed so they never shadow a dataset column.
 ID, CONTEXT, CHOICES, GOLD = "doc_id", "lm_eval_context", "lm_eval_choices", "lm_eval_gold"
 
@@ -85,7 +87,8 @@ class _TaskLoader(NoAliasLoader):
 
 
 _TaskLoader.add_constructor(
-    "!function", lambda loader, node: FunctionRef(loader.construct_scalar(node))  # type: ignore[arg-type]
+    "!function",
+    lambda loader, node: FunctionRef(loader.construct_scalar(node)),  # type: ignore[arg-type]
 )
 
 
@@ -98,14 +101,17 @@ def is_lm_eval_yaml(path: Path) -> bool:
     except OSError:
         return False
     # a task that only includes a base YAML (`include:` + `task:`) has no llmscope `name:`
-    return bool(_DETECT.search(text)) or (bool(re.search(r"^include\s*:", text, re.M))
-                                          and not re.search(r"^name\s*:", text, re.M))
+    return bool(_DETECT.search(text)) or (
+        bool(re.search(r"^include\s*:", text, re.M)) and not re.search(r"^name\s*:", text, re.M)
+    )
 
 
 def read_task_config(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     """The task YAML as a mapping, with `include:` files merged underneath (lm-eval's order)."""
     if path in _seen:
-        raise SuiteError("include cycle: " + " -> ".join(str(p) for p in (*_seen, path)), path, None, "include")
+        raise SuiteError(
+            "include cycle: " + " -> ".join(str(p) for p in (*_seen, path)), path, None, "include"
+        )
     text = read_spec_text(path)
     try:
         data = yaml.load(text, Loader=_TaskLoader)  # noqa: S506 - a SafeLoader subclass
@@ -113,8 +119,11 @@ def read_task_config(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]
         raise SuiteError("nested too deeply", path) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        raise SuiteError(f"invalid YAML: {getattr(e, 'problem', None) or e}", path,
-                         mark.line + 1 if mark else None) from e
+        raise SuiteError(
+            f"invalid YAML: {getattr(e, 'problem', None) or e}",
+            path,
+            mark.line + 1 if mark else None,
+        ) from e
     if not isinstance(data, dict):
         raise SuiteError("an lm-eval task YAML must be a mapping", path)
     inc = data.pop("include", None)
@@ -124,7 +133,9 @@ def read_task_config(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]
         raise SuiteError("must be a file name", path, _line(path, "include"), "include")
     base_path = (path.parent / inc).resolve()
     if not base_path.is_file():
-        raise SuiteError(f"included file not found: {base_path}", path, _line(path, "include"), "include")
+        raise SuiteError(
+            f"included file not found: {base_path}", path, _line(path, "include"), "include"
+        )
     base = read_task_config(base_path, (*_seen, path))
     return {**base, **data}
 
@@ -157,18 +168,30 @@ def _jinja_env() -> Any:
         intercepted_binops = frozenset({"*", "**"})
 
         def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-            if operator == "**" and isinstance(right, int) and abs(right) > 64 \
-                    and isinstance(left, (int, float)) and abs(left) > 1:
+            if (
+                operator == "**"
+                and isinstance(right, int)
+                and abs(right) > 64
+                and isinstance(left, (int, float))
+                and abs(left) > 1
+            ):
                 raise SecurityError(f"{left!r} ** {right!r}: exponent too large")
             if operator == "*":
                 for seq, n in ((left, right), (right, left)):
-                    if isinstance(seq, (str, list, tuple)) and isinstance(n, int) \
-                            and len(seq) * n > MAX_TEMPLATE_SIZE:
-                        raise SecurityError(f"repetition builds more than {MAX_TEMPLATE_SIZE:,} elements")
+                    if (
+                        isinstance(seq, (str, list, tuple))
+                        and isinstance(n, int)
+                        and len(seq) * n > MAX_TEMPLATE_SIZE
+                    ):
+                        raise SecurityError(
+                            f"repetition builds more than {MAX_TEMPLATE_SIZE:,} elements"
+                        )
             return super().call_binop(context, operator, left, right)
 
     env = _Env(undefined=StrictUndefined, keep_trailing_newline=True)
-    env.filters["regex_replace"] = lambda s, pattern, repl, count=0: re.sub(pattern, repl, s, count=count)
+    env.filters["regex_replace"] = lambda s, pattern, repl, count=0: re.sub(
+        pattern, repl, s, count=count
+    )
     return env
 
 
@@ -215,33 +238,56 @@ class TaskTemplates:
             return "".join(out)
         except SecurityError as e:
             # the task file's own line, not the doc's: the template is what is refused
-            raise SuiteError(f"unsafe Jinja template refused (templates may only read the doc): {e}",
-                             self.path, _line(self.path, key), key) from e
+            raise SuiteError(
+                f"unsafe Jinja template refused (templates may only read the doc): {e}",
+                self.path,
+                _line(self.path, key),
+                key,
+            ) from e
         except TemplateError as e:
             raise SuiteError(f"Jinja template failed on this doc: {e}", self.path, line, key) from e
         except (OverflowError, MemoryError, RecursionError) as e:
-            raise SuiteError(f"unsafe Jinja template refused (too expensive on this doc): "
-                             f"{type(e).__name__}: {str(e)[:100]}", self.path, line, key) from e
+            raise SuiteError(
+                f"unsafe Jinja template refused (too expensive on this doc): "
+                f"{type(e).__name__}: {str(e)[:100]}",
+                self.path,
+                line,
+                key,
+            ) from e
 
     def text(self, doc: dict[str, Any], line: int) -> str:
         v = self.config.get("doc_to_text")
         if v is None:
             raise SuiteError("required", self.path, _line(self.path, "doc_to_text"), "doc_to_text")
         if isinstance(v, int) and not isinstance(v, bool):
-            raise SuiteError("an integer doc_to_text (multiple-input tasks such as winogrande) is not supported",
-                             self.path, _line(self.path, "doc_to_text"), "doc_to_text")
+            raise SuiteError(
+                "an integer doc_to_text (multiple-input tasks such as winogrande) is not supported",
+                self.path,
+                _line(self.path, "doc_to_text"),
+                "doc_to_text",
+            )
         out = doc[v] if v in self.columns else self._render("doc_to_text", v, doc, line)
-        if not isinstance(out, str) or (out.isdigit() and self.config.get("doc_to_choice") is not None
-                                        and v not in self.columns):
-            raise SuiteError("doc_to_text must give text (a number here means a multiple-input task, "
-                             "not supported)", self.path, line, "doc_to_text")
+        if not isinstance(out, str) or (
+            out.isdigit() and self.config.get("doc_to_choice") is not None and v not in self.columns
+        ):
+            raise SuiteError(
+                "doc_to_text must give text (a number here means a multiple-input task, "
+                "not supported)",
+                self.path,
+                line,
+                "doc_to_text",
+            )
         return out
 
     def choices(self, doc: dict[str, Any], line: int) -> list[str]:
         v = self.config.get("doc_to_choice")
         if v is None:
-            raise SuiteError("required for multiple_choice", self.path, _line(self.path, "doc_to_choice"),
-                             "doc_to_choice")
+            raise SuiteError(
+                "required for multiple_choice",
+                self.path,
+                _line(self.path, "doc_to_choice"),
+                "doc_to_choice",
+            )
         if isinstance(v, dict):
             out: Any = list(v.values())
         elif isinstance(v, list):
@@ -253,22 +299,36 @@ class TaskTemplates:
             try:
                 out = ast.literal_eval(s)
             except (SyntaxError, ValueError) as e:
-                raise SuiteError(f"doc_to_choice must render to a Python list literal, got {s[:80]!r}",
-                                 self.path, line, "doc_to_choice") from e
+                raise SuiteError(
+                    f"doc_to_choice must render to a Python list literal, got {s[:80]!r}",
+                    self.path,
+                    line,
+                    "doc_to_choice",
+                ) from e
         if not isinstance(out, (list, tuple)) or not out:
-            raise SuiteError(f"doc_to_choice must give a non-empty list, got {type(out).__name__}",
-                             self.path, line, "doc_to_choice")
+            raise SuiteError(
+                f"doc_to_choice must give a non-empty list, got {type(out).__name__}",
+                self.path,
+                line,
+                "doc_to_choice",
+            )
         return [str(c) for c in out]
 
     def target(self, doc: dict[str, Any], line: int) -> int | str:
         v = self.config.get("doc_to_target")
         if v is None:
-            raise SuiteError("required", self.path, _line(self.path, "doc_to_target"), "doc_to_target")
+            raise SuiteError(
+                "required", self.path, _line(self.path, "doc_to_target"), "doc_to_target"
+            )
         if isinstance(v, int) and not isinstance(v, bool):
             return v
         if isinstance(v, list):
-            raise SuiteError("a list doc_to_target (multiple targets) is not supported", self.path,
-                             _line(self.path, "doc_to_target"), "doc_to_target")
+            raise SuiteError(
+                "a list doc_to_target (multiple targets) is not supported",
+                self.path,
+                _line(self.path, "doc_to_target"),
+                "doc_to_target",
+            )
         if v in self.columns:
             out = doc[v]
         else:
@@ -276,10 +336,16 @@ class TaskTemplates:
             if out.isdigit() and self.config.get("doc_to_choice") is not None:
                 out = int(out)
             elif len(out) >= 2 and out[0] == "[" and out[-1] == "]":
-                raise SuiteError("multiple targets (a list) are not supported", self.path, line, "doc_to_target")
+                raise SuiteError(
+                    "multiple targets (a list) are not supported", self.path, line, "doc_to_target"
+                )
         if isinstance(out, bool) or not isinstance(out, (int, str)):
-            raise SuiteError(f"doc_to_target must give an index or a string, got {type(out).__name__}",
-                             self.path, line, "doc_to_target")
+            raise SuiteError(
+                f"doc_to_target must give an index or a string, got {type(out).__name__}",
+                self.path,
+                line,
+                "doc_to_target",
+            )
         return out
 
 
@@ -293,19 +359,27 @@ def _check_supported(cfg: dict[str, Any], path: Path) -> str:
         raise err("required: the task name", "task")
     out = cfg.get("output_type", "generate_until")
     if out not in OUTPUT_TYPES:
-        raise err(f"output_type {out!r} is not supported; llmscope runs multiple_choice and loglikelihood "
-                  "task YAML", "output_type")
+        raise err(
+            f"output_type {out!r} is not supported; llmscope runs multiple_choice and loglikelihood "
+            "task YAML",
+            "output_type",
+        )
     for key, value in cfg.items():
         if isinstance(value, FunctionRef):
-            raise err(f"`!function {value}` runs Python from the task folder, which llmscope does not do; "
-                      "write it as a Jinja template or a column name", key)
+            raise err(
+                f"`!function {value}` runs Python from the task folder, which llmscope does not do; "
+                "write it as a Jinja template or a column name",
+                key,
+            )
     if cfg.get("process_docs") is not None:
         raise err("process_docs is not supported (documents are used as stored)", "process_docs")
     shots = cfg.get("num_fewshot") or 0
     if isinstance(shots, bool) or not isinstance(shots, int):
         raise err(f"must be an integer, got {shots!r}", "num_fewshot")
     if shots > 0:
-        raise err("few-shot contexts are not built from lm-eval YAML; use num_fewshot: 0", "num_fewshot")
+        raise err(
+            "few-shot contexts are not built from lm-eval YAML; use num_fewshot: 0", "num_fewshot"
+        )
     return str(out)
 
 
@@ -313,44 +387,73 @@ def _data_source(cfg: dict[str, Any], path: Path) -> tuple[DatasetSource, list[P
     """Where the docs come from: local files for the json/csv/parquet/arrow builders, else a hub id."""
     dpath = cfg.get("dataset_path")
     if not isinstance(dpath, str) or not dpath:
-        raise SuiteError("required: a hub id, or json/csv/parquet with dataset_kwargs.data_files",
-                         path, _line(path, "dataset_path"), "dataset_path")
+        raise SuiteError(
+            "required: a hub id, or json/csv/parquet with dataset_kwargs.data_files",
+            path,
+            _line(path, "dataset_path"),
+            "dataset_path",
+        )
     split = cfg.get("test_split") or cfg.get("validation_split")
     if not isinstance(split, str):
-        raise SuiteError("set test_split (or validation_split): the split whose docs are scored",
-                         path, _line(path, "test_split"), "test_split")
+        raise SuiteError(
+            "set test_split (or validation_split): the split whose docs are scored",
+            path,
+            _line(path, "test_split"),
+            "test_split",
+        )
     kwargs = cfg.get("dataset_kwargs") or {}
     if not isinstance(kwargs, dict):
         raise SuiteError("must be a mapping", path, _line(path, "dataset_kwargs"), "dataset_kwargs")
     if dpath not in LOCAL_BUILDERS:
         name = cfg.get("dataset_name")
         rev = kwargs.get("revision")
-        return DatasetSource(path=dpath, name=name if isinstance(name, str) else None, split=split,
-                             revision=rev if isinstance(rev, str) else None, spec_path=path), []
+        return DatasetSource(
+            path=dpath,
+            name=name if isinstance(name, str) else None,
+            split=split,
+            revision=rev if isinstance(rev, str) else None,
+            spec_path=path,
+        ), []
     files = kwargs.get("data_files")
     if isinstance(files, dict):
         if split not in files:
-            raise SuiteError(f"data_files has no entry for split {split!r} (has {', '.join(map(str, files))})",
-                             path, _line(path, "dataset_kwargs"), "dataset_kwargs.data_files")
+            raise SuiteError(
+                f"data_files has no entry for split {split!r} (has {', '.join(map(str, files))})",
+                path,
+                _line(path, "dataset_kwargs"),
+                "dataset_kwargs.data_files",
+            )
         files = files[split]
     if isinstance(files, str):
         files = [files]
     if not isinstance(files, list) or not files or not all(isinstance(f, str) for f in files):
-        raise SuiteError(f"dataset_path {dpath!r} needs dataset_kwargs.data_files (a file, a list, or "
-                         "split -> file)", path, _line(path, "dataset_kwargs"), "dataset_kwargs.data_files")
+        raise SuiteError(
+            f"dataset_path {dpath!r} needs dataset_kwargs.data_files (a file, a list, or "
+            "split -> file)",
+            path,
+            _line(path, "dataset_kwargs"),
+            "dataset_kwargs.data_files",
+        )
     resolved = []
     for f in files:
         cands = [(path.parent / f), Path(f)]
         hit = next((c for c in cands if c.is_file()), None)
         if hit is None:
-            raise SuiteError(f"data file not found: {f} (looked beside the YAML and in the working directory)",
-                             path, _line(path, "dataset_kwargs"), "dataset_kwargs.data_files")
+            raise SuiteError(
+                f"data file not found: {f} (looked beside the YAML and in the working directory)",
+                path,
+                _line(path, "dataset_kwargs"),
+                "dataset_kwargs.data_files",
+            )
         resolved.append(hit.resolve())
     fmt = LOCAL_BUILDERS[dpath]
     src = DatasetSource(path=str(resolved[0]), split=split, local=resolved[0], format=fmt)
     if fmt is None:  # the `json` builder reads JSON Lines and JSON arrays alike
-        src.format = "jsonl" if resolved[0].suffix.lower() in (".jsonl", ".ndjson") else \
-            LOCAL_FORMATS.get(resolved[0].suffix.lower(), "jsonl")
+        src.format = (
+            "jsonl"
+            if resolved[0].suffix.lower() in (".jsonl", ".ndjson")
+            else LOCAL_FORMATS.get(resolved[0].suffix.lower(), "jsonl")
+        )
     return src, resolved
 
 
@@ -365,12 +468,22 @@ def _rows(src: DatasetSource, files: list[Path]) -> list[Row]:
     return rows
 
 
-def _items_loader(suite: Suite, cfg: dict[str, Any], out_type: str, src: DatasetSource, files: list[Path],
-                  path: Path) -> Callable[[], list[Item]]:
+def _items_loader(
+    suite: Suite,
+    cfg: dict[str, Any],
+    out_type: str,
+    src: DatasetSource,
+    files: list[Path],
+    path: Path,
+) -> Callable[[], list[Item]]:
     description = cfg.get("description") or ""
     if not isinstance(description, str):
-        raise SuiteError("must be a string (Jinja templates are rendered per doc)", path,
-                         _line(path, "description"), "description")
+        raise SuiteError(
+            "must be a string (Jinja templates are rendered per doc)",
+            path,
+            _line(path, "description"),
+            "description",
+        )
 
     def load() -> list[Item]:
         rows = _rows(src, files)
@@ -380,24 +493,40 @@ def _items_loader(suite: Suite, cfg: dict[str, Any], out_type: str, src: Dataset
         items = []
         for r in rows:
             doc = r.values
-            desc = t._render("description", description, doc, r.line) if "{{" in description else description
+            desc = (
+                t._render("description", description, doc, r.line)
+                if "{{" in description
+                else description
+            )
             rec: dict[str, Any] = {**doc, ID: r.index, CONTEXT: desc + t.text(doc, r.line)}
             if out_type == "multiple_choice":
                 choices = t.choices(doc, r.line)
                 if len(set(choices)) != len(choices):
-                    raise SuiteError(f"duplicate choices {choices!r}: options must be distinct", data_path,
-                                     r.line, "doc_to_choice")
+                    raise SuiteError(
+                        f"duplicate choices {choices!r}: options must be distinct",
+                        data_path,
+                        r.line,
+                        "doc_to_choice",
+                    )
                 target = t.target(doc, r.line)
                 if isinstance(target, int):
                     if not 0 <= target < len(choices):
-                        raise SuiteError(f"target index {target} is outside the {len(choices)} choices",
-                                         data_path, r.line, "doc_to_target")
+                        raise SuiteError(
+                            f"target index {target} is outside the {len(choices)} choices",
+                            data_path,
+                            r.line,
+                            "doc_to_target",
+                        )
                     gold = choices[target]
                 elif target in choices:
                     gold = target
                 else:
-                    raise SuiteError(f"target {target!r} is not one of the choices {choices!r}", data_path,
-                                     r.line, "doc_to_target")
+                    raise SuiteError(
+                        f"target {target!r} is not one of the choices {choices!r}",
+                        data_path,
+                        r.line,
+                        "doc_to_target",
+                    )
                 rec[CHOICES], rec[GOLD] = choices, gold
             else:  # loglikelihood: the target is the one continuation; no accuracy
                 target = t.target(doc, r.line)
@@ -427,7 +556,9 @@ def load_lm_eval_suite(path: Path) -> Suite:
     out_type = _check_supported(cfg, path)
     delim = cfg.get("target_delimiter", " ")
     if not isinstance(delim, str):
-        raise SuiteError("must be a string", path, _line(path, "target_delimiter"), "target_delimiter")
+        raise SuiteError(
+            "must be a string", path, _line(path, "target_delimiter"), "target_delimiter"
+        )
     src, files = _data_source(cfg, path)
     spec: dict[str, Any] = {
         "name": cfg["task"],
@@ -451,8 +582,11 @@ def load_lm_eval_suite(path: Path) -> Suite:
     }
     suite = suite_from_spec(spec, path)
     # The task config (with `!function` references as text) is part of the suite's identity.
-    suite.spec = {**spec, "lm_eval": {k: (str(v) if isinstance(v, FunctionRef) else v) for k, v in cfg.items()},
-                  "lm_eval_output_type": out_type}
+    suite.spec = {
+        **spec,
+        "lm_eval": {k: (str(v) if isinstance(v, FunctionRef) else v) for k, v in cfg.items()},
+        "lm_eval_output_type": out_type,
+    }
     suite.items_path = files[0] if len(files) == 1 else None
     suite._loader = _items_loader(suite, cfg, out_type, src, files, path)
     return suite

@@ -112,7 +112,9 @@ def depth_exceeds(obj: Any, limit: int = MAX_JSON_DEPTH) -> bool:
 def _parse_int(s: str) -> int:
     # int() of >4300 digits raises ValueError (CPython's DoS guard); refuse far earlier.
     if len(s.lstrip("-")) > 19 or abs(v := int(s)) >= MAX_INT:
-        raise UnsafeInput(f"integer {s[:12]}{'...' if len(s) > 12 else ''} ({len(s)} digits) does not fit 64 bits")
+        raise UnsafeInput(
+            f"integer {s[:12]}{'...' if len(s) > 12 else ''} ({len(s)} digits) does not fit 64 bits"
+        )
     return v
 
 
@@ -139,7 +141,9 @@ def loads_bounded(text: str, *, allow_nan: bool = True) -> Any:
     try:
         obj = json.loads(text, **kw)
     except RecursionError:
-        raise UnsafeInput(f"JSON nested too deeply (the limit is {MAX_JSON_DEPTH} levels)") from None
+        raise UnsafeInput(
+            f"JSON nested too deeply (the limit is {MAX_JSON_DEPTH} levels)"
+        ) from None
     if depth_exceeds(obj):
         raise UnsafeInput(f"JSON nested too deeply (the limit is {MAX_JSON_DEPTH} levels)")
     return obj

@@ -70,7 +70,9 @@ class NoAliasLoader(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             ev = self.peek_event()
             raise yaml.composer.ComposerError(
-                None, None, f"YAML aliases (*{ev.anchor}) are not allowed in {self.kind}; repeat the value",
+                None,
+                None,
+                f"YAML aliases (*{ev.anchor}) are not allowed in {self.kind}; repeat the value",
                 ev.start_mark,
             )
         return super().compose_node(parent, index)
@@ -179,7 +181,9 @@ class Suite:
         seen: dict[str, int] = {}
         # per suite, not per item (87k WorldSense trials): the task class and each template's fields
         task = self.task_type
-        templates = [(variant, tpl, template_fields(tpl)) for variant, tpl in self.templates.items()]
+        templates = [
+            (variant, tpl, template_fields(tpl)) for variant, tpl in self.templates.items()
+        ]
         for it in items:
             if it.item_id in seen:
                 raise SuiteError(
@@ -200,7 +204,9 @@ class Suite:
                 except ValueError as e:
                     raise SuiteError(f"template {variant!r}: {e}", src, it.line) from e
             if task.needs_options and not it.options:
-                raise SuiteError("needs a non-empty list of options", src, it.line, self.options_field)
+                raise SuiteError(
+                    "needs a non-empty list of options", src, it.line, self.options_field
+                )
             self._check_item_semantics(it, src)
             task.check_item(it, self, src)  # the task's own item rules
 
@@ -208,16 +214,22 @@ class Suite:
         """Gold that the task can score, distinct options, finite numbers (file, line, field)."""
         bad = None if self._fields_finite else first_nonfinite(it.fields)
         if bad is not None:
-            raise SuiteError("NaN or Infinity is not a number a suite may hold; write null", src, it.line, bad)
+            raise SuiteError(
+                "NaN or Infinity is not a number a suite may hold; write null", src, it.line, bad
+            )
         if it.options is not None:
             for o in it.options:
                 if not o.strip():
-                    raise SuiteError("options must not be empty or whitespace", src, it.line, self.options_field)
+                    raise SuiteError(
+                        "options must not be empty or whitespace", src, it.line, self.options_field
+                    )
             dup = next((o for i, o in enumerate(it.options) if o in it.options[:i]), None)
             if dup is not None:
                 raise SuiteError(f"option {dup!r} appears twice", src, it.line, self.options_field)
         golds: list[tuple[str | None, str | None]] = [(it.gold, self.gold_field)]
-        golds += [(_as_str(it.fields.get(g)), g) for g in self.variant_gold.values() if g is not None]
+        golds += [
+            (_as_str(it.fields.get(g)), g) for g in self.variant_gold.values() if g is not None
+        ]
         for gold, fname in golds:
             if gold is None:
                 continue
@@ -236,7 +248,9 @@ class Suite:
     def variant_names(self) -> list[str]:
         return list(self.templates) or ["default"]
 
-    def work(self, limit: int | None = None, task_options: dict[str, Any] | None = None) -> list[Work]:
+    def work(
+        self, limit: int | None = None, task_options: dict[str, Any] | None = None
+    ) -> list[Work]:
         """Items × prompt variants, in a stable order (item-major).
 
         ``task_options`` are the run's options (suite spec merged with ``--opt`` / the TUI
@@ -250,12 +264,20 @@ class Suite:
         task = self.task_type
         out: list[Work] = []
         for it in items:
-            for variant, tpl in (self.templates or {"default": "{" + self.text_field + "}"}).items():
+            for variant, tpl in (
+                self.templates or {"default": "{" + self.text_field + "}"}
+            ).items():
                 gold: str | None = it.gold
                 if variant in self.variant_gold:
                     g = self.variant_gold[variant]
                     gold = None if g is None else _as_str(it.fields.get(g))
-                w = Work(item=it, variant=variant, prompt=render(tpl, it.fields), gold=gold, options=it.options)
+                w = Work(
+                    item=it,
+                    variant=variant,
+                    prompt=render(tpl, it.fields),
+                    gold=gold,
+                    options=it.options,
+                )
                 out.extend(task.expand_work(w, self, opts))  # the task's units (e.g. option orders)
         return expand_design(self, out, self.task_options)  # counterbalancing, few-shot demos
 
@@ -307,7 +329,9 @@ def _read_spec(path: Path) -> dict[str, Any]:
         pos = getattr(e, "position", None)
         if line is None and isinstance(pos, int):
             line = text[:pos].count("\n") + 1  # reader errors (control characters) give a position
-        raise SuiteError(f"invalid YAML: {getattr(e, 'problem', None) or getattr(e, 'reason', e)}", path, line) from e
+        raise SuiteError(
+            f"invalid YAML: {getattr(e, 'problem', None) or getattr(e, 'reason', e)}", path, line
+        ) from e
     if not isinstance(data, dict):
         raise SuiteError("the spec must be a mapping of keys to values", path)
     if depth_exceeds(data, 16):
@@ -326,11 +350,27 @@ def _spec_line(path: Path | None, key: str) -> int | None:
 
 # Every key a suite spec may hold (docs/SUITES.md); anything else is a typo such as `answer:`.
 SPEC_KEYS = (
-    "name", "task", "description", "source", "license", "items", "id_field", "text_field", "gold_field",
-    "options_field", "answers", "templates", "template", "variant_gold", "group_by", "cluster_field",
+    "name",
+    "task",
+    "description",
+    "source",
+    "license",
+    "items",
+    "id_field",
+    "text_field",
+    "gold_field",
+    "options_field",
+    "answers",
+    "templates",
+    "template",
+    "variant_gold",
+    "group_by",
+    "cluster_field",
     "task_options",
     # machine-psychology toolkit I (data/design.py, analysis/choicefit.py)
-    "human_counts_field", "condition_fields", "option_types_field",
+    "human_counts_field",
+    "condition_fields",
+    "option_types_field",
 )
 
 
@@ -344,8 +384,11 @@ def _check_spec_keys(spec: dict[str, Any], err: Any) -> None:
             if not _KEY_LIKE.match(k) or not any(x in SPEC_KEYS for x in spec):
                 # not a suite spec at all (a password file named by someone's study): say so
                 # without quoting any of it
-                raise err("not a suite spec (a key that is no suite key; the file's content is not "
-                          f"shown); allowed keys: {', '.join(SPEC_KEYS)}", None)
+                raise err(
+                    "not a suite spec (a key that is no suite key; the file's content is not "
+                    f"shown); allowed keys: {', '.join(SPEC_KEYS)}",
+                    None,
+                )
             close = difflib.get_close_matches(k, SPEC_KEYS, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise err(f"unknown key {k!r}{hint}; allowed keys: {', '.join(SPEC_KEYS)}", k)
@@ -364,7 +407,9 @@ def _check_answers(answers: list[Any], err: Any) -> list[str]:
     return labels
 
 
-def suite_from_spec(spec: dict[str, Any], spec_path: Path | None = None, base_dir: Path | None = None) -> Suite:
+def suite_from_spec(
+    spec: dict[str, Any], spec_path: Path | None = None, base_dir: Path | None = None
+) -> Suite:
     """Validate a spec mapping and build a Suite."""
 
     def err(msg: str, key: str) -> SuiteError:
@@ -407,7 +452,9 @@ def suite_from_spec(spec: dict[str, Any], spec_path: Path | None = None, base_di
             raise err(f"template {variant!r} is malformed: {e}", "templates") from e
     answers = spec.get("answers")
     if answers is not None and (
-        not isinstance(answers, list) or not answers or not all(isinstance(a, (str, int)) for a in answers)
+        not isinstance(answers, list)
+        or not answers
+        or not all(isinstance(a, (str, int)) for a in answers)
     ):
         raise err("must be a non-empty list of strings", "answers")
     if answers is None and task_type.default_answers is not None:
@@ -487,12 +534,19 @@ def _make_item(suite: Suite, rec: dict[str, Any], path: Path, line: int) -> Item
         raise SuiteError("missing item id", path, line, suite.id_field)
     item_id = rec[suite.id_field]
     if not isinstance(item_id, (str, int)) or isinstance(item_id, bool):
-        raise SuiteError(f"id must be a string or integer, got {type(item_id).__name__}", path, line, suite.id_field)
+        raise SuiteError(
+            f"id must be a string or integer, got {type(item_id).__name__}",
+            path,
+            line,
+            suite.id_field,
+        )
     gold = None
     if suite.gold_field and suite.gold_field in rec:
         g = rec[suite.gold_field]
         if g is not None and not isinstance(g, (str, int, float, bool)):
-            raise SuiteError(f"gold must be a scalar, got {type(g).__name__}", path, line, suite.gold_field)
+            raise SuiteError(
+                f"gold must be a scalar, got {type(g).__name__}", path, line, suite.gold_field
+            )
         gold = _as_str(g)
         if gold is not None and not gold.strip():
             gold = None  # a blank cell means "no gold" (unscored), never a gold answer of ""
@@ -501,10 +555,14 @@ def _make_item(suite: Suite, rec: dict[str, Any], path: Path, line: int) -> Item
         options = _parse_options(rec[suite.options_field], path, line, suite.options_field)
     text = rec.get(suite.text_field)
     if text is not None and not isinstance(text, str):
-        raise SuiteError(f"text must be a string, got {type(text).__name__}", path, line, suite.text_field)
+        raise SuiteError(
+            f"text must be a string, got {type(text).__name__}", path, line, suite.text_field
+        )
     if text is None:
         text = suite.task_type.item_text(rec)
-    return Item(item_id=str(item_id), fields=rec, gold=gold, options=options, text=text or "", line=line)
+    return Item(
+        item_id=str(item_id), fields=rec, gold=gold, options=options, text=text or "", line=line
+    )
 
 
 def _surrogate_field(rec: dict[str, Any]) -> str | None:
@@ -590,7 +648,12 @@ def read_items(suite: Suite) -> list[Item]:
         for n, rec in jsonl_records(text, path):  # NaN is refused with its field by _validate
             bad = _surrogate_field(rec)
             if bad is not None:
-                raise SuiteError("lone UTF-16 surrogate escape (\\ud800-\\udfff): not valid Unicode", path, n, bad)
+                raise SuiteError(
+                    "lone UTF-16 surrogate escape (\\ud800-\\udfff): not valid Unicode",
+                    path,
+                    n,
+                    bad,
+                )
             items.append(_make_item(suite, rec, path, n))
     elif path.suffix.lower() in (".csv", ".tsv"):
         delim = "\t" if path.suffix.lower() == ".tsv" else ","
@@ -639,7 +702,6 @@ def _find_shared() -> Path | None:
     return None
 
 
-
 def shared_data(rel: str) -> Path | None:
     """`<shared>/data/<rel>` when the shared data folder lies beside the repository and holds it."""
     shared = _find_shared()
@@ -657,6 +719,7 @@ def suite_source(suite_path: str | Path | None, default: str, name: str, wants: 
         # SuiteDataMissing: a listing shows the suite as needing a path
         raise SuiteDataMissing(f"the {name} suite needs --suite-path ({wants})")
     return found
+
 
 def builtin_names() -> list[str]:
     """Names of the suites shipped in data/builtin, plus the loaders that need a path."""

@@ -53,6 +53,7 @@ def circuit_of(suite_name: str) -> str | None:
         return None
     return CIRCUITS.get(re.split(r"[-_0-9]", suite_name)[0])
 
+
 SPEC: dict[str, Any] = {
     "name": "syntaxgym",
     "task": "syntaxgym",
@@ -87,7 +88,9 @@ def load_syntaxgym_file(path: Path) -> list[Item]:
     name = str((data.get("meta") or {}).get("name") or path.stem)
     metric = (data.get("meta") or {}).get("metric", "sum")
     if metric != "sum":
-        raise SuiteError(f"region metric {metric!r} is not supported (only 'sum')", path, field="meta.metric")
+        raise SuiteError(
+            f"region metric {metric!r} is not supported (only 'sum')", path, field="meta.metric"
+        )
     preds = []
     for p in data.get("predictions") or []:
         f = p.get("formula") if isinstance(p, dict) else None
@@ -130,8 +133,9 @@ def load_syntaxgym_file(path: Path) -> list[Item]:
 
 def load_syntaxgym_suite(suite_path: str | Path | None = None) -> Suite:
     """The `syntaxgym` suite from a JSON file or folder (default: the shared test suites)."""
-    path = suite_source(suite_path, "syntaxgym/test_suites", "syntaxgym",
-                        "a SyntaxGym suite .json file or folder")
+    path = suite_source(
+        suite_path, "syntaxgym/test_suites", "syntaxgym", "a SyntaxGym suite .json file or folder"
+    )
     files = _files(path)
     h = hashlib.sha256()
     for f in files:
@@ -149,5 +153,11 @@ def load_syntaxgym_suite(suite_path: str | Path | None = None) -> Suite:
     return suite
 
 
-register_suite(SuiteEntry("syntaxgym", "syntaxgym", load_syntaxgym_suite,
-                          "SyntaxGym test suites (needs --suite-path or ../shared)"))
+register_suite(
+    SuiteEntry(
+        "syntaxgym",
+        "syntaxgym",
+        load_syntaxgym_suite,
+        "SyntaxGym test suites (needs --suite-path or ../shared)",
+    )
+)

@@ -97,7 +97,9 @@ def find_trials(path: str | Path) -> Path:
 # released, one core) 8.1-9.8 against 6.2-8.6 s (load average 2.7-3.3).
 _IBZ2_THREADS = 1
 _CHUNK = 4 << 20  # decompressed bytes handed over at a time (~18 chunks for the 71 MB test set)
-_RESTART = object()  # the parallel decoder failed: the lines so far are dropped, the stdlib reads again
+_RESTART = (
+    object()
+)  # the parallel decoder failed: the lines so far are dropped, the stdlib reads again
 
 
 def _produce(p: Path, out: queue.Queue[Any], stop: threading.Event, parallel: bool) -> None:
@@ -148,7 +150,9 @@ def _chunks(p: Path, parallel: bool = True) -> Generator[Any, None, None]:
     `parallel`: indexed_bzip2 where it is installed (else the stdlib)."""
     out: queue.Queue[Any] = queue.Queue(maxsize=4)
     stop = threading.Event()
-    t = threading.Thread(target=_produce, args=(p, out, stop, parallel), name="worldsense-bz2", daemon=True)
+    t = threading.Thread(
+        target=_produce, args=(p, out, stop, parallel), name="worldsense-bz2", daemon=True
+    )
     t.start()
     try:
         while True:
@@ -198,9 +202,7 @@ def _trial(raw: bytes, p: Path, n: int) -> Item | None:
     except UnicodeDecodeError as e:
         raise SuiteError("not valid UTF-8", p, n) from e
     if not isinstance(rec, dict):
-        raise SuiteError(
-            f"each line must be a JSON object, got {type(rec).__name__}", p, n
-        )
+        raise SuiteError(f"each line must be a JSON object, got {type(rec).__name__}", p, n)
     key = _need(rec, "Key", (int, str), p, n)
     opts = _need(rec, "expectedresp", (list,), p, n)
     if not opts or not all(isinstance(o, str) for o in opts):
@@ -303,6 +305,13 @@ def load_worldsense_suite(suite_path: str | Path | None = None) -> Suite:
     return suite
 
 
-register_suite(SuiteEntry("worldsense", str(suite_spec()["task"]), load_worldsense_suite,
-                          "WorldSense trials (needs --suite-path or ../shared)", large=True,
-                          producers=("worldsense",)))
+register_suite(
+    SuiteEntry(
+        "worldsense",
+        str(suite_spec()["task"]),
+        load_worldsense_suite,
+        "WorldSense trials (needs --suite-path or ../shared)",
+        large=True,
+        producers=("worldsense",),
+    )
+)

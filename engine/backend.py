@@ -98,15 +98,20 @@ class Backend(abc.ABC):
         next-token answers and log-likelihoods, generation when the subclass implements
         `generate`, in-process log-likelihoods for the local kind ("hf"), and a tokenizer
         when `tok` is set."""
-        return Capabilities(generate=type(self).generate is not Backend.generate, local_loglik=self.kind == "hf",
-                            tokenizer=self.tok is not None)
+        return Capabilities(
+            generate=type(self).generate is not Backend.generate,
+            local_loglik=self.kind == "hf",
+            tokenizer=self.tok is not None,
+        )
 
     def start_tokens(self) -> StartTokens | None:
         """What an empty context and the document separator are, as text (engine/start_tokens.py);
         from the local tokenizer here, from the server for API backends; None when unknown."""
         return from_tokenizer(self.tok, self.add_bos) if self.tok is not None else None
 
-    async def probe(self, task: Any = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def probe(
+        self, task: Any = None, options: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """Check the configuration before a run stores anything (API backends ask the
         server here and learn its capabilities); returns `describe()`. `task` is the
         task's name (API backends probe what it needs). Raises BackendConfigError."""
@@ -123,7 +128,9 @@ class Backend(abc.ABC):
         """Probabilities of each answer (token variants summed) as the first generated token."""
 
     @abc.abstractmethod
-    async def loglik(self, requests: list[tuple[str, str]], *, chat: bool = False) -> list[LogLikOut]:
+    async def loglik(
+        self, requests: list[tuple[str, str]], *, chat: bool = False
+    ) -> list[LogLikOut]:
         """log P(continuation | context) for (context, continuation) pairs.
 
         With `chat=True` the context is the user message and the continuation the

@@ -40,13 +40,30 @@ from llmscope.engine.types import GenerateOut, LogLikOut, NextTokenOut, TopToken
 CACHE_FORMAT = 1  # bump when the stored shape or the meaning of a cached call changes
 
 # describe() fields that cannot change an answer; everything else is part of the identity.
-VOLATILE_FIELDS = frozenset({
-    "batch_size", "threads", "torch_threads", "concurrency", "max_retries", "timeout", "api_key",
-    "client", "served_models", "system_fingerprints", "load", "reasoning_efforts_rejected",
-    "replicas", "expected_model", "expected_fingerprint",  # what the probe saw, per replica
-    "dropped_params", "notices", "stats", "capabilities_probed_at",
-    "scoring",  # hf: tree-mask or padded log-likelihood path (equal within fp32 rounding)
-})
+VOLATILE_FIELDS = frozenset(
+    {
+        "batch_size",
+        "threads",
+        "torch_threads",
+        "concurrency",
+        "max_retries",
+        "timeout",
+        "api_key",
+        "client",
+        "served_models",
+        "system_fingerprints",
+        "load",
+        "reasoning_efforts_rejected",
+        "replicas",
+        "expected_model",
+        "expected_fingerprint",  # what the probe saw, per replica
+        "dropped_params",
+        "notices",
+        "stats",
+        "capabilities_probed_at",
+        "scoring",  # hf: tree-mask or padded log-likelihood path (equal within fp32 rounding)
+    }
+)
 
 COMMIT_EVERY_S = 1.0
 COLUMNS = ("key", "value", "created")
@@ -63,8 +80,17 @@ def is_damage(e: BaseException) -> bool:
     if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
         return True
     low = str(e).lower()
-    return any(m in low for m in ("malformed", "not a database", "no such table", "no such column",
-                                  "has no column", "encrypted"))
+    return any(
+        m in low
+        for m in (
+            "malformed",
+            "not a database",
+            "no such table",
+            "no such column",
+            "has no column",
+            "encrypted",
+        )
+    )
 
 
 def set_aside(path: Path, inode: int | None = None) -> Path | None:
@@ -74,7 +100,9 @@ def set_aside(path: Path, inode: int | None = None) -> Path | None:
     try:
         if inode is not None and path.stat().st_ino != inode:
             return None
-        aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+        aside = path.with_name(
+            f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        )
         os.replace(path, aside)
     except OSError:
         return None
@@ -90,7 +118,9 @@ def cache_path() -> Path | None:
     """Where the shared cache lives, or None when `$LLMSCOPE_RESPONSE_CACHE` is `off`."""
     env = os.environ.get("LLMSCOPE_RESPONSE_CACHE")
     if env:
-        return None if env.strip().lower() in ("off", "0", "no", "false") else Path(env).expanduser()
+        return (
+            None if env.strip().lower() in ("off", "0", "no", "false") else Path(env).expanduser()
+        )
     from llmscope.engine.models import cache_dir
 
     return cache_dir() / "responses.sqlite"
@@ -123,7 +153,9 @@ class ResponseCache:
             self._replace(e)  # at most once: a second failure is not the old file's fault
 
     def _open(self) -> None:
-        con = sqlite3.connect(str(self.path), timeout=10.0, check_same_thread=False, isolation_level=None)
+        con = sqlite3.connect(
+            str(self.path), timeout=10.0, check_same_thread=False, isolation_level=None
+        )
         try:
             con.execute("PRAGMA journal_mode=WAL")
             con.execute("PRAGMA busy_timeout=10000")
@@ -132,7 +164,9 @@ class ResponseCache:
             )
             cols = tuple(r[1] for r in con.execute("PRAGMA table_info(responses)").fetchall())
             if cols != COLUMNS:
-                raise sqlite3.DatabaseError(f"has no column layout {COLUMNS} (responses{cols}: another schema)")
+                raise sqlite3.DatabaseError(
+                    f"has no column layout {COLUMNS} (responses{cols}: another schema)"
+                )
             self._inode = self.path.stat().st_ino  # to tell whether another process replaced it
         except BaseException:
             con.close()
@@ -164,10 +198,15 @@ class ResponseCache:
         aside = set_aside(self.path, self._inode)
         self.rebuilt += 1
         self._pending = []
-        msg = (f"response cache {self.path} is unusable ({str(err).splitlines()[0] if str(err) else type(err).__name__}); "
-               + (f"moved it to {aside.name} and started a new one" if aside is not None
-                  else "another process replaced it already; using the new one")
-               + " (answers are asked again; the run is not affected)")
+        msg = (
+            f"response cache {self.path} is unusable ({str(err).splitlines()[0] if str(err) else type(err).__name__}); "
+            + (
+                f"moved it to {aside.name} and started a new one"
+                if aside is not None
+                else "another process replaced it already; using the new one"
+            )
+            + " (answers are asked again; the run is not affected)"
+        )
         if not self._warned:
             self._warned = True
             if self._warn is not None:
@@ -193,7 +232,9 @@ class ResponseCache:
             if self._con is None:
                 return None
             try:
-                row = self._con.execute("SELECT value FROM responses WHERE key = ?", [key]).fetchone()
+                row = self._con.execute(
+                    "SELECT value FROM responses WHERE key = ?", [key]
+                ).fetchone()
                 return None if row is None else json.loads(row[0])
             except sqlite3.Error as e:
                 if is_damage(e):
@@ -214,7 +255,9 @@ class ResponseCache:
         if self._pending and self._con is not None:
             try:
                 self._con.execute("BEGIN IMMEDIATE")
-                self._con.executemany("INSERT OR IGNORE INTO responses VALUES (?, ?, ?)", self._pending)
+                self._con.executemany(
+                    "INSERT OR IGNORE INTO responses VALUES (?, ?, ?)", self._pending
+                )
                 self._con.execute("COMMIT")
             except sqlite3.Error as e:
                 # A busy or full cache must never fail a run: the answers are in the results.
@@ -280,7 +323,9 @@ class CachedBackend(Backend):
     def start_tokens(self) -> Any:
         return self.inner.start_tokens()
 
-    async def probe(self, task: Any = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def probe(
+        self, task: Any = None, options: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         await self.inner.probe(task, options)
         return self.describe()
 
@@ -317,7 +362,9 @@ class CachedBackend(Backend):
             self.cache.put(key, dataclasses.asdict(out))
         return out
 
-    async def loglik(self, requests: list[tuple[str, str]], *, chat: bool = False) -> list[LogLikOut]:
+    async def loglik(
+        self, requests: list[tuple[str, str]], *, chat: bool = False
+    ) -> list[LogLikOut]:
         key = _key(self._ident(), "loglik", [[list(r) for r in requests], chat])
         hit = self.cache.get(key)
         if hit is not None:

@@ -45,7 +45,16 @@ from math import factorial
 
 import numpy as np
 
-METHODS = ("raw", "mean_token", "per_char", "per_byte", "calibrated", "pmi", "mean_token_prob", "surprisal_ratio")
+METHODS = (
+    "raw",
+    "mean_token",
+    "per_char",
+    "per_byte",
+    "calibrated",
+    "pmi",
+    "mean_token_prob",
+    "surprisal_ratio",
+)
 
 
 def softmax(x: Sequence[float] | np.ndarray, alpha: float = 1.0) -> np.ndarray:
@@ -187,8 +196,12 @@ def score_options(
     if token_logprobs is not None:
         if len(token_logprobs) != k:
             raise ValueError(f"token_logprobs has {len(token_logprobs)} options, expected {k}")
-        mtp = np.array([float(np.mean(np.exp(np.asarray(t, dtype=np.float64)))) if len(t) else np.nan
-                        for t in token_logprobs])
+        mtp = np.array(
+            [
+                float(np.mean(np.exp(np.asarray(t, dtype=np.float64)))) if len(t) else np.nan
+                for t in token_logprobs
+            ]
+        )
         if np.all(np.isfinite(mtp)):
             scores["mean_token_prob"] = mtp
             values["mean_token_prob"] = mtp

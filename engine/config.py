@@ -39,8 +39,21 @@ NUMERIC_RANGES: dict[str, tuple[str, float | None, float | None]] = {
 # results would mix two configurations). The others (concurrency, timeouts, batch size,
 # threads, device) only change how fast answers come.
 IDENTITY_FIELDS = (
-    "kind", "model", "base_url", "revision", "trust_remote_code", "adapter", "system_prompt",
-    "dtype", "load_in_8bit", "load_in_4bit", "sp_prefix", "top_logprobs", "samples", "reasoning", "seed",
+    "kind",
+    "model",
+    "base_url",
+    "revision",
+    "trust_remote_code",
+    "adapter",
+    "system_prompt",
+    "dtype",
+    "load_in_8bit",
+    "load_in_4bit",
+    "sp_prefix",
+    "top_logprobs",
+    "samples",
+    "reasoning",
+    "seed",
     "reasoning_effort",
 )
 
@@ -89,15 +102,23 @@ class BackendConfig:
             v = getattr(self, name)
             if v is None:
                 continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                or (isinstance(v, float) and not math.isfinite(v))
+            ):
                 raise ConfigError(f"{flag} must be a number, got {v!r}")
             if (lo is not None and v < lo) or (hi is not None and v > hi):
-                raise ConfigError(f"{flag} must be between {_num(lo)} and {_num(hi)}, got {_num(v)}")
+                raise ConfigError(
+                    f"{flag} must be between {_num(lo)} and {_num(hi)}, got {_num(v)}"
+                )
         if self.dtype not in DTYPES:
             raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.reasoning_effort is not None and self.reasoning_effort not in REASONING_EFFORTS:
-            raise ConfigError(f"--reasoning-effort must be one of {', '.join(REASONING_EFFORTS)}, "
-                              f"got {self.reasoning_effort!r}")
+            raise ConfigError(
+                f"--reasoning-effort must be one of {', '.join(REASONING_EFFORTS)}, "
+                f"got {self.reasoning_effort!r}"
+            )
         if self.load_in_8bit and self.load_in_4bit:
             raise ConfigError("--load-in-8bit and --load-in-4bit exclude each other; choose one")
         urls = [self.base_url] if isinstance(self.base_url, str) else list(self.base_url or [])
@@ -111,15 +132,23 @@ class BackendConfig:
         spec = parse_model(self.model)
         cfg = dataclasses.replace(self, kind=spec.backend)
         if cfg.kind == "openai":
-            local_only = {"--revision": cfg.revision, "--trust-remote-code": cfg.trust_remote_code,
-                          "--adapter": cfg.adapter, "--load-in-8bit": cfg.load_in_8bit,
-                          "--load-in-4bit": cfg.load_in_4bit}
+            local_only = {
+                "--revision": cfg.revision,
+                "--trust-remote-code": cfg.trust_remote_code,
+                "--adapter": cfg.adapter,
+                "--load-in-8bit": cfg.load_in_8bit,
+                "--load-in-4bit": cfg.load_in_4bit,
+            }
             given = [flag for flag, v in local_only.items() if v]
             if given:
-                raise ConfigError(f"{', '.join(given)} apply to local models only, not to {cfg.model}")
+                raise ConfigError(
+                    f"{', '.join(given)} apply to local models only, not to {cfg.model}"
+                )
         elif cfg.reasoning_effort is not None:
-            raise ConfigError(f"--reasoning-effort applies to API models (openai:NAME) only, not to "
-                              f"{cfg.model or 'the default model'}")
+            raise ConfigError(
+                f"--reasoning-effort applies to API models (openai:NAME) only, not to "
+                f"{cfg.model or 'the default model'}"
+            )
         return cfg, spec
 
     # -- records ------------------------------------------------------------------------
@@ -147,7 +176,11 @@ class BackendConfig:
     def differences(self, other: BackendConfig) -> list[str]:
         """`field: stored -> new` for each identity field that differs."""
         a, b = self.identity(), other.identity()
-        return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        return [
+            f"{k}: {a.get(k)!r} -> {b.get(k)!r}"
+            for k in sorted(set(a) | set(b))
+            if a.get(k) != b.get(k)
+        ]
 
 
 def config_of_run(run: dict[str, Any]) -> BackendConfig:
@@ -157,8 +190,11 @@ def config_of_run(run: dict[str, Any]) -> BackendConfig:
         return BackendConfig.from_dict(raw)
     opts = run.get("options") or {}
     ident = opts.get("backend") or {}
-    cfg = BackendConfig(model=opts.get("model_arg"), kind=str(ident.get("backend") or ""),
-                        seed=int(run.get("seed") or 0))
+    cfg = BackendConfig(
+        model=opts.get("model_arg"),
+        kind=str(ident.get("backend") or ""),
+        seed=int(run.get("seed") or 0),
+    )
     if ident.get("backend") == "openai":
         cfg.base_url = ident.get("base_url")
         cfg.top_logprobs = int(ident.get("top_logprobs") or 20)
@@ -232,11 +268,17 @@ class BuiltBackend:
 BUILDERS: dict[str, Callable[[BackendConfig, ModelSpec], BuiltBackend]] = {}
 
 
-def register(kind: str) -> Callable[[Callable[[BackendConfig, ModelSpec], BuiltBackend]],
-                                    Callable[[BackendConfig, ModelSpec], BuiltBackend]]:
+def register(
+    kind: str,
+) -> Callable[
+    [Callable[[BackendConfig, ModelSpec], BuiltBackend]],
+    Callable[[BackendConfig, ModelSpec], BuiltBackend],
+]:
     """Decorator: the builder for one backend kind."""
 
-    def deco(fn: Callable[[BackendConfig, ModelSpec], BuiltBackend]) -> Callable[[BackendConfig, ModelSpec], BuiltBackend]:
+    def deco(
+        fn: Callable[[BackendConfig, ModelSpec], BuiltBackend],
+    ) -> Callable[[BackendConfig, ModelSpec], BuiltBackend]:
         BUILDERS[kind] = fn
         return fn
 
@@ -248,13 +290,22 @@ def build_backend(cfg: BackendConfig) -> BuiltBackend:
     cfg, spec = cfg.resolve()
     builder = BUILDERS.get(cfg.kind)
     if builder is None:
-        raise ConfigError(f"no backend for kind {cfg.kind!r} (known: {', '.join(sorted(BUILDERS))})")
+        raise ConfigError(
+            f"no backend for kind {cfg.kind!r} (known: {', '.join(sorted(BUILDERS))})"
+        )
     return builder(cfg, spec)
 
 
 def _model_args(cfg: BackendConfig) -> dict[str, Any]:
     # Recorded in the run identity only when set, so runs without them keep their ids.
-    keys = ("revision", "trust_remote_code", "adapter", "system_prompt", "load_in_8bit", "load_in_4bit")
+    keys = (
+        "revision",
+        "trust_remote_code",
+        "adapter",
+        "system_prompt",
+        "load_in_8bit",
+        "load_in_4bit",
+    )
     return {k: getattr(cfg, k) for k in keys if getattr(cfg, k)}
 
 
@@ -263,8 +314,13 @@ def _build_openai(cfg: BackendConfig, spec: ModelSpec) -> BuiltBackend:
     from llmscope.engine.backend import BackendError
     from llmscope.engine.openai import OpenAIBackend
 
-    kw: dict[str, Any] = {"model": spec.name, "base_url": cfg.base_url, "concurrency": cfg.concurrency,
-                          "top_logprobs": cfg.top_logprobs, "seed": cfg.seed}
+    kw: dict[str, Any] = {
+        "model": spec.name,
+        "base_url": cfg.base_url,
+        "concurrency": cfg.concurrency,
+        "top_logprobs": cfg.top_logprobs,
+        "seed": cfg.seed,
+    }
     if cfg.max_retries is not None:
         kw["max_retries"] = cfg.max_retries
     if cfg.timeout is not None:
@@ -286,8 +342,12 @@ def _build_openai(cfg: BackendConfig, spec: ModelSpec) -> BuiltBackend:
     desc = backend.describe()
     urls = list(desc.get("base_urls") or [])
     resolved = dataclasses.replace(cfg, base_url=urls if len(urls) > 1 else desc.get("base_url"))
-    ident = {"backend": "openai", "base_url": resolved.base_url, "top_logprobs": cfg.top_logprobs,
-             **_model_args(cfg)}
+    ident = {
+        "backend": "openai",
+        "base_url": resolved.base_url,
+        "top_logprobs": cfg.top_logprobs,
+        **_model_args(cfg),
+    }
     if cfg.reasoning_effort is not None:  # only when set, so runs without it keep their ids
         ident["reasoning_effort"] = cfg.reasoning_effort
     return BuiltBackend(backend, spec, resolved, ident)
@@ -310,10 +370,18 @@ def _build_hf(cfg: BackendConfig, spec: ModelSpec) -> BuiltBackend:
         _check_adapter(cfg.adapter)
     try:
         backend = HFBackend(
-            spec, device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size, sp_prefix=cfg.sp_prefix,
-            threads=cfg.threads, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code,
-            adapter=cfg.adapter, system_prompt=cfg.system_prompt,
-            load_in_8bit=cfg.load_in_8bit, load_in_4bit=cfg.load_in_4bit,
+            spec,
+            device=cfg.device,
+            dtype=cfg.dtype,
+            batch_size=cfg.batch_size,
+            sp_prefix=cfg.sp_prefix,
+            threads=cfg.threads,
+            revision=cfg.revision,
+            trust_remote_code=cfg.trust_remote_code,
+            adapter=cfg.adapter,
+            system_prompt=cfg.system_prompt,
+            load_in_8bit=cfg.load_in_8bit,
+            load_in_4bit=cfg.load_in_4bit,
         )
     except (OSError, ValueError, RuntimeError) as e:
         # transformers reports a missing hub id, no network, a bad GGUF or a wrong device this way
@@ -327,8 +395,14 @@ def _build_hf(cfg: BackendConfig, spec: ModelSpec) -> BuiltBackend:
             f"--system-prompt needs a chat template, and {spec.display()} has none (it is applied only "
             "through the chat template)"
         )
-    ident = {"backend": "hf", "dtype": backend.dtype, "device": backend.device.split(":")[0],
-             "sp_prefix": backend.sp_prefix, "add_bos": backend.add_bos, **_model_args(cfg)}
+    ident = {
+        "backend": "hf",
+        "dtype": backend.dtype,
+        "device": backend.device.split(":")[0],
+        "sp_prefix": backend.sp_prefix,
+        "add_bos": backend.add_bos,
+        **_model_args(cfg),
+    }
     return BuiltBackend(backend, spec, cfg, ident)
 
 
@@ -341,7 +415,9 @@ def _check_quantisation(cfg: BackendConfig) -> None:
     if cfg.device not in ("auto",) and not cfg.device.startswith("cuda"):
         raise ConfigError(f"{flag} needs a CUDA device (bitsandbytes), not --device {cfg.device}")
     if not torch.cuda.is_available():
-        raise ConfigError(f"{flag} needs a CUDA GPU (bitsandbytes quantisation); none is available here")
+        raise ConfigError(
+            f"{flag} needs a CUDA GPU (bitsandbytes quantisation); none is available here"
+        )
     if importlib.util.find_spec("bitsandbytes") is None:
         raise ConfigError(f"{flag} needs the bitsandbytes package: pip install bitsandbytes")
 
@@ -353,7 +429,17 @@ def _check_adapter(adapter: str) -> None:
         raise ConfigError(f"--adapter {adapter} needs the peft package: pip install peft")
     p = os.path.expanduser(adapter)
     if os.path.exists(p) and not os.path.isfile(os.path.join(p, "adapter_config.json")):
-        raise ConfigError(f"--adapter {adapter}: no adapter_config.json in that folder (is it a PEFT adapter?)")
+        raise ConfigError(
+            f"--adapter {adapter}: no adapter_config.json in that folder (is it a PEFT adapter?)"
+        )
 
 
-__all__ = ["REASONING_EFFORTS", "BackendConfig", "BuiltBackend", "ConfigError", "ModelSpecError", "build_backend", "register"]
+__all__ = [
+    "REASONING_EFFORTS",
+    "BackendConfig",
+    "BuiltBackend",
+    "ConfigError",
+    "ModelSpecError",
+    "build_backend",
+    "register",
+]

@@ -86,8 +86,10 @@ class _DiskCache:
         if os.environ.get("LLMSCOPE_EMBED_CACHE", "on") == "off":
             return
         d = Path(model_dir)
-        stamp = "".join(f"{f.name}:{f.stat().st_size}:{int(f.stat().st_mtime)};"
-                        for f in sorted(d.glob("*.safetensors")) + sorted(d.glob("*.bin")))
+        stamp = "".join(
+            f"{f.name}:{f.stat().st_size}:{int(f.stat().st_mtime)};"
+            for f in sorted(d.glob("*.safetensors")) + sorted(d.glob("*.bin"))
+        )
         key = hashlib.sha256(f"{d.resolve()}|{stamp}".encode()).hexdigest()[:16]
         self.path = cache_dir() / "embeddings" / f"{key}.sqlite"
 
@@ -98,10 +100,14 @@ class _DiskCache:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             con = sqlite3.connect(self.path, timeout=10)
             try:
-                con.execute("CREATE TABLE IF NOT EXISTS emb (text TEXT PRIMARY KEY, vec BLOB NOT NULL)")
+                con.execute(
+                    "CREATE TABLE IF NOT EXISTS emb (text TEXT PRIMARY KEY, vec BLOB NOT NULL)"
+                )
                 cols = tuple(r[1] for r in con.execute("PRAGMA table_info(emb)").fetchall())
                 if cols != ("text", "vec"):
-                    raise sqlite3.DatabaseError(f"has no column layout (text, vec) (emb{cols}: another schema)")
+                    raise sqlite3.DatabaseError(
+                        f"has no column layout (text, vec) (emb{cols}: another schema)"
+                    )
             except BaseException:
                 con.close()
                 raise
@@ -122,8 +128,12 @@ class _DiskCache:
         if self.path is None or not is_damage(e):
             return False
         aside = set_aside(self.path)
-        log.warning("embedding cache %s is unusable (%s); %s", self.path, str(e).splitlines()[0] if str(e) else e,
-                    f"moved it to {aside.name} and started a new one" if aside else "it is left off")
+        log.warning(
+            "embedding cache %s is unusable (%s); %s",
+            self.path,
+            str(e).splitlines()[0] if str(e) else e,
+            f"moved it to {aside.name} and started a new one" if aside else "it is left off",
+        )
         return aside is not None
 
     def get(self, texts: list[str]) -> dict[str, np.ndarray]:
@@ -136,7 +146,9 @@ class _DiskCache:
                 chunk = texts[i : i + 500]
                 q = f"SELECT text, vec FROM emb WHERE text IN ({','.join('?' * len(chunk))})"
                 for t, b in con.execute(q, chunk):
-                    if isinstance(b, bytes) and len(b) % 4 == 0:  # else not a stored vector: recompute
+                    if (
+                        isinstance(b, bytes) and len(b) % 4 == 0
+                    ):  # else not a stored vector: recompute
                         out[t] = np.frombuffer(b, dtype=np.float32).copy()
         except sqlite3.Error as e:
             con.close()
@@ -152,8 +164,10 @@ class _DiskCache:
             return
         try:
             with con:
-                con.executemany("INSERT OR REPLACE INTO emb VALUES (?, ?)",
-                                [(t, np.asarray(v, dtype=np.float32).tobytes()) for t, v in vecs.items()])
+                con.executemany(
+                    "INSERT OR REPLACE INTO emb VALUES (?, ?)",
+                    [(t, np.asarray(v, dtype=np.float32).tobytes()) for t, v in vecs.items()],
+                )
         except sqlite3.Error as e:
             con.close()
             self._damaged(e)

@@ -13,7 +13,11 @@ class SuiteError(Exception):
     """Malformed suite spec or items; names file, line and field."""
 
     def __init__(
-        self, message: str, path: str | Path | None = None, line: int | None = None, field: str | None = None
+        self,
+        message: str,
+        path: str | Path | None = None,
+        line: int | None = None,
+        field: str | None = None,
     ) -> None:
         self.message = message
         self.path = str(path) if path is not None else None

@@ -83,7 +83,9 @@ def parse_model(arg: str | None) -> ModelSpec:
     """Resolve a --model argument."""
     if not arg or arg in ("default", "embedded"):
         p = embedded_model_path()
-        return ModelSpec("hf", DEFAULT_MODEL_NAME, str(p.parent), p.name, label="SmolLM2-135M-Instruct")
+        return ModelSpec(
+            "hf", DEFAULT_MODEL_NAME, str(p.parent), p.name, label="SmolLM2-135M-Instruct"
+        )
     if arg in SECOND_MODEL_ALIASES:
         p = second_model_path()
         return ModelSpec("hf", str(p), str(p.parent), p.name, label=SECOND_MODEL_LABEL)
@@ -134,8 +136,10 @@ def hub_offline_missing(spec: ModelSpec, revision: str | None = None) -> str | N
     if isinstance(cached, str):
         return None
     home = os.environ.get("HF_HUB_CACHE") or os.environ.get("HF_HOME") or "~/.cache/huggingface"
-    return (f"{repo!r} is not in the Hugging Face cache ({home}) and HF_HUB_OFFLINE is set: "
-            "download it once with the hub on, or pass a local folder")
+    return (
+        f"{repo!r} is not in the Hugging Face cache ({home}) and HF_HUB_OFFLINE is set: "
+        "download it once with the hub on, or pass a local folder"
+    )
 
 
 def file_sha256(path: str | Path) -> str:
@@ -187,5 +191,8 @@ def describe_source(spec: ModelSpec) -> dict[str, Any]:
         f = Path(spec.path or ".") / spec.gguf_file
         return {"model_path": str(f), "model_hash": "sha256:" + file_sha256(f)}
     if spec.path and Path(spec.path).is_dir():
-        return {"model_path": spec.path, "model_hash": "folder:" + folder_fingerprint(spec.path)[:16]}
+        return {
+            "model_path": spec.path,
+            "model_hash": "folder:" + folder_fingerprint(spec.path)[:16],
+        }
     return {"model_path": spec.path, "model_hash": None}  # hub revision filled in after loading

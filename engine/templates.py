@@ -46,7 +46,9 @@ def check_template(template: str) -> list[str]:
         if spec:
             m = _SPEC_RE.match(spec)
             if m is None:
-                raise ValueError(f"{{{name}:{spec}}}: format spec not allowed (use e.g. :>10 or :.2f)")
+                raise ValueError(
+                    f"{{{name}:{spec}}}: format spec not allowed (use e.g. :>10 or :.2f)"
+                )
             if m["width"] and int(m["width"]) > MAX_FORMAT_WIDTH:
                 raise ValueError(f"{{{name}:{spec}}}: width over {MAX_FORMAT_WIDTH}")
             if m["prec"] and int(m["prec"]) > MAX_FORMAT_PRECISION:

@@ -25,7 +25,9 @@ class CompareError(ValueError):
     pass
 
 
-def _accuracy(store: Store, run: dict[str, Any], items: frozenset[str] | None = None) -> dict[str, Any]:
+def _accuracy(
+    store: Store, run: dict[str, Any], items: frozenset[str] | None = None
+) -> dict[str, Any]:
     # the report's numbers: the same cached RunMetrics (store's metrics cache); on `items` only
     # when the compared runs hold different item sets
     rm = run_metrics(store, run) if items is None else run_metrics(store, run, items=items)
@@ -45,7 +47,9 @@ def run_accuracy(store: Store, run: dict[str, Any]) -> dict[str, Any]:
     return _accuracy(store, run)
 
 
-def resolve_runs(stores: Sequence[Store], refs: Sequence[str]) -> list[tuple[dict[str, Any], Store]]:
+def resolve_runs(
+    stores: Sequence[Store], refs: Sequence[str]
+) -> list[tuple[dict[str, Any], Store]]:
     """Find each run reference in the given databases.
 
     A reference is a run id or unique prefix, looked up in every database (it must be found in
@@ -73,7 +77,9 @@ def resolve_runs(stores: Sequence[Store], refs: Sequence[str]) -> list[tuple[dic
             raise CompareError(f"no run {rid!r} in {where}")
         if len(hits) > 1:
             where = ", ".join(f"{st.path}:{run['run_id']}" for run, st in hits)
-            raise CompareError(f"run {rid!r} is in several databases ({where}); write FILE:RUN to pick one")
+            raise CompareError(
+                f"run {rid!r} is in several databases ({where}); write FILE:RUN to pick one"
+            )
         found.append(hits[0])
     return found
 
@@ -86,12 +92,17 @@ def _items_of(store: Store, run: dict[str, Any]) -> str:
 
 
 def _item_ids(store: Store, run: dict[str, Any]) -> frozenset[str]:
-    return frozenset(str(r[0]) for r in store.execute(
-        "SELECT DISTINCT item_id FROM results WHERE run_id = ?", [run["run_id"]]).fetchall())
+    return frozenset(
+        str(r[0])
+        for r in store.execute(
+            "SELECT DISTINCT item_id FROM results WHERE run_id = ?", [run["run_id"]]
+        ).fetchall()
+    )
 
 
-def compare_runs(store: Store | Sequence[Store], run_ids: list[str], *,
-                 all_items: bool = False) -> dict[str, Any]:
+def compare_runs(
+    store: Store | Sequence[Store], run_ids: list[str], *, all_items: bool = False
+) -> dict[str, Any]:
     """Each run against the first: accuracies, paired difference (cluster bootstrap CI and
     p-value), McNemar when pairs are independent, disagreements.
 
@@ -114,12 +125,19 @@ def compare_runs(store: Store | Sequence[Store], run_ids: list[str], *,
     # its runs pair with the parent's and with other levels' item by item (and variant)
     suites = {_items_of(st, r) for r, st in located}
     if len(suites) > 1:
-        raise CompareError(f"runs are on different suites ({', '.join(sorted(suites))}); compare needs one suite")
+        raise CompareError(
+            f"runs are on different suites ({', '.join(sorted(suites))}); compare needs one suite"
+        )
     first = located[0][1]
     spec = first.suite_spec(runs[0]["suite_id"])
-    cluster_field = spec.get("cluster_field") if isinstance(spec.get("cluster_field"), str) else None
+    cluster_field = (
+        spec.get("cluster_field") if isinstance(spec.get("cluster_field"), str) else None
+    )
     # Only what the paired comparison reads: the base columns and the cluster field.
-    frames = [metric_frame(st, r, [cluster_field] if cluster_field else [], columns=()) for r, st in located]
+    frames = [
+        metric_frame(st, r, [cluster_field] if cluster_field else [], columns=())
+        for r, st in located
+    ]
     multi = len({str(st.path) for _, st in located}) > 1
     briefs = [_brief(r, str(st.path) if multi else None) for r, st in located]
     base, base_df = runs[0], frames[0]
@@ -129,13 +147,19 @@ def compare_runs(store: Store | Sequence[Store], run_ids: list[str], *,
     on = shared if differ and not all_items else None
     out: dict[str, Any] = {
         "suite": base["suite_name"],
-        "bootstrap": {"resamples": BOOTSTRAP.resamples, "seed": BOOTSTRAP.seed, "level": BOOTSTRAP.level},
+        "bootstrap": {
+            "resamples": BOOTSTRAP.resamples,
+            "seed": BOOTSTRAP.seed,
+            "level": BOOTSTRAP.level,
+        },
         "items": {
             "differ": differ,
             "shared": len(shared),
             "accuracy_on": "all items of each run" if on is None else "shared items",
-            "runs": [{"run_id": r["run_id"], "n_items": len(h), "unshared": len(h - shared)}
-                     for (r, _), h in zip(located, held, strict=True)],
+            "runs": [
+                {"run_id": r["run_id"], "n_items": len(h), "unshared": len(h - shared)}
+                for (r, _), h in zip(located, held, strict=True)
+            ],
         },
         "base": {**briefs[0], "accuracy": _accuracy(first, base, on)},
         "comparisons": [],
@@ -151,23 +175,46 @@ def compare_runs(store: Store | Sequence[Store], run_ids: list[str], *,
         else:
             # Pairs within a cluster (prompt variants, permutations, a WorldSense tuple) are
             # dependent, which McNemar's test assumes away; the bootstrap p-value accounts for it.
-            mc = {"statistic": None, "p": None, "method": "not applicable: dependent pairs within clusters"}
-        out["comparisons"].append({
-            "run": {**brief, "accuracy": _accuracy(st, run, on)},
-            "n": c.n,
-            "n_clusters": c.n_clusters,
-            "acc_base": c.acc_a,
-            "acc_run": c.acc_b,
-            "diff": c.diff,
-            "diff_ci95": [c.lo, c.hi],
-            "p_value": c.p_value,
-            "interval_method": c.interval_method,
-            "mcnemar": {"b_base_only": b_only, "c_run_only": c_only, **mc},
-            "disagreements": _records(c.disagreements.reindex(
-                columns=["item_id", "variant", "correct_a", "correct_b", "prediction_a", "prediction_b", "gold_a"]
-            ).rename(columns={"correct_a": "correct_base", "correct_b": "correct_run", "prediction_a": "prediction_base",
-                              "prediction_b": "prediction_run", "gold_a": "gold"})),
-        })
+            mc = {
+                "statistic": None,
+                "p": None,
+                "method": "not applicable: dependent pairs within clusters",
+            }
+        out["comparisons"].append(
+            {
+                "run": {**brief, "accuracy": _accuracy(st, run, on)},
+                "n": c.n,
+                "n_clusters": c.n_clusters,
+                "acc_base": c.acc_a,
+                "acc_run": c.acc_b,
+                "diff": c.diff,
+                "diff_ci95": [c.lo, c.hi],
+                "p_value": c.p_value,
+                "interval_method": c.interval_method,
+                "mcnemar": {"b_base_only": b_only, "c_run_only": c_only, **mc},
+                "disagreements": _records(
+                    c.disagreements.reindex(
+                        columns=[
+                            "item_id",
+                            "variant",
+                            "correct_a",
+                            "correct_b",
+                            "prediction_a",
+                            "prediction_b",
+                            "gold_a",
+                        ]
+                    ).rename(
+                        columns={
+                            "correct_a": "correct_base",
+                            "correct_b": "correct_run",
+                            "prediction_a": "prediction_base",
+                            "prediction_b": "prediction_run",
+                            "gold_a": "gold",
+                        }
+                    )
+                ),
+            }
+        )
     _holm(out["comparisons"], out)
     return out
 
@@ -192,7 +239,10 @@ def _holm(comparisons: list[dict[str, Any]], out: dict[str, Any]) -> None:
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
     """Rows as dicts with None where a value is missing: a text column with some values holds
     NaN there (pandas' string dtype), which `--json` would print as NaN (not JSON)."""
-    return [{str(k): v for k, v in r.items()} for r in df.astype(object).where(df.notna(), None).to_dict("records")]
+    return [
+        {str(k): v for k, v in r.items()}
+        for r in df.astype(object).where(df.notna(), None).to_dict("records")
+    ]
 
 
 def _brief(run: dict[str, Any], db: str | None = None) -> dict[str, Any]:
@@ -220,25 +270,36 @@ def format_compare(out: dict[str, Any]) -> str:
     """Text table: one line per compared run, then its disagreeing items."""
     b = out["base"]
     bs = out["bootstrap"]
-    lines = [f"suite {out['suite']}; base {_label(b)} ({b['model']}); paired cluster bootstrap "
-             f"{bs['resamples']} resamples, seed {bs['seed']}"]
+    lines = [
+        f"suite {out['suite']}; base {_label(b)} ({b['model']}); paired cluster bootstrap "
+        f"{bs['resamples']} resamples, seed {bs['seed']}"
+    ]
     corr = out.get("correction")
     items = out.get("items") or {}
     if items.get("differ"):
-        held = ", ".join(f"{r['run_id']} {r['n_items']}" + (f" ({r['unshared']} not shared)" if r["unshared"] else "")
-                         for r in items["runs"])
-        lines.append(f"item sets differ (items per run: {held}); compared on the {items['shared']} shared items; "
-                     f"each run's accuracy on {items['accuracy_on']}")
+        held = ", ".join(
+            f"{r['run_id']} {r['n_items']}"
+            + (f" ({r['unshared']} not shared)" if r["unshared"] else "")
+            for r in items["runs"]
+        )
+        lines.append(
+            f"item sets differ (items per run: {held}); compared on the {items['shared']} shared items; "
+            f"each run's accuracy on {items['accuracy_on']}"
+        )
     lines.append(f"  base {_label(b)}: {_acc_text(b['accuracy'])}")
     for c in out["comparisons"]:
         lines.append(f"  run  {_label(c['run'])}: {_acc_text(c['run']['accuracy'])}")
     if corr:
-        lines.append(f"{corr['name']}: {corr['method']} over the {corr['family_size']} comparisons "
-                     "against the base (each run's p-value adjusted for the others reported with it)")
+        lines.append(
+            f"{corr['name']}: {corr['method']} over the {corr['family_size']} comparisons "
+            "against the base (each run's p-value adjusted for the others reported with it)"
+        )
     for c in out["comparisons"]:
         m = c["mcnemar"]
         lo, hi = c["diff_ci95"]
-        mc = (f"McNemar b={m['b_base_only']} c={m['c_run_only']} p={format_p(m['p'])} ({m['method']})")
+        mc = (
+            f"McNemar b={m['b_base_only']} c={m['c_run_only']} p={format_p(m['p'])} ({m['method']})"
+        )
         lines.append(
             f"  vs {_label(c['run'])} ({c['run']['model']}): n={c['n']} clusters={c['n_clusters']}  "
             f"acc {_f(c['acc_base'], '.3f')} → {_f(c['acc_run'], '.3f')}  diff {_f(c['diff'], '+.3f')} "
@@ -247,7 +308,9 @@ def format_compare(out: dict[str, Any]) -> str:
         if c.get("p_holm") is not None:
             lines.append(f"      {HOLM_NAME}={format_p(c['p_holm'])}")
         for d in c["disagreements"][:20]:
-            lines.append(f"      {d['item_id']} / {d['variant']}: base {d['correct_base']:.0f}, run {d['correct_run']:.0f}")
+            lines.append(
+                f"      {d['item_id']} / {d['variant']}: base {d['correct_base']:.0f}, run {d['correct_run']:.0f}"
+            )
         if len(c["disagreements"]) > 20:
             lines.append(f"      ... {len(c['disagreements']) - 20} more (use --json)")
     return "\n".join(lines)
@@ -267,13 +330,27 @@ def compare_pairs(store: Store, pairs: Sequence[tuple[str, str]]) -> dict[str, A
         except CompareError as e:
             out.append({"a": a, "b": b, "error": str(e), "comparison": None})
             continue
-        out.append({"a": a, "b": b, "error": None, "comparison": res["comparisons"][0],
-                    "base": res["base"]})
+        out.append(
+            {
+                "a": a,
+                "b": b,
+                "error": None,
+                "comparison": res["comparisons"][0],
+                "base": res["base"],
+            }
+        )
     ps = [c["comparison"]["p_value"] if c["comparison"] else None for c in out]
     m = sum(p is not None for p in ps)
     adjusted = holm(ps) if m > 1 else [None] * len(ps)
     for c, adj in zip(out, adjusted, strict=True):
         c["p_adjusted"] = adj
-    return {"pairs": out, "correction": HOLM if m > 1 else None, "family_size": m,
-            "bootstrap": {"resamples": BOOTSTRAP.resamples, "seed": BOOTSTRAP.seed,
-                          "level": BOOTSTRAP.level}}
+    return {
+        "pairs": out,
+        "correction": HOLM if m > 1 else None,
+        "family_size": m,
+        "bootstrap": {
+            "resamples": BOOTSTRAP.resamples,
+            "seed": BOOTSTRAP.seed,
+            "level": BOOTSTRAP.level,
+        },
+    }

@@ -17,7 +17,7 @@ from llmscope.engine.types import Result
 
 
 def _where(run: dict[str, Any]) -> str:
-    """" on cpu/float32" for local models, " at <endpoint>" for API models (no None/None)."""
+    """ " on cpu/float32" for local models, " at <endpoint>" for API models (no None/None)."""
     device, dtype = run.get("device"), run.get("dtype")
     if device or dtype:
         return " on " + "/".join(str(x) for x in (device, dtype) if x)
@@ -42,10 +42,14 @@ def _fmt_rate(p: Progress) -> str:
 class ConsoleReporter:
     """Implements the engine's Reporter protocol on stderr."""
 
-    def __init__(self, console: Console | None = None, *, quiet: bool = False, interval_s: float = 10.0) -> None:
+    def __init__(
+        self, console: Console | None = None, *, quiet: bool = False, interval_s: float = 10.0
+    ) -> None:
         # Not a terminal (a log file, a pipe): no hard wrapping at Rich's default 80 columns
         # (logs read "on cpu/float32, 729⏎prompts"); each message stays one line.
-        self.console = console or Console(stderr=True, highlight=False, soft_wrap=not sys.stderr.isatty())
+        self.console = console or Console(
+            stderr=True, highlight=False, soft_wrap=not sys.stderr.isatty()
+        )
         self.quiet = quiet
         self.tty = self.console.is_terminal and sys.stderr.isatty()
         self.interval_s = interval_s
@@ -73,7 +77,9 @@ class ConsoleReporter:
                 transient=False,
             )
             self._bar.start()
-            self._task_id = self._bar.add_task("scoring", total=progress.total, completed=progress.done, rate="")
+            self._task_id = self._bar.add_task(
+                "scoring", total=progress.total, completed=progress.done, rate=""
+            )
 
     def on_results(self, results: list[Result], progress: Progress) -> None:
         pass
@@ -121,8 +127,12 @@ class StepProgress:
         self._bar: RichProgress | None = None
         if self.console.is_terminal and sys.stderr.isatty():
             self._bar = RichProgress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[step]}"), console=self.console, transient=True,
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[step]}"),
+                console=self.console,
+                transient=True,
             )
             self._task_id = self._bar.add_task(what, total=total, step="")
 

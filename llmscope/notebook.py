@@ -126,7 +126,9 @@ class Database:
             d = c.to_dict()
             levels = d.pop("levels", None) or {}
             lo, hi = d.pop("ci95", None) or (None, None)
-            rows.append({**d, "ci95_lo": lo, "ci95_hi": hi, **{f"level.{k}": v for k, v in levels.items()}})
+            rows.append(
+                {**d, "ci95_lo": lo, "ci95_hi": hi, **{f"level.{k}": v for k, v in levels.items()}}
+            )
         return _as(pa.Table.from_pylist(rows), as_)
 
     def irt(
@@ -154,7 +156,9 @@ class Database:
         if (suite is None) == (runs is None):
             raise NotebookError("irt: give suite=NAME or runs=[...] (one of them)")
         if model not in (*MODELS, "both"):
-            raise NotebookError(f"irt: model must be one of {', '.join(MODELS)}, both; got {model!r}")
+            raise NotebookError(
+                f"irt: model must be one of {', '.join(MODELS)}, both; got {model!r}"
+            )
         with self._store() as store:
             if suite is not None:
                 found = runs_of_suite(store, suite_name=suite)
@@ -163,7 +167,9 @@ class Database:
             else:
                 found = [self._find(store, r) for r in runs or []]
             try:
-                fits = [fit_stored(store, found, m) for m in (MODELS if model == "both" else (model,))]
+                fits = [
+                    fit_stored(store, found, m) for m in (MODELS if model == "both" else (model,))
+                ]
             except IrtError as e:
                 raise NotebookError(f"irt: {e}") from e
         items, abilities = items_frame(fits), abilities_frame(fits)

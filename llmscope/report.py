@@ -33,7 +33,9 @@ def run_metrics(store: Store, run: dict[str, Any], by: list[str] | None = None) 
     return _run_metrics(store, run, by)
 
 
-def build_report(store: Store, run: dict[str, Any], by: list[str] | None = None) -> list[dict[str, Any]]:
+def build_report(
+    store: Store, run: dict[str, Any], by: list[str] | None = None
+) -> list[dict[str, Any]]:
     """All per-run metric rows: a thin wrapper over the metrics pipeline.
 
     Other modules add their rows with one line each, marked `# pipeline: <name>`; they are
@@ -53,7 +55,9 @@ def build_report(store: Store, run: dict[str, Any], by: list[str] | None = None)
     return plan_rows(df, run, spec, rows)  # pre-registered hypotheses first, the rest exploratory
 
 
-def probeval_for_run(store: Store, run: dict[str, Any], *, embed: Any = "auto", save: bool = False) -> Any:
+def probeval_for_run(
+    store: Store, run: dict[str, Any], *, embed: Any = "auto", save: bool = False
+) -> Any:
     """ProbEval of a run (see `llmscope.analysis.probeval_run.probeval_for_run`)."""
     from llmscope.analysis.probeval_run import probeval_for_run as _pe
 
@@ -67,7 +71,9 @@ def _default_embedder() -> Any:
     return default_embedder()
 
 
-def worldsense_reports(store: Store, runs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+def worldsense_reports(
+    store: Store, runs: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[str]]:
     """The WorldSense authors' analysis over every WorldSense run: rows and printable tables."""
     ws = [r for r in runs if "worldsense" in suite_producers(r.get("suite_name"))]
     if not ws:
@@ -80,19 +86,32 @@ def worldsense_reports(store: Store, runs: list[dict[str, Any]]) -> tuple[list[d
     for run in ws:
         art = _run_metrics(store, run).artifacts
         opts = run.get("options") or {}
-        promptings.append((opts.get("import") or {}).get("prompting") or (opts.get("task") or {}).get("prompting")
-                          or "basic")
+        promptings.append(
+            (opts.get("import") or {}).get("prompting")
+            or (opts.get("task") or {}).get("prompting")
+            or "basic"
+        )
         arts.append(art)
         n_incomplete += int(art.get("worldsense_incomplete") or 0)
-    warned = [f"WorldSense: {n_incomplete} trial(s) of incomplete tuples excluded"] if n_incomplete else []
+    warned = (
+        [f"WorldSense: {n_incomplete} trial(s) of incomplete tuples excluded"]
+        if n_incomplete
+        else []
+    )
     groups = [(str(r.get("model")), p) for r, p in zip(ws, promptings, strict=True)]
-    names = ("worldsense_accuracy_table", "worldsense_problem_accuracy_table", "worldsense_problem_bias_table")
+    names = (
+        "worldsense_accuracy_table",
+        "worldsense_problem_accuracy_table",
+        "worldsense_problem_bias_table",
+    )
     if len(set(groups)) == len(groups) and all(all(n in a for n in names) for a in arts):
         from llmscope.analysis.worldsense import WorldSenseReport
 
         def stack(name: str, keys: list[str]) -> pd.DataFrame:
-            t = pd.concat([a[name].assign(prompting=p) for a, p in zip(arts, promptings, strict=True)],
-                          ignore_index=True)
+            t = pd.concat(
+                [a[name].assign(prompting=p) for a, p in zip(arts, promptings, strict=True)],
+                ignore_index=True,
+            )
             return t.sort_values(keys, kind="stable").reset_index(drop=True)
 
         acc = stack(names[0], ["prompting", "modelname"])
@@ -101,37 +120,60 @@ def worldsense_reports(store: Store, runs: list[dict[str, Any]]) -> tuple[list[d
         rep = WorldSenseReport(pd.DataFrame(), acc, pacc, pbias, n_incomplete)
         return _worldsense_output(rep, ws, warned)
     # The per-tuple tables are not kept in the store's cache (40k rows a run): recompute them.
-    arts = [a if "worldsense_tuples" in a else _run_metrics(store, run, cache=False).artifacts
-            for a, run in zip(arts, ws, strict=True)]
+    arts = [
+        a if "worldsense_tuples" in a else _run_metrics(store, run, cache=False).artifacts
+        for a, run in zip(arts, ws, strict=True)
+    ]
     if not all("worldsense_tuples" in a for a in arts):
         return _worldsense_reports_from_rows(store, ws)
     from llmscope.analysis.worldsense import analyse_tuples
 
-    tables = [a["worldsense_tuples"].assign(prompting=p) for a, p in zip(arts, promptings, strict=True)]
+    tables = [
+        a["worldsense_tuples"].assign(prompting=p) for a, p in zip(arts, promptings, strict=True)
+    ]
     rep = analyse_tuples(pd.concat(tables, ignore_index=True), n_incomplete)
     return _worldsense_output(rep, ws, warned)
 
 
-def _worldsense_reports_from_rows(store: Store, ws: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+def _worldsense_reports_from_rows(
+    store: Store, ws: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[str]]:
     """The authors' analysis rebuilt from the stored trials (runs whose metrics hold no tuple table)."""
     from llmscope.analysis.queries import item_fields_frame
     from llmscope.analysis.worldsense import analyse, worldsense_frame
 
-    items = item_fields_frame(store, ws[0]["suite_id"], ["tuple_ID", "expectedresp", "options", "problemname",
-                                                          "problemsize"])
+    items = item_fields_frame(
+        store,
+        ws[0]["suite_id"],
+        ["tuple_ID", "expectedresp", "options", "problemname", "problemsize"],
+    )
     items = items.rename(columns={"item_id": "Key", "gold": "goldresp"})
     if items["expectedresp"].isna().all():
         items["expectedresp"] = items["options"]
     items = items.drop(columns=["options"])
     frames = []
     for run in ws:
-        res = store.query_df("SELECT item_id, prediction, error FROM results WHERE run_id = ? ORDER BY seq",
-                             [run["run_id"]])
+        res = store.query_df(
+            "SELECT item_id, prediction, error FROM results WHERE run_id = ? ORDER BY seq",
+            [run["run_id"]],
+        )
         opts = run.get("options") or {}
-        prompting = (opts.get("import") or {}).get("prompting") or (opts.get("task") or {}).get("prompting") or "basic"
+        prompting = (
+            (opts.get("import") or {}).get("prompting")
+            or (opts.get("task") or {}).get("prompting")
+            or "basic"
+        )
         resp = res["prediction"].where(res["error"].isna(), "").fillna("")
-        frames.append(pd.DataFrame({"Key": res["item_id"], "resp": resp, "modelname": str(run.get("model")),
-                                    "prompting": prompting}))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "Key": res["item_id"],
+                    "resp": resp,
+                    "modelname": str(run.get("model")),
+                    "prompting": prompting,
+                }
+            )
+        )
     df = worldsense_frame(items, pd.concat(frames, ignore_index=True))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -139,7 +181,9 @@ def _worldsense_reports_from_rows(store: Store, ws: list[dict[str, Any]]) -> tup
     return _worldsense_output(rep, ws, [str(w.message) for w in caught])
 
 
-def _worldsense_output(rep: Any, ws: list[dict[str, Any]], warned: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+def _worldsense_output(
+    rep: Any, ws: list[dict[str, Any]], warned: list[str]
+) -> tuple[list[dict[str, Any]], list[str]]:
     from llmscope.analysis.worldsense import report_rows
 
     rows = []
@@ -149,10 +193,17 @@ def _worldsense_output(rep: Any, ws: list[dict[str, Any]], warned: list[str]) ->
         row["run"] = ws_run["run_id"] if ws_run else row["run"]
         row["suite"] = "worldsense"
         rows.append(row)
-    text = ["", "WorldSense (the authors' analysis: tuple-weighted, rebalanced; mean (ci95), accuracy in %)"]
+    text = [
+        "",
+        "WorldSense (the authors' analysis: tuple-weighted, rebalanced; mean (ci95), accuracy in %)",
+    ]
     text.append(rep.pivot("accuracy").to_string())
     text += ["", "accuracy per problem", rep.pivot("problem_accuracy").to_string()]
-    text += ["", "bias per problem (+1 = always TRUE/POSSIBLE/KNOW)", rep.pivot("problem_bias").to_string()]
+    text += [
+        "",
+        "bias per problem (+1 = always TRUE/POSSIBLE/KNOW)",
+        rep.pivot("problem_bias").to_string(),
+    ]
     for w in warned:
         text.append(f"warning: {w}")
     return rows, text
@@ -193,9 +244,17 @@ def _fit(line: str, width: int | None, parts: list[str] | None = None) -> list[s
     for part in parts or [line]:
         # a no-break space inside [lo, hi] keeps the interval on one line
         glued = re.sub(r"\[[^\]]*\]", lambda m: m.group(0).replace(" ", "\u00a0"), part.strip())
-        out += [ln.replace("\u00a0", " ") for ln in textwrap.wrap(
-            glued, width, initial_indent="  " if not out else "      ", subsequent_indent="      ",
-            break_long_words=False, break_on_hyphens=False)]
+        out += [
+            ln.replace("\u00a0", " ")
+            for ln in textwrap.wrap(
+                glued,
+                width,
+                initial_indent="  " if not out else "      ",
+                subsequent_indent="      ",
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+        ]
     return out
 
 
@@ -216,7 +275,9 @@ def format_rows(rows: list[dict[str, Any]], width: int | None = None) -> str:
     if width is not None:  # the group column narrows to what the numbers leave; longer groups
         nw = max((len(_nums(r, mw, cw)) for r in plain), default=0)  # go on lines of their own
         gw = max(min(gw, width - 3 - nw), 7)
-    note = f"({BOOTSTRAP.describe()}; clusters in n_clusters; definitions: llmscope report --explain)"
+    note = (
+        f"({BOOTSTRAP.describe()}; clusters in n_clusters; definitions: llmscope report --explain)"
+    )
     lines = textwrap.wrap(note, width) if width is not None else [note]
     cur = None
     section = None
@@ -226,9 +287,15 @@ def format_rows(rows: list[dict[str, Any]], width: int | None = None) -> str:
             lines.append(head)
             cur = head
             section = None
-        if "preregistered" in r and r["preregistered"] != section:  # runs made with a plan (llmscope/runs/plan.py)
+        if (
+            "preregistered" in r and r["preregistered"] != section
+        ):  # runs made with a plan (llmscope/runs/plan.py)
             section = r["preregistered"]
-            lines.append("  -- pre-registered (plan) --" if section else "  -- exploratory (not in the plan) --")
+            lines.append(
+                "  -- pre-registered (plan) --"
+                if section
+                else "  -- exploratory (not in the plan) --"
+            )
         if r["metric"] == "hypothesis":
             g = r["group"]
             ci = r.get("ci95")

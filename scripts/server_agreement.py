@@ -22,8 +22,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import server_harness as sh  # noqa: E402
 
-SUITES = ["commonsense-sample", "mc-sample", "pragmatics-choice", "rating-sample", "generation-sample",
-          "minimal-pairs", "syntax-sample", "contamination-sample"]
+SUITES = [
+    "commonsense-sample",
+    "mc-sample",
+    "pragmatics-choice",
+    "rating-sample",
+    "generation-sample",
+    "minimal-pairs",
+    "syntax-sample",
+    "contamination-sample",
+]
 
 
 def ranking(r: dict[str, Any]) -> list[str]:
@@ -51,7 +59,11 @@ def compare(task: str, loc: dict, rem: dict) -> dict[str, Any]:
     elif task == "choice":
         methods = sorted({str(rem[k]["extra"].get("choice_method")) for k in keys})
         out["remote_method"] = ",".join(methods)
-        d = [abs(loc[k]["probs"][o] - rem[k]["probs"].get(o, 0.0)) for k in keys for o in loc[k]["probs"]]
+        d = [
+            abs(loc[k]["probs"][o] - rem[k]["probs"].get(o, 0.0))
+            for k in keys
+            for o in loc[k]["probs"]
+        ]
         out["mean_abs_d_option_prob"] = sum(d) / len(d)
         # option-ranking agreement: the full order of the options is the same
         out["same_ranking"] = sum(ranking(loc[k]) == ranking(rem[k]) for k in keys) / len(keys)
@@ -75,8 +87,10 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=30)
     ap.add_argument("--db", default="server-agreement.duckdb")
     ap.add_argument("--suite", action="append", help=f"suites (default: {', '.join(SUITES)})")
-    ap.add_argument("--base-url", help="a llama.cpp server already running with the command line above "
-                    "(default: start one)")
+    ap.add_argument(
+        "--base-url",
+        help="a llama.cpp server already running with the command line above (default: start one)",
+    )
     a = ap.parse_args()
     from llmscope.data.suites import load_suite
     from llmscope.engine.models import embedded_model_path
@@ -96,8 +110,13 @@ def main() -> int:
         for suite in a.suite or SUITES:
             res = sh.run_both(db, suite, base, "--limit", str(a.limit), env=env)
             if res["local_rc"] == 0:
-                res.update(compare(load_suite(suite).task, sh.latest_rows(db, suite, "hf"),
-                                   sh.latest_rows(db, suite, "openai")))
+                res.update(
+                    compare(
+                        load_suite(suite).task,
+                        sh.latest_rows(db, suite, "hf"),
+                        sh.latest_rows(db, suite, "openai"),
+                    )
+                )
             rows.append(res)
             print(json.dumps(res), flush=True)
     finally:
@@ -107,12 +126,20 @@ def main() -> int:
     print("| suite | n | same prediction | agreement | accuracy local / server | server |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        agree = ", ".join(f"{k} {v:.3f}" for k, v in r.items()
-                          if (k.startswith(("mean_abs", "max_abs")) or k in ("same_ranking", "same_preference", "same_verdict"))
-                          and isinstance(v, float))
+        agree = ", ".join(
+            f"{k} {v:.3f}"
+            for k, v in r.items()
+            if (
+                k.startswith(("mean_abs", "max_abs"))
+                or k in ("same_ranking", "same_preference", "same_verdict")
+            )
+            and isinstance(v, float)
+        )
         acc = f"{r['acc_local']:.3f} / {r['acc_server']:.3f}" if "acc_local" in r else "-"
         same = f"{r['same_prediction']:.1%}" if "same_prediction" in r else "-"
-        srv = r.get("server_stop") or (f"errors {r.get('remote_errors')}" if r.get("remote_errors") else "ok")
+        srv = r.get("server_stop") or (
+            f"errors {r.get('remote_errors')}" if r.get("remote_errors") else "ok"
+        )
         if r.get("remote_method"):
             srv += f" (choice method: {r['remote_method']})"
         print(f"| {r['suite']} | {r.get('n', 0)} | {same} | {agree or '-'} | {acc} | {srv} |")

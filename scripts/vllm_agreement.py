@@ -138,7 +138,9 @@ def main() -> int:
     rows = []
     try:
         for suite in a.suite or SUITES:
-            res = sh.run_both(db, suite, base, "--limit", str(a.limit), *EXTRA.get(suite, []), env=env)
+            res = sh.run_both(
+                db, suite, base, "--limit", str(a.limit), *EXTRA.get(suite, []), env=env
+            )
             if res["local_rc"] == 0 and res["server_rc"] == 0:
                 loc, rem = sh.latest_rows(db, suite, "hf"), sh.latest_rows(db, suite, "openai")
                 res.update(compare(suite, loc, rem))

@@ -44,8 +44,12 @@ def encode_json(v: Any) -> str | None:
         # what orjson refuses (integers beyond 64 bits, lone surrogates): the stdlib, with NaN
         # and infinities made null in the value as orjson does (replacing "NaN" in the text
         # also changed strings holding it, and left Infinity in)
-        return json.dumps(_finite_tree(v), ensure_ascii=False, allow_nan=False,
-                          default=lambda o: _finite_tree(_json_default(o)))
+        return json.dumps(
+            _finite_tree(v),
+            ensure_ascii=False,
+            allow_nan=False,
+            default=lambda o: _finite_tree(_json_default(o)),
+        )
 
 
 def _finite_tree(v: Any) -> Any:
@@ -89,7 +93,9 @@ def _json_many(values: Iterable[Any]) -> list[str | None]:
     """`encode_json` of each value; orjson in one comprehension, the careful path only for a value it refuses."""
     dumps, opts, default = orjson.dumps, _ORJSON_OPTS, _json_default
     try:
-        return [None if v is None else dumps(v, default=default, option=opts).decode() for v in values]
+        return [
+            None if v is None else dumps(v, default=default, option=opts).decode() for v in values
+        ]
     except (orjson.JSONEncodeError, TypeError):
         return [encode_json(v) for v in values]
 
@@ -170,8 +176,15 @@ def _finite_columns(cols: Sequence[Sequence[Any]]) -> list[pa.Array] | None:
     return [pa.array(a, mask=m) for a, m in zip(arr, bad, strict=True)]
 
 
-def results_to_arrow(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.datetime, *,
-                     tops_inline: bool = True, keys: list[tuple[str, str]] | None = None) -> pa.Table:
+def results_to_arrow(
+    run_id: str,
+    rs: Sequence[Result],
+    start_seq: int,
+    now: dt.datetime,
+    *,
+    tops_inline: bool = True,
+    keys: list[tuple[str, str]] | None = None,
+) -> pa.Table:
     """Column-wise conversion of results to the `results` table's Arrow schema (floats are
     checked for NaN/inf in numpy; JSON columns encoded by orjson per value). `tops_inline=False`
     leaves `top_tokens` null (the store writes them as the batch's blob, `encode_top_tokens`).
@@ -184,10 +197,38 @@ def results_to_arrow(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.
     # lie scattered in memory among their top tokens (a pass per column cost ~2x), and a tuple
     # per row (attrgetter, zip) set off the cyclic GC over every live object (~3x)
     cols: list[list[Any]] = [[] for _ in range(14)]
-    (item_ids, variants, prompts, probs, other, option_scores, preds, golds, correct, confidence,
-     ntok, latency, errors, extras) = cols
-    (a_id, a_var, a_prompt, a_probs, a_other, a_os, a_pred, a_gold, a_corr, a_conf, a_ntok,
-     a_lat, a_err, a_extra) = [c.append for c in cols]
+    (
+        item_ids,
+        variants,
+        prompts,
+        probs,
+        other,
+        option_scores,
+        preds,
+        golds,
+        correct,
+        confidence,
+        ntok,
+        latency,
+        errors,
+        extras,
+    ) = cols
+    (
+        a_id,
+        a_var,
+        a_prompt,
+        a_probs,
+        a_other,
+        a_os,
+        a_pred,
+        a_gold,
+        a_corr,
+        a_conf,
+        a_ntok,
+        a_lat,
+        a_err,
+        a_extra,
+    ) = [c.append for c in cols]
     for r in rs:
         a_id(r.item_id)
         a_var(r.variant)
@@ -212,7 +253,9 @@ def results_to_arrow(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.
     methods = [e.get("choice_method") if e else None for e in extras]
     p_yes = [p.get("yes") if p else None for p in probs]
     p_no = [p.get("no") if p else None for p in probs]
-    p_chosen = [p.get(x) if p and x is not None else None for p, x in zip(probs, preds, strict=True)]
+    p_chosen = [
+        p.get(x) if p and x is not None else None for p, x in zip(probs, preds, strict=True)
+    ]
     float_cols = (p_yes, p_no, other, correct, confidence, latency, p_chosen)
     floats = _finite_columns(float_cols) or [_finite_array(c) for c in float_cols]
     # the run id, seq and time filled in Arrow from one value (a Python object per row cost
@@ -257,8 +300,10 @@ def encode_top_tokens(tops: Sequence[Any]) -> bytes | None:
 # The IEEE bits of the NaN that arithmetic produces (Python's, numpy's, torch's and the x86
 # default, of either sign; a float32 NaN widened to float64 is one of these too) and of both
 # infinities: what `_msgpack_nonfinite` looks for after a MessagePack float64 marker (0xcb)
-_NONFINITE_BITS = np.array([0x7FF8000000000000, 0xFFF8000000000000, 0x7FF0000000000000,
-                            0xFFF0000000000000], dtype=np.uint64)
+_NONFINITE_BITS = np.array(
+    [0x7FF8000000000000, 0xFFF8000000000000, 0x7FF0000000000000, 0xFFF0000000000000],
+    dtype=np.uint64,
+)
 
 
 def _msgpack_nonfinite(raw: bytes) -> bool:
@@ -313,7 +358,9 @@ def top_tokens_json(tops: Sequence[Any]) -> bytes | None:
     except (orjson.JSONEncodeError, TypeError):
         # what orjson refuses with the fast options (non-string keys, odd objects): the
         # careful encoder per row, the same text `encode_json` stores in a column
-        return ("[" + ",".join("null" if t is None else (encode_json(t) or "null") for t in tops) + "]").encode()
+        return (
+            "[" + ",".join("null" if t is None else (encode_json(t) or "null") for t in tops) + "]"
+        ).encode()
 
 
 def compress_top_tokens(raw: bytes) -> bytes:
@@ -358,7 +405,9 @@ def decode_json(v: Any, default: Any = None) -> Any:
         try:
             text = v if isinstance(v, str) else v.decode("utf-8", "replace")
             if any(not (-(2**63) <= int(m) <= 2**64 - 1) for m in _LONG_DIGITS.findall(text)):
-                raise orjson.JSONDecodeError("orjson reads integers beyond 64 bits as floats", "", 0)
+                raise orjson.JSONDecodeError(
+                    "orjson reads integers beyond 64 bits as floats", "", 0
+                )
             return orjson.loads(v)
         except orjson.JSONDecodeError:
             try:  # what orjson refuses and the stdlib reads (NaN, integers beyond 64 bits)
@@ -410,8 +459,10 @@ def decode_json_many(values: Iterable[Any], default: Any = None) -> list[Any]:
     if len(texts) < len(vals) and any(isinstance(v, bytes) for v in vals):
         return [decode_json(v, default) for v in vals]
     # decode_json's test, over the texts in chunks (digit runs never cross the newlines)
-    if any(_has_wide_int("\n".join(texts[i:i + 65536])) for i in range(0, len(texts), 65536)):
-        return [decode_json(v, default) for v in vals]  # some text needs the stdlib: each as decode_json does
+    if any(_has_wide_int("\n".join(texts[i : i + 65536])) for i in range(0, len(texts), 65536)):
+        return [
+            decode_json(v, default) for v in vals
+        ]  # some text needs the stdlib: each as decode_json does
     loads = orjson.loads
     if len(texts) == len(vals):
         try:  # every value text that orjson reads: one C-level map, no per-value Python frame
@@ -440,5 +491,9 @@ def decode_frame(df: pd.DataFrame, columns: Iterable[str] = STORED_JSON_COLUMNS)
     out = df.copy()
     for c in columns:
         if c in out.columns:
-            out[c] = pd.Series([None if is_null(v) else decode_json(v) for v in out[c]], index=out.index, dtype=object)
+            out[c] = pd.Series(
+                [None if is_null(v) else decode_json(v) for v in out[c]],
+                index=out.index,
+                dtype=object,
+            )
     return out

@@ -47,9 +47,20 @@ if TYPE_CHECKING:
 
 # `Store` and the names other packages import from here, where they have always been.
 __all__ = [
-    "FAILING_WHERE", "JSON_RESULT_COLUMNS", "RESULT_SCHEMA", "ROWS_FINGERPRINT_SQL", "SCHEMA_VERSION",
-    "Store", "StoreError", "StoreLocked", "_owner_alive", "decode_json", "decode_json_many",
-    "effective_status", "file_schema_version", "results_to_arrow",
+    "FAILING_WHERE",
+    "JSON_RESULT_COLUMNS",
+    "RESULT_SCHEMA",
+    "ROWS_FINGERPRINT_SQL",
+    "SCHEMA_VERSION",
+    "Store",
+    "StoreError",
+    "StoreLocked",
+    "_owner_alive",
+    "decode_json",
+    "decode_json_many",
+    "effective_status",
+    "file_schema_version",
+    "results_to_arrow",
 ]
 
 
@@ -71,8 +82,10 @@ class Rows:
         return out
 
 
-_WRITE_RESULTS = re.compile(r"^\s*(INSERT|UPDATE|DELETE|DROP|ALTER|CREATE|TRUNCATE|COPY)\b.*\bresults\b",
-                            re.IGNORECASE | re.DOTALL)
+_WRITE_RESULTS = re.compile(
+    r"^\s*(INSERT|UPDATE|DELETE|DROP|ALTER|CREATE|TRUNCATE|COPY)\b.*\bresults\b",
+    re.IGNORECASE | re.DOTALL,
+)
 
 
 def _create_file(path: Path) -> None:
@@ -128,8 +141,14 @@ def _create_file(path: Path) -> None:
 class Store(SchemaMigrations, StoreWrites, RunQueries, ResultQueries, FailingList):
     """One DuckDB file owned by one process; thread-safe through a lock."""
 
-    def __init__(self, path: str | Path = "llmscope.duckdb", *, read_only: bool = False,
-                 snapshot: bool = False, _building: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | Path = "llmscope.duckdb",
+        *,
+        read_only: bool = False,
+        snapshot: bool = False,
+        _building: bool = False,
+    ) -> None:
         """`snapshot` (read-only only): when another process writes the file, read a private
         copy of it as of the writer's last commit instead of raising StoreLocked
         (store/snapshot.py); `snapshot_of` then says who writes it and `snapshot_stats` what
@@ -182,7 +201,9 @@ class Store(SchemaMigrations, StoreWrites, RunQueries, ResultQueries, FailingLis
                 self._remove_snapshot()
                 raise
         self._created = False
-        self._db_key = f"memory:{id(self)}" if self.path == ":memory:" else str(Path(self.path).resolve())
+        self._db_key = (
+            f"memory:{id(self)}" if self.path == ":memory:" else str(Path(self.path).resolve())
+        )
         self._forget_keys()  # another process may have written the file since this process last had it
         self._checkpointed_at = time.monotonic()
         if not read_only:
@@ -227,10 +248,13 @@ class Store(SchemaMigrations, StoreWrites, RunQueries, ResultQueries, FailingLis
             ).fetchall()
         except StoreError:
             running = []
-        runs = "; ".join(f"run {rid} ({suite} x {model}) holds {n}/{total} rows" for rid, suite, model, total, n
-                         in running)
-        return (f"{self.path} is still being written ({who}); read as of its last flush"
-                + (f": {runs}" if runs else ""))
+        runs = "; ".join(
+            f"run {rid} ({suite} x {model}) holds {n}/{total} rows"
+            for rid, suite, model, total, n in running
+        )
+        return f"{self.path} is still being written ({who}); read as of its last flush" + (
+            f": {runs}" if runs else ""
+        )
 
     @property
     def metrics_cache(self) -> MetricsCache | None:

@@ -51,11 +51,22 @@ def explain(e: Exception, path: str, action: str) -> StoreError:
             int(m.group(1)) if m else None,
         )
     if "read-only" in low or "readonly" in low or "permission denied" in low:
-        return StoreError(f"cannot write {path}: the file or its folder is read-only ({msg.splitlines()[0]})")
-    if "no space" in low or "disk is full" in low or "could not write" in low or "not enough space" in low:
-        return StoreError(f"cannot write {path}: the disk is full ({msg.splitlines()[0]}); nothing was half-written")
+        return StoreError(
+            f"cannot write {path}: the file or its folder is read-only ({msg.splitlines()[0]})"
+        )
+    if (
+        "no space" in low
+        or "disk is full" in low
+        or "could not write" in low
+        or "not enough space" in low
+    ):
+        return StoreError(
+            f"cannot write {path}: the disk is full ({msg.splitlines()[0]}); nothing was half-written"
+        )
     if "not a valid duckdb" in low or "unable to open" in low or "corrupt" in low:
-        return StoreError(f"{path} is not a DuckDB database llmscope can open: {msg.splitlines()[0]}")
+        return StoreError(
+            f"{path} is not a DuckDB database llmscope can open: {msg.splitlines()[0]}"
+        )
     return StoreError(f"database error while {action} ({path}): {msg.splitlines()[0]}")
 
 
@@ -68,9 +79,12 @@ def _explain_wal(e: Exception, path: str) -> StoreError | None:
     m = re.search(r"byte position (\d+)", msg)
     cut = int(m.group(1)) if m else None
     keep = _rows_with_wal_cut(path, cut) if cut is not None else None
-    how = (f"keep a copy (`cp {wal} {wal}.damaged`), then cut the log where the damage starts: "
-           f"`python -c \"import os; os.truncate('{wal}', {cut})\"`"
-           if cut is not None else f"move the log aside (`mv {wal} {wal}.damaged`)")
+    how = (
+        f"keep a copy (`cp {wal} {wal}.damaged`), then cut the log where the damage starts: "
+        f"`python -c \"import os; os.truncate('{wal}', {cut})\"`"
+        if cut is not None
+        else f"move the log aside (`mv {wal} {wal}.damaged`)"
+    )
     kept = ""
     if keep is not None:
         runs = ", ".join(f"{rid}: {n}" for rid, n in keep)
@@ -99,10 +113,11 @@ def _rows_with_wal_cut(path: str, cut: int) -> list[tuple[str, int]] | None:
                     left -= len(chunk)
             con = duckdb.connect(str(probe), read_only=True)
             try:
-                rows = con.execute("SELECT run_id, count(*) FROM results GROUP BY 1 ORDER BY 1").fetchall()
+                rows = con.execute(
+                    "SELECT run_id, count(*) FROM results GROUP BY 1 ORDER BY 1"
+                ).fetchall()
             finally:
                 con.close()
             return [(str(r[0]), int(r[1])) for r in rows]
     except (OSError, duckdb.Error):
         return None
-

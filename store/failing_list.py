@@ -31,8 +31,9 @@ class FailingList:
     FAILING_SORTS = ("arrival", "confidence", "distance", "group", "item")
 
     @staticmethod
-    def _failing_item_cols(group_field: str | None, alias: str = "i", distance: str | None = None,
-                           results: str = "r") -> tuple[str, str, list[Any]]:
+    def _failing_item_cols(
+        group_field: str | None, alias: str = "i", distance: str | None = None, results: str = "r"
+    ) -> tuple[str, str, list[Any]]:
         """SQL for the list's item-derived columns: group = the item field `group_field` as
         text ('None' when absent); distance = the caller's SQL template `distance` with
         {p_yes}, {p_no} and {human} (the item's human_q1) filled, NULL without one (the
@@ -43,13 +44,23 @@ class FailingList:
         else:
             grp, params = "''", []
         human = f"TRY_CAST(json_extract_string({alias}.fields, '$.human_q1') AS DOUBLE)"
-        dist = ("CAST(NULL AS DOUBLE)" if distance is None else
-                distance.format(p_yes=f"{results}.p_yes", p_no=f"{results}.p_no", human=human))
+        dist = (
+            "CAST(NULL AS DOUBLE)"
+            if distance is None
+            else distance.format(p_yes=f"{results}.p_yes", p_no=f"{results}.p_no", human=human)
+        )
         return grp, dist, params
 
-    def _failing_sql(self, run_id: str, group_field: str | None, group: str | None,
-                     min_conf: float | None, sort: str = "arrival", where: str | None = FAILING_WHERE,
-                     distance: str | None = None) -> tuple[str, list[Any]]:
+    def _failing_sql(
+        self,
+        run_id: str,
+        group_field: str | None,
+        group: str | None,
+        min_conf: float | None,
+        sort: str = "arrival",
+        where: str | None = FAILING_WHERE,
+        distance: str | None = None,
+    ) -> tuple[str, list[Any]]:
         """The rows of a run that `where` chooses (default: the failing ones, an error or scored
         below 0.5; None: all): result columns, plus the item-derived `group`/`distance` only when
         the sort or a filter needs them (they read the items' JSON fields, the expensive part on
@@ -61,8 +72,10 @@ class FailingList:
         if need_items:
             grp, dist, params = self._failing_item_cols(group_field, distance=distance)
             cols += f', {grp} AS "group", {dist} AS distance'
-            join = ("JOIN runs u ON u.run_id = r.run_id "
-                    "LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id")
+            join = (
+                "JOIN runs u ON u.run_id = r.run_id "
+                "LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id"
+            )
         conds = ["r.run_id = ?", *([where] if where else [])]
         params.append(run_id)
         sql = f"SELECT {cols} FROM results r {join} WHERE {' AND '.join(conds)}"
@@ -89,18 +102,36 @@ class FailingList:
             "item": f"TRY_CAST({p}item_id AS BIGINT) NULLS LAST, {p}item_id, {p}seq",
         }[sort]
 
-    def failing_count(self, run_id: str, *, group_field: str | None = None, group: str | None = None,
-                      min_conf: float | None = None, where: str | None = FAILING_WHERE,
-                      distance: str | None = None) -> int:
+    def failing_count(
+        self,
+        run_id: str,
+        *,
+        group_field: str | None = None,
+        group: str | None = None,
+        min_conf: float | None = None,
+        where: str | None = FAILING_WHERE,
+        distance: str | None = None,
+    ) -> int:
         """How many failing rows (or the rows `where` chooses) match the filters."""
-        sql, params = self._failing_sql(run_id, group_field, group, min_conf, where=where, distance=distance)
+        sql, params = self._failing_sql(
+            run_id, group_field, group, min_conf, where=where, distance=distance
+        )
         row = self.execute(f"SELECT count(*) FROM ({sql})", params).fetchone()
         return int(row[0]) if row else 0
 
-    def failing_page(self, run_id: str, offset: int, limit: int, *, sort: str = "arrival",
-                     group_field: str | None = None, group: str | None = None,
-                     min_conf: float | None = None, where: str | None = FAILING_WHERE,
-                     distance: str | None = None) -> dict[str, list[Any]]:
+    def failing_page(
+        self,
+        run_id: str,
+        offset: int,
+        limit: int,
+        *,
+        sort: str = "arrival",
+        group_field: str | None = None,
+        group: str | None = None,
+        min_conf: float | None = None,
+        where: str | None = FAILING_WHERE,
+        distance: str | None = None,
+    ) -> dict[str, list[Any]]:
         """Rows [offset, offset+limit) of the failing list in `sort` order, as column lists
         (item_id, variant, group, gold, prediction, confidence, distance, error, text, seq).
         `where` (an SQL condition on the results alias `r`; None: every row) chooses other rows.
@@ -133,10 +164,19 @@ class FailingList:
                 raise explain(e, self.path, "querying") from e
         return {name: [r[j] for r in rows] for j, name in enumerate(names)}
 
-    def failing_position(self, run_id: str, item_id: str, variant: str, *, sort: str = "arrival",
-                         group_field: str | None = None, group: str | None = None,
-                         min_conf: float | None = None, where: str | None = FAILING_WHERE,
-                         distance: str | None = None) -> int | None:
+    def failing_position(
+        self,
+        run_id: str,
+        item_id: str,
+        variant: str,
+        *,
+        sort: str = "arrival",
+        group_field: str | None = None,
+        group: str | None = None,
+        min_conf: float | None = None,
+        where: str | None = FAILING_WHERE,
+        distance: str | None = None,
+    ) -> int | None:
         """Where (item_id, variant) is in the sorted, filtered failing list (or `where`'s rows), or None."""
         sql, params = self._failing_sql(run_id, group_field, group, min_conf, sort, where, distance)
         row = self.execute(

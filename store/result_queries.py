@@ -26,8 +26,10 @@ if TYPE_CHECKING:
 # of the run's suite's item. Every reader of result rows selects `RESULT_COLUMNS` (plus any item
 # columns `i.*`) `FROM_RESULTS_WITH_ITEMS`.
 RESULT_COLUMNS = "r.* REPLACE (coalesce(r.prompt, i.text) AS prompt)"
-FROM_RESULTS_WITH_ITEMS = ("FROM results r LEFT JOIN runs u ON u.run_id = r.run_id "
-                           "LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id")
+FROM_RESULTS_WITH_ITEMS = (
+    "FROM results r LEFT JOIN runs u ON u.run_id = r.run_id "
+    "LEFT JOIN items i ON i.suite_id = u.suite_id AND i.item_id = r.item_id"
+)
 
 
 class ResultQueries:
@@ -40,7 +42,9 @@ class ResultQueries:
         def query_df(self, sql: str, params: Sequence[Any] | None = None) -> pd.DataFrame: ...
 
     def done_keys(self, run_id: str) -> set[tuple[str, str]]:
-        rows = self.execute("SELECT item_id, variant FROM results WHERE run_id = ?", [run_id]).fetchall()
+        rows = self.execute(
+            "SELECT item_id, variant FROM results WHERE run_id = ?", [run_id]
+        ).fetchall()
         return {(r[0], r[1]) for r in rows}
 
     def count_results(self, run_id: str) -> tuple[int, int]:
@@ -50,7 +54,9 @@ class ResultQueries:
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
     def max_seq(self, run_id: str) -> int:
-        row = self.execute("SELECT coalesce(max(seq), -1) FROM results WHERE run_id = ?", [run_id]).fetchone()
+        row = self.execute(
+            "SELECT coalesce(max(seq), -1) FROM results WHERE run_id = ?", [run_id]
+        ).fetchone()
         return int(row[0]) if row else -1
 
     def results_frame(self, run_id: str, *, with_items: bool = True) -> pd.DataFrame:
@@ -59,8 +65,11 @@ class ResultQueries:
 
     def _results_rows(self, run_id: str, with_items: bool) -> pd.DataFrame:
         items = ", i.text, i.fields, i.idx, i.options" if with_items else ""
-        return self.query_df(f"SELECT {RESULT_COLUMNS}{items} {FROM_RESULTS_WITH_ITEMS} "
-                             "WHERE r.run_id = ? ORDER BY r.seq", [run_id])
+        return self.query_df(
+            f"SELECT {RESULT_COLUMNS}{items} {FROM_RESULTS_WITH_ITEMS} "
+            "WHERE r.run_id = ? ORDER BY r.seq",
+            [run_id],
+        )
 
     def _fill_top_tokens(self, df: pd.DataFrame, *, as_text: bool) -> pd.DataFrame:
         """Rows' `top_tokens` from their batch's blob where the row holds none (rows written
@@ -85,10 +94,14 @@ class ResultQueries:
                 continue
             entry = blobs.get(int(bid))
             if entry is None:
-                raise StoreError(f"{self.path}: a result names top-tokens blob {int(bid)}, which is missing")
+                raise StoreError(
+                    f"{self.path}: a result names top-tokens blob {int(bid)}, which is missing"
+                )
             i = int(seqs[pos]) - entry[0]
             if not 0 <= i < len(entry[1]):
-                raise StoreError(f"{self.path}: result seq {int(seqs[pos])} is outside its top-tokens blob")
+                raise StoreError(
+                    f"{self.path}: result seq {int(seqs[pos])} is outside its top-tokens blob"
+                )
             v = entry[1][i]
             tops[pos] = v if not as_text or v is None else encode_json(v)
         import pandas as pd
@@ -141,6 +154,11 @@ class ResultQueries:
         out = {}
         for iid, rows in by_item.items():
             first = rows[0] if rows else {}
-            out[iid] = ItemDetail(item_id=iid, text=first.get("item_text") or "", fields=first.get("item_fields") or {},
-                                  options=first.get("item_options"), variants=rows)
+            out[iid] = ItemDetail(
+                item_id=iid,
+                text=first.get("item_text") or "",
+                fields=first.get("item_fields") or {},
+                options=first.get("item_options"),
+                variants=rows,
+            )
         return out

@@ -27,9 +27,26 @@ ROWS_FINGERPRINT_SQL = (
 
 # The columns of `run_records` / `runs`, in order.
 RUN_LIST_COLUMNS = (
-    "run_id", "suite_name", "task", "model", "backend", "status", "n_total", "n_done", "n_errors", "accuracy",
-    "started_at", "ended_at", "updated_at", "heartbeat_at", "owner_pid", "owner_host", "error",
-    "item_limit", "n_suite_items", "metric",
+    "run_id",
+    "suite_name",
+    "task",
+    "model",
+    "backend",
+    "status",
+    "n_total",
+    "n_done",
+    "n_errors",
+    "accuracy",
+    "started_at",
+    "ended_at",
+    "updated_at",
+    "heartbeat_at",
+    "owner_pid",
+    "owner_host",
+    "error",
+    "item_limit",
+    "n_suite_items",
+    "metric",
 )
 
 
@@ -37,6 +54,7 @@ class RunQueries:
     """The `Store`'s reads of suites, items, runs and analyses."""
 
     if TYPE_CHECKING:  # provided by `Store` (store/db.py)
+
         @property
         def metrics_cache(self) -> MetricsCache | None: ...
         def execute(self, sql: str, params: Sequence[Any] | None = None) -> Rows: ...
@@ -48,7 +66,9 @@ class RunQueries:
         return bool(row and row[0])
 
     def suites(self) -> pd.DataFrame:
-        return self.query_df("SELECT suite_id, name, task, n_items, source, created_at FROM suites ORDER BY created_at")
+        return self.query_df(
+            "SELECT suite_id, name, task, n_items, source, created_at FROM suites ORDER BY created_at"
+        )
 
     def suite_spec(self, suite_id: str) -> dict[str, Any]:
         """The stored spec of a suite ({} when unknown)."""
@@ -63,16 +83,20 @@ class RunQueries:
 
     def items_frame(self, suite_id: str) -> pd.DataFrame:
         return self.query_df(
-            "SELECT item_id, idx, text, gold, options, fields FROM items WHERE suite_id = ? ORDER BY idx", [suite_id]
+            "SELECT item_id, idx, text, gold, options, fields FROM items WHERE suite_id = ? ORDER BY idx",
+            [suite_id],
         )
 
-    def suite_items(self, suite_id: str, *, with_fields: bool = True, with_text: bool = True) -> list[Item]:
+    def suite_items(
+        self, suite_id: str, *, with_fields: bool = True, with_text: bool = True
+    ) -> list[Item]:
         """A stored suite's items in order, options and fields decoded (empty when not stored;
         `with_fields=False` leaves `fields` empty, `with_text=False` leaves `text` empty, for
         callers that need only id/gold/options)."""
         rows = self.execute(
             f"SELECT item_id, {'text' if with_text else 'NULL'}, gold, options, "
-            f"{'fields' if with_fields else 'NULL'} FROM items WHERE suite_id = ? ORDER BY idx", [suite_id]
+            f"{'fields' if with_fields else 'NULL'} FROM items WHERE suite_id = ? ORDER BY idx",
+            [suite_id],
         ).fetchall()
         # Option lists repeat across a suite's items (WorldSense: a handful for 87k trials): each
         # distinct text is decoded once, and every item gets its own copy of the list.
@@ -86,14 +110,18 @@ class RunQueries:
             v = options[o]
             return list(v) if isinstance(v, list) else decode_json(o)
 
-        return [Item(item_id=i, text=t or "", gold=g, options=opts(o), fields=decode_json(f) or {})
-                for i, t, g, o, f in rows]
+        return [
+            Item(item_id=i, text=t or "", gold=g, options=opts(o), fields=decode_json(f) or {})
+            for i, t, g, o, f in rows
+        ]
 
     def item_answers(self, suite_id: str) -> dict[str, tuple[str | None, Any]]:
         """item_id -> (gold, options) of a stored suite, options decoded once per distinct text
         (lists as tuples, shared between items: read-only). For bulk imports that score
         responses against 10^5 items without building an `Item` for each."""
-        rows = self.execute("SELECT item_id, gold, options FROM items WHERE suite_id = ?", [suite_id]).fetchall()
+        rows = self.execute(
+            "SELECT item_id, gold, options FROM items WHERE suite_id = ?", [suite_id]
+        ).fetchall()
         decoded: dict[Any, Any] = {}
         for o in {r[2] for r in rows}:
             v = decode_json(o)
@@ -112,13 +140,17 @@ class RunQueries:
         if prefix == "last":
             df = self.query_df("SELECT * FROM runs ORDER BY started_at DESC LIMIT 1")
         else:
-            df = self.query_df("SELECT * FROM runs WHERE run_id LIKE ? || '%' ORDER BY started_at", [prefix])
+            df = self.query_df(
+                "SELECT * FROM runs WHERE run_id LIKE ? || '%' ORDER BY started_at", [prefix]
+            )
             if len(df) > 1:
                 exact = df[df.run_id == prefix]
                 if len(exact) == 1:
                     df = exact
                 else:
-                    raise StoreError(f"run id prefix {prefix!r} is ambiguous: {', '.join(df.run_id)}")
+                    raise StoreError(
+                        f"run id prefix {prefix!r} is ambiguous: {', '.join(df.run_id)}"
+                    )
         return None if df.empty else _row(df)
 
     def runs(self) -> pd.DataFrame:
@@ -151,7 +183,11 @@ class RunQueries:
         # The run's headline metric from the metrics pipeline's cache when it matches the rows
         # (WorldSense: worldsense_accuracy); else plain `accuracy` = avg(correct), named so.
         side = self.metrics_cache
-        known = side.headlines({str(r["run_id"]): str(r["_fp"]) for r in recs}) if side is not None and recs else {}
+        known = (
+            side.headlines({str(r["run_id"]): str(r["_fp"]) for r in recs})
+            if side is not None and recs
+            else {}
+        )
         for r in recs:
             r.pop("_fp")
             h = known.get(str(r["run_id"]))
@@ -163,7 +199,9 @@ class RunQueries:
 
     def load_analysis(self, run_id: str, kind: str) -> Any:
         """A stored analysis, or None."""
-        row = self.execute("SELECT payload FROM analyses WHERE run_id = ? AND kind = ?", [run_id, kind]).fetchone()
+        row = self.execute(
+            "SELECT payload FROM analyses WHERE run_id = ? AND kind = ?", [run_id, kind]
+        ).fetchone()
         return json.loads(row[0]) if row else None
 
 

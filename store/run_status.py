@@ -42,13 +42,17 @@ def process_started_at(pid: int) -> dt.datetime | None:
         ticks = int(stat[stat.rindex(")") + 2 :].split()[19])
         with open("/proc/stat", "rb") as f:
             btime = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
-        return dt.datetime.fromtimestamp(btime + ticks / os.sysconf("SC_CLK_TCK"), dt.UTC).replace(tzinfo=None)
+        return dt.datetime.fromtimestamp(btime + ticks / os.sysconf("SC_CLK_TCK"), dt.UTC).replace(
+            tzinfo=None
+        )
     except (OSError, ValueError, IndexError, StopIteration):
         pass
     try:
         import psutil  # type: ignore[import-untyped]
 
-        return dt.datetime.fromtimestamp(psutil.Process(pid).create_time(), dt.UTC).replace(tzinfo=None)
+        return dt.datetime.fromtimestamp(psutil.Process(pid).create_time(), dt.UTC).replace(
+            tzinfo=None
+        )
     except Exception:  # not installed, no such process, no access
         return None
 

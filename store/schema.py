@@ -183,20 +183,41 @@ PROMOTE_SQL = """
     WHERE p_chosen IS NULL AND choice_method IS NULL
 """
 
-LEGACY_TABLES = ("suites", "items", "runs", "results")  # created by migration 1, adopted from version 0
+LEGACY_TABLES = (
+    "suites",
+    "items",
+    "runs",
+    "results",
+)  # created by migration 1, adopted from version 0
 
 
 # A results row as Arrow, the columns of `results` in table order: every writer builds its batches
 # in it (`codec.results_to_arrow`, `Store.append_results`).
 RESULT_SCHEMA = pa.schema(
     [
-        ("run_id", pa.string()), ("item_id", pa.string()), ("variant", pa.string()), ("seq", pa.int64()),
-        ("prompt", pa.string()), ("probs", pa.string()), ("p_yes", pa.float64()), ("p_no", pa.float64()),
-        ("other", pa.float64()), ("top_tokens", pa.string()), ("option_scores", pa.string()),
-        ("prediction", pa.string()), ("gold", pa.string()), ("correct", pa.float64()),
-        ("confidence", pa.float64()), ("n_tokens", pa.int32()), ("latency_ms", pa.float64()),
-        ("error", pa.string()), ("extra", pa.string()), ("written_at", pa.timestamp("us")),
-        ("p_chosen", pa.float64()), ("choice_method", pa.string()), ("top_tokens_blob", pa.int64()),
+        ("run_id", pa.string()),
+        ("item_id", pa.string()),
+        ("variant", pa.string()),
+        ("seq", pa.int64()),
+        ("prompt", pa.string()),
+        ("probs", pa.string()),
+        ("p_yes", pa.float64()),
+        ("p_no", pa.float64()),
+        ("other", pa.float64()),
+        ("top_tokens", pa.string()),
+        ("option_scores", pa.string()),
+        ("prediction", pa.string()),
+        ("gold", pa.string()),
+        ("correct", pa.float64()),
+        ("confidence", pa.float64()),
+        ("n_tokens", pa.int32()),
+        ("latency_ms", pa.float64()),
+        ("error", pa.string()),
+        ("extra", pa.string()),
+        ("written_at", pa.timestamp("us")),
+        ("p_chosen", pa.float64()),
+        ("choice_method", pa.string()),
+        ("top_tokens_blob", pa.int64()),
     ]
 )
 
@@ -214,8 +235,9 @@ def file_schema_version(path: str | Path) -> int:
     except Exception as e:
         raise explain(e, str(path), "opening the database") from e
     try:
-        has = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
-                          ).fetchall()[0][0]
+        has = con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
+        ).fetchall()[0][0]
         if not has:
             return 0
         v = con.execute("SELECT max(version) FROM schema_version").fetchall()[0][0]
@@ -276,7 +298,9 @@ class SchemaMigrations:
             for version, sql in MIGRATIONS:
                 if version > current:
                     self.con.execute(sql)
-                    self.con.execute("INSERT INTO schema_version VALUES (?, ?)", [version, utc_now()])
+                    self.con.execute(
+                        "INSERT INTO schema_version VALUES (?, ?)", [version, utc_now()]
+                    )
             for table in legacy:
                 self._copy_legacy_table(table)
             if current < 4:
@@ -328,5 +352,7 @@ class SchemaMigrations:
                     "QUALIFY row_number() OVER (PARTITION BY run_id, item_id, variant ORDER BY rowid) = 1"
                 )
             else:
-                self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {old} ON CONFLICT DO NOTHING")
+                self.con.execute(
+                    f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {old} ON CONFLICT DO NOTHING"
+                )
         self.con.execute(f"DROP TABLE {old}")

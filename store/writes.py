@@ -32,8 +32,13 @@ if TYPE_CHECKING:
 # items per insert in `Store.add_suite` (WorldSense: 87,048 items in 6 slices)
 _ITEM_SLICE = 16_384
 # RESULT_SCHEMA's Arrow types as DuckDB's (`append_results_sql` casts the select's columns to them)
-_DUCK_TYPES = {"string": "VARCHAR", "double": "DOUBLE", "int64": "BIGINT", "int32": "INTEGER",
-               "timestamp[us]": "TIMESTAMP"}
+_DUCK_TYPES = {
+    "string": "VARCHAR",
+    "double": "DOUBLE",
+    "int64": "BIGINT",
+    "int32": "INTEGER",
+    "timestamp[us]": "TIMESTAMP",
+}
 
 
 class _KeyIndex:
@@ -124,7 +129,9 @@ class StoreWrites:
                     pass
                 raise explain(e, self.path, f"writing {table}") from e
 
-    def _insert_with_blob(self, run_id: str, tbl: pa.Table, seq_lo: int, blob: bytes | Future[bytes | None]) -> None:
+    def _insert_with_blob(
+        self, run_id: str, tbl: pa.Table, seq_lo: int, blob: bytes | Future[bytes | None]
+    ) -> None:
         """Insert rows and their batch's top-tokens blob in one transaction (the caller's, inside
         `transaction()`); caller holds the locks. The blob id comes from a sequence, so two
         open transactions (two `Store`s of one file) never share one. `blob` may still be
@@ -136,16 +143,22 @@ class StoreWrites:
             row = self.con.execute("SELECT nextval('result_blob_ids')").fetchall()
             blob_id = int(row[0][0])
             i = tbl.schema.get_field_index("top_tokens_blob")
-            tbl = tbl.set_column(i, "top_tokens_blob", pa.array(np.full(tbl.num_rows, blob_id, dtype=np.int64)))
+            tbl = tbl.set_column(
+                i, "top_tokens_blob", pa.array(np.full(tbl.num_rows, blob_id, dtype=np.int64))
+            )
             self.con.register("_llmscope_batch", tbl)
             try:
                 cols = ", ".join(tbl.column_names)
-                self.con.execute(f"INSERT INTO results ({cols}) SELECT {cols} FROM _llmscope_batch").fetchall()
+                self.con.execute(
+                    f"INSERT INTO results ({cols}) SELECT {cols} FROM _llmscope_batch"
+                ).fetchall()
             finally:
                 self.con.unregister("_llmscope_batch")
             data = blob.result() if isinstance(blob, Future) else blob
-            self.con.execute("INSERT INTO result_blobs VALUES (?, ?, ?, ?, ?)",
-                             [blob_id, run_id, seq_lo, int(pc.max(tbl.column("seq")).as_py()), data])
+            self.con.execute(
+                "INSERT INTO result_blobs VALUES (?, ?, ?, ?, ?)",
+                [blob_id, run_id, seq_lo, int(pc.max(tbl.column("seq")).as_py()), data],
+            )
             if own:
                 self.con.execute("COMMIT")
         except BaseException as e:  # also the blob's encoder refusing a value: nothing committed
@@ -168,13 +181,19 @@ class StoreWrites:
         idx = _KEYS.setdefault(self._db_key, _KeyIndex())
         keys = idx.runs.get(run_id)
         if keys is None:
-            rows = self.con.execute("SELECT item_id, variant FROM results WHERE run_id = ?", [run_id]).fetchall()
+            rows = self.con.execute(
+                "SELECT item_id, variant FROM results WHERE run_id = ?", [run_id]
+            ).fetchall()
             keys = idx.runs[run_id] = {(r[0], r[1]) for r in rows}
         return keys
 
-    def _insert_results(self, run_id: str, tbl: pa.Table,
-                        tops_blob: tuple[int, bytes | Future[bytes | None]] | None = None,
-                        keys: list[tuple[str, str]] | None = None) -> int:
+    def _insert_results(
+        self,
+        run_id: str,
+        tbl: pa.Table,
+        tops_blob: tuple[int, bytes | Future[bytes | None]] | None = None,
+        keys: list[tuple[str, str]] | None = None,
+    ) -> int:
         """Append a batch of one run's rows, skipping keys already stored or repeated in the
         batch (the first copy counts). Inside `transaction()` such a key is an error instead,
         so bulk writers that dedupe themselves learn of a mistake. Returns rows written.
@@ -188,8 +207,17 @@ class StoreWrites:
                 stored = self._stored_keys(run_id)
             except duckdb.Error as e:
                 raise explain(e, self.path, "reading stored keys") from e
-            batch = keys if keys is not None else list(
-                zip(tbl.column("item_id").to_pylist(), tbl.column("variant").to_pylist(), strict=True))
+            batch = (
+                keys
+                if keys is not None
+                else list(
+                    zip(
+                        tbl.column("item_id").to_pylist(),
+                        tbl.column("variant").to_pylist(),
+                        strict=True,
+                    )
+                )
+            )
             fresh = set(batch)
             if len(fresh) != len(batch) or not stored.isdisjoint(fresh):
                 seen: set[tuple[str, str]] = set()
@@ -199,7 +227,9 @@ class StoreWrites:
                     seen.add(k)
                 if self._in_tx:
                     dup = next(k for k, ok in zip(batch, keep, strict=True) if not ok)
-                    raise StoreError(f"duplicate result key {dup} for run {run_id} inside one transaction")
+                    raise StoreError(
+                        f"duplicate result key {dup} for run {run_id} inside one transaction"
+                    )
                 tbl = tbl.filter(pa.array(keep, type=pa.bool_()))
                 fresh -= stored
             if tbl.num_rows:
@@ -211,8 +241,15 @@ class StoreWrites:
             self._maybe_checkpoint()
             return tbl.num_rows
 
-    def add_suite(self, suite_id: str, name: str, task: str, spec: dict[str, Any], source: str,
-                  items: Sequence[Item]) -> None:
+    def add_suite(
+        self,
+        suite_id: str,
+        name: str,
+        task: str,
+        spec: dict[str, Any],
+        source: str,
+        items: Sequence[Item],
+    ) -> None:
         """Store a suite and its items in one transaction (skipped when already stored).
 
         The items go in slices of `_ITEM_SLICE`: their JSON and Arrow columns are built per
@@ -220,9 +257,15 @@ class StoreWrites:
         if self.has_suite(suite_id):
             return
         schema = pa.schema(
-            [("suite_id", pa.string()), ("item_id", pa.string()), ("idx", pa.int32()),
-             ("text", pa.string()), ("gold", pa.string()), ("options", pa.string()),
-             ("fields", pa.string())]
+            [
+                ("suite_id", pa.string()),
+                ("item_id", pa.string()),
+                ("idx", pa.int32()),
+                ("text", pa.string()),
+                ("gold", pa.string()),
+                ("options", pa.string()),
+                ("fields", pa.string()),
+            ]
         )
         with self._lock:
             try:
@@ -232,7 +275,7 @@ class StoreWrites:
                     [suite_id, name, task, encode_json(spec), source, len(items), utc_now()],
                 )
                 for lo in range(0, len(items), _ITEM_SLICE):
-                    part = items[lo:lo + _ITEM_SLICE]
+                    part = items[lo : lo + _ITEM_SLICE]
                     tbl = pa.table(
                         {
                             "suite_id": [suite_id] * len(part),
@@ -252,7 +295,9 @@ class StoreWrites:
                         self.con.unregister("_llmscope_items")
                     del tbl
                 self.con.execute("COMMIT")
-            except BaseException as e:  # also a value the JSON encoder refuses: no open transaction left
+            except (
+                BaseException
+            ) as e:  # also a value the JSON encoder refuses: no open transaction left
                 try:
                     self.con.execute("ROLLBACK")
                 except duckdb.Error:
@@ -291,7 +336,9 @@ class StoreWrites:
 
     def delete_error_results(self, run_id: str) -> int:
         """Remove a run's error rows so a resume scores those items again; returns how many."""
-        n = self.execute("SELECT count(*) FROM results WHERE run_id = ? AND error IS NOT NULL", [run_id]).fetchone()
+        n = self.execute(
+            "SELECT count(*) FROM results WHERE run_id = ? AND error IS NOT NULL", [run_id]
+        ).fetchone()
         if n and n[0]:
             self.execute("DELETE FROM results WHERE run_id = ? AND error IS NOT NULL", [run_id])
         return int(n[0]) if n else 0
@@ -315,8 +362,9 @@ class StoreWrites:
             # conversion refuses anything else), not read back from the table (~1 ms a write)
             keys: list[tuple[str, str]] = []
             tbl = results_to_arrow(run_id, rs, start_seq, now, tops_inline=False, keys=keys)
-            self._insert_results(run_id, tbl, tops_blob=None if blob is None else (start_seq, blob),
-                                 keys=keys)
+            self._insert_results(
+                run_id, tbl, tops_blob=None if blob is None else (start_seq, blob), keys=keys
+            )
         except BaseException:
             if blob is not None:
                 blob.cancel()
@@ -325,8 +373,14 @@ class StoreWrites:
             blob.result()  # an encoding error surfaces even when every row was a duplicate
         return len(rs)
 
-    def append_results(self, run_id: str, columns: Mapping[str, Any], start_seq: int = 0, *,
-                       prompt_from_suite: str | None = None) -> int:
+    def append_results(
+        self,
+        run_id: str,
+        columns: Mapping[str, Any],
+        start_seq: int = 0,
+        *,
+        prompt_from_suite: str | None = None,
+    ) -> int:
         """Bulk path: append result rows given as columns (lists or Arrow arrays named like the
         `results` table), without building a `Result` per row. Absent columns are null
         (`n_tokens` 0, `latency_ms` 0.0, as a default `Result` stores them); `run_id`, `seq`
@@ -344,7 +398,9 @@ class StoreWrites:
         n = lengths.pop() if lengths else 0
         if not n:
             return 0
-        unknown = set(columns) - set(RESULT_SCHEMA.names) - {"run_id", "seq", "written_at", "p_chosen"}
+        unknown = (
+            set(columns) - set(RESULT_SCHEMA.names) - {"run_id", "seq", "written_at", "p_chosen"}
+        )
         if unknown:
             raise ValueError(f"not columns of results: {sorted(unknown)}")
         if "top_tokens_blob" in columns:  # names a stored blob: only write_results makes those
@@ -359,20 +415,30 @@ class StoreWrites:
                 arrays.append(pa.array([utc_now()] * n, type=f.type))
             elif f.name in columns:
                 v = columns[f.name]
-                arrays.append(v.cast(f.type) if isinstance(v, pa.Array) else pa.array(v, type=f.type))
+                arrays.append(
+                    v.cast(f.type) if isinstance(v, pa.Array) else pa.array(v, type=f.type)
+                )
             elif f.name == "n_tokens":
                 arrays.append(pa.array([0] * n, type=f.type))
             elif f.name == "latency_ms":
                 arrays.append(pa.array([0.0] * n, type=f.type))
             elif f.name == "p_chosen" and "probs" in columns and "prediction" in columns:
-                arrays.append(p_chosen_array(column_list(columns["probs"]), column_list(columns["prediction"])))
-            elif f.name == "choice_method" and "extra" in columns and "choice_method" not in columns:
+                arrays.append(
+                    p_chosen_array(
+                        column_list(columns["probs"]), column_list(columns["prediction"])
+                    )
+                )
+            elif (
+                f.name == "choice_method" and "extra" in columns and "choice_method" not in columns
+            ):
                 arrays.append(choice_method_array(column_list(columns["extra"])))
             else:
                 arrays.append(pa.nulls(n, type=f.type))
         return self._insert_results(run_id, pa.Table.from_arrays(arrays, schema=RESULT_SCHEMA))
 
-    def _check_prompt_from_suite(self, run_id: str, has_prompt: bool, prompt_from_suite: str | None) -> None:
+    def _check_prompt_from_suite(
+        self, run_id: str, has_prompt: bool, prompt_from_suite: str | None
+    ) -> None:
         """`prompt_from_suite` only without a prompt column, and only the run's own suite."""
         if prompt_from_suite is None:
             return
@@ -381,14 +447,20 @@ class StoreWrites:
         row = self.execute("SELECT suite_id FROM runs WHERE run_id = ?", [run_id]).fetchone()
         if row is None or row[0] != prompt_from_suite:
             # readers take the text from the run's suite: another suite's text would be lost
-            raise ValueError(f"prompt_from_suite {prompt_from_suite!r} is not the suite of run {run_id!r}"
-                             f" ({row[0] if row else 'no such run'})")
+            raise ValueError(
+                f"prompt_from_suite {prompt_from_suite!r} is not the suite of run {run_id!r}"
+                f" ({row[0] if row else 'no such run'})"
+            )
 
-    def _check_result_columns(self, run_id: str, names: Sequence[str], prompt_from_suite: str | None) -> None:
+    def _check_result_columns(
+        self, run_id: str, names: Sequence[str], prompt_from_suite: str | None
+    ) -> None:
         """`append_results`'s column rules for a SQL batch (`append_results_sql`)."""
         self._check_prompt_from_suite(run_id, "prompt" in names, prompt_from_suite)
         if len(set(names)) != len(names):
-            raise ValueError(f"repeated column names: {sorted(n for n in set(names) if names.count(n) > 1)}")
+            raise ValueError(
+                f"repeated column names: {sorted(n for n in set(names) if names.count(n) > 1)}"
+            )
         unknown = set(names) - set(RESULT_SCHEMA.names)
         if unknown:
             raise ValueError(f"not columns of results: {sorted(unknown)}")
@@ -405,11 +477,19 @@ class StoreWrites:
         if "extra" in names and "choice_method" not in names:
             raise ValueError("a select with extra must give choice_method too")
         if "top_tokens" in names:
-            raise ValueError("top tokens are stored as blobs by write_results; append_results_sql does not take them")
+            raise ValueError(
+                "top tokens are stored as blobs by write_results; append_results_sql does not take them"
+            )
 
-    def append_results_sql(self, run_id: str, select_sql: str, params: Sequence[Any] | None = None, *,
-                           prompt_from_suite: str | None = None,
-                           tables: Mapping[str, pa.Table] | None = None) -> int:
+    def append_results_sql(
+        self,
+        run_id: str,
+        select_sql: str,
+        params: Sequence[Any] | None = None,
+        *,
+        prompt_from_suite: str | None = None,
+        tables: Mapping[str, pa.Table] | None = None,
+    ) -> int:
         """Bulk path inside DuckDB: append the rows of `select_sql` (e.g. over `read_json`) with one
         `INSERT ... SELECT`, so the rows never pass through Python. Returns rows written.
 
@@ -428,7 +508,9 @@ class StoreWrites:
                 for name, tbl in (tables or {}).items():
                     self.con.register(name, tbl)
                 try:
-                    return self._append_sql(run_id, select_sql, list(params or []), prompt_from_suite)
+                    return self._append_sql(
+                        run_id, select_sql, list(params or []), prompt_from_suite
+                    )
                 finally:
                     for name in tables or {}:
                         self.con.unregister(name)
@@ -436,26 +518,45 @@ class StoreWrites:
                 self._forget_keys()
                 raise explain(e, self.path, "writing results") from e
 
-    def _append_sql(self, run_id: str, select_sql: str, params: list[Any], prompt_from_suite: str | None) -> int:
+    def _append_sql(
+        self, run_id: str, select_sql: str, params: list[Any], prompt_from_suite: str | None
+    ) -> int:
         batch = "_llmscope_sql_batch"
         # the select runs once: its rows are checked, then inserted from this temporary table
-        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {batch} AS SELECT * FROM ({select_sql})", params)
+        self.con.execute(
+            f"CREATE OR REPLACE TEMP TABLE {batch} AS SELECT * FROM ({select_sql})", params
+        )
         try:
-            names = [str(d[0]) for d in self.con.execute(f"SELECT * FROM {batch} LIMIT 0").description]
+            names = [
+                str(d[0]) for d in self.con.execute(f"SELECT * FROM {batch} LIMIT 0").description
+            ]
             self._check_result_columns(run_id, names, prompt_from_suite)
             stored = self._stored_keys(run_id)
-            exists = ("EXISTS (SELECT 1 FROM results r WHERE r.run_id = ? AND r.item_id = b.item_id "
-                      "AND r.variant = b.variant)") if stored else "false"
+            exists = (
+                (
+                    "EXISTS (SELECT 1 FROM results r WHERE r.run_id = ? AND r.item_id = b.item_id "
+                    "AND r.variant = b.variant)"
+                )
+                if stored
+                else "false"
+            )
             key_params = [run_id] if stored else []
             # a key repeated in the batch (after its first, lowest-seq copy) or stored already
-            ranked = (f"(SELECT *, row_number() OVER (PARTITION BY item_id, variant ORDER BY seq) AS _k "
-                      f"FROM {batch}) b")
+            ranked = (
+                f"(SELECT *, row_number() OVER (PARTITION BY item_id, variant ORDER BY seq) AS _k "
+                f"FROM {batch}) b"
+            )
             repeated = f"(b._k > 1 OR {exists})"
             if self._in_tx:
-                dup = self.con.execute(f"SELECT b.item_id, b.variant FROM {ranked} WHERE {repeated} "
-                                       "ORDER BY b.seq LIMIT 1", key_params).fetchall()
+                dup = self.con.execute(
+                    f"SELECT b.item_id, b.variant FROM {ranked} WHERE {repeated} "
+                    "ORDER BY b.seq LIMIT 1",
+                    key_params,
+                ).fetchall()
                 if dup:
-                    raise StoreError(f"duplicate result key {tuple(dup[0])} for run {run_id} inside one transaction")
+                    raise StoreError(
+                        f"duplicate result key {tuple(dup[0])} for run {run_id} inside one transaction"
+                    )
                 where = ""
             else:
                 where = f"WHERE NOT {repeated}"
@@ -474,9 +575,15 @@ class StoreWrites:
                     continue
                 cols.append(f.name)
                 exprs.append(f"CAST({expr} AS {_DUCK_TYPES[str(f.type)]})")
-            head = [run_id if c == "run_id" else utc_now() for c in cols if c in ("run_id", "written_at")]
-            sql = (f"INSERT INTO results ({', '.join(cols)}) SELECT {', '.join(exprs)} FROM {ranked} {where} "
-                   "ORDER BY b.seq")
+            head = [
+                run_id if c == "run_id" else utc_now()
+                for c in cols
+                if c in ("run_id", "written_at")
+            ]
+            sql = (
+                f"INSERT INTO results ({', '.join(cols)}) SELECT {', '.join(exprs)} FROM {ranked} {where} "
+                "ORDER BY b.seq"
+            )
             own = not self._in_tx
             if own:
                 self.con.execute("BEGIN TRANSACTION")
@@ -503,4 +610,7 @@ class StoreWrites:
     def save_analysis(self, run_id: str, kind: str, payload: Any) -> None:
         """Store (replace) a derived analysis of a run."""
         self.execute("DELETE FROM analyses WHERE run_id = ? AND kind = ?", [run_id, kind])
-        self.execute("INSERT INTO analyses VALUES (?, ?, ?, ?)", [run_id, kind, encode_json(payload), utc_now()])
+        self.execute(
+            "INSERT INTO analyses VALUES (?, ?, ?, ?)",
+            [run_id, kind, encode_json(payload), utc_now()],
+        )

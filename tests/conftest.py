@@ -83,8 +83,13 @@ def _clock() -> tuple[float, float, float]:
 def _record(test: str, t0: tuple[float, float, float], markers: list[str]) -> tuple[float, ...]:
     t1 = _clock()
     d = tuple(b - a for a, b in zip(t0, t1, strict=True))
-    rec = {"test": test, "wall_s": round(d[0], 3), "cpu_s": round(d[1], 3),
-           "child_cpu_s": round(d[2], 3), "markers": markers}
+    rec = {
+        "test": test,
+        "wall_s": round(d[0], 3),
+        "cpu_s": round(d[1], 3),
+        "child_cpu_s": round(d[2], 3),
+        "markers": markers,
+    }
     with open(_TIMES or os.devnull, "a", encoding="utf-8") as f:
         f.write(json.dumps(rec) + "\n")
     return d

@@ -104,7 +104,9 @@ def import_edges(mods: dict[str, Path]) -> list[Edge]:
         is_pkg = path.name == "__init__.py"
         if is_pkg and "pkgutil.iter_modules" in ast.unparse(tree):
             # a package that imports its modules found on disk (engine/tasks) imports them all
-            edges += [Edge(mod, m, f"{path}:discovery") for m in mods if m.rpartition(".")[0] == mod]
+            edges += [
+                Edge(mod, m, f"{path}:discovery") for m in mods if m.rpartition(".")[0] == mod
+            ]
         for node in _runtime_nodes(tree):
             targets: list[str] = []
             if isinstance(node, ast.Import):
@@ -195,15 +197,25 @@ def _live(edges: list[Edge]) -> list[Edge]:
 
 def test_the_mapping_covers_every_folder(graph: tuple[dict[str, Path], list[Edge]]) -> None:
     mods, _ = graph
-    for name in ("llmscope.cli", "llmscope.engine.runner", "llmscope.engine.tasks.base", "llmscope.store.db",
-                 "llmscope.data.suites", "llmscope.analysis.metrics", "llmscope.tui.app"):
+    for name in (
+        "llmscope.cli",
+        "llmscope.engine.runner",
+        "llmscope.engine.tasks.base",
+        "llmscope.store.db",
+        "llmscope.data.suites",
+        "llmscope.analysis.metrics",
+        "llmscope.tui.app",
+    ):
         assert name in mods, f"{name} not found through pyproject's package-dir"
 
 
 def test_core_and_app_never_import_tui_or_cli(graph: tuple[dict[str, Path], list[Edge]]) -> None:
     _, edges = graph
-    bad = [f"{e.where}: {e.src} imports {e.dst}" for e in _live(edges)
-           if part(e.src) in (*CORE, "app") and part(e.dst) in ("tui", "cli")]
+    bad = [
+        f"{e.where}: {e.src} imports {e.dst}"
+        for e in _live(edges)
+        if part(e.src) in (*CORE, "app") and part(e.dst) in ("tui", "cli")
+    ]
     assert not bad, "\n".join(bad)
 
 
@@ -217,8 +229,10 @@ def test_no_cycles_between_parts(graph: tuple[dict[str, Path], list[Edge]]) -> N
             g[a].add(b)
             why.setdefault((a, b), f"{e.where}: {e.src} -> {e.dst}")
     found = cycles(g)
-    detail = [f"{comp}: " + "; ".join(v for (a, b), v in why.items() if a in comp and b in comp)
-              for comp in found]
+    detail = [
+        f"{comp}: " + "; ".join(v for (a, b), v in why.items() if a in comp and b in comp)
+        for comp in found
+    ]
     assert not found, "\n".join(detail)
 
 
@@ -277,7 +291,9 @@ def test_the_check_finds_a_lazy_import_cycle(tmp_path: Path) -> None:
     (pkg / "__init__.py").write_text("")
     (pkg / "a.py").write_text("from pkg.b import f\n")
     (pkg / "b.py").write_text("def f():\n    from pkg import a\n    return a\n")
-    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import x\n")
+    (pkg / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import x\n"
+    )
     (pkg / "d.py").write_text("from . import c\n")
     mods = modules({"pkg": pkg})
     g: dict[str, set[str]] = defaultdict(set)
@@ -287,10 +303,18 @@ def test_the_check_finds_a_lazy_import_cycle(tmp_path: Path) -> None:
     assert g["pkg.c"] == set() and "pkg.c" in g["pkg.d"]
 
 
-def test_discovery_counts_as_importing_every_module(graph: tuple[dict[str, Path], list[Edge]]) -> None:
+def test_discovery_counts_as_importing_every_module(
+    graph: tuple[dict[str, Path], list[Edge]],
+) -> None:
     _, edges = graph
-    found = {e.dst for e in edges if e.src == "llmscope.engine.tasks" and e.where.endswith(":discovery")}
-    assert {"llmscope.engine.tasks.choice", "llmscope.engine.tasks.yesno", "llmscope.engine.tasks.base"} <= found
+    found = {
+        e.dst for e in edges if e.src == "llmscope.engine.tasks" and e.where.endswith(":discovery")
+    }
+    assert {
+        "llmscope.engine.tasks.choice",
+        "llmscope.engine.tasks.yesno",
+        "llmscope.engine.tasks.base",
+    } <= found
 
 
 # -- the module map (docs/ARCHITECTURE.md) ---------------------------------------------------
@@ -314,8 +338,11 @@ def test_every_module_names_its_one_concept_and_stays_small() -> None:
     assert len(files) > 100  # the walk found the package
     undocumented = [p.relative_to(ROOT).as_posix() for p in files if not mm.concept(p)]
     assert not undocumented, f"modules without a docstring naming their concept: {undocumented}"
-    big = {p.relative_to(ROOT).as_posix(): n for p in files
-           if (n := len(p.read_text(encoding="utf-8").splitlines())) > mm.MAX_LINES}
+    big = {
+        p.relative_to(ROOT).as_posix(): n
+        for p in files
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > mm.MAX_LINES
+    }
     assert not big, f"modules over {mm.MAX_LINES} lines: {big}"
 
 

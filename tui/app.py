@@ -50,7 +50,15 @@ from llmscope.engine.config import BackendConfig
 from llmscope.tui.data.store import StoreHandle
 from llmscope.tui.messages import RunEnded, RunFailed, RunPhase, RunStarted
 
-__all__ = ["InProcessRun", "LlmscopeApp", "RunEnded", "RunFailed", "RunStarted", "TuiReporter", "run_app"]
+__all__ = [
+    "InProcessRun",
+    "LlmscopeApp",
+    "RunEnded",
+    "RunFailed",
+    "RunStarted",
+    "TuiReporter",
+    "run_app",
+]
 
 
 def screen_commands(screen: Screen[Any]) -> list[tuple[str, str, Callable[[], Any]]]:
@@ -59,10 +67,14 @@ def screen_commands(screen: Screen[Any]) -> list[tuple[str, str, Callable[[], An
     out: list[tuple[str, str, Callable[[], Any]]] = []
     seen: set[tuple[str, str]] = set()
     chain = [(key, ab.node, ab.binding, ab.enabled) for key, ab in screen.active_bindings.items()]
-    if screen.is_modal:  # Textual leaves the app's keys out below a modal screen; F1, ctrl+q still work there
+    if (
+        screen.is_modal
+    ):  # Textual leaves the app's keys out below a modal screen; F1, ctrl+q still work there
         chain += [(key, screen.app, b, True) for key, b in screen.app._bindings]
     for key, node, b, enabled in chain:
-        ours = node is screen or isinstance(node, App) or type(node).__module__.startswith("llmscope")
+        ours = (
+            node is screen or isinstance(node, App) or type(node).__module__.startswith("llmscope")
+        )
         ident = (b.description, b.action.removeprefix("app."))
         if not ours or not enabled or not b.description or ident in seen:
             continue
@@ -156,10 +168,14 @@ def _untrusted_stored_endpoint(prep: Any, db: str) -> str | None:
     )
 
     rid = (prep.existing or {}).get("run_id") or prep.request.resume
-    if getattr(prep.config, "trust_remote_code", False):  # the stored run would run the model's code
-        return (f"run {rid} in {db} was made with --trust-remote-code (it runs {prep.config.model}'s own "
-                f"Python code); nothing was started. Resume it from a shell: llmscope run --resume {rid} "
-                f"--db {db} --trust-remote-code")
+    if getattr(
+        prep.config, "trust_remote_code", False
+    ):  # the stored run would run the model's code
+        return (
+            f"run {rid} in {db} was made with --trust-remote-code (it runs {prep.config.model}'s own "
+            f"Python code); nothing was started. Resume it from a shell: llmscope run --resume {rid} "
+            f"--db {db} --trust-remote-code"
+        )
     if getattr(prep.config, "kind", None) != "openai":
         return None
     urls = expand_base_urls(prep.config.base_url)
@@ -170,16 +186,27 @@ def _untrusted_stored_endpoint(prep: Any, db: str) -> str | None:
     untrusted = untrusted_endpoints(urls, trusted_endpoints(settings))
     if not untrusted:
         return None
-    return (f"run {rid} in {db} sends requests (and $OPENAI_API_KEY) to "
-            f"{', '.join(public_url(u) for u in untrusted)}, which none of your environment or config "
-            f"names; nothing was sent. Resume it from a shell: llmscope run --resume {rid} --db {db} "
-            "--trust-db (or --base-url URL)")
+    return (
+        f"run {rid} in {db} sends requests (and $OPENAI_API_KEY) to "
+        f"{', '.join(public_url(u) for u in untrusted)}, which none of your environment or config "
+        f"names; nothing was sent. Resume it from a shell: llmscope run --resume {rid} --db {db} "
+        "--trust-db (or --base-url URL)"
+    )
 
 
 def run_params_config(params: dict[str, Any]) -> BackendConfig:
     """The backend config of the new-run form (the same dataclass the CLI fills)."""
     cfg = BackendConfig(model=params.get("model") or None, base_url=params.get("base_url") or None)
-    for k in ("concurrency", "batch_size", "seed", "top_logprobs", "threads", "timeout", "max_retries", "samples"):
+    for k in (
+        "concurrency",
+        "batch_size",
+        "seed",
+        "top_logprobs",
+        "threads",
+        "timeout",
+        "max_retries",
+        "samples",
+    ):
         if params.get(k) is not None:
             setattr(cfg, k, params[k])
     for k in ("device", "dtype", "system_prompt", "revision", "adapter"):
@@ -206,7 +233,11 @@ class LlmscopeApp(App[int]):
     VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall")]
 
     def __init__(
-        self, db: str | Path, run: str | None = None, watch: bool = False, refresh_s: float = 1.0,
+        self,
+        db: str | Path,
+        run: str | None = None,
+        watch: bool = False,
+        refresh_s: float = 1.0,
         study: str | None = None,
     ) -> None:
         super().__init__()
@@ -239,8 +270,10 @@ class LlmscopeApp(App[int]):
         else:
             self.sub_title = self.db_path + ("  (watching)" if self.watch_mode else "")
             if was:
-                self.notify(f"{self.db_path} is free again: this window reads it and starts runs as before",
-                            title="database free")
+                self.notify(
+                    f"{self.db_path} is free again: this window reads it and starts runs as before",
+                    title="database free",
+                )
 
     def on_mount(self) -> None:
         from llmscope.tui.screens import HomeScreen
@@ -311,9 +344,16 @@ class LlmscopeApp(App[int]):
         if params.get("resume"):
             req = RunRequest(resume=str(params["resume"]))
         else:  # the new-run form fills a BackendConfig (tui/panels/form.py), as the CLI does
-            cfg = params["config"] if params.get("config") is not None else run_params_config(params)
-            req = RunRequest(suite_name=params.get("suite"), suite_path=params.get("suite_path") or None,
-                             config=cfg, task_options=dict(params.get("options") or {}), limit=params.get("limit"))
+            cfg = (
+                params["config"] if params.get("config") is not None else run_params_config(params)
+            )
+            req = RunRequest(
+                suite_name=params.get("suite"),
+                suite_path=params.get("suite_path") or None,
+                config=cfg,
+                task_options=dict(params.get("options") or {}),
+                limit=params.get("limit"),
+            )
             if cfg.base_url:  # typed into the form: the user's own choice, as --base-url is
                 from llmscope.engine.openai import expand_base_urls
                 from llmscope.runs.settings import remember_endpoints
@@ -336,21 +376,36 @@ class LlmscopeApp(App[int]):
                     prep = prepare_run(reader, req)
             except RunComplete as e:
                 self._starting.pop(id(handle.reporter), None)
-                self.post_message(RunFailed(str(e), title="nothing to run", severity="information", reporter=reporter))
+                self.post_message(
+                    RunFailed(
+                        str(e), title="nothing to run", severity="information", reporter=reporter
+                    )
+                )
                 return
-            refused = _untrusted_stored_endpoint(prep, self.db_path) if params.get("resume") else None
+            refused = (
+                _untrusted_stored_endpoint(prep, self.db_path) if params.get("resume") else None
+            )
             if refused:  # someone else's database: its stored URL is not the user's choice
                 self._starting.pop(id(handle.reporter), None)
-                self.post_message(RunFailed(refused, title="endpoint not trusted", reporter=reporter))
+                self.post_message(
+                    RunFailed(refused, title="endpoint not trusted", reporter=reporter)
+                )
                 return
             model = prep.config.model or "SmolLM2-135M-Instruct (embedded default)"
             if model.startswith("openai:"):
                 reporter.phase(f"loading model {model}: asking the server what it offers ...")
             else:  # seconds to a minute; a GGUF file's first load converts it
-                reporter.phase(f"loading model {model} (a GGUF file is converted the first time, then cached) ...")
+                reporter.phase(
+                    f"loading model {model} (a GGUF file is converted the first time, then cached) ..."
+                )
             # the write connection opens once the model is loaded
-            started = start_run(writer, prep, [handle.reporter], db=self.db_path,
-                                warn=lambda m: handle.reporter.on_message("warning", m))
+            started = start_run(
+                writer,
+                prep,
+                [handle.reporter],
+                db=self.db_path,
+                warn=lambda m: handle.reporter.on_message("warning", m),
+            )
             runner = started.runner
 
             reporter.phase("warming up: opening the database and sending the first items ...")
@@ -412,7 +467,11 @@ class LlmscopeApp(App[int]):
         when it failed, to the form it came from, with the reason)."""
         from llmscope.tui.screens.starting import RunStartingScreen
 
-        if reporter is not None and isinstance(self.screen, RunStartingScreen) and self.screen.reporter is reporter:
+        if (
+            reporter is not None
+            and isinstance(self.screen, RunStartingScreen)
+            and self.screen.reporter is reporter
+        ):
             self.pop_screen()
 
     def stop_runs(self, wait_s: float = 10.0) -> None:
@@ -428,7 +487,9 @@ class LlmscopeApp(App[int]):
 
 
 def run_app(
-    db: str | Path = "llmscope.duckdb", run: str | None = None, watch: bool = False,
+    db: str | Path = "llmscope.duckdb",
+    run: str | None = None,
+    watch: bool = False,
     study: str | None = None,
 ) -> int:
     """Run the TUI (`llmscope`, `llmscope view`); returns the exit status."""

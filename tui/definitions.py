@@ -14,7 +14,9 @@ from llmscope.analysis.metrics import METRICS
 
 _NAMES = sorted(METRICS, key=len, reverse=True)  # longest first: `brier_yes` before `brier`
 # A name counts when it stands as a word: `accuracy` in "item_accuracy" is not `accuracy`.
-_PATTERN = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(map(re.escape, _NAMES)) + r")(?![A-Za-z0-9_])")
+_PATTERN = re.compile(
+    r"(?<![A-Za-z0-9_])(" + "|".join(map(re.escape, _NAMES)) + r")(?![A-Za-z0-9_])"
+)
 
 
 def metric_names_in(texts: Iterable[str]) -> list[str]:
@@ -46,8 +48,11 @@ def definitions_table(names: Iterable[str]) -> Table:
     t.add_column("interval", ratio=1, style="dim")
     for n in names:
         d = METRICS.get(n)
-        t.add_row(Text(n), Text(d.definition if d else "(no definition registered)"),
-                  Text(d.interval if d else ""))
+        t.add_row(
+            Text(n),
+            Text(d.definition if d else "(no definition registered)"),
+            Text(d.interval if d else ""),
+        )
     return t
 
 

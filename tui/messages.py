@@ -18,7 +18,9 @@ class RunsLoaded(Message):
     """The runs list; `watch_reason` is set when the file turned out to be held by another
     process (the app shows it as blocked until a read succeeds; done on the UI thread)."""
 
-    def __init__(self, rows: list[dict[str, Any]], notice: str, watch_reason: str | None = None) -> None:
+    def __init__(
+        self, rows: list[dict[str, Any]], notice: str, watch_reason: str | None = None
+    ) -> None:
         super().__init__()
         self.rows = rows
         self.notice = notice
@@ -31,14 +33,20 @@ class SuitesLoaded(Message):
         self.rows = rows
 
 
-
 class DashData(Message):
     """What a dashboard load found: the run, its progress and metrics, and the state the screen
     keeps between loads (model, live feed, source), applied on the UI thread."""
 
     def __init__(
-        self, run: dict[str, Any], progress: dict[str, Any] | None, snap: Snapshot, source: str,
-        *, model: RunModel | None = None, feed: LiveFeed | None = None, no_gold: list[str] | None = None,
+        self,
+        run: dict[str, Any],
+        progress: dict[str, Any] | None,
+        snap: Snapshot,
+        source: str,
+        *,
+        model: RunModel | None = None,
+        feed: LiveFeed | None = None,
+        no_gold: list[str] | None = None,
     ) -> None:
         super().__init__()
         self.run = run
@@ -50,12 +58,10 @@ class DashData(Message):
         self.no_gold = no_gold or []
 
 
-
 class ItemLoaded(Message):
     def __init__(self, details: list[dict[str, Any]]) -> None:
         super().__init__()
         self.details = details
-
 
 
 class CompareLoaded(Message):
@@ -92,10 +98,18 @@ class RunEnded(Message):
 class RunFailed(Message):
     """A run could not start or failed (`severity` "information": there was nothing to run)."""
 
-    def __init__(self, text: str, *, title: str = "run failed", severity: str = "error",
-                 reporter: TuiReporter | None = None) -> None:
+    def __init__(
+        self,
+        text: str,
+        *,
+        title: str = "run failed",
+        severity: str = "error",
+        reporter: TuiReporter | None = None,
+    ) -> None:
         super().__init__()
-        self.reporter = reporter  # the run's, when it fails before it started (its starting screen closes)
+        self.reporter = (
+            reporter  # the run's, when it fails before it started (its starting screen closes)
+        )
         self.text = text
         self.title = title
         self.severity = severity

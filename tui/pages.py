@@ -28,8 +28,9 @@ class FailingSource:
 
     SCOPES = ("failing", "all", "flagged")
 
-    def __init__(self, use: UseStore, run_id: str, group_field: str | None = None,
-                 fields: Sequence[Any] = ()) -> None:
+    def __init__(
+        self, use: UseStore, run_id: str, group_field: str | None = None, fields: Sequence[Any] = ()
+    ) -> None:
         self.use = use
         self.run_id = run_id
         self.group_field = group_field
@@ -45,8 +46,12 @@ class FailingSource:
         from llmscope.analysis.yesno import HUMAN_DISTANCE_SQL
 
         # |m-h| as analysis defines it (llmscope.analysis.yesno.human_distance)
-        return {"group_field": self.group_field, "group": self.group, "min_conf": self.min_conf,
-                "distance": HUMAN_DISTANCE_SQL}
+        return {
+            "group_field": self.group_field,
+            "group": self.group,
+            "min_conf": self.min_conf,
+            "distance": HUMAN_DISTANCE_SQL,
+        }
 
     def set_view(self, sort: str, group: str | None, min_conf: float | None) -> int:
         """Apply sort and filters; returns the number of rows they leave."""
@@ -73,13 +78,24 @@ class FailingSource:
         return None
 
     def _count(self, store: Store, scope: str, group: str | None, min_conf: float | None) -> int:
-        return store.failing_count(self.run_id, group_field=self.group_field, group=group, min_conf=min_conf,
-                                   where=self._where(scope))
+        return store.failing_count(
+            self.run_id,
+            group_field=self.group_field,
+            group=group,
+            min_conf=min_conf,
+            where=self._where(scope),
+        )
 
     def page(self, offset: int, limit: int) -> dict[str, list[Any]]:
         with self.use() as store:
-            page = store.failing_page(self.run_id, offset, limit, sort=self.sort, **self._filters(),
-                                      where=self._where(self.scope))
+            page = store.failing_page(
+                self.run_id,
+                offset,
+                limit,
+                sort=self.sort,
+                **self._filters(),
+                where=self._where(self.scope),
+            )
             self._add_fields(store, page)
         # as the in-memory list holds them: no value is NaN in the numeric columns
         for k in ("confidence", "distance"):
@@ -97,13 +113,23 @@ class FailingSource:
         marks = ", ".join("(?, ?)" for _ in keys)
         rows = store.execute(
             f"SELECT r.item_id, r.variant, {exprs} FROM results r WHERE r.run_id = ? "
-            f"AND (r.item_id, r.variant) IN ({marks})", [self.run_id, *[x for k in keys for x in k]]).fetchall()
+            f"AND (r.item_id, r.variant) IN ({marks})",
+            [self.run_id, *[x for k in keys for x in k]],
+        ).fetchall()
         got = {(str(r[0]), str(r[1])): r[2:] for r in rows}
         for j, f in enumerate(self.fields):
-            page[f.key] = [show_field((got.get((str(i), str(v))) or [None] * len(self.fields))[j], f.kind)
-                           for i, v in keys]
+            page[f.key] = [
+                show_field((got.get((str(i), str(v))) or [None] * len(self.fields))[j], f.kind)
+                for i, v in keys
+            ]
 
     def position(self, key: tuple[str, str]) -> int | None:
         with self.use() as store:
-            return store.failing_position(self.run_id, key[0], key[1], sort=self.sort, **self._filters(),
-                                          where=self._where(self.scope))
+            return store.failing_position(
+                self.run_id,
+                key[0],
+                key[1],
+                sort=self.sort,
+                **self._filters(),
+                where=self._where(self.scope),
+            )

@@ -35,8 +35,19 @@ if TYPE_CHECKING:
 
 __all__ = ["PlotData", "PlotsScreen", "plot_data", "position_shares", "timeline"]
 
-PLOT_COLUMNS = ("item_id", "variant", "seq", "prediction", "gold", "correct", "confidence",
-                "option_scores", "extra", "error", "written_at")
+PLOT_COLUMNS = (
+    "item_id",
+    "variant",
+    "seq",
+    "prediction",
+    "gold",
+    "correct",
+    "confidence",
+    "option_scores",
+    "extra",
+    "error",
+    "written_at",
+)
 
 
 def _json(v: Any) -> Any:
@@ -60,7 +71,9 @@ class PlotData:
     headline: Any = None
 
 
-def timeline(df: pd.DataFrame, buckets: int = 30) -> tuple[list[int], list[float], list[float], list[float]]:
+def timeline(
+    df: pd.DataFrame, buckets: int = 30
+) -> tuple[list[int], list[float], list[float], list[float]]:
     """(results so far, running accuracy, bucket start s, results/s) in arrival order."""
     d = df.sort_values("seq") if "seq" in df else df
     c = pd.to_numeric(d["correct"], errors="coerce").to_numpy(float)
@@ -94,15 +107,28 @@ def position_shares(df: pd.DataFrame) -> pd.DataFrame | None:
         order = list(sc) if isinstance(sc, dict) else []
         if not order or pd.isna(pred):
             continue
-        rows.append((order.index(pred) if pred in order else -1, order.index(gold) if gold in order else -1, len(order)))
+        rows.append(
+            (
+                order.index(pred) if pred in order else -1,
+                order.index(gold) if gold in order else -1,
+                len(order),
+            )
+        )
     if not rows:
         return None
     k = max(r[2] for r in rows)
     chosen = np.bincount([r[0] for r in rows if r[0] >= 0], minlength=k)[:k]
     gold = np.bincount([r[1] for r in rows if r[1] >= 0], minlength=k)[:k]
     n = len(rows)
-    return pd.DataFrame({"position": range(k), "label": [chr(65 + i) if i < 26 else str(i + 1) for i in range(k)],
-                         "chosen": chosen / n, "gold": gold / n, "n": n})
+    return pd.DataFrame(
+        {
+            "position": range(k),
+            "label": [chr(65 + i) if i < 26 else str(i + 1) for i in range(k)],
+            "chosen": chosen / n,
+            "gold": gold / n,
+            "n": n,
+        }
+    )
 
 
 def plot_data(df: pd.DataFrame, task: str | None) -> PlotData:
@@ -114,14 +140,24 @@ def plot_data(df: pd.DataFrame, task: str | None) -> PlotData:
         return out
     ok = df[df["error"].isna()] if "error" in df else df
     out.done, out.running_acc, out.rate_t, out.rate = timeline(ok)
-    extras = ok["extra"].map(_json) if "extra" in ok else pd.Series([None] * len(ok), index=ok.index)
-    methods = [e.get("methods") if isinstance(e, dict) and isinstance(e.get("methods"), dict) else None
-               for e in extras]
+    extras = (
+        ok["extra"].map(_json) if "extra" in ok else pd.Series([None] * len(ok), index=ok.index)
+    )
+    methods = [
+        e.get("methods") if isinstance(e, dict) and isinstance(e.get("methods"), dict) else None
+        for e in extras
+    ]
     if any(methods):  # choice tasks with several scoring methods: one diagram per method
         names = list(dict.fromkeys(k for m in methods for k in (m or {})))
         for name in names:
-            conf = [m[name].get("confidence") if m and isinstance(m.get(name), dict) else np.nan for m in methods]
-            corr = [m[name].get("correct") if m and isinstance(m.get(name), dict) else np.nan for m in methods]
+            conf = [
+                m[name].get("confidence") if m and isinstance(m.get(name), dict) else np.nan
+                for m in methods
+            ]
+            corr = [
+                m[name].get("correct") if m and isinstance(m.get(name), dict) else np.nan
+                for m in methods
+            ]
             conf = [np.nan if v is None else v for v in conf]
             corr = [np.nan if v is None else v for v in corr]
             b = reliability(np.asarray(conf, float), np.asarray(corr, float), n_bins=10).bins
@@ -129,13 +165,20 @@ def plot_data(df: pd.DataFrame, task: str | None) -> PlotData:
                 out.reliability[f"method {name}"] = b
     if not out.reliability:
         for v, sub in ok.groupby(ok["variant"].astype(str), sort=True):
-            b = reliability(pd.to_numeric(sub["confidence"], errors="coerce"),
-                            pd.to_numeric(sub["correct"], errors="coerce"), n_bins=10).bins
+            b = reliability(
+                pd.to_numeric(sub["confidence"], errors="coerce"),
+                pd.to_numeric(sub["correct"], errors="coerce"),
+                n_bins=10,
+            ).bins
             if len(b) and b["count"].sum() > 0:
                 out.reliability[str(v)] = b
-    out.minpair_diffs = [float(e["logprob_diff"]) for e in extras
-                         if isinstance(e, dict) and isinstance(e.get("logprob_diff"), (int, float))
-                         and math.isfinite(float(e["logprob_diff"]))]
+    out.minpair_diffs = [
+        float(e["logprob_diff"])
+        for e in extras
+        if isinstance(e, dict)
+        and isinstance(e.get("logprob_diff"), (int, float))
+        and math.isfinite(float(e["logprob_diff"]))
+    ]
     if _lists_options(task) and "option_scores" in ok:
         out.positions = position_shares(ok)
     return out
@@ -160,8 +203,10 @@ def sparkline(values: list[float], lo: float | None = None, hi: float | None = N
     a = min(vals) if lo is None else lo
     b = max(vals) if hi is None else hi
     span = (b - a) or 1.0
-    return "".join(BLOCKS[max(0, min(7, int((v - a) / span * 7 + 0.5)))] if math.isfinite(v) else " "
-                   for v in values)
+    return "".join(
+        BLOCKS[max(0, min(7, int((v - a) / span * 7 + 0.5)))] if math.isfinite(v) else " "
+        for v in values
+    )
 
 
 class RunSparks:
@@ -180,7 +225,7 @@ class RunSparks:
         self.acc.append(math.nan if acc is None else acc)
         self.rate.append(items_per_s)
         for xs in (self.done, self.acc, self.rate):
-            del xs[:-self.width]
+            del xs[: -self.width]
 
     def text(self) -> Text:
         t = Text()
@@ -210,8 +255,15 @@ class TimelinePlot(PlotextPlot):
                 plt.ylim(0, 1)
             if d.rate:
                 # a second axis: throughput against seconds since the first result
-                plt.plot(d.rate_t, d.rate, marker="braille", color="magenta", yside="right", xside="upper",
-                         label="results/s")
+                plt.plot(
+                    d.rate_t,
+                    d.rate,
+                    marker="braille",
+                    color="magenta",
+                    yside="right",
+                    xside="upper",
+                    label="results/s",
+                )
             self.refresh()
 
 
@@ -222,15 +274,22 @@ class ReliabilityByPlot(PlotextPlot):
         plt = self.plt
         with self.app.batch_update():
             plt.clear_figure()
-            plt.title("reliability by " + ("method" if any(k.startswith("method ") for k in d.reliability)
-                                           else "variant"))
+            plt.title(
+                "reliability by "
+                + ("method" if any(k.startswith("method ") for k in d.reliability) else "variant")
+            )
             plt.xlim(0, 1)
             plt.ylim(0, 1)
             plt.plot([0, 1], [0, 1], marker="dot", color="gray")
             for i, (name, b) in enumerate(d.reliability.items()):
                 b = b[b["count"] > 0]
-                plt.plot(b["confidence"].tolist(), b["accuracy"].tolist(), marker="braille",
-                         color=COLORS[i % len(COLORS)], label=name)
+                plt.plot(
+                    b["confidence"].tolist(),
+                    b["accuracy"].tolist(),
+                    marker="braille",
+                    color=COLORS[i % len(COLORS)],
+                    label=name,
+                )
             plt.xlabel("confidence")
             self.refresh()
 
@@ -259,8 +318,11 @@ class PositionPlot(PlotextPlot):
             plt.title("position bias: chosen vs gold")
             p = d.positions
             if p is not None and len(p):
-                plt.multiple_bar(p["label"].tolist(), [p["chosen"].tolist(), p["gold"].tolist()],
-                                 labels=["chosen", "gold"])  # type: ignore[call-arg]
+                plt.multiple_bar(
+                    p["label"].tolist(),
+                    [p["chosen"].tolist(), p["gold"].tolist()],
+                    labels=["chosen", "gold"],
+                )  # type: ignore[call-arg]
             self.refresh()
 
 
@@ -288,7 +350,9 @@ class PlotsScreen(Screen[None]):
         super().__init__()
         self.run_id = run_id
         self.run_task = task
-        self.feed = live_feed  # a tui.data.live.LiveFeed of its own when another process writes the run
+        self.feed = (
+            live_feed  # a tui.data.live.LiveFeed of its own when another process writes the run
+        )
         self._live_rows: dict[tuple[str, str], dict[str, Any]] = {}
         self._n_shown = -1
 
@@ -327,7 +391,9 @@ class PlotsScreen(Screen[None]):
 
             cols = ", ".join(PLOT_COLUMNS)
             with self.llm_app.handle.use() as store:
-                df = store.query_df(f"SELECT {cols} FROM results WHERE run_id = ? ORDER BY seq", [self.run_id])
+                df = store.query_df(
+                    f"SELECT {cols} FROM results WHERE run_id = ? ORDER BY seq", [self.run_id]
+                )
                 run = store.get_run(self.run_id)
                 # the report's numbers (the same cached pipeline run), not the running share
                 head = headline(run_metrics(store, run)) if run is not None and len(df) else None
@@ -349,8 +415,12 @@ class PlotsScreen(Screen[None]):
         head.append(f"{d.n} results")
         h = d.headline
         if h is not None:
-            ci = f" [{display(h.name, h.lo)}, {display(h.name, h.hi)}]" if h.ci95 is not None else ""
-            head.append(f"   {h.name} {display(h.name, h.value)}{ci}   n {h.n if h.n is not None else '-'}")
+            ci = (
+                f" [{display(h.name, h.lo)}, {display(h.name, h.hi)}]" if h.ci95 is not None else ""
+            )
+            head.append(
+                f"   {h.name} {display(h.name, h.value)}{ci}   n {h.n if h.n is not None else '-'}"
+            )
         elif d.running_acc:
             head.append(f"   running accuracy over the rows so far {d.running_acc[-1]:.3f}")
         if d.rate:

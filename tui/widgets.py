@@ -54,8 +54,13 @@ def ellipsis(s: Any, n: int) -> str:
 
 
 # list columns shown side by side whose values are read against each other (gold vs prediction)
-DIFF_PAIRS = {"gold": "prediction", "prediction": "gold", "gold_a": "prediction_a", "prediction_a": "prediction_b",
-              "prediction_b": "prediction_a"}
+DIFF_PAIRS = {
+    "gold": "prediction",
+    "prediction": "gold",
+    "gold_a": "prediction_a",
+    "prediction_a": "prediction_b",
+    "prediction_b": "prediction_a",
+}
 
 
 def cut_where_differs(s: str, other: str, n: int) -> str:
@@ -69,7 +74,7 @@ def cut_where_differs(s: str, other: str, n: int) -> str:
         k += 1
     if k < n - 2:  # the difference shows before the cut
         return ellipsis(s, n)
-    body = s[max(1, k - 2):]  # two characters of context before the first difference
+    body = s[max(1, k - 2) :]  # two characters of context before the first difference
     return "…" + (body if len(body) <= n - 1 else body[: n - 2] + "…")
 
 
@@ -119,7 +124,9 @@ def item_sort_key(item_id: Any) -> tuple[int, int, str]:
         return (1, 0, s)
 
 
-def fit_widths(widths: list[int], total: int, min_rest: int = 24, keep: frozenset[int] = frozenset()) -> list[int]:
+def fit_widths(
+    widths: list[int], total: int, min_rest: int = 24, keep: frozenset[int] = frozenset()
+) -> list[int]:
     """Column widths for a `total`-cell line: fixed columns (width > 0) shrink, the widest
     first and never below 4 cells, until the rest column (width 0) has `min_rest` cells or a
     third of the line, so item text stays readable on an 80-column terminal. The columns at
@@ -186,18 +193,24 @@ class ItemList(ScrollView, can_focus=True):
         self.descending = False
         self.group_filter: str | None = None
         self.min_conf: float | None = None
-        self.scope = "failing"  # failing rows, all rows, or flagged rows (data: "failing"/"flagged" columns)
+        self.scope = (
+            "failing"  # failing rows, all rows, or flagged rows (data: "failing"/"flagged" columns)
+        )
         self._cache: OrderedDict[tuple[int, bool, int], Strip] = OrderedDict()
         self.source: Any = None  # a FailingSource-like object, or None for in-memory data
         self._n = 0  # rows after filters, source mode
         self._pages: OrderedDict[int, dict[str, list[Any]]] = OrderedDict()
         self._loading: set[int] = set()
         self._gen = 0  # bumped when the view changes, so late pages of the old view are dropped
-        self.header_widget: Any = None  # a Static showing `header()`, redrawn when the width changes
+        self.header_widget: Any = (
+            None  # a Static showing `header()`, redrawn when the width changes
+        )
         self.id_width = 0  # the longest item id seen: the item column widens to show it whole
 
     # -- data -------------------------------------------------------------------------------
-    def set_columns(self, columns: list[tuple[str, str, int]], optional: set[str] | frozenset[str] = frozenset()) -> None:
+    def set_columns(
+        self, columns: list[tuple[str, str, int]], optional: set[str] | frozenset[str] = frozenset()
+    ) -> None:
         """Show these columns (key, title, width; width 0 = the rest) from now on; the
         `optional` ones only on terminals at least `OPTIONAL_MIN_WIDTH` cells wide."""
         self.columns = columns
@@ -279,8 +292,12 @@ class ItemList(ScrollView, can_focus=True):
         for f in (first, first + self.PAGE):
             if f < self._len() and f not in self._pages and f not in self._loading:
                 self._loading.add(f)
-                self.run_worker(partial(self._fetch_page, f, self._gen), thread=True,
-                                group="item-pages", exit_on_error=False)
+                self.run_worker(
+                    partial(self._fetch_page, f, self._gen),
+                    thread=True,
+                    group="item-pages",
+                    exit_on_error=False,
+                )
         return first in self._pages
 
     def _fetch_page(self, first: int, gen: int) -> None:
@@ -339,7 +356,9 @@ class ItemList(ScrollView, can_focus=True):
                 idx = idx[np.argsort(g, kind="stable")]
             elif self.sort_key == "item" and "item_id" in d:
                 item_ids = d["item_id"]
-                idx = np.asarray(sorted(idx.tolist(), key=lambda i: item_sort_key(item_ids[i])), dtype=np.int64)
+                idx = np.asarray(
+                    sorted(idx.tolist(), key=lambda i: item_sort_key(item_ids[i])), dtype=np.int64
+                )
         self.order = idx
         self._cache.clear()
         pos = 0
@@ -372,7 +391,11 @@ class ItemList(ScrollView, can_focus=True):
             else:
                 self._pages.move_to_end(first)
             j = pos - first
-            return {k: v[j] for k, v in page.items()} if page and j < len(next(iter(page.values()))) else None
+            return (
+                {k: v[j] for k, v in page.items()}
+                if page and j < len(next(iter(page.values())))
+                else None
+            )
         i = int(self.order[pos])
         return {k: v[i] for k, v in self.data.items()}
 
@@ -391,12 +414,21 @@ class ItemList(ScrollView, can_focus=True):
         """The column widths used at `width` cells (default: the widget's width); -1: not shown."""
         total = self.size.width if width is None else width
         hide = 0 < total < self.OPTIONAL_MIN_WIDTH
-        ws = [-1 if hide and k in self.optional else
-              max(4, min(self.id_width, self.ID_MAX)) if k == "item_id" and w > 0 and self.id_width else w
-              for k, _, w in self.columns]
+        ws = [
+            -1
+            if hide and k in self.optional
+            else max(4, min(self.id_width, self.ID_MAX))
+            if k == "item_id" and w > 0 and self.id_width
+            else w
+            for k, _, w in self.columns
+        ]
         keys = [k for (k, _, _), w in zip(self.columns, ws, strict=True) if w >= 0]
         keep = frozenset(j for j, k in enumerate(keys) if k == "item_id")
-        shown = fit_widths([w for w in ws if w >= 0], total, keep=keep) if total > 0 else [w for w in ws if w >= 0]
+        shown = (
+            fit_widths([w for w in ws if w >= 0], total, keep=keep)
+            if total > 0
+            else [w for w in ws if w >= 0]
+        )
         it = iter(shown)
         return [w if w < 0 else next(it) for w in ws]
 
@@ -428,7 +460,9 @@ class ItemList(ScrollView, can_focus=True):
         strip = self._cache.get(key)
         if strip is None and self.source is not None and not self._page_ready(pos):
             # The page is being fetched off the UI thread: a placeholder, not cached.
-            return Strip([Segment(set_cell_size(" …", max(width, 1)), self.rich_style)], max(width, 1))
+            return Strip(
+                [Segment(set_cell_size(" …", max(width, 1)), self.rich_style)], max(width, 1)
+            )
         if strip is None:
             strip = self._render_row(pos, selected, width + scroll_x)
             self._cache[key] = strip
@@ -449,7 +483,9 @@ class ItemList(ScrollView, can_focus=True):
             else:
                 s = clean(v).replace("\n", " ⏎ ").replace("\t", " ")
             if w:
-                if cell_len(s) > w:  # cut: say so, and where gold and prediction differ, show that part
+                if (
+                    cell_len(s) > w
+                ):  # cut: say so, and where gold and prediction differ, show that part
                     other = row.get(DIFF_PAIRS[key]) if key in DIFF_PAIRS else None
                     s = cut_where_differs(s, clean(other), w) if isinstance(other, str) else s
                     if cell_len(s) > w:

@@ -25,7 +25,13 @@ def accuracy_metrics(ctx: MetricContext) -> list[Metric]:
         return []
     ok = ctx.ok()
     # only the columns read below: the per-group frames then copy two columns, not every one
-    ok = ok[[c for c in dict.fromkeys(["correct", "variant", *(_group_col(ok, f) for f in ctx.by)]) if c]]
+    ok = ok[
+        [
+            c
+            for c in dict.fromkeys(["correct", "variant", *(_group_col(ok, f) for f in ctx.by)])
+            if c
+        ]
+    ]
     scored = pd.to_numeric(ok["correct"], errors="coerce").notna()
     ok = ok if scored.all() else ok[scored]
     if ok.empty:
@@ -69,8 +75,10 @@ def variant_spread(accuracy: list[Metric]) -> list[Metric]:
     if len(accs) < 2:
         return []
     a = np.asarray(accs, dtype=float)
-    return [Metric("variant_acc_range", float(a.max() - a.min()), n=len(a), producer="accuracy"),
-            Metric("variant_acc_sd", float(a.std(ddof=1)), n=len(a), producer="accuracy")]
+    return [
+        Metric("variant_acc_range", float(a.max() - a.min()), n=len(a), producer="accuracy"),
+        Metric("variant_acc_sd", float(a.std(ddof=1)), n=len(a), producer="accuracy"),
+    ]
 
 
 def method_metrics(ctx: MetricContext) -> list[Metric]:
@@ -78,7 +86,9 @@ def method_metrics(ctx: MetricContext) -> list[Metric]:
     ok = ctx.ok()
     if ok.empty or "extra" not in ok:
         return []
-    methods = [e.get("methods") if isinstance(e.get("methods"), dict) else None for e in row_extras(ok)]
+    methods = [
+        e.get("methods") if isinstance(e.get("methods"), dict) else None for e in row_extras(ok)
+    ]
     if not any(methods):
         return []
     names: list[str] = []
@@ -90,9 +100,13 @@ def method_metrics(ctx: MetricContext) -> list[Metric]:
     out: list[Metric] = []
     for name in names:
         for key, metric in (("correct", "accuracy"), ("expected_acc", "expected_accuracy")):
-            vals = [float(m[name][key]) if m and name in m and m[name].get(key) is not None else np.nan
-                    for m in methods]
-            r = (rate if metric == "accuracy" else mean_metric)(metric, vals, cl, {"method": name}, "methods")
+            vals = [
+                float(m[name][key]) if m and name in m and m[name].get(key) is not None else np.nan
+                for m in methods
+            ]
+            r = (rate if metric == "accuracy" else mean_metric)(
+                metric, vals, cl, {"method": name}, "methods"
+            )
             if r is not None:
                 out.append(r)
     return out
@@ -101,5 +115,6 @@ def method_metrics(ctx: MetricContext) -> list[Metric]:
 def register() -> None:
     """Add this family's producers to the pipeline, in report order (analysis/metrics.py calls it)."""
     register_producer("accuracy", every_task=True, reads=(), fields=())(accuracy_metrics)
-    register_producer("methods", needs=lambda c: c.extra_has("methods"),
-                      reads=("extra",))(method_metrics)
+    register_producer("methods", needs=lambda c: c.extra_has("methods"), reads=("extra",))(
+        method_metrics
+    )

@@ -14,8 +14,14 @@ from llmscope.store.db import decode_json_many
 from ..metrics import BootstrapConfig, Metric, MetricContext, mean_metric, register_producer
 from .yesno import gold_yes_column
 
-__all__ = ["brier_item", "calibration_metrics", "raw_confidence", "reliability_bin_metrics", "bin_label",
-           "register"]
+__all__ = [
+    "brier_item",
+    "calibration_metrics",
+    "raw_confidence",
+    "reliability_bin_metrics",
+    "bin_label",
+    "register",
+]
 
 
 def _prob_rows(ok: pd.DataFrame) -> list[dict[str, float] | None]:
@@ -62,8 +68,19 @@ def calibration_metrics(ctx: MetricContext) -> list[Metric]:
         iv = _calibration_interval(c, y, cl, 10, ctx.bootstrap)
         (elo, ehi), (mlo, mhi), G = iv.ece, iv.mce, iv.n_clusters
         for name, est, lo, hi in (("ece", rel.ece, elo, ehi), ("mce", rel.mce, mlo, mhi)):
-            out.append(Metric(name, est, None if math.isnan(lo) else lo, None if math.isnan(hi) else hi,
-                              iv.method, int(keep.sum()), G, {}, "calibration"))
+            out.append(
+                Metric(
+                    name,
+                    est,
+                    None if math.isnan(lo) else lo,
+                    None if math.isnan(hi) else hi,
+                    iv.method,
+                    int(keep.sum()),
+                    G,
+                    {},
+                    "calibration",
+                )
+            )
         out += reliability_bin_metrics(rel.bins)
     if "probs" in ok:
         from ..prob_rows import brier_items, flatten_column, tie_flags
@@ -85,15 +102,25 @@ def calibration_metrics(ctx: MetricContext) -> list[Metric]:
                 out.append(r)
         tv = tie_flags(flat, scored, _is_tie, probs)
         if np.isfinite(tv).any():
-            out.append(Metric("tie_rate", float(np.nanmean(tv)), n=int(np.isfinite(tv).sum()),
-                              producer="calibration"))
+            out.append(
+                Metric(
+                    "tie_rate",
+                    float(np.nanmean(tv)),
+                    n=int(np.isfinite(tv).sum()),
+                    producer="calibration",
+                )
+            )
     return out
 
 
 def raw_confidence(probs: Mapping[str, Any] | None, prediction: Any) -> float:
     """The stored probability of the predicted answer, not renormalised over the answers
     (yes/no: P(pred) with P(other) left out of the denominator); NaN without one."""
-    if not probs or prediction is None or (isinstance(prediction, float) and math.isnan(prediction)):
+    if (
+        not probs
+        or prediction is None
+        or (isinstance(prediction, float) and math.isnan(prediction))
+    ):
         return math.nan
     v = probs.get(str(prediction))
     try:
@@ -102,14 +129,22 @@ def raw_confidence(probs: Mapping[str, Any] | None, prediction: Any) -> float:
         return math.nan
 
 
-def _raw_calibration(ctx: MetricContext, ok: pd.DataFrame, probs: list[dict[str, float] | None],
-                     conf: np.ndarray, corr: np.ndarray, flat: Any = None) -> list[Metric]:
+def _raw_calibration(
+    ctx: MetricContext,
+    ok: pd.DataFrame,
+    probs: list[dict[str, float] | None],
+    conf: np.ndarray,
+    corr: np.ndarray,
+    flat: Any = None,
+) -> list[Metric]:
     """`ece_raw` / `mce_raw`: ECE and MCE with the raw P(predicted answer) as the confidence,
     reported where it differs from the renormalised `confidence` (answers with mass outside them)."""
     from ..calibration import reliability
     from ..prob_rows import flatten, raw_confidences
 
-    raw = raw_confidences(flatten(probs) if flat is None else flat, ok["prediction"], raw_confidence, probs)
+    raw = raw_confidences(
+        flatten(probs) if flat is None else flat, ok["prediction"], raw_confidence, probs
+    )
     keep = np.isfinite(corr) & np.isfinite(raw) & np.isfinite(conf)
     if not keep.any() or np.allclose(raw[keep], conf[keep], rtol=0.0, atol=1e-9):
         return []
@@ -118,9 +153,20 @@ def _raw_calibration(ctx: MetricContext, ok: pd.DataFrame, probs: list[dict[str,
     rel = reliability(c, y, n_bins=10)
     iv = _calibration_interval(c, y, cl, 10, ctx.bootstrap)
     (elo, ehi), (mlo, mhi), G = iv.ece, iv.mce, iv.n_clusters
-    return [Metric(name, est, None if math.isnan(lo) else lo, None if math.isnan(hi) else hi,
-                   iv.method, int(keep.sum()), G, {}, "calibration")
-            for name, est, lo, hi in (("ece_raw", rel.ece, elo, ehi), ("mce_raw", rel.mce, mlo, mhi))]
+    return [
+        Metric(
+            name,
+            est,
+            None if math.isnan(lo) else lo,
+            None if math.isnan(hi) else hi,
+            iv.method,
+            int(keep.sum()),
+            G,
+            {},
+            "calibration",
+        )
+        for name, est, lo, hi in (("ece_raw", rel.ece, elo, ehi), ("mce_raw", rel.mce, mlo, mhi))
+    ]
 
 
 def reliability_bin_metrics(bins: pd.DataFrame) -> list[Metric]:
@@ -132,7 +178,15 @@ def reliability_bin_metrics(bins: pd.DataFrame) -> list[Metric]:
             continue
         group = {"bin": bin_label(float(b["lo"]), float(b["hi"]))}
         for name, key in (("bin_accuracy", "accuracy"), ("bin_confidence", "confidence")):
-            out.append(Metric(name, float(b[key]), n=int(b["count"]), group=dict(group), producer="calibration"))
+            out.append(
+                Metric(
+                    name,
+                    float(b[key]),
+                    n=int(b["count"]),
+                    group=dict(group),
+                    producer="calibration",
+                )
+            )
     return out
 
 
@@ -142,7 +196,11 @@ def bin_label(lo: float, hi: float) -> str:
 
 
 def _calibration_bootstrap(
-    conf: np.ndarray, correct: np.ndarray, clusters: np.ndarray, n_bins: int, cfg: BootstrapConfig,
+    conf: np.ndarray,
+    correct: np.ndarray,
+    clusters: np.ndarray,
+    n_bins: int,
+    cfg: BootstrapConfig,
     method: str = "exact",
 ) -> tuple[tuple[float, float], tuple[float, float], int]:
     """Cluster-bootstrap percentile intervals of ECE and MCE (the exact bootstrap unless
@@ -151,14 +209,21 @@ def _calibration_bootstrap(
     return iv.ece, iv.mce, iv.n_clusters
 
 
-def _calibration_interval(conf: np.ndarray, correct: np.ndarray, clusters: np.ndarray, n_bins: int,
-                          cfg: BootstrapConfig, method: str = "auto") -> Any:
+def _calibration_interval(
+    conf: np.ndarray,
+    correct: np.ndarray,
+    clusters: np.ndarray,
+    n_bins: int,
+    cfg: BootstrapConfig,
+    method: str = "auto",
+) -> Any:
     """ECE/MCE intervals with the method that drew them (analysis/calibration_bootstrap.py:
     exact up to EXACT_MAX_CLUSTERS clusters, bin totals drawn above, named so)."""
     from ..calibration_bootstrap import calibration_bootstrap
 
-    return calibration_bootstrap(conf, correct, clusters, n_bins, cfg.resamples, cfg.seed, cfg.level,
-                                 method=method)
+    return calibration_bootstrap(
+        conf, correct, clusters, n_bins, cfg.resamples, cfg.seed, cfg.level, method=method
+    )
 
 
 def _is_tie(p: Mapping[str, Any]) -> bool:
@@ -168,6 +233,9 @@ def _is_tie(p: Mapping[str, Any]) -> bool:
 
 def register() -> None:
     """Add this family's producer to the pipeline (analysis/metrics.py calls it)."""
-    register_producer("calibration",
-                      needs=lambda c: c.has("confidence") or c.has("probs"),
-                      reads=("confidence", "probs", "p_yes"), fields=())(calibration_metrics)
+    register_producer(
+        "calibration",
+        needs=lambda c: c.has("confidence") or c.has("probs"),
+        reads=("confidence", "probs", "p_yes"),
+        fields=(),
+    )(calibration_metrics)

@@ -33,8 +33,12 @@ def commonsense_metrics(ctx: MetricContext) -> list[Metric]:
     human = pd.DataFrame({"id": ok["item_id"], "human_q1": ok["f.human_q1"], "category": cat})
     human = human.drop_duplicates("id")
     human = human[human["human_q1"].notna()]
-    q = {v: ok[ok["variant"].astype(str) == v][["item_id", "p_yes", "p_no"]].rename(columns={"item_id": "id"})
-         for v in ("q1", "q2")}
+    q = {
+        v: ok[ok["variant"].astype(str) == v][["item_id", "p_yes", "p_no"]].rename(
+            columns={"item_id": "id"}
+        )
+        for v in ("q1", "q2")
+    }
     frame = commonsense_frame(human, q["q1"], q["q2"])
     if frame.empty:
         return []
@@ -42,15 +46,22 @@ def commonsense_metrics(ctx: MetricContext) -> list[Metric]:
     for by in ([], ["category"]):
         if by and frame["category"].isna().all():
             continue
-        table = commonsensicality(frame, by, n_boot=ctx.bootstrap.resamples, seed=ctx.bootstrap.seed)
-        rows = commonsense_rows(table, run=str(ctx.run.get("run_id")), model=str(ctx.run.get("model")), by=by)
+        table = commonsensicality(
+            frame, by, n_boot=ctx.bootstrap.resamples, seed=ctx.bootstrap.seed
+        )
+        rows = commonsense_rows(
+            table, run=str(ctx.run.get("run_id")), model=str(ctx.run.get("model")), by=by
+        )
         for m in rows_to_metrics(rows, "commonsense"):
             if by and m.group.get("category") == "(all)":
                 continue
             # consensus and awareness carry Wilson intervals (analysis/commonsense.py), only
             # commonsensicality a bootstrap over statements
-            m.interval_method = ("bootstrap over statements" if m.name == "commonsensicality"
-                                 else "wilson (statements)")
+            m.interval_method = (
+                "bootstrap over statements"
+                if m.name == "commonsensicality"
+                else "wilson (statements)"
+            )
             out.append(m)
     return out
 
@@ -63,8 +74,10 @@ def human_correlation_metrics(ctx: MetricContext) -> list[Metric]:
 
     pairs = human_agreement_pairs(ctx.ok())
     c = correlation(pairs["p_yes"], pairs["human"])
-    return [Metric(f"human_{k}", c.get(k), n=int(c["n"]), producer="human_correlation")
-            for k in ("pearson", "spearman")]
+    return [
+        Metric(f"human_{k}", c.get(k), n=int(c["n"]), producer="human_correlation")
+        for k in ("pearson", "spearman")
+    ]
 
 
 def human_agreement_pairs(ok: pd.DataFrame) -> pd.DataFrame:
@@ -81,7 +94,9 @@ def human_agreement_pairs(ok: pd.DataFrame) -> pd.DataFrame:
 
 def register() -> None:
     """Add this family's producers to the pipeline, in report order (analysis/metrics.py calls it)."""
-    register_producer("commonsense", needs=lambda c: c.has("f.human_q1"),
-                      reads=("p_yes", "p_no", "prediction"))(commonsense_metrics)
-    register_producer("human_correlation", needs=lambda c: c.has("f.human_q1"),
-                      reads=("p_yes",))(human_correlation_metrics)
+    register_producer(
+        "commonsense", needs=lambda c: c.has("f.human_q1"), reads=("p_yes", "p_no", "prediction")
+    )(commonsense_metrics)
+    register_producer("human_correlation", needs=lambda c: c.has("f.human_q1"), reads=("p_yes",))(
+        human_correlation_metrics
+    )

@@ -18,8 +18,12 @@ def generation_metrics(ctx: MetricContext) -> list[Metric]:
     cl = ctx.clusters(ok)
     sampled = any(len(e.get("samples") or []) > 1 for e in ex)
     out: list[Metric] = []
-    for key, metric in (("f1", "token_f1"), ("em_majority", "em_majority"), ("em_mean", "em_mean"),
-                        ("f1_mean", "token_f1_mean")):
+    for key, metric in (
+        ("f1", "token_f1"),
+        ("em_majority", "em_majority"),
+        ("em_mean", "em_mean"),
+        ("f1_mean", "token_f1_mean"),
+    ):
         if key != "f1" and not sampled:
             continue
         vals = [float(e[key]) if e.get(key) is not None else np.nan for e in ex]
@@ -32,4 +36,6 @@ def generation_metrics(ctx: MetricContext) -> list[Metric]:
 
 def register() -> None:
     """Add this family's producer to the pipeline (analysis/metrics.py calls it)."""
-    register_producer("generation", needs=lambda c: c.has("extra"), reads=("extra",))(generation_metrics)
+    register_producer("generation", needs=lambda c: c.has("extra"), reads=("extra",))(
+        generation_metrics
+    )

@@ -21,20 +21,35 @@ def position_metrics(ctx: MetricContext) -> list[Metric]:
     cl = ctx.clusters(ok)
     out: list[Metric] = []
     for name, pos in (("first", 0), ("last", -1)):
-        pred = [float(o[pos] == p) if o else np.nan for o, p in zip(orders, ok["prediction"], strict=True)]
+        pred = [
+            float(o[pos] == p) if o else np.nan
+            for o, p in zip(orders, ok["prediction"], strict=True)
+        ]
         # `notna`: a missing gold is NaN, not None, beside rows with gold (pandas' string dtype)
-        gold = np.array([float(o[pos] == g) if o and has else np.nan
-                         for o, g, has in zip(orders, ok["gold"], ok["gold"].notna(), strict=True)])
+        gold = np.array(
+            [
+                float(o[pos] == g) if o and has else np.nan
+                for o, g, has in zip(orders, ok["gold"], ok["gold"].notna(), strict=True)
+            ]
+        )
         r = rate("chosen_rate", pred, cl, {"position": name}, "position")
         if r is not None:
             out.append(r)
         if np.isfinite(gold).any():
-            out.append(Metric("gold_rate", float(np.nanmean(gold)), n=int(np.isfinite(gold).sum()),
-                              group={"position": name}, producer="position"))
+            out.append(
+                Metric(
+                    "gold_rate",
+                    float(np.nanmean(gold)),
+                    n=int(np.isfinite(gold).sum()),
+                    group={"position": name},
+                    producer="position",
+                )
+            )
     return out
 
 
 def register() -> None:
     """Add this family's producer to the pipeline (analysis/metrics.py calls it)."""
-    register_producer("position", needs=lambda c: c.has("option_scores"),
-                      reads=("option_scores",))(position_metrics)
+    register_producer("position", needs=lambda c: c.has("option_scores"), reads=("option_scores",))(
+        position_metrics
+    )

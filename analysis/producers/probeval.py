@@ -23,12 +23,17 @@ def probeval_metrics(ctx: MetricContext) -> list[Metric]:
     n_model = int(res.per_question["n_model"].sum())
     return [
         Metric("probeval_kl", est, lo, hi, "bootstrap over questions", len(kl), G, {}, "probeval"),
-        Metric("probeval_wrong_share", float(res.per_question["n_wrong"].sum() / max(1, n_model)),
-               n=n_model, producer="probeval"),
+        Metric(
+            "probeval_wrong_share",
+            float(res.per_question["n_wrong"].sum() / max(1, n_model)),
+            n=n_model,
+            producer="probeval",
+        ),
     ]
 
 
 def register() -> None:
     """Add this family's producer to the pipeline (analysis/metrics.py calls it)."""
-    register_producer("probeval",
-                      needs=lambda c: c.store is not None and c.has("f.clusters"), reads=())(probeval_metrics)
+    register_producer(
+        "probeval", needs=lambda c: c.store is not None and c.has("f.clusters"), reads=()
+    )(probeval_metrics)

@@ -24,12 +24,19 @@ def worldsense_metrics(ctx: MetricContext) -> list[Metric]:
 
     df = ctx.df
     exp = df["f.expectedresp"] if "f.expectedresp" in df else df.get("f.options")
-    t = pd.DataFrame({
-        "Key": df["item_id"], "resp": df["prediction"].where(df["error"].isna(), "").fillna(""),
-        "modelname": str(ctx.run.get("model")), "prompting": "run",
-        "tuple_ID": df["f.tuple_ID"], "expectedresp": exp, "goldresp": df["gold"],
-        "problemname": df.get("f.problemname"), "problemsize": df.get("f.problemsize"),
-    })
+    t = pd.DataFrame(
+        {
+            "Key": df["item_id"],
+            "resp": df["prediction"].where(df["error"].isna(), "").fillna(""),
+            "modelname": str(ctx.run.get("model")),
+            "prompting": "run",
+            "tuple_ID": df["f.tuple_ID"],
+            "expectedresp": exp,
+            "goldresp": df["gold"],
+            "problemname": df.get("f.problemname"),
+            "problemsize": df.get("f.problemsize"),
+        }
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # incomplete tuples (a run still streaming) are excluded
         tuples = tuple_table(t)
@@ -58,17 +65,32 @@ def worldsense_from_tuples(ctx: MetricContext, tuples: pd.DataFrame, n_trials: i
     ctx.artifacts["worldsense_problem_accuracy_table"] = pacc
     ctx.artifacts["worldsense_problem_bias_table"] = pbias
     out: list[Metric] = []
-    for name, table, gcols in (("worldsense_accuracy", acc, []),
-                               ("worldsense_accuracy", pacc, ["problemname"]),
-                               ("worldsense_bias", pbias, ["problemname"])):
+    for name, table, gcols in (
+        ("worldsense_accuracy", acc, []),
+        ("worldsense_accuracy", pacc, ["problemname"]),
+        ("worldsense_bias", pbias, ["problemname"]),
+    ):
         for rec in table.to_dict("records"):
             m, c = float(rec["mean"]), float(rec["conf95"])
             lo, hi = (None, None) if math.isnan(c) else (m - c, m + c)
-            out.append(Metric(name, m, lo, hi, "authors' conf95 over tuples", int(rec["count"]),
-                              int(rec["count"]), {k: rec[k] for k in gcols}, "worldsense"))
+            out.append(
+                Metric(
+                    name,
+                    m,
+                    lo,
+                    hi,
+                    "authors' conf95 over tuples",
+                    int(rec["count"]),
+                    int(rec["count"]),
+                    {k: rec[k] for k in gcols},
+                    "worldsense",
+                )
+            )
     return out
 
 
 def register() -> None:
     """Add this family's producer to the pipeline (analysis/metrics.py calls it)."""
-    register_producer("worldsense", needs=lambda c: c.has("f.tuple_ID"), reads=())(worldsense_metrics)
+    register_producer("worldsense", needs=lambda c: c.has("f.tuple_ID"), reads=())(
+        worldsense_metrics
+    )

@@ -49,11 +49,21 @@ def _yesno_columns(ok: pd.DataFrame) -> dict[str, np.ndarray]:
     yes, off format (P(other) above P(yes) + P(no)), and whether P(yes) and P(no) are finite."""
     y = pd.to_numeric(ok["p_yes"], errors="coerce").to_numpy(float)
     n = pd.to_numeric(ok["p_no"], errors="coerce").to_numpy(float)
-    o = pd.to_numeric(ok["other"], errors="coerce").to_numpy(float) if "other" in ok else np.full(len(ok), np.nan)
+    o = (
+        pd.to_numeric(ok["other"], errors="coerce").to_numpy(float)
+        if "other" in ok
+        else np.full(len(ok), np.nan)
+    )
     o = np.where(np.isnan(o), 1.0 - y - n, o)  # what Series.where(notna) keeps and fills
-    return {"p_yes": y, "p_no": n, "p_other": o, "pred_yes": (y > n).astype(float),
-            "gold_yes": gold_yes_column(ok["gold"]), "off_format": (o > y + n).astype(float),
-            "keep": np.isfinite(y) & np.isfinite(n)}
+    return {
+        "p_yes": y,
+        "p_no": n,
+        "p_other": o,
+        "pred_yes": (y > n).astype(float),
+        "gold_yes": gold_yes_column(ok["gold"]),
+        "off_format": (o > y + n).astype(float),
+        "keep": np.isfinite(y) & np.isfinite(n),
+    }
 
 
 def yesno_metrics(ctx: MetricContext) -> list[Metric]:
@@ -87,8 +97,15 @@ def yesno_metrics(ctx: MetricContext) -> list[Metric]:
                 out.append(r)
         gk = np.isfinite(f["gold_yes"])
         if gk.any():
-            out.append(Metric("gold_yes_rate", float(pd.Series(f["gold_yes"][gk]).mean()), n=int(gk.sum()),
-                              group=dict(group), producer="yesno"))
+            out.append(
+                Metric(
+                    "gold_yes_rate",
+                    float(pd.Series(f["gold_yes"][gk]).mean()),
+                    n=int(gk.sum()),
+                    group=dict(group),
+                    producer="yesno",
+                )
+            )
             r = mean_metric("yes_bias", (f["pred_yes"] - f["gold_yes"])[gk], cl[gk], group, "yesno")
             if r is not None:
                 out.append(r)
@@ -100,5 +117,6 @@ def yesno_metrics(ctx: MetricContext) -> list[Metric]:
 
 def register() -> None:
     """Add this family's producer to the pipeline (analysis/metrics.py calls it)."""
-    register_producer("yesno", needs=lambda c: c.has("p_yes"), reads=("p_yes", "p_no", "other"),
-                      fields=())(yesno_metrics)
+    register_producer(
+        "yesno", needs=lambda c: c.has("p_yes"), reads=("p_yes", "p_no", "other"), fields=()
+    )(yesno_metrics)

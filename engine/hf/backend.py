@@ -72,8 +72,15 @@ class HFBackend(ModelThread, Backend):
     ) -> None:
         self.spec = spec
         self.model_args: dict[str, Any] = {
-            k: v for k, v in {"revision": revision, "trust_remote_code": trust_remote_code, "adapter": adapter,
-                              "load_in_8bit": load_in_8bit, "load_in_4bit": load_in_4bit}.items() if v
+            k: v
+            for k, v in {
+                "revision": revision,
+                "trust_remote_code": trust_remote_code,
+                "adapter": adapter,
+                "load_in_8bit": load_in_8bit,
+                "load_in_4bit": load_in_4bit,
+            }.items()
+            if v
         }
         self.system_prompt = system_prompt or None
         self.device = pick_device(device)
@@ -92,7 +99,9 @@ class HFBackend(ModelThread, Backend):
         self._info: dict[str, Any] = {}
         if model is None or tokenizer is None:
             t0 = time.perf_counter()
-            tokenizer, model, self._info = load_model(spec, self.device, self.dtype, self.model_args)
+            tokenizer, model, self._info = load_model(
+                spec, self.device, self.dtype, self.model_args
+            )
             self._info["load_seconds"] = round(time.perf_counter() - t0, 2)
         else:
             import torch
@@ -144,8 +153,16 @@ class HFBackend(ModelThread, Backend):
     def capabilities(self) -> Capabilities:
         """A local model answers everything from its own forward pass."""
         return Capabilities(
-            next_token=True, exact_next_token=True, loglik=True, local_loglik=True, batched_prompts=True,
-            generate=True, chat=self.has_chat, reasoning=False, prompt_logprobs=True, tokenizer=True,
+            next_token=True,
+            exact_next_token=True,
+            loglik=True,
+            local_loglik=True,
+            batched_prompts=True,
+            generate=True,
+            chat=self.has_chat,
+            reasoning=False,
+            prompt_logprobs=True,
+            tokenizer=True,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -182,7 +199,9 @@ class HFBackend(ModelThread, Backend):
     # -- text rendering ------------------------------------------------------------------
     def render(self, prompt: str, *, chat: bool = True) -> str:
         if chat and self.has_chat:
-            system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+            system = (
+                [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+            )
             return str(
                 self.tok.apply_chat_template(
                     [*system, {"role": "user", "content": prompt}],

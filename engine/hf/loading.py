@@ -39,7 +39,11 @@ def physical_cores() -> int:
     cores = set()
     for c in cpus:
         try:
-            cores.add(Path(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list").read_text().strip())
+            cores.add(
+                Path(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list")
+                .read_text()
+                .strip()
+            )
         except OSError:
             cores.add(str(c))
     n = max(1, len(cores))
@@ -149,7 +153,8 @@ def _load_model(
         from transformers import BitsAndBytesConfig
 
         quant_kw["quantization_config"] = BitsAndBytesConfig(
-            load_in_8bit=bool(margs.get("load_in_8bit")), load_in_4bit=bool(margs.get("load_in_4bit"))
+            load_in_8bit=bool(margs.get("load_in_8bit")),
+            load_in_4bit=bool(margs.get("load_in_4bit")),
         )
         quant_kw["device_map"] = device
     if spec.gguf_file:
@@ -195,7 +200,10 @@ def hub_unreachable(timeout: float = 3.0) -> str | None:
     from urllib.parse import urlsplit
 
     url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
+    host, port = (
+        url.hostname or "huggingface.co",
+        url.port or (443 if url.scheme == "https" else 80),
+    )
     try:
         socket.create_connection((host, port), timeout=timeout).close()
     except OSError as e:
@@ -210,7 +218,9 @@ def _hub_source(repo: str, revision: str | None, info: dict[str, Any]) -> str:
 
     The folder, not `local_files_only`: transformers' adapter lookup asks the hub regardless."""
     if Path(repo).exists() or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
-        return repo  # a local folder, or the user switched the hub off (then only the cache is read)
+        return (
+            repo  # a local folder, or the user switched the hub off (then only the cache is read)
+        )
     why = hub_unreachable()
     if why is None:
         return repo

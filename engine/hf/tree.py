@@ -42,18 +42,25 @@ class TreeMask(ForwardPasses):
             return False, {"loglik_path": "padded", "reason": "LLMSCOPE_TREE_MASK=0"}
         impl = getattr(self.model.config, "_attn_implementation", None) or "eager"
         if impl not in _TREE_ATTENTION:
-            return False, {"loglik_path": "padded",
-                           "reason": f"attention {impl!r} takes no custom 4-D mask"}
+            return False, {
+                "loglik_path": "padded",
+                "reason": f"attention {impl!r} takes no custom 4-D mask",
+            }
         try:
             diff = self._probe_tree()
         except Exception as e:  # any architecture that refuses the mask: the padded path
-            return False, {"loglik_path": "padded", "reason": f"tree-mask probe failed: {as_backend_error(e)}"}
+            return False, {
+                "loglik_path": "padded",
+                "reason": f"tree-mask probe failed: {as_backend_error(e)}",
+            }
         self._stats.clear()  # the probe's tokens are not the run's
         # Half precision rounds log-probs of ~-15 by ~0.06; a mask that is ignored moves them by nats.
         tol = 1e-3 if self.dtype == "float32" else 0.25
         if not diff <= tol:
-            return False, {"loglik_path": "padded",
-                           "reason": f"tree-mask probe differs from plain forwards by {diff:.2g}"}
+            return False, {
+                "loglik_path": "padded",
+                "reason": f"tree-mask probe differs from plain forwards by {diff:.2g}",
+            }
         return True, {"loglik_path": "tree", "probe_max_diff": float(f"{diff:.3g}")}
 
     def _probe_tree(self) -> float:
@@ -106,7 +113,9 @@ class TreeMask(ForwardPasses):
         ctx_lens: list[int] = []
         branches: list[list[int]] = []
         reserve: list[int] = []
-        where: list[tuple[int, int]] = [(0, 0)] * len(batch)  # (row, branch start after the context)
+        where: list[tuple[int, int]] = [(0, 0)] * len(
+            batch
+        )  # (row, branch start after the context)
         rows = [
             (ctx, [members[c] for c in chunk])
             for ctx, members in groups.items()
@@ -160,9 +169,16 @@ class TreeMask(ForwardPasses):
             t = vals[k : k + e.n_cont]
             greedy = tops[k : k + e.n_cont] == flat_tok[k : k + e.n_cont]
             k += e.n_cont
-            out.append(LogLikOut(logprob=float(math.fsum(t)), n_tokens=e.n_cont, token_logprobs=t,
-                                 tokens=e.cont_tokens, n_context_tokens=len(e.ids) - e.n_cont,
-                                 greedy=greedy))
+            out.append(
+                LogLikOut(
+                    logprob=float(math.fsum(t)),
+                    n_tokens=e.n_cont,
+                    token_logprobs=t,
+                    tokens=e.cont_tokens,
+                    n_context_tokens=len(e.ids) - e.n_cont,
+                    greedy=greedy,
+                )
+            )
         return out
 
     def _forward_tree(
@@ -212,7 +228,9 @@ class TreeMask(ForwardPasses):
         if p:
             allowed = torch.cat([real[:, :, None].expand(b, n, p), allowed], dim=2)
         tdtype = getattr(torch, self.dtype)
-        mask = torch.zeros(allowed.shape, dtype=tdtype).masked_fill_(~allowed, torch.finfo(tdtype).min)
+        mask = torch.zeros(allowed.shape, dtype=tdtype).masked_fill_(
+            ~allowed, torch.finfo(tdtype).min
+        )
         kwargs: dict[str, Any] = {
             "attention_mask": mask[:, None].to(self.device),
             "position_ids": pos.to(self.device),

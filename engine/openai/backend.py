@@ -228,7 +228,9 @@ class OpenAIBackend(CapabilityProbe, SampledText):
         self._down_streak = 0  # consecutive timeouts/connection failures, all requests
         self._breaker: str | None = None  # set when the breaker opened: why
         self.probed: dict[str, Any] = {}
-        self.system_prompt: str | None = None  # what `probe` learned (recorded as describe()['capabilities'])
+        self.system_prompt: str | None = (
+            None  # what `probe` learned (recorded as describe()['capabilities'])
+        )
         self.method_choice: dict[str, Any] = {}
         self.adaptations: list[str] = []
         # how prompt log-likelihoods are read: "echo" (completions echo=True) or
@@ -293,8 +295,12 @@ class OpenAIBackend(CapabilityProbe, SampledText):
             "expected_model": self._expect[0] if self._expect else None,
             "expected_fingerprint": self._expect[1] if self._expect else None,
             "replicas": [
-                {"url": r.url, "served_models": sorted(r.models), "fingerprints": sorted(r.fingerprints),
-                 "excluded": r.excluded}
+                {
+                    "url": r.url,
+                    "served_models": sorted(r.models),
+                    "fingerprints": sorted(r.fingerprints),
+                    "excluded": r.excluded,
+                }
                 for r in self._fleet.replicas
             ],
         }

@@ -49,7 +49,9 @@ _EFFORT_LADDER = {"none": "minimal", "minimal": "low", "low": None}  # on reject
 # the same 5xx body this many times in a row for one request is a capability problem,
 # not a transient fault (llama.cpp answers a list of prompts with HTTP 500 every time)
 DETERMINISTIC_REPEATS = 3
-PROBE_RETRIES = 2  # a configuration probe fails fast: an unreachable server is not a transient fault
+PROBE_RETRIES = (
+    2  # a configuration probe fails fast: an unreachable server is not a transient fault
+)
 
 
 class APIRequestError(BackendError):
@@ -279,8 +281,11 @@ class HTTPLayer(Backend):
                 self._c["model_changed"] += 1
                 last, kind = str(e), "model_changed"
                 self._fleet.exclude(ep, "model_changed", last)
-                self._warn_once(f"changed:{ep}", f"{self._fleet.replicas[ep].url}: {last}; "
-                                "taken out of the rotation, its answers since not used")
+                self._warn_once(
+                    f"changed:{ep}",
+                    f"{self._fleet.replicas[ep].url}: {last}; "
+                    "taken out of the rotation, its answers since not used",
+                )
                 if not self._fleet.usable():
                     self._breaker = (
                         f"no replica serves {(self._expect[0] if self._expect else None) or self.model!r} "
@@ -310,9 +315,11 @@ class HTTPLayer(Backend):
             if self._probing and kind in ("connection", "timeout") and attempt >= PROBE_RETRIES:
                 break  # an unreachable server is a configuration error at probe time
             if attempt < max_retries:
-                if kind == "model_changed" or (elsewhere and self._pinned is None and kind in (
-                    "connection", "timeout", "invalid", "malformed"
-                )):
+                if kind == "model_changed" or (
+                    elsewhere
+                    and self._pinned is None
+                    and kind in ("connection", "timeout", "invalid", "malformed")
+                ):
                     continue  # another replica is up: retry there without waiting
                 delay = self.policy.delay(attempt, retry_after, self._rng)
                 if retry_after is not None:
@@ -339,7 +346,9 @@ class HTTPLayer(Backend):
             wake = None if pinned is not None else self._fleet.next_trial_in()
             try:
                 # a slot freed, or a replica's cool-off ended (its trial may go first)
-                await asyncio.wait_for(self._slot_freed.wait(), None if wake is None else wake + 0.01)
+                await asyncio.wait_for(
+                    self._slot_freed.wait(), None if wake is None else wake + 0.01
+                )
             except TimeoutError:
                 pass
 
@@ -358,7 +367,9 @@ class HTTPLayer(Backend):
             raise ModelChanged(f"now serves model {str(got)[:200]!r}, not {model!r}")
         fp = data.get("system_fingerprint")
         if fingerprint is not None and fp is not None and str(fp) != fingerprint:
-            raise ModelChanged(f"now answers with fingerprint {str(fp)[:200]!r}, not {fingerprint!r}")
+            raise ModelChanged(
+                f"now answers with fingerprint {str(fp)[:200]!r}, not {fingerprint!r}"
+            )
 
     def _redact_reply(self, data: Any) -> Any:
         """The reply with the key replaced wherever it appears (text, tokens, every field), before
@@ -366,8 +377,11 @@ class HTTPLayer(Backend):
         data, n = map_strings(data, self._redact_body)
         if n:
             self._c["key_redacted"] += n
-            self._warn_once("key_redacted", f"{public_url(self.base_url)} sent the API key back in a reply; "
-                            f"it was replaced by {REDACTED} before anything was stored (rows say key_redacted)")
+            self._warn_once(
+                "key_redacted",
+                f"{public_url(self.base_url)} sent the API key back in a reply; "
+                f"it was replaced by {REDACTED} before anything was stored (rows say key_redacted)",
+            )
         return data
 
     def _went_down(self, last: str) -> None:
@@ -471,8 +485,12 @@ class HTTPLayer(Backend):
             if body.get("echo") and body["max_tokens"] == 0:
                 self._echo_max_tokens = 1  # generated tokens are ignored by offset
                 return True
-        if param in ("logprobs", "top_logprobs", "echo") and param in body and re.search(
-            r"not support|unsupported|not available|not allowed|disabled", msg, re.IGNORECASE
+        if (
+            param in ("logprobs", "top_logprobs", "echo")
+            and param in body
+            and re.search(
+                r"not support|unsupported|not available|not allowed|disabled", msg, re.IGNORECASE
+            )
         ):
             raise NoLogprobs(msg)
         if param in _DROPPABLE and param in body:
@@ -487,8 +505,10 @@ class HTTPLayer(Backend):
         body: dict[str, Any] = {"model": self.model}
         if chat:
             system = self.system_prompt  # set by engine/config.py (--system-prompt)
-            body["messages"] = [*([{"role": "system", "content": system}] if system else []),
-                                {"role": "user", "content": message}]
+            body["messages"] = [
+                *([{"role": "system", "content": system}] if system else []),
+                {"role": "user", "content": message},
+            ]
             body[self._max_key] = max_tokens
         else:
             body["prompt"] = message

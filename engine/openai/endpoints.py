@@ -73,11 +73,15 @@ def _read_url_file(item: str) -> list[str]:
     try:
         st = os.stat(path)
         if not stat.S_ISREG(st.st_mode):  # a FIFO would block, /dev/zero never ends
-            raise BackendConfigError(f"--base-url {item}: not a regular file (expected a list of URLs)")
+            raise BackendConfigError(
+                f"--base-url {item}: not a regular file (expected a list of URLs)"
+            )
         with open(path, "rb") as f:
             raw = f.read(MAX_URL_FILE_BYTES + 1)
     except OSError as e:
-        raise BackendConfigError(f"--base-url {item}: cannot read {path}: {e.strerror or e}") from None
+        raise BackendConfigError(
+            f"--base-url {item}: cannot read {path}: {e.strerror or e}"
+        ) from None
     if len(raw) > MAX_URL_FILE_BYTES:
         raise BackendConfigError(
             f"--base-url {item}: larger than {MAX_URL_FILE_BYTES // 1024} KiB, not a list of URLs"

@@ -56,7 +56,9 @@ def prompt_logprobs_as_echo(choice: dict[str, Any], full: str) -> dict[str, Any]
         elif len(entry) == 1:
             got = next(iter(entry.values()))
         else:
-            raise InvalidResponse("prompt_logprobs without prompt_token_ids: cannot tell the prompt token")
+            raise InvalidResponse(
+                "prompt_logprobs without prompt_token_ids: cannot tell the prompt token"
+            )
         if not isinstance(got, dict) or "logprob" not in got:
             raise InvalidResponse(f"prompt_logprobs[{i}] lacks the prompt token's log-prob")
         tokens.append(str(got.get("decoded_token") or ""))
@@ -140,12 +142,19 @@ class PromptLoglik(HTTPLayer):
                 self._start_learned = True
                 headers = {"Authorization": f"Bearer {self._clients[0].api_key}"}
                 self._start = await start_tokens_from_vllm(
-                    self.base_urls[0], self.model, headers, timeout=self.timeout,
-                    clean=lambda d: map_strings(self._redact_reply(d), repair_text)[0])
+                    self.base_urls[0],
+                    self.model,
+                    headers,
+                    timeout=self.timeout,
+                    clean=lambda d: map_strings(self._redact_reply(d), repair_text)[0],
+                )
                 if self._start is not None and self._start.empty_context is None:
-                    self._warn_once("start_token", f"{public_url(self.base_url)}: texts scored with no "
-                                    f"context (SyntaxGym, contamination, minpairs context bos) will fail: "
-                                    f"{self._start.note}")
+                    self._warn_once(
+                        "start_token",
+                        f"{public_url(self.base_url)}: texts scored with no "
+                        f"context (SyntaxGym, contamination, minpairs context bos) will fail: "
+                        f"{self._start.note}",
+                    )
 
     async def _explicit_start(self, requests: list[tuple[str, str]]) -> list[tuple[str, str]]:
         """Empty contexts replaced by the start token's text, as the local backend scores them.
@@ -160,7 +169,8 @@ class PromptLoglik(HTTPLayer):
         if st.empty_context is None:
             raise BackendError(
                 f"an empty context needs the model's start token, which {public_url(self.base_url)} "
-                f"does not name ({st.note}); or condition on explicit text (minpairs: context text)")
+                f"does not name ({st.note}); or condition on explicit text (minpairs: context text)"
+            )
         return [(st.empty_context if c == "" else c, x) for c, x in requests]
 
     async def _loglik_all(self, requests: list[tuple[str, str]]) -> list[LogLikOut]:
@@ -230,7 +240,8 @@ class PromptLoglik(HTTPLayer):
         pairs = list(zip(gen_lps, echo.token_logprobs, strict=False))
         worst = max(abs(a - b) for a, b in pairs)
         shown = ", ".join(
-            f"{t!r}: next-token {a:.3f} vs echo {b:.3f}" for t, (a, b) in zip(gen_toks, pairs, strict=False)
+            f"{t!r}: next-token {a:.3f} vs echo {b:.3f}"
+            for t, (a, b) in zip(gen_toks, pairs, strict=False)
         )
         if worst > ECHO_CHECK_TOL:
             self._echo_ok = False
@@ -265,7 +276,9 @@ class PromptLoglik(HTTPLayer):
             return self._finish(body)
 
         try:
-            _, data = await self._adaptive("completions", build, retries=min(1, self.policy.max_retries))
+            _, data = await self._adaptive(
+                "completions", build, retries=min(1, self.policy.max_retries)
+            )
             choice = data["choices"][0]
             if choice.get("prompt_logprobs") is None:
                 self._prompt_lp_note = "prompt_logprobs: not returned"
@@ -350,7 +363,9 @@ class PromptLoglik(HTTPLayer):
             for c in data["choices"]:
                 lp = c.get("logprobs")
                 if isinstance(lp, dict):
-                    for t, v in zip(lp.get("tokens") or [], lp.get("token_logprobs") or [], strict=False):
+                    for t, v in zip(
+                        lp.get("tokens") or [], lp.get("token_logprobs") or [], strict=False
+                    ):
                         if v is not None:
                             valid_logprob(v, f"echo token {t!r}")
 
@@ -369,8 +384,10 @@ class PromptLoglik(HTTPLayer):
                 e.status in (400, 422) and _LOGLIK_UNSUPPORTED.search(e.message)
             ):
                 raise self._unsupported(f"HTTP {e.status}: {e.message}") from None
-            if len(prompts) > 1 and e.status in (400, 422) and re.search(
-                r"prompt|list|array|batch", e.message, re.IGNORECASE
+            if (
+                len(prompts) > 1
+                and e.status in (400, 422)
+                and re.search(r"prompt|list|array|batch", e.message, re.IGNORECASE)
             ):
                 return await self._one_per_request(pairs, e)
             raise

@@ -60,7 +60,9 @@ class CapabilityProbe(PromptLoglik):
             label_choice=True,
         )
 
-    async def probe(self, task: str | None = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def probe(
+        self, task: str | None = None, options: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """Check the configuration and learn the server's capabilities before a run writes
         anything; returns describe().
 
@@ -128,7 +130,9 @@ class CapabilityProbe(PromptLoglik):
         elif len(set(ids)) == 1 and len(ids[0]) <= 1:
             ref = ids[0][0] if ids[0] else None  # all agree (or none names its model)
         else:
-            listing = "; ".join(f"{r.url} serves {_names(i)}" for r, i in zip(reps, ids, strict=True))
+            listing = "; ".join(
+                f"{r.url} serves {_names(i)}" for r, i in zip(reps, ids, strict=True)
+            )
             raise BackendConfigError(
                 f"the base URLs do not serve one model and none serves {self.model!r} ({listing}); "
                 "give the base URLs of the run's model only"
@@ -199,7 +203,9 @@ class CapabilityProbe(PromptLoglik):
             "prompt_logprobs_note": self._prompt_lp_note,
             # True only once a list of prompts was answered, False once refused; None: never
             # tried (e.g. echo refused before any list was sent)
-            "batched_prompts": False if self._batch_refused else (True if self._batch_seen else None),
+            "batched_prompts": False
+            if self._batch_refused
+            else (True if self._batch_seen else None),
             "reasoning": self.reasoning,
             "reasoning_effort": self.reasoning_effort,
         }
@@ -238,6 +244,7 @@ class CapabilityProbe(PromptLoglik):
         """Decide once whether the server returns log-probs: one response with them settles
         "yes"; "no" needs PROBE_REPEATS responses without them (or a refusal), so a single
         transient `logprobs: null` cannot switch a whole run to sampled estimates."""
+
         def check(data: dict[str, Any]) -> None:
             first_top(data["choices"][0], chat)  # absent is an answer; invalid is not
 

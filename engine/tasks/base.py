@@ -87,14 +87,18 @@ class Task(abc.ABC):
 
     # -- suite rules (called by data/suites.py) -----------------------------------------
     needs_options: ClassVar[bool] = False  # every item must have a non-empty options list
-    default_answers: ClassVar[tuple[str, ...] | None] = None  # answer labels when the suite names none
+    default_answers: ClassVar[tuple[str, ...] | None] = (
+        None  # answer labels when the suite names none
+    )
     needs_answers: ClassVar[str | None] = None  # the error when a suite names no answer labels
     design_options: ClassVar[frozenset[str]] = frozenset()  # data/design.py factors that apply
     fewshot_format: ClassVar[str] = "{prompt}\n{answer}"  # one few-shot demo (data/design.py)
 
     # -- what is stored and shown ---------------------------------------------------------
     default_method: ClassVar[str | None] = None  # method label when a row records none (export)
-    predicts_option: ClassVar[bool] = False  # the prediction is one of a fixed set of answers/options
+    predicts_option: ClassVar[bool] = (
+        False  # the prediction is one of a fixed set of answers/options
+    )
     lm_eval_metric: ClassVar[str] = "acc"  # the per-item score's name in an lm-eval export
     result_fields: ClassVar[tuple[str, ...]] = ()  # keys the task writes into Result.extra
     item_fields: ClassVar[tuple[ItemField, ...]] = COMMON_ITEM_FIELDS
@@ -172,5 +176,13 @@ class Task(abc.ABC):
         """Score one item under one prompt variant."""
 
 
-__all__ = ["COMMON_ITEM_FIELDS", "Capabilities", "ItemField", "SuiteLike", "TASKS", "Task", "chat_option",
-           "register"]
+__all__ = [
+    "COMMON_ITEM_FIELDS",
+    "Capabilities",
+    "ItemField",
+    "SuiteLike",
+    "TASKS",
+    "Task",
+    "chat_option",
+    "register",
+]

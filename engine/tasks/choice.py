@@ -111,7 +111,9 @@ def loglik_option_result(
         domain_logprobs=domain,
         gold=gi,
         alpha=alpha,
-        token_logprobs=[o.token_logprobs for o in outs] if all(o.token_logprobs for o in outs) else None,
+        token_logprobs=[o.token_logprobs for o in outs]
+        if all(o.token_logprobs for o in outs)
+        else None,
     )
     probs = softmax(cs.scores["raw"])
     option_scores: dict[str, dict[str, float]] = {}
@@ -128,7 +130,9 @@ def loglik_option_result(
         for m in ("calibrated", "pmi", "mean_token_prob", "surprisal_ratio"):
             if m in cs.values:
                 row[m] = float(cs.values[m][i])
-        if outs[i].greedy is not None:  # lm-eval's is_greedy, written back by `export --format lm-eval`
+        if (
+            outs[i].greedy is not None
+        ):  # lm-eval's is_greedy, written back by `export --format lm-eval`
             row["is_greedy"] = float(outs[i].greedy)
         option_scores[opt] = row
     pred = cs.predictions["raw"]
@@ -159,28 +163,61 @@ class ChoiceTask(Task):
     fewshot_format = "{prompt} {answer}"
     predicts_option = True
     default_method = "loglik"
-    metric_producers = ("methods", "position", "calibration", "abstention", "softmax_accuracy_curve")
+    metric_producers = (
+        "methods",
+        "position",
+        "calibration",
+        "abstention",
+        "softmax_accuracy_curve",
+    )
     result_fields = ("choice_method", "methods", "calibration", "continuations", "domain_prompt")
-    item_fields = (*COMMON_ITEM_FIELDS, ItemField("extra.choice_method", "method"),
-                   ItemField("option_scores", "option scores", "json", column=False),
-                   ItemField("extra.methods", "methods", "json", column=False))
+    item_fields = (
+        *COMMON_ITEM_FIELDS,
+        ItemField("extra.choice_method", "method"),
+        ItemField("option_scores", "option scores", "json", column=False),
+        ItemField("extra.methods", "methods", "json", column=False),
+    )
     option_specs = (
         chat_option(False),
         OptionSpec("continuation", "str", " {option}", "how an option is appended to the prompt"),
-        OptionSpec("domain_prompt", "str?", "Answer:", "context for PMI scoring; null or \"\" disables PMI"),
-        OptionSpec("content_free", "list[str]", list(DEFAULT_CONTENT_FREE),
-                   "content-free inputs for contextual calibration; [] disables it"),
+        OptionSpec(
+            "domain_prompt", "str?", "Answer:", 'context for PMI scoring; null or "" disables PMI'
+        ),
+        OptionSpec(
+            "content_free",
+            "list[str]",
+            list(DEFAULT_CONTENT_FREE),
+            "content-free inputs for contextual calibration; [] disables it",
+        ),
         OptionSpec("alpha", "float", 1.0, "inverse temperature of expected accuracy", min=0.0),
-        OptionSpec("permutations", "int", 0, "extra option-order permutations per item (variants <v>@p<j>)",
-                   min=0),
-        OptionSpec("schemes", "list[str]", None,
-                   "extra scoring schemes: labels, free, rating, embedding, acc_norm, acc_mutual_info "
-                   "(engine/schemes.py)"),
+        OptionSpec(
+            "permutations",
+            "int",
+            0,
+            "extra option-order permutations per item (variants <v>@p<j>)",
+            min=0,
+        ),
+        OptionSpec(
+            "schemes",
+            "list[str]",
+            None,
+            "extra scoring schemes: labels, free, rating, embedding, acc_norm, acc_mutual_info "
+            "(engine/schemes.py)",
+        ),
         OptionSpec("label_template", "str?", None, "lettered-options prompt for the labels scheme"),
-        OptionSpec("rating_template", "str?", None, "prompt asking each option as a rating (rating scheme)"),
+        OptionSpec(
+            "rating_template", "str?", None, "prompt asking each option as a rating (rating scheme)"
+        ),
         OptionSpec("rating_labels", "list[str]", None, "scale labels of the rating scheme"),
-        OptionSpec("free_max_tokens", "int", 16, "generation budget of the free-production scheme", min=1),
-        OptionSpec("fewshot", "any", None, "few-shot demos: k, source, labels, orders, seed (data/design.py)"),
+        OptionSpec(
+            "free_max_tokens", "int", 16, "generation budget of the free-production scheme", min=1
+        ),
+        OptionSpec(
+            "fewshot",
+            "any",
+            None,
+            "few-shot demos: k, source, labels, orders, seed (data/design.py)",
+        ),
     )
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
@@ -212,8 +249,15 @@ class ChoiceTask(Task):
             fields = dict(it.fields)
             if suite.options_field:
                 fields[suite.options_field] = order
-            out.append(Work(item=it, variant=f"{work.variant}@p{j}", prompt=render_template(tpl, fields),
-                            gold=work.gold, options=list(order)))
+            out.append(
+                Work(
+                    item=it,
+                    variant=f"{work.variant}@p{j}",
+                    prompt=render_template(tpl, fields),
+                    gold=work.gold,
+                    options=list(order),
+                )
+            )
         return out
 
     def check_backend(self, backend: Backend) -> None:
@@ -259,7 +303,9 @@ class ChoiceTask(Task):
             if bases:
                 tpl = templates[max(bases, key=len)]
         if tpl is not None and text_field:
-            prefix = str((work.design or {}).get("_prefix", ""))  # few-shot demos stay (data/design.py)
+            prefix = str(
+                (work.design or {}).get("_prefix", "")
+            )  # few-shot demos stay (data/design.py)
             out = []
             for cf in cfs:
                 fields = dict(item.fields)
@@ -274,8 +320,13 @@ class ChoiceTask(Task):
         )
 
     async def _option_logprobs(
-        self, backend: Backend, context: str, conts: list[str], cache: dict[tuple[str, str], Any],
-        chat: bool | None = None, greedy: list[bool | None] | None = None,
+        self,
+        backend: Backend,
+        context: str,
+        conts: list[str],
+        cache: dict[tuple[str, str], Any],
+        chat: bool | None = None,
+        greedy: list[bool | None] | None = None,
     ) -> list[float]:
         """log P(cont | context) per continuation, cached per (context, continuation).
 
@@ -285,7 +336,9 @@ class ChoiceTask(Task):
         missing = [c for c in dict.fromkeys(conts) if (context, c) not in cache]
         if missing:
             fut = asyncio.ensure_future(
-                backend.loglik([(context, c) for c in missing], chat=self.chat if chat is None else chat)
+                backend.loglik(
+                    [(context, c) for c in missing], chat=self.chat if chat is None else chat
+                )
             )
             for i, c in enumerate(missing):
                 cache[(context, c)] = (fut, i)
@@ -334,10 +387,16 @@ class ChoiceTask(Task):
 
         if not any(math.isfinite(o.logprob) for o in outs):
             # Every option unscorable: no evidence to rank them, so no prediction.
-            res = Result(item_id=work.item.item_id, variant=work.variant,
-                         prompt=backend.render(work.prompt, chat=self.chat), gold=work.gold,
-                         option_scores={o: {"logprob": float(x.logprob)} for o, x in zip(options, outs, strict=True)},
-                         extra={"choice_method": "loglik"})
+            res = Result(
+                item_id=work.item.item_id,
+                variant=work.variant,
+                prompt=backend.render(work.prompt, chat=self.chat),
+                gold=work.gold,
+                option_scores={
+                    o: {"logprob": float(x.logprob)} for o, x in zip(options, outs, strict=True)
+                },
+                extra={"choice_method": "loglik"},
+            )
             return abstain(res, "no option has a finite log-likelihood")
         res, _ = loglik_option_result(
             work,
@@ -357,8 +416,15 @@ class ChoiceTask(Task):
         await self._add_schemes(res, work, options, backend)
         return res
 
-    async def _add_lm_eval_schemes(self, res: Result, work: Work, options: list[str], outs: list[LogLikOut],
-                                   conts: list[str], backend: Backend) -> None:
+    async def _add_lm_eval_schemes(
+        self,
+        res: Result,
+        work: Work,
+        options: list[str],
+        outs: list[LogLikOut],
+        conts: list[str],
+        backend: Backend,
+    ) -> None:
         """lm-eval's acc_norm / acc_mutual_info (engine/schemes.py) from the option log-likelihoods."""
         from llmscope.engine.schemes import add_lm_eval_schemes, check_schemes
 
@@ -369,11 +435,22 @@ class ChoiceTask(Task):
         greedy: list[bool | None] = []
         if "acc_mutual_info" in wanted:
             # lm-eval's unconditional request ("", delimiter + choice): never chat-templated
-            uncond = await self._option_logprobs(backend, "", conts, self._uncond_cache, chat=False, greedy=greedy)
-        add_lm_eval_schemes(res, options, [float(o.logprob) for o in outs], uncond,
-                            gold_index(options, work.gold), self.options, uncond_greedy=greedy or None)
+            uncond = await self._option_logprobs(
+                backend, "", conts, self._uncond_cache, chat=False, greedy=greedy
+            )
+        add_lm_eval_schemes(
+            res,
+            options,
+            [float(o.logprob) for o in outs],
+            uncond,
+            gold_index(options, work.gold),
+            self.options,
+            uncond_greedy=greedy or None,
+        )
 
-    async def _add_schemes(self, res: Result, work: Work, options: list[str], backend: Backend) -> None:
+    async def _add_schemes(
+        self, res: Result, work: Work, options: list[str], backend: Backend
+    ) -> None:
         if self.options.get("schemes"):  # labels / free / rating / embedding (engine/schemes.py)
             from llmscope.engine.schemes import (
                 LM_EVAL_SCHEMES,
@@ -383,13 +460,23 @@ class ChoiceTask(Task):
             )
 
             if res.extra.get("choice_method") == "labels-topk":
-                left = [x for x in check_schemes(self.options.get("schemes")) if x in LM_EVAL_SCHEMES]
+                left = [
+                    x for x in check_schemes(self.options.get("schemes")) if x in LM_EVAL_SCHEMES
+                ]
                 for x in left:  # said so, not silently dropped
                     res.extra.setdefault("schemes", {})[x] = {
-                        "error": "needs option log-likelihoods; this backend answers by labels only"}
+                        "error": "needs option log-likelihoods; this backend answers by labels only"
+                    }
 
-            await add_schemes(res, work, options, gold_index(options, work.gold), backend, self.options,
-                              embedder_for(self.options))
+            await add_schemes(
+                res,
+                work,
+                options,
+                gold_index(options, work.gold),
+                backend,
+                self.options,
+                embedder_for(self.options),
+            )
 
     async def _score_by_labels(self, work: Work, options: list[str], backend: Backend) -> Result:
         out = await backend.choice_by_labels(work.prompt, options)
@@ -398,11 +485,18 @@ class ChoiceTask(Task):
         gi = gold_index(options, work.gold)
         mass = sum(probs.values())
         res = Result(
-            item_id=work.item.item_id, variant=work.variant, prompt=out.prompt, probs=probs,
-            other=out.other, top_tokens=[{"token": t.token, "id": t.id, "prob": t.prob} for t in out.top],
-            option_scores={o: {"label_prob": probs[o]} for o in options}, prediction=pred, gold=work.gold,
+            item_id=work.item.item_id,
+            variant=work.variant,
+            prompt=out.prompt,
+            probs=probs,
+            other=out.other,
+            top_tokens=[{"token": t.token, "id": t.id, "prob": t.prob} for t in out.top],
+            option_scores={o: {"label_prob": probs[o]} for o in options},
+            prediction=pred,
+            gold=work.gold,
             correct=None if gi is None else float(options[gi] == pred),
-            confidence=probs[pred] / mass if mass > 0 else None, n_tokens=out.n_tokens,
+            confidence=probs[pred] / mass if mass > 0 else None,
+            n_tokens=out.n_tokens,
             extra={"choice_method": "labels-topk", **out.meta},
         )
         if not mass > 0:

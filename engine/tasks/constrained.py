@@ -84,15 +84,36 @@ class ConstrainedTask(Task):
     needs_options = True
     predicts_option = True
     default_method = "constrained"
-    metric_producers = ("methods", "position", "calibration", "worldsense", "softmax_accuracy_curve")
+    metric_producers = (
+        "methods",
+        "position",
+        "calibration",
+        "worldsense",
+        "softmax_accuracy_curve",
+    )
     result_fields = ("mode", "raw_responses", "scored_as", "exact_correct", "loglik_error")
-    item_fields = (*COMMON_ITEM_FIELDS, ItemField("extra.mode", "mode"),
-                   ItemField("extra.raw_responses", "responses", "json", column=False))
+    item_fields = (
+        *COMMON_ITEM_FIELDS,
+        ItemField("extra.mode", "mode"),
+        ItemField("extra.raw_responses", "responses", "json", column=False),
+    )
     option_specs = (
-        OptionSpec("chat", "bool", None, "chat template (unset: false for loglik, true for generate)"),
-        OptionSpec("mode", "str", "auto", "loglik (local models), generate, or auto",
-                   choices=("auto", "loglik", "generate")),
-        OptionSpec("equivalent", "dict[str,str]?", None, "answer classes: response -> class scored as equal"),
+        OptionSpec(
+            "chat", "bool", None, "chat template (unset: false for loglik, true for generate)"
+        ),
+        OptionSpec(
+            "mode",
+            "str",
+            "auto",
+            "loglik (local models), generate, or auto",
+            choices=("auto", "loglik", "generate"),
+        ),
+        OptionSpec(
+            "equivalent",
+            "dict[str,str]?",
+            None,
+            "answer classes: response -> class scored as equal",
+        ),
         OptionSpec("continuation", "str", " {option}", "how a response is appended (loglik mode)"),
         OptionSpec("case_sensitive", "bool", False, "match generated responses case-sensitively"),
         OptionSpec("stop", "str|list[str]", [], "stop sequences (generate mode)"),
@@ -109,7 +130,9 @@ class ConstrainedTask(Task):
 
     def required_capabilities(self) -> frozenset[str]:
         mode = self.options.get("mode", "auto")
-        return frozenset({"loglik"} if mode == "loglik" else {"generate"} if mode == "generate" else ())
+        return frozenset(
+            {"loglik"} if mode == "loglik" else {"generate"} if mode == "generate" else ()
+        )
 
     def probe_need(self) -> str:
         return "loglik" if self.options.get("mode") == "loglik" else "generate"

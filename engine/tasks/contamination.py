@@ -50,8 +50,8 @@ def ngram_recall(generated: str, reference: str, n: int = 3) -> float:
     """Clipped share of the reference's word n-grams that the generated text contains."""
     ref, gen = _words(reference), _words(generated)
     n = max(1, min(n, len(ref)))
-    rc = Counter(tuple(ref[i:i + n]) for i in range(len(ref) - n + 1))
-    gc = Counter(tuple(gen[i:i + n]) for i in range(len(gen) - n + 1))
+    rc = Counter(tuple(ref[i : i + n]) for i in range(len(ref) - n + 1))
+    gc = Counter(tuple(gen[i : i + n]) for i in range(len(gen) - n + 1))
     total = sum(rc.values())
     return float(sum(min(c, gc[g]) for g, c in rc.items()) / total) if total else math.nan
 
@@ -74,28 +74,69 @@ class ContaminationTask(Task):
     needs = frozenset({"loglik", "generate"})
     metric_producers = ("contamination",)
     default_method = "min-k%-prob+greedy-completion"
-    result_fields = ("flagged", "flag_reasons", "min_k_prob", "mink_k", "mean_logprob", "ngram", "ngram_overlap",
-                     "prefix", "reference", "continuation")
+    result_fields = (
+        "flagged",
+        "flag_reasons",
+        "min_k_prob",
+        "mink_k",
+        "mean_logprob",
+        "ngram",
+        "ngram_overlap",
+        "prefix",
+        "reference",
+        "continuation",
+    )
     # The probes that flag an item, for the drill-down: (label, score key in `extra`, threshold
     # option, parameter option).
-    flag_probes = (("Min-K% prob", "min_k_prob", "mink_threshold", "mink_k"),
-                   ("completion n-gram recall", "ngram_overlap", "overlap_threshold", "ngram"))
-    item_fields = (*COMMON_ITEM_FIELDS, ItemField("extra.flag_reasons", "flags", "flags"),
-                   ItemField("extra.flagged", "flagged", "bool", column=False),
-                   ItemField("extra.min_k_prob", "Min-K% prob", "number"),
-                   ItemField("extra.ngram_overlap", "n-gram recall", "number"))
+    flag_probes = (
+        ("Min-K% prob", "min_k_prob", "mink_threshold", "mink_k"),
+        ("completion n-gram recall", "ngram_overlap", "overlap_threshold", "ngram"),
+    )
+    item_fields = (
+        *COMMON_ITEM_FIELDS,
+        ItemField("extra.flag_reasons", "flags", "flags"),
+        ItemField("extra.flagged", "flagged", "bool", column=False),
+        ItemField("extra.min_k_prob", "Min-K% prob", "number"),
+        ItemField("extra.ngram_overlap", "n-gram recall", "number"),
+    )
 
     def probe_need(self) -> str:
         return "loglik"  # the greedy probe needs generation too, which every API server offers
+
     option_specs = (
-        OptionSpec("chat", "bool", False, "always false: the probes score raw text, never a chat template",
-                   choices=(False,)),
-        OptionSpec("mink_k", "float", 20, "k of Min-K% prob: the share (in %) of least likely tokens averaged",
-                   min=0.0, max=100.0),
+        OptionSpec(
+            "chat",
+            "bool",
+            False,
+            "always false: the probes score raw text, never a chat template",
+            choices=(False,),
+        ),
+        OptionSpec(
+            "mink_k",
+            "float",
+            20,
+            "k of Min-K% prob: the share (in %) of least likely tokens averaged",
+            min=0.0,
+            max=100.0,
+        ),
         OptionSpec("ngram", "int", 3, "n of the completion probe's n-gram recall", min=1),
-        OptionSpec("overlap_threshold", "float", 0.5, "n-gram recall at which an item is flagged", min=0.0, max=1.0),
-        OptionSpec("mink_threshold", "any", None, "Min-K% prob above which an item is flagged (null: never)"),
-        OptionSpec("max_new_tokens", "int", 48, "greedy continuation budget of the completion probe", min=1),
+        OptionSpec(
+            "overlap_threshold",
+            "float",
+            0.5,
+            "n-gram recall at which an item is flagged",
+            min=0.0,
+            max=1.0,
+        ),
+        OptionSpec(
+            "mink_threshold",
+            "any",
+            None,
+            "Min-K% prob above which an item is flagged (null: never)",
+        ),
+        OptionSpec(
+            "max_new_tokens", "int", 48, "greedy continuation budget of the completion probe", min=1
+        ),
     )
 
     async def score(self, work: Work, backend: Backend) -> Result:
@@ -103,7 +144,9 @@ class ContaminationTask(Task):
         field = str(o.get("text_field", "text"))
         text = str(work.item.fields.get(field) or work.item.text or work.prompt)
         if len(text.split()) < 4:
-            raise ValueError(f"contamination probes need a text of at least 4 words in field {field!r}")
+            raise ValueError(
+                f"contamination probes need a text of at least 4 words in field {field!r}"
+            )
         k = float(o.get("mink_k", 20))
         n = int(o.get("ngram", 3))
         over_t = float(o.get("overlap_threshold", 0.5))
@@ -112,11 +155,21 @@ class ContaminationTask(Task):
         mink = min_k_prob([float(x) for x in ll.token_logprobs], k)
         prefix, rest = split_half(text)
         gen = await backend.generate(
-            prefix, GenParams(max_new_tokens=int(o.get("max_new_tokens", 48)), temperature=0.0, n=1, seed=0,
-                              stop=[]), chat=False)
+            prefix,
+            GenParams(
+                max_new_tokens=int(o.get("max_new_tokens", 48)),
+                temperature=0.0,
+                n=1,
+                seed=0,
+                stop=[],
+            ),
+            chat=False,
+        )
         cont = gen.texts[0] if gen.texts else ""
         ref_len = len(rest.split())
-        cont_cut = " ".join(cont.split()[:ref_len])  # compare equal lengths: extra words cannot add recall
+        cont_cut = " ".join(
+            cont.split()[:ref_len]
+        )  # compare equal lengths: extra words cannot add recall
         overlap = ngram_recall(cont_cut, rest, n)
         reasons = []
         if overlap >= over_t:
@@ -142,7 +195,8 @@ class ContaminationTask(Task):
             prefix=prefix,
             reference=rest,
             continuation=cont,
-            per_token=[{"tokens": list(ll.tokens), "logprobs": [float(x) for x in ll.token_logprobs]}],
+            per_token=[
+                {"tokens": list(ll.tokens), "logprobs": [float(x) for x in ll.token_logprobs]}
+            ],
         )
         return res
-

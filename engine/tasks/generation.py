@@ -65,8 +65,11 @@ class GenerationTask(Task):
     lm_eval_metric = "exact_match"
     metric_producers = ("generation", "probeval", "genmetrics")
     result_fields = ("em", "em_mean", "em_majority", "majority", "stop_warnings")
-    item_fields = (*COMMON_ITEM_FIELDS, ItemField("extra.em_mean", "EM (mean)", "number"),
-                   ItemField("extra.majority", "majority answer", column=False))
+    item_fields = (
+        *COMMON_ITEM_FIELDS,
+        ItemField("extra.em_mean", "EM (mean)", "number"),
+        ItemField("extra.majority", "majority answer", column=False),
+    )
     option_specs = (
         chat_option(True),
         OptionSpec("stop", "str|list[str]", ["\n"], "stop sequences"),

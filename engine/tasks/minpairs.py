@@ -145,16 +145,25 @@ def resolve_context(mode: str, text: str, backend: Backend) -> dict[str, Any]:
     if mode == "auto":
         if sep is not None and not adds_bos:
             src = f" ({served.source})" if served is not None else ""
-            return {"mode": "eos", "text": sep, "why": f"auto: the tokenizer's document separator{src}"}
-        why = ("auto: the tokenizer starts documents with BOS" if adds_bos
-               else "auto: no tokenizer to find a document separator in (backend default start token)")
+            return {
+                "mode": "eos",
+                "text": sep,
+                "why": f"auto: the tokenizer's document separator{src}",
+            }
+        why = (
+            "auto: the tokenizer starts documents with BOS"
+            if adds_bos
+            else "auto: no tokenizer to find a document separator in (backend default start token)"
+        )
         if served is not None:
             why += f" ({served.source})"
         return {"mode": "bos", "text": "", "why": why}
     if mode == "eos":
         if sep is None:
-            raise ValueError("context 'eos': the backend has no tokenizer with a document separator; "
-                             "use context bos, none or text")
+            raise ValueError(
+                "context 'eos': the backend has no tokenizer with a document separator; "
+                "use context bos, none or text"
+            )
         return {"mode": "eos", "text": sep, "why": "option"}
     if mode == "text":
         return {"mode": "text", "text": text, "why": "option"}
@@ -164,8 +173,13 @@ def resolve_context(mode: str, text: str, backend: Backend) -> dict[str, Any]:
 def _drop_first(o: LogLikOut) -> LogLikOut:
     """The sentence's log-probability without its first token (context `none`)."""
     lps = list(o.token_logprobs)[1:]
-    return LogLikOut(logprob=float(sum(lps)), n_tokens=len(lps), token_logprobs=lps,
-                     tokens=list(o.tokens)[1:], n_context_tokens=o.n_context_tokens + 1)
+    return LogLikOut(
+        logprob=float(sum(lps)),
+        n_tokens=len(lps),
+        token_logprobs=lps,
+        tokens=list(o.tokens)[1:],
+        n_context_tokens=o.n_context_tokens + 1,
+    )
 
 
 def _spans(critical: Any, n: int) -> list[tuple[int, int] | None]:
@@ -201,9 +215,20 @@ class MinPairsTask(Task):
     # the forced choice's confidence (probs[prediction]) is calibrated like a choice item's:
     # ECE, MCE and Brier beside the reliability curve the dashboard draws from it
     metric_producers = ("calibration",)
-    result_fields = ("sentences", "logprob_diff", "good", "per_token", "context", "critical", "surprisal_unit")
-    item_fields = (*COMMON_ITEM_FIELDS, ItemField("extra.logprob_diff", "Δ logprob", "number"),
-                   ItemField("extra.sentences", "sentences", "json", column=False))
+    result_fields = (
+        "sentences",
+        "logprob_diff",
+        "good",
+        "per_token",
+        "context",
+        "critical",
+        "surprisal_unit",
+    )
+    item_fields = (
+        *COMMON_ITEM_FIELDS,
+        ItemField("extra.logprob_diff", "Δ logprob", "number"),
+        ItemField("extra.sentences", "sentences", "json", column=False),
+    )
 
     @classmethod
     def item_text(cls, record: Mapping[str, Any]) -> str | None:
@@ -213,11 +238,17 @@ class MinPairsTask(Task):
     @classmethod
     def check_item(cls, item: Item, suite: SuiteLike, src: Path | None) -> None:
         sents = item.fields.get("sentences")
-        if not isinstance(sents, list) or len(sents) < 2 or not all(isinstance(s, str) for s in sents):
+        if (
+            not isinstance(sents, list)
+            or len(sents) < 2
+            or not all(isinstance(s, str) for s in sents)
+        ):
             raise SuiteError("needs a list of at least two sentences", src, item.line, "sentences")
+
     option_specs = (
-        OptionSpec("context", "str", "auto", "what each sentence is conditioned on",
-                   choices=CONTEXT_MODES),
+        OptionSpec(
+            "context", "str", "auto", "what each sentence is conditioned on", choices=CONTEXT_MODES
+        ),
         OptionSpec("context_text", "str", "", "the literal prefix for context: text"),
     )
 
@@ -227,7 +258,9 @@ class MinPairsTask(Task):
         if mode == "text" and "context_text" not in self.options:
             from llmscope.engine.tasks.options import TaskOptionError
 
-            raise TaskOptionError("option 'context' of task 'minpairs' is 'text' but no 'context_text' is given")
+            raise TaskOptionError(
+                "option 'context' of task 'minpairs' is 'text' but no 'context_text' is given"
+            )
         self._resolved: dict[str, Any] | None = None
 
     def describe(self) -> dict[str, Any]:
@@ -238,7 +271,9 @@ class MinPairsTask(Task):
         """The context actually used: {mode, text, why} (see module docstring)."""
         if self._resolved is None:
             self._resolved = resolve_context(
-                str(self.options.get("context", "auto")), str(self.options.get("context_text", "")), backend
+                str(self.options.get("context", "auto")),
+                str(self.options.get("context_text", "")),
+                backend,
             )
         return self._resolved
 

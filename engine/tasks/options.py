@@ -16,7 +16,13 @@ from typing import Any
 
 from llmscope.engine.tasks.registry import lookup
 
-__all__ = ["OptionSpec", "TaskOptionError", "COMMON_OPTIONS", "validate_task_options", "option_table"]
+__all__ = [
+    "OptionSpec",
+    "TaskOptionError",
+    "COMMON_OPTIONS",
+    "validate_task_options",
+    "option_table",
+]
 
 
 class TaskOptionError(ValueError):
@@ -43,14 +49,25 @@ _TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "str?": (lambda v: v is None or isinstance(v, str), "a string or null"),
     "int?": (lambda v: v is None or _is_int(v), "an integer or null"),
     "list[str]": (_is_str_list, "a list of strings"),
-    "str|list[str]": (lambda v: isinstance(v, str) or _is_str_list(v), "a string or a list of strings"),
+    "str|list[str]": (
+        lambda v: isinstance(v, str) or _is_str_list(v),
+        "a string or a list of strings",
+    ),
     "dict[str,str]": (
-        lambda v: isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()),
+        lambda v: (
+            isinstance(v, dict)
+            and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())
+        ),
         "a mapping of strings to strings",
     ),
     "dict[str,str]?": (
-        lambda v: v is None
-        or (isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())),
+        lambda v: (
+            v is None
+            or (
+                isinstance(v, dict)
+                and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())
+            )
+        ),
         "a mapping of strings to strings, or null",
     ),
 }
@@ -115,8 +132,12 @@ def validate_task_options(task: str | type, options: Mapping[str, Any]) -> dict[
     for key, value in options.items():
         spec = specs.get(key)
         if spec is None:
-            allowed = ", ".join(sorted(k for k in specs if k not in {s.name for s in COMMON_OPTIONS}))
-            raise TaskOptionError(f"unknown option {key!r} for task {task!r}; allowed: {allowed or '(none)'}")
+            allowed = ", ".join(
+                sorted(k for k in specs if k not in {s.name for s in COMMON_OPTIONS})
+            )
+            raise TaskOptionError(
+                f"unknown option {key!r} for task {task!r}; allowed: {allowed or '(none)'}"
+            )
         why = spec.check(value)
         if why is not None:
             raise TaskOptionError(f"option {key!r} of task {task!r} {why}")

@@ -69,15 +69,27 @@ class RatingTask(Task):
     metric_producers = ("calibration", "abstention", "fewshot_bias", "human_rating")
     traits = frozenset({"human_ratings"})
     result_fields = ("expected", "gold_value", "abs_error", "label_mass", "raw_probs")
-    item_fields = (*COMMON_ITEM_FIELDS, ItemField("extra.expected", "expected", "number"),
-                   ItemField("extra.abs_error", "|error|", "number"),
-                   ItemField("probs", "label probabilities", "json", column=False))
+    item_fields = (
+        *COMMON_ITEM_FIELDS,
+        ItemField("extra.expected", "expected", "number"),
+        ItemField("extra.abs_error", "|error|", "number"),
+        ItemField("probs", "label probabilities", "json", column=False),
+    )
     option_specs = (
         chat_option(True),
         OptionSpec("top_k", "int", 20, "top tokens read at the answer position", min=1),
-        OptionSpec("reverse_templates", "any", None,
-                   "{variant: template} asking the scale the other way round (@rev), mapped back"),
-        OptionSpec("fewshot", "any", None, "few-shot demos: k, source, labels, orders, seed (data/design.py)"),
+        OptionSpec(
+            "reverse_templates",
+            "any",
+            None,
+            "{variant: template} asking the scale the other way round (@rev), mapped back",
+        ),
+        OptionSpec(
+            "fewshot",
+            "any",
+            None,
+            "few-shot demos: k, source, labels, orders, seed (data/design.py)",
+        ),
     )
 
     @classmethod
@@ -104,7 +116,9 @@ class RatingTask(Task):
         labels = self.labels(work)
         values = label_values(labels)
         reversed_scale = bool(work.design and work.design.get("scale") == "reversed")
-        if reversed_scale:  # the scale was asked the other way round (data/design.py): map n -> min + max - n
+        if (
+            reversed_scale
+        ):  # the scale was asked the other way round (data/design.py): map n -> min + max - n
             values = [min(values) + max(values) - v for v in values]
         out = await backend.next_token(
             work.prompt, labels, chat=chat, top_k=int(self.options.get("top_k", 20))
@@ -140,7 +154,11 @@ class RatingTask(Task):
             gold_label = None
             if work.gold in labels:
                 # on a reversed scale the gold answer is the mirrored label (same canonical value)
-                gold_label = labels[len(labels) - 1 - labels.index(work.gold)] if reversed_scale else work.gold
+                gold_label = (
+                    labels[len(labels) - 1 - labels.index(work.gold)]
+                    if reversed_scale
+                    else work.gold
+                )
             else:
                 gv = _num(work.gold)
                 if gv is not None and all(_num(x) is not None for x in labels):

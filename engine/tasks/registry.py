@@ -20,7 +20,9 @@ def register(cls: T) -> T:
     """Class decorator: make a Task subclass available under its `name`."""
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not name:
-        raise TypeError(f"{cls.__name__} needs a class attribute `name` (the suite's `task:` value)")
+        raise TypeError(
+            f"{cls.__name__} needs a class attribute `name` (the suite's `task:` value)"
+        )
     TASKS[name] = cls
     return cls
 
@@ -35,13 +37,15 @@ def lookup(name: str) -> Any:
     try:
         return TASKS[name]
     except KeyError:
-        raise KeyError(f"unknown task {name!r}; expected one of {', '.join(task_names())}") from None
+        raise KeyError(
+            f"unknown task {name!r}; expected one of {', '.join(task_names())}"
+        ) from None
 
 
 # Traits a task may declare (Task.traits): what its stored results carry.
 TRAITS = {
     "regions": "per-region surprisals and the suite's predictions in `extra` (SyntaxGym): word "
-               "surprisal, region tables and the prediction views apply",
+    "surprisal, region tables and the prediction views apply",
     "human_ratings": "the gold answer is a human rating on the answer labels (rating histograms)",
 }
 

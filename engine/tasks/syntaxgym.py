@@ -73,7 +73,9 @@ def tokenize_formula(formula: str) -> list[Any]:
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if not m:
-            raise FormulaError(f"cannot parse formula at {text[pos:pos + 12]!r} (column {pos + 1})")
+            raise FormulaError(
+                f"cannot parse formula at {text[pos : pos + 12]!r} (column {pos + 1})"
+            )
         if m.group("ref"):
             out.append(RegionRef(m.group("region"), m.group("cond").strip()))
         elif m.group("num"):
@@ -182,8 +184,14 @@ def evaluate_formula(tree: Any, lookup: Any) -> Any:
     if op == "=":
         return math.isclose(a, b, rel_tol=EQUALITY_RTOL, abs_tol=EQUALITY_ATOL)
     return {
-        "<": lambda: a < b, ">": lambda: a > b, "<=": lambda: a <= b, ">=": lambda: a >= b,
-        "+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b,
+        "<": lambda: a < b,
+        ">": lambda: a > b,
+        "<=": lambda: a <= b,
+        ">=": lambda: a >= b,
+        "+": lambda: a + b,
+        "-": lambda: a - b,
+        "*": lambda: a * b,
+        "/": lambda: a / b,
     }[op]()
 
 
@@ -205,16 +213,24 @@ def item_conditions(fields: dict[str, Any]) -> list[Condition]:
             out.append(Condition(str(name), [(i + 1, r) for i, r in enumerate(regs)]))
     elif isinstance(raw, list):
         for c in raw:
-            if not isinstance(c, dict) or "condition_name" not in c or not isinstance(c.get("regions"), list):
+            if (
+                not isinstance(c, dict)
+                or "condition_name" not in c
+                or not isinstance(c.get("regions"), list)
+            ):
                 raise ValueError("each condition needs condition_name and a list of regions")
             regs = []
             for r in c["regions"]:
                 if not isinstance(r, dict) or "content" not in r:
-                    raise ValueError(f"condition {c['condition_name']!r}: each region needs content")
+                    raise ValueError(
+                        f"condition {c['condition_name']!r}: each region needs content"
+                    )
                 regs.append((int(r.get("region_number", len(regs) + 1)), str(r["content"])))
             out.append(Condition(str(c["condition_name"]), regs))
     else:
-        raise ValueError("needs `conditions`: a mapping of condition name to region list, or SyntaxGym's list")
+        raise ValueError(
+            "needs `conditions`: a mapping of condition name to region list, or SyntaxGym's list"
+        )
     if len(out) < 2:
         raise ValueError("needs at least two conditions")
     return out
@@ -248,7 +264,10 @@ def word_surprisals(text: str, out: LogLikOut) -> dict[str, Any]:
     words = word_spans(text)
     aligned = align_tokens(text, list(out.tokens))
     if aligned is None:
-        return {"aligned": False, "words": [{"word": text[a:b], "start": a, "end": b} for a, b in words]}
+        return {
+            "aligned": False,
+            "words": [{"word": text[a:b], "start": a, "end": b} for a, b in words],
+        }
     spans, how = aligned
     bits = [0.0] * len(words)
     ntok = [0] * len(words)
@@ -275,11 +294,15 @@ def word_surprisals(text: str, out: LogLikOut) -> dict[str, Any]:
     }
 
 
-def region_surprisals(words: list[dict[str, Any]], spans: dict[int, tuple[int, int]]) -> dict[int, float]:
+def region_surprisals(
+    words: list[dict[str, Any]], spans: dict[int, tuple[int, int]]
+) -> dict[int, float]:
     """Sum of word surprisals inside each region's span (0 for an empty region)."""
     out = {}
     for num, (a, b) in spans.items():
-        out[num] = float(sum(w["surprisal_bits"] for w in words if w["start"] >= a and w["end"] <= b and a < b))
+        out[num] = float(
+            sum(w["surprisal_bits"] for w in words if w["start"] >= a and w["end"] <= b and a < b)
+        )
     return out
 
 
@@ -303,8 +326,12 @@ def check_item(item: Any, path: Any, options: dict[str, Any] | None = None) -> N
     if isinstance(preds, str):
         preds = [preds]
     if not isinstance(preds, list) or not preds:
-        raise SuiteError("needs a list of prediction formulas (item field or task option)", path, item.line,
-                         "predictions")
+        raise SuiteError(
+            "needs a list of prediction formulas (item field or task option)",
+            path,
+            item.line,
+            "predictions",
+        )
     names = region_name_map((options or {}).get("regions") or f.get("region_names"))
     regions = {c.name: {n for n, _ in c.regions} for c in conds}
     for p in preds:
@@ -315,7 +342,9 @@ def check_item(item: Any, path: Any, options: dict[str, Any] | None = None) -> N
                     raise FormulaError(f"unknown condition {r.condition!r} in {p!r}")
                 num = int(r.region) if r.region.isdigit() else names.get(r.region)
                 if num is None or num not in regions[r.condition]:
-                    raise FormulaError(f"condition {r.condition!r} has no region {r.region!r} ({p!r})")
+                    raise FormulaError(
+                        f"condition {r.condition!r} has no region {r.region!r} ({p!r})"
+                    )
         except FormulaError as e:
             raise SuiteError(str(e), path, item.line, "predictions") from e
 
@@ -331,13 +360,19 @@ class SyntaxGymTask(Task):
     traits = frozenset({"regions"})
     default_method = "loglik-surprisal"
     result_fields = ("conditions", "predictions", "surprisal_unit", "per_token")
-    item_fields = (*COMMON_ITEM_FIELDS, ItemField("extra.predictions", "predictions", "json", column=False))
+    item_fields = (
+        *COMMON_ITEM_FIELDS,
+        ItemField("extra.predictions", "predictions", "json", column=False),
+    )
 
     @classmethod
     def check_item(cls, item: Item, suite: SuiteLike, src: Path | None) -> None:
         check_item(item, src, suite.task_options)
+
     option_specs = (
-        OptionSpec("predictions", "any", None, "suite-level predictions (formulas over region surprisals)"),
+        OptionSpec(
+            "predictions", "any", None, "suite-level predictions (formulas over region surprisals)"
+        ),
         OptionSpec("regions", "any", None, "suite-level region names"),
     )
 
@@ -355,7 +390,9 @@ class SyntaxGymTask(Task):
         if isinstance(preds, str):
             preds = [preds]
         if not preds:
-            raise ValueError("no predictions: give the item a `predictions` list or the task option")
+            raise ValueError(
+                "no predictions: give the item a `predictions` list or the task option"
+            )
         names = region_name_map(self.options.get("regions") or f.get("region_names"))
         sentences = [build_sentence(c.regions) for c in conds]
         outs = await backend.loglik([("", s) for s, _ in sentences], chat=False)
@@ -364,14 +401,21 @@ class SyntaxGymTask(Task):
         for c, (text, spans), o in zip(conds, sentences, outs, strict=True):
             ws = word_surprisals(text, o)
             if not ws["aligned"]:
-                raise ValueError(f"condition {c.name!r}: tokens do not align with the text {text!r}")
+                raise ValueError(
+                    f"condition {c.name!r}: tokens do not align with the text {text!r}"
+                )
             for w in ws["words"]:
-                w["region"] = next((n for n, (a, b) in spans.items() if a <= w["start"] and w["end"] <= b), None)
+                w["region"] = next(
+                    (n for n, (a, b) in spans.items() if a <= w["start"] and w["end"] <= b), None
+                )
             rs = region_surprisals(ws["words"], spans)
             region_bits[c.name] = rs
             per_cond[c.name] = {
                 "sentence": text,
-                "regions": {str(n): {"content": text[a:b], "surprisal_bits": rs[n]} for n, (a, b) in spans.items()},
+                "regions": {
+                    str(n): {"content": text[a:b], "surprisal_bits": rs[n]}
+                    for n, (a, b) in spans.items()
+                },
                 "words": ws["words"],
                 "crossing_tokens": ws["crossing_tokens"],
                 "logprob": float(o.logprob),
@@ -380,7 +424,9 @@ class SyntaxGymTask(Task):
 
         def lookup(ref: RegionRef) -> float:
             if ref.condition not in region_bits:
-                raise FormulaError(f"unknown condition {ref.condition!r} (item has {', '.join(region_bits)})")
+                raise FormulaError(
+                    f"unknown condition {ref.condition!r} (item has {', '.join(region_bits)})"
+                )
             num = self._region_number(ref.region, names)
             if num not in region_bits[ref.condition]:
                 raise FormulaError(f"condition {ref.condition!r} has no region {ref.region}")
@@ -406,6 +452,9 @@ class SyntaxGymTask(Task):
             conditions=per_cond,
             predictions=results,
             surprisal_unit="bits (-log2 P)",
-            per_token=[{"tokens": list(o.tokens), "logprobs": [float(x) for x in o.token_logprobs]} for o in outs],
+            per_token=[
+                {"tokens": list(o.tokens), "logprobs": [float(x) for x in o.token_logprobs]}
+                for o in outs
+            ],
         )
         return res

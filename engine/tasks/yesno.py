@@ -33,16 +33,40 @@ class YesNoTask(Task):
     needs = frozenset({"next_token"})
     predicts_option = True
     default_method = "next-token"
-    metric_producers = ("yesno", "calibration", "commonsense", "human_correlation", "abstention", "fewshot_bias")
-    item_fields = (*COMMON_ITEM_FIELDS, ItemField("probs", "answer probabilities", "json", column=False),
-                   ItemField("other", "other mass", "prob"))
+    metric_producers = (
+        "yesno",
+        "calibration",
+        "commonsense",
+        "human_correlation",
+        "abstention",
+        "fewshot_bias",
+    )
+    item_fields = (
+        *COMMON_ITEM_FIELDS,
+        ItemField("probs", "answer probabilities", "json", column=False),
+        ItemField("other", "other mass", "prob"),
+    )
     option_specs = (
         chat_option(True),
         OptionSpec("top_k", "int", 20, "top tokens read at the answer position", min=1),
-        OptionSpec("content_free", "list[str]", None,
-                   "content-free inputs for contextual calibration, averaged (engine/schemes.py)"),
-        OptionSpec("answer_orders", "bool", False, "also ask every prompt with the two answers swapped (@swap)"),
-        OptionSpec("fewshot", "any", None, "few-shot demos: k, source, labels, orders, seed (data/design.py)"),
+        OptionSpec(
+            "content_free",
+            "list[str]",
+            None,
+            "content-free inputs for contextual calibration, averaged (engine/schemes.py)",
+        ),
+        OptionSpec(
+            "answer_orders",
+            "bool",
+            False,
+            "also ask every prompt with the two answers swapped (@swap)",
+        ),
+        OptionSpec(
+            "fewshot",
+            "any",
+            None,
+            "few-shot demos: k, source, labels, orders, seed (data/design.py)",
+        ),
     )
 
     @classmethod
@@ -69,8 +93,11 @@ class YesNoTask(Task):
         # Tie rule (docs/METRICS.md): the first listed answer is shown, a tie is never credited.
         scores = [out.probs.get(a, 0.0) for a in self.answers]
         g = work.gold.strip().lower() if work.gold is not None else None
-        correct = (None if g is None else
-                   (strict_win(scores, self.answers.index(g)) if g in self.answers else 0.0))
+        correct = (
+            None
+            if g is None
+            else (strict_win(scores, self.answers.index(g)) if g in self.answers else 0.0)
+        )
         extra = dict(out.meta)
         res = Result(
             item_id=work.item.item_id,
@@ -93,5 +120,7 @@ class YesNoTask(Task):
         if self.options.get("content_free"):  # contextual calibration (engine/schemes.py)
             from llmscope.engine.schemes import yesno_calibration
 
-            await yesno_calibration(res, work, backend, self.options, self.answers, self.__dict__.setdefault("_cf", {}))
+            await yesno_calibration(
+                res, work, backend, self.options, self.answers, self.__dict__.setdefault("_cf", {})
+            )
         return res

@@ -13,7 +13,18 @@ from llmscope.engine.textsafety import for_terminal
 
 # The command groups, in the order `llmscope --help` lists them: each is a module of this
 # package with `add_parsers(sub, ctx)` and its `cmd_*` functions. A new group is one more name.
-COMMAND_GROUPS = ("run", "prepare", "database", "report", "view", "study", "irt", "surprisal", "rerun", "probeval")
+COMMAND_GROUPS = (
+    "run",
+    "prepare",
+    "database",
+    "report",
+    "view",
+    "study",
+    "irt",
+    "surprisal",
+    "rerun",
+    "probeval",
+)
 
 
 def build_parser(settings: Any = None) -> argparse.ArgumentParser:
@@ -34,11 +45,19 @@ def build_parser(settings: Any = None) -> argparse.ArgumentParser:
         "(keys: db, model, base_url, concurrency, timeout, device, dtype, batch_size, threads); "
         "flags and environment variables win.",
     )
-    p.add_argument("--version", action="version", version=f"llmscope {__version__}",
-                   help="print the version and exit")
+    p.add_argument(
+        "--version",
+        action="version",
+        version=f"llmscope {__version__}",
+        help="print the version and exit",
+    )
     p.add_argument("--db", default=default_db, help=f"DuckDB file (default {default_db})")
-    p.add_argument("--study", dest="open_study", metavar="NAME",
-                   help="with no command: open the TUI on this study's matrix")
+    p.add_argument(
+        "--study",
+        dest="open_study",
+        metavar="NAME",
+        help="with no command: open the TUI on this study's matrix",
+    )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     ctx = ParserContext(settings=cfg, default_db=default_db, default_base_url=default_base_url)
@@ -72,7 +91,15 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return int(args.func(args) or 0)
-    except (CLIError, SuiteError, StoreError, ModelSpecError, BackendConfigError, ConfigError, RunBusy) as e:
+    except (
+        CLIError,
+        SuiteError,
+        StoreError,
+        ModelSpecError,
+        BackendConfigError,
+        ConfigError,
+        RunBusy,
+    ) as e:
         print(f"llmscope: error: {for_terminal(str(e))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
@@ -80,5 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # a file the command was given that the system refuses (a name too long)
         name = str(e.filename or "")
         shown = name if len(name) <= 80 else f"{name[:60]}... ({len(name):,} characters)"
-        print(for_terminal(f"llmscope: error: {shown + ': ' if shown else ''}{e.strerror or e}"), file=sys.stderr)
+        print(
+            for_terminal(f"llmscope: error: {shown + ': ' if shown else ''}{e.strerror or e}"),
+            file=sys.stderr,
+        )
         return 2

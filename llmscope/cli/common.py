@@ -35,7 +35,9 @@ class ParserContext:
 
     def db_arg(self, sp: argparse.ArgumentParser) -> None:
         """`--db` on a subcommand (suppressed when absent, so the top-level `--db` holds)."""
-        sp.add_argument("--db", default=argparse.SUPPRESS, help=f"DuckDB file (default {self.default_db})")
+        sp.add_argument(
+            "--db", default=argparse.SUPPRESS, help=f"DuckDB file (default {self.default_db})"
+        )
 
     def json_arg(self, sp: argparse.ArgumentParser, what: str) -> None:
         """`--json` printing `what` as JSON."""
@@ -133,16 +135,36 @@ def _holder(path: str, pid: int | None) -> str:
         if snap.get("ended") or (pid is not None and run.get("owner_pid") not in (pid, None)):
             continue
         prog = snap.get("progress") or {}
-        return (f"; it is writing run {run.get('run_id') or prog.get('run_id')} "
-                f"({run.get('suite_name')} x {run.get('model')}, {prog.get('done')}/{prog.get('total')}){bad}")
+        return (
+            f"; it is writing run {run.get('run_id') or prog.get('run_id')} "
+            f"({run.get('suite_name')} x {run.get('model')}, {prog.get('done')}/{prog.get('total')}){bad}"
+        )
     return bad
 
 
 # Fields of engine.config.BackendConfig that the `run` command's flags fill (flag dest = field).
 CONFIG_FLAGS = (
-    "base_url", "concurrency", "timeout", "max_retries", "top_logprobs", "samples", "reasoning",
-    "reasoning_effort", "device", "dtype", "batch_size", "threads", "sp_prefix", "revision", "trust_remote_code", "adapter",
-    "load_in_8bit", "load_in_4bit", "system_prompt", "chat", "seed",
+    "base_url",
+    "concurrency",
+    "timeout",
+    "max_retries",
+    "top_logprobs",
+    "samples",
+    "reasoning",
+    "reasoning_effort",
+    "device",
+    "dtype",
+    "batch_size",
+    "threads",
+    "sp_prefix",
+    "revision",
+    "trust_remote_code",
+    "adapter",
+    "load_in_8bit",
+    "load_in_4bit",
+    "system_prompt",
+    "chat",
+    "seed",
 )
 
 
@@ -173,12 +195,20 @@ def check_stored_code(args: argparse.Namespace, cfg: Any, stored_in: str | None)
         return
     if getattr(args, "trust_remote_code", None) or getattr(args, "trust_db", False):
         return
-    yours = "--trust-remote-code yourself, or --trust-db" if hasattr(args, "trust_remote_code") else "--trust-db"
-    raise CLIError(f"{stored_in} was made with --trust-remote-code (it runs {cfg.model}'s own Python "
-                   f"code); pass {yours} to allow it")
+    yours = (
+        "--trust-remote-code yourself, or --trust-db"
+        if hasattr(args, "trust_remote_code")
+        else "--trust-db"
+    )
+    raise CLIError(
+        f"{stored_in} was made with --trust-remote-code (it runs {cfg.model}'s own Python "
+        f"code); pass {yours} to allow it"
+    )
 
 
-def check_endpoints(args: argparse.Namespace, cfg: Any, say: Any, stored_in: str | None = None) -> None:
+def check_endpoints(
+    args: argparse.Namespace, cfg: Any, say: Any, stored_in: str | None = None
+) -> None:
     """Before any request to an API model: refuse a base URL that only a project file or someone
     else's database names, and print every endpoint with where it came from.
 
@@ -209,15 +239,19 @@ def check_endpoints(args: argparse.Namespace, cfg: Any, say: Any, stored_in: str
         untrusted = untrusted_endpoints(urls, trusted_endpoints(settings))
         if untrusted and not getattr(args, "trust_db", False):
             shown = ", ".join(public_url(u) for u in urls)
-            question = (f"{stored_in} sends requests (and $OPENAI_API_KEY) to {shown}, which none of "
-                        "your flags, environment or config names")
+            question = (
+                f"{stored_in} sends requests (and $OPENAI_API_KEY) to {shown}, which none of "
+                "your flags, environment or config names"
+            )
             if sys.stdin.isatty() and sys.stderr.isatty():
                 print(f"{question}. Continue? [y/N] ", end="", file=sys.stderr, flush=True)
                 if sys.stdin.readline().strip().lower() not in ("y", "yes"):
                     raise CLIError("stopped: the stored endpoint was not confirmed")
             else:
-                raise CLIError(f"{question}; pass --base-url yourself (the same URL to continue a run), "
-                               "or --trust-db to use the stored one")
+                raise CLIError(
+                    f"{question}; pass --base-url yourself (the same URL to continue a run), "
+                    "or --trust-db to use the stored one"
+                )
         elif not untrusted:
             source += ", also named by your environment, config or an earlier run of yours"
         else:
@@ -231,11 +265,15 @@ def check_endpoints(args: argparse.Namespace, cfg: Any, say: Any, stored_in: str
     project = settings.untrusted.get("base_url")
     if project is not None and not flag and stored_in is None:
         value, path = project
-        why = (f"{path} sets base_url = {shown_url(str(value))!r}; a project file cannot choose where "
-               "$OPENAI_API_KEY is sent")
+        why = (
+            f"{path} sets base_url = {shown_url(str(value))!r}; a project file cannot choose where "
+            "$OPENAI_API_KEY is sent"
+        )
         if source == "default":
-            raise CLIError(f"{why}. Pass --base-url, set OPENAI_BASE_URL, put base_url in your own "
-                           f"~/.config/llmscope/llmscope.toml, or name the file with LLMSCOPE_CONFIG={path}")
+            raise CLIError(
+                f"{why}. Pass --base-url, set OPENAI_BASE_URL, put base_url in your own "
+                f"~/.config/llmscope/llmscope.toml, or name the file with LLMSCOPE_CONFIG={path}"
+            )
         say("warning", f"{why}; ignored, using {source}")
     for u in urls:
         say("info", f"endpoint {public_url(u)} (from {source})")

@@ -24,12 +24,19 @@ def cmd_runs(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if args.json:
+
         def _iso(v: Any) -> Any:  # times as ISO 8601 to the millisecond; NaN as null
             if isinstance(v, dt.datetime):
                 return v.isoformat(timespec="milliseconds")
             return None if isinstance(v, float) and v != v else v
 
-        print(json.dumps([{k: _iso(v) for k, v in r.items()} for r in recs], separators=(",", ":"), default=str))
+        print(
+            json.dumps(
+                [{k: _iso(v) for k, v in r.items()} for r in recs],
+                separators=(",", ":"),
+                default=str,
+            )
+        )
         return 0
     if not recs:
         print("(no runs)")
@@ -39,9 +46,14 @@ def cmd_runs(args: argparse.Namespace) -> int:
         a = r["accuracy"]
         acc = "" if a is None or a != a else f"{r['metric']} {a:.3f}"
         # a run row written by hand or by an old version may lack any of these: shown as "-"
-        suite, model, status = (("-" if v is None or v != v else str(v)) for v in (r["suite_name"], r["model"], r["status"]))
-        line = (f"{r['run_id']}  {suite:<20} {model[:32]:<32} {status:<22} "
-                f"{r['n_done']}/{r['n_total']}  {acc}  {r['started_at']}")
+        suite, model, status = (
+            ("-" if v is None or v != v else str(v))
+            for v in (r["suite_name"], r["model"], r["status"])
+        )
+        line = (
+            f"{r['run_id']}  {suite:<20} {model[:32]:<32} {status:<22} "
+            f"{r['n_done']}/{r['n_total']}  {acc}  {r['started_at']}"
+        )
         print(for_terminal(line))  # names from a shared file: shown, never obeyed (bidi, ANSI)
     return 0
 
@@ -61,7 +73,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     if before == SCHEMA_VERSION:
         print(f"{args.db} is already at schema {SCHEMA_VERSION}; nothing changed")
     else:
-        print(f"{args.db}: schema {before} -> {SCHEMA_VERSION} (older llmscope versions cannot open it now)")
+        print(
+            f"{args.db}: schema {before} -> {SCHEMA_VERSION} (older llmscope versions cannot open it now)"
+        )
     return 0
 
 
@@ -81,7 +95,9 @@ def cmd_import(args: argparse.Namespace) -> int:
         elif args.kind == "lm-eval":
             from llmscope.io.importers.lm_eval import import_lm_eval
 
-            msgs = import_lm_eval(store, [Path(p) for p in args.paths], suite_spec=args.suite, model=args.model)
+            msgs = import_lm_eval(
+                store, [Path(p) for p in args.paths], suite_spec=args.suite, model=args.model
+            )
         elif args.kind == "commonsense-models":
             from llmscope.console import StepProgress
             from llmscope.io.importers.commonsense_models import import_commonsense_models
@@ -94,18 +110,27 @@ def cmd_import(args: argparse.Namespace) -> int:
                     if i:
                         bar.advance()
 
-                msgs = import_commonsense_models(store, Path(args.paths[0]) if args.paths else None,
-                                                 suite_path=args.suite_path, suite_name=args.suite,
-                                                 on_model=on_model)
+                msgs = import_commonsense_models(
+                    store,
+                    Path(args.paths[0]) if args.paths else None,
+                    suite_path=args.suite_path,
+                    suite_name=args.suite,
+                    on_model=on_model,
+                )
         elif args.kind == "syntaxgym-results":
             from llmscope.io.importers.syntaxgym_results import import_syntaxgym_results
 
-            msgs = import_syntaxgym_results(store, [Path(p) for p in args.paths], suite_path=args.suite_path)
+            msgs = import_syntaxgym_results(
+                store, [Path(p) for p in args.paths], suite_path=args.suite_path
+            )
         elif args.kind == "answers":
-            msgs = published.import_answer_sets(store, [Path(p) for p in args.paths],
-                                                suite_path=args.suite_path, model=args.model)
+            msgs = published.import_answer_sets(
+                store, [Path(p) for p in args.paths], suite_path=args.suite_path, model=args.model
+            )
         else:
-            msgs = published.import_results(store, [Path(p) for p in args.paths], suite_path=args.suite_path)
+            msgs = published.import_results(
+                store, [Path(p) for p in args.paths], suite_path=args.suite_path
+            )
         store.checkpoint()
     except BaseException:
         discard_if_unused(store, created)  # a refused file to import: no empty database left
@@ -124,22 +149,46 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
     ctx.json_arg(s, "the runs")
     s.set_defaults(func=cmd_runs)
 
-    s = sub.add_parser("migrate", help="upgrade a database written by an older llmscope to this version's schema")
+    s = sub.add_parser(
+        "migrate", help="upgrade a database written by an older llmscope to this version's schema"
+    )
     ctx.db_arg(s)
     s.set_defaults(func=cmd_migrate)
 
-    s = sub.add_parser("import", help="import published results (worldsense DIR | results FILE... | answers FILE... | "
-                       "lm-eval SAMPLES.jsonl... | commonsense-models [CSV] | syntaxgym-results CSV...)")
+    s = sub.add_parser(
+        "import",
+        help="import published results (worldsense DIR | results FILE... | answers FILE... | "
+        "lm-eval SAMPLES.jsonl... | commonsense-models [CSV] | syntaxgym-results CSV...)",
+    )
     ctx.db_arg(s)
-    s.add_argument("kind", choices=["worldsense", "results", "answers", "lm-eval", "commonsense-models",
-                                       "syntaxgym-results"],
-                   help="what the files are")
-    s.add_argument("paths", nargs="*", help="the folder (worldsense) or files to import (commonsense-models: "
-                   "all_models_binarythresh.csv, default the one in ../shared)")
-    s.add_argument("--suite-path", help="commonsense statements CSV (results, commonsense-models), CFC "
-                   "targets file (answers) or SyntaxGym test-suite folder (syntaxgym-results)")
+    s.add_argument(
+        "kind",
+        choices=[
+            "worldsense",
+            "results",
+            "answers",
+            "lm-eval",
+            "commonsense-models",
+            "syntaxgym-results",
+        ],
+        help="what the files are",
+    )
+    s.add_argument(
+        "paths",
+        nargs="*",
+        help="the folder (worldsense) or files to import (commonsense-models: "
+        "all_models_binarythresh.csv, default the one in ../shared)",
+    )
+    s.add_argument(
+        "--suite-path",
+        help="commonsense statements CSV (results, commonsense-models), CFC "
+        "targets file (answers) or SyntaxGym test-suite folder (syntaxgym-results)",
+    )
     s.add_argument("--model", help="name of the imported answer set (answers) or model (lm-eval)")
-    s.add_argument("--suite", help="lm-eval: the task YAML or suite the samples were scored on (default: "
-                   "rebuilt from the samples); commonsense-models: commonsense (default) or "
-                   "commonsense-sample (the published answers to the sample's statements only)")
+    s.add_argument(
+        "--suite",
+        help="lm-eval: the task YAML or suite the samples were scored on (default: "
+        "rebuilt from the samples); commonsense-models: commonsense (default) or "
+        "commonsense-sample (the published answers to the sample's statements only)",
+    )
     s.set_defaults(func=cmd_import)

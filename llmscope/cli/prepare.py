@@ -23,17 +23,38 @@ def cmd_suites(args: argparse.Namespace) -> int:
         entry = external_suite(name)
         if entry is not None:
             # Loaders of full third-party corpora: listed, not parsed (WorldSense is 87k trials).
-            rows.append({"name": name, "task": entry.task, "items": None, "variants": None,
-                         "description": f"full {name} corpus, read from --suite-path (or ../shared when present)"})
+            rows.append(
+                {
+                    "name": name,
+                    "task": entry.task,
+                    "items": None,
+                    "variants": None,
+                    "description": f"full {name} corpus, read from --suite-path (or ../shared when present)",
+                }
+            )
             continue
         try:
             s = load_suite(name)
             n: int | None = len(s.items())
-            rows.append({"name": name, "task": s.task, "items": n, "variants": len(s.variant_names()),
-                         "description": " ".join((s.description or "").split())})
+            rows.append(
+                {
+                    "name": name,
+                    "task": s.task,
+                    "items": n,
+                    "variants": len(s.variant_names()),
+                    "description": " ".join((s.description or "").split()),
+                }
+            )
         except SuiteError as e:  # a broken built-in suite is listed with its error
-            rows.append({"name": name, "task": "?", "items": None, "variants": None,
-                         "description": f"error: {e}"})
+            rows.append(
+                {
+                    "name": name,
+                    "task": "?",
+                    "items": None,
+                    "variants": None,
+                    "description": f"error: {e}",
+                }
+            )
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
@@ -63,7 +84,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         "models": args.model or ["default"],
         "task_options": parse_opts(args.opt),
         "metrics": args.metric or ["accuracy"],
-        "hypotheses": [{"id": f"H{i}", "text": h, "test": "paired-t"} for i, h in enumerate(args.hypothesis or [], 1)],
+        "hypotheses": [
+            {"id": f"H{i}", "text": h, "test": "paired-t"}
+            for i, h in enumerate(args.hypothesis or [], 1)
+        ],
         "seed": args.seed,
         "alpha": args.alpha,
         "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -72,7 +96,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         digest = write_plan(args.output, plan, force=args.force)
     except PlanError as e:
         raise CLIError(str(e)) from e
-    print(f"wrote plan {args.output} (sha256 {digest[:12]}); run it with: llmscope run --plan {args.output}")
+    print(
+        f"wrote plan {args.output} (sha256 {digest[:12]}); run it with: llmscope run --plan {args.output}"
+    )
     return 0
 
 
@@ -110,14 +136,25 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
     ctx.json_arg(s, "the list")
     s.set_defaults(func=cmd_suites)
 
-    s = sub.add_parser("plan", help="write a pre-registration plan (suite, models, options, hypotheses, seed)")
+    s = sub.add_parser(
+        "plan", help="write a pre-registration plan (suite, models, options, hypotheses, seed)"
+    )
     s.add_argument("--suite", required=True, help="built-in suite name or path of a suite spec")
     s.add_argument("--suite-path", help="data file or folder for loaders")
-    s.add_argument("--model", action="append", help="planned model (repeatable; default: the embedded model)")
-    s.add_argument("--opt", action="append", metavar="KEY=VALUE", help="task option (JSON value), repeatable")
-    s.add_argument("--metric", action="append", help="planned analysis metric (repeatable; default accuracy)")
-    s.add_argument("--hypothesis", action="append",
-                   help="e.g. 'accuracy(q1) > accuracy(q2)' or 'p_yes(q1) < 0.5' (repeatable)")
+    s.add_argument(
+        "--model", action="append", help="planned model (repeatable; default: the embedded model)"
+    )
+    s.add_argument(
+        "--opt", action="append", metavar="KEY=VALUE", help="task option (JSON value), repeatable"
+    )
+    s.add_argument(
+        "--metric", action="append", help="planned analysis metric (repeatable; default accuracy)"
+    )
+    s.add_argument(
+        "--hypothesis",
+        action="append",
+        help="e.g. 'accuracy(q1) > accuracy(q2)' or 'p_yes(q1) < 0.5' (repeatable)",
+    )
     s.add_argument("--seed", type=int, default=0, help="seed the planned runs use (default 0)")
     s.add_argument("--alpha", type=float, default=0.05, help="one-sided test level (default 0.05)")
     s.add_argument("-o", "--output", required=True, help="plan file to write (YAML)")
@@ -125,7 +162,11 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
     s.set_defaults(func=cmd_plan)
 
     s = sub.add_parser("tokens", help="list a tokenizer's answer-token ids")
-    s.add_argument("--tokenizer", required=True, help="tokenizer folder (tokenizer.json / vocab files)")
-    s.add_argument("--answers", default="yes,no", help="comma-separated answers (default %(default)s)")
+    s.add_argument(
+        "--tokenizer", required=True, help="tokenizer folder (tokenizer.json / vocab files)"
+    )
+    s.add_argument(
+        "--answers", default="yes,no", help="comma-separated answers (default %(default)s)"
+    )
     ctx.json_arg(s, "the ids")
     s.set_defaults(func=cmd_tokens)

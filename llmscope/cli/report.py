@@ -59,8 +59,15 @@ def cmd_report(args: argparse.Namespace) -> int:
                     bar.step(f"page · {run.get('model')} ({run['run_id']})")
 
                 try:
-                    write_page(store, runs, rows, args.html, source=Path(args.db).name, extra_rows=ws_rows,
-                               on_run=on_run)
+                    write_page(
+                        store,
+                        runs,
+                        rows,
+                        args.html,
+                        source=Path(args.db).name,
+                        extra_rows=ws_rows,
+                        on_run=on_run,
+                    )
                 except OSError as e:
                     raise CLIError(f"--html {args.html}: cannot write: {e.strerror or e}") from e
     finally:
@@ -74,7 +81,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         # a terminal's width: lines that would not fit wrap cleanly; a pipe or file: one line a row
         # stored text (groups, suite and model names) shown, never obeyed: bidi and ANSI controls
-        print(for_terminal(format_rows(rows, shutil.get_terminal_size().columns if sys.stdout.isatty() else None)))
+        print(
+            for_terminal(
+                format_rows(
+                    rows, shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+                )
+            )
+        )
         for line in ws_text:
             print(for_terminal(line))
     return 0
@@ -123,6 +136,7 @@ def cmd_figure(args: argparse.Namespace) -> int:
         try:
             # a bar on a terminal while each run's metrics are read (computed once, then cached)
             with StepProgress("figure", len(runs) + 1) as bar:
+
                 def on_run(run: dict[str, Any]) -> None:
                     bar.step(f"metrics · {run.get('model')} ({run['run_id']})")
                     bar.advance()
@@ -172,7 +186,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     finally:
         for st in stores:
             st.close()
-    print(json.dumps(out, indent=1, default=str) if args.json else for_terminal(format_compare(out)))
+    print(
+        json.dumps(out, indent=1, default=str) if args.json else for_terminal(format_compare(out))
+    )
     return 0
 
 
@@ -183,45 +199,81 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
     s.add_argument("--run", help="run id or prefix (default: every run)")
     s.add_argument("--by", action="append", help="group by this item field (repeatable)")
     ctx.json_arg(s, "metric rows")
-    s.add_argument("--explain", action="store_true", help="print how every metric is computed and exit")
-    s.add_argument("--html", metavar="FILE", help="also write one self-contained offline page (metrics, figures, "
-                   "failing items, method record)")
+    s.add_argument(
+        "--explain", action="store_true", help="print how every metric is computed and exit"
+    )
+    s.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write one self-contained offline page (metrics, figures, "
+        "failing items, method record)",
+    )
     s.set_defaults(func=cmd_report)
 
     from llmscope.figures.make import KINDS
 
     s = sub.add_parser("figure", help="draw a publication figure of runs (pdf, svg or png)")
     ctx.db_arg(s)
-    s.add_argument("kind", choices=list(KINDS), help="what to draw: " + "; ".join(
-        f"{k}: {v.title}" for k, v in KINDS.items()).replace("%", "%%"))  # argparse formats help with %
-    s.add_argument("--run", action="append", help="run id or prefix ('last'); repeat to overlay runs")
-    s.add_argument("--suite", help="every run of this suite (its name) instead of --run (e.g. for irt)")
+    s.add_argument(
+        "kind",
+        choices=list(KINDS),
+        help="what to draw: "
+        + "; ".join(f"{k}: {v.title}" for k, v in KINDS.items()).replace("%", "%%"),
+    )  # argparse formats help with %
+    s.add_argument(
+        "--run", action="append", help="run id or prefix ('last'); repeat to overlay runs"
+    )
+    s.add_argument(
+        "--suite", help="every run of this suite (its name) instead of --run (e.g. for irt)"
+    )
     s.add_argument("-o", "--output", required=True, help="file to write: .pdf, .svg or .png")
-    s.add_argument("--style", help="matplotlib style name or .mplstyle file applied over the defaults "
-                   "(a journal's settings)")
+    s.add_argument(
+        "--style",
+        help="matplotlib style name or .mplstyle file applied over the defaults "
+        "(a journal's settings)",
+    )
     s.add_argument("--item", help="surprisal: the item to draw (default: the first)")
     s.set_defaults(func=cmd_figure)
 
     s = sub.add_parser("export", help="write a run's per-item results")
     ctx.db_arg(s)
     s.add_argument("--run", required=True, help="run id or prefix ('last' for the newest)")
-    s.add_argument("--format", choices=["jsonl", "csv", "parquet", "worldsense", "lm-eval"], default="jsonl",
-                   help="output format (default %(default)s; worldsense: the authors' results-file shape; "
-                        "lm-eval: a folder of samples_<task>_<run>.jsonl and results_<run>.json, -o DIR)")
-    s.add_argument("-o", "--output", help="file (folder for lm-eval); default: stdout for text formats")
+    s.add_argument(
+        "--format",
+        choices=["jsonl", "csv", "parquet", "worldsense", "lm-eval"],
+        default="jsonl",
+        help="output format (default %(default)s; worldsense: the authors' results-file shape; "
+        "lm-eval: a folder of samples_<task>_<run>.jsonl and results_<run>.json, -o DIR)",
+    )
+    s.add_argument(
+        "-o", "--output", help="file (folder for lm-eval); default: stdout for text formats"
+    )
     s.add_argument("--force", action="store_true", help="replace an existing output file")
-    s.add_argument("--raw", action="store_true",
-                   help="CSV: write cells starting with = + - @ tab CR unchanged (default: prefix ' so "
-                        "spreadsheets show them as text)")
+    s.add_argument(
+        "--raw",
+        action="store_true",
+        help="CSV: write cells starting with = + - @ tab CR unchanged (default: prefix ' so "
+        "spreadsheets show them as text)",
+    )
     s.set_defaults(func=cmd_export)
 
     s = sub.add_parser("compare", help="compare runs on the same suite (paired tests)")
-    s.add_argument("--db", action="append", default=argparse.SUPPRESS, metavar="FILE",
-                   help="database holding the runs; repeat to compare runs from several files "
-                   f"(runs are then looked up in every file; default {ctx.default_db})")
-    s.add_argument("runs", nargs="+", help="run ids or prefixes (FILE:RUN picks the file explicitly)")
+    s.add_argument(
+        "--db",
+        action="append",
+        default=argparse.SUPPRESS,
+        metavar="FILE",
+        help="database holding the runs; repeat to compare runs from several files "
+        f"(runs are then looked up in every file; default {ctx.default_db})",
+    )
+    s.add_argument(
+        "runs", nargs="+", help="run ids or prefixes (FILE:RUN picks the file explicitly)"
+    )
     ctx.json_arg(s, "the comparison")
-    s.add_argument("--all-items", action="store_true",
-                   help="runs holding different items: each run's accuracy on all its own items (default: on "
-                   "the items every run holds; the paired difference is on those either way)")
+    s.add_argument(
+        "--all-items",
+        action="store_true",
+        help="runs holding different items: each run's accuracy on all its own items (default: on "
+        "the items every run holds; the paired difference is on those either way)",
+    )
     s.set_defaults(func=cmd_compare)

@@ -48,13 +48,20 @@ def selection_frame(df: pd.DataFrame) -> pd.DataFrame:
     import pandas as pd
 
     from llmscope.store.db import decode_json
+
     base = df[[c for c in RESULT_COLUMNS if c in df]].copy()
     base["flagged"] = df["extra"].map(_flag) if "extra" in df else False
-    fields = df["fields"].map(lambda s: decode_json(s) if isinstance(s, str) else {}) if "fields" in df else None
+    fields = (
+        df["fields"].map(lambda s: decode_json(s) if isinstance(s, str) else {})
+        if "fields" in df
+        else None
+    )
     if fields is not None:
         flat = pd.DataFrame(list(fields), index=df.index)
         for c in flat.columns:
-            if c not in base and all(isinstance(v, (str, int, float, bool, type(None))) for v in flat[c]):
+            if c not in base and all(
+                isinstance(v, (str, int, float, bool, type(None))) for v in flat[c]
+            ):
                 base[c] = flat[c]
     return base
 
@@ -120,22 +127,31 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         task_opts.update(parse_opts(args.opt))
         model_arg = args.model if args.model is not None else opts.get("model_arg")
         reporter = ConsoleReporter(quiet=args.quiet)
-        reporter.on_message("info", f"re-running {len(ids)} item(s) of {old['run_id']} selected by {args.where!r}")
+        reporter.on_message(
+            "info", f"re-running {len(ids)} item(s) of {old['run_id']} selected by {args.where!r}"
+        )
         # The old run's backend config, with the flags given here (and another --model) on top.
         base = config_of_run(old)
         if args.model is not None:
             base = dataclasses.replace(base, model=args.model, kind="")
-        req = RunRequest(suite_name=rin.suite_name or "", suite_path=rin.suite_path,
-                         config=config_from_args(args, base), task_options=task_opts,
-                         cache=not args.no_cache, rerun=RerunOf(old, args.where, ids),
-                         model_arg=model_arg)
+        req = RunRequest(
+            suite_name=rin.suite_name or "",
+            suite_path=rin.suite_path,
+            config=config_from_args(args, base),
+            task_options=task_opts,
+            cache=not args.no_cache,
+            rerun=RerunOf(old, args.where, ids),
+            model_arg=model_arg,
+        )
         # one way to start a run (llmscope/runs/start.py): the response cache, the session record
         prep = prepare_run(store, req)
         check_stored_code(args, prep.config, f"run {old['run_id']} in {args.db}")
-        check_endpoints(args, prep.config, reporter.on_message,
-                        stored_in=f"run {old['run_id']} in {args.db}")
-        started = start_run(store, prep, [reporter], db=args.db,
-                            warn=lambda m: reporter.on_message("warning", m))
+        check_endpoints(
+            args, prep.config, reporter.on_message, stored_in=f"run {old['run_id']} in {args.db}"
+        )
+        started = start_run(
+            store, prep, [reporter], db=args.db, warn=lambda m: reporter.on_message("warning", m)
+        )
         prog = asyncio.run(execute(started, lambda m: reporter.on_message("info", m)))
         run_row = store.get_run(prog.run_id)
         if run_row and not args.no_report:
@@ -152,33 +168,83 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
     r = sub.add_parser("rerun", help="re-run selected items of a stored run as a new linked run")
     ctx.db_arg(r)
     r.add_argument("run", help="run id or prefix ('last')")
-    r.add_argument("--where", required=True,
-                   help="one SQL expression over the old rows (item_id, variant, correct, error, prediction, "
-                        "gold, confidence, flagged, item fields) or failing | errored | flagged; no "
-                        "statements, subqueries or file functions")
+    r.add_argument(
+        "--where",
+        required=True,
+        help="one SQL expression over the old rows (item_id, variant, correct, error, prediction, "
+        "gold, confidence, flagged, item fields) or failing | errored | flagged; no "
+        "statements, subqueries or file functions",
+    )
     r.add_argument("--model", help="model for the new run (default: the old run's)")
-    r.add_argument("--opt", action="append", metavar="KEY=VALUE", help="task option (JSON value), repeatable")
+    r.add_argument(
+        "--opt", action="append", metavar="KEY=VALUE", help="task option (JSON value), repeatable"
+    )
     # Unset flags keep the old run's backend config (defaults None, as for `run --resume`).
-    r.add_argument("--batch-size", type=int, default=None, help="prompts per forward pass (default: the old run's)")
-    r.add_argument("--device", default=None, help="auto, cpu, cuda, cuda:1, mps (default: the old run's)")
-    r.add_argument("--dtype", default=None, help="auto, float32, bfloat16, float16 (default: the old run's)")
-    r.add_argument("--threads", type=int, default=None, help="torch threads on CPU (default: torch's choice)")
-    r.add_argument("--sp-prefix", action="store_true", default=None,
-                   help="append the bare SentencePiece word-boundary piece to chat prompts")
+    r.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="prompts per forward pass (default: the old run's)",
+    )
+    r.add_argument(
+        "--device", default=None, help="auto, cpu, cuda, cuda:1, mps (default: the old run's)"
+    )
+    r.add_argument(
+        "--dtype", default=None, help="auto, float32, bfloat16, float16 (default: the old run's)"
+    )
+    r.add_argument(
+        "--threads", type=int, default=None, help="torch threads on CPU (default: torch's choice)"
+    )
+    r.add_argument(
+        "--sp-prefix",
+        action="store_true",
+        default=None,
+        help="append the bare SentencePiece word-boundary piece to chat prompts",
+    )
     r.add_argument("--seed", type=int, default=None, help="sampling seed (default: the old run's)")
-    r.add_argument("--base-url", action="append", default=None,
-                   help="OpenAI-compatible endpoint(s) for an API model (default: the old run's)")
-    r.add_argument("--trust-db", action="store_true",
-                   help="send requests (and $OPENAI_API_KEY) to the old run's stored base URL without "
-                   "asking; allow the model's own code if the old run was made with --trust-remote-code")
-    r.add_argument("--concurrency", type=int, default=None, help="API requests in flight (default: the old run's)")
-    r.add_argument("--top-logprobs", type=int, default=None, help="top log-probabilities asked of an API")
-    r.add_argument("--max-retries", type=int, default=None, help="retries per API request (default 6)")
+    r.add_argument(
+        "--base-url",
+        action="append",
+        default=None,
+        help="OpenAI-compatible endpoint(s) for an API model (default: the old run's)",
+    )
+    r.add_argument(
+        "--trust-db",
+        action="store_true",
+        help="send requests (and $OPENAI_API_KEY) to the old run's stored base URL without "
+        "asking; allow the model's own code if the old run was made with --trust-remote-code",
+    )
+    r.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="API requests in flight (default: the old run's)",
+    )
+    r.add_argument(
+        "--top-logprobs", type=int, default=None, help="top log-probabilities asked of an API"
+    )
+    r.add_argument(
+        "--max-retries", type=int, default=None, help="retries per API request (default 6)"
+    )
     r.add_argument("--timeout", type=float, default=None, help="API request timeout in seconds")
-    r.add_argument("--samples", type=int, default=None, help="samples per item when an API gives no logprobs")
-    r.add_argument("--reasoning", action="store_true", default=None, help="treat the API model as a reasoning model")
-    r.add_argument("--no-cache", action="store_true",
-                   help="do not reuse or store responses in the shared response cache")
-    r.add_argument("--quiet", action="store_true", help="no progress line, only warnings and the report")
-    r.add_argument("--no-report", action="store_true", help="do not print the report when the run ends")
+    r.add_argument(
+        "--samples", type=int, default=None, help="samples per item when an API gives no logprobs"
+    )
+    r.add_argument(
+        "--reasoning",
+        action="store_true",
+        default=None,
+        help="treat the API model as a reasoning model",
+    )
+    r.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="do not reuse or store responses in the shared response cache",
+    )
+    r.add_argument(
+        "--quiet", action="store_true", help="no progress line, only warnings and the report"
+    )
+    r.add_argument(
+        "--no-report", action="store_true", help="do not print the report when the run ends"
+    )
     r.set_defaults(func=cmd_rerun)

@@ -42,8 +42,11 @@ class StopSignals:
         # A signal this process inherited as ignored stays ignored: `nohup llmscope run ... &`
         # ignores SIGHUP so that the run outlives its terminal (a non-interactive shell's `&`
         # does the same to SIGINT, which Python then leaves alone too).
-        self.signals = [getattr(signal, n) for n in self.NAMES
-                        if hasattr(signal, n) and signal.getsignal(getattr(signal, n)) is not signal.SIG_IGN]
+        self.signals = [
+            getattr(signal, n)
+            for n in self.NAMES
+            if hasattr(signal, n) and signal.getsignal(getattr(signal, n)) is not signal.SIG_IGN
+        ]
         self._old: dict[int, Any] = {}
 
     @staticmethod
@@ -106,7 +109,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _cmd_run(args)
     except KeyboardInterrupt:
         # Ctrl-C before scoring started (loading the model, reading the suite): nothing to keep.
-        print("\ninterrupted before any item was scored; run the same command again to start.", file=sys.stderr)
+        print(
+            "\ninterrupted before any item was scored; run the same command again to start.",
+            file=sys.stderr,
+        )
         return stop.exit_code()
     finally:
         stop.restore()
@@ -146,22 +152,41 @@ def _cmd_run(args: argparse.Namespace) -> int:
         given = {k: getattr(args, k) for k in CONFIG_FLAGS if getattr(args, k, None) is not None}
         if args.model is not None:
             given["model"] = args.model
-        req = RunRequest(suite_name=suite_name, suite_path=suite_path, config=config_from_args(args),
-                         task_options=task_opts, limit=args.limit, resume=args.resume, overrides=given,
-                         retry_errors=not args.no_retry_errors, cache=not args.no_cache, plan=plan_info,
-                         templates=_templates_arg(args))
+        req = RunRequest(
+            suite_name=suite_name,
+            suite_path=suite_path,
+            config=config_from_args(args),
+            task_options=task_opts,
+            limit=args.limit,
+            resume=args.resume,
+            overrides=given,
+            retry_errors=not args.no_retry_errors,
+            cache=not args.no_cache,
+            plan=plan_info,
+            templates=_templates_arg(args),
+        )
         reporter = ConsoleReporter(quiet=args.quiet)
         try:
-            prep = prepare_run(store, req)  # the suite, options and stored run, checked with no model loaded
+            prep = prepare_run(
+                store, req
+            )  # the suite, options and stored run, checked with no model loaded
         except RunComplete as e:
             print(f"llmscope: {for_terminal(str(e))}", file=sys.stderr)
             return 1 if e.n_errors else 0  # as a run that ends with errors stored
-        stored_in = (f"run {prep.existing['run_id']} in {args.db}"
-                     if args.resume and prep.existing is not None else None)
+        stored_in = (
+            f"run {prep.existing['run_id']} in {args.db}"
+            if args.resume and prep.existing is not None
+            else None
+        )
         check_stored_code(args, prep.config, stored_in)
         check_endpoints(args, prep.config, reporter.on_message, stored_in=stored_in)
-        reporter.on_message("info", f"loading model {prep.config.model or 'SmolLM2-135M-Instruct (embedded default)'} ...")
-        started = start_run(store, prep, [reporter], db=args.db, warn=lambda m: reporter.on_message("warning", m))
+        reporter.on_message(
+            "info",
+            f"loading model {prep.config.model or 'SmolLM2-135M-Instruct (embedded default)'} ...",
+        )
+        started = start_run(
+            store, prep, [reporter], db=args.db, warn=lambda m: reporter.on_message("warning", m)
+        )
         runner = started.runner
         import asyncio
 
@@ -179,8 +204,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             stop.install()  # closing the loop reset the handlers
             rid = runner.run_id
             if not rid:
-                print("\ninterrupted before any item was scored; run the same command again to start.",
-                      file=sys.stderr)
+                print(
+                    "\ninterrupted before any item was scored; run the same command again to start.",
+                    file=sys.stderr,
+                )
                 return stop.exit_code()
             where = f"stored in {args.db}"
             try:
@@ -197,8 +224,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             if not runner.run_id:
                 raise
             # The run is recorded `failed` with this error; everything stored is kept.
-            raise CLIError(f"{e}. The run is marked failed; once fixed, continue it with: "
-                           f"{resume_hint(runner.run_id, args.db)}") from e
+            raise CLIError(
+                f"{e}. The run is marked failed; once fixed, continue it with: "
+                f"{resume_hint(runner.run_id, args.db)}"
+            ) from e
         stop.install()
         run_row = store.get_run(prog.run_id)
         if not args.no_report and run_row:
@@ -235,71 +264,190 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
 
     r = sub.add_parser("run", help="score a suite with a model and store per-item results")
     ctx.db_arg(r)
-    r.add_argument("--suite", help="built-in suite name (see `llmscope suites`) or path of a suite spec")
-    r.add_argument("--suite-path", help="data file or folder for loaders (commonsense CSV, WorldSense dir)")
-    r.add_argument("--model", help="hf:<hub id or folder> | gguf:<file> | openai:<name>; default: embedded "
-                   "SmolLM2-135M-Instruct (or `model` in llmscope.toml)")
+    r.add_argument(
+        "--suite", help="built-in suite name (see `llmscope suites`) or path of a suite spec"
+    )
+    r.add_argument(
+        "--suite-path", help="data file or folder for loaders (commonsense CSV, WorldSense dir)"
+    )
+    r.add_argument(
+        "--model",
+        help="hf:<hub id or folder> | gguf:<file> | openai:<name>; default: embedded "
+        "SmolLM2-135M-Instruct (or `model` in llmscope.toml)",
+    )
     r.add_argument("--limit", type=int, help="only the first N items (1 or more)")
     # Backend flags default to None so that a resume can tell "given" from "not given": the
     # run's stored config (engine/config.py BackendConfig) fills the rest, and for a new run
     # llmscope.toml and then BackendConfig's defaults do.
-    r.add_argument("--batch-size", type=int, default=None, help="prompts per forward pass (default 16)")
+    r.add_argument(
+        "--batch-size", type=int, default=None, help="prompts per forward pass (default 16)"
+    )
     r.add_argument("--device", default=None, help="auto (cuda > mps > cpu), cpu, cuda, cuda:1, mps")
-    r.add_argument("--dtype", default=None, help="auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16, float16")
-    r.add_argument("--threads", type=int, default=None,
-                   help="torch threads for a local model on CPU (default: $OMP_NUM_THREADS, else the physical cores; 1 is best on a busy machine)")
-    r.add_argument("--sp-prefix", action="store_true", default=None,
-                   help="append the bare SentencePiece word-boundary piece to chat prompts (LLaMA-2 style models)")
-    r.add_argument("--chat", dest="chat", action="store_true", default=None,
-                   help="apply the chat template (default: the task's choice)")
-    r.add_argument("--no-chat", dest="chat", action="store_false", help="score raw text, no chat template")
-    r.add_argument("--revision", default=None, help="hub revision (branch, tag or commit) of a local model")
-    r.add_argument("--trust-remote-code", action="store_true", default=None,
-                   help="allow a hub model's own Python code (transformers trust_remote_code)")
-    r.add_argument("--adapter", default=None, help="PEFT adapter folder or hub id applied to the local model (needs peft)")
-    r.add_argument("--system-prompt", default=None, help="system message put before every chat prompt")
-    r.add_argument("--load-in-8bit", action="store_true", default=None, help="8-bit weights (bitsandbytes; CUDA only)")
-    r.add_argument("--load-in-4bit", action="store_true", default=None, help="4-bit weights (bitsandbytes; CUDA only)")
-    r.add_argument("--opt", action="append", metavar="KEY=VALUE",
-                   help="task option (value parsed as JSON, else text), repeatable; e.g. --opt permutations=2")
-    r.add_argument("--templates", metavar="[LEVEL=]FILE",
-                   help="other prompt templates (YAML/TOML: variant -> template, or one template): the run "
-                        "scores the derived suite SUITE~LEVEL (LEVEL: the file's stem), as a study's "
-                        "`templates` level does (docs/studies.md)")
-    r.add_argument("--seed", type=int, default=None,
-                   help="seed for sampling and permutations (part of the run id; default 0)")
-    r.add_argument("--resume", metavar="RUN",
-                   help="continue a stored run (id or prefix; 'last') with the options it was made with")
-    r.add_argument("--trust-db", action="store_true",
-                   help="on resume, send requests (and $OPENAI_API_KEY) to the base URL stored in the "
-                        "database without asking, even when no flag, environment or config of yours names it; "
-                        "allow the model's own code if the run was made with --trust-remote-code")
-    r.add_argument("--no-retry-errors", action="store_true",
-                   help="on resume, keep items stored as errors instead of scoring them again")
-    r.add_argument("--base-url", action="append", default=None,
-                   help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL, then llmscope.toml); repeat it, or "
-                        "give @FILE with one URL per line, to spread requests round-robin over replicas of one model")
-    r.add_argument("--concurrency", type=int, default=None, help="API requests in flight, per endpoint (default 8)")
-    r.add_argument("--top-logprobs", type=int, default=None,
-                   help="top log-probabilities asked of an API per position (default 20; the server's maximum when lower)")
-    r.add_argument("--max-retries", type=int, default=None,
-                   help="retries per API request on 429/5xx/timeouts (default 6)")
+    r.add_argument(
+        "--dtype",
+        default=None,
+        help="auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16, float16",
+    )
+    r.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads for a local model on CPU (default: $OMP_NUM_THREADS, else the physical cores; 1 is best on a busy machine)",
+    )
+    r.add_argument(
+        "--sp-prefix",
+        action="store_true",
+        default=None,
+        help="append the bare SentencePiece word-boundary piece to chat prompts (LLaMA-2 style models)",
+    )
+    r.add_argument(
+        "--chat",
+        dest="chat",
+        action="store_true",
+        default=None,
+        help="apply the chat template (default: the task's choice)",
+    )
+    r.add_argument(
+        "--no-chat", dest="chat", action="store_false", help="score raw text, no chat template"
+    )
+    r.add_argument(
+        "--revision", default=None, help="hub revision (branch, tag or commit) of a local model"
+    )
+    r.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        default=None,
+        help="allow a hub model's own Python code (transformers trust_remote_code)",
+    )
+    r.add_argument(
+        "--adapter",
+        default=None,
+        help="PEFT adapter folder or hub id applied to the local model (needs peft)",
+    )
+    r.add_argument(
+        "--system-prompt", default=None, help="system message put before every chat prompt"
+    )
+    r.add_argument(
+        "--load-in-8bit",
+        action="store_true",
+        default=None,
+        help="8-bit weights (bitsandbytes; CUDA only)",
+    )
+    r.add_argument(
+        "--load-in-4bit",
+        action="store_true",
+        default=None,
+        help="4-bit weights (bitsandbytes; CUDA only)",
+    )
+    r.add_argument(
+        "--opt",
+        action="append",
+        metavar="KEY=VALUE",
+        help="task option (value parsed as JSON, else text), repeatable; e.g. --opt permutations=2",
+    )
+    r.add_argument(
+        "--templates",
+        metavar="[LEVEL=]FILE",
+        help="other prompt templates (YAML/TOML: variant -> template, or one template): the run "
+        "scores the derived suite SUITE~LEVEL (LEVEL: the file's stem), as a study's "
+        "`templates` level does (docs/studies.md)",
+    )
+    r.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed for sampling and permutations (part of the run id; default 0)",
+    )
+    r.add_argument(
+        "--resume",
+        metavar="RUN",
+        help="continue a stored run (id or prefix; 'last') with the options it was made with",
+    )
+    r.add_argument(
+        "--trust-db",
+        action="store_true",
+        help="on resume, send requests (and $OPENAI_API_KEY) to the base URL stored in the "
+        "database without asking, even when no flag, environment or config of yours names it; "
+        "allow the model's own code if the run was made with --trust-remote-code",
+    )
+    r.add_argument(
+        "--no-retry-errors",
+        action="store_true",
+        help="on resume, keep items stored as errors instead of scoring them again",
+    )
+    r.add_argument(
+        "--base-url",
+        action="append",
+        default=None,
+        help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL, then llmscope.toml); repeat it, or "
+        "give @FILE with one URL per line, to spread requests round-robin over replicas of one model",
+    )
+    r.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="API requests in flight, per endpoint (default 8)",
+    )
+    r.add_argument(
+        "--top-logprobs",
+        type=int,
+        default=None,
+        help="top log-probabilities asked of an API per position (default 20; the server's maximum when lower)",
+    )
+    r.add_argument(
+        "--max-retries",
+        type=int,
+        default=None,
+        help="retries per API request on 429/5xx/timeouts (default 6)",
+    )
     r.add_argument("--timeout", type=float, default=None, help="API request timeout in seconds")
-    r.add_argument("--samples", type=int, default=None, help="samples per item when an API gives no logprobs")
-    r.add_argument("--reasoning", action="store_true", default=None, help="treat the API model as a reasoning model")
-    r.add_argument("--reasoning-effort", default=None, metavar="EFFORT",
-                   help=f"reasoning_effort sent with every chat request to an API model ({', '.join(REASONING_EFFORTS)}); "
-                        "default: not sent, except 'minimal' (then 'low', then none) for reasoning models")
-    r.add_argument("--no-cache", action="store_true",
-                   help="do not reuse or store responses in the shared response cache")
-    r.add_argument("--plan", help="a pre-registration plan file (llmscope plan): suite, model, options and seed "
-                   "come from it; its hash is stored before any result")
-    r.add_argument("--quiet", action="store_true", help="no progress line, only warnings and the report")
-    r.add_argument("--no-report", action="store_true", help="do not print the report when the run ends")
+    r.add_argument(
+        "--samples", type=int, default=None, help="samples per item when an API gives no logprobs"
+    )
+    r.add_argument(
+        "--reasoning",
+        action="store_true",
+        default=None,
+        help="treat the API model as a reasoning model",
+    )
+    r.add_argument(
+        "--reasoning-effort",
+        default=None,
+        metavar="EFFORT",
+        help=f"reasoning_effort sent with every chat request to an API model ({', '.join(REASONING_EFFORTS)}); "
+        "default: not sent, except 'minimal' (then 'low', then none) for reasoning models",
+    )
+    r.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="do not reuse or store responses in the shared response cache",
+    )
+    r.add_argument(
+        "--plan",
+        help="a pre-registration plan file (llmscope plan): suite, model, options and seed "
+        "come from it; its hash is stored before any result",
+    )
+    r.add_argument(
+        "--quiet", action="store_true", help="no progress line, only warnings and the report"
+    )
+    r.add_argument(
+        "--no-report", action="store_true", help="do not print the report when the run ends"
+    )
     # llmscope.toml values for a new run (beneath flags; a resume uses the run's stored config)
-    r.set_defaults(config_defaults={k: v for k, v in {
-        "model": ctx.settings.get("model"), "base_url": ctx.default_base_url, "concurrency": ctx.settings.get("concurrency"),
-        "timeout": ctx.settings.get("timeout"), "device": ctx.settings.get("device"), "dtype": ctx.settings.get("dtype"),
-        "batch_size": ctx.settings.get("batch_size"), "threads": ctx.settings.get("threads"),
-    }.items() if v is not None})
+    r.set_defaults(
+        config_defaults={
+            k: v
+            for k, v in {
+                "model": ctx.settings.get("model"),
+                "base_url": ctx.default_base_url,
+                "concurrency": ctx.settings.get("concurrency"),
+                "timeout": ctx.settings.get("timeout"),
+                "device": ctx.settings.get("device"),
+                "dtype": ctx.settings.get("dtype"),
+                "batch_size": ctx.settings.get("batch_size"),
+                "threads": ctx.settings.get("threads"),
+            }.items()
+            if v is not None
+        }
+    )
     r.set_defaults(func=cmd_run)

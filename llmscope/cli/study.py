@@ -72,7 +72,10 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
     )
     s.add_argument("--json", action="store_true", help="print the cells as JSON")
     s.add_argument(
-        "--max-cells", type=int, default=None, help="the most cells the study may have (default 10,000)"
+        "--max-cells",
+        type=int,
+        default=None,
+        help="the most cells the study may have (default 10,000)",
     )
     s.set_defaults(func=cmd_study_status)
 
@@ -361,7 +364,11 @@ def _emit(
         print(json.dumps(out, indent=1, default=str))
     else:
         if held:
-            print(for_terminal(f"{held}; showing each cell's live channel (no metrics until the file is free)"))
+            print(
+                for_terminal(
+                    f"{held}; showing each cell's live channel (no metrics until the file is free)"
+                )
+            )
         print(for_terminal(format_grid(name, db, rows)))
     return 0
 

@@ -34,7 +34,9 @@ def cmd_surprisal(args: argparse.Namespace) -> int:
         if run is None:
             raise CLIError(f"no run {args.run!r} in {args.db}")
         if not task_has(run.get("task"), "regions"):
-            raise CLIError(f"run {run['run_id']} is a {run.get('task')} run; word surprisal needs a syntaxgym run")
+            raise CLIError(
+                f"run {run['run_id']} is a {run.get('task')} run; word surprisal needs a syntaxgym run"
+            )
         words = word_frame(store.results_frame(run["run_id"]), run)
     finally:
         store.close()
@@ -51,8 +53,11 @@ def cmd_surprisal(args: argparse.Namespace) -> int:
         if not path.is_file():
             raise CLIError(f"reading-time file not found: {path}")
         try:
-            rts = pd.read_parquet(path) if path.suffix.lower() == ".parquet" else pd.read_csv(
-                path, sep="\t" if path.suffix.lower() == ".tsv" else ",")
+            rts = (
+                pd.read_parquet(path)
+                if path.suffix.lower() == ".parquet"
+                else pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ",")
+            )
         except (ValueError, OSError, pd.errors.ParserError) as e:
             raise CLIError(f"{path}: cannot read reading times: {str(e).splitlines()[0]}") from e
         try:
@@ -62,21 +67,38 @@ def cmd_surprisal(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(fit.__dict__, indent=1))
         else:
-            print(f"rt ~ {' + '.join(fit.predictors)}: {fit.n_words} words, {fit.n_folds}-fold held out by sentence")
-            print(f"  held-out R2 {fit.r2_heldout:.4f} (without surprisal {fit.r2_heldout_baseline:.4f}); "
-                  f"delta log-lik per word {fit.delta_ll_per_word:.5f} nats")
-            print("  coefficients (all words): " + ", ".join(f"{k} {v:.4g}" for k, v in fit.coef.items()))
+            print(
+                f"rt ~ {' + '.join(fit.predictors)}: {fit.n_words} words, {fit.n_folds}-fold held out by sentence"
+            )
+            print(
+                f"  held-out R2 {fit.r2_heldout:.4f} (without surprisal {fit.r2_heldout_baseline:.4f}); "
+                f"delta log-lik per word {fit.delta_ll_per_word:.5f} nats"
+            )
+            print(
+                "  coefficients (all words): "
+                + ", ".join(f"{k} {v:.4g}" for k, v in fit.coef.items())
+            )
     return 0
 
 
 def add_parsers(sub: Any, ctx: ParserContext) -> None:
     """Register `surprisal`."""
-    s = sub.add_parser("surprisal", help="word-level surprisal of a syntaxgym run; optional reading-time model")
+    s = sub.add_parser(
+        "surprisal", help="word-level surprisal of a syntaxgym run; optional reading-time model"
+    )
     ctx.db_arg(s)
     s.add_argument("run", help="run id or prefix ('last')")
-    s.add_argument("-o", "--output", help="write the word table to FILE.csv, .tsv or .parquet (default stdout)")
-    s.add_argument("--rt", metavar="FILE", help="reading times (csv/tsv/parquet): item_id, condition, word_index, "
-                   "rt[, frequency]; fits rt ~ surprisal + length (+ log frequency) on held-out words")
-    s.add_argument("--folds", type=int, default=10, help="cross-validation folds over sentences (default 10)")
+    s.add_argument(
+        "-o", "--output", help="write the word table to FILE.csv, .tsv or .parquet (default stdout)"
+    )
+    s.add_argument(
+        "--rt",
+        metavar="FILE",
+        help="reading times (csv/tsv/parquet): item_id, condition, word_index, "
+        "rt[, frequency]; fits rt ~ surprisal + length (+ log frequency) on held-out words",
+    )
+    s.add_argument(
+        "--folds", type=int, default=10, help="cross-validation folds over sentences (default 10)"
+    )
     s.add_argument("--json", action="store_true", help="print the reading-time fit as JSON")
     s.set_defaults(func=cmd_surprisal)

@@ -27,6 +27,10 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
     )
     ctx.db_arg(s)
     s.add_argument("--run", help="open this run (id or prefix) directly")
-    s.add_argument("--study", dest="open_study", metavar="NAME",
-                   help="open this study's matrix (its name, as `study status NAME`)")
+    s.add_argument(
+        "--study",
+        dest="open_study",
+        metavar="NAME",
+        help="open this study's matrix (its name, as `study status NAME`)",
+    )
     s.set_defaults(func=cmd_view)

@@ -94,9 +94,7 @@ def draw_irt(data: list[RunData]) -> Figure:
     ax.set_ylabel("discrimination a")
     ax.set_title(
         f"2PL item map: {fit.suite}\n{len(fit.abilities)} runs × {len(fit.items)} items"
-        + (
-            f" ({len(fit.constant_items)} answered alike, not fitted)" if fit.constant_items else ""
-        )
+        + (f" ({len(fit.constant_items)} answered alike, not fitted)" if fit.constant_items else "")
         + "".join(f"\nWARNING: {w}" for w in fit.warnings),
         loc="left",
     )

@@ -310,16 +310,21 @@ def _series(
     labels: list[str] = []
     for ms in per_run:
         labels += [g for g in ms if g not in labels]
-    return labels, [(d.label, [ms.get(g) for g in labels]) for d, ms in zip(data, per_run, strict=True)]
+    return labels, [
+        (d.label, [ms.get(g) for g in labels]) for d, ms in zip(data, per_run, strict=True)
+    ]
 
 
 def _worldsense_bias(ax: Axes, data: list[RunData]) -> None:
     """The WorldSense authors' bias per problem (+1 = always TRUE/POSSIBLE/KNOW), conf95."""
-    labels, series = _series(data, lambda d: {
-        str(m.group.get("problemname")): m
-        for m in d.named("worldsense_bias")
-        if set(m.group) == {"problemname"}
-    })
+    labels, series = _series(
+        data,
+        lambda d: {
+            str(m.group.get("problemname")): m
+            for m in d.named("worldsense_bias")
+            if set(m.group) == {"problemname"}
+        },
+    )
     _hbars(
         ax,
         labels,
@@ -381,7 +386,9 @@ def draw_plane(data: list[RunData]) -> Figure:
     suites = sorted({str(d.run.get("suite_name")) for d, _, _ in points})
     if len(suites) > 1:
         # other statements: their rates are not comparable point by point
-        raise FigureError(f"plane: the runs are of different suites ({', '.join(suites)}); give runs of one suite")
+        raise FigureError(
+            f"plane: the runs are of different suites ({', '.join(suites)}); give runs of one suite"
+        )
     imported = [str(d.run.get("run_id", "")).startswith("imp-") for d, _, _ in points]
     fig, (ax,) = _new(COLUMN_WIDTH)
     vals = [v.value for _, c, a in points for v in (c, a)]
@@ -406,13 +413,28 @@ def draw_plane(data: list[RunData]) -> Figure:
             ax.plot([c.value], [a.value], "o", ms=2.5, color=color, zorder=1)
         else:
             (xlo, xhi), (ylo, yhi) = _err([c]), _err([a])
-            ax.errorbar([c.value], [a.value], xerr=[xlo, xhi], yerr=[ylo, yhi], fmt="o",
-                        ms=2.5 if imp else 4, lw=0.5, color=color, zorder=1 if imp else 3)
+            ax.errorbar(
+                [c.value],
+                [a.value],
+                xerr=[xlo, xhi],
+                yerr=[ylo, yhi],
+                fmt="o",
+                ms=2.5 if imp else 4,
+                lw=0.5,
+                color=color,
+                zorder=1 if imp else 3,
+            )
         if not imp:
             ours += 1
         if not imp or i in named:
-            ax.annotate(_short(str(d.run.get("model")), 18), (c.value, a.value), fontsize=5,
-                        xytext=(2, 2), textcoords="offset points", color="#555555" if imp else color)
+            ax.annotate(
+                _short(str(d.run.get("model")), 18),
+                (c.value, a.value),
+                fontsize=5,
+                xytext=(2, 2),
+                textcoords="offset points",
+                color="#555555" if imp else color,
+            )
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
     ax.set_aspect("equal")
@@ -420,16 +442,22 @@ def draw_plane(data: list[RunData]) -> Figure:
     ax.set_ylabel("awareness (q2 = human majority)")
     _title(fig, f"{suites[0] if suites else ''} (dotted: equal commonsensicality)")
     if any(imported):
-        _note(fig, f"grey: {sum(imported)} imported published runs (binarised answers)"
-              + ("; intervals of ours only" if crowd else ""))
+        _note(
+            fig,
+            f"grey: {sum(imported)} imported published runs (binarised answers)"
+            + ("; intervals of ours only" if crowd else ""),
+        )
     return fig
 
 
 def draw_schemes(data: list[RunData]) -> Figure:
     """Accuracy under each scoring scheme (method) with intervals; disagreement in the title."""
-    labels, series = _series(data, lambda d: {
-        str(m.group["method"]): m for m in d.named("accuracy") if set(m.group) == {"method"}
-    })
+    labels, series = _series(
+        data,
+        lambda d: {
+            str(m.group["method"]): m for m in d.named("accuracy") if set(m.group) == {"method"}
+        },
+    )
     fig, (ax,) = _new(0.9 + 0.18 * len(labels) * max(1, len(data)) ** 0.5)
     _hbars(
         ax,
@@ -449,11 +477,14 @@ def draw_schemes(data: list[RunData]) -> Figure:
 
 def draw_sg(data: list[RunData]) -> Figure:
     """SyntaxGym score per suite (circuit) and overall, with 95% intervals."""
-    labels, series = _series(data, lambda d: {
-        (str(next(iter(m.group.values()))) if m.group else "overall"): m
-        for m in d.named("sg_score")
-        if len(m.group) <= 1
-    })
+    labels, series = _series(
+        data,
+        lambda d: {
+            (str(next(iter(m.group.values()))) if m.group else "overall"): m
+            for m in d.named("sg_score")
+            if len(m.group) <= 1
+        },
+    )
     fig, (ax,) = _new(0.7 + 0.16 * len(labels) * max(1, len(data)) ** 0.5)
     _hbars(
         ax,

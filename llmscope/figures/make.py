@@ -84,7 +84,9 @@ RC: dict[str, Any] = {
 
 
 def load_runs(
-    store: Any, runs: Sequence[dict[str, Any]], on_run: Callable[[dict[str, Any]], None] | None = None
+    store: Any,
+    runs: Sequence[dict[str, Any]],
+    on_run: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[RunData]:
     """The pipeline's metrics of each run (cached per rows fingerprint, as `report` reads them);
     `on_run` is told each run before its metrics are read (a progress bar)."""

@@ -95,9 +95,16 @@ class ExportRow:
     extra: dict[str, Any] | None
 
 
-ARROW_TYPES = {"correct": pa.float64(), "confidence": pa.float64(), "p_yes": pa.float64(), "p_no": pa.float64(),
-               "p_other": pa.float64(), "chosen_prob": pa.float64(), "n_tokens": pa.int64(),
-               "latency_ms": pa.float64()}
+ARROW_TYPES = {
+    "correct": pa.float64(),
+    "confidence": pa.float64(),
+    "p_yes": pa.float64(),
+    "p_no": pa.float64(),
+    "p_other": pa.float64(),
+    "chosen_prob": pa.float64(),
+    "n_tokens": pa.int64(),
+    "latency_ms": pa.float64(),
+}
 COLUMNS = [f.name for f in fields(ExportRow)]
 SCHEMA = pa.schema([(c, ARROW_TYPES.get(c, pa.string())) for c in COLUMNS])
 TEXT_COLUMNS = [c for c in COLUMNS if c not in ARROW_TYPES]
@@ -106,7 +113,9 @@ TEXT_COLUMNS = [c for c in COLUMNS if c not in ARROW_TYPES]
 CSV_DTYPES = {c: "str" for c in TEXT_COLUMNS}
 # The same for DuckDB: read_csv(f, types=CSV_SQL_TYPES) (a column that is empty in every row
 # would otherwise be guessed as VARCHAR).
-CSV_SQL_TYPES = {f.name: {"double": "DOUBLE", "int64": "BIGINT"}.get(str(f.type), "VARCHAR") for f in SCHEMA}
+CSV_SQL_TYPES = {
+    f.name: {"double": "DOUBLE", "int64": "BIGINT"}.get(str(f.type), "VARCHAR") for f in SCHEMA
+}
 
 
 def _num(v: Any) -> float | None:
@@ -137,7 +146,9 @@ def _method(task: str | None, extra: dict[str, Any] | None, run: dict[str, Any])
     for key in ("method", "choice_method", "mode"):
         if isinstance(ex.get(key), str):
             return str(ex[key])
-    backend = ((run.get("meta") or {}).get("backend") or {}) if isinstance(run.get("meta"), dict) else {}
+    backend = (
+        ((run.get("meta") or {}).get("backend") or {}) if isinstance(run.get("meta"), dict) else {}
+    )
     if isinstance(backend.get("method"), str):
         return str(backend["method"])
     # The method a task uses when a row does not record one itself (the task declares it).
@@ -170,21 +181,48 @@ def export_rows(store: Store, run: dict[str, Any]) -> list[ExportRow]:
         # `_text`: a text column with some values holds NaN, not None, where a row has none
         # (pandas' string dtype), so `is None` alone would drop every row's choice in a run
         # with one error
-        chosen = pred if _predicts_option(task) and pred is not None and _text(rec["error"]) is None else None
-        chosen_prob = _num(probs.get(chosen)) if isinstance(probs, dict) and chosen is not None else None
-        out.append(ExportRow(
-            run_id=str(rec["run_id"]), model=_text(run.get("model")), suite=_text(run.get("suite_name")),
-            suite_id=_text(run.get("suite_id")), task=_text(task), method=_method(task, extra, run),
-            item_id=str(rec["item_id"]), variant=str(rec["variant"]), prediction=pred, gold=_text(rec["gold"]),
-            correct=_num(rec["correct"]), confidence=_num(rec["confidence"]), p_yes=_num(rec["p_yes"]),
-            p_no=_num(rec["p_no"]), p_other=_num(rec["other"]), chosen_option=chosen, chosen_prob=chosen_prob,
-            n_tokens=None if _num(rec["n_tokens"]) is None else int(rec["n_tokens"]),
-            latency_ms=_num(rec["latency_ms"]), error=_text(rec["error"]), prompt=_text(rec["prompt"]),
-            probs=probs, top_tokens=_json_obj(rec["top_tokens"]), option_scores=scores,
-            option_logprobs=({o: s.get("logprob") for o, s in scores.items() if isinstance(s, dict)}
-                             if isinstance(scores, dict) else None),
-            extra=extra,
-        ))
+        chosen = (
+            pred
+            if _predicts_option(task) and pred is not None and _text(rec["error"]) is None
+            else None
+        )
+        chosen_prob = (
+            _num(probs.get(chosen)) if isinstance(probs, dict) and chosen is not None else None
+        )
+        out.append(
+            ExportRow(
+                run_id=str(rec["run_id"]),
+                model=_text(run.get("model")),
+                suite=_text(run.get("suite_name")),
+                suite_id=_text(run.get("suite_id")),
+                task=_text(task),
+                method=_method(task, extra, run),
+                item_id=str(rec["item_id"]),
+                variant=str(rec["variant"]),
+                prediction=pred,
+                gold=_text(rec["gold"]),
+                correct=_num(rec["correct"]),
+                confidence=_num(rec["confidence"]),
+                p_yes=_num(rec["p_yes"]),
+                p_no=_num(rec["p_no"]),
+                p_other=_num(rec["other"]),
+                chosen_option=chosen,
+                chosen_prob=chosen_prob,
+                n_tokens=None if _num(rec["n_tokens"]) is None else int(rec["n_tokens"]),
+                latency_ms=_num(rec["latency_ms"]),
+                error=_text(rec["error"]),
+                prompt=_text(rec["prompt"]),
+                probs=probs,
+                top_tokens=_json_obj(rec["top_tokens"]),
+                option_scores=scores,
+                option_logprobs=(
+                    {o: s.get("logprob") for o, s in scores.items() if isinstance(s, dict)}
+                    if isinstance(scores, dict)
+                    else None
+                ),
+                extra=extra,
+            )
+        )
     return out
 
 
@@ -193,7 +231,9 @@ def to_arrow(rows: list[ExportRow]) -> pa.Table:
     cols: dict[str, list[Any]] = {c: [] for c in COLUMNS}
     for r in rows:
         for c, v in _values(r):
-            cols[c].append(json.dumps(v, ensure_ascii=False) if c in JSON_COLS and v is not None else v)
+            cols[c].append(
+                json.dumps(v, ensure_ascii=False) if c in JSON_COLS and v is not None else v
+            )
     return pa.table(cols, schema=SCHEMA)
 
 
@@ -217,7 +257,9 @@ def to_csv(rows: list[ExportRow], *, raw: bool = False) -> str:
             elif c in TEXT_COLUMNS:
                 line.append(v if raw else csv_escape(v))
             else:
-                line.append(repr(v) if isinstance(v, float) else str(v))  # repr: shortest exact float
+                line.append(
+                    repr(v) if isinstance(v, float) else str(v)
+                )  # repr: shortest exact float
         w.writerow(line)
     return buf.getvalue()
 
@@ -225,7 +267,9 @@ def to_csv(rows: list[ExportRow], *, raw: bool = False) -> str:
 def to_jsonl(rows: list[ExportRow]) -> str:
     """JSON lines; bidi controls written as JSON escapes (the same data, but a terminal or an
     editor showing the file cannot reorder it)."""
-    return json_escape_bidi("".join(json.dumps(dict(_values(r)), ensure_ascii=False) + "\n" for r in rows))
+    return json_escape_bidi(
+        "".join(json.dumps(dict(_values(r)), ensure_ascii=False) + "\n" for r in rows)
+    )
 
 
 # -- lm-eval shape ----------------------------------------------------------------------------
@@ -260,7 +304,9 @@ def _resp(lp: float | None, greedy: Any = None) -> list[str]:
     return [str(lp), str(None if greedy is None else bool(greedy))]
 
 
-def lm_eval_samples(store: Store, run: dict[str, Any], rows: list[ExportRow]) -> dict[str, list[dict[str, Any]]]:
+def lm_eval_samples(
+    store: Store, run: dict[str, Any], rows: list[ExportRow]
+) -> dict[str, list[dict[str, Any]]]:
     """Per-task sample records as lm-eval 0.4's `--log_samples` writes them.
 
     doc_id is the item's position in the suite and doc its fields (an lm-eval YAML's dataset
@@ -277,7 +323,10 @@ def lm_eval_samples(store: Store, run: dict[str, Any], rows: list[ExportRow]) ->
     doc_of: dict[str, tuple[int | None, dict[str, Any]]] = {}
     if items is not None and not items.empty:
         for it in items.to_dict(orient="records"):
-            doc_of[str(it["item_id"])] = (int(it["idx"]), _lm_eval_doc(_json_obj(it.get("fields")) or {}))
+            doc_of[str(it["item_id"])] = (
+                int(it["idx"]),
+                _lm_eval_doc(_json_obj(it.get("fields")) or {}),
+            )
     variants = sorted({r.variant for r in rows})
     metric = _lm_eval_metric(run.get("task"))
     out: dict[str, list[dict[str, Any]]] = {}
@@ -303,13 +352,18 @@ def lm_eval_samples(store: Store, run: dict[str, Any], rows: list[ExportRow]) ->
             scores = r.option_scores or {}
             reqs: list[tuple[str, str, float | None, Any]] = [
                 (r.prompt or "", str(c), lp, (scores.get(lab) or {}).get("is_greedy"))
-                for c, lp, lab in zip(conts, lps, labels, strict=True)]
+                for c, lp, lab in zip(conts, lps, labels, strict=True)
+            ]
             uncond = [_num((scores.get(lab) or {}).get("uncond_logprob")) for lab in labels]
             if any(u is not None for u in uncond):
-                reqs += [("", str(c), u, (scores.get(lab) or {}).get("uncond_is_greedy"))
-                         for c, u, lab in zip(conts, uncond, labels, strict=True)]
+                reqs += [
+                    ("", str(c), u, (scores.get(lab) or {}).get("uncond_is_greedy"))
+                    for c, u, lab in zip(conts, uncond, labels, strict=True)
+                ]
             rec["target"] = str(labels.index(r.gold)) if r.gold in labels else str(r.gold)
-            rec["arguments"] = {f"gen_args_{i}": {"arg_0": c, "arg_1": x} for i, (c, x, _, _) in enumerate(reqs)}
+            rec["arguments"] = {
+                f"gen_args_{i}": {"arg_0": c, "arg_1": x} for i, (c, x, _, _) in enumerate(reqs)
+            }
             rec["resps"] = [[_resp(lp, g)] for _, _, lp, g in reqs]
             rec["filtered_resps"] = [_resp(lp, g) for _, _, lp, g in reqs]
             methods = (r.extra or {}).get("methods") or {}
@@ -339,8 +393,9 @@ def lm_eval_samples(store: Store, run: dict[str, Any], rows: list[ExportRow]) ->
     return out
 
 
-def lm_eval_results(run: dict[str, Any], rows: list[ExportRow], n_items: int | None,
-                    metrics: Any = None) -> dict[str, Any]:
+def lm_eval_results(
+    run: dict[str, Any], rows: list[ExportRow], n_items: int | None, metrics: Any = None
+) -> dict[str, Any]:
     """A summary shaped like lm-eval's results JSON (`results`, `n-samples`, `config`...).
 
     `acc,none` is the report's `accuracy` (`metrics`, the pipeline's RunMetrics of the run):
@@ -380,12 +435,20 @@ def lm_eval_results(run: dict[str, Any], rows: list[ExportRow], n_items: int | N
     def block(name: str, rs: list[ExportRow], whole: bool = False) -> dict[str, Any]:
         vals = [float(r.correct) for r in rs if r.correct is not None and r.error is None]
         # lm-eval's task block: name, alias and sample_len (the documents scored) before the metrics
-        out = {"name": name, "alias": name, "sample_len": sum(1 for r in rs if r.error is None),
-               f"{metric},none": value(rs, whole or len(by_task) == 1),
-               f"{metric}_stderr,none": iid_stderr(vals)}
+        out = {
+            "name": name,
+            "alias": name,
+            "sample_len": sum(1 for r in rs if r.error is None),
+            f"{metric},none": value(rs, whole or len(by_task) == 1),
+            f"{metric}_stderr,none": iid_stderr(vals),
+        }
         for mname in LM_EVAL_METHODS:
             mv = [(r.extra or {}).get("methods", {}).get(mname) for r in rs if r.error is None]
-            mvals = [float(x["correct"]) for x in mv if isinstance(x, dict) and x.get("correct") is not None]
+            mvals = [
+                float(x["correct"])
+                for x in mv
+                if isinstance(x, dict) and x.get("correct") is not None
+            ]
             if mvals:
                 out[f"{mname},none"] = method_value(mname, whole or len(by_task) == 1)
                 out[f"{mname}_stderr,none"] = iid_stderr(mvals)
@@ -398,12 +461,21 @@ def lm_eval_results(run: dict[str, Any], rows: list[ExportRow], n_items: int | N
         out["groups"] = {group: block(group, rows, whole=True)}
         out["group_subtasks"] = {group: sorted(by_task)}
     out["n-shot"] = {t: 0 for t in by_task}
-    out["higher_is_better"] = {t: {k.split(",")[0]: True for k in results[t] if k.endswith(",none")
-                                   and "_stderr" not in k} for t in by_task}
-    out["n-samples"] = {t: {"original": n_items if n_items is not None else len(rs), "effective": len(rs)}
-                        for t, rs in by_task.items()}
-    out["config"] = {"model": run.get("backend"), "model_args": run.get("model"), "llmscope_run_id": run.get("run_id"),
-                     "llmscope_suite_id": run.get("suite_id"), "seed": run.get("seed")}
+    out["higher_is_better"] = {
+        t: {k.split(",")[0]: True for k in results[t] if k.endswith(",none") and "_stderr" not in k}
+        for t in by_task
+    }
+    out["n-samples"] = {
+        t: {"original": n_items if n_items is not None else len(rs), "effective": len(rs)}
+        for t, rs in by_task.items()
+    }
+    out["config"] = {
+        "model": run.get("backend"),
+        "model_args": run.get("model"),
+        "llmscope_run_id": run.get("run_id"),
+        "llmscope_suite_id": run.get("suite_id"),
+        "seed": run.get("seed"),
+    }
     out["model_name"] = run.get("model")
     out["date"] = str(run.get("started_at")) if run.get("started_at") is not None else None
     return out
@@ -419,7 +491,9 @@ def _check_target(path: Path, force: bool) -> None:
         raise ExportError(f"cannot write {path}: {e.strerror}") from e
     if st is not None:
         if stat.S_ISDIR(st.st_mode):
-            raise ExportError(f"{path} is a directory; give a file name, e.g. -o {path / 'run.jsonl'}")
+            raise ExportError(
+                f"{path} is a directory; give a file name, e.g. -o {path / 'run.jsonl'}"
+            )
         if not stat.S_ISREG(st.st_mode):
             raise ExportError(f"{path} exists and is not a regular file; refusing to write to it")
         if not force:
@@ -439,8 +513,13 @@ def _write_atomic(path: Path, write: Callable[[Path], None], force: bool) -> Non
             raise ExportError(f"{path} exists; pass --force to replace it")
         os.replace(tmp, path)
     except OSError as e:
-        reason = {errno.ENOSPC: "disk full", errno.EROFS: "read-only file system", errno.EDQUOT: "disk quota exceeded",
-                  errno.EFBIG: "file too large", errno.EACCES: "permission denied"}.get(e.errno or 0, e.strerror)
+        reason = {
+            errno.ENOSPC: "disk full",
+            errno.EROFS: "read-only file system",
+            errno.EDQUOT: "disk quota exceeded",
+            errno.EFBIG: "file too large",
+            errno.EACCES: "permission denied",
+        }.get(e.errno or 0, e.strerror)
         raise ExportError(f"cannot write {path}: {reason}; nothing was written") from e
     finally:
         try:
@@ -492,8 +571,15 @@ def frame_csv(df: Any, text_columns: set[str], *, raw: bool = False) -> str:
     return buf.getvalue()
 
 
-def export_run(store: Store, run: dict[str, Any], fmt: str, output: str | None, *, force: bool = False,
-               raw: bool = False) -> int:
+def export_run(
+    store: Store,
+    run: dict[str, Any],
+    fmt: str,
+    output: str | None,
+    *,
+    force: bool = False,
+    raw: bool = False,
+) -> int:
     """Write a run in `fmt` to `output` (stdout when None, text formats only); returns rows written."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
@@ -516,11 +602,14 @@ def export_run(store: Store, run: dict[str, Any], fmt: str, output: str | None, 
     return len(rows)
 
 
-def _export_lm_eval(store: Store, run: dict[str, Any], rows: list[ExportRow], output: str | None,
-                    force: bool) -> None:
+def _export_lm_eval(
+    store: Store, run: dict[str, Any], rows: list[ExportRow], output: str | None, force: bool
+) -> None:
     if not output:
-        raise ExportError("--format lm-eval writes a folder (samples_<task>_<run>.jsonl, results_<run>.json): "
-                          "pass -o DIR")
+        raise ExportError(
+            "--format lm-eval writes a folder (samples_<task>_<run>.jsonl, results_<run>.json): "
+            "pass -o DIR"
+        )
     folder = Path(output)
     if folder.exists() and not folder.is_dir():
         raise ExportError(f"{folder} exists and is not a folder; --format lm-eval writes a folder")
@@ -528,14 +617,22 @@ def _export_lm_eval(store: Store, run: dict[str, Any], rows: list[ExportRow], ou
         raise ExportError(f"cannot write {folder}: folder {folder.parent} does not exist")
     n_items = None
     if run.get("suite_id"):
-        row = store.execute("SELECT count(*) FROM items WHERE suite_id = ?", [run["suite_id"]]).fetchone()
+        row = store.execute(
+            "SELECT count(*) FROM items WHERE suite_id = ?", [run["suite_id"]]
+        ).fetchone()
         n_items = int(row[0]) if row and row[0] else None
     samples = lm_eval_samples(store, run, rows)
-    files = {f"samples_{task}_{run['run_id']}.jsonl": "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rs)
-             for task, rs in samples.items()}
+    files = {
+        f"samples_{task}_{run['run_id']}.jsonl": "".join(
+            json.dumps(r, ensure_ascii=False) + "\n" for r in rs
+        )
+        for task, rs in samples.items()
+    }
     from llmscope.analysis.metrics import run_metrics
 
-    summary = lm_eval_results(run, rows, n_items, run_metrics(store, run, producers=["accuracy", "methods"]))
+    summary = lm_eval_results(
+        run, rows, n_items, run_metrics(store, run, producers=["accuracy", "methods"])
+    )
     files[f"results_{run['run_id']}.json"] = json.dumps(summary, indent=2, ensure_ascii=False)
     if folder.is_dir():
         for name in files:  # refuse before writing anything
@@ -551,7 +648,9 @@ def _export_lm_eval(store: Store, run: dict[str, Any], rows: list[ExportRow], ou
 def _export_worldsense(store: Store, run: dict[str, Any], output: str | None, force: bool) -> int:
     df = store.results_frame(run["run_id"], with_items=False)
     lines = []
-    for item_id, pred, err in zip(df["item_id"].tolist(), df["prediction"].tolist(), df["error"].tolist(), strict=True):
+    for item_id, pred, err in zip(
+        df["item_id"].tolist(), df["prediction"].tolist(), df["error"].tolist(), strict=True
+    ):
         # `_text`: missing text is NaN in a column that holds some (pandas' string dtype)
         resp = _text(pred) if _text(err) is None and _text(pred) is not None else ""
         lines.append(json.dumps({"Key": _key(item_id), "resp": resp}))

@@ -140,8 +140,14 @@ class LiveWriter:
             self.dir = self.base / progress.run_id
             self.dir.mkdir(parents=True, exist_ok=True)
             (self.dir / "ended").unlink(missing_ok=True)
-            self._run = {k: (str(v) if v is not None and not isinstance(v, (int, float, str, bool, dict, list)) else v)
-                         for k, v in run.items()}
+            self._run = {
+                k: (
+                    str(v)
+                    if v is not None and not isinstance(v, (int, float, str, bool, dict, list))
+                    else v
+                )
+                for k, v in run.items()
+            }
             results = self.dir / "results.jsonl"
             if self.store is not None and results.exists():
                 compact_results(results, self.store.done_keys(progress.run_id))
@@ -154,8 +160,12 @@ class LiveWriter:
         def write() -> None:
             if self._fh is None:
                 return
-            self._fh.write("".join(json.dumps(row, ensure_ascii=False, default=str) + "\n"
-                                   for row in result_rows(results)))
+            self._fh.write(
+                "".join(
+                    json.dumps(row, ensure_ascii=False, default=str) + "\n"
+                    for row in result_rows(results)
+                )
+            )
             self._fh.flush()
 
         self._safe(write)
@@ -182,7 +192,12 @@ class LiveWriter:
         if self.dir is None or (not force and now - self._last < self.interval_s):
             return
         self._last = now
-        data = {"run": self._run, "progress": progress.to_dict(), "pid": os.getpid(), "time": time.time()}
+        data = {
+            "run": self._run,
+            "progress": progress.to_dict(),
+            "pid": os.getpid(),
+            "time": time.time(),
+        }
         tmp = self.dir / f"progress.json.{os.getpid()}.tmp"
         tmp.write_text(json.dumps(data, default=str))
         os.replace(tmp, self.dir / "progress.json")

@@ -38,11 +38,27 @@ from llmscope.store.codec import decode_json_cell
 
 PLAN_VERSION = 1
 MEASURES = ("accuracy", "p_yes", "expected")
-PLAN_KEYS = ("llmscope_plan", "suite", "suite_id", "suite_path", "models", "task_options", "metrics",
-             "hypotheses", "seed", "alpha", "created_at")
+PLAN_KEYS = (
+    "llmscope_plan",
+    "suite",
+    "suite_id",
+    "suite_path",
+    "models",
+    "task_options",
+    "metrics",
+    "hypotheses",
+    "seed",
+    "alpha",
+    "created_at",
+)
 _SIDE = r"(?P<m{n}>[a-z_][a-z0-9_]*)\((?P<g{n}>[^()]*)\)"
-_HYP = re.compile(r"^\s*" + _SIDE.format(n=1) + r"\s*(?P<op>[<>])\s*(?:" + _SIDE.format(n=2)
-                  + r"|(?P<num>[-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?))\s*$")
+_HYP = re.compile(
+    r"^\s*"
+    + _SIDE.format(n=1)
+    + r"\s*(?P<op>[<>])\s*(?:"
+    + _SIDE.format(n=2)
+    + r"|(?P<num>[-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?))\s*$"
+)
 
 
 class PlanError(ValueError):
@@ -71,13 +87,17 @@ def parse_hypothesis(text: str, hid: str = "H1") -> Hypothesis:
     """Parse `accuracy(q1) > accuracy(variant=q2, method=raw)` or `p_yes(q1) < 0.5`."""
     m = _HYP.match(text)
     if not m:
-        raise PlanError(f"hypothesis {hid} {text!r}: expected MEASURE(GROUP) > or < MEASURE(GROUP) or a number, "
-                        f"e.g. 'accuracy(q1) > accuracy(q2)'")
+        raise PlanError(
+            f"hypothesis {hid} {text!r}: expected MEASURE(GROUP) > or < MEASURE(GROUP) or a number, "
+            f"e.g. 'accuracy(q1) > accuracy(q2)'"
+        )
 
     def side(n: int) -> Side:
         measure = m.group(f"m{n}")
         if measure not in MEASURES:
-            raise PlanError(f"hypothesis {hid}: unknown measure {measure!r}; allowed: {', '.join(MEASURES)}")
+            raise PlanError(
+                f"hypothesis {hid}: unknown measure {measure!r}; allowed: {', '.join(MEASURES)}"
+            )
         group: dict[str, str] = {}
         for part in [p.strip() for p in m.group(f"g{n}").split(",") if p.strip()]:
             k, _, v = part.partition("=")
@@ -119,7 +139,9 @@ def read_plan(path: str | Path) -> dict[str, Any]:
         # the problem and its line, never the quoted text (the file may be anyone's)
         mark = getattr(e, "problem_mark", None)
         line = f", line {mark.line + 1}" if mark is not None else ""
-        raise PlanError(f"{p}{line}: invalid YAML: {getattr(e, 'problem', None) or 'not YAML'}") from None
+        raise PlanError(
+            f"{p}{line}: invalid YAML: {getattr(e, 'problem', None) or 'not YAML'}"
+        ) from None
     if not isinstance(data, dict) or data.get("llmscope_plan") != PLAN_VERSION:
         raise PlanError(f"{p}: not an llmscope plan (needs 'llmscope_plan: {PLAN_VERSION}')")
     bad = [k for k in data if k not in PLAN_KEYS]
@@ -145,8 +167,14 @@ def read_plan(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def deviations(plan: dict[str, Any], *, suite_id: str, model: str | None, task_options: dict[str, Any],
-               seed: int) -> list[str]:
+def deviations(
+    plan: dict[str, Any],
+    *,
+    suite_id: str,
+    model: str | None,
+    task_options: dict[str, Any],
+    seed: int,
+) -> list[str]:
     """How a run differs from its plan (empty when it follows it)."""
     out = []
     if plan.get("suite_id") and plan["suite_id"] != suite_id:
@@ -156,8 +184,12 @@ def deviations(plan: dict[str, Any], *, suite_id: str, model: str | None, task_o
         out.append(f"model {model or 'default'!r} is not among the planned models {models}")
     planned = plan.get("task_options") or {}
     for k in sorted(set(planned) | set(task_options)):
-        if json.dumps(planned.get(k), sort_keys=True) != json.dumps(task_options.get(k), sort_keys=True):
-            out.append(f"task option {k}={json.dumps(task_options.get(k))} (planned {json.dumps(planned.get(k))})")
+        if json.dumps(planned.get(k), sort_keys=True) != json.dumps(
+            task_options.get(k), sort_keys=True
+        ):
+            out.append(
+                f"task option {k}={json.dumps(task_options.get(k))} (planned {json.dumps(planned.get(k))})"
+            )
     if "seed" in plan and int(plan["seed"]) != int(seed):
         out.append(f"seed {seed} (planned {plan['seed']})")
     return out
@@ -181,12 +213,24 @@ def _per_cluster(df: pd.DataFrame, side: Side, cluster_field: str | None) -> pd.
             raise PlanError(f"hypothesis group key {k!r} is not variant, method or an item field")
     if side.measure == "accuracy":
         if method:
-            vals = sub["extra"].map(lambda e: ((decode_json_cell(e) or {}).get("methods") or {}).get(method, {}).get("correct"))
+            vals = sub["extra"].map(
+                lambda e: (
+                    ((decode_json_cell(e) or {}).get("methods") or {})
+                    .get(method, {})
+                    .get("correct")
+                )
+            )
         else:
             vals = sub["correct"]
     elif side.measure == "p_yes":
-        vals = sub.apply(lambda r: (r["p_yes"] / (r["p_yes"] + r["p_no"]))
-                         if pd.notna(r.get("p_yes")) and (r["p_yes"] + r["p_no"]) > 0 else np.nan, axis=1)
+        vals = sub.apply(
+            lambda r: (
+                (r["p_yes"] / (r["p_yes"] + r["p_no"]))
+                if pd.notna(r.get("p_yes")) and (r["p_yes"] + r["p_no"]) > 0
+                else np.nan
+            ),
+            axis=1,
+        )
     else:
         vals = sub["extra"].map(lambda e: (decode_json_cell(e) or {}).get("expected"))
     vals = pd.to_numeric(pd.Series(vals, index=sub.index), errors="coerce")
@@ -197,7 +241,9 @@ def _per_cluster(df: pd.DataFrame, side: Side, cluster_field: str | None) -> pd.
     return vals[ok].groupby(cl[ok]).mean()
 
 
-def evaluate(h: Hypothesis, df: pd.DataFrame, cluster_field: str | None, alpha: float) -> dict[str, Any]:
+def evaluate(
+    h: Hypothesis, df: pd.DataFrame, cluster_field: str | None, alpha: float
+) -> dict[str, Any]:
     """Test one hypothesis on a run's rows: estimate, interval, one-sided p-value, verdict."""
     left = _per_cluster(df, h.left, cluster_field)
     if isinstance(h.right, Side):
@@ -211,8 +257,13 @@ def evaluate(h: Hypothesis, df: pd.DataFrame, cluster_field: str | None, alpha: 
     n = len(d)
     out: dict[str, Any] = {"id": h.hid, "hypothesis": h.text, "test": test, "n_clusters": n}
     if n < 2:
-        return {**out, "estimate": float(d.mean()) if n else None, "ci": None, "p": None,
-                "verdict": "not testable (fewer than 2 clusters)"}
+        return {
+            **out,
+            "estimate": float(d.mean()) if n else None,
+            "ci": None,
+            "p": None,
+            "verdict": "not testable (fewer than 2 clusters)",
+        }
     est = float(d.mean())
     sd = float(d.std(ddof=1))
     if sd == 0:
@@ -224,11 +275,18 @@ def evaluate(h: Hypothesis, df: pd.DataFrame, cluster_field: str | None, alpha: 
         t = float(stats.t.ppf(0.975, n - 1))
         se = sd / math.sqrt(n)
         ci = [est - t * se, est + t * se]
-    return {**out, "estimate": est, "ci": ci, "p": p,
-            "verdict": "supported" if p < alpha else "not supported"}
+    return {
+        **out,
+        "estimate": est,
+        "ci": ci,
+        "p": p,
+        "verdict": "supported" if p < alpha else "not supported",
+    }
 
 
-def plan_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def plan_rows(
+    df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any], rows: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """For a run made with a plan: its hypothesis rows first, then the other rows marked exploratory."""
     meta = run.get("meta") or {}
     plan = meta.get("plan") if isinstance(meta, dict) else None
@@ -242,14 +300,34 @@ def plan_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any], rows:
     for i, hd in enumerate(body.get("hypotheses") or [], 1):
         h = parse_hypothesis(hd["text"], str(hd.get("id", f"H{i}")))
         ev = evaluate(h, df, spec.get("cluster_field"), alpha)
-        r = metric_row(run["run_id"], str(run.get("model")), "hypothesis", ev["estimate"], ev["ci"],
-                       ev["n_clusters"], {"id": h.hid, "hypothesis": h.text, "verdict": ev["verdict"]})
-        r.update(suite=run.get("suite_name"), preregistered=True, p_value=ev["p"], test=ev["test"],
-                 plan_hash=plan.get("hash"))
+        r = metric_row(
+            run["run_id"],
+            str(run.get("model")),
+            "hypothesis",
+            ev["estimate"],
+            ev["ci"],
+            ev["n_clusters"],
+            {"id": h.hid, "hypothesis": h.text, "verdict": ev["verdict"]},
+        )
+        r.update(
+            suite=run.get("suite_name"),
+            preregistered=True,
+            p_value=ev["p"],
+            test=ev["test"],
+            plan_hash=plan.get("hash"),
+        )
         out.append(r)
     dev = plan.get("deviations") or []
     for d in dev:
-        r = metric_row(run["run_id"], str(run.get("model")), "plan_deviation", None, None, None, {"deviation": d})
+        r = metric_row(
+            run["run_id"],
+            str(run.get("model")),
+            "plan_deviation",
+            None,
+            None,
+            None,
+            {"deviation": d},
+        )
         r.update(suite=run.get("suite_name"), preregistered=True)
         out.append(r)
     for r in rows:
@@ -261,8 +339,16 @@ class PlanRecorder:
     """A run reporter that stores the plan (hash, content, deviations) in `runs.meta` when the run
     starts, which is before the first result is written."""
 
-    def __init__(self, store: Any, plan: dict[str, Any], digest: str, path: str, devs: list[str]) -> None:
-        self.store, self.plan, self.digest, self.path, self.devs = store, plan, digest, path, list(devs)
+    def __init__(
+        self, store: Any, plan: dict[str, Any], digest: str, path: str, devs: list[str]
+    ) -> None:
+        self.store, self.plan, self.digest, self.path, self.devs = (
+            store,
+            plan,
+            digest,
+            path,
+            list(devs),
+        )
 
     def on_start(self, run: dict[str, Any], progress: Any) -> None:
         row = self.store.get_run(run["run_id"]) or run
@@ -270,11 +356,21 @@ class PlanRecorder:
         old = (meta or {}).get("plan")
         devs = list(self.devs)
         if old and old.get("hash") != self.digest:
-            devs.append(f"the run was started under plan {old.get('hash', '?')[:12]}, resumed under {self.digest[:12]}")
+            devs.append(
+                f"the run was started under plan {old.get('hash', '?')[:12]}, resumed under {self.digest[:12]}"
+            )
         if not old and progress.done:
             devs.append(f"the plan was attached after {progress.done} results were stored")
-        meta = {**(meta or {}), "plan": {"hash": self.digest, "path": self.path, "plan": self.plan,
-                                          "deviations": devs, "results_before_plan": int(progress.done) if not old else 0}}
+        meta = {
+            **(meta or {}),
+            "plan": {
+                "hash": self.digest,
+                "path": self.path,
+                "plan": self.plan,
+                "deviations": devs,
+                "results_before_plan": int(progress.done) if not old else 0,
+            },
+        }
         self.store.update_run(run["run_id"], meta=meta)
 
     def on_results(self, results: Any, progress: Any) -> None:

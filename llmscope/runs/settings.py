@@ -215,7 +215,9 @@ def remember_endpoints(urls: list[str], env: dict[str, str] | None = None) -> No
         pass
 
 
-def trusted_endpoints(settings: Settings | None = None, env: dict[str, str] | None = None) -> set[str]:
+def trusted_endpoints(
+    settings: Settings | None = None, env: dict[str, str] | None = None
+) -> set[str]:
     """Base URLs the user named themselves: `$OPENAI_BASE_URL`, their own config file's
     `base_url` (never a project file's), and the endpoints they chose before. A base URL stored
     in a database or written in a study file is sent the key only when it is one of these, or

@@ -209,7 +209,11 @@ def _stored_derived(store: Any, name: str) -> tuple[str | None, str | None, Any]
             "SELECT run_id FROM runs WHERE suite_id = ? ORDER BY started_at DESC LIMIT 1", [sid]
         ).fetchone()
         rin = resume_inputs(store.get_run(str(row[0])) or {})
-        found[str(sid)] = (rin.suite_name, rin.suite_path, Derivation(d["level"], spec["templates"]))
+        found[str(sid)] = (
+            rin.suite_name,
+            rin.suite_path,
+            Derivation(d["level"], spec["templates"]),
+        )
     if len(found) > 1:
         raise ConfigError(
             f"{store.path} holds {len(found)} suites named {name!r} ({', '.join(sorted(found))}): "

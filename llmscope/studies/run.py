@@ -268,8 +268,7 @@ async def run_study(
                         t.cancel()
 
     tasks = [
-        asyncio.create_task(guarded(c))
-        for c in (local_lane(), *(api_cell(c, p) for c, p in api))
+        asyncio.create_task(guarded(c)) for c in (local_lane(), *(api_cell(c, p) for c, p in api))
     ]
     try:
         await asyncio.gather(*tasks)

@@ -25,7 +25,9 @@ from tests.helpers.oai import CANARY_KEY, start_server, stop_server
 
 
 def _work(prompt: str, gold: str | None, options: list[str] | None = None) -> Work:
-    return Work(item=Item(item_id="i", fields={}), variant="v", prompt=prompt, gold=gold, options=options)
+    return Work(
+        item=Item(item_id="i", fields={}), variant="v", prompt=prompt, gold=gold, options=options
+    )
 
 
 def test_yesno_with_no_mass_abstains_instead_of_answering_yes():
@@ -55,7 +57,9 @@ def test_choice_with_no_finite_option_loglik_abstains():
     inf = -math.inf
     table = {("Q", " a"): [(" a", inf)], ("Q", " b"): [(" b", inf)]}
     backend = TableBackend(loglik_table=table)
-    task = get_task("choice")({"content_free": [], "domain_prompt": None, "continuation": " {option}"})
+    task = get_task("choice")(
+        {"content_free": [], "domain_prompt": None, "continuation": " {option}"}
+    )
     res = asyncio.run(task.score(_work("Q", "a", ["a", "b"]), backend))
     assert res.prediction is None and res.correct == 0.0
     assert res.extra["abstained"] is True
@@ -63,10 +67,25 @@ def test_choice_with_no_finite_option_loglik_abstains():
 
 def test_abstention_rows_by_hand():
     # 4 items x 1 variant; items 2 and 3 abstained; of the answered, one right (item 0).
-    extra = [None, json.dumps({"x": 1}), json.dumps({"abstained": True}), json.dumps({"abstained": True})]
-    df = pd.DataFrame({"item_id": ["0", "1", "2", "3"], "variant": "v", "error": [None] * 4,
-                       "correct": [1.0, 0.0, 0.0, 0.0], "extra": extra})
-    rows = {r["metric"]: r for r in abstention_rows(df, {"run_id": "r", "model": "m", "task": "yesno"}, {})}
+    extra = [
+        None,
+        json.dumps({"x": 1}),
+        json.dumps({"abstained": True}),
+        json.dumps({"abstained": True}),
+    ]
+    df = pd.DataFrame(
+        {
+            "item_id": ["0", "1", "2", "3"],
+            "variant": "v",
+            "error": [None] * 4,
+            "correct": [1.0, 0.0, 0.0, 0.0],
+            "extra": extra,
+        }
+    )
+    rows = {
+        r["metric"]: r
+        for r in abstention_rows(df, {"run_id": "r", "model": "m", "task": "yesno"}, {})
+    }
     assert rows["abstain_rate"]["value"] == 0.5 and rows["abstain_rate"]["n"] == 4
     lo, hi = rows["abstain_rate"]["ci95"]
     # Wilson interval for 2/4 (independent items), by hand: centre 0.5, half-width
@@ -79,11 +98,17 @@ def test_abstention_rows_by_hand():
 def test_server_ignoring_logprobs_and_n_gives_abstentions_not_accuracy(tmp_path: Path):
     texts = ["[a] sky is blue", "[a] fire is hot", "[a] ice is hot"]
     golds = ["yes", "yes", "no"]
-    (tmp_path / "items.jsonl").write_text("".join(
-        json.dumps({"id": f"i{k}", "text": t, "gold": g}) + "\n" for k, (t, g) in enumerate(zip(texts, golds, strict=True))))
+    (tmp_path / "items.jsonl").write_text(
+        "".join(
+            json.dumps({"id": f"i{k}", "text": t, "gold": g}) + "\n"
+            for k, (t, g) in enumerate(zip(texts, golds, strict=True))
+        )
+    )
     spec = tmp_path / "suite.yaml"
-    spec.write_text("name: abstain\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
-                    "templates:\n  plain: '{text} Answer yes or no.'\n")
+    spec.write_text(
+        "name: abstain\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
+        "templates:\n  plain: '{text} Answer yes or no.'\n"
+    )
     db = tmp_path / "a.duckdb"
     server = start_server()
     try:
@@ -93,14 +118,35 @@ def test_server_ignoring_logprobs_and_n_gives_abstentions_not_accuracy(tmp_path:
         env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY}
         env.pop("OPENAI_BASE_URL", None)
         proc = subprocess.run(
-            [sys.executable, "-m", "llmscope", "run", "--suite", str(spec), "--db", str(db), "--model",
-             "openai:test-model", "--base-url", server.base_url, "--samples", "3", "--no-report"],
-            capture_output=True, text=True, timeout=300, env=env)
+            [
+                sys.executable,
+                "-m",
+                "llmscope",
+                "run",
+                "--suite",
+                str(spec),
+                "--db",
+                str(db),
+                "--model",
+                "openai:test-model",
+                "--base-url",
+                server.base_url,
+                "--samples",
+                "3",
+                "--no-report",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
     finally:
         stop_server(server)
     assert proc.returncode == 0, proc.stderr[-2000:]
     con = duckdb.connect(str(db), read_only=True)
-    rows = con.execute("SELECT prediction, correct, p_yes, p_no, extra, error FROM results ORDER BY item_id").fetchall()
+    rows = con.execute(
+        "SELECT prediction, correct, p_yes, p_no, extra, error FROM results ORDER BY item_id"
+    ).fetchall()
     con.close()
     assert len(rows) == 3
     for pred, correct, p_yes, p_no, extra, error in rows:
@@ -108,8 +154,12 @@ def test_server_ignoring_logprobs_and_n_gives_abstentions_not_accuracy(tmp_path:
         assert pred is None and correct == 0.0
         assert p_yes == 0.0 and p_no == 0.0
         assert json.loads(extra)["abstained"] is True
-    rep = subprocess.run([sys.executable, "-m", "llmscope", "report", "--db", str(db), "--json"],
-                         capture_output=True, text=True, timeout=120)
+    rep = subprocess.run(
+        [sys.executable, "-m", "llmscope", "report", "--db", str(db), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert rep.returncode == 0, rep.stderr[-2000:]
     metrics = {r["metric"]: r for r in json.loads(rep.stdout) if not r["group"]}
     assert metrics["accuracy"]["value"] == 0.0  # not 0.667

@@ -53,7 +53,9 @@ def test_binary_items_match_binomial_optimiser_and_sklearn():
         p = expit(a[0] * x)
         return -float(np.sum(k * np.log(p) + (n - k) * np.log(1 - p)))
 
-    ref = optimize.minimize(nll, [0.1], method="Nelder-Mead", options={"xatol": 1e-9, "fatol": 1e-12})
+    ref = optimize.minimize(
+        nll, [0.1], method="Nelder-Mead", options={"xatol": 1e-9, "fatol": 1e-12}
+    )
     assert fit.alpha == pytest.approx(ref.x[0], abs=1e-5)
     assert fit.loglik == pytest.approx(-ref.fun, abs=1e-7)
     from sklearn.linear_model import LogisticRegression
@@ -71,7 +73,8 @@ def test_three_options_loglik_and_softmax_accuracy_by_hand():
     c = [[1, 2, 3]]
     z = math.exp(0) + math.exp(0.5) + math.exp(1.0)
     assert loglik(0.5, s, c) == pytest.approx(
-        1 * math.log(1 / z) + 2 * math.log(math.exp(0.5) / z) + 3 * math.log(math.exp(1) / z))
+        1 * math.log(1 / z) + 2 * math.log(math.exp(0.5) / z) + 3 * math.log(math.exp(1) / z)
+    )
     assert softmax_accuracy(0.5, s, [2]) == pytest.approx(math.exp(1) / z)
     # very large α·s differences stay finite (log-space): the fit on raw log-likelihoods works
     fit = fit_alpha([[-3.0, -400.0]], [[9, 1]])

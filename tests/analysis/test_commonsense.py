@@ -121,5 +121,7 @@ def test_correlation_of_a_constant_column_is_undefined_without_a_warning():
         warnings.simplefilter("error")
         r = cs.correlation([0.1, 0.1, 0.1], [0.2, 0.5, 0.9])
         r2 = cs.correlation([0.3, 0.6, 0.9, 0.2, 0.5, 0.8], [0.7] * 6)
-    assert r["n"] == 3 and all(np.isnan(r[k]) for k in ("pearson", "pearson_p", "spearman", "spearman_p"))
+    assert r["n"] == 3 and all(
+        np.isnan(r[k]) for k in ("pearson", "pearson_p", "spearman", "spearman_p")
+    )
     assert r2["n"] == 6 and np.isnan(r2["pearson"]) and np.isnan(r2["spearman"])

@@ -13,7 +13,11 @@ from llmscope.analysis.genmetrics import generation_library_rows, item_metrics
 
 def test_item_metrics_by_hand():
     m = item_metrics("the cat sat on the mat", ["the cat sat on the mat"])
-    assert m["bleu"] == pytest.approx(100.0) and m["chrf"] == pytest.approx(100.0) and m["rougeL"] == 1.0
+    assert (
+        m["bleu"] == pytest.approx(100.0)
+        and m["chrf"] == pytest.approx(100.0)
+        and m["rougeL"] == 1.0
+    )
     # ROUGE-L: LCS("the cat ate" , "the cat sat on the mat") = "the cat" -> P 2/3, R 2/6, F = 2PR/(P+R) = 0.444...
     m = item_metrics("the cat ate", ["the cat sat on the mat", "zebra"])
     p, r = 2 / 3, 2 / 6
@@ -31,10 +35,16 @@ def test_embedding_cosine_uses_best_reference():
 
 
 def test_rows_are_item_means_with_corpus_scores():
-    extras = [{"samples": [{"text": "Paris"}], "golds": [{"text": "Paris"}]},
-              {"samples": [{"text": "the red one"}], "golds": [{"text": "red"}, {"text": "the red car"}]}]
-    df = pd.DataFrame({"item_id": ["a", "b"], "error": [None, None], "extra": [json.dumps(e) for e in extras]})
-    rows = generation_library_rows(df, {"run_id": "r", "model": "m", "task": "generation"}, {}, embed=None)
+    extras = [
+        {"samples": [{"text": "Paris"}], "golds": [{"text": "Paris"}]},
+        {"samples": [{"text": "the red one"}], "golds": [{"text": "red"}, {"text": "the red car"}]},
+    ]
+    df = pd.DataFrame(
+        {"item_id": ["a", "b"], "error": [None, None], "extra": [json.dumps(e) for e in extras]}
+    )
+    rows = generation_library_rows(
+        df, {"run_id": "r", "model": "m", "task": "generation"}, {}, embed=None
+    )
     got = {r["metric"]: r["value"] for r in rows}
     per = [item_metrics("Paris", ["Paris"]), item_metrics("the red one", ["red", "the red car"])]
     assert got["rougeL_mean"] == pytest.approx((per[0]["rougeL"] + per[1]["rougeL"]) / 2)

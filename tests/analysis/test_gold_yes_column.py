@@ -12,8 +12,11 @@ from llmscope.analysis.producers.yesno import gold_yes_column
 
 
 def test_gold_yes_column_by_hand() -> None:
-    gold = pd.Series(["yes", "no", None, " YES", "true", "maybe", "False", "yes"],
-                     dtype=pd.StringDtype(na_value=np.nan), index=[10, 11, 12, 13, 14, 15, 16, 17])
+    gold = pd.Series(
+        ["yes", "no", None, " YES", "true", "maybe", "False", "yes"],
+        dtype=pd.StringDtype(na_value=np.nan),
+        index=[10, 11, 12, 13, 14, 15, 16, 17],
+    )
     got = gold_yes_column(gold)
     want = [1.0, 0.0, math.nan, 1.0, 1.0, math.nan, 0.0, 1.0]  # by hand: yes/true 1, no/false 0
     assert np.array_equal(got, np.array(want), equal_nan=True)

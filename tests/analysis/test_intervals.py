@@ -106,7 +106,9 @@ def test_auto_method_selection():
     from scipy import stats
 
     t9 = stats.t.ppf(0.975, 9)
-    assert few.lo == pytest.approx(max(0.0, p10 - t9 * se10)) and few.hi == pytest.approx(min(1.0, p10 + t9 * se10))
+    assert few.lo == pytest.approx(max(0.0, p10 - t9 * se10)) and few.hi == pytest.approx(
+        min(1.0, p10 + t9 * se10)
+    )
     # one statement answered right under one prompt and wrong under the other: the interval
     # must not collapse to a point (each cluster counts once: Wilson for 0.5 of 1 trial)
     one = accuracy_ci(np.array([1.0, 0.0]), np.array([7, 7]))

@@ -43,11 +43,16 @@ def cr1(values, clusters):
 
 # (item, variant, p_yes, p_no, gold)
 YESNO = [
-    ("0", "a", 0.7, 0.2, "yes"), ("0", "b", 0.6, 0.3, "yes"),
-    ("1", "a", 0.8, 0.1, "no"), ("1", "b", 0.3, 0.6, "no"),
-    ("2", "a", 0.2, 0.7, "yes"), ("2", "b", 0.4, 0.5, "yes"),
-    ("3", "a", 0.55, 0.4, "no"), ("3", "b", 0.5, 0.45, "no"),
-    ("4", "a", 0.3, 0.3, "no"), ("4", "b", 0.1, 0.8, "no"),
+    ("0", "a", 0.7, 0.2, "yes"),
+    ("0", "b", 0.6, 0.3, "yes"),
+    ("1", "a", 0.8, 0.1, "no"),
+    ("1", "b", 0.3, 0.6, "no"),
+    ("2", "a", 0.2, 0.7, "yes"),
+    ("2", "b", 0.4, 0.5, "yes"),
+    ("3", "a", 0.55, 0.4, "no"),
+    ("3", "b", 0.5, 0.45, "no"),
+    ("4", "a", 0.3, 0.3, "no"),
+    ("4", "b", 0.1, 0.8, "no"),
 ]
 
 
@@ -55,16 +60,37 @@ YESNO = [
 def yesno_db(tmp_path):
     db = tmp_path / "y.duckdb"
     with Store(db) as st:
-        items = [Item(item_id=str(i), fields={"id": i}, gold="yes" if i in (0, 2) else "no") for i in range(5)]
+        items = [
+            Item(item_id=str(i), fields={"id": i}, gold="yes" if i in (0, 2) else "no")
+            for i in range(5)
+        ]
         st.add_suite("yn@1", "yn", "yesno", {"task": "yesno"}, "", items)
-        st.create_run({"run_id": "ry", "suite_id": "yn@1", "suite_name": "yn", "task": "yesno", "model": "m",
-                       "n_total": len(YESNO)})
+        st.create_run(
+            {
+                "run_id": "ry",
+                "suite_id": "yn@1",
+                "suite_name": "yn",
+                "task": "yesno",
+                "model": "m",
+                "n_total": len(YESNO),
+            }
+        )
         res = []
         for i, v, py, pn, g in YESNO:
             pred = "yes" if py >= pn else "no"  # first listed on a tie (item 4a)
             corr = 1.0 if (py > pn and g == "yes") or (pn > py and g == "no") else 0.0
-            res.append(Result(item_id=i, variant=v, probs={"yes": py, "no": pn}, other=1 - py - pn,
-                              prediction=pred, gold=g, correct=corr, confidence=max(py, pn) / (py + pn)))
+            res.append(
+                Result(
+                    item_id=i,
+                    variant=v,
+                    probs={"yes": py, "no": pn},
+                    other=1 - py - pn,
+                    prediction=pred,
+                    gold=g,
+                    correct=corr,
+                    confidence=max(py, pn) / (py + pn),
+                )
+            )
         st.write_results("ry", res)
     return db
 
@@ -78,11 +104,17 @@ def test_yes_bias_with_clustered_interval_and_brier_names(yesno_db):
     d = np.array(pred_yes) - np.array(gold_yes)
     p, lo, hi = cr1(d, ids)
     yb = rm.get("yes_bias")
-    assert yb is not None and yb.value == pytest.approx(p) and yb.value == pytest.approx(0.5 - 0.4)  # 5 yes predictions, 4 yes golds
-    assert (yb.lo, yb.hi) == pytest.approx((max(-1.0, lo), min(1.0, hi)))  # clipped to yes_bias's range
+    assert (
+        yb is not None and yb.value == pytest.approx(p) and yb.value == pytest.approx(0.5 - 0.4)
+    )  # 5 yes predictions, 4 yes golds
+    assert (yb.lo, yb.hi) == pytest.approx(
+        (max(-1.0, lo), min(1.0, hi))
+    )  # clipped to yes_bias's range
     assert yb.interval_method == "cluster-t" and yb.n == 10 and yb.n_clusters == 5
     # brier: multi-class sum over the listed answers; brier_yes: (P(yes) - y)^2
-    brier = np.mean([(py - (g == "yes")) ** 2 + (pn - (g == "no")) ** 2 for _, _, py, pn, g in YESNO])
+    brier = np.mean(
+        [(py - (g == "yes")) ** 2 + (pn - (g == "no")) ** 2 for _, _, py, pn, g in YESNO]
+    )
     brier_yes = np.mean([(py - (g == "yes")) ** 2 for _, _, py, _, g in YESNO])
     assert rm.get("brier").value == pytest.approx(brier)
     assert rm.get("brier_yes").value == pytest.approx(brier_yes)
@@ -90,7 +122,9 @@ def test_yes_bias_with_clustered_interval_and_brier_names(yesno_db):
     # build_report is the same rows
     with Store(yesno_db, read_only=True) as st:
         rows = build_report(st, st.get_run("ry"))
-    assert [(r["metric"], r["value"]) for r in rows] == [(r["metric"], r["value"]) for r in rm.rows()]
+    assert [(r["metric"], r["value"]) for r in rows] == [
+        (r["metric"], r["value"]) for r in rm.rows()
+    ]
     assert {"interval_method", "n_clusters"} <= set(rows[0])
 
 
@@ -116,15 +150,24 @@ def test_ece_bootstrap_equals_naive_loop():
 
 
 def _gen_frame(f1s, ids):
-    return pd.DataFrame({
-        "item_id": ids, "variant": "default", "error": None, "correct": [float(x == 1.0) for x in f1s],
-        "extra": [json.dumps({"f1": x, "samples": [{}]}) for x in f1s], "prediction": "x", "gold": "x",
-    })
+    return pd.DataFrame(
+        {
+            "item_id": ids,
+            "variant": "default",
+            "error": None,
+            "correct": [float(x == 1.0) for x in f1s],
+            "extra": [json.dumps({"f1": x, "samples": [{}]}) for x in f1s],
+            "prediction": "x",
+            "gold": "x",
+        }
+    )
 
 
 def test_f1_gets_a_t_interval_not_wilson():
     f1 = [1.0, 0.5, 0.0, 0.8, 0.4, 1.0]
-    rm = compute_metrics(_gen_frame(f1, [str(i) for i in range(6)]), {"run_id": "g", "task": "generation"}, {})
+    rm = compute_metrics(
+        _gen_frame(f1, [str(i) for i in range(6)]), {"run_id": "g", "task": "generation"}, {}
+    )
     m = rm.get("token_f1")
     x = np.array(f1)
     n = len(x)
@@ -141,7 +184,9 @@ def test_row_producer_adapter():
 
     register_row_producer("test_adapter", my_metric, every_task=True)  # no task lists it
     try:
-        rm = compute_metrics(_gen_frame([1.0, 0.0], ["a", "b"]), {"run_id": "g", "task": "generation"}, {})
+        rm = compute_metrics(
+            _gen_frame([1.0, 0.0], ["a", "b"]), {"run_id": "g", "task": "generation"}, {}
+        )
     finally:
         PRODUCERS[:] = [p for p in PRODUCERS if p.name != "test_adapter"]
     assert rm.get("n_rows_seen").value == 2.0 and rm.get("n_rows_seen").producer == "test_adapter"
@@ -182,20 +227,44 @@ def test_worldsense_run_leads_with_the_authors_metric():
     rows = []
     for t, resp in (("t1", ("TRUE", "FALSE")), ("t2", ("TRUE", "TRUE"))):
         for j, gold in enumerate(("TRUE", "FALSE")):
-            rows.append({"item_id": f"{t}{j}", "variant": "default", "error": None, "prediction": resp[j],
-                         "gold": gold, "correct": float(resp[j] == gold), "f.tuple_ID": t,
-                         "f.expectedresp": ["TRUE", "FALSE"], "f.problemname": "p", "f.problemsize": 1})
+            rows.append(
+                {
+                    "item_id": f"{t}{j}",
+                    "variant": "default",
+                    "error": None,
+                    "prediction": resp[j],
+                    "gold": gold,
+                    "correct": float(resp[j] == gold),
+                    "f.tuple_ID": t,
+                    "f.expectedresp": ["TRUE", "FALSE"],
+                    "f.problemname": "p",
+                    "f.problemsize": 1,
+                }
+            )
     df = pd.DataFrame(rows)
-    rm = compute_metrics(df, {"run_id": "w", "task": "constrained", "suite_name": "worldsense", "model": "m"},
-                         {"cluster_field": "tuple_ID"})
+    rm = compute_metrics(
+        df,
+        {"run_id": "w", "task": "constrained", "suite_name": "worldsense", "model": "m"},
+        {"cluster_field": "tuple_ID"},
+    )
     assert rm.metrics[0].name == "worldsense_accuracy" and rm.metrics[0].group == {}
     assert rm.get("accuracy") is None and rm.get("item_accuracy").value == pytest.approx(3 / 4)
     # the authors' analysis of the same responses (analysis.worldsense.analyse) gives the same number
     from llmscope.analysis.worldsense import analyse, worldsense_frame
 
-    trials = pd.DataFrame({"Key": df["item_id"], "tuple_ID": df["f.tuple_ID"], "goldresp": df["gold"],
-                           "expectedresp": df["f.expectedresp"], "problemname": "p", "problemsize": 1})
-    rep = analyse(worldsense_frame(trials, pd.DataFrame({"Key": df["item_id"], "resp": df["prediction"]})))
+    trials = pd.DataFrame(
+        {
+            "Key": df["item_id"],
+            "tuple_ID": df["f.tuple_ID"],
+            "goldresp": df["gold"],
+            "expectedresp": df["f.expectedresp"],
+            "problemname": "p",
+            "problemsize": 1,
+        }
+    )
+    rep = analyse(
+        worldsense_frame(trials, pd.DataFrame({"Key": df["item_id"], "resp": df["prediction"]}))
+    )
     assert rm.metrics[0].value == pytest.approx(float(rep.accuracy["mean"].iloc[0]))
 
 

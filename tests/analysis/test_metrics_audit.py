@@ -254,7 +254,16 @@ AUDITED: dict[str, set[str]] = {
     "generation-sample": set(
         "accuracy token_f1 bleu_mean chrf_mean rougeL_mean corpus_bleu corpus_chrf errors".split()
     ),
-    "minimal-pairs": {"accuracy", "errors", "ece", "mce", "brier", "bin_accuracy", "bin_confidence", "tie_rate"},
+    "minimal-pairs": {
+        "accuracy",
+        "errors",
+        "ece",
+        "mce",
+        "brier",
+        "bin_accuracy",
+        "bin_confidence",
+        "tie_rate",
+    },
     "probeval-oneshot": {"errors"},
     "syntax-sample": {"accuracy", "sg_score", "sg_score_micro", "errors"},
     "contamination-sample": {"flagged_rate", "min_k_prob", "ngram_overlap", "errors"},

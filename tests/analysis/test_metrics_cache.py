@@ -26,8 +26,9 @@ def _fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(metrics, "compute_metrics", boom)
 
 
-def test_a_writable_store_keeps_the_metrics_for_the_next_process(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_writable_store_keeps_the_metrics_for_the_next_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db = make_db(tmp_path / "c.duckdb", n_items=12)
     want = expected_accuracy(12)  # by hand from the generating rule
     with Store(db) as st:
@@ -40,20 +41,40 @@ def test_a_writable_store_keeps_the_metrics_for_the_next_process(tmp_path: Path,
     assert again.rows() == first.rows()
     with Store(db, read_only=True) as st:
         runs = st.runs()
-    assert runs["metric"].tolist() == ["accuracy"] and runs["accuracy"].tolist() == pytest.approx([want])
+    assert runs["metric"].tolist() == ["accuracy"] and runs["accuracy"].tolist() == pytest.approx(
+        [want]
+    )
 
 
-def test_a_changed_row_invalidates_the_stored_metrics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_changed_row_invalidates_the_stored_metrics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db = make_db(tmp_path / "c.duckdb", n_items=12)
     with Store(db) as st:
         before = run_metrics(st, st.get_run("run-a")).get("accuracy")
         n = int(st.execute("SELECT count(*) FROM results WHERE run_id = 'run-a'").fetchone()[0])
         k = int(st.execute("SELECT sum(correct) FROM results WHERE run_id = 'run-a'").fetchone()[0])
-        item = st.execute("SELECT item_id FROM results WHERE run_id = 'run-a' LIMIT 1").fetchone()[0]
-        st.write_results("run-a", [Result(item_id=item, variant="extra", prompt="p", prediction="yes",
-                                          gold="yes", correct=1.0)], start_seq=10_000)
+        item = st.execute("SELECT item_id FROM results WHERE run_id = 'run-a' LIMIT 1").fetchone()[
+            0
+        ]
+        st.write_results(
+            "run-a",
+            [
+                Result(
+                    item_id=item,
+                    variant="extra",
+                    prompt="p",
+                    prediction="yes",
+                    gold="yes",
+                    correct=1.0,
+                )
+            ],
+            start_seq=10_000,
+        )
     with Store(db, read_only=True) as st:
-        runs = st.runs()  # the stored entry no longer matches the rows: plain accuracy, recomputed in SQL
+        runs = (
+            st.runs()
+        )  # the stored entry no longer matches the rows: plain accuracy, recomputed in SQL
         assert runs["accuracy"].tolist() == pytest.approx([(k + 1) / (n + 1)])
     metrics._CACHE.clear()
     with Store(db) as st:
@@ -62,8 +83,9 @@ def test_a_changed_row_invalidates_the_stored_metrics(tmp_path: Path, monkeypatc
     assert before.value == pytest.approx(k / n) and after.value == pytest.approx((k + 1) / (n + 1))
 
 
-def test_a_read_only_store_caches_beside_the_file_and_never_writes_it(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_read_only_store_caches_beside_the_file_and_never_writes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Issue 35 case 10: a report reads the file read-only and leaves it byte for byte as it was;
     its entries are in the sidecar, read by the next process."""
     import hashlib
@@ -112,15 +134,25 @@ def test_the_runs_list_names_the_published_metric_of_a_worldsense_run(tmp_path: 
 
     db = make_db(tmp_path / "c.duckdb", n_items=4)
     with Store(db) as st:
-        rm = RunMetrics("run-a", "m", "worldsense", "constrained", "tuple", BOOTSTRAP,
-                        [Metric("worldsense_accuracy", 0.556), Metric("item_accuracy", 0.545)])
+        rm = RunMetrics(
+            "run-a",
+            "m",
+            "worldsense",
+            "constrained",
+            "tuple",
+            BOOTSTRAP,
+            [Metric("worldsense_accuracy", 0.556), Metric("item_accuracy", 0.545)],
+        )
         _save_cached(st.metrics_cache, rm, "cfg", str(rows_signature(st, "run-a")[0]))
         runs = st.runs()
-    assert runs["metric"].tolist() == ["worldsense_accuracy"] and runs["accuracy"].tolist() == [0.556]
+    assert runs["metric"].tolist() == ["worldsense_accuracy"] and runs["accuracy"].tolist() == [
+        0.556
+    ]
 
 
-def test_a_subset_of_producers_is_read_from_the_stored_full_metrics(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_subset_of_producers_is_read_from_the_stored_full_metrics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db = make_db(tmp_path / "c.duckdb", n_items=12)
     with Store(db) as st:
         run = st.get_run("run-a")
@@ -132,11 +164,16 @@ def test_a_subset_of_producers_is_read_from_the_stored_full_metrics(tmp_path: Pa
             again = run_metrics(st, st.get_run("run-a"), producers=["accuracy"])
     assert {m.producer for m in again.metrics} == {"accuracy", "errors"}
     assert again.rows() == sub.rows()
-    assert [r for r, m in zip(full.rows(), full.metrics, strict=True)
-            if m.producer in ("accuracy", "errors")] == again.rows()
+    assert [
+        r
+        for r, m in zip(full.rows(), full.metrics, strict=True)
+        if m.producer in ("accuracy", "errors")
+    ] == again.rows()
 
 
-def test_other_metrics_code_never_reads_a_stored_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_other_metrics_code_never_reads_a_stored_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An entry stored by other metrics code (a fixed producer) is recomputed, not read."""
     db = make_db(tmp_path / "c.duckdb", n_items=12)
     with Store(db) as st:
@@ -145,7 +182,9 @@ def test_other_metrics_code_never_reads_a_stored_entry(tmp_path: Path, monkeypat
     monkeypatch.setattr(metrics, "_CODE_FP", ["other code"])
     calls: list[int] = []
     real = metrics.compute_metrics
-    monkeypatch.setattr(metrics, "compute_metrics", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(
+        metrics, "compute_metrics", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
     with Store(db, read_only=True) as st:
         again = run_metrics(st, st.get_run("run-a"))
     assert calls == [1] and again.rows() == first.rows()

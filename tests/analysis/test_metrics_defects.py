@@ -75,13 +75,20 @@ def test_comma_merges_only_thousands():
 
 # -- declared task options ------------------------------------------------------------------
 def test_unknown_and_ill_typed_options_are_errors():
-    with pytest.raises(TaskOptionError, match=r"unknown option 'permutation' for task 'choice'; allowed: .*permutations"):
+    with pytest.raises(
+        TaskOptionError,
+        match=r"unknown option 'permutation' for task 'choice'; allowed: .*permutations",
+    ):
         validate_task_options("choice", {"permutation": 2})
-    with pytest.raises(TaskOptionError, match=r"'permutations' of task 'choice' must be an integer"):
+    with pytest.raises(
+        TaskOptionError, match=r"'permutations' of task 'choice' must be an integer"
+    ):
         validate_task_options("choice", {"permutations": "2"})
     with pytest.raises(TaskOptionError, match=r"'top_k' of task 'yesno' must be >= 1"):
         validate_task_options("yesno", {"top_k": 0})
-    with pytest.raises(TaskOptionError, match=r"'mode' of task 'constrained' must be one of auto, loglik, generate"):
+    with pytest.raises(
+        TaskOptionError, match=r"'mode' of task 'constrained' must be one of auto, loglik, generate"
+    ):
         validate_task_options("constrained", {"mode": "sample"})
     assert validate_task_options("generation", {"temperature": 1, "n": 3, "stop": "\n"})
 
@@ -91,12 +98,18 @@ def test_suite_spec_option_error_names_file_and_field(tmp_path):
     spec.write_text(spec.read_text() + "  permutatons: 3\n")
     with pytest.raises(SuiteError) as e:
         load_suite(spec)
-    assert "suite.yaml" in str(e.value) and "task_options" in str(e.value) and "permutatons" in str(e.value)
+    assert (
+        "suite.yaml" in str(e.value)
+        and "task_options" in str(e.value)
+        and "permutatons" in str(e.value)
+    )
 
 
 def test_cli_bad_opt_is_one_line_error(tmp_path, capsys):
     spec = write_choice_suite(tmp_path, 2)
-    rc = main(["run", "--suite", str(spec), "--db", str(tmp_path / "x.duckdb"), "--opt", "alpha=fast"])
+    rc = main(
+        ["run", "--suite", str(spec), "--db", str(tmp_path / "x.duckdb"), "--opt", "alpha=fast"]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "Traceback" not in err
     assert "option 'alpha' of task 'choice' must be a finite number" in err
@@ -114,14 +127,48 @@ def test_permutations_from_cli_and_spec_alike(tmp_path):
     spec = write_choice_suite(tmp_path / "s", 2)
     want = [(f"c{i}", v) for i in range(2) for v in ("q", "q@p1", "q@p2")]
     db1 = tmp_path / "cli.duckdb"
-    assert main(["run", "--suite", str(spec), "--model", f"hf:{model}", "--db", str(db1), "--threads", "1",
-                 "--opt", "permutations=2", "--quiet", "--no-report"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--suite",
+                str(spec),
+                "--model",
+                f"hf:{model}",
+                "--db",
+                str(db1),
+                "--threads",
+                "1",
+                "--opt",
+                "permutations=2",
+                "--quiet",
+                "--no-report",
+            ]
+        )
+        == 0
+    )
     assert _variants(db1) == want
     spec2 = write_choice_suite(tmp_path / "s2", 2)
     spec2.write_text(spec2.read_text() + "  permutations: 2\n")
     db2 = tmp_path / "spec.duckdb"
-    assert main(["run", "--suite", str(spec2), "--model", f"hf:{model}", "--db", str(db2), "--threads", "1",
-                 "--quiet", "--no-report"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--suite",
+                str(spec2),
+                "--model",
+                f"hf:{model}",
+                "--db",
+                str(db2),
+                "--threads",
+                "1",
+                "--quiet",
+                "--no-report",
+            ]
+        )
+        == 0
+    )
     assert _variants(db2) == want
 
 
@@ -136,10 +183,17 @@ def _mp_work() -> Work:
 
 def _table(ctx: str) -> TableBackend:
     lp = math.log
-    return TableBackend({
-        (ctx, GOOD): [("The", lp(0.1)), (" dog", lp(0.01)), (" runs", lp(0.02)), (".", lp(0.5))],
-        (ctx, BAD): [("The", lp(0.1)), (" dog", lp(0.01)), (" run", lp(0.04)), (".", lp(0.25))],
-    })
+    return TableBackend(
+        {
+            (ctx, GOOD): [
+                ("The", lp(0.1)),
+                (" dog", lp(0.01)),
+                (" runs", lp(0.02)),
+                (".", lp(0.5)),
+            ],
+            (ctx, BAD): [("The", lp(0.1)), (" dog", lp(0.01)), (" run", lp(0.04)), (".", lp(0.25))],
+        }
+    )
 
 
 class _Tok:
@@ -157,7 +211,7 @@ def test_context_modes_resolve_and_are_recorded():
     # auto picks the document separator, not EOS (<|im_end|>) nor BOS
     assert resolve_context("auto", "", b)["text"] == "<|endoftext|>"
     b.add_bos = True  # type: ignore[attr-defined]
-    assert resolve_context("auto", "", b) ["mode"] == "bos"
+    assert resolve_context("auto", "", b)["mode"] == "bos"
     b.add_bos = False  # type: ignore[attr-defined]
     task = MinPairsTask({})
     assert task.describe()["context"] == "auto"  # part of the run's identity
@@ -175,7 +229,11 @@ def test_context_none_drops_first_token_and_text_prefix():
     assert res.option_scores[GOOD]["logprob"] == pytest.approx(math.log(0.01 * 0.02 * 0.5))
     assert res.option_scores[GOOD]["n_tokens"] == 3
     assert res.extra["context"]["mode"] == "none"
-    res = asyncio.run(MinPairsTask({"context": "text", "context_text": "Story:"}).score(_mp_work(), _table("Story:")))
+    res = asyncio.run(
+        MinPairsTask({"context": "text", "context_text": "Story:"}).score(
+            _mp_work(), _table("Story:")
+        )
+    )
     assert res.extra["context"] == {"mode": "text", "text": "Story:", "why": "option"}
     with pytest.raises(TaskOptionError, match="context_text"):
         MinPairsTask({"context": "text"})
@@ -195,7 +253,9 @@ def test_context_on_real_tokenizer_matches_direct_forward(tmp_path):
     from tests.helpers.tinymodel import make_tiny_model, tiny_spec
 
     model, tok = make_tiny_model(tmp_path)
-    backend = HFBackend(tiny_spec(tmp_path), model=model, tokenizer=tok, device="cpu", dtype="float32")
+    backend = HFBackend(
+        tiny_spec(tmp_path), model=model, tokenizer=tok, device="cpu", dtype="float32"
+    )
 
     async def go():
         try:

@@ -28,13 +28,22 @@ def test_stored_run_metrics_match_hand_values_and_the_full_frame(tmp_path: Path)
         assert rm.get("accuracy").value == pytest.approx(expected_accuracy(12))
         # per category (the suite's group_by), by hand: items i with i % 3 == k
         for k, cat in enumerate(("animals", "food", "weather")):
-            right = [(0.05 + ((i * 37) % 81) / 100 > 0.9 - (0.05 + ((i * 37) % 81) / 100)) == (i % 2 == 0)
-                     for i in range(12) if i % 3 == k]
-            assert rm.get("accuracy", {"category": cat}).value == pytest.approx(sum(right) / len(right))
+            right = [
+                (0.05 + ((i * 37) % 81) / 100 > 0.9 - (0.05 + ((i * 37) % 81) / 100))
+                == (i % 2 == 0)
+                for i in range(12)
+                if i % 3 == k
+            ]
+            assert rm.get("accuracy", {"category": cat}).value == pytest.approx(
+                sum(right) / len(right)
+            )
         # the lean loader gives the same numbers as the whole stored rows with every field expanded
-        full = compute_metrics(results_with_fields(st, "run-a"), run, st.suite_spec(run["suite_id"]), store=st)
-        assert [(m.name, m.group, m.value, m.lo, m.hi, m.n, m.n_clusters) for m in rm.metrics] == \
-               [(m.name, m.group, m.value, m.lo, m.hi, m.n, m.n_clusters) for m in full.metrics]
+        full = compute_metrics(
+            results_with_fields(st, "run-a"), run, st.suite_spec(run["suite_id"]), store=st
+        )
+        assert [(m.name, m.group, m.value, m.lo, m.hi, m.n, m.n_clusters) for m in rm.metrics] == [
+            (m.name, m.group, m.value, m.lo, m.hi, m.n, m.n_clusters) for m in full.metrics
+        ]
 
 
 def test_lean_frame_reads_only_named_fields_and_columns(tmp_path: Path) -> None:
@@ -59,7 +68,9 @@ def test_cache_follows_the_rows(tmp_path: Path) -> None:
         run = st.get_run("r")
         first = run_metrics(st, run)
         assert run_metrics(st, run) is first  # unchanged rows: the cached value
-        st.write_results("r", [toy_result(it, i) for i, it in enumerate(items) if i >= 3], start_seq=3)
+        st.write_results(
+            "r", [toy_result(it, i) for i, it in enumerate(items) if i >= 3], start_seq=3
+        )
         second = run_metrics(st, run)
         assert second is not first
         assert first.get("accuracy").n == 3 and second.get("accuracy").n == 6
@@ -95,11 +106,22 @@ def test_worldsense_metrics_print_at_three_decimals() -> None:
 
 
 def test_analysis_never_imports_the_cli_layer() -> None:
-    banned = ("llmscope.report", "llmscope.cli", "llmscope.compare", "llmscope.io.export", "llmscope.tui")
+    banned = (
+        "llmscope.report",
+        "llmscope.cli",
+        "llmscope.compare",
+        "llmscope.io.export",
+        "llmscope.tui",
+    )
     for path in sorted((ROOT / "analysis").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             for n in names:
                 assert not n.startswith(banned), f"{path.name} imports {n}"
 
@@ -115,13 +137,21 @@ def test_live_progress_accuracy_equals_the_report(tmp_path: Path) -> None:
     from llmscope.engine.runner import Runner, RunPlan
     from tests.helpers.tinymodel import make_tiny_model, tiny_spec
 
-    lines = [json.dumps({"id": f"s{i}", "text": f"The sky is number {i}.", "gold": "yes" if i % 3 else "no"})
-             for i in range(9)]
+    lines = [
+        json.dumps(
+            {"id": f"s{i}", "text": f"The sky is number {i}.", "gold": "yes" if i % 3 else "no"}
+        )
+        for i in range(9)
+    ]
     (tmp_path / "items.jsonl").write_text("\n".join(lines) + "\n")
-    (tmp_path / "suite.yaml").write_text("name: tiny\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
-                                         "templates:\n  a: 'Is it true? {text}'\n  b: 'Do you agree? {text}'\n")
+    (tmp_path / "suite.yaml").write_text(
+        "name: tiny\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
+        "templates:\n  a: 'Is it true? {text}'\n  b: 'Do you agree? {text}'\n"
+    )
     model, tok = make_tiny_model(tmp_path)
-    backend = HFBackend(tiny_spec(tmp_path), model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=4)
+    backend = HFBackend(
+        tiny_spec(tmp_path), model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=4
+    )
     plan = RunPlan(suite=load_suite(tmp_path / "suite.yaml"), model_label="tiny", model_arg="tiny")
 
     async def main():  # type: ignore[no-untyped-def]
@@ -155,4 +185,6 @@ def test_vectorised_cluster_bootstrap_gives_the_loops_interval() -> None:
     loop = cluster_bootstrap_stat(lambda ix: float(v[ix].mean()), len(v), cl, cfg)
     fast = cluster_bootstrap_mean(v, cl, cfg)
     assert fast[3] == loop[3] and fast[0] == pytest.approx(loop[0], abs=1e-15)
-    assert fast[1] == pytest.approx(loop[1], abs=1e-12) and fast[2] == pytest.approx(loop[2], abs=1e-12)
+    assert fast[1] == pytest.approx(loop[1], abs=1e-12) and fast[2] == pytest.approx(
+        loop[2], abs=1e-12
+    )

@@ -45,7 +45,11 @@ def test_items_without_a_cluster_label_are_each_their_own_cluster(mixed_db: Path
     # pairs: i0..i4 (both scored); clusters c0, c1, i3, i4; r1 1 0 1 1 0, r2 1 1 1 0 0
     c = out["comparisons"][0]
     assert (c["n"], c["n_clusters"]) == (5, 4)
-    assert (c["acc_base"], c["acc_run"], c["diff"]) == (pytest.approx(0.6), pytest.approx(0.6), pytest.approx(0.0))
+    assert (c["acc_base"], c["acc_run"], c["diff"]) == (
+        pytest.approx(0.6),
+        pytest.approx(0.6),
+        pytest.approx(0.0),
+    )
 
 
 def test_plan_hypothesis_keeps_items_without_a_cluster_label(mixed_db: Path) -> None:
@@ -74,7 +78,11 @@ def test_compare_disagreements_have_none_for_a_missing_prediction(mixed_db: Path
     dis = {d["item_id"]: d for d in out["comparisons"][0]["disagreements"]}
     # r1 1 0 1 1 0, r2 1 1 1 0 0 on i0..i4: i1 and i3 disagree
     assert sorted(dis) == ["i1", "i3"]
-    assert (dis["i3"]["prediction_base"], dis["i3"]["prediction_run"], dis["i3"]["gold"]) == ("A", None, "A")
+    assert (dis["i3"]["prediction_base"], dis["i3"]["prediction_run"], dis["i3"]["gold"]) == (
+        "A",
+        None,
+        "A",
+    )
     assert (dis["i1"]["prediction_base"], dis["i1"]["prediction_run"]) == ("B", "A")
     json.dumps(out, allow_nan=False)
 
@@ -85,7 +93,10 @@ def test_gold_rate_leaves_out_items_without_gold(mixed_db: Path) -> None:
         rm = run_metrics(st, st.find_run("r1") or {}, cache=False)
     # rows without an error that have option scores and a prediction: i0..i5; i5 has no gold,
     # i0..i4's gold A is the first listed option (A, B, C): 5/5 first, 0/5 last
-    first, last = rm.get("gold_rate", {"position": "first"}), rm.get("gold_rate", {"position": "last"})
+    first, last = (
+        rm.get("gold_rate", {"position": "first"}),
+        rm.get("gold_rate", {"position": "last"}),
+    )
     assert first is not None and (first.value, first.n) == (1.0, 5)
     assert last is not None and (last.value, last.n) == (0.0, 5)
     # chosen_rate counts every one of the six predictions: A (i0, i2, i3, i5) first, none last
@@ -104,17 +115,36 @@ def _yesno_runs(db: Path) -> None:
     with Store(db) as st:
         st.add_suite(suite.suite_id, suite.name, suite.task, suite.spec, "", suite.items())
         for rid in ("plain", "mixed"):
-            st.create_run({"run_id": rid, "suite_id": suite.suite_id, "suite_name": suite.name, "task": "yesno",
-                           "n_total": 12, "model": "m", "backend": "hf", "status": "completed"})
+            st.create_run(
+                {
+                    "run_id": rid,
+                    "suite_id": suite.suite_id,
+                    "suite_name": suite.name,
+                    "task": "yesno",
+                    "n_total": 12,
+                    "model": "m",
+                    "backend": "hf",
+                    "status": "completed",
+                }
+            )
             rows = []
             for i, it in enumerate(items):
                 for v in ("q1", "q2"):
                     p = 0.2 + 0.1 * i + (0.05 if v == "q2" else 0.0)
                     pred = "yes" if p > 0.5 else "no"
-                    rows.append(Result(item_id=it.item_id, variant=v, probs={"yes": p, "no": 0.95 - p}, other=0.05,
-                                       prediction=pred, gold=it.gold, correct=float(pred == it.gold),
-                                       confidence=max(p, 0.95 - p) / 0.95,
-                                       extra={"retries": 1} if rid == "mixed" and i == 2 and v == "q1" else {}))
+                    rows.append(
+                        Result(
+                            item_id=it.item_id,
+                            variant=v,
+                            probs={"yes": p, "no": 0.95 - p},
+                            other=0.05,
+                            prediction=pred,
+                            gold=it.gold,
+                            correct=float(pred == it.gold),
+                            confidence=max(p, 0.95 - p) / 0.95,
+                            extra={"retries": 1} if rid == "mixed" and i == 2 and v == "q1" else {},
+                        )
+                    )
             st.write_results(rid, rows)
 
 

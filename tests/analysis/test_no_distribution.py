@@ -22,9 +22,17 @@ from tests.helpers.cli import cli
 from tests.helpers.mixed import write_labels_db, write_yesno_db
 
 # statistics over rows with a choice distribution: identical with the abstention or an error row
-SOFTMAX_METRICS = {"softmax_accuracy", "fit_alpha", "human_loglik", "human_ll_uniform", "human_ll_empirical",
-                   "human_ll_per_choice", "softmax_accuracy_fitted", "human_tv_distance",
-                   "human_majority_agreement"}
+SOFTMAX_METRICS = {
+    "softmax_accuracy",
+    "fit_alpha",
+    "human_loglik",
+    "human_ll_uniform",
+    "human_ll_empirical",
+    "human_ll_per_choice",
+    "softmax_accuracy_fitted",
+    "human_tv_distance",
+    "human_majority_agreement",
+}
 
 
 @pytest.fixture()
@@ -50,10 +58,14 @@ def _key(r: dict[str, Any]) -> tuple[str, str]:
 def test_labels_run_with_an_abstention_reports_softmax_statistics(labels_db: Path) -> None:
     rows = _report(labels_db, "lab-abs")
     # softmax(α log p)[b] = 0.7^α / (0.3^α + 0.7^α) on each of the 3 answered rows (i3 abstains)
-    curve = {r["group"]["alpha"]: r for r in _by(rows, "softmax_accuracy") if r["group"]["scheme"] == "labels"}
+    curve = {
+        r["group"]["alpha"]: r
+        for r in _by(rows, "softmax_accuracy")
+        if r["group"]["scheme"] == "labels"
+    }
     assert sorted(curve) == [0.5, 1.0, 2.0, 4.0]
     for a, r in curve.items():
-        assert r["value"] == pytest.approx(0.7 ** a / (0.3 ** a + 0.7 ** a))
+        assert r["value"] == pytest.approx(0.7**a / (0.3**a + 0.7**a))
         assert r["n"] == 3
     # human shares 0.3 / 0.7 on every item: alpha = 1 reproduces them exactly
     fit = [r for r in _by(rows, "fit_alpha") if r["group"].get("scheme") == "labels"]
@@ -94,7 +106,11 @@ def test_cli_report_on_a_labels_run_with_an_abstention(labels_db: Path) -> None:
     js = cli("report", "--db", str(labels_db), "--run", "lab-abs", "--json")
     assert js.returncode == 0, js.stderr
     rows = json.loads(js.stdout, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
-    left = [r for r in rows if r["metric"] == "left_out_no_distribution" and r["group"]["of"] == "softmax_accuracy"]
+    left = [
+        r
+        for r in rows
+        if r["metric"] == "left_out_no_distribution" and r["group"]["of"] == "softmax_accuracy"
+    ]
     assert [(r["value"], r["n"]) for r in left] == [(1, 4)]
 
 
@@ -131,7 +147,9 @@ async def test_tui_methods_panel_on_a_labels_run_with_an_abstention(labels_db: P
         app.push_screen(MethodsScreen("lab-abs"))
         # the panel's worker builds the report: before the fix it raised, and the panel stayed at
         # "computing ..."; the fit's baselines are over the 3 answered items' 10 choices each
-        assert await wait_until(pilot, lambda: "log-likelihood baselines" in screen_text(app), timeout=60)
+        assert await wait_until(
+            pilot, lambda: "log-likelihood baselines" in screen_text(app), timeout=60
+        )
         text = screen_text(app)
         assert f"uniform {30 * math.log(0.5):.3f} (n=30)" in text
         assert "computing" not in text and "softmax of scores" not in text
@@ -162,6 +180,7 @@ def test_loglik_abstention_is_counted_as_left_out(tmp_path: Path) -> None:
 
     db = write_mixed_db(tmp_path / "mixed.duckdb")
     left = _by(_report(db, "r2"), "left_out_no_distribution")
-    assert [(r["group"], r["value"], r["n"]) for r in left] == [({"of": "softmax_accuracy", "scheme": "raw"}, 1, 1)]
+    assert [(r["group"], r["value"], r["n"]) for r in left] == [
+        ({"of": "softmax_accuracy", "scheme": "raw"}, 1, 1)
+    ]
     assert not _by(_report(db, "r1"), "left_out_no_distribution")
-

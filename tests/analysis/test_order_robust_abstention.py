@@ -11,7 +11,9 @@ from llmscope.report import build_report
 from llmscope.store.db import Store
 
 
-def test_order_robust_accuracy_scores_an_item_whose_every_order_abstained_as_wrong(tmp_path: Path) -> None:
+def test_order_robust_accuracy_scores_an_item_whose_every_order_abstained_as_wrong(
+    tmp_path: Path,
+) -> None:
     """Order-robust accuracy averages an item's answer distributions over its counterbalanced
     orders: an abstaining order (no mass on yes or no) has none to average, and an item whose every
     order abstained has no prediction (scored 0 like `accuracy`), not the argmax of zeros: the
@@ -25,18 +27,49 @@ def test_order_robust_accuracy_scores_an_item_whose_every_order_abstained_as_wro
     for it in items:
         for var, order in (("v", "as_written"), ("v@swap", "swapped")):
             design = {"design": {"answer_order": order}}
-            if it.item_id == "i1" or (it.item_id == "i2" and var == "v@swap"):  # i1: both orders abstain
-                res.append(Result(item_id=it.item_id, variant=var, prompt="p", probs={"yes": 0.0, "no": 0.0},
-                                  gold="yes", correct=0.0, extra={**design, **abst}))
+            if it.item_id == "i1" or (
+                it.item_id == "i2" and var == "v@swap"
+            ):  # i1: both orders abstain
+                res.append(
+                    Result(
+                        item_id=it.item_id,
+                        variant=var,
+                        prompt="p",
+                        probs={"yes": 0.0, "no": 0.0},
+                        gold="yes",
+                        correct=0.0,
+                        extra={**design, **abst},
+                    )
+                )
             else:  # i0 right in both orders; i2 wrong in the one it answered
                 py = 0.3 if it.item_id == "i2" else 0.8
-                res.append(Result(item_id=it.item_id, variant=var, prompt="p", probs={"yes": py, "no": 1 - py},
-                                  prediction="yes" if py > 0.5 else "no", gold="yes", correct=float(py > 0.5),
-                                  confidence=max(py, 1 - py), extra=design))
+                res.append(
+                    Result(
+                        item_id=it.item_id,
+                        variant=var,
+                        prompt="p",
+                        probs={"yes": py, "no": 1 - py},
+                        prediction="yes" if py > 0.5 else "no",
+                        gold="yes",
+                        correct=float(py > 0.5),
+                        confidence=max(py, 1 - py),
+                        extra=design,
+                    )
+                )
     with Store(db) as st:
         st.add_suite("s-d", "d", "yesno", {"task": "yesno"}, "", items)
-        st.create_run({"run_id": "d1", "suite_id": "s-d", "suite_name": "d", "task": "yesno", "n_total": 6,
-                       "model": "m", "backend": "hf", "status": "completed"})
+        st.create_run(
+            {
+                "run_id": "d1",
+                "suite_id": "s-d",
+                "suite_name": "d",
+                "task": "yesno",
+                "n_total": 6,
+                "model": "m",
+                "backend": "hf",
+                "status": "completed",
+            }
+        )
         st.write_results("d1", res)
     with Store(db, read_only=True) as st:
         run = st.find_run("d1")

@@ -37,7 +37,9 @@ def test_kl_normalises_unnormalised_inputs_like_scipy_entropy():
 
 
 def test_spearman_validation_by_hand():
-    v = spearman_validation({"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0, "x": 9.0}, {"a": 10, "b": 20, "c": 40, "d": 30})
+    v = spearman_validation(
+        {"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0, "x": 9.0}, {"a": 10, "b": 20, "c": 40, "d": 30}
+    )
     # ranks 1 2 3 4 vs 1 2 4 3: rho = 1 - 6 * (0 + 0 + 1 + 1) / (4 * 15) = 0.8
     assert v.rho == pytest.approx(0.8) and v.n_questions == 4
     with pytest.raises(ValueError):
@@ -49,7 +51,9 @@ def test_gold_cluster_kl_by_hand():
     q = Question("q", "?", {"tea": 3, "coffee": 1}, {"c1": ["tea"], "c2": ["coffee"]})
     # human (3+1, 1+1, 0+1) / 7; model labels c1, wrong -> (1+1, 0+1, 1+1) / 5
     ph, pm = np.array([4, 2, 1]) / 7, np.array([2, 1, 2]) / 5
-    assert gold_cluster_kl(q, ["c1", "nonsense"]) == pytest.approx(float(np.sum(ph * np.log(ph / pm))))
+    assert gold_cluster_kl(q, ["c1", "nonsense"]) == pytest.approx(
+        float(np.sum(ph * np.log(ph / pm)))
+    )
 
 
 NO_WN = "no WordNet 3.0 files (apt-get install wordnet-base)"
@@ -72,18 +76,39 @@ def _brute(m, a: str, b: str, parts) -> float:
     best = 0.0
     for pa, pb in product(parts(m.tokens(a)), parts(m.tokens(b))):
         pa_s, pb_s = [" ".join(x) for x in pa], [" ".join(x) for x in pb]
-        mat = np.array([[1.0 if x == y or set(m.wn.synsets(x.replace(" ", "_"))) & set(
-            m.wn.synsets(y.replace(" ", "_"))) else 0.0 for y in pb_s] for x in pa_s])
+        mat = np.array(
+            [
+                [
+                    1.0
+                    if x == y
+                    or set(m.wn.synsets(x.replace(" ", "_")))
+                    & set(m.wn.synsets(y.replace(" ", "_")))
+                    else 0.0
+                    for y in pb_s
+                ]
+                for x in pa_s
+            ]
+        )
         r, c = linear_sum_assignment(-mat)
         best = max(best, mat[r, c].sum() / max(mat.shape))
     return best
 
 
-PAIRS = [("car", "automobile"), ("taxi driver", "cab driver"), ("big red car", "automobile"),
-         ("hot dog stand", "frankfurter"), ("evening", "night"), ("movie theater", "cinema"),
-         ("police officer", "cop"), ("the dog", "cat"), ("dusk", "nightfall evening"),
-         ("their new country of citizenship", "countries"), ("evening time.", "showtime."),
-         ("new york city", "city of new york"), ("he will be in a royal gown", "royal dress")]
+PAIRS = [
+    ("car", "automobile"),
+    ("taxi driver", "cab driver"),
+    ("big red car", "automobile"),
+    ("hot dog stand", "frankfurter"),
+    ("evening", "night"),
+    ("movie theater", "cinema"),
+    ("police officer", "cop"),
+    ("the dog", "cat"),
+    ("dusk", "nightfall evening"),
+    ("their new country of citizenship", "countries"),
+    ("evening time.", "showtime."),
+    ("new york city", "city of new york"),
+    ("he will be in a royal gown", "royal dress"),
+]
 
 
 @pytest.mark.skipif(not HAS_WN, reason=NO_WN)
@@ -93,7 +118,10 @@ def test_wordnet_score_equals_protoqa_contiguous_partition_enumeration(matcher):
     assert len(list(partitions("abcd"))) == 8  # contiguous splits only: 2**(n-1), not Bell(4) = 15
     for a, b in PAIRS:
         assert matcher.score(a, b) == pytest.approx(_brute(matcher, a, b, partitions)), (a, b)
-    assert matcher.score("car", "automobile") == 1.0 and matcher.score("big red car", "automobile") == 0.5
+    assert (
+        matcher.score("car", "automobile") == 1.0
+        and matcher.score("big red car", "automobile") == 0.5
+    )
     # tokens new / country / citizenship ("their", "of" are stop words): only "country" matches, and
     # contiguous parts cannot put "new" and "citizenship" together: 1 of 3 parts
     assert matcher.score("their new country of citizenship", "countries") == pytest.approx(1 / 3)
@@ -109,7 +137,9 @@ def test_subsets_option_equals_set_partition_enumeration():
 
     m = WordNetMatcher(partitions="subsets")
     for a, b in PAIRS:
-        assert m.score(a, b) == pytest.approx(_brute(m, a, b, lambda t: set_partitions(t) if t else [[[]]])), (a, b)
+        assert m.score(a, b) == pytest.approx(
+            _brute(m, a, b, lambda t: set_partitions(t) if t else [[[]]])
+        ), (a, b)
     # {country} and {new, citizenship}: 1 of 2 parts
     assert m.score("their new country of citizenship", "countries") == pytest.approx(1 / 2)
 
@@ -150,8 +180,12 @@ def test_one_to_one_assignment_pairs_each_cluster_once(matcher):
 
 @pytest.mark.skipif(not HAS_WN, reason=NO_WN)
 def test_answers_split_evenly_between_tied_clusters(matcher):
-    q = Question("q", "?", {"car": 4, "automobile": 2, "bus": 2},
-                 {"c_car": ["car"], "c_auto": ["automobile"], "c_bus": ["bus"]})
+    q = Question(
+        "q",
+        "?",
+        {"car": 4, "automobile": 2, "bus": 2},
+        {"c_car": ["car"], "c_auto": ["automobile"], "c_bus": ["bus"]},
+    )
     sc = score_question(q, ["auto", "bus", "zzzz"], matcher=matcher)
     t = sc.table.set_index("cluster")
     # "auto" shares a synset with both car and automobile: half to each
@@ -166,8 +200,12 @@ def test_answers_split_evenly_between_tied_clusters(matcher):
 def test_ties_first_and_the_unmatched_and_smoothing_rules_by_hand(matcher):
     from llmscope.analysis.probeval import ProbEvalSettings
 
-    q = Question("q", "?", {"car": 4, "automobile": 2, "bus": 2},
-                 {"c_car": ["car"], "c_auto": ["automobile"], "c_bus": ["bus"]})
+    q = Question(
+        "q",
+        "?",
+        {"car": 4, "automobile": 2, "bus": 2},
+        {"c_car": ["car"], "c_auto": ["automobile"], "c_bus": ["bus"]},
+    )
     answers = ["auto", "bus", "zzzz", "zzzz"]
     # ties=first: "auto" (tied between c_car and c_auto) goes whole to c_car, the first
     sc = score_question(q, answers, matcher=matcher, settings=ProbEvalSettings(ties="first"))
@@ -176,9 +214,15 @@ def test_ties_first_and_the_unmatched_and_smoothing_rules_by_hand(matcher):
     # unmatched=discard: no "wrong" category; the two "zzzz" are dropped
     sc = score_question(q, answers, matcher=matcher, settings=ProbEvalSettings(unmatched="discard"))
     ph, pm = (np.array([4, 2, 2]) + 1) / 11, (np.array([0.5, 0.5, 1]) + 1) / 5
-    assert sc.kl == pytest.approx(stats.entropy(ph, pm)) and list(sc.table["cluster"]) == ["c_car", "c_auto", "c_bus"]
+    assert sc.kl == pytest.approx(stats.entropy(ph, pm)) and list(sc.table["cluster"]) == [
+        "c_car",
+        "c_auto",
+        "c_bus",
+    ]
     # smoothing=model-only: the human side is count / N, its "wrong" 0
-    sc = score_question(q, answers, matcher=matcher, settings=ProbEvalSettings(smoothing="model-only"))
+    sc = score_question(
+        q, answers, matcher=matcher, settings=ProbEvalSettings(smoothing="model-only")
+    )
     ph, pm = np.array([4, 2, 2, 0]) / 8, (np.array([0.5, 0.5, 1, 2]) + 1) / 8
     assert sc.kl == pytest.approx(float(np.sum(ph[:3] * np.log(ph[:3] / pm[:3]))))
     with pytest.raises(ValueError, match="unmatched must be one of bucket, discard"):
@@ -189,8 +233,15 @@ def test_mixture_validation_with_exact_matching_agrees_perfectly_and_is_seeded()
     from llmscope.analysis.probeval import ProbEvalSettings, mixture_validation
 
     qs = {
-        "q1": Question("q1", "?", {"tea": 6, "coffee": 3, "milk": 1}, {"c1": ["tea"], "c2": ["coffee"], "c3": ["milk"]}),
-        "q2": Question("q2", "?", {"red": 5, "blue": 4, "green": 2}, {"c1": ["red"], "c2": ["blue", "green"]}),
+        "q1": Question(
+            "q1",
+            "?",
+            {"tea": 6, "coffee": 3, "milk": 1},
+            {"c1": ["tea"], "c2": ["coffee"], "c3": ["milk"]},
+        ),
+        "q2": Question(
+            "q2", "?", {"red": 5, "blue": 4, "green": 2}, {"c1": ["red"], "c2": ["blue", "green"]}
+        ),
     }
     exact = ProbEvalSettings(matcher="exact")
     # the pool is the human answers (and "wrong"): exact matching labels every drawn answer as
@@ -216,25 +267,45 @@ def test_missing_wordnet_names_the_fix(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not HAS_WN or not (SHARED / "data" / "cfc").is_dir(), reason="needs WordNet and shared CFC")
+@pytest.mark.skipif(
+    not HAS_WN or not (SHARED / "data" / "cfc").is_dir(), reason="needs WordNet and shared CFC"
+)
 def test_cli_probeval_gpt2xl_question_subset(tmp_path, capsys):
     from llmscope.cli import main
 
     src = json.loads((SHARED / "data" / "cfc" / "cfc_gpt2xl_oneshot_predictions.json").read_text())
-    sub = {"model_answers": {k: v[:20] for k, v in src["model_answers"].items() if k in ("r1q1", "r2q1")}}
+    sub = {
+        "model_answers": {
+            k: v[:20] for k, v in src["model_answers"].items() if k in ("r1q1", "r2q1")
+        }
+    }
     ans = tmp_path / "a.json"
     ans.write_text(json.dumps(sub))
-    assert main(["probeval", str(SHARED / "data" / "cfc" / "cfc_dev_targets.jsonl"), str(ans), "--json"]) == 0
+    assert (
+        main(
+            ["probeval", str(SHARED / "data" / "cfc" / "cfc_dev_targets.jsonl"), str(ans), "--json"]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["matcher"] == "wordnet" and out["n_questions"] == 2
-    assert out["settings"] == {"matcher": "wordnet", "unmatched": "bucket", "ties": "split", "assignment": "best",
-                               "partitions": "contiguous", "stopwords": "nltk", "smoothing": "add-one",
-                               "preprocess": "protoqa"}
+    assert out["settings"] == {
+        "matcher": "wordnet",
+        "unmatched": "bucket",
+        "ties": "split",
+        "assignment": "best",
+        "partitions": "contiguous",
+        "stopwords": "nltk",
+        "smoothing": "add-one",
+        "preprocess": "protoqa",
+    }
     assert [r["question_set"] for r in out["by_question_set"]] == ["r1", "r2"]
 
 
 CFC = SHARED / "data" / "cfc"
-HAS_CFC = (CFC / "cfc_dev_targets.jsonl").is_file() and (CFC / "cfc_gpt2xl_oneshot_predictions.json").is_file()
+HAS_CFC = (CFC / "cfc_dev_targets.jsonl").is_file() and (
+    CFC / "cfc_gpt2xl_oneshot_predictions.json"
+).is_file()
 NO_CFC = "needs ../shared/data/cfc (CFC dev targets and the GPT-2-XL answers) and WordNet 3.0"
 
 
@@ -242,7 +313,9 @@ NO_CFC = "needs ../shared/data/cfc (CFC dev targets and the GPT-2-XL answers) an
 def cfc(matcher):
     from llmscope.analysis.probeval import load_answer_sets, load_targets
 
-    return load_targets(CFC / "cfc_dev_targets.jsonl"), load_answer_sets(CFC / "cfc_gpt2xl_oneshot_predictions.json")
+    return load_targets(CFC / "cfc_dev_targets.jsonl"), load_answer_sets(
+        CFC / "cfc_gpt2xl_oneshot_predictions.json"
+    )
 
 
 @pytest.mark.skipif(not (HAS_WN and HAS_CFC), reason=NO_CFC)
@@ -257,8 +330,12 @@ def test_gpt2xl_dev_kl_as_the_reference_code_computes_it(cfc, matcher):
     assert res.mean_kl == pytest.approx(1.3950, abs=5e-4)
     # every answer lands in a cluster or "wrong": 65.5% in "wrong"
     assert res.per_question["n_model"].sum() == sum(len(answers[q]) for q in questions)
-    assert res.per_question["n_wrong"].sum() / res.per_question["n_model"].sum() == pytest.approx(0.655, abs=2e-3)
-    disc = probeval(questions, answers, matcher=matcher, settings=ProbEvalSettings(unmatched="discard"))
+    assert res.per_question["n_wrong"].sum() / res.per_question["n_model"].sum() == pytest.approx(
+        0.655, abs=2e-3
+    )
+    disc = probeval(
+        questions, answers, matcher=matcher, settings=ProbEvalSettings(unmatched="discard")
+    )
     assert disc.mean_kl == pytest.approx(0.3789, abs=5e-4)
 
 

@@ -36,7 +36,10 @@ def test_spearman_validation_matches_scipy_with_its_interval() -> None:
     assert v.rho == pytest.approx(ref.statistic) and v.p_value == pytest.approx(ref.pvalue)
     # Fisher z with the Bonett-Wright standard error sqrt((1 + rho^2/2) / (n - 3)), z_0.975 = 1.959964
     se = math.sqrt((1 + ref.statistic**2 / 2) / 22)
-    lo, hi = math.tanh(math.atanh(ref.statistic) - 1.959964 * se), math.tanh(math.atanh(ref.statistic) + 1.959964 * se)
+    lo, hi = (
+        math.tanh(math.atanh(ref.statistic) - 1.959964 * se),
+        math.tanh(math.atanh(ref.statistic) + 1.959964 * se),
+    )
     assert (v.ci_low, v.ci_high) == (pytest.approx(lo, abs=1e-6), pytest.approx(hi, abs=1e-6))
     assert v.ci_low < v.rho < v.ci_high
     assert spearman_interval(0.5, 3) is None  # n - 3 = 0: no interval
@@ -52,10 +55,16 @@ def test_held_out_validation_with_exact_matching_reproduces_the_gold_kl() -> Non
     # automatic KL equals the gold KL question by question. (With several members per cluster a
     # held-out member no kept answer spelled is a true miss of the matcher, counted against it.)
     qs = {
-        "a": _q("a", {"dog": 6, "cat": 3, "fish": 1}, {"c1": ["dog"], "c2": ["cat"], "c3": ["fish"]}),
-        "b": _q("b", {"red": 2, "blue": 2, "green": 6}, {"c1": ["red"], "c2": ["blue"], "c3": ["green"]}),
+        "a": _q(
+            "a", {"dog": 6, "cat": 3, "fish": 1}, {"c1": ["dog"], "c2": ["cat"], "c3": ["fish"]}
+        ),
+        "b": _q(
+            "b", {"red": 2, "blue": 2, "green": 6}, {"c1": ["red"], "c2": ["blue"], "c3": ["green"]}
+        ),
         "c": _q("c", {"tea": 9, "milk": 1}, {"c1": ["tea"], "c2": ["milk"]}),
-        "d": _q("d", {"sun": 4, "moon": 4, "star": 2}, {"c1": ["sun"], "c2": ["moon"], "c3": ["star"]}),
+        "d": _q(
+            "d", {"sun": 4, "moon": 4, "star": 2}, {"c1": ["sun"], "c2": ["moon"], "c3": ["star"]}
+        ),
         "e": _q("e", {"x": 5}, {}),  # no clusters: skipped
     }
     auto, gold = held_out_validation(qs, None, frac=0.5, seed=0)
@@ -72,10 +81,22 @@ def _targets(tmp: Path) -> Path:
         ("q4", {"sun": 3, "moon": 7}, {"c1": ["sun"], "c2": ["moon"]}),
     ]
     p = tmp / "t_targets.jsonl"
-    p.write_text("".join(json.dumps({"metadata": {"id": q}, "question": {"normalized": q},
-                                     "answers": {"raw": raw, "clusters": {k: {"count": 0, "answers": v}
-                                                                           for k, v in cl.items()}}}) + "\n"
-                         for q, raw, cl in rows))
+    p.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "metadata": {"id": q},
+                    "question": {"normalized": q},
+                    "answers": {
+                        "raw": raw,
+                        "clusters": {k: {"count": 0, "answers": v} for k, v in cl.items()},
+                    },
+                }
+            )
+            + "\n"
+            for q, raw, cl in rows
+        )
+    )
     return p
 
 
@@ -98,34 +119,78 @@ def test_cli_validates_gold_labels_against_exact_matching(tmp_path: Path) -> Non
     }
     gf = tmp_path / "gold.json"
     gf.write_text(json.dumps(gold))
-    p = subprocess.run([sys.executable, "-m", "llmscope", "probeval-validate", str(targets), "--gold", str(gf),
-                        "--matcher", "exact", "--json"], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmscope",
+            "probeval-validate",
+            str(targets),
+            "--gold",
+            str(gf),
+            "--matcher",
+            "exact",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     # buckets [c1, c2, wrong]; human counts from the targets, model counts from the answers
-    exp_auto = {"q1": _kl([6, 4, 0], [1, 1, 1]), "q2": _kl([5, 5, 0], [2, 2, 0]),
-                "q3": _kl([8, 2, 0], [2, 0, 1]), "q4": _kl([3, 7, 0], [1, 2, 1])}
-    exp_gold = {"q1": _kl([6, 4, 0], [2, 1, 0]), "q2": _kl([5, 5, 0], [2, 2, 0]),
-                "q3": _kl([8, 2, 0], [3, 0, 0]), "q4": _kl([3, 7, 0], [1, 2, 1])}
+    exp_auto = {
+        "q1": _kl([6, 4, 0], [1, 1, 1]),
+        "q2": _kl([5, 5, 0], [2, 2, 0]),
+        "q3": _kl([8, 2, 0], [2, 0, 1]),
+        "q4": _kl([3, 7, 0], [1, 2, 1]),
+    }
+    exp_gold = {
+        "q1": _kl([6, 4, 0], [2, 1, 0]),
+        "q2": _kl([5, 5, 0], [2, 2, 0]),
+        "q3": _kl([8, 2, 0], [3, 0, 0]),
+        "q4": _kl([3, 7, 0], [1, 2, 1]),
+    }
     got = {r["qid"]: r for r in out["per_question"]}
     for q in exp_auto:
-        assert got[q]["auto_kl"] == pytest.approx(exp_auto[q]) and got[q]["gold_kl"] == pytest.approx(exp_gold[q])
-    ref = spearmanr([exp_auto[q] for q in sorted(exp_auto)], [exp_gold[q] for q in sorted(exp_auto)])
+        assert got[q]["auto_kl"] == pytest.approx(exp_auto[q]) and got[q][
+            "gold_kl"
+        ] == pytest.approx(exp_gold[q])
+    ref = spearmanr(
+        [exp_auto[q] for q in sorted(exp_auto)], [exp_gold[q] for q in sorted(exp_auto)]
+    )
     assert out["rho"] == pytest.approx(ref.statistic) and out["n_questions"] == 4
     assert out["matcher"] == "exact" and out["ci_low"] <= out["rho"] <= out["ci_high"]
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["--gold", "missing.json"], "file not found: missing.json"),
-    (["--frac", "1.5"], "--frac must be between 0 and 1"),
-    (["--sets", "2"], "--sets must be at least 3"),
-    (["--protocol", "held-out", "--pool", "pool.json"], "--pool belongs to --protocol mixture"),
-    (["--pool", "pool.json"], "pool.json: none of its 1 questions are in the targets file"),
-])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--gold", "missing.json"], "file not found: missing.json"),
+        (["--frac", "1.5"], "--frac must be between 0 and 1"),
+        (["--sets", "2"], "--sets must be at least 3"),
+        (["--protocol", "held-out", "--pool", "pool.json"], "--pool belongs to --protocol mixture"),
+        (["--pool", "pool.json"], "pool.json: none of its 1 questions are in the targets file"),
+    ],
+)
 def test_cli_bad_input_is_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
     (tmp_path / "pool.json").write_text(json.dumps({"zz": [["tea", "c1"]]}))
-    p = subprocess.run([sys.executable, "-m", "llmscope", "probeval-validate", str(_targets(tmp_path)), *args,
-                        "--matcher", "exact"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmscope",
+            "probeval-validate",
+            str(_targets(tmp_path)),
+            *args,
+            "--matcher",
+            "exact",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
 
@@ -134,10 +199,27 @@ CFC = SHARED / "data" / "cfc"
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (CFC / "cfc_dev_targets.jsonl").is_file(), reason="../shared/data/cfc is not present")
+@pytest.mark.skipif(
+    not (CFC / "cfc_dev_targets.jsonl").is_file(), reason="../shared/data/cfc is not present"
+)
 def test_cli_held_out_validation_on_the_shared_cfc_targets() -> None:
-    p = subprocess.run([sys.executable, "-m", "llmscope", "probeval-validate", str(CFC / "cfc_dev_targets.jsonl"),
-                        "--protocol", "held-out", "--matcher", "exact", "--json"], capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmscope",
+            "probeval-validate",
+            str(CFC / "cfc_dev_targets.jsonl"),
+            "--protocol",
+            "held-out",
+            "--matcher",
+            "exact",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     per = out["per_question"]

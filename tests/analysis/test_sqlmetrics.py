@@ -28,16 +28,31 @@ PREDICTIONS = ["TRUE", " FALSE", "maybe", "1", "3\n", "2", "FALSE", None]
 
 
 def _spec(**over: Any) -> dict[str, Any]:
-    spec = {"name": "worldsense", "task": "constrained", "group_by": ["problemname", "problemsize"],
-            "cluster_field": "tuple_ID", "gold_field": "goldresp", "options_field": "expectedresp"}
+    spec = {
+        "name": "worldsense",
+        "task": "constrained",
+        "group_by": ["problemname", "problemsize"],
+        "cluster_field": "tuple_ID",
+        "gold_field": "goldresp",
+        "options_field": "expectedresp",
+    }
     spec.update(over)
     return spec
 
 
-def build(path: Path, *, n_tuples: int = 9, int_ids: bool = False, drop: int | None = None,
-          variants: tuple[str, ...] = ("basic",), extra_field: Any = None, fraction: bool = False,
-          no_size: int | None = None, ghost: bool = False,
-          spec: dict[str, Any] | None = None) -> list[Result]:
+def build(
+    path: Path,
+    *,
+    n_tuples: int = 9,
+    int_ids: bool = False,
+    drop: int | None = None,
+    variants: tuple[str, ...] = ("basic",),
+    extra_field: Any = None,
+    fraction: bool = False,
+    no_size: int | None = None,
+    ghost: bool = False,
+    spec: dict[str, Any] | None = None,
+) -> list[Result]:
     """A WorldSense-shaped run: tuples of 2 (TRUE/FALSE) or 3 (1/2/3) trials, two problems,
     two sizes, some errors and invalid answers; ``drop`` leaves one trial out (an incomplete
     tuple)."""
@@ -46,8 +61,13 @@ def build(path: Path, *, n_tuples: int = 9, int_ids: bool = False, drop: int | N
         pname = "Infer.normal" if t % 2 == 0 else "Compl.trivial"
         opts = ANSWERS[pname]
         for j, gold in enumerate(opts):
-            f: dict[str, Any] = {"tuple_ID": t * 7 if int_ids else f"tup-{t}", "expectedresp": opts,
-                                 "problemname": pname, "problemsize": 3 + t % 2, "goldresp": gold}
+            f: dict[str, Any] = {
+                "tuple_ID": t * 7 if int_ids else f"tup-{t}",
+                "expectedresp": opts,
+                "problemname": pname,
+                "problemsize": 3 + t % 2,
+                "goldresp": gold,
+            }
             if extra_field is not None:
                 f["flag"] = extra_field
             if t == no_size:
@@ -63,17 +83,47 @@ def build(path: Path, *, n_tuples: int = 9, int_ids: bool = False, drop: int | N
             correct = None if err else float(pred is not None and pred.strip() == it.gold)
             if fraction and i == 1:
                 correct = 0.5
-            results.append(Result(item_id=it.item_id, variant=v, prompt="", prediction=None if err else pred,
-                                  gold=it.gold, correct=correct, error=err))
+            results.append(
+                Result(
+                    item_id=it.item_id,
+                    variant=v,
+                    prompt="",
+                    prediction=None if err else pred,
+                    gold=it.gold,
+                    correct=correct,
+                    error=err,
+                )
+            )
             seq += 1
     if ghost:  # a row whose item is not in the suite
-        results.append(Result(item_id="ghost", variant=variants[0], prompt="", prediction="TRUE", gold="TRUE",
-                              correct=1.0))
+        results.append(
+            Result(
+                item_id="ghost",
+                variant=variants[0],
+                prompt="",
+                prediction="TRUE",
+                gold="TRUE",
+                correct=1.0,
+            )
+        )
     with Store(path) as st:
         st.add_suite("ws-suite", "worldsense", "constrained", spec or _spec(), "tests", items)
-        st.create_run({"run_id": "r", "suite_id": "ws-suite", "suite_name": "worldsense", "task": "constrained",
-                       "model": "m", "backend": "test", "n_total": len(results), "status": "completed",
-                       "started_at": T0, "updated_at": T0, "options": {}, "meta": {}})
+        st.create_run(
+            {
+                "run_id": "r",
+                "suite_id": "ws-suite",
+                "suite_name": "worldsense",
+                "task": "constrained",
+                "model": "m",
+                "backend": "test",
+                "n_total": len(results),
+                "status": "completed",
+                "started_at": T0,
+                "updated_at": T0,
+                "options": {},
+                "meta": {},
+            }
+        )
         st.write_results("r", results)
     return results
 
@@ -83,8 +133,9 @@ def both(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
     with Store(path, read_only=True) as st:
         run = st.get_run("r")
         spec = st.suite_spec("ws-suite")
-        direct = sql_run_metrics(st, run, spec, spec["group_by"], metrics.BOOTSTRAP, None,
-                                 result_profile(st, "r"))
+        direct = sql_run_metrics(
+            st, run, spec, spec["group_by"], metrics.BOOTSTRAP, None, result_profile(st, "r")
+        )
         assert direct is not None, "the SQL form declined a run it covers"
         sql = run_metrics(st, run, cache=False)
         monkeypatch.setattr(metrics, "SQL_METRICS", False)
@@ -94,22 +145,29 @@ def both(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
 
 
 def same(a: Any, b: Any) -> None:
-    key = [(m.name, m.group, m.value, m.lo, m.hi, m.n, m.n_clusters, m.interval_method, m.producer)
-           for m in a.metrics]
-    assert key == [(m.name, m.group, m.value, m.lo, m.hi, m.n, m.n_clusters, m.interval_method, m.producer)
-                   for m in b.metrics]
+    key = [
+        (m.name, m.group, m.value, m.lo, m.hi, m.n, m.n_clusters, m.interval_method, m.producer)
+        for m in a.metrics
+    ]
+    assert key == [
+        (m.name, m.group, m.value, m.lo, m.hi, m.n, m.n_clusters, m.interval_method, m.producer)
+        for m in b.metrics
+    ]
     assert a.rows() == b.rows()
     assert set(a.artifacts) == set(b.artifacts)
     for k, v in a.artifacts.items():
         if isinstance(v, pd.DataFrame):
             cols = [c for c in v.columns if c != "Key"]
-            pd.testing.assert_frame_equal(v[cols].astype(object), b.artifacts[k][cols].astype(object),
-                                          check_exact=True)
+            pd.testing.assert_frame_equal(
+                v[cols].astype(object), b.artifacts[k][cols].astype(object), check_exact=True
+            )
         else:
             assert v == b.artifacts[k]
 
 
-def test_sql_form_equals_the_row_pipeline_and_hand_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sql_form_equals_the_row_pipeline_and_hand_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     res = build(tmp_path / "w.duckdb")
     sql, rows = both(tmp_path / "w.duckdb", monkeypatch)
     same(sql, rows)
@@ -134,7 +192,9 @@ def test_sql_form_equals_the_row_pipeline_and_hand_values(tmp_path: Path, monkey
     assert tup["acc"] == num / den and tup["n_trials"] == 3
 
 
-def test_int_tuple_ids_and_an_incomplete_tuple(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_int_tuple_ids_and_an_incomplete_tuple(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     build(tmp_path / "v.duckdb", int_ids=True, drop=4)
     sql, rows = both(tmp_path / "v.duckdb", monkeypatch)
     same(sql, rows)
@@ -144,7 +204,9 @@ def test_int_tuple_ids_and_an_incomplete_tuple(tmp_path: Path, monkeypatch: pyte
     assert 7 not in set(tuples["tuple_ID"]) and tuples["tuple_ID"].map(type).eq(int).all()
 
 
-def test_items_without_a_group_field_are_in_no_group_of_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_items_without_a_group_field_are_in_no_group_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     res = build(tmp_path / "g.duckdb", no_size=3)
     sql, rows = both(tmp_path / "g.duckdb", monkeypatch)
     same(sql, rows)
@@ -165,18 +227,28 @@ def test_prompt_variants(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert sql.get("variant_acc_range") is not None
 
 
-@pytest.mark.parametrize("kw", [dict(extra_field=True, spec=_spec(group_by=["flag"])),  # booleans: "True" vs "true"
-                                dict(extra_field=1e5, spec=_spec(group_by=["flag"])),  # floats: "100000.0"
-                                dict(fraction=True),  # a fractional score
-                                dict(spec=_spec(group_by=["gold"]))])  # a result column wins over a field
-def test_what_sql_does_not_cover_exactly_goes_through_the_rows(tmp_path: Path, kw: dict[str, Any],
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(extra_field=True, spec=_spec(group_by=["flag"])),  # booleans: "True" vs "true"
+        dict(extra_field=1e5, spec=_spec(group_by=["flag"])),  # floats: "100000.0"
+        dict(fraction=True),  # a fractional score
+        dict(spec=_spec(group_by=["gold"])),
+    ],
+)  # a result column wins over a field
+def test_what_sql_does_not_cover_exactly_goes_through_the_rows(
+    tmp_path: Path, kw: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     build(tmp_path / "f.duckdb", **kw)
     with Store(tmp_path / "f.duckdb", read_only=True) as st:
         run = st.get_run("r")
         spec = st.suite_spec("ws-suite")
-        assert sql_run_metrics(st, run, spec, spec["group_by"], metrics.BOOTSTRAP, None,
-                               result_profile(st, "r")) is None
+        assert (
+            sql_run_metrics(
+                st, run, spec, spec["group_by"], metrics.BOOTSTRAP, None, result_profile(st, "r")
+            )
+            is None
+        )
         got = run_metrics(st, run, cache=False)
         monkeypatch.setattr(metrics, "SQL_METRICS", False)
         same(got, run_metrics(st, run, cache=False))
@@ -187,5 +259,9 @@ def test_a_row_without_its_item_is_left_to_the_rows(tmp_path: Path) -> None:
     with Store(tmp_path / "o.duckdb", read_only=True) as st:
         run = st.get_run("r")
         spec = st.suite_spec("ws-suite")
-        assert sql_run_metrics(st, run, spec, spec["group_by"], metrics.BOOTSTRAP, None,
-                               result_profile(st, "r")) is None
+        assert (
+            sql_run_metrics(
+                st, run, spec, spec["group_by"], metrics.BOOTSTRAP, None, result_profile(st, "r")
+            )
+            is None
+        )

@@ -38,13 +38,32 @@ def _blocks(section: str, lang: str) -> list[str]:
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
     with Store(tmp_path / "llmscope.duckdb") as st:
-        st.create_run({"run_id": "r1", "suite_id": "s@1", "suite_name": "s", "task": "yesno", "n_total": 4,
-                       "model": "m"})
-        st.write_results("r1", [
-            Result(item_id=str(i), variant=v, prompt="p", probs={"yes": py, "no": 0.5 - py / 2}, other=0.5 - py / 2,
-                   prediction="yes" if py > 0.4 else "no", gold="yes", correct=float(py > 0.4))
-            for i, (v, py) in enumerate([("q1", 0.2), ("q1", 0.6), ("q2", 0.5), ("q2", 0.3)])
-        ])
+        st.create_run(
+            {
+                "run_id": "r1",
+                "suite_id": "s@1",
+                "suite_name": "s",
+                "task": "yesno",
+                "n_total": 4,
+                "model": "m",
+            }
+        )
+        st.write_results(
+            "r1",
+            [
+                Result(
+                    item_id=str(i),
+                    variant=v,
+                    prompt="p",
+                    probs={"yes": py, "no": 0.5 - py / 2},
+                    other=0.5 - py / 2,
+                    prediction="yes" if py > 0.4 else "no",
+                    gold="yes",
+                    correct=float(py > 0.4),
+                )
+                for i, (v, py) in enumerate([("q1", 0.2), ("q1", 0.6), ("q2", 0.5), ("q2", 0.3)])
+            ],
+        )
     return tmp_path
 
 
@@ -53,8 +72,12 @@ def test_database_sql_example_runs(folder: Path) -> None:
     con = duckdb.connect(str(folder / "llmscope.duckdb"), read_only=True)
     rows = sorted(con.execute(sql).fetchall())
     con.close()
-    assert rows[0][0] == "q1" and rows[0][1] == pytest.approx(0.4) and rows[0][3] == pytest.approx(0.5)
-    assert rows[1][0] == "q2" and rows[1][1] == pytest.approx(0.4) and rows[1][2] == pytest.approx(0.3)
+    assert (
+        rows[0][0] == "q1" and rows[0][1] == pytest.approx(0.4) and rows[0][3] == pytest.approx(0.5)
+    )
+    assert (
+        rows[1][0] == "q2" and rows[1][1] == pytest.approx(0.4) and rows[1][2] == pytest.approx(0.3)
+    )
 
 
 def test_export_examples_run_as_written(folder: Path) -> None:
@@ -66,11 +89,18 @@ def test_export_examples_run_as_written(folder: Path) -> None:
     for line in bash.strip().splitlines():
         assert line.startswith("llmscope ")
         args = line.split()[1:]
-        proc = subprocess.run([sys.executable, "-m", "llmscope", *args], cwd=folder, capture_output=True,
-                              text=True, timeout=300, env=env)
+        proc = subprocess.run(
+            [sys.executable, "-m", "llmscope", *args],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
         assert proc.returncode == 0, (line, proc.stderr)
-    proc = subprocess.run([sys.executable, "-c", py], cwd=folder, capture_output=True, text=True, timeout=300,
-                          env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", py], cwd=folder, capture_output=True, text=True, timeout=300, env=env
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     # q1: p_yes 0.2, 0.6 -> 0.4; p_other 0.4, 0.2 -> 0.3; chosen_prob P(no)=0.4 then P(yes)=0.6 -> 0.5

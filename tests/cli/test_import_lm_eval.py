@@ -27,12 +27,19 @@ def _sample(doc_id: int, lls: list[float], acc: float, acc_norm: float) -> dict:
     ctx = f"Question: {doc['question']}\nAnswer:"
     conts = [" " + c for c in doc["choices"]["text"]]
     return {
-        "doc_id": doc_id, "doc": doc, "target": TARGETS[doc_id],
+        "doc_id": doc_id,
+        "doc": doc,
+        "target": TARGETS[doc_id],
         "arguments": {f"gen_args_{i}": {"arg_0": ctx, "arg_1": c} for i, c in enumerate(conts)},
         "resps": [[[str(ll), "False"]] for ll in lls],
         "filtered_resps": [[str(ll), "False"] for ll in lls],
-        "filter": "none", "metrics": ["acc", "acc_norm"],
-        "doc_hash": "x", "prompt_hash": "y", "target_hash": "z", "acc": acc, "acc_norm": acc_norm,
+        "filter": "none",
+        "metrics": ["acc", "acc_norm"],
+        "doc_hash": "x",
+        "prompt_hash": "y",
+        "target_hash": "z",
+        "acc": acc,
+        "acc_norm": acc_norm,
     }
 
 
@@ -45,16 +52,21 @@ def lm_eval_out(tmp_path: Path) -> Path:
     # doc 1: raw argmax two (gold four) -> acc 0
     lines = [_sample(0, LLS[0], 0.0, 0.0), _sample(1, LLS[1], 0.0, 0.0)]
     (out / "samples_tiny_arc_2026-11-23T10-00-00.000000.jsonl").write_text(
-        "\n".join(json.dumps(x) for x in lines) + "\n")
-    (out / "results_2026-11-23T10-00-00.000000.json").write_text(json.dumps({"model_name": "EleutherAI/pythia-70m"}))
+        "\n".join(json.dumps(x) for x in lines) + "\n"
+    )
+    (out / "results_2026-11-23T10-00-00.000000.json").write_text(
+        json.dumps({"model_name": "EleutherAI/pythia-70m"})
+    )
     return tmp_path
 
 
 def _rows(db: Path) -> list[tuple]:
     con = duckdb.connect(str(db), read_only=True)
     try:
-        return con.execute("select item_id, prediction, gold, correct, probs, option_scores, extra "
-                           "from results order by item_id").fetchall()
+        return con.execute(
+            "select item_id, prediction, gold, correct, probs, option_scores, extra "
+            "from results order by item_id"
+        ).fetchall()
     finally:
         con.close()
 
@@ -66,7 +78,10 @@ def test_import_samples_as_a_run(lm_eval_out: Path, capsys: pytest.CaptureFixtur
     out = capsys.readouterr().out
     assert "EleutherAI/pythia-70m" in out and "2 samples" in out and "differs" not in out
     rows = _rows(db)
-    assert [(r[0], r[1], r[2], r[3]) for r in rows] == [("0", "green", "blue", 0.0), ("1", "two", "four", 0.0)]
+    assert [(r[0], r[1], r[2], r[3]) for r in rows] == [
+        ("0", "green", "blue", 0.0),
+        ("1", "two", "four", 0.0),
+    ]
     probs = json.loads(rows[0][4])
     z = math.exp(-1) + math.exp(-2) + math.exp(-3)
     assert probs["green"] == pytest.approx(math.exp(-1) / z)
@@ -82,17 +97,32 @@ def test_import_samples_as_a_run(lm_eval_out: Path, capsys: pytest.CaptureFixtur
     assert "already imported" in capsys.readouterr().out
 
 
-def test_import_against_the_yaml_suite_shares_its_suite_id(lm_eval_out: Path,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_import_against_the_yaml_suite_shares_its_suite_id(
+    lm_eval_out: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from llmscope.data.suites import load_suite
 
     db = lm_eval_out / "x.duckdb"
     samples = next((lm_eval_out / "out").rglob("samples_*.jsonl"))
     yaml_path = lm_eval_out / "task.yaml"
-    assert main(["--db", str(db), "import", "lm-eval", str(samples), "--suite", str(yaml_path),
-                 "--model", "pythia"]) == 0
+    assert (
+        main(
+            [
+                "--db",
+                str(db),
+                "import",
+                "lm-eval",
+                str(samples),
+                "--suite",
+                str(yaml_path),
+                "--model",
+                "pythia",
+            ]
+        )
+        == 0
+    )
     con = duckdb.connect(str(db), read_only=True)
-    (suite_id, model), = con.execute("select suite_id, model from runs").fetchall()
+    ((suite_id, model),) = con.execute("select suite_id, model from runs").fetchall()
     con.close()
     # the same suite id an `llmscope run --suite task.yaml` stores, so compare/TUI pair them
     assert suite_id == load_suite(yaml_path).suite_id
@@ -102,7 +132,9 @@ def test_import_against_the_yaml_suite_shares_its_suite_id(lm_eval_out: Path,
     assert '"accuracy"' in capsys.readouterr().out
 
 
-def test_acc_disagreement_is_reported(lm_eval_out: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_acc_disagreement_is_reported(
+    lm_eval_out: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     samples = next((lm_eval_out / "out").rglob("samples_*.jsonl"))
     lines = samples.read_text().splitlines()
     rec = json.loads(lines[0])
@@ -112,14 +144,22 @@ def test_acc_disagreement_is_reported(lm_eval_out: Path, capsys: pytest.CaptureF
     assert "1 samples where lm-eval's acc differs" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda r: r.pop("filtered_resps"), "field 'filtered_resps': missing"),
-    (lambda r: r.update(filtered_resps=[["nan", "False"]] * 3), "not finite"),
-    (lambda r: r.update(arguments={"gen_args_0": {"arg_0": "ctx", "arg_1": {"until": ["\n"]}}}),
-     "generate_until"),
-])
-def test_bad_samples_are_one_line_errors(lm_eval_out: Path, capsys: pytest.CaptureFixture[str],
-                                         mutate, message: str) -> None:
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda r: r.pop("filtered_resps"), "field 'filtered_resps': missing"),
+        (lambda r: r.update(filtered_resps=[["nan", "False"]] * 3), "not finite"),
+        (
+            lambda r: r.update(
+                arguments={"gen_args_0": {"arg_0": "ctx", "arg_1": {"until": ["\n"]}}}
+            ),
+            "generate_until",
+        ),
+    ],
+)
+def test_bad_samples_are_one_line_errors(
+    lm_eval_out: Path, capsys: pytest.CaptureFixture[str], mutate, message: str
+) -> None:
     samples = next((lm_eval_out / "out").rglob("samples_*.jsonl"))
     rec = json.loads(samples.read_text().splitlines()[0])
     mutate(rec)
@@ -129,18 +169,36 @@ def test_bad_samples_are_one_line_errors(lm_eval_out: Path, capsys: pytest.Captu
     assert message in err and "line 1" in err and len(err.strip().splitlines()) == 1
 
 
-def test_continuations_must_match_the_given_suite(lm_eval_out: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_continuations_must_match_the_given_suite(
+    lm_eval_out: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     samples = next((lm_eval_out / "out").rglob("samples_*.jsonl"))
     text = samples.read_text().replace('" green"', '" teal"')
     samples.write_text(text)
-    assert main(["--db", str(lm_eval_out / "x.duckdb"), "import", "lm-eval", str(samples), "--suite",
-                 str(lm_eval_out / "task.yaml")]) == 2
+    assert (
+        main(
+            [
+                "--db",
+                str(lm_eval_out / "x.duckdb"),
+                "import",
+                "lm-eval",
+                str(samples),
+                "--suite",
+                str(lm_eval_out / "task.yaml"),
+            ]
+        )
+        == 2
+    )
     assert "differ from the suite's" in capsys.readouterr().err
 
 
-def test_samples_written_by_lm_evals_own_tracker_import(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_samples_written_by_lm_evals_own_tracker_import(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Where lm-eval is installed, its EvaluationTracker writes the samples file that is imported."""
-    pytest.importorskip("lm_eval", reason="lm-eval is not installed (pip install 'llmscope[bench]')")
+    pytest.importorskip(
+        "lm_eval", reason="lm-eval is not installed (pip install 'llmscope[bench]')"
+    )
     from lm_eval.loggers.evaluation_tracker import EvaluationTracker
 
     write_task(tmp_path)
@@ -151,14 +209,42 @@ def test_samples_written_by_lm_evals_own_tracker_import(tmp_path: Path, capsys: 
     for doc_id, doc in enumerate(DOCS):
         ctx = f"Question: {doc['question']}\nAnswer:"
         args = [(ctx, " " + c) for c in doc["choices"]["text"]]
-        resps = [(ll, False) for ll in LLS[doc_id]]  # lm-eval's in-memory form: (loglik, is_greedy) tuples
-        samples.append({"doc_id": doc_id, "doc": doc, "target": int(TARGETS[doc_id]), "arguments": args,
-                        "resps": [[r] for r in resps], "filtered_resps": resps, "filter": "none",
-                        "metrics": ["acc"], "doc_hash": "", "prompt_hash": "", "target_hash": "", "acc": 0.0})
+        resps = [
+            (ll, False) for ll in LLS[doc_id]
+        ]  # lm-eval's in-memory form: (loglik, is_greedy) tuples
+        samples.append(
+            {
+                "doc_id": doc_id,
+                "doc": doc,
+                "target": int(TARGETS[doc_id]),
+                "arguments": args,
+                "resps": [[r] for r in resps],
+                "filtered_resps": resps,
+                "filter": "none",
+                "metrics": ["acc"],
+                "doc_hash": "",
+                "prompt_hash": "",
+                "target_hash": "",
+                "acc": 0.0,
+            }
+        )
     tracker.save_results_samples("tiny_arc", samples)
     (written,) = (tmp_path / "out" / "smollm2").glob("samples_tiny_arc_*.jsonl")
     db = tmp_path / "x.duckdb"
-    assert main(["--db", str(db), "import", "lm-eval", str(written), "--suite", str(tmp_path / "task.yaml")]) == 0
+    assert (
+        main(
+            [
+                "--db",
+                str(db),
+                "import",
+                "lm-eval",
+                str(written),
+                "--suite",
+                str(tmp_path / "task.yaml"),
+            ]
+        )
+        == 0
+    )
     assert "differs" not in capsys.readouterr().out
     rows = _rows(db)
     assert [(r[0], r[1], r[2]) for r in rows] == [("0", "green", "blue"), ("1", "two", "four")]
@@ -166,32 +252,60 @@ def test_samples_written_by_lm_evals_own_tracker_import(tmp_path: Path, capsys: 
 
 
 @pytest.mark.slow
-def test_imported_run_pairs_with_llmscopes_own_run_of_the_yaml(lm_eval_out: Path,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_imported_run_pairs_with_llmscopes_own_run_of_the_yaml(
+    lm_eval_out: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The embedded model runs the task YAML; the lm-eval import on the same suite is compared item by item."""
     db = lm_eval_out / "x.duckdb"
     yaml_path = str(lm_eval_out / "task.yaml")
-    assert main(["--db", str(db), "run", "--suite", yaml_path, "--threads", "1", "--quiet", "--no-report"]) == 0
+    assert (
+        main(
+            [
+                "--db",
+                str(db),
+                "run",
+                "--suite",
+                yaml_path,
+                "--threads",
+                "1",
+                "--quiet",
+                "--no-report",
+            ]
+        )
+        == 0
+    )
     samples = next((lm_eval_out / "out").rglob("samples_*.jsonl"))
     assert main(["--db", str(db), "import", "lm-eval", str(samples), "--suite", yaml_path]) == 0
     con = duckdb.connect(str(db), read_only=True)
     runs = con.execute("select run_id, backend, suite_id from runs order by backend").fetchall()
-    prompts = con.execute("select backend, r.item_id, r.prompt from results r join runs using (run_id) "
-                          "order by r.item_id, backend").fetchall()
+    prompts = con.execute(
+        "select backend, r.item_id, r.prompt from results r join runs using (run_id) "
+        "order by r.item_id, backend"
+    ).fetchall()
     con.close()
     assert [r[1] for r in runs] == ["hf", "import"] and runs[0][2] == runs[1][2]
     # the context llmscope scored is the one lm-eval logged
-    assert prompts[0][2] == prompts[1][2] == "Question: What color is the sky on a clear day?\nAnswer:"
+    assert (
+        prompts[0][2] == prompts[1][2] == "Question: What color is the sky on a clear day?\nAnswer:"
+    )
     capsys.readouterr()
     assert main(["--db", str(db), "compare", runs[0][0], runs[1][0], "--json"]) == 0
     assert capsys.readouterr().out.strip()
 
 
 def test_loglikelihood_samples_store_the_loglik_without_accuracy(tmp_path: Path) -> None:
-    rec = {"doc_id": 0, "doc": {"text": "The capital of France is Paris"}, "target": " Paris",
-           "arguments": {"gen_args_0": {"arg_0": "The capital of France is", "arg_1": " Paris"}},
-           "resps": [[["-1.25", "True"]]], "filtered_resps": [["-1.25", "True"]], "filter": "none",
-           "metrics": ["perplexity", "acc"], "perplexity": -1.25, "acc": 1}
+    rec = {
+        "doc_id": 0,
+        "doc": {"text": "The capital of France is Paris"},
+        "target": " Paris",
+        "arguments": {"gen_args_0": {"arg_0": "The capital of France is", "arg_1": " Paris"}},
+        "resps": [[["-1.25", "True"]]],
+        "filtered_resps": [["-1.25", "True"]],
+        "filter": "none",
+        "metrics": ["perplexity", "acc"],
+        "perplexity": -1.25,
+        "acc": 1,
+    }
     f = tmp_path / "samples_lambada_tiny_2026-11-23T10-00-00.000000.jsonl"
     f.write_text(json.dumps(rec) + "\n")
     db = tmp_path / "x.duckdb"

@@ -34,15 +34,45 @@ from llmscope.tui.data.run_model import RunModel
 from llmscope.tui.data.store import item_detail
 from tests.helpers.cli import cli, cli_cmd, cli_env, record, tiny_model_dir, write_yesno_suite
 
-DB_COLS = ("item_id", "variant", "prompt", "probs", "p_yes", "p_no", "other", "top_tokens", "option_scores",
-           "prediction", "gold", "correct", "confidence", "n_tokens", "latency_ms", "error", "extra")
+DB_COLS = (
+    "item_id",
+    "variant",
+    "prompt",
+    "probs",
+    "p_yes",
+    "p_no",
+    "other",
+    "top_tokens",
+    "option_scores",
+    "prediction",
+    "gold",
+    "correct",
+    "confidence",
+    "n_tokens",
+    "latency_ms",
+    "error",
+    "extra",
+)
 
 
 def _result(i: int, variant: str = "a", error: str | None = None, p: float = 0.25) -> Result:
-    return Result(item_id=f"i{i}", variant=variant, prompt=f"Prompt {i} «{variant}»", probs={"yes": p, "no": 0.5},
-                  other=0.5 - p if p < 0.5 else 0.0, top_tokens=[{"token": " yes", "id": 3, "prob": p}],
-                  option_scores=None, prediction="no", gold="yes", correct=0.0, confidence=0.5, n_tokens=7,
-                  latency_ms=1.5, error=error, extra={"normalised": {"prediction": "no"}, "nan": float("nan")})
+    return Result(
+        item_id=f"i{i}",
+        variant=variant,
+        prompt=f"Prompt {i} «{variant}»",
+        probs={"yes": p, "no": 0.5},
+        other=0.5 - p if p < 0.5 else 0.0,
+        top_tokens=[{"token": " yes", "id": 3, "prob": p}],
+        option_scores=None,
+        prediction="no",
+        gold="yes",
+        correct=0.0,
+        confidence=0.5,
+        n_tokens=7,
+        latency_ms=1.5,
+        error=error,
+        extra={"normalised": {"prediction": "no"}, "nan": float("nan")},
+    )
 
 
 def _db_rows(db: Path, run_id: str) -> dict[tuple[str, str], dict[str, Any]]:
@@ -53,8 +83,10 @@ def _db_rows(db: Path, run_id: str) -> dict[tuple[str, str], dict[str, Any]]:
     # top tokens are stored as a per-batch blob (schema 5): the store gives them back as JSON text
     with Store(db, read_only=True) as st:
         df = st.results_frame(run_id, with_items=False)
-        tops = {(i, v): (t if isinstance(t, str) else None)
-                for i, v, t in zip(df.item_id, df.variant, df.top_tokens, strict=True)}
+        tops = {
+            (i, v): (t if isinstance(t, str) else None)
+            for i, v, t in zip(df.item_id, df.variant, df.top_tokens, strict=True)
+        }
     for r in rows:
         r["top_tokens"] = tops[(r["item_id"], r["variant"])]
     return {(r["item_id"], r["variant"]): r for r in rows}
@@ -64,7 +96,9 @@ def test_live_line_equals_the_stored_row(tmp_path: Path) -> None:
     db = tmp_path / "x.duckdb"
     res = [_result(i) for i in range(3)] + [_result(9, "b", p=float("nan"))]
     with Store(db) as st:
-        st.create_run({"run_id": "r", "suite_id": "s@1", "suite_name": "s", "task": "yesno", "n_total": 4})
+        st.create_run(
+            {"run_id": "r", "suite_id": "s@1", "suite_name": "s", "task": "yesno", "n_total": 4}
+        )
         st.write_results("r", res)
         live = LiveWriter(db, interval_s=0.0, store=st)
         prog = Progress(run_id="r", total=4)
@@ -108,18 +142,29 @@ def test_progress_with_nan_and_odd_text_is_read_not_skipped(tmp_path: Path) -> N
 
 def test_reader_keeps_latest_line_per_key_and_follows_a_rewrite(tmp_path: Path) -> None:
     path = tmp_path / "results.jsonl"
-    rows = [{"item_id": "1", "variant": "a", "error": "boom"}, {"item_id": "2", "variant": "a", "error": None}]
+    rows = [
+        {"item_id": "1", "variant": "a", "error": "boom"},
+        {"item_id": "2", "variant": "a", "error": None},
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     tail = ResultTail(path)
     model = RunModel({"run_id": "r", "task": "yesno"}, {}, {})
     model.add_live(tail.read_new())
     # a retry of item 1 on resume appends a second line for the same key: it replaces the first
     with open(path, "a") as f:
-        f.write(json.dumps({"item_id": "1", "variant": "a", "error": None, "prediction": "yes"}) + "\n")
-        f.write(json.dumps({"item_id": "3", "variant": "a"}) + "\n" + '{"item_id": "4", "va')  # last line cut
+        f.write(
+            json.dumps({"item_id": "1", "variant": "a", "error": None, "prediction": "yes"}) + "\n"
+        )
+        f.write(
+            json.dumps({"item_id": "3", "variant": "a"}) + "\n" + '{"item_id": "4", "va'
+        )  # last line cut
     model.add_live(tail.read_new())
     df = model.frame()
-    assert sorted(zip(df["item_id"], df["variant"], strict=True)) == [("1", "a"), ("2", "a"), ("3", "a")]
+    assert sorted(zip(df["item_id"], df["variant"], strict=True)) == [
+        ("1", "a"),
+        ("2", "a"),
+        ("3", "a"),
+    ]
     assert df[df["item_id"] == "1"]["error"].isna().all()
     assert [r["prediction"] for r in tail.detail("1")] == ["yes"]
     # the writer of a resumed run rewrites the file (compaction): the reader starts again
@@ -135,12 +180,28 @@ def test_kill_9_and_resume_one_line_per_key(tmp_path: Path) -> None:
     model = tiny_model_dir(tmp_path)
     spec = write_yesno_suite(tmp_path / "suite", 400)
     db = tmp_path / "k.duckdb"
-    args = ["run", "--suite", str(spec), "--model", f"hf:{model}", "--db", str(db), "--dtype", "float32",
-            "--device", "cpu", "--batch-size", "4", "--no-report", "--quiet"]
+    args = [
+        "run",
+        "--suite",
+        str(spec),
+        "--model",
+        f"hf:{model}",
+        "--db",
+        str(db),
+        "--dtype",
+        "float32",
+        "--device",
+        "cpu",
+        "--batch-size",
+        "4",
+        "--no-report",
+        "--quiet",
+    ]
     kills = 0
     for _ in range(6):
-        proc = subprocess.Popen(cli_cmd(*args), env=cli_env(), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            cli_cmd(*args), env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         lines_before = _n_lines(db)
         end = time.monotonic() + 120
         # kill once this process has appended some lines (it is scoring, with rows unflushed)
@@ -164,11 +225,19 @@ def test_kill_9_and_resume_one_line_per_key(tmp_path: Path) -> None:
     n_db = con.execute("SELECT count(*) FROM results").fetchone()[0]  # type: ignore[index]
     con.close()
     assert n_db == 800
-    lines = [json.loads(x) for x in (live_dir(db) / run_id / "results.jsonl").read_text().splitlines()]
+    lines = [
+        json.loads(x) for x in (live_dir(db) / run_id / "results.jsonl").read_text().splitlines()
+    ]
     keys = [(r["item_id"], r["variant"]) for r in lines]
     assert len(keys) == len(set(keys)) == n_db  # exactly one line per stored (item, variant)
-    record("live_channel", kills=kills, lines_after_kills=lines_after_kills, rows_after_kills=rows_after_kills,
-           lines_after_resume=len(lines), rows_after_resume=n_db)
+    record(
+        "live_channel",
+        kills=kills,
+        lines_after_kills=lines_after_kills,
+        rows_after_kills=rows_after_kills,
+        lines_after_resume=len(lines),
+        rows_after_resume=n_db,
+    )
     stored = _db_rows(db, run_id)
     assert set(keys) == set(stored)
     # a viewer opened now counts what the database holds, and its drill-down equals the stored one

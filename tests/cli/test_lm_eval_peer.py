@@ -198,7 +198,11 @@ def test_export_samples_match_lm_evals_field_by_field(peer: dict[str, Any]) -> N
 def test_export_lines_in_doc_id_order_and_results_block_shaped_like_lm_evals(
     peer: dict[str, Any],
 ) -> None:
-    assert [s["doc_id"] for s in peer["ours"]] == [s["doc_id"] for s in peer["lm"]] == list(range(N_DOCS))
+    assert (
+        [s["doc_id"] for s in peer["ours"]]
+        == [s["doc_id"] for s in peer["lm"]]
+        == list(range(N_DOCS))
+    )
     theirs = peer["lm_results_file"]["results"]["mc_peer"]
     ours = peer["ours_results"]["results"]["mc_peer"]
     assert list(ours) == list(theirs), "same keys, same order"
@@ -225,8 +229,12 @@ def _report_accuracy(db: Path, run_id: str, capsys: pytest.CaptureFixture[str]) 
 def _run_of(db: Path, backend: str) -> list[str]:
     con = duckdb.connect(str(db), read_only=True)
     try:
-        return [r[0] for r in con.execute(
-            "select run_id from runs where backend = ? order by started_at", [backend]).fetchall()]
+        return [
+            r[0]
+            for r in con.execute(
+                "select run_id from runs where backend = ? order by started_at", [backend]
+            ).fetchall()
+        ]
     finally:
         con.close()
 
@@ -237,7 +245,9 @@ def test_import_reports_lm_evals_acc_norm_under_its_name_and_export_gives_the_fi
     """lm-eval's samples file imported: acc_norm and acc_mutual_info reported under those names
     with lm-eval's values; exported again: lm-eval's fields as lm-eval wrote them."""
     db = tmp_path / "imp.duckdb"
-    assert main(["--db", str(db), "import", "lm-eval", str(peer["lm_file"]), "--model", "smol"]) == 0
+    assert (
+        main(["--db", str(db), "import", "lm-eval", str(peer["lm_file"]), "--model", "smol"]) == 0
+    )
     (run_id,) = _run_of(db, "import")
     acc = _report_accuracy(db, run_id, capsys)
     for name in ("acc_norm", "acc_mutual_info"):
@@ -251,17 +261,36 @@ def test_import_reports_lm_evals_acc_norm_under_its_name_and_export_gives_the_fi
     uncond = [float(r[0]) for r in first["filtered_resps"][n:]]
     assert [json.loads(scores)[o]["uncond_logprob"] for o in first["doc"]["options"]] == uncond
     out = tmp_path / "back"
-    assert main(["--db", str(db), "export", "--run", run_id, "--format", "lm-eval", "-o", str(out)]) == 0
+    assert (
+        main(["--db", str(db), "export", "--run", run_id, "--format", "lm-eval", "-o", str(out)])
+        == 0
+    )
     (back_file,) = out.glob("samples_*.jsonl")
     back = [json.loads(x) for x in back_file.read_text().splitlines()]
     assert len(back) == len(peer["lm"])
     for a, b in zip(peer["lm"], back, strict=True):
-        for key in ("doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "filter",
-                    "metrics", "doc_hash", "prompt_hash", "target_hash", "acc", "acc_norm", "acc_mutual_info"):
+        for key in (
+            "doc_id",
+            "doc",
+            "target",
+            "arguments",
+            "resps",
+            "filtered_resps",
+            "filter",
+            "metrics",
+            "doc_hash",
+            "prompt_hash",
+            "target_hash",
+            "acc",
+            "acc_norm",
+            "acc_mutual_info",
+        ):
             assert b[key] == a[key], (key, a["doc_id"])
     block = json.loads(next(out.glob("results_*.json")).read_text())["results"]["mc_peer"]
     for name in ("acc", "acc_norm", "acc_mutual_info"):
-        assert block[f"{name},none"] == pytest.approx(peer["lm_results"][f"{name},none"], abs=1e-12), name
+        assert block[f"{name},none"] == pytest.approx(
+            peer["lm_results"][f"{name},none"], abs=1e-12
+        ), name
 
 
 def test_llmscope_run_exported_and_imported_back_keeps_acc_norm(

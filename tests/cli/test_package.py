@@ -23,14 +23,22 @@ from tests.helpers.paths import ROOT
 REPO = ROOT
 
 
-def _cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     e = {**os.environ, **(env or {})}
     for k in ("LLMSCOPE_DB", "LLMSCOPE_CONFIG", "OPENAI_BASE_URL"):
         if not env or k not in env:
             e.pop(k, None)
     e["XDG_CONFIG_HOME"] = str(cwd or REPO) + "/.no-user-config"
-    return subprocess.run([sys.executable, "-m", "llmscope", *args], capture_output=True, text=True,
-                          timeout=120, cwd=cwd, env=e)
+    return subprocess.run(
+        [sys.executable, "-m", "llmscope", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env=e,
+    )
 
 
 def test_version_matches_installed_metadata():
@@ -49,8 +57,11 @@ def _actions(p: argparse.ArgumentParser, path: str = "llmscope"):
 
 
 def test_every_option_of_every_command_has_help():
-    missing = [f"{path}: {'/'.join(a.option_strings) or a.dest}"
-               for path, a in _actions(build_parser()) if not (a.help and a.help.strip())]
+    missing = [
+        f"{path}: {'/'.join(a.option_strings) or a.dest}"
+        for path, a in _actions(build_parser())
+        if not (a.help and a.help.strip())
+    ]
     assert missing == []
     # and the walk really reached the subcommands' options
     seen = {f"{p} {'/'.join(a.option_strings)}" for p, a in _actions(build_parser())}
@@ -58,11 +69,17 @@ def test_every_option_of_every_command_has_help():
 
 
 def test_config_file_supplies_defaults_beneath_flags_and_env(tmp_path: Path):
-    (tmp_path / "llmscope.toml").write_text('db = "from-file.duckdb"\nconcurrency = 3\nmodel = "openai:m"\n')
+    (tmp_path / "llmscope.toml").write_text(
+        'db = "from-file.duckdb"\nconcurrency = 3\nmodel = "openai:m"\n'
+    )
     proc = _cli("runs", cwd=tmp_path)
     assert proc.returncode == 2 and "from-file.duckdb" in proc.stderr
     proc = _cli("runs", "--db", "from-flag.duckdb", cwd=tmp_path)
-    assert proc.returncode == 2 and "from-flag.duckdb" in proc.stderr and "from-file" not in proc.stderr
+    assert (
+        proc.returncode == 2
+        and "from-flag.duckdb" in proc.stderr
+        and "from-file" not in proc.stderr
+    )
     proc = _cli("runs", cwd=tmp_path, env={"LLMSCOPE_DB": "from-env.duckdb"})
     assert proc.returncode == 2 and "from-env.duckdb" in proc.stderr
     env = {"HOME": str(tmp_path / "home")}
@@ -70,7 +87,9 @@ def test_config_file_supplies_defaults_beneath_flags_and_env(tmp_path: Path):
     args = build_parser(s).parse_args(["run", "--suite", "x"])
     cfg = config_from_args(args)  # a new run: the file's values beneath the flags
     assert (cfg.concurrency, cfg.model, args.db) == (3, "openai:m", "from-file.duckdb")
-    cfg = config_from_args(build_parser(s).parse_args(["run", "--suite", "x", "--concurrency", "5"]))
+    cfg = config_from_args(
+        build_parser(s).parse_args(["run", "--suite", "x", "--concurrency", "5"])
+    )
     assert cfg.concurrency == 5 and cfg.model == "openai:m"
     # a resume takes the run's stored config, not the file's
     from llmscope.engine.config import BackendConfig
@@ -80,7 +99,9 @@ def test_config_file_supplies_defaults_beneath_flags_and_env(tmp_path: Path):
     assert (cfg.model, cfg.concurrency) == ("openai:stored", 2)
 
 
-def test_project_file_overrides_user_file_and_env_base_url_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_project_file_overrides_user_file_and_env_base_url_wins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     user = tmp_path / "xdg" / "llmscope"
     user.mkdir(parents=True)
     (user / "llmscope.toml").write_text('base_url = "http://user/v1"\ntimeout = 7\n')
@@ -103,11 +124,11 @@ def test_project_file_overrides_user_file_and_env_base_url_wins(tmp_path: Path, 
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
-        ('concurency = 4\n', "unknown key 'concurency'"),
+        ("concurency = 4\n", "unknown key 'concurency'"),
         ('concurrency = "4"\n', "concurrency must be int"),
-        ('concurrency = 0\n', "concurrency must be >= 1"),
+        ("concurrency = 0\n", "concurrency must be >= 1"),
         ('api_key = "sk-123"\n', "never read from files"),
-        ('db = \n', "not valid TOML"),
+        ("db = \n", "not valid TOML"),
     ],
 )
 def test_bad_config_file_is_one_clear_line(tmp_path: Path, text: str, needle: str):
@@ -124,10 +145,29 @@ def _one_run(path: Path, run_id: str, correct: list[int]) -> None:
     with Store(path) as st:
         items = [Item(item_id=str(i), fields={"id": i}, gold="yes") for i in range(len(correct))]
         st.add_suite("hand@x", "hand", "yesno", {}, "", items)
-        st.create_run({"run_id": run_id, "suite_id": "hand@x", "suite_name": "hand", "task": "yesno",
-                       "model": f"model-{run_id}", "n_total": len(correct)})
-        st.write_results(run_id, [Result(item_id=str(i), variant="q", prediction="yes" if c else "no",
-                                         gold="yes", correct=float(c)) for i, c in enumerate(correct)])
+        st.create_run(
+            {
+                "run_id": run_id,
+                "suite_id": "hand@x",
+                "suite_name": "hand",
+                "task": "yesno",
+                "model": f"model-{run_id}",
+                "n_total": len(correct),
+            }
+        )
+        st.write_results(
+            run_id,
+            [
+                Result(
+                    item_id=str(i),
+                    variant="q",
+                    prediction="yes" if c else "no",
+                    gold="yes",
+                    correct=float(c),
+                )
+                for i, c in enumerate(correct)
+            ],
+        )
 
 
 def test_compare_runs_from_two_databases(tmp_path: Path):

@@ -29,8 +29,12 @@ def test_parse_hypotheses():
 def _df(a, b):
     rows = []
     for i, (x, y) in enumerate(zip(a, b, strict=True)):
-        rows.append({"item_id": str(i), "variant": "q1", "correct": x, "error": None, "extra": "{}"})
-        rows.append({"item_id": str(i), "variant": "q2", "correct": y, "error": None, "extra": "{}"})
+        rows.append(
+            {"item_id": str(i), "variant": "q1", "correct": x, "error": None, "extra": "{}"}
+        )
+        rows.append(
+            {"item_id": str(i), "variant": "q2", "correct": y, "error": None, "extra": "{}"}
+        )
     return pd.DataFrame(rows)
 
 
@@ -81,13 +85,38 @@ def test_plan_run_report_end_to_end(tmp_path):
     model = f"hf:{tmp_path / 'tiny-llama'}"
     db = tmp_path / "p.duckdb"
     plan = tmp_path / "plan.yaml"
-    out = _cli("plan", "--suite", "commonsense-sample", "--model", model, "--opt", "top_k=5",
-               "--hypothesis", "accuracy(q1) > accuracy(q2)", "--seed", "3", "-o", str(plan), db=db)
+    out = _cli(
+        "plan",
+        "--suite",
+        "commonsense-sample",
+        "--model",
+        model,
+        "--opt",
+        "top_k=5",
+        "--hypothesis",
+        "accuracy(q1) > accuracy(q2)",
+        "--seed",
+        "3",
+        "-o",
+        str(plan),
+        db=db,
+    )
     assert out.returncode == 0, out.stderr
     again = _cli("plan", "--suite", "commonsense-sample", "-o", str(plan), db=db)
     assert again.returncode == 2 and "exists" in again.stderr
     digest = hashlib.sha256(plan.read_bytes()).hexdigest()
-    out = _cli("run", "--plan", str(plan), "--limit", "4", "--threads", "1", "--quiet", "--no-report", db=db)
+    out = _cli(
+        "run",
+        "--plan",
+        str(plan),
+        "--limit",
+        "4",
+        "--threads",
+        "1",
+        "--quiet",
+        "--no-report",
+        db=db,
+    )
     assert out.returncode == 0, out.stderr
     out = _cli("report", "--json", db=db)
     rows = json.loads(out.stdout)
@@ -110,8 +139,20 @@ def test_plan_run_report_end_to_end(tmp_path):
     text = _cli("report", db=db).stdout
     assert "-- pre-registered (plan) --" in text and "-- exploratory (not in the plan) --" in text
     # a run whose options differ from its plan says so
-    out = _cli("run", "--plan", str(plan), "--limit", "2", "--threads", "1", "--quiet", "--no-report",
-               "--opt", "top_k=7", db=db)
+    out = _cli(
+        "run",
+        "--plan",
+        str(plan),
+        "--limit",
+        "2",
+        "--threads",
+        "1",
+        "--quiet",
+        "--no-report",
+        "--opt",
+        "top_k=7",
+        db=db,
+    )
     assert out.returncode == 0 and "differs from plan" in out.stderr
     rows = json.loads(_cli("report", "--json", db=db).stdout)
     devs = [r for r in rows if r["metric"] == "plan_deviation"]

@@ -19,9 +19,24 @@ def test_import_gpt2xl_answers_stores_cluster_tables(tmp_path):
     cfc = shared_path("data", "cfc")
     db = tmp_path / "pe.duckdb"
     proc = subprocess.run(
-        [sys.executable, "-m", "llmscope", "import", "answers", str(cfc / "cfc_gpt2xl_oneshot_predictions.json"),
-         "--suite-path", str(cfc / "cfc_dev_targets.jsonl"), "--model", "GPT-2-XL", "--db", str(db)],
-        capture_output=True, text=True, timeout=900)
+        [
+            sys.executable,
+            "-m",
+            "llmscope",
+            "import",
+            "answers",
+            str(cfc / "cfc_gpt2xl_oneshot_predictions.json"),
+            "--suite-path",
+            str(cfc / "cfc_dev_targets.jsonl"),
+            "--model",
+            "GPT-2-XL",
+            "--db",
+            str(db),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "54 questions" in proc.stdout and "ProbEval KL" in proc.stdout
 
@@ -52,9 +67,22 @@ def test_import_gpt2xl_answers_stores_cluster_tables(tmp_path):
 def test_answer_sets_for_other_questions_are_refused(tmp_path):
     cfc = shared_path("data", "cfc")
     proc = subprocess.run(
-        [sys.executable, "-m", "llmscope", "import", "answers", str(cfc / "cfc_human_predictions.json"),
-         "--suite-path", str(cfc / "cfc_dev_targets.jsonl"), "--db", str(tmp_path / "x.duckdb")],
-        capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "llmscope",
+            "import",
+            "answers",
+            str(cfc / "cfc_human_predictions.json"),
+            "--suite-path",
+            str(cfc / "cfc_dev_targets.jsonl"),
+            "--db",
+            str(tmp_path / "x.duckdb"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2
     assert "none of the 46 question ids" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -66,7 +94,8 @@ def test_an_answer_listed_in_two_clusters_counts_in_the_last_one(tmp_path):
     # answers is 1.17043
     cfc = shared_path("data", "cfc")
     line = next(
-        ln for ln in (cfc / "cfc_dev_targets.jsonl").read_text().splitlines()
+        ln
+        for ln in (cfc / "cfc_dev_targets.jsonl").read_text().splitlines()
         if ln.strip() and json.loads(ln)["metadata"]["id"] == "r1q4"
     )
     rec = json.loads(line)
@@ -79,10 +108,22 @@ def test_an_answer_listed_in_two_clusters_counts_in_the_last_one(tmp_path):
     assert list(q.cluster_counts().values()) == [41, 9, 15, 13]
     assert q.shared == {"party time": ["r1q4.1", "r1q4.4"]}
     proc = subprocess.run(
-        [sys.executable, "-m", "llmscope", "probeval", str(targets),
-         str(cfc / "cfc_gpt2xl_oneshot_predictions.json"), "--json"],
-        capture_output=True, text=True, timeout=900)
+        [
+            sys.executable,
+            "-m",
+            "llmscope",
+            "probeval",
+            str(targets),
+            str(cfc / "cfc_gpt2xl_oneshot_predictions.json"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "'party time' in clusters r1q4.1, r1q4.4; it counts in the last one, r1q4.4" in proc.stderr
+    assert (
+        "'party time' in clusters r1q4.1, r1q4.4; it counts in the last one, r1q4.4" in proc.stderr
+    )
     out = json.loads(proc.stdout)
     assert out["per_question"][0]["kl"] == pytest.approx(1.17043, abs=5e-4)

@@ -13,9 +13,26 @@ from tests.helpers.oai import CANARY_KEY, oai, oai_server  # noqa: F401
 
 
 def _run(db: Path, base_url: str, *extra: str):  # type: ignore[no-untyped-def]
-    return cli("run", "--suite", "commonsense-sample", "--limit", "1", "--model", "openai:test-model",
-               "--base-url", base_url, "--chat", "--max-retries", "0", "--db", str(db), "--no-report", "--quiet",
-               *extra, env=cli_env(OPENAI_API_KEY=CANARY_KEY))
+    return cli(
+        "run",
+        "--suite",
+        "commonsense-sample",
+        "--limit",
+        "1",
+        "--model",
+        "openai:test-model",
+        "--base-url",
+        base_url,
+        "--chat",
+        "--max-retries",
+        "0",
+        "--db",
+        str(db),
+        "--no-report",
+        "--quiet",
+        *extra,
+        env=cli_env(OPENAI_API_KEY=CANARY_KEY),
+    )
 
 
 def _config(db: Path) -> dict:
@@ -50,20 +67,44 @@ def test_without_the_flag_a_plain_model_gets_no_effort(tmp_path: Path, oai) -> N
 
 def test_a_rejected_effort_is_an_error_never_a_lower_effort(tmp_path: Path, oai) -> None:  # noqa: F811
     msg = "Unsupported value: 'reasoning_effort' does not support 'medium' with this model."
-    oai.script("", top=[["Yes", -0.3], ["No", -1.5]],
-               reject=[{"param": "reasoning_effort", "equals": "medium", "message": msg}])
+    oai.script(
+        "",
+        top=[["Yes", -0.3], ["No", -1.5]],
+        reject=[{"param": "reasoning_effort", "equals": "medium", "message": msg}],
+    )
     db = tmp_path / "r.duckdb"
     proc = _run(db, oai.base_url, "--reasoning-effort", "medium")
     # the capability probe meets the rejection first: the run stops before any item, saying why
-    assert_clean_error(proc, "server rejects --reasoning-effort medium", "does not support 'medium'")
-    sent = {e["body"].get("reasoning_effort") for e in oai.log() if e["path"].endswith("/chat/completions")}
+    assert_clean_error(
+        proc, "server rejects --reasoning-effort medium", "does not support 'medium'"
+    )
+    sent = {
+        e["body"].get("reasoning_effort")
+        for e in oai.log()
+        if e["path"].endswith("/chat/completions")
+    }
     assert sent == {"medium"}
 
 
 def test_bad_effort_and_local_model_are_clean_errors(tmp_path: Path) -> None:
     db = str(tmp_path / "x.duckdb")
-    assert_clean_error(cli("run", "--suite", "mc-sample", "--db", db, "--model", "openai:m", "--base-url",
-                           "http://127.0.0.1:9/v1", "--reasoning-effort", "huge"),
-                       "--reasoning-effort must be one of none, minimal, low, medium, high, got 'huge'")
-    assert_clean_error(cli("run", "--suite", "mc-sample", "--db", db, "--reasoning-effort", "low"),
-                       "--reasoning-effort applies to API models (openai:NAME) only")
+    assert_clean_error(
+        cli(
+            "run",
+            "--suite",
+            "mc-sample",
+            "--db",
+            db,
+            "--model",
+            "openai:m",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--reasoning-effort",
+            "huge",
+        ),
+        "--reasoning-effort must be one of none, minimal, low, medium, high, got 'huge'",
+    )
+    assert_clean_error(
+        cli("run", "--suite", "mc-sample", "--db", db, "--reasoning-effort", "low"),
+        "--reasoning-effort applies to API models (openai:NAME) only",
+    )

@@ -47,7 +47,8 @@ def inputs(tmp_path: Path) -> Path:
         encoding="utf-8",
     )
     (src / "statements.csv").write_text(
-        "statement,category,elicitation,q1,q2,q3\nCats purr.,animals,written,a,b,c\n", encoding="utf-8"
+        "statement,category,elicitation,q1,q2,q3\nCats purr.,animals,written,a,b,c\n",
+        encoding="utf-8",
     )
     (tmp_path / "db").mkdir()
     with Store(tmp_path / "db" / "old.duckdb") as st:
@@ -64,12 +65,31 @@ def _refusals(src: Path) -> list[tuple[list[str], str]]:
         (["run", "--suite", suite, "--limit", "1"], "items.jsonl"),
         (["run", "--suite", "mc-sample", "--templates", str(src / "terse.yaml")], "nosuch"),
         # a suite with its own items: the path was once ignored and the whole suite ran
-        (["run", "--suite", "commonsense-sample", "--suite-path", str(src / "terse.yaml")], "--suite-path"),
+        (
+            ["run", "--suite", "commonsense-sample", "--suite-path", str(src / "terse.yaml")],
+            "--suite-path",
+        ),
         (["import", "lm-eval", str(src / "samples_x.jsonl")], "samples_x.jsonl"),
-        (["import", "answers", str(src / "answers.json"), "--suite-path", str(src / "targets.jsonl")],
-         "answers.json"),
-        (["import", "results", str(src / "results.jsonl"), "--suite-path", str(src / "statements.csv")],
-         "results.jsonl"),
+        (
+            [
+                "import",
+                "answers",
+                str(src / "answers.json"),
+                "--suite-path",
+                str(src / "targets.jsonl"),
+            ],
+            "answers.json",
+        ),
+        (
+            [
+                "import",
+                "results",
+                str(src / "results.jsonl"),
+                "--suite-path",
+                str(src / "statements.csv"),
+            ],
+            "results.jsonl",
+        ),
     ]
 
 

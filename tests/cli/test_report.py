@@ -16,23 +16,51 @@ from llmscope.store.db import Store
 from tests.helpers.paths import shared_path
 
 
-def _mk_run(st: Store, run_id: str, suite_id: str, rows: list[tuple[str, str, float | None, float, float]]):
-    st.create_run({"run_id": run_id, "suite_id": suite_id, "suite_name": "hand", "task": "yesno",
-                   "model": run_id, "n_total": len(rows)})
-    st.write_results(run_id, [
-        Result(item_id=i, variant=v, probs={"yes": py, "no": pn}, other=1 - py - pn,
-               prediction="yes" if py > pn else "no", gold="yes", correct=c,
-               confidence=max(py, pn) / (py + pn))
-        for i, v, c, py, pn in rows
-    ])
+def _mk_run(
+    st: Store, run_id: str, suite_id: str, rows: list[tuple[str, str, float | None, float, float]]
+):
+    st.create_run(
+        {
+            "run_id": run_id,
+            "suite_id": suite_id,
+            "suite_name": "hand",
+            "task": "yesno",
+            "model": run_id,
+            "n_total": len(rows),
+        }
+    )
+    st.write_results(
+        run_id,
+        [
+            Result(
+                item_id=i,
+                variant=v,
+                probs={"yes": py, "no": pn},
+                other=1 - py - pn,
+                prediction="yes" if py > pn else "no",
+                gold="yes",
+                correct=c,
+                confidence=max(py, pn) / (py + pn),
+            )
+            for i, v, c, py, pn in rows
+        ],
+    )
 
 
 def test_report_numbers_by_hand(db_path):
     with Store(db_path) as st:
-        items = [Item(item_id=str(i), fields={"id": i, "topic": "a" if i < 3 else "b"}, gold="yes") for i in range(5)]
+        items = [
+            Item(item_id=str(i), fields={"id": i, "topic": "a" if i < 3 else "b"}, gold="yes")
+            for i in range(5)
+        ]
         st.add_suite("hand@1", "hand", "yesno", {"group_by": ["topic"]}, "", items)
-        rows = [("0", "q", 1.0, 0.6, 0.3), ("1", "q", 1.0, 0.7, 0.2), ("2", "q", 0.0, 0.2, 0.7),
-                ("3", "q", 1.0, 0.5, 0.1), ("4", "q", None, 0.4, 0.4)]
+        rows = [
+            ("0", "q", 1.0, 0.6, 0.3),
+            ("1", "q", 1.0, 0.7, 0.2),
+            ("2", "q", 0.0, 0.2, 0.7),
+            ("3", "q", 1.0, 0.5, 0.1),
+            ("4", "q", None, 0.4, 0.4),
+        ]
         _mk_run(st, "r1", "hand@1", rows)
         rep = build_report(st, st.get_run("r1"))
     by = {(r["metric"], json.dumps(r["group"], sort_keys=True)): r for r in rep}
@@ -40,14 +68,17 @@ def test_report_numbers_by_hand(db_path):
     assert acc["value"] == pytest.approx(3 / 4) and acc["n"] == 4
     # Wilson 95% for 3/4 by hand: (p + z²/2n ± z√(p(1-p)/n + z²/4n²)) / (1 + z²/n)
     z, n, p = 1.959963984540054, 4, 0.75
-    centre, half = (p + z * z / (2 * n)) / (1 + z * z / n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    centre, half = (
+        (p + z * z / (2 * n)) / (1 + z * z / n),
+        z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n),
+    )
     assert acc["ci95"] == pytest.approx([centre - half, centre + half], abs=1e-9)
     assert by[("accuracy", '{"topic": "a"}')]["value"] == pytest.approx(2 / 3)
     assert by[("accuracy", '{"topic": "b"}')]["value"] == pytest.approx(1.0)
     assert by[("mean_p_yes", "{}")]["value"] == pytest.approx((0.6 + 0.7 + 0.2 + 0.5 + 0.4) / 5)
     assert by[("mean_p_other", "{}")]["value"] == pytest.approx((0.1 + 0.1 + 0.1 + 0.4 + 0.2) / 5)
     # Brier on the yes/no probabilities (gold yes) over the 4 scored items: mean of (1-py)² + pn²
-    brier = sum((1 - py) ** 2 + pn ** 2 for _, _, c, py, pn in rows if c is not None) / 4
+    brier = sum((1 - py) ** 2 + pn**2 for _, _, c, py, pn in rows if c is not None) / 4
     assert by[("brier", "{}")]["value"] == pytest.approx(brier)
 
 
@@ -56,11 +87,21 @@ def test_variants_of_one_item_are_clustered(db_path):
         items = [Item(item_id=str(i), fields={"id": i}, gold="yes") for i in range(40)]
         st.add_suite("hand@2", "hand", "yesno", {}, "", items)
         # three perfectly dependent variants per item: the interval must equal the one-variant interval
-        rows = [(str(i), v, float(i % 3 != 0), 0.6, 0.3) for i in range(40) for v in ("a", "b", "c")]
+        rows = [
+            (str(i), v, float(i % 3 != 0), 0.6, 0.3) for i in range(40) for v in ("a", "b", "c")
+        ]
         _mk_run(st, "r3", "hand@2", rows)
         _mk_run(st, "r1", "hand@2", [r for r in rows if r[1] == "a"])
-        three = next(r for r in build_report(st, st.get_run("r3")) if r["metric"] == "accuracy" and not r["group"])
-        one = next(r for r in build_report(st, st.get_run("r1")) if r["metric"] == "accuracy" and not r["group"])
+        three = next(
+            r
+            for r in build_report(st, st.get_run("r3"))
+            if r["metric"] == "accuracy" and not r["group"]
+        )
+        one = next(
+            r
+            for r in build_report(st, st.get_run("r1"))
+            if r["metric"] == "accuracy" and not r["group"]
+        )
     assert three["value"] == pytest.approx(one["value"])
     w3 = three["ci95"][1] - three["ci95"][0]
     w1 = one["ci95"][1] - one["ci95"][0]
@@ -76,8 +117,12 @@ def test_compare_counts_discordant_pairs(db_path, tmp_path):
         b = [1, 0, 1, 1, 1, 1]
         _mk_run(st, "ra", "hand@3", [(str(i), "q", float(c), 0.6, 0.3) for i, c in enumerate(a)])
         _mk_run(st, "rb", "hand@3", [(str(i), "q", float(c), 0.6, 0.3) for i, c in enumerate(b)])
-    proc = subprocess.run([sys.executable, "-m", "llmscope", "compare", "ra", "rb", "--db", str(db_path), "--json"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmscope", "compare", "ra", "rb", "--db", str(db_path), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)["comparisons"][0]
     assert out["mcnemar"]["b_base_only"] == 1 and out["mcnemar"]["c_run_only"] == 3
@@ -92,12 +137,30 @@ def test_import_published_commonsense_results(tmp_path):
     csv_dir = shared_path("data", "commonsense")
     db = tmp_path / "q.duckdb"
     files = sorted(str(p) for p in pub.glob("results_raw_q*.jsonl"))
-    proc = subprocess.run([sys.executable, "-m", "llmscope", "import", "results", *files, "--db", str(db),
-                           "--suite-path", str(csv_dir / "statements_and_prompts.csv")],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmscope",
+            "import",
+            "results",
+            *files,
+            "--db",
+            str(db),
+            "--suite-path",
+            str(csv_dir / "statements_and_prompts.csv"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "llmscope", "report", "--db", str(db), "--json"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmscope", "report", "--db", str(db), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     rows = {(r["metric"], json.dumps(r["group"])): r for r in json.loads(proc.stdout)}
 
@@ -118,19 +181,29 @@ def test_import_published_commonsense_results(tmp_path):
     awareness = sum(ans[(i, "q2")] == human[i] for i in human) / len(human)
     assert rows[("consensus", "{}")]["value"] == pytest.approx(consensus)
     assert rows[("awareness", "{}")]["value"] == pytest.approx(awareness)
-    assert rows[("commonsensicality", "{}")]["value"] == pytest.approx(math.sqrt(consensus * awareness))
+    assert rows[("commonsensicality", "{}")]["value"] == pytest.approx(
+        math.sqrt(consensus * awareness)
+    )
 
 
 @pytest.mark.slow
 def test_import_worldsense_report_and_export(tmp_path):
     d = shared_path("data", "worldsense", "test_set")
     db = tmp_path / "ws.duckdb"
-    proc = subprocess.run([sys.executable, "-m", "llmscope", "import", "worldsense", str(d), "--db", str(db)],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmscope", "import", "worldsense", str(d), "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("87048 responses") == 4
-    proc = subprocess.run([sys.executable, "-m", "llmscope", "report", "--db", str(db)],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmscope", "report", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     for model in ("GPT3.5", "GPT4", "Llama2-FT+1M", "Llama2-chat"):
         assert model in proc.stdout
@@ -139,10 +212,32 @@ def test_import_worldsense_report_and_export(tmp_path):
     with Store(db, read_only=True) as st:
         run_id = st.execute("SELECT run_id FROM runs WHERE model = 'GPT4'").fetchone()[0]
     out = tmp_path / "gpt4.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "llmscope", "export", "--db", str(db), "--run", run_id,
-                           "--format", "worldsense", "-o", str(out)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmscope",
+            "export",
+            "--db",
+            str(db),
+            "--run",
+            run_id,
+            "--format",
+            "worldsense",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
-    orig = {(r["Key"], str(r["resp"]).strip()) for r in map(json.loads, (d / "results" / "basic___GPT4___results.jsonl").read_text().splitlines())}
+    orig = {
+        (r["Key"], str(r["resp"]).strip())
+        for r in map(
+            json.loads, (d / "results" / "basic___GPT4___results.jsonl").read_text().splitlines()
+        )
+    }
     got = {(r["Key"], r["resp"]) for r in map(json.loads, out.read_text().splitlines())}
     assert got == orig
 
@@ -159,28 +254,71 @@ def _ws_store(path, models):
         for size in (3, 4):
             for t in range(4):
                 for j, gold in enumerate(("1", "2", "3")):
-                    items.append(Item(f"{prob}-{size}-{t}-{j}", {"tuple_ID": f"{prob}-{size}-{t}",
-                                      "expectedresp": ["1", "2", "3"], "problemname": prob,
-                                      "problemsize": size}, gold=gold, options=["1", "2", "3"]))
+                    items.append(
+                        Item(
+                            f"{prob}-{size}-{t}-{j}",
+                            {
+                                "tuple_ID": f"{prob}-{size}-{t}",
+                                "expectedresp": ["1", "2", "3"],
+                                "problemname": prob,
+                                "problemsize": size,
+                            },
+                            gold=gold,
+                            options=["1", "2", "3"],
+                        )
+                    )
     with Store(path) as st:
-        st.add_suite("ws-small", "worldsense", "constrained", {"cluster_field": "tuple_ID"}, "test", items)
+        st.add_suite(
+            "ws-small", "worldsense", "constrained", {"cluster_field": "tuple_ID"}, "test", items
+        )
         responses = {}
         for k, (model, prompting, seed) in enumerate(models):
             rid = f"w{k}"
-            st.create_run({"run_id": rid, "suite_id": "ws-small", "suite_name": "worldsense", "task": "constrained",
-                           "n_total": len(items), "model": model, "options": {"import": {"prompting": prompting}}})
+            st.create_run(
+                {
+                    "run_id": rid,
+                    "suite_id": "ws-small",
+                    "suite_name": "worldsense",
+                    "task": "constrained",
+                    "n_total": len(items),
+                    "model": model,
+                    "options": {"import": {"prompting": prompting}},
+                }
+            )
             rng = np.random.default_rng(seed)
             resp = [str(x) for x in rng.integers(1, 4, size=len(items))]
-            st.write_results(rid, [Result(item_id=it.item_id, variant="default", prompt="p", prediction=r,
-                                          gold=it.gold, correct=float(r == it.gold)) for it, r in zip(items, resp, strict=True)])
+            st.write_results(
+                rid,
+                [
+                    Result(
+                        item_id=it.item_id,
+                        variant="default",
+                        prompt="p",
+                        prediction=r,
+                        gold=it.gold,
+                        correct=float(r == it.gold),
+                    )
+                    for it, r in zip(items, resp, strict=True)
+                ],
+            )
             responses[rid] = resp
     return items, responses
 
 
-@pytest.mark.parametrize("models", [
-    [("m1", "basic", 1), ("m2", "basic", 2), ("m1", "cot", 3)],  # one run per (model, prompting): stacked
-    [("m1", "basic", 1), ("m1", "basic", 2)],  # two runs pooled in one group: rebuilt from tuples
-])
+@pytest.mark.parametrize(
+    "models",
+    [
+        [
+            ("m1", "basic", 1),
+            ("m2", "basic", 2),
+            ("m1", "cot", 3),
+        ],  # one run per (model, prompting): stacked
+        [
+            ("m1", "basic", 1),
+            ("m1", "basic", 2),
+        ],  # two runs pooled in one group: rebuilt from tuples
+    ],
+)
 def test_worldsense_tables_over_runs_equal_the_authors_analysis(tmp_path, models):
     """The authors' tables `llmscope report` prints for several runs equal their reference
     analysis (analysis.worldsense.analyse) of all the runs' trials at once."""
@@ -190,19 +328,47 @@ def test_worldsense_tables_over_runs_equal_the_authors_analysis(tmp_path, models
     from llmscope.report import worldsense_reports
 
     items, responses = _ws_store(tmp_path / "ws.duckdb", models)
-    trials = pd.DataFrame({"Key": [it.item_id for it in items], "tuple_ID": [it.fields["tuple_ID"] for it in items],
-                           "goldresp": [it.gold for it in items], "expectedresp": [["1", "2", "3"]] * len(items),
-                           "problemname": [it.fields["problemname"] for it in items],
-                           "problemsize": [it.fields["problemsize"] for it in items]})
+    trials = pd.DataFrame(
+        {
+            "Key": [it.item_id for it in items],
+            "tuple_ID": [it.fields["tuple_ID"] for it in items],
+            "goldresp": [it.gold for it in items],
+            "expectedresp": [["1", "2", "3"]] * len(items),
+            "problemname": [it.fields["problemname"] for it in items],
+            "problemsize": [it.fields["problemsize"] for it in items],
+        }
+    )
     # each run's tuples are its own (two runs of one model and prompting: twice the tuples)
-    trials = pd.concat([trials.assign(Key=trials["Key"] + f"#{k}", tuple_ID=trials["tuple_ID"] + f"#{k}")
-                        for k in range(len(models))], ignore_index=True)
-    resp = pd.concat([pd.DataFrame({"Key": [f"{it.item_id}#{k}" for it in items], "resp": r, "modelname": m,
-                                    "prompting": p})
-                      for k, (r, (m, p, _s)) in enumerate(zip(responses.values(), models, strict=True))], ignore_index=True)
+    trials = pd.concat(
+        [
+            trials.assign(Key=trials["Key"] + f"#{k}", tuple_ID=trials["tuple_ID"] + f"#{k}")
+            for k in range(len(models))
+        ],
+        ignore_index=True,
+    )
+    resp = pd.concat(
+        [
+            pd.DataFrame(
+                {
+                    "Key": [f"{it.item_id}#{k}" for it in items],
+                    "resp": r,
+                    "modelname": m,
+                    "prompting": p,
+                }
+            )
+            for k, (r, (m, p, _s)) in enumerate(zip(responses.values(), models, strict=True))
+        ],
+        ignore_index=True,
+    )
     ref = analyse(worldsense_frame(trials, resp))
-    want = {(r["model"], json.dumps(r["group"], sort_keys=True), r["metric"]): (r["value"], r["ci95"], r["n"])
-            for r in report_rows(ref, "worldsense")}
+    want = {
+        (r["model"], json.dumps(r["group"], sort_keys=True), r["metric"]): (
+            r["value"],
+            r["ci95"],
+            r["n"],
+        )
+        for r in report_rows(ref, "worldsense")
+    }
     import llmscope.analysis.metrics as metrics
 
     for _ in range(2):  # computed, then from the metrics cache the store keeps (a new process)
@@ -210,8 +376,14 @@ def test_worldsense_tables_over_runs_equal_the_authors_analysis(tmp_path, models
         with Store(tmp_path / "ws.duckdb") as st:
             runs = [st.get_run(f"w{k}") for k in range(len(models))]
             rows, text = worldsense_reports(st, runs)
-        got = {(r["model"], json.dumps(r["group"], sort_keys=True), r["metric"]): (r["value"], r["ci95"], r["n"])
-               for r in rows}
+        got = {
+            (r["model"], json.dumps(r["group"], sort_keys=True), r["metric"]): (
+                r["value"],
+                r["ci95"],
+                r["n"],
+            )
+            for r in rows
+        }
         assert got.keys() == want.keys()
         for k, (v, ci, n) in want.items():
             assert got[k][0] == pytest.approx(v, abs=1e-12) and got[k][2] == n, k

@@ -21,8 +21,12 @@ def test_rerun_failing_items_links_new_run(tmp_path, capsys):
     assert main(["run", "--suite", str(spec), *base]) == 0
     con = duckdb.connect(db, read_only=True)
     (old_id,) = con.execute("SELECT run_id FROM runs").fetchone()
-    wrong = {r[0] for r in con.execute(
-        "SELECT item_id FROM results WHERE run_id = ? AND correct = 0", [old_id]).fetchall()}
+    wrong = {
+        r[0]
+        for r in con.execute(
+            "SELECT item_id FROM results WHERE run_id = ? AND correct = 0", [old_id]
+        ).fetchall()
+    }
     con.close()
     assert wrong, "the random tiny model should get some items wrong"
     assert main(["rerun", old_id, "--where", "failing", *base]) == 0
@@ -30,7 +34,10 @@ def test_rerun_failing_items_links_new_run(tmp_path, capsys):
     runs = con.execute("SELECT run_id, meta FROM runs WHERE run_id <> ?", [old_id]).fetchall()
     assert len(runs) == 1
     new_id, meta = runs[0]
-    got = {r[0] for r in con.execute("SELECT item_id FROM results WHERE run_id = ?", [new_id]).fetchall()}
+    got = {
+        r[0]
+        for r in con.execute("SELECT item_id FROM results WHERE run_id = ?", [new_id]).fetchall()
+    }
     con.close()
     assert got == wrong  # every variant of each failing item, nothing else
     link = json.loads(meta)["rerun_of"]

@@ -21,10 +21,16 @@ def E(x: float) -> float:
 
 def _suite(tmp: Path, texts: list[str]) -> Path:
     (tmp / "items.jsonl").write_text(
-        "".join(json.dumps({"id": f"i{k}", "text": t, "gold": "yes"}) + "\n" for k, t in enumerate(texts)))
+        "".join(
+            json.dumps({"id": f"i{k}", "text": t, "gold": "yes"}) + "\n"
+            for k, t in enumerate(texts)
+        )
+    )
     spec = tmp / "suite.yaml"
-    spec.write_text("name: api\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
-                    "templates:\n  plain: '{text} Answer yes or no.'\n")
+    spec.write_text(
+        "name: api\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
+        "templates:\n  plain: '{text} Answer yes or no.'\n"
+    )
     return spec
 
 
@@ -32,9 +38,25 @@ def _run(spec: Path, db: Path, base_url: str, *extra: str) -> subprocess.Complet
     env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY}
     env.pop("OPENAI_BASE_URL", None)
     return subprocess.run(
-        [sys.executable, "-m", "llmscope", "run", "--suite", str(spec), "--db", str(db), "--model",
-         "openai:test-model", "--base-url", base_url, *extra],
-        capture_output=True, text=True, timeout=300, env=env,
+        [
+            sys.executable,
+            "-m",
+            "llmscope",
+            "run",
+            "--suite",
+            str(spec),
+            "--db",
+            str(db),
+            "--model",
+            "openai:test-model",
+            "--base-url",
+            base_url,
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
     )
 
 
@@ -53,14 +75,18 @@ def test_three_topk_rules_stored_with_rule_names(tmp_path):
     finally:
         stop_server(server)
     con = duckdb.connect(str(db), read_only=True)
-    rows = {r[0]: r[1:] for r in con.execute(
-        "SELECT item_id, p_yes, p_no, other, extra FROM results").fetchall()}
+    rows = {
+        r[0]: r[1:]
+        for r in con.execute("SELECT item_id, p_yes, p_no, other, extra FROM results").fetchall()
+    }
     run_meta = con.execute("SELECT backend, meta, options FROM runs").fetchone()
     con.close()
     # both present: rescale the top-k to 1
     s = E(-0.7) + E(-2.5) + E(-1.6) + E(-3.2)
     py, pn, po, extra = rows["i0"]
-    assert (py, pn, po) == pytest.approx(((E(-0.7) + E(-2.5)) / s, E(-1.6) / s, E(-3.2) / s), abs=1e-9)
+    assert (py, pn, po) == pytest.approx(
+        ((E(-0.7) + E(-2.5)) / s, E(-1.6) / s, E(-3.2) / s), abs=1e-9
+    )
     assert json.loads(extra)["rule"] == "all-present"
     # only yes: no gets the mass outside the top-k; other is the top-k mass of the rest
     py, pn, po, extra = rows["i1"]
@@ -90,7 +116,8 @@ def test_faulty_server_run_completes_and_reports_retries(tmp_path):
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
     con = duckdb.connect(str(db), read_only=True)
     n, distinct, scored, errs = con.execute(
-        "SELECT count(*), count(DISTINCT item_id), count(p_yes), count(error) FROM results").fetchone()
+        "SELECT count(*), count(DISTINCT item_id), count(p_yes), count(error) FROM results"
+    ).fetchone()
     meta = json.loads(con.execute("SELECT meta FROM runs").fetchone()[0])
     con.close()
     assert n == distinct == 40 and scored + errs == 40

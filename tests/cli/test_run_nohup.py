@@ -44,7 +44,9 @@ def _hold(server: OAIServer) -> None:
         server.script(m, hold_after=5)
 
 
-def _signal_then_go_on(server: OAIServer, proc: subprocess.Popen[str], send: Callable[[], None]) -> None:
+def _signal_then_go_on(
+    server: OAIServer, proc: subprocess.Popen[str], send: Callable[[], None]
+) -> None:
     """Once a request is held (10 answered, 110 to go), signal the run, then let it go on."""
     wait_until(lambda: any(server.held(m) for m in MARKERS), "a request was held", proc)
     send()

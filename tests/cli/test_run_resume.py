@@ -23,8 +23,17 @@ def _suite(folder: Path) -> Path:
     with open(folder / "items.jsonl", "w", encoding="utf-8") as f:
         for i in range(N):
             marker = "[flaky]" if i < 2 else "[fine]"
-            f.write(json.dumps({"id": f"r{i}", "text": f"{marker} claim {i}", "gold": "yes",
-                                "topic": "odd" if i % 2 else "even"}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "id": f"r{i}",
+                        "text": f"{marker} claim {i}",
+                        "gold": "yes",
+                        "topic": "odd" if i % 2 else "even",
+                    }
+                )
+                + "\n"
+            )
     (folder / "suite.yaml").write_text(
         "name: resume-api\ntask: yesno\nitems: items.jsonl\n"
         "templates:\n  a: '{text} Answer yes or no.'\n  b: 'True or not? {text}'\n",
@@ -40,7 +49,9 @@ def _env() -> dict[str, str]:
 def _db_rows(db: Path) -> list[tuple[Any, ...]]:
     con = duckdb.connect(str(db), read_only=True)
     try:
-        return con.execute("SELECT item_id, variant, error, p_yes FROM results ORDER BY item_id, variant").fetchall()
+        return con.execute(
+            "SELECT item_id, variant, error, p_yes FROM results ORDER BY item_id, variant"
+        ).fetchall()
     finally:
         con.close()
 
@@ -58,8 +69,11 @@ def _run_row(db: Path) -> dict[str, Any]:
 
 def _script(server: Any, faults: bool) -> None:
     server.script("[fine]", top=[["Yes", -0.4], ["No", -1.2]])
-    server.script("[flaky]", top=[["Yes", -0.1], ["No", -2.5]],
-                  faults=[{"status": 503, "message": f"overloaded {k}"} for k in range(4)] if faults else [])
+    server.script(
+        "[flaky]",
+        top=[["Yes", -0.1], ["No", -2.5]],
+        faults=[{"status": 503, "message": f"overloaded {k}"} for k in range(4)] if faults else [],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -82,9 +96,23 @@ def _first_run(oai: Any, tmp_path: Path) -> tuple[Path, str]:  # noqa: F811
     """A run whose four [flaky] prompts fail once each (HTTP 503, no retries): 4 error rows."""
     _script(oai, faults=True)
     db = tmp_path / "r.duckdb"
-    proc = cli("run", "--suite", str(_suite(tmp_path / "s")), "--model", "openai:test-model",
-               "--base-url", oai.base_url, "--max-retries", "0", "--concurrency", "2", "--db", str(db),
-               "--no-report", env=_env())
+    proc = cli(
+        "run",
+        "--suite",
+        str(_suite(tmp_path / "s")),
+        "--model",
+        "openai:test-model",
+        "--base-url",
+        oai.base_url,
+        "--max-retries",
+        "0",
+        "--concurrency",
+        "2",
+        "--db",
+        str(db),
+        "--no-report",
+        env=_env(),
+    )
     assert proc.returncode == 1, proc.stderr  # errors stored: exit 1
     rows = _db_rows(db)
     assert len(rows) == 2 * N and sum(r[2] is not None for r in rows) == 4
@@ -103,7 +131,11 @@ def test_config_is_stored_without_the_key(made: tuple[Path, str], oai) -> None: 
     assert run["owner_pid"] is not None and run["heartbeat_at"] is not None
 
 
-def test_resume_alone_retries_errors_on_the_same_server(made: tuple[Path, str], oai, tmp_path: Path) -> None:  # noqa: F811
+def test_resume_alone_retries_errors_on_the_same_server(
+    made: tuple[Path, str],
+    oai,
+    tmp_path: Path,  # noqa: F811
+) -> None:  # noqa: F811
     db, run_id = _copy(made, tmp_path, oai)
     before = len(oai.log("[flaky]"))
     proc = cli("run", "--resume", run_id, "--db", str(db), "--no-report", env=_env())
@@ -125,7 +157,9 @@ def test_resume_alone_retries_errors_on_the_same_server(made: tuple[Path, str], 
 def test_no_retry_errors_keeps_them(made: tuple[Path, str], oai, tmp_path: Path) -> None:  # noqa: F811
     db, run_id = _copy(made, tmp_path, oai)
     before = len(oai.log())
-    proc = cli("run", "--resume", run_id, "--db", str(db), "--no-retry-errors", "--no-report", env=_env())
+    proc = cli(
+        "run", "--resume", run_id, "--db", str(db), "--no-retry-errors", "--no-report", env=_env()
+    )
     assert proc.returncode == 1, proc.stderr
     assert len(oai.log()) - before <= 1  # at most the capability probe; no item was sent
     assert sum(r[2] is not None for r in _db_rows(db)) == 4
@@ -141,19 +175,38 @@ def test_no_retry_errors_keeps_them(made: tuple[Path, str], oai, tmp_path: Path)
         (["--seed", "7"], "seed: 0 -> 7"),
     ],
 )
-def test_resume_refuses_identity_changes(made: tuple[Path, str], oai, flags: list[str], needle: str) -> None:  # noqa: F811
+def test_resume_refuses_identity_changes(
+    made: tuple[Path, str],
+    oai,
+    flags: list[str],
+    needle: str,  # noqa: F811
+) -> None:  # noqa: F811
     db, run_id = made
     before = (len(oai.log()), _db_rows(db))
-    err = assert_clean_error(cli("run", "--resume", run_id, "--db", str(db), *flags, env=_env()),
-                             "would change what it measures", needle)
+    err = assert_clean_error(
+        cli("run", "--resume", run_id, "--db", str(db), *flags, env=_env()),
+        "would change what it measures",
+        needle,
+    )
     assert "Drop those flags" in err
     assert (len(oai.log()), _db_rows(db)) == before  # nothing sent, nothing written
 
 
 def test_resume_may_change_speed_options(made: tuple[Path, str], oai, tmp_path: Path) -> None:  # noqa: F811
     db, run_id = _copy(made, tmp_path, oai)
-    proc = cli("run", "--resume", run_id, "--db", str(db), "--concurrency", "1", "--timeout", "30",
-               "--no-report", env=_env())
+    proc = cli(
+        "run",
+        "--resume",
+        run_id,
+        "--db",
+        str(db),
+        "--concurrency",
+        "1",
+        "--timeout",
+        "30",
+        "--no-report",
+        env=_env(),
+    )
     assert proc.returncode == 0, proc.stderr
     cfg = json.loads(_run_row(db)["backend_config"])
     assert cfg["concurrency"] == 1 and cfg["timeout"] == 30 and cfg["base_url"] == oai.base_url
@@ -181,8 +234,20 @@ def test_bad_numbers_are_refused_before_anything_is_written(
     )
 
     db = tmp_path / "never.duckdb"
-    rc = main(["run", "--suite", "commonsense-sample", "--model", "openai:m", "--base-url",
-               "http://127.0.0.1:9/v1", "--db", str(db), *flags])
+    rc = main(
+        [
+            "run",
+            "--suite",
+            "commonsense-sample",
+            "--model",
+            "openai:m",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--db",
+            str(db),
+            *flags,
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("llmscope: error: ") and needle in err, err
     assert err.count("\n") == 1  # one line
@@ -191,10 +256,16 @@ def test_bad_numbers_are_refused_before_anything_is_written(
 
 def test_report_by_must_name_a_field(made: tuple[Path, str]) -> None:
     db, _ = made
-    err = assert_clean_error(cli("report", "--db", str(db), "--by", "nosuchfield", env=_env()),
-                             "--by nosuchfield: not a field of suite resume-api")
+    err = assert_clean_error(
+        cli("report", "--db", str(db), "--by", "nosuchfield", env=_env()),
+        "--by nosuchfield: not a field of suite resume-api",
+    )
     assert "topic" in err and "variant" in err  # the allowed names are listed
     ok = cli("report", "--db", str(db), "--by", "topic", "--json", env=_env())
     assert ok.returncode == 0, ok.stderr
-    groups = {json.dumps(r.get("group"), sort_keys=True) for r in json.loads(ok.stdout) if r.get("metric") == "accuracy"}
+    groups = {
+        json.dumps(r.get("group"), sort_keys=True)
+        for r in json.loads(ok.stdout)
+        if r.get("metric") == "accuracy"
+    }
     assert '{"topic": "even"}' in groups and '{"topic": "odd"}' in groups

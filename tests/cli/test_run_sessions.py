@@ -135,8 +135,16 @@ def test_a_rerun_does_not_hide_the_finished_run(oai, tmp_path: Path) -> None:  #
     suite, db = _suite(tmp_path / "s"), tmp_path / "r.duckdb"
     assert _run(oai, suite, db).returncode == 0
     (rid,) = _runs(db)
-    proc = cli("rerun", rid, "--where", "item_id = 'k1'", "--db", str(db), "--no-report",
-               env=cli_env(OPENAI_API_KEY=CANARY_KEY))
+    proc = cli(
+        "rerun",
+        rid,
+        "--where",
+        "item_id = 'k1'",
+        "--db",
+        str(db),
+        "--no-report",
+        env=cli_env(OPENAI_API_KEY=CANARY_KEY),
+    )
     assert proc.returncode == 0, proc.stderr
     before = _runs(db)[rid]["meta"]
     again = _run(oai, suite, db)

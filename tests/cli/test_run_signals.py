@@ -57,14 +57,27 @@ def _runs_json(db: Path, via_cli: bool = False) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def local_setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("signals")
-    return {"base": base, "model": tiny_model_dir(base), "suite": write_yesno_suite(base / "s", N_LOCAL)}
+    return {
+        "base": base,
+        "model": tiny_model_dir(base),
+        "suite": write_yesno_suite(base / "s", N_LOCAL),
+    }
 
 
 def _api_suite(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "items.jsonl", "w", encoding="utf-8") as f:
         for i in range(N_API):
-            f.write(json.dumps({"id": f"a{i}", "text": f"[sig] statement {i}", "gold": "yes" if i % 2 else "no"}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "id": f"a{i}",
+                        "text": f"[sig] statement {i}",
+                        "gold": "yes" if i % 2 else "no",
+                    }
+                )
+                + "\n"
+            )
     (folder / "suite.yaml").write_text(
         "name: sig-api\ntask: yesno\nitems: items.jsonl\n"
         "templates:\n  a: '{text} Answer yes or no.'\n  b: 'Is it so? {text}'\n",
@@ -78,8 +91,9 @@ def _interrupt_then_resume(
 ) -> dict[str, Any]:
     """Start the run, and once it reports stored results (kill -9 leaves rows to keep) signal
     it with `send`, which holds its work; then resume it as printed."""
-    proc = subprocess.Popen(cli_cmd(*cmd), env=cli_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cli_cmd(*cmd), env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     try:
         wait_stored(db, proc)
         send(proc)
@@ -123,18 +137,53 @@ SIGNALS = [("sigterm", signal.SIGTERM), ("sighup", signal.SIGHUP), ("sigkill", s
 @pytest.mark.parametrize(("name", "sig"), SIGNALS)
 def test_local_run_signal_then_resume(local_setup: dict[str, Path], name: str, sig: int) -> None:
     db = local_setup["base"] / f"{name}.duckdb"
-    cmd = ["run", "--suite", str(local_setup["suite"]), "--model", f"hf:{local_setup['model']}", "--db", str(db),
-           "--dtype", "float32", "--device", "cpu", "--batch-size", "2", "--threads", "1", "--no-report", "--quiet"]
+    cmd = [
+        "run",
+        "--suite",
+        str(local_setup["suite"]),
+        "--model",
+        f"hf:{local_setup['model']}",
+        "--db",
+        str(db),
+        "--dtype",
+        "float32",
+        "--device",
+        "cpu",
+        "--batch-size",
+        "2",
+        "--threads",
+        "1",
+        "--no-report",
+        "--quiet",
+    ]
     figures = _interrupt_then_resume(cmd, db, sig, 2 * N_LOCAL, lambda p: signal_frozen(p, db, sig))
     record(f"signal_local_{name}", **figures, items_lost=0, duplicates=0)
 
 
 @pytest.mark.parametrize(("name", "sig"), SIGNALS)
-def test_api_run_signal_then_resume_keeps_base_url(tmp_path: Path, oai, name: str, sig: int) -> None:  # noqa: F811
+def test_api_run_signal_then_resume_keeps_base_url(
+    tmp_path: Path,
+    oai,
+    name: str,
+    sig: int,  # noqa: F811
+) -> None:  # noqa: F811
     oai.script("[sig]", top=[["Yes", -0.3], ["No", -1.5]], hold_after=HOLD_AFTER)
     db = tmp_path / f"{name}.duckdb"
-    cmd = ["run", "--suite", str(_api_suite(tmp_path / "s")), "--model", "openai:test-model",
-           "--base-url", oai.base_url, "--concurrency", "2", "--db", str(db), "--no-report", "--quiet"]
+    cmd = [
+        "run",
+        "--suite",
+        str(_api_suite(tmp_path / "s")),
+        "--model",
+        "openai:test-model",
+        "--base-url",
+        oai.base_url,
+        "--concurrency",
+        "2",
+        "--db",
+        str(db),
+        "--no-report",
+        "--quiet",
+    ]
     before = len(oai.log("[sig]"))
 
     def send(proc: subprocess.Popen[str]) -> None:

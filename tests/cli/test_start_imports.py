@@ -34,9 +34,20 @@ _CLI = (
 
 
 def _cli(args: list[str], tmp_path: Path, **env: str) -> tuple[int, list[str], str]:
-    full_env = {**os.environ, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "cfg"), **env}
-    res = subprocess.run([sys.executable, "-c", _CLI, *args], capture_output=True, text=True,
-                         env=full_env, cwd=tmp_path, timeout=600)
+    full_env = {
+        **os.environ,
+        "HOME": str(tmp_path),
+        "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
+        **env,
+    }
+    res = subprocess.run(
+        [sys.executable, "-c", _CLI, *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=tmp_path,
+        timeout=600,
+    )
     rc, heavy = json.loads(res.stdout.strip().splitlines()[-1])
     return int(rc), heavy, res.stderr
 
@@ -51,12 +62,24 @@ def db_with_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with Store(path) as st:
         items = [Item(item_id=i, fields={}, gold="yes") for i in ("a", "b")]
         st.add_suite("toy@1", "toy", "yesno", {}, "", items)
-        st.create_run({"run_id": "r1", "suite_id": "toy@1", "suite_name": "toy", "task": "yesno",
-                       "model": "m", "n_total": 2, "status": "completed"})
-        st.write_results("r1", [
-            Result(item_id="a", variant="q", prediction="yes", gold="yes", correct=1.0),
-            Result(item_id="b", variant="q", prediction="no", gold="yes", correct=0.0),
-        ])
+        st.create_run(
+            {
+                "run_id": "r1",
+                "suite_id": "toy@1",
+                "suite_name": "toy",
+                "task": "yesno",
+                "model": "m",
+                "n_total": 2,
+                "status": "completed",
+            }
+        )
+        st.write_results(
+            "r1",
+            [
+                Result(item_id="a", variant="q", prediction="yes", gold="yes", correct=1.0),
+                Result(item_id="b", variant="q", prediction="no", gold="yes", correct=0.0),
+            ],
+        )
     return path
 
 
@@ -68,19 +91,32 @@ def test_listing_commands_import_no_heavy_library(args: list[str], tmp_path: Pat
 
 
 @pytest.mark.parametrize("json_flag", [[], ["--json"]], ids=["text", "json"])
-def test_runs_imports_no_heavy_library(json_flag: list[str], db_with_run: Path, tmp_path: Path) -> None:
+def test_runs_imports_no_heavy_library(
+    json_flag: list[str], db_with_run: Path, tmp_path: Path
+) -> None:
     rc, heavy, err = _cli(["--db", str(db_with_run), "runs", *json_flag], tmp_path)
     assert rc == 0, err
     assert heavy == [], f"`llmscope runs` imported {heavy}"
 
 
 def test_runs_json_lists_the_stored_run(db_with_run: Path, tmp_path: Path) -> None:
-    res = subprocess.run([sys.executable, "-m", "llmscope", "--db", str(db_with_run), "runs", "--json"],
-                         capture_output=True, text=True, cwd=tmp_path, timeout=600, check=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "llmscope", "--db", str(db_with_run), "runs", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+        check=True,
+    )
     (row,) = json.loads(res.stdout)
     # two rows stored, one correct: avg(correct) by hand
-    assert (row["run_id"], row["n_done"], row["n_total"], row["accuracy"], row["metric"]) == ("r1", 2, 2, 0.5,
-                                                                                             "accuracy")
+    assert (row["run_id"], row["n_done"], row["n_total"], row["accuracy"], row["metric"]) == (
+        "r1",
+        2,
+        2,
+        0.5,
+        "accuracy",
+    )
     assert row["status"] == "completed"
     assert isinstance(row["started_at"], str) and row["started_at"][10] == "T"
 
@@ -90,8 +126,22 @@ def _errors(tmp_path: Path) -> list[tuple[list[str], str]]:
     return [
         (["--db", db, "run", "--suite", "no-such-suite"], "no-such-suite"),
         (["--db", db, "run", "--suite", "mc-sample", "--bogus-flag"], "--bogus-flag"),
-        (["--db", db, "run", "--suite", "mc-sample", "--model", str(tmp_path / "missing-folder")], "missing-folder"),
-        (["--db", db, "run", "--suite", "mc-sample", "--model", "hf:nobody-xyz/not-cached"], "not-cached"),
+        (
+            [
+                "--db",
+                db,
+                "run",
+                "--suite",
+                "mc-sample",
+                "--model",
+                str(tmp_path / "missing-folder"),
+            ],
+            "missing-folder",
+        ),
+        (
+            ["--db", db, "run", "--suite", "mc-sample", "--model", "hf:nobody-xyz/not-cached"],
+            "not-cached",
+        ),
         (["--db", db, "run", "--suite", str(tmp_path / "missing.yaml")], "missing.yaml"),
         (["--db", db, "runs"], "none.duckdb"),
     ]
@@ -107,7 +157,9 @@ def test_user_errors_are_reported_before_torch(case: int, tmp_path: Path) -> Non
     rc, heavy, err = _cli(args, tmp_path, HF_HUB_OFFLINE="1", HF_HOME=str(hub))
     assert rc == 2, err
     assert named in err and "Traceback" not in err, err
-    assert not {"torch", "transformers"} & set(heavy), f"`{' '.join(args)}` imported {heavy} before failing"
+    assert not {"torch", "transformers"} & set(heavy), (
+        f"`{' '.join(args)}` imported {heavy} before failing"
+    )
 
 
 _TUI = (
@@ -129,12 +181,22 @@ _TUI = (
 
 
 @pytest.mark.parametrize("mode", ["tui", "watch"])
-def test_first_screen_imports_no_model_or_scipy(mode: str, db_with_run: Path, tmp_path: Path) -> None:
+def test_first_screen_imports_no_model_or_scipy(
+    mode: str, db_with_run: Path, tmp_path: Path
+) -> None:
     """The TUI's (and `llmscope view`'s) first screen lists the runs without torch,
     transformers, scipy or the openai package."""
-    res = subprocess.run([sys.executable, "-c", _TUI, str(db_with_run), mode], capture_output=True, text=True,
-                         cwd=tmp_path, timeout=600, env={**os.environ, "HOME": str(tmp_path)})
+    res = subprocess.run(
+        [sys.executable, "-c", _TUI, str(db_with_run), mode],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+        env={**os.environ, "HOME": str(tmp_path)},
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     rows, heavy = json.loads(res.stdout.strip().splitlines()[-1])
     assert rows == 1
-    assert not {"torch", "transformers", "scipy", "openai"} & set(heavy), f"the first screen imported {heavy}"
+    assert not {"torch", "transformers", "scipy", "openai"} & set(heavy), (
+        f"the first screen imported {heavy}"
+    )

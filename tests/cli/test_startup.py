@@ -11,8 +11,17 @@ import json
 import subprocess
 import sys
 
-HEAVY = ("pandas", "duckdb", "pyarrow", "numpy", "scipy", "torch", "transformers", "textual",
-         "matplotlib")
+HEAVY = (
+    "pandas",
+    "duckdb",
+    "pyarrow",
+    "numpy",
+    "scipy",
+    "torch",
+    "transformers",
+    "textual",
+    "matplotlib",
+)
 
 
 def test_building_the_parser_imports_no_heavy_library() -> None:

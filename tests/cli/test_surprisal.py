@@ -17,15 +17,34 @@ from tests.helpers.paths import ROOT
 def test_word_table_and_reading_time_fit(tmp_path, capsys):
     model = tiny_model_dir(tmp_path)
     db = str(tmp_path / "s.duckdb")
-    assert main(["run", "--suite", "syntax-sample", "--db", db, "--model", f"hf:{model}", "--threads", "1",
-                 "--quiet", "--no-report"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--suite",
+                "syntax-sample",
+                "--db",
+                db,
+                "--model",
+                f"hf:{model}",
+                "--threads",
+                "1",
+                "--quiet",
+                "--no-report",
+            ]
+        )
+        == 0
+    )
     out = tmp_path / "w.parquet"
     assert main(["surprisal", "last", "--db", db, "-o", str(out)]) == 0
     words = pd.read_parquet(out)
     # 20 items; each condition's sentence split on whitespace gives its words
-    item = json.loads(ROOT.joinpath(
-        "data/builtin/syntax-sample/items.jsonl").read_text().split("\n")[0])
-    n_words = sum(len(" ".join(r for r in regs if r).split()) for regs in item["conditions"].values())
+    item = json.loads(
+        ROOT.joinpath("data/builtin/syntax-sample/items.jsonl").read_text().split("\n")[0]
+    )
+    n_words = sum(
+        len(" ".join(r for r in regs if r).split()) for regs in item["conditions"].values()
+    )
     assert len(words[words.item_id == item["id"]]) == n_words
     assert words["surprisal_bits"].gt(0).all()
     rts = words[["item_id", "condition", "word_index"]].copy()
@@ -36,7 +55,9 @@ def test_word_table_and_reading_time_fit(tmp_path, capsys):
     assert main(["surprisal", "last", "--db", db, "--rt", str(rt_path), "--json"]) == 0
     fit = json.loads(capsys.readouterr().out)
     assert fit["n_words"] == len(words)
-    assert fit["coef"]["surprisal_bits"] == pytest.approx(9) and fit["r2_heldout"] == pytest.approx(1.0)
+    assert fit["coef"]["surprisal_bits"] == pytest.approx(9) and fit["r2_heldout"] == pytest.approx(
+        1.0
+    )
     # bad input: a one-line error naming the file and the missing column
     rts.drop(columns=["rt"]).to_csv(rt_path, index=False)
     assert main(["surprisal", "last", "--db", db, "--rt", str(rt_path)]) == 2

@@ -138,7 +138,11 @@ def test_a_plan_s_hypothesis_line_fits_the_terminal() -> None:
         "suite": "s",
         "model": "m",
         "metric": "hypothesis",
-        "group": {"id": "H1", "hypothesis": "accuracy(q1) > accuracy(q2)", "verdict": "not supported"},
+        "group": {
+            "id": "H1",
+            "hypothesis": "accuracy(q1) > accuracy(q2)",
+            "verdict": "not supported",
+        },
         "value": -0.132,
         "ci95": [-0.213, -0.051],
         "p_value": 0.999,
@@ -153,7 +157,10 @@ def test_a_plan_s_hypothesis_line_fits_the_terminal() -> None:
         assert any("[-0.213, -0.051]" in ln for ln in lines), text
         assert "  H1: accuracy(q1) > accuracy(q2)  -> not supported" in text
         joined = " ".join(" ".join(lines).split())
-        assert "(difference -0.132 [-0.213, -0.051], p = 0.999, paired t over clusters, n=243)" in joined
+        assert (
+            "(difference -0.132 [-0.213, -0.051], p = 0.999, paired t over clusters, n=243)"
+            in joined
+        )
     piped = format_rows([hyp]).splitlines()
     assert piped[-1] == (
         "  H1: accuracy(q1) > accuracy(q2)  -> not supported  (difference -0.132 [-0.213, -0.051], "

@@ -15,11 +15,20 @@ import pytest
 from llmscope.data.suites import SuiteError, load_suite
 
 ROWS = [
-    {"id": "Mercury_1", "question": "Which gas do plants take in?",
-     "choices": {"text": ["oxygen", "carbon dioxide", "helium"], "label": ["A", "B", "C"]}, "label": 1,
-     "grade": "5"},
-    {"id": "Mercury_2", "question": "What melts ice fastest?",
-     "choices": {"text": ["salt", "sand", "paper"], "label": ["A", "B", "C"]}, "label": 0, "grade": "4"},
+    {
+        "id": "Mercury_1",
+        "question": "Which gas do plants take in?",
+        "choices": {"text": ["oxygen", "carbon dioxide", "helium"], "label": ["A", "B", "C"]},
+        "label": 1,
+        "grade": "5",
+    },
+    {
+        "id": "Mercury_2",
+        "question": "What melts ice fastest?",
+        "choices": {"text": ["salt", "sand", "paper"], "label": ["A", "B", "C"]},
+        "label": 0,
+        "grade": "4",
+    },
 ]
 
 SPEC = """name: arc-like
@@ -66,34 +75,56 @@ def test_identity_covers_the_data_file(tmp_path: Path) -> None:
 
 
 def test_jsonl_json_and_csv_read_the_same(tmp_path: Path) -> None:
-    flat = [{"qid": "007", "q": "Is water wet?", "a": "yes"}, {"qid": "008", "q": "Is fire cold?", "a": "no"}]
+    flat = [
+        {"qid": "007", "q": "Is water wet?", "a": "yes"},
+        {"qid": "008", "q": "Is fire cold?", "a": "no"},
+    ]
     (tmp_path / "d.jsonl").write_text("\n".join(json.dumps(r) for r in flat) + "\n")
     (tmp_path / "d.json").write_text(json.dumps({"test": flat, "train": []}))
     (tmp_path / "d.csv").write_text("qid,q,a\n007,Is water wet?,yes\n008,Is fire cold?,no\n")
     got = {}
     for name in ("d.jsonl", "d.json", "d.csv"):
         spec = tmp_path / f"{name}.yaml"
-        spec.write_text(f"name: yn\ntask: yesno\ntemplates: '{{q}} Answer yes or no.'\n"
-                        f"dataset:\n  path: {name}\n  fields: {{id: qid, gold: a}}\n")
+        spec.write_text(
+            f"name: yn\ntask: yesno\ntemplates: '{{q}} Answer yes or no.'\n"
+            f"dataset:\n  path: {name}\n  fields: {{id: qid, gold: a}}\n"
+        )
         got[name] = [(w.item.item_id, w.prompt, w.gold) for w in load_suite(spec).work()]
     # the CSV id "007" stays text, as written
-    assert got["d.jsonl"] == got["d.json"] == got["d.csv"] == [
-        ("007", "Is water wet? Answer yes or no.", "yes"), ("008", "Is fire cold? Answer yes or no.", "no")]
+    assert (
+        got["d.jsonl"]
+        == got["d.json"]
+        == got["d.csv"]
+        == [
+            ("007", "Is water wet? Answer yes or no.", "yes"),
+            ("008", "Is fire cold? Answer yes or no.", "no"),
+        ]
+    )
 
 
 def test_row_number_is_the_id_without_an_id_column(tmp_path: Path) -> None:
     (tmp_path / "d.jsonl").write_text('{"q": "A?", "a": "yes"}\n{"q": "B?", "a": "no"}\n')
     spec = tmp_path / "s.yaml"
-    spec.write_text("name: yn\ntask: yesno\ntemplates: '{q}'\ndataset:\n  path: d.jsonl\n  fields: {gold: a}\n")
+    spec.write_text(
+        "name: yn\ntask: yesno\ntemplates: '{q}'\ndataset:\n  path: d.jsonl\n  fields: {gold: a}\n"
+    )
     assert [w.item.item_id for w in load_suite(spec).work()] == ["0", "1"]
 
 
-@pytest.mark.parametrize("extra, data, message", [
-    ("", [{"id": "x", "question": "q", "choices": {"text": ["a", "b"]}, "label": 5}],
-     "gold index 5 is outside the 2 options"),
-    ("", [{"id": "x", "question": "q", "label": 0}], "no column 'choices.text'"),
-])
-def test_bad_rows_name_file_row_and_field(tmp_path: Path, extra: str, data: list, message: str) -> None:
+@pytest.mark.parametrize(
+    "extra, data, message",
+    [
+        (
+            "",
+            [{"id": "x", "question": "q", "choices": {"text": ["a", "b"]}, "label": 5}],
+            "gold index 5 is outside the 2 options",
+        ),
+        ("", [{"id": "x", "question": "q", "label": 0}], "no column 'choices.text'"),
+    ],
+)
+def test_bad_rows_name_file_row_and_field(
+    tmp_path: Path, extra: str, data: list, message: str
+) -> None:
     (tmp_path / "d.jsonl").write_text("\n".join(json.dumps(r) for r in data) + "\n")
     with pytest.raises(SuiteError) as e:
         load_suite(_write_spec(tmp_path, "d.jsonl", extra)).items()
@@ -113,12 +144,32 @@ def test_spec_errors_are_one_line(tmp_path: Path) -> None:
 
 def test_hub_id_without_datasets_or_network_is_a_clear_error(tmp_path: Path) -> None:
     spec = tmp_path / "s.yaml"
-    spec.write_text("name: x\ntask: yesno\ndataset:\n  path: nobody-here/no-such-dataset-h18\n  split: test\n")
-    env_py = ("import os; os.environ['HF_HUB_OFFLINE']='1'; os.environ['HF_DATASETS_OFFLINE']='1';"
-              "import sys; from llmscope.cli import main; sys.exit(main(sys.argv[1:]))")
-    p = subprocess.run([sys.executable, "-c", env_py, "--db", str(tmp_path / "x.duckdb"), "run", "--suite",
-                        str(spec), "--model", "openai:none", "--base-url", "http://127.0.0.1:9/v1"],
-                       capture_output=True, text=True, timeout=120)
+    spec.write_text(
+        "name: x\ntask: yesno\ndataset:\n  path: nobody-here/no-such-dataset-h18\n  split: test\n"
+    )
+    env_py = (
+        "import os; os.environ['HF_HUB_OFFLINE']='1'; os.environ['HF_DATASETS_OFFLINE']='1';"
+        "import sys; from llmscope.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            env_py,
+            "--db",
+            str(tmp_path / "x.duckdb"),
+            "run",
+            "--suite",
+            str(spec),
+            "--model",
+            "openai:none",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2, p.stderr
     assert "Traceback" not in p.stderr
     assert "nobody-here/no-such-dataset-h18" in p.stderr
@@ -127,12 +178,17 @@ def test_hub_id_without_datasets_or_network_is_a_clear_error(tmp_path: Path) -> 
 
 def test_data_folder_through_the_datasets_library(tmp_path: Path) -> None:
     """Folders and hub ids go through `datasets.load_dataset` (offline here: a local folder)."""
-    pytest.importorskip("datasets", reason="the `datasets` package is not installed (pip install datasets)")
+    pytest.importorskip(
+        "datasets", reason="the `datasets` package is not installed (pip install datasets)"
+    )
     folder = tmp_path / "arc"
     folder.mkdir()
     pq.write_table(pa.Table.from_pylist(ROWS), folder / "test.parquet")
     suite = load_suite(_write_spec(tmp_path, "arc"))
-    assert [(w.item.item_id, w.gold) for w in suite.work()] == [("Mercury_1", "carbon dioxide"), ("Mercury_2", "salt")]
+    assert [(w.item.item_id, w.gold) for w in suite.work()] == [
+        ("Mercury_1", "carbon dioxide"),
+        ("Mercury_2", "salt"),
+    ]
 
 
 def test_a_datasets_package_older_than_4_is_refused_before_it_loads(tmp_path: Path) -> None:
@@ -148,11 +204,30 @@ def test_a_datasets_package_older_than_4_is_refused_before_it_loads(tmp_path: Pa
         "    return []\n"
     )
     spec = tmp_path / "s.yaml"
-    spec.write_text("name: x\ntask: yesno\ndataset:\n  path: someone/scripted-dataset\n  split: test\n")
+    spec.write_text(
+        "name: x\ntask: yesno\ndataset:\n  path: someone/scripted-dataset\n  split: test\n"
+    )
     env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path / "site")}
-    p = subprocess.run([sys.executable, "-m", "llmscope", "--db", str(tmp_path / "x.duckdb"), "run",
-                        "--suite", str(spec), "--model", "openai:none", "--base-url", "http://127.0.0.1:9/v1"],
-                       capture_output=True, text=True, timeout=120, env=env)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmscope",
+            "--db",
+            str(tmp_path / "x.duckdb"),
+            "run",
+            "--suite",
+            str(spec),
+            "--model",
+            "openai:none",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert p.returncode == 2, p.stderr
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert "4.0 or later" in p.stderr and "2.17.0" in p.stderr and "dataset.path" in p.stderr

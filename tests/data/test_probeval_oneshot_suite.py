@@ -28,7 +28,11 @@ NAME = "probeval-oneshot"
 
 
 def _items() -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (BUILTIN_DIR / NAME / "items.jsonl").read_text().splitlines() if line]
+    return [
+        json.loads(line)
+        for line in (BUILTIN_DIR / NAME / "items.jsonl").read_text().splitlines()
+        if line
+    ]
 
 
 def test_suite_ships_consistent_clusters_and_the_papers_sampling() -> None:
@@ -44,9 +48,16 @@ def test_suite_ships_consistent_clusters_and_the_papers_sampling() -> None:
             assert c["count"] == sum(r["raw"][a] for a in c["answers"])
         assert sum(r["raw"].values()) == 20
     (tpl,) = suite.templates.values()
-    assert tpl.count("[Q]:") == 2 and tpl.endswith("[A]:") and "{question}" in tpl  # one worked example
+    assert (
+        tpl.count("[Q]:") == 2 and tpl.endswith("[A]:") and "{question}" in tpl
+    )  # one worked example
     opts = suite.task_options
-    assert opts["n"] > 1 and opts["temperature"] > 0 and 0 < opts["top_p"] < 1 and opts["chat"] is False
+    assert (
+        opts["n"] > 1
+        and opts["temperature"] > 0
+        and 0 < opts["top_p"] < 1
+        and opts["chat"] is False
+    )
 
 
 def _norm(s: str) -> str:
@@ -58,11 +69,18 @@ def test_tiny_model_run_gets_the_probeval_kl(tmp_path: Path) -> None:
     from llmscope.engine.hf import HFBackend
 
     model, tok = make_tiny_model(tmp_path)
-    backend = HFBackend(tiny_spec(tmp_path), model=model, tokenizer=tok, device="cpu", dtype="float32")
+    backend = HFBackend(
+        tiny_spec(tmp_path), model=model, tokenizer=tok, device="cpu", dtype="float32"
+    )
     db = tmp_path / "pe.duckdb"
     with Store(db) as store:
-        plan = RunPlan(suite=load_suite(NAME), model_label="tiny", model_arg="tiny", limit=2,
-                       task_options={"n": 3, "max_new_tokens": 4})
+        plan = RunPlan(
+            suite=load_suite(NAME),
+            model_label="tiny",
+            model_arg="tiny",
+            limit=2,
+            task_options={"n": 3, "max_new_tokens": 4},
+        )
 
         async def main() -> Any:
             try:
@@ -102,9 +120,30 @@ def test_embedded_model_run_and_report_without_shared(tmp_path: Path) -> None:
     own suite files: the working directory has no ../shared)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     db = tmp_path / "pe.duckdb"
-    p = subprocess.run([sys.executable, "-m", "llmscope", "--db", str(db), "run", "--suite", NAME, "--limit", "1",
-                        "--opt", "n=3", "--threads", "1", "--quiet"], capture_output=True, text=True, timeout=600,
-                       env=env, cwd=tmp_path)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmscope",
+            "--db",
+            str(db),
+            "run",
+            "--suite",
+            NAME,
+            "--limit",
+            "1",
+            "--opt",
+            "n=3",
+            "--threads",
+            "1",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     line = next(ln for ln in p.stdout.splitlines() if "probeval_kl" in ln and "overall" in ln)
     kl = float(line.split("probeval_kl")[1].split()[0])

@@ -35,7 +35,9 @@ description: *i
 """
 
 
-def _suite(tmp: Path, spec: str, items: str | bytes | None = '{"id": 1, "text": "t", "gold": "yes"}\n') -> Path:
+def _suite(
+    tmp: Path, spec: str, items: str | bytes | None = '{"id": 1, "text": "t", "gold": "yes"}\n'
+) -> Path:
     (tmp / "suite.yaml").write_text(spec)
     if items is not None:
         p = tmp / "items.jsonl"
@@ -49,16 +51,29 @@ SPEC = "name: s\ntask: yesno\nitems: items.jsonl\n"
 def _run_cli(tmp: Path, suite: Path) -> tuple[str, Path]:
     db = tmp / "x.duckdb"
     t0 = time.monotonic()
-    proc = cli("run", "--suite", str(suite), "--db", str(db), "--model", "openai:m",
-               "--base-url", "http://127.0.0.1:9/v1", env=cli_env(OPENAI_API_KEY="sk-x"), timeout=120)
+    proc = cli(
+        "run",
+        "--suite",
+        str(suite),
+        "--db",
+        str(db),
+        "--model",
+        "openai:m",
+        "--base-url",
+        "http://127.0.0.1:9/v1",
+        env=cli_env(OPENAI_API_KEY="sk-x"),
+        timeout=120,
+    )
     assert time.monotonic() - t0 < 120
     err = assert_clean_error(proc)
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, proc.stderr  # one line, whatever the input
     if db.exists():
         con = duckdb.connect(str(db), read_only=True)
-        n = con.execute("SELECT (SELECT count(*) FROM suites) + (SELECT count(*) FROM items) "
-                        "+ (SELECT count(*) FROM runs) + (SELECT count(*) FROM results)").fetchone()
+        n = con.execute(
+            "SELECT (SELECT count(*) FROM suites) + (SELECT count(*) FROM items) "
+            "+ (SELECT count(*) FROM runs) + (SELECT count(*) FROM results)"
+        ).fetchone()
         con.close()
         assert n == (0,)
     return err, db
@@ -118,7 +133,9 @@ def test_template_huge_width_is_refused(tmp_path: Path) -> None:
     assert "field 'templates'" in err and "width over 200" in err
 
 
-@pytest.mark.parametrize("tpl", ["{text[0]}", "{text.upper}", "{text:{n}}", "{0}", "{}", "{text!x}"])
+@pytest.mark.parametrize(
+    "tpl", ["{text[0]}", "{text.upper}", "{text:{n}}", "{0}", "{}", "{text!x}"]
+)
 def test_restricted_formatter_rejects(tmp_path: Path, tpl: str) -> None:
     with pytest.raises(SuiteError) as ei:
         load_suite(_suite(tmp_path, SPEC + f"templates: '{tpl}'\n"))
@@ -141,9 +158,14 @@ def test_oversize_spec_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "key,value,hint",
-    [("answer", "[yes, no]", "did you mean 'answers'?"), ("group_bye", "[a]", "did you mean 'group_by'?")],
+    [
+        ("answer", "[yes, no]", "did you mean 'answers'?"),
+        ("group_bye", "[a]", "did you mean 'group_by'?"),
+    ],
 )
-def test_unknown_spec_key_names_key_and_allowed(tmp_path: Path, key: str, value: str, hint: str) -> None:
+def test_unknown_spec_key_names_key_and_allowed(
+    tmp_path: Path, key: str, value: str, hint: str
+) -> None:
     with pytest.raises(SuiteError) as ei:
         load_suite(_suite(tmp_path, SPEC + f"{key}: {value}\n"))
     e = ei.value
@@ -174,7 +196,11 @@ def _items_error(tmp: Path, spec: str, records: list[dict[str, object]]) -> Suit
 
 
 def test_yesno_gold_must_be_an_answer(tmp_path: Path) -> None:
-    e = _items_error(tmp_path, SPEC, [{"id": 1, "text": "a", "gold": "Yes "}, {"id": 2, "text": "b", "gold": "maybe"}])
+    e = _items_error(
+        tmp_path,
+        SPEC,
+        [{"id": 1, "text": "a", "gold": "Yes "}, {"id": 2, "text": "b", "gold": "maybe"}],
+    )
     assert (e.line, e.field) == (2, "gold") and "'maybe'" in e.message
 
 
@@ -187,8 +213,19 @@ def test_variant_gold_field_is_checked_too(tmp_path: Path) -> None:
 RATING = "name: r\ntask: rating\nitems: items.jsonl\nanswers: ['1', '2', '3', '4', '5']\n"
 
 
-@pytest.mark.parametrize("gold,ok", [("3", True), (2.5, True), (5, True), ("9", False), (0.5, False),
-                                      ("high", False), ("inf", False), ("nan", False)])
+@pytest.mark.parametrize(
+    "gold,ok",
+    [
+        ("3", True),
+        (2.5, True),
+        (5, True),
+        ("9", False),
+        (0.5, False),
+        ("high", False),
+        ("inf", False),
+        ("nan", False),
+    ],
+)
 def test_rating_gold_on_the_scale_and_finite(tmp_path: Path, gold: object, ok: bool) -> None:
     recs = [{"id": 1, "text": "a", "gold": "1"}, {"id": 2, "text": "b", "gold": gold}]
     if ok:
@@ -210,10 +247,13 @@ CHOICE = "name: c\ntask: choice\nitems: items.jsonl\n"
         (["a", "b"], "c", "gold", "not one of the options"),
     ],
 )
-def test_choice_options_distinct_nonblank_gold_among(tmp_path: Path, options: list[str], gold: str,
-                                                     field: str, needle: str) -> None:
-    recs = [{"id": 1, "text": "q", "options": ["x", "y"], "gold": "y"},
-            {"id": 2, "text": "q", "options": options, "gold": gold}]
+def test_choice_options_distinct_nonblank_gold_among(
+    tmp_path: Path, options: list[str], gold: str, field: str, needle: str
+) -> None:
+    recs = [
+        {"id": 1, "text": "q", "options": ["x", "y"], "gold": "y"},
+        {"id": 2, "text": "q", "options": options, "gold": gold},
+    ]
     e = _items_error(tmp_path, CHOICE, recs)
     assert (e.line, e.field) == (2, field)
     assert needle in e.message
@@ -221,7 +261,11 @@ def test_choice_options_distinct_nonblank_gold_among(tmp_path: Path, options: li
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e999"])
 def test_nonfinite_human_numbers_are_refused(tmp_path: Path, literal: str) -> None:
-    items = '{"id": 1, "text": "a", "human_q1": 0.5}\n{"id": 2, "text": "b", "human_q1": ' + literal + "}\n"
+    items = (
+        '{"id": 1, "text": "a", "human_q1": 0.5}\n{"id": 2, "text": "b", "human_q1": '
+        + literal
+        + "}\n"
+    )
     with pytest.raises(SuiteError) as ei:
         load_suite(_suite(tmp_path, SPEC, items)).items()
     e = ei.value
@@ -235,7 +279,13 @@ def test_blank_gold_cell_is_no_gold(tmp_path: Path) -> None:
 
 
 def test_every_builtin_suite_still_loads() -> None:
-    for name in ("commonsense-sample", "mc-sample", "rating-sample", "generation-sample", "minimal-pairs"):
+    for name in (
+        "commonsense-sample",
+        "mc-sample",
+        "rating-sample",
+        "generation-sample",
+        "minimal-pairs",
+    ):
         assert load_suite(name).work()
 
 
@@ -259,7 +309,17 @@ def test_reverse_template_is_checked_like_the_suite_templates(
         "templates:\n  a: '{text}'\ntask_options:\n"
         f"  reverse_templates: {{a: {json.dumps(template)}}}\n"
     )
-    proc = cli("run", "--suite", str(tmp_path / "s.yaml"), "--db", str(tmp_path / "r.duckdb"),
-               "--model", "openai:x", "--base-url", "http://127.0.0.1:9/v1", env=cli_env())
+    proc = cli(
+        "run",
+        "--suite",
+        str(tmp_path / "s.yaml"),
+        "--db",
+        str(tmp_path / "r.duckdb"),
+        "--model",
+        "openai:x",
+        "--base-url",
+        "http://127.0.0.1:9/v1",
+        env=cli_env(),
+    )
     err = assert_clean_error(proc, "s.yaml", "reverse_templates", needle)
     assert len(err.strip().splitlines()) == 1

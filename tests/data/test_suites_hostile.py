@@ -393,7 +393,9 @@ def test_cli_rejects_without_half_import(tmp_path: Path, case: str) -> None:
     (tmp_path / "suite.yaml").write_text("name: bad\ntask: yesno\nitems: items.jsonl\n")
     db = tmp_path / "x.duckdb"
     # nothing listens on port 9: the suite must be refused before any request
-    proc = api_run(tmp_path / "suite.yaml", db, "http://127.0.0.1:9/v1", env=cli_env(OPENAI_API_KEY="sk-x"))
+    proc = api_run(
+        tmp_path / "suite.yaml", db, "http://127.0.0.1:9/v1", env=cli_env(OPENAI_API_KEY="sk-x")
+    )
     assert_clean_error(proc, str(items.resolve()), needle)
     if db.exists():
         con = duckdb.connect(str(db), read_only=True)
@@ -414,8 +416,13 @@ def test_cli_stores_hostile_text_literally(tmp_path: Path) -> None:
     )
     db = tmp_path / "x.duckdb"
     with running_server() as server:
-        proc = api_run(tmp_path / "suite.yaml", db, server.base_url, "--no-report",
-                       env=cli_env(OPENAI_API_KEY="sk-x"))
+        proc = api_run(
+            tmp_path / "suite.yaml",
+            db,
+            server.base_url,
+            "--no-report",
+            env=cli_env(OPENAI_API_KEY="sk-x"),
+        )
     assert proc.returncode == 0, proc.stderr
     con = duckdb.connect(str(db), read_only=True)
     stored = con.execute("SELECT text FROM items ORDER BY idx").fetchall()

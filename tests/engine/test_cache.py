@@ -18,25 +18,53 @@ from tests.helpers.oai import CANARY_KEY, start_server, stop_server
 def _suite(tmp: Path) -> Path:
     texts = ["[c] sky is blue", "[c] fire is cold", "[c] water is wet"]
     (tmp / "items.jsonl").write_text(
-        "".join(json.dumps({"id": f"i{k}", "text": t, "gold": "yes"}) + "\n" for k, t in enumerate(texts)))
+        "".join(
+            json.dumps({"id": f"i{k}", "text": t, "gold": "yes"}) + "\n"
+            for k, t in enumerate(texts)
+        )
+    )
     spec = tmp / "suite.yaml"
-    spec.write_text("name: cache\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
-                    "templates:\n  plain: '{text} Answer yes or no.'\n")
+    spec.write_text(
+        "name: cache\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
+        "templates:\n  plain: '{text} Answer yes or no.'\n"
+    )
     return spec
 
 
-def _run(spec: Path, db: Path, url: str, cache: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+def _run(
+    spec: Path, db: Path, url: str, cache: Path, *extra: str
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY, "LLMSCOPE_RESPONSE_CACHE": str(cache)}
     env.pop("OPENAI_BASE_URL", None)
     return subprocess.run(
-        [sys.executable, "-m", "llmscope", "run", "--suite", str(spec), "--db", str(db), "--model",
-         "openai:test-model", "--base-url", url, "--no-report", *extra],
-        capture_output=True, text=True, timeout=300, env=env)
+        [
+            sys.executable,
+            "-m",
+            "llmscope",
+            "run",
+            "--suite",
+            str(spec),
+            "--db",
+            str(db),
+            "--model",
+            "openai:test-model",
+            "--base-url",
+            url,
+            "--no-report",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
 
 
 def _rows(db: Path) -> tuple[list[tuple], dict]:
     con = duckdb.connect(str(db), read_only=True)
-    rows = con.execute("SELECT item_id, p_yes, p_no, other, prediction FROM results ORDER BY item_id").fetchall()
+    rows = con.execute(
+        "SELECT item_id, p_yes, p_no, other, prediction FROM results ORDER BY item_id"
+    ).fetchall()
     meta = json.loads(con.execute("SELECT meta FROM runs").fetchone()[0])
     con.close()
     return rows, meta
@@ -63,7 +91,10 @@ def test_second_run_is_answered_from_the_cache_with_identical_numbers(tmp_path: 
         stop_server(server)
     assert n_first == 3 and n_second == 0 and n_third == 3
     # the start line names the endpoint for an API model (it used to say "on None/None")
-    assert "None/None" not in p1.stderr + p1.stdout and f"at {server.base_url}" in p1.stderr + p1.stdout
+    assert (
+        "None/None" not in p1.stderr + p1.stdout
+        and f"at {server.base_url}" in p1.stderr + p1.stdout
+    )
     one, meta1 = _rows(tmp_path / "one.duckdb")
     two, meta2 = _rows(tmp_path / "two.duckdb")
     three, meta3 = _rows(tmp_path / "three.duckdb")

@@ -26,11 +26,21 @@ from llmscope.engine.config import BUILDERS, BackendConfig, ConfigError, build_b
         ("batch_size", 0, "--batch-size must be between 1 and 65536, got 0"),
         ("threads", 0, "--threads must be between 1 and 4096"),
         ("seed", -1, "--seed must be between 0 and 4294967295, got -1"),
-        ("dtype", "float8", "--dtype must be one of auto, float32, bfloat16, float16, got 'float8'"),
-        ("reasoning_effort", "max", "--reasoning-effort must be one of none, minimal, low, medium, high, got 'max'"),
+        (
+            "dtype",
+            "float8",
+            "--dtype must be one of auto, float32, bfloat16, float16, got 'float8'",
+        ),
+        (
+            "reasoning_effort",
+            "max",
+            "--reasoning-effort must be one of none, minimal, low, medium, high, got 'max'",
+        ),
     ],
 )
-def test_out_of_range_values_name_the_flag_and_the_range(field: str, value: object, needle: str) -> None:
+def test_out_of_range_values_name_the_flag_and_the_range(
+    field: str, value: object, needle: str
+) -> None:
     cfg = dataclasses.replace(BackendConfig(), **{field: value})
     with pytest.raises(ConfigError) as e:
         cfg.validate()
@@ -44,7 +54,13 @@ def test_defaults_are_valid_and_both_quantisations_exclude_each_other() -> None:
 
 
 def test_record_round_trip_keeps_unknown_keys_and_never_a_key() -> None:
-    cfg = BackendConfig(model="openai:m", kind="openai", base_url="http://h:1/v1", concurrency=3, system_prompt="Be brief.")
+    cfg = BackendConfig(
+        model="openai:m",
+        kind="openai",
+        base_url="http://h:1/v1",
+        concurrency=3,
+        system_prompt="Be brief.",
+    )
     d = cfg.to_dict()
     assert not any("key" in k for k in d)
     assert BackendConfig.from_dict(d) == cfg
@@ -59,16 +75,25 @@ def test_identity_differences_ignore_speed_options() -> None:
     faster = dataclasses.replace(a, concurrency=64, timeout=5.0, max_retries=1)
     assert a.differences(faster) == []
     moved = dataclasses.replace(a, base_url="http://b/v1", top_logprobs=5)
-    assert a.differences(moved) == ["base_url: 'http://a/v1' -> 'http://b/v1'", "top_logprobs: 20 -> 5"]
+    assert a.differences(moved) == [
+        "base_url: 'http://a/v1' -> 'http://b/v1'",
+        "top_logprobs: 20 -> 5",
+    ]
     # a local model's identity has no API fields
     loc = BackendConfig(model="hf:x", kind="hf")
     assert "base_url" not in loc.identity() and "dtype" in loc.identity()
 
 
 def test_reasoning_effort_is_identity_and_api_only() -> None:
-    a = BackendConfig(model="openai:m", kind="openai", base_url="http://a/v1", reasoning_effort="low")
-    assert a.differences(dataclasses.replace(a, reasoning_effort="high")) == ["reasoning_effort: 'low' -> 'high'"]
-    assert a.differences(dataclasses.replace(a, reasoning_effort=None)) == ["reasoning_effort: 'low' -> None"]
+    a = BackendConfig(
+        model="openai:m", kind="openai", base_url="http://a/v1", reasoning_effort="low"
+    )
+    assert a.differences(dataclasses.replace(a, reasoning_effort="high")) == [
+        "reasoning_effort: 'low' -> 'high'"
+    ]
+    assert a.differences(dataclasses.replace(a, reasoning_effort=None)) == [
+        "reasoning_effort: 'low' -> None"
+    ]
     assert BackendConfig.from_dict(a.to_dict()).reasoning_effort == "low"
     with pytest.raises(ConfigError, match="--reasoning-effort applies to API models"):
         BackendConfig(model="hf:x", reasoning_effort="low").resolve()
@@ -76,8 +101,12 @@ def test_reasoning_effort_is_identity_and_api_only() -> None:
 
 def test_registry_has_both_kinds_and_local_only_flags_are_refused_for_apis() -> None:
     assert set(BUILDERS) >= {"hf", "openai"}
-    for field, flag in [("revision", "--revision"), ("adapter", "--adapter"), ("load_in_4bit", "--load-in-4bit"),
-                        ("trust_remote_code", "--trust-remote-code")]:
+    for field, flag in [
+        ("revision", "--revision"),
+        ("adapter", "--adapter"),
+        ("load_in_4bit", "--load-in-4bit"),
+        ("trust_remote_code", "--trust-remote-code"),
+    ]:
         value: object = True if field.startswith(("load", "trust")) else "x"
         cfg = dataclasses.replace(BackendConfig(model="openai:m"), **{field: value})
         with pytest.raises(ConfigError, match=f"{flag} apply to local models only"):
@@ -89,14 +118,18 @@ def test_openai_config_records_the_resolved_endpoint(monkeypatch: pytest.MonkeyP
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     built = build_backend(BackendConfig(model="openai:m"))
     try:
-        assert built.config.base_url == "http://127.0.0.1:9/v1"  # from the environment, stored for resume
+        assert (
+            built.config.base_url == "http://127.0.0.1:9/v1"
+        )  # from the environment, stored for resume
         assert built.config.kind == "openai"
         assert built.identity["base_url"] == "http://127.0.0.1:9/v1"
     finally:
         asyncio.run(built.backend.aclose())
 
 
-def test_missing_key_for_the_default_endpoint_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_key_for_the_default_endpoint_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(ConfigError, match="OPENAI_API_KEY is not set"):
@@ -124,13 +157,24 @@ def test_quantisation_without_cuda_is_a_clear_error(tiny: Path) -> None:
 def test_system_prompt_goes_through_the_chat_template(tiny: Path) -> None:
     from transformers import AutoTokenizer
 
-    built = build_backend(BackendConfig(model=f"hf:{tiny}", device="cpu", dtype="float32", threads=1,
-                                        system_prompt="You are terse."))
+    built = build_backend(
+        BackendConfig(
+            model=f"hf:{tiny}",
+            device="cpu",
+            dtype="float32",
+            threads=1,
+            system_prompt="You are terse.",
+        )
+    )
     try:
         tok = AutoTokenizer.from_pretrained(str(tiny))
         expected = tok.apply_chat_template(
-            [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Is ice cold?"}],
-            add_generation_prompt=True, tokenize=False,
+            [
+                {"role": "system", "content": "You are terse."},
+                {"role": "user", "content": "Is ice cold?"},
+            ],
+            add_generation_prompt=True,
+            tokenize=False,
         )
         assert built.backend.render("Is ice cold?") == expected
         assert "You are terse." in expected
@@ -147,12 +191,17 @@ def test_adapter_is_applied_and_recorded(tiny: Path, tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     base = AutoModelForCausalLM.from_pretrained(str(tiny), dtype=torch.float32)
-    lora = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    lora = get_peft_model(
+        base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    )
     adapter = tmp_path / "lora"
     lora.save_pretrained(str(adapter))
 
-    built = build_backend(BackendConfig(model=f"hf:{tiny}", device="cpu", dtype="float32", threads=1,
-                                        adapter=str(adapter)))
+    built = build_backend(
+        BackendConfig(
+            model=f"hf:{tiny}", device="cpu", dtype="float32", threads=1, adapter=str(adapter)
+        )
+    )
     try:
         ids = torch.tensor([[1, 5, 9, 17, 33]])
         ref_base = AutoModelForCausalLM.from_pretrained(str(tiny), dtype=torch.float32).eval()

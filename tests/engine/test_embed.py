@@ -13,7 +13,9 @@ from llmscope.engine.embed import minilm_embedder
 TEXTS = ["a dog barks", "the cat sleeps", "a dog barks", "sunrise"]
 
 
-def test_disk_cache_serves_the_same_vectors_to_a_new_embedder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_disk_cache_serves_the_same_vectors_to_a_new_embedder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("LLMSCOPE_CACHE", str(tmp_path))
     first = minilm_embedder()(TEXTS)
     files = list((tmp_path / "embeddings").glob("*.sqlite"))

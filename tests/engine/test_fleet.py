@@ -149,9 +149,22 @@ def test_cli_run_loses_a_replica_mid_run_and_stores_every_item_once(tmp_path: Pa
         env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY, "OMP_NUM_THREADS": "1"}
         env.pop("OPENAI_BASE_URL", None)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "llmscope",
-             *api_run_args(spec, db, a.base_url, "--base-url", b.base_url, "--concurrency", "2",
-                           "--quiet", "--no-report")],
+            [
+                sys.executable,
+                "-m",
+                "llmscope",
+                *api_run_args(
+                    spec,
+                    db,
+                    a.base_url,
+                    "--base-url",
+                    b.base_url,
+                    "--concurrency",
+                    "2",
+                    "--quiet",
+                    "--no-report",
+                ),
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

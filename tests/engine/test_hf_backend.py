@@ -365,8 +365,15 @@ class _Held(HFBackend):
 
 def _held_backend(tiny: tuple[Any, Any, Any], batch_size: int, model: Any, hold: int) -> HFBackend:
     m, tok, spec = tiny
-    b = _Held(spec, model=model, tokenizer=tok, device="cpu", dtype="float32",
-              batch_size=batch_size, hold=hold)
+    b = _Held(
+        spec,
+        model=model,
+        tokenizer=tok,
+        device="cpu",
+        dtype="float32",
+        batch_size=batch_size,
+        hold=hold,
+    )
     b.prefix_cache = False
     return b
 

@@ -20,8 +20,14 @@ def test_physical_cores_counts_each_core_once() -> None:
     psutil = pytest.importorskip("psutil")
     cpu_max = Path("/sys/fs/cgroup/cpu.max")
     quota = cpu_max.read_text().split()[0] if cpu_max.is_file() else "max"
-    if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) != os.cpu_count() or quota != "max":
-        pytest.skip("process limited to some CPUs or by a CPU quota: psutil's host count is no reference")
+    if (
+        not hasattr(os, "sched_getaffinity")
+        or len(os.sched_getaffinity(0)) != os.cpu_count()
+        or quota != "max"
+    ):
+        pytest.skip(
+            "process limited to some CPUs or by a CPU quota: psutil's host count is no reference"
+        )
     assert physical_cores() == psutil.cpu_count(logical=False)
 
 
@@ -46,7 +52,9 @@ def _spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, str]]:
     return calls
 
 
-def test_default_threads_are_the_physical_cores(tiny: tuple[Any, Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_threads_are_the_physical_cores(
+    tiny: tuple[Any, Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     model, tok, spec = tiny
     calls = _spy(monkeypatch)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -63,7 +71,9 @@ def test_threads_are_set_once_in_the_model_thread(
     model, tok, spec = tiny
     calls = _spy(monkeypatch)
     before = torch.get_num_threads()
-    b = HFBackend(spec, model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=2, threads=1)
+    b = HFBackend(
+        spec, model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=2, threads=1
+    )
     prompts = [f"Is a {w} an animal?" for w in ("cat", "stone", "river")]
 
     async def go() -> Any:

@@ -73,10 +73,14 @@ def _check(out: list[Any], expected: list[list[float]]) -> None:
 
 def test_tree_path_equals_one_plain_forward_per_option(tiny: tuple[Any, Any, Any]) -> None:
     model, tok, spec = tiny
-    assert sum(len(tok(x, add_special_tokens=False).input_ids) > 1 for c, x in REQS if c == CTX) >= 2
+    assert (
+        sum(len(tok(x, add_special_tokens=False).input_ids) > 1 for c, x in REQS if c == CTX) >= 2
+    )
     expected = [_direct(model, tok, c, x) for c, x in REQS]
     for bs in (1, 2, 8):
-        b = HFBackend(spec, model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=bs)
+        b = HFBackend(
+            spec, model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=bs
+        )
         assert b.tree_mask and b.describe()["scoring"]["loglik_path"] == "tree"
         _check(_loglik(b, REQS), expected)
         st = b.stats()
@@ -89,16 +93,24 @@ def test_tree_path_equals_one_plain_forward_per_option(tiny: tuple[Any, Any, Any
 
 def test_tree_rows_reuse_the_shared_prefix_cache(tiny: tuple[Any, Any, Any]) -> None:
     model, tok, spec = tiny
-    reqs = [(f"Is a {a} an animal?", o) for a in ("cat", "stone", "river") for o in (" yes it is", " no")]
+    reqs = [
+        (f"Is a {a} an animal?", o)
+        for a in ("cat", "stone", "river")
+        for o in (" yes it is", " no")
+    ]
     rendered = [
-        tok.apply_chat_template([{"role": "user", "content": c}], add_generation_prompt=True, tokenize=False)
+        tok.apply_chat_template(
+            [{"role": "user", "content": c}], add_generation_prompt=True, tokenize=False
+        )
         for c, _ in reqs
     ]
     expected = [_direct(model, tok, r, x) for r, (_, x) in zip(rendered, reqs, strict=True)]
     b = HFBackend(spec, model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=8)
     _check(_loglik(b, reqs, chat=True), expected)
     st = b.stats()
-    assert st["prefix_builds"] >= 1 and st["tokens_prefix_reused"] > 0 and st["loglik_tree_rows"] == 3
+    assert (
+        st["prefix_builds"] >= 1 and st["tokens_prefix_reused"] > 0 and st["loglik_tree_rows"] == 3
+    )
 
 
 def test_tree_and_padded_paths_agree(tiny: tuple[Any, Any, Any]) -> None:
@@ -120,13 +132,19 @@ class _IgnoresMask(torch.nn.Module):
         self.inner = inner
         self.config = inner.config
 
-    def forward(self, input_ids: Any = None, attention_mask: Any = None, logits_to_keep: int = 0, **kw: Any) -> Any:
+    def forward(
+        self, input_ids: Any = None, attention_mask: Any = None, logits_to_keep: int = 0, **kw: Any
+    ) -> Any:
         return self.inner(input_ids=input_ids, logits_to_keep=logits_to_keep, **kw)
 
 
-def test_a_model_that_ignores_the_mask_falls_back_to_the_padded_path(tiny: tuple[Any, Any, Any]) -> None:
+def test_a_model_that_ignores_the_mask_falls_back_to_the_padded_path(
+    tiny: tuple[Any, Any, Any],
+) -> None:
     model, tok, spec = tiny
-    b = HFBackend(spec, model=_IgnoresMask(model), tokenizer=tok, device="cpu", dtype="float32", batch_size=8)
+    b = HFBackend(
+        spec, model=_IgnoresMask(model), tokenizer=tok, device="cpu", dtype="float32", batch_size=8
+    )
     scoring = b.describe()["scoring"]
     assert not b.tree_mask and scoring["loglik_path"] == "padded"
     assert "differs from plain forwards" in scoring["reason"]
@@ -151,13 +169,22 @@ def _family(kind: str, tok: Any, **extra: Any) -> Any:
     """A tiny random model of another family (Qwen2, Gemma-3 text, Mistral) on the same vocabulary."""
     import transformers as tf
 
-    common = dict(vocab_size=len(tok) + (-len(tok)) % 64, hidden_size=64, intermediate_size=128,
-                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                  pad_token_id=tok.pad_token_id, **extra)
+    common = dict(
+        vocab_size=len(tok) + (-len(tok)) % 64,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        pad_token_id=tok.pad_token_id,
+        **extra,
+    )
     if kind == "qwen2":
         cfg, cls = tf.Qwen2Config(**common), tf.Qwen2ForCausalLM
     elif kind == "gemma3":
-        cfg = tf.Gemma3TextConfig(head_dim=16, layer_types=["sliding_attention", "full_attention"], **common)
+        cfg = tf.Gemma3TextConfig(
+            head_dim=16, layer_types=["sliding_attention", "full_attention"], **common
+        )
         cls = tf.Gemma3ForCausalLM
     else:
         cfg, cls = tf.MistralConfig(**common), tf.MistralForCausalLM
@@ -167,7 +194,9 @@ def _family(kind: str, tok: Any, **extra: Any) -> Any:
 
 
 @pytest.mark.parametrize(("kind", "window"), [("qwen2", None), ("gemma3", 512), ("mistral", 4096)])
-def test_tree_path_on_other_model_families(tiny: tuple[Any, Any, Any], kind: str, window: int | None) -> None:
+def test_tree_path_on_other_model_families(
+    tiny: tuple[Any, Any, Any], kind: str, window: int | None
+) -> None:
     _, tok, spec = tiny
     model = _family(kind, tok, **({"sliding_window": window} if window else {}))
     expected = [_direct(model, tok, c, x) for c, x in REQS]
@@ -215,7 +244,9 @@ def test_tree_path_on_the_embedded_smollm2() -> None:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     else:
         tok = AutoTokenizer.from_pretrained(spec.path, gguf_file=spec.gguf_file)
-        model = AutoModelForCausalLM.from_pretrained(spec.path, gguf_file=spec.gguf_file, dtype=torch.float32).eval()
+        model = AutoModelForCausalLM.from_pretrained(
+            spec.path, gguf_file=spec.gguf_file, dtype=torch.float32
+        ).eval()
     _check(out, [_direct(model, tok, c, x) for c, x in reqs])
     assert b.stats()["loglik_tree_rows"] == 2
 

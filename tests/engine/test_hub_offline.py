@@ -30,8 +30,18 @@ def _env(hf_home: Path) -> dict[str, str]:
 
 
 def test_an_uncached_hub_id_fails_at_once(tmp_path: Path) -> None:
-    proc = cli("run", "--suite", "mc-sample", "--model", "hf:nobody/not-cached", "--limit", "1",
-               "--db", str(tmp_path / "r.duckdb"), env=_env(tmp_path / "hf"))
+    proc = cli(
+        "run",
+        "--suite",
+        "mc-sample",
+        "--model",
+        "hf:nobody/not-cached",
+        "--limit",
+        "1",
+        "--db",
+        str(tmp_path / "r.duckdb"),
+        env=_env(tmp_path / "hf"),
+    )
     err = assert_clean_error(proc, "cannot be reached", "'nobody/not-cached' is not in its cache")
     assert "Retrying" not in err  # huggingface_hub's back-off never started
 
@@ -45,8 +55,19 @@ def test_a_cached_hub_id_loads_from_the_cache(tmp_path: Path) -> None:
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("0123abcd")
     db = tmp_path / "r.duckdb"
-    proc = cli("run", "--suite", "mc-sample", "--model", "hf:tiny/llama", "--limit", "2",
-               "--db", str(db), "--no-report", env=_env(hf_home))
+    proc = cli(
+        "run",
+        "--suite",
+        "mc-sample",
+        "--model",
+        "hf:tiny/llama",
+        "--limit",
+        "2",
+        "--db",
+        str(db),
+        "--no-report",
+        env=_env(hf_home),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Retrying" not in proc.stderr
     con = duckdb.connect(str(db), read_only=True)

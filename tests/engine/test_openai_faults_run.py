@@ -94,7 +94,9 @@ def _fault_run(tmp_path: Path, n_items: int, retry_after: str, section: str) -> 
             assert (p_yes, p_no, p_other) == pytest.approx((yes, no, other), abs=1e-9)
         else:
             # retries exhausted, or the always-500 items: the same body 3 times is deterministic
-            assert p_yes is None and ("giving up after" in err or "deterministic server error" in err)
+            assert p_yes is None and (
+                "giving up after" in err or "deterministic server error" in err
+            )
     always = {f"f{i}" for i in range(n_always)}
     assert always <= {r[0] for r in errors}
     assert status == "completed_with_errors" and n_errors == len(errors)

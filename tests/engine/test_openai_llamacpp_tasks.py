@@ -23,15 +23,37 @@ oai_server = oai_fixtures.oai_server
 oai = oai_fixtures.oai
 
 
-def _run(capsys: pytest.CaptureFixture[str], suite: str, db: Path, url: str, *extra: str) -> tuple[int, str, str]:
-    rc = cli.main(["run", "--suite", suite, "--db", str(db), "--model", "openai:test-model", "--base-url", url,
-                   "--max-retries", "2", "--timeout", "2", "--no-report", "--quiet", *extra])
+def _run(
+    capsys: pytest.CaptureFixture[str], suite: str, db: Path, url: str, *extra: str
+) -> tuple[int, str, str]:
+    rc = cli.main(
+        [
+            "run",
+            "--suite",
+            suite,
+            "--db",
+            str(db),
+            "--model",
+            "openai:test-model",
+            "--base-url",
+            url,
+            "--max-retries",
+            "2",
+            "--timeout",
+            "2",
+            "--no-report",
+            "--quiet",
+            *extra,
+        ]
+    )
     out = capsys.readouterr()
     assert "Traceback" not in out.err
     return rc, out.out, out.err
 
 
-@pytest.mark.parametrize(("suite", "task"), [("syntax-sample", "syntaxgym"), ("contamination-sample", "contamination")])
+@pytest.mark.parametrize(
+    ("suite", "task"), [("syntax-sample", "syntaxgym"), ("contamination-sample", "contamination")]
+)
 def test_loglik_tasks_stop_before_the_run_with_one_line(
     oai: OAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], suite: str, task: str
 ) -> None:
@@ -52,13 +74,22 @@ def test_loglik_tasks_stop_before_the_run_with_one_line(
         con.close()
 
 
-def test_choice_by_labels_keeps_the_extra_schemes(oai: OAIServer, tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_choice_by_labels_keeps_the_extra_schemes(
+    oai: OAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # every chat answer: A -0.5, B -2.0, C -3.0 (the rating scheme's labels "1".."5" absent)
     oai.script("", echo_shift=True, top=[["A", -0.5], ["B", -2.0], ["C", -3.0]])
     db = tmp_path / "p.duckdb"
-    rc, _, err = _run(capsys, "pragmatics-choice", db, oai.base_url, "--limit", "1",
-                      "--opt", "schemes=[\"labels\",\"free\"]")
+    rc, _, err = _run(
+        capsys,
+        "pragmatics-choice",
+        db,
+        oai.base_url,
+        "--limit",
+        "1",
+        "--opt",
+        'schemes=["labels","free"]',
+    )
     assert rc == 0, err
     con = duckdb.connect(str(db), read_only=True)
     (extra, options) = con.execute("SELECT extra, option_scores FROM results").fetchone()
@@ -73,7 +104,8 @@ def test_choice_by_labels_keeps_the_extra_schemes(oai: OAIServer, tmp_path: Path
     z = math.exp(-0.5) + math.exp(-2.0) + math.exp(-3.0)
     probs = {o: json.loads(options)[o]["label_prob"] for o in json.loads(options)}
     assert sorted(probs.values(), reverse=True) == pytest.approx(
-        [math.exp(-0.5) / z, math.exp(-2.0) / z, math.exp(-3.0) / z])
+        [math.exp(-0.5) / z, math.exp(-2.0) / z, math.exp(-3.0) / z]
+    )
     assert lab["prediction"] == max(probs, key=lambda o: probs[o])
     assert "free" in extra["schemes"] and "text" in extra["schemes"]["free"]
     caps = json.loads(meta)["backend"]["capabilities"]

@@ -30,7 +30,9 @@ def fleet() -> Iterator[tuple[OAIServer, OAIServer]]:
 
 
 @pytest.fixture
-def pair(fleet: tuple[OAIServer, OAIServer], monkeypatch: pytest.MonkeyPatch) -> tuple[OAIServer, OAIServer]:
+def pair(
+    fleet: tuple[OAIServer, OAIServer], monkeypatch: pytest.MonkeyPatch
+) -> tuple[OAIServer, OAIServer]:
     monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     for s in fleet:
@@ -44,7 +46,9 @@ async def test_round_robin_with_per_endpoint_concurrency(pair: tuple[OAIServer, 
         s.script("[fleet]", top=TOP, delay=0.3)
     be = OpenAIBackend("test-model", base_url=[a.base_url, b.base_url], concurrency=2, timeout=5)
     try:
-        outs = await asyncio.gather(*(be.next_token(f"[fleet] {i}", ["yes", "no"]) for i in range(12)))
+        outs = await asyncio.gather(
+            *(be.next_token(f"[fleet] {i}", ["yes", "no"]) for i in range(12))
+        )
         st, d = be.stats(), be.describe()
     finally:
         await be.aclose()
@@ -72,7 +76,10 @@ async def test_probe_checks_every_replica(pair: tuple[OAIServer, OAIServer]) -> 
 def test_base_url_file(tmp_path: Path) -> None:
     f = tmp_path / "urls.txt"
     f.write_text("# replicas\nhttp://10.0.0.1:8000/v1/\n\nhttp://10.0.0.2:8000/v1  # second\n")
-    assert expand_base_urls(["@" + str(f)]) == ["http://10.0.0.1:8000/v1", "http://10.0.0.2:8000/v1"]
+    assert expand_base_urls(["@" + str(f)]) == [
+        "http://10.0.0.1:8000/v1",
+        "http://10.0.0.2:8000/v1",
+    ]
     with pytest.raises(BackendConfigError, match="cannot read"):
         expand_base_urls(["@" + str(tmp_path / "missing.txt")])
     (tmp_path / "empty.txt").write_text("# nothing\n")
@@ -87,16 +94,34 @@ def test_cli_run_over_two_replicas(
     for s in pair:
         s.script("", top=TOP)
     (tmp_path / "items.jsonl").write_text(
-        "".join(json.dumps({"id": f"i{k}", "text": f"s{k}", "gold": "yes"}) + "\n" for k in range(10))
+        "".join(
+            json.dumps({"id": f"i{k}", "text": f"s{k}", "gold": "yes"}) + "\n" for k in range(10)
+        )
     )
     spec = tmp_path / "suite.yaml"
-    spec.write_text("name: f\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
-                    "templates:\n  plain: '{text} Answer yes or no.'\n")
+    spec.write_text(
+        "name: f\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
+        "templates:\n  plain: '{text} Answer yes or no.'\n"
+    )
     urls = tmp_path / "urls.txt"
     urls.write_text(f"{b.base_url}\n")
     db = tmp_path / "r.duckdb"
-    rc = cli.main(["run", "--suite", str(spec), "--db", str(db), "--model", "openai:test-model",
-                   "--base-url", a.base_url, "--base-url", "@" + str(urls), "--no-report"])
+    rc = cli.main(
+        [
+            "run",
+            "--suite",
+            str(spec),
+            "--db",
+            str(db),
+            "--model",
+            "openai:test-model",
+            "--base-url",
+            a.base_url,
+            "--base-url",
+            "@" + str(urls),
+            "--no-report",
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     con = duckdb.connect(str(db), read_only=True)
     n, scored = con.execute("SELECT count(*), count(p_yes) FROM results").fetchone()

@@ -26,10 +26,17 @@ from tests.helpers.fakes import TableBackend
 class ConstBackend(TableBackend):
     """P(yes) = 0.7, P(no) = 0.2 for every prompt."""
 
-    async def next_token(self, prompt: str, answers: list[str], *, chat: bool = True, top_k: int = 20) -> NextTokenOut:
+    async def next_token(
+        self, prompt: str, answers: list[str], *, chat: bool = True, top_k: int = 20
+    ) -> NextTokenOut:
         probs = {"yes": 0.7, "no": 0.2}
-        return NextTokenOut(prompt=prompt, probs={a: probs.get(a, 0.0) for a in answers}, other=0.1,
-                            top=[TopToken("yes", 1, 0.7), TopToken("no", 2, 0.2)], n_tokens=3)
+        return NextTokenOut(
+            prompt=prompt,
+            probs={a: probs.get(a, 0.0) for a in answers},
+            other=0.1,
+            top=[TopToken("yes", 1, 0.7), TopToken("no", 2, 0.2)],
+            n_tokens=3,
+        )
 
 
 class FullDiskStore(Store):
@@ -40,20 +47,29 @@ class FullDiskStore(Store):
     def write_results(self, run_id: str, results: Any, start_seq: int = 0) -> int:
         FullDiskStore.writes += 1
         if FullDiskStore.writes > 1:
-            raise StoreError(f"cannot write {self.path}: the disk is full (simulated); nothing was half-written")
+            raise StoreError(
+                f"cannot write {self.path}: the disk is full (simulated); nothing was half-written"
+            )
         return super().write_results(run_id, results, start_seq)
 
 
 def _suite(folder: Path, n: int) -> Any:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "items.jsonl").write_text(
-        "".join(json.dumps({"id": f"i{k}", "text": f"claim {k}", "gold": "yes"}) + "\n" for k in range(n))
+        "".join(
+            json.dumps({"id": f"i{k}", "text": f"claim {k}", "gold": "yes"}) + "\n"
+            for k in range(n)
+        )
     )
-    (folder / "suite.yaml").write_text("name: st\ntask: yesno\nitems: items.jsonl\ntemplates:\n  a: '{text}?'\n")
+    (folder / "suite.yaml").write_text(
+        "name: st\ntask: yesno\nitems: items.jsonl\ntemplates:\n  a: '{text}?'\n"
+    )
     return load_suite(str(folder / "suite.yaml"))
 
 
-def test_a_failed_write_ends_the_run_failed_with_the_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_write_ends_the_run_failed_with_the_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(runner_mod, "FLUSH_ROWS", 4)  # several writes for a small suite
     db = tmp_path / "f.duckdb"
     suite = _suite(tmp_path / "s", 40)
@@ -73,8 +89,9 @@ def test_a_failed_write_ends_the_run_failed_with_the_error(tmp_path: Path, monke
     store.close()
     # the next session (disk fixed) continues it: nothing twice, nothing lost, error cleared
     with Store(db) as s2:
-        plan2 = runner_mod.RunPlan(suite=suite, model_label="const", model_arg="const", window=4,
-                                   run_id=runner.run_id)
+        plan2 = runner_mod.RunPlan(
+            suite=suite, model_label="const", model_arg="const", window=4, run_id=runner.run_id
+        )
         prog = asyncio.run(runner_mod.Runner(plan2, ConstBackend(), s2).run())
         assert prog.done == 40
         run2 = s2.get_run(runner.run_id)
@@ -93,15 +110,39 @@ NOW = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     [
         ({"status": "completed"}, "completed"),
         # same host, this (live) process, fresh heartbeat
-        ({"status": "running", "owner_pid": "SELF", "owner_host": "HERE", "heartbeat_at": NOW}, "running"),
+        (
+            {"status": "running", "owner_pid": "SELF", "owner_host": "HERE", "heartbeat_at": NOW},
+            "running",
+        ),
         # same host, live pid but silent for an hour (pid reused, or hung)
-        ({"status": "running", "owner_pid": "SELF", "owner_host": "HERE",
-          "heartbeat_at": NOW - dt.timedelta(hours=1)}, "interrupted"),
+        (
+            {
+                "status": "running",
+                "owner_pid": "SELF",
+                "owner_host": "HERE",
+                "heartbeat_at": NOW - dt.timedelta(hours=1),
+            },
+            "interrupted",
+        ),
         # another host: judged by the heartbeat alone
-        ({"status": "running", "owner_pid": 1, "owner_host": "elsewhere",
-          "heartbeat_at": NOW - dt.timedelta(seconds=10)}, "running"),
-        ({"status": "running", "owner_pid": 1, "owner_host": "elsewhere",
-          "heartbeat_at": NOW - dt.timedelta(seconds=STALE_REMOTE_S + 1)}, "interrupted"),
+        (
+            {
+                "status": "running",
+                "owner_pid": 1,
+                "owner_host": "elsewhere",
+                "heartbeat_at": NOW - dt.timedelta(seconds=10),
+            },
+            "running",
+        ),
+        (
+            {
+                "status": "running",
+                "owner_pid": 1,
+                "owner_host": "elsewhere",
+                "heartbeat_at": NOW - dt.timedelta(seconds=STALE_REMOTE_S + 1),
+            },
+            "interrupted",
+        ),
         # no owner at all (written before schema 3): only a fresh update keeps it running
         ({"status": "running", "updated_at": NOW - dt.timedelta(days=1)}, "interrupted"),
     ],
@@ -109,7 +150,10 @@ NOW = dt.datetime.now(dt.UTC).replace(tzinfo=None)
 def test_effective_status(rec: dict[str, Any], expected: str) -> None:
     import os
 
-    rec = {k: (os.getpid() if v == "SELF" else socket.gethostname() if v == "HERE" else v) for k, v in rec.items()}
+    rec = {
+        k: (os.getpid() if v == "SELF" else socket.gethostname() if v == "HERE" else v)
+        for k, v in rec.items()
+    }
     assert effective_status(rec, now=NOW) == expected
 
 
@@ -119,7 +163,12 @@ def test_a_dead_owner_on_this_host_is_interrupted() -> None:
 
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     p.wait()
-    rec = {"status": "running", "owner_pid": p.pid, "owner_host": socket.gethostname(), "heartbeat_at": NOW}
+    rec = {
+        "status": "running",
+        "owner_pid": p.pid,
+        "owner_host": socket.gethostname(),
+        "heartbeat_at": NOW,
+    }
     assert effective_status(rec, now=NOW) == "interrupted"
 
 
@@ -133,13 +182,22 @@ def test_live_channel_of_a_killed_writer_reads_stopped(tmp_path: Path) -> None:
     p.wait()
     d = tmp_path / "x.duckdb.live" / "run-k"
     d.mkdir(parents=True)
-    run = {"run_id": "run-k", "owner_pid": p.pid, "owner_host": socket.gethostname(), "status": "running"}
-    (d / "progress.json").write_text(json.dumps({"run": run, "progress": {"run_id": "run-k", "status": "running"}}))
+    run = {
+        "run_id": "run-k",
+        "owner_pid": p.pid,
+        "owner_host": socket.gethostname(),
+        "status": "running",
+    }
+    (d / "progress.json").write_text(
+        json.dumps({"run": run, "progress": {"run_id": "run-k", "status": "running"}})
+    )
     (row,) = live_runs(tmp_path / "x.duckdb")
     assert row["ended"] and row["status"] == "interrupted" and not row["live"]
     assert active_live_runs(tmp_path / "x.duckdb") == []
     # a live writer (this process) stays live
     run["owner_pid"] = __import__("os").getpid()
-    (d / "progress.json").write_text(json.dumps({"run": run, "progress": {"run_id": "run-k", "status": "running"}}))
+    (d / "progress.json").write_text(
+        json.dumps({"run": run, "progress": {"run_id": "run-k", "status": "running"}})
+    )
     (row,) = live_runs(tmp_path / "x.duckdb")
     assert row["live"] and row["status"] == "running (live)"

@@ -16,12 +16,18 @@ from tests.helpers.tinymodel import make_tiny_model, tiny_spec
 
 
 def _suite(tmp: Path, n: int = 12) -> Path:
-    lines = [json.dumps({"id": f"s{i}", "text": f"The sky is number {i}.", "gold": "yes" if i % 2 else "no"})
-             for i in range(n)]
+    lines = [
+        json.dumps(
+            {"id": f"s{i}", "text": f"The sky is number {i}.", "gold": "yes" if i % 2 else "no"}
+        )
+        for i in range(n)
+    ]
     (tmp / "items.jsonl").write_text("\n".join(lines) + "\n")
     spec = tmp / "suite.yaml"
-    spec.write_text("name: tiny\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
-                    "templates:\n  a: 'Is it true? {text}'\n  b: 'Do you agree? {text}'\n")
+    spec.write_text(
+        "name: tiny\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
+        "templates:\n  a: 'Is it true? {text}'\n  b: 'Do you agree? {text}'\n"
+    )
     return spec
 
 
@@ -47,9 +53,17 @@ def _run(tmp_path, db, limit=None, batch_size=4):
     from llmscope.engine.hf import HFBackend
 
     model, tok = make_tiny_model(tmp_path)
-    backend = HFBackend(tiny_spec(tmp_path), model=model, tokenizer=tok, device="cpu", dtype="float32",
-                        batch_size=batch_size)
-    plan = RunPlan(suite=load_suite(_suite(tmp_path)), model_label="tiny", model_arg="tiny", limit=limit)
+    backend = HFBackend(
+        tiny_spec(tmp_path),
+        model=model,
+        tokenizer=tok,
+        device="cpu",
+        dtype="float32",
+        batch_size=batch_size,
+    )
+    plan = RunPlan(
+        suite=load_suite(_suite(tmp_path)), model_label="tiny", model_arg="tiny", limit=limit
+    )
     rec = Recorder()
 
     async def main():
@@ -73,7 +87,8 @@ def test_run_resume_and_exactly_once(tmp_path, db_path):
     assert rec2.started[0].skipped == 10 and sum(rec2.batches) == 14
     with Store(db_path, read_only=True) as st:
         n, distinct = st.execute(
-            "SELECT count(*), count(DISTINCT item_id || '/' || variant) FROM results").fetchone()
+            "SELECT count(*), count(DISTINCT item_id || '/' || variant) FROM results"
+        ).fetchone()
         assert n == distinct == 24
         seqs = [r[0] for r in st.execute("SELECT seq FROM results ORDER BY seq").fetchall()]
         assert seqs == list(range(24))
@@ -96,8 +111,14 @@ def test_item_errors_are_stored_not_scored(tmp_path, db_path):
     model, tok = make_tiny_model(tmp_path)
     # the items' prompts fit in 200 tokens with either test tokenizer (Qwen2.5 ~50, the trained
     # fallback ~86); the 400-word item does not
-    backend = HFBackend(tiny_spec(tmp_path), model=model, tokenizer=tok, device="cpu", dtype="float32",
-                        max_length=200)
+    backend = HFBackend(
+        tiny_spec(tmp_path),
+        model=model,
+        tokenizer=tok,
+        device="cpu",
+        dtype="float32",
+        max_length=200,
+    )
     spec = _suite(tmp_path, 3)
     items = (tmp_path / "items.jsonl").read_text().splitlines()
     items.append(json.dumps({"id": "long", "text": "word " * 400, "gold": "yes"}))
@@ -113,7 +134,9 @@ def test_item_errors_are_stored_not_scored(tmp_path, db_path):
     with Store(db_path) as store:
         prog = asyncio.run(main(store))
         assert prog.errors == 2 and prog.status == "completed_with_errors"
-        rows = store.execute("SELECT variant, error, correct, p_yes FROM results WHERE item_id = 'long'").fetchall()
+        rows = store.execute(
+            "SELECT variant, error, correct, p_yes FROM results WHERE item_id = 'long'"
+        ).fetchall()
         assert len(rows) == 2
         for _, err, correct, p_yes in rows:
             assert "tokens" in err and correct is None and p_yes is None

@@ -74,7 +74,9 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     timings: dict[str, float] = {}
     for name, spec in suites.items():
         t0 = time.monotonic()
-        proc = cli(*_run_args(spec, model, baseline_db), env=cli_env(), timeout=1800)  # load: minutes
+        proc = cli(
+            *_run_args(spec, model, baseline_db), env=cli_env(), timeout=1800
+        )  # load: minutes
         assert proc.returncode == 0, proc.stderr
         timings[name] = time.monotonic() - t0
     rows = result_rows(baseline_db)
@@ -111,7 +113,9 @@ def _assert_same_numbers(
                 # A summed log-likelihood of magnitude ~20 carries fp32 rounding that depends on
                 # how a resumed run's batches (and shared prefixes) fall: up to 2.7e-6 relative
                 # between batch sizes 4 and 3 on the tiny model, hence 1e-5 relative.
-                assert mine[opt]["logprob"] == pytest.approx(theirs[opt]["logprob"], rel=TOL, abs=TOL)
+                assert mine[opt]["logprob"] == pytest.approx(
+                    theirs[opt]["logprob"], rel=TOL, abs=TOL
+                )
 
 
 def _assert_unique(rows: list[dict[str, Any]]) -> None:
@@ -140,7 +144,9 @@ def _forget_finished(db: Path) -> None:
 
     con = duckdb.connect(str(db))
     try:
-        con.execute("DELETE FROM results WHERE run_id IN (SELECT run_id FROM runs WHERE status = 'completed')")
+        con.execute(
+            "DELETE FROM results WHERE run_id IN (SELECT run_id FROM runs WHERE status = 'completed')"
+        )
     finally:
         con.close()
 
@@ -242,8 +248,15 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(setup: dict[str, Any]) -> N
     assert "interrupted: everything scored so far is stored" in err
     assert "Resume with the same command" in err
     # started as `python -m llmscope` (tests/helpers/cli.py): the hint says so, to be pasted
-    hint = err[err.index("Resume with the same command, or: ") :].split("\n")[0].split(": ", 1)[1].split()
-    assert hint[:5] == [sys.executable, "-m", "llmscope", "run", "--resume"] and hint[6] == "--db", hint
+    hint = (
+        err[err.index("Resume with the same command, or: ") :]
+        .split("\n")[0]
+        .split(": ", 1)[1]
+        .split()
+    )
+    assert (
+        hint[:5] == [sys.executable, "-m", "llmscope", "run", "--resume"] and hint[6] == "--db"
+    ), hint
     rows = result_rows(db)
     assert 0 < len(rows) < 2 * N_YESNO
     _assert_unique(rows)

@@ -20,8 +20,13 @@ LABEL = P + "\nA. blue\nB. green\nAnswer with the letter of the correct option.\
 
 
 def work():
-    item = Item(item_id="7", fields={"question": "Sky colour?"}, gold="blue", options=["blue", "green"],
-                text="Sky colour?")
+    item = Item(
+        item_id="7",
+        fields={"question": "Sky colour?"},
+        gold="blue",
+        options=["blue", "green"],
+        text="Sky colour?",
+    )
     return Work(item=item, variant="v1", prompt=P, gold="blue", options=["blue", "green"])
 
 
@@ -65,7 +70,11 @@ async def test_all_schemes_by_hand(monkeypatch):
     assert m["surprisal_ratio"]["prediction"] == "green" and m["surprisal_ratio"]["correct"] == 0.0
     # label scoring: letters renormalised
     assert os_["blue"]["label_prob"] == pytest.approx(0.75)
-    assert m["labels"] == {"prediction": "blue", "correct": 1.0, "expected_acc": pytest.approx(0.75)}
+    assert m["labels"] == {
+        "prediction": "blue",
+        "correct": 1.0,
+        "expected_acc": pytest.approx(0.75),
+    }
     # free production: "B. green" -> green
     assert m["free"] == {"prediction": "green", "correct": 0.0, "expected_acc": None}
     assert r.extra["schemes"]["free"]["text"] == "B. green"
@@ -81,34 +90,58 @@ async def test_all_schemes_by_hand(monkeypatch):
 def test_lettered_and_free_matching():
     assert lettered(["x", "y"]) == "A. x\nB. y"
     opts = ["cat", "dog", "big bird"]
-    assert [match_free(t, opts) for t in ["B", "(C)", "Answer: C", "C) big bird", "I think the dog",
-                                          "a dog", "none", "b is right"]] == [1, 2, 2, 2, 1, 1, None, None]
+    assert [
+        match_free(t, opts)
+        for t in [
+            "B",
+            "(C)",
+            "Answer: C",
+            "C) big bird",
+            "I think the dog",
+            "a dog",
+            "none",
+            "b is right",
+        ]
+    ] == [1, 2, 2, 2, 1, 1, None, None]
 
 
 def test_scheme_option_validated():
     assert check_schemes("labels,free") == ["labels", "free"]
-    with pytest.raises(ValueError, match="unknown scheme 'logits'; allowed: labels, free, rating, embedding"):
+    with pytest.raises(
+        ValueError, match="unknown scheme 'logits'; allowed: labels, free, rating, embedding"
+    ):
         check_schemes(["logits"])
 
 
 def _frame(rows):
     recs = []
     for iid, methods in rows:
-        recs.append({"item_id": iid, "variant": "v", "gold": "a", "error": None,
-                     "extra": json.dumps({"methods": methods})})
+        recs.append(
+            {
+                "item_id": iid,
+                "variant": "v",
+                "gold": "a",
+                "error": None,
+                "extra": json.dumps({"methods": methods}),
+            }
+        )
     return pd.DataFrame(recs)
 
 
 def test_sensitivity_rates_by_hand():
     def m(a, b):
-        return {"raw": {"prediction": a, "correct": float(a == "a")},
-                "pmi": {"prediction": b, "correct": float(b == "a")}}
+        return {
+            "raw": {"prediction": a, "correct": float(a == "a")},
+            "pmi": {"prediction": b, "correct": float(b == "a")},
+        }
 
     df = _frame([("1", m("a", "a")), ("2", m("a", "b")), ("3", m("b", "c")), ("4", m("b", "b"))])
     run = {"run_id": "r", "model": "m", "suite_name": "s"}
     rows = {r["metric"]: r for r in sensitivity_rows(df, run, {})}
     assert rows["scheme_disagreement_rate"]["value"] == pytest.approx(2 / 4)  # items 2 and 3
-    assert rows["scheme_flip_rate"]["value"] == pytest.approx(1 / 4)  # item 2 only: one right, one wrong
+    assert rows["scheme_flip_rate"]["value"] == pytest.approx(
+        1 / 4
+    )  # item 2 only: one right, one wrong
     assert rows["scheme_acc_range"]["value"] == pytest.approx(0.5 - 0.25)
     lo, hi = rows["scheme_disagreement_rate"]["ci95"]
     assert lo < 0.5 < hi
@@ -118,8 +151,17 @@ def test_sensitivity_rates_by_hand():
 def test_softmax_curve_by_hand():
     from llmscope.analysis.methods import softmax_curve_rows
 
-    df = pd.DataFrame([{"item_id": "1", "variant": "v", "gold": "b", "error": None,
-                        "option_scores": json.dumps({"a": {"logprob": -2.0}, "b": {"logprob": -1.0}})}])
+    df = pd.DataFrame(
+        [
+            {
+                "item_id": "1",
+                "variant": "v",
+                "gold": "b",
+                "error": None,
+                "option_scores": json.dumps({"a": {"logprob": -2.0}, "b": {"logprob": -1.0}}),
+            }
+        ]
+    )
     run = {"run_id": "r", "model": "m", "suite_name": "s", "task": "choice"}
     rows = {r["group"]["alpha"]: r["value"] for r in softmax_curve_rows(df, run, {})}
     for a in (0.5, 1.0, 2.0, 4.0):

@@ -27,13 +27,26 @@ import pytest
 
 from bench import server_harness as sh
 
-_MISSING = [m for m in ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context",
-                        "pydantic_settings") if importlib.util.find_spec(m) is None]
+_MISSING = [
+    m
+    for m in (
+        "llama_cpp",
+        "fastapi",
+        "uvicorn",
+        "sse_starlette",
+        "starlette_context",
+        "pydantic_settings",
+    )
+    if importlib.util.find_spec(m) is None
+]
 pytestmark = [
     pytest.mark.server,
     pytest.mark.slow,
-    pytest.mark.skipif(bool(_MISSING), reason=f"llama-cpp-python[server] is not installed ({', '.join(_MISSING)} "
-                       "missing): run `bash scripts/setup.sh server`"),
+    pytest.mark.skipif(
+        bool(_MISSING),
+        reason=f"llama-cpp-python[server] is not installed ({', '.join(_MISSING)} "
+        "missing): run `bash scripts/setup.sh server`",
+    ),
 ]
 
 ALIAS = sh.ALIAS
@@ -54,18 +67,26 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield os.environ["LLMSCOPE_LLAMA_SERVER"].rstrip("/")
         return
 
-    proc, base = sh.start_llama(embedded_model_path(), tmp_path_factory.mktemp("llama") / "server.log")
+    proc, base = sh.start_llama(
+        embedded_model_path(), tmp_path_factory.mktemp("llama") / "server.log"
+    )
     try:
         yield base
     finally:
         sh.stop_llama(proc)
 
 
-def run_cli(db: Path, suite: str, *extra: str, base_url: str | None = None,
-            timeout: int = 420) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    db: Path, suite: str, *extra: str, base_url: str | None = None, timeout: int = 420
+) -> subprocess.CompletedProcess[str]:
     """`llmscope run` in a subprocess; with base_url through the server, else the local backend."""
-    return subprocess.run(sh.run_command(db, suite, base_url, *extra), capture_output=True, text=True,
-                          timeout=timeout, env=sh.client_env(KEY))
+    return subprocess.run(
+        sh.run_command(db, suite, base_url, *extra),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=sh.client_env(KEY),
+    )
 
 
 def rows(db: Path, backend: str | None = None) -> list[dict]:
@@ -75,8 +96,10 @@ def rows(db: Path, backend: str | None = None) -> list[dict]:
 def run_record(db: Path) -> dict:
     con = duckdb.connect(str(db), read_only=True)
     try:
-        cur = con.execute("select status, backend, meta, options, n_done, n_errors from runs "
-                          "order by started_at desc limit 1")
+        cur = con.execute(
+            "select status, backend, meta, options, n_done, n_errors from runs "
+            "order by started_at desc limit 1"
+        )
         cols = [d[0] for d in cur.description]
         return dict(zip(cols, cur.fetchone(), strict=True))
     finally:
@@ -89,7 +112,9 @@ def test_server_answers_with_the_alias(llama_server: str) -> None:
     assert ALIAS in ids
 
 
-def test_yesno_through_the_server_agrees_with_the_local_backend(llama_server: str, tmp_path: Path) -> None:
+def test_yesno_through_the_server_agrees_with_the_local_backend(
+    llama_server: str, tmp_path: Path
+) -> None:
     db = tmp_path / "yn.duckdb"
     p = run_cli(db, "commonsense-sample", "--limit", "3", base_url=llama_server)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -101,7 +126,9 @@ def test_yesno_through_the_server_agrees_with_the_local_backend(llama_server: st
     p = run_cli(db, "commonsense-sample", "--limit", "3")
     assert p.returncode == 0, p.stderr[-2000:]
     local = {(r["item_id"], r["variant"]): r for r in rows(db, "hf")}
-    deltas = [abs(r["probs"]["yes"] - local[(r["item_id"], r["variant"])]["probs"]["yes"]) for r in remote]
+    deltas = [
+        abs(r["probs"]["yes"] - local[(r["item_id"], r["variant"])]["probs"]["yes"]) for r in remote
+    ]
     # Q4_1 kernels in llama.cpp vs the de-quantised fp32 model; measured mean 0.022 on 90 prompts
     # (docs/scale-out.md). A wrong prompt or chat template moves P(yes) by far more.
     assert sum(deltas) / len(deltas) < 0.08, deltas
@@ -132,8 +159,15 @@ def test_choice_through_the_server_scores_every_item_with_a_recorded_method(mc_d
         p = run_cli(db, "mc-sample", "--limit", "3")
         assert p.returncode == 0, p.stderr[-2000:]
         local = {r["item_id"]: r for r in rows(db, "hf")}
-        d = [abs(r["option_scores"][o]["logprob"] - local[r["item_id"]]["option_scores"][o]["logprob"])
-             for r in got if r["extra"]["choice_method"] == "loglik" for o in r["option_scores"]]
+        d = [
+            abs(
+                r["option_scores"][o]["logprob"]
+                - local[r["item_id"]]["option_scores"][o]["logprob"]
+            )
+            for r in got
+            if r["extra"]["choice_method"] == "loglik"
+            for o in r["option_scores"]
+        ]
         assert sum(d) / len(d) < 0.3, d
 
 
@@ -143,10 +177,18 @@ def test_choice_method_is_shown_in_the_report(mc_db: Path) -> None:
     (run_id,) = con.execute("select run_id from runs where backend = 'openai'").fetchone()
     con.close()
     method = rows(db, "openai")[0]["extra"]["choice_method"]
-    rep = subprocess.run([sys.executable, "-m", "llmscope", "--db", str(db), "report", "--run", run_id],
-                         capture_output=True, text=True, timeout=120)
+    rep = subprocess.run(
+        [sys.executable, "-m", "llmscope", "--db", str(db), "report", "--run", run_id],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert rep.returncode == 0, rep.stderr
-    assert ("labels" in rep.stdout) if method != "loglik" else ("loglik" in rep.stdout or "echo" in rep.stdout)
+    assert (
+        ("labels" in rep.stdout)
+        if method != "loglik"
+        else ("loglik" in rep.stdout or "echo" in rep.stdout)
+    )
 
 
 def test_minimal_pairs_work_or_stop_with_a_reason(llama_server: str, tmp_path: Path) -> None:
@@ -193,15 +235,25 @@ def test_generation_through_the_server(llama_server: str, tmp_path: Path) -> Non
 
 def test_constrained_through_the_server(llama_server: str, tmp_path: Path) -> None:
     items = [
-        {"id": "c1", "text": "Is the statement 'water is wet' TRUE or FALSE?", "options": ["TRUE", "FALSE"],
-         "gold": "TRUE"},
-        {"id": "c2", "text": "Is the statement 'fire is cold' TRUE or FALSE?", "options": ["TRUE", "FALSE"],
-         "gold": "FALSE"},
+        {
+            "id": "c1",
+            "text": "Is the statement 'water is wet' TRUE or FALSE?",
+            "options": ["TRUE", "FALSE"],
+            "gold": "TRUE",
+        },
+        {
+            "id": "c2",
+            "text": "Is the statement 'fire is cold' TRUE or FALSE?",
+            "options": ["TRUE", "FALSE"],
+            "gold": "FALSE",
+        },
     ]
     (tmp_path / "items.jsonl").write_text("".join(json.dumps(i) + "\n" for i in items))
     spec = tmp_path / "suite.yaml"
-    spec.write_text("name: tf\ntask: constrained\nitems: items.jsonl\ntemplates:\n"
-                    "  plain: '{text} Answer with TRUE or FALSE only.'\ntask_options:\n  max_new_tokens: 4\n")
+    spec.write_text(
+        "name: tf\ntask: constrained\nitems: items.jsonl\ntemplates:\n"
+        "  plain: '{text} Answer with TRUE or FALSE only.'\ntask_options:\n  max_new_tokens: 4\n"
+    )
     db = tmp_path / "con.duckdb"
     p = run_cli(db, str(spec), base_url=llama_server)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -214,13 +266,24 @@ def test_constrained_through_the_server(llama_server: str, tmp_path: Path) -> No
 
 
 def test_lm_eval_task_yaml_through_the_server(llama_server: str, tmp_path: Path) -> None:
-    docs = [{"question": "What color is the sky on a clear day?", "choices": ["green", "blue", "red"], "label": 1},
-            {"question": "How many legs does a dog have?", "choices": ["four", "two", "six"], "label": 0}]
+    docs = [
+        {
+            "question": "What color is the sky on a clear day?",
+            "choices": ["green", "blue", "red"],
+            "label": 1,
+        },
+        {
+            "question": "How many legs does a dog have?",
+            "choices": ["four", "two", "six"],
+            "label": 0,
+        },
+    ]
     (tmp_path / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
     (tmp_path / "task.yaml").write_text(
         "task: tiny_qa\ndataset_path: json\ndataset_kwargs: {data_files: {test: docs.jsonl}}\ntest_split: test\n"
-        "output_type: multiple_choice\ndoc_to_text: \"Question: {{question}}\\nAnswer:\"\n"
-        "doc_to_choice: choices\ndoc_to_target: label\n")
+        'output_type: multiple_choice\ndoc_to_text: "Question: {{question}}\\nAnswer:"\n'
+        "doc_to_choice: choices\ndoc_to_target: label\n"
+    )
     db = tmp_path / "lm.duckdb"
     p = run_cli(db, str(tmp_path / "task.yaml"), base_url=llama_server)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -228,7 +291,9 @@ def test_lm_eval_task_yaml_through_the_server(llama_server: str, tmp_path: Path)
     assert [r["gold"] for r in got] == ["blue", "four"] and not any(r["error"] for r in got)
 
 
-def _scored_or_stopped(p: subprocess.CompletedProcess[str], db: Path, task: str, n: int) -> list[dict] | None:
+def _scored_or_stopped(
+    p: subprocess.CompletedProcess[str], db: Path, task: str, n: int
+) -> list[dict] | None:
     """The rows when the run scored `n` items without errors; None when it stopped before the
     run with one line naming the task and why (no log-likelihoods from this server)."""
     if p.returncode == 0:
@@ -255,9 +320,13 @@ def test_syntaxgym_through_the_server_scores_or_stops(llama_server: str, tmp_pat
         assert {r["item_id"]: r["correct"] for r in got} == local
 
 
-def test_contamination_through_the_server_scores_or_stops(llama_server: str, tmp_path: Path) -> None:
+def test_contamination_through_the_server_scores_or_stops(
+    llama_server: str, tmp_path: Path
+) -> None:
     db = tmp_path / "ct.duckdb"
-    p = run_cli(db, "contamination-sample", "--limit", "2", "--max-retries", "1", base_url=llama_server)
+    p = run_cli(
+        db, "contamination-sample", "--limit", "2", "--max-retries", "1", base_url=llama_server
+    )
     got = _scored_or_stopped(p, db, "contamination", 2)
     if got is not None:
         for r in got:
@@ -265,11 +334,20 @@ def test_contamination_through_the_server_scores_or_stops(llama_server: str, tmp
             assert r["extra"]["min_k_prob"] <= 0
 
 
-def test_pragmatics_choice_through_the_server_with_its_schemes(llama_server: str, tmp_path: Path) -> None:
+def test_pragmatics_choice_through_the_server_with_its_schemes(
+    llama_server: str, tmp_path: Path
+) -> None:
     db = tmp_path / "pc.duckdb"
     # the suite's four schemes, minus the rating one (five next-token requests per option)
-    p = run_cli(db, "pragmatics-choice", "--limit", "2", "--opt", 'schemes=["labels","free","embedding"]',
-                base_url=llama_server)
+    p = run_cli(
+        db,
+        "pragmatics-choice",
+        "--limit",
+        "2",
+        "--opt",
+        'schemes=["labels","free","embedding"]',
+        base_url=llama_server,
+    )
     got = _scored_or_stopped(p, db, "choice", 2)
     assert got is not None  # choice always has a method: echo log-likelihoods or the label fallback
     for r in got:
@@ -289,15 +367,26 @@ def test_probeval_oneshot_through_the_server(llama_server: str, tmp_path: Path) 
     assert got is not None
     samples = got[0]["extra"]["samples"]
     assert len(samples) == 3  # n answers sampled through the server (completions, one-shot prompt)
-    rep = subprocess.run([sys.executable, "-m", "llmscope", "--db", str(db), "report"], capture_output=True,
-                         text=True, timeout=300)
+    rep = subprocess.run(
+        [sys.executable, "-m", "llmscope", "--db", str(db), "report"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert rep.returncode == 0 and "probeval_kl" in rep.stdout, rep.stderr[-2000:]
 
 
 # every built-in suite has a test above (by suite or by task type); a new one must add its own
 SERVER_TESTED = {
-    "commonsense-sample", "mc-sample", "minimal-pairs", "rating-sample", "generation-sample",
-    "syntax-sample", "contamination-sample", "pragmatics-choice", "probeval-oneshot",
+    "commonsense-sample",
+    "mc-sample",
+    "minimal-pairs",
+    "rating-sample",
+    "generation-sample",
+    "syntax-sample",
+    "contamination-sample",
+    "pragmatics-choice",
+    "probeval-oneshot",
 }
 
 
@@ -305,4 +394,6 @@ def test_every_builtin_suite_has_a_server_test() -> None:
     from llmscope.data.suites import BUILTIN_DIR
 
     shipped = {p.parent.name for p in BUILTIN_DIR.glob("*/suite.yaml")}
-    assert shipped <= SERVER_TESTED, f"built-in suites without a server test: {sorted(shipped - SERVER_TESTED)}"
+    assert shipped <= SERVER_TESTED, (
+        f"built-in suites without a server test: {sorted(shipped - SERVER_TESTED)}"
+    )

@@ -97,12 +97,26 @@ def cli(
 
 def api_run_args(spec: str | Path, db: str | Path, base_url: str, *extra: str) -> list[str]:
     """The arguments of `llmscope run` of a suite on `openai:test-model` at `base_url`."""
-    return ["run", "--suite", str(spec), "--db", str(db), "--model", "openai:test-model",
-            "--base-url", base_url, *extra]
+    return [
+        "run",
+        "--suite",
+        str(spec),
+        "--db",
+        str(db),
+        "--model",
+        "openai:test-model",
+        "--base-url",
+        base_url,
+        *extra,
+    ]
 
 
 def api_run(
-    spec: str | Path, db: str | Path, base_url: str, *extra: str, timeout: float = 300,
+    spec: str | Path,
+    db: str | Path,
+    base_url: str,
+    *extra: str,
+    timeout: float = 300,
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """`llmscope run` of a suite on `openai:test-model` at `base_url` (tests/helpers/oai_server.py)."""

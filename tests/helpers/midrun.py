@@ -19,7 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-WAIT_S = 600.0  # the most a condition is waited for (a loaded 2-core machine takes long to start a run)
+WAIT_S = (
+    600.0  # the most a condition is waited for (a loaded 2-core machine takes long to start a run)
+)
 
 
 def live_progress(db: str | Path) -> dict[str, Any] | None:
@@ -34,8 +36,12 @@ def live_progress(db: str | Path) -> dict[str, Any] | None:
     return None
 
 
-def wait_until(cond: Callable[[], Any], what: str, proc: subprocess.Popen[Any] | None = None,
-               limit: float = WAIT_S) -> Any:
+def wait_until(
+    cond: Callable[[], Any],
+    what: str,
+    proc: subprocess.Popen[Any] | None = None,
+    limit: float = WAIT_S,
+) -> Any:
     """Poll `cond` until it returns something true (returned); fail naming `what` if `proc`
     exits first or `limit` seconds pass."""
     end = time.monotonic() + limit

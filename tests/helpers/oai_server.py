@@ -262,7 +262,9 @@ def completion_response(body: dict[str, Any], marker: str | None, spec: dict[str
                 # model), so echo and next-token log-probs agree unless a script says otherwise
                 toks.append(t)
                 lps.append(float(table.get(t, -1.0)))
-                tops.append({tt: lp for tt, lp in top} if j == 0 else {t: float(table.get(t, -1.0))})
+                tops.append(
+                    {tt: lp for tt, lp in top} if j == 0 else {t: float(table.get(t, -1.0))}
+                )
                 offsets.append(pos)
                 pos += len(t)
             text += "".join(gtoks)
@@ -275,7 +277,12 @@ def completion_response(body: dict[str, Any], marker: str | None, spec: dict[str
                 "top_logprobs": tops,
                 "text_offset": offsets,
             }
-        choice: dict[str, Any] = {"index": i, "text": text, "logprobs": logprobs, "finish_reason": "length"}
+        choice: dict[str, Any] = {
+            "index": i,
+            "text": text,
+            "logprobs": logprobs,
+            "finish_reason": "length",
+        }
         if body.get("prompt_logprobs") is not None and spec.get("vllm", STATE.vllm):
             choice.update(_vllm_prompt_logprobs(ptoks, table, int(body["prompt_logprobs"]), body))
         choices.append(choice)
@@ -306,7 +313,11 @@ def _vllm_prompt_logprobs(
         entry = {str(_token_id(t)): {"logprob": lp, "rank": 2, "decoded_token": t}}
         for j in range(k):
             decoy = f" decoy{j}"
-            entry[str(_token_id(decoy))] = {"logprob": -0.05 * (j + 1), "rank": j + 1, "decoded_token": decoy}
+            entry[str(_token_id(decoy))] = {
+                "logprob": -0.05 * (j + 1),
+                "rank": j + 1,
+                "decoded_token": decoy,
+            }
         out.append(entry)
     res: dict[str, Any] = {"prompt_logprobs": out}
     if body.get("return_token_ids"):
@@ -329,7 +340,12 @@ def _rejection(body: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any] | N
         if hit:
             param = None if r.get("hide_param") else p  # vLLM often names no param
             status = int(r.get("status", 400))
-            return {"status": status, "message": r["message"], "param": param, "code": r.get("code")}
+            return {
+                "status": status,
+                "message": r["message"],
+                "param": param,
+                "code": r.get("code"),
+            }
     return None
 
 
@@ -363,9 +379,7 @@ class Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(data[: len(data) // 2])
             self.wfile.flush()
-            self.connection.setsockopt(
-                socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
-            )
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.connection.close()
         except OSError:
             pass

@@ -24,12 +24,26 @@ from llmscope.store.schema import MIGRATIONS
 
 SCHEMA3_COLUMNS = pa.schema(
     [
-        ("run_id", pa.string()), ("item_id", pa.string()), ("variant", pa.string()), ("seq", pa.int64()),
-        ("prompt", pa.string()), ("probs", pa.string()), ("p_yes", pa.float64()), ("p_no", pa.float64()),
-        ("other", pa.float64()), ("top_tokens", pa.string()), ("option_scores", pa.string()),
-        ("prediction", pa.string()), ("gold", pa.string()), ("correct", pa.float64()),
-        ("confidence", pa.float64()), ("n_tokens", pa.int32()), ("latency_ms", pa.float64()),
-        ("error", pa.string()), ("extra", pa.string()), ("written_at", pa.timestamp("us")),
+        ("run_id", pa.string()),
+        ("item_id", pa.string()),
+        ("variant", pa.string()),
+        ("seq", pa.int64()),
+        ("prompt", pa.string()),
+        ("probs", pa.string()),
+        ("p_yes", pa.float64()),
+        ("p_no", pa.float64()),
+        ("other", pa.float64()),
+        ("top_tokens", pa.string()),
+        ("option_scores", pa.string()),
+        ("prediction", pa.string()),
+        ("gold", pa.string()),
+        ("correct", pa.float64()),
+        ("confidence", pa.float64()),
+        ("n_tokens", pa.int32()),
+        ("latency_ms", pa.float64()),
+        ("error", pa.string()),
+        ("extra", pa.string()),
+        ("written_at", pa.timestamp("us")),
     ]
 )
 
@@ -41,7 +55,9 @@ def _finite(x: float | None) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def results_to_arrow_schema3(run_id: str, rs: Sequence[Result], start_seq: int, now: dt.datetime) -> pa.Table:
+def results_to_arrow_schema3(
+    run_id: str, rs: Sequence[Result], start_seq: int, now: dt.datetime
+) -> pa.Table:
     probs = [r.probs for r in rs]
     cols: dict[str, list[Any]] = {
         "run_id": [run_id] * len(rs),
@@ -73,7 +89,9 @@ class Schema3Store:
 
     def __init__(self, path: str) -> None:
         self.con = duckdb.connect(path)
-        self.con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at TIMESTAMP)")
+        self.con.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at TIMESTAMP)"
+        )
         for version, sql in MIGRATIONS:
             if version <= 3:
                 self.con.execute(sql)
@@ -83,12 +101,16 @@ class Schema3Store:
         rs = list(results)
         if not rs:
             return 0
-        tbl = results_to_arrow_schema3(run_id, rs, start_seq, dt.datetime.now(dt.UTC).replace(tzinfo=None))
+        tbl = results_to_arrow_schema3(
+            run_id, rs, start_seq, dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        )
         cols = ", ".join(tbl.column_names)
         self.con.register("_llmscope_batch", tbl)
         try:
             self.con.execute("BEGIN TRANSACTION")
-            self.con.execute(f"INSERT INTO results ({cols}) SELECT {cols} FROM _llmscope_batch").fetchall()
+            self.con.execute(
+                f"INSERT INTO results ({cols}) SELECT {cols} FROM _llmscope_batch"
+            ).fetchall()
             self.con.execute("COMMIT")
         except duckdb.ConstraintException:
             self.con.execute("ROLLBACK")

@@ -102,9 +102,13 @@ def create_run(
             "versions": {},
             # A running run has a live owner (this process), or it reads as `interrupted`.
             **(
-                {"owner_pid": os.getpid(), "owner_host": socket.gethostname(),
-                 "heartbeat_at": dt.datetime.now(dt.UTC).replace(tzinfo=None)}
-                if status == "running" else {}
+                {
+                    "owner_pid": os.getpid(),
+                    "owner_host": socket.gethostname(),
+                    "heartbeat_at": dt.datetime.now(dt.UTC).replace(tzinfo=None),
+                }
+                if status == "running"
+                else {}
             ),
         }
     )

@@ -14,48 +14,120 @@ from llmscope.io.importers.published import fast_jsonl, import_worldsense
 from llmscope.store.db import Store
 from llmscope.store.errors import StoreError
 
-COLS = ("item_id", "variant", "seq", "prompt", "probs", "p_yes", "p_no", "other", "top_tokens",
-        "option_scores", "prediction", "gold", "correct", "confidence", "n_tokens", "latency_ms", "error", "extra")
+COLS = (
+    "item_id",
+    "variant",
+    "seq",
+    "prompt",
+    "probs",
+    "p_yes",
+    "p_no",
+    "other",
+    "top_tokens",
+    "option_scores",
+    "prediction",
+    "gold",
+    "correct",
+    "confidence",
+    "n_tokens",
+    "latency_ms",
+    "error",
+    "extra",
+)
 
 
 def _rows(st: Store, run_id: str) -> list[tuple]:
-    return st.execute(f"SELECT {', '.join(COLS)} FROM results WHERE run_id = ? ORDER BY seq", [run_id]).fetchall()
+    return st.execute(
+        f"SELECT {', '.join(COLS)} FROM results WHERE run_id = ? ORDER BY seq", [run_id]
+    ).fetchall()
 
 
 def _run(st: Store, run_id: str) -> None:
-    st.create_run({"run_id": run_id, "suite_id": "s", "suite_name": "s", "task": "yesno", "model": "m",
-                   "n_total": 3})
+    st.create_run(
+        {
+            "run_id": run_id,
+            "suite_id": "s",
+            "suite_name": "s",
+            "task": "yesno",
+            "model": "m",
+            "n_total": 3,
+        }
+    )
 
 
 def test_append_results_defaults_and_values(tmp_path: Path) -> None:
     with Store(tmp_path / "a.duckdb") as st:
         _run(st, "r")
-        n = st.append_results("r", {
-            "item_id": ["a", "b"], "variant": ["q1", "q1"], "prompt": ["P a", "P b"],
-            "p_yes": [0.25, float("nan")], "correct": [1.0, None], "extra": ['{"k":1}', None],
-        }, start_seq=5)
+        n = st.append_results(
+            "r",
+            {
+                "item_id": ["a", "b"],
+                "variant": ["q1", "q1"],
+                "prompt": ["P a", "P b"],
+                "p_yes": [0.25, float("nan")],
+                "correct": [1.0, None],
+                "extra": ['{"k":1}', None],
+            },
+            start_seq=5,
+        )
         assert n == 2
         got = _rows(st, "r")
     # by hand: absent columns are null, n_tokens 0 and latency 0.0 (a default Result's values),
     # seq counts from start_seq, NaN is stored as NaN only if given as such by Arrow -> checked below
     a, b = got
-    assert a == ("a", "q1", 5, "P a", None, 0.25, None, None, None, None, None, None, 1.0, None, 0, 0.0, None,
-                 '{"k":1}')
-    assert b[:3] == ("b", "q1", 6) and b[12] is None and b[17] is None and b[14] == 0 and b[15] == 0.0
+    assert a == (
+        "a",
+        "q1",
+        5,
+        "P a",
+        None,
+        0.25,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        1.0,
+        None,
+        0,
+        0.0,
+        None,
+        '{"k":1}',
+    )
+    assert (
+        b[:3] == ("b", "q1", 6) and b[12] is None and b[17] is None and b[14] == 0 and b[15] == 0.0
+    )
     assert b[5] is None or math.isnan(b[5])
 
 
 def test_append_results_matches_write_results(tmp_path: Path) -> None:
     """A row given as columns is stored exactly as the same row given as a Result."""
-    res = Result(item_id="x", variant="q2", prompt="the prompt", prediction="TRUE", gold="TRUE", correct=1.0,
-                 extra={"imported": True, "valid": True})
+    res = Result(
+        item_id="x",
+        variant="q2",
+        prompt="the prompt",
+        prediction="TRUE",
+        gold="TRUE",
+        correct=1.0,
+        extra={"imported": True, "valid": True},
+    )
     with Store(tmp_path / "b.duckdb") as st:
         _run(st, "r1")
         _run(st, "r2")
         st.write_results("r1", [res])
-        st.append_results("r2", {"item_id": ["x"], "variant": ["q2"], "prompt": ["the prompt"],
-                                 "prediction": ["TRUE"], "gold": ["TRUE"], "correct": [1.0],
-                                 "extra": ['{"imported":true,"valid":true}']})
+        st.append_results(
+            "r2",
+            {
+                "item_id": ["x"],
+                "variant": ["q2"],
+                "prompt": ["the prompt"],
+                "prediction": ["TRUE"],
+                "gold": ["TRUE"],
+                "correct": [1.0],
+                "extra": ['{"imported":true,"valid":true}'],
+            },
+        )
         assert _rows(st, "r1") == _rows(st, "r2")
 
 
@@ -93,15 +165,20 @@ def test_transaction_is_all_or_nothing(tmp_path: Path) -> None:
         assert st.count_results("ok") == (2, 0)
         # outside a transaction the keyed fallback still drops a key written twice
     with Store(path) as st:
-        st.write_results("ok", [Result(item_id="a", variant="q1"), Result(item_id="c", variant="q1")], 2)
+        st.write_results(
+            "ok", [Result(item_id="a", variant="q1"), Result(item_id="c", variant="q1")], 2
+        )
         assert [r[0] for r in _rows(st, "ok")] == ["a", "b", "c"]
 
 
 # -- fast_jsonl: same records and the same errors as read_jsonl --------------------------------
-@pytest.mark.parametrize("text", [
-    '\ufeff{"a": 1}\n\n{"b": "x\u2028y"}\r\n  \n{"c": [1, 2.5, null]}',  # BOM, blank lines, CRLF, U+2028
-    '{"a": NaN}\n{"b": 1}\n',                                            # orjson refuses NaN: stdlib path
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '\ufeff{"a": 1}\n\n{"b": "x\u2028y"}\r\n  \n{"c": [1, 2.5, null]}',  # BOM, blank lines, CRLF, U+2028
+        '{"a": NaN}\n{"b": 1}\n',  # orjson refuses NaN: stdlib path
+    ],
+)
 def test_fast_jsonl_same_records(tmp_path: Path, text: str) -> None:
     p = tmp_path / "x.jsonl"
     p.write_bytes(text.encode("utf-8"))
@@ -122,10 +199,13 @@ def test_fast_jsonl_refuses_big_integers_like_the_reader(tmp_path: Path) -> None
     assert errors[0] == errors[1] and "does not fit 64 bits" in errors[0]
 
 
-@pytest.mark.parametrize("text,where", [
-    ('{"a": 1}\n{"b": \n', "line 2"),
-    ('{"a": 1}\n[1, 2]\n', "line 2"),
-])
+@pytest.mark.parametrize(
+    "text,where",
+    [
+        ('{"a": 1}\n{"b": \n', "line 2"),
+        ('{"a": 1}\n[1, 2]\n', "line 2"),
+    ],
+)
 def test_fast_jsonl_same_errors(tmp_path: Path, text: str, where: str) -> None:
     p = tmp_path / "bad.jsonl"
     p.write_text(text)
@@ -139,20 +219,41 @@ def test_fast_jsonl_same_errors(tmp_path: Path, text: str, where: str) -> None:
 
 # -- WorldSense import through the bulk path ---------------------------------------------------
 def _trial(key: int, gold_obf: str, opts: list[str]) -> dict:
-    return {"Key": key, "expectedresp": opts, "goldresp_obfusc": gold_obf, "text": f"Trial {key}?",
-            "problemname": "Infer.trivial", "problemsize": 3, "tuple_ID": key // 2, "skin": "s", "qskin": "q",
-            "complexity": 1}
+    return {
+        "Key": key,
+        "expectedresp": opts,
+        "goldresp_obfusc": gold_obf,
+        "text": f"Trial {key}?",
+        "problemname": "Infer.trivial",
+        "problemsize": 3,
+        "tuple_ID": key // 2,
+        "skin": "s",
+        "qskin": "q",
+        "complexity": 1,
+    }
 
 
 def _ws_dir(tmp_path: Path) -> Path:
     d = tmp_path / "ws"
     (d / "results").mkdir(parents=True)
-    trials = [_trial(1, "Emmanuel", ["TRUE", "FALSE"]), _trial(2, "Megi", ["TRUE", "FALSE"]),
-              _trial(3, "Mark", ["1", "2", "3"]), _trial(4, "Youssef", ["1", "2", "3"])]
+    trials = [
+        _trial(1, "Emmanuel", ["TRUE", "FALSE"]),
+        _trial(2, "Megi", ["TRUE", "FALSE"]),
+        _trial(3, "Mark", ["1", "2", "3"]),
+        _trial(4, "Youssef", ["1", "2", "3"]),
+    ]
     (d / "trials.jsonl").write_text("\n".join(json.dumps(t) for t in trials) + "\n")
-    resp = [{"Key": 1, "resp": " TRUE "}, {"Key": 2, "resp": "TRUE"}, {"Key": 3, "resp": "2"},
-            {"Key": 4, "resp": "maybe"}, {"Key": 99, "resp": "TRUE"}, {"Key": 1, "resp": "FALSE"}]
-    (d / "results" / "basic___M1___results.jsonl").write_text("\n".join(json.dumps(r) for r in resp) + "\n")
+    resp = [
+        {"Key": 1, "resp": " TRUE "},
+        {"Key": 2, "resp": "TRUE"},
+        {"Key": 3, "resp": "2"},
+        {"Key": 4, "resp": "maybe"},
+        {"Key": 99, "resp": "TRUE"},
+        {"Key": 1, "resp": "FALSE"},
+    ]
+    (d / "results" / "basic___M1___results.jsonl").write_text(
+        "\n".join(json.dumps(r) for r in resp) + "\n"
+    )
     return d
 
 
@@ -160,31 +261,82 @@ def test_worldsense_import_rows_by_hand(tmp_path: Path) -> None:
     d = _ws_dir(tmp_path)
     with Store(tmp_path / "w.duckdb") as st:
         msgs = import_worldsense(st, d)
-        assert "4 responses, 1 keys not in the test set, 1 repeated keys ignored (first kept)" in msgs[1]
+        assert (
+            "4 responses, 1 keys not in the test set, 1 repeated keys ignored (first kept)"
+            in msgs[1]
+        )
         run = st.execute("SELECT run_id, status, n_done, n_errors, meta FROM runs").fetchall()
         assert len(run) == 1 and run[0][1:4] == ("completed", 4, 0)
         meta = json.loads(run[0][4])
         assert meta["unknown_keys"] == 1 and meta["duplicate_keys"] == 1
-        rows = st.execute("SELECT item_id, variant, seq, prompt, prediction, gold, correct, extra, n_tokens, "
-                          "latency_ms, probs FROM results ORDER BY seq").fetchall()
+        rows = st.execute(
+            "SELECT item_id, variant, seq, prompt, prediction, gold, correct, extra, n_tokens, "
+            "latency_ms, probs FROM results ORDER BY seq"
+        ).fetchall()
         read = list(st.results_frame(run[0][0], with_items=False)["prompt"])
     # the trial's text is the stored item's: the row stores NULL, readers return the text
     assert read == ["Trial 1?", "Trial 2?", "Trial 3?", "Trial 4?"]
     # gold: Emmanuel=TRUE, Megi=FALSE, Mark=1, Youssef=2; 1 and 2 are one class (KNOW);
     # "maybe" is not an allowed response (valid false) and is wrong; Key 1's first answer counts.
     assert rows == [
-        ("1", "default", 0, None, "TRUE", "TRUE", 1.0, '{"imported":true,"prompting":"basic","valid":true}',
-         0, 0.0, None),
-        ("2", "default", 1, None, "TRUE", "FALSE", 0.0, '{"imported":true,"prompting":"basic","valid":true}',
-         0, 0.0, None),
-        ("3", "default", 2, None, "2", "1", 1.0, '{"imported":true,"prompting":"basic","valid":true}',
-         0, 0.0, None),
-        ("4", "default", 3, None, "maybe", "2", 0.0, '{"imported":true,"prompting":"basic","valid":false}',
-         0, 0.0, None),
+        (
+            "1",
+            "default",
+            0,
+            None,
+            "TRUE",
+            "TRUE",
+            1.0,
+            '{"imported":true,"prompting":"basic","valid":true}',
+            0,
+            0.0,
+            None,
+        ),
+        (
+            "2",
+            "default",
+            1,
+            None,
+            "TRUE",
+            "FALSE",
+            0.0,
+            '{"imported":true,"prompting":"basic","valid":true}',
+            0,
+            0.0,
+            None,
+        ),
+        (
+            "3",
+            "default",
+            2,
+            None,
+            "2",
+            "1",
+            1.0,
+            '{"imported":true,"prompting":"basic","valid":true}',
+            0,
+            0.0,
+            None,
+        ),
+        (
+            "4",
+            "default",
+            3,
+            None,
+            "maybe",
+            "2",
+            0.0,
+            '{"imported":true,"prompting":"basic","valid":false}',
+            0,
+            0.0,
+            None,
+        ),
     ]
 
 
-def test_worldsense_reimport_uses_stored_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_worldsense_reimport_uses_stored_suite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A second import into a file that holds the suite reads items from the store: same rows."""
     d = _ws_dir(tmp_path)
     with Store(tmp_path / "w.duckdb") as st:

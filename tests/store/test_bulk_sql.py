@@ -18,30 +18,64 @@ from llmscope.io.importers.published import import_worldsense, is_plain_results
 from llmscope.store.db import Store
 from llmscope.store.errors import StoreError
 
-COLS = ("item_id", "variant", "seq", "prompt", "probs", "p_yes", "p_no", "other", "top_tokens",
-        "option_scores", "prediction", "gold", "correct", "confidence", "n_tokens", "latency_ms", "error",
-        "extra", "p_chosen", "choice_method", "top_tokens_blob")
+COLS = (
+    "item_id",
+    "variant",
+    "seq",
+    "prompt",
+    "probs",
+    "p_yes",
+    "p_no",
+    "other",
+    "top_tokens",
+    "option_scores",
+    "prediction",
+    "gold",
+    "correct",
+    "confidence",
+    "n_tokens",
+    "latency_ms",
+    "error",
+    "extra",
+    "p_chosen",
+    "choice_method",
+    "top_tokens_blob",
+)
 
 
 def _rows(st: Store, run_id: str) -> list[tuple]:
-    return st.execute(f"SELECT {', '.join(COLS)} FROM results WHERE run_id = ? ORDER BY seq", [run_id]).fetchall()
+    return st.execute(
+        f"SELECT {', '.join(COLS)} FROM results WHERE run_id = ? ORDER BY seq", [run_id]
+    ).fetchall()
 
 
 def _run(st: Store, run_id: str) -> None:
-    st.create_run({"run_id": run_id, "suite_id": "s", "suite_name": "s", "task": "yesno", "model": "m",
-                   "n_total": 3})
+    st.create_run(
+        {
+            "run_id": run_id,
+            "suite_id": "s",
+            "suite_name": "s",
+            "task": "yesno",
+            "model": "m",
+            "n_total": 3,
+        }
+    )
 
 
 def _values(rows: list[tuple]) -> str:
     """A VALUES list of (item_id, variant, seq, prediction, correct) for a select."""
-    return ", ".join(f"('{i}', '{v}', {s}, {'NULL' if p is None else repr(p)}, {'NULL' if c is None else c})"
-                     for i, v, s, p, c in rows)
+    return ", ".join(
+        f"('{i}', '{v}', {s}, {'NULL' if p is None else repr(p)}, {'NULL' if c is None else c})"
+        for i, v, s, p, c in rows
+    )
 
 
 def _select(rows: list[tuple]) -> str:
-    return (f"SELECT * FROM (VALUES {_values(rows)}) t(item_id, variant, seq, prediction, correct)"
-            if rows else
-            "SELECT 'x' AS item_id, 'q' AS variant, 0 AS seq, NULL AS prediction, NULL AS correct WHERE false")
+    return (
+        f"SELECT * FROM (VALUES {_values(rows)}) t(item_id, variant, seq, prediction, correct)"
+        if rows
+        else "SELECT 'x' AS item_id, 'q' AS variant, 0 AS seq, NULL AS prediction, NULL AS correct WHERE false"
+    )
 
 
 ROWS = [("a", "q1", 0, "yes", 1.0), ("b", "q1", 1, None, None), ("a", "q2", 2, "no", 0.0)]
@@ -51,14 +85,44 @@ def test_append_results_sql_equals_append_results(tmp_path: Path) -> None:
     with Store(tmp_path / "s.duckdb") as st:
         _run(st, "py")
         _run(st, "sql")
-        st.append_results("py", {"item_id": [r[0] for r in ROWS], "variant": [r[1] for r in ROWS],
-                                 "prediction": [r[3] for r in ROWS], "correct": [r[4] for r in ROWS]})
+        st.append_results(
+            "py",
+            {
+                "item_id": [r[0] for r in ROWS],
+                "variant": [r[1] for r in ROWS],
+                "prediction": [r[3] for r in ROWS],
+                "correct": [r[4] for r in ROWS],
+            },
+        )
         assert st.append_results_sql("sql", _select(ROWS)) == 3
         assert _rows(st, "sql") == _rows(st, "py")
         # run id and written_at filled in, n_tokens 0 and latency 0.0 as a default Result stores them
-        assert _rows(st, "sql")[1] == ("b", "q1", 1, None, None, None, None, None, None, None, None, None,
-                                       None, None, 0, 0.0, None, None, None, None, None)
-        assert st.execute("SELECT count(*) FROM results WHERE run_id = 'sql' AND written_at IS NULL").fetchone() == (0,)
+        assert _rows(st, "sql")[1] == (
+            "b",
+            "q1",
+            1,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            0,
+            0.0,
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
+        assert st.execute(
+            "SELECT count(*) FROM results WHERE run_id = 'sql' AND written_at IS NULL"
+        ).fetchone() == (0,)
 
 
 def test_append_results_sql_keys_inside_a_transaction(tmp_path: Path) -> None:
@@ -67,7 +131,9 @@ def test_append_results_sql_keys_inside_a_transaction(tmp_path: Path) -> None:
     with Store(tmp_path / "k.duckdb") as st:
         _run(st, "r")
         rows = [*ROWS, ("b", "q1", 3, "yes", 1.0)]
-        with pytest.raises(StoreError, match=r"duplicate result key \('b', 'q1'\) for run r inside one transaction"):
+        with pytest.raises(
+            StoreError, match=r"duplicate result key \('b', 'q1'\) for run r inside one transaction"
+        ):
             with st.transaction():
                 st.append_results_sql("r", _select(rows))
         assert st.count_results("r") == (0, 0)
@@ -93,13 +159,24 @@ def test_append_results_sql_skips_repeated_keys_outside_a_transaction(tmp_path: 
         for run in ("py", "sql"):
             st.append_results(run, {"item_id": ["a"], "variant": ["q2"], "prediction": ["old"]})
         rows = [*ROWS, ("b", "q1", 3, "yes", 1.0), ("c", "q1", 4, "yes", 1.0)]
-        st.append_results("py", {"item_id": [r[0] for r in rows], "variant": [r[1] for r in rows],
-                                 "prediction": [r[3] for r in rows], "correct": [r[4] for r in rows]})
+        st.append_results(
+            "py",
+            {
+                "item_id": [r[0] for r in rows],
+                "variant": [r[1] for r in rows],
+                "prediction": [r[3] for r in rows],
+                "correct": [r[4] for r in rows],
+            },
+        )
         assert st.append_results_sql("sql", _select(rows)) == 3
         got = _rows(st, "sql")
         assert got == _rows(st, "py")
-        assert [(r[0], r[1], r[2], r[10]) for r in got] == [("a", "q2", 0, "old"), ("a", "q1", 0, "yes"),
-                                                             ("b", "q1", 1, None), ("c", "q1", 4, "yes")]
+        assert [(r[0], r[1], r[2], r[10]) for r in got] == [
+            ("a", "q2", 0, "old"),
+            ("a", "q1", 0, "yes"),
+            ("b", "q1", 1, None),
+            ("c", "q1", 4, "yes"),
+        ]
 
 
 def test_append_results_sql_empty_select(tmp_path: Path) -> None:
@@ -132,10 +209,19 @@ def test_append_results_sql_column_rules(tmp_path: Path) -> None:
         _run(st, "r")
         for sql, msg in [
             ("SELECT 'a' AS item_id, 'q' AS variant", "must give"),
-            ("SELECT 'r' AS run_id, 'a' AS item_id, 'q' AS variant, 0 AS seq", "store's own column"),
-            ("SELECT 'a' AS item_id, 'q' AS variant, 0 AS seq, 1 AS nope", "not columns of results"),
+            (
+                "SELECT 'r' AS run_id, 'a' AS item_id, 'q' AS variant, 0 AS seq",
+                "store's own column",
+            ),
+            (
+                "SELECT 'a' AS item_id, 'q' AS variant, 0 AS seq, 1 AS nope",
+                "not columns of results",
+            ),
             ("SELECT 'a' AS item_id, 'q' AS variant, 0 AS seq, '{}' AS extra", "choice_method"),
-            ("SELECT 'a' AS item_id, 'q' AS variant, 0 AS seq, '{}' AS probs, 'yes' AS prediction", "p_chosen"),
+            (
+                "SELECT 'a' AS item_id, 'q' AS variant, 0 AS seq, '{}' AS probs, 'yes' AS prediction",
+                "p_chosen",
+            ),
         ]:
             with pytest.raises(ValueError, match=msg):
                 st.append_results_sql("r", sql)
@@ -143,38 +229,74 @@ def test_append_results_sql_column_rules(tmp_path: Path) -> None:
             st.append_results_sql("r", _select(ROWS), prompt_from_suite="other")
         # a lookup table handed over by name
         tbl = pa.table({"k": ["a"], "p": ["yes"]})
-        n = st.append_results_sql("r", "SELECT k AS item_id, ? AS variant, 0 AS seq, p AS prediction FROM lk",
-                                  ["q9"], tables={"lk": tbl})
-        assert n == 1 and st.execute("SELECT prediction FROM results WHERE variant = 'q9'").fetchone() == ("yes",)
+        n = st.append_results_sql(
+            "r",
+            "SELECT k AS item_id, ? AS variant, 0 AS seq, p AS prediction FROM lk",
+            ["q9"],
+            tables={"lk": tbl},
+        )
+        assert n == 1 and st.execute(
+            "SELECT prediction FROM results WHERE variant = 'q9'"
+        ).fetchone() == ("yes",)
         assert st.count_results("r") == (1, 0)
 
 
 # -- the WorldSense import: DuckDB's reader against the Python parser ---------------------------
 
+
 def _trial(key: int, gold_obf: str, opts: list[str]) -> dict:
-    return {"Key": key, "expectedresp": opts, "goldresp_obfusc": gold_obf, "text": f"Trial {key}?",
-            "problemname": "Infer.trivial", "problemsize": 3, "tuple_ID": key // 2, "skin": "s", "qskin": "q",
-            "complexity": 1}
+    return {
+        "Key": key,
+        "expectedresp": opts,
+        "goldresp_obfusc": gold_obf,
+        "text": f"Trial {key}?",
+        "problemname": "Infer.trivial",
+        "problemsize": 3,
+        "tuple_ID": key // 2,
+        "skin": "s",
+        "qskin": "q",
+        "complexity": 1,
+    }
 
 
-TRIALS = [_trial(1, "Emmanuel", ["TRUE", "FALSE"]), _trial(2, "Megi", ["TRUE", "FALSE"]),
-          _trial(3, "Mark", ["1", "2", "3"]), _trial(-4, "Youssef", ["1", "2", "3"]),
-          _trial(0, "Dieuwke", ["POSSIBLE", "IMPOSSIBLE"]), _trial(9223372036854775807, "Yoda", ["1", "2", "3"])]
+TRIALS = [
+    _trial(1, "Emmanuel", ["TRUE", "FALSE"]),
+    _trial(2, "Megi", ["TRUE", "FALSE"]),
+    _trial(3, "Mark", ["1", "2", "3"]),
+    _trial(-4, "Youssef", ["1", "2", "3"]),
+    _trial(0, "Dieuwke", ["POSSIBLE", "IMPOSSIBLE"]),
+    _trial(9223372036854775807, "Yoda", ["1", "2", "3"]),
+]
 
 # plain lines: DuckDB reads these
 PLAIN = [
-    '{"Key":1,"resp":"TRUE"}', '{"Key": 2, "resp": " TRUE "}', '{"Key":3,"resp":"2"}',
-    '{"Key":-4,"resp":"maybe"}', '{"Key":99,"resp":"TRUE"}', '{"Key":1,"resp":"FALSE"}',
-    '{"Key":0,"resp":"\u00a0POSSIBLE\u2003"}', '{"Key":9223372036854775807,"resp":""}',
+    '{"Key":1,"resp":"TRUE"}',
+    '{"Key": 2, "resp": " TRUE "}',
+    '{"Key":3,"resp":"2"}',
+    '{"Key":-4,"resp":"maybe"}',
+    '{"Key":99,"resp":"TRUE"}',
+    '{"Key":1,"resp":"FALSE"}',
+    '{"Key":0,"resp":"\u00a0POSSIBLE\u2003"}',
+    '{"Key":9223372036854775807,"resp":""}',
     '\t{ "Key" :3 , "resp": "caf\u00e9 \U0001f600" } ',
 ]
 # lines of other shapes: each sends its file to the Python parser
 OTHER = [
-    '{"Key":1,"resp":null}', '{"Key":2,"resp":3}', '{"Key":"3","resp":"1"}', '{"resp":"1","Key":3}',
-    '{"Key":1,"resp":"TRUE","x":1}', '{"Key":2,"resp":"a\\"b"}', '{"Key":2,"resp":"\\u0054RUE"}',
-    '{"Key":01,"resp":"TRUE"}', '{"Key":-0,"resp":"TRUE"}', '{"Key":1.0,"resp":"TRUE"}',
-    '{"Key":92233720368547758070,"resp":"1"}', '{"Key":9223372036854775808,"resp":"1"}',
-    '{"Key":true,"resp":"TRUE"}', '{"Key":2,"Key":1,"resp":"TRUE"}', '{"Key":1,"resp":"TR\tUE"}',
+    '{"Key":1,"resp":null}',
+    '{"Key":2,"resp":3}',
+    '{"Key":"3","resp":"1"}',
+    '{"resp":"1","Key":3}',
+    '{"Key":1,"resp":"TRUE","x":1}',
+    '{"Key":2,"resp":"a\\"b"}',
+    '{"Key":2,"resp":"\\u0054RUE"}',
+    '{"Key":01,"resp":"TRUE"}',
+    '{"Key":-0,"resp":"TRUE"}',
+    '{"Key":1.0,"resp":"TRUE"}',
+    '{"Key":92233720368547758070,"resp":"1"}',
+    '{"Key":9223372036854775808,"resp":"1"}',
+    '{"Key":true,"resp":"TRUE"}',
+    '{"Key":2,"Key":1,"resp":"TRUE"}',
+    '{"Key":1,"resp":"TR\tUE"}',
 ]
 
 
@@ -187,14 +309,18 @@ def _ws_dir(tmp_path: Path, results: dict[str, bytes]) -> Path:
     return d
 
 
-def _import(d: Path, db: Path, monkeypatch: pytest.MonkeyPatch, *, python: bool) -> tuple[list[str], list, list]:
+def _import(
+    d: Path, db: Path, monkeypatch: pytest.MonkeyPatch, *, python: bool
+) -> tuple[list[str], list, list]:
     with monkeypatch.context() as m:
         if python:
             m.setattr(published, "is_plain_results", lambda raw: False)
         with Store(db) as st:
             msgs = import_worldsense(st, d)
-            runs = st.execute("SELECT run_id, model, status, n_total, n_done, n_errors, meta FROM runs "
-                              "ORDER BY run_id").fetchall()
+            runs = st.execute(
+                "SELECT run_id, model, status, n_total, n_done, n_errors, meta FROM runs "
+                "ORDER BY run_id"
+            ).fetchall()
             rows = [_rows(st, r[0]) for r in runs]
     return msgs, runs, rows
 
@@ -211,18 +337,29 @@ def test_plain_lines_are_plain_and_others_are_not() -> None:
         assert is_plain_results((line + "\n").encode()), line
     for line in OTHER:
         assert not is_plain_results((PLAIN[0] + "\n" + line + "\n").encode()), line
-    for body in [b"", b"\n", PLAIN[0].encode() + b"\r\n", b"\xef\xbb\xbf" + PLAIN[0].encode(),
-                 PLAIN[0].encode() + b"\n\n" + PLAIN[2].encode(), b'{"Key":1,"resp":"\xff"}\n']:
+    for body in [
+        b"",
+        b"\n",
+        PLAIN[0].encode() + b"\r\n",
+        b"\xef\xbb\xbf" + PLAIN[0].encode(),
+        PLAIN[0].encode() + b"\n\n" + PLAIN[2].encode(),
+        b'{"Key":1,"resp":"\xff"}\n',
+    ]:
         assert not is_plain_results(body), body
     assert is_plain_results(PLAIN[0].encode())  # no newline after the last line
 
 
-def test_duckdb_reader_gives_the_parsers_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_duckdb_reader_gives_the_parsers_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Plain files (unknown and repeated keys, keys at 0, negative and 2**63-1, whitespace,
     Unicode and Unicode spaces that str.strip removes, no final newline) imported by DuckDB
     and by the Python parser: the same messages, runs and rows."""
-    files = {"A": ("\n".join(PLAIN) + "\n").encode(), "B": "\n".join(reversed(PLAIN)).encode(),
-             "C": b'{"Key":99,"resp":"x"}\n'}
+    files = {
+        "A": ("\n".join(PLAIN) + "\n").encode(),
+        "B": "\n".join(reversed(PLAIN)).encode(),
+        "C": b'{"Key":99,"resp":"x"}\n',
+    }
     sql, py = _both(tmp_path, files, monkeypatch)
     assert sql == py
     msgs, runs, rows = sql
@@ -237,7 +374,9 @@ def test_duckdb_reader_gives_the_parsers_rows(tmp_path: Path, monkeypatch: pytes
 
 
 @pytest.mark.parametrize("line", OTHER)
-def test_other_lines_go_to_the_parser(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str) -> None:
+def test_other_lines_go_to_the_parser(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str
+) -> None:
     """A file with one line of another shape is parsed in Python, rows as before; the SQL path
     is never asked to read it."""
     calls: list[str] = []
@@ -248,7 +387,10 @@ def test_other_lines_go_to_the_parser(tmp_path: Path, monkeypatch: pytest.Monkey
         return real(*a)  # type: ignore[arg-type]
 
     monkeypatch.setattr(published, "_append_plain", spy)
-    files = {"A": ("\n".join(PLAIN[:3]) + "\n" + line + "\n").encode(), "B": (PLAIN[0] + "\n").encode()}
+    files = {
+        "A": ("\n".join(PLAIN[:3]) + "\n" + line + "\n").encode(),
+        "B": (PLAIN[0] + "\n").encode(),
+    }
     try:
         sql, py = _both(tmp_path, files, monkeypatch)
     except SuiteError as e:  # a line the stdlib rejects too: the same error from both paths
@@ -262,10 +404,18 @@ def test_other_lines_go_to_the_parser(tmp_path: Path, monkeypatch: pytest.Monkey
     assert any(c.endswith("basic___B___results.jsonl") for c in calls)
 
 
-@pytest.mark.parametrize("bad,line,field", [('{"Key":2,"resp":"x"', 3, None), ('{"resp":"x"}', 3, "Key"),
-                                            ('[1]', 3, None), ('{"Key":2,"resp":NaN', 3, None)])
-def test_malformed_line_keeps_its_error_and_no_run_is_left(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                           bad: str, line: int, field: str | None) -> None:
+@pytest.mark.parametrize(
+    "bad,line,field",
+    [
+        ('{"Key":2,"resp":"x"', 3, None),
+        ('{"resp":"x"}', 3, "Key"),
+        ("[1]", 3, None),
+        ('{"Key":2,"resp":NaN', 3, None),
+    ],
+)
+def test_malformed_line_keeps_its_error_and_no_run_is_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: str, line: int, field: str | None
+) -> None:
     """A bad line in the second file: the error names its file, line and field as the Python
     reader does, and the import (one transaction) leaves none of the new runs, not even the
     first file's; the suite's items, stored before, stay."""
@@ -287,11 +437,15 @@ def test_malformed_line_keeps_its_error_and_no_run_is_left(tmp_path: Path, monke
     path.write_bytes((PLAIN[0] + "\n" + PLAIN[2] + "\n").encode())
     with Store(tmp_path / "m.duckdb") as st:
         msgs = import_worldsense(st, d)
-        assert [m.split(":")[0] for m in msgs[1:]] == ["basic___A___results.jsonl", "basic___B___results.jsonl"]
+        assert [m.split(":")[0] for m in msgs[1:]] == [
+            "basic___A___results.jsonl",
+            "basic___B___results.jsonl",
+        ]
         assert st.execute("SELECT count(*) FROM results").fetchone() == (3,)
 
 
 # -- the trials file decompressed on a second thread ------------------------------------------------
+
 
 def _trials_bz2(tmp_path: Path, lines: list[str], end: str = "\n") -> Path:
     p = tmp_path / "trials.jsonl.bz2"
@@ -304,7 +458,9 @@ def _items(items: list) -> list[tuple]:
 
 
 @pytest.mark.parametrize("end", ["\n", ""])
-def test_chunked_parse_equals_whole_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, end: str) -> None:
+def test_chunked_parse_equals_whole_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, end: str
+) -> None:
     """Chunks of a few bytes (lines cut anywhere, blank lines, no final newline): the items and
     line numbers of a whole-file parse."""
     lines = [json.dumps(TRIALS[0]), "", json.dumps(TRIALS[2]), "  ", json.dumps(TRIALS[3])]
@@ -339,8 +495,9 @@ class _FailingDecoder:
 
 
 @pytest.mark.parametrize("good", [b"", b"garbage that is no JSON\n{\n", b"partial"])
-def test_parallel_decoder_failing_midway_reads_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                     good: bytes) -> None:
+def test_parallel_decoder_failing_midway_reads_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, good: bytes
+) -> None:
     """When indexed_bzip2 fails after handing out bytes (right or wrong), the stdlib reads the
     file again from its start: the items are the file's."""
     lines = [json.dumps(t) for t in TRIALS]
@@ -351,11 +508,15 @@ def test_parallel_decoder_failing_midway_reads_again(tmp_path: Path, monkeypatch
     assert _items(ws.load_worldsense(p)) == want
 
 
-def test_corrupt_stream_is_reported_before_a_bad_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_corrupt_stream_is_reported_before_a_bad_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A bad line early and a cut-off stream later: 'cannot read', as when the whole file was
     decompressed before parsing (small chunks: the bad line is parsed before the stream ends)."""
     monkeypatch.setattr(ws, "_CHUNK", 1024)
-    lines = ["{not json"] + [json.dumps({**TRIALS[0], "Key": k, "text": "x" * 50 + str(k)}) for k in range(3000)]
+    lines = ["{not json"] + [
+        json.dumps({**TRIALS[0], "Key": k, "text": "x" * 50 + str(k)}) for k in range(3000)
+    ]
     p = _trials_bz2(tmp_path, lines)
     data = p.read_bytes()
     p.write_bytes(data[: len(data) * 3 // 4])

@@ -10,7 +10,7 @@ from llmscope.store.codec import decode_json, decode_json_many
 
 CASES = [
     ['{"yes": 0.25, "no": 0.7}', None, float("nan"), '{"yes": 1e-300, "no": 0}'],
-    ['{"a": NaN}', '[1, 2]', "not json", '"text"', ""],  # the stdlib's NaN; unparsable -> default
+    ['{"a": NaN}', "[1, 2]", "not json", '"text"', ""],  # the stdlib's NaN; unparsable -> default
     ['{"k": 123456789012345678901234}', '{"yes": 0.5}'],  # beyond 64 bits: the stdlib keeps the int
     ['{"k": 18446744073709551615}', b'{"b": 1}', {"already": "decoded"}],
     [],
@@ -51,10 +51,23 @@ def test_wide_integer_test_matches_the_per_text_rule() -> None:
     def by_rule(t: str) -> bool:
         return any(not (-(2**63) <= int(m) <= 2**64 - 1) for m in rule.findall(t))
 
-    edge = ["18446744073709551615", "18446744073709551616", "-9223372036854775808", "-9223372036854775809",
-            "--9223372036854775809", "\ud800 18446744073709551616", "0.0010285373829854506", ""]
+    edge = [
+        "18446744073709551615",
+        "18446744073709551616",
+        "-9223372036854775808",
+        "-9223372036854775809",
+        "--9223372036854775809",
+        "\ud800 18446744073709551616",
+        "0.0010285373829854506",
+        "",
+    ]
     rng = random.Random(0)
-    texts = edge + ["".join(rng.choice("0123456789-x é\n") if rng.random() < 0.3 else rng.choice("0123456789")
-                            for _ in range(rng.randint(0, 60))) for _ in range(3000)]
+    texts = edge + [
+        "".join(
+            rng.choice("0123456789-x é\n") if rng.random() < 0.3 else rng.choice("0123456789")
+            for _ in range(rng.randint(0, 60))
+        )
+        for _ in range(3000)
+    ]
     assert [by_rule(t) for t in edge[:4]] == [False, True, False, True]
     assert [_has_wide_int(t) for t in texts] == [by_rule(t) for t in texts]

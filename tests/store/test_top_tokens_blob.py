@@ -21,8 +21,18 @@ def _top(tag: str, n: int = 3) -> list[dict[str, object]]:
 
 
 def _row(item: str, top: list[dict[str, object]] | None, error: str | None = None) -> Result:
-    return Result(item_id=item, variant="q1", prompt=f"P {item}", probs={"yes": 0.6, "no": 0.3}, other=0.1,
-                  top_tokens=top, prediction="yes", gold="yes", correct=1.0, error=error)
+    return Result(
+        item_id=item,
+        variant="q1",
+        prompt=f"P {item}",
+        probs={"yes": 0.6, "no": 0.3},
+        other=0.1,
+        top_tokens=top,
+        prediction="yes",
+        gold="yes",
+        correct=1.0,
+        error=error,
+    )
 
 
 def _setup(st: Store, run: str = "r") -> None:
@@ -33,11 +43,15 @@ def _readers(st: Store, run: str) -> dict[str, dict[str, object]]:
     """item_id -> top tokens, through every reader of the store and the export."""
     out: dict[str, dict[str, object]] = {}
     frame = st.results_frame(run, with_items=False)
-    out["frame"] = {i: (json.loads(t) if isinstance(t, str) else None)
-                    for i, t in zip(frame.item_id, frame.top_tokens, strict=True)}
+    out["frame"] = {
+        i: (json.loads(t) if isinstance(t, str) else None)
+        for i, t in zip(frame.item_id, frame.top_tokens, strict=True)
+    }
     joined = st.results_frame(run)
-    out["frame_items"] = {i: (json.loads(t) if isinstance(t, str) else None)
-                          for i, t in zip(joined.item_id, joined.top_tokens, strict=True)}
+    out["frame_items"] = {
+        i: (json.loads(t) if isinstance(t, str) else None)
+        for i, t in zip(joined.item_id, joined.top_tokens, strict=True)
+    }
     dec = st.results_decoded(run)
     out["decoded"] = dict(zip(dec.item_id, dec.top_tokens, strict=True))
     out["results"] = {r.item_id: r.top_tokens for r in st.results(run)}
@@ -45,7 +59,9 @@ def _readers(st: Store, run: str) -> dict[str, dict[str, object]]:
     run_rec = st.get_run(run)
     assert run_rec is not None
     out["export"] = {r.item_id: r.top_tokens for r in export_rows(st, run_rec)}
-    assert "top_tokens_blob" not in frame.columns and "top_tokens_blob" not in dec.columns  # store-internal
+    assert (
+        "top_tokens_blob" not in frame.columns and "top_tokens_blob" not in dec.columns
+    )  # store-internal
     return out
 
 
@@ -55,10 +71,14 @@ def test_every_reader_gets_each_rows_own_top_tokens(db_path: Path) -> None:
         _setup(st)
         # a mixed batch, a batch without any top tokens (no blob), a batch with a repeated key
         # whose second copy (other tokens) is skipped by the key check
-        st.write_results("r", [_row("a", want["a"]), _row("b", None), _row("c", want["c"])], start_seq=0)
+        st.write_results(
+            "r", [_row("a", want["a"]), _row("b", None), _row("c", want["c"])], start_seq=0
+        )
         st.write_results("r", [_row("e", None), _row("f", None)], start_seq=3)
         st.write_results("r", [_row("a", _top("WRONG")), _row("d", want["d"])], start_seq=5)
-        assert st.execute("SELECT count(*) FROM results WHERE top_tokens IS NOT NULL").fetchall() == [(0,)]
+        assert st.execute(
+            "SELECT count(*) FROM results WHERE top_tokens IS NOT NULL"
+        ).fetchall() == [(0,)]
         assert st.execute("SELECT count(*) FROM result_blobs").fetchall() == [(2,)]
         for name, got in _readers(st, "r").items():
             assert got == want, name
@@ -67,7 +87,9 @@ def test_every_reader_gets_each_rows_own_top_tokens(db_path: Path) -> None:
 def test_resume_rescoring_a_deleted_row_with_its_seq_gets_the_new_tokens(db_path: Path) -> None:
     with Store(db_path) as st:
         _setup(st)
-        st.write_results("r", [_row("a", _top("a")), _row("b", _top("old"), error="timeout")], start_seq=0)
+        st.write_results(
+            "r", [_row("a", _top("a")), _row("b", _top("old"), error="timeout")], start_seq=0
+        )
         assert st.delete_error_results("r") == 1
         # the runner resumes at max_seq + 1 = 1: the deleted row's seq, covered by the first blob
         start = st.max_seq("r") + 1
@@ -84,8 +106,9 @@ def test_a_rolled_back_transaction_leaves_neither_rows_nor_blob(db_path: Path) -
             with st.transaction():
                 st.write_results("r", [_row("a", _top("a"))])
                 raise RuntimeError("killed")
-        assert st.execute("SELECT (SELECT count(*) FROM results), (SELECT count(*) FROM result_blobs)"
-                          ).fetchall() == [(0, 0)]
+        assert st.execute(
+            "SELECT (SELECT count(*) FROM results), (SELECT count(*) FROM result_blobs)"
+        ).fetchall() == [(0, 0)]
         st.write_results("r", [_row("a", _top("a2"))])
         assert st.results("r")[0].top_tokens == _top("a2")
 
@@ -101,9 +124,11 @@ def _downgrade_to_schema_4(path: Path) -> None:
     con.execute("ALTER TABLE results DROP COLUMN top_tokens_blob")
     con.execute("DELETE FROM schema_version WHERE version = 5")
     con.execute("INSERT INTO runs (run_id, suite_id, task) VALUES ('r', 's', 'yesno')")
-    con.execute("INSERT INTO results (run_id, item_id, variant, seq, top_tokens) VALUES "
-                "('r', 'old', 'q1', 0, '[{\"token\":\" yes\",\"id\":5,\"prob\":0.75}]'), "
-                "('r', 'none', 'q1', 1, NULL)")
+    con.execute(
+        "INSERT INTO results (run_id, item_id, variant, seq, top_tokens) VALUES "
+        "('r', 'old', 'q1', 0, '[{\"token\":\" yes\",\"id\":5,\"prob\":0.75}]'), "
+        "('r', 'none', 'q1', 1, NULL)"
+    )
     con.close()
 
 
@@ -150,5 +175,7 @@ def test_bulk_append_refuses_a_blob_reference(tmp_path: Path) -> None:
         _setup(st)
         with pytest.raises(ValueError, match="top_tokens_blob"):
             st.append_results("r", {"item_id": ["a"], "variant": ["q1"], "top_tokens_blob": [1]})
-        st.append_results("r", {"item_id": ["a"], "variant": ["q1"], "top_tokens": [json.dumps(_top("a"))]})
+        st.append_results(
+            "r", {"item_id": ["a"], "variant": ["q1"], "top_tokens": [json.dumps(_top("a"))]}
+        )
         assert _readers(st, "r")["decoded"] == {"a": _top("a")}

@@ -145,7 +145,10 @@ def _write_batches(path: Path, batches: list[list[Any]]) -> dict[str, Any]:
         st.create_run({"run_id": "r", "suite_id": "s", "task": "yesno"})
         seq = 0
         for b, tops in enumerate(batches):
-            rows = [Result(item_id=f"b{b}i{k:03d}", variant="q1", top_tokens=t) for k, t in enumerate(tops)]
+            rows = [
+                Result(item_id=f"b{b}i{k:03d}", variant="q1", top_tokens=t)
+                for k, t in enumerate(tops)
+            ]
             seq += st.write_results("r", rows, start_seq=seq)
     with Store(path, read_only=True) as st:
         return {r.item_id: r.top_tokens for r in st.results("r")}
@@ -160,13 +163,26 @@ def test_blobs_are_messagepack_unless_json_would_store_other_values(tmp_path: Pa
     import orjson
     import ormsgpack
 
-    finite = [t if t is None else [x for x in t if isinstance(x["prob"], float) and math.isfinite(x["prob"])
-                                   and x.get("id", 0) < 2**64] for t in map(_tops, range(BIG))]
-    nan_batch = [[{"token": "a", "id": 1, "prob": 0.5}], [{"token": "b", "id": 2, "prob": math.nan}]]
+    finite = [
+        t
+        if t is None
+        else [
+            x
+            for x in t
+            if isinstance(x["prob"], float) and math.isfinite(x["prob"]) and x.get("id", 0) < 2**64
+        ]
+        for t in map(_tops, range(BIG))
+    ]
+    nan_batch = [
+        [{"token": "a", "id": 1, "prob": 0.5}],
+        [{"token": "b", "id": 2, "prob": math.nan}],
+    ]
     inf_batch = [[{"token": "c", "id": 3, "prob": -math.inf}]]
     f32_batch = [[{"token": "d", "id": 4, "prob": np.float32(0.1)}]]
     big_batch = [[{"token": "e", "id": 2**70, "prob": 0.25}]]
-    got = _write_batches(tmp_path / "t.duckdb", [finite, nan_batch, inf_batch, f32_batch, big_batch])
+    got = _write_batches(
+        tmp_path / "t.duckdb", [finite, nan_batch, inf_batch, f32_batch, big_batch]
+    )
     texts = _blob_texts(tmp_path / "t.duckdb")
     assert len(texts) == 5
     # the finite batch: MessagePack (an array header, not JSON's "["), the very values written
@@ -174,7 +190,9 @@ def test_blobs_are_messagepack_unless_json_would_store_other_values(tmp_path: Pa
     assert all(_same(got[f"b0i{k:03d}"], finite[k]) for k in range(BIG))
     assert any(t == [] for t in finite) and any(t is None for t in finite)
     flat = [x["prob"] for t in finite for x in (t or [])]
-    assert 2.0**-1074 in flat and 1.0 in flat and any(math.copysign(1, v) < 0 for v in flat if v == 0)
+    assert (
+        2.0**-1074 in flat and 1.0 in flat and any(math.copysign(1, v) < 0 for v in flat if v == 0)
+    )
     # the others: JSON arrays, as orjson / the stdlib write them
     assert all(t[:1] == b"[" for t in texts[1:])
     assert got["b1i000"] == [{"token": "a", "id": 1, "prob": 0.5}]

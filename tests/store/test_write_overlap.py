@@ -50,7 +50,9 @@ def test_stored_blob_is_the_sequential_bytes(tmp_path):
         n = st.count_results("r")[0]
         back = {r.item_id: r.top_tokens for r in st.results("r")}
     # the expected bytes built here from ormsgpack and zstd directly (level 1, as documented)
-    want = zstandard.ZstdCompressor(level=1).compress(ormsgpack.packb([r.top_tokens for r in batch]))
+    want = zstandard.ZstdCompressor(level=1).compress(
+        ormsgpack.packb([r.top_tokens for r in batch])
+    )
     assert blobs[1] == (0, want)
     assert n == 300
     assert back == {f"i{i:04d}": _tops(i) for i in range(300)}

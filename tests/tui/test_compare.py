@@ -38,8 +38,18 @@ def test_every_pair_equals_the_cli(db: Path, capsys: pytest.CaptureFixture[str])
     for (a, b), cell in m.pairs.items():
         cli = _cli(db, a, b, capsys)["comparisons"][0]
         ours = json.loads(json.dumps(cell.comparison, default=str))
-        for k in ("n", "n_clusters", "diff", "diff_ci95", "p_value", "acc_base", "acc_run", "mcnemar"):
+        for k in (
+            "n",
+            "n_clusters",
+            "diff",
+            "diff_ci95",
+            "p_value",
+            "acc_base",
+            "acc_run",
+            "mcnemar",
+        ):
             assert ours[k] == cli[k], (a, b, k)
+
     # b vs c: difference by hand from the generating rule (correct per item and variant)
     def correct(i: int, shift: int) -> int:
         py = p_yes_for(i, shift)
@@ -66,13 +76,22 @@ def test_disagreements_sort_by_difference_then_numeric_item(db: Path) -> None:
 
 
 def test_item_ids_sort_as_numbers() -> None:
-    rows = [{"item_id": i, "variant": "q1", "pair": "a→b", "diff": d}
-            for i, d in (("10", 1.0), ("1003", -1.0), ("141", 0.5), ("9", -0.25))]
+    rows = [
+        {"item_id": i, "variant": "q1", "pair": "a→b", "diff": d}
+        for i, d in (("10", 1.0), ("1003", -1.0), ("141", 0.5), ("9", -0.25))
+    ]
     assert [r["item_id"] for r in sort_disagreements(rows, "item")] == ["9", "10", "141", "1003"]
-    assert [r["item_id"] for r in sort_disagreements(rows, "|difference|")] == ["10", "1003", "141", "9"]
+    assert [r["item_id"] for r in sort_disagreements(rows, "|difference|")] == [
+        "10",
+        "1003",
+        "141",
+        "9",
+    ]
 
 
-async def test_compare_screen_shows_every_pair_and_opens_both_runs(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+async def test_compare_screen_shows_every_pair_and_opens_both_runs(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from llmscope.tui.app import LlmscopeApp
     from llmscope.tui.screens import HomeScreen
     from llmscope.tui.screens.compare import CompareScreen
@@ -90,15 +109,21 @@ async def test_compare_screen_shows_every_pair_and_opens_both_runs(db: Path, cap
             await pilot.press("space")
             await pilot.press("down")
         await pilot.press("c")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.matrix is not None,
-                                timeout=60)
+        assert await wait_until(
+            pilot,
+            lambda: isinstance(app.screen, CompareScreen) and app.screen.matrix is not None,
+            timeout=60,
+        )
         scr = app.screen
         assert isinstance(scr, CompareScreen) and scr.matrix is not None
         assert set(scr.matrix.pairs) == {("run-a", "run-b"), ("run-a", "run-c"), ("run-b", "run-c")}
         # the b-vs-c cell on screen shows the CLI's numbers
         lo, hi = cli["diff_ci95"]
         text = screen_text(app)
-        assert f"{cli['diff']:+.3f} [{lo:+.3f}, {hi:+.3f}] p={format_p(cli['p_value'])} n={cli['n']}" in text
+        assert (
+            f"{cli['diff']:+.3f} [{lo:+.3f}, {hi:+.3f}] p={format_p(cli['p_value'])} n={cli['n']}"
+            in text
+        )
         # three runs: each pair's Holm-adjusted p over the three pairs, named on screen
         holm = scr.matrix.pairs[("run-b", "run-c")].p_holm
         assert holm is not None and f"Holm-adjusted p={format_p(holm)}" in text
@@ -115,12 +140,13 @@ async def test_compare_screen_shows_every_pair_and_opens_both_runs(db: Path, cap
         first = lst.row(0)
         assert first is not None
         await pilot.press("enter")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, ItemScreen) and app.screen.details)
+        assert await wait_until(
+            pilot, lambda: isinstance(app.screen, ItemScreen) and app.screen.details
+        )
         item = app.screen
         assert isinstance(item, ItemScreen)
         assert [d["run_id"] for d in item.details] == [first["a"], first["b"]]
         assert all(d["variants"] for d in item.details)
-
 
 
 def _holm_by_hand(ps: list[float]) -> list[float]:
@@ -135,7 +161,9 @@ def _holm_by_hand(ps: list[float]) -> list[float]:
     return out
 
 
-def test_three_runs_get_holm_adjusted_p_over_every_pair(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_three_runs_get_holm_adjusted_p_over_every_pair(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with Store(db, read_only=True) as st:
         m = compare_matrix(st, ["run-a", "run-b", "run-c"])
         two = compare_matrix(st, ["run-a", "run-b"])
@@ -150,7 +178,9 @@ def test_three_runs_get_holm_adjusted_p_over_every_pair(db: Path, capsys: pytest
     assert [c.p_holm for c in two.pairs.values()] == [None] and two.correction is None
 
 
-def test_cli_compare_of_three_runs_prints_holm_adjusted_p(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_compare_of_three_runs_prints_holm_adjusted_p(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     capsys.readouterr()
     assert main(["compare", "--db", str(db), "run-a", "run-b", "run-c", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -25,16 +25,52 @@ def _cli_config(argv: list[str]) -> object:
 
 def test_every_field_fills_the_config_the_cli_fills() -> None:
     values = {
-        "suite": "commonsense-sample", "suite_path": "", "model": "openai:m", "base_url": "http://x/v1",
-        "device": "cpu", "dtype": "float32", "chat": "off", "threads": "3", "batch_size": "5",
-        "concurrency": "7", "limit": "9", "seed": "11", "top_logprobs": "13", "reasoning": "on",
-        "reasoning_effort": "high", "options": "top_k=4 content_free='[\"N/A\"]'",
+        "suite": "commonsense-sample",
+        "suite_path": "",
+        "model": "openai:m",
+        "base_url": "http://x/v1",
+        "device": "cpu",
+        "dtype": "float32",
+        "chat": "off",
+        "threads": "3",
+        "batch_size": "5",
+        "concurrency": "7",
+        "limit": "9",
+        "seed": "11",
+        "top_logprobs": "13",
+        "reasoning": "on",
+        "reasoning_effort": "high",
+        "options": "top_k=4 content_free='[\"N/A\"]'",
     }
     run = form_run(values)
-    cli = _cli_config(["--suite", "commonsense-sample", "--model", "openai:m", "--base-url", "http://x/v1",
-                       "--device", "cpu", "--dtype", "float32", "--no-chat", "--threads", "3",
-                       "--batch-size", "5", "--concurrency", "7", "--seed", "11", "--top-logprobs", "13",
-                       "--reasoning", "--reasoning-effort", "high"])
+    cli = _cli_config(
+        [
+            "--suite",
+            "commonsense-sample",
+            "--model",
+            "openai:m",
+            "--base-url",
+            "http://x/v1",
+            "--device",
+            "cpu",
+            "--dtype",
+            "float32",
+            "--no-chat",
+            "--threads",
+            "3",
+            "--batch-size",
+            "5",
+            "--concurrency",
+            "7",
+            "--seed",
+            "11",
+            "--top-logprobs",
+            "13",
+            "--reasoning",
+            "--reasoning-effort",
+            "high",
+        ]
+    )
     assert run.config == cli
     assert run.suite == "commonsense-sample" and run.suite_path is None and run.limit == 9
     assert run.options == {"top_k": 4, "content_free": ["N/A"]}
@@ -73,14 +109,18 @@ def test_task_options_are_checked_against_the_task_declaration() -> None:
     assert "top_k (int)" in hint
     err, _ = check_task_options(form_run({"suite": "commonsense-sample", "options": "top_k=x"}))
     assert err == "option 'top_k' of task 'yesno' must be an integer, got 'x'"
-    err, _ = check_task_options(form_run({"suite": "commonsense-sample", "options": "top_k=3", "chat": "on"}))
+    err, _ = check_task_options(
+        form_run({"suite": "commonsense-sample", "options": "top_k=3", "chat": "on"})
+    )
     assert err is None
     err, _ = check_task_options(form_run({"suite": "no-such-suite"}))
     assert err is not None and err.startswith("suite: ")
 
 
 # -- the form drives real runs, one per model kind ----------------------------------------------
-async def _start_from_form(tmp_path: Path, values: dict[str, str], timeout: float = 120) -> tuple[Path, str]:
+async def _start_from_form(
+    tmp_path: Path, values: dict[str, str], timeout: float = 120
+) -> tuple[Path, str]:
     """Fill the form (FormField name -> text), press Start, wait for the run to complete."""
     db = tmp_path / "form.duckdb"
     app = LlmscopeApp(db, refresh_s=0.1)
@@ -93,12 +133,15 @@ async def _start_from_form(tmp_path: Path, values: dict[str, str], timeout: floa
             form.set_value(name, text)
         await pilot.pause()
         await pilot.click("#start")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen), timeout=timeout), \
-            [n.message for n in app._notifications]
+        assert await wait_until(
+            pilot, lambda: isinstance(app.screen, DashboardScreen), timeout=timeout
+        ), [n.message for n in app._notifications]
         dash = app.screen
         assert await wait_until(pilot, lambda: "completed" in screen_text(app), timeout=timeout)
         assert await wait_until(pilot, lambda: not dash.active, timeout=30)
-        assert not any(n.severity == "error" for n in app._notifications), [n.message for n in app._notifications]
+        assert not any(n.severity == "error" for n in app._notifications), [
+            n.message for n in app._notifications
+        ]
         run_id = dash.run_id
         await settle(pilot)
         assert await wait_until(pilot, lambda: not app.handle.writing, timeout=10)
@@ -109,20 +152,38 @@ def _stored(db: Path, run_id: str) -> tuple[dict, int]:
     with Store(db, read_only=True) as s:
         run = s.get_run(run_id)
         assert run is not None and run["status"] == "completed"
-        (n,) = s.execute("SELECT count(*) FROM results WHERE run_id = ? AND error IS NULL", [run_id]).fetchone() or (0,)
+        (n,) = s.execute(
+            "SELECT count(*) FROM results WHERE run_id = ? AND error IS NULL", [run_id]
+        ).fetchone() or (0,)
     return run, int(n)
 
 
-async def test_form_runs_an_openai_compatible_server_with_every_api_option(tmp_path: Path, oai) -> None:  # noqa: F811
+async def test_form_runs_an_openai_compatible_server_with_every_api_option(
+    tmp_path: Path,
+    oai,  # noqa: F811
+) -> None:  # noqa: F811
     oai.script("", top=[["Yes", -0.3], ["No", -1.5]])
-    db, run_id = await _start_from_form(tmp_path, {
-        "suite": "commonsense-sample", "model": "openai:test-model", "base_url": oai.base_url,
-        "limit": "2", "concurrency": "2", "seed": "5", "top_logprobs": "7", "chat": "off",
-        "options": "top_k=3",
-    })
+    db, run_id = await _start_from_form(
+        tmp_path,
+        {
+            "suite": "commonsense-sample",
+            "model": "openai:test-model",
+            "base_url": oai.base_url,
+            "limit": "2",
+            "concurrency": "2",
+            "seed": "5",
+            "top_logprobs": "7",
+            "chat": "off",
+            "options": "top_k=3",
+        },
+    )
     run, n = _stored(db, run_id)
     cfg = run["backend_config"]
-    assert (cfg["kind"], cfg["model"], cfg["base_url"]) == ("openai", "openai:test-model", oai.base_url)
+    assert (cfg["kind"], cfg["model"], cfg["base_url"]) == (
+        "openai",
+        "openai:test-model",
+        oai.base_url,
+    )
     assert (cfg["concurrency"], cfg["seed"], cfg["top_logprobs"], cfg["chat"]) == (2, 5, 7, False)
     assert run["options"]["task"]["top_k"] == 3 and run["options"]["task"]["chat"] is False
     assert run["options"]["limit"] == 2 and n == 2 * 3  # two items, three prompt variants
@@ -136,10 +197,17 @@ async def test_form_runs_an_openai_compatible_server_with_every_api_option(tmp_p
 
 async def test_form_sends_the_reasoning_effort_with_every_chat_request(tmp_path: Path, oai) -> None:  # noqa: F811
     oai.script("", top=[["Yes", -0.3], ["No", -1.5]])
-    db, run_id = await _start_from_form(tmp_path, {
-        "suite": "commonsense-sample", "model": "openai:test-model", "base_url": oai.base_url,
-        "limit": "1", "chat": "on", "reasoning_effort": "medium",
-    })
+    db, run_id = await _start_from_form(
+        tmp_path,
+        {
+            "suite": "commonsense-sample",
+            "model": "openai:test-model",
+            "base_url": oai.base_url,
+            "limit": "1",
+            "chat": "on",
+            "reasoning_effort": "medium",
+        },
+    )
     run, n = _stored(db, run_id)
     assert run["backend_config"]["reasoning_effort"] == "medium" and n == 3
     chats = [e for e in oai.log() if e["path"].endswith("/chat/completions")]
@@ -163,15 +231,27 @@ async def test_form_runs_a_suite_spec_file(tmp_path: Path, oai) -> None:  # noqa
     """The suite field takes a spec path as `--suite` does."""
     import json
 
-    (tmp_path / "items.jsonl").write_text("".join(
-        json.dumps({"id": f"i{k}", "text": t, "gold": "yes"}) + "\n" for k, t in enumerate(["sky", "sea", "moon"])))
+    (tmp_path / "items.jsonl").write_text(
+        "".join(
+            json.dumps({"id": f"i{k}", "text": t, "gold": "yes"}) + "\n"
+            for k, t in enumerate(["sky", "sea", "moon"])
+        )
+    )
     spec = tmp_path / "mine.yaml"
-    spec.write_text("name: mine\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
-                    "templates:\n  plain: 'Is the {text} blue? Answer yes or no.'\n")
+    spec.write_text(
+        "name: mine\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
+        "templates:\n  plain: 'Is the {text} blue? Answer yes or no.'\n"
+    )
     oai.script("", top=[["Yes", -0.3], ["No", -1.5]])
-    db, run_id = await _start_from_form(tmp_path, {
-        "suite": str(spec), "model": "openai:test-model", "base_url": oai.base_url, "limit": "2",
-    })
+    db, run_id = await _start_from_form(
+        tmp_path,
+        {
+            "suite": str(spec),
+            "model": "openai:test-model",
+            "base_url": oai.base_url,
+            "limit": "2",
+        },
+    )
     run, n = _stored(db, run_id)
     assert run["suite_name"] == "mine" and n == 2  # two items, one template
     assert run["meta"]["suite"]["spec_path"] == str(spec.resolve())
@@ -186,10 +266,16 @@ async def test_form_reads_a_full_corpus_from_the_suite_path(tmp_path: Path, oai)
 
     csv = shared_path("data", "commonsense", "statements_and_prompts.csv")
     oai.script("", top=[["Yes", -0.3], ["No", -1.5]])
-    db, run_id = await _start_from_form(tmp_path, {
-        "suite": "commonsense", "suite_path": str(csv), "model": "openai:test-model", "base_url": oai.base_url,
-        "limit": "1",
-    })
+    db, run_id = await _start_from_form(
+        tmp_path,
+        {
+            "suite": "commonsense",
+            "suite_path": str(csv),
+            "model": "openai:test-model",
+            "base_url": oai.base_url,
+            "limit": "1",
+        },
+    )
     run, n = _stored(db, run_id)
     assert run["suite_name"] == "commonsense" and n >= 1
     # the recorded path names the same file (it may or may not be resolved through symlinks)
@@ -200,13 +286,29 @@ async def test_form_runs_a_local_hf_folder_with_every_local_option(tmp_path: Pat
     from tests.helpers.cli import tiny_model_dir
 
     folder = tiny_model_dir(tmp_path)
-    db, run_id = await _start_from_form(tmp_path, {
-        "suite": "mc-sample", "model": f"hf:{folder}", "device": "cpu", "dtype": "float32", "threads": "1",
-        "batch_size": "3", "limit": "2", "seed": "9", "chat": "on", "options": "permutations=1",
-    })
+    db, run_id = await _start_from_form(
+        tmp_path,
+        {
+            "suite": "mc-sample",
+            "model": f"hf:{folder}",
+            "device": "cpu",
+            "dtype": "float32",
+            "threads": "1",
+            "batch_size": "3",
+            "limit": "2",
+            "seed": "9",
+            "chat": "on",
+            "options": "permutations=1",
+        },
+    )
     run, n = _stored(db, run_id)
     cfg = run["backend_config"]
-    assert (cfg["kind"], cfg["model"], cfg["device"], cfg["dtype"]) == ("hf", f"hf:{folder}", "cpu", "float32")
+    assert (cfg["kind"], cfg["model"], cfg["device"], cfg["dtype"]) == (
+        "hf",
+        f"hf:{folder}",
+        "cpu",
+        "float32",
+    )
     assert (cfg["threads"], cfg["batch_size"], cfg["seed"], cfg["chat"]) == (1, 3, 9, True)
     assert run["options"]["task"]["chat"] is True and run["options"]["task"]["permutations"] == 1
     assert n >= 2
@@ -221,9 +323,16 @@ async def test_form_runs_a_gguf_file(tmp_path: Path) -> None:
     from llmscope.engine.models import embedded_model_path
 
     gguf = embedded_model_path()
-    db, run_id = await _start_from_form(tmp_path, {
-        "suite": "commonsense-sample", "model": f"gguf:{gguf}", "limit": "1", "batch_size": "4",
-    }, timeout=300)
+    db, run_id = await _start_from_form(
+        tmp_path,
+        {
+            "suite": "commonsense-sample",
+            "model": f"gguf:{gguf}",
+            "limit": "1",
+            "batch_size": "4",
+        },
+        timeout=300,
+    )
     run, n = _stored(db, run_id)
     assert run["backend_config"]["model"] == f"gguf:{gguf}" and run["backend"] == "hf"
     assert n == 3
@@ -239,7 +348,9 @@ async def test_bad_task_option_is_shown_inline_and_stops_the_start(tmp_path: Pat
         want = "option 'top_k' of task 'yesno' must be an integer, got 'many'"
         assert await wait_until(pilot, lambda: want in str(form.query_one("#f-check").render()))
         await pilot.click("#start")
-        assert await wait_until(pilot, lambda: form.query_one("#f-options-label").has_class("-invalid"))
+        assert await wait_until(
+            pilot, lambda: form.query_one("#f-options-label").has_class("-invalid")
+        )
         assert want in str(form.query_one("#f-check").render())
         assert isinstance(app.screen, HomeScreen) and not app.running
         form.set_value("options", "")
@@ -250,6 +361,13 @@ async def test_bad_task_option_is_shown_inline_and_stops_the_start(tmp_path: Pat
         assert await wait_until(pilot, lambda: not start.has_class("-active"))
         await pilot.click("#start")
         ok = await wait_until(
-            pilot, lambda: "--concurrency must be between 1 and 1024, got 0" in str(form.query_one("#f-check").render()))
+            pilot,
+            lambda: (
+                "--concurrency must be between 1 and 1024, got 0"
+                in str(form.query_one("#f-check").render())
+            ),
+        )
         assert ok and form.query_one("#f-conc-label").has_class("-invalid")
-        assert app.focused is not None and app.focused.id == "f-conc"  # the bad field gets the cursor
+        assert (
+            app.focused is not None and app.focused.id == "f-conc"
+        )  # the bad field gets the cursor

@@ -32,7 +32,10 @@ def _text(parts: list) -> str:
 
 def test_kinds_of_human_data() -> None:
     assert human_kind({"human_q1": "0.8"}, {}, "yesno") == "agreement"
-    assert human_kind({"human_counts": "[4, 1, 15]"}, {"human_counts_field": "human_counts"}, "choice") == "counts"
+    assert (
+        human_kind({"human_counts": "[4, 1, 15]"}, {"human_counts_field": "human_counts"}, "choice")
+        == "counts"
+    )
     assert human_kind({"raw": {}, "clusters": {}}, {}, "generation") == "clusters"
     assert human_kind({"gold": "3.4"}, {}, "rating") == "rating"
     assert human_kind({"gold": "yes"}, {}, "yesno") is None
@@ -42,11 +45,46 @@ def test_kinds_of_human_data() -> None:
 
 
 def test_cluster_drill_down_shows_both_distributions_and_kl() -> None:
-    first = {"item_id": "q1", "fields": {"raw": {"a": 2}, "clusters": {"q1.1": {"count": 3, "answers": ["dawn", "sunrise"]}}}}
-    pe = {"questions": {"q1": {"kl": 0.4321, "n_model": 5, "n_wrong": 1, "table": [
-        {"cluster": "q1.1", "human_count": 3, "human_p": 0.75, "model_count": 4, "model_p": 0.6},
-        {"cluster": "wrong", "human_count": 0, "human_p": 0.25, "model_count": 1, "model_p": 0.4}]}}}
-    det = [{"run_id": "r", "variants": [{"variant": "v", "extra": {"samples": [{"text": "dawn"}, {"text": "noon"}]}}]}]
+    first = {
+        "item_id": "q1",
+        "fields": {
+            "raw": {"a": 2},
+            "clusters": {"q1.1": {"count": 3, "answers": ["dawn", "sunrise"]}},
+        },
+    }
+    pe = {
+        "questions": {
+            "q1": {
+                "kl": 0.4321,
+                "n_model": 5,
+                "n_wrong": 1,
+                "table": [
+                    {
+                        "cluster": "q1.1",
+                        "human_count": 3,
+                        "human_p": 0.75,
+                        "model_count": 4,
+                        "model_p": 0.6,
+                    },
+                    {
+                        "cluster": "wrong",
+                        "human_count": 0,
+                        "human_p": 0.25,
+                        "model_count": 1,
+                        "model_p": 0.4,
+                    },
+                ],
+            }
+        }
+    }
+    det = [
+        {
+            "run_id": "r",
+            "variants": [
+                {"variant": "v", "extra": {"samples": [{"text": "dawn"}, {"text": "noon"}]}}
+            ],
+        }
+    ]
     out = _text(render_human_item(first, det, {}, "generation", pe))
     assert "KL(human || model) 0.432" in out and "matched to no cluster 1" in out
     assert "0.75 (3)" in out and "0.60 (4.0)" in out
@@ -67,8 +105,11 @@ async def test_agreement_screen_uses_the_pipeline_correlation(tmp_path: Path) ->
     async with app.run_test(size=(140, 45)) as pilot:
         await settle(pilot)
         app.push_screen(HumanScreen("run-a"))
-        assert await wait_until(pilot, lambda: isinstance(app.screen, HumanScreen) and app.screen.data is not None,
-                                timeout=60)
+        assert await wait_until(
+            pilot,
+            lambda: isinstance(app.screen, HumanScreen) and app.screen.data is not None,
+            timeout=60,
+        )
         scr = app.screen
         assert isinstance(scr, HumanScreen) and scr.data is not None
         a = scr.data.agreement
@@ -87,28 +128,57 @@ def test_choice_counts_beside_model_probabilities_in_a_real_run(tmp_path: Path) 
 
     folder = tiny_model_dir(tmp_path)
     db = tmp_path / "pc.duckdb"
-    assert main(["run", "--db", str(db), "--suite", "pragmatics-choice", "--model", f"hf:{folder}",
-                 "--limit", "3", "--device", "cpu", "--quiet", "--no-report"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--db",
+                str(db),
+                "--suite",
+                "pragmatics-choice",
+                "--model",
+                f"hf:{folder}",
+                "--limit",
+                "3",
+                "--device",
+                "cpu",
+                "--quiet",
+                "--no-report",
+            ]
+        )
+        == 0
+    )
     with Store(db, read_only=True) as st:
         run = st.runs().to_dict("records")[0]
         run = st.get_run(run["run_id"])
         d = human_data(st, run)
-        res = st.query_df("SELECT r.item_id, r.variant, r.probs, i.fields, i.options FROM results r "
-                          "JOIN items i ON i.item_id = r.item_id AND i.suite_id = ? WHERE r.run_id = ? "
-                          "AND r.error IS NULL", [run["suite_id"], run["run_id"]])
+        res = st.query_df(
+            "SELECT r.item_id, r.variant, r.probs, i.fields, i.options FROM results r "
+            "JOIN items i ON i.item_id = r.item_id AND i.suite_id = ? WHERE r.run_id = ? "
+            "AND r.error IS NULL",
+            [run["suite_id"], run["run_id"]],
+        )
     assert d.kind == "counts" and d.choices is not None and len(d.choices) == len(res)
     for rec in res.to_dict("records"):
         f = json.loads(rec["fields"])
-        counts = json.loads(f["human_counts"]) if isinstance(f["human_counts"], str) else f["human_counts"]
+        counts = (
+            json.loads(f["human_counts"])
+            if isinstance(f["human_counts"], str)
+            else f["human_counts"]
+        )
         probs = json.loads(rec["probs"])
         opts = json.loads(rec["options"])
-        row = d.choices[(d.choices.item_id == rec["item_id"]) & (d.choices.variant == rec["variant"])].iloc[0]
+        row = d.choices[
+            (d.choices.item_id == rec["item_id"]) & (d.choices.variant == rec["variant"])
+        ].iloc[0]
         assert row["human"] == pytest.approx([c / sum(counts) for c in counts])
         total = sum(probs[o] for o in opts)
         assert row["model"] == pytest.approx([probs[o] / total for o in opts])
 
 
-def test_probeval_summary_equals_the_pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_probeval_summary_equals_the_pipeline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """KL and its interval from the stored per-question tables equal the pipeline's probeval_kl."""
     import llmscope.report as report
     from llmscope.analysis.metrics import results_with_fields, run_metrics
@@ -116,20 +186,37 @@ def test_probeval_summary_equals_the_pipeline(tmp_path: Path, monkeypatch: pytes
     from llmscope.engine.types import Result
 
     shared_path("data", "cfc")  # the CFC questions with their human answers
-    monkeypatch.setattr(report, "_default_embedder", lambda: None)  # exact matching: no model download
+    monkeypatch.setattr(
+        report, "_default_embedder", lambda: None
+    )  # exact matching: no model download
     suite = load_suite("cfc")
     items = suite.items()[:8]
     db = tmp_path / "cfc.duckdb"
     with Store(db) as st:
         st.add_suite(suite.suite_id, "cfc", "generation", suite.spec, "tests", items)
-        st.create_run({"run_id": "g1", "suite_id": suite.suite_id, "suite_name": "cfc", "task": "generation",
-                       "n_total": len(items), "model": "m"})
+        st.create_run(
+            {
+                "run_id": "g1",
+                "suite_id": suite.suite_id,
+                "suite_name": "cfc",
+                "task": "generation",
+                "n_total": len(items),
+                "model": "m",
+            }
+        )
         res = []
         for k, it in enumerate(items):
             raw = list(it.fields["raw"]) if isinstance(it.fields["raw"], dict) else []
             samples = raw[: 1 + k % 3] + ["zzz unmatched"] * (k % 2 + 1)
-            res.append(Result(item_id=it.item_id, variant="default", prompt="p", prediction=samples[0],
-                              extra={"samples": [{"text": s} for s in samples]}))
+            res.append(
+                Result(
+                    item_id=it.item_id,
+                    variant="default",
+                    prompt="p",
+                    prediction=samples[0],
+                    extra={"samples": [{"text": s} for s in samples]},
+                )
+            )
         st.write_results("g1", res)
         run = st.get_run("g1")
         assert run is not None
@@ -188,7 +275,9 @@ live.on_end(prog)
 """
 
 
-async def test_human_view_of_a_live_run_uses_the_pipeline_on_the_rows_so_far(tmp_path: Path) -> None:
+async def test_human_view_of_a_live_run_uses_the_pipeline_on_the_rows_so_far(
+    tmp_path: Path,
+) -> None:
     """`h` on a live dashboard (another process writes the run): the human panel shows the
     pipeline's human_majority_agreement and human_tv_distance over the rows received so far,
     equal to values computed here from the suite's human counts and the written probabilities."""
@@ -204,8 +293,12 @@ async def test_human_view_of_a_live_run_uses_the_pipeline_on_the_rows_so_far(tmp
 
     n = 5
     db = tmp_path / "live.duckdb"
-    proc = subprocess.Popen([sys.executable, "-c", LIVE_WRITER.format(root=str(ROOT), db=str(db), n=n)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LIVE_WRITER.format(root=str(ROOT), db=str(db), n=n)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         tv, agree = [], []
@@ -226,15 +319,26 @@ async def test_human_view_of_a_live_run_uses_the_pipeline_on_the_rows_so_far(tmp
             assert isinstance(dash, DashboardScreen) and dash.source == "live"
             assert await wait_until(pilot, lambda: f"{n}/{n} results" in screen_text(app))
             await pilot.press("h")
-            assert await wait_until(pilot, lambda: isinstance(app.screen, HumanScreen) and app.screen.data is not None
-                                    and app.screen.data.live_rows == n, timeout=30)
+            assert await wait_until(
+                pilot,
+                lambda: (
+                    isinstance(app.screen, HumanScreen)
+                    and app.screen.data is not None
+                    and app.screen.data.live_rows == n
+                ),
+                timeout=30,
+            )
             await settle(pilot)
             text = screen_text(app)
             assert f"live: the {n} rows received so far" in text
             assert f"human_majority_agreement {np.mean(agree):.3f}" in text
             assert f"human_tv_distance {np.mean(tv):.3f}" in text
             scr = app.screen
-            assert isinstance(scr, HumanScreen) and scr.data is not None and scr.data.choices is not None
+            assert (
+                isinstance(scr, HumanScreen)
+                and scr.data is not None
+                and scr.data.choices is not None
+            )
             assert sorted(scr.data.choices["tv"].round(12)) == sorted(np.round(tv, 12))
     finally:
         if proc.poll() is None:

@@ -146,13 +146,29 @@ async def test_command_palette_lists_every_action(db: Path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         # Written out by hand from the help text: the keys each screen documents.
-        assert {"Mark for compare", "Compare", "Refresh", "New run", "Quit", "Runs list",
-                "Help"} <= _titles(app)
+        assert {
+            "Mark for compare",
+            "Compare",
+            "Refresh",
+            "New run",
+            "Quit",
+            "Runs list",
+            "Help",
+        } <= _titles(app)
         await pilot.press("enter")
         await settle(pilot)
         dash = _titles(app)
-        assert {"Back", "Sort", "Group filter", "Conf. filter", "Items", "Methods", "Open item",
-                "Definitions", "Help"} <= dash
+        assert {
+            "Back",
+            "Sort",
+            "Group filter",
+            "Conf. filter",
+            "Items",
+            "Methods",
+            "Open item",
+            "Definitions",
+            "Help",
+        } <= dash
         # a finished run cannot be stopped or resumed: not offered
         assert "Stop run" not in dash and "Resume run" not in dash
         # Textual's own cursor keys are not actions of llmscope
@@ -187,7 +203,10 @@ async def test_workers_return_results_the_ui_thread_applies(db: Path) -> None:
         home = app.screen
         w = home.load_runs()
         await w.wait()
-        assert isinstance(w.result, RunsLoaded) and [r["run_id"] for r in w.result.rows] == ["run-a", "run-b"]
+        assert isinstance(w.result, RunsLoaded) and [r["run_id"] for r in w.result.rows] == [
+            "run-a",
+            "run-b",
+        ]
         await pilot.press("enter")
         await settle(pilot)
         dash = app.screen
@@ -240,7 +259,11 @@ def _expected_titles(app: LlmscopeApp) -> set[str]:
         for _key, action, desc in _declared(node):
             if not desc:
                 continue
-            if node is screen and "." not in action and screen.check_action(action.split("(")[0], ()) is False:
+            if (
+                node is screen
+                and "." not in action
+                and screen.check_action(action.split("(")[0], ()) is False
+            ):
                 continue
             out.add(desc)
     return out
@@ -286,13 +309,25 @@ async def test_every_screen_offers_every_binding_and_opens_help(db: Path) -> Non
         assert isinstance(app.screen, DashboardScreen)
         app.screen.query_one(ItemList).focus()
         await check("DashboardScreen")
-        for key, name in (("d", "DefinitionsScreen"), ("m", "MethodsScreen"), ("h", "HumanScreen"),
-                          ("p", "PlotsScreen")):
+        for key, name in (
+            ("d", "DefinitionsScreen"),
+            ("m", "MethodsScreen"),
+            ("h", "HumanScreen"),
+            ("p", "PlotsScreen"),
+        ):
             await visit(key, name)
         await visit("enter", "ItemScreen")
         await pilot.press("escape")
         await settle(pilot)
         await pilot.press("space", "down", "space")
         await visit("c", "CompareScreen")
-    assert seen == ["HomeScreen", "DashboardScreen", "DefinitionsScreen", "MethodsScreen", "HumanScreen",
-                    "PlotsScreen", "ItemScreen", "CompareScreen"]
+    assert seen == [
+        "HomeScreen",
+        "DashboardScreen",
+        "DefinitionsScreen",
+        "MethodsScreen",
+        "HumanScreen",
+        "PlotsScreen",
+        "ItemScreen",
+        "CompareScreen",
+    ]

@@ -40,11 +40,22 @@ def _numeric_db(path: Path, copies: int = 8, status: str = "completed") -> Path:
         items = [Item(item_id=i, fields={}, gold="yes", text=f"text of {i}") for i in ids]
         store.add_suite(SUITE_ID, "num", "yesno", spec, "tests", items)
         create_run(store, "run-n", len(items), status=status)
-        store.write_results("run-n", [
-            Result(item_id=it.item_id, variant="q1", probs={"yes": 0.2, "no": 0.7}, other=0.1,
-                   prediction="no", gold="yes", correct=0.0, confidence=0.2 + 0.7 * (k % 5) / 5)
-            for k, it in enumerate(items)
-        ])
+        store.write_results(
+            "run-n",
+            [
+                Result(
+                    item_id=it.item_id,
+                    variant="q1",
+                    probs={"yes": 0.2, "no": 0.7},
+                    other=0.1,
+                    prediction="no",
+                    gold="yes",
+                    correct=0.0,
+                    confidence=0.2 + 0.7 * (k % 5) / 5,
+                )
+                for k, it in enumerate(items)
+            ],
+        )
     return path
 
 
@@ -128,11 +139,24 @@ async def test_variant_without_gold_and_definitions(tmp_path: Path) -> None:
         tip = str(dash.query_one("#cal").tooltip)
         for name in ("ece", "mce", "brier", "brier_yes"):
             assert f"{name}: {METRICS[name].definition}" in tip
-        assert str(dash.query_one("#acc").tooltip).startswith(f"accuracy: {METRICS['accuracy'].definition}")
+        assert str(dash.query_one("#acc").tooltip).startswith(
+            f"accuracy: {METRICS['accuracy'].definition}"
+        )
         # `d`: every metric on the screen with its definition
         shown = dash.shown_metric_names()
-        assert {"accuracy", "ece", "mce", "brier", "brier_yes", "mean_p_yes", "pred_yes_rate",
-                "gold_yes_rate", "yes_bias", "mean_p_other", "off_format_rate"} <= set(shown)
+        assert {
+            "accuracy",
+            "ece",
+            "mce",
+            "brier",
+            "brier_yes",
+            "mean_p_yes",
+            "pred_yes_rate",
+            "gold_yes_rate",
+            "yes_bias",
+            "mean_p_other",
+            "off_format_rate",
+        } <= set(shown)
         await pilot.press("d")
         await settle(pilot)
         assert isinstance(app.screen, DefinitionsScreen)
@@ -211,15 +235,29 @@ async def test_method_fallback_banner_on_the_run(tmp_path: Path) -> None:
 
     path = tmp_path / "b.duckdb"
     make_db(path, runs=(("run-a", "model-A", 0),))
-    choice = {"method": "option labels A/B/C...", "reason": "the server gives no echo log-likelihoods"}
+    choice = {
+        "method": "option labels A/B/C...",
+        "reason": "the server gives no echo log-likelihoods",
+    }
     with Store(path) as store:
         items = toy_items(12)
-        store.create_run({
-            "run_id": "run-api", "suite_id": SUITE_ID, "suite_name": "toy", "task": "yesno",
-            "model": "openai:m", "backend": "openai", "n_total": 12, "status": "completed",
-            "started_at": STARTED + dt.timedelta(minutes=5), "updated_at": STARTED, "options": {},
-            "meta": {"backend": {"method_choice": choice}}, "versions": {},
-        })
+        store.create_run(
+            {
+                "run_id": "run-api",
+                "suite_id": SUITE_ID,
+                "suite_name": "toy",
+                "task": "yesno",
+                "model": "openai:m",
+                "backend": "openai",
+                "n_total": 12,
+                "status": "completed",
+                "started_at": STARTED + dt.timedelta(minutes=5),
+                "updated_at": STARTED,
+                "options": {},
+                "meta": {"backend": {"method_choice": choice}},
+                "versions": {},
+            }
+        )
         store.write_results("run-api", [toy_result(it, i) for i, it in enumerate(items)])
     app = LlmscopeApp(path)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -231,7 +269,8 @@ async def test_method_fallback_banner_on_the_run(tmp_path: Path) -> None:
         assert dash.query_one("#method-banner").display
         banner = dash.query_one("#method-banner")
         assert str(banner.content) == (
-            "API method: option labels A/B/C... (the server gives no echo log-likelihoods)")
+            "API method: option labels A/B/C... (the server gives no echo log-likelihoods)"
+        )
         assert "API method: option labels A/B/C..." in screen_text(app)  # on screen, at 80x24
         await pilot.press("escape", "up", "enter")
         await settle(pilot)
@@ -242,8 +281,10 @@ async def test_home_at_80x24_keeps_counts_and_the_accuracy(tmp_path: Path) -> No
     """At 80x24 the suites' item counts keep every digit (once `commonsense-sample  24` for 243)
     and the runs list shows each run's accuracy (once scrolled out of view)."""
     builtin = Path(__file__).resolve().parents[2] / "data" / "builtin"
-    counts = {s: sum(1 for ln in (builtin / s / "items.jsonl").read_text().splitlines() if ln.strip())
-              for s in ("commonsense-sample", "minimal-pairs")}
+    counts = {
+        s: sum(1 for ln in (builtin / s / "items.jsonl").read_text().splitlines() if ln.strip())
+        for s in ("commonsense-sample", "minimal-pairs")
+    }
     assert counts == {"commonsense-sample": 243, "minimal-pairs": 102}
     db = make_db(tmp_path / "t.duckdb", runs=(("run-a", "model-A", 0),))
     app = LlmscopeApp(db)
@@ -284,8 +325,12 @@ async def test_help_gives_each_key_its_own_line(tmp_path: Path, size: tuple[int,
             for k, what in keys:
                 first = k.split()[0]
                 start = " ".join(what.split()[:2])
-                assert any(re.match(rf"(?:\w+\s+)?{re.escape(first)}(?:\s\S+)*?\s{{2,}}{re.escape(start)}", ln) for ln in lines), \
-                    (k, what, size)
+                assert any(
+                    re.match(
+                        rf"(?:\w+\s+)?{re.escape(first)}(?:\s\S+)*?\s{{2,}}{re.escape(start)}", ln
+                    )
+                    for ln in lines
+                ), (k, what, size)
 
 
 async def test_home_at_80x24_keeps_progress_beside_a_long_model_name(tmp_path: Path) -> None:
@@ -305,7 +350,9 @@ async def test_home_at_80x24_keeps_progress_beside_a_long_model_name(tmp_path: P
         row = next(ln for ln in screen_text(app).splitlines() if rid in ln)
         assert "commonsense-sample" in row, row
         # the whole progress cell: the count and its share, or the count alone, never "300/300 10"
-        assert f"{expected_accuracy(150):.3f}" in row and re.search(r"\b300/300(\s+100%|\s*$|\s{2,}\S)", row), row
+        assert f"{expected_accuracy(150):.3f}" in row and re.search(
+            r"\b300/300(\s+100%|\s*$|\s{2,}\S)", row
+        ), row
         assert "SmolLM2" in row and ("…" in row or model in row), row
     async with LlmscopeApp(db).run_test(size=(150, 40)) as pilot:
         await settle(pilot)

@@ -37,40 +37,75 @@ async def test_viewer_picks_up_a_new_run_and_live_detail_equals_stored(tmp_path:
         env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY}
         env.pop("OPENAI_BASE_URL", None)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "llmscope", "run", "--db", str(db), "--suite", "commonsense-sample",
-             "--model", "openai:test-model", "--base-url", oai.base_url, "--limit", "5", "--concurrency", "1",
-             "--quiet", "--no-report"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "llmscope",
+                "run",
+                "--db",
+                str(db),
+                "--suite",
+                "commonsense-sample",
+                "--model",
+                "openai:test-model",
+                "--base-url",
+                oai.base_url,
+                "--limit",
+                "5",
+                "--concurrency",
+                "1",
+                "--quiet",
+                "--no-report",
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         try:
             # no key pressed: the home list shows the new run by itself
-            assert await wait_until(pilot, lambda: any(r.get("live") for r in home.rows), timeout=60)
+            assert await wait_until(
+                pilot, lambda: any(r.get("live") for r in home.rows), timeout=60
+            )
             run_id = str(home.rows[0]["run_id"])
             home.open_run(run_id)
             assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
             dash = app.screen
             assert isinstance(dash, DashboardScreen)
             assert await wait_until(
-                pilot, lambda: dash.source == "live" and dash.model is not None and len(dash.model.frame()) >= 3,
+                pilot,
+                lambda: (
+                    dash.source == "live"
+                    and dash.model is not None
+                    and len(dash.model.frame()) >= 3
+                ),
                 timeout=60,
             )
             item_id = str(dash.model.frame()["item_id"].iloc[0])
             app.push_screen(ItemScreen([run_id], item_id, dashboard=dash))
-            assert await wait_until(pilot, lambda: isinstance(app.screen, ItemScreen) and app.screen.details)
+            assert await wait_until(
+                pilot, lambda: isinstance(app.screen, ItemScreen) and app.screen.details
+            )
             during = app.screen.details
-            assert proc.poll() is None, "the run ended before the drill-down was read; it must be mid-run"
+            assert proc.poll() is None, (
+                "the run ended before the drill-down was read; it must be mid-run"
+            )
             assert any(v.get("prompt") for v in during[0]["variants"])
             await pilot.press("escape")
             # plots read the live channel too (accuracy and throughput over the run so far)
             await pilot.press("p")
-            assert await wait_until(pilot, lambda: isinstance(app.screen, PlotsScreen) and app.screen._n_shown > 0)
+            assert await wait_until(
+                pilot, lambda: isinstance(app.screen, PlotsScreen) and app.screen._n_shown > 0
+            )
             await pilot.press("escape")
             assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
             # the dashboard moves to the database once the run has ended
             assert await wait_until(pilot, lambda: dash.source == "db", timeout=30)
             await settle(pilot)
             app.push_screen(ItemScreen([run_id], item_id, dashboard=dash))
-            assert await wait_until(pilot, lambda: isinstance(app.screen, ItemScreen) and app.screen.details)
+            assert await wait_until(
+                pilot, lambda: isinstance(app.screen, ItemScreen) and app.screen.details
+            )
             after = app.screen.details
         finally:
             if proc.poll() is None:
@@ -80,8 +115,18 @@ async def test_viewer_picks_up_a_new_run_and_live_detail_equals_stored(tmp_path:
     stored = {v["variant"]: v for v in after[0]["variants"]}
     for v in during[0]["variants"]:
         s = stored[v["variant"]]
-        for k in ("prompt", "probs", "top_tokens", "option_scores", "extra", "prediction", "gold",
-                  "correct", "confidence", "other"):
+        for k in (
+            "prompt",
+            "probs",
+            "top_tokens",
+            "option_scores",
+            "extra",
+            "prediction",
+            "gold",
+            "correct",
+            "confidence",
+            "other",
+        ):
             assert v.get(k) == s.get(k), (v["variant"], k)
     # and the drill-down shows the same text once the live rows cover every variant
     if len(during[0]["variants"]) == len(after[0]["variants"]):

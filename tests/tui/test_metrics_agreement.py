@@ -49,8 +49,26 @@ def make_runs(tmp: Path, suites: list[str]) -> Path:
     model = tiny_model_dir(tmp)
     db = tmp / "a.duckdb"
     for s in suites:
-        assert main(["run", "--suite", s, "--model", f"hf:{model}", "--limit", str(LIMIT.get(s, 3)),
-                     "--db", str(db), "--threads", "1", "--quiet", "--no-report"]) == 0, s
+        assert (
+            main(
+                [
+                    "run",
+                    "--suite",
+                    s,
+                    "--model",
+                    f"hf:{model}",
+                    "--limit",
+                    str(LIMIT.get(s, 3)),
+                    "--db",
+                    str(db),
+                    "--threads",
+                    "1",
+                    "--quiet",
+                    "--no-report",
+                ]
+            )
+            == 0
+        ), s
     return db
 
 
@@ -72,7 +90,10 @@ def check_dashboard(text: str, rows: list[dict], rid: str, suite: str, group_by:
     how many were checked."""
     checked = 0
     err = one(rows, rid, "errors")
-    assert err is not None and re.search(rf"results\s+errors {int(err['value'])}\b", text), (suite, text)
+    assert err is not None and re.search(rf"results\s+errors {int(err['value'])}\b", text), (
+        suite,
+        text,
+    )
     checked += 1
     name = "item_accuracy" if one(rows, rid, "item_accuracy") is not None else "accuracy"
     acc = one(rows, rid, name)
@@ -84,14 +105,15 @@ def check_dashboard(text: str, rows: list[dict], rid: str, suite: str, group_by:
         for r in rows:
             if r["run"] != rid or r["metric"] != name or len(r["group"]) != 1:
                 continue
-            (key, label), = r["group"].items()
+            ((key, label),) = r["group"].items()
             if key != "variant" and key not in group_by:
                 continue
             label = str(label)
             if len(label) > 18:  # the panel truncates long labels
                 continue
-            assert re.search(rf"\b{re.escape(label)}\s+{re.escape(f3(r['value']))}\b.*\b{r['n']}\b", text), \
-                (suite, key, label, f3(r["value"]))
+            assert re.search(
+                rf"\b{re.escape(label)}\s+{re.escape(f3(r['value']))}\b.*\b{r['n']}\b", text
+            ), (suite, key, label, f3(r["value"]))
             checked += 1
     elif one(rows, rid, "item_accuracy") is None:  # a finished run without gold says so, not "yet"
         assert "no accuracy" in text and "no scored results yet" not in text, (suite, text)
@@ -115,20 +137,37 @@ def check_dashboard(text: str, rows: list[dict], rid: str, suite: str, group_by:
             checked += 1
     for r in rows:
         # the WorldSense table: problem, accuracy, its conf95, bias, its conf95 (the authors' metrics)
-        if r["run"] == rid and r["metric"] == "worldsense_accuracy" and set(r["group"]) == {"problemname"}:
+        if (
+            r["run"] == rid
+            and r["metric"] == "worldsense_accuracy"
+            and set(r["group"]) == {"problemname"}
+        ):
             p = r["group"]["problemname"]
             b = one(rows, rid, "worldsense_bias", {"problemname": p})
             assert b is not None
             # a problem with a single tuple has no conf95: the table shows "-"
-            cells = [f3(r["value"]), f3(r["ci95"][1] - r["value"]) if r["ci95"] else "-",
-                     f3(b["value"]), f3(b["ci95"][1] - b["value"]) if b["ci95"] else "-"]
-            assert re.search(rf"\b{re.escape(p)}\s+" + r"\s+".join(re.escape(c) for c in cells), text), (p, cells)
+            cells = [
+                f3(r["value"]),
+                f3(r["ci95"][1] - r["value"]) if r["ci95"] else "-",
+                f3(b["value"]),
+                f3(b["ci95"][1] - b["value"]) if b["ci95"] else "-",
+            ]
+            assert re.search(
+                rf"\b{re.escape(p)}\s+" + r"\s+".join(re.escape(c) for c in cells), text
+            ), (p, cells)
             checked += 1
     sg = one(rows, rid, "sg_score")
     if sg is not None and sg["ci95"]:
-        assert f"sg_score {f3(sg['value'])} [{f3(sg['ci95'][0])}, {f3(sg['ci95'][1])}]" in text, (suite, text)
+        assert f"sg_score {f3(sg['value'])} [{f3(sg['ci95'][0])}, {f3(sg['ci95'][1])}]" in text, (
+            suite,
+            text,
+        )
         checked += 1
-    for m, label in (("consensus", "consensus"), ("awareness", "awareness"), ("commonsensicality", "commonsensicality")):
+    for m, label in (
+        ("consensus", "consensus"),
+        ("awareness", "awareness"),
+        ("commonsensicality", "commonsensicality"),
+    ):
         r = one(rows, rid, m)
         if r is not None and r["value"] is not None:
             assert re.search(rf"{label}\s+{re.escape(f3(r['value']))}\b", text), (suite, m)
@@ -137,13 +176,22 @@ def check_dashboard(text: str, rows: list[dict], rid: str, suite: str, group_by:
     for m in ("probeval_kl", "probeval_wrong_share"):  # "more metrics" of a finished run
         r = one(rows, rid, m)
         if r is not None and r["value"] is not None:
-            cell = f3(r["value"]) + (f" [{f3(r['ci95'][0])}, {f3(r['ci95'][1])}]" if r["ci95"] else "")
-            assert re.search(rf"\b{m}\s+{re.escape(cell)}\s+n {r['n']}\b", text), (suite, m, cell, text)
+            cell = f3(r["value"]) + (
+                f" [{f3(r['ci95'][0])}, {f3(r['ci95'][1])}]" if r["ci95"] else ""
+            )
+            assert re.search(rf"\b{m}\s+{re.escape(cell)}\s+n {r['n']}\b", text), (
+                suite,
+                m,
+                cell,
+                text,
+            )
             checked += 1
     for m in ("human_majority_agreement", "human_tv_distance"):
         r = one(rows, rid, m)
         if r is not None:
-            cell = f3(r["value"]) + (f" [{f3(r['ci95'][0])}, {f3(r['ci95'][1])}]" if r["ci95"] else "")
+            cell = f3(r["value"]) + (
+                f" [{f3(r['ci95'][0])}, {f3(r['ci95'][1])}]" if r["ci95"] else ""
+            )
             assert re.search(rf"\b{m}\s+{re.escape(cell)}", text), (suite, m, cell, text)
             checked += 1
     for r in rows:
@@ -151,8 +199,11 @@ def check_dashboard(text: str, rows: list[dict], rid: str, suite: str, group_by:
             label = r["group"]["rating"]
             mod = one(rows, rid, "model_rating_share", {"rating": label})
             assert mod is not None
-            assert re.search(rf"│\s+{re.escape(str(label))}\s+[^\d│]*{re.escape(f3(r['value']))}\s+[^\d│]*"
-                             rf"{re.escape(f3(mod['value']))}\s", text), (suite, label, text)
+            assert re.search(
+                rf"│\s+{re.escape(str(label))}\s+[^\d│]*{re.escape(f3(r['value']))}\s+[^\d│]*"
+                rf"{re.escape(f3(mod['value']))}\s",
+                text,
+            ), (suite, label, text)
             checked += 1
     return checked
 
@@ -164,8 +215,10 @@ async def drive(db: Path, rows: list[dict], suites: list[str]) -> int:
 
     with Store(db, read_only=True) as st:
         run_ids = {st.get_run(r)["suite_name"]: r for r in st.runs()["run_id"]}
-        group_by = {s: list(st.suite_spec(st.get_run(r)["suite_id"]).get("group_by") or [])
-                    for s, r in run_ids.items()}
+        group_by = {
+            s: list(st.suite_spec(st.get_run(r)["suite_id"]).get("group_by") or [])
+            for s, r in run_ids.items()
+        }
     assert set(run_ids) == set(suites)
     checked = 0
     app = LlmscopeApp(db)
@@ -174,8 +227,12 @@ async def drive(db: Path, rows: list[dict], suites: list[str]) -> int:
         for suite, rid in sorted(run_ids.items()):
             app.push_screen(DashboardScreen(rid))
             await settle(pilot)
-            if any(r["run"] == rid and r["metric"] in HUMAN_PANEL for r in rows):  # filled by a worker
-                assert await wait_until(pilot, lambda: "human vs model (" in screen_text(app), timeout=60)
+            if any(
+                r["run"] == rid and r["metric"] in HUMAN_PANEL for r in rows
+            ):  # filled by a worker
+                assert await wait_until(
+                    pilot, lambda: "human vs model (" in screen_text(app), timeout=60
+                )
             checked += check_dashboard(screen_text(app), rows, rid, suite, group_by[suite])
             app.pop_screen()
             await settle(pilot)
@@ -185,8 +242,16 @@ async def drive(db: Path, rows: list[dict], suites: list[str]) -> int:
 @pytest.fixture(scope="module")
 def builtin_db(tmp_path_factory) -> tuple[Path, list[str]]:
     builtin, _ = listed_suites()
-    assert {"commonsense-sample", "mc-sample", "minimal-pairs", "rating-sample", "generation-sample",
-            "pragmatics-choice", "syntax-sample", "contamination-sample"} <= set(builtin)
+    assert {
+        "commonsense-sample",
+        "mc-sample",
+        "minimal-pairs",
+        "rating-sample",
+        "generation-sample",
+        "pragmatics-choice",
+        "syntax-sample",
+        "contamination-sample",
+    } <= set(builtin)
     return make_runs(tmp_path_factory.mktemp("agree"), builtin), builtin
 
 
@@ -195,7 +260,9 @@ def external_db(tmp_path_factory) -> tuple[Path, list[str]]:
     _, external = listed_suites()
     have = [s for s in external if (SHARED / "data" / s.split("-")[0]).is_dir()]
     if not have:
-        pytest.skip(f"no third-party corpora under {SHARED / 'data'} (worldsense, commonsense, cfc, syntaxgym)")
+        pytest.skip(
+            f"no third-party corpora under {SHARED / 'data'} (worldsense, commonsense, cfc, syntaxgym)"
+        )
     return make_runs(tmp_path_factory.mktemp("agree-ext"), have), have
 
 

@@ -26,18 +26,31 @@ from tests.helpers.tui import settle
 
 SIZES = {"80x24": (80, 24), "160x50": (160, 50), "200x60": (200, 60)}
 SUITES = ["commonsense-sample", "mc-sample", "minimal-pairs"]
-NAMES = [*SUITES, "commonsense", "worldsense", "lim-choice", "lim-choice-suite", "mp-run", "minimal-pairs-demo",
-         "SmolLM2-135M-Instruct", "completed"]
+NAMES = [
+    *SUITES,
+    "commonsense",
+    "worldsense",
+    "lim-choice",
+    "lim-choice-suite",
+    "mp-run",
+    "minimal-pairs-demo",
+    "SmolLM2-135M-Instruct",
+    "completed",
+]
 RAW_FLOAT = re.compile(r"\d\.\d{7,}")
 
 
 def screen_text(svg: str) -> str:
     """The characters of a Textual SVG screenshot, row by row, at their columns."""
     rows: dict[int, list[tuple[float, str]]] = {}
-    for m in re.finditer(r'<text[^>]*?x="([\d.]+)"[^>]*?clip-path="url\(#[\w-]*?line-(\d+)\)"[^>]*>(.*?)</text>',
-                         svg, re.S):
+    for m in re.finditer(
+        r'<text[^>]*?x="([\d.]+)"[^>]*?clip-path="url\(#[\w-]*?line-(\d+)\)"[^>]*>(.*?)</text>',
+        svg,
+        re.S,
+    ):
         rows.setdefault(int(m.group(2)), []).append(
-            (float(m.group(1)), html.unescape(m.group(3)).replace("\xa0", " ")))
+            (float(m.group(1)), html.unescape(m.group(3)).replace("\xa0", " "))
+        )
     out = []
     for _, parts in sorted(rows.items()):
         line = ""
@@ -68,7 +81,9 @@ def fmt_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LlmscopeApp:
     monkeypatch.chdir(tmp_path)  # the DB path shown in the header is then just its name
     import llmscope.data.suites as suites
 
-    monkeypatch.setattr(suites, "builtin_names", lambda: SUITES)  # new built-in suites leave it alone
+    monkeypatch.setattr(
+        suites, "builtin_names", lambda: SUITES
+    )  # new built-in suites leave it alone
     make_format_db(Path("f.duckdb"))
     return LlmscopeApp("f.duckdb", refresh_s=3600)  # no refresh ticks mid-snapshot
 
@@ -94,12 +109,16 @@ def test_home(snap_compare: Any, fmt_app: LlmscopeApp, size: str) -> None:
     if size != "80x24":  # the narrow list leaves out the share; the count is there
         assert f"{LIMIT}/{LIMIT} 100% ({LIMIT} of {N_CHOICE} items)" in text
     else:
-        assert f"{LIMIT}/{LIMIT} ({LIMIT}/{N_CHOICE}" in text  # the list scrolls sideways for the rest
+        assert (
+            f"{LIMIT}/{LIMIT} ({LIMIT}/{N_CHOICE}" in text
+        )  # the list scrolls sideways for the rest
     assert "commonsense-sample" in text  # the suites list keeps names whole
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_dashboard_of_a_limited_choice_run(snap_compare: Any, fmt_app: LlmscopeApp, size: str) -> None:
+def test_dashboard_of_a_limited_choice_run(
+    snap_compare: Any, fmt_app: LlmscopeApp, size: str
+) -> None:
     text = _run(snap_compare, fmt_app, size, ("enter",))
     check_text(text, NAMES)
     assert f"{LIMIT}/{LIMIT} results ({LIMIT} of {N_CHOICE} items)" in text
@@ -110,8 +129,9 @@ def test_dashboard_of_a_limited_choice_run(snap_compare: Any, fmt_app: LlmscopeA
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_dashboard_of_minimal_pairs_shows_calibration_numbers(snap_compare: Any, fmt_app: LlmscopeApp,
-                                                             size: str) -> None:
+def test_dashboard_of_minimal_pairs_shows_calibration_numbers(
+    snap_compare: Any, fmt_app: LlmscopeApp, size: str
+) -> None:
     keys = ("down", "enter") if size != "80x24" else ("down", "enter", "tab")
     text = _run(snap_compare, fmt_app, size, keys)
     check_text(text, NAMES)
@@ -147,7 +167,9 @@ def test_study_cell_detail(snap_compare: Any, study_app: LlmscopeApp, size: str)
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_study_compare_labels_each_cell(snap_compare: Any, study_app: LlmscopeApp, size: str) -> None:
+def test_study_compare_labels_each_cell(
+    snap_compare: Any, study_app: LlmscopeApp, size: str
+) -> None:
     text = _run(snap_compare, study_app, size, ("space", "down", "space", "c"))
     check_text(text, ["grid"])
     if size != "80x24":

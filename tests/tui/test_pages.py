@@ -48,13 +48,28 @@ def _expected() -> list[dict]:
         pred = "yes" if py > pn else "no"
         if pred != it.gold:
             human = 1 if it.gold == "yes" else 0
-            out.append({"item_id": it.item_id, "variant": "q1", "group": it.fields["category"],
-                        # |m-h|: P(yes) renormalised over yes/no (docs/METRICS.md human_distance)
-                        "confidence": max(py, pn) / (py + pn), "distance": abs(py / (py + pn) - human),
-                        "seq": i})
+            out.append(
+                {
+                    "item_id": it.item_id,
+                    "variant": "q1",
+                    "group": it.fields["category"],
+                    # |m-h|: P(yes) renormalised over yes/no (docs/METRICS.md human_distance)
+                    "confidence": max(py, pn) / (py + pn),
+                    "distance": abs(py / (py + pn) - human),
+                    "seq": i,
+                }
+            )
     for k, it in enumerate(items[:2]):
-        out.append({"item_id": it.item_id, "variant": "q2", "group": it.fields["category"], "confidence": math.nan,
-                    "distance": math.nan, "seq": N + k})
+        out.append(
+            {
+                "item_id": it.item_id,
+                "variant": "q2",
+                "group": it.fields["category"],
+                "confidence": math.nan,
+                "distance": math.nan,
+                "seq": N + k,
+            }
+        )
     return out
 
 
@@ -71,21 +86,36 @@ def test_store_pages_match_rule(tmp_path: Path) -> None:
     exp = _expected()
     with Store(path) as s:
         assert s.failing_count("big", group_field="category") == len(exp)
-        for sort, key in (("arrival", lambda r: r["seq"]), ("confidence", _desc("confidence")),
-                          ("distance", _desc("distance")), ("group", lambda r: (r["group"], r["seq"]))):
+        for sort, key in (
+            ("arrival", lambda r: r["seq"]),
+            ("confidence", _desc("confidence")),
+            ("distance", _desc("distance")),
+            ("group", lambda r: (r["group"], r["seq"])),
+        ):
             want = [_key(r) for r in sorted(exp, key=key)]
             got: list[tuple[str, str]] = []
             for off in range(0, len(exp) + 100, 100):
-                page = s.failing_page("big", off, 100, sort=sort, group_field="category",
-                                      distance=HUMAN_DISTANCE_SQL)
+                page = s.failing_page(
+                    "big", off, 100, sort=sort, group_field="category", distance=HUMAN_DISTANCE_SQL
+                )
                 got += list(zip(page["item_id"], page["variant"], strict=True))
             assert got == want, sort
             k = want[len(want) // 2]
-            assert s.failing_position("big", *k, sort=sort, group_field="category",
-                                     distance=HUMAN_DISTANCE_SQL) == len(want) // 2
-        sub = [r for r in exp if r["group"] == "food" and (r["confidence"] if not math.isnan(r["confidence"])
-                                                             else -1) >= 0.7]
-        assert s.failing_count("big", group_field="category", group="food", min_conf=0.7) == len(sub)
+            assert (
+                s.failing_position(
+                    "big", *k, sort=sort, group_field="category", distance=HUMAN_DISTANCE_SQL
+                )
+                == len(want) // 2
+            )
+        sub = [
+            r
+            for r in exp
+            if r["group"] == "food"
+            and (r["confidence"] if not math.isnan(r["confidence"]) else -1) >= 0.7
+        ]
+        assert s.failing_count("big", group_field="category", group="food", min_conf=0.7) == len(
+            sub
+        )
         page = s.failing_page("big", 0, 1000, group_field="category", group="food", min_conf=0.7)
         assert list(zip(page["item_id"], page["variant"], strict=True)) == [_key(r) for r in sub]
         err = s.failing_page("big", len(exp) - 2, 10, group_field="category")
@@ -118,8 +148,14 @@ async def test_dashboard_list_pages_from_duckdb(tmp_path: Path) -> None:
         assert exp[-3]["item_id"] in shown and " …" not in shown
         await pilot.press("s")  # confidence, highest first; the error rows (no value) last
         want = [_key(r) for r in sorted(exp, key=_desc("confidence"))]
-        assert lst.cursor == 0 and lst.scroll_offset.y == 0 and _key(lst.current_row() or {}) == want[0]
+        assert (
+            lst.cursor == 0
+            and lst.scroll_offset.y == 0
+            and _key(lst.current_row() or {}) == want[0]
+        )
         assert [_key(lst.row(i) or {}) for i in range(lst.count)] == want
         await pilot.press("f")  # confidence >= 0.5
-        assert lst.count == sum(1 for r in exp if not math.isnan(r["confidence"]) and r["confidence"] >= 0.5)
+        assert lst.count == sum(
+            1 for r in exp if not math.isnan(r["confidence"]) and r["confidence"] >= 0.5
+        )
         assert f"Failing items {lst.count} of {len(exp)}" in screen_text(app)

@@ -19,24 +19,65 @@ T0 = dt.datetime(2026, 1, 1, 12, 0, 0)
 
 def make_db(path: Path) -> Path:
     spec = {"name": "hc", "task": "choice", "human_counts_field": "human_counts"}
-    items = [Item(item_id=f"i{k}", fields={"id": f"i{k}", "q": "?", "options": ["a", "b"], "human_counts": [3, 7]},
-                  gold="b", options=["a", "b"], text="?") for k in range(2)]
+    items = [
+        Item(
+            item_id=f"i{k}",
+            fields={"id": f"i{k}", "q": "?", "options": ["a", "b"], "human_counts": [3, 7]},
+            gold="b",
+            options=["a", "b"],
+            text="?",
+        )
+        for k in range(2)
+    ]
     with Store(path) as store:
         store.add_suite("hc@1", "hc", "choice", spec, "tests", items)
-        store.create_run({"run_id": "run-h", "suite_id": "hc@1", "suite_name": "hc", "task": "choice",
-                          "model": "m", "backend": "test", "n_total": 2, "status": "completed", "started_at": T0,
-                          "updated_at": T0, "options": {}, "meta": {}, "versions": {}})
+        store.create_run(
+            {
+                "run_id": "run-h",
+                "suite_id": "hc@1",
+                "suite_name": "hc",
+                "task": "choice",
+                "model": "m",
+                "backend": "test",
+                "n_total": 2,
+                "status": "completed",
+                "started_at": T0,
+                "updated_at": T0,
+                "options": {},
+                "meta": {},
+                "versions": {},
+            }
+        )
         res = []
         for k, it in enumerate(items):
             # raw scores differ by 2 nats in favour of "b"; the pmi scheme prefers "a" on item i1 only
             pmi = [0.5, 0.0] if k == 1 else [0.0, 0.5]
-            res.append(Result(
-                item_id=it.item_id, variant="v", prompt="?", gold="b", prediction="b", correct=1.0, confidence=0.88,
-                probs={"a": 0.12, "b": 0.88},
-                option_scores={"a": {"logprob": -3.0, "pmi": pmi[0]}, "b": {"logprob": -1.0, "pmi": pmi[1]}},
-                extra={"methods": {"raw": {"prediction": "b", "correct": 1.0, "expected_acc": 0.88},
-                                   "pmi": {"prediction": "a" if k == 1 else "b", "correct": 0.0 if k == 1 else 1.0,
-                                           "expected_acc": 0.5}}}))
+            res.append(
+                Result(
+                    item_id=it.item_id,
+                    variant="v",
+                    prompt="?",
+                    gold="b",
+                    prediction="b",
+                    correct=1.0,
+                    confidence=0.88,
+                    probs={"a": 0.12, "b": 0.88},
+                    option_scores={
+                        "a": {"logprob": -3.0, "pmi": pmi[0]},
+                        "b": {"logprob": -1.0, "pmi": pmi[1]},
+                    },
+                    extra={
+                        "methods": {
+                            "raw": {"prediction": "b", "correct": 1.0, "expected_acc": 0.88},
+                            "pmi": {
+                                "prediction": "a" if k == 1 else "b",
+                                "correct": 0.0 if k == 1 else 1.0,
+                                "expected_acc": 0.5,
+                            },
+                        }
+                    },
+                )
+            )
         store.write_results("run-h", res)
     return path
 

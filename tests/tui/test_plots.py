@@ -25,12 +25,19 @@ from tests.helpers.tui import make_db, settle, wait_until
 
 def test_timeline_running_accuracy_and_rate() -> None:
     t0 = dt.datetime(2025, 1, 1, 0, 0, 0)
-    df = pd.DataFrame({
-        "seq": [0, 1, 2, 3, 4],
-        "correct": [1.0, 0.0, None, 1.0, 1.0],
-        "written_at": [t0, t0, t0 + dt.timedelta(seconds=2), t0 + dt.timedelta(seconds=2),
-                       t0 + dt.timedelta(seconds=4)],
-    })
+    df = pd.DataFrame(
+        {
+            "seq": [0, 1, 2, 3, 4],
+            "correct": [1.0, 0.0, None, 1.0, 1.0],
+            "written_at": [
+                t0,
+                t0,
+                t0 + dt.timedelta(seconds=2),
+                t0 + dt.timedelta(seconds=2),
+                t0 + dt.timedelta(seconds=4),
+            ],
+        }
+    )
     done, acc, t_s, rate = timeline(df, buckets=2)
     assert done == [1, 2, 3, 4, 5]
     assert acc == pytest.approx([1.0, 0.5, 0.5, 2 / 3, 3 / 4])
@@ -40,9 +47,15 @@ def test_timeline_running_accuracy_and_rate() -> None:
 
 
 def test_position_shares_count_each_listed_position() -> None:
-    scores = [json.dumps({"x": {}, "y": {}, "z": {}}), json.dumps({"y": {}, "x": {}, "z": {}}),
-              json.dumps({"z": {}, "x": {}, "y": {}}), json.dumps({"x": {}, "z": {}, "y": {}})]
-    df = pd.DataFrame({"option_scores": scores, "prediction": ["x", "x", "z", "x"], "gold": ["y", "y", "y", "x"]})
+    scores = [
+        json.dumps({"x": {}, "y": {}, "z": {}}),
+        json.dumps({"y": {}, "x": {}, "z": {}}),
+        json.dumps({"z": {}, "x": {}, "y": {}}),
+        json.dumps({"x": {}, "z": {}, "y": {}}),
+    ]
+    df = pd.DataFrame(
+        {"option_scores": scores, "prediction": ["x", "x", "z", "x"], "gold": ["y", "y", "y", "x"]}
+    )
     p = position_shares(df)
     assert p is not None
     assert p["label"].tolist() == ["A", "B", "C"]
@@ -52,13 +65,21 @@ def test_position_shares_count_each_listed_position() -> None:
 
 
 def test_minimal_pair_diffs_and_reliability_per_variant() -> None:
-    df = pd.DataFrame({
-        "item_id": ["1", "2", "3"], "variant": ["a", "a", "b"], "seq": [0, 1, 2],
-        "prediction": ["g", "b", "g"], "gold": ["g", "g", "g"], "correct": [1.0, 0.0, 1.0],
-        "confidence": [0.9, 0.6, 0.75], "option_scores": [None] * 3, "error": [None] * 3,
-        "written_at": [None] * 3,
-        "extra": [json.dumps({"logprob_diff": 1.5}), json.dumps({"logprob_diff": -0.25}), "{}"],
-    })
+    df = pd.DataFrame(
+        {
+            "item_id": ["1", "2", "3"],
+            "variant": ["a", "a", "b"],
+            "seq": [0, 1, 2],
+            "prediction": ["g", "b", "g"],
+            "gold": ["g", "g", "g"],
+            "correct": [1.0, 0.0, 1.0],
+            "confidence": [0.9, 0.6, 0.75],
+            "option_scores": [None] * 3,
+            "error": [None] * 3,
+            "written_at": [None] * 3,
+            "extra": [json.dumps({"logprob_diff": 1.5}), json.dumps({"logprob_diff": -0.25}), "{}"],
+        }
+    )
     d = plot_data(df, "minpairs")
     assert d.minpair_diffs == [1.5, -0.25]
     assert set(d.reliability) == {"a", "b"}
@@ -75,7 +96,9 @@ async def test_plots_screen_draws_a_stored_run(tmp_path: Path) -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         app.push_screen(PlotsScreen("run-a", "yesno"))
-        assert await wait_until(pilot, lambda: isinstance(app.screen, PlotsScreen) and app.screen._n_shown == 24)
+        assert await wait_until(
+            pilot, lambda: isinstance(app.screen, PlotsScreen) and app.screen._n_shown == 24
+        )
         scr = app.screen
         assert "24 results" in str(scr.query_one("#plots-head").render())
         assert scr.query_one(ReliabilityByPlot).display
@@ -88,7 +111,13 @@ def test_sparkline_and_run_samples() -> None:
 
     assert sparkline([0.0, 0.5, 1.0], 0.0, 1.0) == "▁▅█"  # 0.5 * 7 = 3.5 -> index 4
     s = RunSparks(width=3)
-    for done, acc, rate in ((1, 1.0, 2.0), (1, 0.0, 9.0), (2, 0.5, 4.0), (3, 0.0, 0.0), (4, 1.0, 4.0)):
+    for done, acc, rate in (
+        (1, 1.0, 2.0),
+        (1, 0.0, 9.0),
+        (2, 0.5, 4.0),
+        (3, 0.0, 0.0),
+        (4, 1.0, 4.0),
+    ):
         s.add(done, acc, rate)  # a refresh without new results adds nothing
     assert s.done == [2, 3, 4] and s.acc == [0.5, 0.0, 1.0] and s.rate == [4.0, 0.0, 4.0]
     assert s.text().plain == "   acc ▅▁█  items/s █▁█"
@@ -104,7 +133,9 @@ def test_position_shares_leave_out_rows_without_a_prediction(tmp_path: Path) -> 
 
     db = write_mixed_db(tmp_path / "mixed.duckdb")
     with Store(db, read_only=True) as st:
-        df = st.query_df(f"SELECT {', '.join(PLOT_COLUMNS)} FROM results WHERE run_id = 'r2' ORDER BY seq")
+        df = st.query_df(
+            f"SELECT {', '.join(PLOT_COLUMNS)} FROM results WHERE run_id = 'r2' ORDER BY seq"
+        )
     d = plot_data(df, "choice")
     assert d.positions is not None
     # rows with a prediction: i0 A, i1 A, i2 A, i4 B, i5 A (i3 abstained, i6 an error);

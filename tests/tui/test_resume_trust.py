@@ -25,7 +25,9 @@ def _keyed(server: OAIServer) -> int:
 
 
 async def test_resume_key_refuses_a_stored_endpoint_the_user_never_named(
-    tmp_path: Path, oai_server: OAIServer, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+    tmp_path: Path,
+    oai_server: OAIServer,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,  # noqa: F811
 ) -> None:
     evil = oai_server  # someone else's server
     spec = write_yesno_suite(tmp_path / "suite", 4)

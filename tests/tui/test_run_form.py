@@ -21,8 +21,14 @@ async def test_start_run_from_form(tmp_path: Path, oai) -> None:  # noqa: F811
         await settle(pilot)
         home = app.screen
         assert isinstance(home, HomeScreen)
-        fill_form(home, suite="commonsense-sample", model="openai:test-model",
-                  base_url=oai.base_url, limit="4", concurrency="4")
+        fill_form(
+            home,
+            suite="commonsense-sample",
+            model="openai:test-model",
+            base_url=oai.base_url,
+            limit="4",
+            concurrency="4",
+        )
         await pilot.click("#start")
         # the run opens its dashboard by itself once it has started
         assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen), timeout=30)
@@ -94,5 +100,8 @@ async def test_view_mode_offers_no_run_form(tmp_path: Path) -> None:
     app = LlmscopeApp(db)  # the full interface offers it
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        assert app.screen.query_one("#run-form").display and not app.screen.query_one("#form-off").display
+        assert (
+            app.screen.query_one("#run-form").display
+            and not app.screen.query_one("#form-off").display
+        )
         assert "New run" in screen_text(app)

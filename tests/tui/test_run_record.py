@@ -39,13 +39,17 @@ async def test_local_run_of_the_embedded_model_from_the_form(tmp_path: Path) -> 
         await settle(pilot)
         home = app.screen
         assert isinstance(home, HomeScreen)
-        fill_form(home, suite="commonsense-sample", model="", limit="1", batch_size="4")  # "": the embedded default
+        fill_form(
+            home, suite="commonsense-sample", model="", limit="1", batch_size="4"
+        )  # "": the embedded default
         await pilot.click("#start")
         assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen), timeout=300)
         dash = app.screen
         assert await wait_until(pilot, lambda: "completed" in screen_text(app), timeout=300)
         assert await wait_until(pilot, lambda: not dash.active, timeout=30)
-        assert not any(n.severity == "error" for n in app._notifications), [n.message for n in app._notifications]
+        assert not any(n.severity == "error" for n in app._notifications), [
+            n.message for n in app._notifications
+        ]
         run_id = dash.run_id
         await settle(pilot)
         assert await wait_until(pilot, lambda: not app.handle.writing, timeout=10)  # no write lock
@@ -54,8 +58,12 @@ async def test_local_run_of_the_embedded_model_from_the_form(tmp_path: Path) -> 
         assert run is not None and run["status"] == "completed" and run["backend"] == "hf"
         cfg = run["backend_config"]
         assert cfg["kind"] == "hf" and cfg["model"] is None and cfg["batch_size"] == 4
-        n_variants = len(json.loads(s.execute("SELECT spec FROM suites").fetchall()[0][0])["templates"])
-        (n,) = s.execute("SELECT count(*) FROM results WHERE run_id = ? AND error IS NULL", [run_id]).fetchone() or (0,)
+        n_variants = len(
+            json.loads(s.execute("SELECT spec FROM suites").fetchall()[0][0])["templates"]
+        )
+        (n,) = s.execute(
+            "SELECT count(*) FROM results WHERE run_id = ? AND error IS NULL", [run_id]
+        ).fetchone() or (0,)
         assert n == n_variants  # one item, each prompt variant
 
 
@@ -91,8 +99,14 @@ async def test_stop_then_resume_from_the_dashboard(tmp_path: Path, oai) -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         home = app.screen
-        fill_form(home, suite="commonsense-sample", model="openai:test-model",
-                  base_url=oai.base_url, limit="8", concurrency="1")
+        fill_form(
+            home,
+            suite="commonsense-sample",
+            model="openai:test-model",
+            base_url=oai.base_url,
+            limit="8",
+            concurrency="1",
+        )
         await pilot.click("#start")
         assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen), timeout=60)
         dash = app.screen
@@ -106,11 +120,15 @@ async def test_stop_then_resume_from_the_dashboard(tmp_path: Path, oai) -> None:
         assert 0 < stored_then < 24
         await pilot.press("r")
         assert await wait_until(pilot, lambda: "completed" in screen_text(app), timeout=90), (
-            [n.message for n in app._notifications], screen_text(app)[:2000])
+            [n.message for n in app._notifications],
+            screen_text(app)[:2000],
+        )
         await settle(pilot)
         run_id = dash.run_id
     with Store(db, read_only=True) as s:
-        rows = s.execute("SELECT item_id, variant FROM results WHERE run_id = ?", [run_id]).fetchall()
+        rows = s.execute(
+            "SELECT item_id, variant FROM results WHERE run_id = ?", [run_id]
+        ).fetchall()
         assert len(rows) == 24 and len(set(rows)) == 24
         run = s.get_run(run_id)
         assert run is not None and run["status"] == "completed"
@@ -143,9 +161,15 @@ def test_cli_waits_for_a_lock_then_names_the_holder(tmp_path: Path) -> None:
     db = tmp_path / "held.duckdb"
     Store(db).close()
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, duckdb; c = duckdb.connect(sys.argv[1]); print('ready', flush=True); sys.stdin.read()", str(db)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import sys, duckdb; c = duckdb.connect(sys.argv[1]); print('ready', flush=True); sys.stdin.read()",
+            str(db),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
@@ -154,8 +178,11 @@ def test_cli_waits_for_a_lock_then_names_the_holder(tmp_path: Path) -> None:
         assert f"PID {holder.pid}" in proc.stderr and "waited 1s" in proc.stderr, proc.stderr
         # released within the wait: the command succeeds
         later = subprocess.Popen(
-            [sys.executable, "-m", "llmscope", "runs", "--db", str(db)], env=cli_env(LLMSCOPE_LOCK_WAIT="60"),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [sys.executable, "-m", "llmscope", "runs", "--db", str(db)],
+            env=cli_env(LLMSCOPE_LOCK_WAIT="60"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         import time
 

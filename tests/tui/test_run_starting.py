@@ -42,8 +42,14 @@ async def test_form_run_shows_its_phase_until_the_dashboard(tmp_path: Path, oai)
     app = LlmscopeApp(tmp_path / "run.duckdb", refresh_s=0.1)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        fill_form(app.screen, suite="commonsense-sample", model="openai:test-model",
-                  base_url=oai.base_url, limit="2", concurrency="2")
+        fill_form(
+            app.screen,
+            suite="commonsense-sample",
+            model="openai:test-model",
+            base_url=oai.base_url,
+            limit="2",
+            concurrency="2",
+        )
         await pilot.click("#start")
         assert await wait_until(pilot, lambda: not isinstance(app.screen, HomeScreen), timeout=30)
         seen = await _watch_start(app, pilot, timeout=120)
@@ -57,10 +63,18 @@ async def test_a_refused_start_closes_the_phase_screen(tmp_path: Path) -> None:
     app = LlmscopeApp(tmp_path / "run.duckdb", refresh_s=0.1)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        fill_form(app.screen, suite="commonsense-sample", model=f"hf:{tmp_path / 'no-such-folder'}", limit="1")
+        fill_form(
+            app.screen,
+            suite="commonsense-sample",
+            model=f"hf:{tmp_path / 'no-such-folder'}",
+            limit="1",
+        )
         await pilot.click("#start")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and not app.running
-                                and not app._starting, timeout=60)
+        assert await wait_until(
+            pilot,
+            lambda: isinstance(app.screen, HomeScreen) and not app.running and not app._starting,
+            timeout=60,
+        )
         assert not any(isinstance(s, RunStartingScreen) for s in app.screen_stack)
 
 

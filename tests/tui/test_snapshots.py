@@ -26,7 +26,9 @@ def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LlmscopeApp:
     # A fixed suites list on the home screen: new built-in suites do not change the snapshots.
     import llmscope.data.suites as suites
 
-    monkeypatch.setattr(suites, "builtin_names", lambda: ["commonsense-sample", "mc-sample", "minimal-pairs"])
+    monkeypatch.setattr(
+        suites, "builtin_names", lambda: ["commonsense-sample", "mc-sample", "minimal-pairs"]
+    )
     make_db(Path("t.duckdb"), runs=(("run-a", "model-A", 0), ("run-b", "model-B", 13)))
     # No refresh ticks while a snapshot is taken: on a loaded machine a tick could start a
     # reload of the runs list between the last settle and the screenshot.

@@ -40,8 +40,16 @@ def _db(path: Path) -> Path:
         rows = [toy_result(it, i) for i, it in enumerate(items)]
         for i, it in enumerate(items):
             r = toy_result(it, i, "q3")
-            rows.append(Result(item_id=r.item_id, variant="q3", probs=r.probs, other=r.other,
-                               prediction=r.prediction, confidence=r.confidence))
+            rows.append(
+                Result(
+                    item_id=r.item_id,
+                    variant="q3",
+                    probs=r.probs,
+                    other=r.other,
+                    prediction=r.prediction,
+                    confidence=r.confidence,
+                )
+            )
         rows.append(Result(item_id=items[0].item_id, variant="q2", error="timeout"))
         s.write_results("r", rows)
     return path
@@ -72,10 +80,14 @@ def test_stored_snapshot_by_hand_and_equal_to_rows(tmp_path: Path) -> None:
         (agree if i % 2 == 0 else disagree)[_hundredths(i) // 10] += 1
     assert snap.human_hist == {"humans agree": agree, "humans disagree": disagree}
     # P(other) = 0.1 on every answered row (q1 and q3): all in the [0.1, 0.2) bin
-    assert snap.other_hist is not None and snap.other_hist["count"].tolist() == [0] + [2 * N] + [0] * 8
+    assert (
+        snap.other_hist is not None and snap.other_hist["count"].tolist() == [0] + [2 * N] + [0] * 8
+    )
     # the same numbers as the path that holds every row
     assert snap.accuracy_name == mem.accuracy_name
-    assert [(a.label, a.mean, a.n) for a in snap.variants] == [(a.label, a.mean, a.n) for a in mem.variants]
+    assert [(a.label, a.mean, a.n) for a in snap.variants] == [
+        (a.label, a.mean, a.n) for a in mem.variants
+    ]
     assert snap.groups.keys() == mem.groups.keys()
     assert snap.human_hist == mem.human_hist and snap.human_stats == mem.human_stats
     assert snap.rel_bins is not None and mem.rel_bins is not None
@@ -92,7 +104,9 @@ def test_quick_snapshot_counts_and_light_columns(tmp_path: Path) -> None:
     assert run is not None and snap.pending
     assert (snap.n, snap.n_errors, snap.n_scored, snap.group_field) == (2 * N + 1, 1, N, "category")
     # the light columns are the store's columns, without the heavy ones
-    assert {"item_id", "variant", "seq", "correct", "confidence", "p_yes", "probs"} <= set(LIGHT_COLS)
+    assert {"item_id", "variant", "seq", "correct", "confidence", "p_yes", "probs"} <= set(
+        LIGHT_COLS
+    )
     assert not {"prompt", "top_tokens", "option_scores", "extra"} & set(LIGHT_COLS)
 
 
@@ -120,7 +134,10 @@ def test_all_scope_pages_in_sql(tmp_path: Path) -> None:
     """The list's "all" scope: every row, sorted and filtered in SQL like the failing one."""
     path = _db(tmp_path / "a.duckdb")
     with Store(path, read_only=True) as s:
-        seqs = {(i, v): q for i, v, q in s.execute("SELECT item_id, variant, seq FROM results").fetchall()}
+        seqs = {
+            (i, v): q
+            for i, v, q in s.execute("SELECT item_id, variant, seq FROM results").fetchall()
+        }
 
         def use():  # noqa: ANN202 - a context manager yielding the open store
             from contextlib import nullcontext
@@ -134,7 +151,9 @@ def test_all_scope_pages_in_sql(tmp_path: Path) -> None:
         got = list(zip(rows["item_id"], rows["variant"], strict=True))
         assert got == sorted(seqs, key=lambda k: seqs[k])  # arrival order: the write order
         i = got.index(("s003", "q1"))
-        assert rows["text"][i] == "Tricky [bold]x[/] and \x1b[31mred"  # the item's text, joined per page
+        assert (
+            rows["text"][i] == "Tricky [bold]x[/] and \x1b[31mred"
+        )  # the item's text, joined per page
         # confidence, highest first, the error row (no confidence) last; ties in arrival order
         src.set_view("confidence", None, None)
         conf = src.page(0, 100)["confidence"]
@@ -171,7 +190,9 @@ def test_failing_list_of_rows_in_memory_has_none_for_missing_text(tmp_path: Path
     assert all(g is None for v, _, g, _ in rows if v == "q3")
 
 
-def test_failing_list_in_memory_groups_items_without_the_field_as_the_paged_list(tmp_path: Path) -> None:
+def test_failing_list_in_memory_groups_items_without_the_field_as_the_paged_list(
+    tmp_path: Path,
+) -> None:
     """Items without the suite's group field: the in-memory list (a live run) labels them as
     the SQL-paged list of a stored run does ("None"), not NaN (astype(str) keeps a missing
     value missing in pandas' string dtype), so both show and sort them alike."""
@@ -192,8 +213,17 @@ def test_failing_list_in_memory_groups_items_without_the_field_as_the_paged_list
         page = src.page(0, 100)
     # items i3 and i4 have no `cl`
     assert dict(zip(f["item_id"], f["group"], strict=True)) == {
-        "i0": "c0", "i1": "c0", "i2": "c1", "i3": "None", "i4": "None", "i5": "c2", "i6": "c2"}
-    assert list(zip(f["item_id"], f["group"], strict=True)) == list(zip(page["item_id"], page["group"], strict=True))
+        "i0": "c0",
+        "i1": "c0",
+        "i2": "c1",
+        "i3": "None",
+        "i4": "None",
+        "i5": "c2",
+        "i6": "c2",
+    }
+    assert list(zip(f["item_id"], f["group"], strict=True)) == list(
+        zip(page["item_id"], page["group"], strict=True)
+    )
 
 
 def test_load_items_has_none_for_an_item_without_options_or_gold(tmp_path: Path) -> None:
@@ -203,9 +233,19 @@ def test_load_items_has_none_for_an_item_without_options_or_gold(tmp_path: Path)
     from llmscope.engine.types import Item
 
     with Store(tmp_path / "i.duckdb") as s:
-        s.add_suite("s-opt", "opt", "generation", {"task": "generation"}, "",
-                    [Item(item_id="a", fields={"k": 1}, gold="x", options=["x", "y"], text="first"),
-                     Item(item_id="b", fields={}, text="second")])
+        s.add_suite(
+            "s-opt",
+            "opt",
+            "generation",
+            {"task": "generation"},
+            "",
+            [
+                Item(item_id="a", fields={"k": 1}, gold="x", options=["x", "y"], text="first"),
+                Item(item_id="b", fields={}, text="second"),
+            ],
+        )
         items = load_items(s, "s-opt")
-    assert items == {"a": {"text": "first", "gold": "x", "options": ["x", "y"], "fields": {"k": 1}},
-                     "b": {"text": "second", "gold": None, "options": None, "fields": {}}}
+    assert items == {
+        "a": {"text": "first", "gold": "x", "options": ["x", "y"], "fields": {"k": 1}},
+        "b": {"text": "second", "gold": None, "options": None, "fields": {}},
+    }

@@ -21,16 +21,36 @@ from tests.helpers.tui import screen_text, settle, wait_until  # noqa: E402
 def sg_db(tmp_path: Path) -> Path:
     model = tiny_model_dir(tmp_path)
     db = tmp_path / "sg.duckdb"
-    assert main(["run", "--suite", "syntax-sample", "--limit", "6", "--db", str(db), "--model", f"hf:{model}",
-                 "--threads", "1", "--quiet", "--no-report"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--suite",
+                "syntax-sample",
+                "--limit",
+                "6",
+                "--db",
+                str(db),
+                "--model",
+                f"hf:{model}",
+                "--threads",
+                "1",
+                "--quiet",
+                "--no-report",
+            ]
+        )
+        == 0
+    )
     return db
 
 
 async def test_drilldown_shows_word_and_region_surprisal_and_sg_panel(sg_db: Path) -> None:
     db = sg_db
     con = duckdb.connect(str(db), read_only=True)
-    run_id, = con.execute("SELECT run_id FROM runs").fetchone()
-    extra = json.loads(con.execute("SELECT extra FROM results WHERE item_id = 'agr01'").fetchone()[0])
+    (run_id,) = con.execute("SELECT run_id FROM runs").fetchone()
+    extra = json.loads(
+        con.execute("SELECT extra FROM results WHERE item_id = 'agr01'").fetchone()[0]
+    )
     rows = con.execute("SELECT correct FROM results").fetchall()
     con.close()
     # region 3 (the verb) of match_sing is the sum of the surprisals of the words inside it
@@ -50,4 +70,6 @@ async def test_drilldown_shows_word_and_region_surprisal_and_sg_panel(sg_db: Pat
         app.push_screen(DashboardScreen(run_id))
         assert await wait_until(pilot, lambda: "SG score" in screen_text(app))
         k = sum(r[0] for r in rows)
-        assert f"{k / len(rows):.3f}" in screen_text(app)  # overall share of items meeting all predictions
+        assert f"{k / len(rows):.3f}" in screen_text(
+            app
+        )  # overall share of items meeting all predictions

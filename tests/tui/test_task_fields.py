@@ -31,18 +31,55 @@ MINK_THRESHOLD = -21.8
 def _rating_db(path: Path) -> Path:
     """A rating run still writing (the in-memory list): every row wrong, with the rating
     task's own fields (expected rating, absolute error) in `extra`."""
-    items = [Item(item_id=f"r{i}", text=f"Rate statement {i}.", gold="4", fields={"gold": "4"}) for i in range(5)]
+    items = [
+        Item(item_id=f"r{i}", text=f"Rate statement {i}.", gold="4", fields={"gold": "4"})
+        for i in range(5)
+    ]
     with Store(path) as s:
-        s.add_suite("rate@1", "rate", "rating", {"name": "rate", "task": "rating", "answers": ["1", "2", "3", "4", "5"]},
-                     "tests", items)
+        s.add_suite(
+            "rate@1",
+            "rate",
+            "rating",
+            {"name": "rate", "task": "rating", "answers": ["1", "2", "3", "4", "5"]},
+            "tests",
+            items,
+        )
         now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-        s.create_run({"run_id": "rate-run", "suite_id": "rate@1", "suite_name": "rate", "task": "rating",
-                      "model": "m", "backend": "test", "n_total": 10, "status": "running", "started_at": now,
-                      "updated_at": now, "options": {}, "meta": {}, "versions": {},
-                      "owner_pid": os.getpid(), "owner_host": socket.gethostname(), "heartbeat_at": now})
-        s.write_results("rate-run", [
-            Result(item_id=it.item_id, variant="default", prediction="2", gold="4", correct=0.0, confidence=0.6,
-                   extra={"expected": 2.0 + i / 4, "abs_error": 2.0 - i / 4}) for i, it in enumerate(items)])
+        s.create_run(
+            {
+                "run_id": "rate-run",
+                "suite_id": "rate@1",
+                "suite_name": "rate",
+                "task": "rating",
+                "model": "m",
+                "backend": "test",
+                "n_total": 10,
+                "status": "running",
+                "started_at": now,
+                "updated_at": now,
+                "options": {},
+                "meta": {},
+                "versions": {},
+                "owner_pid": os.getpid(),
+                "owner_host": socket.gethostname(),
+                "heartbeat_at": now,
+            }
+        )
+        s.write_results(
+            "rate-run",
+            [
+                Result(
+                    item_id=it.item_id,
+                    variant="default",
+                    prediction="2",
+                    gold="4",
+                    correct=0.0,
+                    confidence=0.6,
+                    extra={"expected": 2.0 + i / 4, "abs_error": 2.0 - i / 4},
+                )
+                for i, it in enumerate(items)
+            ],
+        )
     return path
 
 
@@ -56,20 +93,26 @@ async def test_rating_fields_in_list_and_drill_down(tmp_path: Path) -> None:
         assert await wait_until(pilot, lambda: lst.count == 5)
         assert lst.source is None  # a running run: the in-memory list
         keys = [c[0] for c in lst.columns]
-        assert "extra.expected" in keys and "extra.abs_error" in keys  # the rating task's declared columns
+        assert (
+            "extra.expected" in keys and "extra.abs_error" in keys
+        )  # the rating task's declared columns
         assert "expected" in screen_text(app) and "|error|" in screen_text(app)
         rows = [lst.row(i) or {} for i in range(5)]
         assert [r["extra.expected"] for r in rows] == ["2.000", "2.250", "2.500", "2.750", "3.000"]
         assert [r["extra.abs_error"] for r in rows] == ["2.000", "1.750", "1.500", "1.250", "1.000"]
         await pilot.press("down", "enter")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, ItemScreen) and "task fields" in screen_text(app))
+        assert await wait_until(
+            pilot, lambda: isinstance(app.screen, ItemScreen) and "task fields" in screen_text(app)
+        )
         text = screen_text(app)
         assert "item r1" in text
         assert "expected" in text and "2.250" in text and "|error|" in text and "1.750" in text
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "llmscope", *args], capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "llmscope", *args], capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.mark.slow
@@ -77,15 +120,33 @@ async def test_contamination_flags_column_scope_and_drill_down(tmp_path: Path) -
     shared_path("tokenizers", "qwen2.5")  # MINK_THRESHOLD is set for its token scores
     make_tiny_model(tmp_path, save=True)
     db = tmp_path / "c.duckdb"
-    r = _cli("run", "--suite", "contamination-sample", "--limit", "6", "--db", str(db),
-             "--model", str(tmp_path / "tiny-llama"), "--opt", "max_new_tokens=4",
-             "--opt", f"mink_threshold={MINK_THRESHOLD}")
+    r = _cli(
+        "run",
+        "--suite",
+        "contamination-sample",
+        "--limit",
+        "6",
+        "--db",
+        str(db),
+        "--model",
+        str(tmp_path / "tiny-llama"),
+        "--opt",
+        "max_new_tokens=4",
+        "--opt",
+        f"mink_threshold={MINK_THRESHOLD}",
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     con = duckdb.connect(str(db), read_only=True)
-    stored = {i: json.loads(e) for i, e in con.execute("SELECT item_id, extra FROM results").fetchall()}
+    stored = {
+        i: json.loads(e) for i, e in con.execute("SELECT item_id, extra FROM results").fetchall()
+    }
     con.close()
     # the rule, applied here to the stored scores: Min-K% prob >= threshold or recall >= 0.5 (default)
-    flagged = {i for i, e in stored.items() if e["min_k_prob"] >= MINK_THRESHOLD or e["ngram_overlap"] >= 0.5}
+    flagged = {
+        i
+        for i, e in stored.items()
+        if e["min_k_prob"] >= MINK_THRESHOLD or e["ngram_overlap"] >= 0.5
+    }
     assert flagged == {i for i, e in stored.items() if e["flagged"]}
     assert 0 < len(flagged) < len(stored), "the threshold should split the six items"
     app = LlmscopeApp(db)
@@ -110,11 +171,19 @@ async def test_contamination_flags_column_scope_and_drill_down(tmp_path: Path) -
         assert f"Flagged items {len(flagged)}" in screen_text(app)
         first = (lst.row(0) or {})["item_id"]
         await pilot.press("enter")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, ItemScreen) and "flags" in screen_text(app))
+        assert await wait_until(
+            pilot, lambda: isinstance(app.screen, ItemScreen) and "flags" in screen_text(app)
+        )
         text = screen_text(app)
         e = stored[first]
         assert "flags FLAGGED" in text
         assert f"Min-K% prob (mink_k {e['mink_k']})" in text and f"{e['min_k_prob']:.3f}" in text
-        assert f"≥ {MINK_THRESHOLD}" in text and "≥ 0.5" in text  # the run's threshold, the default recall one
-        lines = [ln for ln in text.splitlines() if "Min-K% prob (mink_k" in ln or "completion n-gram recall" in ln]
+        assert (
+            f"≥ {MINK_THRESHOLD}" in text and "≥ 0.5" in text
+        )  # the run's threshold, the default recall one
+        lines = [
+            ln
+            for ln in text.splitlines()
+            if "Min-K% prob (mink_k" in ln or "completion n-gram recall" in ln
+        ]
         assert lines[0].rstrip().endswith("yes") and lines[1].rstrip().endswith("no")

@@ -91,7 +91,9 @@ def test_llmscope_in_tmux(tmp_path: Path) -> None:
         screen = _wait_for(sock, "run-a")
         assert "completed" in screen and "24/24" in screen
         _tmux(sock, "send-keys", "-t", "smoke", "Enter")
-        screen = _wait_for(sock, "Failing items")  # the first frame (counts) comes before the panels
+        screen = _wait_for(
+            sock, "Failing items"
+        )  # the first frame (counts) comes before the panels
         assert "model-A" in screen and "Failing items" in screen
         _tmux(sock, "send-keys", "-t", "smoke", "Enter")
         screen = _wait_for(sock, "prompt (exactly as rendered for the model)")
@@ -114,8 +116,10 @@ def test_embedded_model_run_from_the_form_at_80x24(tmp_path: Path) -> None:
     exe = Path(sys.executable).with_name("llmscope")
     assert exe.exists()
     sock = f"llmscope-emb-{os.getpid()}"
-    cmd = (f"cd {tmp_path} && OMP_NUM_THREADS=1 TERM=xterm-256color {exe} --db e.duckdb; "
-           "echo EXITED-$?; sleep 30")
+    cmd = (
+        f"cd {tmp_path} && OMP_NUM_THREADS=1 TERM=xterm-256color {exe} --db e.duckdb; "
+        "echo EXITED-$?; sleep 30"
+    )
     _tmux(sock, "new-session", "-d", "-s", "smoke", "-x", "80", "-y", "24", cmd)
     try:
         _wait_for(sock, "suite        commonsense-sample")  # the form's suite field is filled in
@@ -132,7 +136,9 @@ def test_embedded_model_run_from_the_form_at_80x24(tmp_path: Path) -> None:
         _keys(sock, "4")
         _wait_re(sock, r"limit +4\b")
         _keys(sock, "Enter")
-        live = _wait_for(sock, "SmolLM2-135M-Instruct  on  commonsense-sample", timeout=120)  # its dashboard
+        live = _wait_for(
+            sock, "SmolLM2-135M-Instruct  on  commonsense-sample", timeout=120
+        )  # its dashboard
         assert "running" in live and "/12 results" in live  # live, before the end
         done = _wait_for(sock, "12/12 results", timeout=240)  # 4 items x 3 prompt variants
         _wait_for(sock, "completed", timeout=30)
@@ -145,9 +151,13 @@ def test_embedded_model_run_from_the_form_at_80x24(tmp_path: Path) -> None:
         _keys(sock, "Enter")  # the first failing item
         _wait_for(sock, "in the list; n/p step")
         _wait_for(sock, "humans agree (human_q1)")
-        item = _wait_for(sock, "model P(yes) q3")  # the item is drawn whole (every variant's P(yes))
+        item = _wait_for(
+            sock, "model P(yes) q3"
+        )  # the item is drawn whole (every variant's P(yes))
         assert "model P(yes) q1" in item and "in the list; n/p step" in item
-        item_id = next(line for line in item.splitlines() if line.strip().startswith("item ")).split()[1]
+        item_id = next(
+            line for line in item.splitlines() if line.strip().startswith("item ")
+        ).split()[1]
         human_line = next(line for line in item.splitlines() if "humans agree (human_q1)" in line)
         _keys(sock, "Escape")
         _wait_for(sock, "Failing items")
@@ -164,9 +174,16 @@ def test_embedded_model_run_from_the_form_at_80x24(tmp_path: Path) -> None:
         _tmux(sock, "kill-server")
     con = duckdb.connect(str(tmp_path / "e.duckdb"), read_only=True)
     try:
-        run_id, cfg = con.execute("SELECT run_id, backend_config FROM runs").fetchone() or ("", "{}")
-        (acc,) = con.execute("SELECT avg(correct) FROM results WHERE correct IS NOT NULL").fetchone() or (None,)
-        (fields,) = con.execute("SELECT fields FROM items WHERE item_id = ?", [item_id]).fetchone() or ("{}",)
+        run_id, cfg = con.execute("SELECT run_id, backend_config FROM runs").fetchone() or (
+            "",
+            "{}",
+        )
+        (acc,) = con.execute(
+            "SELECT avg(correct) FROM results WHERE correct IS NOT NULL"
+        ).fetchone() or (None,)
+        (fields,) = con.execute(
+            "SELECT fields FROM items WHERE item_id = ?", [item_id]
+        ).fetchone() or ("{}",)
     finally:
         con.close()
     cfg, fields = json.loads(cfg), json.loads(fields)
@@ -176,15 +193,26 @@ def test_embedded_model_run_from_the_form_at_80x24(tmp_path: Path) -> None:
     # the numbers on screen are the stored rows': accuracy over the scored rows, the human rate
     assert f"accuracy {acc:.3f}" in acc_line, acc_line
     shown = re.search(r"human_q1\)\s+\S+\s+([0-9.]+)", human_line)
-    assert shown is not None and shown.group(1) == f"{float(fields['human_q1']):.2f}", (human_line, fields)
+    assert shown is not None and shown.group(1) == f"{float(fields['human_q1']):.2f}", (
+        human_line,
+        fields,
+    )
 
 
 def _suite(folder: Path, name: str, marker: str, n: int = 6) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "items.jsonl", "w", encoding="utf-8") as f:
         for i in range(n):
-            f.write(json.dumps({"id": f"{name}{i}", "text": f"{marker} claim {i}", "gold": "yes" if i % 2 else "no"})
-                    + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "id": f"{name}{i}",
+                        "text": f"{marker} claim {i}",
+                        "gold": "yes" if i % 2 else "no",
+                    }
+                )
+                + "\n"
+            )
     (folder / "suite.yaml").write_text(
         f"name: {name}\ntask: yesno\nitems: items.jsonl\n"
         "templates:\n  a: '{text} Answer yes or no.'\n  b: 'True or not? {text}'\n",
@@ -196,9 +224,12 @@ def _suite(folder: Path, name: str, marker: str, n: int = 6) -> Path:
 def _runs(db: Path) -> dict[str, tuple[str, int]]:
     con = duckdb.connect(str(db), read_only=True)
     try:
-        return {str(r): (str(s), int(n)) for r, s, n in con.execute(
-            "SELECT r.run_id, r.status, (SELECT count(*) FROM results x WHERE x.run_id = r.run_id) FROM runs r"
-        ).fetchall()}
+        return {
+            str(r): (str(s), int(n))
+            for r, s, n in con.execute(
+                "SELECT r.run_id, r.status, (SELECT count(*) FROM results x WHERE x.run_id = r.run_id) FROM runs r"
+            ).fetchall()
+        }
     finally:
         con.close()
 
@@ -220,14 +251,27 @@ def test_the_tui_lives_beside_the_shell(oai_server, tmp_path: Path) -> None:  # 
     oai_server.script("[slow]", top=[["Yes", -0.6], ["No", -0.9]], hold_after=3)
     oai_server.script("[form]", top=[["Yes", -1.1], ["No", -0.5]])
     db = make_db(tmp_path / "t.duckdb", runs=(("run-a", "model-A", 0), ("run-b", "model-B", 3)))
-    fast, slow = _suite(tmp_path / "fast", "fastsuite", "[fast]"), _suite(tmp_path / "slow", "slowsuite", "[slow]", 8)
+    fast, slow = (
+        _suite(tmp_path / "fast", "fastsuite", "[fast]"),
+        _suite(tmp_path / "slow", "slowsuite", "[slow]", 8),
+    )
     form_suite = _suite(tmp_path / "form", "formsuite", "[form]", 3)
     env = cli_env(OPENAI_API_KEY=CANARY_KEY, LLMSCOPE_RESPONSE_CACHE="off")
-    api = ["--model", "openai:test-model", "--base-url", oai_server.base_url, "--db", str(db), "--no-report"]
+    api = [
+        "--model",
+        "openai:test-model",
+        "--base-url",
+        oai_server.base_url,
+        "--db",
+        str(db),
+        "--no-report",
+    ]
     exe = Path(sys.executable).with_name("llmscope")
     sock = f"llmscope-shell-{os.getpid()}"
-    cmd = (f"cd {tmp_path} && OPENAI_API_KEY={CANARY_KEY} LLMSCOPE_RESPONSE_CACHE=off TERM=xterm-256color "
-           f"{exe} --db t.duckdb; echo EXITED-$?; sleep 30")
+    cmd = (
+        f"cd {tmp_path} && OPENAI_API_KEY={CANARY_KEY} LLMSCOPE_RESPONSE_CACHE=off TERM=xterm-256color "
+        f"{exe} --db t.duckdb; echo EXITED-$?; sleep 30"
+    )
     _tmux(sock, "new-session", "-d", "-s", "smoke", "-x", "150", "-y", "45", cmd)
 
     def settled(*needles: str) -> str:
@@ -236,11 +280,16 @@ def test_the_tui_lives_beside_the_shell(oai_server, tmp_path: Path) -> None:  # 
         screen = ""
         while time.monotonic() < end:
             screen = _tmux(sock, "capture-pane", "-p", "-t", "smoke")
-            if all(n in screen for n in needles) and "in use by another process" not in screen \
-                    and "watching" not in screen:
+            if (
+                all(n in screen for n in needles)
+                and "in use by another process" not in screen
+                and "watching" not in screen
+            ):
                 return screen
             time.sleep(0.2)
-        raise AssertionError(f"{needles} not shown, or still watching, 30 s after the command:\n{screen}")
+        raise AssertionError(
+            f"{needles} not shown, or still watching, 30 s after the command:\n{screen}"
+        )
 
     try:
         _wait_for(sock, "run-b")
@@ -256,10 +305,17 @@ def test_the_tui_lives_beside_the_shell(oai_server, tmp_path: Path) -> None:  # 
         assert first.returncode == 0, first.stderr
         (rid_fast,) = set(_runs(db)) - {"run-a", "run-b"}
         settled(rid_fast[:8], "12/12")
-        proc = subprocess.Popen(cli_cmd("run", "--suite", str(slow), "--concurrency", "1", *api), env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            cli_cmd("run", "--suite", str(slow), "--concurrency", "1", *api),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
-            wait_until(lambda: oai_server.held("[slow]"), "a request of the slow run was held", proc)
+            wait_until(
+                lambda: oai_server.held("[slow]"), "a request of the slow run was held", proc
+            )
             wait_stored(db, proc)  # the 3 answered are stored: the run is mid-way and stays so
             proc.send_signal(signal.SIGINT)
             _, err = proc.communicate(timeout=300)
@@ -292,7 +348,9 @@ def test_the_tui_lives_beside_the_shell(oai_server, tmp_path: Path) -> None:  # 
                 runs = _runs(db)
             except duckdb.IOException:  # the window's run holds the file while it writes
                 continue
-            form_runs = [s for r, s in runs.items() if r not in ("run-a", "run-b", rid_fast, rid_slow)]
+            form_runs = [
+                s for r, s in runs.items() if r not in ("run-a", "run-b", rid_fast, rid_slow)
+            ]
             if form_runs and form_runs[0] == ("completed", 6):
                 break
         assert form_runs == [("completed", 6)], _tmux(sock, "capture-pane", "-p", "-t", "smoke")

@@ -110,7 +110,9 @@ async def test_tui_on_locked_db_watches_until_the_file_is_free(writer) -> None:
     """Issue 29: `llmscope` on a file another process holds shows its live channel, and goes
     back to reading (and starting runs on) the file by itself once the holder lets go."""
     db, proc = writer
-    app = LlmscopeApp(db, refresh_s=0.1)  # `llmscope` wants to write, but another process holds the file
+    app = LlmscopeApp(
+        db, refresh_s=0.1
+    )  # `llmscope` wants to write, but another process holds the file
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         assert await wait_until(pilot, lambda: app.blocked is not None)
@@ -181,7 +183,9 @@ async def test_a_finished_run_opens_while_another_run_writes(writer_after_a_fini
     app = LlmscopeApp(db, watch=True, refresh_s=0.1)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        assert await wait_until(pilot, lambda: "run-f" in screen_text(app) and "run-w" in screen_text(app))
+        assert await wait_until(
+            pilot, lambda: "run-f" in screen_text(app) and "run-w" in screen_text(app)
+        )
         home = app.screen
         assert isinstance(home, HomeScreen)
         ids = [str(r["run_id"]) for r in home.rows]
@@ -192,10 +196,14 @@ async def test_a_finished_run_opens_while_another_run_writes(writer_after_a_fini
         dash = app.screen
         assert isinstance(dash, DashboardScreen) and dash.run_id == "run-f"
         acc = expected_accuracy(12, variants=("q1",), shift=7)
-        assert await wait_until(pilot, lambda: f"accuracy {acc:.3f}" in screen_text(app)), screen_text(app)
+        assert await wait_until(pilot, lambda: f"accuracy {acc:.3f}" in screen_text(app)), (
+            screen_text(app)
+        )
         assert "12/12 results" in screen_text(app) and "completed" in screen_text(app)
         await pilot.press("enter")  # its first failing item, with the prompt as stored
         await settle(pilot)
-        assert await wait_until(pilot, lambda: "prompt (exactly as rendered for the model)" in screen_text(app))
+        assert await wait_until(
+            pilot, lambda: "prompt (exactly as rendered for the model)" in screen_text(app)
+        )
         assert _errors(app) == []
         assert proc.poll() is None  # the writer was never disturbed

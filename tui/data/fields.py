@@ -17,8 +17,11 @@ from llmscope.store.db import JSON_RESULT_COLUMNS, RESULT_SCHEMA, decode_json
 # (`RESULT_SCHEMA`) without the heavy text and JSON columns (prompt, top tokens, option scores,
 # extra; the drill-down reads those per item) and the bookkeeping ones.
 _HEAVY_COLS = ("run_id", "prompt", "written_at")
-LIGHT_COLS = [c for c in RESULT_SCHEMA.names
-              if c not in _HEAVY_COLS and (c not in JSON_RESULT_COLUMNS or c == "probs")]
+LIGHT_COLS = [
+    c
+    for c in RESULT_SCHEMA.names
+    if c not in _HEAVY_COLS and (c not in JSON_RESULT_COLUMNS or c == "probs")
+]
 
 
 def is_nan(v: Any) -> bool:

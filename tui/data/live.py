@@ -32,8 +32,11 @@ def owner_gone(run: dict[str, Any], published_at: Any = None) -> bool:
     pid, host = run.get("owner_pid"), run.get("owner_host")
     if not isinstance(pid, int) or host != socket.gethostname():
         return False
-    beat = (dt.datetime.fromtimestamp(published_at, dt.UTC).replace(tzinfo=None)
-            if isinstance(published_at, int | float) else None)
+    beat = (
+        dt.datetime.fromtimestamp(published_at, dt.UTC).replace(tzinfo=None)
+        if isinstance(published_at, int | float)
+        else None
+    )
     return not _owner_alive(pid, beat)
 
 
@@ -126,7 +129,9 @@ def items_from_suite(run: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dic
         return {}, {}
 
 
-def live_to_frame(rows: list[dict[str, Any]], start_seq: int, fields: dict[str, str] | None = None) -> pd.DataFrame:
+def live_to_frame(
+    rows: list[dict[str, Any]], start_seq: int, fields: dict[str, str] | None = None
+) -> pd.DataFrame:
     """Live-channel rows as light rows (`LIGHT_COLS`, then the task's declared `fields`), as
     the results table would hold them."""
     recs = []
@@ -134,9 +139,13 @@ def live_to_frame(rows: list[dict[str, Any]], start_seq: int, fields: dict[str, 
         probs = parse_json(r.get("probs")) or None  # JSON text, as the results table holds it
         pd_ = probs if isinstance(probs, dict) else {}
         rec = {c: r.get(c) for c in LIGHT_COLS}
-        rec.update(item_id=str(r.get("item_id")), seq=start_seq + i, probs=probs,
-                   p_yes=r["p_yes"] if "p_yes" in r else pd_.get("yes"),
-                   p_no=r["p_no"] if "p_no" in r else pd_.get("no"))
+        rec.update(
+            item_id=str(r.get("item_id")),
+            seq=start_seq + i,
+            probs=probs,
+            p_yes=r["p_yes"] if "p_yes" in r else pd_.get("yes"),
+            p_no=r["p_no"] if "p_no" in r else pd_.get("no"),
+        )
         for k in fields or {}:
             rec[k] = field_value(r, k)
         recs.append(rec)
@@ -156,7 +165,9 @@ class LiveFeed:
             snap = read_snapshot(self.dir / "progress.json")
         except (OSError, BadRecord):
             return None
-        snap["ended"] = (self.dir / "ended").exists() or owner_gone(snap.get("run") or {}, snap.get("time"))
+        snap["ended"] = (self.dir / "ended").exists() or owner_gone(
+            snap.get("run") or {}, snap.get("time")
+        )
         return snap
 
     @property
@@ -183,10 +194,12 @@ def item_detail_live(model: RunModel, item_id: str, feed: LiveFeed | None = None
         df = model.frame()
         sub = df[df["item_id"] == item_id]
         for light in sub.to_dict("records"):
-            rows.append({
-                str(k): (None if not isinstance(v, (dict, list)) and is_nan(v) else v)
-                for k, v in light.items()
-            })
+            rows.append(
+                {
+                    str(k): (None if not isinstance(v, (dict, list)) and is_nan(v) else v)
+                    for k, v in light.items()
+                }
+            )
     it = model.items.get(item_id) or {}
     return {
         "item_id": item_id,

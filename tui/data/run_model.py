@@ -81,8 +81,10 @@ class RunModel:
                 self._item_cols = {}
             col = self._item_cols.get((key, name))
             if col is None:
-                vals = [((it.get("fields") or {}).get(name) if key == "fields" else it.get(name))
-                        for it in self.items.values()]
+                vals = [
+                    ((it.get("fields") or {}).get(name) if key == "fields" else it.get(name))
+                    for it in self.items.values()
+                ]
                 col = np.empty(len(vals) + 1, dtype=object)
                 col[:-1] = vals
                 col[-1] = None
@@ -99,14 +101,22 @@ class RunModel:
 
         df = df.copy()
         df["item_id"] = df["item_id"].astype(str).astype(object)
-        df["probs"] = decode_json_column(df["probs"]) if df["probs"].map(lambda v: isinstance(v, str)).any() else df["probs"]
+        df["probs"] = (
+            decode_json_column(df["probs"])
+            if df["probs"].map(lambda v: isinstance(v, str)).any()
+            else df["probs"]
+        )
         ids = df["item_id"]
         for g in self.group_by:
             df[f"g.{g}"] = pd.Series(self.item_values(ids, g), index=df.index, dtype=object)
         if self.has_human:
-            df["human"] = pd.to_numeric(pd.Series(self.item_values(ids, "human_q1"), index=df.index), errors="coerce")
+            df["human"] = pd.to_numeric(
+                pd.Series(self.item_values(ids, "human_q1"), index=df.index), errors="coerce"
+            )
         if self.cluster_field:
-            df["cluster"] = pd.Series(self.item_values(ids, self.cluster_field), index=df.index).astype(str)
+            df["cluster"] = pd.Series(
+                self.item_values(ids, self.cluster_field), index=df.index
+            ).astype(str)
         with self.lock:
             self._chunks.append(df)
             self.last_seq = max(self.last_seq, int(pd.to_numeric(df["seq"]).max()))
@@ -123,8 +133,12 @@ class RunModel:
 
     def poll_db(self, store: Store) -> int:
         """Fetch rows stored since the last poll."""
-        cols = ", ".join([*(f"r.{c}" for c in LIGHT_COLS),
-                          *(f'{field_sql(k, kind)} AS "{k}"' for k, kind in self.field_kinds.items())])
+        cols = ", ".join(
+            [
+                *(f"r.{c}" for c in LIGHT_COLS),
+                *(f'{field_sql(k, kind)} AS "{k}"' for k, kind in self.field_kinds.items()),
+            ]
+        )
         df = store.query_df(
             f"SELECT {cols} FROM results r WHERE r.run_id = ? AND r.seq > ? ORDER BY r.seq",
             [self.run_id, self.last_seq],
@@ -138,8 +152,12 @@ class RunModel:
             with self.lock:
                 version = self.version
             if self.db_metrics is None or self.db_metrics[0] != version:
-                self.db_metrics = (version, run_metrics(store, self.run,
-                                                         producers=DASHBOARD_PRODUCERS + STORED_RUN_PRODUCERS))
+                self.db_metrics = (
+                    version,
+                    run_metrics(
+                        store, self.run, producers=DASHBOARD_PRODUCERS + STORED_RUN_PRODUCERS
+                    ),
+                )
         return n
 
     def add_live(self, rows: list[dict[str, Any]]) -> int:
@@ -149,7 +167,10 @@ class RunModel:
             again = {k for k in keys if k in self._live_keys}
             if again:
                 df = self.frame()
-                old = [(str(i), str(v)) in again for i, v in zip(df["item_id"], df["variant"], strict=True)]
+                old = [
+                    (str(i), str(v)) in again
+                    for i, v in zip(df["item_id"], df["variant"], strict=True)
+                ]
                 self.df = df[[not o for o in old]].reset_index(drop=True)
                 self.version += 1
             self._live_keys.update(keys)

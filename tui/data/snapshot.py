@@ -68,14 +68,28 @@ class Snapshot:
 
 
 # light rows do not carry, and the dashboard does not show them).
-DASHBOARD_PRODUCERS = ("accuracy", "yesno", "calibration", "commonsense", "human_correlation", "worldsense",
-                       "syntaxgym")
+DASHBOARD_PRODUCERS = (
+    "accuracy",
+    "yesno",
+    "calibration",
+    "commonsense",
+    "human_correlation",
+    "worldsense",
+    "syntaxgym",
+)
 # A stored run also gets these (they read whole stored rows; the dashboard lists their overall
 # numbers under "more metrics", the same values `llmscope report` prints).
 STORED_RUN_PRODUCERS = ("contamination", "genmetrics", "probeval")
 # Fields the pipeline reads from an item (besides the suite's group_by and cluster field).
-_PIPELINE_FIELDS = ("human_q1", "category", "tuple_ID", "expectedresp", "problemname", "problemsize",
-                    "options")
+_PIPELINE_FIELDS = (
+    "human_q1",
+    "category",
+    "tuple_ID",
+    "expectedresp",
+    "problemname",
+    "problemsize",
+    "options",
+)
 
 
 def reads_whole_items(task: str | None) -> bool:
@@ -92,14 +106,19 @@ def reads_whole_items(task: str | None) -> bool:
 def pipeline_frame(model: RunModel, df: pd.DataFrame) -> pd.DataFrame:
     """The light rows with the item fields the pipeline needs as ``f.<name>`` columns."""
     out = df.copy()
-    names = [*model.group_by, *([model.cluster_field] if model.cluster_field else []), *_PIPELINE_FIELDS]
+    names = [
+        *model.group_by,
+        *([model.cluster_field] if model.cluster_field else []),
+        *_PIPELINE_FIELDS,
+    ]
     for f in dict.fromkeys(names):
         vals = pd.Series(model.item_values(out["item_id"], f), index=out.index, dtype=object)
         if vals.notna().any():
             out[f"f.{f}"] = vals
     if reads_whole_items(model.task):  # e.g. the SG producer reads whole items (their suite)
-        out["fields"] = pd.Series(model.item_values(out["item_id"], "fields", key="item"), index=out.index,
-                                  dtype=object)
+        out["fields"] = pd.Series(
+            model.item_values(out["item_id"], "fields", key="item"), index=out.index, dtype=object
+        )
     out["run_id"] = model.run_id
     return out
 
@@ -128,7 +147,9 @@ def compute_snapshot(model: RunModel, df: pd.DataFrame) -> Snapshot:
     if dbm is not None and dbm[0] == model.version:
         rm = dbm[1]
     else:
-        rm = compute_metrics(pipeline_frame(model, df), model.run, model.spec, producers=DASHBOARD_PRODUCERS)
+        rm = compute_metrics(
+            pipeline_frame(model, df), model.run, model.spec, producers=DASHBOARD_PRODUCERS
+        )
     fill_from_metrics(snap, rm, model.group_by)
     conf = pd.to_numeric(df["confidence"], errors="coerce").to_numpy(float)[ok]
     fill_reliability(snap, conf, correct[ok])
@@ -153,20 +174,32 @@ def fill_from_metrics(snap: Snapshot, rm: Any, group_by: list[str]) -> None:
     acc_name = "item_accuracy" if rm.get("item_accuracy") is not None else "accuracy"
     snap.accuracy_name = acc_name
     snap.overall = _acc_of(rm.get(acc_name), "overall")
-    snap.variants = [a for m in rm.by_group(acc_name, "variant") if (a := _acc_of(m, str(m.group["variant"])))]
+    snap.variants = [
+        a for m in rm.by_group(acc_name, "variant") if (a := _acc_of(m, str(m.group["variant"])))
+    ]
     for g in group_by:
-        accs = [a for m in rm.by_group(acc_name, g)[:MAX_GROUPS] if (a := _acc_of(m, str(m.group[g])))]
+        accs = [
+            a for m in rm.by_group(acc_name, g)[:MAX_GROUPS] if (a := _acc_of(m, str(m.group[g])))
+        ]
         if accs:
             snap.groups[g] = accs
-    snap.ece, snap.mce, snap.brier, snap.brier_yes = (_val(rm, n) for n in ("ece", "mce", "brier", "brier_yes"))
+    snap.ece, snap.mce, snap.brier, snap.brier_yes = (
+        _val(rm, n) for n in ("ece", "mce", "brier", "brier_yes")
+    )
     snap.ece_raw = _val(rm, "ece_raw")
     _yesno_table(rm, snap)
     snap.worldsense = _worldsense_table(rm)  # None unless the WorldSense producer reported
     sg = rm.get("sg_score")
-    if sg is not None:  # SyntaxGym: the pipeline's SG scores (per suite Wilson, overall stratified bootstrap)
+    if (
+        sg is not None
+    ):  # SyntaxGym: the pipeline's SG scores (per suite Wilson, overall stratified bootstrap)
         snap.sg_overall = _acc_of(sg, "overall")
-        snap.sg = [a for m in rm.metrics if m.name == "sg_score" and len(m.group) == 1
-                   if (a := _acc_of(m, str(next(iter(m.group.values())))))]
+        snap.sg = [
+            a
+            for m in rm.metrics
+            if m.name == "sg_score" and len(m.group) == 1
+            if (a := _acc_of(m, str(next(iter(m.group.values())))))
+        ]
 
 
 def fill_reliability(snap: Snapshot, conf: np.ndarray, correct: np.ndarray) -> None:
@@ -230,21 +263,25 @@ def fill_human_hist(df: pd.DataFrame, err: np.ndarray, snap: Snapshot) -> None:
     def hist(x: np.ndarray) -> list[int]:
         return np.bincount(uniform_bin(x, 10), minlength=10).tolist()
 
-    snap.human_hist = {"humans agree": hist(py[fin & (hum >= 0.5)]),
-                       "humans disagree": hist(py[fin & (hum < 0.5)])}
+    snap.human_hist = {
+        "humans agree": hist(py[fin & (hum >= 0.5)]),
+        "humans disagree": hist(py[fin & (hum < 0.5)]),
+    }
 
 
 def _worldsense_table(rm: Any) -> pd.DataFrame | None:
     recs = []
     for m in rm.by_group("worldsense_accuracy", "problemname"):
         b = rm.get("worldsense_bias", m.group)
-        recs.append({
-            "problemname": m.group["problemname"],
-            "acc": m.value,
-            "acc_ci": None if m.hi is None else m.hi - m.value,
-            "bias": None if b is None else b.value,
-            "bias_ci": None if b is None or b.hi is None else b.hi - b.value,
-        })
+        recs.append(
+            {
+                "problemname": m.group["problemname"],
+                "acc": m.value,
+                "acc_ci": None if m.hi is None else m.hi - m.value,
+                "bias": None if b is None else b.value,
+                "bias_ci": None if b is None or b.hi is None else b.hi - b.value,
+            }
+        )
     return pd.DataFrame(recs) if recs else None
 
 
@@ -271,16 +308,23 @@ def _failing(
     g0 = f"g.{model.group_by[0]}" if model.group_by else None
     # an item without the field: "None", as the paged list's SQL labels it (astype(str) alone
     # keeps it missing, NaN, in pandas' string dtype: shown "-" and sorted apart)
-    group = (sub[g0].astype(object).where(sub[g0].notna(), "None").astype(str) if g0 and g0 in sub
-             else pd.Series([""] * len(sub), index=sub.index))
+    group = (
+        sub[g0].astype(object).where(sub[g0].notna(), "None").astype(str)
+        if g0 and g0 in sub
+        else pd.Series([""] * len(sub), index=sub.index)
+    )
     if "human" in sub:
         from llmscope.analysis.yesno import human_distance
 
-        dist = pd.Series(human_distance(sub["p_yes"], sub["p_no"] if "p_no" in sub else np.nan, sub["human"]),
-                         index=sub.index)
+        dist = pd.Series(
+            human_distance(sub["p_yes"], sub["p_no"] if "p_no" in sub else np.nan, sub["human"]),
+            index=sub.index,
+        )
     else:
         dist = pd.Series([np.nan] * len(sub), index=sub.index)
-    text = pd.Series(model.item_values(sub["item_id"], "text", key="item"), index=sub.index).fillna("")
+    text = pd.Series(model.item_values(sub["item_id"], "text", key="item"), index=sub.index).fillna(
+        ""
+    )
     snap.failing = {
         "item_id": sub["item_id"].astype(str).tolist(),
         "variant": sub["variant"].astype(str).tolist(),

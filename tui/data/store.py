@@ -125,7 +125,9 @@ class StoreHandle:
     def _open_reader(self) -> Store:
         if not Path(self.path).exists():
             if self.read_only:
-                raise StoreError(f"no database at {self.path} (run `llmscope run` first, or pass --db)")
+                raise StoreError(
+                    f"no database at {self.path} (run `llmscope run` first, or pass --db)"
+                )
             Store(self.path).close()  # create it (a new file), then read it like any other
         try:
             return Store(self.path, read_only=True)
@@ -193,7 +195,11 @@ def load_items(store: Store, suite_id: str) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     # `texts`: an item without gold or options holds NaN beside items with them (pandas' string dtype)
     for iid, text, gold, opts, fields in zip(
-        df["item_id"], texts(df["text"]), texts(df["gold"]), texts(df["options"]), texts(df["fields"]),
+        df["item_id"],
+        texts(df["text"]),
+        texts(df["gold"]),
+        texts(df["options"]),
+        texts(df["fields"]),
         strict=True,
     ):
         out[str(iid)] = {
@@ -221,8 +227,14 @@ def quick_snapshot(store: Store, run_id: str) -> tuple[dict[str, Any] | None, Sn
     ).fetchone() or (0, 0, 0)
     spec = store.suite_spec(run["suite_id"]) if run.get("suite_id") else {}
     group_by = [g for g in (spec.get("group_by") or []) if isinstance(g, str)]
-    return run, Snapshot(version=-2, n=int(n), n_errors=int(n_err), n_scored=int(n_scored), pending=True,
-                         group_field=group_by[0] if group_by else None)
+    return run, Snapshot(
+        version=-2,
+        n=int(n),
+        n_errors=int(n_err),
+        n_scored=int(n_scored),
+        pending=True,
+        group_field=group_by[0] if group_by else None,
+    )
 
 
 def stored_snapshot(store: Store, run: dict[str, Any]) -> tuple[Snapshot, list[str]]:
@@ -242,33 +254,50 @@ def stored_snapshot(store: Store, run: dict[str, Any]) -> tuple[Snapshot, list[s
     rm = run_metrics(store, run, producers=DASHBOARD_PRODUCERS + STORED_RUN_PRODUCERS)
     fill_from_metrics(snap, rm, group_by)
     ok = "run_id = ? AND error IS NULL"
-    cc = store.query_df(f"SELECT confidence, correct FROM results WHERE {ok} AND isfinite(correct)", [rid])
-    fill_reliability(snap, pd.to_numeric(cc["confidence"], errors="coerce").to_numpy(float),
-                 pd.to_numeric(cc["correct"], errors="coerce").to_numpy(float))
+    cc = store.query_df(
+        f"SELECT confidence, correct FROM results WHERE {ok} AND isfinite(correct)", [rid]
+    )
+    fill_reliability(
+        snap,
+        pd.to_numeric(cc["confidence"], errors="coerce").to_numpy(float),
+        pd.to_numeric(cc["correct"], errors="coerce").to_numpy(float),
+    )
     if rm.get("mean_p_other") is not None:
         oth = store.query_df(f"SELECT other FROM results WHERE {ok}", [rid])
         fill_other(snap, rm, pd.to_numeric(oth["other"], errors="coerce").to_numpy(float))
     suite = [run.get("suite_id")]
     # Whether the suite carries human agreement (as RunModel.has_human: its first 50 items).
-    has_human = (store.execute(
-        "SELECT count(*) FROM (SELECT fields FROM items WHERE suite_id = ? ORDER BY idx LIMIT 50) "
-        "WHERE json_extract(fields, '$.human_q1') IS NOT NULL", suite).fetchone() or (0,))[0] > 0
-    join = "FROM results r JOIN items i ON i.suite_id = ? AND i.item_id = r.item_id WHERE r.run_id = ?"
+    has_human = (
+        store.execute(
+            "SELECT count(*) FROM (SELECT fields FROM items WHERE suite_id = ? ORDER BY idx LIMIT 50) "
+            "WHERE json_extract(fields, '$.human_q1') IS NOT NULL",
+            suite,
+        ).fetchone()
+        or (0,)
+    )[0] > 0
+    join = (
+        "FROM results r JOIN items i ON i.suite_id = ? AND i.item_id = r.item_id WHERE r.run_id = ?"
+    )
     if has_human:
         hum = store.query_df(
             f"SELECT r.variant, r.p_yes, TRY_CAST(json_extract_string(i.fields, '$.human_q1') AS DOUBLE) AS human "
-            f"{join} AND r.error IS NULL", [*suite, rid])
+            f"{join} AND r.error IS NULL",
+            [*suite, rid],
+        )
         fill_human_hist(hum, np.zeros(len(hum), dtype=bool), snap)
         fill_human_stats(snap, rm)
     if snap.group_field:
         # the group filter's values: those of the run's items (NULL: none), as text, sorted
         vals = store.execute(
             f"SELECT DISTINCT json_extract_string(i.fields, ?) AS g {join} AND g IS NOT NULL ORDER BY g LIMIT 200",
-            ["$." + json.dumps(snap.group_field), *suite, rid]).fetchall()
+            ["$." + json.dumps(snap.group_field), *suite, rid],
+        ).fetchall()
         snap.group_values = [str(v) for (v,) in vals]
     per = store.execute(
         f"SELECT coalesce(CAST(variant AS VARCHAR), 'None') AS v, bool_or(isfinite(correct)) FROM results "
-        f"WHERE {ok} GROUP BY v ORDER BY v", [rid]).fetchall()
+        f"WHERE {ok} GROUP BY v ORDER BY v",
+        [rid],
+    ).fetchall()
     no_gold = [str(v) for v, has in per if not has] if any(has for _, has in per) else []
     return snap, no_gold
 
@@ -276,4 +305,10 @@ def stored_snapshot(store: Store, run: dict[str, Any]) -> tuple[Snapshot, list[s
 def item_detail(store: Store, run_id: str, item_id: str) -> dict[str, Any]:
     """Every stored variant of one item in one run, with the item's fields (`Store.item_detail`)."""
     d = store.item_detail(run_id, item_id)
-    return {"item_id": d.item_id, "text": d.text, "fields": d.fields, "options": d.options, "variants": d.variants}
+    return {
+        "item_id": d.item_id,
+        "text": d.text,
+        "fields": d.fields,
+        "options": d.options,
+        "variants": d.variants,
+    }

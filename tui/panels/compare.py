@@ -20,13 +20,30 @@ from rich.text import Text
 from llmscope.analysis.rows import format_p
 from llmscope.tui.widgets import literal
 
-__all__ = ["CompareMatrix", "PairCell", "compare_matrix", "disagreement_rows", "render_matrix", "render_pairs",
-           "sort_disagreements"]
+__all__ = [
+    "CompareMatrix",
+    "PairCell",
+    "compare_matrix",
+    "disagreement_rows",
+    "render_matrix",
+    "render_pairs",
+    "sort_disagreements",
+]
 
 # Overall metrics shown as matrix columns when a run has them (report names, in this order);
 # other overall metrics follow, up to MAX_METRICS in all.
-PREFERRED = ("accuracy", "item_accuracy", "ece", "brier", "yes_bias", "human_pearson", "probeval_kl",
-             "position_bias", "off_format_rate", "errors")
+PREFERRED = (
+    "accuracy",
+    "item_accuracy",
+    "ece",
+    "brier",
+    "yes_bias",
+    "human_pearson",
+    "probeval_kl",
+    "position_bias",
+    "off_format_rate",
+    "errors",
+)
 MAX_METRICS = 8
 
 
@@ -83,7 +100,7 @@ def compare_matrix(store: Any, run_ids: list[str]) -> CompareMatrix:
     out = CompareMatrix(ids, runs, metrics[:MAX_METRICS], values)
     # every pair is `llmscope compare A B`; with 3+ runs each p-value is also Holm-adjusted over
     # all the pairs shown (`compare_pairs`, as the study screen's comparisons)
-    res = compare_pairs(store, [(a, b) for i, a in enumerate(ids) for b in ids[i + 1:]])
+    res = compare_pairs(store, [(a, b) for i, a in enumerate(ids) for b in ids[i + 1 :]])
     for p in res["pairs"]:
         if p["error"]:
             out.error = str(p["error"])
@@ -92,7 +109,9 @@ def compare_matrix(store: Any, run_ids: list[str]) -> CompareMatrix:
         out.pairs[(p["a"], p["b"])] = PairCell(p["a"], p["b"], p["comparison"], p["p_adjusted"])
     out.correction, out.family_size = res["correction"], res["family_size"]
     if runs:
-        rows = store.execute("SELECT item_id, text FROM items WHERE suite_id = ?", [runs[0]["suite_id"]]).fetchall()
+        rows = store.execute(
+            "SELECT item_id, text FROM items WHERE suite_id = ?", [runs[0]["suite_id"]]
+        ).fetchall()
         out.items = {str(i): t or "" for i, t in rows}
     return out
 
@@ -109,7 +128,9 @@ def _ci(row: dict[str, Any] | None, name: str) -> Text:
     return t
 
 
-def render_matrix(m: CompareMatrix, width: int = 120, labels: dict[str, str] | None = None) -> Table:
+def render_matrix(
+    m: CompareMatrix, width: int = 120, labels: dict[str, str] | None = None
+) -> Table:
     """Runs x metrics: each value with its 95% interval, as `llmscope report` gives it.
 
     As many metric columns as `width` holds (about 22 cells each); the run id is never cut.
@@ -124,16 +145,23 @@ def render_matrix(m: CompareMatrix, width: int = 120, labels: dict[str, str] | N
     fit = max(1, (width - run_w - model_w - 6) // 23)
     names = m.metrics[:fit]
     hidden = len(m.metrics) - len(names)
-    title = "runs × metrics (as llmscope report)" + (f"; {hidden} more with a wider window" if hidden else "")
+    title = "runs × metrics (as llmscope report)" + (
+        f"; {hidden} more with a wider window" if hidden else ""
+    )
     t = Table(box=None, padding=(0, 1), header_style="bold", title=title, title_justify="left")
     t.add_column("run", no_wrap=True, min_width=run_w)
-    t.add_column("cell" if labels else "model", no_wrap=True, max_width=model_w, overflow="ellipsis")
+    t.add_column(
+        "cell" if labels else "model", no_wrap=True, max_width=model_w, overflow="ellipsis"
+    )
     for name in names:
         t.add_column(name, no_wrap=True, overflow="ellipsis")
     for r in m.runs:
         rid = str(r["run_id"])
-        t.add_row(literal(rid), literal(who(r)),
-                  *[_ci(m.values.get(rid, {}).get(name), name) for name in names])
+        t.add_row(
+            literal(rid),
+            literal(who(r)),
+            *[_ci(m.values.get(rid, {}).get(name), name) for name in names],
+        )
     return t
 
 
@@ -145,9 +173,13 @@ def render_pairs(m: CompareMatrix) -> Any:
         return Text(m.error, style="yellow")
     if len(m.run_ids) < 2:
         return Text("")
-    t = Table(box=None, padding=(0, 1), header_style="bold",
-              title="paired Δ accuracy: column − row [95% CI] p   (= llmscope compare ROW COL)",
-              title_justify="left")
+    t = Table(
+        box=None,
+        padding=(0, 1),
+        header_style="bold",
+        title="paired Δ accuracy: column − row [95% CI] p   (= llmscope compare ROW COL)",
+        title_justify="left",
+    )
     t.add_column("row \\ column", no_wrap=True)
     for b in m.run_ids[1:]:
         t.add_column(literal(b), no_wrap=True)
@@ -165,8 +197,13 @@ def render_pairs(m: CompareMatrix) -> Any:
                 cells.append(Text("no common items", style="dim"))
                 continue
             sig = lo is not None and hi is not None and (lo > 0 or hi < 0)
-            txt = Text(f"{d:+.3f}", style="bold green" if sig and d > 0 else "bold red" if sig else "")
-            txt.append(f" [{lo:+.3f}, {hi:+.3f}] p={format_p(cp.get('p_value'))} n={cp.get('n')}", style="dim")
+            txt = Text(
+                f"{d:+.3f}", style="bold green" if sig and d > 0 else "bold red" if sig else ""
+            )
+            txt.append(
+                f" [{lo:+.3f}, {hi:+.3f}] p={format_p(cp.get('p_value'))} n={cp.get('n')}",
+                style="dim",
+            )
             if c.p_holm is not None:
                 txt.append(f"\n{HOLM_NAME}={format_p(c.p_holm)}", style="dim")
             cells.append(txt)
@@ -179,15 +216,20 @@ def render_pairs(m: CompareMatrix) -> Any:
             continue
         mp = format_p(mc.get("p"))
         lines.append(f"{b} vs {a}: ", style="bold")
-        lines.append(f"Δacc {c.diff:+.3f} [{lo:+.3f}, {hi:+.3f}] p={format_p(cp.get('p_value'))}  n={cp.get('n')} "
-                     f"clusters={cp.get('n_clusters')}   McNemar b={mc.get('b_base_only')} c={mc.get('c_run_only')} "
-                     f"p={mp} ({mc.get('method')})")
+        lines.append(
+            f"Δacc {c.diff:+.3f} [{lo:+.3f}, {hi:+.3f}] p={format_p(cp.get('p_value'))}  n={cp.get('n')} "
+            f"clusters={cp.get('n_clusters')}   McNemar b={mc.get('b_base_only')} c={mc.get('c_run_only')} "
+            f"p={mp} ({mc.get('method')})"
+        )
         if c.p_holm is not None:
             lines.append(f"  {HOLM_NAME}={format_p(c.p_holm)}")
         lines.append("\n")
     if m.correction:
-        lines.append(f"{HOLM_NAME}: {m.correction} over the {m.family_size} pairs shown; "
-                     "p alone is each pair's own test", style="dim")
+        lines.append(
+            f"{HOLM_NAME}: {m.correction} over the {m.family_size} pairs shown; "
+            "p alone is each pair's own test",
+            style="dim",
+        )
     return Group(t, lines)
 
 
@@ -199,12 +241,20 @@ def disagreement_rows(m: CompareMatrix) -> list[dict[str, Any]]:
         for rec in cell.comparison.get("disagreements") or []:
             ca, cb = rec.get("correct_base"), rec.get("correct_run")
             d = float(cb) - float(ca) if ca is not None and cb is not None else math.nan
-            out.append({
-                "a": a, "b": b, "pair": f"{a[:8]}→{b[:8]}", "item_id": str(rec.get("item_id")),
-                "variant": rec.get("variant"), "diff": d, "prediction_a": rec.get("prediction_base"),
-                "prediction_b": rec.get("prediction_run"), "gold_a": rec.get("gold"),
-                "text": m.items.get(str(rec.get("item_id")), ""),
-            })
+            out.append(
+                {
+                    "a": a,
+                    "b": b,
+                    "pair": f"{a[:8]}→{b[:8]}",
+                    "item_id": str(rec.get("item_id")),
+                    "variant": rec.get("variant"),
+                    "diff": d,
+                    "prediction_a": rec.get("prediction_base"),
+                    "prediction_b": rec.get("prediction_run"),
+                    "gold_a": rec.get("gold"),
+                    "text": m.items.get(str(rec.get("item_id")), ""),
+                }
+            )
     return out
 
 
@@ -223,5 +273,12 @@ def sort_disagreements(rows: list[dict[str, Any]], how: str) -> list[dict[str, A
     """Largest |difference| first (then item id, numerically), or by item id numerically."""
     if how == "item":
         return sorted(rows, key=lambda r: (_item_key(r["item_id"]), str(r["variant"]), r["pair"]))
-    return sorted(rows, key=lambda r: (-abs(r["diff"]) if math.isfinite(r["diff"]) else 0.0,
-                                       _item_key(r["item_id"]), str(r["variant"]), r["pair"]))
+    return sorted(
+        rows,
+        key=lambda r: (
+            -abs(r["diff"]) if math.isfinite(r["diff"]) else 0.0,
+            _item_key(r["item_id"]),
+            str(r["variant"]),
+            r["pair"],
+        ),
+    )

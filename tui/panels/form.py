@@ -32,7 +32,15 @@ from llmscope.engine.config import (
     parse_options,
 )
 
-__all__ = ["FIELDS", "FormError", "FormField", "FormRun", "RunForm", "check_task_options", "form_run"]
+__all__ = [
+    "FIELDS",
+    "FormError",
+    "FormField",
+    "FormRun",
+    "RunForm",
+    "check_task_options",
+    "form_run",
+]
 
 
 @dataclass(frozen=True)
@@ -51,21 +59,53 @@ class FormField:
 # The registry of the form's fields, in screen order; `form_run` reads exactly these.
 FIELDS: tuple[FormField, ...] = (
     FormField("suite", "f-suite", "suite", placeholder="built-in name or spec path"),
-    FormField("suite_path", "f-suite-path", "suite path", placeholder="data file/folder (commonsense, worldsense)"),
-    FormField("model", "f-model", "model", placeholder="default | hf:ID or folder | gguf:FILE | openai:NAME"),
-    FormField("base_url", "f-base-url", "base URL", placeholder="openai: models (several: comma-separated)"),
-    FormField("device", "f-device", "device", default="auto", placeholder="auto, cpu, cuda, cuda:1, mps"),
+    FormField(
+        "suite_path",
+        "f-suite-path",
+        "suite path",
+        placeholder="data file/folder (commonsense, worldsense)",
+    ),
+    FormField(
+        "model",
+        "f-model",
+        "model",
+        placeholder="default | hf:ID or folder | gguf:FILE | openai:NAME",
+    ),
+    FormField(
+        "base_url",
+        "f-base-url",
+        "base URL",
+        placeholder="openai: models (several: comma-separated)",
+    ),
+    FormField(
+        "device", "f-device", "device", default="auto", placeholder="auto, cpu, cuda, cuda:1, mps"
+    ),
     FormField("dtype", "f-dtype", "dtype", kind="select", default="auto", choices=DTYPES),
-    FormField("chat", "f-chat", "chat", kind="select", default="task default", choices=("task default", "on", "off")),
+    FormField(
+        "chat",
+        "f-chat",
+        "chat",
+        kind="select",
+        default="task default",
+        choices=("task default", "on", "off"),
+    ),
     FormField("threads", "f-threads", "threads", kind="int", placeholder="torch default"),
     FormField("batch_size", "f-batch", "batch size", kind="int", default="16"),
     FormField("concurrency", "f-conc", "concurrency", kind="int", default="8"),
     FormField("limit", "f-limit", "limit", kind="int", placeholder="all items"),
     FormField("seed", "f-seed", "seed", kind="int", default="0"),
     FormField("top_logprobs", "f-top-logprobs", "top-logprobs", kind="int", default="20"),
-    FormField("reasoning", "f-reasoning", "reasoning", kind="select", default="off", choices=("off", "on")),
-    FormField("reasoning_effort", "f-effort", "effort", kind="select", default="default",
-              choices=("default", *REASONING_EFFORTS)),
+    FormField(
+        "reasoning", "f-reasoning", "reasoning", kind="select", default="off", choices=("off", "on")
+    ),
+    FormField(
+        "reasoning_effort",
+        "f-effort",
+        "effort",
+        kind="select",
+        default="default",
+        choices=("default", *REASONING_EFFORTS),
+    ),
     FormField("options", "f-options", "task options", placeholder="key=value ... (JSON values)"),
 )
 BY_NAME = {f.name: f for f in FIELDS}
@@ -91,15 +131,25 @@ class FormRun:
 
     def params(self) -> dict[str, Any]:
         """The parameters `LlmscopeApp.start_run` takes."""
-        return {"suite": self.suite, "suite_path": self.suite_path, "options": dict(self.options),
-                "limit": self.limit, "config": self.config, "model": self.config.model}
+        return {
+            "suite": self.suite,
+            "suite_path": self.suite_path,
+            "options": dict(self.options),
+            "limit": self.limit,
+            "config": self.config,
+            "model": self.config.model,
+        }
 
 
 def _flag_field(message: str) -> str | None:
     for name, (flag, _lo, _hi) in NUMERIC_RANGES.items():
         if message.startswith(flag + " "):
             return name
-    for flag, name in (("--dtype", "dtype"), ("--base-url", "base_url"), ("--reasoning-effort", "reasoning_effort")):
+    for flag, name in (
+        ("--dtype", "dtype"),
+        ("--base-url", "base_url"),
+        ("--reasoning-effort", "reasoning_effort"),
+    ):
         if message.startswith(flag):
             return name
     return None
@@ -121,7 +171,9 @@ def form_run(values: Mapping[str, str]) -> FormRun:
         try:
             return int(text)
         except ValueError:
-            raise FormError(name, f"{BY_NAME[name].label} must be a whole number, got {text!r}") from None
+            raise FormError(
+                name, f"{BY_NAME[name].label} must be a whole number, got {text!r}"
+            ) from None
 
     suite = val("suite")
     if not suite:
@@ -142,7 +194,9 @@ def form_run(values: Mapping[str, str]) -> FormRun:
         dtype=val("dtype") or "auto",
         chat=chat,
         reasoning=val("reasoning") == "on",
-        reasoning_effort=None if val("reasoning_effort") in ("", "default") else val("reasoning_effort"),
+        reasoning_effort=None
+        if val("reasoning_effort") in ("", "default")
+        else val("reasoning_effort"),
     )
     for name in ("threads", "batch_size", "concurrency", "seed", "top_logprobs"):
         n = number(name)
@@ -150,13 +204,17 @@ def form_run(values: Mapping[str, str]) -> FormRun:
             cfg = dataclasses.replace(cfg, **{name: n})
     try:
         cfg.validate()
-        if cfg.reasoning_effort is not None:  # API models only: the same rule `llmscope run` applies
+        if (
+            cfg.reasoning_effort is not None
+        ):  # API models only: the same rule `llmscope run` applies
             cfg.resolve()
     except ConfigError as e:
         raise FormError(_flag_field(str(e)) or "model", str(e)) from None
     except ModelSpecError as e:  # the model argument itself is wrong
         raise FormError("model", str(e)) from None
-    return FormRun(suite=suite, suite_path=val("suite_path") or None, options=options, limit=limit, config=cfg)
+    return FormRun(
+        suite=suite, suite_path=val("suite_path") or None, options=options, limit=limit, config=cfg
+    )
 
 
 _SUITE_TASKS: dict[tuple[str, str | None], tuple[str, dict[str, Any]]] = {}
@@ -222,18 +280,30 @@ class RunForm(VerticalScroll):
             self.run = run
 
     def compose(self) -> ComposeResult:
-        yield Label("New run  (Enter in a field or the button starts it)", classes="title form-title")
+        yield Label(
+            "New run  (Enter in a field or the button starts it)", classes="title form-title"
+        )
         with Grid():
             for f in FIELDS:
                 if f.name == "options":
                     continue
                 yield Label(f.label, id=f"{f.id}-label")
                 if f.kind == "select":
-                    yield Select([(c, c) for c in f.choices], value=f.default, allow_blank=False,
-                                 id=f.id, compact=True)
+                    yield Select(
+                        [(c, c) for c in f.choices],
+                        value=f.default,
+                        allow_blank=False,
+                        id=f.id,
+                        compact=True,
+                    )
                 else:
-                    yield Input(value=f.default or None, placeholder=f.placeholder, id=f.id, compact=True,
-                                type="integer" if f.kind == "int" else "text")
+                    yield Input(
+                        value=f.default or None,
+                        placeholder=f.placeholder,
+                        id=f.id,
+                        compact=True,
+                        type="integer" if f.kind == "int" else "text",
+                    )
         with Grid(id="f-opts-row"):
             o = BY_NAME["options"]
             yield Label(o.label, id=f"{o.id}-label")
@@ -251,7 +321,9 @@ class RunForm(VerticalScroll):
         out: dict[str, str] = {}
         for f in FIELDS:
             w = self.query_one(f"#{f.id}")
-            out[f.name] = str(w.value) if isinstance(w, Select) else self.query_one(f"#{f.id}", Input).value
+            out[f.name] = (
+                str(w.value) if isinstance(w, Select) else self.query_one(f"#{f.id}", Input).value
+            )
         return out
 
     def set_value(self, name: str, value: str) -> None:
@@ -274,8 +346,16 @@ class RunForm(VerticalScroll):
             w.tooltip = error if bad else None
         t = Text()
         if error:
-            t.append("✘ " + (f"{BY_NAME[field].label}: " if field and not error.startswith(
-                (BY_NAME[field].label, field)) else "") + error, style="bold red")
+            t.append(
+                "✘ "
+                + (
+                    f"{BY_NAME[field].label}: "
+                    if field and not error.startswith((BY_NAME[field].label, field))
+                    else ""
+                )
+                + error,
+                style="bold red",
+            )
         elif hint:
             t.append("✔ ", style="green")
         if hint:

@@ -50,8 +50,16 @@ if TYPE_CHECKING:
     from llmscope.tui.app import LlmscopeApp
     from llmscope.tui.data.run_model import RunModel
 
-__all__ = ["HumanData", "HumanScreen", "human_data", "human_data_live", "human_kind", "rating_table",
-           "render_human_item", "render_human_summary"]
+__all__ = [
+    "HumanData",
+    "HumanScreen",
+    "human_data",
+    "human_data_live",
+    "human_kind",
+    "rating_table",
+    "render_human_item",
+    "render_human_summary",
+]
 
 KINDS = ("agreement", "counts", "clusters", "rating")
 
@@ -65,7 +73,10 @@ def human_kind(fields: dict[str, Any], spec: dict[str, Any], task: str | None) -
         return "counts"
     if "clusters" in fields and "raw" in fields:
         return "clusters"
-    if task_has(task, "human_ratings") and _num(fields.get(spec.get("gold_field") or "gold")) is not None:
+    if (
+        task_has(task, "human_ratings")
+        and _num(fields.get(spec.get("gold_field") or "gold")) is not None
+    ):
         return "rating"
     return None
 
@@ -77,19 +88,38 @@ class HumanData:
 
     kind: str | None
     run: dict[str, Any]
-    metrics: list[dict[str, Any]] = field(default_factory=list)  # pipeline rows about humans (overall)
+    metrics: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # pipeline rows about humans (overall)
     agreement: pd.DataFrame | None = None  # item_id, text, human, p_yes
-    choices: pd.DataFrame | None = None  # item_id, text, options, human (shares), model (probs), tv, agree
-    rating: pd.DataFrame | None = None  # label, human, model (the pipeline's shares), n_human, n_model
+    choices: pd.DataFrame | None = (
+        None  # item_id, text, options, human (shares), model (probs), tv, agree
+    )
+    rating: pd.DataFrame | None = (
+        None  # label, human, model (the pipeline's shares), n_human, n_model
+    )
     probeval: dict[str, Any] | None = None  # the stored analysis (per question tables)
     texts: dict[str, str] = field(default_factory=dict)
     live_rows: int | None = None  # a live run: the rows received so far (None: the stored run)
 
 
-HUMAN_METRICS = ("consensus", "awareness", "commonsensicality", "human_pearson", "human_spearman",
-                 "probeval_kl", "probeval_wrong_share", "human_majority_agreement", "human_tv_distance",
-                 "fit_alpha", "human_loglik", "human_ll_uniform", "human_ll_empirical", "human_ll_per_choice",
-                 "softmax_accuracy_fitted")
+HUMAN_METRICS = (
+    "consensus",
+    "awareness",
+    "commonsensicality",
+    "human_pearson",
+    "human_spearman",
+    "probeval_kl",
+    "probeval_wrong_share",
+    "human_majority_agreement",
+    "human_tv_distance",
+    "fit_alpha",
+    "human_loglik",
+    "human_ll_uniform",
+    "human_ll_empirical",
+    "human_ll_per_choice",
+    "softmax_accuracy_fitted",
+)
 
 
 def human_data(store: Any, run: dict[str, Any]) -> HumanData:
@@ -112,13 +142,27 @@ def human_data(store: Any, run: dict[str, Any]) -> HumanData:
             from llmscope.report import probeval_for_run
 
             res = probeval_for_run(store, run, save=not getattr(store, "read_only", False))
-            out.probeval = store.load_analysis(run["run_id"], "probeval") if res is not None else None
+            out.probeval = (
+                store.load_analysis(run["run_id"], "probeval") if res is not None else None
+            )
             if out.probeval is None and res is not None:  # read-only: the same payload, not stored
-                out.probeval = {"questions": {q: {"kl": sc.kl, "n_model": sc.n_model, "n_wrong": sc.n_wrong,
-                                                  "table": sc.table.to_dict("records")}
-                                              for q, sc in res.scores.items()}}
+                out.probeval = {
+                    "questions": {
+                        q: {
+                            "kl": sc.kl,
+                            "n_model": sc.n_model,
+                            "n_wrong": sc.n_wrong,
+                            "table": sc.table.to_dict("records"),
+                        }
+                        for q, sc in res.scores.items()
+                    }
+                }
         return out
-    df = results_with_fields(store, run["run_id"]) if out.kind in ("agreement", "counts") else pd.DataFrame()
+    df = (
+        results_with_fields(store, run["run_id"])
+        if out.kind in ("agreement", "counts")
+        else pd.DataFrame()
+    )
     return _fill(out, rm, df, spec)
 
 
@@ -148,9 +192,17 @@ def human_data_live(model: RunModel) -> HumanData:
     return _fill(out, rm, f, model.spec)
 
 
-def _empty(run: dict[str, Any], spec: dict[str, Any], items: dict[str, dict[str, Any]]) -> HumanData:
-    kind = next((k for it in list(items.values())[:50]
-                 if (k := human_kind(it.get("fields") or {}, spec, run.get("task")))), None)
+def _empty(
+    run: dict[str, Any], spec: dict[str, Any], items: dict[str, dict[str, Any]]
+) -> HumanData:
+    kind = next(
+        (
+            k
+            for it in list(items.values())[:50]
+            if (k := human_kind(it.get("fields") or {}, spec, run.get("task")))
+        ),
+        None,
+    )
     return HumanData(kind, run, texts={i: str(it.get("text") or "") for i, it in items.items()})
 
 
@@ -167,13 +219,24 @@ def _fill(out: HumanData, rm: RunMetrics, df: pd.DataFrame, spec: dict[str, Any]
     out.rating = rating_table(rm)
     df = df[df["error"].isna()] if "error" in df else df
     if out.kind == "agreement" and len(df):
-        q = df[df["variant"].astype(str) == "q1"] if (df["variant"].astype(str) == "q1").any() else df
-        out.agreement = pd.DataFrame({
-            "item_id": q["item_id"].astype(str), "text": q["item_id"].astype(str).map(out.texts),
-            "human": pd.to_numeric(q["f.human_q1"], errors="coerce"),
-            "p_yes": pd.to_numeric(q["p_yes"], errors="coerce"),
-            "p_no": pd.to_numeric(q["p_no"], errors="coerce") if "p_no" in q else np.nan,
-        }).dropna(subset=["human", "p_yes"]).reset_index(drop=True)
+        q = (
+            df[df["variant"].astype(str) == "q1"]
+            if (df["variant"].astype(str) == "q1").any()
+            else df
+        )
+        out.agreement = (
+            pd.DataFrame(
+                {
+                    "item_id": q["item_id"].astype(str),
+                    "text": q["item_id"].astype(str).map(out.texts),
+                    "human": pd.to_numeric(q["f.human_q1"], errors="coerce"),
+                    "p_yes": pd.to_numeric(q["p_yes"], errors="coerce"),
+                    "p_no": pd.to_numeric(q["p_no"], errors="coerce") if "p_no" in q else np.nan,
+                }
+            )
+            .dropna(subset=["human", "p_yes"])
+            .reset_index(drop=True)
+        )
     elif out.kind == "counts" and len(df):
         c = choice_frame(df, spec).reset_index(drop=True)
         c.insert(2, "text", c["item_id"].map(out.texts).fillna(""))
@@ -189,10 +252,15 @@ def rating_table(rm: RunMetrics) -> pd.DataFrame | None:
         return None
     model = {str(m.group["rating"]): m for m in rm.by_group("model_rating_share", "rating")}
     labels = list(human)
-    return pd.DataFrame({"label": labels, "human": [human[k].value for k in labels],
-                         "model": [model[k].value if k in model else None for k in labels],
-                         "n_human": [human[k].n for k in labels],
-                         "n_model": [model[k].n if k in model else None for k in labels]})
+    return pd.DataFrame(
+        {
+            "label": labels,
+            "human": [human[k].value for k in labels],
+            "model": [model[k].value if k in model else None for k in labels],
+            "n_human": [human[k].n for k in labels],
+            "n_model": [model[k].n if k in model else None for k in labels],
+        }
+    )
 
 
 # -- rendering -------------------------------------------------------------------------------
@@ -214,32 +282,55 @@ def render_human_summary(d: HumanData) -> Any:
         return Text("no human judgements in this suite", style="dim")
     parts: list[Any] = [Text(f"human vs model ({d.kind}; h: side by side)", style="bold")]
     if d.live_rows is not None:
-        parts.append(Text(f"live: the {d.live_rows} rows received so far, recomputed every "
-                          f"{HumanScreen.LIVE_REFRESH_S:g} s", style="dim"))
+        parts.append(
+            Text(
+                f"live: the {d.live_rows} rows received so far, recomputed every "
+                f"{HumanScreen.LIVE_REFRESH_S:g} s",
+                style="dim",
+            )
+        )
     if d.metrics:
         parts.append(_metric_line(d.metrics))
     if d.choices is not None and len(d.choices):
-        parts.append(Text(f"items {d.choices['item_id'].nunique()}; TV: total-variation distance, "
-                          "human choice shares vs model probabilities", style="dim"))
+        parts.append(
+            Text(
+                f"items {d.choices['item_id'].nunique()}; TV: total-variation distance, "
+                "human choice shares vs model probabilities",
+                style="dim",
+            )
+        )
     if d.rating is not None and len(d.rating):
         parts.append(_rating_table(d.rating))
     if d.kind == "clusters" and d.probeval is None:
-        parts.append(Text("ProbEval tables not computed yet (llmscope report computes them"
-                          + ("; shown once the run has ended)" if d.live_rows is not None else ")"), style="dim"))
+        parts.append(
+            Text(
+                "ProbEval tables not computed yet (llmscope report computes them"
+                + ("; shown once the run has ended)" if d.live_rows is not None else ")"),
+                style="dim",
+            )
+        )
     return Group(*parts)
 
 
 def _rating_table(r: pd.DataFrame) -> Table:
-    t = Table(box=None, padding=(0, 1), header_style="bold",
-              title=f"ratings: human_rating_share (n={r['n_human'].iloc[0]}) vs model_rating_share "
-                    f"(n={r['n_model'].iloc[0]})", title_justify="left")
+    t = Table(
+        box=None,
+        padding=(0, 1),
+        header_style="bold",
+        title=f"ratings: human_rating_share (n={r['n_human'].iloc[0]}) vs model_rating_share "
+        f"(n={r['n_model'].iloc[0]})",
+        title_justify="left",
+    )
     t.add_column("rating")
     t.add_column("human", no_wrap=True)
     t.add_column("model", no_wrap=True)
     top = max(1e-9, float(r["human"].max()), float(pd.to_numeric(r["model"]).max()))
     for rec in r.to_dict("records"):
-        t.add_row(literal(rec["label"]), f"{bar(rec['human'] / top, 12)} {display('human_rating_share', rec['human'])}",
-                  f"{bar((rec['model'] or 0.0) / top, 12)} {display('model_rating_share', rec['model'])}")
+        t.add_row(
+            literal(rec["label"]),
+            f"{bar(rec['human'] / top, 12)} {display('human_rating_share', rec['human'])}",
+            f"{bar((rec['model'] or 0.0) / top, 12)} {display('model_rating_share', rec['model'])}",
+        )
     return t
 
 
@@ -249,14 +340,21 @@ def _cluster_table(q: dict[str, Any], width: int = 16) -> Table:
     t.add_column("human", no_wrap=True)
     t.add_column("model", no_wrap=True)
     for row in q.get("table") or []:
-        t.add_row(literal(row.get("cluster")),
-                  f"{bar(row.get('human_p'), width)} {fmt(row.get('human_p'), 2)} ({row.get('human_count')})",
-                  f"{bar(row.get('model_p'), width)} {fmt(row.get('model_p'), 2)} ({fmt(row.get('model_count'), 1)})")
+        t.add_row(
+            literal(row.get("cluster")),
+            f"{bar(row.get('human_p'), width)} {fmt(row.get('human_p'), 2)} ({row.get('human_count')})",
+            f"{bar(row.get('model_p'), width)} {fmt(row.get('model_p'), 2)} ({fmt(row.get('model_count'), 1)})",
+        )
     return t
 
 
-def render_human_item(first: dict[str, Any], details: list[dict[str, Any]], spec: dict[str, Any] | None = None,
-                      task: str | None = None, probeval: dict[str, Any] | None = None) -> list[Any]:
+def render_human_item(
+    first: dict[str, Any],
+    details: list[dict[str, Any]],
+    spec: dict[str, Any] | None = None,
+    task: str | None = None,
+    probeval: dict[str, Any] | None = None,
+) -> list[Any]:
     """The drill-down's human section: this item's human data beside each run's model answer."""
     fields = first.get("fields") or {}
     spec = spec or {}
@@ -277,7 +375,9 @@ def render_human_item(first: dict[str, Any], details: list[dict[str, Any]], spec
                 py = _num(v.get("p_yes")) if v.get("p_yes") is not None else _num(probs.get("yes"))
                 pn = _num(v.get("p_no")) if v.get("p_no") is not None else _num(probs.get("no"))
                 if py is not None:
-                    who = f"model P(yes) {v.get('variant')}" + (f" [{d.get('run_id')}]" if len(details) > 1 else "")
+                    who = f"model P(yes) {v.get('variant')}" + (
+                        f" [{d.get('run_id')}]" if len(details) > 1 else ""
+                    )
                     # |m-h| with P(yes) renormalised over yes/no (analysis.yesno.human_distance)
                     dist = float(human_distance([py], [pn if pn is not None else np.nan], [h])[0])
                     t.add_row(literal(who), f"{bar(py, 20)} {py:.2f}   |m-h| {dist:.2f}")
@@ -293,8 +393,11 @@ def render_human_item(first: dict[str, Any], details: list[dict[str, Any]], spec
         for d in details:
             for v in d.get("variants") or []:
                 heads.append((d, v))
-                t.add_column(f"model {v.get('variant')}" + (f" {str(d.get('run_id'))[:8]}" if len(details) > 1 else ""),
-                             no_wrap=True)
+                t.add_column(
+                    f"model {v.get('variant')}"
+                    + (f" {str(d.get('run_id'))[:8]}" if len(details) > 1 else ""),
+                    no_wrap=True,
+                )
         for i, o in enumerate(opts):
             h = counts[i] / tot if i < len(counts) else float("nan")
             cells = [f"{bar(h, 12)} {h:.2f} ({int(counts[i]) if i < len(counts) else '-'})"]
@@ -310,30 +413,57 @@ def render_human_item(first: dict[str, Any], details: list[dict[str, Any]], spec
         for d in details:
             for v in d.get("variants") or []:
                 probs = v.get("probs") if isinstance(v.get("probs"), dict) else {}
-                t = Table(box=None, padding=(0, 1), show_header=False,
-                          title=f"model rating distribution ({v.get('variant')})", title_justify="left")
+                t = Table(
+                    box=None,
+                    padding=(0, 1),
+                    show_header=False,
+                    title=f"model rating distribution ({v.get('variant')})",
+                    title_justify="left",
+                )
                 t.add_column(no_wrap=True)
                 t.add_column(no_wrap=True)
                 for k, p in probs.items():
-                    mark = "  ← human" if _num(k) is not None and _num(g) is not None and \
-                        abs(float(_num(k) or 0) - float(_num(g) or 0)) < 0.5 else ""
+                    mark = (
+                        "  ← human"
+                        if _num(k) is not None
+                        and _num(g) is not None
+                        and abs(float(_num(k) or 0) - float(_num(g) or 0)) < 0.5
+                        else ""
+                    )
                     t.add_row(literal(k), f"{bar(_num(p), 20)} {fmt(p, 2)}{mark}")
                 ex = v.get("extra") if isinstance(v.get("extra"), dict) else {}
                 if ex.get("expected") is not None:
-                    t.add_row("expected", f"{fmt(ex.get('expected'), 2)}   |expected − human| {fmt(ex.get('abs_error'), 2)}")
+                    t.add_row(
+                        "expected",
+                        f"{fmt(ex.get('expected'), 2)}   |expected − human| {fmt(ex.get('abs_error'), 2)}",
+                    )
                 out.append(t)
     elif kind == "clusters":
         q = ((probeval or {}).get("questions") or {}).get(str(first.get("item_id")))
         if q is None:
-            out.append(Text("no ProbEval table for this question yet (`llmscope report` stores it)", style="dim"))
+            out.append(
+                Text(
+                    "no ProbEval table for this question yet (`llmscope report` stores it)",
+                    style="dim",
+                )
+            )
         else:
-            out.append(Text(f"ProbEval KL(human || model) {fmt(q.get('kl'))}   model samples {q.get('n_model')}"
-                            f"   matched to no cluster {q.get('n_wrong')}"))
+            out.append(
+                Text(
+                    f"ProbEval KL(human || model) {fmt(q.get('kl'))}   model samples {q.get('n_model')}"
+                    f"   matched to no cluster {q.get('n_wrong')}"
+                )
+            )
             out.append(_cluster_table(q))
         clusters = _value(fields.get("clusters"))
         if isinstance(clusters, dict):
-            t = Table(box=None, padding=(0, 1), header_style="bold", title="human clusters: answers",
-                      title_justify="left")
+            t = Table(
+                box=None,
+                padding=(0, 1),
+                header_style="bold",
+                title="human clusters: answers",
+                title_justify="left",
+            )
             t.add_column("cluster", no_wrap=True)
             t.add_column("answers")
             for k, c in list(clusters.items())[:12]:
@@ -343,10 +473,15 @@ def render_human_item(first: dict[str, Any], details: list[dict[str, Any]], spec
         for d in details:
             for v in d.get("variants") or []:
                 ex = v.get("extra") if isinstance(v.get("extra"), dict) else {}
-                samples = [s.get("text") if isinstance(s, dict) else s for s in ex.get("samples") or []]
+                samples = [
+                    s.get("text") if isinstance(s, dict) else s for s in ex.get("samples") or []
+                ]
                 if samples:
-                    out.append(Text.assemble(("model answers ", "bold"),
-                                             literal(" | ".join(map(str, samples))[:600])))
+                    out.append(
+                        Text.assemble(
+                            ("model answers ", "bold"), literal(" | ".join(map(str, samples))[:600])
+                        )
+                    )
     return out
 
 
@@ -361,8 +496,10 @@ class HumanScatter(PlotextPlot):
             a = d.agreement
             r = {m["metric"]: m["value"] for m in d.metrics}
             # the pipeline's numbers under the report's names and precision
-            plt.title(f"P(yes) vs humans: human_pearson {display('human_pearson', r.get('human_pearson'))}"
-                      f" human_spearman {display('human_spearman', r.get('human_spearman'))}")
+            plt.title(
+                f"P(yes) vs humans: human_pearson {display('human_pearson', r.get('human_pearson'))}"
+                f" human_spearman {display('human_spearman', r.get('human_spearman'))}"
+            )
             plt.xlim(0, 1)
             plt.ylim(0, 1)
             if a is not None and len(a):
@@ -381,8 +518,11 @@ class RatingBars(PlotextPlot):
             plt.title("ratings: human (gold) vs model (prediction)")
             r = d.rating
             if r is not None and len(r):
-                plt.multiple_bar(r["label"].tolist(), [r["human"].tolist(), r["model"].fillna(0.0).tolist()],
-                                 labels=["human", "model"])  # type: ignore[call-arg]
+                plt.multiple_bar(
+                    r["label"].tolist(),
+                    [r["human"].tolist(), r["model"].fillna(0.0).tolist()],
+                    labels=["human", "model"],
+                )  # type: ignore[call-arg]
             self.refresh()
 
 
@@ -455,35 +595,71 @@ class HumanScreen(Screen[None]):
 
     def _table(self, d: HumanData) -> Any:
         if d.agreement is not None and len(d.agreement):
-            a = d.agreement.assign(dist=human_distance(d.agreement["p_yes"], d.agreement.get("p_no", np.nan),
-                                                       d.agreement["human"]))
+            a = d.agreement.assign(
+                dist=human_distance(
+                    d.agreement["p_yes"], d.agreement.get("p_no", np.nan), d.agreement["human"]
+                )
+            )
             a = a.sort_values("dist", ascending=False, kind="stable").head(self.MAX_ROWS)
-            t = Table(box=None, padding=(0, 1), header_style="bold",
-                      title=f"statements, farthest from humans first ({len(d.agreement)} in all); "
-                            "|m-h| = |P(yes)/(P(yes)+P(no)) - human|", title_justify="left")
+            t = Table(
+                box=None,
+                padding=(0, 1),
+                header_style="bold",
+                title=f"statements, farthest from humans first ({len(d.agreement)} in all); "
+                "|m-h| = |P(yes)/(P(yes)+P(no)) - human|",
+                title_justify="left",
+            )
             for name in ("item", "human", "P(yes)", "|m-h|", "statement"):
                 t.add_column(name, no_wrap=name != "statement")
             for r in a.to_dict("records"):
-                t.add_row(literal(r["item_id"]), f"{bar(r['human'], 10)} {r['human']:.2f}",
-                          f"{bar(r['p_yes'], 10)} {r['p_yes']:.2f}", f"{r['dist']:.2f}", literal(r["text"]))
+                t.add_row(
+                    literal(r["item_id"]),
+                    f"{bar(r['human'], 10)} {r['human']:.2f}",
+                    f"{bar(r['p_yes'], 10)} {r['p_yes']:.2f}",
+                    f"{r['dist']:.2f}",
+                    literal(r["text"]),
+                )
             return t
         if d.choices is not None and len(d.choices):
             c = d.choices.sort_values("tv", ascending=False, kind="stable").head(self.MAX_ROWS)
-            t = Table(box=None, padding=(0, 1), header_style="bold",
-                      title="items, largest human–model distance (TV) first", title_justify="left")
+            t = Table(
+                box=None,
+                padding=(0, 1),
+                header_style="bold",
+                title="items, largest human–model distance (TV) first",
+                title_justify="left",
+            )
             for col in ("item", "variant", "TV", "same top", "humans", "model", "text"):
                 t.add_column(col, no_wrap=col not in ("text",))
             for r in c.to_dict("records"):
-                t.add_row(literal(r["item_id"]), literal(r["variant"]), f"{r['tv']:.2f}", "yes" if r["agree"] else "no",
-                          " ".join(f"{x:.2f}" for x in r["human"]), " ".join(f"{x:.2f}" for x in r["model"]),
-                          literal(r["text"]))
+                t.add_row(
+                    literal(r["item_id"]),
+                    literal(r["variant"]),
+                    f"{r['tv']:.2f}",
+                    "yes" if r["agree"] else "no",
+                    " ".join(f"{x:.2f}" for x in r["human"]),
+                    " ".join(f"{x:.2f}" for x in r["model"]),
+                    literal(r["text"]),
+                )
             return t
         if d.kind == "clusters" and d.probeval:
-            qs = sorted((d.probeval.get("questions") or {}).items(), key=lambda kv: -(kv[1].get("kl") or 0.0))
-            parts: list[Any] = [Text(f"questions, largest KL first ({len(qs)}; embedding: "
-                                     f"{d.probeval.get('embedding')})", style="bold")]
+            qs = sorted(
+                (d.probeval.get("questions") or {}).items(),
+                key=lambda kv: -(kv[1].get("kl") or 0.0),
+            )
+            parts: list[Any] = [
+                Text(
+                    f"questions, largest KL first ({len(qs)}; embedding: "
+                    f"{d.probeval.get('embedding')})",
+                    style="bold",
+                )
+            ]
             for qid, q in qs[:40]:
-                parts.append(Text.assemble((f"\n{qid}  KL {fmt(q.get('kl'))}  ", "bold"), literal(d.texts.get(qid, ""))))
+                parts.append(
+                    Text.assemble(
+                        (f"\n{qid}  KL {fmt(q.get('kl'))}  ", "bold"), literal(d.texts.get(qid, ""))
+                    )
+                )
                 parts.append(_cluster_table(q))
             return Group(*parts)
         return Text("")

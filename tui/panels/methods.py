@@ -24,8 +24,16 @@ from llmscope.tui.screens import BaseScreen
 from llmscope.tui.widgets import literal
 
 SENSITIVITY = ("scheme_disagreement_rate", "scheme_flip_rate", "scheme_acc_range")
-ORDER = ("order_effect_accuracy", "order_effect_p_first_answer", "order_effect_expected_rating",
-         "order_consistency", "order_robust_accuracy", "pred_equals_last_demo", "recency_effect", "majority_effect")
+ORDER = (
+    "order_effect_accuracy",
+    "order_effect_p_first_answer",
+    "order_effect_expected_rating",
+    "order_consistency",
+    "order_robust_accuracy",
+    "pred_equals_last_demo",
+    "recency_effect",
+    "majority_effect",
+)
 
 
 def _f(v: Any, fmt: str = ".3f") -> str:
@@ -48,7 +56,9 @@ def _bar(p: float, width: int = 10) -> str:
     return "█" * n + "·" * (width - n)
 
 
-def render_methods(rows: list[dict[str, Any]], flips: list[dict[str, Any]], hvm: dict[str, Any] | None) -> Group:
+def render_methods(
+    rows: list[dict[str, Any]], flips: list[dict[str, Any]], hvm: dict[str, Any] | None
+) -> Group:
     """The panel's content from report rows, flipping items and the human-vs-model table."""
     parts: list[Any] = []
     hyp = [r for r in rows if r["metric"] in ("hypothesis", "plan_deviation")]
@@ -59,12 +69,24 @@ def render_methods(rows: list[dict[str, Any]], flips: list[dict[str, Any]], hvm:
         for r in hyp:
             g = r["group"]
             if r["metric"] == "plan_deviation":
-                t.add_row("!", Text(str(g["deviation"])), Text("DEVIATION", style="bold red"), "", "", "")
+                t.add_row(
+                    "!", Text(str(g["deviation"])), Text("DEVIATION", style="bold red"), "", "", ""
+                )
             else:
-                t.add_row(str(g["id"]), Text(str(g["hypothesis"])), str(g["verdict"]), _f(r["value"], "+.3f"),
-                          _ci(r), format_p(r.get("p_value")))
+                t.add_row(
+                    str(g["id"]),
+                    Text(str(g["hypothesis"])),
+                    str(g["verdict"]),
+                    _f(r["value"], "+.3f"),
+                    _ci(r),
+                    format_p(r.get("p_value")),
+                )
         parts += [t, Text("everything below is exploratory (not in the plan)", style="dim")]
-    acc = {r["group"].get("method"): r for r in rows if r["metric"] == "accuracy" and set(r["group"]) == {"method"}}
+    acc = {
+        r["group"].get("method"): r
+        for r in rows
+        if r["metric"] == "accuracy" and set(r["group"]) == {"method"}
+    }
     if acc:
         t = Table(title="Scoring schemes side by side", title_justify="left", expand=True)
         for c in ("scheme", "accuracy", "ci95"):
@@ -78,18 +100,32 @@ def render_methods(rows: list[dict[str, Any]], flips: list[dict[str, Any]], hvm:
     sens = [r for r in rows if r["metric"] in SENSITIVITY]
     if sens:
         parts.append(Text("  ".join(f"{r['metric']} {_f(r['value'])} {_ci(r)}" for r in sens)))
-    base = [r for r in rows if r["metric"] in ("human_ll_uniform", "human_ll_empirical") and "variant" not in r["group"]]
+    base = [
+        r
+        for r in rows
+        if r["metric"] in ("human_ll_uniform", "human_ll_empirical") and "variant" not in r["group"]
+    ]
     if base:
-        parts.append(Text("human data log-likelihood baselines: " + ", ".join(
-            f"{r['metric'][9:]} {_f(r['value'])} (n={r['n']})" for r in base)))
+        parts.append(
+            Text(
+                "human data log-likelihood baselines: "
+                + ", ".join(f"{r['metric'][9:]} {_f(r['value'])} (n={r['n']})" for r in base)
+            )
+        )
     if flips:
-        t = Table(title=f"Items on which schemes disagree ({len(flips)})", title_justify="left", expand=True)
+        t = Table(
+            title=f"Items on which schemes disagree ({len(flips)})",
+            title_justify="left",
+            expand=True,
+        )
         t.add_column("item")
         t.add_column("gold")
         t.add_column("choices (✓ = correct)")
         for f in flips[:40]:
-            ch = ", ".join(f"{s}:{_cut(v['prediction'] or '-', 18)}{'✓' if v['correct'] == 1.0 else ''}"
-                           for s, v in f["schemes"].items())
+            ch = ", ".join(
+                f"{s}:{_cut(v['prediction'] or '-', 18)}{'✓' if v['correct'] == 1.0 else ''}"
+                for s, v in f["schemes"].items()
+            )
             gold = "-" if f["gold"] is None else _cut(str(f["gold"]), 24)
             t.add_row(Text(f"{f['item_id']} {f['variant']}"), Text(gold), Text(ch))
         parts.append(t)
@@ -101,11 +137,21 @@ def render_methods(rows: list[dict[str, Any]], flips: list[dict[str, Any]], hvm:
         for c in ("metric", "group", "value", "ci95", "n"):
             t.add_column(c)
         for r in order:
-            t.add_row(r["metric"], Text(", ".join(f"{k}={v}" for k, v in r["group"].items())), _f(r["value"], "+.3f"),
-                      _ci(r), str(r["n"]))
+            t.add_row(
+                r["metric"],
+                Text(", ".join(f"{k}={v}" for k, v in r["group"].items())),
+                _f(r["value"], "+.3f"),
+                _ci(r),
+                str(r["n"]),
+            )
         parts.append(t)
     if not parts:
-        parts.append(Text("no scoring schemes, human choice data, counterbalancing or plan in this run", style="dim"))
+        parts.append(
+            Text(
+                "no scoring schemes, human choice data, counterbalancing or plan in this run",
+                style="dim",
+            )
+        )
     return Group(*parts)
 
 
@@ -115,37 +161,61 @@ FIT_METRICS = ("fit_alpha", "human_loglik", "human_ll_per_choice", "softmax_accu
 
 def _is_fit(r: dict[str, Any]) -> bool:
     g = r["group"]
-    return r["metric"] in FIT_METRICS and "scheme" in g and set(g) <= {"scheme", "variant", "alpha_at_bound"}
+    return (
+        r["metric"] in FIT_METRICS
+        and "scheme" in g
+        and set(g) <= {"scheme", "variant", "alpha_at_bound"}
+    )
 
 
-def _find(rows: list[dict[str, Any]], metric: str, variant: str, scheme: str | None = None) -> dict[str, Any] | None:
+def _find(
+    rows: list[dict[str, Any]], metric: str, variant: str, scheme: str | None = None
+) -> dict[str, Any] | None:
     """The report row ``metric`` of one template ("" for a run with one) and scheme."""
     for r in rows:
         g = r["group"]
-        if (r["metric"] == metric and str(g.get("variant", "")) == variant and g.get("scheme") == scheme
-                and set(g) <= {"scheme", "variant", "alpha_at_bound"}):
+        if (
+            r["metric"] == metric
+            and str(g.get("variant", "")) == variant
+            and g.get("scheme") == scheme
+            and set(g) <= {"scheme", "variant", "alpha_at_bound"}
+        ):
             return r
     return None
 
 
 def fit_alphas(rows: list[dict[str, Any]], scheme: str = "raw") -> dict[str, float]:
     """Template ("" for a run with one) -> the α the pipeline fitted for ``scheme``."""
-    return {str(r["group"].get("variant", "")): float(r["value"]) for r in rows
-            if r["metric"] == "fit_alpha" and _is_fit(r) and r["group"].get("scheme") == scheme
-            and r["value"] is not None}
+    return {
+        str(r["group"].get("variant", "")): float(r["value"])
+        for r in rows
+        if r["metric"] == "fit_alpha"
+        and _is_fit(r)
+        and r["group"].get("scheme") == scheme
+        and r["value"] is not None
+    }
 
 
 def _fit_table(rows: list[dict[str, Any]]) -> Table | None:
     """The softmax choice model fitted to the human choices, per scheme and template: the
     report's rows under the report's names, one per line (fit_alpha is the fitted parameter;
     the log-likelihood per choice and the softmax accuracy are at the fitted α)."""
-    keys = list(dict.fromkeys((str(r["group"].get("variant", "")), str(r["group"]["scheme"]))
-                              for r in rows if _is_fit(r)))
+    keys = list(
+        dict.fromkeys(
+            (str(r["group"].get("variant", "")), str(r["group"]["scheme"]))
+            for r in rows
+            if _is_fit(r)
+        )
+    )
     if not keys:
         return None
     per_variant = any(v for v, _ in keys)
-    t = Table(title="Fitted to the human choices: softmax(α · score) per scheme"
-              + (" and template" if per_variant else ""), title_justify="left", header_style="bold")
+    t = Table(
+        title="Fitted to the human choices: softmax(α · score) per scheme"
+        + (" and template" if per_variant else ""),
+        title_justify="left",
+        header_style="bold",
+    )
     for c in ("scheme, variant" if per_variant else "scheme", "metric", "value", "ci95", "n"):
         t.add_column(c, no_wrap=True, justify="right" if c in ("value", "n") else "left")
     for v, sch in keys:
@@ -153,9 +223,18 @@ def _fit_table(rows: list[dict[str, Any]]) -> Table | None:
             r = _find(rows, m, v, sch)
             if r is None:
                 continue
-            label = m + (" (fitted" + (", at the search bound)" if r["group"].get("alpha_at_bound") else ")")
-                         if m == "fit_alpha" else "")
-            t.add_row(f"{sch}, {v}" if per_variant else sch, label, _f(r["value"]), _ci(r), str(r.get("n", "-")))
+            label = m + (
+                " (fitted" + (", at the search bound)" if r["group"].get("alpha_at_bound") else ")")
+                if m == "fit_alpha"
+                else ""
+            )
+            t.add_row(
+                f"{sch}, {v}" if per_variant else sch,
+                label,
+                _f(r["value"]),
+                _ci(r),
+                str(r.get("n", "-")),
+            )
     return t
 
 
@@ -168,14 +247,21 @@ def _human_vs_model(rows: list[dict[str, Any]], hvm: dict[str, Any]) -> list[Any
         var = v["variant"]
         fa, ll = _find(rows, "fit_alpha", var, sch), _find(rows, "human_loglik", var, sch)
         uni, emp = _find(rows, "human_ll_uniform", var), _find(rows, "human_ll_empirical", var)
-        title = Text(f"Human vs model{f', variant {var}' if var else ''} (scheme {sch}): ", style="bold")
-        title.append(f"fit_alpha {_f(fa['value']) if fa else '-'} {_ci(fa) if fa else ''} (fitted); "
-                     f"human_loglik {_f(ll['value']) if ll else '-'} at the fitted α; "
-                     f"human_ll_uniform {_f(uni['value']) if uni else '-'}, "
-                     f"human_ll_empirical {_f(emp['value']) if emp else '-'}")
+        title = Text(
+            f"Human vs model{f', variant {var}' if var else ''} (scheme {sch}): ", style="bold"
+        )
+        title.append(
+            f"fit_alpha {_f(fa['value']) if fa else '-'} {_ci(fa) if fa else ''} (fitted); "
+            f"human_loglik {_f(ll['value']) if ll else '-'} at the fitted α; "
+            f"human_ll_uniform {_f(uni['value']) if uni else '-'}, "
+            f"human_ll_empirical {_f(emp['value']) if emp else '-'}"
+        )
         parts.append(title)  # a line of its own: a table's title wraps at the table's width
-        t = Table(caption="model P: the model's probabilities normalised over the options (softmax of the "
-                          "scores); fitted: softmax(α · score) at the fitted α", caption_justify="left")
+        t = Table(
+            caption="model P: the model's probabilities normalised over the options (softmax of the "
+            "scores); fitted: softmax(α · score) at the fitted α",
+            caption_justify="left",
+        )
         t.add_column("item", no_wrap=True)  # an id is never cut
         t.add_column("option", max_width=36, overflow="ellipsis", no_wrap=True)
         for c in ("human", "", "model P", "", "fitted"):
@@ -183,20 +269,35 @@ def _human_vs_model(rows: list[dict[str, Any]], hvm: dict[str, Any]) -> list[Any
         for it in v["items"][:30]:
             for j, o in enumerate(it["options"]):
                 h, m, f = it["human"][j], it["model_p"][j], it["fitted"][j]
-                t.add_row(Text(it["item_id"] if j == 0 else ""), literal(str(o)), f"{h:.2f}", _bar(h),
-                          f"{m:.2f}", _bar(m), f"{f:.2f}")
+                t.add_row(
+                    Text(it["item_id"] if j == 0 else ""),
+                    literal(str(o)),
+                    f"{h:.2f}",
+                    _bar(h),
+                    f"{m:.2f}",
+                    _bar(m),
+                    f"{f:.2f}",
+                )
         if len(v["items"]) > 30:
-            t.add_row(Text(f"… {len(v['items']) - 30} more items", style="dim"), "", "", "", "", "", "")
+            t.add_row(
+                Text(f"… {len(v['items']) - 30} more items", style="dim"), "", "", "", "", "", ""
+            )
         parts.append(t)
         cond = v.get("conditions")
         if cond:
-            t = Table(title=f"By condition{f', variant {var}' if var else ''} (fitted, mean scores)",
-                      title_justify="left", expand=True)
+            t = Table(
+                title=f"By condition{f', variant {var}' if var else ''} (fitted, mean scores)",
+                title_justify="left",
+                expand=True,
+            )
             t.add_column("condition")
             for ty in cond["types"]:
                 t.add_column(f"{ty} human / fitted")
             for r in cond["rows"]:
-                t.add_row(str(r["condition"]), *[f"{h:.2f} / {m:.2f}" for h, m in zip(r["human"], r["model"], strict=True)])
+                t.add_row(
+                    str(r["condition"]),
+                    *[f"{h:.2f} / {m:.2f}" for h, m in zip(r["human"], r["model"], strict=True)],
+                )
             parts.append(t)
     return parts
 

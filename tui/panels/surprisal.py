@@ -25,8 +25,11 @@ def render_surprisal(extra: dict[str, Any], max_bits: float | None = None) -> li
         out.append(Text("predictions", style="bold"))
         for p in preds:
             ok = bool(p.get("met"))
-            out.append(Text.assemble(("  ✔ " if ok else "  ✘ ", "green" if ok else "red"),
-                                     literal(p.get("formula"))))
+            out.append(
+                Text.assemble(
+                    ("  ✔ " if ok else "  ✘ ", "green" if ok else "red"), literal(p.get("formula"))
+                )
+            )
     if not conds:
         return out
     regions: list[str] = []
@@ -39,12 +42,22 @@ def render_surprisal(extra: dict[str, Any], max_bits: float | None = None) -> li
         t.add_column(r, justify="right")
     for name, c in conds.items():
         regs = c.get("regions") or {}
-        t.add_row(literal(name), *[f"{regs[r]['surprisal_bits']:.2f}" if r in regs else "" for r in regions])
+        t.add_row(
+            literal(name),
+            *[f"{regs[r]['surprisal_bits']:.2f}" if r in regs else "" for r in regions],
+        )
     out.append(t)
-    words = [w for c in conds.values() for w in (c.get("words") or []) if w.get("surprisal_bits") is not None]
+    words = [
+        w
+        for c in conds.values()
+        for w in (c.get("words") or [])
+        if w.get("surprisal_bits") is not None
+    ]
     top = max_bits or max([float(w["surprisal_bits"]) for w in words] or [1.0]) or 1.0
     for name, c in conds.items():
-        out.append(Text.assemble(("\n  " + name + "  ", "bold cyan"), literal(c.get("sentence"), "italic")))
+        out.append(
+            Text.assemble(("\n  " + name + "  ", "bold cyan"), literal(c.get("sentence"), "italic"))
+        )
         wt = Table(box=None, padding=(0, 1), show_header=False)
         wt.add_column(no_wrap=True)
         wt.add_column(justify="right")
@@ -52,8 +65,12 @@ def render_surprisal(extra: dict[str, Any], max_bits: float | None = None) -> li
         wt.add_column(justify="right")
         for w in c.get("words") or []:
             s = w.get("surprisal_bits")
-            wt.add_row(literal(w.get("word")), f"r{w.get('region')}", bar(None if s is None else s / top, 24),
-                       "" if s is None else f"{s:.2f}")
+            wt.add_row(
+                literal(w.get("word")),
+                f"r{w.get('region')}",
+                bar(None if s is None else s / top, 24),
+                "" if s is None else f"{s:.2f}",
+            )
         out.append(wt)
     return out
 
@@ -68,7 +85,10 @@ def sg_panel(snap: Any) -> Text:
             t.append(f"{a.label[:18]:<18} {a.mean:.3f} ")
             t.append(ci_bar(a.mean, a.lo, a.hi, 16))
             t.append(f" n={a.n}\n")
-        t.append(f"sg_score {overall.mean:.3f} [{overall.lo:.3f}, {overall.hi:.3f}] n={overall.n}\n", style="bold")
+        t.append(
+            f"sg_score {overall.mean:.3f} [{overall.lo:.3f}, {overall.hi:.3f}] n={overall.n}\n",
+            style="bold",
+        )
         return t
     groups = getattr(snap, "groups", None) or {}
     if not groups:
@@ -82,6 +102,8 @@ def sg_panel(snap: Any) -> Text:
         t.append(ci_bar(a.mean, a.lo, a.hi, 16))
         t.append(f" n={a.n}\n")
     if accs:
-        t.append(f"mean over {len(accs)} {key} values {sum(a.mean for a in accs) / len(accs):.3f}\n",
-                 style="bold")
+        t.append(
+            f"mean over {len(accs)} {key} values {sum(a.mean for a in accs) / len(accs):.3f}\n",
+            style="bold",
+        )
     return t

@@ -81,7 +81,7 @@ class BaseScreen(Screen[None]):
 
 
 def limited_note(r: dict[str, Any], narrow: bool = False) -> str:
-    """" (12 of 30 items)" for a run limited to fewer items than its suite has (`--limit`), so a
+    """ " (12 of 30 items)" for a run limited to fewer items than its suite has (`--limit`), so a
     limited run's 12/12 never reads as the whole suite (" (12/30 items)" where room is short);
     "" otherwise."""
     lim, n = r.get("item_limit"), r.get("n_suite_items")

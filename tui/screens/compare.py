@@ -58,8 +58,10 @@ class CompareScreen(BaseScreen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Label(f"Compare {len(self.run_ids)} runs (every pair, numbers as `llmscope compare`)",
-                    classes="title")
+        yield Label(
+            f"Compare {len(self.run_ids)} runs (every pair, numbers as `llmscope compare`)",
+            classes="title",
+        )
         with VerticalScroll(id="cmp-top"):
             yield Static("loading ...", id="cmp-matrix")
             yield Static("", id="cmp-tests")
@@ -94,7 +96,9 @@ class CompareScreen(BaseScreen):
 
     def _show_items(self) -> None:
         rows = sort_disagreements(self._rows, self.sort)
-        cols: dict[str, list] = {k: [r.get(k) for r in rows] for k, _, _ in DIS_COLUMNS if k != "diff_s"}
+        cols: dict[str, list] = {
+            k: [r.get(k) for r in rows] for k, _, _ in DIS_COLUMNS if k != "diff_s"
+        }
         cols["diff_s"] = [f"{r['diff']:+.2g}" for r in rows]
         cols["a"] = [r["a"] for r in rows]
         cols["b"] = [r["b"] for r in rows]

@@ -52,7 +52,9 @@ class DashboardScreen(BaseScreen):
         Binding("s", "sort", "Sort"),
         Binding("g", "group", "Group filter"),
         Binding("f", "conf", "Conf. filter"),
-        Binding("a", "scope", "Failing/all/flagged", show=False),  # hidden: keeps the footer snapshot stable
+        Binding(
+            "a", "scope", "Failing/all/flagged", show=False
+        ),  # hidden: keeps the footer snapshot stable
         Binding("l", "focus_list", "Items", show=False),
         Binding("x", "stop", "Stop run"),
         Binding("r", "resume", "Resume run"),
@@ -79,7 +81,9 @@ class DashboardScreen(BaseScreen):
         """Human vs model side by side (tui/panels/human.py); live: the rows received so far."""
         from llmscope.tui.panels.human import HumanScreen
 
-        self.app.push_screen(HumanScreen(self.run_id, self.model if self.source == "live" else None))
+        self.app.push_screen(
+            HumanScreen(self.run_id, self.model if self.source == "live" else None)
+        )
 
     def action_plots(self) -> None:
         """Accuracy and throughput over the run, reliability, score distributions (tui/plots.py)."""
@@ -103,7 +107,9 @@ class DashboardScreen(BaseScreen):
             with self.llm_app.handle.use() as store:
                 paths = write_handoff(store, self.run_id, panel, self.llm_app.db_path)
         except (OSError, ValueError, FigureError, StoreError) as e:
-            self.app.call_from_thread(self.notify, f"could not write the page: {e}", severity="error")
+            self.app.call_from_thread(
+                self.notify, f"could not write the page: {e}", severity="error"
+            )
             return
         self.app.call_from_thread(self.notify, handoff_message(paths, panel), timeout=15)
 
@@ -116,13 +122,19 @@ class DashboardScreen(BaseScreen):
             # Whether the suite has human data at all, from its first items (as human_data
             # decides), before human_data reads every item of a big suite.
             spec = store.suite_spec(self.run["suite_id"]) or {}
-            first = store.execute("SELECT fields FROM items WHERE suite_id = ? ORDER BY idx LIMIT 50",
-                                  [self.run["suite_id"]]).fetchall()
-            if not any(human_kind(decode_json(f) or {}, spec, self.run.get("task")) for (f,) in first):
+            first = store.execute(
+                "SELECT fields FROM items WHERE suite_id = ? ORDER BY idx LIMIT 50",
+                [self.run["suite_id"]],
+            ).fetchall()
+            if not any(
+                human_kind(decode_json(f) or {}, spec, self.run.get("task")) for (f,) in first
+            ):
                 return
             d = human_data(store, self.run)
         if d.kind is not None:
-            self.app.call_from_thread(self.query_one("#human", Static).update, render_human_summary(d))
+            self.app.call_from_thread(
+                self.query_one("#human", Static).update, render_human_summary(d)
+            )
 
     def __init__(self, run_id: str) -> None:
         super().__init__()
@@ -221,7 +233,9 @@ class DashboardScreen(BaseScreen):
             # shown, say why, and try again on the next tick (the signature is forgotten).
             self._follow_sig = None
             self.active = True
-            self.app.call_from_thread(self.llm_app.set_blocked, f"{self.llm_app.db_path} is in use by another process")
+            self.app.call_from_thread(
+                self.llm_app.set_blocked, f"{self.llm_app.db_path} is in use by another process"
+            )
             return None
 
     def _load(self, initial: bool) -> DashData:
@@ -232,10 +246,16 @@ class DashboardScreen(BaseScreen):
         # live channel is looked for then too, not only in the first load.
         # A run another process writes (a resume, a rerun, a run started in another terminal) is
         # read from its live channel, in any window: the file is locked while it writes.
-        if (initial or feed is None or model is None) and source == "db" and run_id not in app.running:
+        if (
+            (initial or feed is None or model is None)
+            and source == "db"
+            and run_id not in app.running
+        ):
             f = LiveFeed(app.db_path, run_id)
             live = f.progress()
-            if live is not None and (not live["ended"] or active_live_runs(app.db_path)):  # file locked: its record
+            if live is not None and (
+                not live["ended"] or active_live_runs(app.db_path)
+            ):  # file locked: its record
                 feed, source = f, "live"
         progress: dict[str, Any] | None = None
         if initial and source == "db" and model is None:
@@ -303,14 +323,21 @@ class DashboardScreen(BaseScreen):
             if run is None:
                 raise StoreError(f"no run {run_id!r} in {self.llm_app.db_path}")
             if model is None:
-                model = RunModel(run, store.suite_spec(run["suite_id"]), load_items(store, run["suite_id"]))
+                model = RunModel(
+                    run, store.suite_spec(run["suite_id"]), load_items(store, run["suite_id"])
+                )
             _suite_size(store, run)
             model.run = run
             model.poll_db(store)
         return run, model
 
     def on_dash_data(self, msg: DashData) -> None:
-        self.run, self.source, self.feed, self.no_gold = msg.run, msg.source, msg.feed, (msg.no_gold or [])
+        self.run, self.source, self.feed, self.no_gold = (
+            msg.run,
+            msg.source,
+            msg.feed,
+            (msg.no_gold or []),
+        )
         if msg.model is not None:
             self.model = msg.model
         self.run_id = str(msg.run.get("run_id") or self.run_id)  # a prefix becomes the full id
@@ -380,7 +407,9 @@ class DashboardScreen(BaseScreen):
             from llmscope.tui.plots import RunSparks
 
             sparks = self.__dict__.setdefault("_sparks", RunSparks())
-            sparks.add(done, acc.mean if acc is not None else None, float(p.get("items_per_s") or 0.0))
+            sparks.add(
+                done, acc.mean if acc is not None else None, float(p.get("items_per_s") or 0.0)
+            )
             t.append(sparks.text())  # accuracy and items/s over the run so far (p: full plots)
         _set(self.query_one("#head", Static), t, t.plain)
         banner = method_banner(run)  # API runs: the scoring method chosen and why
@@ -434,7 +463,9 @@ class DashboardScreen(BaseScreen):
         width = {"flags": 14, "number": 8, "prob": 6, "bool": 5}
         extra = [(f.key, f.label, width.get(f.kind, 10)) for f in list_fields(task)]
         lst = self.query_one(ItemList)
-        lst.set_columns([*FAIL_COLUMNS[:-1], *extra, FAIL_COLUMNS[-1]], optional={k for k, _, _ in extra})
+        lst.set_columns(
+            [*FAIL_COLUMNS[:-1], *extra, FAIL_COLUMNS[-1]], optional={k for k, _, _ in extra}
+        )
         if snap.n and not snap.n_scored and lst.scope == "failing":
             lst.scope = "all"
 
@@ -445,8 +476,14 @@ class DashboardScreen(BaseScreen):
             from llmscope.tui.data.fields import list_fields
             from llmscope.tui.pages import FailingSource
 
-            lst.set_source(FailingSource(self.llm_app.handle.use, self.run_id, group_field,
-                                         list_fields(self.run.get("task"))))
+            lst.set_source(
+                FailingSource(
+                    self.llm_app.handle.use,
+                    self.run_id,
+                    group_field,
+                    list_fields(self.run.get("task")),
+                )
+            )
             self._fail_title()
 
     def _tooltips(self) -> None:
@@ -525,14 +562,19 @@ class DashboardScreen(BaseScreen):
         if action == "resume":
             h = self.llm_app.running.get(self.run_id)
             busy = h is not None and not h.reporter.ended
-            return (not self.llm_app.watch_mode and not busy
-                    and str(self.run.get("status") or "") in self.RESUMABLE)
+            return (
+                not self.llm_app.watch_mode
+                and not busy
+                and str(self.run.get("status") or "") in self.RESUMABLE
+            )
         return True
 
     def action_resume(self) -> None:
         if not self.check_action("resume", ()):
-            self.notify("only a stopped run can be resumed, from a window that is not watching",
-                        severity="warning")
+            self.notify(
+                "only a stopped run can be resumed, from a window that is not watching",
+                severity="warning",
+            )
             return
         self.notify(f"resuming run {self.run_id} with the options it was made with ...")
         self.active = True  # poll again: rows will arrive
@@ -560,7 +602,9 @@ def _suite_size(store: Any, run: dict[str, Any] | None) -> None:
     opts = run.get("options")
     run["item_limit"] = opts.get("limit") if isinstance(opts, dict) else None
     if run["item_limit"]:
-        row = store.execute("SELECT count(*) FROM items WHERE suite_id = ?", [run["suite_id"]]).fetchone()
+        row = store.execute(
+            "SELECT count(*) FROM items WHERE suite_id = ?", [run["suite_id"]]
+        ).fetchone()
         run["n_suite_items"] = int(row[0]) if row else None
 
 
@@ -574,4 +618,3 @@ def variants_without_gold(df: pd.DataFrame) -> list[str]:
     scored = pd.to_numeric(ok["correct"], errors="coerce").notna()
     per = scored.groupby(ok["variant"].astype(str), sort=True).any()
     return [str(v) for v, has in per.items() if not has] if per.any() else []
-

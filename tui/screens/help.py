@@ -15,69 +15,104 @@ from llmscope.tui.definitions import definitions_table
 # (section, [(keys, what they do)]): one key per row, its description wrapped beside it, so
 # two keys' descriptions never interleave at any width (they did at 80 and 160 columns).
 KEYS: list[tuple[str, list[tuple[str, str]]]] = [
-    ("Everywhere", [
-        ("F1 or ?", "this help"),
-        ("ctrl+q", "quit"),
-        ("ctrl+p", "command palette (every action)"),
-        ("escape", "back to the list you came from"),
-        ("mouse", "click rows, scroll with the wheel, click buttons"),
-    ]),
-    ("Home", [
-        ("enter", "open the run under the cursor (live while it runs)"),
-        ("space", "mark a run for comparison"),
-        ("c", "compare the marked runs"),
-        ("n", "go to the new-run form (not in `llmscope view`, which only watches)"),
-        ("r", "refresh the run list"),
-        ("S", "studies in this database (enter opens one's matrix)"),
-        ("escape", "leave the form for the runs list"),
-        ("tab", "move between runs, suites and the form; enter in a suite fills the form"),
-        ("form", "takes every `llmscope run` option; a bad value is named beside its field"),
-    ]),
-    ("Dashboard", [
-        ("up down pgup pgdn home end", "move in the failing-items list"),
-        ("enter", "open the item"),
-        ("s", "cycle sort (arrival, confidence, distance to humans, group)"),
-        ("g", "cycle group filter"),
-        ("f", "cycle minimum confidence"),
-        ("x", "stop a run started in this window"),
-        ("m", "methods: scoring schemes, human fit, order effects, plan"),
-        ("d", "what each number means (or hover a panel)"),
-        ("w", "write the run's page and this panel's figure to files (the notification gives the paths)"),
-        ("v", "next panel (below 100 columns one panel shows at a time)"),
-        ("h", "human vs model side by side"),
-        ("p", "plots (accuracy/throughput over the run, reliability, positions)"),
-    ]),
-    ("Item", [
-        ("n / p", "next / previous item of the list without going back"),
-        ("up down pgup pgdn", "scroll"),
-    ]),
-    ("Study", [
-        ("arrows", "move between cells; the cell's run, exact value and interval show below"),
-        ("enter", "open the cell's run (live while it runs)"),
-        ("f / g", "next factor across (columns) / down (rows): model, suite, the grid's factors"),
-        ("t", "swap rows and columns"),
-        ("s", "other factors: stacked in the rows, or held at one level"),
-        ("v", "next level of the held factors"),
-        ("[ / ]", "previous / next columns when they do not fit the window"),
-        ("space", "mark a cell; M marks its whole row"),
-        ("c", "compare the marked cells: two open the compare screen; more list every pair "
-              "on one suite with Holm-adjusted p-values"),
-        ("i", "item response theory of the study's runs: each cell's ability with its interval, "
-              "likely label errors, the hardest and least discriminating items"),
-        ("r", "refresh"),
-    ]),
-    ("Study IRT", [
-        ("enter", "open the item's drill-down (its IRT reading and every cell run's answer)"),
-        ("o", "sort items: flagged first / hardest first / least discriminating first"),
-        ("u", "next suite of the study"),
-    ]),
-    ("Compare", [
-        ("enter", "open a disagreement (both runs' answers side by side)"),
-        ("o", "sort disagreements: largest difference first / by item id"),
-    ]),
+    (
+        "Everywhere",
+        [
+            ("F1 or ?", "this help"),
+            ("ctrl+q", "quit"),
+            ("ctrl+p", "command palette (every action)"),
+            ("escape", "back to the list you came from"),
+            ("mouse", "click rows, scroll with the wheel, click buttons"),
+        ],
+    ),
+    (
+        "Home",
+        [
+            ("enter", "open the run under the cursor (live while it runs)"),
+            ("space", "mark a run for comparison"),
+            ("c", "compare the marked runs"),
+            ("n", "go to the new-run form (not in `llmscope view`, which only watches)"),
+            ("r", "refresh the run list"),
+            ("S", "studies in this database (enter opens one's matrix)"),
+            ("escape", "leave the form for the runs list"),
+            ("tab", "move between runs, suites and the form; enter in a suite fills the form"),
+            ("form", "takes every `llmscope run` option; a bad value is named beside its field"),
+        ],
+    ),
+    (
+        "Dashboard",
+        [
+            ("up down pgup pgdn home end", "move in the failing-items list"),
+            ("enter", "open the item"),
+            ("s", "cycle sort (arrival, confidence, distance to humans, group)"),
+            ("g", "cycle group filter"),
+            ("f", "cycle minimum confidence"),
+            ("x", "stop a run started in this window"),
+            ("m", "methods: scoring schemes, human fit, order effects, plan"),
+            ("d", "what each number means (or hover a panel)"),
+            (
+                "w",
+                "write the run's page and this panel's figure to files (the notification gives the paths)",
+            ),
+            ("v", "next panel (below 100 columns one panel shows at a time)"),
+            ("h", "human vs model side by side"),
+            ("p", "plots (accuracy/throughput over the run, reliability, positions)"),
+        ],
+    ),
+    (
+        "Item",
+        [
+            ("n / p", "next / previous item of the list without going back"),
+            ("up down pgup pgdn", "scroll"),
+        ],
+    ),
+    (
+        "Study",
+        [
+            ("arrows", "move between cells; the cell's run, exact value and interval show below"),
+            ("enter", "open the cell's run (live while it runs)"),
+            (
+                "f / g",
+                "next factor across (columns) / down (rows): model, suite, the grid's factors",
+            ),
+            ("t", "swap rows and columns"),
+            ("s", "other factors: stacked in the rows, or held at one level"),
+            ("v", "next level of the held factors"),
+            ("[ / ]", "previous / next columns when they do not fit the window"),
+            ("space", "mark a cell; M marks its whole row"),
+            (
+                "c",
+                "compare the marked cells: two open the compare screen; more list every pair "
+                "on one suite with Holm-adjusted p-values",
+            ),
+            (
+                "i",
+                "item response theory of the study's runs: each cell's ability with its interval, "
+                "likely label errors, the hardest and least discriminating items",
+            ),
+            ("r", "refresh"),
+        ],
+    ),
+    (
+        "Study IRT",
+        [
+            ("enter", "open the item's drill-down (its IRT reading and every cell run's answer)"),
+            ("o", "sort items: flagged first / hardest first / least discriminating first"),
+            ("u", "next suite of the study"),
+        ],
+    ),
+    (
+        "Compare",
+        [
+            ("enter", "open a disagreement (both runs' answers side by side)"),
+            ("o", "sort disagreements: largest difference first / by item id"),
+        ],
+    ),
 ]
-WATCHING = ("Watching another process (`llmscope view`): progress and results come from the live "
-            "channel beside the database; the database is opened read-only once the run has ended.")
+WATCHING = (
+    "Watching another process (`llmscope view`): progress and results come from the live "
+    "channel beside the database; the database is opened read-only once the run has ended."
+)
 
 
 def _plain() -> str:

@@ -23,9 +23,11 @@ from llmscope.tui.screens.compare import CompareScreen
 from llmscope.tui.screens.dashboard import DashboardScreen
 from llmscope.tui.widgets import clean, ellipsis, fmt, literal
 
-WATCH_ONLY = ("This window only watches (`llmscope view`, or the database is in use by another "
-              "process): it cannot start runs.\n\nStart one with `llmscope` (the full interface) "
-              "or `llmscope run` on a database no other process is writing.")
+WATCH_ONLY = (
+    "This window only watches (`llmscope view`, or the database is in use by another "
+    "process): it cannot start runs.\n\nStart one with `llmscope` (the full interface) "
+    "or `llmscope run` on a database no other process is writing."
+)
 
 
 RUN_COLUMNS = (" ", "run", "suite", "model", "accuracy", "progress", "status", "started")
@@ -105,7 +107,9 @@ class HomeScreen(BaseScreen):
         if (
             changed
             or self.llm_app.blocked  # another process holds the file: try again until it is free
-            or any(r.get("live") or str(r.get("status", "")).startswith("running") for r in self.rows)
+            or any(
+                r.get("live") or str(r.get("status", "")).startswith("running") for r in self.rows
+            )
             or self.llm_app.running
         ):
             self.reload()
@@ -198,7 +202,9 @@ class HomeScreen(BaseScreen):
                 literal(rid),
                 literal(r.get("suite_name")),
                 literal(ellipsis(str(r.get("model") or ""), 14 if narrow else 40)),
-                fmt(acc) if r.get("metric") in (None, "accuracy") else f"{fmt(acc)} {r['metric']}",  # headline (store.runs)
+                fmt(acc)
+                if r.get("metric") in (None, "accuracy")
+                else f"{fmt(acc)} {r['metric']}",  # headline (store.runs)
                 prog,
                 literal(r.get("status")),
                 _fmt_time(r.get("started_at")),
@@ -275,8 +281,10 @@ class HomeScreen(BaseScreen):
 
     def action_new_run(self) -> None:
         if self.llm_app.watch_mode:
-            self.notify("this window only watches; start runs with `llmscope` or `llmscope run`",
-                        severity="warning")
+            self.notify(
+                "this window only watches; start runs with `llmscope` or `llmscope run`",
+                severity="warning",
+            )
             return
         self.query_one("#f-suite", Input).focus()
 
@@ -337,7 +345,10 @@ class HomeScreen(BaseScreen):
         t = self.query_one("#suites", DataTable)
         rows, pad = self._suite_rows, 2 * t.cell_padding
         name_w = max([cell_len("suite")] + [cell_len(clean(r["name"])) for r in rows])
-        items_w = max([cell_len("items")] + [len("-" if r["items"] is None else str(r["items"])) for r in rows])
+        items_w = max(
+            [cell_len("items")]
+            + [len("-" if r["items"] is None else str(r["items"])) for r in rows]
+        )
         task_full = max([cell_len("task")] + [cell_len(clean(r["task"])) for r in rows])
         task_w: int | None = None
         desc_w: int | None = None
@@ -358,13 +369,19 @@ class HomeScreen(BaseScreen):
         # its title's width (`commo` for commonsense-sample) when the rows came in mid-layout.
         widths = {
             "suite": max([cell_len("suite")] + [cell_len(clean(r["name"])) for r in rows]),
-            "items": max([cell_len("items")] + [len("-" if r["items"] is None else str(r["items"])) for r in rows]),
-            "task": task_w if task_w is not None
+            "items": max(
+                [cell_len("items")]
+                + [len("-" if r["items"] is None else str(r["items"])) for r in rows]
+            ),
+            "task": task_w
+            if task_w is not None
             else max([cell_len("task")] + [cell_len(clean(r["task"])) for r in rows]),
         }
         if desc_w:
-            widths["description"] = max([cell_len("description")]
-                                        + [cell_len(ellipsis(clean(r["description"]), desc_w)) for r in rows])
+            widths["description"] = max(
+                [cell_len("description")]
+                + [cell_len(ellipsis(clean(r["description"]), desc_w)) for r in rows]
+            )
         for name, w in widths.items():
             t.add_column(name, width=w)
         self._fill_suites()
@@ -410,4 +427,3 @@ class HomeScreen(BaseScreen):
         run = event.run
         self.notify(f"starting {run.suite} with {run.config.model or 'the default model'} ...")
         self.llm_app.start_run(run.params())
-

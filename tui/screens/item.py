@@ -105,16 +105,27 @@ class ItemScreen(BaseScreen):
         out = []
         d = self.dashboard
         if d is not None and d.source == "live" and d.model is not None:
-            out.append({"run_id": self.run_ids[0], **item_detail_live(d.model, self.item_id, d.feed),
-                        "spec": d.model.spec, "task": d.model.task,
-                        "run_options": d.model.run.get("options") or {}})
+            out.append(
+                {
+                    "run_id": self.run_ids[0],
+                    **item_detail_live(d.model, self.item_id, d.feed),
+                    "spec": d.model.spec,
+                    "task": d.model.task,
+                    "run_options": d.model.run.get("options") or {},
+                }
+            )
         else:
             with self.llm_app.handle.use() as store:
                 for rid in self.run_ids:
                     det = {"run_id": rid, **item_detail(store, rid, self.item_id)}
                     run = store.get_run(rid)
-                    if run is not None:  # what the human-vs-model section needs (tui/panels/human.py)
-                        det["spec"], det["task"] = store.suite_spec(run["suite_id"]), run.get("task")
+                    if (
+                        run is not None
+                    ):  # what the human-vs-model section needs (tui/panels/human.py)
+                        det["spec"], det["task"] = (
+                            store.suite_spec(run["suite_id"]),
+                            run.get("task"),
+                        )
                         det["run_options"] = run.get("options") or {}
                         if "clusters" in (det.get("fields") or {}):
                             det["probeval"] = store.load_analysis(rid, "probeval")
@@ -157,7 +168,9 @@ def render_item(details: list[dict[str, Any]]) -> Group:
         )
     from llmscope.tui.panels.human import render_human_item
 
-    side = render_human_item(first, details, first.get("spec"), first.get("task"), first.get("probeval"))
+    side = render_human_item(
+        first, details, first.get("spec"), first.get("task"), first.get("probeval")
+    )
     parts.extend(side)
     if human and not side:
         parts.append(Text("human", style="bold underline"))
@@ -168,9 +181,13 @@ def render_item(details: list[dict[str, Any]]) -> Group:
             else:
                 line.append(literal(v))
             parts.append(line)
-    if first.get("live") and not any(v.get("prompt") for d in details for v in d.get("variants", [])):
+    if first.get("live") and not any(
+        v.get("prompt") for d in details for v in d.get("variants", [])
+    ):
         # The live channel carries full rows; only a row cut short (or not yet indexed) lacks them.
-        parts.append(Text("live run: this item's full detail is not on the live channel yet", style="yellow"))
+        parts.append(
+            Text("live run: this item's full detail is not on the live channel yet", style="yellow")
+        )
     if len(details) == 2:  # compare: the same item under both runs, side by side
         t = Table(box=None, expand=True, padding=(0, 1), show_header=False)
         for _ in details:
@@ -191,7 +208,11 @@ def _run_parts(d: dict[str, Any], head: bool) -> list[Any]:
         out.append(Text("no result for this item in this run", style="dim"))
     for v in d.get("variants", []):
         opts = d.get("run_options") or {}
-        out.extend(_render_variant(v, [*answer_classes(v, d.get("task"), opts), *task_fields(v, d.get("task"), opts)]))
+        out.extend(
+            _render_variant(
+                v, [*answer_classes(v, d.get("task"), opts), *task_fields(v, d.get("task"), opts)]
+            )
+        )
     return out
 
 
@@ -214,24 +235,47 @@ def answer_classes(v: dict[str, Any], task: str | None, options: dict[str, Any])
         for k, r in enumerate(raws):
             t.add_row("raw response" if k == 0 else "asked again", literal(repr(r)))
     elif extra.get("mode") == "loglik":
-        t.add_row("raw response", Text("none generated: the response is the allowed answer with the highest "
-                                       "log-likelihood (loglik mode)", style="dim"))
+        t.add_row(
+            "raw response",
+            Text(
+                "none generated: the response is the allowed answer with the highest "
+                "log-likelihood (loglik mode)",
+                style="dim",
+            ),
+        )
     pred, gold = v.get("prediction"), v.get("gold")
-    t.add_row("response", Text.assemble(literal(pred if pred not in (None, "") else "(none: invalid, wrong)"),
-                                        "  →  class ", (clean(scored.get("prediction")), "bold")))
-    t.add_row("gold", Text.assemble(literal(gold), "  →  class ", (clean(scored.get("gold")), "bold")))
+    t.add_row(
+        "response",
+        Text.assemble(
+            literal(pred if pred not in (None, "") else "(none: invalid, wrong)"),
+            "  →  class ",
+            (clean(scored.get("prediction")), "bold"),
+        ),
+    )
+    t.add_row(
+        "gold", Text.assemble(literal(gold), "  →  class ", (clean(scored.get("gold")), "bold"))
+    )
     same = scored.get("prediction") == scored.get("gold") and pred not in (None, "")
-    verdict = Text("same class: counted correct" if same else "different classes: counted wrong",
-                   style="green" if same else "red")
+    verdict = Text(
+        "same class: counted correct" if same else "different classes: counted wrong",
+        style="green" if same else "red",
+    )
     if same and str(pred) != str(gold):
-        verdict.append("  (the prediction differs from the gold, but both are the same answer)", style="dim")
+        verdict.append(
+            "  (the prediction differs from the gold, but both are the same answer)", style="dim"
+        )
     t.add_row("verdict", verdict)
     if isinstance(eq, dict) and eq:
         classes: dict[str, list[str]] = {}
         for resp, cls in eq.items():
             classes.setdefault(str(cls), []).append(str(resp))
-        t.add_row("mapping", literal("; ".join(f"{', '.join(r)} → {c}" for c, r in classes.items())
-                                     + "; any other response is its own class"))
+        t.add_row(
+            "mapping",
+            literal(
+                "; ".join(f"{', '.join(r)} → {c}" for c, r in classes.items())
+                + "; any other response is its own class"
+            ),
+        )
     out.append(t)
     return out
 
@@ -255,11 +299,23 @@ def task_fields(v: dict[str, Any], task: str | None, options: dict[str, Any]) ->
     from llmscope.tui.data.fields import FLAG_KEY, field_value, show_field, task_item_fields
 
     # drawn by _render_variant (extra.methods as its own table)
-    shown = {"prediction", "gold", "correct", "confidence", "error", "probs", "option_scores", "other",
-             "extra.methods"}
+    shown = {
+        "prediction",
+        "gold",
+        "correct",
+        "confidence",
+        "error",
+        "probs",
+        "option_scores",
+        "other",
+        "extra.methods",
+    }
     out: list[Any] = []
-    rows = [(f.label, show_field(field_value(v, f.key), f.kind)) for f in task_item_fields(task)
-            if f.key not in shown and f.key != FLAG_KEY]
+    rows = [
+        (f.label, show_field(field_value(v, f.key), f.kind))
+        for f in task_item_fields(task)
+        if f.key not in shown and f.key != FLAG_KEY
+    ]
     if rows:
         out.append(Text("task fields", style="bold"))
         t = Table(box=None, padding=(0, 1), show_header=False)
@@ -273,7 +329,9 @@ def task_fields(v: dict[str, Any], task: str | None, options: dict[str, Any]) ->
         opts = _options(task, options)
         flagged = field_value(v, FLAG_KEY)
         head = Text("flags ", style="bold")
-        head.append("FLAGGED" if flagged else "not flagged", style="bold red" if flagged else "green")
+        head.append(
+            "FLAGGED" if flagged else "not flagged", style="bold red" if flagged else "green"
+        )
         out.append(head)
         t = Table(box=None, padding=(0, 1), header_style="bold")
         for c in ("probe", "score", "threshold", "flag"):
@@ -284,10 +342,12 @@ def task_fields(v: dict[str, Any], task: str | None, options: dict[str, Any]) ->
             par = field_value(v, f"extra.{par_opt}") or opts.get(par_opt)
             reasons = field_value(v, "extra.flag_reasons")  # the task's own decision, as stored
             hit = isinstance(reasons, list) and any(str(r).split()[:1] == [key] for r in reasons)
-            t.add_row(literal(f"{label} ({par_opt} {par})" if par is not None else label),
-                      show_field(score, "number"),
-                      Text("none (never flags)", style="dim") if thr is None else f"≥ {thr}",
-                      Text("yes", style="bold red") if hit else Text("no", style="dim"))
+            t.add_row(
+                literal(f"{label} ({par_opt} {par})" if par is not None else label),
+                show_field(score, "number"),
+                Text("none (never flags)", style="dim") if thr is None else f"≥ {thr}",
+                Text("yes", style="bold red") if hit else Text("no", style="dim"),
+            )
         out.append(t)
     return out
 
@@ -313,7 +373,9 @@ def _render_variant(v: dict[str, Any], declared: list[Any] | None = None) -> lis
         line.append(literal(v.get("gold")))
     line.append("   prediction ", style="bold")
     line.append(literal(v.get("prediction")))
-    line.append(f"   confidence {fmt(v.get('confidence'))}   tokens {fmt(v.get('n_tokens') or 0, metric='n_tokens')}")
+    line.append(
+        f"   confidence {fmt(v.get('confidence'))}   tokens {fmt(v.get('n_tokens') or 0, metric='n_tokens')}"
+    )
     out.append(line)
     if v.get("error"):
         out.append(Text.assemble(("error ", "bold red"), literal(v["error"])))
@@ -331,7 +393,11 @@ def _render_variant(v: dict[str, Any], declared: list[Any] | None = None) -> lis
         for k, p in list(probs.items())[:20]:
             t.add_row(literal(k), bar(p, 30), fmt(p, metric="p"))
         if v.get("other") is not None:
-            t.add_row(Text("(other)", style="dim"), bar(v.get("other"), 30), fmt(v.get("other"), metric="p"))
+            t.add_row(
+                Text("(other)", style="dim"),
+                bar(v.get("other"), 30),
+                fmt(v.get("other"), metric="p"),
+            )
         out.append(t)
     top = v.get("top_tokens")
     if isinstance(top, list) and top:
@@ -355,14 +421,20 @@ def _render_variant(v: dict[str, Any], declared: list[Any] | None = None) -> lis
             if isinstance(m, dict):
                 methods += [k for k in m if k not in methods]
         out.append(Text("option scores by method", style="bold"))
-        cells = {opt: [fmt(m.get(k), metric=k) if isinstance(m, dict) else "-" for k in methods]
-                 for opt, m in scores.items()}
+        cells = {
+            opt: [fmt(m.get(k), metric=k) if isinstance(m, dict) else "-" for k in methods]
+            for opt, m in scores.items()
+        }
         t = Table(box=None, padding=(0, 1), header_style="bold")
         # numbers are never cut: the option text wraps on a narrow screen
         t.add_column("option", overflow="fold")
         for j, m in enumerate(methods):
-            t.add_column(m, justify="right", no_wrap=True,
-                         min_width=max([len(m)] + [len(c[j]) for c in cells.values()]))
+            t.add_column(
+                m,
+                justify="right",
+                no_wrap=True,
+                min_width=max([len(m)] + [len(c[j]) for c in cells.values()]),
+            )
         for opt, row in cells.items():
             t.add_row(literal(opt), *row)
         out.append(t)
@@ -370,8 +442,13 @@ def _render_variant(v: dict[str, Any], declared: list[Any] | None = None) -> lis
     if isinstance(extra, dict) and isinstance(extra.get("context"), dict):
         # Minimal pairs: what each sentence was conditioned on (task option `context`).
         c = extra["context"]
-        out.append(Text.assemble(("sentence context ", "bold"), literal(f"{c.get('mode')} {c.get('text')!r}"),
-                                 (f"  ({c.get('why')})", "dim")))
+        out.append(
+            Text.assemble(
+                ("sentence context ", "bold"),
+                literal(f"{c.get('mode')} {c.get('text')!r}"),
+                (f"  ({c.get('why')})", "dim"),
+            )
+        )
     if isinstance(extra, dict) and extra:
         if isinstance(extra.get("methods"), dict) and extra["methods"]:
             out.append(_methods_table(extra["methods"]))
@@ -379,7 +456,11 @@ def _render_variant(v: dict[str, Any], declared: list[Any] | None = None) -> lis
             from llmscope.tui.panels.surprisal import render_surprisal
 
             out.extend(render_surprisal(extra))
-            extra = {k: x for k, x in extra.items() if k not in ("conditions", "per_token", "predictions")}
+            extra = {
+                k: x
+                for k, x in extra.items()
+                if k not in ("conditions", "per_token", "predictions")
+            }
         trace = {k: x for k, x in extra.items() if k != "methods"}
         if trace:
             out.append(Text("normalisation trace / task detail", style="bold"))
@@ -391,8 +472,14 @@ def _render_variant(v: dict[str, Any], declared: list[Any] | None = None) -> lis
 
 def _methods_table(methods: dict[str, Any]) -> Any:
     """Each scoring method's prediction, correctness and expected accuracy, one row a method."""
-    t = Table(box=None, padding=(0, 1), header_style="bold", title="methods", title_justify="left",
-              title_style="bold")
+    t = Table(
+        box=None,
+        padding=(0, 1),
+        header_style="bold",
+        title="methods",
+        title_justify="left",
+        title_style="bold",
+    )
     t.add_column("method", no_wrap=True)
     t.add_column("prediction")
     t.add_column("correct", justify="right")
@@ -402,9 +489,12 @@ def _methods_table(methods: dict[str, Any]) -> Any:
             t.add_row(literal(name), literal(short_json(m)), "", "")
             continue
         c = m.get("correct")
-        t.add_row(literal(name), literal(m.get("prediction") if m.get("prediction") is not None else "-"),
-                  "-" if c is None else ("yes" if c >= 0.5 else "no"),
-                  fmt(m.get("expected_acc"), metric="expected_accuracy"))
+        t.add_row(
+            literal(name),
+            literal(m.get("prediction") if m.get("prediction") is not None else "-"),
+            "-" if c is None else ("yes" if c >= 0.5 else "no"),
+            fmt(m.get("expected_acc"), metric="expected_accuracy"),
+        )
     return t
 
 
@@ -412,8 +502,14 @@ def short_json(x: Any) -> str:
     """JSON-like text of stored detail with its numbers in the one display format (no
     17-digit floats, counts as integers)."""
     if isinstance(x, dict):
-        return "{" + ", ".join(f"{json.dumps(str(k), ensure_ascii=False)}: {_short_value(str(k), v)}"
-                               for k, v in x.items()) + "}"
+        return (
+            "{"
+            + ", ".join(
+                f"{json.dumps(str(k), ensure_ascii=False)}: {_short_value(str(k), v)}"
+                for k, v in x.items()
+            )
+            + "}"
+        )
     if isinstance(x, list):
         return "[" + ", ".join(_short_value(None, v) for v in x) + "]"
     return _short_value(None, x)
@@ -427,4 +523,3 @@ def _short_value(key: str | None, v: Any) -> str:
     if isinstance(v, (int, float)):
         return fmt(v, metric=key)
     return json.dumps(v, ensure_ascii=False, default=str)
-

@@ -60,7 +60,9 @@ class RunStartingScreen(Screen[None]):
         t = Text()
         t.append("● ", style="bold yellow")
         t.append(literal(self.phase))
-        t.append(f"  {now - self.phase_since:.0f}s (started {now - self.started:.0f}s ago)", style="dim")
+        t.append(
+            f"  {now - self.phase_since:.0f}s (started {now - self.started:.0f}s ago)", style="dim"
+        )
         self.query_one("#starting-phase", Static).update(t)
         log = Text()
         for level, line in self.lines[-12:]:

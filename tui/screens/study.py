@@ -325,7 +325,9 @@ class StudyScreen(BaseScreen):
         self._shown_cols = shown
         t.clear(columns=True)
         t.add_column(
-            Text(ellipsis(clean(self.row_factor), label_w), style="bold"), width=label_w, key="label"
+            Text(ellipsis(clean(self.row_factor), label_w), style="bold"),
+            width=label_w,
+            key="label",
         )
         for j in shown:
             name, metric = self._col_texts(m, j)
@@ -385,8 +387,10 @@ class StudyScreen(BaseScreen):
         )
         if c.metric is not None:
             lo, hi = c.ci95 if c.ci95 else (None, None)
-            t.append(f"\n{c.metric} {fmt_interval(c.value, lo, hi, c.metric)} {c.interval_method or ''} "
-                     f"n={fmt_count(c.n)}")
+            t.append(
+                f"\n{c.metric} {fmt_interval(c.value, lo, hi, c.metric)} {c.interval_method or ''} "
+                f"n={fmt_count(c.n)}"
+            )
         if c.error:
             t.append("\n" + clean(c.error), style="red")
         box.update(t)
@@ -410,7 +414,8 @@ class StudyScreen(BaseScreen):
             return
         if not c.run_id:
             self.notify(
-                f"[{clean(c.cell)}] has no run yet ({c.state.replace('_', ' ')})", severity="warning"
+                f"[{clean(c.cell)}] has no run yet ({c.state.replace('_', ' ')})",
+                severity="warning",
             )
             return
         self.app.push_screen(DashboardScreen(c.run_id))
@@ -502,8 +507,12 @@ class StudyScreen(BaseScreen):
             return
         if len(marked) == 2:
             a, b = pairs[0]
-            self.app.push_screen(CompareScreen([str(a.run_id), str(b.run_id)],
-                                               labels={str(a.run_id): a.cell, str(b.run_id): b.cell}))
+            self.app.push_screen(
+                CompareScreen(
+                    [str(a.run_id), str(b.run_id)],
+                    labels={str(a.run_id): a.cell, str(b.run_id): b.cell},
+                )
+            )
         else:
             self.app.push_screen(StudyPairsScreen(self.study, pairs))
 

@@ -115,7 +115,10 @@ SUITES = ("commonsense", "commonsense-sample")
 
 
 def import_commonsense_models(
-    store: Store, path: Path | None, suite_path: str | None = None, suite_name: str | None = None,
+    store: Store,
+    path: Path | None,
+    suite_path: str | None = None,
+    suite_name: str | None = None,
     on_model: Callable[[int, int, str], None] | None = None,
 ) -> list[str]:
     """One run per model column pair of `path` on the `commonsense` suite (or on
@@ -125,7 +128,9 @@ def import_commonsense_models(
     each model before it is written (a progress bar)."""
     suite_name = suite_name or "commonsense"
     if suite_name not in SUITES:
-        raise SuiteError(f"--suite {suite_name!r}: the published answers are on {' or '.join(SUITES)}")
+        raise SuiteError(
+            f"--suite {suite_name!r}: the published answers are on {' or '.join(SUITES)}"
+        )
     if path is None:
         path = default_csv()
         if path is None:
@@ -134,7 +139,9 @@ def import_commonsense_models(
         raise SuiteError("file not found", path)
     if suite_name == "commonsense-sample":
         if suite_path is not None:
-            raise SuiteError("--suite-path is for the full commonsense suite, not commonsense-sample")
+            raise SuiteError(
+                "--suite-path is for the full commonsense suite, not commonsense-sample"
+            )
     elif suite_path is None and (path.parent / "statements_and_prompts.csv").is_file():
         suite_path = str(path.parent / "statements_and_prompts.csv")
     models, statements = read_models_csv(path)  # every line checked before anything is written
@@ -165,7 +172,11 @@ def import_commonsense_models(
     store_suite(store, suite)
     msgs = [
         f"suite {suite.suite_id}: {len(statements)} statements x {len(VARIANTS)} prompts from {path.name}"
-        + (f" (the {len(statements)} of its {n_file} statements in {suite_name})" if len(statements) < n_file else "")
+        + (
+            f" (the {len(statements)} of its {n_file} statements in {suite_name})"
+            if len(statements) < n_file
+            else ""
+        )
         + (f" ({differ} statements differ from the suite's text)" if differ else "")
     ]
     with store.transaction():

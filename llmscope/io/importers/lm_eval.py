@@ -77,27 +77,49 @@ class Sample:
 def _parse_sample(rec: dict[str, Any], path: Path, line: int) -> Sample:
     for key in ("doc_id", "arguments", "filtered_resps"):
         if key not in rec:
-            raise SuiteError("missing (is this an `lm_eval --log_samples` samples_*.jsonl file?)", path, line, key)
+            raise SuiteError(
+                "missing (is this an `lm_eval --log_samples` samples_*.jsonl file?)",
+                path,
+                line,
+                key,
+            )
     doc_id = rec["doc_id"]
     if isinstance(doc_id, bool) or not isinstance(doc_id, int):
         raise SuiteError(f"doc_id must be an integer, got {doc_id!r}", path, line, "doc_id")
     args = rec["arguments"]
     if isinstance(args, dict):  # 0.4.x files: {"gen_args_0": {"arg_0": ..., "arg_1": ...}, ...}
-        keys = sorted(args, key=lambda k: int(k.rsplit("_", 1)[-1]) if k.rsplit("_", 1)[-1].isdigit() else 0)
-        pairs: list[Any] = [[args[k].get(f"arg_{j}") for j in range(len(args[k]))]
-                            if isinstance(args[k], dict) else None for k in keys]
+        keys = sorted(
+            args, key=lambda k: int(k.rsplit("_", 1)[-1]) if k.rsplit("_", 1)[-1].isdigit() else 0
+        )
+        pairs: list[Any] = [
+            [args[k].get(f"arg_{j}") for j in range(len(args[k]))]
+            if isinstance(args[k], dict)
+            else None
+            for k in keys
+        ]
     elif isinstance(args, list):  # older files: [[context, continuation], ...]
         pairs = args
     else:
         raise SuiteError("arguments must be a mapping or a list", path, line, "arguments")
-    if not pairs or not all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
-                            for p in pairs):  # generate_until logs (context, {generation kwargs})
-        raise SuiteError("only loglikelihood requests (context, continuation) can be imported; this looks like "
-                         "a generate_until or loglikelihood_rolling task", path, line, "arguments")
+    if not pairs or not all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs
+    ):  # generate_until logs (context, {generation kwargs})
+        raise SuiteError(
+            "only loglikelihood requests (context, continuation) can be imported; this looks like "
+            "a generate_until or loglikelihood_rolling task",
+            path,
+            line,
+            "arguments",
+        )
     half = len(pairs) // 2
     n_uncond = 0
-    if (len(pairs) % 2 == 0 and half and all(p[0] == "" for p in pairs[half:])
-            and [p[1] for p in pairs[half:]] == [p[1] for p in pairs[:half]] and pairs[0][0] != ""):
+    if (
+        len(pairs) % 2 == 0
+        and half
+        and all(p[0] == "" for p in pairs[half:])
+        and [p[1] for p in pairs[half:]] == [p[1] for p in pairs[:half]]
+        and pairs[0][0] != ""
+    ):
         # acc_mutual_info: lm-eval appends one ("", continuation) request per choice; the
         # choices are the first half, the second half their unconditional log-likelihoods
         n_uncond = half
@@ -105,11 +127,17 @@ def _parse_sample(rec: dict[str, Any], path: Path, line: int) -> Sample:
     pairs = pairs[: n_uncond or n_requests]
     contexts = {p[0] for p in pairs}
     if len(contexts) != 1:
-        raise SuiteError("requests with different contexts (a multiple-input task) cannot be imported",
-                         path, line, "arguments")
+        raise SuiteError(
+            "requests with different contexts (a multiple-input task) cannot be imported",
+            path,
+            line,
+            "arguments",
+        )
     resps = rec["filtered_resps"]
     if not isinstance(resps, list) or len(resps) != n_requests:
-        raise SuiteError(f"expected {n_requests} responses, one per request", path, line, "filtered_resps")
+        raise SuiteError(
+            f"expected {n_requests} responses, one per request", path, line, "filtered_resps"
+        )
     lls, greedy = [], []
     for r in resps:
         if isinstance(r, list) and len(r) == 1 and isinstance(r[0], list):
@@ -117,23 +145,44 @@ def _parse_sample(rec: dict[str, Any], path: Path, line: int) -> Sample:
         try:
             ll = float(r[0])
         except (TypeError, ValueError, IndexError) as e:
-            raise SuiteError(f"response {r!r} has no log-likelihood", path, line, "filtered_resps") from e
+            raise SuiteError(
+                f"response {r!r} has no log-likelihood", path, line, "filtered_resps"
+            ) from e
         if not math.isfinite(ll):
             raise SuiteError(f"log-likelihood {r[0]!r} is not finite", path, line, "filtered_resps")
         if ll > 0:  # a log-probability is at most 0: this is not lm-eval's log-likelihood
-            raise SuiteError(f"log-likelihood {r[0]!r} is positive (a log-probability is at most 0)",
-                             path, line, "filtered_resps")
+            raise SuiteError(
+                f"log-likelihood {r[0]!r} is positive (a log-probability is at most 0)",
+                path,
+                line,
+                "filtered_resps",
+            )
         lls.append(ll)
         greedy.append(str(r[1]) == "True" if len(r) > 1 else False)
-    metrics = {k: v for k, v in rec.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-               and k in (rec.get("metrics") or [])}
+    metrics = {
+        k: v
+        for k, v in rec.items()
+        if isinstance(v, (int, float))
+        and not isinstance(v, bool)
+        and k in (rec.get("metrics") or [])
+    }
     doc: dict[str, Any] = rec["doc"] if isinstance(rec.get("doc"), dict) else {}
     if len(pairs) > 1 and "target" in rec:
         _check_target(rec["target"], [p[1] for p in pairs], path, line)
     n = len(pairs)
-    return Sample(line=line, doc_id=doc_id, doc=doc, target=str(rec.get("target", "")), context=pairs[0][0],
-                  continuations=[p[1] for p in pairs], logliks=lls[:n], greedy=greedy[:n], metrics=metrics,
-                  uncond=lls[n:] if n_uncond else None, uncond_greedy=greedy[n:] if n_uncond else None)
+    return Sample(
+        line=line,
+        doc_id=doc_id,
+        doc=doc,
+        target=str(rec.get("target", "")),
+        context=pairs[0][0],
+        continuations=[p[1] for p in pairs],
+        logliks=lls[:n],
+        greedy=greedy[:n],
+        metrics=metrics,
+        uncond=lls[n:] if n_uncond else None,
+        uncond_greedy=greedy[n:] if n_uncond else None,
+    )
 
 
 def _check_target(target: Any, continuations: list[str], path: Path, line: int) -> None:
@@ -142,13 +191,22 @@ def _check_target(target: Any, continuations: list[str], path: Path, line: int) 
     t = str(target).strip()
     if re.fullmatch(r"[+-]?\d+", t):
         if not 0 <= int(t) < len(continuations):
-            raise SuiteError(f"target {t} is not an option index (0 to {len(continuations) - 1})",
-                             path, line, "target")
+            raise SuiteError(
+                f"target {t} is not an option index (0 to {len(continuations) - 1})",
+                path,
+                line,
+                "target",
+            )
         return
     _, choices = _split_delim(continuations)
     if t not in choices and str(target) not in continuations and str(target) not in choices:
-        raise SuiteError(f"target {str(target)[:80]!r} is neither an option index (0 to "
-                         f"{len(continuations) - 1}) nor one of the options", path, line, "target")
+        raise SuiteError(
+            f"target {str(target)[:80]!r} is neither an option index (0 to "
+            f"{len(continuations) - 1}) nor one of the options",
+            path,
+            line,
+            "target",
+        )
 
 
 def _read_samples(f: Path) -> list[Sample]:
@@ -193,12 +251,21 @@ def suite_from_samples(task: str, samples: list[Sample], path: Path) -> Suite:
     delims = {_split_delim(s.continuations)[0] for s in samples}
     delim = delims.pop() if len(delims) == 1 else ""
     spec: dict[str, Any] = {
-        "name": task, "task": "choice",
+        "name": task,
+        "task": "choice",
         "description": f"lm-evaluation-harness task {task}, rebuilt from {path.name}",
         "source": f"lm_eval --log_samples {path}",
-        "id_field": ID, "text_field": CONTEXT, "gold_field": GOLD, "options_field": CHOICES,
+        "id_field": ID,
+        "text_field": CONTEXT,
+        "gold_field": GOLD,
+        "options_field": CHOICES,
         "templates": {"default": "{" + CONTEXT + "}"},
-        "task_options": {"chat": False, "continuation": delim + "{option}", "content_free": [], "domain_prompt": ""},
+        "task_options": {
+            "chat": False,
+            "continuation": delim + "{option}",
+            "content_free": [],
+            "domain_prompt": "",
+        },
     }
     suite = suite_from_spec(spec, None)
     suite.items_path = path
@@ -206,7 +273,7 @@ def suite_from_samples(task: str, samples: list[Sample], path: Path) -> Suite:
     def load() -> list[Item]:
         items = []
         for s in samples:
-            choices = [c[len(delim):] for c in s.continuations]
+            choices = [c[len(delim) :] for c in s.continuations]
             gold = _gold_of(s.target, choices) if multi else None
             rec = {**s.doc, ID: s.doc_id, CONTEXT: s.context, CHOICES: choices, GOLD: gold}
             items.append(_make_item(suite, rec, path, s.line))
@@ -219,13 +286,27 @@ def suite_from_samples(task: str, samples: list[Sample], path: Path) -> Suite:
 def _result(s: Sample, it: Item, variant: str, cont_fmt: str, scored: bool) -> Result:
     options = list(it.options or [])
     conts = [continuation_text(cont_fmt, o) for o in options]
-    lm_extra: dict[str, Any] = {"doc_id": s.doc_id, "target": s.target, "is_greedy": s.greedy, **s.metrics}
+    lm_extra: dict[str, Any] = {
+        "doc_id": s.doc_id,
+        "target": s.target,
+        "is_greedy": s.greedy,
+        **s.metrics,
+    }
     if not scored:  # loglikelihood task: one continuation, no gold
         opt = options[0]
-        return Result(item_id=it.item_id, variant=variant, prompt=s.context,
-                      option_scores={opt: {"logprob": s.logliks[0], "n_chars": float(len(conts[0])),
-                                           "n_bytes": float(len(conts[0].encode("utf-8")))}},
-                      extra={"imported": True, "lm_eval": lm_extra})
+        return Result(
+            item_id=it.item_id,
+            variant=variant,
+            prompt=s.context,
+            option_scores={
+                opt: {
+                    "logprob": s.logliks[0],
+                    "n_chars": float(len(conts[0])),
+                    "n_bytes": float(len(conts[0].encode("utf-8"))),
+                }
+            },
+            extra={"imported": True, "lm_eval": lm_extra},
+        )
     from llmscope.engine.tasks.choice import gold_index
 
     gi = gold_index(options, it.gold)
@@ -236,8 +317,13 @@ def _result(s: Sample, it: Item, variant: str, cont_fmt: str, scored: bool) -> R
     probs = softmax(cs.scores["raw"])
     pred = cs.predictions["raw"]
     option_scores = {
-        o: {"logprob": s.logliks[i], "n_chars": float(len(conts[i])), "n_bytes": float(len(conts[i].encode("utf-8"))),
-            "per_char": float(cs.values["per_char"][i]), "per_byte": float(cs.values["per_byte"][i])}
+        o: {
+            "logprob": s.logliks[i],
+            "n_chars": float(len(conts[i])),
+            "n_bytes": float(len(conts[i].encode("utf-8"))),
+            "per_char": float(cs.values["per_char"][i]),
+            "per_byte": float(cs.values["per_byte"][i]),
+        }
         for i, o in enumerate(options)
     }
     for i, o in enumerate(options):
@@ -245,21 +331,37 @@ def _result(s: Sample, it: Item, variant: str, cont_fmt: str, scored: bool) -> R
             option_scores[o]["is_greedy"] = float(s.greedy[i])
     methods = {m: v for m, v in cs.method_summary().items() if m != "mean_token"}
     res = Result(
-        item_id=it.item_id, variant=variant, prompt=s.context,
-        probs={o: float(p) for o, p in zip(options, probs, strict=True)}, option_scores=option_scores,
-        prediction=options[pred], gold=it.gold, correct=cs.correct["raw"], confidence=float(probs[pred]),
+        item_id=it.item_id,
+        variant=variant,
+        prompt=s.context,
+        probs={o: float(p) for o, p in zip(options, probs, strict=True)},
+        option_scores=option_scores,
+        prediction=options[pred],
+        gold=it.gold,
+        correct=cs.correct["raw"],
+        confidence=float(probs[pred]),
         extra={"imported": True, "methods": methods, "continuations": conts, "lm_eval": lm_extra},
     )
     # lm-eval's acc_norm / acc_mutual_info under their own names, by lm-eval's rules (engine/schemes.py)
-    schemes = [m for m in LM_EVAL_SCHEMES if m in s.metrics and (m != "acc_mutual_info" or s.uncond)]
+    schemes = [
+        m for m in LM_EVAL_SCHEMES if m in s.metrics and (m != "acc_mutual_info" or s.uncond)
+    ]
     if schemes:
-        add_lm_eval_schemes(res, options, s.logliks, s.uncond, gi, {"schemes": schemes},
-                            uncond_greedy=list(s.uncond_greedy) if s.uncond_greedy else None)
+        add_lm_eval_schemes(
+            res,
+            options,
+            s.logliks,
+            s.uncond,
+            gi,
+            {"schemes": schemes},
+            uncond_greedy=list(s.uncond_greedy) if s.uncond_greedy else None,
+        )
     return res
 
 
-def import_lm_eval(store: Store, files: list[Path], suite_spec: str | None = None,
-                   model: str | None = None) -> list[str]:
+def import_lm_eval(
+    store: Store, files: list[Path], suite_spec: str | None = None, model: str | None = None
+) -> list[str]:
     """Import `lm_eval --log_samples` files, one run per file; returns one message per file."""
     msgs = []
     # every sample of every file checked before anything is stored
@@ -270,8 +372,10 @@ def import_lm_eval(store: Store, files: list[Path], suite_spec: str | None = Non
         if suite_spec:
             suite = load_suite(suite_spec)
             if suite.task != "choice":
-                raise SuiteError(f"--suite must be a choice suite (lm-eval loglikelihood requests), got {suite.task}",
-                                 suite_spec)
+                raise SuiteError(
+                    f"--suite must be a choice suite (lm-eval loglikelihood requests), got {suite.task}",
+                    suite_spec,
+                )
         else:
             suite = suite_from_samples(task, samples, f)
         items = {it.item_id: it for it in suite.items()}
@@ -282,28 +386,54 @@ def import_lm_eval(store: Store, files: list[Path], suite_spec: str | None = Non
         for s in samples:
             it = items.get(str(s.doc_id))
             if it is None:
-                raise SuiteError(f"doc_id {s.doc_id} is not an item of suite {suite.name}", f, s.line, "doc_id")
+                raise SuiteError(
+                    f"doc_id {s.doc_id} is not an item of suite {suite.name}", f, s.line, "doc_id"
+                )
             want = [continuation_text(cont_fmt, o) for o in (it.options or [])]
             if want != s.continuations:
-                raise SuiteError(f"the sample's continuations {s.continuations!r} differ from the suite's "
-                                 f"{want!r} for item {it.item_id}", f, s.line, "arguments")
+                raise SuiteError(
+                    f"the sample's continuations {s.continuations!r} differ from the suite's "
+                    f"{want!r} for item {it.item_id}",
+                    f,
+                    s.line,
+                    "arguments",
+                )
             pairs.append((s, it))
         name = _model_name(f, model)
         store_suite(store, suite)
         run_id = import_run_id("lm-eval", suite.suite_id, f.name, name)
-        if not create_import_run(store, run_id, suite, name, f, len(samples), {"lm_eval_samples": f.name}):
+        if not create_import_run(
+            store, run_id, suite, name, f, len(samples), {"lm_eval_samples": f.name}
+        ):
             msgs.append(f"{f.name}: already imported as run {run_id}")
             continue
         results = [_result(s, it, variant, cont_fmt, scored) for s, it in pairs]
         store.write_results(run_id, results)
         prompts = {w.item.item_id: w.prompt for w in suite.work() if w.variant == variant}
         prompt_diff = sum(1 for s, it in pairs if s.context != prompts.get(it.item_id, s.context))
-        acc_diff = sum(1 for r, (s, _) in zip(results, pairs, strict=True)
-                       if "acc" in s.metrics and r.correct is not None and float(s.metrics["acc"]) != r.correct)
-        store.update_run(run_id, meta={"imported_from": str(f), "suite": suite.describe(), "lm_eval_task": task,
-                                       "acc_disagreements": acc_diff, "prompt_differences": prompt_diff})
+        acc_diff = sum(
+            1
+            for r, (s, _) in zip(results, pairs, strict=True)
+            if "acc" in s.metrics and r.correct is not None and float(s.metrics["acc"]) != r.correct
+        )
+        store.update_run(
+            run_id,
+            meta={
+                "imported_from": str(f),
+                "suite": suite.describe(),
+                "lm_eval_task": task,
+                "acc_disagreements": acc_diff,
+                "prompt_differences": prompt_diff,
+            },
+        )
         finish_import_run(store, run_id)
-        note = f", {acc_diff} samples where lm-eval's acc differs from the raw argmax" if acc_diff else ""
+        note = (
+            f", {acc_diff} samples where lm-eval's acc differs from the raw argmax"
+            if acc_diff
+            else ""
+        )
         note += f", {prompt_diff} contexts differ from the suite's" if prompt_diff else ""
-        msgs.append(f"{f.name}: run {run_id} ({name}, suite {suite.suite_id}), {len(results)} samples{note}")
+        msgs.append(
+            f"{f.name}: run {run_id} ({name}, suite {suite.suite_id}), {len(results)} samples{note}"
+        )
     return msgs

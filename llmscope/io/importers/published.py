@@ -61,7 +61,9 @@ def fast_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
         return read_jsonl(path)
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
-    if not _ints_fit_orjson(raw):  # orjson reads integers beyond 64 bits as floats; the stdlib keeps them
+    if not _ints_fit_orjson(
+        raw
+    ):  # orjson reads integers beyond 64 bits as floats; the stdlib keeps them
         return read_jsonl(path)
     loads = orjson.loads
     body = raw[:-1] if raw.endswith(b"\n") else raw
@@ -95,17 +97,23 @@ def _json_text(v: Any) -> str:
 # the id: no leading zero, no -0), "resp" a string with no escape and no control character,
 # nothing else. A file with any other line (or a BOM, CR, a blank line, an integer beyond
 # int64, invalid UTF-8) goes to `fast_jsonl`, so its errors name file, line and field as before.
-_PLAIN_LINE = (rb'[ \t]*\{[ \t]*"Key"[ \t]*:[ \t]*(?:0|-?[1-9][0-9]{0,18})[ \t]*,'
-               rb'[ \t]*"resp"[ \t]*:[ \t]*"[^"\\\x00-\x1f]*"[ \t]*\}[ \t]*')
+_PLAIN_LINE = (
+    rb'[ \t]*\{[ \t]*"Key"[ \t]*:[ \t]*(?:0|-?[1-9][0-9]{0,18})[ \t]*,'
+    rb'[ \t]*"resp"[ \t]*:[ \t]*"[^"\\\x00-\x1f]*"[ \t]*\}[ \t]*'
+)
 _PLAIN_FILE = re.compile(rb"(?:" + _PLAIN_LINE + rb"\n)*" + _PLAIN_LINE + rb"\n?")
 
 # The lines of a plain results file with their line numbers (row_number() OVER () counts a
 # table function's rows in the order of its source: the file's lines)
-_PLAIN_LINES = ("SELECT row_number() OVER () AS ln, Key AS key, resp FROM read_json(?, format = 'newline_delimited', "
-                "columns = {Key: 'VARCHAR', resp: 'VARCHAR'}, auto_detect = false, compression = 'none')")
+_PLAIN_LINES = (
+    "SELECT row_number() OVER () AS ln, Key AS key, resp FROM read_json(?, format = 'newline_delimited', "
+    "columns = {Key: 'VARCHAR', resp: 'VARCHAR'}, auto_detect = false, compression = 'none')"
+)
 # ... each with its trial's answers (`known`: the key is a trial of the suite)
-_PLAIN_JOINED = (f"SELECT s.ln, s.key, s.resp, i.item_id IS NOT NULL AS known, i.gold, i.options "
-                 f"FROM ({_PLAIN_LINES}) s LEFT JOIN items i ON i.suite_id = ? AND i.item_id = s.key")
+_PLAIN_JOINED = (
+    f"SELECT s.ln, s.key, s.resp, i.item_id IS NOT NULL AS known, i.gold, i.options "
+    f"FROM ({_PLAIN_LINES}) s LEFT JOIN items i ON i.suite_id = ? AND i.item_id = s.key"
+)
 
 
 def is_plain_results(raw: bytes) -> bool:
@@ -147,8 +155,11 @@ def _import_worldsense(store: Store, directory: Path) -> list[str]:
         # The results files are checked (and parsed, unless plain) in a second thread while the
         # trials are read (the regex check and orjson hold the GIL: they take turns with the
         # trials' parse, and are done by the time the results are inserted).
-        parsed = {f: pool.submit(_read_results, f) for f in files
-                  if not run_exists(store, import_run_id("worldsense", suite.suite_id, f.name))}
+        parsed = {
+            f: pool.submit(_read_results, f)
+            for f in files
+            if not run_exists(store, import_run_id("worldsense", suite.suite_id, f.name))
+        }
         try:
             return _import_worldsense_files(store, suite, directory, files, parsed)
         finally:
@@ -159,8 +170,13 @@ def _import_worldsense(store: Store, directory: Path) -> list[str]:
 _Parsed = list[tuple[int, dict[str, Any]]] | None
 
 
-def _import_worldsense_files(store: Store, suite: Suite, directory: Path, files: list[Path],
-                             parsed: dict[Path, Future[_Parsed]]) -> list[str]:
+def _import_worldsense_files(
+    store: Store,
+    suite: Suite,
+    directory: Path,
+    files: list[Path],
+    parsed: dict[Path, Future[_Parsed]],
+) -> list[str]:
     # The suite id hashes the trials file's bytes; when the store holds that suite already,
     # its items come from the store instead of decompressing the bz2 file again (~5 s).
     fresh = None
@@ -169,7 +185,9 @@ def _import_worldsense_files(store: Store, suite: Suite, directory: Path, files:
         store_suite(store, suite)
         n_items = len(fresh)
     else:
-        row = store.execute("SELECT count(*) FROM items WHERE suite_id = ?", [suite.suite_id]).fetchone()
+        row = store.execute(
+            "SELECT count(*) FROM items WHERE suite_id = ?", [suite.suite_id]
+        ).fetchone()
         n_items = int(row[0]) if row else 0
     # item_id -> (gold, options): only for a results file parsed in Python
     answers: dict[str, tuple[str | None, Any]] | None = None
@@ -178,15 +196,23 @@ def _import_worldsense_files(store: Store, suite: Suite, directory: Path, files:
         nonlocal answers
         if answers is None:
             # options as tuples, as `item_answers` gives them (hashable: responses are scored once per pair)
-            answers = (store.item_answers(suite.suite_id) if fresh is None else
-                       {it.item_id: (it.gold, None if it.options is None else tuple(it.options)) for it in fresh})
+            answers = (
+                store.item_answers(suite.suite_id)
+                if fresh is None
+                else {
+                    it.item_id: (it.gold, None if it.options is None else tuple(it.options))
+                    for it in fresh
+                }
+            )
         return answers
 
     msgs = [f"suite {suite.suite_id}: {n_items} trials"]
     variant = suite.variant_names()[0]
     classes = dict(suite.task_options.get("equivalent") or {})
     if not files:
-        msgs.append(f"no results files matching {directory}/results/<prompting>___<model>___results.jsonl")
+        msgs.append(
+            f"no results files matching {directory}/results/<prompting>___<model>___results.jsonl"
+        )
     # one transaction for every new run: a bad file leaves none of them behind
     with store.transaction():
         for f in files:
@@ -197,35 +223,57 @@ def _import_worldsense_files(store: Store, suite: Suite, directory: Path, files:
                 continue
             recs = parsed[f].result()
             # The per-row extra has two possible values: encode each once.
-            extra_text = {v: _json_text({"imported": True, "prompting": prompting, "valid": v})
-                          for v in (True, False)}
+            extra_text = {
+                v: _json_text({"imported": True, "prompting": prompting, "valid": v})
+                for v in (True, False)
+            }
             create_import_run(store, run_id, suite, model, f, n_items, {"prompting": prompting})
             if recs is None:
-                n, unknown, dupes = _append_plain(store, suite.suite_id, run_id, f, variant, classes, extra_text)
+                n, unknown, dupes = _append_plain(
+                    store, suite.suite_id, run_id, f, variant, classes, extra_text
+                )
             else:
-                n, unknown, dupes = _append_parsed(store, suite.suite_id, run_id, f, recs, items(), variant,
-                                                   classes, extra_text)
-            meta = {"imported_from": str(f), "prompting": prompting, "unknown_keys": unknown,
-                    "suite": suite.describe()}
+                n, unknown, dupes = _append_parsed(
+                    store, suite.suite_id, run_id, f, recs, items(), variant, classes, extra_text
+                )
+            meta = {
+                "imported_from": str(f),
+                "prompting": prompting,
+                "unknown_keys": unknown,
+                "suite": suite.describe(),
+            }
             if dupes:
                 meta["duplicate_keys"] = dupes
             store.update_run(run_id, meta=meta)
             finish_import_run(store, run_id)
-            msgs.append(f"{f.name}: run {run_id} ({model}, {prompting}), {n} responses"
-                        + (f", {unknown} keys not in the test set" if unknown else "")
-                        + (f", {dupes} repeated keys ignored (first kept)" if dupes else ""))
+            msgs.append(
+                f"{f.name}: run {run_id} ({model}, {prompting}), {n} responses"
+                + (f", {unknown} keys not in the test set" if unknown else "")
+                + (f", {dupes} repeated keys ignored (first kept)" if dupes else "")
+            )
     return msgs
 
 
-def _score(resp: str, gold: str | None, options: Any, classes: dict[str, str],
-           extra_text: dict[bool, str]) -> tuple[float | None, str]:
+def _score(
+    resp: str, gold: str | None, options: Any, classes: dict[str, str], extra_text: dict[bool, str]
+) -> tuple[float | None, str]:
     """(correct, extra) of a stripped response to a trial with this gold and these options."""
-    return (None if gold is None else class_correct(resp, gold, classes)), extra_text[resp in (options or ())]
+    return (None if gold is None else class_correct(resp, gold, classes)), extra_text[
+        resp in (options or ())
+    ]
 
 
-def _append_parsed(store: Store, suite_id: str, run_id: str, f: Path, recs: list[tuple[int, dict[str, Any]]],
-                   items: dict[str, tuple[str | None, Any]], variant: str, classes: dict[str, str],
-                   extra_text: dict[bool, str]) -> tuple[int, int, int]:
+def _append_parsed(
+    store: Store,
+    suite_id: str,
+    run_id: str,
+    f: Path,
+    recs: list[tuple[int, dict[str, Any]]],
+    items: dict[str, tuple[str | None, Any]],
+    variant: str,
+    classes: dict[str, str],
+    extra_text: dict[bool, str],
+) -> tuple[int, int, int]:
     """A results file parsed in Python, appended as columns; (rows, unknown keys, repeated keys)."""
     keys: list[str] = []
     preds: list[str] = []
@@ -262,8 +310,12 @@ def _append_parsed(store: Store, suite_id: str, run_id: str, f: Path, recs: list
     # each row's prompt is its trial's text, the stored item's: readers take it from there
     # (the row stores NULL rather than a fourth copy of 70 MB of text)
     cols: dict[str, list[Any]] = {
-        "item_id": keys, "variant": [variant] * len(keys),
-        "prediction": preds, "gold": golds, "correct": correct, "extra": extras,
+        "item_id": keys,
+        "variant": [variant] * len(keys),
+        "prediction": preds,
+        "gold": golds,
+        "correct": correct,
+        "extra": extras,
         # the extras name no choice method: no need for the store to decode them to find out
         "choice_method": [None] * len(keys),
     }
@@ -271,29 +323,52 @@ def _append_parsed(store: Store, suite_id: str, run_id: str, f: Path, recs: list
     return len(keys), unknown, dupes
 
 
-_SCORED_SCHEMA = pa.schema([("resp", pa.string()), ("gold", pa.string()), ("options", pa.string()),
-                            ("prediction", pa.string()), ("correct", pa.float64()), ("extra", pa.string())])
+_SCORED_SCHEMA = pa.schema(
+    [
+        ("resp", pa.string()),
+        ("gold", pa.string()),
+        ("options", pa.string()),
+        ("prediction", pa.string()),
+        ("correct", pa.float64()),
+        ("extra", pa.string()),
+    ]
+)
 
 
-def _append_plain(store: Store, suite_id: str, run_id: str, f: Path, variant: str, classes: dict[str, str],
-                  extra_text: dict[bool, str]) -> tuple[int, int, int]:
+def _append_plain(
+    store: Store,
+    suite_id: str,
+    run_id: str,
+    f: Path,
+    variant: str,
+    classes: dict[str, str],
+    extra_text: dict[bool, str],
+) -> tuple[int, int, int]:
     """A plain results file read and inserted by DuckDB, rows equal to `_append_parsed`'s: a
     key's first line counts, unknown keys are skipped; each distinct (response, gold, options)
     is scored once in Python and joined back. (rows, unknown keys, repeated keys)."""
     path = str(f)
-    row = store.execute(f"SELECT count(*) FILTER (WHERE NOT known), "
-                        f"count(*) FILTER (WHERE known) - count(DISTINCT key) FILTER (WHERE known) "
-                        f"FROM ({_PLAIN_JOINED})", [path, suite_id]).fetchone()
+    row = store.execute(
+        f"SELECT count(*) FILTER (WHERE NOT known), "
+        f"count(*) FILTER (WHERE known) - count(DISTINCT key) FILTER (WHERE known) "
+        f"FROM ({_PLAIN_JOINED})",
+        [path, suite_id],
+    ).fetchone()
     unknown, dupes = (int(row[0]), int(row[1])) if row else (0, 0)
-    pairs = store.execute(f"SELECT DISTINCT resp, gold, options FROM ({_PLAIN_JOINED}) WHERE known",
-                          [path, suite_id]).fetchall()
+    pairs = store.execute(
+        f"SELECT DISTINCT resp, gold, options FROM ({_PLAIN_JOINED}) WHERE known", [path, suite_id]
+    ).fetchall()
     decoded = {o: decode_json(o) for o in {p[2] for p in pairs}}
     cols: dict[str, list[Any]] = {name: [] for name in _SCORED_SCHEMA.names}
     for resp, gold, options in pairs:
         opts = decoded[options]
         pred = str(resp).strip()
-        correct, extra = _score(pred, gold, tuple(opts) if isinstance(opts, list) else opts, classes, extra_text)
-        for name, v in zip(_SCORED_SCHEMA.names, (resp, gold, options, pred, correct, extra), strict=True):
+        correct, extra = _score(
+            pred, gold, tuple(opts) if isinstance(opts, list) else opts, classes, extra_text
+        )
+        for name, v in zip(
+            _SCORED_SCHEMA.names, (resp, gold, options, pred, correct, extra), strict=True
+        ):
             cols[name].append(v)
     scored = pa.table(cols, schema=_SCORED_SCHEMA)
     select = (
@@ -303,12 +378,19 @@ def _append_plain(store: Store, suite_id: str, run_id: str, f: Path, variant: st
         f"JOIN _llmscope_scored c ON c.resp = j.resp AND c.gold IS NOT DISTINCT FROM j.gold "
         f"AND c.options IS NOT DISTINCT FROM j.options"
     )
-    n = store.append_results_sql(run_id, select, [variant, path, suite_id], prompt_from_suite=suite_id,
-                                 tables={"_llmscope_scored": scored})
+    n = store.append_results_sql(
+        run_id,
+        select,
+        [variant, path, suite_id],
+        prompt_from_suite=suite_id,
+        tables={"_llmscope_scored": scored},
+    )
     return n, unknown, dupes
 
 
-def _response_probs(resp: Any, path: Path, line: int) -> tuple[dict[str, float] | None, float | None, str | None]:
+def _response_probs(
+    resp: Any, path: Path, line: int
+) -> tuple[dict[str, float] | None, float | None, str | None]:
     if isinstance(resp, dict):
         try:
             y, n = float(resp["yes"]), float(resp["no"])
@@ -366,31 +448,61 @@ def import_results(store: Store, files: list[Path], suite_path: str | None = Non
                 else:
                     pred, conf = text_answer, None
                 correct = None if w.gold is None else float(pred == w.gold)
-                rows.append(Result(
-                    item_id=w.item.item_id, variant=variant, prompt=rec.get("prompt") or w.prompt,
-                    probs=probs, other=other, prediction=pred, gold=w.gold, correct=correct,
-                    confidence=conf, extra={"imported": True,
-                                            **({"response_text": rec["response"]} if text_answer is not None
-                                               or isinstance(rec.get("response"), str) else {})},
-                ))
+                rows.append(
+                    Result(
+                        item_id=w.item.item_id,
+                        variant=variant,
+                        prompt=rec.get("prompt") or w.prompt,
+                        probs=probs,
+                        other=other,
+                        prediction=pred,
+                        gold=w.gold,
+                        correct=correct,
+                        confidence=conf,
+                        extra={
+                            "imported": True,
+                            **(
+                                {"response_text": rec["response"]}
+                                if text_answer is not None or isinstance(rec.get("response"), str)
+                                else {}
+                            ),
+                        },
+                    )
+                )
         store_suite(store, suite)  # once a file is read whole: a refused one writes nothing
         # One transaction per model: the run, its rows and its final counts, or nothing.
         with store.transaction():
-            create_import_run(store, run_id, suite, model, paths[0].parent, len(work),
-                               {"files": [p.name for p in paths]})
+            create_import_run(
+                store,
+                run_id,
+                suite,
+                model,
+                paths[0].parent,
+                len(work),
+                {"files": [p.name for p in paths]},
+            )
             store.write_results(run_id, rows, start_seq=0)
             if dupes:
-                store.update_run(run_id, meta={"imported_from": str(paths[0].parent), "suite": suite.describe(),
-                                               "duplicate_keys": dupes})
+                store.update_run(
+                    run_id,
+                    meta={
+                        "imported_from": str(paths[0].parent),
+                        "suite": suite.describe(),
+                        "duplicate_keys": dupes,
+                    },
+                )
             finish_import_run(store, run_id)
-        msgs.append(f"{model}: run {run_id}, {len(rows)} results from {len(paths)} files"
-                    + (f" ({mismatched} prompts differ from the suite's)" if mismatched else "")
-                    + (f", {dupes} repeated ids ignored (first kept)" if dupes else ""))
+        msgs.append(
+            f"{model}: run {run_id}, {len(rows)} results from {len(paths)} files"
+            + (f" ({mismatched} prompts differ from the suite's)" if mismatched else "")
+            + (f", {dupes} repeated ids ignored (first kept)" if dupes else "")
+        )
     return msgs
 
 
-def import_answer_sets(store: Store, files: list[Path], suite_path: str | None = None,
-                       model: str | None = None) -> list[str]:
+def import_answer_sets(
+    store: Store, files: list[Path], suite_path: str | None = None, model: str | None = None
+) -> list[str]:
     """Pre-generated answer sets `{"model_answers": {question_id: [answers...]}}` as runs on the
     `cfc` suite, so human samples can be scored by ProbEval as if they were a model."""
     suite = load_suite("cfc", suite_path)
@@ -404,17 +516,24 @@ def import_answer_sets(store: Store, files: list[Path], suite_path: str | None =
             raise SuiteError(f"cannot read answer sets: {e}", f) from e
         sets = data.get("model_answers") if isinstance(data, dict) else None
         if not isinstance(sets, dict):
-            raise SuiteError('expected {"model_answers": {question_id: [answers...]}}', f, 1, "model_answers")
+            raise SuiteError(
+                'expected {"model_answers": {question_id: [answers...]}}', f, 1, "model_answers"
+            )
         known = [q for q in sets if str(q) in items]
         if not known:
             raise SuiteError(
                 f"none of the {len(sets)} question ids ({', '.join(sorted(map(str, sets))[:3])}, ...) are in "
                 f"the suite's targets file {suite.items_path}; pass the matching targets with --suite-path",
-                f, 1, "model_answers")
+                f,
+                1,
+                "model_answers",
+            )
         name = model if (model and len(files) == 1) else f.stem
         run_id = import_run_id("answers", suite.suite_id, f.name, name)
         store_suite(store, suite)  # once the file is read: a refused one writes nothing
-        if not create_import_run(store, run_id, suite, name, f, len(items), {"answer_sets": f.name}):
+        if not create_import_run(
+            store, run_id, suite, name, f, len(items), {"answer_sets": f.name}
+        ):
             msgs.append(f"{f.name}: already imported as run {run_id}")
             continue
         results = []
@@ -425,10 +544,15 @@ def import_answer_sets(store: Store, files: list[Path], suite_path: str | None =
                 skipped += 1
                 continue
             texts = [str(a) for a in answers]
-            results.append(Result(
-                item_id=it.item_id, variant=variant, prompt=it.text, prediction=texts[0] if texts else None,
-                extra={"imported": True, "samples": [{"text": t} for t in texts]},
-            ))
+            results.append(
+                Result(
+                    item_id=it.item_id,
+                    variant=variant,
+                    prompt=it.text,
+                    prediction=texts[0] if texts else None,
+                    extra={"imported": True, "samples": [{"text": t} for t in texts]},
+                )
+            )
         store.write_results(run_id, results)
         finish_import_run(store, run_id)
         from llmscope.report import probeval_for_run
@@ -439,6 +563,9 @@ def import_answer_sets(store: Store, files: list[Path], suite_path: str | None =
         if res is not None:
             how = res.settings.describe() if res.settings is not None else ""
             kl = f", ProbEval KL {res.mean_kl:.3f} ({how})" + (f"; {res.note}" if res.note else "")
-        msgs.append(f"{f.name}: run {run_id} ({name}), {len(results)} questions"
-                    + (f", {skipped} ids not in the suite" if skipped else "") + kl)
+        msgs.append(
+            f"{f.name}: run {run_id} ({name}), {len(results)} questions"
+            + (f", {skipped} ids not in the suite" if skipped else "")
+            + kl
+        )
     return msgs

@@ -53,7 +53,9 @@ def prefers(tmp_path: Path) -> Iterator[type]:
 
 def write_suite(tmp_path: Path, items: str | None = None) -> Path:
     (tmp_path / "suite.yaml").write_text(blocks("yaml")[0], encoding="utf-8")
-    (tmp_path / "items.jsonl").write_text(items if items is not None else blocks("jsonl")[0], encoding="utf-8")
+    (tmp_path / "items.jsonl").write_text(
+        items if items is not None else blocks("jsonl")[0], encoding="utf-8"
+    )
     return tmp_path / "suite.yaml"
 
 
@@ -62,13 +64,17 @@ def test_the_module_registers_one_task(prefers: type) -> None:
     assert [s.name for s in prefers.option_specs] == ["separator"]
 
 
-def test_the_suite_runs_end_to_end_on_a_local_model(prefers: type, tmp_path: Path, db_path: Path) -> None:
+def test_the_suite_runs_end_to_end_on_a_local_model(
+    prefers: type, tmp_path: Path, db_path: Path
+) -> None:
     from llmscope.engine.hf import HFBackend
 
     suite = load_suite(write_suite(tmp_path))
     assert [it.text for it in suite.items()] == ["mat | theorem", "four | purple", "door | of"]
     model, tok = make_tiny_model(tmp_path)
-    backend = HFBackend(tiny_spec(tmp_path), model=model, tokenizer=tok, device="cpu", dtype="float32")
+    backend = HFBackend(
+        tiny_spec(tmp_path), model=model, tokenizer=tok, device="cpu", dtype="float32"
+    )
     plan = RunPlan(suite=suite, model_label="tiny", model_arg="tiny")
 
     async def main(store: Store) -> dict[str, float]:
@@ -77,8 +83,12 @@ def test_the_suite_runs_end_to_end_on_a_local_model(prefers: type, tmp_path: Pat
             # the oracle: the same questions asked of the backend directly, outside the run
             want = {}
             for it in suite.items():
-                a, b = await backend.loglik([(it.fields["context"], " " + it.fields["a"]),
-                                             (it.fields["context"], " " + it.fields["b"])])
+                a, b = await backend.loglik(
+                    [
+                        (it.fields["context"], " " + it.fields["a"]),
+                        (it.fields["context"], " " + it.fields["b"]),
+                    ]
+                )
                 want[it.item_id] = a.logprob - b.logprob
             return want
         finally:
@@ -95,7 +105,11 @@ def test_the_suite_runs_end_to_end_on_a_local_model(prefers: type, tmp_path: Pat
     import json
 
     for rec in df.to_dict("records"):
-        margin = json.loads(rec["extra"])["margin"] if isinstance(rec["extra"], str) else rec["extra"]["margin"]
+        margin = (
+            json.loads(rec["extra"])["margin"]
+            if isinstance(rec["extra"], str)
+            else rec["extra"]["margin"]
+        )
         assert margin == pytest.approx(want[rec["item_id"]], abs=1e-4)
         assert rec["prediction"] == ("a" if want[rec["item_id"]] >= 0 else "b")
         assert rec["correct"] == float(rec["prediction"] == "a")
@@ -105,7 +119,11 @@ def test_item_rules_name_file_line_and_field(prefers: type, tmp_path: Path) -> N
     items = '{"id": "1", "context": "x", "a": "y", "b": "z", "gold": "a"}\n{"id": "2", "context": "x", "a": "y"}\n'
     with pytest.raises(SuiteError) as e:
         load_suite(write_suite(tmp_path, items)).items()
-    assert (e.value.line, e.value.field) == (2, "b") and e.value.path and e.value.path.endswith("items.jsonl")
+    assert (
+        (e.value.line, e.value.field) == (2, "b")
+        and e.value.path
+        and e.value.path.endswith("items.jsonl")
+    )
     items = '{"id": "1", "context": "x", "a": "y", "b": "z", "gold": "c"}\n'
     with pytest.raises(SuiteError, match="gold 'c' must be 'a' or 'b'"):
         load_suite(write_suite(tmp_path, items)).items()
@@ -123,11 +141,14 @@ class NoLoglik(Backend):
     def describe(self) -> dict[str, Any]:
         return {"backend": "stub", "model": "stub-1"}
 
-    async def next_token(self, prompt: str, answers: list[str], *, chat: bool = True,
-                         top_k: int = 20) -> NextTokenOut:
+    async def next_token(
+        self, prompt: str, answers: list[str], *, chat: bool = True, top_k: int = 20
+    ) -> NextTokenOut:
         raise AssertionError("not called")
 
-    async def loglik(self, requests: list[tuple[str, str]], *, chat: bool = False) -> list[LogLikOut]:
+    async def loglik(
+        self, requests: list[tuple[str, str]], *, chat: bool = False
+    ) -> list[LogLikOut]:
         raise AssertionError("not called")
 
 
@@ -136,6 +157,8 @@ def test_a_missing_capability_stops_the_run_before_anything_is_stored(
 ) -> None:
     plan = RunPlan(suite=load_suite(write_suite(tmp_path)), model_label="stub", model_arg="stub")
     with Store(db_path) as store:
-        with pytest.raises(BackendConfigError, match="task 'prefers' needs loglik, which stub backend 'stub-1'"):
+        with pytest.raises(
+            BackendConfigError, match="task 'prefers' needs loglik, which stub backend 'stub-1'"
+        ):
             asyncio.run(Runner(plan, NoLoglik(), store).run())
         assert store.runs().empty

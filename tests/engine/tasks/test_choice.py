@@ -105,7 +105,13 @@ async def test_choice_fallbacks():
     ]
     assert "pmi" not in r.extra["methods"] and "pmi" not in r.option_scores["blue"]
     r2 = await ChoiceTask({"content_free": [], "domain_prompt": ""}).score(make_work(), be)
-    assert set(r2.extra["methods"]) == {"raw", "mean_token", "per_char", "per_byte", "mean_token_prob"}
+    assert set(r2.extra["methods"]) == {
+        "raw",
+        "mean_token",
+        "per_char",
+        "per_byte",
+        "mean_token_prob",
+    }
     # chat: the stored prompt is the rendered one
     be2 = TableBackend(table())
     r3 = await ChoiceTask({"chat": True, "content_free": [], "domain_prompt": ""}).score(

@@ -101,7 +101,13 @@ async def test_answer_classes_score_worldsense_style():
     eq = {"1": "KNOW", "2": "KNOW", "3": "UNKNOWN"}
 
     def w():
-        return Work(item=Item(item_id="k", fields={}, options=opts), variant="v", prompt=P, gold="2", options=opts)
+        return Work(
+            item=Item(item_id="k", fields={}, options=opts),
+            variant="v",
+            prompt=P,
+            gold="2",
+            options=opts,
+        )
 
     for reply, want in (("(1)", 1.0), ("2", 1.0), ("3", 0.0)):
         be = TableBackend(gen_table={P: [[reply]]})

@@ -56,9 +56,13 @@ def test_min_k_matches_direct_model_logprobs(tiny):
 
     model, tok, spec = tiny
     text = "the cat can swim like a fish in the river water"
-    backend = HFBackend(spec, model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=2)
+    backend = HFBackend(
+        spec, model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=2
+    )
     task = ContaminationTask({"mink_k": 30, "max_new_tokens": 6, "overlap_threshold": 0.0})
-    work = Work(item=Item("t1", {"text": text}, text=text), variant="default", prompt=text, gold=None)
+    work = Work(
+        item=Item("t1", {"text": text}, text=text), variant="default", prompt=text, gold=None
+    )
 
     async def go() -> Any:
         try:
@@ -74,17 +78,32 @@ def test_min_k_matches_direct_model_logprobs(tiny):
     lps = sorted(float(logp[i, t]) for i, t in enumerate(ids))
     n = max(1, math.floor(len(ids) * 0.3))
     assert res.extra["min_k_prob"] == pytest.approx(sum(lps[:n]) / n, abs=1e-4)
-    assert res.extra["prefix"] == "the cat can swim like" and res.extra["reference"] == "a fish in the river water"
-    assert res.extra["flagged"] is True and res.prediction == "flagged"  # threshold 0 flags everything
+    assert (
+        res.extra["prefix"] == "the cat can swim like"
+        and res.extra["reference"] == "a fish in the river water"
+    )
+    assert (
+        res.extra["flagged"] is True and res.prediction == "flagged"
+    )  # threshold 0 flags everything
 
 
 def test_summary_rows_flag_rate_and_group_means():
-    ex = [{"flagged": True, "min_k_prob": -2.0, "ngram_overlap": 0.8},
-          {"flagged": False, "min_k_prob": -4.0, "ngram_overlap": 0.2},
-          {"flagged": False, "min_k_prob": -9.0, "ngram_overlap": 0.0}]
-    df = pd.DataFrame({"item_id": ["a", "b", "c"], "error": [None] * 3, "extra": [json.dumps(e) for e in ex],
-                       "fields": [json.dumps({"kind": k}) for k in ("famous", "famous", "novel")]})
-    rows = contamination_rows(df, {"run_id": "r", "model": "m", "task": "contamination"}, {"group_by": ["kind"]})
+    ex = [
+        {"flagged": True, "min_k_prob": -2.0, "ngram_overlap": 0.8},
+        {"flagged": False, "min_k_prob": -4.0, "ngram_overlap": 0.2},
+        {"flagged": False, "min_k_prob": -9.0, "ngram_overlap": 0.0},
+    ]
+    df = pd.DataFrame(
+        {
+            "item_id": ["a", "b", "c"],
+            "error": [None] * 3,
+            "extra": [json.dumps(e) for e in ex],
+            "fields": [json.dumps({"kind": k}) for k in ("famous", "famous", "novel")],
+        }
+    )
+    rows = contamination_rows(
+        df, {"run_id": "r", "model": "m", "task": "contamination"}, {"group_by": ["kind"]}
+    )
     get = {(r["metric"], tuple(r["group"].items())): r for r in rows}
     assert get[("flagged_rate", ())]["value"] == pytest.approx(1 / 3)
     assert get[("min_k_prob", (("kind", "famous"),))]["value"] == pytest.approx(-3.0)

@@ -22,11 +22,30 @@ from llmscope.engine.tasks import ItemField, get_task, task_names
 from llmscope.engine.tasks.base import Task
 from llmscope.engine.types import Item, Work
 
-BUILTIN_TASKS = ["choice", "constrained", "contamination", "generation", "minpairs", "rating", "syntaxgym",
-                 "yesno"]
+BUILTIN_TASKS = [
+    "choice",
+    "constrained",
+    "contamination",
+    "generation",
+    "minpairs",
+    "rating",
+    "syntaxgym",
+    "yesno",
+]
 CAPABILITIES = {f.name for f in dataclasses.fields(Capabilities)}
-RESULT_COLUMNS = {"prediction", "gold", "correct", "confidence", "error", "probs", "other", "option_scores",
-                  "top_tokens", "n_tokens", "prompt"}
+RESULT_COLUMNS = {
+    "prediction",
+    "gold",
+    "correct",
+    "confidence",
+    "error",
+    "probs",
+    "other",
+    "option_scores",
+    "top_tokens",
+    "n_tokens",
+    "prompt",
+}
 
 
 def test_every_built_in_task_is_found_and_listed_by_name() -> None:
@@ -35,9 +54,13 @@ def test_every_built_in_task_is_found_and_listed_by_name() -> None:
 
 
 def test_unknown_task_names_the_known_ones() -> None:
-    with pytest.raises(KeyError, match="unknown task 'nope'; expected one of choice, constrained, contamination"):
+    with pytest.raises(
+        KeyError, match="unknown task 'nope'; expected one of choice, constrained, contamination"
+    ):
         get_task("nope")
-    with pytest.raises(SuiteError, match="unknown task 'nope'; expected one of choice, constrained, contamination"):
+    with pytest.raises(
+        SuiteError, match="unknown task 'nope'; expected one of choice, constrained, contamination"
+    ):
         suite_from_spec({"name": "x", "task": "nope"})
 
 
@@ -53,7 +76,9 @@ def test_each_task_declares_its_hooks(name: str) -> None:
         head, _, key = f.key.partition(".")
         assert head in RESULT_COLUMNS | {"extra"}, f.key
         if head == "extra":
-            assert key in cls.result_fields, f"{name}: {f.key} is shown but not declared in result_fields"
+            assert key in cls.result_fields, (
+                f"{name}: {f.key} is shown but not declared in result_fields"
+            )
 
 
 def test_tasks_are_the_single_source_of_their_producers() -> None:
@@ -84,12 +109,23 @@ def test_producers_run_only_for_tasks_that_list_them() -> None:
 
     from llmscope.analysis.metrics import compute_metrics
 
-    df = pd.DataFrame({"item_id": ["a", "b"], "variant": ["v", "v"], "correct": [1.0, 0.0],
-                       "p_yes": [0.9, 0.2], "p_no": [0.1, 0.8], "gold": ["yes", "no"], "prediction": ["yes", "no"],
-                       "error": [None, None]})
+    df = pd.DataFrame(
+        {
+            "item_id": ["a", "b"],
+            "variant": ["v", "v"],
+            "correct": [1.0, 0.0],
+            "p_yes": [0.9, 0.2],
+            "p_no": [0.1, 0.8],
+            "gold": ["yes", "no"],
+            "prediction": ["yes", "no"],
+            "error": [None, None],
+        }
+    )
     yes = compute_metrics(df, {"run_id": "r", "model": "m", "task": "yesno"})
     gen = compute_metrics(df, {"run_id": "r", "model": "m", "task": "generation"})
-    assert yes.get("mean_p_yes") is not None and yes.get("mean_p_yes").value == pytest.approx(0.55)  # (0.9 + 0.2) / 2
+    assert yes.get("mean_p_yes") is not None and yes.get("mean_p_yes").value == pytest.approx(
+        0.55
+    )  # (0.9 + 0.2) / 2
     assert gen.get("mean_p_yes") is None and gen.get("accuracy") is not None
 
 
@@ -99,7 +135,11 @@ def test_task_traits_are_declared_and_asked_by_name() -> None:
     for name in task_names():
         assert get_task(name).traits <= set(TRAITS), name
     assert task_has("syntaxgym", "regions") and not task_has("minpairs", "regions")
-    assert task_has("rating", "human_ratings") and not task_has(None, "regions") and not task_has("nope", "regions")
+    assert (
+        task_has("rating", "human_ratings")
+        and not task_has(None, "regions")
+        and not task_has("nope", "regions")
+    )
     with pytest.raises(KeyError, match="unknown task trait 'region'"):
         task_has("syntaxgym", "region")
 
@@ -108,22 +148,38 @@ def test_export_method_labels_come_from_the_tasks() -> None:
     from llmscope.io.export import _method
 
     # by hand: the labels export wrote before the registry (llmscope/io/export.py DEFAULT_METHOD)
-    want = {"yesno": "next-token", "rating": "next-token", "choice": "loglik", "minpairs": "loglik",
-            "constrained": "constrained", "generation": "generate", "syntaxgym": "loglik-surprisal",
-            "contamination": "min-k%-prob+greedy-completion"}
+    want = {
+        "yesno": "next-token",
+        "rating": "next-token",
+        "choice": "loglik",
+        "minpairs": "loglik",
+        "constrained": "constrained",
+        "generation": "generate",
+        "syntaxgym": "loglik-surprisal",
+        "contamination": "min-k%-prob+greedy-completion",
+    }
     assert {t: _method(t, {}, {}) for t in want} == want
     assert _method("choice", {"choice_method": "labels-topk"}, {}) == "labels-topk"
     assert _method("not-a-task", {}, {}) is None
     from llmscope.io.export import _lm_eval_metric
 
     assert {t: _lm_eval_metric(t) for t in ("generation", "choice", "yesno", None)} == {
-        "generation": "exact_match", "choice": "acc", "yesno": "acc", None: "acc"}
+        "generation": "exact_match",
+        "choice": "acc",
+        "yesno": "acc",
+        None: "acc",
+    }
 
 
 # -- suite registry ------------------------------------------------------------------------
 def test_external_suites_are_registered_with_their_tasks() -> None:
-    want = {"commonsense": "yesno", "worldsense": "constrained", "cfc": "generation", "syntaxgym": "syntaxgym",
-            "cfc-choice": "choice"}
+    want = {
+        "commonsense": "yesno",
+        "worldsense": "constrained",
+        "cfc": "generation",
+        "syntaxgym": "syntaxgym",
+        "cfc-choice": "choice",
+    }
     assert {n: SUITES[n].task for n in SUITES} == want
     assert dict(EXTERNAL_SUITES) == want  # the old name is a live view
     assert suite_names() == builtin_suite_names() + list(SUITES) == builtin_names()
@@ -151,20 +207,44 @@ def _suite(task: str, **spec: Any) -> Any:
     ("task", "spec", "gold", "options", "problem"),
     [
         ("yesno", {}, "Yes ", None, None),
-        ("yesno", {}, "maybe", None, "gold 'maybe' is not one of the answers ['yes', 'no'] (compared lower-cased)"),
+        (
+            "yesno",
+            {},
+            "maybe",
+            None,
+            "gold 'maybe' is not one of the answers ['yes', 'no'] (compared lower-cased)",
+        ),
         ("rating", {"answers": ["1", "2", "3"]}, "2.5", None, None),
         ("rating", {"answers": ["1", "2", "3"]}, "4", None, "gold '4' is outside the scale 1..3"),
-        ("rating", {"answers": ["low", "high"]}, "mid", None,
-         "gold 'mid' is neither a scale label ['low', 'high'] nor a number"),
+        (
+            "rating",
+            {"answers": ["low", "high"]},
+            "mid",
+            None,
+            "gold 'mid' is neither a scale label ['low', 'high'] nor a number",
+        ),
         ("choice", {}, " APPLE", ["apple", "pear"], None),
-        ("choice", {}, "plum", ["apple", "pear"], "gold 'plum' is not one of the options ['apple', 'pear']"),
+        (
+            "choice",
+            {},
+            "plum",
+            ["apple", "pear"],
+            "gold 'plum' is not one of the options ['apple', 'pear']",
+        ),
         ("constrained", {}, "TRUE", ["true", "false"], None),
-        ("constrained", {}, "yes", ["true", "false"], "gold 'yes' is not one of the options ['true', 'false']"),
+        (
+            "constrained",
+            {},
+            "yes",
+            ["true", "false"],
+            "gold 'yes' is not one of the options ['true', 'false']",
+        ),
         ("generation", {}, "anything", None, None),
     ],
 )
-def test_gold_rules(task: str, spec: dict[str, Any], gold: str, options: list[str] | None,
-                    problem: str | None) -> None:
+def test_gold_rules(
+    task: str, spec: dict[str, Any], gold: str, options: list[str] | None, problem: str | None
+) -> None:
     s = _suite(task, **spec)
     assert get_task(task).gold_problem(gold, options, s) == problem
 
@@ -178,7 +258,9 @@ def test_answer_rules_come_from_the_task() -> None:
 def test_choice_expands_option_orders() -> None:
     s = _suite("choice", template="{q} {options}")
     it = Item("1", {"q": "Q?", "options": ["a", "b", "c"]}, gold="a", options=["a", "b", "c"])
-    w = Work(item=it, variant="default", prompt="Q? ['a', 'b', 'c']", gold="a", options=["a", "b", "c"])
+    w = Work(
+        item=it, variant="default", prompt="Q? ['a', 'b', 'c']", gold="a", options=["a", "b", "c"]
+    )
     out = get_task("choice").expand_work(w, s, {"permutations": 2})
     assert [x.variant for x in out] == ["default", "default@p1", "default@p2"]
     for x in out[1:]:
@@ -201,7 +283,9 @@ class Stub(Backend):
     def describe(self) -> dict[str, Any]:
         return {"model": "m"}
 
-    async def next_token(self, prompt: str, answers: list[str], *, chat: bool = True, top_k: int = 20) -> Any:
+    async def next_token(
+        self, prompt: str, answers: list[str], *, chat: bool = True, top_k: int = 20
+    ) -> Any:
         raise AssertionError
 
     async def loglik(self, requests: list[tuple[str, str]], *, chat: bool = False) -> Any:
@@ -220,13 +304,16 @@ class Stub(Backend):
         ("contamination", {}, Capabilities(loglik=True, generate=False), "generate"),
     ],
 )
-def test_tasks_check_capabilities(task: str, options: dict[str, Any], caps: Capabilities,
-                                  missing: str | None) -> None:
+def test_tasks_check_capabilities(
+    task: str, options: dict[str, Any], caps: Capabilities, missing: str | None
+) -> None:
     t = get_task(task)(options)
     if missing is None:
         t.check_backend(Stub(caps))
     else:
-        with pytest.raises(BackendConfigError, match=f"task '{task}' needs {missing}, which stub backend 'm'"):
+        with pytest.raises(
+            BackendConfigError, match=f"task '{task}' needs {missing}, which stub backend 'm'"
+        ):
             t.check_backend(Stub(caps))
 
 
@@ -239,8 +326,16 @@ def test_choice_needs_loglik_or_labels() -> None:
 
 def test_probe_needs() -> None:
     # what the API backend probes for each task (engine/openai/probe.py `probe`)
-    want = {"yesno": "next_token", "rating": "next_token", "choice": "options", "minpairs": "loglik",
-            "constrained": "generate", "generation": "generate", "syntaxgym": "loglik", "contamination": "loglik"}
+    want = {
+        "yesno": "next_token",
+        "rating": "next_token",
+        "choice": "options",
+        "minpairs": "loglik",
+        "constrained": "generate",
+        "generation": "generate",
+        "syntaxgym": "loglik",
+        "contamination": "loglik",
+    }
     assert {t: get_task(t)({}).probe_need() for t in want} == want
     assert get_task("constrained")({"mode": "loglik"}).probe_need() == "loglik"
 
