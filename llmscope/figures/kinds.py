@@ -381,8 +381,11 @@ def draw_plane(data: list[RunData]) -> Figure:
     commonsensicality sqrt(consensus x awareness). Runs of other suites are not put on one
     plane: the figure names the suite, and a second suite is refused."""
 
-    points = [(d, _overall(d, "consensus"), _overall(d, "awareness")) for d in data]
-    points = [(d, c, a) for d, c, a in points if c is not None and a is not None]
+    points: list[tuple[RunData, Metric, Metric]] = []
+    for d in data:
+        c, a = _overall(d, "consensus"), _overall(d, "awareness")
+        if c is not None and a is not None:
+            points.append((d, c, a))
     suites = sorted({str(d.run.get("suite_name")) for d, _, _ in points})
     if len(suites) > 1:
         # other statements: their rates are not comparable point by point
