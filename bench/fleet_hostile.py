@@ -30,6 +30,7 @@ from typing import Any
 
 import duckdb
 
+from llmscope.store.codec import decode_json
 from tests.helpers.oai import CANARY_KEY, OAIServer, start_server, stop_server
 
 YES = [["Yes", -0.3], ["No", -1.6]]
@@ -109,9 +110,9 @@ def measure(case: str, n: int, timeout: float) -> dict[str, Any]:
             rows = con.execute("select item_id, p_yes, p_no, error, extra from results").fetchall()
             status, meta = con.execute("select status, meta from runs").fetchone()  # type: ignore[misc]
             con.close()
-        st = json.loads(meta)["backend_stats"]
+        st = decode_json(meta)["backend_stats"]
         scored = [r for r in rows if r[3] is None]
-        models = [json.loads(r[4] or "{}").get("model") for r in scored]
+        models = [(decode_json(r[4]) or {}).get("model") for r in scored]
         return {
             "exit": p.returncode,
             "status": status,

@@ -89,6 +89,22 @@ ALLOWED = {
         'return {**json.loads(out.read_text()), "proc_wall": wall, "proc_cpu": cpu}',
     ): "a child process's figures",
     (
+        "llmscope/studies/checks.py",
+        'return bool(json.loads(cfg.read_text(encoding="utf-8")).get("chat_template"))',
+    ): "a model folder's tokenizer config",
+    (
+        "llmscope/studies/store.py",
+        'body = json.loads(_manifest(db, name).read_text(encoding="utf-8"))',
+    ): "a study's published grid beside the live channel",
+    (
+        "llmscope/studies/store.py",
+        'body = json.loads(f.read_text(encoding="utf-8"))',
+    ): "a study's published grid beside the live channel",
+    (
+        "bench/readers.py",
+        "out = json.loads(w.communicate()[0].strip().splitlines()[-1])",
+    ): "a child process's figures",
+    (
         "bench/study_matrix.py",
         "return dict(json.loads(out.stdout.strip().splitlines()[-1]))",
     ): "a child process's figures",
