@@ -46,6 +46,7 @@ import pandas as pd
 
 from .irt_em import (
     INTERCEPT_BOUND,
+    MAX_CYCLES,
     QUAD_POINTS,
     SLOPE_BOUNDS,
     TOLERANCE,
@@ -360,7 +361,8 @@ def fit_irt(matrix: ResponseMatrix, model: str = "2pl") -> IrtFit:
         method=f"marginal ML, Bock-Aitkin EM ({QUAD_POINTS} quadrature points, tolerance "
         f"{TOLERANCE:g}, {em.cycles} cycles); Wald 95% intervals (SE: Louis, per item); "
         "abilities MAP (N(0, 1) prior) ± 1.96 SE",
-        warnings=_fit_warnings(model, items, len(matrix.runs)),
+        warnings=_fit_warnings(model, items, len(matrix.runs))
+        + _trust_warnings(em.converged, abilities),
         notes=_fit_notes(matrix, varies, p),
     )
 
@@ -410,6 +412,30 @@ def subset_matrix(matrix: ResponseMatrix, items: Sequence[str]) -> ResponseMatri
         expected=matrix.expected[:, keep],
         suite=matrix.suite,
     )
+
+
+def _trust_warnings(converged: bool | None, abilities: Sequence[Ability]) -> list[str]:
+    """Whether the abilities can be read at all: a fit stopped at its cycle limit, or abilities
+    whose order disagrees with the runs' own accuracy (the trait found is not correctness: with
+    few runs and many items, a 2PL can fit a response style instead)."""
+    out = []
+    if converged is False:
+        out.append(
+            f"the fit did not converge in {MAX_CYCLES} EM cycles: its parameters and abilities are "
+            "not maximum-likelihood estimates; fit a subset (--items, --where) or more runs"
+        )
+    pairs = [(a.theta, a.accuracy) for a in abilities if math.isfinite(a.accuracy)]
+    if len(pairs) >= 5:
+        from scipy.stats import spearmanr
+
+        rho = float(spearmanr([t for t, _ in pairs], [acc for _, acc in pairs]).statistic)
+        if not rho >= 0.5:  # (NaN included: abilities or accuracies all equal)
+            out.append(
+                f"the abilities do not follow the runs' accuracy over the fitted items (Spearman "
+                f"rho {rho:.2f}): the trait the fit found is not correctness; do not read them as "
+                "abilities"
+            )
+    return out
 
 
 def _fit_warnings(model: str, items: Sequence[ItemParams], n_runs: int) -> list[str]:
