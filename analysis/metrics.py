@@ -171,11 +171,7 @@ def row_extras(df: pd.DataFrame) -> pd.Series:
     """Each row's `extra` as a dict (empty when missing or not a JSON object)."""
     if "extra" not in df:
         return pd.Series([{}] * len(df), index=df.index, dtype=object)
-    return (
-        df["extra"]
-        .map(lambda s: decode_cell(s) or {})
-        .map(lambda d: d if isinstance(d, dict) else {})
-    )
+    return df["extra"].map(lambda s: decode_cell(s) or {}).map(lambda d: d if isinstance(d, dict) else {})
 
 
 # Prefix of the unit of a row whose item has no cluster label: its item, apart from every label.
@@ -203,15 +199,10 @@ def cluster_codes_of(df: pd.DataFrame, cluster_field: str | None) -> np.ndarray:
     integer, units numbered in order of first appearance. Units that are the items of a stored
     text column are encoded by Arrow (the same codes; no Python string per row)."""
     items = df["item_id"]
-    if (
-        not (cluster_field and f"f.{cluster_field}" in df)
-        and isinstance(items.array, pd.arrays.ArrowStringArray)
-        and not items.hasnans
-    ):
+    if (not (cluster_field and f"f.{cluster_field}" in df)
+            and isinstance(items.array, pd.arrays.ArrowStringArray) and not items.hasnans):
         return frame_codes.factorize(items)[0].copy()  # shared codes: the caller's own copy
-    return np.asarray(
-        pd.factorize(pd.Series(cluster_key(df, cluster_field), dtype=object), sort=False)[0]
-    )
+    return np.asarray(pd.factorize(pd.Series(cluster_key(df, cluster_field), dtype=object), sort=False)[0])
 
 
 @dataclass
@@ -227,9 +218,7 @@ class MetricContext:
     profile: ResultProfile | None = None
     field_hint: frozenset[str] | None = None  # item field names, when deciding before loading rows
     _codes: np.ndarray | None = field(default=None, repr=False)
-    artifacts: dict[str, Any] = field(
-        default_factory=dict, repr=False
-    )  # tables other reports reuse
+    artifacts: dict[str, Any] = field(default_factory=dict, repr=False)  # tables other reports reuse
 
     @property
     def task(self) -> str | None:
@@ -258,9 +247,7 @@ class MetricContext:
             return cluster_key(sub, self.cluster_field)
         if self._codes is None or len(self._codes) != len(self.df):
             self._codes = cluster_codes_of(self.df, self.cluster_field)
-        if sub.index is self.df.index or (
-            len(sub) == len(self.df) and sub.index.equals(self.df.index)
-        ):
+        if sub.index is self.df.index or (len(sub) == len(self.df) and sub.index.equals(self.df.index)):
             return self._codes.copy()  # every row, in order (ctx.ok() without an error row)
         pos = self.df.index.get_indexer(sub.index)
         if (pos < 0).any():  # a frame derived from df with new rows: label it directly
@@ -292,17 +279,11 @@ def profile_frame(df: pd.DataFrame) -> ResultProfile:
     keys: set[str] = set()
     if "extra" in df and nonnull.get("extra"):
         ex = df["extra"].dropna()
-        text = (
-            ex
-            if ex.map(lambda v: isinstance(v, str)).all()
-            else ex.map(lambda v: json.dumps(v, default=str))
-        )
+        text = ex if ex.map(lambda v: isinstance(v, str)).all() else ex.map(lambda v: json.dumps(v, default=str))
         for k in EXTRA_KEYS:
             if text.str.contains(f'"{k}"', regex=False).any():
                 keys.add(k)
-    derived = bool(
-        "variant" in df and df["variant"].astype(str).str.contains("@", regex=False).any()
-    )
+    derived = bool("variant" in df and df["variant"].astype(str).str.contains("@", regex=False).any())
     return ResultProfile(len(df), nonnull, frozenset(keys), derived)
 
 
@@ -312,18 +293,11 @@ def _floats(values: Any) -> np.ndarray:
     arr = np.asarray(values)
     if arr.dtype.kind in "fiub":
         return arr.astype(float, copy=False)
-    return pd.to_numeric(pd.Series(np.asarray(values, dtype=object)), errors="coerce").to_numpy(
-        float
-    )
+    return pd.to_numeric(pd.Series(np.asarray(values, dtype=object)), errors="coerce").to_numpy(float)
 
 
-def rate(
-    name: str,
-    values: Any,
-    clusters: np.ndarray,
-    group: dict[str, Any] | None = None,
-    producer: str = "",
-) -> Metric | None:
+def rate(name: str, values: Any, clusters: np.ndarray, group: dict[str, Any] | None = None,
+         producer: str = "") -> Metric | None:
     """A share or mean of per-item scores in [0, 1], with the clustered accuracy interval."""
     v = _floats(values)
     keep = np.isfinite(v)
@@ -332,14 +306,10 @@ def rate(
     every = bool(keep.all())  # no copy of the columns when every value is finite
     iv = accuracy_ci(v if every else v[keep], np.asarray(clusters)[slice(None) if every else keep])
     lo, hi = (None, None) if math.isnan(iv.lo) else (iv.lo, iv.hi)
-    return Metric(
-        name, iv.mean, lo, hi, iv.method, iv.n, iv.n_clusters, dict(group or {}), producer
-    )
+    return Metric(name, iv.mean, lo, hi, iv.method, iv.n, iv.n_clusters, dict(group or {}), producer)
 
 
-def mean_ci(
-    values: Any, clusters: Any, level: float = 0.95
-) -> tuple[float, float, float, int, int, str]:
+def mean_ci(values: Any, clusters: Any, level: float = 0.95) -> tuple[float, float, float, int, int, str]:
     """Mean of per-item values with a cluster-robust (CR1) t interval over clusters.
 
     Not clipped (differences and scores may leave [0, 1]). Returns
@@ -372,9 +342,8 @@ def mean_ci(
 SUPPORT: dict[str, tuple[float, float]] = {"brier": (0.0, 2.0), "yes_bias": (-1.0, 1.0)}
 
 
-def mean_metric(
-    name: str, values: Any, clusters: Any, group: dict[str, Any] | None = None, producer: str = ""
-) -> Metric | None:
+def mean_metric(name: str, values: Any, clusters: Any, group: dict[str, Any] | None = None,
+                producer: str = "") -> Metric | None:
     """:func:`mean_ci` as a Metric (None when there is no finite value), the interval clipped
     to the metric's range (:data:`SUPPORT`, default [0, 1])."""
     p, lo, hi, n, G, how = mean_ci(values, clusters)
@@ -382,17 +351,8 @@ def mean_metric(
         return None
     a, b = SUPPORT.get(name, (0.0, 1.0))
     lo, hi = max(a, lo), min(b, hi)
-    return Metric(
-        name,
-        p,
-        None if math.isnan(lo) else lo,
-        None if math.isnan(hi) else hi,
-        how,
-        n,
-        G,
-        dict(group or {}),
-        producer,
-    )
+    return Metric(name, p, None if math.isnan(lo) else lo, None if math.isnan(hi) else hi, how, n, G,
+                  dict(group or {}), producer)
 
 
 @dataclass(frozen=True)
@@ -416,9 +376,7 @@ def cluster_bootstrap_stat(
     resamples for the same seed (:func:`intervals.resample_index`), so they give the same
     interval. Returns ``(estimate, lo, hi, n_clusters)``; NaN replicates are dropped.
     """
-    codes, _ = pd.factorize(
-        pd.Series(np.asarray(clusters, dtype=object), dtype="object"), sort=False
-    )
+    codes, _ = pd.factorize(pd.Series(np.asarray(clusters, dtype=object), dtype="object"), sort=False)
     G = int(codes.max()) + 1 if len(codes) else 0
     if isinstance(stat, Ratio):
         num = _floats(stat.num)
@@ -427,12 +385,8 @@ def cluster_bootstrap_stat(
             est = float(num.sum() / den.sum()) if len(num) else math.nan
         if G < 2:
             return est, math.nan, math.nan, G
-        reps = bootstrap_ratio(
-            np.bincount(codes, weights=num, minlength=G),
-            np.bincount(codes, weights=den, minlength=G),
-            cfg.resamples,
-            cfg.seed,
-        )
+        reps = bootstrap_ratio(np.bincount(codes, weights=num, minlength=G),
+                               np.bincount(codes, weights=den, minlength=G), cfg.resamples, cfg.seed)
     else:
         est = float(stat(np.arange(n_rows)))
         if G < 2:
@@ -453,9 +407,7 @@ def cluster_bootstrap_stat(
     return est, float(lo), float(hi), G
 
 
-def cluster_bootstrap_mean(
-    values: Any, clusters: Any, cfg: BootstrapConfig
-) -> tuple[float, float, float, int]:
+def cluster_bootstrap_mean(values: Any, clusters: Any, cfg: BootstrapConfig) -> tuple[float, float, float, int]:
     """:func:`cluster_bootstrap_stat` of the mean of per-row values (vectorised).
     Returns ``(mean, lo, hi, n_clusters)``."""
     v = _floats(values)
@@ -473,14 +425,10 @@ Needs = Callable[[MetricContext], bool]
 class _Registered:
     name: str
     fn: Producer
-    every_task: (
-        bool  # run for every task; otherwise only for tasks listing it (Task.metric_producers)
-    )
+    every_task: bool  # run for every task; otherwise only for tasks listing it (Task.metric_producers)
     needs: Needs | None = None  # a cheap test that the rows hold what the producer reads
     whole_items: bool = False  # reads the items' raw `fields` JSON and text (row producers)
-    reads: tuple[str, ...] | None = (
-        None  # result columns read (None: any); see queries.BASE_COLUMNS
-    )
+    reads: tuple[str, ...] | None = None  # result columns read (None: any); see queries.BASE_COLUMNS
     # item fields of PIPELINE_FIELDS read besides the grouping and cluster fields (None: any)
     fields: tuple[str, ...] | None = None
 
@@ -493,15 +441,9 @@ class _Registered:
 PRODUCERS: list[_Registered] = []
 
 
-def register_producer(
-    name: str,
-    *,
-    every_task: bool = False,
-    needs: Needs | None = None,
-    whole_items: bool = False,
-    reads: Iterable[str] | None = None,
-    fields: Iterable[str] | None = None,
-) -> Callable[[Producer], Producer]:
+def register_producer(name: str, *, every_task: bool = False, needs: Needs | None = None,
+                      whole_items: bool = False, reads: Iterable[str] | None = None,
+                      fields: Iterable[str] | None = None) -> Callable[[Producer], Producer]:
     """Decorator: add a producer, in registration order.
 
     A producer runs for every task with ``every_task``; otherwise only for the tasks that
@@ -516,17 +458,9 @@ def register_producer(
     """
 
     def deco(fn: Producer) -> Producer:
-        PRODUCERS.append(
-            _Registered(
-                name,
-                fn,
-                every_task,
-                needs,
-                whole_items,
-                tuple(reads) if reads is not None else None,
-                tuple(fields) if fields is not None else None,
-            )
-        )
+        PRODUCERS.append(_Registered(name, fn, every_task, needs, whole_items,
+                                     tuple(reads) if reads is not None else None,
+                                     tuple(fields) if fields is not None else None))
         return fn
 
     return deco
@@ -541,32 +475,15 @@ def rows_to_metrics(rows: Iterable[Mapping[str, Any]], producer: str = "") -> li
     for r in rows:
         ci = r.get("ci95")
         lo, hi = (ci[0], ci[1]) if ci else (None, None)
-        out.append(
-            Metric(
-                str(r["metric"]),
-                r.get("value"),
-                lo,
-                hi,
-                r.get("interval_method") or ("given by producer" if ci else None),
-                r.get("n"),
-                r.get("n_clusters"),
-                dict(r.get("group") or {}),
-                producer,
-            )
-        )
+        out.append(Metric(str(r["metric"]), r.get("value"), lo, hi,
+                          r.get("interval_method") or ("given by producer" if ci else None),
+                          r.get("n"), r.get("n_clusters"), dict(r.get("group") or {}), producer))
     return out
 
 
-def register_row_producer(
-    name: str,
-    fn: RowProducer,
-    *,
-    every_task: bool = False,
-    needs: Needs | None = None,
-    whole_items: bool = True,
-    reads: Iterable[str] | None = None,
-    fields: Iterable[str] | None = None,
-) -> None:
+def register_row_producer(name: str, fn: RowProducer, *, every_task: bool = False,
+                          needs: Needs | None = None, whole_items: bool = True,
+                          reads: Iterable[str] | None = None, fields: Iterable[str] | None = None) -> None:
     """Adapter: plug in ``fn(df, run, spec) -> list[metric_row dicts]`` as a producer.
 
     With ``whole_items`` the rows carry each item's raw `fields` JSON and text; ``reads`` and
@@ -576,14 +493,8 @@ def register_row_producer(
     def adapted(ctx: MetricContext) -> list[Metric]:
         return rows_to_metrics(fn(ctx.df, ctx.run, ctx.spec), name)
 
-    register_producer(
-        name,
-        every_task=every_task,
-        needs=needs,
-        whole_items=whole_items,
-        reads=reads,
-        fields=fields,
-    )(adapted)
+    register_producer(name, every_task=every_task, needs=needs, whole_items=whole_items, reads=reads,
+                      fields=fields)(adapted)
 
 
 # -- the pipeline ----------------------------------------------------------------------------
@@ -609,14 +520,9 @@ def compute_metrics(
     by_l = list(by) if by else [g for g in (spec.get("group_by") or []) if isinstance(g, str)]
     ctx = MetricContext(df, run, spec, by_l, bootstrap, store, profile)
     cf = ctx.cluster_field
-    rm = RunMetrics(
-        str(run.get("run_id")),
-        str(run.get("model")),
-        run.get("suite_name"),
-        ctx.task,
-        f"suite field {cf!r}" if cf else "item (prompt variants and permutations together)",
-        bootstrap,
-    )
+    rm = RunMetrics(str(run.get("run_id")), str(run.get("model")), run.get("suite_name"), ctx.task,
+                    f"suite field {cf!r}" if cf else "item (prompt variants and permutations together)",
+                    bootstrap)
     if df.empty:
         return rm
     for col in ("extra", "error", "correct", "prediction", "gold"):
@@ -649,16 +555,8 @@ def finish_metrics(rm: RunMetrics, n_err: int, n: int) -> RunMetrics:
 
 # Item fields the pipeline's own producers read (besides the suite's group_by, cluster field
 # and the report's --by); row producers get the whole item instead.
-PIPELINE_FIELDS = (
-    "human_q1",
-    "category",
-    "tuple_ID",
-    "expectedresp",
-    "problemname",
-    "problemsize",
-    "options",
-    "clusters",
-)
+PIPELINE_FIELDS = ("human_q1", "category", "tuple_ID", "expectedresp", "problemname", "problemsize",
+                   "options", "clusters")
 
 # Runs whose producers all have a SQL form (analysis.sqlmetrics) skip the per-row frame; the
 # tests turn it off to compare both ways of computing the same run.
@@ -667,25 +565,16 @@ _CACHE: dict[tuple[Any, ...], RunMetrics] = {}
 _CACHE_MAX = 32
 
 
-def stored_frame(
-    store: Any,
-    run: Mapping[str, Any],
-    spec: Mapping[str, Any],
-    by: Sequence[str],
-    profile: ResultProfile,
-    producers: Sequence[str] | None = None,
-) -> pd.DataFrame:
+def stored_frame(store: Any, run: Mapping[str, Any], spec: Mapping[str, Any], by: Sequence[str],
+                 profile: ResultProfile, producers: Sequence[str] | None = None) -> pd.DataFrame:
     """The rows :func:`compute_metrics` needs for a stored run, and no more.
 
     Only the item fields the active producers read are extracted (in SQL); the items' raw
     JSON and text are added only when a row producer that reads whole items is active.
     """
     cf = spec.get("cluster_field")
-    grouping = [
-        *by,
-        *(g for g in spec.get("group_by") or [] if isinstance(g, str)),
-        *([cf] if isinstance(cf, str) else []),
-    ]
+    grouping = [*by, *(g for g in spec.get("group_by") or [] if isinstance(g, str)),
+                *([cf] if isinstance(cf, str) else [])]
     names = [*grouping, *PIPELINE_FIELDS]
     # Before the rows are read, take the wanted fields some item of the suite has (a superset
     # of the frame's columns); compute_metrics tests the gates again on the rows themselves.
@@ -696,12 +585,8 @@ def stored_frame(
         from .queries import field_names
 
         hint = hint & frozenset(field_names(store, str(run["suite_id"])))
-    probe = MetricContext(
-        pd.DataFrame(), dict(run), dict(spec), list(by), BOOTSTRAP, store, profile, hint
-    )
-    active = [
-        p for p in PRODUCERS if (producers is None or p.name in producers) and p.active(probe)
-    ]
+    probe = MetricContext(pd.DataFrame(), dict(run), dict(spec), list(by), BOOTSTRAP, store, profile, hint)
+    active = [p for p in PRODUCERS if (producers is None or p.name in producers) and p.active(probe)]
     whole = any(p.whole_items for p in active)
     columns: set[str] | None = set()
     for p in active:
@@ -714,19 +599,13 @@ def stored_frame(
     if all(p.fields is not None for p in active):
         read = {f for p in active for f in p.fields or ()}
         names = [*grouping, *(f for f in PIPELINE_FIELDS if f in read)]
-    return metric_frame(store, dict(run), names, columns=columns, raw_fields=whole, item_text=whole)
+    return metric_frame(store, dict(run), names, columns=columns,
+                        raw_fields=whole, item_text=whole)
 
 
-def run_metrics(
-    store: Any,
-    run: Mapping[str, Any],
-    by: Sequence[str] | None = None,
-    *,
-    bootstrap: BootstrapConfig = BOOTSTRAP,
-    producers: Sequence[str] | None = None,
-    cache: bool = True,
-    items: Iterable[str] | None = None,
-) -> RunMetrics:
+def run_metrics(store: Any, run: Mapping[str, Any], by: Sequence[str] | None = None,
+                *, bootstrap: BootstrapConfig = BOOTSTRAP, producers: Sequence[str] | None = None,
+                cache: bool = True, items: Iterable[str] | None = None) -> RunMetrics:
     """:func:`compute_metrics` for a stored run, reading only what its producers need.
 
     Results are cached per (database, run, rows fingerprint, grouping, configuration): in
@@ -746,45 +625,23 @@ def run_metrics(
     sig = rows_signature(store, rid)
     if items is not None:
         wanted = frozenset(str(i) for i in items)
-        key_s = (
-            str(getattr(store, "path", id(store))),
-            rid,
-            sig,
-            tuple(by_l),
-            bootstrap,
-            tuple(producers) if producers is not None else None,
-            wanted,
-            json.dumps(dict(run), sort_keys=True, default=str),
-        )
+        key_s = (str(getattr(store, "path", id(store))), rid, sig, tuple(by_l), bootstrap,
+                 tuple(producers) if producers is not None else None, wanted,
+                 json.dumps(dict(run), sort_keys=True, default=str))
         if cache and key_s in _CACHE:
             return _CACHE[key_s]
         profile = result_profile(store, rid)
         df = stored_frame(store, run, spec, by_l, profile, producers)
         df = df[df["item_id"].astype(str).isin(wanted)].reset_index(drop=True)
-        sub = compute_metrics(
-            df,
-            run,
-            spec,
-            by_l,
-            store=store,
-            bootstrap=bootstrap,
-            producers=producers,
-            profile=profile,
-        )
+        sub = compute_metrics(df, run, spec, by_l, store=store, bootstrap=bootstrap, producers=producers,
+                             profile=profile)
         if cache:
             if len(_CACHE) >= _CACHE_MAX:
                 _CACHE.pop(next(iter(_CACHE)))
             _CACHE[key_s] = sub
         return sub
-    key = (
-        str(getattr(store, "path", id(store))),
-        rid,
-        sig,
-        tuple(by_l),
-        bootstrap,
-        tuple(producers) if producers is not None else None,
-        json.dumps(dict(run), sort_keys=True, default=str),
-    )
+    key = (str(getattr(store, "path", id(store))), rid, sig, tuple(by_l), bootstrap,
+           tuple(producers) if producers is not None else None, json.dumps(dict(run), sort_keys=True, default=str))
     if cache and key in _CACHE:
         return _CACHE[key]
     side = getattr(store, "metrics_cache", None) if cache else None
@@ -797,16 +654,8 @@ def run_metrics(
         # A full computation of these rows is stored: the producers asked for are a subset
         # of it (the dashboard and compare of a finished run read the report's numbers).
         keep = {*producers, "errors"}
-        rm = RunMetrics(
-            rm.run_id,
-            rm.model,
-            rm.suite,
-            rm.task,
-            rm.cluster_unit,
-            rm.bootstrap,
-            [m for m in rm.metrics if m.producer in keep],
-            rm.artifacts,
-        )
+        rm = RunMetrics(rm.run_id, rm.model, rm.suite, rm.task, rm.cluster_unit, rm.bootstrap,
+                        [m for m in rm.metrics if m.producer in keep], rm.artifacts)
     if rm is None:
         profile = result_profile(store, rid)
         if SQL_METRICS:
@@ -815,16 +664,8 @@ def run_metrics(
             rm = sql_run_metrics(store, run, spec, by_l, bootstrap, producers, profile)
         if rm is None:
             df = stored_frame(store, run, spec, by_l, profile, producers)
-            rm = compute_metrics(
-                df,
-                run,
-                spec,
-                by_l,
-                store=store,
-                bootstrap=bootstrap,
-                producers=producers,
-                profile=profile,
-            )
+            rm = compute_metrics(df, run, spec, by_l, store=store, bootstrap=bootstrap, producers=producers,
+                                 profile=profile)
         if persist:
             _save_cached(side, rm, config, fp)
     if cache:
@@ -837,19 +678,10 @@ def run_metrics(
 # -- the persistent cache ----------------------------------------------------------------------
 CACHE_VERSION = 1  # bump when a producer's numbers change, so old entries are not read
 # The metric a run is summed up by (runs list, first in the report): the published metric first.
-HEADLINE = (
-    "worldsense_accuracy",
-    "sg_score",
-    "accuracy",
-    "token_f1",
-    "probeval_kl",
-    "flagged_rate",
-)
+HEADLINE = ("worldsense_accuracy", "sg_score", "accuracy", "token_f1", "probeval_kl", "flagged_rate")
 # Artifacts kept in memory only: the per-tuple WorldSense table (40k rows a run) is needed only
 # when two runs share a model and prompting; the report then rebuilds it from the rows.
 UNCACHED_ARTIFACTS = frozenset({"worldsense_tuples"})
-
-
 def headline(rm: RunMetrics) -> Metric | None:
     """The run's headline metric (:data:`HEADLINE` order, overall group), or None."""
     for name in HEADLINE:
@@ -863,23 +695,10 @@ def _cache_config(run: Mapping[str, Any], by: Sequence[str], bootstrap: Bootstra
     """What besides the rows decides the numbers: code version, run identity, grouping, bootstrap."""
     import hashlib
 
-    ident = {
-        k: run.get(k)
-        for k in ("run_id", "model", "task", "suite_name", "suite_id", "backend", "options", "meta")
-    }
-    text = json.dumps(
-        [
-            CACHE_VERSION,
-            _code_fingerprint(),
-            ident,
-            list(by),
-            asdict(bootstrap),
-            [p.name for p in PRODUCERS],
-            task_producers(run.get("task")),
-        ],
-        sort_keys=True,
-        default=str,
-    )
+    ident = {k: run.get(k) for k in ("run_id", "model", "task", "suite_name", "suite_id", "backend", "options",
+                                     "meta")}
+    text = json.dumps([CACHE_VERSION, _code_fingerprint(), ident, list(by), asdict(bootstrap),
+                       [p.name for p in PRODUCERS], task_producers(run.get("task"))], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -902,24 +721,15 @@ def _code_fingerprint() -> str:
     return _CODE_FP[0]
 
 
-def _load_cached(
-    side: Any, rid: str, config: str, fp: str, bootstrap: BootstrapConfig
-) -> RunMetrics | None:
+def _load_cached(side: Any, rid: str, config: str, fp: str, bootstrap: BootstrapConfig) -> RunMetrics | None:
     """The sidecar's entry for exactly these rows and this configuration, or None."""
     got = side.get(rid, config, fp)
     if got is None:
         return None
     p, frames = got
     r = p["run"]
-    rm = RunMetrics(
-        r["run_id"],
-        r["model"],
-        r.get("suite"),
-        r.get("task"),
-        r["cluster_unit"],
-        bootstrap,
-        [Metric(**m) for m in p["metrics"]],
-    )
+    rm = RunMetrics(r["run_id"], r["model"], r.get("suite"), r.get("task"), r["cluster_unit"], bootstrap,
+                    [Metric(**m) for m in p["metrics"]])
     rm.artifacts = dict(p.get("artifacts") or {})
     for name in p.get("frames") or []:
         rm.artifacts[str(name)] = _frame_from_bytes(frames[name])
@@ -933,9 +743,7 @@ def _frame_to_bytes(df: pd.DataFrame) -> bytes:
 
     sink = pa.BufferOutputStream()
     table = pa.Table.from_pandas(df, preserve_index=False)
-    with pa.ipc.new_stream(
-        sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")
-    ) as w:
+    with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as w:
         w.write_table(table)
     return bytes(sink.getvalue().to_pybytes())
 
@@ -952,28 +760,14 @@ def _save_cached(side: Any, rm: RunMetrics, config: str, fp: str) -> None:
     """Store a full computation in the sidecar (skipped, never waited for, when it is busy)."""
     h = headline(rm)
     scalars = {k: v for k, v in rm.artifacts.items() if not isinstance(v, pd.DataFrame)}
-    frames = {
-        k: _frame_to_bytes(v)
-        for k, v in rm.artifacts.items()
-        if isinstance(v, pd.DataFrame) and k not in UNCACHED_ARTIFACTS
-    }
+    frames = {k: _frame_to_bytes(v) for k, v in rm.artifacts.items()
+              if isinstance(v, pd.DataFrame) and k not in UNCACHED_ARTIFACTS}
     payload = {
-        "version": CACHE_VERSION,
-        "config": config,
-        "fingerprint": fp,
-        "headline": None
-        if h is None
-        else {"name": h.name, "value": h.value, "lo": h.lo, "hi": h.hi},
-        "run": {
-            "run_id": rm.run_id,
-            "model": rm.model,
-            "suite": rm.suite,
-            "task": rm.task,
-            "cluster_unit": rm.cluster_unit,
-        },
-        "metrics": [asdict(m) for m in rm.metrics],
-        "artifacts": scalars,
-        "frames": sorted(frames),
+        "version": CACHE_VERSION, "config": config, "fingerprint": fp,
+        "headline": None if h is None else {"name": h.name, "value": h.value, "lo": h.lo, "hi": h.hi},
+        "run": {"run_id": rm.run_id, "model": rm.model, "suite": rm.suite, "task": rm.task,
+                "cluster_unit": rm.cluster_unit},
+        "metrics": [asdict(m) for m in rm.metrics], "artifacts": scalars, "frames": sorted(frames),
     }
     side.put(rm.run_id, config, fp, payload, frames)
 
@@ -981,17 +775,8 @@ def _save_cached(side: Any, rm: RunMetrics, config: str, fp: str) -> None:
 # -- the producers, in report order ---------------------------------------------------------
 def _register_producers() -> None:
     """Every family's producers, once, in report order (the order of :data:`PRODUCERS`)."""
-    for family in (
-        accuracy,
-        position,
-        yesno,
-        calibration,
-        generation,
-        commonsense,
-        probeval,
-        worldsense,
-        feature_rows,
-    ):
+    for family in (accuracy, position, yesno, calibration, generation, commonsense, probeval, worldsense,
+                   feature_rows):
         family.register()
     # Last: analysis/human.py registers its definitions and producers on import, and imports this
     # module; importing it here, after everything else, gives one order whichever is imported first.

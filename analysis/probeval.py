@@ -175,21 +175,12 @@ class ProbEvalSettings:
     def __post_init__(self) -> None:
         from .wordnet_match import ASSIGNMENTS, PARTITIONS, STOPWORDS, TIES
 
-        allowed = {
-            "matcher": MATCHERS,
-            "unmatched": UNMATCHED,
-            "ties": TIES,
-            "assignment": ASSIGNMENTS,
-            "partitions": PARTITIONS,
-            "stopwords": STOPWORDS,
-            "smoothing": SMOOTHING,
-            "preprocess": PREPROCESS,
-        }
+        allowed = {"matcher": MATCHERS, "unmatched": UNMATCHED, "ties": TIES, "assignment": ASSIGNMENTS,
+                   "partitions": PARTITIONS, "stopwords": STOPWORDS, "smoothing": SMOOTHING,
+                   "preprocess": PREPROCESS}
         for name, values in allowed.items():
             if getattr(self, name) not in values:
-                raise ValueError(
-                    f"{name} must be one of {', '.join(values)}, got {getattr(self, name)!r}"
-                )
+                raise ValueError(f"{name} must be one of {', '.join(values)}, got {getattr(self, name)!r}")
 
     def as_dict(self) -> dict[str, str]:
         """The settings as a plain dict (for JSON output and stored analyses)."""
@@ -204,14 +195,10 @@ class ProbEvalSettings:
         """One line: the matcher and every setting that differs from the paper's."""
         ch = {k: v for k, v in self.changed().items() if k != "matcher"}
         if self.matcher != "wordnet":
-            return f"{self.matcher} matching" + (
-                f" ({', '.join(f'{k}={v}' for k, v in ch.items())})" if ch else ""
-            )
+            return f"{self.matcher} matching" + (f" ({', '.join(f'{k}={v}' for k, v in ch.items())})" if ch else "")
         if not ch:
             return "wordnet matching, the paper's settings"
-        return "wordnet matching; differs from the paper's: " + ", ".join(
-            f"{k}={v}" for k, v in ch.items()
-        )
+        return "wordnet matching; differs from the paper's: " + ", ".join(f"{k}={v}" for k, v in ch.items())
 
 
 PAPER = ProbEvalSettings()
@@ -361,9 +348,7 @@ def _members(question: Question, clusters: Mapping[str, Sequence[str]]) -> dict[
 
 
 def _distributions(
-    human_counts: Mapping[str, float],
-    model_counts: Mapping[str, float],
-    clusters: Sequence[str],
+    human_counts: Mapping[str, float], model_counts: Mapping[str, float], clusters: Sequence[str],
     settings: ProbEvalSettings,
 ) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Buckets, P_human and P_model under ``settings`` (unmatched answers, smoothing)."""
@@ -396,22 +381,11 @@ def match_weights(
         from .wordnet_match import match_answers, protoqa_preprocess
 
         pre = protoqa_preprocess if settings.preprocess == "protoqa" else normalize_answer
-        return match_answers(
-            model_answers,
-            _members(question, clusters),
-            matcher,
-            preprocess=pre,
-            assignment=settings.assignment,
-            ties=settings.ties,
-            cluster_sizes=question.cluster_counts(),
-            memo=memo,
-        )
-    assigned = assign_answers(
-        model_answers,
-        clusters,
-        embed if settings.matcher == "embedding" else None,
-        threshold=threshold,
-    )
+        return match_answers(model_answers, _members(question, clusters), matcher, preprocess=pre,
+                             assignment=settings.assignment, ties=settings.ties,
+                             cluster_sizes=question.cluster_counts(), memo=memo)
+    assigned = assign_answers(model_answers, clusters, embed if settings.matcher == "embedding" else None,
+                              threshold=threshold)
     return [{a: 1.0} for a in assigned]
 
 
@@ -431,13 +405,8 @@ def score_question(
     matching without it).
     """
     if settings is None:
-        settings = (
-            PAPER
-            if matcher is not None
-            else dataclasses.replace(
-                EMBEDDING, matcher="embedding" if embed is not None else "exact"
-            )
-        )
+        settings = PAPER if matcher is not None else dataclasses.replace(
+            EMBEDDING, matcher="embedding" if embed is not None else "exact")
     clusters = question.clusters
     if not clusters:
         if embed is None:
@@ -449,14 +418,8 @@ def score_question(
         else:
             clusters = cluster_answers(question.raw, embed, threshold=threshold)
         question = Question(question.qid, question.question, question.raw, clusters)
-    weights = match_weights(
-        question,
-        model_answers,
-        settings=settings,
-        matcher=matcher,
-        embed=embed,
-        threshold=threshold,
-    )
+    weights = match_weights(question, model_answers, settings=settings, matcher=matcher, embed=embed,
+                            threshold=threshold)
     model_counts: dict[str, float] = {}
     for w in weights:
         for k, x in w.items():
@@ -472,13 +435,8 @@ def score_question(
             "model_p": pm,
         }
     )
-    return QuestionScore(
-        question.qid,
-        kl_divergence(ph, pm),
-        len(weights),
-        int(round(model_counts.get(WRONG, 0))),
-        table,
-    )
+    return QuestionScore(question.qid, kl_divergence(ph, pm), len(weights),
+                         int(round(model_counts.get(WRONG, 0))), table)
 
 
 def probeval(
@@ -494,9 +452,8 @@ def probeval(
     scores: dict[str, QuestionScore] = {}
     for qid, q in questions.items():
         if qid in answer_sets and len(answer_sets[qid]):
-            scores[qid] = score_question(
-                q, answer_sets[qid], embed, threshold=threshold, matcher=matcher, settings=settings
-            )
+            scores[qid] = score_question(q, answer_sets[qid], embed, threshold=threshold, matcher=matcher,
+                                         settings=settings)
     per = pd.DataFrame(
         [
             {"qid": s.qid, "kl": s.kl, "n_model": s.n_model, "n_wrong": s.n_wrong}
@@ -532,12 +489,8 @@ def resolve_matching(
         from .wordnet_match import WordNetMatcher, WordNetUnavailable
 
         try:
-            return Matching(
-                settings,
-                WordNetMatcher(
-                    wordnet_dir, partitions=settings.partitions, stopwords=settings.stopwords
-                ),
-            )
+            return Matching(settings, WordNetMatcher(wordnet_dir, partitions=settings.partitions,
+                                                     stopwords=settings.stopwords))
         except WordNetUnavailable as e:
             note = f"{e}; using the embedding matcher instead"
             settings = dataclasses.replace(settings, matcher="embedding", preprocess="normalize")
@@ -572,10 +525,8 @@ def gold_cluster_kl(question: Question, labels: Sequence[str]) -> float:
     """KL(P_human || P_model) when each model answer's cluster is given (human annotation)."""
     buckets = [*question.clusters, WRONG]
     counts = Counter(lbl if lbl in question.clusters else WRONG for lbl in labels)
-    return kl_divergence(
-        smoothed_distribution(question.cluster_counts(), buckets),
-        smoothed_distribution(counts, buckets),
-    )
+    return kl_divergence(smoothed_distribution(question.cluster_counts(), buckets),
+                         smoothed_distribution(counts, buckets))
 
 
 @dataclass
@@ -644,9 +595,7 @@ def held_out_validation(
             continue
         member = {a: name for name, answers in q.clusters.items() for a in answers}
         labels = [member.get(a, WRONG) for a in held]
-        auto[qid] = score_question(
-            ref, held, embed, threshold=threshold, matcher=matcher, settings=settings
-        ).kl
+        auto[qid] = score_question(ref, held, embed, threshold=threshold, matcher=matcher, settings=settings).kl
         gold[qid] = gold_cluster_kl(ref, labels)
     return auto, gold
 
@@ -660,12 +609,8 @@ def load_gold_labels(path: str | os.PathLike[str]) -> dict[str, list[tuple[str, 
         raise ValueError(f"{path}: expected an object {{qid: [[answer, cluster], ...]}}")
     out: dict[str, list[tuple[str, str]]] = {}
     for qid, pairs in data.items():
-        if not isinstance(pairs, list) or not all(
-            isinstance(x, list | tuple) and len(x) == 2 for x in pairs
-        ):
-            raise ValueError(
-                f"{path}: question {qid!r}: expected a list of [answer, cluster] pairs"
-            )
+        if not isinstance(pairs, list) or not all(isinstance(x, list | tuple) and len(x) == 2 for x in pairs):
+            raise ValueError(f"{path}: question {qid!r}: expected a list of [answer, cluster] pairs")
         out[str(qid)] = [(str(a), str(c)) for a, c in pairs]
     return out
 
@@ -705,13 +650,8 @@ def reference_pool(question: Question) -> list[tuple[str, str, int]]:
 
 
 def _sample_sets(
-    question: Question,
-    pool: Sequence[tuple[str, str, int]],
-    p_g: np.ndarray,
-    names: Sequence[str],
-    n_sets: int,
-    sampling: str,
-    rng: np.random.Generator,
+    question: Question, pool: Sequence[tuple[str, str, int]], p_g: np.ndarray, names: Sequence[str],
+    n_sets: int, sampling: str, rng: np.random.Generator,
 ) -> list[list[tuple[str, str]]]:
     """``n_sets`` answer sets (answer, true cluster) drawn as the reference's
     ``KLDivergence.sample_evaluation_answers`` does (see ``mixture_validation``)."""
@@ -725,16 +665,12 @@ def _sample_sets(
         d = by_cluster.setdefault(c, {})
         d[a] = d.get(a, 0) + n
     for name, members in question.clusters.items():
-        expanded = sorted(
-            a for a in dict.fromkeys(members) for _ in range(int(question.raw.get(a, 0)))
-        )
+        expanded = sorted(a for a in dict.fromkeys(members) for _ in range(int(question.raw.get(a, 0))))
         take = min(len(expanded), math.ceil(counts[name] / total * 50)) if total else 0
         for i in rng.choice(len(expanded), size=take, replace=False) if take else ():
             d = by_cluster[name]
             d[expanded[i]] = d.get(expanded[i], 0) + 1
-    expanded_pool = {
-        n: [a for a, c in by_cluster.get(n, {}).items() for _ in range(c)] for n in names
-    }
+    expanded_pool = {n: [a for a, c in by_cluster.get(n, {}).items() for _ in range(c)] for n in names}
     # every cluster's pool size carries one more, empty slot ("+1 is for smoothing")
     size = np.array([len(expanded_pool[n]) + 1 for n in names], dtype=float)
     n_pool = sum(len(v) for v in expanded_pool.values())
@@ -815,15 +751,8 @@ def mixture_validation(
                 # the embedding and exact rules match each answer on its own: match every
                 # answer that can be drawn once
                 every = list(dict.fromkeys([*(a for a, _, _ in pool), *q.raw]))
-                memo_weights[qid] = dict(
-                    zip(
-                        every,
-                        match_weights(
-                            q, every, settings=settings, embed=embed, threshold=threshold
-                        ),
-                        strict=True,
-                    )
-                )
+                memo_weights[qid] = dict(zip(every, match_weights(
+                    q, every, settings=settings, embed=embed, threshold=threshold), strict=True))
             auto, gold = [], []
             for drawn in _sample_sets(q, pool, p_g, names, n_sets, sampling, rng):
                 answers = [a for a, _ in drawn]
@@ -834,11 +763,9 @@ def mixture_validation(
                 _, ph, pm = _distributions(counts, labels, list(q.clusters), settings)
                 gold.append(kl_divergence(ph, pm))
                 model_counts: dict[str, float] = {}
-                weights = (
-                    match_weights(q, answers, settings=settings, matcher=matcher, memo=memos[qid])
-                    if settings.matcher == "wordnet"
-                    else [memo_weights[qid][a] for a in answers]
-                )
+                weights = (match_weights(q, answers, settings=settings, matcher=matcher,
+                                         memo=memos[qid]) if settings.matcher == "wordnet"
+                           else [memo_weights[qid][a] for a in answers])
                 for w in weights:
                     for k, x in w.items():
                         model_counts[k] = model_counts.get(k, 0.0) + x
@@ -851,6 +778,4 @@ def mixture_validation(
             rows.append({"run": run, "qid": qid, "rho": rho})
     per = pd.DataFrame(rows, columns=["run", "qid", "rho"])
     per_run = [float(g["rho"].mean()) for _, g in per.groupby("run")]
-    return MixtureValidation(
-        float(np.mean(per_run)), per_run, per, len(qids), n_sets, sampling, settings
-    )
+    return MixtureValidation(float(np.mean(per_run)), per_run, per, len(qids), n_sets, sampling, settings)

