@@ -221,7 +221,7 @@ grid:
 
 # -- the whole grid while a study writes ------------------------------------------------------------
 @pytest.mark.xfail(
-    reason="the scripted delay no longer slows the cells once merged with the held-request server: the study ends before the grid is read; to move onto hold_after/release",
+    reason="timing-dependent: passes alone, failed once in the full suite (the study ended before the grid was read); to wait on held requests",
     strict=False,
 )
 def test_while_a_study_writes_every_cell_is_shown_from_the_grid(tmp_path):

@@ -90,7 +90,9 @@ def check_dashboard(text: str, rows: list[dict], rid: str, suite: str, group_by:
     how many were checked."""
     checked = 0
     err = one(rows, rid, "errors")
-    assert err is not None and re.search(rf"results(?: \([^)]*\))?\s+errors {int(err['value'])}\b", text), (
+    assert err is not None and re.search(
+        rf"results(?: \([^)]*\))?\s+errors {int(err['value'])}\b", text
+    ), (
         suite,
         text,
     )

@@ -39,7 +39,7 @@ async def _watch_start(app: LlmscopeApp, pilot, timeout: float) -> list[str]:  #
 
 
 @pytest.mark.xfail(
-    reason="after the merge with the read-while-writing store the starting screen's phase polls come back empty; open",
+    reason="timing-dependent: passes alone, failed once in the full suite; to wait on held requests",
     strict=False,
 )
 async def test_form_run_shows_its_phase_until_the_dashboard(tmp_path: Path, oai) -> None:  # noqa: F811

@@ -103,11 +103,13 @@ def import_syntaxgym_results(
     """One run per file on the `syntaxgym` suite, all new runs in one transaction (a bad line in
     any file leaves none); a file imported before is named and skipped."""
     suite = load_suite("syntaxgym", suite_path)
-    variant_of: dict[str, str] = {}
+    # an item's first unit: its variant, prompt and gold (a syntaxgym item has one)
+    first: dict[str, Any] = {}
     for w in suite.work():
-        variant_of.setdefault(w.item.item_id, w.variant)
-    prompts = {w.item.item_id: w.prompt for w in suite.work()}
-    golds = {w.item.item_id: w.gold for w in suite.work()}
+        first.setdefault(w.item.item_id, w)
+    variant_of = {i: w.variant for i, w in first.items()}
+    prompts = {i: w.prompt for i, w in first.items()}
+    golds = {i: w.gold for i, w in first.items()}
     # a test suite's items in file order: the published `item` index
     by_suite: dict[str, list[str]] = {}
     for it in suite.items():
