@@ -188,15 +188,23 @@ def test_the_rendered_page_shows_the_report_numbers_and_makes_no_request(
                 assert (v or "").startswith("#"), (tag, k, v)
     raw = html.read_text()
     assert "@import" not in raw and not re.search(r"url\((?!#)", raw)
-    # the figures that apply to a yes/no run with human answers, each an inline SVG
-    assert dom.figures["run-a"] == ["accuracy", "reliability", "position", "human", "commonsense"]
+    # the figures that apply to a yes/no run with human answers, each an inline SVG; run-a has
+    # two prompt variants, so consensus and awareness exist and it has a place on the plane
+    assert dom.figures["run-a"] == [
+        "accuracy",
+        "reliability",
+        "position",
+        "human",
+        "commonsense",
+        "plane",
+    ]
     assert dom.figures["run-evil"] == [
         "accuracy",
         "reliability",
         "position",
         "human",
     ]  # one variant: no q2
-    assert sum(1 for t, _ in dom.tags if t == "svg") == 9
+    assert sum(1 for t, _ in dom.tags if t == "svg") == 10
     # hostile text is text: the title is the page's, the markup shows literally
     text = "".join(dom.texts)
     assert EVIL in text and "m<b>x</b>" in text
