@@ -12,6 +12,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,6 +44,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     slow = {it.path for it in items if it.get_closest_marker("slow")}
     items.sort(key=lambda it: it.path not in slow)  # stable: tests keep their order in a file
+
+
+# pyproject's addopts: the default run leaves these tiers out (a -m of one's own replaces it).
+DEFAULT_TIER = "not slow and not server and not vllm"
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Say what the default run left out, so that "passed" is not read as the whole suite."""
+    if config.option.markexpr == DEFAULT_TIER and not _WORKER:
+        terminalreporter.write_line(
+            "the fast tier ran: tests marked slow, server and vllm were left out; run them with "
+            "-m 'slow and not load', -m server, -m vllm (CONTRIBUTING.md, Tests)"
+        )
 
 
 @pytest.fixture
