@@ -284,6 +284,19 @@ def prepare_run(store: Any, req: RunRequest) -> PreparedRun:
         validate_task_options(suite.task, {**suite.task_options, **task_opts})
     except TaskOptionError as e:
         raise ConfigError(f"task options (--opt, --chat, suite task_options): {e}") from None
+    if (
+        cfg.system_prompt
+        and existing is None
+        and task_identity(suite, task_opts).get("chat") is False
+    ):
+        # The system prompt reaches a model only through the chat template: a run that scores
+        # its prompts without one would record a system prompt it never sent (and a run id of
+        # its own for identical requests).
+        raise ConfigError(
+            f"--system-prompt would not be sent: suite {suite.name!r} scores its prompts without a "
+            "chat template (chat: false), and a system prompt is sent only through one; drop it, "
+            "or add --chat to score through the template"
+        )
     # design options (counterbalancing, few-shot) given with --opt shape the work list too
     suite.task_options = {**suite.task_options, **task_opts}
     suite.work(1)  # validates the design options before the model loads

@@ -6,8 +6,9 @@ and a matrix that looks as if the factor had been tested and found to do nothing
 with one line naming the factor, the level, the suite and why:
 
 - `system_prompt` where the suite's task scores without a chat template (`chat: false`, e.g.
-  a choice task's log-likelihoods): the system prompt reaches the model only through the chat
-  template (local models) or a chat request (APIs), so no request would carry it;
+  a choice task's log-likelihoods), as a level or as the study's option: the system prompt
+  reaches the model only through the chat template (local models) or a chat request (APIs), so
+  no request would carry it;
 - `system_prompt` or `chat` on a local model that has no chat template: the text sent is the
   same with and without;
 - two cells whose requests would be identical (levels that set the same values, or differ
@@ -155,6 +156,18 @@ def check_levels(study: Study) -> None:
                     f"model {cell.model.label!r} has no chat template, and a system prompt is "
                     "sent only through one",
                 )
+        elif cell.options.get("system_prompt") and chat is False:
+            where = cell.sources.get("system_prompt") or ""
+            path, _, line = where.rpartition(":")
+            raise StudyError(
+                f"system_prompt would not be sent to suite {cell.suite.label!r}: its task scores "
+                "the prompts without a chat template (chat: false), and a system prompt is sent "
+                "only through one; set it on the suites that use a chat template, or set "
+                "`chat: true` for this suite",
+                path or study.path,
+                int(line) if line.isdigit() else None,
+                "options.system_prompt",
+            )
         for opt in ("chat", "opt.chat"):
             if template is False and _level_setting(study, cell, opt):
                 raise refuse(

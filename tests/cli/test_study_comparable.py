@@ -181,6 +181,32 @@ grid:
     assert dry.stdout.count("new run") == 2
 
 
+def test_a_study_wide_system_prompt_that_a_suite_would_not_send_is_refused(tmp_path):
+    study = _write(
+        tmp_path / "mc.yaml",
+        """name: mc
+suites: [mc-sample]
+options: {limit: 3, system_prompt: "You are an expert."}
+grid:
+  seed: {a: {seed: 1}, b: {seed: 2}}
+""",
+    )
+    db = tmp_path / "mc.duckdb"
+    proc = cli("study", "run", str(study), "--db", str(db), "--dry-run")
+    assert_clean_error(
+        proc, f"{study}:3", "options.system_prompt", "suite 'mc-sample'", "without a chat template"
+    )
+    assert len(proc.stderr.strip().splitlines()) == 1 and not db.exists()
+
+
+def test_a_run_whose_task_would_not_send_its_system_prompt_is_refused(tmp_path):
+    db = tmp_path / "r.duckdb"
+    args = ("run", "--suite", "mc-sample", "--limit", "1", "--db", str(db))
+    proc = cli(*args, "--system-prompt", "You are an expert.")
+    assert_clean_error(proc, "--system-prompt would not be sent", "mc-sample", "--chat")
+    assert not db.exists()  # refused before the model loads or anything is written
+
+
 def test_chat_on_a_model_without_a_template_and_identical_cells_are_refused(tmp_path):
     model = Path(tiny_model_dir(tmp_path))
     cfg = json.loads((model / "tokenizer_config.json").read_text())
