@@ -415,7 +415,10 @@ def print_mc(figs: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
-        "--n-items", type=int, default=60, help="commonsense-sample items (x3 templates)"
+        "--n-items",
+        type=int,
+        default=60,
+        help="commonsense-sample items (x3 templates); with --mc, 4-option items",
     )
     ap.add_argument("--concurrency", type=int, default=4, help="requests in flight per server")
     ap.add_argument("--systems", default="local,vllm-1,vllm-2,lm-eval")
