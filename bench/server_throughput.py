@@ -2,6 +2,19 @@
 
     python -m bench.server_throughput [--n-items 60] [--concurrency 4] [--systems local,vllm-1,vllm-2,lm-eval]
         [--base-url URL_A --base-url URL_B] [--kill] [--restart] [--json FILE]
+    python -m bench.server_throughput --mc [--n-items 60] [--rounds 2] [--concurrency 4]
+
+`--mc`: multiple choice on one vLLM server this command starts, llmscope against lm-eval's
+`local-completions`, interleaved (llmscope, lm-eval, llmscope, lm-eval, ...). The items are the
+generated 4-option questions with a shared few-shot prefix (bench/mc_items.py); llmscope runs
+them as a `task: choice` suite (`llmscope run`, calibration and PMI off: lm-eval makes no such
+requests), lm-eval as `loglikelihood` requests (context, " option") with the same concurrency
+and as many prompts per request as llmscope sends (`--lm-eval-batch`, default 4: one item's
+options). Each system is a whole process (start, imports, run), timed from outside: wall
+seconds, its CPU seconds, the server's CPU seconds (its processes in /proc) and the server's
+request and prompt-token counters over the same span. Checks that every option's
+log-likelihood agrees between the two within 1e-3 nats. Prints both systems' rows per round and
+`ratio lm-eval/llmscope: wall X.XX, CPU X.XX` (sums over the rounds; CPU = client + server).
 
 The same yes/no prompts for every system: the built-in `commonsense-sample` suite, `--n-items`
 items x its 3 templates (60 -> 180 prompts), the embedded SmolLM2 in fp32:
@@ -30,6 +43,7 @@ import argparse
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -42,6 +56,7 @@ from bench import server_harness as sh
 from bench import vllm_server as vs
 
 SUITE = "commonsense-sample"
+MC_TOL = 1e-3  # nats: the same fp32 weights on the same server
 
 
 def _env() -> dict[str, str]:
@@ -187,10 +202,223 @@ def kill_run(
     return fig
 
 
+# -- multiple choice ---------------------------------------------------------------------------
+
+
+def write_mc_suite(folder: Path, n_items: int) -> tuple[Path, list[tuple[str, list[str], int]]]:
+    """The generated 4-option items (bench/mc_items.py) as a `task: choice` suite: the prompt is
+    the item's context, each option scored as " {option}" after it; no calibration or PMI
+    requests (lm-eval's multiple choice makes none), so both systems ask for the same
+    log-likelihoods."""
+    from bench.mc_items import mc_items
+
+    items = mc_items(n_items)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "items.jsonl", "w", encoding="utf-8") as fh:
+        for i, (ctx, opts, gold) in enumerate(items):
+            bare = [o[1:] for o in opts]  # the continuation " {option}" adds the space back
+            rec = {"id": f"mc{i:04d}", "context": ctx, "options": bare, "gold": bare[gold]}
+            fh.write(json.dumps(rec) + "\n")
+    (folder / "suite.yaml").write_text(
+        "name: server-mc-bench\ntask: choice\nitems: items.jsonl\ntext_field: context\n"
+        "options_field: options\ngold_field: gold\ntemplates:\n  plain: '{context}'\n"
+        "task_options:\n  chat: false\n  continuation: ' {option}'\n  content_free: []\n"
+        "  domain_prompt: ''\n",
+        encoding="utf-8",
+    )
+    return folder / "suite.yaml", items
+
+
+def _timed(cmd: list[str], server: vs.VLLMServer, env: dict[str, str]) -> dict[str, Any]:
+    """Run `cmd` to its end: wall seconds, its CPU seconds (user + system of it and its
+    children), the server's CPU seconds and its finished sequences and prompt tokens over the
+    same span, and what it printed."""
+    import resource
+
+    def children_cpu() -> float:
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return ru.ru_utime + ru.ru_stime
+
+    c0, s0, k0 = vs.counters(server.base_url), vs.cpu_seconds(server), children_cpu()
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    k1, s1, c1 = children_cpu(), vs.cpu_seconds(server), vs.counters(server.base_url)
+    if p.returncode:
+        raise SystemExit(f"{' '.join(cmd[1:4])} failed: {p.stderr[-1500:]}")
+
+    def delta(name: str) -> int:
+        return int(c1.get(name, 0) - c0.get(name, 0))
+
+    return {
+        "wall_s": round(wall, 2),
+        "client_cpu_s": round(k1 - k0, 2),
+        "server_cpu_s": round(s1 - s0, 2),
+        "cpu_s": round(k1 - k0 + s1 - s0, 2),
+        "sequences": delta("vllm:request_success_total"),
+        "prompt_tokens": delta("vllm:prompt_tokens_total"),
+        "stdout": p.stdout,
+    }
+
+
+def llmscope_mc(
+    db: Path,
+    suite: Path,
+    server: vs.VLLMServer,
+    concurrency: int,
+    items: list[tuple[str, list[str], int]],
+) -> tuple[dict[str, Any], list[list[float]]]:
+    """One `llmscope run` of the suite: figures, and each item's option log-likelihoods (item
+    order, option order) from the store."""
+    db.unlink(missing_ok=True)
+    cmd = sh.run_command(db, suite, [server.base_url], concurrency=concurrency)
+    fig = _timed(cmd, server, _env())
+    fig.pop("stdout")
+    run = run_figures(db)
+    st = run["backend_stats"]
+    if run["errors"]:
+        raise SystemExit(f"llmscope: {run['errors']} items failed")
+    fig.update(
+        items=run["rows"],
+        run_s=run["seconds"],
+        http_requests=st.get("requests"),
+        client_prompt_tokens=st.get("prompt_tokens"),
+    )
+    rows = {r["item_id"]: r["option_scores"] for r in sh.stored_rows(db, latest=True)}
+    ll = [
+        [float(rows[f"mc{i:04d}"][o[1:]]["logprob"]) for o in opts]
+        for i, (_, opts, _) in enumerate(items)
+    ]
+    return fig, ll
+
+
+def lmeval_mc(
+    spec: Path, server: vs.VLLMServer, items: list[tuple[str, list[str], int]]
+) -> tuple[dict[str, Any], list[list[float]]]:
+    """lm-eval's local-completions on the same (context, option) pairs, in a child process
+    (`--lm-eval-child`): figures, and the log-likelihoods per item."""
+    cmd = [sys.executable, "-m", "bench.server_throughput", "--lm-eval-child", str(spec)]
+    fig = _timed(cmd, server, _env())
+    child = json.loads(fig.pop("stdout").strip().splitlines()[-1])
+    flat = child.pop("loglik")
+    fig.update(items=len(items), run_s=child["seconds"], http_requests=child["http_requests"])
+    out, i = [], 0
+    for _, opts, _ in items:
+        out.append(flat[i : i + len(opts)])
+        i += len(opts)
+    return fig, out
+
+
+def lmeval_child(spec_path: str) -> int:
+    """The lm-eval side of `--mc`, run as its own process: loglikelihood of every (context,
+    option) pair; prints one JSON line (log-likelihoods, seconds of the call, HTTP requests)."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.openai_completions import LocalCompletionsAPI
+
+    spec = json.loads(Path(spec_path).read_text())
+    lm = LocalCompletionsAPI(
+        model=vs.ALIAS,
+        base_url=f"{spec['base_url']}/completions",
+        tokenizer=spec["model_dir"],
+        tokenizer_backend="huggingface",
+        num_concurrent=spec["concurrency"],
+        batch_size=spec["batch"],
+        max_retries=3,
+        max_length=2048,
+    )
+    reqs = [
+        Instance(request_type="loglikelihood", doc={}, arguments=(c, o), idx=i)
+        for i, (c, o) in enumerate(spec["pairs"])
+    ]
+    t0 = time.perf_counter()
+    out = lm.loglikelihood(reqs, disable_tqdm=True)
+    dt = time.perf_counter() - t0
+    n_req = -(-len(reqs) // spec["batch"])
+    print(json.dumps({"loglik": [ll for ll, _ in out], "seconds": dt, "http_requests": n_req}))
+    return 0
+
+
+def run_mc(a: argparse.Namespace, model_dir: Path, tmp: Path) -> dict[str, Any]:
+    """The `--mc` comparison on one server started here; returns the figures."""
+    if vs.missing():
+        raise SystemExit(f"vLLM: {vs.missing()}")
+    suite, items = write_mc_suite(tmp / "mc-suite", a.n_items)
+    spec = tmp / "lm-eval-spec.json"
+    figs: dict[str, Any] = {
+        "mode": "mc",
+        "n_items": len(items),
+        "options": sum(len(o) for _, o, _ in items),
+        "concurrency": a.concurrency,
+        "lm_eval_batch": a.lm_eval_batch,
+        "load_before": os.getloadavg(),
+        "rounds": [],
+    }
+    server = vs.launch(model_dir, tmp / "mc.log")
+    try:
+        vs.wait(server)
+        spec.write_text(
+            json.dumps(
+                {
+                    "base_url": server.base_url,
+                    "model_dir": str(model_dir),
+                    "concurrency": a.concurrency,
+                    "batch": a.lm_eval_batch,
+                    "pairs": [(c, o) for c, opts, _ in items for o in opts],
+                }
+            )
+        )
+        figs["start_s"] = round(server.started_s, 1)
+        print(json.dumps({k: v for k, v in figs.items() if k != "rounds"}), flush=True)
+        worst = 0.0
+        for rnd in range(a.rounds):
+            ours, ll_ours = llmscope_mc(tmp / "mc.duckdb", suite, server, a.concurrency, items)
+            print(json.dumps({"round": rnd + 1, "llmscope": ours}), flush=True)
+            theirs, ll_theirs = lmeval_mc(spec, server, items)
+            print(json.dumps({"round": rnd + 1, "lm-eval": theirs}), flush=True)
+            for x, y in zip(ll_ours, ll_theirs, strict=True):
+                worst = max([worst, *(abs(u - v) for u, v in zip(x, y, strict=True))])
+            figs["rounds"].append({"llmscope": ours, "lm-eval": theirs})
+    finally:
+        vs.stop(server)
+    figs["max_abs_loglik_diff"] = worst
+    figs["load_after"] = os.getloadavg()
+    return figs
+
+
+def print_mc(figs: dict[str, Any]) -> None:
+    print()
+    print(
+        f"{'round':>5} {'system':<9} {'wall s':>8} {'client CPU':>10} {'server CPU':>10} "
+        f"{'CPU s':>8} {'HTTP req':>8} {'sequences':>9} {'prompt tok':>10}"
+    )
+    total = {"llmscope": [0.0, 0.0], "lm-eval": [0.0, 0.0]}
+    for i, rnd in enumerate(figs["rounds"]):
+        for system, f in rnd.items():
+            total[system][0] += f["wall_s"]
+            total[system][1] += f["cpu_s"]
+            print(
+                f"{i + 1:>5} {system:<9} {f['wall_s']:>8.1f} {f['client_cpu_s']:>10.1f} "
+                f"{f['server_cpu_s']:>10.1f} {f['cpu_s']:>8.1f} {f['http_requests'] or 0:>8} "
+                f"{f['sequences']:>9} {f['prompt_tokens']:>10}"
+            )
+    (w_us, c_us), (w_them, c_them) = total["llmscope"], total["lm-eval"]
+    print(
+        f"{figs['n_items']} items, {figs['options']} options, concurrency {figs['concurrency']}; "
+        f"option log-likelihoods agree within {figs['max_abs_loglik_diff']:.2e} nats; "
+        f"load {figs['load_before'][0]:.1f} -> {figs['load_after'][0]:.1f}"
+    )
+    print(f"ratio lm-eval/llmscope: wall {w_them / w_us:.2f}, CPU {c_them / c_us:.2f}")
+    if figs["max_abs_loglik_diff"] > MC_TOL:
+        raise SystemExit(f"option log-likelihoods differ by more than {MC_TOL} nats")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
-        "--n-items", type=int, default=60, help="commonsense-sample items (x3 templates)"
+        "--n-items",
+        type=int,
+        default=60,
+        help="commonsense-sample items (x3 templates); with --mc, 4-option items",
     )
     ap.add_argument("--concurrency", type=int, default=4, help="requests in flight per server")
     ap.add_argument("--systems", default="local,vllm-1,vllm-2,lm-eval")
@@ -213,7 +441,21 @@ def main(argv: list[str] | None = None) -> int:
         help="items of the --kill run (default --n-items; with --restart, enough to outlast a server start)",
     )
     ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument("--mc", action="store_true", help="multiple choice against lm-eval (above)")
+    ap.add_argument("--rounds", type=int, default=2, help="with --mc: interleaved rounds")
+    ap.add_argument(
+        "--lm-eval-batch", type=int, default=4, help="with --mc: prompts per lm-eval request"
+    )
+    ap.add_argument("--lm-eval-child", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if a.lm_eval_child:
+        return lmeval_child(a.lm_eval_child)
+    if a.mc:
+        figs = run_mc(a, vs.hf_folder(), Path(tempfile.mkdtemp(prefix="llmscope-srv-mc-")))
+        if a.json:
+            Path(a.json).write_text(json.dumps(figs, indent=1, default=str))
+        print_mc(figs)
+        return 0
     systems = [s.strip() for s in a.systems.split(",") if s.strip()]
     model_dir = vs.hf_folder()
     tmp = Path(tempfile.mkdtemp(prefix="llmscope-srv-bench-"))

@@ -40,21 +40,48 @@ def missing() -> str | None:
     return None
 
 
-def finished_requests(base_url: str) -> int:
-    """Requests the server has finished (its Prometheus counter), or -1 when it cannot say."""
+def counters(base_url: str) -> dict[str, float]:
+    """The server's Prometheus counters (`vllm:...` name -> value summed over labels); {} when
+    it cannot say."""
     root = base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
     try:
         with urllib.request.urlopen(f"{root}/metrics", timeout=5) as r:
             text = r.read().decode()
     except OSError:
-        return -1
-    return int(
-        sum(
-            float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith("vllm:request_success_total{")
-        )
-    )
+        return {}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("vllm:") and not line.startswith("#"):
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            try:
+                out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+            except ValueError:
+                continue
+    return out
+
+
+def finished_requests(base_url: str) -> int:
+    """Requests the server has finished (its Prometheus counter), or -1 when it cannot say."""
+    c = counters(base_url)
+    return int(c.get("vllm:request_success_total", 0)) if c else -1
+
+
+def cpu_seconds(server: VLLMServer) -> float:
+    """User + system CPU seconds of the server's live processes (its process group: the API
+    server and the engine core), from /proc; a delta of two readings is the server's share."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        if int(fields[2]) == server.proc.pid:  # pgrp: start_new_session made the leader's pid it
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
 
 
 def hf_folder() -> Path:

@@ -25,6 +25,14 @@ ALLOWED = {
         "bench/vllm_server.py",
         'return [m["id"] for m in json.loads(r.read())["data"]]',
     ): "HTTP response body",
+    (
+        "bench/server_throughput.py",
+        'child = json.loads(fig.pop("stdout").strip().splitlines()[-1])',
+    ): "the lm-eval child process's figures (its stdout)",
+    (
+        "bench/server_throughput.py",
+        "spec = json.loads(Path(spec_path).read_text())",
+    ): "the lm-eval child process's work, written by its parent",
     ("engine/config.py", "out[k] = json.loads(v)"): "a --opt value typed by the user",
     (
         "llmscope/runs/start.py",
