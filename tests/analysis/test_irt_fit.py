@@ -14,6 +14,7 @@ from scipy.stats import spearmanr
 
 from llmscope.analysis.irt import ResponseMatrix, fit_irt
 from llmscope.cli.irt import format_fit
+from tests.helpers.paths import shared_path
 
 
 def _simulate(
@@ -97,3 +98,48 @@ def test_the_scale_follows_accuracy_when_most_items_are_keyed_against_the_trait(
     # on the fit's scale (minus the simulated trait) the positively keyed items turn negative
     fitted_neg = np.array([i.discrimination < 0 for i in fit.items])
     assert np.mean(fitted_neg == (a_true[varies] > 0)) > 0.9
+
+
+def test_the_published_commonsense_answers_agree_with_mirt_and_are_not_read_as_abilities() -> None:
+    # the runs x items matrix built here from the published file with pandas (not through the
+    # import): 35 models' binarised answers to q1 and q2 on the first 1,000 statements, right
+    # when equal to the human majority. mirt fits the same items (without its standard errors,
+    # the part that needs memory quadratic in the items).
+    import mirt
+    import pandas as pd
+
+    df = pd.read_csv(shared_path("data", "commonsense", "all_models_binarythresh.csv")).iloc[:1000]
+    models = [c[:-3] for c in df.columns if c.endswith("_q1") and c != "human_q1"]
+    gold = df["human_q1"].to_numpy()
+    x = np.concatenate(
+        [(df[[f"{m}_{q}" for m in models]].to_numpy() == gold[:, None]).T for q in ("q1", "q2")],
+        axis=1,
+    ).astype(float)
+    p = x.mean(axis=0)
+    x = x[:, (p > 0) & (p < 1)]
+    fit = fit_irt(_matrix(x), "2pl")
+    res = mirt.fit_mirt(x.astype(int), model="2PL", compute_standard_errors=False, max_iter=2000)
+    coef = res.coef()
+    a_m = coef["discrimination"].to_numpy(dtype=float)
+    b_m = coef["difficulty"].to_numpy(dtype=float)
+    th_m = np.asarray(mirt.fscores(res, x.astype(int), method="MAP").theta, dtype=float).ravel()
+    th = np.array([r.theta for r in fit.abilities])
+    a = np.array([i.discrimination for i in fit.items])
+    b = np.array([i.difficulty for i in fit.items])
+    # items inside both fits' bounds (mirt's: slopes [0.1, 5], difficulties [-6, 6]) and not
+    # fitted reversed here (mirt bounds slopes above 0)
+    inner = (
+        np.array([not (i.at_bound or i.reversed) for i in fit.items])
+        & (a_m > 0.1001)
+        & (a_m < 4.99)
+        & (np.abs(b_m) < 5.99)
+    )
+    assert fit.converged
+    assert np.corrcoef(th, th_m)[0, 1] > 0.95
+    assert np.corrcoef(b[inner], b_m[inner])[0, 1] > 0.95
+    assert np.corrcoef(a[inner], a_m[inner])[0, 1] > 0.6
+    # both find the same trait, and it is not the models' accuracy: the warning says so
+    acc = x.mean(axis=1)
+    assert spearmanr(th_m, acc).statistic < 0.5
+    assert spearmanr(th, acc).statistic < 0.5
+    assert any("do not follow the runs' accuracy" in w for w in fit.warnings)
