@@ -7,7 +7,8 @@ written here for memory and precision: see the comment above it), standard error
 item's block of the observed information (Louis' formula), Wald intervals; abilities are MAP
 scores under the N(0, 1) prior with their standard error from the posterior's curvature. Checked
 against an independent marginal-ML fit and against mirt on simulated data
-(`tests/analysis/test_irt.py`).
+(`tests/analysis/test_irt.py`), and against mirt on the published commonsense answers
+(`tests/analysis/test_irt_fit.py`).
 
 What an IRT item is here: one stored (item, prompt variant) pair, named `item_id` when the suite
 has one variant and `item_id/variant` otherwise: each prompt variant or option order is a question
@@ -369,8 +370,10 @@ def fit_irt(matrix: ResponseMatrix, model: str = "2pl") -> IrtFit:
         excluded=_excluded(varies, p),
         ability_accuracy_rho=_accuracy_rho(abilities),
         method=f"marginal ML, Bock-Aitkin EM ({QUAD_POINTS} quadrature points, tolerance "
-        f"{TOLERANCE:g}, {em.cycles} cycles); Wald 95% intervals (SE: Louis, per item); "
-        "abilities MAP (N(0, 1) prior) ± 1.96 SE",
+        f"{TOLERANCE:g} on the parameters inside their bounds, {em.cycles} cycles, started at "
+        "the runs' sum scores); scale oriented with the sum score (items keyed by the sign of "
+        "their rest-score correlation, slopes positive); Wald 95% intervals (SE: Louis, per "
+        "item); abilities MAP (N(0, 1) prior) ± 1.96 SE",
         warnings=_fit_warnings(model, items, len(matrix.runs))
         + _trust_warnings(em.converged, abilities),
         notes=_fit_notes(matrix, varies, p),

@@ -20,7 +20,9 @@ import numpy as np
 # 2 x 2 block of the observed information (Louis' formula), not from the full matrix.
 QUAD_POINTS = 61
 QUAD_RANGE = 6.0  # nodes on [-6, 6]: the N(0, 1) ability prior beyond it weighs < 1e-8
-TOLERANCE = 1e-6  # largest change of any item parameter between EM cycles at convergence
+TOLERANCE = (
+    1e-6  # largest change between EM cycles of a parameter inside its bounds, at convergence
+)
 MAX_CYCLES = 5000
 SLOPE_BOUNDS = (0.05, 10.0)
 """Bounds of a fitted discrimination (reversed items are fitted as 1 - x, so the fit is always
