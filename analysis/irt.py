@@ -453,7 +453,7 @@ def _trust_warnings(converged: bool | None, abilities: Sequence[Ability]) -> lis
         out.append(
             f"the abilities do not follow the runs' accuracy over the fitted items (Spearman "
             f"rho {rho:.2f}): the trait the fit found is not correctness; do not read them as "
-            "abilities"
+            "abilities (the Rasch fit, --model rasch, weighs every item alike)"
         )
     return out
 
