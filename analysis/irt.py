@@ -7,7 +7,8 @@ written here for memory and precision: see the comment above it), standard error
 item's block of the observed information (Louis' formula), Wald intervals; abilities are MAP
 scores under the N(0, 1) prior with their standard error from the posterior's curvature. Checked
 against an independent marginal-ML fit and against mirt on simulated data
-(`tests/analysis/test_irt.py`).
+(`tests/analysis/test_irt.py`), and against mirt on the published commonsense answers
+(`tests/analysis/test_irt_fit.py`).
 
 What an IRT item is here: one stored (item, prompt variant) pair, named `item_id` when the suite
 has one variant and `item_id/variant` otherwise: each prompt variant or option order is a question
@@ -121,6 +122,13 @@ class IrtFit:
     constant_items: list[str] = field(default_factory=list)
     log_likelihood: float | None = None
     converged: bool | None = None
+    cycles: int | None = None  # EM cycles run
+    excluded: dict[str, int] = field(default_factory=dict)
+    """Items left out before the fit, by reason: `right_by_every_run`, `wrong_by_every_run`,
+    `answered_by_fewer_than_2_runs` (the counts of `constant_items`)."""
+    ability_accuracy_rho: float | None = None
+    """Spearman correlation of the abilities with the runs' accuracy over the fitted items: the
+    scale is oriented so that it is positive when the trait is correctness (see `fit_irt`)."""
     method: str = ""
     warnings: list[str] = field(default_factory=list)  # shown on every surface with the fit
     notes: list[str] = field(default_factory=list)  # what the header says about the item set
@@ -358,22 +366,38 @@ def fit_irt(matrix: ResponseMatrix, model: str = "2pl") -> IrtFit:
         constant_items=constant,
         log_likelihood=em.log_likelihood,
         converged=em.converged,
+        cycles=em.cycles,
+        excluded=_excluded(varies, p),
+        ability_accuracy_rho=_accuracy_rho(abilities),
         method=f"marginal ML, Bock-Aitkin EM ({QUAD_POINTS} quadrature points, tolerance "
-        f"{TOLERANCE:g}, {em.cycles} cycles); Wald 95% intervals (SE: Louis, per item); "
-        "abilities MAP (N(0, 1) prior) ± 1.96 SE",
+        f"{TOLERANCE:g} on the parameters inside their bounds, {em.cycles} cycles, started at "
+        "the runs' sum scores); scale oriented with the sum score (items keyed by the sign of "
+        "their rest-score correlation, slopes positive); Wald 95% intervals (SE: Louis, per "
+        "item); abilities MAP (N(0, 1) prior) ± 1.96 SE",
         warnings=_fit_warnings(model, items, len(matrix.runs))
         + _trust_warnings(em.converged, abilities),
         notes=_fit_notes(matrix, varies, p),
     )
 
 
+def _excluded(varies: np.ndarray, p: np.ndarray) -> dict[str, int]:
+    """How many items were left out before the fit, by reason."""
+    right = int(np.sum(~varies & (p == 1)))
+    wrong = int(np.sum(~varies & (p == 0)))
+    return {
+        "right_by_every_run": right,
+        "wrong_by_every_run": wrong,
+        "answered_by_fewer_than_2_runs": int(np.sum(~varies)) - right - wrong,
+    }
+
+
 def _fit_notes(matrix: ResponseMatrix, varies: np.ndarray, p: np.ndarray) -> list[str]:
     """The header's account of the item set: the items left out and why, and why the fit's
     accuracies differ from the runs' own."""
     n_all = len(matrix.items)
-    right = int(np.sum(~varies & (p == 1)))
-    wrong = int(np.sum(~varies & (p == 0)))
-    other = int(np.sum(~varies)) - right - wrong
+    ex = _excluded(varies, p)
+    right, wrong = ex["right_by_every_run"], ex["wrong_by_every_run"]
+    other = ex["answered_by_fewer_than_2_runs"]
     out = []
     if right or wrong or other:
         parts = [f"{right} right by every run", f"{wrong} wrong by every run"]
@@ -424,18 +448,24 @@ def _trust_warnings(converged: bool | None, abilities: Sequence[Ability]) -> lis
             f"the fit did not converge in {MAX_CYCLES} EM cycles: its parameters and abilities are "
             "not maximum-likelihood estimates; fit a subset (--items, --where) or more runs"
         )
-    pairs = [(a.theta, a.accuracy) for a in abilities if math.isfinite(a.accuracy)]
-    if len(pairs) >= 5:
-        from scipy.stats import spearmanr
-
-        rho = float(spearmanr([t for t, _ in pairs], [acc for _, acc in pairs]).statistic)
-        if not rho >= 0.5:  # (NaN included: abilities or accuracies all equal)
-            out.append(
-                f"the abilities do not follow the runs' accuracy over the fitted items (Spearman "
-                f"rho {rho:.2f}): the trait the fit found is not correctness; do not read them as "
-                "abilities"
-            )
+    rho = _accuracy_rho(abilities)
+    if rho is not None and not rho >= 0.5:  # (NaN included: abilities or accuracies all equal)
+        out.append(
+            f"the abilities do not follow the runs' accuracy over the fitted items (Spearman "
+            f"rho {rho:.2f}): the trait the fit found is not correctness; do not read them as "
+            "abilities (the Rasch fit, --model rasch, weighs every item alike)"
+        )
     return out
+
+
+def _accuracy_rho(abilities: Sequence[Ability]) -> float | None:
+    """Spearman correlation of abilities with accuracy (None under 5 runs with an accuracy)."""
+    pairs = [(a.theta, a.accuracy) for a in abilities if math.isfinite(a.accuracy)]
+    if len(pairs) < 5:
+        return None
+    from scipy.stats import spearmanr
+
+    return float(spearmanr([t for t, _ in pairs], [acc for _, acc in pairs]).statistic)
 
 
 def _fit_warnings(model: str, items: Sequence[ItemParams], n_runs: int) -> list[str]:
