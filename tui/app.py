@@ -17,15 +17,17 @@ process (a thread with its own asyncio loop running `Runner`), writing through
 the same `Store` (its RLock serialises our reads with the run's writer thread),
 and also publishes the live channel so other terminals can watch.
 
-`llmscope view` (watch mode) never opens the DuckDB file of a running run: a
-writer holds an exclusive lock, so other processes fail to open it. While a run
-is live (`<db>.live/<run_id>/progress.json` present without `ended`) the viewer
-reads progress from that file and tails `results.jsonl`; item text comes from
-the suite's own files. Once the run has ended, the viewer opens the database
-read-only, and only around each batch of reads, so it never keeps the next
-`llmscope run` from taking the file. If `llmscope` finds the file locked by
-another process it shows the live channel and says so until a read succeeds again
-(`set_blocked`; docs/ARCHITECTURE.md "Many processes, one file").
+Another process writing the file (`llmscope run`, `study run`, `import` in another terminal)
+does not stop this window: DuckDB lets one process hold a file, so reads then come from a
+private copy taken between two of that writer's commits (`StoreHandle`, store/snapshot.py),
+and every screen (runs, dashboards, items, compare, a study's matrix, IRT) shows the stored
+rows as of its last commit; the sub-title names the writer. A run's dashboard follows a run
+another process writes on its live channel (`<db>.live/<run_id>/`), which that process
+publishes with every batch it stores: the same rows, a few seconds sooner. Starting a run
+here while another process writes waits as `llmscope run` does, then says who holds the file.
+Only a holder that allows no copy (another DuckDB client) leaves the window on the live
+channel until the file is free (`set_blocked`). `llmscope view` is the same window,
+read-only: it never starts runs (docs/ARCHITECTURE.md "Many processes, one file").
 
 Refresh: dashboards poll at most once a second and redraw only panels whose
 numbers changed; the failing-items list is a Line-API widget that renders only
@@ -254,7 +256,28 @@ class LlmscopeApp(App[int]):
         # Set while another process holds the file (a run, a migration): screens then show its
         # live channel and poll until the file is free (set_blocked).
         self.blocked: str | None = None
-        self.sub_title = self.db_path + ("  (watching)" if watch else "")
+        self.sub_title = self._title()
+
+    def _title(self) -> str:
+        """The file, and how this window reads it: read-only (`llmscope view`), from copies
+        while another llmscope process writes it, or not at all while a process that allows no
+        copy holds it."""
+        notes = []
+        if self.watch_mode:
+            notes.append("read-only")
+        if self.blocked:
+            notes.append("in use by another process: showing its live channel")
+        else:
+            who = self.handle.written_by
+            if who is not None:
+                pid = f"process {who.pid}" if who.pid else "another process"
+                notes.append(f"written by {pid}: its rows as of the last commit")
+        return self.db_path + (f"  ({'; '.join(notes)})" if notes else "")
+
+    def _refresh_title(self) -> None:
+        title = self._title()
+        if title != self.sub_title:
+            self.sub_title = title
 
     def set_blocked(self, reason: str | None) -> None:
         """Whether another process holds the file right now (UI thread).
@@ -265,10 +288,8 @@ class LlmscopeApp(App[int]):
         if reason == self.blocked:
             return
         was, self.blocked = self.blocked, reason
-        if reason:
-            self.sub_title = self.db_path + "  (watching: in use by another process)"
-        else:
-            self.sub_title = self.db_path + ("  (watching)" if self.watch_mode else "")
+        self._refresh_title()
+        if not reason:
             if was:
                 self.notify(
                     f"{self.db_path} is free again: this window reads it and starts runs as before",
@@ -278,6 +299,7 @@ class LlmscopeApp(App[int]):
     def on_mount(self) -> None:
         from llmscope.tui.screens import HomeScreen
 
+        self.set_interval(self.refresh_s, self._refresh_title)
         self.push_screen(HomeScreen())
         if self.initial_study:
             from llmscope.tui.screens.study import StudyScreen
@@ -313,7 +335,7 @@ class LlmscopeApp(App[int]):
         """Start a run in this process without blocking the interface."""
         if self.watch_mode:
             self.notify(
-                "this window only watches; start runs from `llmscope` on a free database",
+                "this window is read-only (`llmscope view`); start runs from `llmscope`",
                 severity="warning",
             )
             return

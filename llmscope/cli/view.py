@@ -1,4 +1,4 @@
-"""`llmscope view`: the TUI watching runs live; with no command, `llmscope` opens the TUI."""
+"""`llmscope view`: the TUI, read-only; with no command, `llmscope` opens the TUI."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Watching a run that another process is writing (`llmscope view`): the viewer reads the
-live channel, never the locked DuckDB file, and opens the file read-only once the run ends."""
+"""A window on a file another process is writing (`llmscope`, `llmscope view`): it reads the
+stored rows from a copy taken between the writer's commits, follows the running run's dashboard
+on its live channel, and reads the file itself once the writer lets go. A holder that allows no
+copy (another DuckDB client) leaves the window on the live channel until the file is free."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,36 +71,53 @@ def _errors(app: LlmscopeApp) -> list[str]:
     return [n.message for n in app._notifications if n.severity == "error"]
 
 
-async def test_view_follows_live_run_then_opens_db(writer) -> None:
+def _row(app: LlmscopeApp, run_id: str) -> dict[str, Any]:
+    home = app.screen
+    assert isinstance(home, HomeScreen)
+    return next((r for r in home.rows if str(r["run_id"]) == run_id), {})
+
+
+async def test_view_reads_the_stored_rows_while_a_run_writes_then_the_file(writer) -> None:
     db, proc = writer
     app = LlmscopeApp(db, watch=True, refresh_s=0.1)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         assert isinstance(app.screen, HomeScreen)
-        # the run list is read by a worker on the refresh timer: wait for it (bounded)
-        assert await wait_until(pilot, lambda: "running (live)" in screen_text(app))
-        text = screen_text(app)
-        assert "run-w" in text and "running (live)" in text
-        assert "showing the live channel" in text
+        # the run list is read by a worker on the refresh timer: wait for it (bounded); its
+        # rows are the database's (run-a is on no live channel), the running run's progress
+        # its live channel's (5 of 12 stored)
+        assert await wait_until(pilot, lambda: _row(app, "run-w").get("live") is True)
+        assert _row(app, "run-a")["status"] == "completed" and _row(app, "run-a")["n_done"] == 24
+        assert _row(app, "run-w")["n_done"] == 5 and "running (live)" in screen_text(app)
+        assert app.blocked is None
+        assert await wait_until(
+            pilot, lambda: f"written by process {proc.pid}" in str(app.sub_title)
+        )
+        assert "read-only" in str(app.sub_title)
+        assert "showing the live channel" not in screen_text(app)
+        home = app.screen
+        assert isinstance(home, HomeScreen)
+        for _ in range([str(r["run_id"]) for r in home.rows].index("run-w")):
+            await pilot.press("down")
         await pilot.press("enter")
         await settle(pilot)
         dash = app.screen
-        assert isinstance(dash, DashboardScreen) and dash.source == "live"
+        assert isinstance(dash, DashboardScreen)
         assert await wait_until(pilot, lambda: "5/12 results" in screen_text(app))
-        assert "(live channel)" in screen_text(app)
         right5 = sum(
             1
             for i in range(5)
             if ((0.05 + (i * 37 % 81) / 100) > 0.85 - (i * 37 % 81) / 100) == (i % 2 == 0)
         )
         assert f"accuracy {right5 / 5:.3f}" in screen_text(app)
-        assert _errors(app) == []  # the locked file was never opened
+        assert _errors(app) == []
         assert proc.stdin is not None
         proc.stdin.write("go\n")
         proc.stdin.flush()
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ended"
-        # once ended, the viewer switches to the database, read-only, for full detail
-        assert await wait_until(pilot, lambda: dash.source == "db", timeout=15)
+        proc.wait(timeout=30)
+        # once ended, the dashboard reads the database itself, read-only, for full detail
+        assert await wait_until(pilot, lambda: dash.source == "db", timeout=60)
         assert await wait_until(pilot, lambda: "12/12 results" in screen_text(app))
         assert "completed" in screen_text(app)
         await pilot.press("enter")  # an item now has its stored prompt
@@ -106,32 +126,80 @@ async def test_view_follows_live_run_then_opens_db(writer) -> None:
         assert _errors(app) == []
 
 
-async def test_tui_on_locked_db_watches_until_the_file_is_free(writer) -> None:
-    """Issue 29: `llmscope` on a file another process holds shows its live channel, and goes
-    back to reading (and starting runs on) the file by itself once the holder lets go."""
+async def test_a_window_on_a_file_another_run_writes_reads_it_and_is_never_blocked(
+    writer,
+) -> None:
+    """`llmscope` on a file another llmscope process writes: the runs are read from copies of
+    the file (never "in use by another process"), and from the file itself once it is free."""
     db, proc = writer
-    app = LlmscopeApp(
-        db, refresh_s=0.1
-    )  # `llmscope` wants to write, but another process holds the file
+    app = LlmscopeApp(db, refresh_s=0.1)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        assert await wait_until(pilot, lambda: app.blocked is not None)
-        assert not app.watch_mode  # never for good: only `llmscope view` watches
-        text = screen_text(app)
-        assert "in use by another process" in text
-        assert "run-w" in text
+        assert await wait_until(pilot, lambda: _row(app, "run-w").get("n_done") == 5)
+        assert await wait_until(
+            pilot, lambda: f"written by process {proc.pid}" in str(app.sub_title)
+        )
+        assert app.blocked is None and not app.watch_mode
+        assert "in use by another process" not in screen_text(app)
         assert proc.stdin is not None
         proc.stdin.write("go\n")
         proc.stdin.flush()
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ended"
-        proc.wait(timeout=10)  # the file is free
-        assert await wait_until(pilot, lambda: app.blocked is None, timeout=10)
-        assert await wait_until(pilot, lambda: "in use by another process" not in screen_text(app))
-        assert any("is free again" in n.message for n in app._notifications)
-        home = app.screen
-        assert isinstance(home, HomeScreen)
-        assert {str(r["run_id"]): r.get("status") for r in home.rows}.get("run-w") == "completed"
+        proc.wait(timeout=30)  # the file is free
+        assert await wait_until(
+            pilot, lambda: _row(app, "run-w").get("status") == "completed", timeout=60
+        )
+        assert _row(app, "run-w")["n_done"] == 12
+        assert await wait_until(pilot, lambda: "written by" not in str(app.sub_title))
+        assert app.handle.written_by is None and app.blocked is None
         assert _errors(app) == []
+
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, duckdb
+    con = duckdb.connect({db!r})  # a DuckDB client that is not llmscope: no copy is allowed
+    print("ready", flush=True)
+    sys.stdin.readline()
+    con.close()
+    print("ended", flush=True)
+    """
+)
+
+
+async def test_a_file_held_by_another_duckdb_client_shows_why_until_it_is_free(
+    tmp_path: Path,
+) -> None:
+    db = make_db(tmp_path / "h.duckdb")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER.format(db=str(db))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        app = LlmscopeApp(db, refresh_s=0.1)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(pilot)
+            assert await wait_until(pilot, lambda: app.blocked is not None)
+            assert "in use by another process" in screen_text(app)
+            assert "in use by another process" in str(app.sub_title)
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline().strip() == "ended"
+            proc.wait(timeout=30)
+            assert await wait_until(pilot, lambda: app.blocked is None, timeout=60)
+            assert await wait_until(
+                pilot, lambda: "in use by another process" not in screen_text(app)
+            )
+            assert any("is free again" in n.message for n in app._notifications)
+            assert _errors(app) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
 
 
 async def test_view_without_database(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ one `Store`, whose RLock makes that safe), is read here; new rows are fetched wi
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from llmscope.store.db import Store, StoreError
+from llmscope.store.db import Store, StoreError, StoreLocked
 from llmscope.tui.data.fields import is_nan, parse_json, texts
 from llmscope.tui.data.snapshot import (
     DASHBOARD_PRODUCERS,
@@ -37,19 +38,49 @@ def is_lock_error(e: Exception) -> bool:
     return "in use by another process" in str(e)
 
 
+def _file_key(path: str) -> tuple[Any, ...]:
+    """What changes when a writer commits or checkpoints: the file's and its log's size and
+    modification time."""
+    out: list[Any] = []
+    for f in (path, path + ".wal"):
+        try:
+            st = os.stat(f)
+            out += [st.st_size, st.st_mtime_ns]
+        except OSError:
+            out += [None, None]
+    return tuple(out)
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 class StoreHandle:
     """The app's access to the database; it holds no lock while idle.
 
     Reads use a short-lived read-only connection, opened around each batch of reads and
     closed after it, so other terminals (`llmscope run`, `runs`, `report`) can take the
-    file between them. While a run started in this window is writing, the write
-    connection (`open_writer`, released by `release_writer` when the run ends) is the
-    only one, and reads share it (its RLock serialises them with the writer thread).
-    `read_only=True` (watch mode) never opens a write connection. `persistent` is kept
-    for callers; connections are never kept open while idle.
+    file between them. While another llmscope process writes the file (a run, a study, an
+    import), a read gets a private copy as of that writer's last commit (store/snapshot.py,
+    as every CLI read does); the copy is kept between batches until the file changes and
+    SNAPSHOT_EVERY_S has passed, so a window polling every second copies the file at most
+    that often. `written_by` names the writer while reads come from such a copy.
+    While a run started in this window is writing, the write connection (`open_writer`,
+    released by `release_writer` when the run ends) is the only one, and reads share it (its
+    RLock serialises them with the writer thread). `read_only=True` (`llmscope view`) never
+    opens a write connection. `persistent` is kept for callers.
     """
 
     WAIT_S = 10.0  # how long opening the writer or closing waits for reads in flight
+    SNAPSHOT_EVERY_S = 1.0  # the least time between two copies of a file another process writes
 
     def __init__(self, path: str | Path, *, read_only: bool, persistent: bool = False) -> None:
         self.path = str(path)
@@ -62,6 +93,10 @@ class StoreHandle:
         self._idle = threading.Condition(self._lock)  # notified when a batch of reads ends
         self._depth = 0  # batches of reads using the read-only connection now
         self._wdepth = 0  # batches of reads sharing the write connection now
+        self._snap_key: tuple[Any, ...] | None = None  # the file as it was when copied
+        self._snap_at = 0.0
+        # Who writes the file, when the last read came from a copy of it (else None).
+        self.written_by: StoreLocked | None = None
 
     @property
     def store(self) -> Store | None:
@@ -81,7 +116,7 @@ class StoreHandle:
         """Open (or share) the write connection for a run started in this window."""
         with self._lock:
             if self.read_only:
-                raise StoreError(f"{self.path} is open read-only in this window (watching)")
+                raise StoreError(f"{self.path} is open read-only in this window (`llmscope view`)")
             if self._writer is None:
                 # one process may not mix read-only and read-write: let readers finish first
                 self._idle.wait_for(lambda: self._depth == 0, timeout=self.WAIT_S)
@@ -95,10 +130,6 @@ class StoreHandle:
     def open_writer_waiting(self, wait_s: float | None = None) -> Store:
         """`open_writer`, waiting (as `llmscope run` does, $LLMSCOPE_LOCK_WAIT s) while another
         process holds the file; then StoreLocked says who."""
-        import os
-
-        from llmscope.store.db import StoreLocked
-
         if wait_s is None:  # the CLI's wait (llmscope/cli/common.py LOCK_WAIT_S)
             wait_s = float(os.environ.get("LLMSCOPE_LOCK_WAIT", "5"))
         deadline = time.monotonic() + wait_s
@@ -129,13 +160,29 @@ class StoreHandle:
                     f"no database at {self.path} (run `llmscope run` first, or pass --db)"
                 )
             Store(self.path).close()  # create it (a new file), then read it like any other
+        key = _file_key(self.path)
         try:
-            return Store(self.path, read_only=True)
+            store = Store(self.path, read_only=True, snapshot=True)
         except StoreError as e:
             if self.read_only or "open it once for writing" not in str(e):
                 raise
             Store(self.path).close()  # an older schema: migrate once, then read
-            return Store(self.path, read_only=True)
+            store = Store(self.path, read_only=True, snapshot=True)
+        if store.snapshot_of is not None:
+            self._snap_key, self._snap_at = key, time.monotonic()
+        self.written_by = store.snapshot_of
+        return store
+
+    def _snapshot_stale(self) -> bool:
+        """Whether the kept copy should be taken again (the file changed since, and the last
+        copy is SNAPSHOT_EVERY_S old)."""
+        if self._store is None or self._store.snapshot_of is None:
+            return False
+        if _file_key(self.path) == self._snap_key:
+            return False
+        return time.monotonic() - self._snap_at >= self.SNAPSHOT_EVERY_S or not _alive(
+            self._store.snapshot_of.pid
+        )  # the writer is gone: the file itself can be read now
 
     @contextmanager
     def use(self) -> Iterator[Store]:
@@ -151,6 +198,9 @@ class StoreHandle:
                 reader = False
                 self._wdepth += 1
             else:
+                if self._store is not None and self._depth == 0 and self._snapshot_stale():
+                    self._store.close()  # a newer copy of the file another process writes
+                    self._store = None
                 if self._store is None:
                     self._store = self._open_reader()
                 store = self._store
@@ -162,7 +212,12 @@ class StoreHandle:
             with self._lock:
                 if reader:
                     self._depth -= 1
-                    if self._depth == 0 and self._store is not None:
+                    # a copy is private (it keeps no other process out): kept for the next batch
+                    if (
+                        self._depth == 0
+                        and self._store is not None
+                        and self._store.snapshot_of is None
+                    ):
                         self._store.close()
                         self._store = None
                 else:

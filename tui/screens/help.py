@@ -110,8 +110,9 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
     ),
 ]
 WATCHING = (
-    "Watching another process (`llmscope view`): progress and results come from the live "
-    "channel beside the database; the database is opened read-only once the run has ended."
+    "Another process writing this database (a run or a study in another terminal): every "
+    "screen shows its stored rows as of its last commit (the title names the writer); "
+    "`llmscope view` opens the same window read-only."
 )
 
 

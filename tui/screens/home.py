@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Label, Static
 
 from llmscope.runs.live import change_signature
 from llmscope.store.db import StoreError
-from llmscope.tui.data.live import active_live_runs, live_runs
+from llmscope.tui.data.live import live_runs
 from llmscope.tui.data.store import db_runs, is_lock_error
 from llmscope.tui.messages import RunsLoaded, SuitesLoaded
 from llmscope.tui.panels.form import RunForm
@@ -31,6 +31,22 @@ WATCH_ONLY = (
 
 
 RUN_COLUMNS = (" ", "run", "suite", "model", "accuracy", "progress", "status", "started")
+
+
+def _with_live_progress(rows: list[dict[str, Any]], live: Any) -> Any:
+    """The stored runs, with the progress that runs another process is writing publish on
+    their live channel (a few seconds ahead of its last commit), and the runs it started after
+    that commit; `skipped` (unreadable live-channel files) kept for the notice."""
+    from llmscope.runs.live import LiveRuns
+
+    out = LiveRuns(skipped=getattr(live, "skipped", []))
+    running = {str(r["run_id"]): r for r in live if r.get("live")}
+    for r in rows:
+        lr = running.pop(str(r["run_id"]), None)
+        if lr is not None:
+            r = {**r, **{k: lr[k] for k in ("status", "n_done", "n_errors", "accuracy", "live")}}
+        out.append(r)
+    return LiveRuns([*running.values(), *out], skipped=out.skipped)
 
 
 class HomeScreen(BaseScreen):
@@ -107,6 +123,7 @@ class HomeScreen(BaseScreen):
         if (
             changed
             or self.llm_app.blocked  # another process holds the file: try again until it is free
+            or self.llm_app.handle.written_by is not None  # read from a copy: follow the writer
             or any(
                 r.get("live") or str(r.get("status", "")).startswith("running") for r in self.rows
             )
@@ -126,26 +143,23 @@ class HomeScreen(BaseScreen):
         notice = app.notice
         watch_reason: str | None = None
         rows: list[dict[str, Any]] = []
-        if app.watch_mode and active_live_runs(app.db_path):
+        try:
+            # another llmscope process writing the file: its rows as of its last commit
+            with app.handle.use() as store:
+                rows = db_runs(store)
+            if app.handle.written_by is not None:
+                rows = _with_live_progress(rows, live_runs(app.db_path))
+        except StoreError as e:
+            if not is_lock_error(e):
+                raise
+            # a holder that allows no copy: applied on the UI thread (on_runs_loaded); cleared
+            # by the next read that succeeds
+            watch_reason = f"{app.db_path} is in use by another process"
             rows = live_runs(app.db_path)
             notice = (
-                "a run is writing this database: showing the live channel; "
-                "finished runs appear when it ends"
+                f"{app.db_path} is in use by another process (DuckDB allows one writer); "
+                "showing runs published on its live channel until it is free again"
             )
-        else:
-            try:
-                with app.handle.use() as store:
-                    rows = db_runs(store)
-            except StoreError as e:
-                if not is_lock_error(e):
-                    raise
-                # applied on the UI thread (on_runs_loaded); cleared by the next read that succeeds
-                watch_reason = f"{app.db_path} is in use by another process"
-                rows = live_runs(app.db_path)
-                notice = (
-                    f"{app.db_path} is in use by another process (DuckDB allows one writer); "
-                    "showing runs published on its live channel until it is free again"
-                )
         skipped = getattr(rows, "skipped", None)
         if skipped:
             notice = f"{notice + '; ' if notice else ''}{len(skipped)} unreadable live-channel file(s) skipped"
@@ -259,9 +273,10 @@ class HomeScreen(BaseScreen):
         if len(ids) < 2:
             self.notify("mark two or more runs with Space, then press c", severity="warning")
             return
-        if self.llm_app.watch_mode and active_live_runs(self.llm_app.db_path):
+        if self.llm_app.blocked:
             self.notify(
-                "compare needs the database, which a live run holds; try again when it ends",
+                "compare needs the database, which another process holds; try again when it "
+                "is free",
                 severity="warning",
             )
             return

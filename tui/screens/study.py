@@ -25,7 +25,6 @@ from llmscope.analysis.numbers import fmt_count, fmt_interval
 from llmscope.runs.live import change_signature
 from llmscope.store.db import StoreError
 from llmscope.studies.store import CellRow
-from llmscope.tui.data.live import active_live_runs
 from llmscope.tui.data.store import is_lock_error
 from llmscope.tui.panels.study_matrix import (
     Matrix,
@@ -75,10 +74,6 @@ class PairsLoaded(Message):
         self.result = result
 
 
-def _held(app: Any) -> bool:
-    return bool(app.watch_mode and active_live_runs(app.db_path))
-
-
 class StudiesScreen(BaseScreen):
     """The studies recorded in the database (`llmscope study run`); Enter opens one."""
 
@@ -114,8 +109,6 @@ class StudiesScreen(BaseScreen):
         notice = ""
         rows: list[dict[str, Any]] = []
         try:
-            if _held(app):
-                raise StoreError(f"{app.db_path} is in use by another process")
             with app.handle.use() as store:
                 for name in study_names(store):
                     src, n, at = store.execute(
@@ -239,8 +232,6 @@ class StudyScreen(BaseScreen):
         app = self.llm_app
         before = self.rows
         try:
-            if _held(app):
-                raise StoreError(f"{app.db_path} is in use by another process")
             with app.handle.use() as store:
                 if study_record(store, self.study) is None:
                     raise LookupError(f"no study {self.study!r} in {app.db_path}")
@@ -498,7 +489,7 @@ class StudyScreen(BaseScreen):
                 severity="warning",
             )
             return
-        if self.live or _held(self.llm_app):
+        if self.live:
             self.notify(
                 "comparisons read the database, which another process holds; try again when "
                 "it is free",
@@ -520,7 +511,7 @@ class StudyScreen(BaseScreen):
         """The study's item response theory (tui/screens/irt.py)."""
         from llmscope.tui.screens.irt import StudyIrtScreen
 
-        if self.live or _held(self.llm_app):
+        if self.live:
             self.notify(
                 "IRT reads the database, which another process holds; try again when it is free",
                 severity="warning",
