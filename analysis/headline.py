@@ -1,6 +1,6 @@
 """A stored run's headline metric alone, through the metrics pipeline.
 
-The headline is the first of :data:`analysis.metrics.HEADLINE` a run has (overall group), the
+The headline is the first of :data:`analysis.metric_values.HEADLINE` a run has (overall group), the
 metric the report puts first. A study's matrix shows only that metric for every cell, so it
 runs only the producers that emit a headline metric: a yes/no run then needs accuracy alone
 (one SQL group-by, `analysis/sqlmetrics.py`) instead of its calibration bootstrap and
@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .metrics import Metric, headline, run_metrics
+from .metric_values import Metric, headline
+from .metrics import run_metrics
 
 __all__ = ["HEADLINE_PRODUCERS", "run_headline"]
 

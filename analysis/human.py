@@ -28,15 +28,9 @@ import pandas as pd
 
 from llmscope.store.db import decode_json
 
-from .metrics import (
-    Metric,
-    MetricContext,
-    MetricDef,
-    define_metric,
-    mean_metric,
-    rate,
-    register_producer,
-)
+from .metric_stats import mean_metric, rate
+from .metric_values import Metric
+from .metrics import MetricContext, MetricDef, define_metric, register_producer
 
 __all__ = [
     "field_value",

@@ -545,7 +545,7 @@ def softmax_curve_rows(
     """
     if "softmax_accuracy_curve" not in task_producers(run.get("task")):  # the task lists it
         return []
-    from llmscope.analysis.metrics import mean_ci  # metrics imports this module lazily
+    from llmscope.analysis.metric_stats import mean_ci
 
     ok = df[df["error"].isna() & df["gold"].notna()]
     per: dict[str, list[tuple[np.ndarray, int, str]]] = {}

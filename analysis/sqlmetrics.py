@@ -149,14 +149,8 @@ def sql_run_metrics(
 ) -> Any:
     """:func:`analysis.metrics.compute_metrics` of a stored run in SQL, or None where the SQL
     form would not give the row pipeline's numbers exactly (the caller then builds the frame)."""
-    from .metrics import (
-        BOOTSTRAP,
-        PIPELINE_FIELDS,
-        PRODUCERS,
-        MetricContext,
-        RunMetrics,
-        finish_metrics,
-    )
+    from .metric_values import RunMetrics
+    from .metrics import BOOTSTRAP, PIPELINE_FIELDS, PRODUCERS, MetricContext, finish_metrics
     from .producers.worldsense import worldsense_from_tuples
 
     sid = run.get("suite_id")
@@ -249,7 +243,7 @@ def _accuracy(
     the sum of 0/1 scores and the first row (``min(seq)``); every grouping's per-cluster sums
     are then bincounts of those cells (integers: exact in any order), clusters in order of
     first appearance as the row pipeline has them. None when a scored row has no item."""
-    from .metrics import Metric
+    from .metric_values import Metric
     from .producers.accuracy import variant_spread
 
     cl = f"i.s{info.column[cf]}" if cf else "r.item_id"

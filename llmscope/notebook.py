@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 if TYPE_CHECKING:
     import pandas as pd
 
-    from llmscope.analysis.metrics import RunMetrics
+    from llmscope.analysis.metric_values import RunMetrics
     from llmscope.store.db import Store
 
 FORMATS = ("pandas", "arrow", "polars")

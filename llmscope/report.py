@@ -15,7 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from llmscope.analysis.metrics import BOOTSTRAP, RunMetrics
+from llmscope.analysis.metric_values import RunMetrics
+from llmscope.analysis.metrics import BOOTSTRAP
 from llmscope.analysis.metrics import results_with_fields as _results_with_fields
 from llmscope.analysis.metrics import run_metrics as _run_metrics
 from llmscope.analysis.rows import format_p

@@ -387,7 +387,8 @@ class PlotsScreen(Screen[None]):
             if not df.empty:
                 df["seq"] = range(len(df))
         else:
-            from llmscope.analysis.metrics import headline, run_metrics
+            from llmscope.analysis.metric_values import headline
+            from llmscope.analysis.metrics import run_metrics
 
             cols = ", ".join(PLOT_COLUMNS)
             with self.llm_app.handle.use() as store:

@@ -7,7 +7,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..metrics import Metric, MetricContext, mean_metric, rate, register_producer, row_extras
+from ..metric_stats import mean_metric, rate
+from ..metric_values import Metric
+from ..metrics import MetricContext, register_producer, row_extras
 from .yesno import variant_codes
 
 __all__ = ["accuracy_metrics", "variant_spread", "method_metrics", "register"]

@@ -11,7 +11,9 @@ import pandas as pd
 
 from llmscope.store.db import decode_json_many
 
-from ..metrics import BootstrapConfig, Metric, MetricContext, mean_metric, register_producer
+from ..metric_stats import mean_metric
+from ..metric_values import Metric
+from ..metrics import BootstrapConfig, MetricContext, register_producer
 from .yesno import gold_yes_column
 
 __all__ = [

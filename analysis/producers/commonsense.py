@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..metrics import Metric, MetricContext, register_producer, rows_to_metrics
+from ..metric_values import Metric
+from ..metrics import MetricContext, register_producer, rows_to_metrics
 
 __all__ = ["commonsense_metrics", "human_correlation_metrics", "human_agreement_pairs", "register"]
 

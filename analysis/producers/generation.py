@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..metrics import Metric, MetricContext, mean_metric, rate, register_producer, row_extras
+from ..metric_stats import mean_metric, rate
+from ..metric_values import Metric
+from ..metrics import MetricContext, register_producer, row_extras
 
 __all__ = ["generation_metrics", "register"]
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..metrics import Metric, MetricContext, decode_cell, rate, register_producer
+from ..metric_stats import rate
+from ..metric_values import Metric
+from ..metrics import MetricContext, decode_cell, register_producer
 
 __all__ = ["position_metrics", "register"]
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..metrics import Metric, MetricContext, cluster_bootstrap_mean, register_producer
+from ..metric_stats import cluster_bootstrap_mean
+from ..metric_values import Metric
+from ..metrics import MetricContext, register_producer
 
 __all__ = ["probeval_metrics", "register"]
 

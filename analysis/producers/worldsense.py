@@ -8,7 +8,8 @@ import pandas as pd
 
 from llmscope.data.registry import suite_producers
 
-from ..metrics import Metric, MetricContext, register_producer
+from ..metric_values import Metric
+from ..metrics import MetricContext, register_producer
 
 __all__ = ["worldsense_metrics", "worldsense_from_tuples", "register"]
 

@@ -9,7 +9,9 @@ import numpy as np
 import pandas as pd
 
 from ..frame_codes import factorize
-from ..metrics import Metric, MetricContext, mean_metric, rate, register_producer
+from ..metric_stats import mean_metric, rate
+from ..metric_values import Metric
+from ..metrics import MetricContext, register_producer
 
 __all__ = ["gold_yes_column", "variant_codes", "yesno_metrics", "register"]
 

@@ -31,7 +31,8 @@ def warn_shared(questions: dict[str, Any], path: str) -> None:
 
 def cmd_probeval(args: argparse.Namespace) -> int:
     """ProbEval of an answers file against a targets file, as the paper runs it."""
-    from llmscope.analysis.probeval import load_answer_sets, load_targets, probeval, question_set
+    from llmscope.analysis.probeval import load_answer_sets, load_targets, probeval
+    from llmscope.analysis.probeval_validation import question_set
 
     for p in (args.targets, args.answers):
         if not Path(p).is_file():
@@ -140,13 +141,12 @@ def _load_pools(path: str, questions: dict[str, Any]) -> dict[str, list[tuple[st
 def cmd_probeval_validate(args: argparse.Namespace) -> int:
     """Spearman rho between automatic and gold KL: the paper's Table 2 protocol (default) or
     the held-out-half check."""
-    from llmscope.analysis.probeval import (
+    from llmscope.analysis.probeval import load_targets, score_question
+    from llmscope.analysis.probeval_validation import (
         gold_cluster_kl,
         held_out_validation,
         load_gold_labels,
-        load_targets,
         mixture_validation,
-        score_question,
         spearman_validation,
     )
 

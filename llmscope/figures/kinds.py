@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn (`llmscope --
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from llmscope.analysis.metrics import Metric, RunMetrics
+    from llmscope.analysis.metric_values import Metric, RunMetrics
 
 
 # Okabe & Ito (2008): distinguishable under every common colour-vision deficiency.

@@ -15,7 +15,8 @@ import pytest
 
 import llmscope.analysis.metrics as metrics
 from llmscope.analysis.headline import HEADLINE_PRODUCERS, run_headline
-from llmscope.analysis.metrics import HEADLINE, headline, run_metrics
+from llmscope.analysis.metric_values import HEADLINE, headline
+from llmscope.analysis.metrics import run_metrics
 from llmscope.store.db import Store
 from tests.analysis.test_sqlmetrics import build as build_worldsense
 from tests.helpers.mixed import write_labels_db, write_mixed_db, write_yesno_db

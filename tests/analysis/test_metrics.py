@@ -271,7 +271,7 @@ def test_worldsense_run_leads_with_the_authors_metric():
 def test_ratio_bootstrap_is_the_per_resample_loop_for_the_same_seed():
     """The vectorised Ratio path and the callable path both equal a naive loop written here:
     one rng.integers(0, G, size=G) draw per resample, clusters in order of first appearance."""
-    from llmscope.analysis.metrics import Ratio, cluster_bootstrap_stat
+    from llmscope.analysis.metric_stats import Ratio, cluster_bootstrap_stat
 
     rng = np.random.default_rng(7)
     num = rng.random(41)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import llmscope.analysis.metric_cache as metric_cache
 import llmscope.analysis.metrics as metrics
 from llmscope.analysis.metrics import run_metrics
 from llmscope.engine.types import Result
@@ -129,7 +130,9 @@ def test_a_damaged_sidecar_costs_a_recomputation_only(tmp_path: Path) -> None:
 
 def test_the_runs_list_names_the_published_metric_of_a_worldsense_run(tmp_path: Path) -> None:
     """A cached WorldSense run lists worldsense_accuracy (the authors' metric), not avg(correct)."""
-    from llmscope.analysis.metrics import BOOTSTRAP, Metric, RunMetrics, _save_cached
+    from llmscope.analysis.metric_cache import save_cached
+    from llmscope.analysis.metric_values import Metric, RunMetrics
+    from llmscope.analysis.metrics import BOOTSTRAP
     from llmscope.analysis.queries import rows_signature
 
     db = make_db(tmp_path / "c.duckdb", n_items=4)
@@ -143,7 +146,7 @@ def test_the_runs_list_names_the_published_metric_of_a_worldsense_run(tmp_path: 
             BOOTSTRAP,
             [Metric("worldsense_accuracy", 0.556), Metric("item_accuracy", 0.545)],
         )
-        _save_cached(st.metrics_cache, rm, "cfg", str(rows_signature(st, "run-a")[0]))
+        save_cached(st.metrics_cache, rm, "cfg", str(rows_signature(st, "run-a")[0]))
         runs = st.runs()
     assert runs["metric"].tolist() == ["worldsense_accuracy"] and runs["accuracy"].tolist() == [
         0.556
@@ -179,7 +182,7 @@ def test_other_metrics_code_never_reads_a_stored_entry(
     with Store(db) as st:
         first = run_metrics(st, st.get_run("run-a"))
     metrics._CACHE.clear()
-    monkeypatch.setattr(metrics, "_CODE_FP", ["other code"])
+    monkeypatch.setattr(metric_cache, "_CODE_FP", ["other code"])
     calls: list[int] = []
     real = metrics.compute_metrics
     monkeypatch.setattr(

@@ -172,11 +172,8 @@ def test_live_progress_accuracy_equals_the_report(tmp_path: Path) -> None:
 def test_vectorised_cluster_bootstrap_gives_the_loops_interval() -> None:
     import numpy as np
 
-    from llmscope.analysis.metrics import (
-        BootstrapConfig,
-        cluster_bootstrap_mean,
-        cluster_bootstrap_stat,
-    )
+    from llmscope.analysis.metric_stats import cluster_bootstrap_mean, cluster_bootstrap_stat
+    from llmscope.analysis.metrics import BootstrapConfig
 
     rng = np.random.default_rng(5)
     v = rng.random(57)

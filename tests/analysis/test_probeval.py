@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from llmscope.analysis import probeval as pe
+from llmscope.analysis.probeval_validation import split_human_answers
 from tests.helpers.paths import SHARED
 
 CFC = SHARED / "data" / "cfc"
@@ -90,7 +91,7 @@ def test_probeval_mean_and_rows_and_answer_sets(tmp_path):
 
 
 def test_split_human_answers():
-    ref, held = pe.split_human_answers(TOY, 0.5, seed=1)
+    ref, held = split_human_answers(TOY, 0.5, seed=1)
     assert len(held) == 3 and sum(ref.raw.values()) == 3
     pooled = dict(ref.raw)
     for a in held:
@@ -141,7 +142,7 @@ def test_cfc_held_out_humans_beat_gpt2xl(capsys):
     # random held-out half of each dev question's own human answers
     refs, held = {}, {}
     for qid, q in qs.items():
-        refs[qid], held[qid] = pe.split_human_answers(q, 0.5, seed=0)
+        refs[qid], held[qid] = split_human_answers(q, 0.5, seed=0)
     emb = pe.minilm_embedder()
     human = pe.probeval(refs, held, emb)
     model = pe.probeval(refs, gpt2, emb)

@@ -9,14 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from llmscope.analysis.probeval import (
-    Question,
-    gold_cluster_kl,
-    kl_divergence,
-    question_set,
-    score_question,
-    spearman_validation,
-)
+from llmscope.analysis.probeval import Question, kl_divergence, score_question
+from llmscope.analysis.probeval_validation import gold_cluster_kl, question_set, spearman_validation
 from llmscope.analysis.wordnet_match import WordNetUnavailable, find_wordnet_dir
 from tests.helpers.paths import SHARED
 
@@ -230,7 +224,8 @@ def test_ties_first_and_the_unmatched_and_smoothing_rules_by_hand(matcher):
 
 
 def test_mixture_validation_with_exact_matching_agrees_perfectly_and_is_seeded():
-    from llmscope.analysis.probeval import ProbEvalSettings, mixture_validation
+    from llmscope.analysis.probeval import ProbEvalSettings
+    from llmscope.analysis.probeval_validation import mixture_validation
 
     qs = {
         "q1": Question(
@@ -343,7 +338,7 @@ def test_gpt2xl_dev_kl_as_the_reference_code_computes_it(cfc, matcher):
 def test_table2_protocol_on_cfc_dev(cfc, matcher):
     """The Table 2 protocol (ProbEval, human clusters, WordNet matching) on CFC dev with the
     reference's labelled pool: rho 0.978 with 2 runs (seeded; 0.980 with the 10 of docs/METHODS.md)."""
-    from llmscope.analysis.probeval import mixture_validation
+    from llmscope.analysis.probeval_validation import mixture_validation
 
     questions, _ = cfc
     v = mixture_validation(questions, matcher=matcher, runs=2, seed=0)

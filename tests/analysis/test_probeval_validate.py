@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
-from llmscope.analysis.probeval import (
-    Question,
+from llmscope.analysis.probeval import Question
+from llmscope.analysis.probeval_validation import (
     held_out_validation,
     spearman_interval,
     spearman_validation,

@@ -41,7 +41,8 @@ from textual_plotext import PlotextPlot
 from llmscope.analysis.human import field_value as _value
 from llmscope.analysis.human import finite_float as _num
 from llmscope.analysis.human import human_counts
-from llmscope.analysis.metrics import RunMetrics, display
+from llmscope.analysis.metric_values import RunMetrics
+from llmscope.analysis.metrics import display
 from llmscope.analysis.yesno import human_distance
 from llmscope.engine.tasks.registry import task_has
 from llmscope.tui.widgets import bar, fmt, literal

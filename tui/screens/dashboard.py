@@ -18,7 +18,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Header, ProgressBar, Static
 
 from llmscope.analysis.api_method import method_banner
-from llmscope.analysis.metrics import display, headline
+from llmscope.analysis.metric_values import headline
+from llmscope.analysis.metrics import display
 from llmscope.store.db import StoreError
 from llmscope.tui.data.live import LiveFeed, active_live_runs, items_from_suite, run_signature
 from llmscope.tui.data.run_model import RunModel
