@@ -64,9 +64,7 @@ async def test_viewer_picks_up_a_new_run_and_live_detail_equals_stored(tmp_path:
         )
         try:
             # no key pressed: the home list shows the new run by itself
-            assert await wait_until(
-                pilot, lambda: any(r.get("live") for r in home.rows), timeout=60
-            )
+            assert await wait_until(pilot, lambda: any(r.get("live") for r in home.rows))
             run_id = str(home.rows[0]["run_id"])
             home.open_run(run_id)
             assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
@@ -79,7 +77,6 @@ async def test_viewer_picks_up_a_new_run_and_live_detail_equals_stored(tmp_path:
                     and dash.model is not None
                     and len(dash.model.frame()) >= 3
                 ),
-                timeout=60,
             )
             item_id = str(dash.model.frame()["item_id"].iloc[0])
             app.push_screen(ItemScreen([run_id], item_id, dashboard=dash))
@@ -100,7 +97,7 @@ async def test_viewer_picks_up_a_new_run_and_live_detail_equals_stored(tmp_path:
             await pilot.press("escape")
             assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
             # the dashboard moves to the database once the run has ended
-            assert await wait_until(pilot, lambda: dash.source == "db", timeout=30)
+            assert await wait_until(pilot, lambda: dash.source == "db")
             await settle(pilot)
             app.push_screen(ItemScreen([run_id], item_id, dashboard=dash))
             assert await wait_until(

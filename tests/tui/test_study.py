@@ -336,7 +336,7 @@ async def test_live_while_study_run_writes_in_another_process(tmp_path: Path) ->
         )
         app = LlmscopeApp(db, study="livestudy", refresh_s=0.1)
         async with app.run_test(size=SIZE) as pilot:
-            assert await wait_until(pilot, lambda: bool(live_cells(db, "livestudy")), timeout=60)
+            assert await wait_until(pilot, lambda: bool(live_cells(db, "livestudy")))
             screen = await _open(app, pilot)
 
             def running() -> tuple[str, int] | None:
@@ -345,7 +345,7 @@ async def test_live_while_study_run_writes_in_another_process(tmp_path: Path) ->
                         return r.cell, r.n_done
                 return None
 
-            assert await wait_until(pilot, lambda: running() is not None, timeout=60), screen.rows
+            assert await wait_until(pilot, lambda: running() is not None), screen.rows
             assert screen.live
             key, first = running() or ("", 0)
             row = next(r for r in screen.rows if r.cell == key)
@@ -358,17 +358,13 @@ async def test_live_while_study_run_writes_in_another_process(tmp_path: Path) ->
             assert row.n_total == 12 and row.metric is None  # no metric while the file is held
             # the same cell advances (or finishes) while the screen stays open
             assert await wait_until(
-                pilot,
-                lambda: any(r.cell == key and r.n_done > first for r in screen.rows),
-                timeout=60,
+                pilot, lambda: any(r.cell == key and r.n_done > first for r in screen.rows)
             )
             assert "live channel" in screen_text(app)
             assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
             # the file is free: the metrics appear, equal to `study status --json`
             assert await wait_until(
-                pilot,
-                lambda: not screen.live and all(r.metric for r in screen.rows),
-                timeout=60,
+                pilot, lambda: not screen.live and all(r.metric for r in screen.rows)
             ), screen.rows
             await settle(pilot)
             out = cli("study", "status", "livestudy", "--db", str(db), "--json")

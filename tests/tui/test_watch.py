@@ -97,7 +97,7 @@ async def test_view_follows_live_run_then_opens_db(writer) -> None:
         proc.stdin.flush()
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ended"
         # once ended, the viewer switches to the database, read-only, for full detail
-        assert await wait_until(pilot, lambda: dash.source == "db", timeout=15)
+        assert await wait_until(pilot, lambda: dash.source == "db")
         assert await wait_until(pilot, lambda: "12/12 results" in screen_text(app))
         assert "completed" in screen_text(app)
         await pilot.press("enter")  # an item now has its stored prompt
@@ -125,7 +125,7 @@ async def test_tui_on_locked_db_watches_until_the_file_is_free(writer) -> None:
         proc.stdin.flush()
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ended"
         proc.wait(timeout=10)  # the file is free
-        assert await wait_until(pilot, lambda: app.blocked is None, timeout=10)
+        assert await wait_until(pilot, lambda: app.blocked is None)
         assert await wait_until(pilot, lambda: "in use by another process" not in screen_text(app))
         assert any("is free again" in n.message for n in app._notifications)
         home = app.screen
