@@ -318,7 +318,9 @@ async def test_live_while_study_run_writes_in_another_process(tmp_path: Path) ->
     server = start_server()
     proc: subprocess.Popen[str] | None = None
     try:
-        server.script("number", delay=0.4)  # every prompt of the suite: a slow server
+        # every prompt of the suite: the first 3 answered, the rest held until the screen has
+        # shown the running cell (tests/helpers/midrun.py)
+        server.script("number", hold_after=3)
         study = tmp_path / "live.yaml"
         study.write_text(
             f"name: livestudy\nsuites: [{{suite: {yn}, label: yn}}]\n"
@@ -345,7 +347,9 @@ async def test_live_while_study_run_writes_in_another_process(tmp_path: Path) ->
                         return r.cell, r.n_done
                 return None
 
-            assert await wait_until(pilot, lambda: running() is not None), screen.rows
+            assert await wait_until(
+                pilot, lambda: running() is not None and server.held("number") > 0
+            ), screen.rows
             assert screen.live
             key, first = running() or ("", 0)
             row = next(r for r in screen.rows if r.cell == key)
@@ -356,12 +360,13 @@ async def test_live_while_study_run_writes_in_another_process(tmp_path: Path) ->
             other = next(r for r in screen.rows if r.cell != key)
             assert other.state in ("not_started", "done"), other
             assert row.n_total == 12 and row.metric is None  # no metric while the file is held
-            # the same cell advances (or finishes) while the screen stays open
+            assert "live channel" in screen_text(app)
+            # let go, the same cell advances (or finishes) while the screen stays open
+            server.release("number")
             assert await wait_until(
                 pilot, lambda: any(r.cell == key and r.n_done > first for r in screen.rows)
             )
-            assert "live channel" in screen_text(app)
-            assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
+            assert proc.wait(timeout=300) == 0, proc.stderr.read() if proc.stderr else ""
             # the file is free: the metrics appear, equal to `study status --json`
             assert await wait_until(
                 pilot, lambda: not screen.live and all(r.metric for r in screen.rows)
