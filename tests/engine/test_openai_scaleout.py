@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 from llmscope import cli
 from llmscope.engine.backend import BackendConfigError
 from llmscope.engine.openai import OpenAIBackend, expand_base_urls
-from tests.helpers.midrun import WAIT_S
+from tests.helpers.midrun import release_when_held
 from tests.helpers.oai import CANARY_KEY, OAIServer, start_server, stop_server
 
 TOP = [["Yes", -0.3], ["No", -1.6]]
@@ -49,19 +48,11 @@ async def test_round_robin_with_per_endpoint_concurrency(pair: tuple[OAIServer, 
     for s in pair:
         s.script("[fleet]", top=TOP, hold_after=1)
 
-    async def release_when_full() -> None:
-        end = time.monotonic() + WAIT_S
-        while not (a.held("[fleet]") == 2 and b.held("[fleet]") == 2):
-            assert time.monotonic() < end, (a.server_stats(), b.server_stats())
-            await asyncio.sleep(0.05)
-        a.release("[fleet]")
-        b.release("[fleet]")
-
     be = OpenAIBackend("test-model", base_url=[a.base_url, b.base_url], concurrency=2, timeout=300)
     try:
         outs = (
             await asyncio.gather(
-                release_when_full(),
+                release_when_held((a, "[fleet]", 2), (b, "[fleet]", 2)),
                 *(be.next_token(f"[fleet] {i}", ["yes", "no"]) for i in range(12)),
             )
         )[1:]
