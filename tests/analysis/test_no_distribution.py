@@ -147,9 +147,7 @@ async def test_tui_methods_panel_on_a_labels_run_with_an_abstention(labels_db: P
         app.push_screen(MethodsScreen("lab-abs"))
         # the panel's worker builds the report: before the fix it raised, and the panel stayed at
         # "computing ..."; the fit's baselines are over the 3 answered items' 10 choices each
-        assert await wait_until(
-            pilot, lambda: "log-likelihood baselines" in screen_text(app), timeout=60
-        )
+        assert await wait_until(pilot, lambda: "log-likelihood baselines" in screen_text(app))
         text = screen_text(app)
         assert f"uniform {30 * math.log(0.5):.3f} (n=30)" in text
         assert "computing" not in text and "softmax of scores" not in text

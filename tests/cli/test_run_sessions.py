@@ -195,9 +195,7 @@ async def test_a_tui_form_run_reuses_the_cli_s_responses(oai, tmp_path: Path, mo
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         app.start_run(run.params())
-        assert await wait_until(
-            pilot, lambda: any(h.reporter.ended for h in app.running.values()), timeout=60
-        )
+        assert await wait_until(pilot, lambda: any(h.reporter.ended for h in app.running.values()))
         await settle(pilot)
     (tui_run,) = _runs(tui_db).values()
     assert tui_run["n_rows"] == 2 * N and tui_run["status"] == "completed"

@@ -401,18 +401,22 @@ def test_a_failing_cell_does_not_stop_the_others(tmp_path, suites):
         extra = f'  - {{model: "openai:test-model", base_url: "{dead}", label: dead, max_retries: 0, timeout: 2}}\n'
         study = _api_study(tmp_path, yn, ch, server.base_url, extra)
         db = tmp_path / "f.duckdb"
-        server.script("number", delay=0.05)
-        proc = cli(
-            "study",
-            "run",
-            str(study),
-            "--db",
-            str(db),
-            "--trust-study",
-            "--jobs",
-            "2",
+        # every API request held until two wait at once: a held cell cannot end, so the other
+        # job reaches an API cell whatever the order and speed (tests/helpers/midrun.py)
+        server.script("number", hold_after=0)
+        run = subprocess.Popen(
+            cli_cmd("study", "run", str(study), "--db", str(db), "--trust-study", "--jobs", "2"),
             env=cli_env(**ENV),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
+        try:
+            wait_until(lambda: server.held("number") >= 2, "two API cells' requests held", run)
+        finally:
+            server.release("number")
+            _, err = run.communicate(timeout=600)
+        proc = subprocess.CompletedProcess(run.args, run.returncode, "", err)
         assert proc.returncode == 1, proc.stderr[-3000:]
         assert "Traceback" not in proc.stderr
         # API cells ran side by side: two at a time (--jobs 2), one request each (concurrency 1)

@@ -20,6 +20,7 @@ import duckdb
 import pytest
 
 from tests.helpers.cli import cli, cli_cmd, cli_env, tiny_model_dir
+from tests.helpers.midrun import WAIT_S
 from tests.helpers.oai import start_server, stop_server
 
 ENV = {"OPENAI_API_KEY": "sk-test"}
@@ -78,7 +79,7 @@ def test_three_models_three_suites_two_templates_killed_then_resumed(tmp_path: P
         )
         assert proc.stderr is not None
         seen: list[str] = []
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + WAIT_S  # catches a hang, not a slow machine
         while time.monotonic() < deadline:  # cells of two models finished, and one more started
             line = proc.stderr.readline()
             seen.append(line)

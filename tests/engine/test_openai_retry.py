@@ -17,6 +17,7 @@ from llmscope.engine.backend import BackendError
 from llmscope.engine.openai import OpenAIBackend
 from llmscope.engine.retry import RetryPolicy, parse_retry_after
 from tests.helpers import oai as oai_fixtures
+from tests.helpers.midrun import release_when_held
 from tests.helpers.oai import OAIServer, start_server, stop_server
 
 YES_NO = ["yes", "no"]
@@ -164,12 +165,17 @@ async def test_connection_refused_is_retried_then_raises(monkeypatch: pytest.Mon
 
 
 async def test_concurrency_limit(oai: OAIServer) -> None:
-    m = oai.script("[busy]", top=TOP, delay=0.1)
-    async with backend(oai, concurrency=3) as b:
-        outs = await asyncio.gather(*(b.next_token(f"{m} {i}", YES_NO) for i in range(12)))
+    # the first answered (it settles log-prob support), then requests held until 3 wait at
+    # once (the limit) and let go: never a 4th in flight
+    m = oai.script("[busy]", top=TOP, hold_after=1)
+    async with backend(oai, concurrency=3, timeout=300) as b:
+        outs = await asyncio.gather(
+            release_when_held((oai, m, 3)),
+            *(b.next_token(f"{m} {i}", YES_NO) for i in range(12)),
+        )
         assert b.stats()["in_flight"] == 0
-    assert len(outs) == 12
-    assert 1 < oai.server_stats()["max_active"][m] <= 3
+    assert len(outs[1:]) == 12
+    assert oai.server_stats()["max_active"][m] == 3
 
 
 async def test_scenario_file_scripts_and_faults(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:

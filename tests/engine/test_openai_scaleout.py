@@ -14,6 +14,7 @@ import pytest
 from llmscope import cli
 from llmscope.engine.backend import BackendConfigError
 from llmscope.engine.openai import OpenAIBackend, expand_base_urls
+from tests.helpers.midrun import release_when_held
 from tests.helpers.oai import CANARY_KEY, OAIServer, start_server, stop_server
 
 TOP = [["Yes", -0.3], ["No", -1.6]]
@@ -42,13 +43,19 @@ def pair(
 
 async def test_round_robin_with_per_endpoint_concurrency(pair: tuple[OAIServer, OAIServer]) -> None:
     a, b = pair
+    # each replica answers its first request, then holds the next ones until both hold as many
+    # as the limit allows: the limit is reached on any machine (tests/helpers/midrun.py)
     for s in pair:
-        s.script("[fleet]", top=TOP, delay=0.3)
-    be = OpenAIBackend("test-model", base_url=[a.base_url, b.base_url], concurrency=2, timeout=5)
+        s.script("[fleet]", top=TOP, hold_after=1)
+
+    be = OpenAIBackend("test-model", base_url=[a.base_url, b.base_url], concurrency=2, timeout=300)
     try:
-        outs = await asyncio.gather(
-            *(be.next_token(f"[fleet] {i}", ["yes", "no"]) for i in range(12))
-        )
+        outs = (
+            await asyncio.gather(
+                release_when_held((a, "[fleet]", 2), (b, "[fleet]", 2)),
+                *(be.next_token(f"[fleet] {i}", ["yes", "no"]) for i in range(12)),
+            )
+        )[1:]
         st, d = be.stats(), be.describe()
     finally:
         await be.aclose()

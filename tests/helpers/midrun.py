@@ -11,6 +11,7 @@ thing it sees. The waits are bounded conditions, never sleeps that stand for one
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -82,3 +83,16 @@ def signal_frozen(proc: subprocess.Popen[Any], db: str | Path, sig: int) -> None
     finally:
         if proc.poll() is None and sig != signal.SIGKILL:
             proc.send_signal(signal.SIGCONT)
+
+
+async def release_when_held(*holds: tuple[Any, str, int], limit: float = WAIT_S) -> None:
+    """For calls gathered in this event loop: wait until each scripted server holds exactly `n`
+    requests for `marker` ((server, marker, n) per server, tests/helpers/oai.py), then let them
+    all go. Run it beside the calls (asyncio.gather): they reach the limit on any machine."""
+    end = time.monotonic() + limit
+    while not all(server.held(marker) == n for server, marker, n in holds):
+        if time.monotonic() > end:
+            raise AssertionError(f"not held as expected within {limit:.0f} s: {holds}")
+        await asyncio.sleep(0.05)
+    for server, marker, _ in holds:
+        server.release(marker)

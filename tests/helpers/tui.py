@@ -178,7 +178,12 @@ async def settle(pilot: Any) -> None:
     await pilot.pause()
 
 
-async def wait_until(pilot: Any, cond: Any, timeout: float = 15.0, step: float = 0.05) -> bool:
+# The most a condition is waited for: a bound that catches a hang, never one on speed (a run,
+# a model load or a redraw on a loaded 2-core machine takes many times its idle time).
+HANG_S = 300.0
+
+
+async def wait_until(pilot: Any, cond: Any, timeout: float = HANG_S, step: float = 0.05) -> bool:
     """Poll a condition while the app runs (bounded; returns whether it became true)."""
     import time
 

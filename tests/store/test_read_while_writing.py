@@ -19,6 +19,7 @@ from pathlib import Path
 import duckdb
 
 from tests.helpers.cli import api_run_args, cli_cmd, cli_env, record
+from tests.helpers.midrun import WAIT_S
 from tests.helpers.oai import OAIServer, oai, oai_server  # noqa: F401
 
 N = 729  # commonsense-sample's prompts
@@ -64,8 +65,13 @@ def _py(script: str, *args: str, **kw: object) -> subprocess.Popen[str]:
     )  # type: ignore[call-overload]
 
 
+ITEMS = "Consider the statement"  # in every prompt of the suite (not in the server probe)
+
+
 def _writer(server: OAIServer, db: Path) -> subprocess.Popen[str]:
-    server.script("", delay=0.02)  # every prompt: one request at a time keeps the run going ~1 min
+    """The writing run: its first 300 prompts answered, the rest held until the test releases
+    ITEMS, so the reads meet a run mid-way on any machine (tests/helpers/midrun.py)."""
+    server.script(ITEMS, hold_after=300)
     return subprocess.Popen(
         cli_cmd(*api_run_args("commonsense-sample", db, server.base_url, "--concurrency", "1")),
         env=cli_env(OPENAI_API_KEY="sk-test"),
@@ -79,7 +85,7 @@ def _wait_stored(db: Path, writer: subprocess.Popen[str], at_least: int = 1) -> 
     """Read the file (a snapshot while it is written) until it holds `at_least` result rows."""
     from llmscope.store.db import Store, StoreError
 
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + WAIT_S  # catches a hang, not a slow machine
     while time.monotonic() < deadline:
         assert writer.poll() is None, writer.communicate()
         if db.exists():
@@ -160,7 +166,7 @@ def test_every_read_command_answers_while_a_run_writes(oai: OAIServer, tmp_path:
         }
         answers = {}
         for name, p in reads.items():
-            stdout, stderr = p.communicate(timeout=60)
+            stdout, stderr = p.communicate(timeout=300)
             assert p.returncode == 0, (name, stderr)
             assert "Traceback" not in stderr, (name, stderr)
             answers[name] = (stdout, stderr)
@@ -175,6 +181,8 @@ def test_every_read_command_answers_while_a_run_writes(oai: OAIServer, tmp_path:
             answers["notebook"][0].strip() == "1"
             and "still being written" in answers["notebook"][1]
         )
+        assert writer.poll() is None  # the reads met it mid-way: it cannot end while held
+        oai.release(ITEMS)
         stdout, stderr = writer.communicate(timeout=600)
         assert writer.returncode == 0, stderr
         seen = []
@@ -213,6 +221,7 @@ def test_kill_9_of_the_writer_during_reads_loses_nothing_flushed(
         assert loop.stdout is not None
         # the loop has read a snapshot holding rows: kill the writer while it keeps reading
         seen = int(loop.stdout.readline())
+        assert writer.poll() is None  # held mid-way
         os.kill(writer.pid, signal.SIGKILL)
         writer.wait(timeout=30)
         rest, err = loop.communicate(timeout=120)

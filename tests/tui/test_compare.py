@@ -110,9 +110,7 @@ async def test_compare_screen_shows_every_pair_and_opens_both_runs(
             await pilot.press("down")
         await pilot.press("c")
         assert await wait_until(
-            pilot,
-            lambda: isinstance(app.screen, CompareScreen) and app.screen.matrix is not None,
-            timeout=60,
+            pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.matrix is not None
         )
         scr = app.screen
         assert isinstance(scr, CompareScreen) and scr.matrix is not None

@@ -118,9 +118,7 @@ def test_task_options_are_checked_against_the_task_declaration() -> None:
 
 
 # -- the form drives real runs, one per model kind ----------------------------------------------
-async def _start_from_form(
-    tmp_path: Path, values: dict[str, str], timeout: float = 120
-) -> tuple[Path, str]:
+async def _start_from_form(tmp_path: Path, values: dict[str, str]) -> tuple[Path, str]:
     """Fill the form (FormField name -> text), press Start, wait for the run to complete."""
     db = tmp_path / "form.duckdb"
     app = LlmscopeApp(db, refresh_s=0.1)
@@ -133,18 +131,18 @@ async def _start_from_form(
             form.set_value(name, text)
         await pilot.pause()
         await pilot.click("#start")
-        assert await wait_until(
-            pilot, lambda: isinstance(app.screen, DashboardScreen), timeout=timeout
-        ), [n.message for n in app._notifications]
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)), [
+            n.message for n in app._notifications
+        ]
         dash = app.screen
-        assert await wait_until(pilot, lambda: "completed" in screen_text(app), timeout=timeout)
-        assert await wait_until(pilot, lambda: not dash.active, timeout=30)
+        assert await wait_until(pilot, lambda: "completed" in screen_text(app))
+        assert await wait_until(pilot, lambda: not dash.active)
         assert not any(n.severity == "error" for n in app._notifications), [
             n.message for n in app._notifications
         ]
         run_id = dash.run_id
         await settle(pilot)
-        assert await wait_until(pilot, lambda: not app.handle.writing, timeout=10)
+        assert await wait_until(pilot, lambda: not app.handle.writing)
     return db, run_id
 
 
@@ -331,7 +329,6 @@ async def test_form_runs_a_gguf_file(tmp_path: Path) -> None:
             "limit": "1",
             "batch_size": "4",
         },
-        timeout=300,
     )
     run, n = _stored(db, run_id)
     assert run["backend_config"]["model"] == f"gguf:{gguf}" and run["backend"] == "hf"

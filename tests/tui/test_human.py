@@ -106,9 +106,7 @@ async def test_agreement_screen_uses_the_pipeline_correlation(tmp_path: Path) ->
         await settle(pilot)
         app.push_screen(HumanScreen("run-a"))
         assert await wait_until(
-            pilot,
-            lambda: isinstance(app.screen, HumanScreen) and app.screen.data is not None,
-            timeout=60,
+            pilot, lambda: isinstance(app.screen, HumanScreen) and app.screen.data is not None
         )
         scr = app.screen
         assert isinstance(scr, HumanScreen) and scr.data is not None
@@ -326,7 +324,6 @@ async def test_human_view_of_a_live_run_uses_the_pipeline_on_the_rows_so_far(
                     and app.screen.data is not None
                     and app.screen.data.live_rows == n
                 ),
-                timeout=30,
             )
             await settle(pilot)
             text = screen_text(app)

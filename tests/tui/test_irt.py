@@ -57,9 +57,7 @@ def _flat(text: str) -> str:
 async def _open_item(app: LlmscopeApp, pilot: Any, run: str, item: str, **kw: Any) -> ItemScreen:
     app.push_screen(ItemScreen([run], item, **kw))
     assert await wait_until(
-        pilot,
-        lambda: isinstance(app.screen, ItemScreen) and app.screen.irt is not None,
-        timeout=60,
+        pilot, lambda: isinstance(app.screen, ItemScreen) and app.screen.irt is not None
     )
     await settle(pilot)
     screen = app.screen
@@ -163,9 +161,7 @@ async def test_study_irt_screen_equals_the_cli_and_opens_the_drill_down(
         assert await wait_until(pilot, lambda: bool(getattr(app.screen, "rows", None)))
         await pilot.press("i")
         assert await wait_until(
-            pilot,
-            lambda: isinstance(app.screen, StudyIrtScreen) and app.screen.result is not None,
-            timeout=60,
+            pilot, lambda: isinstance(app.screen, StudyIrtScreen) and app.screen.result is not None
         )
         await settle(pilot)
         text = screen_text(app)
@@ -211,7 +207,6 @@ async def test_study_irt_screen_equals_the_cli_and_opens_the_drill_down(
                 and app.screen.irt is not None
                 and bool(app.screen.details)
             ),
-            timeout=60,
         )
         await settle(pilot)
         item = app.screen
@@ -246,9 +241,7 @@ async def test_study_with_too_few_runs_per_suite_says_so(tmp_path: Path) -> None
         rows = list(app.screen.rows)  # type: ignore[attr-defined]
         await pilot.press("i")
         assert await wait_until(
-            pilot,
-            lambda: isinstance(app.screen, StudyIrtScreen) and app.screen.result is not None,
-            timeout=60,
+            pilot, lambda: isinstance(app.screen, StudyIrtScreen) and app.screen.result is not None
         )
         await settle(pilot)
         scr = app.screen

@@ -28,7 +28,11 @@ def _text(details: list[dict]) -> str:
 
 async def test_viewer_picks_up_a_new_run_and_live_detail_equals_stored(tmp_path: Path, oai) -> None:  # noqa: F811
     db = tmp_path / "live.duckdb"
-    oai.script("", top=[["Yes", -0.4], ["No", -1.3], ["Maybe", -3.0]], delay=0.35)
+    # the items' prompts: the first 9 (3 items) answered, the rest held until the live views
+    # have been read: the run is mid-way on any machine (tests/helpers/midrun.py)
+    items = oai.script(
+        "Consider the statement", top=[["Yes", -0.4], ["No", -1.3], ["Maybe", -3.0]], hold_after=9
+    )
     app = LlmscopeApp(db, watch=True, refresh_s=0.1)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
@@ -64,9 +68,7 @@ async def test_viewer_picks_up_a_new_run_and_live_detail_equals_stored(tmp_path:
         )
         try:
             # no key pressed: the home list shows the new run by itself
-            assert await wait_until(
-                pilot, lambda: any(r.get("live") for r in home.rows), timeout=60
-            )
+            assert await wait_until(pilot, lambda: any(r.get("live") for r in home.rows))
             run_id = str(home.rows[0]["run_id"])
             home.open_run(run_id)
             assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
@@ -79,7 +81,6 @@ async def test_viewer_picks_up_a_new_run_and_live_detail_equals_stored(tmp_path:
                     and dash.model is not None
                     and len(dash.model.frame()) >= 3
                 ),
-                timeout=60,
             )
             item_id = str(dash.model.frame()["item_id"].iloc[0])
             app.push_screen(ItemScreen([run_id], item_id, dashboard=dash))
@@ -98,9 +99,11 @@ async def test_viewer_picks_up_a_new_run_and_live_detail_equals_stored(tmp_path:
                 pilot, lambda: isinstance(app.screen, PlotsScreen) and app.screen._n_shown > 0
             )
             await pilot.press("escape")
-            assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
+            assert proc.poll() is None and oai.held(items) > 0
+            oai.release(items)
+            assert proc.wait(timeout=300) == 0, proc.stderr.read() if proc.stderr else ""
             # the dashboard moves to the database once the run has ended
-            assert await wait_until(pilot, lambda: dash.source == "db", timeout=30)
+            assert await wait_until(pilot, lambda: dash.source == "db")
             await settle(pilot)
             app.push_screen(ItemScreen([run_id], item_id, dashboard=dash))
             assert await wait_until(

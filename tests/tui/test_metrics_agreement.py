@@ -232,9 +232,7 @@ async def drive(db: Path, rows: list[dict], suites: list[str]) -> int:
             if any(
                 r["run"] == rid and r["metric"] in HUMAN_PANEL for r in rows
             ):  # filled by a worker
-                assert await wait_until(
-                    pilot, lambda: "human vs model (" in screen_text(app), timeout=60
-                )
+                assert await wait_until(pilot, lambda: "human vs model (" in screen_text(app))
             checked += check_dashboard(screen_text(app), rows, rid, suite, group_by[suite])
             app.pop_screen()
             await settle(pilot)

@@ -162,8 +162,8 @@ async def drive(db: Path, rows: list[dict]) -> dict[str, int]:
                 ("p", PlotsScreen, check_plots, lambda t: " results" in t),
             ):
                 await pilot.press(key)
-                assert await wait_until(pilot, lambda s=scr: isinstance(app.screen, s), timeout=30)
-                assert await wait_until(pilot, lambda r=ready: r(screen_text(app)), timeout=60)
+                assert await wait_until(pilot, lambda s=scr: isinstance(app.screen, s))
+                assert await wait_until(pilot, lambda r=ready: r(screen_text(app)))
                 await settle(pilot)
                 checked[f"{suite} {key}"] = check(screen_text(app), rows, rid)
                 await pilot.press("escape")

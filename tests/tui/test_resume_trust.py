@@ -71,14 +71,14 @@ async def test_resume_key_refuses_a_stored_endpoint_the_user_never_named(
         await settle(pilot)
         if not isinstance(app.screen, DashboardScreen):
             app.screen.open_run(rid)  # type: ignore[attr-defined]
-        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen), timeout=30)
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
         dash = app.screen
         assert isinstance(dash, DashboardScreen)
-        assert await wait_until(pilot, lambda: dash.check_action("resume", ()) is True, timeout=30)
+        assert await wait_until(pilot, lambda: dash.check_action("resume", ()) is True)
         await pilot.press("r")
         notes = lambda: [str(n.message) for n in app._notifications]  # noqa: E731
         assert await wait_until(
-            pilot, lambda: any("not trusted" in n or "--trust-db" in n for n in notes()), timeout=30
+            pilot, lambda: any("not trusted" in n or "--trust-db" in n for n in notes())
         ), notes()
         await settle(pilot)
         msg = next(n for n in notes() if "--trust-db" in n)

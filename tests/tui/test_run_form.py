@@ -31,18 +31,16 @@ async def test_start_run_from_form(tmp_path: Path, oai) -> None:  # noqa: F811
         )
         await pilot.click("#start")
         # the run opens its dashboard by itself once it has started
-        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen), timeout=30)
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
         dash = app.screen
         assert await wait_until(
-            pilot,
-            lambda: "12/12 results" in screen_text(app) and "completed" in screen_text(app),
-            timeout=30,
+            pilot, lambda: "12/12 results" in screen_text(app) and "completed" in screen_text(app)
         )
-        assert await wait_until(pilot, lambda: not dash.active, timeout=10)
+        assert await wait_until(pilot, lambda: not dash.active)
         await settle(pilot)
         run_id = dash.run_id
         # the run ended: the write connection is released (reads open and close their own)
-        assert await wait_until(pilot, lambda: not app.handle.writing, timeout=10)
+        assert await wait_until(pilot, lambda: not app.handle.writing)
         with app.handle.use() as store:
             df = store.query_df("SELECT correct, error FROM results WHERE run_id = ?", [run_id])
         assert len(df) == 12 and df["error"].isna().all()
@@ -68,7 +66,7 @@ async def test_bad_form_is_reported(tmp_path: Path) -> None:
         await pilot.click("#start")
         # beside the field that caused it, and it stays (once a toast that vanished)
         label = home.query_one("#f-suite-label")
-        assert await wait_until(pilot, lambda: "✘" in str(label.render()), timeout=10)
+        assert await wait_until(pilot, lambda: "✘" in str(label.render()))
         assert label.has_class("-invalid") and home.query_one("#f-suite").has_class("-invalid")
         assert "no built-in suite" in str(home.query_one("#f-check").render())
         assert "no built-in suite" in str(home.query_one("#f-suite").tooltip)
@@ -77,7 +75,7 @@ async def test_bad_form_is_reported(tmp_path: Path) -> None:
         assert isinstance(app.screen, HomeScreen) and not app.running
         # a good suite clears the mark
         home.query_one("#f-suite", Input).value = "commonsense-sample"
-        assert await wait_until(pilot, lambda: "✘" not in str(label.render()), timeout=10)
+        assert await wait_until(pilot, lambda: "✘" not in str(label.render()))
         assert not home.query_one("#f-suite").has_class("-invalid")
 
 

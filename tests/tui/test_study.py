@@ -308,9 +308,9 @@ async def test_narrow_terminals_cut_no_number_without_an_ellipsis(
 
 
 async def test_live_while_study_run_writes_in_another_process(tmp_path: Path) -> None:
-    """`llmscope study run` holds the file; the open study screen shows its cells' progress
-    from their live channels as it grows, then, the file free, the metrics `study status
-    --json` gives."""
+    """`llmscope study run` writes the file; the open study screen reads its matrix from copies
+    of the file as it grows (the cells' states, counts and metrics as `study status --json`
+    reads them at that moment), then from the file itself once it is free."""
     from llmscope.studies.store import live_cells
     from tests.helpers.oai import start_server, stop_server
 
@@ -318,7 +318,9 @@ async def test_live_while_study_run_writes_in_another_process(tmp_path: Path) ->
     server = start_server()
     proc: subprocess.Popen[str] | None = None
     try:
-        server.script("number", delay=0.4)  # every prompt of the suite: a slow server
+        # every prompt of the suite: the first 3 answered, the rest held until the screen has
+        # shown the running cell (tests/helpers/midrun.py)
+        server.script("number", hold_after=3)
         study = tmp_path / "live.yaml"
         study.write_text(
             f"name: livestudy\nsuites: [{{suite: {yn}, label: yn}}]\n"
@@ -336,7 +338,7 @@ async def test_live_while_study_run_writes_in_another_process(tmp_path: Path) ->
         )
         app = LlmscopeApp(db, study="livestudy", refresh_s=0.1)
         async with app.run_test(size=SIZE) as pilot:
-            assert await wait_until(pilot, lambda: bool(live_cells(db, "livestudy")), timeout=60)
+            assert await wait_until(pilot, lambda: bool(live_cells(db, "livestudy")))
             screen = await _open(app, pilot)
 
             def running() -> tuple[str, int] | None:
@@ -345,30 +347,39 @@ async def test_live_while_study_run_writes_in_another_process(tmp_path: Path) ->
                         return r.cell, r.n_done
                 return None
 
-            assert await wait_until(pilot, lambda: running() is not None, timeout=60), screen.rows
-            assert screen.live
+            assert await wait_until(
+                pilot, lambda: running() is not None and server.held("number") > 0
+            ), screen.rows
+            # read from a copy of the file, not the live channel: the study is held mid-way, so
+            # the matrix equals what `study status --json` reads now, metrics included
+            assert not screen.live and app.blocked is None
+            assert f"written by process {proc.pid}" in str(app.sub_title)
             key, first = running() or ("", 0)
             row = next(r for r in screen.rows if r.cell == key)
-            assert _shown(screen)[key] == ("-", f"running {first}/12 {100 * first / 12:.0f}%")
-            # the whole grid while the file is held (published by `study run`), not only the
-            # cells whose runs are on the live channel
+            # the whole grid while the study writes, not only the cells that have runs
             assert {r.cell for r in screen.rows} == {"yn | api | seed=0", "yn | api | seed=1"}
             other = next(r for r in screen.rows if r.cell != key)
             assert other.state in ("not_started", "done"), other
-            assert row.n_total == 12 and row.metric is None  # no metric while the file is held
-            # the same cell advances (or finishes) while the screen stays open
+            assert row.n_total == 12 and row.metric is not None  # the stored rows' metric
+            mid = cli("study", "status", "livestudy", "--db", str(db), "--json")
+            assert mid.returncode == 0, mid.stderr
+            now = {c["cell"]: c for c in json.loads(mid.stdout)["cells"]}
             assert await wait_until(
-                pilot,
-                lambda: any(r.cell == key and r.n_done > first for r in screen.rows),
-                timeout=60,
+                pilot, lambda: [r.to_dict() for r in screen.rows] == list(now.values())
+            ), (screen.rows, now)
+            want = {k: _expected_lines(c) for k, c in now.items()}
+            want[key] = (want[key][0], f"running {first}/12 {100 * first / 12:.0f}%")
+            assert _shown(screen) == want
+            assert "live channel" not in screen_text(app)
+            # let go, the same cell advances (or finishes) while the screen stays open
+            server.release("number")
+            assert await wait_until(
+                pilot, lambda: any(r.cell == key and r.n_done > first for r in screen.rows)
             )
-            assert "live channel" in screen_text(app)
-            assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
+            assert proc.wait(timeout=300) == 0, proc.stderr.read() if proc.stderr else ""
             # the file is free: the metrics appear, equal to `study status --json`
             assert await wait_until(
-                pilot,
-                lambda: not screen.live and all(r.metric for r in screen.rows),
-                timeout=60,
+                pilot, lambda: not screen.live and all(r.metric for r in screen.rows)
             ), screen.rows
             await settle(pilot)
             out = cli("study", "status", "livestudy", "--db", str(db), "--json")

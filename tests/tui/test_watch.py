@@ -117,7 +117,7 @@ async def test_view_reads_the_stored_rows_while_a_run_writes_then_the_file(write
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ended"
         proc.wait(timeout=30)
         # once ended, the dashboard reads the database itself, read-only, for full detail
-        assert await wait_until(pilot, lambda: dash.source == "db", timeout=60)
+        assert await wait_until(pilot, lambda: dash.source == "db")
         assert await wait_until(pilot, lambda: "12/12 results" in screen_text(app))
         assert "completed" in screen_text(app)
         await pilot.press("enter")  # an item now has its stored prompt
@@ -146,9 +146,7 @@ async def test_a_window_on_a_file_another_run_writes_reads_it_and_is_never_block
         proc.stdin.flush()
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ended"
         proc.wait(timeout=30)  # the file is free
-        assert await wait_until(
-            pilot, lambda: _row(app, "run-w").get("status") == "completed", timeout=60
-        )
+        assert await wait_until(pilot, lambda: _row(app, "run-w").get("status") == "completed")
         assert _row(app, "run-w")["n_done"] == 12
         assert await wait_until(pilot, lambda: "written by" not in str(app.sub_title))
         assert app.handle.written_by is None and app.blocked is None
@@ -190,7 +188,7 @@ async def test_a_file_held_by_another_duckdb_client_shows_why_until_it_is_free(
             proc.stdin.flush()
             assert proc.stdout.readline().strip() == "ended"
             proc.wait(timeout=30)
-            assert await wait_until(pilot, lambda: app.blocked is None, timeout=60)
+            assert await wait_until(pilot, lambda: app.blocked is None)
             assert await wait_until(
                 pilot, lambda: "in use by another process" not in screen_text(app)
             )

@@ -83,7 +83,7 @@ async def test_worldsense_dashboard_and_drilldown(ws_db: Path, capsys) -> None:
         await settle(pilot)
         app.push_screen(DashboardScreen(run_id))
         await settle(pilot)
-        assert await wait_until(pilot, lambda: "item_accuracy" in screen_text(app), timeout=30)
+        assert await wait_until(pilot, lambda: "item_accuracy" in screen_text(app))
         text = screen_text(app)
         head = next(ln for ln in text.splitlines() if "results" in ln and "errors" in ln)
         # the published metric first, then the plain per-item share, each as the report has it
@@ -98,9 +98,7 @@ async def test_worldsense_dashboard_and_drilldown(ws_db: Path, capsys) -> None:
         assert odd, rows  # the tiny model answers 1 for a gold 2 on these 12 items
         for item_id, pred, gold, correct in [*odd[:2], *[r for r in rows if r[3] == 0.0][:1]]:
             app.push_screen(ItemScreen([run_id], item_id))
-            assert await wait_until(
-                pilot, lambda: "scored by answer class" in screen_text(app), timeout=20
-            )
+            assert await wait_until(pilot, lambda: "scored by answer class" in screen_text(app))
             t = screen_text(app)
             assert re.search(
                 rf"response\s+{re.escape(pred)}\s+→\s+class {CLASSES.get(pred, pred)}\b", t
