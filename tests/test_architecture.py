@@ -195,6 +195,7 @@ def _live(edges: list[Edge]) -> list[Edge]:
     return [e for e in edges if (e.src, e.dst) not in KNOWN_EDGES]
 
 
+@pytest.mark.slow
 def test_the_mapping_covers_every_folder(graph: tuple[dict[str, Path], list[Edge]]) -> None:
     mods, _ = graph
     for name in (

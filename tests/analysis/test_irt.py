@@ -133,6 +133,7 @@ def test_the_flipped_label_is_flagged_from_stored_runs(
         assert by_run[str(rid)].accuracy == pytest.approx(acc, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_cli_irt_end_to_end(flipped_db: tuple[Path, dict[str, list[float]]]) -> None:
     db, _ = flipped_db
     proc = cli("irt", "--db", str(db), "--suite", "flipped", "--json")
@@ -158,6 +159,7 @@ def test_cli_irt_end_to_end(flipped_db: tuple[Path, dict[str, list[float]]]) -> 
     assert_clean_error(cli("irt", "--db", str(db), "--runs", "run00"), "at least 2 runs")
 
 
+@pytest.mark.slow
 def test_abilities_are_continuous_with_the_information_s_standard_error() -> None:
     # with a few hundred items a run's posterior is narrower than mirt's 21-point EAP grid: the
     # abilities must not collapse onto grid points, and each one's standard error must be the
@@ -235,6 +237,7 @@ def test_2pl_agrees_with_an_independent_marginal_ml_fit() -> None:
     assert abs(float(np.mean(a / a_true)) - 1) < 0.1
 
 
+@pytest.mark.slow
 def test_2pl_agrees_with_mirt_on_a_subset_that_fits_in_memory() -> None:
     # mirt's full fit (its information matrix is quadratic in the items, so only a subset fits
     # at the published data's size) and this fit order items and runs the same way
@@ -300,6 +303,7 @@ def test_an_item_subset_is_fitted_and_named() -> None:
         subset_matrix(_matrix(x), ["q9"])
 
 
+@pytest.mark.slow
 def test_cli_irt_fits_an_item_subset(flipped_db: tuple[Path, dict[str, list[float]]]) -> None:
     db, _ = flipped_db
     chosen = ["q00", "q01", "q02", "q03", FLIPPED]

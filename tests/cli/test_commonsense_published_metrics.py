@@ -21,6 +21,7 @@ from tests.helpers.paths import shared_path
 N_STATEMENTS = 300
 
 
+@pytest.mark.slow
 def test_report_gives_each_published_model_its_consensus_and_awareness(tmp_path: Path) -> None:
     full = shared_path("data", "commonsense", "all_models_binarythresh.csv")
     statements = shared_path("data", "commonsense", "statements_and_prompts.csv")

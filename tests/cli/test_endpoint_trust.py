@@ -93,6 +93,7 @@ def test_project_base_url_never_gets_the_key(
     assert proc.stderr.index("endpoint ") < proc.stderr.index("loading model")
 
 
+@pytest.mark.slow
 def test_project_base_url_alone_is_refused(
     two: tuple[OAIServer, OAIServer], tmp_path: Path
 ) -> None:
@@ -123,6 +124,7 @@ def _two_short(db: Path) -> None:
     con.close()
 
 
+@pytest.mark.slow
 def test_resume_and_rerun_of_someone_elses_db(
     two: tuple[OAIServer, OAIServer], tmp_path: Path
 ) -> None:
@@ -225,6 +227,7 @@ def test_study_file_base_url_anywhere_needs_trust(
     assert _keyed(evil) > 0 and _keyed(good) == 0
 
 
+@pytest.mark.slow
 def test_resume_of_a_stored_trust_remote_code_needs_the_users_word(tmp_path: Path) -> None:
     """A run stored with --trust-remote-code (a hub model's own Python code runs at load) is
     resumed or re-run only when the user passes --trust-remote-code (run) or --trust-db: someone

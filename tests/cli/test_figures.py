@@ -270,6 +270,7 @@ def test_syntaxgym_figures_plot_the_stored_surprisals(tmp_path: Path) -> None:
     np.testing.assert_allclose(bars.datavalues, [r["value"] for r in sg])
 
 
+@pytest.mark.slow
 def test_probeval_bars_are_the_smoothed_cluster_shares(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -129,6 +129,7 @@ def test_commonsense_models_import_refuses_repeats_and_inexact_cells(
     assert not new.exists()
 
 
+@pytest.mark.slow
 def test_outputs_of_a_hostile_model_name_are_escaped(imported: Path) -> None:
     for args in (
         ("runs",),

@@ -144,6 +144,7 @@ def test_bad_cell_names_file_line_and_field_and_stores_nothing(data: dict[str, P
     assert runs.returncode != 0 or json.loads(runs.stdout) == []
 
 
+@pytest.mark.slow
 def test_irt_flags_items_that_fall_with_the_rest_score(data: dict[str, Path]) -> None:
     proc = cli("irt", "--db", str(data["db"]), "--suite", "commonsense", "--json")
     assert proc.returncode == 0, proc.stderr

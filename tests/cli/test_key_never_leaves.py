@@ -84,6 +84,7 @@ def _one_line(p: subprocess.CompletedProcess[str]) -> str:
     return err
 
 
+@pytest.mark.slow
 def test_a_key_in_the_base_url_or_an_at_file_never_leaves(tmp_path: Path) -> None:
     home, work, elsewhere, key = _setup(tmp_path)
     outs = []

@@ -170,6 +170,7 @@ def _one_run(path: Path, run_id: str, correct: list[int]) -> None:
         )
 
 
+@pytest.mark.slow
 def test_compare_runs_from_two_databases(tmp_path: Path):
     a, b = tmp_path / "a.duckdb", tmp_path / "b.duckdb"
     _one_run(a, "runa", [1, 1, 0, 0, 1, 0])

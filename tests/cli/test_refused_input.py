@@ -93,6 +93,7 @@ def _refusals(src: Path) -> list[tuple[list[str], str]]:
     ]
 
 
+@pytest.mark.slow
 def test_a_refused_file_leaves_no_new_database(inputs: Path) -> None:
     src, folder = inputs / "in", inputs / "db"
     before = _files(folder)

@@ -43,6 +43,7 @@ def _rows(db: Path) -> list[dict[str, Any]]:
         con.close()
 
 
+@pytest.mark.slow
 def test_lone_surrogates_are_repaired_and_the_cache_replays(oai: Any, tmp_path: Path) -> None:  # noqa: F811
     spec = write_yesno_suite(tmp_path / "suite", N_ITEMS)
     cache = tmp_path / "cache.sqlite"

@@ -75,6 +75,7 @@ def _stored(db: Path) -> tuple[int, str]:
         con.close()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nohup") is None, reason="needs the nohup command")
 def test_sighup_under_nohup_does_not_stop_the_run(tmp_path: Path, server: OAIServer) -> None:
     spec = write_yesno_suite(tmp_path / "s", N)
@@ -101,6 +102,7 @@ def test_sighup_under_nohup_does_not_stop_the_run(tmp_path: Path, server: OAISer
     record("nohup", merge=True, sighup_under_nohup=f"run completed {2 * N}/{2 * N} (was: exit 129)")
 
 
+@pytest.mark.slow
 def test_sigint_to_a_background_job_of_a_script(tmp_path: Path, server: OAIServer) -> None:
     """`sh -c 'llmscope run ... &'`: the shell starts the job with SIGINT ignored (no job
     control), so a Ctrl-C meant for the script's foreground leaves the run alone."""

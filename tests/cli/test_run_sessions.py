@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pytest
 
 from tests.helpers.cli import cli, cli_env
 from tests.helpers.oai import CANARY_KEY, oai, oai_server  # noqa: F401
@@ -102,6 +103,7 @@ def test_the_same_run_twice_is_complete_before_anything_loads(oai, tmp_path: Pat
     assert [s["items"] for s in after["meta"]["sessions"]] == [2 * N]
 
 
+@pytest.mark.slow
 def test_limit_is_the_same_run_partly_done(oai, tmp_path: Path) -> None:  # noqa: F811
     oai.script("[sess]", top=[["Yes", -0.3], ["No", -1.4]])
     suite, db = _suite(tmp_path / "s"), tmp_path / "r.duckdb"

@@ -20,6 +20,7 @@ from tests.helpers.oai import start_server, stop_server
 pytestmark = pytest.mark.reliability
 
 
+@pytest.mark.slow
 def test_api_key_is_never_written_or_printed(tmp_path: Path) -> None:
     canary = "sk-canary-" + secrets.token_hex(16)
     work = tmp_path / "work"

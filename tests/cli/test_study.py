@@ -307,6 +307,7 @@ models:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.reliability
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_kill_mid_study_then_rerun_completes_every_cell_once(tmp_path, suites, sig):
@@ -388,6 +389,7 @@ def test_kill_mid_study_then_rerun_completes_every_cell_once(tmp_path, suites, s
         stop_server(server)
 
 
+@pytest.mark.slow
 @pytest.mark.reliability
 def test_a_failing_cell_does_not_stop_the_others(tmp_path, suites):
     yn, ch = suites
@@ -463,6 +465,7 @@ def test_study_file_base_url_needs_trust(tmp_path, suites):
     assert not (tmp_path / "t.duckdb").exists()
 
 
+@pytest.mark.slow
 def test_plan_applies_to_its_suite_and_dry_run_says_what_each_cell_does(tmp_path, suites):
     yn, ch = suites
     server = start_server()

@@ -86,6 +86,7 @@ grid:
     return db, study, cells
 
 
+@pytest.mark.slow
 def test_a_reused_longer_run_is_read_on_the_studys_items(limited):
     db, study, cells = limited
     plain, expert = cells["plain"], cells["expert"]
@@ -109,6 +110,7 @@ def test_a_reused_longer_run_is_read_on_the_studys_items(limited):
     assert f"run {plain['run_id']} holds 12 items; 6 are the study's" in text
 
 
+@pytest.mark.slow
 def test_compare_of_different_item_sets_is_on_the_shared_items(limited):
     db, _study, cells = limited
     a, b = cells["plain"]["run_id"], cells["expert"]["run_id"]
@@ -150,6 +152,7 @@ def test_compare_of_different_item_sets_is_on_the_shared_items(limited):
 
 
 # -- factors that change nothing ------------------------------------------------------------------
+@pytest.mark.slow
 def test_system_prompt_on_a_choice_suite_without_chat_is_refused_before_anything(tmp_path):
     study = _write(
         tmp_path / "mc.yaml",
@@ -247,6 +250,7 @@ grid:
 
 
 # -- the whole grid while a study writes ------------------------------------------------------------
+@pytest.mark.slow
 def test_while_a_study_writes_every_cell_is_shown_from_the_grid(tmp_path):
     srv = start_server()
     try:

@@ -180,6 +180,7 @@ def _status(path: Path | str, db: Path) -> list[dict]:
     return json.loads(proc.stdout)["cells"]
 
 
+@pytest.mark.slow
 def test_template_levels_run_as_derived_suites_and_llmscope_run_makes_the_same_run(
     tmp_path, suites, server
 ):
@@ -282,6 +283,7 @@ def _rows(db: Path) -> list[dict]:
     return [r.to_dict() for r in study_cells(db, "shared")]
 
 
+@pytest.mark.slow
 def test_a_second_file_with_the_same_name_is_refused_unless_replace(tmp_path, suites, server):
     yn, ch = suites
     first = _study(tmp_path, yn, ch, server.base_url, name="shared")

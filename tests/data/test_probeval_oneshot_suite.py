@@ -65,6 +65,7 @@ def _norm(s: str) -> str:
     return re.sub(r"^(a|an|the)\s+", "", " ".join(s.split()))
 
 
+@pytest.mark.slow
 def test_tiny_model_run_gets_the_probeval_kl(tmp_path: Path) -> None:
     from llmscope.engine.hf import HFBackend
 

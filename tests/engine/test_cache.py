@@ -70,6 +70,7 @@ def _rows(db: Path) -> tuple[list[tuple], dict]:
     return rows, meta
 
 
+@pytest.mark.slow
 def test_second_run_is_answered_from_the_cache_with_identical_numbers(tmp_path: Path):
     spec = _suite(tmp_path)
     cache = tmp_path / "cache" / "responses.sqlite"

@@ -121,6 +121,7 @@ def _check_survived(tmp_path: Path, spec: Path, server: OAIServer, cache: Path, 
     )
 
 
+@pytest.mark.slow
 def test_a_corrupted_page(tmp_path: Path, spec: Path, server: OAIServer) -> None:
     cache = tmp_path / "c" / "responses.sqlite"
     first = _run(spec, tmp_path / "first.duckdb", server, cache)

@@ -8,6 +8,7 @@ import socket
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from tests.helpers.cli import assert_clean_error, cli, cli_env
 from tests.helpers.tinymodel import make_tiny_model
@@ -46,6 +47,7 @@ def test_an_uncached_hub_id_fails_at_once(tmp_path: Path) -> None:
     assert "Retrying" not in err  # huggingface_hub's back-off never started
 
 
+@pytest.mark.slow
 def test_a_cached_hub_id_loads_from_the_cache(tmp_path: Path) -> None:
     make_tiny_model(tmp_path, save=True)
     hf_home = tmp_path / "hf"

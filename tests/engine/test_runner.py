@@ -77,6 +77,7 @@ def _run(tmp_path, db, limit=None, batch_size=4):
     return prog, rec
 
 
+@pytest.mark.slow
 def test_run_resume_and_exactly_once(tmp_path, db_path):
     prog, rec = _run(tmp_path, db_path, limit=5)
     assert prog.total == 10 and prog.done == 10 and prog.errors == 0

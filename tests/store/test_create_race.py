@@ -64,6 +64,7 @@ def _worker() -> subprocess.Popen[str]:
     return proc
 
 
+@pytest.mark.slow
 def test_two_writers_create_one_new_file(tmp_path: Path) -> None:
     workers = [_worker(), _worker()]
     joined = refused = 0

@@ -74,6 +74,7 @@ def _make_db(path: Path, spec: Path, server: OAIServer) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.slow
 def test_locked_by_another_process(tmp_path: Path, server: OAIServer) -> None:
     spec = write_yesno_suite(tmp_path / "s", 5)
     db = tmp_path / "locked.duckdb"
@@ -191,6 +192,7 @@ def test_full_disk_when_creating(tmp_path: Path, tiny_fs: Path, server: OAIServe
     FIGURES["full_disk_create"] = "refused, exit 2; later run completes"
 
 
+@pytest.mark.slow
 def test_full_disk_during_a_run_then_resume(
     tmp_path: Path, tiny_fs: Path, server: OAIServer
 ) -> None:
@@ -258,6 +260,7 @@ def _legacy_db(path: Path) -> None:
     con.close()
 
 
+@pytest.mark.slow
 def test_older_schema_is_migrated(tmp_path: Path, server: OAIServer) -> None:
     db = tmp_path / "old.duckdb"
     _legacy_db(db)

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from tests.helpers.cli import api_run_args, cli_cmd, cli_env, record
 from tests.helpers.midrun import WAIT_S
@@ -123,6 +124,7 @@ def _final(db: Path) -> tuple[int, int]:
     return int(n), int(errors)
 
 
+@pytest.mark.slow
 def test_every_read_command_answers_while_a_run_writes(oai: OAIServer, tmp_path: Path) -> None:  # noqa: F811
     db = tmp_path / "w.duckdb"
     writer = _writer(oai, db)

@@ -65,6 +65,7 @@ async def _open_item(app: LlmscopeApp, pilot: Any, run: str, item: str, **kw: An
     return screen
 
 
+@pytest.mark.slow
 async def test_item_drill_down_shows_the_cli_fit_and_its_reading(
     db: tuple[Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -148,6 +149,7 @@ async def test_too_few_runs_are_said_not_fitted(tmp_path: Path) -> None:
         assert "`llmscope irt --suite toy` fits any 2 or more" in text
 
 
+@pytest.mark.slow
 async def test_study_irt_screen_equals_the_cli_and_opens_the_drill_down(
     db: tuple[Path, dict[str, str]],
 ) -> None:

@@ -60,6 +60,7 @@ async def test_esc_then_n_never_edits_the_base_url(db: Path) -> None:
         assert url.value == BASE_URL
 
 
+@pytest.mark.slow
 async def test_escape_returns_to_the_list_it_came_from(db: Path) -> None:
     app = LlmscopeApp(db)
     async with app.run_test(size=SIZE) as pilot:
@@ -96,6 +97,7 @@ async def test_escape_returns_to_the_list_it_came_from(db: Path) -> None:
         assert app.screen is home and app.focused is home.query_one("#runs", DataTable)
 
 
+@pytest.mark.slow
 async def test_f1_and_question_mark_open_help_on_every_screen(db: Path) -> None:
     app = LlmscopeApp(db)
     async with app.run_test(size=SIZE) as pilot:
@@ -141,6 +143,7 @@ def _titles(app: LlmscopeApp) -> set[str]:
     return {t for t, _, _ in screen_commands(app.screen)}
 
 
+@pytest.mark.slow
 async def test_command_palette_lists_every_action(db: Path) -> None:
     app = LlmscopeApp(db)
     async with app.run_test(size=SIZE) as pilot:
@@ -269,6 +272,7 @@ def _expected_titles(app: LlmscopeApp) -> set[str]:
     return out
 
 
+@pytest.mark.slow
 async def test_every_screen_offers_every_binding_and_opens_help(db: Path) -> None:
     """On every screen: the command palette (ctrl+p) offers each binding the screen, its
     focused llmscope widgets and the app declare; F1 and ? open Help; Esc closes it again."""

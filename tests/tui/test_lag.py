@@ -10,6 +10,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from llmscope.store.db import Store
 from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import DashboardScreen
@@ -20,6 +22,7 @@ N = 10_000
 BATCH = 250
 
 
+@pytest.mark.slow
 async def test_event_loop_lag_while_streaming(tmp_path: Path) -> None:
     path = tmp_path / "big.duckdb"
     with Store(path) as s:

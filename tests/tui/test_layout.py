@@ -121,6 +121,7 @@ def _db_with_q3(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 async def test_variant_without_gold_and_definitions(tmp_path: Path) -> None:
     app = LlmscopeApp(_db_with_q3(tmp_path / "q.duckdb"))
     async with app.run_test(size=(120, 40)) as pilot:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from llmscope.tui.app import LlmscopeApp
@@ -26,6 +27,7 @@ def _text(details: list[dict]) -> str:
     return con.export_text()
 
 
+@pytest.mark.slow
 async def test_viewer_picks_up_a_new_run_and_live_detail_equals_stored(tmp_path: Path, oai) -> None:  # noqa: F811
     db = tmp_path / "live.duckdb"
     # the items' prompts: the first 9 (3 items) answered, the rest held until the live views

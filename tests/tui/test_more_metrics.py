@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import DashboardScreen
 from tests.helpers.tinymodel import make_tiny_model
@@ -20,6 +22,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 async def test_contamination_numbers_on_the_dashboard_equal_the_report(tmp_path: Path) -> None:
     make_tiny_model(tmp_path, save=True)
     db = tmp_path / "c.duckdb"

@@ -140,6 +140,7 @@ def test_dashboard_of_minimal_pairs_shows_calibration_numbers(
         assert re.search(r"brier \d\.\d{3}", text)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
 def test_item_drill_down(snap_compare: Any, fmt_app: LlmscopeApp, size: str) -> None:
     text = _run(snap_compare, fmt_app, size, ("enter", "enter"))
@@ -166,6 +167,7 @@ def test_study_cell_detail(snap_compare: Any, study_app: LlmscopeApp, size: str)
         assert re.search(r"accuracy 0\.917 \[0\.646, 0\.985\] wilson n=12", text), text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
 def test_study_compare_labels_each_cell(
     snap_compare: Any, study_app: LlmscopeApp, size: str

@@ -24,6 +24,7 @@ def _keyed(server: OAIServer) -> int:
     return sum(1 for e in server.log() if CANARY_KEY in e.get("auth", ""))
 
 
+@pytest.mark.slow
 async def test_resume_key_refuses_a_stored_endpoint_the_user_never_named(
     tmp_path: Path,
     oai_server: OAIServer,  # noqa: F811

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from textual.widgets import Input
 
 from llmscope.store.db import Store
@@ -14,6 +15,7 @@ from tests.helpers.oai import oai, oai_server  # noqa: F401
 from tests.helpers.tui import fill_form, screen_text, settle, wait_until
 
 
+@pytest.mark.slow
 async def test_start_run_from_form(tmp_path: Path, oai) -> None:  # noqa: F811
     db = tmp_path / "run.duckdb"
     app = LlmscopeApp(db, refresh_s=0.1)

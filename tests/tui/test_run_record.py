@@ -92,6 +92,7 @@ async def test_a_run_whose_owner_died_reads_interrupted(tmp_path: Path) -> None:
         assert "Resume run" in screen_text(app) and "Stop run" not in screen_text(app)
 
 
+@pytest.mark.slow
 async def test_stop_then_resume_from_the_dashboard(tmp_path: Path, oai) -> None:  # noqa: F811
     # every prompt of the suite's items; the first 4 answered, the rest held until the stop has
     # landed: the run is mid-way on any machine (tests/helpers/midrun.py)

@@ -140,6 +140,7 @@ async def test_matrix_equals_study_status_json(study_db: Path, status: dict) -> 
         assert p["interval_method"] in detail
 
 
+@pytest.mark.slow
 async def test_studies_list_then_enter_opens_the_cells_run(study_db: Path, status: dict) -> None:
     app = LlmscopeApp(study_db, refresh_s=3600)
     async with app.run_test(size=SIZE) as pilot:
@@ -206,6 +207,7 @@ def _compare_json(db: Path, a: str, b: str) -> dict[str, Any]:
     return json.loads(proc.stdout)["comparisons"][0]
 
 
+@pytest.mark.slow
 async def test_row_pair_comparisons_equal_llmscope_compare_with_holm(
     study_db: Path, status: dict
 ) -> None:
@@ -307,6 +309,7 @@ async def test_narrow_terminals_cut_no_number_without_an_ellipsis(
             assert "columns 2-2 of 2 ([ ])" in flat, flat
 
 
+@pytest.mark.slow
 async def test_live_while_study_run_writes_in_another_process(tmp_path: Path) -> None:
     """`llmscope study run` writes the file; the open study screen reads its matrix from copies
     of the file as it grows (the cells' states, counts and metrics as `study status --json`

@@ -68,6 +68,7 @@ async def _open(app: LlmscopeApp, pilot: Any) -> StudyScreen:
     return app.screen
 
 
+@pytest.mark.slow
 async def test_template_factor_labels_numbers_and_derived_runs(study_db) -> None:
     db, status = study_db
     assert {c["state"] for c in status.values()} == {"done"}

@@ -234,6 +234,7 @@ def _runs(db: Path) -> dict[str, tuple[str, int]]:
         con.close()
 
 
+@pytest.mark.slow
 def test_the_tui_lives_beside_the_shell(oai_server, tmp_path: Path) -> None:  # noqa: F811
     """Issue 29: with `llmscope` open on its home screen, `report` (a new grouping), `compare`,
     a CLI run, a Ctrl-C (SIGINT) and its resume run in another process; after each the window
