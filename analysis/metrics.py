@@ -541,9 +541,7 @@ def run_metrics(
             profile=profile,
         )
         if cache:
-            if len(_CACHE) >= _CACHE_MAX:
-                _CACHE.pop(next(iter(_CACHE)))
-            _CACHE[key_s] = sub
+            _remember(key_s, sub)
         return sub
     key = (
         str(getattr(store, "path", id(store))),
@@ -597,10 +595,15 @@ def run_metrics(
         if persist:
             save_cached(side, rm, config, fp)
     if cache:
-        if len(_CACHE) >= _CACHE_MAX:
-            _CACHE.pop(next(iter(_CACHE)))
-        _CACHE[key] = rm
+        _remember(key, rm)
     return rm
+
+
+def _remember(key: tuple[Any, ...], rm: RunMetrics) -> None:
+    """Keep a computation in memory, the oldest of _CACHE_MAX entries making room."""
+    if len(_CACHE) >= _CACHE_MAX:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[key] = rm
 
 
 # -- the producers, in report order ---------------------------------------------------------
