@@ -32,27 +32,10 @@ from llmscope.store.db import Store
 from llmscope.tui.data.live import LiveFeed, item_detail_live
 from llmscope.tui.data.run_model import RunModel
 from llmscope.tui.data.store import item_detail
+from tests.helpers.bulk import STORED_COLS
 from tests.helpers.cli import cli, cli_cmd, cli_env, record, tiny_model_dir, write_yesno_suite
 
-DB_COLS = (
-    "item_id",
-    "variant",
-    "prompt",
-    "probs",
-    "p_yes",
-    "p_no",
-    "other",
-    "top_tokens",
-    "option_scores",
-    "prediction",
-    "gold",
-    "correct",
-    "confidence",
-    "n_tokens",
-    "latency_ms",
-    "error",
-    "extra",
-)
+DB_COLS = tuple(c for c in STORED_COLS if c != "seq")
 
 
 def _result(i: int, variant: str = "a", error: str | None = None, p: float = 0.25) -> Result:
