@@ -226,31 +226,9 @@ def test_syntaxgym_figures_plot_the_stored_surprisals(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     import duckdb
 
-    from llmscope.cli import main
-    from tests.helpers.cli import tiny_model_dir
+    from tests.helpers.cli import syntax_sample_db
 
-    model = tiny_model_dir(tmp_path)
-    db = tmp_path / "sg.duckdb"
-    assert (
-        main(
-            [
-                "run",
-                "--suite",
-                "syntax-sample",
-                "--limit",
-                "6",
-                "--db",
-                str(db),
-                "--model",
-                f"hf:{model}",
-                "--threads",
-                "1",
-                "--quiet",
-                "--no-report",
-            ]
-        )
-        == 0
-    )
+    db = syntax_sample_db(tmp_path)
     con = duckdb.connect(str(db), read_only=True)
     (rid,) = con.execute("SELECT run_id FROM runs").fetchone()
     extra = json.loads(

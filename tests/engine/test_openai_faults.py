@@ -20,6 +20,7 @@ import pytest
 
 from llmscope import cli
 from tests.helpers import oai as oai_fixtures
+from tests.helpers.cli import api_run_args, write_api_suite
 from tests.helpers.oai import CANARY_KEY, OAIServer, note_fault_outcome
 
 oai_server = oai_fixtures.oai_server
@@ -34,41 +35,16 @@ _note = note_fault_outcome
 
 
 def _yesno_suite(tmp: Path, texts: list[str]) -> Path:
-    (tmp / "items.jsonl").write_text(
-        "".join(
-            json.dumps({"id": f"i{k}", "text": t, "gold": "yes"}) + "\n"
-            for k, t in enumerate(texts)
-        )
-    )
-    spec = tmp / "suite.yaml"
-    spec.write_text(
-        "name: faults\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
-        "templates:\n  plain: '{text} Answer yes or no.'\n"
-    )
-    return spec
+    return write_api_suite(tmp, texts, "faults")
 
 
 def _run(
     capsys: pytest.CaptureFixture[str], spec: Path, db: Path, base_url: str, *extra: str
 ) -> tuple[int, str]:
     rc = cli.main(
-        [
-            "run",
-            "--suite",
-            str(spec),
-            "--db",
-            str(db),
-            "--model",
-            "openai:test-model",
-            "--base-url",
-            base_url,
-            "--max-retries",
-            "2",
-            "--timeout",
-            "1",
-            "--no-report",
-            *extra,
-        ]
+        api_run_args(
+            spec, db, base_url, "--max-retries", "2", "--timeout", "1", "--no-report", *extra
+        )
     )
     err = capsys.readouterr().err
     assert "Traceback" not in err

@@ -127,6 +127,26 @@ def api_run(
     )
 
 
+def write_api_suite(
+    folder: Path, texts: list[str], name: str = "api", golds: list[str] | None = None
+) -> Path:
+    """A yes/no suite `name` of `texts` (ids i0, i1, ...; gold `golds`, else all yes), each asked as
+    '{text} Answer yes or no.': the scripted server (tests/helpers/oai_server.py) answers by
+    markers in the text."""
+    (folder / "items.jsonl").write_text(
+        "".join(
+            json.dumps({"id": f"i{k}", "text": t, "gold": g}) + "\n"
+            for k, (t, g) in enumerate(zip(texts, golds or ["yes"] * len(texts), strict=True))
+        )
+    )
+    spec = folder / "suite.yaml"
+    spec.write_text(
+        f"name: {name}\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
+        "templates:\n  plain: '{text} Answer yes or no.'\n"
+    )
+    return spec
+
+
 def assert_clean_error(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
     """A user-facing failure: exit 2, one `llmscope: error:` line, no traceback."""
     err = proc.stderr
@@ -147,6 +167,19 @@ def tiny_model_dir(base: Path) -> Path:
 
         make_tiny_model(base, vocab="trained", save=True)
     return folder
+
+
+def syntax_sample_db(base: Path, limit: int = 6) -> Path:
+    """`base/sg.duckdb` holding one in-process `llmscope run` of the syntax-sample suite (its
+    first `limit` items) on the tiny model."""
+    from llmscope.cli import main
+
+    model = tiny_model_dir(base)
+    db = base / "sg.duckdb"
+    args = ["run", "--suite", "syntax-sample", "--limit", str(limit), "--db", str(db)]
+    args += ["--model", f"hf:{model}", "--threads", "1", "--quiet", "--no-report"]
+    assert main(args) == 0
+    return db
 
 
 WORDS = "cat dog bird fish tree water fire stone sky sun moon river mountain city house car".split()
