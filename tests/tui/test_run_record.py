@@ -18,7 +18,15 @@ from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import DashboardScreen, HomeScreen
 from tests.helpers.cli import cli, cli_env
 from tests.helpers.oai import oai, oai_server  # noqa: F401
-from tests.helpers.tui import add_suite, create_run, fill_form, screen_text, settle, wait_until
+from tests.helpers.tui import (
+    add_suite,
+    create_run,
+    fill_form,
+    screen_text,
+    settle,
+    wait_run_completed,
+    wait_until,
+)
 
 
 def _dead_pid() -> int:
@@ -43,16 +51,7 @@ async def test_local_run_of_the_embedded_model_from_the_form(tmp_path: Path) -> 
             home, suite="commonsense-sample", model="", limit="1", batch_size="4"
         )  # "": the embedded default
         await pilot.click("#start")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
-        dash = app.screen
-        assert await wait_until(pilot, lambda: "completed" in screen_text(app))
-        assert await wait_until(pilot, lambda: not dash.active)
-        assert not any(n.severity == "error" for n in app._notifications), [
-            n.message for n in app._notifications
-        ]
-        run_id = dash.run_id
-        await settle(pilot)
-        assert await wait_until(pilot, lambda: not app.handle.writing)  # no write lock
+        run_id = await wait_run_completed(app, pilot)
     with Store(db, read_only=True) as s:
         run = s.get_run(run_id)
         assert run is not None and run["status"] == "completed" and run["backend"] == "hf"
