@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -18,7 +20,17 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_unloadable_hub_model_is_explained(tmp_path):
+@pytest.mark.parametrize(
+    ("model", "needle"),
+    [
+        ("hf:nobody/no-such-model", "cannot load model 'hf:nobody/no-such-model'"),
+        ("gguf:{tmp}/missing.gguf", "GGUF file not found"),
+        ("hf:{tmp}/empty", "no config.json"),
+    ],
+    ids=["unloadable-hub-model", "missing-gguf", "folder-without-config"],
+)
+def test_a_model_that_cannot_load_is_explained(tmp_path, model: str, needle: str):
+    (tmp_path / "empty").mkdir()
     r = _cli(
         "run",
         "--suite",
@@ -28,35 +40,11 @@ def test_unloadable_hub_model_is_explained(tmp_path):
         "--db",
         str(tmp_path / "x.duckdb"),
         "--model",
-        "hf:nobody/no-such-model",
+        model.format(tmp=tmp_path),
     )
     assert r.returncode == 2
-    assert "cannot load model 'hf:nobody/no-such-model'" in r.stderr
+    assert needle in r.stderr
     assert "Traceback" not in r.stderr
-
-
-def test_missing_model_folder_and_gguf_are_explained(tmp_path):
-    r = _cli(
-        "run",
-        "--suite",
-        "commonsense-sample",
-        "--db",
-        str(tmp_path / "x.duckdb"),
-        "--model",
-        f"gguf:{tmp_path / 'missing.gguf'}",
-    )
-    assert r.returncode == 2 and "GGUF file not found" in r.stderr and "Traceback" not in r.stderr
-    (tmp_path / "empty").mkdir()
-    r = _cli(
-        "run",
-        "--suite",
-        "commonsense-sample",
-        "--db",
-        str(tmp_path / "x.duckdb"),
-        "--model",
-        f"hf:{tmp_path / 'empty'}",
-    )
-    assert r.returncode == 2 and "no config.json" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_parquet_export_needs_an_output_file(tmp_path):

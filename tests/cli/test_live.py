@@ -34,6 +34,7 @@ from llmscope.tui.data.run_model import RunModel
 from llmscope.tui.data.store import item_detail
 from tests.helpers.bulk import STORED_COLS
 from tests.helpers.cli import cli, cli_cmd, cli_env, record, tiny_model_dir, write_yesno_suite
+from tests.helpers.tinymodel import tiny_run_args
 
 DB_COLS = tuple(c for c in STORED_COLS if c != "seq")
 
@@ -163,23 +164,7 @@ def test_kill_9_and_resume_one_line_per_key(tmp_path: Path) -> None:
     model = tiny_model_dir(tmp_path)
     spec = write_yesno_suite(tmp_path / "suite", 400)
     db = tmp_path / "k.duckdb"
-    args = [
-        "run",
-        "--suite",
-        str(spec),
-        "--model",
-        f"hf:{model}",
-        "--db",
-        str(db),
-        "--dtype",
-        "float32",
-        "--device",
-        "cpu",
-        "--batch-size",
-        "4",
-        "--no-report",
-        "--quiet",
-    ]
+    args = tiny_run_args(spec, model, db, "--batch-size", "4")
     kills = 0
     for _ in range(6):
         proc = subprocess.Popen(

@@ -203,3 +203,11 @@ def run_plan(plan: Any, backend: Any, store: Any, reporter: Any = None) -> Any:
             await backend.aclose()
 
     return asyncio.run(main())
+
+
+def tiny_run_args(spec: str | Path, model: str | Path, db: str | Path, *extra: str) -> list[str]:
+    """The arguments of a quiet `llmscope run` of a suite on the saved model folder `model` in
+    full precision on the CPU (the same numbers on every machine), without the report."""
+    return ["run", "--suite", str(spec), "--model", f"hf:{model}", "--db", str(db)] + [
+        *("--dtype", "float32", "--device", "cpu", *extra, "--no-report", "--quiet")
+    ]

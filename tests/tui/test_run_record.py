@@ -16,7 +16,7 @@ import pytest
 from llmscope.store.db import Store
 from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import DashboardScreen, HomeScreen
-from tests.helpers.cli import cli, cli_env
+from tests.helpers.cli import cli, cli_env, hold_db
 from tests.helpers.oai import oai, oai_server  # noqa: F401
 from tests.helpers.tui import (
     add_suite,
@@ -165,19 +165,8 @@ async def test_idle_window_holds_no_lock(tmp_path: Path) -> None:
 def test_cli_waits_for_a_lock_then_names_the_holder(tmp_path: Path) -> None:
     db = tmp_path / "held.duckdb"
     Store(db).close()
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, duckdb; c = duckdb.connect(sys.argv[1]); print('ready', flush=True); sys.stdin.read()",
-            str(db),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = hold_db(db)
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
         proc = cli("runs", "--db", str(db), env=cli_env(LLMSCOPE_LOCK_WAIT="1"))
         assert proc.returncode == 2 and "Traceback" not in proc.stderr
         assert f"PID {holder.pid}" in proc.stderr and "waited 1s" in proc.stderr, proc.stderr
