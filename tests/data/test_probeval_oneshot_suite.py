@@ -6,10 +6,7 @@ scipy.stats.entropy from the suite's counts and the stored samples."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +17,7 @@ from llmscope.data.suites import BUILTIN_DIR, load_suite
 from llmscope.engine.runner import RunPlan
 from llmscope.report import probeval_for_run
 from llmscope.store.db import Store
+from tests.helpers.cli import cli
 from tests.helpers.tinymodel import make_tiny_model, run_plan, tiny_backend
 
 NAME = "probeval-oneshot"
@@ -107,30 +105,11 @@ def test_tiny_model_run_gets_the_probeval_kl(tmp_path: Path) -> None:
 def test_embedded_model_run_and_report_without_shared(tmp_path: Path) -> None:
     """The embedded SmolLM2 samples answers; `llmscope report` shows probeval_kl (from the package's
     own suite files: the working directory has no ../shared)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     db = tmp_path / "pe.duckdb"
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llmscope",
-            "--db",
-            str(db),
-            "run",
-            "--suite",
-            NAME,
-            "--limit",
-            "1",
-            "--opt",
-            "n=3",
-            "--threads",
-            "1",
-            "--quiet",
-        ],
-        capture_output=True,
-        text=True,
+    p = cli(
+        *("--db", str(db), "run", "--suite", NAME, "--limit", "1", "--opt", "n=3"),
+        *("--threads", "1", "--quiet"),
         timeout=600,
-        env=env,
         cwd=tmp_path,
     )
     assert p.returncode == 0, p.stderr[-2000:]
