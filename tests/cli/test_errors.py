@@ -2,22 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "llmscope", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
+from tests.helpers.cli import cli
 
 
 @pytest.mark.parametrize(
@@ -31,7 +18,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 )
 def test_a_model_that_cannot_load_is_explained(tmp_path, model: str, needle: str):
     (tmp_path / "empty").mkdir()
-    r = _cli(
+    r = cli(
         "run",
         "--suite",
         "commonsense-sample",
@@ -55,7 +42,7 @@ def test_parquet_export_needs_an_output_file(tmp_path):
         st.create_run(
             {"run_id": "r1", "suite_id": "s@1", "suite_name": "s", "task": "yesno", "n_total": 0}
         )
-    r = _cli("export", "--db", str(db), "--run", "r1", "--format", "parquet")
+    r = cli("export", "--db", str(db), "--run", "r1", "--format", "parquet")
     assert r.returncode == 2 and "pass -o FILE" in r.stderr and "Traceback" not in r.stderr
-    r = _cli("export", "--db", str(db), "--run", "nope")
+    r = cli("export", "--db", str(db), "--run", "nope")
     assert r.returncode == 2 and "no run 'nope'" in r.stderr
