@@ -31,6 +31,7 @@ from typing import Any
 import duckdb
 
 from llmscope.store.codec import decode_json
+from tests.helpers.cli import write_api_suite
 from tests.helpers.oai import CANARY_KEY, OAIServer, start_server, stop_server
 
 YES = [["Yes", -0.3], ["No", -1.6]]
@@ -39,17 +40,9 @@ MARK = "[hostile]"
 
 
 def _suite(folder: Path, n: int) -> Path:
-    (folder / "items.jsonl").write_text(
-        "".join(
-            json.dumps({"id": f"i{k:04d}", "text": f"s{k}", "gold": "yes"}) + "\n" for k in range(n)
-        )
-    )
-    spec = folder / "suite.yaml"
-    spec.write_text(
-        "name: hostile\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
-        f"templates:\n  plain: '{MARK} {{text}} Answer yes or no.'\n"
-    )
-    return spec
+    texts = [f"s{k}" for k in range(n)]
+    template = f"{MARK} {{text}} Answer yes or no."
+    return write_api_suite(folder, texts, "hostile", ids="i{k:04d}", template=template)
 
 
 def _marked(server: OAIServer) -> int:

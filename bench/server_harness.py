@@ -184,6 +184,24 @@ def stop_llama(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
+def run_process(
+    db: Path,
+    suite: str | Path,
+    urls: str | Sequence[str] | None,
+    *extra: str,
+    key: str,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`run_command` run to its end with the API key `key` (`client_env`), output captured."""
+    return subprocess.run(
+        run_command(db, suite, urls, *extra),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=client_env(key),
+    )
+
+
 def run_suite(
     db: Path, suite: str, base: str | None, *extra: str, env: dict[str, str]
 ) -> tuple[int, str, float]:

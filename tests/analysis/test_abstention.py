@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ import pandas as pd
 from llmscope.analysis.abstention import abstention_rows
 from llmscope.engine.tasks import get_task
 from llmscope.engine.types import Item, Work
+from tests.helpers.cli import api_run, cli_env, write_api_suite
 from tests.helpers.fakes import TableBackend
 from tests.helpers.oai import CANARY_KEY, start_server, stop_server
 
@@ -98,47 +98,21 @@ def test_abstention_rows_by_hand():
 def test_server_ignoring_logprobs_and_n_gives_abstentions_not_accuracy(tmp_path: Path):
     texts = ["[a] sky is blue", "[a] fire is hot", "[a] ice is hot"]
     golds = ["yes", "yes", "no"]
-    (tmp_path / "items.jsonl").write_text(
-        "".join(
-            json.dumps({"id": f"i{k}", "text": t, "gold": g}) + "\n"
-            for k, (t, g) in enumerate(zip(texts, golds, strict=True))
-        )
-    )
-    spec = tmp_path / "suite.yaml"
-    spec.write_text(
-        "name: abstain\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
-        "templates:\n  plain: '{text} Answer yes or no.'\n"
-    )
+    spec = write_api_suite(tmp_path, texts, "abstain", golds)
     db = tmp_path / "a.duckdb"
     server = start_server()
     try:
         # Every request: no log-probs, one choice whatever `n` says, an answer that is neither yes nor no.
         for marker in ("[a]", "water wet"):
             server.script(marker, no_logprobs=True, ignore_n=True, content="Hmm, it depends.")
-        env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY}
-        env.pop("OPENAI_BASE_URL", None)
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "llmscope",
-                "run",
-                "--suite",
-                str(spec),
-                "--db",
-                str(db),
-                "--model",
-                "openai:test-model",
-                "--base-url",
-                server.base_url,
-                "--samples",
-                "3",
-                "--no-report",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=env,
+        proc = api_run(
+            spec,
+            db,
+            server.base_url,
+            "--samples",
+            "3",
+            "--no-report",
+            env=cli_env(OPENAI_API_KEY=CANARY_KEY),
         )
     finally:
         stop_server(server)

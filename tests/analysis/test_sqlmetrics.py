@@ -227,6 +227,17 @@ def test_prompt_variants(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert sql.get("variant_acc_range") is not None
 
 
+def _sql_declines(st: Store) -> Any:
+    """Run "r" of `st`, once the SQL path has declined it (None: the rows decide its metrics)."""
+    run = st.get_run("r")
+    spec = st.suite_spec("ws-suite")
+    profile = result_profile(st, "r")
+    assert (
+        sql_run_metrics(st, run, spec, spec["group_by"], metrics.BOOTSTRAP, None, profile) is None
+    )
+    return run
+
+
 @pytest.mark.parametrize(
     "kw",
     [
@@ -241,14 +252,7 @@ def test_what_sql_does_not_cover_exactly_goes_through_the_rows(
 ) -> None:
     build(tmp_path / "f.duckdb", **kw)
     with Store(tmp_path / "f.duckdb", read_only=True) as st:
-        run = st.get_run("r")
-        spec = st.suite_spec("ws-suite")
-        assert (
-            sql_run_metrics(
-                st, run, spec, spec["group_by"], metrics.BOOTSTRAP, None, result_profile(st, "r")
-            )
-            is None
-        )
+        run = _sql_declines(st)
         got = run_metrics(st, run, cache=False)
         monkeypatch.setattr(metrics, "SQL_METRICS", False)
         same(got, run_metrics(st, run, cache=False))
@@ -257,11 +261,4 @@ def test_what_sql_does_not_cover_exactly_goes_through_the_rows(
 def test_a_row_without_its_item_is_left_to_the_rows(tmp_path: Path) -> None:
     build(tmp_path / "o.duckdb", ghost=True)
     with Store(tmp_path / "o.duckdb", read_only=True) as st:
-        run = st.get_run("r")
-        spec = st.suite_spec("ws-suite")
-        assert (
-            sql_run_metrics(
-                st, run, spec, spec["group_by"], metrics.BOOTSTRAP, None, result_profile(st, "r")
-            )
-            is None
-        )
+        _sql_declines(st)

@@ -16,17 +16,13 @@ import duckdb
 import pytest
 
 from tests.helpers.cli import assert_clean_error, cli, cli_env, write_yesno_suite
-from tests.helpers.oai import CANARY_KEY, OAIServer, start_server, stop_server
+from tests.helpers.oai import CANARY_KEY, OAIServer, running_pair
 
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[OAIServer, OAIServer]]:
-    good, evil = start_server(), start_server()
-    try:
-        yield good, evil
-    finally:
-        stop_server(good)
-        stop_server(evil)
+    with running_pair() as servers:  # (good, evil)
+        yield servers
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ CSV and JSONL, and loaded back with pandas and duckdb. Expected values are read 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import os
@@ -24,8 +23,7 @@ import pandas as pd
 import pytest
 
 from llmscope.data.suites import EXTERNAL_SUITES, builtin_names, load_suite
-from llmscope.engine.progress import NullReporter
-from llmscope.engine.runner import Runner, RunPlan
+from llmscope.engine.runner import RunPlan
 from llmscope.engine.types import Result
 from llmscope.io.export import (
     COLUMNS,
@@ -37,7 +35,7 @@ from llmscope.io.export import (
 )
 from llmscope.store.db import Store
 from tests.helpers.paths import SHARED
-from tests.helpers.tinymodel import make_tiny_model, tiny_spec
+from tests.helpers.tinymodel import make_tiny_model, run_plan, tiny_backend
 
 # Every built-in suite that ships its items (the loaders of full corpora are added below when present).
 BUILTIN = [n for n in builtin_names() if n not in EXTERNAL_SUITES]
@@ -79,8 +77,6 @@ def _cli(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def runs_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     """One database holding a short tiny-model run of every built-in suite."""
-    from llmscope.engine.hf import HFBackend
-
     tmp = tmp_path_factory.mktemp("export")
     db = tmp / "runs.duckdb"
     model, tok = make_tiny_model(tmp)
@@ -92,14 +88,7 @@ def runs_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, s
     ids: dict[str, str] = {}
     with Store(db) as store:
         for name in names:
-            backend = HFBackend(
-                tiny_spec(tmp),
-                model=model,
-                tokenizer=tok,
-                device="cpu",
-                dtype="float32",
-                batch_size=8,
-            )
+            backend = tiny_backend(tmp, model, tok, batch_size=8)
             opts: dict[str, Any] = (
                 {"max_new_tokens": 4}
                 if name in ("generation-sample", "cfc", "contamination-sample")
@@ -115,13 +104,7 @@ def runs_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, s
                 task_options=opts,
             )
 
-            async def main(plan: RunPlan = plan, backend: Any = backend) -> Any:
-                try:
-                    return await Runner(plan, backend, store, NullReporter()).run()
-                finally:
-                    await backend.aclose()
-
-            ids[name] = asyncio.run(main()).run_id
+            ids[name] = run_plan(plan, backend, store).run_id
     return db, ids
 
 

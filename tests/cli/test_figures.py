@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,14 @@ def _draw(db: Path, kind: str, runs: list[str], path: Path, **kw: Any) -> Any:
         return write_figure(kind, data, path, **kw)
 
 
+def _figure_cli(
+    kind: str, db: Path, out: Path, *extra: str, runs: tuple[str, ...] = ("run-a",)
+) -> subprocess.CompletedProcess[str]:
+    """`llmscope figure KIND --db DB --run RUN ... -o OUT EXTRA` as a subprocess."""
+    run_args = [a for r in runs for a in ("--run", r)]
+    return cli("figure", kind, "--db", str(db), *run_args, "-o", str(out), *extra)
+
+
 def test_reliability_diagram_plots_the_bins_computed_by_hand(db: Path, tmp_path: Path) -> None:
     bins = _hand_bins(_hand_rows())
     n = sum(c for c, _, _ in bins.values())
@@ -123,18 +132,7 @@ def test_accuracy_bars_and_intervals_are_the_report_rows(db: Path, tmp_path: Pat
 
 
 def test_two_runs_overlay_as_two_series(db: Path, tmp_path: Path) -> None:
-    out = cli(
-        "figure",
-        "accuracy",
-        "--db",
-        str(db),
-        "--run",
-        "run-a",
-        "--run",
-        "run-b",
-        "-o",
-        str(tmp_path / "a.png"),
-    )
+    out = _figure_cli("accuracy", db, tmp_path / "a.png", runs=("run-a", "run-b"))
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "a.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     fig = _draw(db, "accuracy", ["run-a", "run-b"], tmp_path / "b.svg")
@@ -171,38 +169,16 @@ def test_position_shows_predicted_and_gold_yes_rates(db: Path, tmp_path: Path) -
 
 
 def test_a_kind_that_does_not_apply_names_those_that_do(db: Path, tmp_path: Path) -> None:
-    out = cli("figure", "sg", "--db", str(db), "--run", "run-a", "-o", str(tmp_path / "x.svg"))
+    out = _figure_cli("sg", db, tmp_path / "x.svg")
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "Traceback" not in out.stderr
     assert "kinds that do: accuracy, reliability, position, human, commonsense" in out.stderr
     assert not (tmp_path / "x.svg").exists()
-    bad = cli(
-        "figure", "accuracy", "--db", str(db), "--run", "run-a", "-o", str(tmp_path / "x.jpg")
-    )
+    bad = _figure_cli("accuracy", db, tmp_path / "x.jpg")
     assert bad.returncode == 2 and "must end in .pdf, .svg or .png" in bad.stderr
-    style = cli(
-        "figure",
-        "accuracy",
-        "--db",
-        str(db),
-        "--run",
-        "run-a",
-        "-o",
-        str(tmp_path / "x.svg"),
-        "--style",
-        "no-such-style",
-    )
+    style = _figure_cli("accuracy", db, tmp_path / "x.svg", "--style", "no-such-style")
     assert style.returncode == 2 and "--style no-such-style" in style.stderr
-    gone = cli(
-        "figure",
-        "accuracy",
-        "--db",
-        str(db),
-        "--run",
-        "run-a",
-        "-o",
-        str(tmp_path / "no" / "x.pdf"),
-    )
+    gone = _figure_cli("accuracy", db, tmp_path / "no" / "x.pdf")
     assert gone.returncode == 2 and "cannot write: No such file or directory" in gone.stderr
     assert "Traceback" not in gone.stderr
 
@@ -226,31 +202,9 @@ def test_syntaxgym_figures_plot_the_stored_surprisals(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     import duckdb
 
-    from llmscope.cli import main
-    from tests.helpers.cli import tiny_model_dir
+    from tests.helpers.cli import syntax_sample_db
 
-    model = tiny_model_dir(tmp_path)
-    db = tmp_path / "sg.duckdb"
-    assert (
-        main(
-            [
-                "run",
-                "--suite",
-                "syntax-sample",
-                "--limit",
-                "6",
-                "--db",
-                str(db),
-                "--model",
-                f"hf:{model}",
-                "--threads",
-                "1",
-                "--quiet",
-                "--no-report",
-            ]
-        )
-        == 0
-    )
+    db = syntax_sample_db(tmp_path)
     con = duckdb.connect(str(db), read_only=True)
     (rid,) = con.execute("SELECT run_id FROM runs").fetchone()
     extra = json.loads(

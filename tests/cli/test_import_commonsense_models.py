@@ -19,6 +19,7 @@ import pytest
 
 from tests.helpers.cli import cli
 from tests.helpers.paths import shared_path
+from tests.helpers.published import commonsense_models_db, import_published, published_models
 
 N_STATEMENTS = 300
 # Flagged (discrimination interval below 0) by `llmscope irt` on these 300 statements and also on
@@ -48,28 +49,15 @@ FLAGGED = [
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    full = shared_path("data", "commonsense", "all_models_binarythresh.csv")
-    statements = shared_path("data", "commonsense", "statements_and_prompts.csv")
     tmp = tmp_path_factory.mktemp("csmodels")
-    lines = full.read_text(encoding="utf-8").splitlines(keepends=True)
-    subset = tmp / "models.csv"
-    subset.write_text("".join(lines[: N_STATEMENTS + 1]), encoding="utf-8")
-    db = tmp / "cs.duckdb"
-    proc = cli(
-        "import",
-        "commonsense-models",
-        str(subset),
-        "--suite-path",
-        str(statements),
-        "--db",
-        str(db),
-    )
-    assert proc.returncode == 0, proc.stderr
+    subset, db = commonsense_models_db(tmp, N_STATEMENTS)
+    statements = shared_path("data", "commonsense", "statements_and_prompts.csv")
     return {"csv": subset, "statements": statements, "db": db, "tmp": tmp}
 
 
 def _frame(path: Path) -> tuple[pd.DataFrame, list[str]]:
     df = pd.read_csv(path, index_col=0)
+    return df, published_models(df)
     models = [c[: -len("_q1")] for c in df.columns if c.endswith("_q1") and c != "human_q1"]
     return df, models
 
@@ -103,15 +91,7 @@ def test_one_run_per_model_with_the_papers_accuracy(data: dict[str, Path]) -> No
 
 def test_reimport_adds_nothing(data: dict[str, Path]) -> None:
     _, models = _frame(data["csv"])
-    proc = cli(
-        "import",
-        "commonsense-models",
-        str(data["csv"]),
-        "--suite-path",
-        str(data["statements"]),
-        "--db",
-        str(data["db"]),
-    )
+    proc = import_published("commonsense-models", [data["csv"]], data["statements"], data["db"])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("already imported") == len(models)
     runs = json.loads(cli("runs", "--db", str(data["db"]), "--json").stdout)
@@ -127,15 +107,7 @@ def test_bad_cell_names_file_line_and_field_and_stores_nothing(data: dict[str, P
     with open(bad, "w", newline="", encoding="utf-8") as f:
         csv.writer(f, lineterminator="\n").writerows(rows)
     db = data["tmp"] / "bad.duckdb"
-    proc = cli(
-        "import",
-        "commonsense-models",
-        str(bad),
-        "--suite-path",
-        str(data["statements"]),
-        "--db",
-        str(db),
-    )
+    proc = import_published("commonsense-models", [bad], data["statements"], db)
     assert proc.returncode == 2
     err = proc.stderr.strip()
     assert "Traceback" not in err and len(err.splitlines()) == 1, err

@@ -13,6 +13,7 @@ import pytest
 
 from tests.helpers.cli import cli
 from tests.helpers.paths import shared_path
+from tests.helpers.published import import_published
 
 
 def test_published_models_scores_per_suite_and_overall(tmp_path: Path) -> None:
@@ -21,15 +22,7 @@ def test_published_models_scores_per_suite_and_overall(tmp_path: Path) -> None:
     files = sorted(folder.glob("syntaxgym_results_*_.csv"))
     assert len(files) == 4
     db = tmp_path / "sg.duckdb"
-    proc = cli(
-        "import",
-        "syntaxgym-results",
-        *map(str, files),
-        "--suite-path",
-        str(suites),
-        "--db",
-        str(db),
-    )
+    proc = import_published("syntaxgym-results", files, suites, db)
     assert proc.returncode == 0, proc.stderr
     proc = cli("report", "--db", str(db), "--json", timeout=600)
     assert proc.returncode == 0, proc.stderr
@@ -45,15 +38,7 @@ def test_published_models_scores_per_suite_and_overall(tmp_path: Path) -> None:
         for suite, score in per_suite.items():
             assert got[model][suite] == pytest.approx(score, abs=1e-12), (model, suite)
         assert got[model]["overall"] == pytest.approx(per_suite.mean(), abs=1e-12), model
-    again = cli(
-        "import",
-        "syntaxgym-results",
-        *map(str, files),
-        "--suite-path",
-        str(suites),
-        "--db",
-        str(db),
-    )
+    again = import_published("syntaxgym-results", files, suites, db)
     assert again.returncode == 0 and again.stdout.count("already imported") == 4
 
 

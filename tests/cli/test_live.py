@@ -32,27 +32,11 @@ from llmscope.store.db import Store
 from llmscope.tui.data.live import LiveFeed, item_detail_live
 from llmscope.tui.data.run_model import RunModel
 from llmscope.tui.data.store import item_detail
+from tests.helpers.bulk import STORED_COLS
 from tests.helpers.cli import cli, cli_cmd, cli_env, record, tiny_model_dir, write_yesno_suite
+from tests.helpers.tinymodel import tiny_run_args
 
-DB_COLS = (
-    "item_id",
-    "variant",
-    "prompt",
-    "probs",
-    "p_yes",
-    "p_no",
-    "other",
-    "top_tokens",
-    "option_scores",
-    "prediction",
-    "gold",
-    "correct",
-    "confidence",
-    "n_tokens",
-    "latency_ms",
-    "error",
-    "extra",
-)
+DB_COLS = tuple(c for c in STORED_COLS if c != "seq")
 
 
 def _result(i: int, variant: str = "a", error: str | None = None, p: float = 0.25) -> Result:
@@ -180,23 +164,7 @@ def test_kill_9_and_resume_one_line_per_key(tmp_path: Path) -> None:
     model = tiny_model_dir(tmp_path)
     spec = write_yesno_suite(tmp_path / "suite", 400)
     db = tmp_path / "k.duckdb"
-    args = [
-        "run",
-        "--suite",
-        str(spec),
-        "--model",
-        f"hf:{model}",
-        "--db",
-        str(db),
-        "--dtype",
-        "float32",
-        "--device",
-        "cpu",
-        "--batch-size",
-        "4",
-        "--no-report",
-        "--quiet",
-    ]
+    args = tiny_run_args(spec, model, db, "--batch-size", "4")
     kills = 0
     for _ in range(6):
         proc = subprocess.Popen(

@@ -7,7 +7,6 @@ must work while another process holds the write lock.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -32,11 +31,9 @@ def _rows(rm: Any) -> list[dict[str, Any]]:
 def suites_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     """One short tiny-model run of every built-in suite that ships its items."""
     from llmscope.data.suites import EXTERNAL_SUITES, builtin_names, load_suite
-    from llmscope.engine.hf import HFBackend
-    from llmscope.engine.progress import NullReporter
-    from llmscope.engine.runner import Runner, RunPlan
+    from llmscope.engine.runner import RunPlan
     from llmscope.store.db import Store
-    from tests.helpers.tinymodel import make_tiny_model, tiny_spec
+    from tests.helpers.tinymodel import make_tiny_model, run_plan, tiny_backend
 
     tmp = tmp_path_factory.mktemp("notebook")
     db = tmp / "runs.duckdb"
@@ -44,14 +41,7 @@ def suites_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     ids: dict[str, str] = {}
     with Store(db) as store:
         for name in [n for n in builtin_names() if n not in EXTERNAL_SUITES]:
-            backend = HFBackend(
-                tiny_spec(tmp),
-                model=model,
-                tokenizer=tok,
-                device="cpu",
-                dtype="float32",
-                batch_size=8,
-            )
+            backend = tiny_backend(tmp, model, tok, batch_size=8)
             opts = (
                 {"max_new_tokens": 4}
                 if name in ("generation-sample", "contamination-sample", "probeval-oneshot")
@@ -65,13 +55,7 @@ def suites_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
                 task_options=opts,
             )
 
-            async def main(plan: RunPlan = plan, backend: Any = backend) -> Any:
-                try:
-                    return await Runner(plan, backend, store, NullReporter()).run()
-                finally:
-                    await backend.aclose()
-
-            ids[name] = asyncio.run(main()).run_id
+            ids[name] = run_plan(plan, backend, store).run_id
     return db, ids
 
 

@@ -12,6 +12,7 @@ import pytest
 from scipy import stats
 
 from llmscope.runs.plan import PlanError, evaluate, parse_hypothesis, read_plan
+from tests.helpers.cli import cli_here
 
 
 def test_parse_hypotheses():
@@ -63,20 +64,6 @@ def test_bad_plan_file(tmp_path):
         read_plan(p)
 
 
-def _cli(*args, db):
-    """The CLI in this process (no interpreter start-up per call): returncode, stdout, stderr."""
-    import contextlib
-    import io
-    import types
-
-    from llmscope.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(["--db", str(db), *args])
-    return types.SimpleNamespace(returncode=rc, stdout=out.getvalue(), stderr=err.getvalue())
-
-
 @pytest.mark.slow
 def test_plan_run_report_end_to_end(tmp_path):
     from tests.helpers.tinymodel import make_tiny_model
@@ -85,7 +72,7 @@ def test_plan_run_report_end_to_end(tmp_path):
     model = f"hf:{tmp_path / 'tiny-llama'}"
     db = tmp_path / "p.duckdb"
     plan = tmp_path / "plan.yaml"
-    out = _cli(
+    out = cli_here(
         "plan",
         "--suite",
         "commonsense-sample",
@@ -102,10 +89,10 @@ def test_plan_run_report_end_to_end(tmp_path):
         db=db,
     )
     assert out.returncode == 0, out.stderr
-    again = _cli("plan", "--suite", "commonsense-sample", "-o", str(plan), db=db)
+    again = cli_here("plan", "--suite", "commonsense-sample", "-o", str(plan), db=db)
     assert again.returncode == 2 and "exists" in again.stderr
     digest = hashlib.sha256(plan.read_bytes()).hexdigest()
-    out = _cli(
+    out = cli_here(
         "run",
         "--plan",
         str(plan),
@@ -118,7 +105,7 @@ def test_plan_run_report_end_to_end(tmp_path):
         db=db,
     )
     assert out.returncode == 0, out.stderr
-    out = _cli("report", "--json", db=db)
+    out = cli_here("report", "--json", db=db)
     rows = json.loads(out.stdout)
     assert rows[0]["metric"] == "hypothesis" and rows[0]["preregistered"] is True
     assert rows[0]["plan_hash"] == digest
@@ -136,10 +123,10 @@ def test_plan_run_report_end_to_end(tmp_path):
     ref = stats.ttest_1samp(d, 0, alternative="greater").pvalue if d.std() > 0 else None
     if ref is not None:
         assert rows[0]["p_value"] == pytest.approx(ref)
-    text = _cli("report", db=db).stdout
+    text = cli_here("report", db=db).stdout
     assert "-- pre-registered (plan) --" in text and "-- exploratory (not in the plan) --" in text
     # a run whose options differ from its plan says so
-    out = _cli(
+    out = cli_here(
         "run",
         "--plan",
         str(plan),
@@ -154,6 +141,6 @@ def test_plan_run_report_end_to_end(tmp_path):
         db=db,
     )
     assert out.returncode == 0 and "differs from plan" in out.stderr
-    rows = json.loads(_cli("report", "--json", db=db).stdout)
+    rows = json.loads(cli_here("report", "--json", db=db).stdout)
     devs = [r for r in rows if r["metric"] == "plan_deviation"]
     assert [r["group"]["deviation"] for r in devs] == ["task option top_k=7 (planned 5)"]

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 
 from llmscope.store.db import Store
+from tests.helpers.cli import cli
 from tests.helpers.paths import shared_path
 
 pytestmark = pytest.mark.slow
@@ -18,23 +17,16 @@ pytestmark = pytest.mark.slow
 def test_import_gpt2xl_answers_stores_cluster_tables(tmp_path):
     cfc = shared_path("data", "cfc")
     db = tmp_path / "pe.duckdb"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llmscope",
-            "import",
-            "answers",
-            str(cfc / "cfc_gpt2xl_oneshot_predictions.json"),
-            "--suite-path",
-            str(cfc / "cfc_dev_targets.jsonl"),
-            "--model",
-            "GPT-2-XL",
-            "--db",
-            str(db),
-        ],
-        capture_output=True,
-        text=True,
+    proc = cli(
+        "import",
+        "answers",
+        str(cfc / "cfc_gpt2xl_oneshot_predictions.json"),
+        "--suite-path",
+        str(cfc / "cfc_dev_targets.jsonl"),
+        "--model",
+        "GPT-2-XL",
+        "--db",
+        str(db),
         timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -66,21 +58,14 @@ def test_import_gpt2xl_answers_stores_cluster_tables(tmp_path):
 
 def test_answer_sets_for_other_questions_are_refused(tmp_path):
     cfc = shared_path("data", "cfc")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llmscope",
-            "import",
-            "answers",
-            str(cfc / "cfc_human_predictions.json"),
-            "--suite-path",
-            str(cfc / "cfc_dev_targets.jsonl"),
-            "--db",
-            str(tmp_path / "x.duckdb"),
-        ],
-        capture_output=True,
-        text=True,
+    proc = cli(
+        "import",
+        "answers",
+        str(cfc / "cfc_human_predictions.json"),
+        "--suite-path",
+        str(cfc / "cfc_dev_targets.jsonl"),
+        "--db",
+        str(tmp_path / "x.duckdb"),
         timeout=300,
     )
     assert proc.returncode == 2
@@ -107,18 +92,11 @@ def test_an_answer_listed_in_two_clusters_counts_in_the_last_one(tmp_path):
     q = load_targets(targets)["r1q4"]
     assert list(q.cluster_counts().values()) == [41, 9, 15, 13]
     assert q.shared == {"party time": ["r1q4.1", "r1q4.4"]}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llmscope",
-            "probeval",
-            str(targets),
-            str(cfc / "cfc_gpt2xl_oneshot_predictions.json"),
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
+    proc = cli(
+        "probeval",
+        str(targets),
+        str(cfc / "cfc_gpt2xl_oneshot_predictions.json"),
+        "--json",
         timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -13,6 +13,7 @@ import pytest
 from llmscope.engine.types import Item, Result
 from llmscope.report import build_report
 from llmscope.store.db import Store
+from tests.helpers.cli import cli
 from tests.helpers.paths import shared_path
 
 
@@ -212,25 +213,7 @@ def test_import_worldsense_report_and_export(tmp_path):
     with Store(db, read_only=True) as st:
         run_id = st.execute("SELECT run_id FROM runs WHERE model = 'GPT4'").fetchone()[0]
     out = tmp_path / "gpt4.jsonl"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llmscope",
-            "export",
-            "--db",
-            str(db),
-            "--run",
-            run_id,
-            "--format",
-            "worldsense",
-            "-o",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = cli("export", "--db", str(db), "--run", run_id, "--format", "worldsense", "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     orig = {
         (r["Key"], str(r["resp"]).strip())

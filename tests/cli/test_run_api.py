@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
 import pytest
 
+from tests.helpers.cli import api_run, cli_env, write_api_suite
 from tests.helpers.oai import CANARY_KEY, start_server, stop_server
 
 
@@ -19,45 +18,8 @@ def E(x: float) -> float:
     return math.exp(x)
 
 
-def _suite(tmp: Path, texts: list[str]) -> Path:
-    (tmp / "items.jsonl").write_text(
-        "".join(
-            json.dumps({"id": f"i{k}", "text": t, "gold": "yes"}) + "\n"
-            for k, t in enumerate(texts)
-        )
-    )
-    spec = tmp / "suite.yaml"
-    spec.write_text(
-        "name: api\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
-        "templates:\n  plain: '{text} Answer yes or no.'\n"
-    )
-    return spec
-
-
 def _run(spec: Path, db: Path, base_url: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY}
-    env.pop("OPENAI_BASE_URL", None)
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llmscope",
-            "run",
-            "--suite",
-            str(spec),
-            "--db",
-            str(db),
-            "--model",
-            "openai:test-model",
-            "--base-url",
-            base_url,
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
+    return api_run(spec, db, base_url, *extra, env=cli_env(OPENAI_API_KEY=CANARY_KEY))
 
 
 def test_three_topk_rules_stored_with_rule_names(tmp_path):
@@ -68,7 +30,7 @@ def test_three_topk_rules_stored_with_rule_names(tmp_path):
         server.script("[none]", top=[["The", -0.5], ["I", -1.5]])
         server.script("[probe]", top=[["Yes", -0.1], ["No", -2.5]])
         server.script("Answer yes or no: is water wet?", top=[["Yes", -0.1], ["No", -2.5]])
-        spec = _suite(tmp_path, ["[both] sky", "[one] sea", "[none] moon"])
+        spec = write_api_suite(tmp_path, ["[both] sky", "[one] sea", "[none] moon"])
         db = tmp_path / "api.duckdb"
         proc = _run(spec, db, server.base_url)
         assert proc.returncode == 0, proc.stderr[-2000:]
@@ -107,7 +69,7 @@ def test_faulty_server_run_completes_and_reports_retries(tmp_path):
     server = start_server("--fault-rate", "0.2", "--fault-seed", "3")
     try:
         server.faults(rate=0.2, seed=3, kinds=["429", "500"], retry_after="0.05")
-        spec = _suite(tmp_path, [f"statement {k}" for k in range(40)])
+        spec = write_api_suite(tmp_path, [f"statement {k}" for k in range(40)])
         db = tmp_path / "faults.duckdb"
         proc = _run(spec, db, server.base_url, "--concurrency", "4", "--max-retries", "8")
         injected = server.server_stats()

@@ -10,6 +10,8 @@ import sys
 import duckdb
 import pytest
 
+from tests.helpers.cli import cli
+
 pytestmark = pytest.mark.slow
 
 
@@ -108,25 +110,7 @@ def test_run_embedded_model_matches_direct_transformers(tmp_path):
     con.close()
 
     out = tmp_path / "x.jsonl"
-    proc3 = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llmscope",
-            "export",
-            "--db",
-            str(db),
-            "--run",
-            "last",
-            "--format",
-            "jsonl",
-            "-o",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc3 = cli("export", "--db", str(db), "--run", "last", "--format", "jsonl", "-o", str(out))
     assert proc3.returncode == 0, proc3.stderr
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(recs) == 15

@@ -13,33 +13,14 @@ import duckdb
 import pytest
 
 from tests.helpers.cli import cli, cli_env
-from tests.helpers.oai import CANARY_KEY, oai, oai_server  # noqa: F401
+from tests.helpers.oai import CANARY_KEY, oai, oai_server, write_marked_suite  # noqa: F401
 from tests.helpers.tui import settle, wait_until
 
 N = 5  # items; two templates each
 
 
 def _suite(folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "items.jsonl", "w", encoding="utf-8") as f:
-        for i in range(N):
-            f.write(
-                json.dumps(
-                    {
-                        "id": f"k{i}",
-                        "text": f"[sess] claim {i}",
-                        "gold": "yes" if i % 2 else "no",
-                        "topic": "odd" if i % 2 else "even",
-                    }
-                )
-                + "\n"
-            )
-    (folder / "suite.yaml").write_text(
-        "name: sessions\ntask: yesno\nitems: items.jsonl\n"
-        "templates:\n  a: '{text} Answer yes or no.'\n  b: 'True or not? {text}'\n",
-        encoding="utf-8",
-    )
-    return folder / "suite.yaml"
+    return write_marked_suite(folder, "sessions", N, "k", "[sess] claim {i}", topics=True)
 
 
 def _runs(db: Path) -> dict[str, dict[str, Any]]:

@@ -25,7 +25,8 @@ import pytest
 
 from tests.helpers.cli import cli, cli_cmd, cli_env, record, tiny_model_dir, write_yesno_suite
 from tests.helpers.midrun import signal_frozen, wait_stored
-from tests.helpers.oai import oai, oai_server  # noqa: F401
+from tests.helpers.oai import oai, oai_server, write_marked_suite  # noqa: F401
+from tests.helpers.tinymodel import tiny_run_args
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
@@ -65,25 +66,9 @@ def local_setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _api_suite(folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "items.jsonl", "w", encoding="utf-8") as f:
-        for i in range(N_API):
-            f.write(
-                json.dumps(
-                    {
-                        "id": f"a{i}",
-                        "text": f"[sig] statement {i}",
-                        "gold": "yes" if i % 2 else "no",
-                    }
-                )
-                + "\n"
-            )
-    (folder / "suite.yaml").write_text(
-        "name: sig-api\ntask: yesno\nitems: items.jsonl\n"
-        "templates:\n  a: '{text} Answer yes or no.'\n  b: 'Is it so? {text}'\n",
-        encoding="utf-8",
+    return write_marked_suite(
+        folder, "sig-api", N_API, "a", "[sig] statement {i}", second="Is it so? {text}"
     )
-    return folder / "suite.yaml"
 
 
 def _interrupt_then_resume(
@@ -137,25 +122,9 @@ SIGNALS = [("sigterm", signal.SIGTERM), ("sighup", signal.SIGHUP), ("sigkill", s
 @pytest.mark.parametrize(("name", "sig"), SIGNALS)
 def test_local_run_signal_then_resume(local_setup: dict[str, Path], name: str, sig: int) -> None:
     db = local_setup["base"] / f"{name}.duckdb"
-    cmd = [
-        "run",
-        "--suite",
-        str(local_setup["suite"]),
-        "--model",
-        f"hf:{local_setup['model']}",
-        "--db",
-        str(db),
-        "--dtype",
-        "float32",
-        "--device",
-        "cpu",
-        "--batch-size",
-        "2",
-        "--threads",
-        "1",
-        "--no-report",
-        "--quiet",
-    ]
+    cmd = tiny_run_args(
+        local_setup["suite"], local_setup["model"], db, "--batch-size", "2", "--threads", "1"
+    )
     figures = _interrupt_then_resume(cmd, db, sig, 2 * N_LOCAL, lambda p: signal_frozen(p, db, sig))
     record(f"signal_local_{name}", **figures, items_lost=0, duplicates=0)
 

@@ -12,21 +12,9 @@ import pytest
 from scipy import optimize
 from scipy.special import logsumexp
 
+from tests.helpers.cli import cli_here
+
 pytestmark = pytest.mark.slow
-
-
-def _cli(*args, db):
-    """The CLI in this process (no interpreter start-up per call): returncode, stdout, stderr."""
-    import contextlib
-    import io
-    import types
-
-    from llmscope.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(["--db", str(db), *args])
-    return types.SimpleNamespace(returncode=rc, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def test_schemes_and_fit_from_cli(tmp_path):
@@ -37,7 +25,7 @@ def test_schemes_and_fit_from_cli(tmp_path):
 
     make_tiny_model(tmp_path, save=True)
     db = tmp_path / "t.duckdb"
-    out = _cli(
+    out = cli_here(
         "run",
         "--suite",
         "pragmatics-choice",
@@ -52,7 +40,7 @@ def test_schemes_and_fit_from_cli(tmp_path):
         db=db,
     )
     assert out.returncode == 0, out.stderr
-    rows = json.loads(_cli("report", "--json", db=db).stdout)
+    rows = json.loads(cli_here("report", "--json", db=db).stdout)
     acc = {
         r["group"]["method"] for r in rows if r["metric"] == "accuracy" and "method" in r["group"]
     }

@@ -52,6 +52,21 @@ def _write_spec(tmp_path: Path, data_name: str, extra: str = "") -> Path:
     return spec
 
 
+def _run_no_server(
+    launch: list[str], tmp_path: Path, spec: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`python LAUNCH --db x.duckdb run --suite SPEC` on a model no server answers: whatever
+    it says comes from reading the suite."""
+    return subprocess.run(
+        [sys.executable, *launch, "--db", str(tmp_path / "x.duckdb"), "run", "--suite", str(spec)]
+        + ["--model", "openai:none", "--base-url", "http://127.0.0.1:9/v1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
 def test_parquet_with_nested_columns_and_gold_index(tmp_path: Path) -> None:
     pq.write_table(pa.Table.from_pylist(ROWS), tmp_path / "test.parquet")
     suite = load_suite(_write_spec(tmp_path, "test.parquet"))
@@ -151,25 +166,7 @@ def test_hub_id_without_datasets_or_network_is_a_clear_error(tmp_path: Path) -> 
         "import os; os.environ['HF_HUB_OFFLINE']='1'; os.environ['HF_DATASETS_OFFLINE']='1';"
         "import sys; from llmscope.cli import main; sys.exit(main(sys.argv[1:]))"
     )
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            env_py,
-            "--db",
-            str(tmp_path / "x.duckdb"),
-            "run",
-            "--suite",
-            str(spec),
-            "--model",
-            "openai:none",
-            "--base-url",
-            "http://127.0.0.1:9/v1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    p = _run_no_server(["-c", env_py], tmp_path, spec)
     assert p.returncode == 2, p.stderr
     assert "Traceback" not in p.stderr
     assert "nobody-here/no-such-dataset-h18" in p.stderr
@@ -208,26 +205,7 @@ def test_a_datasets_package_older_than_4_is_refused_before_it_loads(tmp_path: Pa
         "name: x\ntask: yesno\ndataset:\n  path: someone/scripted-dataset\n  split: test\n"
     )
     env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path / "site")}
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llmscope",
-            "--db",
-            str(tmp_path / "x.duckdb"),
-            "run",
-            "--suite",
-            str(spec),
-            "--model",
-            "openai:none",
-            "--base-url",
-            "http://127.0.0.1:9/v1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
+    p = _run_no_server(["-m", "llmscope"], tmp_path, spec, env=env)
     assert p.returncode == 2, p.stderr
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert "4.0 or later" in p.stderr and "2.17.0" in p.stderr and "dataset.path" in p.stderr

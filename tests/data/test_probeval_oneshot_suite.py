@@ -5,12 +5,8 @@ scipy.stats.entropy from the suite's counts and the stored samples."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +14,11 @@ import pytest
 from scipy.stats import entropy
 
 from llmscope.data.suites import BUILTIN_DIR, load_suite
-from llmscope.engine.progress import NullReporter
-from llmscope.engine.runner import Runner, RunPlan
+from llmscope.engine.runner import RunPlan
 from llmscope.report import probeval_for_run
 from llmscope.store.db import Store
-from tests.helpers.tinymodel import make_tiny_model, tiny_spec
+from tests.helpers.cli import cli
+from tests.helpers.tinymodel import make_tiny_model, run_plan, tiny_backend
 
 NAME = "probeval-oneshot"
 
@@ -67,12 +63,8 @@ def _norm(s: str) -> str:
 
 @pytest.mark.slow
 def test_tiny_model_run_gets_the_probeval_kl(tmp_path: Path) -> None:
-    from llmscope.engine.hf import HFBackend
-
     model, tok = make_tiny_model(tmp_path)
-    backend = HFBackend(
-        tiny_spec(tmp_path), model=model, tokenizer=tok, device="cpu", dtype="float32"
-    )
+    backend = tiny_backend(tmp_path, model, tok)
     db = tmp_path / "pe.duckdb"
     with Store(db) as store:
         plan = RunPlan(
@@ -83,13 +75,7 @@ def test_tiny_model_run_gets_the_probeval_kl(tmp_path: Path) -> None:
             task_options={"n": 3, "max_new_tokens": 4},
         )
 
-        async def main() -> Any:
-            try:
-                return await Runner(plan, backend, store, NullReporter()).run()
-            finally:
-                await backend.aclose()
-
-        run = store.get_run(asyncio.run(main()).run_id)
+        run = store.get_run(run_plan(plan, backend, store).run_id)
         assert run is not None
         res = probeval_for_run(store, run, embed=None)  # exact matching: checkable by hand
         df = store.results_frame(run["run_id"])
@@ -119,30 +105,11 @@ def test_tiny_model_run_gets_the_probeval_kl(tmp_path: Path) -> None:
 def test_embedded_model_run_and_report_without_shared(tmp_path: Path) -> None:
     """The embedded SmolLM2 samples answers; `llmscope report` shows probeval_kl (from the package's
     own suite files: the working directory has no ../shared)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     db = tmp_path / "pe.duckdb"
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llmscope",
-            "--db",
-            str(db),
-            "run",
-            "--suite",
-            NAME,
-            "--limit",
-            "1",
-            "--opt",
-            "n=3",
-            "--threads",
-            "1",
-            "--quiet",
-        ],
-        capture_output=True,
-        text=True,
+    p = cli(
+        *("--db", str(db), "run", "--suite", NAME, "--limit", "1", "--opt", "n=3"),
+        *("--threads", "1", "--quiet"),
         timeout=600,
-        env=env,
         cwd=tmp_path,
     )
     assert p.returncode == 0, p.stderr[-2000:]

@@ -3,61 +3,28 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
 import pytest
 
+from tests.helpers.cli import api_run, cli_env, write_api_suite
 from tests.helpers.oai import CANARY_KEY, start_server, stop_server
 
 
 def _suite(tmp: Path) -> Path:
-    texts = ["[c] sky is blue", "[c] fire is cold", "[c] water is wet"]
-    (tmp / "items.jsonl").write_text(
-        "".join(
-            json.dumps({"id": f"i{k}", "text": t, "gold": "yes"}) + "\n"
-            for k, t in enumerate(texts)
-        )
+    return write_api_suite(
+        tmp, ["[c] sky is blue", "[c] fire is cold", "[c] water is wet"], "cache"
     )
-    spec = tmp / "suite.yaml"
-    spec.write_text(
-        "name: cache\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
-        "templates:\n  plain: '{text} Answer yes or no.'\n"
-    )
-    return spec
 
 
 def _run(
     spec: Path, db: Path, url: str, cache: Path, *extra: str
 ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY, "LLMSCOPE_RESPONSE_CACHE": str(cache)}
-    env.pop("OPENAI_BASE_URL", None)
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llmscope",
-            "run",
-            "--suite",
-            str(spec),
-            "--db",
-            str(db),
-            "--model",
-            "openai:test-model",
-            "--base-url",
-            url,
-            "--no-report",
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
+    env = cli_env(OPENAI_API_KEY=CANARY_KEY, LLMSCOPE_RESPONSE_CACHE=str(cache))
+    return api_run(spec, db, url, "--no-report", *extra, env=env)
 
 
 def _rows(db: Path) -> tuple[list[tuple], dict]:

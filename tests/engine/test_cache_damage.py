@@ -10,10 +10,8 @@ working cache behind (a later run is answered from it).
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +19,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from tests.helpers.cli import record
+from tests.helpers.cli import api_run, cli_env, record
 from tests.helpers.oai import OAIServer, running_server
 
 N = 90  # items; one template each
@@ -55,29 +53,8 @@ def spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _run(spec: Path, db: Path, server: OAIServer, cache: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OPENAI_API_KEY": "sk-test", "LLMSCOPE_RESPONSE_CACHE": str(cache)}
-    env.pop("OPENAI_BASE_URL", None)
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llmscope",
-            "run",
-            "--suite",
-            str(spec),
-            "--db",
-            str(db),
-            "--model",
-            "openai:test-model",
-            "--base-url",
-            server.base_url,
-            "--no-report",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
+    env = cli_env(OPENAI_API_KEY="sk-test", LLMSCOPE_RESPONSE_CACHE=str(cache))
+    return api_run(spec, db, server.base_url, "--no-report", env=env)
 
 
 def _stored(db: Path) -> tuple[int, int, dict]:

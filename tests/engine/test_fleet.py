@@ -19,7 +19,7 @@ import pytest
 
 from llmscope.engine.fleet import COOL_OFF_MAX_S, COOL_OFF_S, Fleet
 from llmscope.engine.openai import OpenAIBackend
-from tests.helpers.cli import api_run_args
+from tests.helpers.cli import api_run_args, write_api_suite
 from tests.helpers.midrun import wait_until
 from tests.helpers.oai import CANARY_KEY, start_server, stop_server
 
@@ -126,17 +126,9 @@ async def test_backend_finishes_every_call_when_a_replica_dies_and_takes_it_back
 
 
 def _items(tmp_path: Path, n: int) -> Path:
-    (tmp_path / "items.jsonl").write_text(
-        "".join(
-            json.dumps({"id": f"i{k:03d}", "text": f"s{k}", "gold": "yes"}) + "\n" for k in range(n)
-        )
-    )
-    spec = tmp_path / "suite.yaml"
-    spec.write_text(
-        "name: f\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
-        "templates:\n  plain: '[kill] {text} Answer yes or no.'\n"
-    )
-    return spec
+    texts = [f"s{k}" for k in range(n)]
+    template = "[kill] {text} Answer yes or no."
+    return write_api_suite(tmp_path, texts, "f", ids="i{k:03d}", template=template)
 
 
 def test_cli_run_loses_a_replica_mid_run_and_stores_every_item_once(tmp_path: Path) -> None:

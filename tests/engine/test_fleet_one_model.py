@@ -26,8 +26,8 @@ from typing import Any
 import duckdb
 import pytest
 
-from tests.helpers.cli import api_run_args
-from tests.helpers.oai import CANARY_KEY, OAIServer, start_server, stop_server
+from tests.helpers.cli import api_run_args, write_api_suite
+from tests.helpers.oai import CANARY_KEY, OAIServer, running_pair
 
 YES = [["Yes", -0.3], ["No", -1.6]]  # the run's model: answers yes
 NO = [["No", -0.2], ["Yes", -1.9]]  # the other model: answers no
@@ -37,26 +37,14 @@ N = 30
 
 @pytest.fixture
 def pair() -> Iterator[tuple[OAIServer, OAIServer]]:
-    a, b = start_server(), start_server()
-    try:
-        yield a, b
-    finally:
-        stop_server(a)
-        stop_server(b)
+    with running_pair() as servers:
+        yield servers
 
 
 def _suite(tmp_path: Path, n: int = N) -> Path:
-    (tmp_path / "items.jsonl").write_text(
-        "".join(
-            json.dumps({"id": f"i{k:03d}", "text": f"s{k}", "gold": "yes"}) + "\n" for k in range(n)
-        )
-    )
-    spec = tmp_path / "suite.yaml"
-    spec.write_text(
-        "name: f1\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
-        f"templates:\n  plain: '{MARK} {{text}} Answer yes or no.'\n"
-    )
-    return spec
+    texts = [f"s{k}" for k in range(n)]
+    template = f"{MARK} {{text}} Answer yes or no."
+    return write_api_suite(tmp_path, texts, "f1", ids="i{k:03d}", template=template)
 
 
 def _run(tmp_path: Path, urls: list[str], *extra: str) -> subprocess.CompletedProcess[str]:

@@ -24,6 +24,7 @@ from llmscope.engine.openai import OpenAIBackend
 from llmscope.engine.openai.endpoints import redactor
 from llmscope.engine.openai.topk import apply_topk_rule
 from tests.helpers import oai as oai_fixtures
+from tests.helpers.cli import api_run_args
 from tests.helpers.oai import CANARY_KEY, OAIServer, note_fault_outcome
 
 oai_server = oai_fixtures.oai_server
@@ -107,24 +108,7 @@ def _minpairs_suite(tmp: Path) -> Path:
 def _run(
     capsys: pytest.CaptureFixture[str], spec: Path, db: Path, url: str, *extra: str
 ) -> tuple[int, str]:
-    rc = cli.main(
-        [
-            "run",
-            "--suite",
-            str(spec),
-            "--db",
-            str(db),
-            "--model",
-            "openai:test-model",
-            "--base-url",
-            url,
-            "--max-retries",
-            "3",
-            "--timeout",
-            "2",
-            *extra,
-        ]
-    )
+    rc = cli.main(api_run_args(spec, db, url, "--max-retries", "3", "--timeout", "2", *extra))
     out = capsys.readouterr()
     assert "Traceback" not in out.err
     return rc, out.out + out.err

@@ -20,6 +20,7 @@ import pytest
 
 from llmscope import cli
 from tests.helpers import oai as oai_fixtures
+from tests.helpers.cli import api_run_args, write_api_suite
 from tests.helpers.oai import CANARY_KEY, OAIServer, note_fault_outcome
 
 oai_server = oai_fixtures.oai_server
@@ -34,41 +35,16 @@ _note = note_fault_outcome
 
 
 def _yesno_suite(tmp: Path, texts: list[str]) -> Path:
-    (tmp / "items.jsonl").write_text(
-        "".join(
-            json.dumps({"id": f"i{k}", "text": t, "gold": "yes"}) + "\n"
-            for k, t in enumerate(texts)
-        )
-    )
-    spec = tmp / "suite.yaml"
-    spec.write_text(
-        "name: faults\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
-        "templates:\n  plain: '{text} Answer yes or no.'\n"
-    )
-    return spec
+    return write_api_suite(tmp, texts, "faults")
 
 
 def _run(
     capsys: pytest.CaptureFixture[str], spec: Path, db: Path, base_url: str, *extra: str
 ) -> tuple[int, str]:
     rc = cli.main(
-        [
-            "run",
-            "--suite",
-            str(spec),
-            "--db",
-            str(db),
-            "--model",
-            "openai:test-model",
-            "--base-url",
-            base_url,
-            "--max-retries",
-            "2",
-            "--timeout",
-            "1",
-            "--no-report",
-            *extra,
-        ]
+        api_run_args(
+            spec, db, base_url, "--max-retries", "2", "--timeout", "1", "--no-report", *extra
+        )
     )
     err = capsys.readouterr().err
     assert "Traceback" not in err
@@ -259,15 +235,41 @@ def test_401_fails_fast_with_one_line(
     _note("401", f"exit {rc} after 1 request, one line (API key was rejected), no run stored")
 
 
-def test_404_model_fails_fast(
-    oai: OAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("status", "message", "shown", "case"),
+    [
+        (
+            404,
+            "The model `test-model` does not exist",
+            "model 'test-model' or the endpoint was not found",
+            None,
+        ),
+        (
+            400,
+            "logprobs is not supported",
+            "rejects the probe request (HTTP 400: logprobs is not supported)",
+            "400 on every request",
+        ),
+    ],
+    ids=["404-model", "400-every-request"],
+)
+def test_an_error_status_on_every_request_fails_fast(
+    oai: OAIServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    status: int,
+    message: str,
+    shown: str,
+    case: str | None,
 ) -> None:
-    oai.script("", error={"status": 404, "message": "The model `test-model` does not exist"})
+    oai.script("", error={"status": status, "message": message})
     spec = _yesno_suite(tmp_path, ["a"])
     db = tmp_path / "r.duckdb"
     rc, err = _run(capsys, spec, db, oai.base_url)
-    assert rc == 2 and "model 'test-model' or the endpoint was not found" in err
+    assert rc == 2 and shown in err
     _no_run_stored(db)
+    if case:
+        _note(case, f"exit {rc}, one line, no run stored")
 
 
 def test_400_logprobs_not_supported_uses_sampled_estimate(
@@ -305,18 +307,6 @@ def test_400_logprobs_not_supported_uses_sampled_estimate(
     warned = [r for r in caplog.records if "log-probabilities" in r.getMessage()]
     assert len(warned) == 1 and warned[0].levelname == "WARNING"
     assert err.count("log-probabilities") == 0
-
-
-def test_400_on_every_request_fails_fast(
-    oai: OAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    oai.script("", error={"status": 400, "message": "logprobs is not supported"})
-    spec = _yesno_suite(tmp_path, ["a"])
-    db = tmp_path / "r.duckdb"
-    rc, err = _run(capsys, spec, db, oai.base_url)
-    assert rc == 2 and "rejects the probe request (HTTP 400: logprobs is not supported)" in err
-    _no_run_stored(db)
-    _note("400 on every request", f"exit {rc}, one line, no run stored")
 
 
 # ------------------------------------------------------------ circuit breaker

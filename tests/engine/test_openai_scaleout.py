@@ -14,20 +14,17 @@ import pytest
 from llmscope import cli
 from llmscope.engine.backend import BackendConfigError
 from llmscope.engine.openai import OpenAIBackend, expand_base_urls
+from tests.helpers.cli import api_run_args, write_api_suite
 from tests.helpers.midrun import release_when_held
-from tests.helpers.oai import CANARY_KEY, OAIServer, start_server, stop_server
+from tests.helpers.oai import CANARY_KEY, OAIServer, running_pair
 
 TOP = [["Yes", -0.3], ["No", -1.6]]
 
 
 @pytest.fixture(scope="module")
 def fleet() -> Iterator[tuple[OAIServer, OAIServer]]:
-    a, b = start_server(), start_server()
-    try:
-        yield a, b
-    finally:
-        stop_server(a)
-        stop_server(b)
+    with running_pair() as servers:
+        yield servers
 
 
 @pytest.fixture
@@ -100,35 +97,11 @@ def test_cli_run_over_two_replicas(
     a, b = pair
     for s in pair:
         s.script("", top=TOP)
-    (tmp_path / "items.jsonl").write_text(
-        "".join(
-            json.dumps({"id": f"i{k}", "text": f"s{k}", "gold": "yes"}) + "\n" for k in range(10)
-        )
-    )
-    spec = tmp_path / "suite.yaml"
-    spec.write_text(
-        "name: f\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
-        "templates:\n  plain: '{text} Answer yes or no.'\n"
-    )
+    spec = write_api_suite(tmp_path, [f"s{k}" for k in range(10)], "f")
     urls = tmp_path / "urls.txt"
     urls.write_text(f"{b.base_url}\n")
     db = tmp_path / "r.duckdb"
-    rc = cli.main(
-        [
-            "run",
-            "--suite",
-            str(spec),
-            "--db",
-            str(db),
-            "--model",
-            "openai:test-model",
-            "--base-url",
-            a.base_url,
-            "--base-url",
-            "@" + str(urls),
-            "--no-report",
-        ]
-    )
+    rc = cli.main(api_run_args(spec, db, a.base_url, "--base-url", "@" + str(urls), "--no-report"))
     assert rc == 0, capsys.readouterr().err
     con = duckdb.connect(str(db), read_only=True)
     n, scored = con.execute("SELECT count(*), count(p_yes) FROM results").fetchone()

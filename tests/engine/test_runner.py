@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -10,9 +9,9 @@ import pytest
 
 from llmscope.data.suites import load_suite
 from llmscope.engine.progress import NullReporter, Progress
-from llmscope.engine.runner import Runner, RunPlan
+from llmscope.engine.runner import RunPlan
 from llmscope.store.db import Store
-from tests.helpers.tinymodel import make_tiny_model, tiny_spec
+from tests.helpers.tinymodel import make_tiny_model, run_plan, tiny_backend
 
 
 def _suite(tmp: Path, n: int = 12) -> Path:
@@ -50,30 +49,15 @@ class Recorder(NullReporter):
 
 
 def _run(tmp_path, db, limit=None, batch_size=4):
-    from llmscope.engine.hf import HFBackend
-
     model, tok = make_tiny_model(tmp_path)
-    backend = HFBackend(
-        tiny_spec(tmp_path),
-        model=model,
-        tokenizer=tok,
-        device="cpu",
-        dtype="float32",
-        batch_size=batch_size,
-    )
+    backend = tiny_backend(tmp_path, model, tok, batch_size=batch_size)
     plan = RunPlan(
         suite=load_suite(_suite(tmp_path)), model_label="tiny", model_arg="tiny", limit=limit
     )
     rec = Recorder()
 
-    async def main():
-        try:
-            return await Runner(plan, backend, store, rec).run()
-        finally:
-            await backend.aclose()
-
     with Store(db) as store:
-        prog = asyncio.run(main())
+        prog = run_plan(plan, backend, store, rec)
     return prog, rec
 
 
@@ -107,33 +91,18 @@ def test_run_resume_and_exactly_once(tmp_path, db_path):
 
 
 def test_item_errors_are_stored_not_scored(tmp_path, db_path):
-    from llmscope.engine.hf import HFBackend
-
     model, tok = make_tiny_model(tmp_path)
     # the items' prompts fit in 200 tokens with either test tokenizer (Qwen2.5 ~50, the trained
     # fallback ~86); the 400-word item does not
-    backend = HFBackend(
-        tiny_spec(tmp_path),
-        model=model,
-        tokenizer=tok,
-        device="cpu",
-        dtype="float32",
-        max_length=200,
-    )
+    backend = tiny_backend(tmp_path, model, tok, max_length=200)
     spec = _suite(tmp_path, 3)
     items = (tmp_path / "items.jsonl").read_text().splitlines()
     items.append(json.dumps({"id": "long", "text": "word " * 400, "gold": "yes"}))
     (tmp_path / "items.jsonl").write_text("\n".join(items) + "\n")
     plan = RunPlan(suite=load_suite(spec), model_label="tiny", model_arg="tiny")
 
-    async def main(store):
-        try:
-            return await Runner(plan, backend, store).run()
-        finally:
-            await backend.aclose()
-
     with Store(db_path) as store:
-        prog = asyncio.run(main(store))
+        prog = run_plan(plan, backend, store)
         assert prog.errors == 2 and prog.status == "completed_with_errors"
         rows = store.execute(
             "SELECT variant, error, correct, p_yes FROM results WHERE item_id = 'long'"

@@ -33,6 +33,7 @@ from tests.helpers.cli import (
     write_yesno_suite,
 )
 from tests.helpers.midrun import signal_frozen, wait_stored
+from tests.helpers.tinymodel import tiny_run_args
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
@@ -43,23 +44,7 @@ N_YESNO, N_CHOICE = 1200, 300  # 2400 + 300 prompts: a few seconds of scoring ea
 
 
 def _run_args(spec: Path, model: Path, db: Path) -> list[str]:
-    return [
-        "run",
-        "--suite",
-        str(spec),
-        "--model",
-        f"hf:{model}",
-        "--db",
-        str(db),
-        "--dtype",
-        "float32",
-        "--device",
-        "cpu",
-        "--batch-size",
-        "4",
-        "--no-report",
-        "--quiet",
-    ]
+    return tiny_run_args(spec, model, db, "--batch-size", "4")
 
 
 @pytest.fixture(scope="module")

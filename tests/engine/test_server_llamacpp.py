@@ -80,13 +80,7 @@ def run_cli(
     db: Path, suite: str, *extra: str, base_url: str | None = None, timeout: int = 420
 ) -> subprocess.CompletedProcess[str]:
     """`llmscope run` in a subprocess; with base_url through the server, else the local backend."""
-    return subprocess.run(
-        sh.run_command(db, suite, base_url, *extra),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=sh.client_env(KEY),
-    )
+    return sh.run_process(db, suite, base_url, *extra, key=KEY, timeout=timeout)
 
 
 def rows(db: Path, backend: str | None = None) -> list[dict]:

@@ -73,13 +73,7 @@ def run_cli(
     db: Path, suite: str, *extra: str, base_url: str | list[str] | None = None, timeout: int = 600
 ) -> subprocess.CompletedProcess[str]:
     """`llmscope run` in a subprocess: through the server(s) with base_url, else locally."""
-    return subprocess.run(
-        sh.run_command(db, suite, base_url, *extra),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=sh.client_env(KEY),
-    )
+    return sh.run_process(db, suite, base_url, *extra, key=KEY, timeout=timeout)
 
 
 def rows(db: Path, backend: str) -> dict[tuple[str, str], dict[str, Any]]:

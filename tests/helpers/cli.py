@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,6 +96,20 @@ def cli(
     )
 
 
+def cli_here(*args: str, db: str | Path) -> SimpleNamespace:
+    """`llmscope --db DB ARGS` in this process (no interpreter start-up per call): its returncode,
+    stdout and stderr, as `cli` gives them."""
+    import contextlib
+    import io
+
+    from llmscope.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["--db", str(db), *args])
+    return SimpleNamespace(returncode=rc, stdout=out.getvalue(), stderr=err.getvalue())
+
+
 def api_run_args(spec: str | Path, db: str | Path, base_url: str, *extra: str) -> list[str]:
     """The arguments of `llmscope run` of a suite on `openai:test-model` at `base_url`."""
     return [
@@ -127,6 +142,32 @@ def api_run(
     )
 
 
+def write_api_suite(
+    folder: Path,
+    texts: list[str],
+    name: str = "api",
+    golds: list[str] | None = None,
+    ids: str = "i{k}",
+    template: str = "{text} Answer yes or no.",
+) -> Path:
+    """A yes/no suite `name` of `texts` (ids `ids.format(k=k)`; gold `golds`, else all yes), each
+    asked with the one template `template`: the scripted server (tests/helpers/oai_server.py)
+    answers by markers in the text or the template."""
+    rows = zip(texts, golds or ["yes"] * len(texts), strict=True)
+    (folder / "items.jsonl").write_text(
+        "".join(
+            json.dumps({"id": ids.format(k=k), "text": t, "gold": g}) + "\n"
+            for k, (t, g) in enumerate(rows)
+        )
+    )
+    spec = folder / "suite.yaml"
+    spec.write_text(
+        f"name: {name}\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
+        f"templates:\n  plain: '{template}'\n"
+    )
+    return spec
+
+
 def assert_clean_error(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
     """A user-facing failure: exit 2, one `llmscope: error:` line, no traceback."""
     err = proc.stderr
@@ -147,6 +188,31 @@ def tiny_model_dir(base: Path) -> Path:
 
         make_tiny_model(base, vocab="trained", save=True)
     return folder
+
+
+def syntax_sample_db(base: Path, limit: int = 6) -> Path:
+    """`base/sg.duckdb` holding one in-process `llmscope run` of the syntax-sample suite (its
+    first `limit` items) on the tiny model."""
+    from llmscope.cli import main
+
+    model = tiny_model_dir(base)
+    db = base / "sg.duckdb"
+    args = ["run", "--suite", "syntax-sample", "--limit", str(limit), "--db", str(db)]
+    args += ["--model", f"hf:{model}", "--threads", "1", "--quiet", "--no-report"]
+    assert main(args) == 0
+    return db
+
+
+def contamination_db(base: Path, limit: int, *opts: str) -> Path:
+    """`base/c.duckdb` holding a `llmscope run` subprocess of contamination-sample (its first
+    `limit` items, 4 new tokens, `--opt` each of `opts`) on the tiny model saved in
+    `base/tiny-llama` (tests/helpers/tinymodel.py `make_tiny_model(base, save=True)`)."""
+    db = base / "c.duckdb"
+    args = ["run", "--suite", "contamination-sample", "--limit", str(limit), "--db", str(db)]
+    args += ["--model", str(base / "tiny-llama"), "--opt", "max_new_tokens=4"]
+    r = cli(*args, *(a for o in opts for a in ("--opt", o)), timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return db
 
 
 WORDS = "cat dog bird fish tree water fire stone sky sun moon river mountain city house car".split()
@@ -192,6 +258,23 @@ def write_choice_suite(folder: Path, n_items: int, name: str = "rel-choice") -> 
 
 
 # -- reading a database -------------------------------------------------------------------
+def hold_db(db: Path, sql: str = "") -> subprocess.Popen[str]:
+    """Another process holding `db` open for writing (after running `sql` on it), once it has
+    it; it lets go when its stdin is closed."""
+    code = (
+        "import sys, duckdb; c = duckdb.connect(sys.argv[1]); c.execute(sys.argv[2] or 'SELECT 1');"
+        "print('ready', flush=True); sys.stdin.read(); c.close()"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(db), sql],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+    return holder
+
+
 def snapshot(db: Path, dest: Path) -> Path:
     """Copy a database (and its WAL) so it can be inspected without touching the original."""
     dest.mkdir(parents=True, exist_ok=True)

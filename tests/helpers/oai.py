@@ -106,6 +106,13 @@ def running_server(*args: str) -> Iterator[OAIServer]:
         stop_server(server)
 
 
+@contextmanager
+def running_pair() -> Iterator[tuple[OAIServer, OAIServer]]:
+    """Two scripted servers (two replicas, or a good one and a bad one) for the block."""
+    with running_server() as a, running_server() as b:
+        yield a, b
+
+
 @pytest.fixture(scope="module")
 def oai_server() -> Iterator[OAIServer]:
     """One scripted server per test module."""
@@ -120,6 +127,37 @@ def oai(oai_server: OAIServer, monkeypatch: pytest.MonkeyPatch) -> OAIServer:
     monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     return oai_server
+
+
+def write_marked_suite(
+    folder: Path,
+    name: str,
+    n_items: int,
+    id_prefix: str,
+    text: str,
+    second: str = "True or not? {text}",
+    topics: bool = False,
+) -> Path:
+    """A yes/no suite `name` for the scripted server: items `{id_prefix}{i}` with the text
+    `text.format(i=i)` (a marker the server answers by, e.g. '[sess] claim {i}'), gold yes on odd
+    `i` (a topic odd/even with `topics`), asked with 'TEXT Answer yes or no.' and `second`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "items.jsonl", "w", encoding="utf-8") as f:
+        for i in range(n_items):
+            row = {
+                "id": f"{id_prefix}{i}",
+                "text": text.format(i=i),
+                "gold": "yes" if i % 2 else "no",
+            }
+            if topics:
+                row["topic"] = "odd" if i % 2 else "even"
+            f.write(json.dumps(row) + "\n")
+    (folder / "suite.yaml").write_text(
+        f"name: {name}\ntask: yesno\nitems: items.jsonl\n"
+        f"templates:\n  a: '{{text}} Answer yes or no.'\n  b: '{second}'\n",
+        encoding="utf-8",
+    )
+    return folder / "suite.yaml"
 
 
 def note_fault_outcome(case: str, outcome: str) -> None:

@@ -177,3 +177,37 @@ def tiny_spec(tmp_path: str | Path) -> Any:
 
     p = Path(tmp_path) / "tiny-llama"
     return ModelSpec("hf", str(p), str(p), None, label="tiny-llama")
+
+
+def tiny_backend(folder: str | Path, model: Any, tok: Any, **options: Any) -> Any:
+    """An HFBackend in fp32 on the CPU over the tiny model saved in `folder` (weights passed in);
+    `options` go to HFBackend (batch_size, max_length, ...)."""
+    from llmscope.engine.hf import HFBackend
+
+    return HFBackend(
+        tiny_spec(folder), model=model, tokenizer=tok, device="cpu", dtype="float32", **options
+    )
+
+
+def run_plan(plan: Any, backend: Any, store: Any, reporter: Any = None) -> Any:
+    """Run `plan` on `backend` into `store` to its end, then close the backend; the run's
+    progress as the Runner returns it."""
+    import asyncio
+
+    from llmscope.engine.runner import Runner
+
+    async def main() -> Any:
+        try:
+            return await Runner(plan, backend, store, reporter).run()
+        finally:
+            await backend.aclose()
+
+    return asyncio.run(main())
+
+
+def tiny_run_args(spec: str | Path, model: str | Path, db: str | Path, *extra: str) -> list[str]:
+    """The arguments of a quiet `llmscope run` of a suite on the saved model folder `model` in
+    full precision on the CPU (the same numbers on every machine), without the report."""
+    return ["run", "--suite", str(spec), "--model", f"hf:{model}", "--db", str(db)] + [
+        *("--dtype", "float32", "--device", "cpu", *extra, "--no-report", "--quiet")
+    ]

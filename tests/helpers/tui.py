@@ -209,3 +209,23 @@ def fill_form(screen: Any, **values: str) -> None:
     form = screen.query_one(RunForm)
     for name, value in values.items():
         form.set_value(name, value)
+
+
+async def wait_run_completed(app: Any, pilot: Any) -> str:
+    """After the form's Start: wait for the run's dashboard, its "completed" and its end, with no
+    error notified and the write connection released; returns the run's id."""
+    from llmscope.tui.screens import DashboardScreen
+
+    assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)), [
+        n.message for n in app._notifications
+    ]
+    dash = app.screen
+    assert await wait_until(pilot, lambda: "completed" in screen_text(app))
+    assert await wait_until(pilot, lambda: not dash.active)
+    assert not any(n.severity == "error" for n in app._notifications), [
+        n.message for n in app._notifications
+    ]
+    run_id = dash.run_id
+    await settle(pilot)
+    assert await wait_until(pilot, lambda: not app.handle.writing)  # no write lock
+    return run_id

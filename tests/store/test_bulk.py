@@ -13,51 +13,12 @@ from llmscope.engine.types import Result
 from llmscope.io.importers.published import fast_jsonl, import_worldsense
 from llmscope.store.db import Store
 from llmscope.store.errors import StoreError
-
-COLS = (
-    "item_id",
-    "variant",
-    "seq",
-    "prompt",
-    "probs",
-    "p_yes",
-    "p_no",
-    "other",
-    "top_tokens",
-    "option_scores",
-    "prediction",
-    "gold",
-    "correct",
-    "confidence",
-    "n_tokens",
-    "latency_ms",
-    "error",
-    "extra",
-)
-
-
-def _rows(st: Store, run_id: str) -> list[tuple]:
-    return st.execute(
-        f"SELECT {', '.join(COLS)} FROM results WHERE run_id = ? ORDER BY seq", [run_id]
-    ).fetchall()
-
-
-def _run(st: Store, run_id: str) -> None:
-    st.create_run(
-        {
-            "run_id": run_id,
-            "suite_id": "s",
-            "suite_name": "s",
-            "task": "yesno",
-            "model": "m",
-            "n_total": 3,
-        }
-    )
+from tests.helpers.bulk import stored_rows, ws_trial, yesno_run
 
 
 def test_append_results_defaults_and_values(tmp_path: Path) -> None:
     with Store(tmp_path / "a.duckdb") as st:
-        _run(st, "r")
+        yesno_run(st, "r")
         n = st.append_results(
             "r",
             {
@@ -71,7 +32,7 @@ def test_append_results_defaults_and_values(tmp_path: Path) -> None:
             start_seq=5,
         )
         assert n == 2
-        got = _rows(st, "r")
+        got = stored_rows(st, "r")
     # by hand: absent columns are null, n_tokens 0 and latency 0.0 (a default Result's values),
     # seq counts from start_seq, NaN is stored as NaN only if given as such by Arrow -> checked below
     a, b = got
@@ -113,8 +74,8 @@ def test_append_results_matches_write_results(tmp_path: Path) -> None:
         extra={"imported": True, "valid": True},
     )
     with Store(tmp_path / "b.duckdb") as st:
-        _run(st, "r1")
-        _run(st, "r2")
+        yesno_run(st, "r1")
+        yesno_run(st, "r2")
         st.write_results("r1", [res])
         st.append_results(
             "r2",
@@ -128,7 +89,7 @@ def test_append_results_matches_write_results(tmp_path: Path) -> None:
                 "extra": ['{"imported":true,"valid":true}'],
             },
         )
-        assert _rows(st, "r1") == _rows(st, "r2")
+        assert stored_rows(st, "r1") == stored_rows(st, "r2")
 
 
 def test_append_results_rejects_bad_columns(tmp_path: Path) -> None:
@@ -145,7 +106,7 @@ def test_transaction_is_all_or_nothing(tmp_path: Path) -> None:
     with Store(path) as st:
         with pytest.raises(RuntimeError):
             with st.transaction():
-                _run(st, "gone")
+                yesno_run(st, "gone")
                 st.append_results("gone", {"item_id": ["a"], "variant": ["q1"]})
                 raise RuntimeError("killed half-way")
         assert st.get_run("gone") is None
@@ -153,12 +114,12 @@ def test_transaction_is_all_or_nothing(tmp_path: Path) -> None:
         # a duplicate key inside a transaction is an error (no silent ON CONFLICT) and undoes it all
         with pytest.raises(StoreError):
             with st.transaction():
-                _run(st, "dup")
+                yesno_run(st, "dup")
                 st.append_results("dup", {"item_id": ["a", "a"], "variant": ["q1", "q1"]})
         assert st.get_run("dup") is None
         # nested use joins the outer transaction; committed rows survive reopening
         with st.transaction():
-            _run(st, "ok")
+            yesno_run(st, "ok")
             with st.transaction():
                 st.append_results("ok", {"item_id": ["a", "b"], "variant": ["q1", "q1"]})
     with Store(path, read_only=True) as st:
@@ -168,7 +129,7 @@ def test_transaction_is_all_or_nothing(tmp_path: Path) -> None:
         st.write_results(
             "ok", [Result(item_id="a", variant="q1"), Result(item_id="c", variant="q1")], 2
         )
-        assert [r[0] for r in _rows(st, "ok")] == ["a", "b", "c"]
+        assert [r[0] for r in stored_rows(st, "ok")] == ["a", "b", "c"]
 
 
 # -- fast_jsonl: same records and the same errors as read_jsonl --------------------------------
@@ -218,29 +179,14 @@ def test_fast_jsonl_same_errors(tmp_path: Path, text: str, where: str) -> None:
 
 
 # -- WorldSense import through the bulk path ---------------------------------------------------
-def _trial(key: int, gold_obf: str, opts: list[str]) -> dict:
-    return {
-        "Key": key,
-        "expectedresp": opts,
-        "goldresp_obfusc": gold_obf,
-        "text": f"Trial {key}?",
-        "problemname": "Infer.trivial",
-        "problemsize": 3,
-        "tuple_ID": key // 2,
-        "skin": "s",
-        "qskin": "q",
-        "complexity": 1,
-    }
-
-
 def _ws_dir(tmp_path: Path) -> Path:
     d = tmp_path / "ws"
     (d / "results").mkdir(parents=True)
     trials = [
-        _trial(1, "Emmanuel", ["TRUE", "FALSE"]),
-        _trial(2, "Megi", ["TRUE", "FALSE"]),
-        _trial(3, "Mark", ["1", "2", "3"]),
-        _trial(4, "Youssef", ["1", "2", "3"]),
+        ws_trial(1, "Emmanuel", ["TRUE", "FALSE"]),
+        ws_trial(2, "Megi", ["TRUE", "FALSE"]),
+        ws_trial(3, "Mark", ["1", "2", "3"]),
+        ws_trial(4, "Youssef", ["1", "2", "3"]),
     ]
     (d / "trials.jsonl").write_text("\n".join(json.dumps(t) for t in trials) + "\n")
     resp = [
@@ -341,7 +287,7 @@ def test_worldsense_reimport_uses_stored_suite(
     d = _ws_dir(tmp_path)
     with Store(tmp_path / "w.duckdb") as st:
         import_worldsense(st, d)
-        first = _rows(st, st.execute("SELECT run_id FROM runs").fetchone()[0])
+        first = stored_rows(st, st.execute("SELECT run_id FROM runs").fetchone()[0])
         assert "already imported" in import_worldsense(st, d)[1]
         st.execute("DELETE FROM results")
         st.execute("DELETE FROM runs")
@@ -352,7 +298,7 @@ def test_worldsense_reimport_uses_stored_suite(
 
         monkeypatch.setattr(ws, "load_worldsense", no_parse)
         import_worldsense(st, d)
-        again = _rows(st, st.execute("SELECT run_id FROM runs").fetchone()[0])
+        again = stored_rows(st, st.execute("SELECT run_id FROM runs").fetchone()[0])
     assert again == first
 
 
@@ -365,7 +311,7 @@ def test_kill_inside_import_transaction_leaves_no_run(tmp_path: Path) -> None:
 
     path = tmp_path / "k.duckdb"
     with Store(path) as st:
-        _run(st, "kept")
+        yesno_run(st, "kept")
         st.append_results("kept", {"item_id": ["a"], "variant": ["q1"]})
     code = f"""
 import os, signal
@@ -382,7 +328,7 @@ with st.transaction():
         assert st.get_run("half") is None and st.count_results("half") == (0, 0)
         assert st.count_results("kept") == (1, 0)
         with st.transaction():
-            _run(st, "half")
+            yesno_run(st, "half")
             st.append_results("half", {"item_id": ["a", "b"], "variant": ["q1", "q1"]})
         assert st.count_results("half") == (2, 0)
     assert os.path.exists(path)

@@ -17,49 +17,13 @@ from llmscope.io.importers import published
 from llmscope.io.importers.published import import_worldsense, is_plain_results
 from llmscope.store.db import Store
 from llmscope.store.errors import StoreError
+from tests.helpers.bulk import STORED_COLS, stored_rows, ws_trial, yesno_run
 
-COLS = (
-    "item_id",
-    "variant",
-    "seq",
-    "prompt",
-    "probs",
-    "p_yes",
-    "p_no",
-    "other",
-    "top_tokens",
-    "option_scores",
-    "prediction",
-    "gold",
-    "correct",
-    "confidence",
-    "n_tokens",
-    "latency_ms",
-    "error",
-    "extra",
-    "p_chosen",
-    "choice_method",
-    "top_tokens_blob",
-)
+COLS = (*STORED_COLS, "p_chosen", "choice_method", "top_tokens_blob")
 
 
 def _rows(st: Store, run_id: str) -> list[tuple]:
-    return st.execute(
-        f"SELECT {', '.join(COLS)} FROM results WHERE run_id = ? ORDER BY seq", [run_id]
-    ).fetchall()
-
-
-def _run(st: Store, run_id: str) -> None:
-    st.create_run(
-        {
-            "run_id": run_id,
-            "suite_id": "s",
-            "suite_name": "s",
-            "task": "yesno",
-            "model": "m",
-            "n_total": 3,
-        }
-    )
+    return stored_rows(st, run_id, COLS)
 
 
 def _values(rows: list[tuple]) -> str:
@@ -83,8 +47,8 @@ ROWS = [("a", "q1", 0, "yes", 1.0), ("b", "q1", 1, None, None), ("a", "q2", 2, "
 
 def test_append_results_sql_equals_append_results(tmp_path: Path) -> None:
     with Store(tmp_path / "s.duckdb") as st:
-        _run(st, "py")
-        _run(st, "sql")
+        yesno_run(st, "py")
+        yesno_run(st, "sql")
         st.append_results(
             "py",
             {
@@ -129,7 +93,7 @@ def test_append_results_sql_keys_inside_a_transaction(tmp_path: Path) -> None:
     """Inside `transaction()` a key repeated in the select, or stored before, is an error and
     the transaction writes nothing."""
     with Store(tmp_path / "k.duckdb") as st:
-        _run(st, "r")
+        yesno_run(st, "r")
         rows = [*ROWS, ("b", "q1", 3, "yes", 1.0)]
         with pytest.raises(
             StoreError, match=r"duplicate result key \('b', 'q1'\) for run r inside one transaction"
@@ -154,8 +118,8 @@ def test_append_results_sql_keys_inside_a_transaction(tmp_path: Path) -> None:
 def test_append_results_sql_skips_repeated_keys_outside_a_transaction(tmp_path: Path) -> None:
     """Outside a transaction, as `append_results`: stored keys and later copies are skipped."""
     with Store(tmp_path / "o.duckdb") as st:
-        _run(st, "py")
-        _run(st, "sql")
+        yesno_run(st, "py")
+        yesno_run(st, "sql")
         for run in ("py", "sql"):
             st.append_results(run, {"item_id": ["a"], "variant": ["q2"], "prediction": ["old"]})
         rows = [*ROWS, ("b", "q1", 3, "yes", 1.0), ("c", "q1", 4, "yes", 1.0)]
@@ -181,7 +145,7 @@ def test_append_results_sql_skips_repeated_keys_outside_a_transaction(tmp_path: 
 
 def test_append_results_sql_empty_select(tmp_path: Path) -> None:
     with Store(tmp_path / "e.duckdb") as st:
-        _run(st, "r")
+        yesno_run(st, "r")
         assert st.append_results_sql("r", _select([])) == 0
         with st.transaction():
             assert st.append_results_sql("r", _select([])) == 0
@@ -192,7 +156,7 @@ def test_append_results_sql_empty_select(tmp_path: Path) -> None:
 
 def test_append_results_sql_rolled_back_with_its_transaction(tmp_path: Path) -> None:
     with Store(tmp_path / "t.duckdb") as st:
-        _run(st, "r")
+        yesno_run(st, "r")
         with pytest.raises(RuntimeError), st.transaction():
             assert st.append_results_sql("r", _select(ROWS)) == 3
             assert st.count_results("r") == (3, 0)
@@ -206,7 +170,7 @@ def test_append_results_sql_rolled_back_with_its_transaction(tmp_path: Path) -> 
 
 def test_append_results_sql_column_rules(tmp_path: Path) -> None:
     with Store(tmp_path / "c.duckdb") as st:
-        _run(st, "r")
+        yesno_run(st, "r")
         for sql, msg in [
             ("SELECT 'a' AS item_id, 'q' AS variant", "must give"),
             (
@@ -244,28 +208,13 @@ def test_append_results_sql_column_rules(tmp_path: Path) -> None:
 # -- the WorldSense import: DuckDB's reader against the Python parser ---------------------------
 
 
-def _trial(key: int, gold_obf: str, opts: list[str]) -> dict:
-    return {
-        "Key": key,
-        "expectedresp": opts,
-        "goldresp_obfusc": gold_obf,
-        "text": f"Trial {key}?",
-        "problemname": "Infer.trivial",
-        "problemsize": 3,
-        "tuple_ID": key // 2,
-        "skin": "s",
-        "qskin": "q",
-        "complexity": 1,
-    }
-
-
 TRIALS = [
-    _trial(1, "Emmanuel", ["TRUE", "FALSE"]),
-    _trial(2, "Megi", ["TRUE", "FALSE"]),
-    _trial(3, "Mark", ["1", "2", "3"]),
-    _trial(-4, "Youssef", ["1", "2", "3"]),
-    _trial(0, "Dieuwke", ["POSSIBLE", "IMPOSSIBLE"]),
-    _trial(9223372036854775807, "Yoda", ["1", "2", "3"]),
+    ws_trial(1, "Emmanuel", ["TRUE", "FALSE"]),
+    ws_trial(2, "Megi", ["TRUE", "FALSE"]),
+    ws_trial(3, "Mark", ["1", "2", "3"]),
+    ws_trial(-4, "Youssef", ["1", "2", "3"]),
+    ws_trial(0, "Dieuwke", ["POSSIBLE", "IMPOSSIBLE"]),
+    ws_trial(9223372036854775807, "Yoda", ["1", "2", "3"]),
 ]
 
 # plain lines: DuckDB reads these

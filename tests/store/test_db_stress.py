@@ -15,7 +15,6 @@ import os
 import random
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from tests.helpers.cli import (
     api_run,
     assert_clean_error,
     cli,
+    hold_db,
     record,
     snapshot,
     write_yesno_suite,
@@ -78,20 +78,8 @@ def _make_db(path: Path, spec: Path, server: OAIServer) -> None:
 def test_locked_by_another_process(tmp_path: Path, server: OAIServer) -> None:
     spec = write_yesno_suite(tmp_path / "s", 5)
     db = tmp_path / "locked.duckdb"
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, duckdb; c = duckdb.connect(sys.argv[1]); c.execute('CREATE TABLE mine (x INT)');"
-            "print('ready', flush=True); sys.stdin.read(); c.close()",
-            str(db),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = hold_db(db, "CREATE TABLE mine (x INT)")
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
         assert_clean_error(_run(spec, db, server), "in use by another process", str(db))
         assert_clean_error(cli("runs", "--db", str(db)), "in use by another process")
         assert_clean_error(cli("report", "--db", str(db)), "in use by another process")

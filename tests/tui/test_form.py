@@ -12,9 +12,9 @@ from llmscope.cli.common import config_from_args
 from llmscope.store.db import Store
 from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.panels.form import FIELDS, FormError, RunForm, check_task_options, form_run
-from llmscope.tui.screens import DashboardScreen, HomeScreen
+from llmscope.tui.screens import HomeScreen
 from tests.helpers.oai import oai, oai_server  # noqa: F401
-from tests.helpers.tui import screen_text, settle, wait_until
+from tests.helpers.tui import settle, wait_run_completed, wait_until
 
 
 def _cli_config(argv: list[str]) -> object:
@@ -131,18 +131,7 @@ async def _start_from_form(tmp_path: Path, values: dict[str, str]) -> tuple[Path
             form.set_value(name, text)
         await pilot.pause()
         await pilot.click("#start")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)), [
-            n.message for n in app._notifications
-        ]
-        dash = app.screen
-        assert await wait_until(pilot, lambda: "completed" in screen_text(app))
-        assert await wait_until(pilot, lambda: not dash.active)
-        assert not any(n.severity == "error" for n in app._notifications), [
-            n.message for n in app._notifications
-        ]
-        run_id = dash.run_id
-        await settle(pilot)
-        assert await wait_until(pilot, lambda: not app.handle.writing)
+        run_id = await wait_run_completed(app, pilot)
     return db, run_id
 
 

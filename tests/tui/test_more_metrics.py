@@ -4,43 +4,22 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import DashboardScreen
+from tests.helpers.cli import cli, contamination_db
 from tests.helpers.tinymodel import make_tiny_model
 from tests.helpers.tui import screen_text, settle, wait_until
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "llmscope", *args], capture_output=True, text=True, timeout=600
-    )
 
 
 @pytest.mark.slow
 async def test_contamination_numbers_on_the_dashboard_equal_the_report(tmp_path: Path) -> None:
     make_tiny_model(tmp_path, save=True)
-    db = tmp_path / "c.duckdb"
-    r = _cli(
-        "run",
-        "--suite",
-        "contamination-sample",
-        "--limit",
-        "3",
-        "--db",
-        str(db),
-        "--model",
-        str(tmp_path / "tiny-llama"),
-        "--opt",
-        "max_new_tokens=4",
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    rep = _cli("report", "--db", str(db), "--json")
+    db = contamination_db(tmp_path, 3)
+    rep = cli("report", "--db", str(db), "--json", timeout=600)
     assert rep.returncode == 0, rep.stderr[-2000:]
     rows = [
         m

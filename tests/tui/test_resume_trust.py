@@ -15,7 +15,7 @@ import pytest
 
 from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import DashboardScreen
-from tests.helpers.cli import cli, cli_env, write_yesno_suite
+from tests.helpers.cli import api_run_args, cli, cli_env, write_yesno_suite
 from tests.helpers.oai import CANARY_KEY, OAIServer, oai_server  # noqa: F401
 from tests.helpers.tui import screen_text, settle, wait_until
 
@@ -35,17 +35,7 @@ async def test_resume_key_refuses_a_stored_endpoint_the_user_never_named(
     db = tmp_path / "theirs.duckdb"
     other = tmp_path / "other"  # made under someone else's home and config
     made = cli(
-        "run",
-        "--suite",
-        str(spec),
-        "--db",
-        str(db),
-        "--model",
-        "openai:test-model",
-        "--base-url",
-        evil.base_url,
-        "--no-report",
-        "--quiet",
+        *api_run_args(spec, db, evil.base_url, "--no-report", "--quiet"),
         env=cli_env(
             OPENAI_API_KEY="sk-theirs-0000000000",
             HOME=str(other),

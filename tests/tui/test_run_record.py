@@ -16,9 +16,17 @@ import pytest
 from llmscope.store.db import Store
 from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import DashboardScreen, HomeScreen
-from tests.helpers.cli import cli, cli_env
+from tests.helpers.cli import cli, cli_env, hold_db
 from tests.helpers.oai import oai, oai_server  # noqa: F401
-from tests.helpers.tui import add_suite, create_run, fill_form, screen_text, settle, wait_until
+from tests.helpers.tui import (
+    add_suite,
+    create_run,
+    fill_form,
+    screen_text,
+    settle,
+    wait_run_completed,
+    wait_until,
+)
 
 
 def _dead_pid() -> int:
@@ -43,16 +51,7 @@ async def test_local_run_of_the_embedded_model_from_the_form(tmp_path: Path) -> 
             home, suite="commonsense-sample", model="", limit="1", batch_size="4"
         )  # "": the embedded default
         await pilot.click("#start")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
-        dash = app.screen
-        assert await wait_until(pilot, lambda: "completed" in screen_text(app))
-        assert await wait_until(pilot, lambda: not dash.active)
-        assert not any(n.severity == "error" for n in app._notifications), [
-            n.message for n in app._notifications
-        ]
-        run_id = dash.run_id
-        await settle(pilot)
-        assert await wait_until(pilot, lambda: not app.handle.writing)  # no write lock
+        run_id = await wait_run_completed(app, pilot)
     with Store(db, read_only=True) as s:
         run = s.get_run(run_id)
         assert run is not None and run["status"] == "completed" and run["backend"] == "hf"
@@ -166,19 +165,8 @@ async def test_idle_window_holds_no_lock(tmp_path: Path) -> None:
 def test_cli_waits_for_a_lock_then_names_the_holder(tmp_path: Path) -> None:
     db = tmp_path / "held.duckdb"
     Store(db).close()
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, duckdb; c = duckdb.connect(sys.argv[1]); print('ready', flush=True); sys.stdin.read()",
-            str(db),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = hold_db(db)
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
         proc = cli("runs", "--db", str(db), env=cli_env(LLMSCOPE_LOCK_WAIT="1"))
         assert proc.returncode == 2 and "Traceback" not in proc.stderr
         assert f"PID {holder.pid}" in proc.stderr and "waited 1s" in proc.stderr, proc.stderr

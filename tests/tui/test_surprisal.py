@@ -10,38 +10,15 @@ import pytest
 
 pytest.importorskip("torch")
 
-from llmscope.cli import main  # noqa: E402
 from llmscope.tui.app import LlmscopeApp  # noqa: E402
 from llmscope.tui.screens import DashboardScreen, ItemScreen  # noqa: E402
-from tests.helpers.cli import tiny_model_dir  # noqa: E402
+from tests.helpers.cli import syntax_sample_db  # noqa: E402
 from tests.helpers.tui import screen_text, settle, wait_until  # noqa: E402
 
 
 @pytest.fixture
 def sg_db(tmp_path: Path) -> Path:
-    model = tiny_model_dir(tmp_path)
-    db = tmp_path / "sg.duckdb"
-    assert (
-        main(
-            [
-                "run",
-                "--suite",
-                "syntax-sample",
-                "--limit",
-                "6",
-                "--db",
-                str(db),
-                "--model",
-                f"hf:{model}",
-                "--threads",
-                "1",
-                "--quiet",
-                "--no-report",
-            ]
-        )
-        == 0
-    )
-    return db
+    return syntax_sample_db(tmp_path)
 
 
 async def test_drilldown_shows_word_and_region_surprisal_and_sg_panel(sg_db: Path) -> None:

@@ -7,8 +7,6 @@ import datetime as dt
 import json
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
@@ -19,6 +17,7 @@ from llmscope.store.db import Store
 from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import DashboardScreen, ItemScreen
 from llmscope.tui.widgets import ItemList
+from tests.helpers.cli import contamination_db
 from tests.helpers.paths import shared_path
 from tests.helpers.tinymodel import make_tiny_model
 from tests.helpers.tui import screen_text, settle, wait_until
@@ -109,33 +108,11 @@ async def test_rating_fields_in_list_and_drill_down(tmp_path: Path) -> None:
         assert "expected" in text and "2.250" in text and "|error|" in text and "1.750" in text
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "llmscope", *args], capture_output=True, text=True, timeout=600
-    )
-
-
 @pytest.mark.slow
 async def test_contamination_flags_column_scope_and_drill_down(tmp_path: Path) -> None:
     shared_path("tokenizers", "qwen2.5")  # MINK_THRESHOLD is set for its token scores
     make_tiny_model(tmp_path, save=True)
-    db = tmp_path / "c.duckdb"
-    r = _cli(
-        "run",
-        "--suite",
-        "contamination-sample",
-        "--limit",
-        "6",
-        "--db",
-        str(db),
-        "--model",
-        str(tmp_path / "tiny-llama"),
-        "--opt",
-        "max_new_tokens=4",
-        "--opt",
-        f"mink_threshold={MINK_THRESHOLD}",
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
+    db = contamination_db(tmp_path, 6, f"mink_threshold={MINK_THRESHOLD}")
     con = duckdb.connect(str(db), read_only=True)
     stored = {
         i: json.loads(e) for i, e in con.execute("SELECT item_id, extra FROM results").fetchall()

@@ -16,7 +16,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from tests.helpers.oai import oai_server  # noqa: F401
+from tests.helpers.oai import oai_server, write_marked_suite  # noqa: F401
 from tests.helpers.tui import make_db
 
 TMUX = shutil.which("tmux")
@@ -200,25 +200,7 @@ def test_embedded_model_run_from_the_form_at_80x24(tmp_path: Path) -> None:
 
 
 def _suite(folder: Path, name: str, marker: str, n: int = 6) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "items.jsonl", "w", encoding="utf-8") as f:
-        for i in range(n):
-            f.write(
-                json.dumps(
-                    {
-                        "id": f"{name}{i}",
-                        "text": f"{marker} claim {i}",
-                        "gold": "yes" if i % 2 else "no",
-                    }
-                )
-                + "\n"
-            )
-    (folder / "suite.yaml").write_text(
-        f"name: {name}\ntask: yesno\nitems: items.jsonl\n"
-        "templates:\n  a: '{text} Answer yes or no.'\n  b: 'True or not? {text}'\n",
-        encoding="utf-8",
-    )
-    return folder / "suite.yaml"
+    return write_marked_suite(folder, name, n, name, marker + " claim {i}")
 
 
 def _runs(db: Path) -> dict[str, tuple[str, int]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +54,8 @@ WRITER = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def writer(tmp_path: Path):
-    db = make_db(tmp_path / "w.duckdb")
+def _writing(db: Path) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
+    """(db, the WRITER process holding it, once ready); the process is killed afterwards."""
     code = WRITER.format(root=str(ROOT), db=str(db))
     proc = subprocess.Popen(
         [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -65,6 +65,12 @@ def writer(tmp_path: Path):
     if proc.poll() is None:
         proc.kill()
         proc.wait(timeout=10)
+
+
+@pytest.fixture
+def writer(tmp_path: Path):
+    db = make_db(tmp_path / "w.duckdb")
+    yield from _writing(db)
 
 
 def _errors(app: LlmscopeApp) -> list[str]:
@@ -229,15 +235,7 @@ def writer_after_a_finished_run(tmp_path: Path):
         live.on_results(rows, prog)
         store.update_run("run-f", status="completed")
         live.on_end(prog)
-    code = WRITER.format(root=str(ROOT), db=str(db))
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    yield db, proc
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait(timeout=10)
+    yield from _writing(db)
 
 
 async def test_a_finished_run_opens_while_another_run_writes(writer_after_a_finished_run) -> None:

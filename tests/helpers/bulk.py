@@ -1,0 +1,53 @@
+"""Reading back what the store's bulk paths wrote, and the WorldSense trial records they import.
+
+- STORED_COLS: the `results` columns a stored Result fills (in the order the tests compare them)
+- stored_rows: those columns of one run's rows, in `seq` order
+- yesno_run: a three-item yes/no run to append rows to
+- ws_trial: one WorldSense `trials.jsonl` record
+"""
+
+from __future__ import annotations
+
+from llmscope.store.db import Store
+
+STORED_COLS: tuple[str, ...] = tuple(
+    "item_id variant seq prompt probs p_yes p_no other top_tokens option_scores prediction gold"
+    " correct confidence n_tokens latency_ms error extra".split()
+)
+
+
+def stored_rows(st: Store, run_id: str, cols: tuple[str, ...] = STORED_COLS) -> list[tuple]:
+    """`cols` of the run's results rows, in `seq` order."""
+    return st.execute(
+        f"SELECT {', '.join(cols)} FROM results WHERE run_id = ? ORDER BY seq", [run_id]
+    ).fetchall()
+
+
+def yesno_run(st: Store, run_id: str) -> None:
+    """Create an empty three-item yes/no run `run_id`."""
+    st.create_run(
+        {
+            "run_id": run_id,
+            "suite_id": "s",
+            "suite_name": "s",
+            "task": "yesno",
+            "model": "m",
+            "n_total": 3,
+        }
+    )
+
+
+def ws_trial(key: int, gold_obf: str, opts: list[str]) -> dict:
+    """A WorldSense trial record with answer options `opts` and obfuscated gold `gold_obf`."""
+    return {
+        "Key": key,
+        "expectedresp": opts,
+        "goldresp_obfusc": gold_obf,
+        "text": f"Trial {key}?",
+        "problemname": "Infer.trivial",
+        "problemsize": 3,
+        "tuple_ID": key // 2,
+        "skin": "s",
+        "qskin": "q",
+        "complexity": 1,
+    }
