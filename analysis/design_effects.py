@@ -38,25 +38,12 @@ import pandas as pd
 from scipy import stats
 
 from llmscope.analysis.intervals import accuracy_ci
-from llmscope.analysis.rows import metric_row
+from llmscope.analysis.rows import run_metric_row
 from llmscope.engine.tasks.registry import task_producers
 from llmscope.store.codec import decode_json_cell
 
 BINARY_FACTORS = {"answer_order": ("as_written", "swapped"), "scale": ("as_written", "reversed")}
 MULTI_FACTORS = ("option_order", "demo_order")
-
-
-def _row(
-    run: dict[str, Any],
-    group: dict[str, Any],
-    metric: str,
-    value: float | None,
-    ci: list[float] | None,
-    n: int | None,
-) -> dict[str, Any]:
-    r = metric_row(run["run_id"], str(run.get("model")), metric, value, ci, n, group)
-    r["suite"] = run.get("suite_name")
-    return r
 
 
 def design_frame(df: pd.DataFrame, spec: dict[str, Any]) -> pd.DataFrame:
@@ -171,7 +158,7 @@ def order_effect_rows(
                 lo, hi = max(lo, -1.0), min(hi, 1.0)  # a difference of proportions lies in [-1, 1]
             ci = None if math.isnan(lo) else [lo, hi]
             rows.append(
-                _row(
+                run_metric_row(
                     run,
                     {"factor": factor, "contrast": f"{b}-{a}"},
                     f"order_effect_{name}",
@@ -190,7 +177,7 @@ def order_effect_rows(
             if not scored.empty:
                 iv = accuracy_ci(scored["correct"].to_numpy(float), scored["cluster"].to_numpy())
                 rows.append(
-                    _row(
+                    run_metric_row(
                         run,
                         {"factor": factor, "level": int(str(level))},
                         "accuracy",
@@ -209,7 +196,7 @@ def order_effect_rows(
         if not same.empty:
             iv = accuracy_ci(same["consistent"].to_numpy(float), same["cluster"].to_numpy())
             rows.append(
-                _row(
+                run_metric_row(
                     run,
                     {"factor": factor},
                     "order_consistency",
@@ -260,7 +247,7 @@ def _robust_rows(fr: pd.DataFrame, run: dict[str, Any]) -> list[dict[str, Any]]:
         return []
     iv = accuracy_ci(np.array([c for c, _ in out]), np.array([g for _, g in out]))
     return [
-        _row(
+        run_metric_row(
             run,
             {},
             "order_robust_accuracy",
@@ -292,7 +279,7 @@ def fewshot_rows(
     agree = (fr["prediction"].astype(str) == fr["last"]).astype(float).to_numpy()
     iv = accuracy_ci(agree, fr["cluster"].to_numpy())
     rows.append(
-        _row(
+        run_metric_row(
             run,
             {},
             "pred_equals_last_demo",
@@ -311,7 +298,7 @@ def fewshot_rows(
             if math.isnan(est):
                 continue
             ci = None if math.isnan(lo) else [lo, hi]
-            rows.append(_row(run, {"label": lab}, metric, est, ci, len(sub)))
+            rows.append(run_metric_row(run, {"label": lab}, metric, est, ci, len(sub)))
     return rows
 
 

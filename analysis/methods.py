@@ -46,7 +46,7 @@ from llmscope.analysis.choicefit import (
     softmax_accuracy,
 )
 from llmscope.analysis.intervals import accuracy_ci
-from llmscope.analysis.rows import metric_row
+from llmscope.analysis.rows import run_metric_row
 from llmscope.engine.choice_math import softmax
 from llmscope.engine.tasks.registry import task_producers
 from llmscope.store.codec import decode_json_cell
@@ -88,19 +88,6 @@ def scheme_vectors(os_: dict[str, Any], options: Sequence[str]) -> dict[str, np.
         elif all(x is None for x in raw):
             out[scheme] = None
     return out
-
-
-def _row(
-    run: dict[str, Any],
-    group: dict[str, Any],
-    metric: str,
-    value: float | None,
-    ci: list[float] | None,
-    n: int | None,
-) -> dict[str, Any]:
-    r = metric_row(run["run_id"], str(run.get("model")), metric, value, ci, n, group)
-    r["suite"] = run.get("suite_name")
-    return r
 
 
 def _ci(iv: Any) -> list[float] | None:
@@ -176,7 +163,9 @@ def sensitivity_rows(
     rows = []
     iv = accuracy_ci(disagree, clusters)
     rows.append(
-        _row(run, {"schemes": len(schemes)}, "scheme_disagreement_rate", iv.mean, _ci(iv), iv.n)
+        run_metric_row(
+            run, {"schemes": len(schemes)}, "scheme_disagreement_rate", iv.mean, _ci(iv), iv.n
+        )
     )
     corr = (
         sp[[f"correct:{s}" for s in schemes]].apply(pd.to_numeric, errors="coerce").to_numpy(float)
@@ -189,11 +178,13 @@ def sensitivity_rows(
         flip = (ok.max(axis=1) != ok.min(axis=1)).astype(float)
         iv = accuracy_ci(flip, clusters[scored])
         rows.append(
-            _row(run, {"schemes": len(schemes)}, "scheme_flip_rate", iv.mean, _ci(iv), iv.n)
+            run_metric_row(
+                run, {"schemes": len(schemes)}, "scheme_flip_rate", iv.mean, _ci(iv), iv.n
+            )
         )
         accs = np.nanmean(corr[scored], axis=0)
         rows.append(
-            _row(
+            run_metric_row(
                 run,
                 {"schemes": len(schemes)},
                 "scheme_acc_range",
@@ -362,14 +353,18 @@ def fit_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> lis
                 continue
             g = {**g0, "scheme": scheme}
             if first:
-                rows.append(_row(run, g0, "human_ll_uniform", fit.ll_uniform, None, fit.n_choices))
                 rows.append(
-                    _row(run, g0, "human_ll_empirical", fit.ll_empirical, None, fit.n_choices)
+                    run_metric_row(run, g0, "human_ll_uniform", fit.ll_uniform, None, fit.n_choices)
+                )
+                rows.append(
+                    run_metric_row(
+                        run, g0, "human_ll_empirical", fit.ll_empirical, None, fit.n_choices
+                    )
                 )
                 first = False
             rows += _fit_metric_rows(run, g, fit)
             rows.append(
-                _row(
+                run_metric_row(
                     run,
                     g,
                     "human_ll_per_choice",
@@ -381,7 +376,7 @@ def fit_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> lis
             scored = [(x, y) for x, y in zip(s, gold, strict=True) if y is not None]
             if scored and fit.alpha is not None:
                 rows.append(
-                    _row(
+                    run_metric_row(
                         run,
                         g,
                         "softmax_accuracy_fitted",
@@ -403,7 +398,7 @@ def fit_rows(df: pd.DataFrame, run: dict[str, Any], spec: dict[str, Any]) -> lis
         left = sum(1 for v in data.left_out if base_variant(v) == base)
         if left:
             rows.append(
-                _row(
+                run_metric_row(
                     run,
                     {**g0, "of": "human_fit"},
                     "left_out_no_distribution",
@@ -438,8 +433,8 @@ def _fit_metric_rows(
         # the likelihood still rises at the search bound (separable data): α is not identified
         g = {**g, "alpha_at_bound": True}
     if fit.alpha is not None:
-        rows.append(_row(run, g, f"{prefix}fit_alpha", fit.alpha, fit.ci95, fit.n_items))
-    rows.append(_row(run, g, f"{prefix}human_loglik", fit.loglik, None, fit.n_choices))
+        rows.append(run_metric_row(run, g, f"{prefix}fit_alpha", fit.alpha, fit.ci95, fit.n_items))
+    rows.append(run_metric_row(run, g, f"{prefix}human_loglik", fit.loglik, None, fit.n_choices))
     return rows
 
 
@@ -571,10 +566,14 @@ def softmax_curve_rows(
                 # a mean of probabilities, not a share: cluster-t, never Wilson (docs/METRICS.md)
                 m, lo, hi, n, _, _ = mean_ci(vals, clusters)
                 ci = None if math.isnan(lo) else [max(0.0, lo), min(1.0, hi)]
-                rows.append(_row(run, {"scheme": scheme, "alpha": a}, "softmax_accuracy", m, ci, n))
+                rows.append(
+                    run_metric_row(
+                        run, {"scheme": scheme, "alpha": a}, "softmax_accuracy", m, ci, n
+                    )
+                )
         if left.get(scheme):
             rows.append(
-                _row(
+                run_metric_row(
                     run,
                     {"of": "softmax_accuracy", "scheme": scheme},
                     "left_out_no_distribution",

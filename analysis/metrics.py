@@ -513,24 +513,13 @@ def run_metrics(
     spec = store.suite_spec(run["suite_id"]) if run.get("suite_id") else {}
     by_l = list(by) if by else [g for g in (spec.get("group_by") or []) if isinstance(g, str)]
     sig = rows_signature(store, rid)
-    if items is not None:
-        wanted = frozenset(str(i) for i in items)
-        key_s = (
-            str(getattr(store, "path", id(store))),
-            rid,
-            sig,
-            tuple(by_l),
-            bootstrap,
-            tuple(producers) if producers is not None else None,
-            wanted,
-            json.dumps(dict(run), sort_keys=True, default=str),
-        )
-        if cache and key_s in _CACHE:
-            return _CACHE[key_s]
-        profile = result_profile(store, rid)
+
+    def from_rows(wanted: frozenset[str] | None = None, profile: Any = None) -> RunMetrics:
+        profile = result_profile(store, rid) if profile is None else profile
         df = stored_frame(store, run, spec, by_l, profile, producers)
-        df = df[df["item_id"].astype(str).isin(wanted)].reset_index(drop=True)
-        sub = compute_metrics(
+        if wanted is not None:
+            df = df[df["item_id"].astype(str).isin(wanted)].reset_index(drop=True)
+        return compute_metrics(
             df,
             run,
             spec,
@@ -540,9 +529,8 @@ def run_metrics(
             producers=producers,
             profile=profile,
         )
-        if cache:
-            _remember(key_s, sub)
-        return sub
+
+    wanted = None if items is None else frozenset(str(i) for i in items)
     key = (
         str(getattr(store, "path", id(store))),
         rid,
@@ -550,8 +538,16 @@ def run_metrics(
         tuple(by_l),
         bootstrap,
         tuple(producers) if producers is not None else None,
+        *(() if wanted is None else (wanted,)),
         json.dumps(dict(run), sort_keys=True, default=str),
     )
+    if wanted is not None:
+        if cache and key in _CACHE:
+            return _CACHE[key]
+        sub = from_rows(wanted)
+        if cache:
+            _remember(key, sub)
+        return sub
     if cache and key in _CACHE:
         return _CACHE[key]
     side = getattr(store, "metrics_cache", None) if cache else None
@@ -581,17 +577,7 @@ def run_metrics(
 
             rm = sql_run_metrics(store, run, spec, by_l, bootstrap, producers, profile)
         if rm is None:
-            df = stored_frame(store, run, spec, by_l, profile, producers)
-            rm = compute_metrics(
-                df,
-                run,
-                spec,
-                by_l,
-                store=store,
-                bootstrap=bootstrap,
-                producers=producers,
-                profile=profile,
-            )
+            rm = from_rows(profile=profile)
         if persist:
             save_cached(side, rm, config, fp)
     if cache:

@@ -65,6 +65,20 @@ def metric_row(
     }
 
 
+def run_metric_row(
+    run: Mapping[str, Any],
+    group: Mapping[str, Any],
+    metric: str,
+    value: float | None,
+    ci: Sequence[float] | None,
+    n: int | None,
+) -> dict[str, Any]:
+    """A metric row of a stored run (its `runs` record), with the run's suite named."""
+    r = metric_row(run["run_id"], str(run.get("model")), metric, value, ci, n, group)
+    r["suite"] = run.get("suite_name")
+    return r
+
+
 def frame_to_rows(
     df: pd.DataFrame,
     *,

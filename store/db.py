@@ -410,22 +410,14 @@ class Store(SchemaMigrations, StoreWrites, RunQueries, ResultQueries, FailingLis
                 yield
             except BaseException:
                 self._lock.resume()
-                self._forget_keys()  # keys added inside are not stored after all
-                try:
-                    self.con.execute("ROLLBACK")
-                except duckdb.Error:
-                    pass
+                self._roll_back()  # keys added inside are not stored after all
                 raise
             else:
                 self._lock.resume()
                 try:
                     self.con.execute("COMMIT")
                 except duckdb.Error as e:
-                    self._forget_keys()
-                    try:
-                        self.con.execute("ROLLBACK")
-                    except duckdb.Error:
-                        pass
+                    self._roll_back()
                     raise explain(e, self.path, "committing") from e
             finally:
                 self._in_tx = False

@@ -122,11 +122,7 @@ class StoreWrites:
                 finally:
                     self.con.unregister("_llmscope_batch")
             except duckdb.Error as e:
-                self._forget_keys()
-                try:
-                    self.con.execute("ROLLBACK")
-                except duckdb.Error:
-                    pass
+                self._roll_back()
                 raise explain(e, self.path, f"writing {table}") from e
 
     def _insert_with_blob(
@@ -162,12 +158,7 @@ class StoreWrites:
             if own:
                 self.con.execute("COMMIT")
         except BaseException as e:  # also the blob's encoder refusing a value: nothing committed
-            self._forget_keys()
-            if own:
-                try:
-                    self.con.execute("ROLLBACK")
-                except duckdb.Error:
-                    pass
+            self._roll_back(own)
             if isinstance(e, duckdb.Error):
                 raise explain(e, self.path, "writing results") from e
             raise
@@ -175,6 +166,16 @@ class StoreWrites:
     def _forget_keys(self) -> None:
         with _KEYS_LOCK:
             _KEYS.pop(self._db_key, None)
+
+    def _roll_back(self, own: bool = True) -> None:
+        """Undo a failed write: the cached keys are forgotten (some may not be stored after
+        all) and, in a transaction this write opened (`own`), it is rolled back."""
+        self._forget_keys()
+        if own:
+            try:
+                self.con.execute("ROLLBACK")
+            except duckdb.Error:
+                pass
 
     def _stored_keys(self, run_id: str) -> set[tuple[str, str]]:
         """The keys stored for a run (read from the table once per process; caller holds _KEYS_LOCK)."""

@@ -65,24 +65,7 @@ def calibration_metrics(ctx: MetricContext) -> list[Metric]:
         c, y = (conf, corr) if every else (conf[keep], corr[keep])
         cl = ctx.clusters(ok) if every else ctx.clusters(ok)[keep]
         rel = reliability(c, y, n_bins=10)
-        # exact up to EXACT_MAX_CLUSTERS clusters, drawn bin totals above (named in the method),
-        # as the definitions state (analysis/definitions.py CAL_BOOT_CI)
-        iv = _calibration_interval(c, y, cl, 10, ctx.bootstrap)
-        (elo, ehi), (mlo, mhi), G = iv.ece, iv.mce, iv.n_clusters
-        for name, est, lo, hi in (("ece", rel.ece, elo, ehi), ("mce", rel.mce, mlo, mhi)):
-            out.append(
-                Metric(
-                    name,
-                    est,
-                    None if math.isnan(lo) else lo,
-                    None if math.isnan(hi) else hi,
-                    iv.method,
-                    int(keep.sum()),
-                    G,
-                    {},
-                    "calibration",
-                )
-            )
+        out += _ece_mce(ctx, rel, c, y, cl, "")
         out += reliability_bin_metrics(rel.bins)
     if "probs" in ok:
         from ..prob_rows import brier_items, flatten_column, tie_flags
@@ -152,22 +135,30 @@ def _raw_calibration(
         return []
     c, y = raw[keep], corr[keep]
     cl = ctx.clusters(ok)[keep]
-    rel = reliability(c, y, n_bins=10)
+    return _ece_mce(ctx, reliability(c, y, n_bins=10), c, y, cl, "_raw")
+
+
+def _ece_mce(
+    ctx: MetricContext, rel: Any, c: np.ndarray, y: np.ndarray, cl: np.ndarray, suffix: str
+) -> list[Metric]:
+    """`ece{suffix}` and `mce{suffix}` of a reliability table with their cluster-bootstrap
+    intervals: exact up to EXACT_MAX_CLUSTERS clusters, drawn bin totals above (named in the
+    method), as the definitions state (analysis/definitions.py CAL_BOOT_CI)."""
     iv = _calibration_interval(c, y, cl, 10, ctx.bootstrap)
-    (elo, ehi), (mlo, mhi), G = iv.ece, iv.mce, iv.n_clusters
+    (elo, ehi), (mlo, mhi) = iv.ece, iv.mce
     return [
         Metric(
-            name,
+            name + suffix,
             est,
             None if math.isnan(lo) else lo,
             None if math.isnan(hi) else hi,
             iv.method,
-            int(keep.sum()),
-            G,
+            len(c),
+            iv.n_clusters,
             {},
             "calibration",
         )
-        for name, est, lo, hi in (("ece_raw", rel.ece, elo, ehi), ("mce_raw", rel.mce, mlo, mhi))
+        for name, est, lo, hi in (("ece", rel.ece, elo, ehi), ("mce", rel.mce, mlo, mhi))
     ]
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from llmscope.engine.backend import BackendError
+from llmscope.engine.types import LogLikOut
 
 
 @dataclass
@@ -53,6 +55,18 @@ class Encoded:
     n_cont: int  # number of scored (continuation) tokens at the end; 0 for next-token jobs
     text: str
     cont_tokens: list[str] = field(default_factory=list)
+
+
+def loglik_out(e: Encoded, token_logprobs: Any, greedy: Any) -> LogLikOut:
+    """The continuation's log-likelihood of an encoded (context, continuation) pair."""
+    return LogLikOut(
+        logprob=float(math.fsum(token_logprobs)),
+        n_tokens=e.n_cont,
+        token_logprobs=token_logprobs,
+        tokens=e.cont_tokens,
+        n_context_tokens=len(e.ids) - e.n_cont,
+        greedy=greedy,
+    )
 
 
 def as_backend_error(e: BaseException) -> BackendError:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import itertools
-import math
 from collections import defaultdict
 from typing import Any
 
 from llmscope.engine.answers import answer_ids
 from llmscope.engine.backend import BackendError
-from llmscope.engine.hf.jobs import Encoded, Job
+from llmscope.engine.hf.jobs import Encoded, Job, loglik_out
 from llmscope.engine.hf.tree import TreeMask
 from llmscope.engine.types import LogLikOut, NextTokenOut, TopToken
 
@@ -181,14 +180,4 @@ class Scoring(TreeMask):
                 greedy[i] = greedy[i] and rows.argmax(-1).tolist() == cont
             self._stats["loglik_context_shared"] += len(second)
         self._stats["loglik_rows_saved"] += len(batch) - len(seqs)
-        return [
-            LogLikOut(
-                logprob=float(math.fsum(t)),
-                n_tokens=e.n_cont,
-                token_logprobs=t,
-                tokens=e.cont_tokens,
-                n_context_tokens=len(e.ids) - e.n_cont,
-                greedy=g,
-            )
-            for e, t, g in zip(encs, tl, greedy, strict=True)
-        ]
+        return [loglik_out(e, t, g) for e, t, g in zip(encs, tl, greedy, strict=True)]

@@ -11,13 +11,12 @@ otherwise, or with `LLMSCOPE_TREE_MASK=0`, the padded path (scoring.py) is used.
 
 from __future__ import annotations
 
-import math
 import os
 from collections import defaultdict
 from typing import Any
 
 from llmscope.engine.hf.forward import ForwardPasses
-from llmscope.engine.hf.jobs import Encoded, Job, as_backend_error
+from llmscope.engine.hf.jobs import Encoded, Job, as_backend_error, loglik_out
 from llmscope.engine.types import LogLikOut
 
 # Attention implementations that add a custom 4-D float mask as given (flash kernels and
@@ -169,16 +168,7 @@ class TreeMask(ForwardPasses):
             t = vals[k : k + e.n_cont]
             greedy = tops[k : k + e.n_cont] == flat_tok[k : k + e.n_cont]
             k += e.n_cont
-            out.append(
-                LogLikOut(
-                    logprob=float(math.fsum(t)),
-                    n_tokens=e.n_cont,
-                    token_logprobs=t,
-                    tokens=e.cont_tokens,
-                    n_context_tokens=len(e.ids) - e.n_cont,
-                    greedy=greedy,
-                )
-            )
+            out.append(loglik_out(e, t, greedy))
         return out
 
     def _forward_tree(

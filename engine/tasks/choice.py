@@ -55,7 +55,7 @@ from llmscope.engine.tasks.base import (
     chat_option,
     register,
 )
-from llmscope.engine.tasks.options import OptionSpec
+from llmscope.engine.tasks.options import FEWSHOT_OPTION, OptionSpec
 from llmscope.engine.templates import render_template
 from llmscope.engine.types import Item, LogLikOut, Result, Work
 
@@ -212,12 +212,7 @@ class ChoiceTask(Task):
         OptionSpec(
             "free_max_tokens", "int", 16, "generation budget of the free-production scheme", min=1
         ),
-        OptionSpec(
-            "fewshot",
-            "any",
-            None,
-            "few-shot demos: k, source, labels, orders, seed (data/design.py)",
-        ),
+        FEWSHOT_OPTION,
     )
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:

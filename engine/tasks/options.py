@@ -20,6 +20,7 @@ __all__ = [
     "OptionSpec",
     "TaskOptionError",
     "COMMON_OPTIONS",
+    "FEWSHOT_OPTION",
     "validate_task_options",
     "option_table",
 ]
@@ -101,6 +102,11 @@ class OptionSpec:
 
 
 # Passed by the runner from the suite (not usually typed by a user), accepted by every task.
+# The few-shot option of the tasks that take demos (choice, rating, yesno): one declaration.
+FEWSHOT_OPTION = OptionSpec(
+    "fewshot", "any", None, "few-shot demos: k, source, labels, orders, seed (data/design.py)"
+)
+
 COMMON_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("templates", "any", None, "prompt templates per variant (from the suite)"),
     OptionSpec("text_field", "str?", None, "the suite's text field (from the suite)"),

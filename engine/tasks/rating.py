@@ -35,7 +35,7 @@ from llmscope.engine.tasks.base import (
     chat_option,
     register,
 )
-from llmscope.engine.tasks.options import OptionSpec
+from llmscope.engine.tasks.options import FEWSHOT_OPTION, OptionSpec
 from llmscope.engine.types import Result, Work
 
 
@@ -84,12 +84,7 @@ class RatingTask(Task):
             None,
             "{variant: template} asking the scale the other way round (@rev), mapped back",
         ),
-        OptionSpec(
-            "fewshot",
-            "any",
-            None,
-            "few-shot demos: k, source, labels, orders, seed (data/design.py)",
-        ),
+        FEWSHOT_OPTION,
     )
 
     @classmethod

@@ -13,7 +13,7 @@ from llmscope.engine.tasks.base import (
     chat_option,
     register,
 )
-from llmscope.engine.tasks.options import OptionSpec
+from llmscope.engine.tasks.options import FEWSHOT_OPTION, OptionSpec
 from llmscope.engine.types import Result, Work
 
 
@@ -61,12 +61,7 @@ class YesNoTask(Task):
             False,
             "also ask every prompt with the two answers swapped (@swap)",
         ),
-        OptionSpec(
-            "fewshot",
-            "any",
-            None,
-            "few-shot demos: k, source, labels, orders, seed (data/design.py)",
-        ),
+        FEWSHOT_OPTION,
     )
 
     @classmethod

