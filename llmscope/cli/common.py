@@ -44,6 +44,37 @@ class ParserContext:
         sp.add_argument("--json", action="store_true", help=f"print {what} as JSON")
 
 
+def add_request_flags(r: argparse.ArgumentParser) -> None:
+    """An API model's request flags, shared by `run` and `rerun` (unset: the stored or default
+    value)."""
+    r.add_argument(
+        "--max-retries",
+        type=int,
+        default=None,
+        help="retries per API request on 429/5xx/timeouts (default 6)",
+    )
+    r.add_argument("--timeout", type=float, default=None, help="API request timeout in seconds")
+    r.add_argument(
+        "--samples", type=int, default=None, help="samples per item when an API gives no logprobs"
+    )
+    r.add_argument(
+        "--reasoning",
+        action="store_true",
+        default=None,
+        help="treat the API model as a reasoning model",
+    )
+
+
+def add_report_flags(r: argparse.ArgumentParser) -> None:
+    """What a run prints as it goes and when it ends (`run`, `rerun`)."""
+    r.add_argument(
+        "--quiet", action="store_true", help="no progress line, only warnings and the report"
+    )
+    r.add_argument(
+        "--no-report", action="store_true", help="do not print the report when the run ends"
+    )
+
+
 def parse_opts(pairs: list[str] | None) -> dict[str, Any]:
     """`--opt key=value` pairs, parsed by the one parser the TUI form uses too."""
     from llmscope.engine.config import ConfigError, parse_options

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 from llmscope.cli.common import (
     CLIError,
     ParserContext,
+    add_report_flags,
+    add_request_flags,
     check_endpoints,
     check_stored_code,
     config_from_args,
@@ -223,28 +225,11 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
     r.add_argument(
         "--top-logprobs", type=int, default=None, help="top log-probabilities asked of an API"
     )
-    r.add_argument(
-        "--max-retries", type=int, default=None, help="retries per API request (default 6)"
-    )
-    r.add_argument("--timeout", type=float, default=None, help="API request timeout in seconds")
-    r.add_argument(
-        "--samples", type=int, default=None, help="samples per item when an API gives no logprobs"
-    )
-    r.add_argument(
-        "--reasoning",
-        action="store_true",
-        default=None,
-        help="treat the API model as a reasoning model",
-    )
+    add_request_flags(r)
     r.add_argument(
         "--no-cache",
         action="store_true",
         help="do not reuse or store responses in the shared response cache",
     )
-    r.add_argument(
-        "--quiet", action="store_true", help="no progress line, only warnings and the report"
-    )
-    r.add_argument(
-        "--no-report", action="store_true", help="do not print the report when the run ends"
-    )
+    add_report_flags(r)
     r.set_defaults(func=cmd_rerun)

@@ -14,6 +14,8 @@ from llmscope.cli.common import (
     DEFAULT_DB,
     CLIError,
     ParserContext,
+    add_report_flags,
+    add_request_flags,
     check_endpoints,
     check_stored_code,
     config_from_args,
@@ -394,22 +396,7 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
         default=None,
         help="top log-probabilities asked of an API per position (default 20; the server's maximum when lower)",
     )
-    r.add_argument(
-        "--max-retries",
-        type=int,
-        default=None,
-        help="retries per API request on 429/5xx/timeouts (default 6)",
-    )
-    r.add_argument("--timeout", type=float, default=None, help="API request timeout in seconds")
-    r.add_argument(
-        "--samples", type=int, default=None, help="samples per item when an API gives no logprobs"
-    )
-    r.add_argument(
-        "--reasoning",
-        action="store_true",
-        default=None,
-        help="treat the API model as a reasoning model",
-    )
+    add_request_flags(r)
     r.add_argument(
         "--reasoning-effort",
         default=None,
@@ -427,12 +414,7 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
         help="a pre-registration plan file (llmscope plan): suite, model, options and seed "
         "come from it; its hash is stored before any result",
     )
-    r.add_argument(
-        "--quiet", action="store_true", help="no progress line, only warnings and the report"
-    )
-    r.add_argument(
-        "--no-report", action="store_true", help="do not print the report when the run ends"
-    )
+    add_report_flags(r)
     # llmscope.toml values for a new run (beneath flags; a resume uses the run's stored config)
     r.set_defaults(
         config_defaults={
