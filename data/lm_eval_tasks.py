@@ -76,6 +76,33 @@ _DETECT = re.compile(
 ID, CONTEXT, CHOICES, GOLD = "doc_id", "lm_eval_context", "lm_eval_choices", "lm_eval_gold"
 
 
+def lm_eval_suite_spec(
+    name: str, task: str, description: str, source: str, delim: str, schemes: Any = None
+) -> dict[str, Any]:
+    """The suite spec of an lm-eval task (from its YAML, or rebuilt from a samples file): each
+    item's context as lm-eval rendered it, the options as continuations after `delim`."""
+    return {
+        "name": name,
+        "task": task,
+        "description": description,
+        "source": source,
+        "id_field": ID,
+        "text_field": CONTEXT,
+        "gold_field": GOLD,
+        "options_field": CHOICES,
+        "templates": {"default": "{" + CONTEXT + "}"},
+        "task_options": {
+            "chat": False,
+            "continuation": delim + "{option}",
+            # lm-eval scores raw log-likelihoods only; no calibration or PMI requests
+            "content_free": [],
+            "domain_prompt": "",
+            # the normalised accuracies lm-eval reports for this task, under lm-eval's names
+            **({"schemes": schemes} if schemes else {}),
+        },
+    }
+
+
 class FunctionRef(str):
     """A `!function module.name` reference (kept as text; never executed)."""
 
@@ -560,26 +587,14 @@ def load_lm_eval_suite(path: Path) -> Suite:
             "must be a string", path, _line(path, "target_delimiter"), "target_delimiter"
         )
     src, files = _data_source(cfg, path)
-    spec: dict[str, Any] = {
-        "name": cfg["task"],
-        "task": OUTPUT_TYPES[out_type],
-        "description": f"lm-evaluation-harness task {cfg['task']} ({out_type}), zero-shot",
-        "source": f"lm-eval task YAML {path}",
-        "id_field": ID,
-        "text_field": CONTEXT,
-        "gold_field": GOLD,
-        "options_field": CHOICES,
-        "templates": {"default": "{" + CONTEXT + "}"},
-        "task_options": {
-            "chat": False,
-            "continuation": delim + "{option}",
-            # lm-eval scores raw log-likelihoods only; no calibration or PMI requests
-            "content_free": [],
-            "domain_prompt": "",
-            # the normalised accuracies lm-eval reports for this task, under lm-eval's names
-            **({"schemes": schemes} if (schemes := _lm_eval_schemes(cfg, out_type)) else {}),
-        },
-    }
+    spec = lm_eval_suite_spec(
+        cfg["task"],
+        OUTPUT_TYPES[out_type],
+        f"lm-evaluation-harness task {cfg['task']} ({out_type}), zero-shot",
+        f"lm-eval task YAML {path}",
+        delim,
+        _lm_eval_schemes(cfg, out_type),
+    )
     suite = suite_from_spec(spec, path)
     # The task config (with `!function` references as text) is part of the suite's identity.
     suite.spec = {

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmscope.data.lm_eval_tasks import CHOICES, CONTEXT, GOLD, ID
+from llmscope.data.lm_eval_tasks import CHOICES, CONTEXT, GOLD, ID, lm_eval_suite_spec
 from llmscope.data.suites import (
     Suite,
     SuiteError,
@@ -250,23 +250,13 @@ def suite_from_samples(task: str, samples: list[Sample], path: Path) -> Suite:
     multi = any(len(s.continuations) > 1 for s in samples)
     delims = {_split_delim(s.continuations)[0] for s in samples}
     delim = delims.pop() if len(delims) == 1 else ""
-    spec: dict[str, Any] = {
-        "name": task,
-        "task": "choice",
-        "description": f"lm-evaluation-harness task {task}, rebuilt from {path.name}",
-        "source": f"lm_eval --log_samples {path}",
-        "id_field": ID,
-        "text_field": CONTEXT,
-        "gold_field": GOLD,
-        "options_field": CHOICES,
-        "templates": {"default": "{" + CONTEXT + "}"},
-        "task_options": {
-            "chat": False,
-            "continuation": delim + "{option}",
-            "content_free": [],
-            "domain_prompt": "",
-        },
-    }
+    spec = lm_eval_suite_spec(
+        task,
+        "choice",
+        f"lm-evaluation-harness task {task}, rebuilt from {path.name}",
+        f"lm_eval --log_samples {path}",
+        delim,
+    )
     suite = suite_from_spec(spec, None)
     suite.items_path = path
 
