@@ -20,10 +20,9 @@ from typing import Any
 
 from llmscope.data.suites import SuiteError, _find_shared, load_suite
 from llmscope.io.importers.runs import (
-    create_import_run,
-    finish_import_run,
     import_run_id,
     run_exists,
+    store_import_run,
     store_suite,
 )
 from llmscope.store.db import Store
@@ -201,25 +200,16 @@ def import_commonsense_models(
                 cols["gold"].append(w.gold)
                 cols["correct"].append(None if w.gold is None else float(pred == w.gold))
                 cols["extra"].append(extra)
-            create_import_run(
+            store_import_run(
                 store,
                 run_id,
                 suite,
                 m.model,
                 path,
-                len(m.rows),
-                {"kind": "commonsense-models", "source": SOURCE},
+                cols,
+                "commonsense-models",
+                SOURCE,
+                ("probabilities", "none: the file holds binarised answers only"),
             )
-            store.append_results(run_id, cols)
-            store.update_run(
-                run_id,
-                meta={
-                    "imported_from": str(path),
-                    "source": SOURCE,
-                    "probabilities": "none: the file holds binarised answers only",
-                    "suite": suite.describe(),
-                },
-            )
-            finish_import_run(store, run_id)
             msgs.append(f"{m.model}: run {run_id}, {len(m.rows)} answers")
     return msgs

@@ -62,6 +62,36 @@ def run_exists(store: Store, run_id: str) -> bool:
     return bool(row and row[0])
 
 
+def store_import_run(
+    store: Store,
+    run_id: str,
+    suite: Suite,
+    model: str,
+    source: Path,
+    cols: dict[str, list[Any]],
+    kind: str,
+    cite: str,
+    note: tuple[str, str],
+) -> None:
+    """Create, fill and finish an imported run in one go: `cols` are its result columns, `kind`
+    and `cite` (the published source) go into its options and meta, `note` says in meta what
+    the file does not hold (e.g. ("probabilities", "none: ...")."""
+    create_import_run(
+        store, run_id, suite, model, source, len(cols["item_id"]), {"kind": kind, "source": cite}
+    )
+    store.append_results(run_id, cols)
+    store.update_run(
+        run_id,
+        meta={
+            "imported_from": str(source),
+            "source": cite,
+            note[0]: note[1],
+            "suite": suite.describe(),
+        },
+    )
+    finish_import_run(store, run_id)
+
+
 def finish_import_run(store: Store, run_id: str) -> None:
     """Mark the run completed with its stored counts."""
     import datetime as dt

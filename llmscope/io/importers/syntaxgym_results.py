@@ -16,10 +16,9 @@ from typing import Any
 
 from llmscope.data.suites import SuiteError, load_suite
 from llmscope.io.importers.runs import (
-    create_import_run,
-    finish_import_run,
     import_run_id,
     run_exists,
+    store_import_run,
     store_suite,
 )
 from llmscope.store.db import Store
@@ -140,26 +139,17 @@ def import_syntaxgym_results(
                 cols["gold"].append(golds[item_id])
                 cols["correct"].append(correct)
                 cols["extra"].append('{"imported": true}')
-            create_import_run(
+            store_import_run(
                 store,
                 run_id,
                 suite,
                 model,
                 path,
-                len(rows),
-                {"kind": "syntaxgym-results", "source": SOURCE},
+                cols,
+                "syntaxgym-results",
+                SOURCE,
+                ("surprisals", "none: the file holds per-item pass/fail only"),
             )
-            store.append_results(run_id, cols)
-            store.update_run(
-                run_id,
-                meta={
-                    "imported_from": str(path),
-                    "source": SOURCE,
-                    "surprisals": "none: the file holds per-item pass/fail only",
-                    "suite": suite.describe(),
-                },
-            )
-            finish_import_run(store, run_id)
             covered = (
                 f"{len(rows)} of {len(suite.items())} items"
                 if len(rows) < len(suite.items())
