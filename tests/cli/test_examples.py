@@ -91,3 +91,58 @@ def test_example_runs_resumes_and_draws_its_figure(name: str, model: str, tmp_pa
         )
         assert drawn.returncode == 0, drawn.stderr
         assert fig.read_text(encoding="utf-8").lstrip().startswith(("<?xml", "<svg"))
+
+
+def test_an_example_killed_mid_run_resumes_to_every_item_once(tmp_path: Path) -> None:
+    """kill -9 in the middle of the commonsense example, then the same command: every prompt is
+    stored once and the figure is drawn."""
+    import signal
+    import subprocess
+
+    import duckdb
+
+    from tests.helpers.cli import cli_cmd
+    from tests.helpers.midrun import signal_frozen, wait_stored
+
+    limit = 60  # 180 prompts: the first stored batch comes long before the last
+    study = _tiny_copy("commonsense", tmp_path, limit, "default")
+    db = tmp_path / "commonsense.duckdb"
+    env = cli_env(LLMSCOPE_RESPONSE_CACHE="off")
+    proc = subprocess.Popen(
+        cli_cmd("study", "run", str(study), "--quiet"),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_stored(db, proc)
+        signal_frozen(proc, db, signal.SIGKILL)  # asserts the run had not ended
+        assert proc.wait(timeout=300) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        (kept,) = con.execute("SELECT count(*) FROM results").fetchone() or (0,)
+    finally:
+        con.close()
+    assert 0 < kept < 3 * limit
+    again = cli("study", "run", str(study), "--quiet", env=env, timeout=1800)
+    assert again.returncode == 0, again.stderr[-2000:]
+    (cell,) = json.loads(cli("study", "status", str(study), "--json", env=env).stdout)["cells"]
+    assert (cell["state"], cell["n_done"], cell["n_total"]) == ("done", 3 * limit, 3 * limit)
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        n, distinct = con.execute(
+            "SELECT count(*), count(DISTINCT (item_id, variant)) FROM results WHERE run_id = ?",
+            [cell["run_id"]],
+        ).fetchone() or (0, 0)
+    finally:
+        con.close()
+    assert n == distinct == 3 * limit  # nothing lost, nothing stored twice
+    fig = tmp_path / "resumed.svg"
+    drawn = cli(
+        "figure", "commonsense", "--db", str(db), "--run", cell["run_id"], "-o", str(fig), env=env
+    )
+    assert drawn.returncode == 0, drawn.stderr
