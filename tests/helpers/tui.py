@@ -234,28 +234,17 @@ async def wait_run_completed(app: Any, pilot: Any) -> str:
 
 
 @contextlib.asynccontextmanager
-async def open_app(
-    db: Path, size: tuple[int, int] = (120, 40), **options: Any
-) -> AsyncIterator[tuple[Any, Any]]:
-    """The app on `db` (with the app's `options`) at `size`, its first screen settled:
-    (app, pilot)."""
-    from llmscope.tui.app import LlmscopeApp
-
-    app = LlmscopeApp(db, **options)
-    async with app.run_test(size=size) as pilot:
-        await settle(pilot)
-        yield app, pilot
-
-
-@contextlib.asynccontextmanager
 async def open_dashboard(
     db: Path, size: tuple[int, int] = (120, 40)
 ) -> AsyncIterator[tuple[Any, Any]]:
     """The app on `db` at `size` with Enter pressed on the first run: (app, pilot) on its
     dashboard."""
+    from llmscope.tui.app import LlmscopeApp
     from llmscope.tui.screens import DashboardScreen
 
-    async with open_app(db, size=size) as (app, pilot):
+    app = LlmscopeApp(db)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
         await pilot.press("enter")
         await settle(pilot)
         assert isinstance(app.screen, DashboardScreen)

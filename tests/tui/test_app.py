@@ -19,7 +19,6 @@ from tests.helpers.tui import (
     create_run,
     expected_accuracy,
     make_db,
-    open_app,
     open_dashboard,
     screen_text,
     settle,
@@ -35,7 +34,9 @@ def db(tmp_path: Path) -> Path:
 
 
 async def test_home_lists_runs(db: Path) -> None:
-    async with open_app(db, size=(120, 40)) as (app, pilot):
+    app = LlmscopeApp(db)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
         assert isinstance(app.screen, HomeScreen)
         t = app.screen.query_one("#runs", DataTable)
         assert t.row_count == 2
@@ -53,7 +54,7 @@ async def test_home_lists_runs(db: Path) -> None:
 
 
 async def test_open_run_shows_accuracy_and_back(db: Path) -> None:
-    async with open_dashboard(db, size=(120, 40)) as (app, pilot):
+    async with open_dashboard(db, (120, 40)) as (app, pilot):
         text = screen_text(app)
         assert "24/24 results" in text
         assert f"accuracy {expected_accuracy(12):.3f}" in text
@@ -68,7 +69,9 @@ async def test_dashboard_updates_while_rows_arrive(tmp_path: Path) -> None:
         add_suite(s, 12)
         create_run(s, "run-live", 12, status="running")
     items = toy_items(12)
-    async with open_app(path, refresh_s=0.1, size=(120, 40)) as (app, pilot):
+    app = LlmscopeApp(path, refresh_s=0.1)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
         await pilot.press("enter")
         await settle(pilot)
         screen = app.screen
@@ -98,7 +101,9 @@ async def test_dashboard_updates_while_rows_arrive(tmp_path: Path) -> None:
 
 
 async def test_item_drilldown_and_next_previous(db: Path) -> None:
-    async with open_app(db, size=(120, 40)) as (app, pilot):
+    app = LlmscopeApp(db)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
         await pilot.press("enter")
         await settle(pilot)
         lst = app.screen.query_one(ItemList)
@@ -134,7 +139,9 @@ async def test_item_text_is_literal(tmp_path: Path) -> None:
         r = toy_result(items[3], 3)
         r.correct, r.prediction = 0.0, "maybe"
         s.write_results("run-t", [r])
-    async with open_app(path, size=(120, 40)) as (app, pilot):
+    app = LlmscopeApp(path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
         await pilot.press("enter")
         await settle(pilot)
         text = screen_text(app)
@@ -162,7 +169,9 @@ async def test_item_text_is_literal(tmp_path: Path) -> None:
 
 
 async def test_help_and_mouse(db: Path) -> None:
-    async with open_app(db, size=(120, 40)) as (app, pilot):
+    app = LlmscopeApp(db)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
         await pilot.press("question_mark")
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
@@ -183,7 +192,9 @@ async def test_help_and_mouse(db: Path) -> None:
 async def test_compare_two_runs(db: Path) -> None:
     from llmscope.analysis.compare import mcnemar
 
-    async with open_app(db, size=(120, 40)) as (app, pilot):
+    app = LlmscopeApp(db)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
         await pilot.press("space", "down", "space", "c")
         await settle(pilot)
         assert isinstance(app.screen, CompareScreen)
@@ -214,7 +225,9 @@ async def test_compare_two_runs(db: Path) -> None:
 
 
 async def test_dashboard_sort_and_filters(db: Path) -> None:
-    async with open_app(db, size=(120, 40)) as (app, pilot):
+    app = LlmscopeApp(db)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
         await pilot.press("down", "enter")  # run-b has more failing items
         await settle(pilot)
         lst = app.screen.query_one(ItemList)

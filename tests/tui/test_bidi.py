@@ -12,9 +12,10 @@ import duckdb
 
 from llmscope.engine.types import Item
 from llmscope.store.db import Store
+from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import ItemScreen
 from llmscope.tui.widgets import clean
-from tests.helpers.tui import SUITE_ID, create_run, open_app, screen_text, settle, toy_result
+from tests.helpers.tui import SUITE_ID, create_run, screen_text, settle, toy_result
 
 BIDI = [
     "\u202a",
@@ -68,7 +69,9 @@ async def test_table_and_drill_down_show_bidi_escapes(tmp_path: Path) -> None:
         r = toy_result(items[0], 0)
         r.correct, r.prediction = 0.0, PRED
         s.write_results("run-b", [r])
-    async with open_app(path, size=(140, 40)) as (app, pilot):
+    app = LlmscopeApp(path)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(pilot)
         await pilot.press("enter")
         await settle(pilot)
         text = screen_text(app)
@@ -106,7 +109,9 @@ async def test_study_screen_shows_bidi_escapes(tmp_path: Path) -> None:
     path = tmp_path / "study.duckdb"
     with Store(path) as s:
         record_study(s, load_study(study_file))
-    async with open_app(path, study="bidi", size=(160, 40)) as (app, pilot):
+    app = LlmscopeApp(path, study="bidi")
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot)
         assert isinstance(app.screen, StudyScreen)
         text = screen_text(app)
         assert "<U+202E>gnp" in text and "<U+2067>x<U+2069>" in text, text

@@ -15,7 +15,7 @@ from llmscope.analysis.rows import format_p
 from llmscope.cli import main
 from llmscope.store.db import Store
 from llmscope.tui.panels.compare import compare_matrix, disagreement_rows, sort_disagreements
-from tests.helpers.tui import make_db, open_app, p_yes_for
+from tests.helpers.tui import make_db, p_yes_for
 
 RUNS = (("run-a", "model-A", 0), ("run-b", "model-B", 17), ("run-c", "model-C", 40))
 
@@ -92,6 +92,7 @@ def test_item_ids_sort_as_numbers() -> None:
 async def test_compare_screen_shows_every_pair_and_opens_both_runs(
     db: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from llmscope.tui.app import LlmscopeApp
     from llmscope.tui.screens import HomeScreen
     from llmscope.tui.screens.compare import CompareScreen
     from llmscope.tui.screens.item import ItemScreen
@@ -99,7 +100,9 @@ async def test_compare_screen_shows_every_pair_and_opens_both_runs(
     from tests.helpers.tui import screen_text, settle, wait_until
 
     cli = _cli(db, "run-b", "run-c", capsys)["comparisons"][0]
-    async with open_app(db, refresh_s=0.2, size=(160, 50)) as (app, pilot):
+    app = LlmscopeApp(db, refresh_s=0.2)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await settle(pilot)
         home = app.screen
         assert isinstance(home, HomeScreen)
         for _ in range(3):  # mark all three runs from the keyboard

@@ -10,10 +10,11 @@ import pytest
 from llmscope.cli import build_parser
 from llmscope.cli.common import config_from_args
 from llmscope.store.db import Store
+from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.panels.form import FIELDS, FormError, RunForm, check_task_options, form_run
 from llmscope.tui.screens import HomeScreen
 from tests.helpers.oai import oai, oai_server  # noqa: F401
-from tests.helpers.tui import open_app, settle, wait_run_completed, wait_until
+from tests.helpers.tui import settle, wait_run_completed, wait_until
 
 
 def _cli_config(argv: list[str]) -> object:
@@ -120,7 +121,9 @@ def test_task_options_are_checked_against_the_task_declaration() -> None:
 async def _start_from_form(tmp_path: Path, values: dict[str, str]) -> tuple[Path, str]:
     """Fill the form (FormField name -> text), press Start, wait for the run to complete."""
     db = tmp_path / "form.duckdb"
-    async with open_app(db, refresh_s=0.1, size=(120, 40)) as (app, pilot):
+    app = LlmscopeApp(db, refresh_s=0.1)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
         home = app.screen
         assert isinstance(home, HomeScreen)
         form = home.query_one(RunForm)
@@ -199,7 +202,9 @@ async def test_form_sends_the_reasoning_effort_with_every_chat_request(tmp_path:
 
 
 async def test_effort_for_a_local_model_is_refused_inline(tmp_path: Path) -> None:
-    async with open_app(tmp_path / "x.duckdb", size=(120, 40)) as (app, pilot):
+    app = LlmscopeApp(tmp_path / "x.duckdb")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
         form = app.screen.query_one(RunForm)
         form.set_value("suite", "commonsense-sample")
         form.set_value("reasoning_effort", "low")  # the model field is empty: the embedded default
@@ -320,7 +325,9 @@ async def test_form_runs_a_gguf_file(tmp_path: Path) -> None:
 
 
 async def test_bad_task_option_is_shown_inline_and_stops_the_start(tmp_path: Path) -> None:
-    async with open_app(tmp_path / "x.duckdb", size=(120, 40)) as (app, pilot):
+    app = LlmscopeApp(tmp_path / "x.duckdb")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
         form = app.screen.query_one(RunForm)
         form.set_value("suite", "commonsense-sample")
         form.set_value("options", "top_k=many")

@@ -12,7 +12,7 @@ from tests.helpers.tui import expected_accuracy, make_db, open_dashboard, wait_u
 async def test_w_writes_the_page_and_the_panel_figure(tmp_path: Path) -> None:
     db = make_db(tmp_path / "t.duckdb", n_items=12)
     folder = tmp_path / "t-figures"
-    async with open_dashboard(db, size=(120, 40)) as (app, pilot):
+    async with open_dashboard(db, (120, 40)) as (app, pilot):
         await pilot.press("w")
         page = folder / "run-a.html"
         assert await wait_until(

@@ -12,6 +12,7 @@ from rich.console import Console
 from scipy import stats
 
 from llmscope.store.db import Store
+from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.panels.human import (
     HumanScreen,
     human_data,
@@ -19,7 +20,7 @@ from llmscope.tui.panels.human import (
     render_human_item,
 )
 from tests.helpers.paths import shared_path
-from tests.helpers.tui import make_db, open_app, p_yes_for, settle, wait_until
+from tests.helpers.tui import make_db, p_yes_for, settle, wait_until
 
 
 def _text(parts: list) -> str:
@@ -100,7 +101,9 @@ async def test_agreement_screen_uses_the_pipeline_correlation(tmp_path: Path) ->
         d = human_data(st, st.get_run("run-a"))
     got = {m["metric"]: m["value"] for m in d.metrics}
     assert d.kind == "agreement" and got["human_pearson"] == pytest.approx(r)
-    async with open_app(db, refresh_s=0.2, size=(140, 45)) as (app, pilot):
+    app = LlmscopeApp(db, refresh_s=0.2)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await settle(pilot)
         app.push_screen(HumanScreen("run-a"))
         assert await wait_until(
             pilot, lambda: isinstance(app.screen, HumanScreen) and app.screen.data is not None
@@ -304,7 +307,9 @@ async def test_human_view_of_a_live_run_uses_the_pipeline_on_the_rows_so_far(
             m = w / w.sum()
             tv.append(0.5 * np.abs(h - m).sum())
             agree.append(float(np.argmax(h) == np.argmax(m)))
-        async with open_app(db, watch=True, refresh_s=0.1, size=(140, 45)) as (app, pilot):
+        app = LlmscopeApp(db, watch=True, refresh_s=0.1)
+        async with app.run_test(size=(140, 45)) as pilot:
+            await settle(pilot)
             assert await wait_until(pilot, lambda: "running (live)" in screen_text(app))
             await pilot.press("enter")
             await settle(pilot)

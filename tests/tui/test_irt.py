@@ -21,7 +21,7 @@ from llmscope.tui.screens.irt import StudyIrtScreen
 from llmscope.tui.screens.item import ItemScreen
 from tests.helpers.cli import cli
 from tests.helpers.irt import FLIPPED, N_RUNS, STUDY, write_flipped_db, write_irt_study
-from tests.helpers.tui import make_db, open_app, screen_text, settle, wait_until
+from tests.helpers.tui import make_db, screen_text, settle, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,9 @@ async def test_item_drill_down_shows_the_cli_fit_and_its_reading(
         return real(*a, **k)
 
     monkeypatch.setattr(panel, "item_irt", spy)
-    async with open_app(path, refresh_s=3600, size=(160, 50)) as (app, pilot):
+    app = LlmscopeApp(path, refresh_s=3600)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await settle(pilot)
         screen = await _open_item(app, pilot, "run03", FLIPPED)
         text = _flat(screen_text(app))
         b, a = _item_cells(items[FLIPPED])
@@ -131,7 +133,9 @@ async def test_too_few_runs_are_said_not_fitted(tmp_path: Path) -> None:
         n_items=12,
         runs=(("run-a", "A", 0), ("run-b", "B", 17), ("run-c", "C", 40)),
     )
-    async with open_app(path, refresh_s=3600, size=(160, 50)) as (app, pilot):
+    app = LlmscopeApp(path, refresh_s=3600)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await settle(pilot)
         screen = await _open_item(app, pilot, "run-a", "s001")
         assert screen.irt is not None and screen.irt.fit is None
         assert not screen.query_one("#item-irt").display  # nothing at the top: one line at the end
@@ -153,7 +157,9 @@ async def test_study_irt_screen_equals_the_cli_and_opens_the_drill_down(
     runs = [f"run{i:02d}" for i in range(N_RUNS)]
     fit = _cli_fit(path, "--runs", ",".join(runs))
     abilities = sorted(fit["abilities"], key=lambda a: -a["theta"])
-    async with open_app(path, study=STUDY, refresh_s=3600, size=(170, 120)) as (app, pilot):
+    app = LlmscopeApp(path, study=STUDY, refresh_s=3600)
+    async with app.run_test(size=(170, 120)) as pilot:
+        await settle(pilot)
         assert await wait_until(pilot, lambda: bool(getattr(app.screen, "rows", None)))
         await pilot.press("i")
         assert await wait_until(
@@ -230,7 +236,9 @@ async def test_study_with_too_few_runs_per_suite_says_so(tmp_path: Path) -> None
 
     db = tmp_path / "g.duckdb"
     write_study_db(db, tmp_path / "files")
-    async with open_app(db, study=NAME, refresh_s=3600, size=(160, 50)) as (app, pilot):
+    app = LlmscopeApp(db, study=NAME, refresh_s=3600)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await settle(pilot)
         assert await wait_until(pilot, lambda: bool(getattr(app.screen, "rows", None)))
         rows = list(app.screen.rows)  # type: ignore[attr-defined]
         await pilot.press("i")

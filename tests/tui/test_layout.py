@@ -21,7 +21,6 @@ from tests.helpers.tui import (
     create_run,
     expected_accuracy,
     make_db,
-    open_app,
     open_dashboard,
     screen_text,
     settle,
@@ -80,7 +79,7 @@ def test_fit_widths_keeps_the_text_column_readable() -> None:
 @pytest.mark.parametrize("status", ["completed", "running"])  # paged from DuckDB / in memory
 async def test_numeric_item_order_and_back_to_top(tmp_path: Path, status: str) -> None:
     db = _numeric_db(tmp_path / "n.duckdb", status=status)
-    async with open_dashboard(db, size=(120, 40)) as (app, pilot):
+    async with open_dashboard(db, (120, 40)) as (app, pilot):
         lst = app.screen.query_one(ItemList)
         assert (lst.source is not None) == (status == "completed")
         n = lst.count
@@ -184,7 +183,9 @@ async def test_variant_without_gold_and_definitions(tmp_path: Path) -> None:
 
 async def test_narrow_dashboard_is_readable(tmp_path: Path) -> None:
     db = make_db(tmp_path / "t.duckdb", runs=(("run-a", "model-A", 0),))
-    async with open_app(db, size=(80, 24)) as (app, pilot):
+    app = LlmscopeApp(db)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
         await pilot.press("enter")
         await settle(pilot)
         dash = app.screen
@@ -208,7 +209,9 @@ async def test_narrow_dashboard_is_readable(tmp_path: Path) -> None:
 
 async def test_wide_dashboard_uses_the_space(tmp_path: Path) -> None:
     db = make_db(tmp_path / "t.duckdb", runs=(("run-a", "model-A", 0),))
-    async with open_app(db, size=(200, 60)) as (app, pilot):
+    app = LlmscopeApp(db)
+    async with app.run_test(size=(200, 60)) as pilot:
+        await settle(pilot)
         await pilot.press("enter")
         await settle(pilot)
         dash = app.screen
@@ -253,7 +256,9 @@ async def test_method_fallback_banner_on_the_run(tmp_path: Path) -> None:
             }
         )
         store.write_results("run-api", [toy_result(it, i) for i, it in enumerate(items)])
-    async with open_app(path, size=(80, 24)) as (app, pilot):
+    app = LlmscopeApp(path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
         await pilot.press("down", "enter")
         await settle(pilot)
         dash = app.screen
@@ -279,7 +284,9 @@ async def test_home_at_80x24_keeps_counts_and_the_accuracy(tmp_path: Path) -> No
     }
     assert counts == {"commonsense-sample": 243, "minimal-pairs": 102}
     db = make_db(tmp_path / "t.duckdb", runs=(("run-a", "model-A", 0),))
-    async with open_app(db, size=(80, 24)) as (app, pilot):
+    app = LlmscopeApp(db)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
         text = screen_text(app)
         for suite, n in counts.items():
             assert re.search(rf"\b{suite}\s+{n}\s", text), (suite, text)
@@ -334,7 +341,9 @@ async def test_home_at_80x24_keeps_progress_beside_a_long_model_name(tmp_path: P
     con = duckdb.connect(str(db))  # the README's main job: a 12-character id, its suite's name
     con.execute("UPDATE runs SET suite_name = 'commonsense-sample'")
     con.close()
-    async with open_app(db, size=(80, 24)) as (app, pilot):
+    app = LlmscopeApp(db)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
         row = next(ln for ln in screen_text(app).splitlines() if rid in ln)
         assert "commonsense-sample" in row, row
         # the whole progress cell: the count and its share, or the count alone, never "300/300 10"

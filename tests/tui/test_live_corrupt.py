@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from llmscope.runs.live import ResultTail, live_dir, read_live
+from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import HomeScreen
 from tests.helpers.cli import cli_cmd, cli_env, record, write_yesno_suite
 from tests.helpers.paths import ROOT
-from tests.helpers.tui import make_db, open_app, screen_text, wait_until
+from tests.helpers.tui import make_db, screen_text, settle, wait_until
 from tests.tui.test_watch import WRITER
 
 BAD_PROGRESS = {
@@ -106,7 +107,9 @@ def test_in_use_message_stays_one_line(damaged, tmp_path: Path) -> None:
 
 async def test_view_lists_the_live_run_and_says_what_it_skipped(damaged) -> None:
     db, _ = damaged
-    async with open_app(db, watch=True, refresh_s=0.1, size=(160, 40)) as (app, pilot):
+    app = LlmscopeApp(db, watch=True, refresh_s=0.1)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot)
         assert isinstance(app.screen, HomeScreen)
         assert await wait_until(pilot, lambda: "running (live)" in screen_text(app))
         text = screen_text(app)

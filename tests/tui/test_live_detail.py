@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.plots import PlotsScreen
 from llmscope.tui.screens import DashboardScreen, HomeScreen
 from llmscope.tui.screens.item import ItemScreen, render_item
 from tests.helpers.oai import CANARY_KEY, oai, oai_server  # noqa: F401
-from tests.helpers.tui import open_app, settle, wait_until
+from tests.helpers.tui import settle, wait_until
 
 
 def _text(details: list[dict]) -> str:
@@ -34,7 +35,9 @@ async def test_viewer_picks_up_a_new_run_and_live_detail_equals_stored(tmp_path:
     items = oai.script(
         "Consider the statement", top=[["Yes", -0.4], ["No", -1.3], ["Maybe", -3.0]], hold_after=9
     )
-    async with open_app(db, watch=True, refresh_s=0.1, size=(120, 40)) as (app, pilot):
+    app = LlmscopeApp(db, watch=True, refresh_s=0.1)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
         home = app.screen
         assert isinstance(home, HomeScreen) and home.rows == []
         env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY}

@@ -20,7 +20,7 @@ import pytest
 from llmscope.cli import main  # noqa: E402
 from tests.helpers.cli import tiny_model_dir  # noqa: E402
 from tests.helpers.paths import SHARED
-from tests.helpers.tui import open_app, screen_text, settle, wait_until  # noqa: E402
+from tests.helpers.tui import screen_text, settle, wait_until  # noqa: E402
 
 # Loaders of full corpora take the first N items; WorldSense needs whole tuples (3 trials).
 LIMIT = {"worldsense": 6}
@@ -212,6 +212,7 @@ def check_dashboard(text: str, rows: list[dict], rid: str, suite: str, group_by:
 
 async def drive(db: Path, rows: list[dict], suites: list[str]) -> int:
     from llmscope.store.db import Store
+    from llmscope.tui.app import LlmscopeApp
     from llmscope.tui.screens import DashboardScreen
 
     with Store(db, read_only=True) as st:
@@ -222,7 +223,9 @@ async def drive(db: Path, rows: list[dict], suites: list[str]) -> int:
         }
     assert set(run_ids) == set(suites)
     checked = 0
-    async with open_app(db, size=(200, 70)) as (app, pilot):
+    app = LlmscopeApp(db)
+    async with app.run_test(size=(200, 70)) as pilot:
+        await settle(pilot)
         for suite, rid in sorted(run_ids.items()):
             app.push_screen(DashboardScreen(rid))
             await settle(pilot)

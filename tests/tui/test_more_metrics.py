@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import DashboardScreen
 from tests.helpers.cli import cli, contamination_db
 from tests.helpers.tinymodel import make_tiny_model
-from tests.helpers.tui import open_app, screen_text, wait_until
+from tests.helpers.tui import screen_text, settle, wait_until
 
 
 @pytest.mark.slow
@@ -28,7 +29,9 @@ async def test_contamination_numbers_on_the_dashboard_equal_the_report(tmp_path:
         and m["metric"] in ("flagged_rate", "min_k_prob", "ngram_overlap")
     ]
     assert {m["metric"] for m in rows} == {"flagged_rate", "min_k_prob", "ngram_overlap"}
-    async with open_app(db, size=(160, 50)) as (app, pilot):
+    app = LlmscopeApp(db)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await settle(pilot)
         await pilot.press("enter")
         assert await wait_until(
             pilot,

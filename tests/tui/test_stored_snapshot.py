@@ -12,6 +12,7 @@ import numpy as np
 
 from llmscope.engine.types import Result
 from llmscope.store.db import Store
+from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.data.fields import LIGHT_COLS
 from llmscope.tui.data.run_model import RunModel
 from llmscope.tui.data.store import load_items, quick_snapshot, stored_snapshot
@@ -23,7 +24,6 @@ from tests.helpers.tui import (
     add_suite,
     create_run,
     expected_accuracy,
-    open_app,
     screen_text,
     settle,
     toy_result,
@@ -113,7 +113,9 @@ def test_quick_snapshot_counts_and_light_columns(tmp_path: Path) -> None:
 async def test_dashboard_of_stored_run_holds_no_rows(tmp_path: Path) -> None:
     """The finished run's dashboard: numbers from SQL, the list paged; no RunModel is built."""
     path = _db(tmp_path / "d.duckdb")
-    async with open_app(path, size=(120, 40)) as (app, pilot):
+    app = LlmscopeApp(path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
         await pilot.press("enter")
         await settle(pilot)
         scr = app.screen

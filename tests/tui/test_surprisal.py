@@ -10,9 +10,10 @@ import pytest
 
 pytest.importorskip("torch")
 
+from llmscope.tui.app import LlmscopeApp  # noqa: E402
 from llmscope.tui.screens import DashboardScreen, ItemScreen  # noqa: E402
 from tests.helpers.cli import syntax_sample_db  # noqa: E402
-from tests.helpers.tui import open_app, screen_text, settle, wait_until  # noqa: E402
+from tests.helpers.tui import screen_text, settle, wait_until  # noqa: E402
 
 
 @pytest.fixture
@@ -32,7 +33,9 @@ async def test_drilldown_shows_word_and_region_surprisal_and_sg_panel(sg_db: Pat
     # region 3 (the verb) of match_sing is the sum of the surprisals of the words inside it
     words = extra["conditions"]["match_sing"]["words"]
     verb = sum(w["surprisal_bits"] for w in words if w["region"] == 3)
-    async with open_app(db, size=(160, 60)) as (app, pilot):
+    app = LlmscopeApp(db)
+    async with app.run_test(size=(160, 60)) as pilot:
+        await settle(pilot)
         app.push_screen(ItemScreen([run_id], "agr01"))
         assert await wait_until(pilot, lambda: "region surprisal" in screen_text(app))
         text = screen_text(app)

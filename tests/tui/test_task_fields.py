@@ -126,7 +126,7 @@ async def test_contamination_flags_column_scope_and_drill_down(tmp_path: Path) -
     }
     assert flagged == {i for i, e in stored.items() if e["flagged"]}
     assert 0 < len(flagged) < len(stored), "the threshold should split the six items"
-    async with open_dashboard(db, size=(140, 45)) as (app, pilot):
+    async with open_dashboard(db, (140, 45)) as (app, pilot):
         lst = app.screen.query_one(ItemList)
         # no row has a correctness score: the list shows every row, with the task's columns
         assert lst.scope == "all" and lst.count == len(stored)

@@ -19,7 +19,7 @@ import pytest
 from llmscope.cli import main
 from tests.helpers.cli import tiny_model_dir
 from tests.helpers.paths import shared_path
-from tests.helpers.tui import open_app, screen_text, settle, wait_until
+from tests.helpers.tui import screen_text, settle, wait_until
 
 # the authors' answer classes (Benchekroun et al. 2023, worldsense/analysis.py), written out
 CLASSES = {"1": "KNOW", "2": "KNOW", "3": "UNKNOWN"}
@@ -67,6 +67,7 @@ def _rows(db: Path) -> list[tuple[str, str, str, float]]:
 
 @pytest.mark.slow
 async def test_worldsense_dashboard_and_drilldown(ws_db: Path, capsys) -> None:
+    from llmscope.tui.app import LlmscopeApp
     from llmscope.tui.screens import DashboardScreen
     from llmscope.tui.screens.item import ItemScreen
 
@@ -77,7 +78,9 @@ async def test_worldsense_dashboard_and_drilldown(ws_db: Path, capsys) -> None:
     ia = next(r for r in report if r["metric"] == "item_accuracy" and not r["group"])
     rows = _rows(ws_db)
     run_id = ws["run"]
-    async with open_app(ws_db, size=(120, 40)) as (app, pilot):
+    app = LlmscopeApp(ws_db)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
         app.push_screen(DashboardScreen(run_id))
         await settle(pilot)
         assert await wait_until(pilot, lambda: "item_accuracy" in screen_text(app))
