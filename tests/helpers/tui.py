@@ -6,11 +6,9 @@ checks the helper writes what the other tests assume.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import os
 import socket
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -231,21 +229,3 @@ async def wait_run_completed(app: Any, pilot: Any) -> str:
     await settle(pilot)
     assert await wait_until(pilot, lambda: not app.handle.writing)  # no write lock
     return run_id
-
-
-@contextlib.asynccontextmanager
-async def open_dashboard(
-    db: Path, size: tuple[int, int] = (120, 40)
-) -> AsyncIterator[tuple[Any, Any]]:
-    """The app on `db` at `size` with Enter pressed on the first run: (app, pilot) on its
-    dashboard."""
-    from llmscope.tui.app import LlmscopeApp
-    from llmscope.tui.screens import DashboardScreen
-
-    app = LlmscopeApp(db)
-    async with app.run_test(size=size) as pilot:
-        await settle(pilot)
-        await pilot.press("enter")
-        await settle(pilot)
-        assert isinstance(app.screen, DashboardScreen)
-        yield app, pilot

@@ -19,7 +19,6 @@ from tests.helpers.tui import (
     create_run,
     expected_accuracy,
     make_db,
-    open_dashboard,
     screen_text,
     settle,
     toy_items,
@@ -54,7 +53,12 @@ async def test_home_lists_runs(db: Path) -> None:
 
 
 async def test_open_run_shows_accuracy_and_back(db: Path) -> None:
-    async with open_dashboard(db, (120, 40)) as (app, pilot):
+    app = LlmscopeApp(db)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, DashboardScreen)
         text = screen_text(app)
         assert "24/24 results" in text
         assert f"accuracy {expected_accuracy(12):.3f}" in text

@@ -6,13 +6,20 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from tests.helpers.tui import expected_accuracy, make_db, open_dashboard, wait_until
+from llmscope.tui.app import LlmscopeApp
+from llmscope.tui.screens import DashboardScreen
+from tests.helpers.tui import expected_accuracy, make_db, settle, wait_until
 
 
 async def test_w_writes_the_page_and_the_panel_figure(tmp_path: Path) -> None:
     db = make_db(tmp_path / "t.duckdb", n_items=12)
     folder = tmp_path / "t-figures"
-    async with open_dashboard(db, (120, 40)) as (app, pilot):
+    app = LlmscopeApp(db)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, DashboardScreen)
         await pilot.press("w")
         page = folder / "run-a.html"
         assert await wait_until(

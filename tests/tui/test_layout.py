@@ -21,7 +21,6 @@ from tests.helpers.tui import (
     create_run,
     expected_accuracy,
     make_db,
-    open_dashboard,
     screen_text,
     settle,
     toy_items,
@@ -79,7 +78,12 @@ def test_fit_widths_keeps_the_text_column_readable() -> None:
 @pytest.mark.parametrize("status", ["completed", "running"])  # paged from DuckDB / in memory
 async def test_numeric_item_order_and_back_to_top(tmp_path: Path, status: str) -> None:
     db = _numeric_db(tmp_path / "n.duckdb", status=status)
-    async with open_dashboard(db, (120, 40)) as (app, pilot):
+    app = LlmscopeApp(db)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, DashboardScreen)
         lst = app.screen.query_one(ItemList)
         assert (lst.source is not None) == (status == "completed")
         n = lst.count

@@ -10,12 +10,13 @@ from pathlib import Path
 from llmscope.analysis.yesno import HUMAN_DISTANCE_SQL
 from llmscope.engine.types import Result
 from llmscope.store.db import Store
+from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.pages import FailingSource
+from llmscope.tui.screens import DashboardScreen
 from llmscope.tui.widgets import ItemList
 from tests.helpers.tui import (
     add_suite,
     create_run,
-    open_dashboard,
     p_yes_for,
     screen_text,
     settle,
@@ -124,7 +125,12 @@ def test_store_pages_match_rule(tmp_path: Path) -> None:
 async def test_dashboard_list_pages_from_duckdb(tmp_path: Path) -> None:
     path = _db(tmp_path / "d.duckdb")
     exp = _expected()
-    async with open_dashboard(path, (120, 40)) as (app, pilot):
+    app = LlmscopeApp(path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, DashboardScreen)
         lst = app.screen.query_one(ItemList)
         assert isinstance(lst.source, FailingSource)  # a finished run: paged, not in memory
         assert lst.count == lst.n_total == len(exp)

@@ -20,7 +20,7 @@ from llmscope.tui.widgets import ItemList
 from tests.helpers.cli import contamination_db
 from tests.helpers.paths import shared_path
 from tests.helpers.tinymodel import make_tiny_model
-from tests.helpers.tui import open_dashboard, screen_text, settle, wait_until
+from tests.helpers.tui import screen_text, settle, wait_until
 
 # Between the six items' Min-K% scores of the tiny model with the shared Qwen2.5 tokenizer
 # (the trained fallback tokenizer gives other scores, so the test needs the shared one).
@@ -126,7 +126,12 @@ async def test_contamination_flags_column_scope_and_drill_down(tmp_path: Path) -
     }
     assert flagged == {i for i, e in stored.items() if e["flagged"]}
     assert 0 < len(flagged) < len(stored), "the threshold should split the six items"
-    async with open_dashboard(db, (140, 45)) as (app, pilot):
+    app = LlmscopeApp(db)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, DashboardScreen)
         lst = app.screen.query_one(ItemList)
         # no row has a correctness score: the list shows every row, with the task's columns
         assert lst.scope == "all" and lst.count == len(stored)
