@@ -16,6 +16,7 @@ from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import ItemScreen
 from llmscope.tui.widgets import clean
 from tests.helpers.tui import SUITE_ID, create_run, screen_text, settle, toy_result
+from tests.helpers.tui_pilot import on_dashboard, started
 
 BIDI = [
     "\u202a",
@@ -70,10 +71,7 @@ async def test_table_and_drill_down_show_bidi_escapes(tmp_path: Path) -> None:
         r.correct, r.prediction = 0.0, PRED
         s.write_results("run-b", [r])
     app = LlmscopeApp(path)
-    async with app.run_test(size=(140, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("enter")
-        await settle(pilot)
+    async with on_dashboard(app, (140, 40)) as pilot:
         text = screen_text(app)
         assert "<U+202E>gnp.exe" in text, text
         assert not any(ch in text for ch in BIDI)
@@ -110,8 +108,7 @@ async def test_study_screen_shows_bidi_escapes(tmp_path: Path) -> None:
     with Store(path) as s:
         record_study(s, load_study(study_file))
     app = LlmscopeApp(path, study="bidi")
-    async with app.run_test(size=(160, 40)) as pilot:
-        await settle(pilot)
+    async with started(app, (160, 40)):
         assert isinstance(app.screen, StudyScreen)
         text = screen_text(app)
         assert "<U+202E>gnp" in text and "<U+2067>x<U+2069>" in text, text

@@ -17,7 +17,8 @@ from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import HomeScreen
 from tests.helpers.cli import cli_cmd, cli_env, record, write_yesno_suite
 from tests.helpers.paths import ROOT
-from tests.helpers.tui import make_db, screen_text, settle, wait_until
+from tests.helpers.tui import make_db, screen_text, wait_until
+from tests.helpers.tui_pilot import started
 from tests.tui.test_watch import WRITER
 
 BAD_PROGRESS = {
@@ -108,8 +109,7 @@ def test_in_use_message_stays_one_line(damaged, tmp_path: Path) -> None:
 async def test_view_lists_the_live_run_and_says_what_it_skipped(damaged) -> None:
     db, _ = damaged
     app = LlmscopeApp(db, watch=True, refresh_s=0.1)
-    async with app.run_test(size=(160, 40)) as pilot:
-        await settle(pilot)
+    async with started(app, (160, 40)) as pilot:
         assert isinstance(app.screen, HomeScreen)
         assert await wait_until(pilot, lambda: "running (live)" in screen_text(app))
         text = screen_text(app)
