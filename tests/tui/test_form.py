@@ -15,6 +15,7 @@ from llmscope.tui.panels.form import FIELDS, FormError, RunForm, check_task_opti
 from llmscope.tui.screens import HomeScreen
 from tests.helpers.oai import oai, oai_server  # noqa: F401
 from tests.helpers.tui import settle, wait_run_completed, wait_until
+from tests.helpers.tui_pilot import home_screen, started
 
 
 def _cli_config(argv: list[str]) -> object:
@@ -118,21 +119,19 @@ def test_task_options_are_checked_against_the_task_declaration() -> None:
 
 
 # -- the form drives real runs, one per model kind ----------------------------------------------
-async def _start_from_form(tmp_path: Path, values: dict[str, str]) -> tuple[Path, str]:
-    """Fill the form (FormField name -> text), press Start, wait for the run to complete."""
+async def _run_from_form(tmp_path: Path, values: dict[str, str]) -> tuple[dict, int]:
+    """Fill the form (FormField name -> text), press Start, wait for the run to complete;
+    the stored run and its count of scored rows."""
     db = tmp_path / "form.duckdb"
     app = LlmscopeApp(db, refresh_s=0.1)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        home = app.screen
-        assert isinstance(home, HomeScreen)
-        form = home.query_one(RunForm)
+    async with started(app) as pilot:
+        form = home_screen(app).query_one(RunForm)
         for name, text in values.items():
             form.set_value(name, text)
         await pilot.pause()
         await pilot.click("#start")
         run_id = await wait_run_completed(app, pilot)
-    return db, run_id
+    return _stored(db, run_id)
 
 
 def _stored(db: Path, run_id: str) -> tuple[dict, int]:
@@ -150,7 +149,7 @@ async def test_form_runs_an_openai_compatible_server_with_every_api_option(
     oai,  # noqa: F811
 ) -> None:  # noqa: F811
     oai.script("", top=[["Yes", -0.3], ["No", -1.5]])
-    db, run_id = await _start_from_form(
+    run, n = await _run_from_form(
         tmp_path,
         {
             "suite": "commonsense-sample",
@@ -164,7 +163,6 @@ async def test_form_runs_an_openai_compatible_server_with_every_api_option(
             "options": "top_k=3",
         },
     )
-    run, n = _stored(db, run_id)
     cfg = run["backend_config"]
     assert (cfg["kind"], cfg["model"], cfg["base_url"]) == (
         "openai",
@@ -184,7 +182,7 @@ async def test_form_runs_an_openai_compatible_server_with_every_api_option(
 
 async def test_form_sends_the_reasoning_effort_with_every_chat_request(tmp_path: Path, oai) -> None:  # noqa: F811
     oai.script("", top=[["Yes", -0.3], ["No", -1.5]])
-    db, run_id = await _start_from_form(
+    run, n = await _run_from_form(
         tmp_path,
         {
             "suite": "commonsense-sample",
@@ -195,7 +193,6 @@ async def test_form_sends_the_reasoning_effort_with_every_chat_request(tmp_path:
             "reasoning_effort": "medium",
         },
     )
-    run, n = _stored(db, run_id)
     assert run["backend_config"]["reasoning_effort"] == "medium" and n == 3
     chats = [e for e in oai.log() if e["path"].endswith("/chat/completions")]
     assert len(chats) >= n and {e["body"].get("reasoning_effort") for e in chats} == {"medium"}
@@ -230,7 +227,7 @@ async def test_form_runs_a_suite_spec_file(tmp_path: Path, oai) -> None:  # noqa
         "templates:\n  plain: 'Is the {text} blue? Answer yes or no.'\n"
     )
     oai.script("", top=[["Yes", -0.3], ["No", -1.5]])
-    db, run_id = await _start_from_form(
+    run, n = await _run_from_form(
         tmp_path,
         {
             "suite": str(spec),
@@ -239,7 +236,6 @@ async def test_form_runs_a_suite_spec_file(tmp_path: Path, oai) -> None:  # noqa
             "limit": "2",
         },
     )
-    run, n = _stored(db, run_id)
     assert run["suite_name"] == "mine" and n == 2  # two items, one template
     assert run["meta"]["suite"]["spec_path"] == str(spec.resolve())
     prompts = [e["body"].get("prompt") or e["body"]["messages"][-1]["content"] for e in oai.log()]
@@ -253,7 +249,7 @@ async def test_form_reads_a_full_corpus_from_the_suite_path(tmp_path: Path, oai)
 
     csv = shared_path("data", "commonsense", "statements_and_prompts.csv")
     oai.script("", top=[["Yes", -0.3], ["No", -1.5]])
-    db, run_id = await _start_from_form(
+    run, n = await _run_from_form(
         tmp_path,
         {
             "suite": "commonsense",
@@ -263,7 +259,6 @@ async def test_form_reads_a_full_corpus_from_the_suite_path(tmp_path: Path, oai)
             "limit": "1",
         },
     )
-    run, n = _stored(db, run_id)
     assert run["suite_name"] == "commonsense" and n >= 1
     # the recorded path names the same file (it may or may not be resolved through symlinks)
     assert Path(run["meta"]["suite"]["items_path"]).resolve() == csv.resolve()
@@ -273,7 +268,7 @@ async def test_form_runs_a_local_hf_folder_with_every_local_option(tmp_path: Pat
     from tests.helpers.cli import tiny_model_dir
 
     folder = tiny_model_dir(tmp_path)
-    db, run_id = await _start_from_form(
+    run, n = await _run_from_form(
         tmp_path,
         {
             "suite": "mc-sample",
@@ -288,7 +283,6 @@ async def test_form_runs_a_local_hf_folder_with_every_local_option(tmp_path: Pat
             "options": "permutations=1",
         },
     )
-    run, n = _stored(db, run_id)
     cfg = run["backend_config"]
     assert (cfg["kind"], cfg["model"], cfg["device"], cfg["dtype"]) == (
         "hf",
@@ -310,7 +304,7 @@ async def test_form_runs_a_gguf_file(tmp_path: Path) -> None:
     from llmscope.engine.models import embedded_model_path
 
     gguf = embedded_model_path()
-    db, run_id = await _start_from_form(
+    run, n = await _run_from_form(
         tmp_path,
         {
             "suite": "commonsense-sample",
@@ -319,7 +313,6 @@ async def test_form_runs_a_gguf_file(tmp_path: Path) -> None:
             "batch_size": "4",
         },
     )
-    run, n = _stored(db, run_id)
     assert run["backend_config"]["model"] == f"gguf:{gguf}" and run["backend"] == "hf"
     assert n == 3
 
