@@ -134,6 +134,14 @@ async def _run_from_form(tmp_path: Path, values: dict[str, str]) -> tuple[dict, 
     return _stored(db, run_id)
 
 
+async def _api_run_from_form(tmp_path: Path, oai, **values: str) -> tuple[dict, int]:  # noqa: ANN001, F811
+    """`_run_from_form` on the scripted server's `openai:test-model` (which answers Yes over No)
+    for commonsense-sample, or the suite that `values` names."""
+    oai.script("", top=[["Yes", -0.3], ["No", -1.5]])
+    api = {"suite": "commonsense-sample", "model": "openai:test-model", "base_url": oai.base_url}
+    return await _run_from_form(tmp_path, {**api, **values})
+
+
 def _stored(db: Path, run_id: str) -> tuple[dict, int]:
     with Store(db, read_only=True) as s:
         run = s.get_run(run_id)
@@ -148,20 +156,15 @@ async def test_form_runs_an_openai_compatible_server_with_every_api_option(
     tmp_path: Path,
     oai,  # noqa: F811
 ) -> None:  # noqa: F811
-    oai.script("", top=[["Yes", -0.3], ["No", -1.5]])
-    run, n = await _run_from_form(
+    run, n = await _api_run_from_form(
         tmp_path,
-        {
-            "suite": "commonsense-sample",
-            "model": "openai:test-model",
-            "base_url": oai.base_url,
-            "limit": "2",
-            "concurrency": "2",
-            "seed": "5",
-            "top_logprobs": "7",
-            "chat": "off",
-            "options": "top_k=3",
-        },
+        oai,
+        limit="2",
+        concurrency="2",
+        seed="5",
+        top_logprobs="7",
+        chat="off",
+        options="top_k=3",
     )
     cfg = run["backend_config"]
     assert (cfg["kind"], cfg["model"], cfg["base_url"]) == (
@@ -181,17 +184,8 @@ async def test_form_runs_an_openai_compatible_server_with_every_api_option(
 
 
 async def test_form_sends_the_reasoning_effort_with_every_chat_request(tmp_path: Path, oai) -> None:  # noqa: F811
-    oai.script("", top=[["Yes", -0.3], ["No", -1.5]])
-    run, n = await _run_from_form(
-        tmp_path,
-        {
-            "suite": "commonsense-sample",
-            "model": "openai:test-model",
-            "base_url": oai.base_url,
-            "limit": "1",
-            "chat": "on",
-            "reasoning_effort": "medium",
-        },
+    run, n = await _api_run_from_form(
+        tmp_path, oai, limit="1", chat="on", reasoning_effort="medium"
     )
     assert run["backend_config"]["reasoning_effort"] == "medium" and n == 3
     chats = [e for e in oai.log() if e["path"].endswith("/chat/completions")]
@@ -226,16 +220,7 @@ async def test_form_runs_a_suite_spec_file(tmp_path: Path, oai) -> None:  # noqa
         "name: mine\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
         "templates:\n  plain: 'Is the {text} blue? Answer yes or no.'\n"
     )
-    oai.script("", top=[["Yes", -0.3], ["No", -1.5]])
-    run, n = await _run_from_form(
-        tmp_path,
-        {
-            "suite": str(spec),
-            "model": "openai:test-model",
-            "base_url": oai.base_url,
-            "limit": "2",
-        },
-    )
+    run, n = await _api_run_from_form(tmp_path, oai, suite=str(spec), limit="2")
     assert run["suite_name"] == "mine" and n == 2  # two items, one template
     assert run["meta"]["suite"]["spec_path"] == str(spec.resolve())
     prompts = [e["body"].get("prompt") or e["body"]["messages"][-1]["content"] for e in oai.log()]
@@ -248,16 +233,8 @@ async def test_form_reads_a_full_corpus_from_the_suite_path(tmp_path: Path, oai)
     from tests.helpers.paths import shared_path
 
     csv = shared_path("data", "commonsense", "statements_and_prompts.csv")
-    oai.script("", top=[["Yes", -0.3], ["No", -1.5]])
-    run, n = await _run_from_form(
-        tmp_path,
-        {
-            "suite": "commonsense",
-            "suite_path": str(csv),
-            "model": "openai:test-model",
-            "base_url": oai.base_url,
-            "limit": "1",
-        },
+    run, n = await _api_run_from_form(
+        tmp_path, oai, suite="commonsense", suite_path=str(csv), limit="1"
     )
     assert run["suite_name"] == "commonsense" and n >= 1
     # the recorded path names the same file (it may or may not be resolved through symlinks)

@@ -26,7 +26,7 @@ from tests.helpers.tui import (
     toy_items,
     toy_result,
 )
-from tests.helpers.tui_pilot import on_dashboard, started
+from tests.helpers.tui_pilot import on_dashboard, press_settled, started
 
 # ids in insertion (arrival) order; numeric order written out by hand below (equal numbers: as text)
 IDS = ["1003", "10", "141", "2", "1026", "x7", "20", "a1", "999", "0010"]
@@ -151,9 +151,7 @@ async def test_variant_without_gold_and_definitions(tmp_path: Path) -> None:
             "mean_p_other",
             "off_format_rate",
         } <= set(shown)
-        await pilot.press("d")
-        await settle(pilot)
-        assert isinstance(app.screen, DefinitionsScreen)
+        assert isinstance(await press_settled(pilot, "d"), DefinitionsScreen)
         assert app.screen.metrics == shown
         defs = " ".join(plain_text(app.screen.query_one("#defs-table").content, width=4000).split())
         for name in shown:  # each metric with its registered definition
@@ -163,12 +161,10 @@ async def test_variant_without_gold_and_definitions(tmp_path: Path) -> None:
         await pilot.press("f1")
         await settle(pilot)
         assert isinstance(app.screen, HelpScreen) and app.screen.metrics == shown
-        await pilot.press("escape")
-        await settle(pilot)
+        await press_settled(pilot, "escape")
         # the drill-down of an item: q3 says it has no gold, q1 shows its gold
         dash.query_one(ItemList).focus()
-        await pilot.press("enter")
-        await settle(pilot)
+        await press_settled(pilot, "enter")
         item = screen_text(app)
         assert "gold yes" in item or "gold no" in item
         lines = [ln for ln in item.splitlines() if "none (no gold for this variant)" in ln]
