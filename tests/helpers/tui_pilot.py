@@ -81,3 +81,13 @@ async def dashboard_opened(pilot: Any) -> Any:
         n.message for n in app._notifications
     ]
     return app.screen
+
+
+async def press_until(pilot: Any, key: str, kind: type, ready: Any) -> Any:
+    """Press `key`, wait until the screen is a `kind` for which `ready(screen)` holds, settle;
+    returns that screen."""
+    app = pilot.app
+    await pilot.press(key)
+    assert await wait_until(pilot, lambda: isinstance(app.screen, kind) and ready(app.screen))
+    await settle(pilot)
+    return app.screen

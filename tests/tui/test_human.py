@@ -21,6 +21,7 @@ from llmscope.tui.panels.human import (
 )
 from tests.helpers.paths import shared_path
 from tests.helpers.tui import make_db, p_yes_for, settle, wait_until
+from tests.helpers.tui_pilot import open_run, press_until, started
 
 
 def _text(parts: list) -> str:
@@ -285,7 +286,6 @@ async def test_human_view_of_a_live_run_uses_the_pipeline_on_the_rows_so_far(
     import numpy as np
 
     from llmscope.data.suites import load_suite
-    from llmscope.tui.screens import DashboardScreen
     from tests.helpers.paths import ROOT
     from tests.helpers.tui import screen_text
 
@@ -308,24 +308,14 @@ async def test_human_view_of_a_live_run_uses_the_pipeline_on_the_rows_so_far(
             tv.append(0.5 * np.abs(h - m).sum())
             agree.append(float(np.argmax(h) == np.argmax(m)))
         app = LlmscopeApp(db, watch=True, refresh_s=0.1)
-        async with app.run_test(size=(140, 45)) as pilot:
-            await settle(pilot)
+        async with started(app, (140, 45)) as pilot:
             assert await wait_until(pilot, lambda: "running (live)" in screen_text(app))
-            await pilot.press("enter")
-            await settle(pilot)
-            dash = app.screen
-            assert isinstance(dash, DashboardScreen) and dash.source == "live"
+            dash = await open_run(pilot)
+            assert dash.source == "live"
             assert await wait_until(pilot, lambda: f"{n}/{n} results" in screen_text(app))
-            await pilot.press("h")
-            assert await wait_until(
-                pilot,
-                lambda: (
-                    isinstance(app.screen, HumanScreen)
-                    and app.screen.data is not None
-                    and app.screen.data.live_rows == n
-                ),
+            await press_until(
+                pilot, "h", HumanScreen, lambda s: s.data is not None and s.data.live_rows == n
             )
-            await settle(pilot)
             text = screen_text(app)
             assert f"live: the {n} rows received so far" in text
             assert f"human_majority_agreement {np.mean(agree):.3f}" in text
