@@ -15,7 +15,7 @@ import pytest
 from llmscope.runs.live import ResultTail, live_dir, read_live
 from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import HomeScreen
-from tests.helpers.cli import cli_cmd, cli_env, record, write_yesno_suite
+from tests.helpers.cli import api_run_args, cli_cmd, cli_env, record, write_yesno_suite
 from tests.helpers.paths import ROOT
 from tests.helpers.tui import make_db, screen_text, wait_until
 from tests.helpers.tui_pilot import started
@@ -84,18 +84,8 @@ def test_in_use_message_stays_one_line(damaged, tmp_path: Path) -> None:
     db, _ = damaged
     spec = write_yesno_suite(tmp_path / "s", 3)
     p = subprocess.run(
-        cli_cmd(
-            "run",
-            "--suite",
-            str(spec),
-            "--db",
-            str(db),
-            "--model",
-            "openai:m",
-            "--base-url",
-            "http://127.0.0.1:9/v1",
-            "--no-report",
-        ),
+        # nothing listens at the URL: the run is refused before it asks the server anything
+        cli_cmd(*api_run_args(spec, db, "http://127.0.0.1:9/v1", "--no-report")),
         env=cli_env(OPENAI_API_KEY="sk-test", LLMSCOPE_LOCK_WAIT="0.3"),
         capture_output=True,
         text=True,
