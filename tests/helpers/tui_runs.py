@@ -1,0 +1,17 @@
+"""Runs for the TUI tests to read: `llmscope run` in this process on the tiny random-weight model.
+
+Imported by the TUI tests (`from tests.helpers.tui_runs import ...`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def tiny_run(db: Path, model: Path, suite: str, limit: int, *extra: str) -> None:
+    """`llmscope run` of `suite`'s first `limit` items on the tiny model in folder `model`, into
+    `db` (one thread, no report); `extra` are more flags (e.g. `--suite-path`)."""
+    from llmscope.cli import main
+
+    argv = ["run", "--suite", suite, *extra, "--model", f"hf:{model}", "--limit", str(limit)]
+    assert main([*argv, "--db", str(db), "--threads", "1", "--quiet", "--no-report"]) == 0, argv
