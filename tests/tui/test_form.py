@@ -14,7 +14,7 @@ from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.panels.form import FIELDS, FormError, RunForm, check_task_options, form_run
 from llmscope.tui.screens import HomeScreen
 from tests.helpers.oai import oai, oai_server  # noqa: F401
-from tests.helpers.tui import settle, wait_run_completed, wait_until
+from tests.helpers.tui import fill_form, settle, wait_run_completed, wait_until
 from tests.helpers.tui_pilot import home_screen, started
 
 
@@ -194,11 +194,10 @@ async def test_form_sends_the_reasoning_effort_with_every_chat_request(tmp_path:
 
 async def test_effort_for_a_local_model_is_refused_inline(tmp_path: Path) -> None:
     app = LlmscopeApp(tmp_path / "x.duckdb")
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
+    async with started(app) as pilot:
+        # the model field is left empty: the embedded default
+        fill_form(home_screen(app), suite="commonsense-sample", reasoning_effort="low")
         form = app.screen.query_one(RunForm)
-        form.set_value("suite", "commonsense-sample")
-        form.set_value("reasoning_effort", "low")  # the model field is empty: the embedded default
         want = "--reasoning-effort applies to API models (openai:NAME) only"
         assert await wait_until(pilot, lambda: want in str(form.query_one("#f-check").render()))
         form.set_value("model", "openai:m")
@@ -296,9 +295,8 @@ async def test_form_runs_a_gguf_file(tmp_path: Path) -> None:
 
 async def test_bad_task_option_is_shown_inline_and_stops_the_start(tmp_path: Path) -> None:
     app = LlmscopeApp(tmp_path / "x.duckdb")
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        form = app.screen.query_one(RunForm)
+    async with started(app) as pilot:
+        form = home_screen(app).query_one(RunForm)
         form.set_value("suite", "commonsense-sample")
         form.set_value("options", "top_k=many")
         want = "option 'top_k' of task 'yesno' must be an integer, got 'many'"
