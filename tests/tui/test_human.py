@@ -22,6 +22,7 @@ from llmscope.tui.panels.human import (
 from tests.helpers.paths import shared_path
 from tests.helpers.tui import make_db, p_yes_for, settle, wait_until
 from tests.helpers.tui_pilot import open_run, press_until, started
+from tests.helpers.tui_runs import add_suite_run
 
 
 def _text(parts: list) -> str:
@@ -192,17 +193,7 @@ def test_probeval_summary_equals_the_pipeline(
     items = suite.items()[:8]
     db = tmp_path / "cfc.duckdb"
     with Store(db) as st:
-        st.add_suite(suite.suite_id, "cfc", "generation", suite.spec, "tests", items)
-        st.create_run(
-            {
-                "run_id": "g1",
-                "suite_id": suite.suite_id,
-                "suite_name": "cfc",
-                "task": "generation",
-                "n_total": len(items),
-                "model": "m",
-            }
-        )
+        add_suite_run(st, suite, "cfc", "generation", items, "g1")
         res = []
         for k, it in enumerate(items):
             raw = list(it.fields["raw"]) if isinstance(it.fields["raw"], dict) else []
