@@ -97,8 +97,7 @@ async def test_study_screen_shows_bidi_escapes(tmp_path: Path) -> None:
     from tests.helpers.cli import write_yesno_suite
 
     yn = write_yesno_suite(tmp_path / "yn", 3)
-    study_file = tmp_path / "s.yaml"
-    study_file.write_text(
+    (tmp_path / "s.yaml").write_text(
         f'name: bidi\nsuites: [{{suite: {yn}, label: "yn \\u202egnp.exe"}}]\n'
         'models:\n  - {model: default, label: "base\\u2067x\\u2069"}\n'
         'grid:\n  prompt:\n    "pl\\u200fain": {}\n',
@@ -106,7 +105,7 @@ async def test_study_screen_shows_bidi_escapes(tmp_path: Path) -> None:
     )
     path = tmp_path / "study.duckdb"
     with Store(path) as s:
-        record_study(s, load_study(study_file))
+        record_study(s, load_study(tmp_path / "s.yaml"))
     app = LlmscopeApp(path, study="bidi")
     async with started(app, (160, 40)):
         assert isinstance(app.screen, StudyScreen)
