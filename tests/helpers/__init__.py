@@ -8,5 +8,8 @@
 - bulk: reading back stored results rows; the WorldSense trial record
 - published: published per-item results (../shared) imported through the CLI
 - tui: real DuckDB files with toy suites/runs/results, and Textual pilot helpers
+- tui_pilot: the app started and settled, a run's dashboard opened, keys pressed and settled,
+  a form run on the scripted server
+- tui_runs: `llmscope run` in this process on the tiny model; a loaded suite with an empty run
 - durations: `python -m tests.helpers.durations FILE` sums the times written with LLMSCOPE_TEST_TIMES=FILE
 """

@@ -25,6 +25,7 @@ from tests.helpers.tui import (
     toy_result,
     wait_until,
 )
+from tests.helpers.tui_pilot import home_screen, on_dashboard, press_settled, started
 
 
 @pytest.fixture
@@ -34,10 +35,8 @@ def db(tmp_path: Path) -> Path:
 
 async def test_home_lists_runs(db: Path) -> None:
     app = LlmscopeApp(db)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        assert isinstance(app.screen, HomeScreen)
-        t = app.screen.query_one("#runs", DataTable)
+    async with started(app):
+        t = home_screen(app).query_one("#runs", DataTable)
         assert t.row_count == 2
         row = [str(c) for c in t.get_row_at(0)]
         assert row[1:4] == ["run-a", "toy", "model-A"]
@@ -54,17 +53,11 @@ async def test_home_lists_runs(db: Path) -> None:
 
 async def test_open_run_shows_accuracy_and_back(db: Path) -> None:
     app = LlmscopeApp(db)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("enter")
-        await settle(pilot)
-        assert isinstance(app.screen, DashboardScreen)
+    async with on_dashboard(app) as pilot:
         text = screen_text(app)
         assert "24/24 results" in text
         assert f"accuracy {expected_accuracy(12):.3f}" in text
-        await pilot.press("escape")
-        await settle(pilot)
-        assert isinstance(app.screen, HomeScreen)
+        assert isinstance(await press_settled(pilot, "escape"), HomeScreen)
 
 
 async def test_dashboard_updates_while_rows_arrive(tmp_path: Path) -> None:
@@ -74,12 +67,8 @@ async def test_dashboard_updates_while_rows_arrive(tmp_path: Path) -> None:
         create_run(s, "run-live", 12, status="running")
     items = toy_items(12)
     app = LlmscopeApp(path, refresh_s=0.1)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("enter")
-        await settle(pilot)
+    async with on_dashboard(app) as pilot:
         screen = app.screen
-        assert isinstance(screen, DashboardScreen)
         assert "0/12 results" in screen_text(app)
         # rows written by this process's store (as an in-process run's writer thread does)
         store = app.handle.open_writer()  # as an in-process run does
@@ -106,32 +95,23 @@ async def test_dashboard_updates_while_rows_arrive(tmp_path: Path) -> None:
 
 async def test_item_drilldown_and_next_previous(db: Path) -> None:
     app = LlmscopeApp(db)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("enter")
-        await settle(pilot)
+    async with on_dashboard(app) as pilot:
         lst = app.screen.query_one(ItemList)
         n_fail = lst.count
         assert n_fail >= 2
         first = lst.current_row()
-        await pilot.press("enter")
-        await settle(pilot)
-        assert isinstance(app.screen, ItemScreen)
+        assert isinstance(await press_settled(pilot, "enter"), ItemScreen)
         text = screen_text(app)
         assert f"item {first['item_id']}" in text
         assert "prompt (exactly as rendered for the model)" in text
         assert "variant q1" in text and "variant q2" in text
-        await pilot.press("n")
-        await settle(pilot)
+        await press_settled(pilot, "n")
         second = lst.current_row()
         assert (second["item_id"], second["variant"]) != (first["item_id"], first["variant"])
         assert f"item {second['item_id']}" in screen_text(app)
-        await pilot.press("p")
-        await settle(pilot)
+        await press_settled(pilot, "p")
         assert f"item {first['item_id']}" in screen_text(app)
-        await pilot.press("escape")
-        await settle(pilot)
-        assert isinstance(app.screen, DashboardScreen)
+        assert isinstance(await press_settled(pilot, "escape"), DashboardScreen)
 
 
 async def test_item_text_is_literal(tmp_path: Path) -> None:
@@ -144,16 +124,11 @@ async def test_item_text_is_literal(tmp_path: Path) -> None:
         r.correct, r.prediction = 0.0, "maybe"
         s.write_results("run-t", [r])
     app = LlmscopeApp(path)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("enter")
-        await settle(pilot)
+    async with on_dashboard(app) as pilot:
         text = screen_text(app)
         assert "[bold]x[/]" in text  # not interpreted as markup in the list
         assert "\x1b" not in text and "\\x1b[31mred" in text
-        await pilot.press("enter")
-        await settle(pilot)
-        assert isinstance(app.screen, ItemScreen)
+        assert isinstance(await press_settled(pilot, "enter"), ItemScreen)
         text = screen_text(app)
         assert "Tricky [bold]x[/] and \\x1b[31mred" in text
         assert "\x1b" not in text
@@ -174,8 +149,7 @@ async def test_item_text_is_literal(tmp_path: Path) -> None:
 
 async def test_help_and_mouse(db: Path) -> None:
     app = LlmscopeApp(db)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
+    async with started(app) as pilot:
         await pilot.press("question_mark")
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
@@ -197,11 +171,8 @@ async def test_compare_two_runs(db: Path) -> None:
     from llmscope.analysis.compare import mcnemar
 
     app = LlmscopeApp(db)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("space", "down", "space", "c")
-        await settle(pilot)
-        assert isinstance(app.screen, CompareScreen)
+    async with started(app) as pilot:
+        assert isinstance(await press_settled(pilot, "space", "down", "space", "c"), CompareScreen)
 
         # disagreements recomputed by hand from the generating rule
         def pred(i: int, shift: int) -> str:
@@ -221,19 +192,15 @@ async def test_compare_two_runs(db: Path) -> None:
         assert f"Δacc {(c - b) / 24:+.3f}" in text
         assert f"McNemar b={b} c={c} p=- (not applicable" in text
         assert mcnemar(b, c).pvalue < 1  # the counts are the discordant pairs
-        await pilot.press("enter")
-        await settle(pilot)
-        assert isinstance(app.screen, ItemScreen)
+        assert isinstance(await press_settled(pilot, "enter"), ItemScreen)
         text = screen_text(app)
         assert "run run-a" in text and "run run-b" in text
 
 
 async def test_dashboard_sort_and_filters(db: Path) -> None:
     app = LlmscopeApp(db)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("down", "enter")  # run-b has more failing items
-        await settle(pilot)
+    async with started(app) as pilot:
+        await press_settled(pilot, "down", "enter")  # run-b has more failing items
         lst = app.screen.query_one(ItemList)
         n = lst.count
         assert n > 2
@@ -255,7 +222,6 @@ async def test_dashboard_sort_and_filters(db: Path) -> None:
 
 async def test_view_with_run_argument_opens_it(db: Path) -> None:
     app = LlmscopeApp(db, run="run-b", watch=True)  # `llmscope view --run run-b`
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
+    async with started(app):
         assert isinstance(app.screen, DashboardScreen) and app.screen.run_id == "run-b"
         assert f"accuracy {expected_accuracy(12, shift=13):.3f}" in screen_text(app)

@@ -16,6 +16,7 @@ from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import ItemScreen
 from llmscope.tui.widgets import clean
 from tests.helpers.tui import SUITE_ID, create_run, screen_text, settle, toy_result
+from tests.helpers.tui_pilot import on_dashboard, started
 
 BIDI = [
     "\u202a",
@@ -70,10 +71,7 @@ async def test_table_and_drill_down_show_bidi_escapes(tmp_path: Path) -> None:
         r.correct, r.prediction = 0.0, PRED
         s.write_results("run-b", [r])
     app = LlmscopeApp(path)
-    async with app.run_test(size=(140, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("enter")
-        await settle(pilot)
+    async with on_dashboard(app, (140, 40)) as pilot:
         text = screen_text(app)
         assert "<U+202E>gnp.exe" in text, text
         assert not any(ch in text for ch in BIDI)
@@ -99,8 +97,7 @@ async def test_study_screen_shows_bidi_escapes(tmp_path: Path) -> None:
     from tests.helpers.cli import write_yesno_suite
 
     yn = write_yesno_suite(tmp_path / "yn", 3)
-    study_file = tmp_path / "s.yaml"
-    study_file.write_text(
+    (tmp_path / "s.yaml").write_text(
         f'name: bidi\nsuites: [{{suite: {yn}, label: "yn \\u202egnp.exe"}}]\n'
         'models:\n  - {model: default, label: "base\\u2067x\\u2069"}\n'
         'grid:\n  prompt:\n    "pl\\u200fain": {}\n',
@@ -108,10 +105,9 @@ async def test_study_screen_shows_bidi_escapes(tmp_path: Path) -> None:
     )
     path = tmp_path / "study.duckdb"
     with Store(path) as s:
-        record_study(s, load_study(study_file))
+        record_study(s, load_study(tmp_path / "s.yaml"))
     app = LlmscopeApp(path, study="bidi")
-    async with app.run_test(size=(160, 40)) as pilot:
-        await settle(pilot)
+    async with started(app, (160, 40)):
         assert isinstance(app.screen, StudyScreen)
         text = screen_text(app)
         assert "<U+202E>gnp" in text and "<U+2067>x<U+2069>" in text, text

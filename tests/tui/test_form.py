@@ -14,7 +14,8 @@ from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.panels.form import FIELDS, FormError, RunForm, check_task_options, form_run
 from llmscope.tui.screens import HomeScreen
 from tests.helpers.oai import oai, oai_server  # noqa: F401
-from tests.helpers.tui import settle, wait_run_completed, wait_until
+from tests.helpers.tui import fill_form, settle, wait_run_completed, wait_until
+from tests.helpers.tui_pilot import home_screen, started
 
 
 def _cli_config(argv: list[str]) -> object:
@@ -118,21 +119,27 @@ def test_task_options_are_checked_against_the_task_declaration() -> None:
 
 
 # -- the form drives real runs, one per model kind ----------------------------------------------
-async def _start_from_form(tmp_path: Path, values: dict[str, str]) -> tuple[Path, str]:
-    """Fill the form (FormField name -> text), press Start, wait for the run to complete."""
+async def _run_from_form(tmp_path: Path, values: dict[str, str]) -> tuple[dict, int]:
+    """Fill the form (FormField name -> text), press Start, wait for the run to complete;
+    the stored run and its count of scored rows."""
     db = tmp_path / "form.duckdb"
     app = LlmscopeApp(db, refresh_s=0.1)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        home = app.screen
-        assert isinstance(home, HomeScreen)
-        form = home.query_one(RunForm)
+    async with started(app) as pilot:
+        form = home_screen(app).query_one(RunForm)
         for name, text in values.items():
             form.set_value(name, text)
         await pilot.pause()
         await pilot.click("#start")
         run_id = await wait_run_completed(app, pilot)
-    return db, run_id
+    return _stored(db, run_id)
+
+
+async def _api_run_from_form(tmp_path: Path, oai, **values: str) -> tuple[dict, int]:  # noqa: ANN001, F811
+    """`_run_from_form` on the scripted server's `openai:test-model` (which answers Yes over No)
+    for commonsense-sample, or the suite that `values` names."""
+    oai.script("", top=[["Yes", -0.3], ["No", -1.5]])
+    api = {"suite": "commonsense-sample", "model": "openai:test-model", "base_url": oai.base_url}
+    return await _run_from_form(tmp_path, {**api, **values})
 
 
 def _stored(db: Path, run_id: str) -> tuple[dict, int]:
@@ -149,22 +156,16 @@ async def test_form_runs_an_openai_compatible_server_with_every_api_option(
     tmp_path: Path,
     oai,  # noqa: F811
 ) -> None:  # noqa: F811
-    oai.script("", top=[["Yes", -0.3], ["No", -1.5]])
-    db, run_id = await _start_from_form(
+    run, n = await _api_run_from_form(
         tmp_path,
-        {
-            "suite": "commonsense-sample",
-            "model": "openai:test-model",
-            "base_url": oai.base_url,
-            "limit": "2",
-            "concurrency": "2",
-            "seed": "5",
-            "top_logprobs": "7",
-            "chat": "off",
-            "options": "top_k=3",
-        },
+        oai,
+        limit="2",
+        concurrency="2",
+        seed="5",
+        top_logprobs="7",
+        chat="off",
+        options="top_k=3",
     )
-    run, n = _stored(db, run_id)
     cfg = run["backend_config"]
     assert (cfg["kind"], cfg["model"], cfg["base_url"]) == (
         "openai",
@@ -183,19 +184,9 @@ async def test_form_runs_an_openai_compatible_server_with_every_api_option(
 
 
 async def test_form_sends_the_reasoning_effort_with_every_chat_request(tmp_path: Path, oai) -> None:  # noqa: F811
-    oai.script("", top=[["Yes", -0.3], ["No", -1.5]])
-    db, run_id = await _start_from_form(
-        tmp_path,
-        {
-            "suite": "commonsense-sample",
-            "model": "openai:test-model",
-            "base_url": oai.base_url,
-            "limit": "1",
-            "chat": "on",
-            "reasoning_effort": "medium",
-        },
+    run, n = await _api_run_from_form(
+        tmp_path, oai, limit="1", chat="on", reasoning_effort="medium"
     )
-    run, n = _stored(db, run_id)
     assert run["backend_config"]["reasoning_effort"] == "medium" and n == 3
     chats = [e for e in oai.log() if e["path"].endswith("/chat/completions")]
     assert len(chats) >= n and {e["body"].get("reasoning_effort") for e in chats} == {"medium"}
@@ -203,11 +194,10 @@ async def test_form_sends_the_reasoning_effort_with_every_chat_request(tmp_path:
 
 async def test_effort_for_a_local_model_is_refused_inline(tmp_path: Path) -> None:
     app = LlmscopeApp(tmp_path / "x.duckdb")
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
+    async with started(app) as pilot:
+        # the model field is left empty: the embedded default
+        fill_form(home_screen(app), suite="commonsense-sample", reasoning_effort="low")
         form = app.screen.query_one(RunForm)
-        form.set_value("suite", "commonsense-sample")
-        form.set_value("reasoning_effort", "low")  # the model field is empty: the embedded default
         want = "--reasoning-effort applies to API models (openai:NAME) only"
         assert await wait_until(pilot, lambda: want in str(form.query_one("#f-check").render()))
         form.set_value("model", "openai:m")
@@ -229,17 +219,7 @@ async def test_form_runs_a_suite_spec_file(tmp_path: Path, oai) -> None:  # noqa
         "name: mine\ntask: yesno\nitems: items.jsonl\ntext_field: text\n"
         "templates:\n  plain: 'Is the {text} blue? Answer yes or no.'\n"
     )
-    oai.script("", top=[["Yes", -0.3], ["No", -1.5]])
-    db, run_id = await _start_from_form(
-        tmp_path,
-        {
-            "suite": str(spec),
-            "model": "openai:test-model",
-            "base_url": oai.base_url,
-            "limit": "2",
-        },
-    )
-    run, n = _stored(db, run_id)
+    run, n = await _api_run_from_form(tmp_path, oai, suite=str(spec), limit="2")
     assert run["suite_name"] == "mine" and n == 2  # two items, one template
     assert run["meta"]["suite"]["spec_path"] == str(spec.resolve())
     prompts = [e["body"].get("prompt") or e["body"]["messages"][-1]["content"] for e in oai.log()]
@@ -252,18 +232,9 @@ async def test_form_reads_a_full_corpus_from_the_suite_path(tmp_path: Path, oai)
     from tests.helpers.paths import shared_path
 
     csv = shared_path("data", "commonsense", "statements_and_prompts.csv")
-    oai.script("", top=[["Yes", -0.3], ["No", -1.5]])
-    db, run_id = await _start_from_form(
-        tmp_path,
-        {
-            "suite": "commonsense",
-            "suite_path": str(csv),
-            "model": "openai:test-model",
-            "base_url": oai.base_url,
-            "limit": "1",
-        },
+    run, n = await _api_run_from_form(
+        tmp_path, oai, suite="commonsense", suite_path=str(csv), limit="1"
     )
-    run, n = _stored(db, run_id)
     assert run["suite_name"] == "commonsense" and n >= 1
     # the recorded path names the same file (it may or may not be resolved through symlinks)
     assert Path(run["meta"]["suite"]["items_path"]).resolve() == csv.resolve()
@@ -273,7 +244,7 @@ async def test_form_runs_a_local_hf_folder_with_every_local_option(tmp_path: Pat
     from tests.helpers.cli import tiny_model_dir
 
     folder = tiny_model_dir(tmp_path)
-    db, run_id = await _start_from_form(
+    run, n = await _run_from_form(
         tmp_path,
         {
             "suite": "mc-sample",
@@ -288,7 +259,6 @@ async def test_form_runs_a_local_hf_folder_with_every_local_option(tmp_path: Pat
             "options": "permutations=1",
         },
     )
-    run, n = _stored(db, run_id)
     cfg = run["backend_config"]
     assert (cfg["kind"], cfg["model"], cfg["device"], cfg["dtype"]) == (
         "hf",
@@ -310,7 +280,7 @@ async def test_form_runs_a_gguf_file(tmp_path: Path) -> None:
     from llmscope.engine.models import embedded_model_path
 
     gguf = embedded_model_path()
-    db, run_id = await _start_from_form(
+    run, n = await _run_from_form(
         tmp_path,
         {
             "suite": "commonsense-sample",
@@ -319,16 +289,14 @@ async def test_form_runs_a_gguf_file(tmp_path: Path) -> None:
             "batch_size": "4",
         },
     )
-    run, n = _stored(db, run_id)
     assert run["backend_config"]["model"] == f"gguf:{gguf}" and run["backend"] == "hf"
     assert n == 3
 
 
 async def test_bad_task_option_is_shown_inline_and_stops_the_start(tmp_path: Path) -> None:
     app = LlmscopeApp(tmp_path / "x.duckdb")
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        form = app.screen.query_one(RunForm)
+    async with started(app) as pilot:
+        form = home_screen(app).query_one(RunForm)
         form.set_value("suite", "commonsense-sample")
         form.set_value("options", "top_k=many")
         want = "option 'top_k' of task 'yesno' must be an integer, got 'many'"

@@ -7,19 +7,15 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from llmscope.tui.app import LlmscopeApp
-from llmscope.tui.screens import DashboardScreen
-from tests.helpers.tui import expected_accuracy, make_db, settle, wait_until
+from tests.helpers.tui import expected_accuracy, make_db, wait_until
+from tests.helpers.tui_pilot import on_dashboard
 
 
 async def test_w_writes_the_page_and_the_panel_figure(tmp_path: Path) -> None:
     db = make_db(tmp_path / "t.duckdb", n_items=12)
     folder = tmp_path / "t-figures"
     app = LlmscopeApp(db)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("enter")
-        await settle(pilot)
-        assert isinstance(app.screen, DashboardScreen)
+    async with on_dashboard(app) as pilot:
         await pilot.press("w")
         page = folder / "run-a.html"
         assert await wait_until(

@@ -21,6 +21,8 @@ from llmscope.tui.panels.human import (
 )
 from tests.helpers.paths import shared_path
 from tests.helpers.tui import make_db, p_yes_for, settle, wait_until
+from tests.helpers.tui_pilot import open_run, press_until, started
+from tests.helpers.tui_runs import add_suite_run
 
 
 def _text(parts: list) -> str:
@@ -191,17 +193,7 @@ def test_probeval_summary_equals_the_pipeline(
     items = suite.items()[:8]
     db = tmp_path / "cfc.duckdb"
     with Store(db) as st:
-        st.add_suite(suite.suite_id, "cfc", "generation", suite.spec, "tests", items)
-        st.create_run(
-            {
-                "run_id": "g1",
-                "suite_id": suite.suite_id,
-                "suite_name": "cfc",
-                "task": "generation",
-                "n_total": len(items),
-                "model": "m",
-            }
-        )
+        add_suite_run(st, suite, "cfc", "generation", items, "g1")
         res = []
         for k, it in enumerate(items):
             raw = list(it.fields["raw"]) if isinstance(it.fields["raw"], dict) else []
@@ -285,7 +277,6 @@ async def test_human_view_of_a_live_run_uses_the_pipeline_on_the_rows_so_far(
     import numpy as np
 
     from llmscope.data.suites import load_suite
-    from llmscope.tui.screens import DashboardScreen
     from tests.helpers.paths import ROOT
     from tests.helpers.tui import screen_text
 
@@ -308,24 +299,14 @@ async def test_human_view_of_a_live_run_uses_the_pipeline_on_the_rows_so_far(
             tv.append(0.5 * np.abs(h - m).sum())
             agree.append(float(np.argmax(h) == np.argmax(m)))
         app = LlmscopeApp(db, watch=True, refresh_s=0.1)
-        async with app.run_test(size=(140, 45)) as pilot:
-            await settle(pilot)
+        async with started(app, (140, 45)) as pilot:
             assert await wait_until(pilot, lambda: "running (live)" in screen_text(app))
-            await pilot.press("enter")
-            await settle(pilot)
-            dash = app.screen
-            assert isinstance(dash, DashboardScreen) and dash.source == "live"
+            dash = await open_run(pilot)
+            assert dash.source == "live"
             assert await wait_until(pilot, lambda: f"{n}/{n} results" in screen_text(app))
-            await pilot.press("h")
-            assert await wait_until(
-                pilot,
-                lambda: (
-                    isinstance(app.screen, HumanScreen)
-                    and app.screen.data is not None
-                    and app.screen.data.live_rows == n
-                ),
+            await press_until(
+                pilot, "h", HumanScreen, lambda s: s.data is not None and s.data.live_rows == n
             )
-            await settle(pilot)
             text = screen_text(app)
             assert f"live: the {n} rows received so far" in text
             assert f"human_majority_agreement {np.mean(agree):.3f}" in text

@@ -22,6 +22,7 @@ from llmscope.tui.screens.item import ItemScreen
 from tests.helpers.cli import cli
 from tests.helpers.irt import FLIPPED, N_RUNS, STUDY, write_flipped_db, write_irt_study
 from tests.helpers.tui import make_db, screen_text, settle, wait_until
+from tests.helpers.tui_pilot import press_until
 
 
 @pytest.fixture(scope="module")
@@ -201,18 +202,10 @@ async def test_study_irt_screen_equals_the_cli_and_opens_the_drill_down(
         # Enter on the first item (flagged first): its drill-down over the study's runs
         scr = app.screen
         assert isinstance(scr, StudyIrtScreen)
-        await pilot.press("enter")
-        assert await wait_until(
-            pilot,
-            lambda: (
-                isinstance(app.screen, ItemScreen)
-                and app.screen.irt is not None
-                and bool(app.screen.details)
-            ),
+        item = await press_until(
+            pilot, "enter", ItemScreen, lambda s: s.irt is not None and bool(s.details)
         )
-        await settle(pilot)
-        item = app.screen
-        assert isinstance(item, ItemScreen) and item.item_id == FLIPPED
+        assert item.item_id == FLIPPED
         assert item.run_ids[0] == abilities[0]["run_id"]  # highest ability first
         text = _flat(screen_text(app))
         assert f"fitted on the {N_RUNS} cell runs of study {STUDY} on suite flipped" in text

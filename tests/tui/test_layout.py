@@ -26,6 +26,7 @@ from tests.helpers.tui import (
     toy_items,
     toy_result,
 )
+from tests.helpers.tui_pilot import on_dashboard, press_settled, started
 
 # ids in insertion (arrival) order; numeric order written out by hand below (equal numbers: as text)
 IDS = ["1003", "10", "141", "2", "1026", "x7", "20", "a1", "999", "0010"]
@@ -79,11 +80,7 @@ def test_fit_widths_keeps_the_text_column_readable() -> None:
 async def test_numeric_item_order_and_back_to_top(tmp_path: Path, status: str) -> None:
     db = _numeric_db(tmp_path / "n.duckdb", status=status)
     app = LlmscopeApp(db)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("enter")
-        await settle(pilot)
-        assert isinstance(app.screen, DashboardScreen)
+    async with on_dashboard(app) as pilot:
         lst = app.screen.query_one(ItemList)
         assert (lst.source is not None) == (status == "completed")
         n = lst.count
@@ -124,12 +121,8 @@ def _db_with_q3(path: Path) -> Path:
 @pytest.mark.slow
 async def test_variant_without_gold_and_definitions(tmp_path: Path) -> None:
     app = LlmscopeApp(_db_with_q3(tmp_path / "q.duckdb"))
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("enter")
-        await settle(pilot)
+    async with on_dashboard(app) as pilot:
         dash = app.screen
-        assert isinstance(dash, DashboardScreen)
         text = screen_text(app)
         assert "q3: no gold for this variant" in text
         assert "q1: no gold" not in text and "q2: no gold" not in text
@@ -158,9 +151,7 @@ async def test_variant_without_gold_and_definitions(tmp_path: Path) -> None:
             "mean_p_other",
             "off_format_rate",
         } <= set(shown)
-        await pilot.press("d")
-        await settle(pilot)
-        assert isinstance(app.screen, DefinitionsScreen)
+        assert isinstance(await press_settled(pilot, "d"), DefinitionsScreen)
         assert app.screen.metrics == shown
         defs = " ".join(plain_text(app.screen.query_one("#defs-table").content, width=4000).split())
         for name in shown:  # each metric with its registered definition
@@ -170,12 +161,10 @@ async def test_variant_without_gold_and_definitions(tmp_path: Path) -> None:
         await pilot.press("f1")
         await settle(pilot)
         assert isinstance(app.screen, HelpScreen) and app.screen.metrics == shown
-        await pilot.press("escape")
-        await settle(pilot)
+        await press_settled(pilot, "escape")
         # the drill-down of an item: q3 says it has no gold, q1 shows its gold
         dash.query_one(ItemList).focus()
-        await pilot.press("enter")
-        await settle(pilot)
+        await press_settled(pilot, "enter")
         item = screen_text(app)
         assert "gold yes" in item or "gold no" in item
         lines = [ln for ln in item.splitlines() if "none (no gold for this variant)" in ln]
@@ -188,10 +177,7 @@ async def test_variant_without_gold_and_definitions(tmp_path: Path) -> None:
 async def test_narrow_dashboard_is_readable(tmp_path: Path) -> None:
     db = make_db(tmp_path / "t.duckdb", runs=(("run-a", "model-A", 0),))
     app = LlmscopeApp(db)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await settle(pilot)
-        await pilot.press("enter")
-        await settle(pilot)
+    async with on_dashboard(app, (80, 24)) as pilot:
         dash = app.screen
         assert dash.has_class("-narrow")
         text = screen_text(app)
@@ -214,10 +200,7 @@ async def test_narrow_dashboard_is_readable(tmp_path: Path) -> None:
 async def test_wide_dashboard_uses_the_space(tmp_path: Path) -> None:
     db = make_db(tmp_path / "t.duckdb", runs=(("run-a", "model-A", 0),))
     app = LlmscopeApp(db)
-    async with app.run_test(size=(200, 60)) as pilot:
-        await settle(pilot)
-        await pilot.press("enter")
-        await settle(pilot)
+    async with on_dashboard(app, (200, 60)):
         dash = app.screen
         assert dash.has_class("-wide")
         widths = [dash.query_one(f"#{w}").outer_size.width for w in ("left", "middle", "right")]
@@ -261,8 +244,7 @@ async def test_method_fallback_banner_on_the_run(tmp_path: Path) -> None:
         )
         store.write_results("run-api", [toy_result(it, i) for i, it in enumerate(items)])
     app = LlmscopeApp(path)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await settle(pilot)
+    async with started(app, (80, 24)) as pilot:
         await pilot.press("down", "enter")
         await settle(pilot)
         dash = app.screen
@@ -289,8 +271,7 @@ async def test_home_at_80x24_keeps_counts_and_the_accuracy(tmp_path: Path) -> No
     assert counts == {"commonsense-sample": 243, "minimal-pairs": 102}
     db = make_db(tmp_path / "t.duckdb", runs=(("run-a", "model-A", 0),))
     app = LlmscopeApp(db)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await settle(pilot)
+    async with started(app, (80, 24)):
         text = screen_text(app)
         for suite, n in counts.items():
             assert re.search(rf"\b{suite}\s+{n}\s", text), (suite, text)
@@ -346,8 +327,7 @@ async def test_home_at_80x24_keeps_progress_beside_a_long_model_name(tmp_path: P
     con.execute("UPDATE runs SET suite_name = 'commonsense-sample'")
     con.close()
     app = LlmscopeApp(db)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await settle(pilot)
+    async with started(app, (80, 24)) as pilot:
         row = next(ln for ln in screen_text(app).splitlines() if rid in ln)
         assert "commonsense-sample" in row, row
         # the whole progress cell: the count and its share, or the count alone, never "300/300 10"
@@ -444,8 +424,7 @@ async def test_home_lists_a_suite_whose_data_is_absent_as_needing_a_path(
 
     monkeypatch.setenv("LLMSCOPE_SHARED", str(tmp_path / "no-shared"))
     app = LlmscopeApp(make_db(tmp_path / "t.duckdb"))
-    async with app.run_test(size=(240, 60)) as pilot:
-        await settle(pilot)
+    async with started(app, (240, 60)) as pilot:
         await pilot.pause()
         seen = _suite_rows_seen(app)
     assert set(builtin_names()) <= set(seen), seen

@@ -15,9 +15,10 @@ import pytest
 from llmscope.runs.live import ResultTail, live_dir, read_live
 from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import HomeScreen
-from tests.helpers.cli import cli_cmd, cli_env, record, write_yesno_suite
+from tests.helpers.cli import api_run_args, cli_cmd, cli_env, record, write_yesno_suite
 from tests.helpers.paths import ROOT
-from tests.helpers.tui import make_db, screen_text, settle, wait_until
+from tests.helpers.tui import make_db, screen_text, wait_until
+from tests.helpers.tui_pilot import started
 from tests.tui.test_watch import WRITER
 
 BAD_PROGRESS = {
@@ -83,18 +84,8 @@ def test_in_use_message_stays_one_line(damaged, tmp_path: Path) -> None:
     db, _ = damaged
     spec = write_yesno_suite(tmp_path / "s", 3)
     p = subprocess.run(
-        cli_cmd(
-            "run",
-            "--suite",
-            str(spec),
-            "--db",
-            str(db),
-            "--model",
-            "openai:m",
-            "--base-url",
-            "http://127.0.0.1:9/v1",
-            "--no-report",
-        ),
+        # nothing listens at the URL: the run is refused before it asks the server anything
+        cli_cmd(*api_run_args(spec, db, "http://127.0.0.1:9/v1", "--no-report")),
         env=cli_env(OPENAI_API_KEY="sk-test", LLMSCOPE_LOCK_WAIT="0.3"),
         capture_output=True,
         text=True,
@@ -108,8 +99,7 @@ def test_in_use_message_stays_one_line(damaged, tmp_path: Path) -> None:
 async def test_view_lists_the_live_run_and_says_what_it_skipped(damaged) -> None:
     db, _ = damaged
     app = LlmscopeApp(db, watch=True, refresh_s=0.1)
-    async with app.run_test(size=(160, 40)) as pilot:
-        await settle(pilot)
+    async with started(app, (160, 40)) as pilot:
         assert isinstance(app.screen, HomeScreen)
         assert await wait_until(pilot, lambda: "running (live)" in screen_text(app))
         text = screen_text(app)

@@ -12,7 +12,6 @@ from llmscope.engine.types import Result
 from llmscope.store.db import Store
 from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.pages import FailingSource
-from llmscope.tui.screens import DashboardScreen
 from llmscope.tui.widgets import ItemList
 from tests.helpers.tui import (
     add_suite,
@@ -23,6 +22,7 @@ from tests.helpers.tui import (
     toy_items,
     toy_result,
 )
+from tests.helpers.tui_pilot import on_dashboard
 
 N = 450  # more failing rows than one page (200), so paging is exercised
 
@@ -126,11 +126,7 @@ async def test_dashboard_list_pages_from_duckdb(tmp_path: Path) -> None:
     path = _db(tmp_path / "d.duckdb")
     exp = _expected()
     app = LlmscopeApp(path)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("enter")
-        await settle(pilot)
-        assert isinstance(app.screen, DashboardScreen)
+    async with on_dashboard(app) as pilot:
         lst = app.screen.query_one(ItemList)
         assert isinstance(lst.source, FailingSource)  # a finished run: paged, not in memory
         assert lst.count == lst.n_total == len(exp)

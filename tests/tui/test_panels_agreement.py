@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.tui import screen_text, settle, wait_until
+from tests.helpers.tui_pilot import started
 from tests.tui.test_metrics_agreement import f3, make_runs, one, report_rows
 
 SUITES = ["commonsense-sample", "pragmatics-choice", "rating-sample"]
@@ -151,8 +152,7 @@ async def drive(db: Path, rows: list[dict]) -> dict[str, int]:
     checked: dict[str, int] = {}
     app = LlmscopeApp(db)
     # tall enough that the methods page shows whole (the screens are read as rendered)
-    async with app.run_test(size=(160, 400)) as pilot:
-        await settle(pilot)
+    async with started(app, (160, 400)) as pilot:
         for suite, rid in sorted(run_ids.items()):
             app.push_screen(DashboardScreen(rid))
             await settle(pilot)

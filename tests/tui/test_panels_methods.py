@@ -13,6 +13,7 @@ from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.panels.methods import MethodsScreen
 from llmscope.tui.screens import DashboardScreen
 from tests.helpers.tui import screen_text, settle, wait_until
+from tests.helpers.tui_pilot import on_dashboard
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0)
 
@@ -84,11 +85,7 @@ def make_db(path: Path) -> Path:
 
 async def test_methods_panel_shows_fit_and_flips(tmp_path: Path) -> None:
     app = LlmscopeApp(db=str(make_db(tmp_path / "m.duckdb")))
-    async with app.run_test(size=(160, 60)) as pilot:
-        await settle(pilot)
-        await pilot.press("enter")
-        await settle(pilot)
-        assert isinstance(app.screen, DashboardScreen)
+    async with on_dashboard(app, (160, 60)) as pilot:
         await pilot.press("m")
         await settle(pilot)
         assert isinstance(app.screen, MethodsScreen)

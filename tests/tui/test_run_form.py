@@ -10,31 +10,19 @@ from textual.widgets import Input
 
 from llmscope.store.db import Store
 from llmscope.tui.app import LlmscopeApp
-from llmscope.tui.screens import DashboardScreen, HomeScreen
+from llmscope.tui.screens import HomeScreen
 from tests.helpers.oai import oai, oai_server  # noqa: F401
-from tests.helpers.tui import fill_form, screen_text, settle, wait_until
+from tests.helpers.tui import screen_text, settle, wait_until
+from tests.helpers.tui_pilot import dashboard_opened, home_screen, start_api_run, started
 
 
 @pytest.mark.slow
 async def test_start_run_from_form(tmp_path: Path, oai) -> None:  # noqa: F811
     db = tmp_path / "run.duckdb"
     app = LlmscopeApp(db, refresh_s=0.1)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        home = app.screen
-        assert isinstance(home, HomeScreen)
-        fill_form(
-            home,
-            suite="commonsense-sample",
-            model="openai:test-model",
-            base_url=oai.base_url,
-            limit="4",
-            concurrency="4",
-        )
-        await pilot.click("#start")
-        # the run opens its dashboard by itself once it has started
-        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
-        dash = app.screen
+    async with started(app) as pilot:
+        await start_api_run(pilot, oai.base_url, limit="4", concurrency="4")
+        dash = await dashboard_opened(pilot)  # the run opens it by itself once it has started
         assert await wait_until(
             pilot, lambda: "12/12 results" in screen_text(app) and "completed" in screen_text(app)
         )
@@ -61,9 +49,8 @@ async def test_start_run_from_form(tmp_path: Path, oai) -> None:  # noqa: F811
 
 async def test_bad_form_is_reported(tmp_path: Path) -> None:
     app = LlmscopeApp(tmp_path / "x.duckdb")
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        home = app.screen
+    async with started(app) as pilot:
+        home = home_screen(app)
         home.query_one("#f-suite", Input).value = "no-such-suite"
         await pilot.click("#start")
         # beside the field that caused it, and it stays (once a toast that vanished)
@@ -88,9 +75,8 @@ async def test_view_mode_offers_no_run_form(tmp_path: Path) -> None:
 
     db = make_db(tmp_path / "t.duckdb")
     app = LlmscopeApp(db, watch=True)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await settle(pilot)
-        home = app.screen
+    async with started(app, (80, 24)) as pilot:
+        home = home_screen(app)
         assert not home.query_one("#run-form").display and home.query_one("#form-off").display
         assert "only watches" in screen_text(app) and "Start run" not in screen_text(app)
         assert "New run" not in screen_text(app)  # nor does the footer offer the key
@@ -98,8 +84,7 @@ async def test_view_mode_offers_no_run_form(tmp_path: Path) -> None:
         await settle(pilot)
         assert app.focused is None or app.focused.id != "f-suite"
     app = LlmscopeApp(db)  # the full interface offers it
-    async with app.run_test(size=(80, 24)) as pilot:
-        await settle(pilot)
+    async with started(app, (80, 24)):
         assert (
             app.screen.query_one("#run-form").display
             and not app.screen.query_one("#form-off").display

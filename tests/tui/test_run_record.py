@@ -15,7 +15,7 @@ import pytest
 
 from llmscope.store.db import Store
 from llmscope.tui.app import LlmscopeApp
-from llmscope.tui.screens import DashboardScreen, HomeScreen
+from llmscope.tui.screens import DashboardScreen
 from tests.helpers.cli import cli, cli_env, hold_db
 from tests.helpers.oai import oai, oai_server  # noqa: F401
 from tests.helpers.tui import (
@@ -27,6 +27,7 @@ from tests.helpers.tui import (
     wait_run_completed,
     wait_until,
 )
+from tests.helpers.tui_pilot import dashboard_opened, home_screen, open_run, start_api_run, started
 
 
 def _dead_pid() -> int:
@@ -43,13 +44,9 @@ async def test_local_run_of_the_embedded_model_from_the_form(tmp_path: Path) -> 
         pytest.skip("the embedded default model package is not installed")
     db = tmp_path / "local.duckdb"
     app = LlmscopeApp(db, refresh_s=0.1)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        home = app.screen
-        assert isinstance(home, HomeScreen)
-        fill_form(
-            home, suite="commonsense-sample", model="", limit="1", batch_size="4"
-        )  # "": the embedded default
+    async with started(app) as pilot:
+        # model "": the embedded default
+        fill_form(home_screen(app), suite="commonsense-sample", model="", limit="1", batch_size="4")
         await pilot.click("#start")
         run_id = await wait_run_completed(app, pilot)
     with Store(db, read_only=True) as s:
@@ -79,13 +76,9 @@ async def test_a_run_whose_owner_died_reads_interrupted(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)[0]["status"] == "interrupted"
     app = LlmscopeApp(db, refresh_s=0.1)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
+    async with started(app) as pilot:
         assert "interrupted" in screen_text(app) and "running" not in screen_text(app)
-        await pilot.press("enter")
-        await settle(pilot)
-        dash = app.screen
-        assert isinstance(dash, DashboardScreen)
+        dash = await open_run(pilot)
         assert dash.check_action("resume", ()) is True
         assert dash.check_action("stop", ()) is False  # no "Stop run" for a process that is gone
         assert "Resume run" in screen_text(app) and "Stop run" not in screen_text(app)
@@ -98,20 +91,9 @@ async def test_stop_then_resume_from_the_dashboard(tmp_path: Path, oai) -> None:
     items = oai.script("Consider the statement", top=[["Yes", -0.3], ["No", -1.5]], hold_after=4)
     db = tmp_path / "api.duckdb"
     app = LlmscopeApp(db, refresh_s=0.1)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        home = app.screen
-        fill_form(
-            home,
-            suite="commonsense-sample",
-            model="openai:test-model",
-            base_url=oai.base_url,
-            limit="8",
-            concurrency="1",
-        )
-        await pilot.click("#start")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
-        dash = app.screen
+    async with started(app) as pilot:
+        await start_api_run(pilot, oai.base_url, limit="8", concurrency="1")
+        dash = await dashboard_opened(pilot)
         assert isinstance(dash, DashboardScreen)
         assert await wait_until(
             pilot, lambda: oai.held(items) > 0 and dash.check_action("stop", ()) is True

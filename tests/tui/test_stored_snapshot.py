@@ -17,7 +17,6 @@ from llmscope.tui.data.fields import LIGHT_COLS
 from llmscope.tui.data.run_model import RunModel
 from llmscope.tui.data.store import load_items, quick_snapshot, stored_snapshot
 from llmscope.tui.pages import FailingSource
-from llmscope.tui.screens import DashboardScreen
 from llmscope.tui.widgets import ItemList
 from tests.helpers.tui import (
     CATEGORIES,
@@ -25,9 +24,9 @@ from tests.helpers.tui import (
     create_run,
     expected_accuracy,
     screen_text,
-    settle,
     toy_result,
 )
+from tests.helpers.tui_pilot import on_dashboard
 
 N = 30
 
@@ -114,12 +113,8 @@ async def test_dashboard_of_stored_run_holds_no_rows(tmp_path: Path) -> None:
     """The finished run's dashboard: numbers from SQL, the list paged; no RunModel is built."""
     path = _db(tmp_path / "d.duckdb")
     app = LlmscopeApp(path)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("enter")
-        await settle(pilot)
+    async with on_dashboard(app):
         scr = app.screen
-        assert isinstance(scr, DashboardScreen)
         assert scr.model is None  # no light rows, no items loaded
         lst = scr.query_one(ItemList)
         assert isinstance(lst.source, FailingSource)

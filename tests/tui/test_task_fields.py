@@ -21,6 +21,7 @@ from tests.helpers.cli import contamination_db
 from tests.helpers.paths import shared_path
 from tests.helpers.tinymodel import make_tiny_model
 from tests.helpers.tui import screen_text, settle, wait_until
+from tests.helpers.tui_pilot import on_dashboard, started
 
 # Between the six items' Min-K% scores of the tiny model with the shared Qwen2.5 tokenizer
 # (the trained fallback tokenizer gives other scores, so the test needs the shared one).
@@ -84,8 +85,7 @@ def _rating_db(path: Path) -> Path:
 
 async def test_rating_fields_in_list_and_drill_down(tmp_path: Path) -> None:
     app = LlmscopeApp(_rating_db(tmp_path / "r.duckdb"))
-    async with app.run_test(size=(140, 40)) as pilot:
-        await settle(pilot)
+    async with started(app, (140, 40)) as pilot:
         await app.push_screen(DashboardScreen("rate-run"))
         await pilot.pause()
         lst = app.screen.query_one(ItemList)
@@ -127,11 +127,7 @@ async def test_contamination_flags_column_scope_and_drill_down(tmp_path: Path) -
     assert flagged == {i for i, e in stored.items() if e["flagged"]}
     assert 0 < len(flagged) < len(stored), "the threshold should split the six items"
     app = LlmscopeApp(db)
-    async with app.run_test(size=(140, 45)) as pilot:
-        await settle(pilot)
-        await pilot.press("enter")
-        await settle(pilot)
-        assert isinstance(app.screen, DashboardScreen)
+    async with on_dashboard(app, (140, 45)) as pilot:
         lst = app.screen.query_one(ItemList)
         # no row has a correctness score: the list shows every row, with the task's columns
         assert lst.scope == "all" and lst.count == len(stored)

@@ -18,6 +18,7 @@ from llmscope.tui.app import LlmscopeApp
 from llmscope.tui.screens import DashboardScreen, HomeScreen
 from tests.helpers.paths import ROOT
 from tests.helpers.tui import create_run, make_db, screen_text, settle, wait_until
+from tests.helpers.tui_pilot import started
 
 WRITER = textwrap.dedent(
     """
@@ -86,8 +87,7 @@ def _row(app: LlmscopeApp, run_id: str) -> dict[str, Any]:
 async def test_view_reads_the_stored_rows_while_a_run_writes_then_the_file(writer) -> None:
     db, proc = writer
     app = LlmscopeApp(db, watch=True, refresh_s=0.1)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
+    async with started(app) as pilot:
         assert isinstance(app.screen, HomeScreen)
         # the run list is read by a worker on the refresh timer: wait for it (bounded); its
         # rows are the database's (run-a is on no live channel), the running run's progress
@@ -139,8 +139,7 @@ async def test_a_window_on_a_file_another_run_writes_reads_it_and_is_never_block
     the file (never "in use by another process"), and from the file itself once it is free."""
     db, proc = writer
     app = LlmscopeApp(db, refresh_s=0.1)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
+    async with started(app) as pilot:
         assert await wait_until(pilot, lambda: _row(app, "run-w").get("n_done") == 5)
         assert await wait_until(
             pilot, lambda: f"written by process {proc.pid}" in str(app.sub_title)
@@ -184,8 +183,7 @@ async def test_a_file_held_by_another_duckdb_client_shows_why_until_it_is_free(
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         app = LlmscopeApp(db, refresh_s=0.1)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await settle(pilot)
+        async with started(app) as pilot:
             assert await wait_until(pilot, lambda: app.blocked is not None)
             assert "in use by another process" in screen_text(app)
             assert "in use by another process" in str(app.sub_title)
@@ -208,8 +206,7 @@ async def test_a_file_held_by_another_duckdb_client_shows_why_until_it_is_free(
 
 async def test_view_without_database(tmp_path: Path) -> None:
     app = LlmscopeApp(tmp_path / "missing.duckdb", watch=True)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
+    async with started(app):
         assert any("no database at" in m for m in _errors(app))
         assert not (tmp_path / "missing.duckdb").exists()
 
@@ -245,8 +242,7 @@ async def test_a_finished_run_opens_while_another_run_writes(writer_after_a_fini
 
     db, proc = writer_after_a_finished_run
     app = LlmscopeApp(db, watch=True, refresh_s=0.1)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
+    async with started(app) as pilot:
         assert await wait_until(
             pilot, lambda: "run-f" in screen_text(app) and "run-w" in screen_text(app)
         )

@@ -20,6 +20,7 @@ from llmscope.cli import main
 from tests.helpers.cli import tiny_model_dir
 from tests.helpers.paths import shared_path
 from tests.helpers.tui import screen_text, settle, wait_until
+from tests.helpers.tui_runs import tiny_run
 
 # the authors' answer classes (Benchekroun et al. 2023, worldsense/analysis.py), written out
 CLASSES = {"1": "KNOW", "2": "KNOW", "3": "UNKNOWN"}
@@ -30,28 +31,7 @@ def ws_db(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("ws")
     data = shared_path("data", "worldsense", "test_set")
     db = tmp / "ws.duckdb"
-    assert (
-        main(
-            [
-                "run",
-                "--suite",
-                "worldsense",
-                "--suite-path",
-                str(data),
-                "--model",
-                f"hf:{tiny_model_dir(tmp)}",
-                "--limit",
-                "12",
-                "--db",
-                str(db),
-                "--threads",
-                "1",
-                "--quiet",
-                "--no-report",
-            ]
-        )
-        == 0
-    )
+    tiny_run(db, tiny_model_dir(tmp), "worldsense", 12, "--suite-path", str(data))
     return db
 
 
