@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -52,6 +53,17 @@ def _wait_re(sock: str, pattern: str, timeout: float = HANG_S) -> str:
             return screen
         time.sleep(0.2)
     raise AssertionError(f"{pattern!r} not on screen after {timeout}s:\n{screen}")
+
+
+def _wait_until_screen(sock: str, ok: Any, what: str, timeout: float = HANG_S) -> str:
+    end = time.monotonic() + timeout
+    screen = ""
+    while time.monotonic() < end:
+        screen = _tmux(sock, "capture-pane", "-p", "-t", "smoke")
+        if ok(screen):
+            return screen
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: not on screen after {timeout}s:\n{screen}")
 
 
 def _keys(sock: str, *keys: str) -> None:
@@ -315,15 +327,27 @@ def test_the_tui_lives_beside_the_shell(oai_server, tmp_path: Path) -> None:  # 
         assert _runs(db)[rid_slow] == ("completed", 16)
         settled(rid_slow[:8], "16/16")
         # a run from the form of the same window: suite, model and endpoint typed in
-        # each key waits for what the last one drew: on a loaded machine keys typed before the
-        # form is up would reach the screen behind it
-        _keys(sock, "n")
-        _wait_re(sock, r"suite +\S")
-        _keys(sock, "C-u", str(form_suite), "Tab", "Tab")
-        _keys(sock, "openai:test-model")
-        _wait_for(sock, "openai:test-model")
+        # Each step waits for what the last one drew. The form checks the suite as it is typed
+        # (a worker); on a loaded machine a Tab pressed while those checks still land went
+        # astray, so the next field is typed only once the suite is accepted, and every value
+        # is seen in its own row before the next.
+        _keys(sock, "n", "C-u")
+        _wait_for(sock, "✘ suite")  # the emptied field, refused
+        _keys(sock, str(form_suite))
+        # the typed path's end in the suite row, and the field no longer refused: it loads
+        _wait_until_screen(
+            sock,
+            lambda screen: (
+                re.search(r"│ suite +\S*suite\.yaml", screen) is not None
+                and "✘ suite" not in screen
+            ),
+            "the typed suite checked and accepted",
+        )
+        _keys(sock, "Tab", "Tab", "openai:test-model")
+        _wait_re(sock, r"model +openai:test-model")
+        port = oai_server.base_url.rsplit(":", 1)[1]  # "PORT/v1": the field shows the URL's end
         _keys(sock, "Tab", oai_server.base_url)
-        _wait_for(sock, oai_server.base_url)
+        _wait_re(sock, rf"base URL +\S*{re.escape(port)}")
         _keys(sock, "Enter")
         end = time.monotonic() + HANG_S
         form_runs: list[tuple[str, int]] = []
