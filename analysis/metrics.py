@@ -541,15 +541,13 @@ def run_metrics(
         *(() if wanted is None else (wanted,)),
         json.dumps(dict(run), sort_keys=True, default=str),
     )
-    if wanted is not None:
-        if cache and key in _CACHE:
-            return _CACHE[key]
+    if cache and key in _CACHE:
+        return _CACHE[key]
+    if wanted is not None:  # a subset of the run's items: kept in memory only
         sub = from_rows(wanted)
         if cache:
             _remember(key, sub)
         return sub
-    if cache and key in _CACHE:
-        return _CACHE[key]
     side = getattr(store, "metrics_cache", None) if cache else None
     stored = side is not None
     persist = stored and producers is None
