@@ -30,6 +30,10 @@ class RunStartingScreen(Screen[None]):
         self.phase_since = time.monotonic()
         self.started = time.monotonic()
         self.lines: list[tuple[str, str]] = []
+        # each phase shown, in order, with how long it took once it gave way to the next: the
+        # screen lists them, so a slow start says where its time went
+        self.phases: list[str] = [self.phase]
+        self.took: list[float] = []
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -46,7 +50,10 @@ class RunStartingScreen(Screen[None]):
     def set_phase(self, text: str) -> None:
         """A new phase (UI thread)."""
         if text != self.phase:
-            self.phase, self.phase_since = text, time.monotonic()
+            now = time.monotonic()
+            self.took.append(now - self.phase_since)
+            self.phase, self.phase_since = text, now
+            self.phases.append(text)
         self._draw()
 
     def add_line(self, level: str, text: str) -> None:
@@ -58,6 +65,10 @@ class RunStartingScreen(Screen[None]):
             return
         now = time.monotonic()
         t = Text()
+        for done, secs in zip(self.phases[:-1], self.took, strict=True):
+            t.append("✓ ", style="green")
+            t.append(literal(_short(done), style="dim"))
+            t.append(f"  {secs:.0f}s\n", style="dim")
         t.append("● ", style="bold yellow")
         t.append(literal(self.phase))
         t.append(
@@ -72,3 +83,10 @@ class RunStartingScreen(Screen[None]):
 
     def action_back(self) -> None:
         self.app.pop_screen()
+
+
+def _short(phase: str) -> str:
+    """A finished phase without its trailing explanation ("loading model X (...) ..." ->
+    "loading model X")."""
+    head = phase.split(" (", 1)[0].split(": ", 1)[0]
+    return head.removesuffix(" ...").rstrip(" .")
