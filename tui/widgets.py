@@ -12,6 +12,7 @@ import numpy as np
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
+from rich.table import Table
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
@@ -45,6 +46,18 @@ def clean(s: Any) -> str:
 def literal(s: Any, style: str = "") -> Text:
     """A Text that shows `s` exactly: no Rich markup parsing, control characters escaped."""
     return Text(clean(s), style=style)
+
+
+def plain_table(title: str = "", **kw: Any) -> Table:
+    """A borderless Table with bold headers and a left-aligned title: the panels' usual table."""
+    opts: dict[str, Any] = {
+        "box": None,
+        "padding": (0, 1),
+        "header_style": "bold",
+        "title_justify": "left",
+    }
+    opts.update(kw)
+    return Table(title=title or None, **opts)
 
 
 def ellipsis(s: Any, n: int) -> str:

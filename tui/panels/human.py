@@ -45,7 +45,7 @@ from llmscope.analysis.metric_values import RunMetrics
 from llmscope.analysis.metrics import display
 from llmscope.analysis.yesno import human_distance
 from llmscope.engine.tasks.registry import task_has
-from llmscope.tui.widgets import bar, fmt, literal
+from llmscope.tui.widgets import bar, fmt, literal, plain_table
 
 if TYPE_CHECKING:
     from llmscope.tui.app import LlmscopeApp
@@ -314,13 +314,9 @@ def render_human_summary(d: HumanData) -> Any:
 
 
 def _rating_table(r: pd.DataFrame) -> Table:
-    t = Table(
-        box=None,
-        padding=(0, 1),
-        header_style="bold",
+    t = plain_table(
         title=f"ratings: human_rating_share (n={r['n_human'].iloc[0]}) vs model_rating_share "
         f"(n={r['n_model'].iloc[0]})",
-        title_justify="left",
     )
     t.add_column("rating")
     t.add_column("human", no_wrap=True)
@@ -458,12 +454,8 @@ def render_human_item(
             out.append(_cluster_table(q))
         clusters = _value(fields.get("clusters"))
         if isinstance(clusters, dict):
-            t = Table(
-                box=None,
-                padding=(0, 1),
-                header_style="bold",
+            t = plain_table(
                 title="human clusters: answers",
-                title_justify="left",
             )
             t.add_column("cluster", no_wrap=True)
             t.add_column("answers")
@@ -602,13 +594,9 @@ class HumanScreen(Screen[None]):
                 )
             )
             a = a.sort_values("dist", ascending=False, kind="stable").head(self.MAX_ROWS)
-            t = Table(
-                box=None,
-                padding=(0, 1),
-                header_style="bold",
+            t = plain_table(
                 title=f"statements, farthest from humans first ({len(d.agreement)} in all); "
                 "|m-h| = |P(yes)/(P(yes)+P(no)) - human|",
-                title_justify="left",
             )
             for name in ("item", "human", "P(yes)", "|m-h|", "statement"):
                 t.add_column(name, no_wrap=name != "statement")
@@ -623,12 +611,8 @@ class HumanScreen(Screen[None]):
             return t
         if d.choices is not None and len(d.choices):
             c = d.choices.sort_values("tv", ascending=False, kind="stable").head(self.MAX_ROWS)
-            t = Table(
-                box=None,
-                padding=(0, 1),
-                header_style="bold",
+            t = plain_table(
                 title="items, largest human–model distance (TV) first",
-                title_justify="left",
             )
             for col in ("item", "variant", "TV", "same top", "humans", "model", "text"):
                 t.add_column(col, no_wrap=col not in ("text",))

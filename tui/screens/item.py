@@ -19,7 +19,7 @@ from llmscope.tui.data.store import item_detail
 from llmscope.tui.messages import ItemLoaded
 from llmscope.tui.panels.irt import IrtLoaded, ItemIrt
 from llmscope.tui.screens.base import BaseScreen
-from llmscope.tui.widgets import ItemList, bar, clean, ellipsis, fmt, literal
+from llmscope.tui.widgets import ItemList, bar, clean, ellipsis, fmt, literal, plain_table
 
 if TYPE_CHECKING:
     from llmscope.tui.screens.dashboard import DashboardScreen
@@ -472,12 +472,8 @@ def _render_variant(v: dict[str, Any], declared: list[Any] | None = None) -> lis
 
 def _methods_table(methods: dict[str, Any]) -> Any:
     """Each scoring method's prediction, correctness and expected accuracy, one row a method."""
-    t = Table(
-        box=None,
-        padding=(0, 1),
-        header_style="bold",
+    t = plain_table(
         title="methods",
-        title_justify="left",
         title_style="bold",
     )
     t.add_column("method", no_wrap=True)

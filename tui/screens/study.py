@@ -12,6 +12,7 @@ counts come from their runs' live channels (`live_cell_rows`), as `study status`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
@@ -47,31 +48,26 @@ LIVE_NOTE = (
 )
 
 
+@dataclass(eq=False)
 class StudiesLoaded(Message):
-    def __init__(self, rows: list[dict[str, Any]], notice: str, watch_reason: str | None) -> None:
-        super().__init__()
-        self.rows = rows
-        self.notice = notice
-        self.watch_reason = watch_reason
+    rows: list[dict[str, Any]]
+    notice: str
+    watch_reason: str | None
 
 
+@dataclass(eq=False)
 class StudyLoaded(Message):
     """One study's cells; `live`: read from the live channel (the file is held elsewhere)."""
 
-    def __init__(
-        self, rows: list[CellRow], live: bool, notice: str, watch_reason: str | None
-    ) -> None:
-        super().__init__()
-        self.rows = rows
-        self.live = live
-        self.notice = notice
-        self.watch_reason = watch_reason
+    rows: list[CellRow]
+    live: bool
+    notice: str
+    watch_reason: str | None
 
 
+@dataclass(eq=False)
 class PairsLoaded(Message):
-    def __init__(self, result: dict[str, Any]) -> None:
-        super().__init__()
-        self.result = result
+    result: dict[str, Any]
 
 
 class StudiesScreen(BaseScreen):
