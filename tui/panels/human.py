@@ -36,7 +36,6 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
-from textual_plotext import PlotextPlot
 
 from llmscope.analysis.human import field_value as _value
 from llmscope.analysis.human import finite_float as _num
@@ -45,7 +44,7 @@ from llmscope.analysis.metric_values import RunMetrics
 from llmscope.analysis.metrics import display
 from llmscope.analysis.yesno import human_distance
 from llmscope.engine.tasks.registry import task_has
-from llmscope.tui.widgets import bar, fmt, literal, plain_table
+from llmscope.tui.widgets import Plot, bar, fmt, literal, plain_table
 
 if TYPE_CHECKING:
     from llmscope.tui.app import LlmscopeApp
@@ -479,50 +478,40 @@ def render_human_item(
 
 
 # -- screen ----------------------------------------------------------------------------------
-class HumanScatter(PlotextPlot):
+class HumanScatter(Plot):
     """Human agreement against the model's P(yes), one dot per statement."""
 
     def show(self, d: HumanData) -> None:
-        plt = self.plt
-        with self.app.batch_update():
-            plt.clear_figure()
-            a = d.agreement
-            r = {m["metric"]: m["value"] for m in d.metrics}
-            # the pipeline's numbers under the report's names and precision
-            plt.title(
-                f"P(yes) vs humans: human_pearson {display('human_pearson', r.get('human_pearson'))}"
-                f" human_spearman {display('human_spearman', r.get('human_spearman'))}"
-            )
-            plt.xlim(0, 1)
-            plt.ylim(0, 1)
+        a = d.agreement
+        r = {m["metric"]: m["value"] for m in d.metrics}
+        # the pipeline's numbers under the report's names and precision
+        title = (
+            f"P(yes) vs humans: human_pearson {display('human_pearson', r.get('human_pearson'))}"
+            f" human_spearman {display('human_spearman', r.get('human_spearman'))}"
+        )
+        with self.drawing(title) as plt:
+            self.unit_axes()
             if a is not None and len(a):
                 plt.scatter(a["human"].tolist(), a["p_yes"].tolist(), marker="dot", color="cyan")
             plt.xlabel("human agreement")
-            self.refresh()
 
 
-class RatingBars(PlotextPlot):
+class RatingBars(Plot):
     """Human rating histogram beside the model's predicted rating histogram."""
 
     def show(self, d: HumanData) -> None:
-        plt = self.plt
-        with self.app.batch_update():
-            plt.clear_figure()
-            plt.title("ratings: human (gold) vs model (prediction)")
+        with self.drawing("ratings: human (gold) vs model (prediction)"):
             r = d.rating
             if r is not None and len(r):
-                plt.multiple_bar(
+                self.bars(
                     r["label"].tolist(),
-                    [r["human"].tolist(), r["model"].fillna(0.0).tolist()],
-                    labels=["human", "model"],
-                )  # type: ignore[call-arg]
-            self.refresh()
+                    {"human": r["human"].tolist(), "model": r["model"].fillna(0.0).tolist()},
+                )
 
 
+@dataclass(eq=False)
 class HumanLoaded(Message):
-    def __init__(self, data: HumanData) -> None:
-        super().__init__()
-        self.data = data
+    data: HumanData
 
 
 class HumanScreen(Screen[None]):

@@ -14,13 +14,12 @@ from rich.table import Table
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.widgets import Footer, Header, Static
 
 from llmscope.analysis.rows import format_p
-from llmscope.tui.screens import BaseScreen
+from llmscope.tui.screens.base import BackScreen
 from llmscope.tui.widgets import literal
 
 SENSITIVITY = ("scheme_disagreement_rate", "scheme_flip_rate", "scheme_acc_range")
@@ -308,10 +307,8 @@ class MethodsData(Message):
         self.content = content
 
 
-class MethodsScreen(BaseScreen):
+class MethodsScreen(BackScreen):
     """Method sensitivity, human-vs-model fit, order effects and plan hypotheses of one run."""
-
-    BINDINGS = [Binding("escape", "app.pop_screen", "Back")]
 
     def __init__(self, run_id: str) -> None:
         super().__init__()

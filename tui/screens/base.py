@@ -6,6 +6,7 @@ import math
 from typing import TYPE_CHECKING, Any, cast
 
 import pandas as pd
+from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static
@@ -78,6 +79,13 @@ class BaseScreen(Screen[None]):
         from llmscope.tui.screens.help import DefinitionsScreen
 
         self.app.push_screen(DefinitionsScreen(self.shown_metric_names()))
+
+
+class BackScreen(BaseScreen):
+    """A screen opened over another: Esc goes back (its first key in the footer, as Textual
+    puts a base class's bindings before the subclass's)."""
+
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back")]
 
 
 def limited_note(r: dict[str, Any], narrow: bool = False) -> str:

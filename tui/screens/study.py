@@ -37,7 +37,7 @@ from llmscope.tui.panels.study_matrix import (
     merge_live,
     pairs_among,
 )
-from llmscope.tui.screens.base import BaseScreen, _fmt_time, _set
+from llmscope.tui.screens.base import BackScreen, _fmt_time, _set
 from llmscope.tui.widgets import clean, ellipsis, literal
 
 __all__ = ["StudiesLoaded", "StudiesScreen", "StudyLoaded", "StudyPairsScreen", "StudyScreen"]
@@ -70,13 +70,10 @@ class PairsLoaded(Message):
     result: dict[str, Any]
 
 
-class StudiesScreen(BaseScreen):
+class StudiesScreen(BackScreen):
     """The studies recorded in the database (`llmscope study run`); Enter opens one."""
 
-    BINDINGS = [
-        Binding("escape", "app.pop_screen", "Back"),
-        Binding("r", "reload", "Refresh"),
-    ]
+    BINDINGS = [Binding("r", "reload", "Refresh")]
 
     def __init__(self) -> None:
         super().__init__()
@@ -152,12 +149,11 @@ class StudiesScreen(BaseScreen):
         self.app.push_screen(StudyScreen(str(event.row_key.value)))
 
 
-class StudyScreen(BaseScreen):
+class StudyScreen(BackScreen):
     """A study's cells as a matrix: rows and columns two of its factors (model, suite, the
     grid's), each cell its headline metric with its 95% interval, state and results stored."""
 
     BINDINGS = [
-        Binding("escape", "app.pop_screen", "Back"),
         Binding("f", "next_cols", "Column factor"),
         Binding("g", "next_rows", "Row factor"),
         Binding("t", "swap", "Swap axes"),
@@ -525,11 +521,9 @@ def _cut(t: Text, width: int) -> Text:
     return out
 
 
-class StudyPairsScreen(BaseScreen):
+class StudyPairsScreen(BackScreen):
     """Several paired comparisons (each `llmscope compare A B`: Δ accuracy of B − A with its
     cluster-bootstrap interval and p-value), every p-value also Holm-adjusted over the pairs."""
-
-    BINDINGS = [Binding("escape", "app.pop_screen", "Back")]
 
     def __init__(self, study: str, pairs: list[tuple[CellRow, CellRow]]) -> None:
         super().__init__()
