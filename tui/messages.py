@@ -75,12 +75,6 @@ class RunPhase(Message):
 
 
 @dataclass(eq=False)
-class RunEnded(Message):
-    run_id: str
-    status: str
-
-
-@dataclass(eq=False)
 class RunFailed(Message):
     """A run could not start or failed (`severity` "information": there was nothing to run)."""
 
@@ -88,5 +82,11 @@ class RunFailed(Message):
     _: KW_ONLY
     title: str = "run failed"
     severity: str = "error"
-    reporter: TuiReporter | None = None  # the run's, when it fails before it started (its
-    # starting screen closes)
+    # the run's, when it fails before it started (its starting screen closes)
+    reporter: TuiReporter | None = None
+
+
+@dataclass(eq=False)
+class RunEnded(Message):
+    run_id: str
+    status: str
