@@ -71,6 +71,13 @@ class PlotData:
     headline: Any = None
 
 
+@dataclass(eq=False)
+class PlotsLoaded(Message):
+    """What the screen's worker loaded, applied on the UI thread."""
+
+    data: PlotData
+
+
 def timeline(
     df: pd.DataFrame, buckets: int = 30
 ) -> tuple[list[int], list[float], list[float], list[float]]:
@@ -297,17 +304,7 @@ class PositionPlot(Plot):
 
     def show(self, d: PlotData) -> None:
         with self.drawing("position bias: chosen vs gold"):
-            p = d.positions
-            if p is not None and len(p):
-                self.bars(
-                    p["label"].tolist(),
-                    {"chosen": p["chosen"].tolist(), "gold": p["gold"].tolist()},
-                )
-
-
-@dataclass(eq=False)
-class PlotsLoaded(Message):
-    data: PlotData
+            self.frame_bars(d.positions, "chosen", "gold")
 
 
 class PlotsScreen(Screen[None]):

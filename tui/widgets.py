@@ -594,6 +594,11 @@ class Plot(PlotextPlot):
         # The bundled stub names this `label`; plotext's multiple_bar takes `labels`.
         self.plt.multiple_bar(labels, list(series.values()), labels=list(series))  # type: ignore[call-arg]
 
+    def frame_bars(self, frame: Any, *columns: str) -> None:
+        """Grouped bars of these columns of a frame at its ``label`` column (none for no rows)."""
+        if frame is not None and len(frame):
+            self.bars(frame["label"].tolist(), {c: frame[c].tolist() for c in columns})
+
 
 class ReliabilityPlot(Plot):
     """Reliability diagram: accuracy per confidence bin against the diagonal."""

@@ -122,6 +122,13 @@ HUMAN_METRICS = (
 )
 
 
+@dataclass(eq=False)
+class HumanLoaded(Message):
+    """What the screen's worker loaded, applied on the UI thread."""
+
+    data: HumanData
+
+
 def human_data(store: Any, run: dict[str, Any]) -> HumanData:
     """Everything the human views draw, read from the store: every number is the pipeline's
     (`run_metrics`); the per-item rows and the ProbEval tables are the analysis layer's."""
@@ -500,18 +507,12 @@ class RatingBars(Plot):
     """Human rating histogram beside the model's predicted rating histogram."""
 
     def show(self, d: HumanData) -> None:
+        r = d.rating
         with self.drawing("ratings: human (gold) vs model (prediction)"):
-            r = d.rating
-            if r is not None and len(r):
-                self.bars(
-                    r["label"].tolist(),
-                    {"human": r["human"].tolist(), "model": r["model"].fillna(0.0).tolist()},
-                )
-
-
-@dataclass(eq=False)
-class HumanLoaded(Message):
-    data: HumanData
+            # a rating the model never predicted: a bar of 0
+            self.frame_bars(
+                None if r is None else r.assign(model=r["model"].fillna(0.0)), "human", "model"
+            )
 
 
 class HumanScreen(Screen[None]):
