@@ -12,6 +12,8 @@ from textual.screen import Screen
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
+from llmscope.tui.widgets import literal
+
 if TYPE_CHECKING:
     from llmscope.tui.app import LlmscopeApp
 
@@ -62,6 +64,12 @@ class BaseScreen(Screen[None]):
         handler = getattr(self, result.handler_name, None)
         if handler is not None:
             handler(result)
+
+    def show_notice(self, selector: str, text: str, style: str = "") -> None:
+        """Put ``text`` in the notice line ``selector``, hidden while there is none."""
+        note = self.query_one(selector, Static)
+        _set(note, literal(text, style), text)
+        note.display = bool(text)
 
     def shown_metric_names(self) -> list[str]:
         """Registered metric names the screen shows (panels, titles, table headers)."""
