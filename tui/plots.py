@@ -25,10 +25,10 @@ from textual.containers import Grid, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
-from textual_plotext import PlotextPlot
 
 from llmscope.analysis.metrics import display
 from llmscope.store.db import decode_json
+from llmscope.tui.widgets import Plot
 
 if TYPE_CHECKING:
     from llmscope.tui.app import LlmscopeApp
@@ -69,6 +69,13 @@ class PlotData:
     positions: pd.DataFrame | None = None  # position, label, chosen, gold (shares)
     # a stored run: its headline metric from the metrics pipeline (what the report leads with)
     headline: Any = None
+
+
+@dataclass(eq=False)
+class PlotsLoaded(Message):
+    """What the screen's worker loaded, applied on the UI thread."""
+
+    data: PlotData
 
 
 def timeline(
@@ -242,14 +249,11 @@ class RunSparks:
 COLORS = ("cyan", "magenta", "green", "orange", "blue", "red", "yellow")
 
 
-class TimelinePlot(PlotextPlot):
+class TimelinePlot(Plot):
     """Running accuracy against results so far, and results per second over time."""
 
     def show(self, d: PlotData) -> None:
-        plt = self.plt
-        with self.app.batch_update():
-            plt.clear_figure()
-            plt.title("accuracy so far (left) · results/s (right)")
+        with self.drawing("accuracy so far (left) · results/s (right)") as plt:
             if d.done:
                 plt.plot(d.done, d.running_acc, marker="braille", color="cyan", label="accuracy")
                 plt.ylim(0, 1)
@@ -264,23 +268,15 @@ class TimelinePlot(PlotextPlot):
                     xside="upper",
                     label="results/s",
                 )
-            self.refresh()
 
 
-class ReliabilityByPlot(PlotextPlot):
+class ReliabilityByPlot(Plot):
     """Reliability diagram with one line per prompt variant (or scoring method)."""
 
     def show(self, d: PlotData) -> None:
-        plt = self.plt
-        with self.app.batch_update():
-            plt.clear_figure()
-            plt.title(
-                "reliability by "
-                + ("method" if any(k.startswith("method ") for k in d.reliability) else "variant")
-            )
-            plt.xlim(0, 1)
-            plt.ylim(0, 1)
-            plt.plot([0, 1], [0, 1], marker="dot", color="gray")
+        by = "method" if any(k.startswith("method ") for k in d.reliability) else "variant"
+        with self.drawing(f"reliability by {by}") as plt:
+            self.unit_axes(diagonal=True)
             for i, (name, b) in enumerate(d.reliability.items()):
                 b = b[b["count"] > 0]
                 plt.plot(
@@ -291,45 +287,24 @@ class ReliabilityByPlot(PlotextPlot):
                     label=name,
                 )
             plt.xlabel("confidence")
-            self.refresh()
 
 
-class MinPairPlot(PlotextPlot):
+class MinPairPlot(Plot):
     """Histogram of logP(good) − max logP(bad) over minimal pairs (right of 0: correct)."""
 
     def show(self, d: PlotData) -> None:
-        plt = self.plt
-        with self.app.batch_update():
-            plt.clear_figure()
-            plt.title("minimal pairs: logP(good) − logP(bad)")
+        with self.drawing("minimal pairs: logP(good) − logP(bad)") as plt:
             if d.minpair_diffs:
                 plt.hist(d.minpair_diffs, bins=20, color="cyan")
                 plt.vline(0, color="red")
-            self.refresh()
 
 
-class PositionPlot(PlotextPlot):
+class PositionPlot(Plot):
     """Share of predictions at each listed position beside the share of gold answers there."""
 
     def show(self, d: PlotData) -> None:
-        plt = self.plt
-        with self.app.batch_update():
-            plt.clear_figure()
-            plt.title("position bias: chosen vs gold")
-            p = d.positions
-            if p is not None and len(p):
-                plt.multiple_bar(
-                    p["label"].tolist(),
-                    [p["chosen"].tolist(), p["gold"].tolist()],
-                    labels=["chosen", "gold"],
-                )  # type: ignore[call-arg]
-            self.refresh()
-
-
-class PlotsLoaded(Message):
-    def __init__(self, data: PlotData) -> None:
-        super().__init__()
-        self.data = data
+        with self.drawing("position bias: chosen vs gold"):
+            self.frame_bars(d.positions, "chosen", "gold")
 
 
 class PlotsScreen(Screen[None]):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import re
 from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -12,6 +14,7 @@ import numpy as np
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
+from rich.table import Table
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
@@ -45,6 +48,18 @@ def clean(s: Any) -> str:
 def literal(s: Any, style: str = "") -> Text:
     """A Text that shows `s` exactly: no Rich markup parsing, control characters escaped."""
     return Text(clean(s), style=style)
+
+
+def plain_table(title: str = "", **kw: Any) -> Table:
+    """A borderless Table with bold headers and a left-aligned title: the panels' usual table."""
+    opts: dict[str, Any] = {
+        "box": None,
+        "padding": (0, 1),
+        "header_style": "bold",
+        "title_justify": "left",
+    }
+    opts.update(kw)
+    return Table(title=title or None, **opts)
 
 
 def ellipsis(s: Any, n: int) -> str:
@@ -140,6 +155,10 @@ def fit_widths(
             break
         out[i] -= 1
     return out
+
+
+# The columns every item list starts with (an item and its prompt variant), as (key, title, width)
+ITEM_KEY_COLUMNS = [("item_id", "item", 12), ("variant", "variant", 8)]
 
 
 class ItemList(ScrollView, can_focus=True):
@@ -550,17 +569,43 @@ class ItemList(ScrollView, can_focus=True):
 
 
 # -- plots -----------------------------------------------------------------------------------
-class ReliabilityPlot(PlotextPlot):
-    """Reliability diagram: accuracy per confidence bin against the diagonal."""
+class Plot(PlotextPlot):
+    """A plotext plot drawn whole each time: ``with self.drawing(title) as plt`` clears the
+    figure and titles it, and refreshes once drawn, all in one batch (no half-drawn frame)."""
 
-    def show(self, bins: Any) -> None:
+    @contextmanager
+    def drawing(self, title: str) -> Iterator[Any]:
         plt = self.plt
         with self.app.batch_update():
             plt.clear_figure()
-            plt.title("reliability")
-            plt.xlim(0, 1)
-            plt.ylim(0, 1)
-            plt.plot([0, 1], [0, 1], marker="dot", color="gray")
+            plt.title(title)
+            yield plt
+            self.refresh()
+
+    def unit_axes(self, diagonal: bool = False) -> None:
+        """Both axes from 0 to 1, with the y = x diagonal where asked (reliability diagrams)."""
+        self.plt.xlim(0, 1)
+        self.plt.ylim(0, 1)
+        if diagonal:
+            self.plt.plot([0, 1], [0, 1], marker="dot", color="gray")
+
+    def bars(self, labels: list[str], series: Mapping[str, list[Any]]) -> None:
+        """Grouped bars: at each label one bar a series, the series' names in the legend."""
+        # The bundled stub names this `label`; plotext's multiple_bar takes `labels`.
+        self.plt.multiple_bar(labels, list(series.values()), labels=list(series))  # type: ignore[call-arg]
+
+    def frame_bars(self, frame: Any, *columns: str) -> None:
+        """Grouped bars of these columns of a frame at its ``label`` column (none for no rows)."""
+        if frame is not None and len(frame):
+            self.bars(frame["label"].tolist(), {c: frame[c].tolist() for c in columns})
+
+
+class ReliabilityPlot(Plot):
+    """Reliability diagram: accuracy per confidence bin against the diagonal."""
+
+    def show(self, bins: Any) -> None:
+        with self.drawing("reliability") as plt:
+            self.unit_axes(diagonal=True)
             if bins is not None and len(bins):
                 b = bins[bins["count"] > 0]
                 if len(b):
@@ -575,19 +620,12 @@ class ReliabilityPlot(PlotextPlot):
                     )
             plt.xlabel("confidence")
             plt.ylabel("accuracy")
-            self.refresh()
 
 
-class HistPlot(PlotextPlot):
+class HistPlot(Plot):
     """Grouped histogram of model P(yes) bins (e.g. by human majority)."""
 
     def show(self, hist: dict[str, list[int]] | None, title: str) -> None:
-        plt = self.plt
-        with self.app.batch_update():
-            plt.clear_figure()
-            plt.title(title)
+        with self.drawing(title):
             if hist:
-                labels = [f"{i / 10:.1f}" for i in range(10)]
-                # The bundled stub names this `label`; plotext's multiple_bar takes `labels`.
-                plt.multiple_bar(labels, list(hist.values()), labels=list(hist.keys()))  # type: ignore[call-arg]
-            self.refresh()
+                self.bars([f"{i / 10:.1f}" for i in range(10)], hist)

@@ -80,16 +80,6 @@ DASHBOARD_PRODUCERS = (
 # A stored run also gets these (they read whole stored rows; the dashboard lists their overall
 # numbers under "more metrics", the same values `llmscope report` prints).
 STORED_RUN_PRODUCERS = ("contamination", "genmetrics", "probeval")
-# Fields the pipeline reads from an item (besides the suite's group_by and cluster field).
-_PIPELINE_FIELDS = (
-    "human_q1",
-    "category",
-    "tuple_ID",
-    "expectedresp",
-    "problemname",
-    "problemsize",
-    "options",
-)
 
 
 def reads_whole_items(task: str | None) -> bool:
@@ -105,11 +95,14 @@ def reads_whole_items(task: str | None) -> bool:
 
 def pipeline_frame(model: RunModel, df: pd.DataFrame) -> pd.DataFrame:
     """The light rows with the item fields the pipeline needs as ``f.<name>`` columns."""
+    from llmscope.analysis.metrics import PIPELINE_FIELDS
+
     out = df.copy()
     names = [
         *model.group_by,
         *([model.cluster_field] if model.cluster_field else []),
-        *_PIPELINE_FIELDS,
+        # all but `clusters`, which only probeval reads: a stored run's producer, not run here
+        *(f for f in PIPELINE_FIELDS if f != "clusters"),
     ]
     for f in dict.fromkeys(names):
         vals = pd.Series(model.item_values(out["item_id"], f), index=out.index, dtype=object)

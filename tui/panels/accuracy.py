@@ -14,7 +14,7 @@ from rich.text import Text
 
 from llmscope.analysis.metrics import display
 from llmscope.tui.data.snapshot import STORED_RUN_PRODUCERS, Snapshot
-from llmscope.tui.widgets import bar, ci_bar, clean, fmt, literal
+from llmscope.tui.widgets import bar, ci_bar, clean, fmt, literal, plain_table
 
 
 def render_accuracy(snap: Snapshot, no_gold_variants: list[str], active: bool) -> Table | Group:
@@ -91,13 +91,9 @@ def render_bias(snap: Snapshot, no_gold_variants: list[str]) -> Any:
     if snap.yesno is not None and len(snap.yesno):
         recs = snap.yesno.to_dict("records")
         ci = recs[0].get("yes_bias_ci")
-        t = Table(
-            box=None,
-            padding=(0, 1),
-            header_style="bold",
+        t = plain_table(
             title="yes/no bias"
             + (f" (yes_bias 95% CI [{fmt(ci[0])}, {fmt(ci[1])}])" if ci else ""),
-            title_justify="left",
             expand=True,
         )
         # One row per metric (the names `llmscope report` prints), one column per variant.
@@ -118,12 +114,8 @@ def render_bias(snap: Snapshot, no_gold_variants: list[str]) -> Any:
             )
         parts.append(t)
     if snap.worldsense is not None and len(snap.worldsense):
-        t = Table(
-            box=None,
-            padding=(0, 1),
-            header_style="bold",
+        t = plain_table(
             title="WorldSense per problem (the authors' metrics: worldsense_accuracy, worldsense_bias)",
-            title_justify="left",
             expand=True,
         )
         for c in ("problem", "acc", "±", "bias", "±"):

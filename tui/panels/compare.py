@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from llmscope.analysis.rows import format_p
-from llmscope.tui.widgets import literal
+from llmscope.tui.widgets import literal, plain_table
 
 __all__ = [
     "CompareMatrix",
@@ -173,12 +173,8 @@ def render_pairs(m: CompareMatrix) -> Any:
         return Text(m.error, style="yellow")
     if len(m.run_ids) < 2:
         return Text("")
-    t = Table(
-        box=None,
-        padding=(0, 1),
-        header_style="bold",
+    t = plain_table(
         title="paired Δ accuracy: column − row [95% CI] p   (= llmscope compare ROW COL)",
-        title_justify="left",
     )
     t.add_column("row \\ column", no_wrap=True)
     for b in m.run_ids[1:]:

@@ -36,7 +36,6 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
-from textual_plotext import PlotextPlot
 
 from llmscope.analysis.human import field_value as _value
 from llmscope.analysis.human import finite_float as _num
@@ -45,7 +44,7 @@ from llmscope.analysis.metric_values import RunMetrics
 from llmscope.analysis.metrics import display
 from llmscope.analysis.yesno import human_distance
 from llmscope.engine.tasks.registry import task_has
-from llmscope.tui.widgets import bar, fmt, literal
+from llmscope.tui.widgets import Plot, bar, fmt, literal, plain_table
 
 if TYPE_CHECKING:
     from llmscope.tui.app import LlmscopeApp
@@ -121,6 +120,13 @@ HUMAN_METRICS = (
     "human_ll_per_choice",
     "softmax_accuracy_fitted",
 )
+
+
+@dataclass(eq=False)
+class HumanLoaded(Message):
+    """What the screen's worker loaded, applied on the UI thread."""
+
+    data: HumanData
 
 
 def human_data(store: Any, run: dict[str, Any]) -> HumanData:
@@ -314,13 +320,9 @@ def render_human_summary(d: HumanData) -> Any:
 
 
 def _rating_table(r: pd.DataFrame) -> Table:
-    t = Table(
-        box=None,
-        padding=(0, 1),
-        header_style="bold",
+    t = plain_table(
         title=f"ratings: human_rating_share (n={r['n_human'].iloc[0]}) vs model_rating_share "
         f"(n={r['n_model'].iloc[0]})",
-        title_justify="left",
     )
     t.add_column("rating")
     t.add_column("human", no_wrap=True)
@@ -458,12 +460,8 @@ def render_human_item(
             out.append(_cluster_table(q))
         clusters = _value(fields.get("clusters"))
         if isinstance(clusters, dict):
-            t = Table(
-                box=None,
-                padding=(0, 1),
-                header_style="bold",
+            t = plain_table(
                 title="human clusters: answers",
-                title_justify="left",
             )
             t.add_column("cluster", no_wrap=True)
             t.add_column("answers")
@@ -487,50 +485,34 @@ def render_human_item(
 
 
 # -- screen ----------------------------------------------------------------------------------
-class HumanScatter(PlotextPlot):
+class HumanScatter(Plot):
     """Human agreement against the model's P(yes), one dot per statement."""
 
     def show(self, d: HumanData) -> None:
-        plt = self.plt
-        with self.app.batch_update():
-            plt.clear_figure()
-            a = d.agreement
-            r = {m["metric"]: m["value"] for m in d.metrics}
-            # the pipeline's numbers under the report's names and precision
-            plt.title(
-                f"P(yes) vs humans: human_pearson {display('human_pearson', r.get('human_pearson'))}"
-                f" human_spearman {display('human_spearman', r.get('human_spearman'))}"
-            )
-            plt.xlim(0, 1)
-            plt.ylim(0, 1)
+        a = d.agreement
+        r = {m["metric"]: m["value"] for m in d.metrics}
+        # the pipeline's numbers under the report's names and precision
+        title = (
+            f"P(yes) vs humans: human_pearson {display('human_pearson', r.get('human_pearson'))}"
+            f" human_spearman {display('human_spearman', r.get('human_spearman'))}"
+        )
+        with self.drawing(title) as plt:
+            self.unit_axes()
             if a is not None and len(a):
                 plt.scatter(a["human"].tolist(), a["p_yes"].tolist(), marker="dot", color="cyan")
             plt.xlabel("human agreement")
-            self.refresh()
 
 
-class RatingBars(PlotextPlot):
+class RatingBars(Plot):
     """Human rating histogram beside the model's predicted rating histogram."""
 
     def show(self, d: HumanData) -> None:
-        plt = self.plt
-        with self.app.batch_update():
-            plt.clear_figure()
-            plt.title("ratings: human (gold) vs model (prediction)")
-            r = d.rating
-            if r is not None and len(r):
-                plt.multiple_bar(
-                    r["label"].tolist(),
-                    [r["human"].tolist(), r["model"].fillna(0.0).tolist()],
-                    labels=["human", "model"],
-                )  # type: ignore[call-arg]
-            self.refresh()
-
-
-class HumanLoaded(Message):
-    def __init__(self, data: HumanData) -> None:
-        super().__init__()
-        self.data = data
+        r = d.rating
+        with self.drawing("ratings: human (gold) vs model (prediction)"):
+            # a rating the model never predicted: a bar of 0
+            self.frame_bars(
+                None if r is None else r.assign(model=r["model"].fillna(0.0)), "human", "model"
+            )
 
 
 class HumanScreen(Screen[None]):
@@ -602,13 +584,9 @@ class HumanScreen(Screen[None]):
                 )
             )
             a = a.sort_values("dist", ascending=False, kind="stable").head(self.MAX_ROWS)
-            t = Table(
-                box=None,
-                padding=(0, 1),
-                header_style="bold",
+            t = plain_table(
                 title=f"statements, farthest from humans first ({len(d.agreement)} in all); "
                 "|m-h| = |P(yes)/(P(yes)+P(no)) - human|",
-                title_justify="left",
             )
             for name in ("item", "human", "P(yes)", "|m-h|", "statement"):
                 t.add_column(name, no_wrap=name != "statement")
@@ -623,12 +601,8 @@ class HumanScreen(Screen[None]):
             return t
         if d.choices is not None and len(d.choices):
             c = d.choices.sort_values("tv", ascending=False, kind="stable").head(self.MAX_ROWS)
-            t = Table(
-                box=None,
-                padding=(0, 1),
-                header_style="bold",
+            t = plain_table(
                 title="items, largest human–model distance (TV) first",
-                title_justify="left",
             )
             for col in ("item", "variant", "TV", "same top", "humans", "model", "text"):
                 t.add_column(col, no_wrap=col not in ("text",))

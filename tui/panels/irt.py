@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.message import Message
 
-from llmscope.tui.widgets import literal
+from llmscope.tui.widgets import literal, plain_table
 
 if TYPE_CHECKING:
     from llmscope.analysis.irt import IrtFit, ItemParams
@@ -239,11 +239,7 @@ def study_irt(store: Any, study: str, rows: Sequence[CellRow]) -> StudyIrt:
 def render_abilities(s: SuiteIrt) -> Table:
     """Each cell's run: its ability (MAP) with the 95% interval, highest first."""
     assert s.fit is not None
-    t = Table(
-        box=None,
-        padding=(0, 1),
-        header_style="bold",
-        title_justify="left",
+    t = plain_table(
         title="ability per cell: theta (MAP) [95% CI]; 0 = the average run",
     )
     for c in ("cell", "model", "theta [95% CI]", "accuracy", "items"):

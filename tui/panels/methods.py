@@ -14,13 +14,12 @@ from rich.table import Table
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.widgets import Footer, Header, Static
 
 from llmscope.analysis.rows import format_p
-from llmscope.tui.screens import BaseScreen
+from llmscope.tui.screens.base import BackScreen
 from llmscope.tui.widgets import literal
 
 SENSITIVITY = ("scheme_disagreement_rate", "scheme_flip_rate", "scheme_acc_range")
@@ -56,6 +55,14 @@ def _bar(p: float, width: int = 10) -> str:
     return "█" * n + "·" * (width - n)
 
 
+def _table(title: str, *columns: str) -> Table:
+    """A full-width table with its title on the left and these column headers."""
+    t = Table(title=title, title_justify="left", expand=True)
+    for c in columns:
+        t.add_column(c)
+    return t
+
+
 def render_methods(
     rows: list[dict[str, Any]], flips: list[dict[str, Any]], hvm: dict[str, Any] | None
 ) -> Group:
@@ -63,9 +70,9 @@ def render_methods(
     parts: list[Any] = []
     hyp = [r for r in rows if r["metric"] in ("hypothesis", "plan_deviation")]
     if hyp:
-        t = Table(title="Pre-registered hypotheses", title_justify="left", expand=True)
-        for c in ("id", "hypothesis", "verdict", "difference", "ci95", "p"):
-            t.add_column(c)
+        t = _table(
+            "Pre-registered hypotheses", "id", "hypothesis", "verdict", "difference", "ci95", "p"
+        )
         for r in hyp:
             g = r["group"]
             if r["metric"] == "plan_deviation":
@@ -88,9 +95,7 @@ def render_methods(
         if r["metric"] == "accuracy" and set(r["group"]) == {"method"}
     }
     if acc:
-        t = Table(title="Scoring schemes side by side", title_justify="left", expand=True)
-        for c in ("scheme", "accuracy", "ci95"):
-            t.add_column(c)
+        t = _table("Scoring schemes side by side", "scheme", "accuracy", "ci95")
         for name, r in acc.items():
             t.add_row(str(name), _f(r["value"]), _ci(r))
         parts.append(t)
@@ -113,14 +118,12 @@ def render_methods(
             )
         )
     if flips:
-        t = Table(
-            title=f"Items on which schemes disagree ({len(flips)})",
-            title_justify="left",
-            expand=True,
+        t = _table(
+            f"Items on which schemes disagree ({len(flips)})",
+            "item",
+            "gold",
+            "choices (✓ = correct)",
         )
-        t.add_column("item")
-        t.add_column("gold")
-        t.add_column("choices (✓ = correct)")
         for f in flips[:40]:
             ch = ", ".join(
                 f"{s}:{_cut(v['prediction'] or '-', 18)}{'✓' if v['correct'] == 1.0 else ''}"
@@ -133,9 +136,7 @@ def render_methods(
         parts += _human_vs_model(rows, hvm)
     order = [r for r in rows if r["metric"] in ORDER]
     if order:
-        t = Table(title="Order effects and few-shot biases", title_justify="left", expand=True)
-        for c in ("metric", "group", "value", "ci95", "n"):
-            t.add_column(c)
+        t = _table("Order effects and few-shot biases", "metric", "group", "value", "ci95", "n")
         for r in order:
             t.add_row(
                 r["metric"],
@@ -285,14 +286,11 @@ def _human_vs_model(rows: list[dict[str, Any]], hvm: dict[str, Any]) -> list[Any
         parts.append(t)
         cond = v.get("conditions")
         if cond:
-            t = Table(
-                title=f"By condition{f', variant {var}' if var else ''} (fitted, mean scores)",
-                title_justify="left",
-                expand=True,
+            t = _table(
+                f"By condition{f', variant {var}' if var else ''} (fitted, mean scores)",
+                "condition",
+                *(f"{ty} human / fitted" for ty in cond["types"]),
             )
-            t.add_column("condition")
-            for ty in cond["types"]:
-                t.add_column(f"{ty} human / fitted")
             for r in cond["rows"]:
                 t.add_row(
                     str(r["condition"]),
@@ -308,10 +306,8 @@ class MethodsData(Message):
         self.content = content
 
 
-class MethodsScreen(BaseScreen):
+class MethodsScreen(BackScreen):
     """Method sensitivity, human-vs-model fit, order effects and plan hypotheses of one run."""
-
-    BINDINGS = [Binding("escape", "app.pop_screen", "Back")]
 
     def __init__(self, run_id: str) -> None:
         super().__init__()

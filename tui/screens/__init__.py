@@ -6,7 +6,7 @@ The old `llmscope.tui.screens` names stay importable from here.
 from __future__ import annotations
 
 from llmscope.tui.messages import CompareLoaded, DashData, ItemLoaded, RunsLoaded, SuitesLoaded
-from llmscope.tui.screens.base import BaseScreen, _duration, _fmt_time, _set
+from llmscope.tui.screens.base import BackScreen, BaseScreen, _duration, _fmt_time, _set
 from llmscope.tui.screens.compare import DIS_COLUMNS, CompareScreen
 from llmscope.tui.screens.dashboard import FAIL_COLUMNS, DashboardScreen
 from llmscope.tui.screens.help import HELP, DefinitionsScreen, HelpScreen
@@ -17,6 +17,7 @@ __all__ = [
     "DIS_COLUMNS",
     "FAIL_COLUMNS",
     "HELP",
+    "BackScreen",
     "BaseScreen",
     "CompareLoaded",
     "CompareScreen",

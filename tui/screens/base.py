@@ -6,10 +6,13 @@ import math
 from typing import TYPE_CHECKING, Any, cast
 
 import pandas as pd
+from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState
+
+from llmscope.tui.widgets import literal
 
 if TYPE_CHECKING:
     from llmscope.tui.app import LlmscopeApp
@@ -62,6 +65,12 @@ class BaseScreen(Screen[None]):
         if handler is not None:
             handler(result)
 
+    def show_notice(self, selector: str, text: str, style: str = "") -> None:
+        """Put ``text`` in the notice line ``selector``, hidden while there is none."""
+        note = self.query_one(selector, Static)
+        _set(note, literal(text, style), text)
+        note.display = bool(text)
+
     def shown_metric_names(self) -> list[str]:
         """Registered metric names the screen shows (panels, titles, table headers)."""
         from textual.widgets import DataTable
@@ -78,6 +87,13 @@ class BaseScreen(Screen[None]):
         from llmscope.tui.screens.help import DefinitionsScreen
 
         self.app.push_screen(DefinitionsScreen(self.shown_metric_names()))
+
+
+class BackScreen(BaseScreen):
+    """A screen opened over another: Esc goes back (its first key in the footer, as Textual
+    puts a base class's bindings before the subclass's)."""
+
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back")]
 
 
 def limited_note(r: dict[str, Any], narrow: bool = False) -> str:

@@ -20,13 +20,12 @@ from llmscope.tui.panels.compare import (
     render_pairs,
     sort_disagreements,
 )
-from llmscope.tui.screens.base import BaseScreen
+from llmscope.tui.screens.base import BackScreen
 from llmscope.tui.screens.item import ItemScreen
-from llmscope.tui.widgets import ItemList
+from llmscope.tui.widgets import ITEM_KEY_COLUMNS, ItemList
 
 DIS_COLUMNS = [
-    ("item_id", "item", 12),
-    ("variant", "variant", 8),
+    *ITEM_KEY_COLUMNS,
     ("pair", "runs A→B", 18),
     ("diff_s", "Δ", 5),
     ("prediction_a", "pred A", 10),
@@ -36,11 +35,10 @@ DIS_COLUMNS = [
 ]
 
 
-class CompareScreen(BaseScreen):
+class CompareScreen(BackScreen):
     """Runs x metrics, every pair's paired Δ accuracy, and the items the runs disagree on."""
 
     BINDINGS = [
-        Binding("escape", "app.pop_screen", "Back"),
         Binding("d", "definitions", "Definitions", show=False),
         Binding("o", "order", "Sort items"),
     ]

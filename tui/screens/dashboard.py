@@ -29,13 +29,12 @@ from llmscope.tui.messages import DashData
 from llmscope.tui.panels.accuracy import render_accuracy, render_bias, render_other
 from llmscope.tui.panels.calibration import render_calibration
 from llmscope.tui.panels.human_agreement import human_histogram, render_human_stats
-from llmscope.tui.screens.base import BaseScreen, _duration, _set, limited_note
+from llmscope.tui.screens.base import BackScreen, _duration, _set, limited_note
 from llmscope.tui.screens.item import ItemScreen
-from llmscope.tui.widgets import ItemList, ReliabilityPlot, clean, literal
+from llmscope.tui.widgets import ITEM_KEY_COLUMNS, ItemList, ReliabilityPlot, clean, literal
 
 FAIL_COLUMNS = [
-    ("item_id", "item", 12),
-    ("variant", "variant", 8),
+    *ITEM_KEY_COLUMNS,
     ("group", "group", 16),
     ("gold", "gold", 8),
     ("prediction", "pred", 10),
@@ -45,11 +44,10 @@ FAIL_COLUMNS = [
 ]
 
 
-class DashboardScreen(BaseScreen):
+class DashboardScreen(BackScreen):
     """One run: progress, accuracy with CIs, bias, calibration, humans, failing items."""
 
     BINDINGS = [
-        Binding("escape", "app.pop_screen", "Back"),
         Binding("s", "sort", "Sort"),
         Binding("g", "group", "Group filter"),
         Binding("f", "conf", "Conf. filter"),

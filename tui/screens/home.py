@@ -18,7 +18,7 @@ from llmscope.tui.data.live import live_runs
 from llmscope.tui.data.store import db_runs, is_lock_error
 from llmscope.tui.messages import RunsLoaded, SuitesLoaded
 from llmscope.tui.panels.form import RunForm
-from llmscope.tui.screens.base import BaseScreen, _fmt_time, _set, limited_note
+from llmscope.tui.screens.base import BaseScreen, _fmt_time, limited_note
 from llmscope.tui.screens.compare import CompareScreen
 from llmscope.tui.screens.dashboard import DashboardScreen
 from llmscope.tui.widgets import clean, ellipsis, fmt, literal
@@ -179,8 +179,7 @@ class HomeScreen(BaseScreen):
         self.llm_app.set_blocked(msg.watch_reason)
         self._sync_form()
         self.rows = msg.rows
-        _set(self.query_one("#notice", Static), literal(msg.notice, "yellow"), msg.notice)
-        self.query_one("#notice").display = bool(msg.notice)
+        self.show_notice("#notice", msg.notice, "yellow")
         self._fill_runs()
         if self.llm_app.initial_run and not self._opened_initial:
             self._opened_initial = True

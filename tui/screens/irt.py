@@ -29,14 +29,13 @@ from llmscope.tui.panels.irt import (
     render_summary,
     study_irt,
 )
-from llmscope.tui.screens.base import BaseScreen
-from llmscope.tui.widgets import ItemList, literal
+from llmscope.tui.screens.base import BackScreen
+from llmscope.tui.widgets import ITEM_KEY_COLUMNS, ItemList, literal
 
 __all__ = ["StudyIrtScreen"]
 
 ITEM_COLUMNS = [
-    ("item_id", "item", 12),
-    ("variant", "variant", 8),
+    *ITEM_KEY_COLUMNS,
     ("b", "difficulty b [95% CI]", 22),
     ("a", "discrimination a [95% CI]", 25),
     ("right", "right", 6),
@@ -44,11 +43,10 @@ ITEM_COLUMNS = [
 ]
 
 
-class StudyIrtScreen(BaseScreen):
+class StudyIrtScreen(BackScreen):
     """A study's IRT, one suite at a time (`u` steps through the suites)."""
 
     BINDINGS = [
-        Binding("escape", "app.pop_screen", "Back"),
         Binding("u", "next_suite", "Next suite"),
         Binding("o", "order", "Sort items"),
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
@@ -18,18 +19,17 @@ from llmscope.tui.data.live import item_detail_live
 from llmscope.tui.data.store import item_detail
 from llmscope.tui.messages import ItemLoaded
 from llmscope.tui.panels.irt import IrtLoaded, ItemIrt
-from llmscope.tui.screens.base import BaseScreen
-from llmscope.tui.widgets import ItemList, bar, clean, ellipsis, fmt, literal
+from llmscope.tui.screens.base import BackScreen
+from llmscope.tui.widgets import ItemList, bar, clean, ellipsis, fmt, literal, plain_table
 
 if TYPE_CHECKING:
     from llmscope.tui.screens.dashboard import DashboardScreen
 
 
-class ItemScreen(BaseScreen):
+class ItemScreen(BackScreen):
     """Everything about one item: prompts, gold, each variant's distribution and scores."""
 
     BINDINGS = [
-        Binding("escape", "app.pop_screen", "Back"),
         Binding("n", "step(1)", "Next item"),
         Binding("p", "step(-1)", "Previous item"),
     ]
@@ -386,34 +386,20 @@ def _render_variant(v: dict[str, Any], declared: list[Any] | None = None) -> lis
     probs = v.get("probs")
     if isinstance(probs, dict) and probs:
         out.append(Text("answer probabilities", style="bold"))
-        t = Table(box=None, padding=(0, 1), show_header=False)
-        t.add_column(no_wrap=True)
-        t.add_column()
-        t.add_column(justify="right")
-        for k, p in list(probs.items())[:20]:
-            t.add_row(literal(k), bar(p, 30), fmt(p, metric="p"))
+        rows = [(literal(k), p, fmt(p, metric="p")) for k, p in list(probs.items())[:20]]
         if v.get("other") is not None:
-            t.add_row(
-                Text("(other)", style="dim"),
-                bar(v.get("other"), 30),
-                fmt(v.get("other"), metric="p"),
-            )
-        out.append(t)
+            rows.append((Text("(other)", style="dim"), v["other"], fmt(v["other"], metric="p")))
+        out.append(_bar_table(rows))
     top = v.get("top_tokens")
     if isinstance(top, list) and top:
         out.append(Text("top next tokens", style="bold"))
-        t = Table(box=None, padding=(0, 1), show_header=False)
-        t.add_column(no_wrap=True)
-        t.add_column()
-        t.add_column(justify="right")
-        for tok in top[:20]:
-            if isinstance(tok, dict):
-                t.add_row(
-                    literal(repr(tok.get("token"))),
-                    bar(tok.get("prob"), 30),
-                    fmt(tok.get("prob"), 4),
-                )
-        out.append(t)
+        out.append(
+            _bar_table(
+                (literal(repr(tok.get("token"))), tok.get("prob"), fmt(tok.get("prob"), 4))
+                for tok in top[:20]
+                if isinstance(tok, dict)
+            )
+        )
     scores = v.get("option_scores")
     if isinstance(scores, dict) and scores:
         methods: list[str] = []
@@ -470,14 +456,21 @@ def _render_variant(v: dict[str, Any], declared: list[Any] | None = None) -> lis
     return out
 
 
+def _bar_table(rows: Iterable[tuple[Text, Any, str]]) -> Table:
+    """A label, a bar and the value shown, one row each (answer probabilities, next tokens)."""
+    t = Table(box=None, padding=(0, 1), show_header=False)
+    t.add_column(no_wrap=True)
+    t.add_column()
+    t.add_column(justify="right")
+    for label, p, shown in rows:
+        t.add_row(label, bar(p, 30), shown)
+    return t
+
+
 def _methods_table(methods: dict[str, Any]) -> Any:
     """Each scoring method's prediction, correctness and expected accuracy, one row a method."""
-    t = Table(
-        box=None,
-        padding=(0, 1),
-        header_style="bold",
+    t = plain_table(
         title="methods",
-        title_justify="left",
         title_style="bold",
     )
     t.add_column("method", no_wrap=True)

@@ -12,7 +12,8 @@ counts come from their runs' live channels (`live_cell_rows`), as `study status`
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import work
@@ -20,6 +21,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Label, Static
+from textual.worker import Worker
 
 from llmscope.analysis.numbers import fmt_count, fmt_interval
 from llmscope.runs.live import change_signature
@@ -36,7 +38,7 @@ from llmscope.tui.panels.study_matrix import (
     merge_live,
     pairs_among,
 )
-from llmscope.tui.screens.base import BaseScreen, _fmt_time, _set
+from llmscope.tui.screens.base import BackScreen, _fmt_time
 from llmscope.tui.widgets import clean, ellipsis, literal
 
 __all__ = ["StudiesLoaded", "StudiesScreen", "StudyLoaded", "StudyPairsScreen", "StudyScreen"]
@@ -47,40 +49,52 @@ LIVE_NOTE = (
 )
 
 
+@dataclass(eq=False)
 class StudiesLoaded(Message):
-    def __init__(self, rows: list[dict[str, Any]], notice: str, watch_reason: str | None) -> None:
-        super().__init__()
-        self.rows = rows
-        self.notice = notice
-        self.watch_reason = watch_reason
+    rows: list[dict[str, Any]]
+    notice: str
+    watch_reason: str | None
 
 
+@dataclass(eq=False)
 class StudyLoaded(Message):
     """One study's cells; `live`: read from the live channel (the file is held elsewhere)."""
 
-    def __init__(
-        self, rows: list[CellRow], live: bool, notice: str, watch_reason: str | None
-    ) -> None:
-        super().__init__()
-        self.rows = rows
-        self.live = live
-        self.notice = notice
-        self.watch_reason = watch_reason
+    rows: list[CellRow]
+    live: bool
+    notice: str
+    watch_reason: str | None
 
 
+@dataclass(eq=False)
 class PairsLoaded(Message):
-    def __init__(self, result: dict[str, Any]) -> None:
-        super().__init__()
-        self.result = result
+    result: dict[str, Any]
 
 
-class StudiesScreen(BaseScreen):
+class _StudyReader(BackScreen):
+    """A study screen reads the store in a worker (`load`, again on `r`); while another process
+    holds the file, the live channel, and the app shows the file blocked until it is free."""
+
+    if TYPE_CHECKING:
+
+        def load(self) -> Worker[Any]: ...
+
+    def action_reload(self) -> None:
+        self.load()
+
+    def show_read(
+        self, watch_reason: str | None, selector: str, notice: str, style: str = ""
+    ) -> None:
+        """Apply a read: the file blocked or free (a read-only window never polls), the notice."""
+        if not self.llm_app.watch_mode:
+            self.llm_app.set_blocked(watch_reason)
+        self.show_notice(selector, notice, style)
+
+
+class StudiesScreen(_StudyReader):
     """The studies recorded in the database (`llmscope study run`); Enter opens one."""
 
-    BINDINGS = [
-        Binding("escape", "app.pop_screen", "Back"),
-        Binding("r", "reload", "Refresh"),
-    ]
+    BINDINGS = [Binding("r", "reload", "Refresh")]
 
     def __init__(self) -> None:
         super().__init__()
@@ -95,9 +109,6 @@ class StudiesScreen(BaseScreen):
 
     def on_mount(self) -> None:
         self.query_one("#studies", DataTable).add_columns("study", "cells", "source", "recorded")
-        self.load()
-
-    def action_reload(self) -> None:
         self.load()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="studies")
@@ -130,16 +141,12 @@ class StudiesScreen(BaseScreen):
         return StudiesLoaded(rows, notice, reason)
 
     def on_studies_loaded(self, msg: StudiesLoaded) -> None:
-        if not self.llm_app.watch_mode:
-            self.llm_app.set_blocked(msg.watch_reason)
-        self.rows = msg.rows
-        note = self.query_one("#studies-notice", Static)
         empty = (
             "" if msg.rows else "no study in this database (run one with `llmscope study run FILE`)"
         )
         text = "; ".join(t for t in (msg.notice, empty) if t)
-        _set(note, literal(text, "yellow"), text)
-        note.display = bool(text)
+        self.show_read(msg.watch_reason, "#studies-notice", text, "yellow")
+        self.rows = msg.rows
         t = self.query_one("#studies", DataTable)
         t.clear()
         for r in msg.rows:
@@ -156,12 +163,11 @@ class StudiesScreen(BaseScreen):
         self.app.push_screen(StudyScreen(str(event.row_key.value)))
 
 
-class StudyScreen(BaseScreen):
+class StudyScreen(_StudyReader):
     """A study's cells as a matrix: rows and columns two of its factors (model, suite, the
     grid's), each cell its headline metric with its 95% interval, state and results stored."""
 
     BINDINGS = [
-        Binding("escape", "app.pop_screen", "Back"),
         Binding("f", "next_cols", "Column factor"),
         Binding("g", "next_rows", "Row factor"),
         Binding("t", "swap", "Swap axes"),
@@ -222,9 +228,6 @@ class StudyScreen(BaseScreen):
         if changed or self.live or any(r.state == "running" for r in self.rows):
             self.load()
 
-    def action_reload(self) -> None:
-        self.load()
-
     @work(thread=True, exclusive=True, exit_on_error=False, group="study")
     def load(self) -> StudyLoaded:
         from llmscope.studies.store import live_cell_rows, study_cells, study_record
@@ -247,12 +250,8 @@ class StudyScreen(BaseScreen):
         return StudyLoaded(rows, True, LIVE_NOTE.format(db=app.db_path), reason)
 
     def on_study_loaded(self, msg: StudyLoaded) -> None:
-        if not self.llm_app.watch_mode:
-            self.llm_app.set_blocked(msg.watch_reason)
+        self.show_read(msg.watch_reason, "#study-notice", msg.notice)
         self.rows, self.live = msg.rows, msg.live
-        note = self.query_one("#study-notice", Static)
-        _set(note, literal(msg.notice), msg.notice)
-        note.display = bool(msg.notice)
         self._redraw()
 
     # -- the matrix --------------------------------------------------------------------------
@@ -393,6 +392,10 @@ class StudyScreen(BaseScreen):
         self.open_cell()
 
     def on_resize(self) -> None:
+        self._refill()
+
+    def _refill(self) -> None:
+        """Lay the matrix out again (a new size or page of columns); its cells stay as read."""
         if self.matrix is not None:
             self._fill(self.matrix)
 
@@ -448,8 +451,7 @@ class StudyScreen(BaseScreen):
 
     def action_page(self, step: int) -> None:
         self.col_page += step
-        if self.matrix is not None:
-            self._fill(self.matrix)
+        self._refill()
 
     # -- marks and comparisons ---------------------------------------------------------------
     def action_mark(self) -> None:
@@ -529,11 +531,9 @@ def _cut(t: Text, width: int) -> Text:
     return out
 
 
-class StudyPairsScreen(BaseScreen):
+class StudyPairsScreen(BackScreen):
     """Several paired comparisons (each `llmscope compare A B`: Δ accuracy of B − A with its
     cluster-bootstrap interval and p-value), every p-value also Holm-adjusted over the pairs."""
-
-    BINDINGS = [Binding("escape", "app.pop_screen", "Back")]
 
     def __init__(self, study: str, pairs: list[tuple[CellRow, CellRow]]) -> None:
         super().__init__()
