@@ -4,9 +4,13 @@
 - stored_rows: those columns of one run's rows, in `seq` order
 - yesno_run: a three-item yes/no run to append rows to
 - ws_trial: one WorldSense `trials.jsonl` record
+- ws_dir: a WorldSense release folder (trials file and results files) to import
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 from llmscope.store.db import Store
 
@@ -51,3 +55,13 @@ def ws_trial(key: int, gold_obf: str, opts: list[str]) -> dict:
         "qskin": "q",
         "complexity": 1,
     }
+
+
+def ws_dir(base: Path, trials: list[dict], results: dict[str, bytes]) -> Path:
+    """`base/ws` holding `trials.jsonl` and, per model name, `results/basic___NAME___results.jsonl`."""
+    d = base / "ws"
+    (d / "results").mkdir(parents=True, exist_ok=True)
+    (d / "trials.jsonl").write_text("\n".join(json.dumps(t) for t in trials) + "\n")
+    for name, body in results.items():
+        (d / "results" / f"basic___{name}___results.jsonl").write_bytes(body)
+    return d

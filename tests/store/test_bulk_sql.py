@@ -17,7 +17,7 @@ from llmscope.io.importers import published
 from llmscope.io.importers.published import import_worldsense, is_plain_results
 from llmscope.store.db import Store
 from llmscope.store.errors import StoreError
-from tests.helpers.bulk import STORED_COLS, stored_rows, ws_trial, yesno_run
+from tests.helpers.bulk import STORED_COLS, stored_rows, ws_dir, ws_trial, yesno_run
 
 COLS = (*STORED_COLS, "p_chosen", "choice_method", "top_tokens_blob")
 
@@ -225,12 +225,7 @@ OTHER = [
 
 
 def _ws_dir(tmp_path: Path, results: dict[str, bytes]) -> Path:
-    d = tmp_path / "ws"
-    (d / "results").mkdir(parents=True, exist_ok=True)
-    (d / "trials.jsonl").write_text("\n".join(json.dumps(t) for t in TRIALS) + "\n")
-    for name, body in results.items():
-        (d / "results" / f"basic___{name}___results.jsonl").write_bytes(body)
-    return d
+    return ws_dir(tmp_path, TRIALS, results)
 
 
 def _import(
