@@ -167,6 +167,16 @@ def _check_frame(got: pd.DataFrame, exp: pd.DataFrame, csv: bool = False) -> Non
 
 
 @pytest.mark.slow
+def _column_types(select: str, first: int | None = None) -> dict[str, str]:
+    """Column name -> type as DuckDB reads the exported file back (the first `first` columns)."""
+    con = duckdb.connect()
+    try:
+        described = con.execute(f"DESCRIBE {select}").fetchall()
+    finally:
+        con.close()
+    return {c: t for c, t, *_ in described[:first]}
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "csv", "jsonl"])
 def test_every_builtin_suite_exports_and_loads_back(
     runs_db: tuple[Path, dict[str, str]], tmp_path: Path, fmt: str
@@ -181,23 +191,11 @@ def test_every_builtin_suite_exports_and_loads_back(
         exp = _expected(db, run_id)
         if fmt == "parquet":
             got = pd.read_parquet(out)
-            con = duckdb.connect()
-            types = dict(
-                con.execute(f"DESCRIBE SELECT * FROM '{out}'").fetchall()[i][:2]
-                for i in range(len(COLUMNS))
-            )
-            con.close()
+            types = _column_types(f"SELECT * FROM '{out}'", first=len(COLUMNS))
         elif fmt == "csv":
             got = pd.read_csv(out, dtype=CSV_DTYPES, keep_default_na=False, na_values=[""])
             got = got.astype(object).where(got.notna(), None)
-            con = duckdb.connect()
-            types = {
-                c: t
-                for c, t, *_ in con.execute(
-                    f"DESCRIBE SELECT * FROM read_csv('{out}', types={CSV_SQL_TYPES!r})"
-                ).fetchall()
-            }
-            con.close()
+            types = _column_types(f"SELECT * FROM read_csv('{out}', types={CSV_SQL_TYPES!r})")
         else:
             recs = [json.loads(line) for line in out.read_text().splitlines()]
             for (
@@ -206,14 +204,7 @@ def test_every_builtin_suite_exports_and_loads_back(
                 for c in ("probs", "top_tokens", "option_scores", "option_logprobs", "extra"):
                     r[c] = None if r[c] is None else json.dumps(r[c])
             got = pd.DataFrame(recs, columns=COLUMNS).astype(object)
-            con = duckdb.connect()
-            types = {
-                c: t
-                for c, t, *_ in con.execute(
-                    f"DESCRIBE SELECT * FROM read_json_auto('{out}')"
-                ).fetchall()
-            }
-            con.close()
+            types = _column_types(f"SELECT * FROM read_json_auto('{out}')")
         _check_frame(got, exp, csv=fmt == "csv")
         for c in ("prediction", "gold", "item_id"):
             if fmt != "jsonl" or types.get(c) != '"NULL"':

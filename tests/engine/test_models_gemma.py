@@ -11,9 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import duckdb
 import pytest
 
+from tests.helpers.cli import query
 from tests.helpers.direct import load_gguf
 
 pytestmark = pytest.mark.slow
@@ -61,13 +61,13 @@ def test_gemma_minimal_pairs_match_direct_and_compare_with_smollm(tmp_path, gemm
     r = _cli("run", "--suite", "minimal-pairs", "--limit", "12", "--db", str(db))
     assert r.returncode == 0, r.stderr[-3000:]
 
-    con = duckdb.connect(str(db), read_only=True)
-    gem_run = con.execute("SELECT run_id FROM runs WHERE model LIKE '%gemma%'").fetchone()[0]
-    rows = con.execute(
-        "SELECT item_id, option_scores FROM results WHERE run_id = ? ORDER BY item_id", [gem_run]
-    ).fetchall()
-    runs = [x[0] for x in con.execute("SELECT run_id FROM runs ORDER BY started_at").fetchall()]
-    con.close()
+    gem_run = query(db, "SELECT run_id FROM runs WHERE model LIKE '%gemma%'")[0][0]
+    rows = query(
+        db,
+        "SELECT item_id, option_scores FROM results WHERE run_id = ? ORDER BY item_id",
+        [gem_run],
+    )
+    runs = [x[0] for x in query(db, "SELECT run_id FROM runs ORDER BY started_at")]
     from llmscope.data.suites import load_suite
 
     items = {it.item_id: it for it in load_suite("minimal-pairs").items()}
@@ -107,12 +107,8 @@ def test_sp_prefix_appends_the_word_boundary_piece(tmp_path, gemma_gguf, direct)
         "--no-chat",
     )
     assert r.returncode == 0, r.stderr[-3000:]
-    con = duckdb.connect(str(db), read_only=True)
-    rows = con.execute(
-        "SELECT item_id, variant, p_yes, p_no FROM results ORDER BY item_id, variant"
-    ).fetchall()
-    opts = json.loads(con.execute("SELECT options FROM runs").fetchone()[0])
-    con.close()
+    rows = query(db, "SELECT item_id, variant, p_yes, p_no FROM results ORDER BY item_id, variant")
+    opts = json.loads(query(db, "SELECT options FROM runs")[0][0])
     assert opts["backend"]["sp_prefix"] is True
     tok, model = direct
     space = tok.convert_tokens_to_ids("\u2581")

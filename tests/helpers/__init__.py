@@ -3,9 +3,9 @@
 - paths: ROOT, SHARED (third-party data under ../shared), shared_path (skips when absent)
 - tinymodel: the tiny random-weight Llama and its tokenizer (plumbing tests)
 - oai: fixtures and control of the scripted OpenAI-wire server (oai_server.py, run as a process)
-- cli: `python -m llmscope` subprocesses, tiny suites, row counts, and the RELIABILITY.md figures
+- cli: `python -m llmscope` subprocesses, tiny suites, read-only queries and row counts, and the RELIABILITY.md figures
 - fakes: TableBackend, a Backend of hand-made numbers
-- bulk: reading back stored results rows; the WorldSense trial record
+- bulk: runs written straight into a Store and their rows read back; WorldSense trials and folders
 - published: published per-item results (../shared) imported through the CLI
 - tui: real DuckDB files with toy suites/runs/results, and Textual pilot helpers
 - durations: `python -m tests.helpers.durations FILE` sums the times written with LLMSCOPE_TEST_TIMES=FILE

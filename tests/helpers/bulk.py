@@ -3,6 +3,7 @@
 - STORED_COLS: the `results` columns a stored Result fills (in the order the tests compare them)
 - stored_rows: those columns of one run's rows, in `seq` order
 - yesno_run: a three-item yes/no run to append rows to
+- finished_run: a completed run of a stored suite, to write results under
 - ws_trial: one WorldSense `trials.jsonl` record
 - ws_dir: a WorldSense release folder (trials file and results files) to import
 """
@@ -37,6 +38,31 @@ def yesno_run(st: Store, run_id: str) -> None:
             "task": "yesno",
             "model": "m",
             "n_total": 3,
+        }
+    )
+
+
+def finished_run(
+    st: Store,
+    run_id: str,
+    suite_id: str,
+    suite_name: str,
+    n_total: int,
+    task: str = "yesno",
+    model: str = "m",
+    backend: str = "hf",
+) -> None:
+    """Record `run_id` as a completed run of the stored suite `suite_id`."""
+    st.create_run(
+        {
+            "run_id": run_id,
+            "suite_id": suite_id,
+            "suite_name": suite_name,
+            "task": task,
+            "n_total": n_total,
+            "model": model,
+            "backend": backend,
+            "status": "completed",
         }
     )
 

@@ -288,29 +288,41 @@ def snapshot(db: Path, dest: Path) -> Path:
     return out
 
 
-def result_rows(db: Path) -> list[dict[str, Any]]:
-    """Every stored result row with its identity and numbers (opened read-write: replays a WAL)."""
-    import duckdb
-
-    con = duckdb.connect(str(db))
-    try:
-        cur = con.execute(
-            "SELECT run_id, item_id, variant, p_yes, p_no, other, option_scores, error FROM results"
-        )
-        cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, r, strict=False)) for r in cur.fetchall()]
-    finally:
-        con.close()
-
-
-def count_rows(db: Path, table: str) -> int:
+def query(db: Path, sql: str, params: list[Any] | None = None) -> list[tuple]:
+    """The rows of one query on `db`, opened read-only and closed again."""
     import duckdb
 
     con = duckdb.connect(str(db), read_only=True)
     try:
-        return int(con.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+        return con.execute(sql, params or []).fetchall()
     finally:
         con.close()
+
+
+def query_dicts(db: Path, sql: str, read_only: bool = True) -> list[dict[str, Any]]:
+    """The rows of one query on `db` as column -> value (read-write replays a WAL)."""
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=read_only)
+    try:
+        cur = con.execute(sql)
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    finally:
+        con.close()
+
+
+def result_rows(db: Path) -> list[dict[str, Any]]:
+    """Every stored result row with its identity and numbers (opened read-write: replays a WAL)."""
+    return query_dicts(
+        db,
+        "SELECT run_id, item_id, variant, p_yes, p_no, other, option_scores, error FROM results",
+        read_only=False,
+    )
+
+
+def count_rows(db: Path, table: str) -> int:
+    return int(query(db, f"SELECT count(*) FROM {table}")[0][0])
 
 
 # -- RELIABILITY.md -----------------------------------------------------------------------
