@@ -76,19 +76,27 @@ async def test_shifted_echo_is_refused_with_the_numbers(oai: OAIServer) -> None:
     assert oai.log(m) == []  # the item's text was never scored with the broken echo
 
 
+def _write_suite(tmp: Path, name: str, rows: list[dict], yaml_text: str) -> Path:
+    """`name`.jsonl holding `rows` and the suite file `name`.yaml that reads it."""
+    (tmp / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = tmp / f"{name}.yaml"
+    spec.write_text(yaml_text)
+    return spec
+
+
 def _choice_suite(tmp: Path) -> Path:
     rows = [
         {"id": f"q{k}", "question": f"Question {k}?", "options": ["red", "blue"], "gold": "red"}
         for k in range(2)
     ]
-    (tmp / "mc.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    spec = tmp / "mc.yaml"
-    spec.write_text(
+    return _write_suite(
+        tmp,
+        "mc",
+        rows,
         "name: mc\ntask: choice\nitems: mc.jsonl\ntext_field: question\ngold_field: gold\n"
         "options_field: options\ntemplates:\n  qa: 'Question: {question}\\nAnswer:'\n"
-        "task_options:\n  chat: false\n  continuation: ' {option}'\n"
+        "task_options:\n  chat: false\n  continuation: ' {option}'\n",
     )
-    return spec
 
 
 def _minpairs_suite(tmp: Path) -> Path:
@@ -96,13 +104,13 @@ def _minpairs_suite(tmp: Path) -> Path:
         {"id": f"m{k}", "sentences": ["The cats sleep.", "The cats sleeps."], "good": 0}
         for k in range(3)
     ]
-    (tmp / "mp.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    spec = tmp / "mp.yaml"
-    spec.write_text(
+    return _write_suite(
+        tmp,
+        "mp",
+        rows,
         "name: mp\ntask: minpairs\nitems: mp.jsonl\ntext_field: id\n"
-        "task_options:\n  context: text\n  context_text: 'Sentence: '\n"
+        "task_options:\n  context: text\n  context_text: 'Sentence: '\n",
     )
-    return spec
 
 
 def _run(

@@ -3,7 +3,7 @@
 - paths: ROOT, SHARED (third-party data under ../shared), shared_path (skips when absent)
 - tinymodel: the tiny random-weight Llama and its tokenizer (plumbing tests)
 - oai: fixtures and control of the scripted OpenAI-wire server (oai_server.py, run as a process)
-- cli: `python -m llmscope` subprocesses, tiny suites, read-only queries and row counts, and the RELIABILITY.md figures
+- cli: `python -m llmscope` subprocesses, tiny suites, queries on a file, RELIABILITY.md figures
 - fakes: TableBackend, a Backend of hand-made numbers
 - bulk: runs written straight into a Store and their rows read back; WorldSense trials and folders
 - published: published per-item results (../shared) imported through the CLI
