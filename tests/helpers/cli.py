@@ -142,6 +142,20 @@ def api_run(
     )
 
 
+def start_api_run(
+    spec: str | Path, db: str | Path, base_url: str, *extra: str, **env: str
+) -> subprocess.Popen[str]:
+    """A quiet `llmscope run` (`api_run_args`, no report, no response cache) started in the
+    background with OPENAI_API_KEY=sk-test and `env`; stdout discarded, stderr piped as text."""
+    return subprocess.Popen(
+        cli_cmd(*api_run_args(spec, db, base_url, "--no-report", "--quiet", "--no-cache", *extra)),
+        env=cli_env(OPENAI_API_KEY="sk-test", **env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def write_api_suite(
     folder: Path,
     texts: list[str],

@@ -23,7 +23,14 @@ import pytest
 from llmscope.store.db import Store
 from llmscope.store.errors import StoreError
 from llmscope.store.run_status import effective_status, process_started_at
-from tests.helpers.cli import api_run_args, cli_cmd, cli_env, record, write_yesno_suite
+from tests.helpers.cli import (
+    api_run_args,
+    cli_cmd,
+    cli_env,
+    record,
+    start_api_run,
+    write_yesno_suite,
+)
 from tests.helpers.midrun import wait_stored
 from tests.helpers.oai import OAIServer, oai_server  # noqa: F401
 
@@ -102,19 +109,8 @@ def test_periodic_checkpoints_keep_the_file_self_contained(
     spec = write_yesno_suite(tmp_path / "s", n)
     oai_server.script("Question", hold_after=20)  # then held: the kill lands mid-run on any machine
     db = tmp_path / "ck.duckdb"
-    proc = subprocess.Popen(
-        cli_cmd(
-            *api_run_args(spec, db, oai_server.base_url),
-            "--no-report",
-            "--quiet",
-            "--no-cache",
-            "--concurrency",
-            "1",
-        ),
-        env=cli_env(OPENAI_API_KEY="sk-test", LLMSCOPE_CHECKPOINT_S="0"),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc = start_api_run(
+        spec, db, oai_server.base_url, "--concurrency", "1", LLMSCOPE_CHECKPOINT_S="0"
     )
     try:
         wait_stored(db, proc)  # rows written (and, every 0 s, checkpointed) before the kill
