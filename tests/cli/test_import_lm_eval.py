@@ -13,8 +13,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from llmscope.cli import main
-from tests.helpers.lm_eval import TINY_ARC_DOCS, TINY_ARC_YAML, write_task
+from tests.helpers.lm_eval import TINY_ARC_DOCS, TINY_ARC_YAML, main_db, run_yaml, write_task
 
 DOCS, YAML = TINY_ARC_DOCS, TINY_ARC_YAML
 # log-likelihoods per doc and the targets lm-eval logs (str of the gold index)
@@ -74,7 +73,7 @@ def _rows(db: Path) -> list[tuple]:
 def test_import_samples_as_a_run(lm_eval_out: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = lm_eval_out / "x.duckdb"
     samples = next((lm_eval_out / "out").rglob("samples_*.jsonl"))
-    assert main(["--db", str(db), "import", "lm-eval", str(samples)]) == 0
+    assert main_db(db, "import", "lm-eval", str(samples)) == 0
     out = capsys.readouterr().out
     assert "EleutherAI/pythia-70m" in out and "2 samples" in out and "differs" not in out
     rows = _rows(db)
@@ -93,7 +92,7 @@ def test_import_samples_as_a_run(lm_eval_out: Path, capsys: pytest.CaptureFixtur
     assert extra["lm_eval"]["acc"] == 0.0 and extra["lm_eval"]["acc_norm"] == 0.0
     assert "mean_token" not in extra["methods"]  # lm-eval logs no token counts
     # importing again adds nothing
-    assert main(["--db", str(db), "import", "lm-eval", str(samples)]) == 0
+    assert main_db(db, "import", "lm-eval", str(samples)) == 0
     assert "already imported" in capsys.readouterr().out
 
 
@@ -106,18 +105,8 @@ def test_import_against_the_yaml_suite_shares_its_suite_id(
     samples = next((lm_eval_out / "out").rglob("samples_*.jsonl"))
     yaml_path = lm_eval_out / "task.yaml"
     assert (
-        main(
-            [
-                "--db",
-                str(db),
-                "import",
-                "lm-eval",
-                str(samples),
-                "--suite",
-                str(yaml_path),
-                "--model",
-                "pythia",
-            ]
+        main_db(
+            db, "import", "lm-eval", str(samples), "--suite", str(yaml_path), "--model", "pythia"
         )
         == 0
     )
@@ -128,7 +117,7 @@ def test_import_against_the_yaml_suite_shares_its_suite_id(
     assert suite_id == load_suite(yaml_path).suite_id
     assert model == "pythia"
     capsys.readouterr()
-    assert main(["--db", str(db), "report", "--json"]) == 0
+    assert main_db(db, "report", "--json") == 0
     assert '"accuracy"' in capsys.readouterr().out
 
 
@@ -140,7 +129,7 @@ def test_acc_disagreement_is_reported(
     rec = json.loads(lines[0])
     rec["acc"] = 1.0  # lm-eval claims correct, the log-likelihoods say green (gold blue)
     samples.write_text(json.dumps(rec) + "\n" + lines[1] + "\n")
-    assert main(["--db", str(lm_eval_out / "x.duckdb"), "import", "lm-eval", str(samples)]) == 0
+    assert main_db(lm_eval_out / "x.duckdb", "import", "lm-eval", str(samples)) == 0
     assert "1 samples where lm-eval's acc differs" in capsys.readouterr().out
 
 
@@ -164,7 +153,7 @@ def test_bad_samples_are_one_line_errors(
     rec = json.loads(samples.read_text().splitlines()[0])
     mutate(rec)
     samples.write_text(json.dumps(rec) + "\n")
-    assert main(["--db", str(lm_eval_out / "x.duckdb"), "import", "lm-eval", str(samples)]) == 2
+    assert main_db(lm_eval_out / "x.duckdb", "import", "lm-eval", str(samples)) == 2
     err = capsys.readouterr().err
     assert message in err and "line 1" in err and len(err.strip().splitlines()) == 1
 
@@ -176,16 +165,13 @@ def test_continuations_must_match_the_given_suite(
     text = samples.read_text().replace('" green"', '" teal"')
     samples.write_text(text)
     assert (
-        main(
-            [
-                "--db",
-                str(lm_eval_out / "x.duckdb"),
-                "import",
-                "lm-eval",
-                str(samples),
-                "--suite",
-                str(lm_eval_out / "task.yaml"),
-            ]
+        main_db(
+            lm_eval_out / "x.duckdb",
+            "import",
+            "lm-eval",
+            str(samples),
+            "--suite",
+            str(lm_eval_out / "task.yaml"),
         )
         == 2
     )
@@ -232,18 +218,7 @@ def test_samples_written_by_lm_evals_own_tracker_import(
     (written,) = (tmp_path / "out" / "smollm2").glob("samples_tiny_arc_*.jsonl")
     db = tmp_path / "x.duckdb"
     assert (
-        main(
-            [
-                "--db",
-                str(db),
-                "import",
-                "lm-eval",
-                str(written),
-                "--suite",
-                str(tmp_path / "task.yaml"),
-            ]
-        )
-        == 0
+        main_db(db, "import", "lm-eval", str(written), "--suite", str(tmp_path / "task.yaml")) == 0
     )
     assert "differs" not in capsys.readouterr().out
     rows = _rows(db)
@@ -258,24 +233,9 @@ def test_imported_run_pairs_with_llmscopes_own_run_of_the_yaml(
     """The embedded model runs the task YAML; the lm-eval import on the same suite is compared item by item."""
     db = lm_eval_out / "x.duckdb"
     yaml_path = str(lm_eval_out / "task.yaml")
-    assert (
-        main(
-            [
-                "--db",
-                str(db),
-                "run",
-                "--suite",
-                yaml_path,
-                "--threads",
-                "1",
-                "--quiet",
-                "--no-report",
-            ]
-        )
-        == 0
-    )
+    assert run_yaml(db, yaml_path) == 0
     samples = next((lm_eval_out / "out").rglob("samples_*.jsonl"))
-    assert main(["--db", str(db), "import", "lm-eval", str(samples), "--suite", yaml_path]) == 0
+    assert main_db(db, "import", "lm-eval", str(samples), "--suite", yaml_path) == 0
     con = duckdb.connect(str(db), read_only=True)
     runs = con.execute("select run_id, backend, suite_id from runs order by backend").fetchall()
     prompts = con.execute(
@@ -289,7 +249,7 @@ def test_imported_run_pairs_with_llmscopes_own_run_of_the_yaml(
         prompts[0][2] == prompts[1][2] == "Question: What color is the sky on a clear day?\nAnswer:"
     )
     capsys.readouterr()
-    assert main(["--db", str(db), "compare", runs[0][0], runs[1][0], "--json"]) == 0
+    assert main_db(db, "compare", runs[0][0], runs[1][0], "--json") == 0
     assert capsys.readouterr().out.strip()
 
 
@@ -309,7 +269,7 @@ def test_loglikelihood_samples_store_the_loglik_without_accuracy(tmp_path: Path)
     f = tmp_path / "samples_lambada_tiny_2026-11-23T10-00-00.000000.jsonl"
     f.write_text(json.dumps(rec) + "\n")
     db = tmp_path / "x.duckdb"
-    assert main(["--db", str(db), "import", "lm-eval", str(f), "--model", "m"]) == 0
+    assert main_db(db, "import", "lm-eval", str(f), "--model", "m") == 0
     ((item_id, pred, gold, correct, _probs, scores, extra),) = _rows(db)
     assert (item_id, pred, gold, correct) == ("0", None, None, None)
     assert json.loads(scores) == {"Paris": {"logprob": -1.25, "n_chars": 6.0, "n_bytes": 6.0}}

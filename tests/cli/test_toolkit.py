@@ -11,7 +11,7 @@ import pytest
 from scipy import optimize
 from scipy.special import logsumexp
 
-from tests.helpers.cli import cli_here, query
+from tests.helpers.cli import cli_here, query, run_here
 
 pytestmark = pytest.mark.slow
 
@@ -24,20 +24,8 @@ def test_schemes_and_fit_from_cli(tmp_path):
 
     make_tiny_model(tmp_path, save=True)
     db = tmp_path / "t.duckdb"
-    out = cli_here(
-        "run",
-        "--suite",
-        "pragmatics-choice",
-        "--model",
-        f"hf:{tmp_path / 'tiny-llama'}",
-        "--limit",
-        "2",
-        "--threads",
-        "1",
-        "--quiet",
-        "--no-report",
-        db=db,
-    )
+    model = f"hf:{tmp_path / 'tiny-llama'}"
+    out = run_here("--suite", "pragmatics-choice", "--model", model, "--limit", "2", db=db)
     assert out.returncode == 0, out.stderr
     rows = json.loads(cli_here("report", "--json", db=db).stdout)
     acc = {

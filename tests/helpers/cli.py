@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -84,8 +85,9 @@ def cli(
     env: dict[str, str] | None = None,
     timeout: float = 300,
     cwd: str | Path | None = None,
+    preexec_fn: Callable[[], object] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the CLI to completion, capturing text output."""
+    """Run the CLI to completion, capturing text output (`preexec_fn` runs in the child)."""
     return subprocess.run(
         cli_cmd(*args),
         env=env or cli_env(),
@@ -93,6 +95,7 @@ def cli(
         text=True,
         timeout=timeout,
         cwd=cwd,
+        preexec_fn=preexec_fn,
     )
 
 
@@ -108,6 +111,11 @@ def cli_here(*args: str, db: str | Path) -> SimpleNamespace:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = main(["--db", str(db), *args])
     return SimpleNamespace(returncode=rc, stdout=out.getvalue(), stderr=err.getvalue())
+
+
+def run_here(*args: str, db: str | Path) -> SimpleNamespace:
+    """`llmscope run ARGS` in this process on one thread, quiet and without the report."""
+    return cli_here("run", *args, "--threads", "1", "--quiet", "--no-report", db=db)
 
 
 def api_run_args(spec: str | Path, db: str | Path, base_url: str, *extra: str) -> list[str]:
