@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli import query
+from tests.helpers.cli import cli, query
 from tests.helpers.direct import load_gguf
 
 pytestmark = pytest.mark.slow
@@ -36,29 +35,22 @@ def direct(gemma_gguf):
     return load_gguf(gemma_gguf)
 
 
-def _cli(*args: str, timeout: int = 1200) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "llmscope", *args], capture_output=True, text=True, timeout=timeout
-    )
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return cli(*args, timeout=1200)
+
+
+def _run(db: Path, suite: str, limit: int, *extra: str) -> subprocess.CompletedProcess[str]:
+    """`llmscope run` of the first `limit` items of `suite` into `db`."""
+    return _cli("run", "--suite", suite, "--limit", str(limit), "--db", str(db), *extra)
 
 
 def test_gemma_minimal_pairs_match_direct_and_compare_with_smollm(tmp_path, gemma_gguf, direct):
     import torch
 
     db = tmp_path / "two.duckdb"
-    r = _cli(
-        "run",
-        "--suite",
-        "minimal-pairs",
-        "--limit",
-        "12",
-        "--db",
-        str(db),
-        "--model",
-        f"gguf:{gemma_gguf}",
-    )
+    r = _run(db, "minimal-pairs", 12, "--model", f"gguf:{gemma_gguf}")
     assert r.returncode == 0, r.stderr[-3000:]
-    r = _cli("run", "--suite", "minimal-pairs", "--limit", "12", "--db", str(db))
+    r = _run(db, "minimal-pairs", 12)
     assert r.returncode == 0, r.stderr[-3000:]
 
     gem_run = query(db, "SELECT run_id FROM runs WHERE model LIKE '%gemma%'")[0][0]
@@ -93,18 +85,8 @@ def test_sp_prefix_appends_the_word_boundary_piece(tmp_path, gemma_gguf, direct)
     import torch
 
     db = tmp_path / "sp.duckdb"
-    r = _cli(
-        "run",
-        "--suite",
-        "commonsense-sample",
-        "--limit",
-        "2",
-        "--db",
-        str(db),
-        "--model",
-        f"gguf:{gemma_gguf}",
-        "--sp-prefix",
-        "--no-chat",
+    r = _run(
+        db, "commonsense-sample", 2, "--model", f"gguf:{gemma_gguf}", "--sp-prefix", "--no-chat"
     )
     assert r.returncode == 0, r.stderr[-3000:]
     rows = query(db, "SELECT item_id, variant, p_yes, p_no FROM results ORDER BY item_id, variant")
