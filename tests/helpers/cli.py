@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -53,6 +53,26 @@ def record(section: str, merge: bool = False, **figures: Any) -> None:
             os.replace(tmp, OUT_JSON)
     except OSError:
         pass  # figures are a report, never a reason for a test to fail
+
+
+def module_figures(
+    section: str,
+    merge: bool = False,
+    summary: Callable[[dict[str, str]], dict[str, Any]] | None = None,
+) -> tuple[dict[str, str], Any]:
+    """A test module's figures and an autouse module fixture that records them under `section`
+    (as `summary` makes of them, if given) once the module's tests have run:
+    `FIGURES, _figures = module_figures(...)` at module level."""
+    import pytest
+
+    figures: dict[str, str] = {}
+
+    @pytest.fixture(scope="module", autouse=True)
+    def _record() -> Iterator[None]:
+        yield
+        record(section, merge, **(summary(figures) if summary else figures))
+
+    return figures, _record
 
 
 # -- subprocesses -------------------------------------------------------------------------
@@ -238,6 +258,12 @@ def contamination_db(base: Path, limit: int, *opts: str) -> Path:
 
 
 WORDS = "cat dog bird fish tree water fire stone sky sun moon river mountain city house car".split()
+
+
+def write_file(path: Path, text: str) -> Path:
+    """`text` written to `path` as UTF-8; the path (a study file, a suite spec)."""
+    path.write_text(text, encoding="utf-8")
+    return path
 
 
 def write_yesno_suite(folder: Path, n_items: int, name: str = "rel-yesno") -> Path:

@@ -28,7 +28,7 @@ from tests.helpers.cli import (
     assert_clean_error,
     cli,
     hold_db,
-    record,
+    module_figures,
     snapshot,
     write_yesno_suite,
 )
@@ -36,13 +36,9 @@ from tests.helpers.oai import OAIServer, oai_server  # noqa: F401
 
 pytestmark = pytest.mark.reliability
 
-FIGURES: dict[str, str] = {}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _figures() -> Iterator[None]:
-    yield
-    record("database", cases=len(FIGURES), outcomes=dict(sorted(FIGURES.items())))
+FIGURES, _figures = module_figures(
+    "database", summary=lambda f: {"cases": len(f), "outcomes": dict(sorted(f.items()))}
+)
 
 
 def _run(spec: Path, db: Path, server: OAIServer, *extra: str) -> subprocess.CompletedProcess[str]:

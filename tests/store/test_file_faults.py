@@ -14,7 +14,6 @@ import resource
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -27,7 +26,7 @@ from tests.helpers.cli import (
     api_run_args,
     cli_cmd,
     cli_env,
-    record,
+    module_figures,
     start_api_run,
     write_yesno_suite,
 )
@@ -36,13 +35,7 @@ from tests.helpers.oai import OAIServer, oai_server  # noqa: F401
 
 pytestmark = pytest.mark.reliability
 
-FIGURES: dict[str, str] = {}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _figures() -> Iterator[None]:
-    yield
-    record("database_file", merge=True, **FIGURES)
+FIGURES, _figures = module_figures("database_file", merge=True)
 
 
 def _run(
