@@ -19,8 +19,8 @@ from llmscope.studies.store import live_cells, study_cells
 from tests.helpers.cli import (
     assert_clean_error,
     cli,
-    cli_cmd,
     cli_env,
+    start_study_run,
     tiny_model_dir,
     write_choice_suite,
     write_file,
@@ -317,13 +317,7 @@ def test_kill_mid_study_then_rerun_completes_every_cell_once(tmp_path, suites, s
         server.script("number", hold_after=14)
         study = _api_study(tmp_path, yn, ch, server.base_url)
         db = tmp_path / "k.duckdb"
-        proc = subprocess.Popen(
-            cli_cmd("study", "run", str(study), "--db", str(db), "--trust-study", "--jobs", "1"),
-            env=cli_env(**ENV),
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-        )
+        proc = start_study_run(study, db, jobs=1)
         assert proc.stderr is not None
 
         def next_cell_stored() -> bool:  # one cell finished, the next one stored results
@@ -404,13 +398,7 @@ def test_a_failing_cell_does_not_stop_the_others(tmp_path, suites):
         # every API request held until two wait at once: a held cell cannot end, so the other
         # job reaches an API cell whatever the order and speed (tests/helpers/midrun.py)
         server.script("number", hold_after=0)
-        run = subprocess.Popen(
-            cli_cmd("study", "run", str(study), "--db", str(db), "--trust-study", "--jobs", "2"),
-            env=cli_env(**ENV),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        run = start_study_run(study, db, jobs=2)
         try:
             wait_until(lambda: server.held("number") >= 2, "two API cells' requests held", run)
         finally:

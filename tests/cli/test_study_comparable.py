@@ -24,8 +24,8 @@ from llmscope.studies.store import live_cell_rows
 from tests.helpers.cli import (
     assert_clean_error,
     cli,
-    cli_cmd,
     cli_env,
+    start_study_run,
     tiny_model_dir,
     write_file,
     write_yesno_suite,
@@ -284,13 +284,7 @@ grid:
   seed: [0, 1, 2]
 """,
         )
-        proc = subprocess.Popen(
-            cli_cmd("study", "run", str(study), "--db", str(db), "--jobs", "1", "--trust-study"),
-            env=cli_env(**ENV),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = start_study_run(study, db, jobs=1, stdout=subprocess.PIPE)
         try:
 
             def held_with_results() -> list[Any] | None:

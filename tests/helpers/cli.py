@@ -184,6 +184,20 @@ def start_api_run(
     )
 
 
+def start_study_run(
+    study: Path, db: Path, jobs: int, stdout: int = subprocess.DEVNULL
+) -> subprocess.Popen[str]:
+    """`llmscope study run STUDY --trust-study --jobs N` started in the background with
+    OPENAI_API_KEY=sk-test; stderr piped as text (stdout discarded unless given)."""
+    return subprocess.Popen(
+        cli_cmd("study", "run", str(study), "--db", str(db), "--trust-study", "--jobs", str(jobs)),
+        env=cli_env(OPENAI_API_KEY="sk-test"),
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def write_api_suite(
     folder: Path,
     texts: list[str],
