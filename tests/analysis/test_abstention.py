@@ -13,13 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import duckdb
 import pandas as pd
 
 from llmscope.analysis.abstention import abstention_rows
 from llmscope.engine.tasks import get_task
 from llmscope.engine.types import Item, Work
-from tests.helpers.cli import api_run, cli_env, write_api_suite
+from tests.helpers.cli import api_run, cli_env, query, write_api_suite
 from tests.helpers.fakes import TableBackend
 from tests.helpers.oai import CANARY_KEY, start_server, stop_server
 
@@ -117,11 +116,9 @@ def test_server_ignoring_logprobs_and_n_gives_abstentions_not_accuracy(tmp_path:
     finally:
         stop_server(server)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    con = duckdb.connect(str(db), read_only=True)
-    rows = con.execute(
-        "SELECT prediction, correct, p_yes, p_no, extra, error FROM results ORDER BY item_id"
-    ).fetchall()
-    con.close()
+    rows = query(
+        db, "SELECT prediction, correct, p_yes, p_no, extra, error FROM results ORDER BY item_id"
+    )
     assert len(rows) == 3
     for pred, correct, p_yes, p_no, extra, error in rows:
         assert error is None

@@ -15,6 +15,7 @@ import pytest
 
 from llmscope.analysis.metrics import run_metrics
 from llmscope.store.db import Store
+from tests.helpers.bulk import finished_run
 from tests.helpers.mixed import write_mixed_db
 
 
@@ -115,18 +116,7 @@ def _yesno_runs(db: Path) -> None:
     with Store(db) as st:
         st.add_suite(suite.suite_id, suite.name, suite.task, suite.spec, "", suite.items())
         for rid in ("plain", "mixed"):
-            st.create_run(
-                {
-                    "run_id": rid,
-                    "suite_id": suite.suite_id,
-                    "suite_name": suite.name,
-                    "task": "yesno",
-                    "n_total": 12,
-                    "model": "m",
-                    "backend": "hf",
-                    "status": "completed",
-                }
-            )
+            finished_run(st, rid, suite.suite_id, suite.name, 12)
             rows = []
             for i, it in enumerate(items):
                 for v in ("q1", "q2"):

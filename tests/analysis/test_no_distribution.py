@@ -22,17 +22,10 @@ from tests.helpers.cli import cli
 from tests.helpers.mixed import write_labels_db, write_yesno_db
 
 # statistics over rows with a choice distribution: identical with the abstention or an error row
-SOFTMAX_METRICS = {
-    "softmax_accuracy",
-    "fit_alpha",
-    "human_loglik",
-    "human_ll_uniform",
-    "human_ll_empirical",
-    "human_ll_per_choice",
-    "softmax_accuracy_fitted",
-    "human_tv_distance",
-    "human_majority_agreement",
-}
+SOFTMAX_METRICS = set(
+    "softmax_accuracy fit_alpha human_loglik human_ll_uniform human_ll_empirical"
+    " human_ll_per_choice softmax_accuracy_fitted human_tv_distance human_majority_agreement".split()
+)
 
 
 @pytest.fixture()

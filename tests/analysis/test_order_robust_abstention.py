@@ -9,6 +9,7 @@ import pytest
 
 from llmscope.report import build_report
 from llmscope.store.db import Store
+from tests.helpers.bulk import finished_run
 
 
 def test_order_robust_accuracy_scores_an_item_whose_every_order_abstained_as_wrong(
@@ -58,18 +59,7 @@ def test_order_robust_accuracy_scores_an_item_whose_every_order_abstained_as_wro
                 )
     with Store(db) as st:
         st.add_suite("s-d", "d", "yesno", {"task": "yesno"}, "", items)
-        st.create_run(
-            {
-                "run_id": "d1",
-                "suite_id": "s-d",
-                "suite_name": "d",
-                "task": "yesno",
-                "n_total": 6,
-                "model": "m",
-                "backend": "hf",
-                "status": "completed",
-            }
-        )
+        finished_run(st, "d1", "s-d", "d", 6)
         st.write_results("d1", res)
     with Store(db, read_only=True) as st:
         run = st.find_run("d1")

@@ -172,14 +172,20 @@ def test_one_to_one_assignment_pairs_each_cluster_once(matcher):
     assert one[2:] == [{"c_bus": 1.0}, {"wrong": 1.0}]
 
 
-@pytest.mark.skipif(not HAS_WN, reason=NO_WN)
-def test_answers_split_evenly_between_tied_clusters(matcher):
-    q = Question(
+def _car_auto_bus() -> Question:
+    """Human answers car 4, automobile 2, bus 2, each its own cluster (car and automobile
+    share a WordNet synset with "auto")."""
+    return Question(
         "q",
         "?",
         {"car": 4, "automobile": 2, "bus": 2},
         {"c_car": ["car"], "c_auto": ["automobile"], "c_bus": ["bus"]},
     )
+
+
+@pytest.mark.skipif(not HAS_WN, reason=NO_WN)
+def test_answers_split_evenly_between_tied_clusters(matcher):
+    q = _car_auto_bus()
     sc = score_question(q, ["auto", "bus", "zzzz"], matcher=matcher)
     t = sc.table.set_index("cluster")
     # "auto" shares a synset with both car and automobile: half to each
@@ -194,12 +200,7 @@ def test_answers_split_evenly_between_tied_clusters(matcher):
 def test_ties_first_and_the_unmatched_and_smoothing_rules_by_hand(matcher):
     from llmscope.analysis.probeval import ProbEvalSettings
 
-    q = Question(
-        "q",
-        "?",
-        {"car": 4, "automobile": 2, "bus": 2},
-        {"c_car": ["car"], "c_auto": ["automobile"], "c_bus": ["bus"]},
-    )
+    q = _car_auto_bus()
     answers = ["auto", "bus", "zzzz", "zzzz"]
     # ties=first: "auto" (tied between c_car and c_auto) goes whole to c_car, the first
     sc = score_question(q, answers, matcher=matcher, settings=ProbEvalSettings(ties="first"))

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,7 +20,13 @@ from llmscope.analysis.probeval_validation import (
     spearman_interval,
     spearman_validation,
 )
+from tests.helpers.cli import cli
 from tests.helpers.paths import SHARED
+
+
+def _validate(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+    """`llmscope probeval-validate ARGS --matcher exact` (exact matching: no WordNet needed)."""
+    return cli("probeval-validate", *args, "--matcher", "exact", **kw)
 
 
 def test_spearman_validation_matches_scipy_with_its_interval() -> None:
@@ -119,23 +125,7 @@ def test_cli_validates_gold_labels_against_exact_matching(tmp_path: Path) -> Non
     }
     gf = tmp_path / "gold.json"
     gf.write_text(json.dumps(gold))
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llmscope",
-            "probeval-validate",
-            str(targets),
-            "--gold",
-            str(gf),
-            "--matcher",
-            "exact",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    p = _validate(str(targets), "--gold", str(gf), "--json", timeout=120)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     # buckets [c1, c2, wrong]; human counts from the targets, model counts from the answers
@@ -175,22 +165,7 @@ def test_cli_validates_gold_labels_against_exact_matching(tmp_path: Path) -> Non
 )
 def test_cli_bad_input_is_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
     (tmp_path / "pool.json").write_text(json.dumps({"zz": [["tea", "c1"]]}))
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llmscope",
-            "probeval-validate",
-            str(_targets(tmp_path)),
-            *args,
-            "--matcher",
-            "exact",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
+    p = _validate(str(_targets(tmp_path)), *args, timeout=120, cwd=tmp_path)
     assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
 
@@ -203,22 +178,8 @@ CFC = SHARED / "data" / "cfc"
     not (CFC / "cfc_dev_targets.jsonl").is_file(), reason="../shared/data/cfc is not present"
 )
 def test_cli_held_out_validation_on_the_shared_cfc_targets() -> None:
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llmscope",
-            "probeval-validate",
-            str(CFC / "cfc_dev_targets.jsonl"),
-            "--protocol",
-            "held-out",
-            "--matcher",
-            "exact",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    p = _validate(
+        str(CFC / "cfc_dev_targets.jsonl"), "--protocol", "held-out", "--json", timeout=300
     )
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)

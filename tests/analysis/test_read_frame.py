@@ -7,6 +7,7 @@ import pytest
 
 from llmscope.analysis.queries import RESULT_COLUMNS, _read_frame
 from llmscope.store.db import Store
+from tests.helpers.bulk import finished_run
 from tests.helpers.mixed import write_labels_db, write_mixed_db, write_yesno_db
 
 _SQL = f"SELECT {', '.join(c for c in RESULT_COLUMNS if c != 'run_id')} FROM results WHERE run_id = ? ORDER BY seq"
@@ -46,18 +47,7 @@ def _out_of_order_db(path):
     with Store(path) as st:
         st.add_suite("s", "s", "yesno", {"task": "yesno"}, "", items)
         for rid in ("inc", "mixed"):
-            st.create_run(
-                {
-                    "run_id": rid,
-                    "suite_id": "s",
-                    "suite_name": "s",
-                    "task": "yesno",
-                    "n_total": 9,
-                    "model": "m",
-                    "backend": "hf",
-                    "status": "completed",
-                }
-            )
+            finished_run(st, rid, "s", "s", 9)
 
         def rows(ids):
             return [

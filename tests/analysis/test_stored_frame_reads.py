@@ -14,6 +14,7 @@ from llmscope.analysis.producers import calibration as C
 from llmscope.analysis.queries import result_profile
 from llmscope.engine.types import Item, Result
 from llmscope.store.db import Store
+from tests.helpers.bulk import finished_run
 
 
 def _yesno_db(path: Path, abstain: bool = False) -> Path:
@@ -30,18 +31,7 @@ def _yesno_db(path: Path, abstain: bool = False) -> Path:
     ]
     with Store(path) as st:
         st.add_suite("s-yn", "yn", "yesno", {"task": "yesno"}, "", items)
-        st.create_run(
-            {
-                "run_id": "r",
-                "suite_id": "s-yn",
-                "suite_name": "yn",
-                "task": "yesno",
-                "n_total": 36,
-                "model": "m",
-                "backend": "hf",
-                "status": "completed",
-            }
-        )
+        finished_run(st, "r", "s-yn", "yn", 36)
         res = []
         for k, it in enumerate(items):
             for v in ("q1", "q2", "q3"):
@@ -114,18 +104,7 @@ def test_commonsense_run_still_reads_category(tmp_path: Path) -> None:
     ]
     with Store(tmp_path / "h.duckdb") as st:
         st.add_suite("s-h", "h", "yesno", {"task": "yesno"}, "", items)
-        st.create_run(
-            {
-                "run_id": "h",
-                "suite_id": "s-h",
-                "suite_name": "h",
-                "task": "yesno",
-                "n_total": 6,
-                "model": "m",
-                "backend": "hf",
-                "status": "completed",
-            }
-        )
+        finished_run(st, "h", "s-h", "h", 6)
         st.write_results(
             "h",
             [

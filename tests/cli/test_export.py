@@ -34,6 +34,7 @@ from llmscope.io.export import (
     export_run,
 )
 from llmscope.store.db import Store
+from tests.helpers.cli import cli
 from tests.helpers.paths import SHARED
 from tests.helpers.tinymodel import make_tiny_model, run_plan, tiny_backend
 
@@ -60,18 +61,6 @@ TEXT = {
     "extra",
 }
 FLOAT = {"correct", "confidence", "p_yes", "p_no", "p_other", "chosen_prob", "latency_ms"}
-
-
-def _cli(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "llmscope", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        **kw,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +155,16 @@ def _check_frame(got: pd.DataFrame, exp: pd.DataFrame, csv: bool = False) -> Non
         assert g["method"]
 
 
+def _column_types(select: str, first: int | None = None) -> dict[str, str]:
+    """Column name -> type as DuckDB reads the exported file back (the first `first` columns)."""
+    con = duckdb.connect()
+    try:
+        described = con.execute(f"DESCRIBE {select}").fetchall()
+    finally:
+        con.close()
+    return {c: t for c, t, *_ in described[:first]}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["parquet", "csv", "jsonl"])
 def test_every_builtin_suite_exports_and_loads_back(
@@ -181,23 +180,11 @@ def test_every_builtin_suite_exports_and_loads_back(
         exp = _expected(db, run_id)
         if fmt == "parquet":
             got = pd.read_parquet(out)
-            con = duckdb.connect()
-            types = dict(
-                con.execute(f"DESCRIBE SELECT * FROM '{out}'").fetchall()[i][:2]
-                for i in range(len(COLUMNS))
-            )
-            con.close()
+            types = _column_types(f"SELECT * FROM '{out}'", first=len(COLUMNS))
         elif fmt == "csv":
             got = pd.read_csv(out, dtype=CSV_DTYPES, keep_default_na=False, na_values=[""])
             got = got.astype(object).where(got.notna(), None)
-            con = duckdb.connect()
-            types = {
-                c: t
-                for c, t, *_ in con.execute(
-                    f"DESCRIBE SELECT * FROM read_csv('{out}', types={CSV_SQL_TYPES!r})"
-                ).fetchall()
-            }
-            con.close()
+            types = _column_types(f"SELECT * FROM read_csv('{out}', types={CSV_SQL_TYPES!r})")
         else:
             recs = [json.loads(line) for line in out.read_text().splitlines()]
             for (
@@ -206,14 +193,7 @@ def test_every_builtin_suite_exports_and_loads_back(
                 for c in ("probs", "top_tokens", "option_scores", "option_logprobs", "extra"):
                     r[c] = None if r[c] is None else json.dumps(r[c])
             got = pd.DataFrame(recs, columns=COLUMNS).astype(object)
-            con = duckdb.connect()
-            types = {
-                c: t
-                for c, t, *_ in con.execute(
-                    f"DESCRIBE SELECT * FROM read_json_auto('{out}')"
-                ).fetchall()
-            }
-            con.close()
+            types = _column_types(f"SELECT * FROM read_json_auto('{out}')")
         _check_frame(got, exp, csv=fmt == "csv")
         for c in ("prediction", "gold", "item_id"):
             if fmt != "jsonl" or types.get(c) != '"NULL"':
@@ -308,18 +288,18 @@ def test_refuses_overwrite_and_bad_paths(tmp_path: Path) -> None:
     victim = tmp_path / "passwd"
     victim.write_text("root:x:0:0:root:/root:/bin/bash\n")
     base = ("export", "--db", str(db), "--run", "r1", "--format", "csv", "-o")
-    r = _cli(*base, str(victim))
+    r = cli(*base, str(victim))
     assert r.returncode == 2 and "exists; pass --force" in r.stderr and "Traceback" not in r.stderr
     assert victim.read_text() == "root:x:0:0:root:/root:/bin/bash\n"
-    r = _cli(*base, str(victim), "--force")
+    r = cli(*base, str(victim), "--force")
     assert r.returncode == 0 and victim.read_text().startswith("run_id,")
-    r = _cli(*base, str(tmp_path))
+    r = cli(*base, str(tmp_path))
     assert (
         r.returncode == 2
         and "is a directory" in r.stderr
         and len(r.stderr.strip().splitlines()) == 1
     )
-    r = _cli(*base, str(tmp_path / "no" / "such" / "x.csv"))
+    r = cli(*base, str(tmp_path / "no" / "such" / "x.csv"))
     assert r.returncode == 2 and "does not exist" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "no").exists()
     assert (
@@ -337,7 +317,7 @@ def _limit_file_size() -> None:
 def test_write_failure_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
     db = _hostile_db(tmp_path)
     out = tmp_path / "big.jsonl"
-    r = _cli("export", "--db", str(db), "--run", "r1", "-o", str(out), preexec_fn=_limit_file_size)
+    r = cli("export", "--db", str(db), "--run", "r1", "-o", str(out), preexec_fn=_limit_file_size)
     assert r.returncode == 2, r.stderr
     assert "cannot write" in r.stderr and "file too large; nothing was written" in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
@@ -362,7 +342,7 @@ def test_read_only_file_system(tmp_path: Path) -> None:
         subprocess.run(["umount", "-l", str(ro)], capture_output=True)
         pytest.skip("needs `mount -o remount,ro,bind` (root in a container that allows mounts)")
     try:
-        r = _cli("export", "--db", str(db), "--run", "r1", "-o", str(ro / "x.jsonl"))
+        r = cli("export", "--db", str(db), "--run", "r1", "-o", str(ro / "x.jsonl"))
     finally:
         subprocess.run(["umount", "-l", str(ro)], capture_output=True)
     assert r.returncode == 2 and "read-only file system; nothing was written" in r.stderr
@@ -379,7 +359,7 @@ def test_full_disk(tmp_path: Path) -> None:
         )
     try:
         (full / "ballast").write_bytes(os.urandom(60 * 1024))
-        r = _cli("export", "--db", str(db), "--run", "r1", "-o", str(full / "x.jsonl"))
+        r = cli("export", "--db", str(db), "--run", "r1", "-o", str(full / "x.jsonl"))
         left = sorted(p.name for p in full.iterdir())
     finally:
         subprocess.run(["umount", "-l", str(full)], capture_output=True)

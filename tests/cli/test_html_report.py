@@ -17,8 +17,9 @@ import pytest
 from llmscope.engine.types import Item
 from llmscope.figures.html_report import CSP
 from llmscope.store.db import Store
+from tests.helpers.bulk import finished_run
 from tests.helpers.cli import cli
-from tests.helpers.tui import make_db, p_yes_for, toy_result
+from tests.helpers.tui import SUITE_ID, make_db, p_yes_for, toy_result
 
 CHROMIUM = next(
     (
@@ -49,26 +50,9 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[dic
             )
             for i in range(N)
         ]
-        spec = {
-            "name": "evil",
-            "task": "yesno",
-            "group_by": ["category"],
-            "cluster_field": "id",
-            "answers": ["yes", "no"],
-        }
+        spec = {**st.suite_spec(SUITE_ID), "name": "evil"}  # grouped and clustered as the toy suite
         st.add_suite("evil@1", "evil", "yesno", spec, "tests", items)
-        st.create_run(
-            {
-                "run_id": "run-evil",
-                "suite_id": "evil@1",
-                "suite_name": "evil",
-                "task": "yesno",
-                "model": "m<b>x</b>",
-                "backend": "test",
-                "n_total": N,
-                "status": "completed",
-            }
-        )
+        finished_run(st, "run-evil", "evil@1", "evil", N, model="m<b>x</b>", backend="test")
         st.write_results("run-evil", [toy_result(it, i, "q1") for i, it in enumerate(items)])
     html = tmp / "page.html"
     out = cli("report", "--db", str(db), "--html", str(html))

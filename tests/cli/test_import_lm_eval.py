@@ -13,8 +13,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from llmscope.cli import main
-from tests.helpers.lm_eval import TINY_ARC_DOCS, TINY_ARC_YAML, write_task
+from tests.helpers.lm_eval import TINY_ARC_DOCS, TINY_ARC_YAML, main_db, run_yaml, write_task
 
 DOCS, YAML = TINY_ARC_DOCS, TINY_ARC_YAML
 # log-likelihoods per doc and the targets lm-eval logs (str of the gold index)
@@ -62,7 +61,7 @@ def lm_eval_out(tmp_path: Path) -> Path:
 
 def _import_lm_eval(db: Path, *args: str) -> int:
     """`llmscope --db DB import lm-eval ARGS...` in this process; its exit status."""
-    return main(["--db", str(db), "import", "lm-eval", *args])
+    return main_db(db, "import", "lm-eval", *args)
 
 
 def _rows(db: Path) -> list[tuple]:
@@ -118,7 +117,7 @@ def test_import_against_the_yaml_suite_shares_its_suite_id(
     assert suite_id == load_suite(yaml_path).suite_id
     assert model == "pythia"
     capsys.readouterr()
-    assert main(["--db", str(db), "report", "--json"]) == 0
+    assert main_db(db, "report", "--json") == 0
     assert '"accuracy"' in capsys.readouterr().out
 
 
@@ -227,22 +226,7 @@ def test_imported_run_pairs_with_llmscopes_own_run_of_the_yaml(
     """The embedded model runs the task YAML; the lm-eval import on the same suite is compared item by item."""
     db = lm_eval_out / "x.duckdb"
     yaml_path = str(lm_eval_out / "task.yaml")
-    assert (
-        main(
-            [
-                "--db",
-                str(db),
-                "run",
-                "--suite",
-                yaml_path,
-                "--threads",
-                "1",
-                "--quiet",
-                "--no-report",
-            ]
-        )
-        == 0
-    )
+    assert run_yaml(db, yaml_path) == 0
     samples = next((lm_eval_out / "out").rglob("samples_*.jsonl"))
     assert _import_lm_eval(db, str(samples), "--suite", yaml_path) == 0
     con = duckdb.connect(str(db), read_only=True)
@@ -258,7 +242,7 @@ def test_imported_run_pairs_with_llmscopes_own_run_of_the_yaml(
         prompts[0][2] == prompts[1][2] == "Question: What color is the sky on a clear day?\nAnswer:"
     )
     capsys.readouterr()
-    assert main(["--db", str(db), "compare", runs[0][0], runs[1][0], "--json"]) == 0
+    assert main_db(db, "compare", runs[0][0], runs[1][0], "--json") == 0
     assert capsys.readouterr().out.strip()
 
 

@@ -16,27 +16,34 @@ from typing import Any
 import duckdb
 import pytest
 
-from llmscope.cli import main
+from tests.helpers.cli import query
+from tests.helpers.lm_eval import main_db, mc_task_yaml, run_yaml
 from tests.helpers.paths import ROOT
 
 pytestmark = pytest.mark.slow
 
 N_DOCS = 10
-YAML = """task: mc_peer
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: docs.jsonl
-test_split: test
-output_type: multiple_choice
-doc_to_text: "Question: {{question}}\\nAnswer:"
-doc_to_choice: "{{options}}"
-doc_to_target: "{{options.index(gold)}}"
-metric_list:
-  - metric: acc
-  - metric: acc_norm
-  - metric: acc_mutual_info
-"""
+YAML = mc_task_yaml(
+    "mc_peer",
+    "{{options}}",
+    "{{options.index(gold)}}",
+    "metric_list:\n  - metric: acc\n  - metric: acc_norm\n  - metric: acc_mutual_info\n",
+)
+
+# fields of a sample that llmscope's export gives as lm-eval wrote them
+SAMPLE_KEYS = (
+    "doc",
+    "target",
+    "arguments",
+    "filter",
+    "metrics",
+    "doc_hash",
+    "prompt_hash",
+    "target_hash",
+    "acc",
+    "acc_norm",
+    "acc_mutual_info",
+)
 
 
 @pytest.fixture(scope="module")
@@ -82,41 +89,9 @@ def peer(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tracker.save_results_samples(task_name="mc_peer", samples=res["samples"]["mc_peer"])
     (lm_file,) = (d / "lm").rglob("samples_mc_peer_*.jsonl")
     db = d / "x.duckdb"
-    assert (
-        main(
-            [
-                "--db",
-                str(db),
-                "run",
-                "--suite",
-                str(yaml_path),
-                "--threads",
-                "1",
-                "--quiet",
-                "--no-report",
-            ]
-        )
-        == 0
-    )
-    con = duckdb.connect(str(db), read_only=True)
-    (run_id,) = con.execute("select run_id from runs").fetchone()  # type: ignore[misc]
-    con.close()
-    assert (
-        main(
-            [
-                "--db",
-                str(db),
-                "export",
-                "--run",
-                run_id,
-                "--format",
-                "lm-eval",
-                "-o",
-                str(d / "ours"),
-            ]
-        )
-        == 0
-    )
+    assert run_yaml(db, yaml_path) == 0
+    ((run_id,),) = query(db, "select run_id from runs")
+    assert main_db(db, "export", "--run", run_id, "--format", "lm-eval", "-o", str(d / "ours")) == 0
     (ours_file,) = (d / "ours").glob("samples_*.jsonl")
     return {
         "lm": [json.loads(x) for x in lm_file.read_text().splitlines()],
@@ -164,19 +139,7 @@ def test_export_samples_match_lm_evals_field_by_field(peer: dict[str, Any]) -> N
         a = by_doc[b["doc_id"]]
         own = {"llmscope_item_id", "variant"}  # llmscope's keys, after lm-eval's
         assert [k for k in b if k not in own] == list(a), "same fields, same order"
-        for key in (
-            "doc",
-            "target",
-            "arguments",
-            "filter",
-            "metrics",
-            "doc_hash",
-            "prompt_hash",
-            "target_hash",
-            "acc",
-            "acc_norm",
-            "acc_mutual_info",
-        ):
+        for key in SAMPLE_KEYS:
             assert b[key] == a[key], (key, a["doc"]["id"])
             assert type(b[key]) is type(a[key]), key
         assert b["arguments"]["gen_args_0"]["arg_1"].startswith(" ")  # " garden", not "garden"
@@ -216,7 +179,7 @@ def test_export_lines_in_doc_id_order_and_results_block_shaped_like_lm_evals(
 
 def _report_accuracy(db: Path, run_id: str, capsys: pytest.CaptureFixture[str]) -> dict[str, float]:
     capsys.readouterr()
-    assert main(["--db", str(db), "report", "--run", run_id, "--json"]) == 0
+    assert main_db(db, "report", "--run", run_id, "--json") == 0
     rows = json.loads(capsys.readouterr().out)
     rows = rows["rows"] if isinstance(rows, dict) else rows
     return {
@@ -245,9 +208,7 @@ def test_import_reports_lm_evals_acc_norm_under_its_name_and_export_gives_the_fi
     """lm-eval's samples file imported: acc_norm and acc_mutual_info reported under those names
     with lm-eval's values; exported again: lm-eval's fields as lm-eval wrote them."""
     db = tmp_path / "imp.duckdb"
-    assert (
-        main(["--db", str(db), "import", "lm-eval", str(peer["lm_file"]), "--model", "smol"]) == 0
-    )
+    assert main_db(db, "import", "lm-eval", str(peer["lm_file"]), "--model", "smol") == 0
     (run_id,) = _run_of(db, "import")
     acc = _report_accuracy(db, run_id, capsys)
     for name in ("acc_norm", "acc_mutual_info"):
@@ -261,30 +222,12 @@ def test_import_reports_lm_evals_acc_norm_under_its_name_and_export_gives_the_fi
     uncond = [float(r[0]) for r in first["filtered_resps"][n:]]
     assert [json.loads(scores)[o]["uncond_logprob"] for o in first["doc"]["options"]] == uncond
     out = tmp_path / "back"
-    assert (
-        main(["--db", str(db), "export", "--run", run_id, "--format", "lm-eval", "-o", str(out)])
-        == 0
-    )
+    assert main_db(db, "export", "--run", run_id, "--format", "lm-eval", "-o", str(out)) == 0
     (back_file,) = out.glob("samples_*.jsonl")
     back = [json.loads(x) for x in back_file.read_text().splitlines()]
     assert len(back) == len(peer["lm"])
     for a, b in zip(peer["lm"], back, strict=True):
-        for key in (
-            "doc_id",
-            "doc",
-            "target",
-            "arguments",
-            "resps",
-            "filtered_resps",
-            "filter",
-            "metrics",
-            "doc_hash",
-            "prompt_hash",
-            "target_hash",
-            "acc",
-            "acc_norm",
-            "acc_mutual_info",
-        ):
+        for key in ("doc_id", "resps", "filtered_resps", *SAMPLE_KEYS):
             assert b[key] == a[key], (key, a["doc_id"])
     block = json.loads(next(out.glob("results_*.json")).read_text())["results"]["mc_peer"]
     for name in ("acc", "acc_norm", "acc_mutual_info"):
@@ -300,7 +243,7 @@ def test_llmscope_run_exported_and_imported_back_keeps_acc_norm(
     acc_norm and acc_mutual_info under those names, the same as lm-eval's."""
     (ours_file,) = (peer["dir"] / "ours").glob("samples_*.jsonl")
     db = tmp_path / "back.duckdb"
-    assert main(["--db", str(db), "import", "lm-eval", str(ours_file), "--model", "smol"]) == 0
+    assert main_db(db, "import", "lm-eval", str(ours_file), "--model", "smol") == 0
     (run_id,) = _run_of(db, "import")
     back = _report_accuracy(db, run_id, capsys)
     orig = _report_accuracy(peer["db"], peer["run_id"], capsys)

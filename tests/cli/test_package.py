@@ -8,7 +8,6 @@ import importlib.metadata
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from llmscope.cli.common import config_from_args
 from llmscope.engine.types import Item, Result
 from llmscope.runs.settings import SettingsError, load_settings
 from llmscope.store.db import Store
+from tests.helpers.cli import cli
 from tests.helpers.paths import ROOT
 
 REPO = ROOT
@@ -31,14 +31,7 @@ def _cli(
         if not env or k not in env:
             e.pop(k, None)
     e["XDG_CONFIG_HOME"] = str(cwd or REPO) + "/.no-user-config"
-    return subprocess.run(
-        [sys.executable, "-m", "llmscope", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        env=e,
-    )
+    return cli(*args, env=e, timeout=120, cwd=cwd)
 
 
 def test_version_matches_installed_metadata():

@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from llmscope.runs.plan import PlanError, evaluate, parse_hypothesis, read_plan
-from tests.helpers.cli import cli_here
+from tests.helpers.cli import cli_here, run_here
 
 
 def test_parse_hypotheses():
@@ -92,18 +92,7 @@ def test_plan_run_report_end_to_end(tmp_path):
     again = cli_here("plan", "--suite", "commonsense-sample", "-o", str(plan), db=db)
     assert again.returncode == 2 and "exists" in again.stderr
     digest = hashlib.sha256(plan.read_bytes()).hexdigest()
-    out = cli_here(
-        "run",
-        "--plan",
-        str(plan),
-        "--limit",
-        "4",
-        "--threads",
-        "1",
-        "--quiet",
-        "--no-report",
-        db=db,
-    )
+    out = run_here("--plan", str(plan), "--limit", "4", db=db)
     assert out.returncode == 0, out.stderr
     out = cli_here("report", "--json", db=db)
     rows = json.loads(out.stdout)
@@ -126,20 +115,7 @@ def test_plan_run_report_end_to_end(tmp_path):
     text = cli_here("report", db=db).stdout
     assert "-- pre-registered (plan) --" in text and "-- exploratory (not in the plan) --" in text
     # a run whose options differ from its plan says so
-    out = cli_here(
-        "run",
-        "--plan",
-        str(plan),
-        "--limit",
-        "2",
-        "--threads",
-        "1",
-        "--quiet",
-        "--no-report",
-        "--opt",
-        "top_k=7",
-        db=db,
-    )
+    out = run_here("--plan", str(plan), "--limit", "2", "--opt", "top_k=7", db=db)
     assert out.returncode == 0 and "differs from plan" in out.stderr
     rows = json.loads(cli_here("report", "--json", db=db).stdout)
     devs = [r for r in rows if r["metric"] == "plan_deviation"]

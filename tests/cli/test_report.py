@@ -5,8 +5,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 
@@ -118,12 +116,7 @@ def test_compare_counts_discordant_pairs(db_path, tmp_path):
         b = [1, 0, 1, 1, 1, 1]
         _mk_run(st, "ra", "hand@3", [(str(i), "q", float(c), 0.6, 0.3) for i, c in enumerate(a)])
         _mk_run(st, "rb", "hand@3", [(str(i), "q", float(c), 0.6, 0.3) for i, c in enumerate(b)])
-    proc = subprocess.run(
-        [sys.executable, "-m", "llmscope", "compare", "ra", "rb", "--db", str(db_path), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = cli("compare", "ra", "rb", "--db", str(db_path), "--json", timeout=120)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)["comparisons"][0]
     assert out["mcnemar"]["b_base_only"] == 1 and out["mcnemar"]["c_run_only"] == 3
@@ -138,30 +131,17 @@ def test_import_published_commonsense_results(tmp_path):
     csv_dir = shared_path("data", "commonsense")
     db = tmp_path / "q.duckdb"
     files = sorted(str(p) for p in pub.glob("results_raw_q*.jsonl"))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llmscope",
-            "import",
-            "results",
-            *files,
-            "--db",
-            str(db),
-            "--suite-path",
-            str(csv_dir / "statements_and_prompts.csv"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    proc = cli(
+        "import",
+        "results",
+        *files,
+        "--db",
+        str(db),
+        "--suite-path",
+        str(csv_dir / "statements_and_prompts.csv"),
     )
     assert proc.returncode == 0, proc.stderr
-    proc = subprocess.run(
-        [sys.executable, "-m", "llmscope", "report", "--db", str(db), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = cli("report", "--db", str(db), "--json")
     assert proc.returncode == 0, proc.stderr
     rows = {(r["metric"], json.dumps(r["group"])): r for r in json.loads(proc.stdout)}
 
@@ -191,20 +171,10 @@ def test_import_published_commonsense_results(tmp_path):
 def test_import_worldsense_report_and_export(tmp_path):
     d = shared_path("data", "worldsense", "test_set")
     db = tmp_path / "ws.duckdb"
-    proc = subprocess.run(
-        [sys.executable, "-m", "llmscope", "import", "worldsense", str(d), "--db", str(db)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = cli("import", "worldsense", str(d), "--db", str(db), timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("87048 responses") == 4
-    proc = subprocess.run(
-        [sys.executable, "-m", "llmscope", "report", "--db", str(db)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = cli("report", "--db", str(db), timeout=600)
     assert proc.returncode == 0, proc.stderr
     for model in ("GPT3.5", "GPT4", "Llama2-FT+1M", "Llama2-chat"):
         assert model in proc.stdout

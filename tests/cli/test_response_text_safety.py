@@ -20,7 +20,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from tests.helpers.cli import api_run, cli, cli_env, write_yesno_suite
+from tests.helpers.cli import api_run, cli, cli_env, query, query_dicts, write_yesno_suite
 from tests.helpers.oai import CANARY_KEY, oai, oai_server  # noqa: F401
 
 N_ITEMS = 6  # x 2 prompt variants = 12 rows
@@ -32,15 +32,9 @@ def _run(spec: Path, db: Path, url: str, cache: Path, *extra: str) -> Any:
 
 
 def _rows(db: Path) -> list[dict[str, Any]]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        cur = con.execute(
-            "SELECT item_id, variant, error, extra, top_tokens, prediction FROM results"
-        )
-        cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
-    finally:
-        con.close()
+    return query_dicts(
+        db, "SELECT item_id, variant, error, extra, top_tokens, prediction FROM results"
+    )
 
 
 @pytest.mark.slow
@@ -147,9 +141,7 @@ def test_lone_surrogate_in_the_model_name_and_fingerprint(oai: Any, tmp_path: Pa
     proc = _run(spec, db, oai.base_url, tmp_path / "cache.sqlite")
     assert proc.returncode == 0, proc.stderr
     assert len(_rows(db)) == 2 * N_ITEMS
-    con = duckdb.connect(str(db), read_only=True)
-    (meta,) = con.execute("SELECT meta FROM runs").fetchone()  # type: ignore[misc]
-    con.close()
+    ((meta,),) = query(db, "SELECT meta FROM runs")
     backend = json.loads(meta)["backend"]
     assert backend["system_fingerprints"] == ["fp\ufffd"]
     assert backend["served_models"] == ["m\ufffd [redacted: API key]"]

@@ -19,21 +19,17 @@ from llmscope.studies.store import live_cells, study_cells
 from tests.helpers.cli import (
     assert_clean_error,
     cli,
-    cli_cmd,
     cli_env,
+    start_study_run,
     tiny_model_dir,
     write_choice_suite,
+    write_file,
     write_yesno_suite,
 )
 from tests.helpers.midrun import wait_until
 from tests.helpers.oai import start_server, stop_server
 
 ENV = {"OPENAI_API_KEY": "sk-test"}
-
-
-def _write(path: Path, text: str) -> Path:
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 # -- the file: validation names file, line and field ----------------------------------------------
@@ -94,7 +90,7 @@ def suites(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 )
 def test_bad_study_files_name_file_line_and_field(tmp_path, suites, body, line, field, needle):
     yn, ch = suites
-    path = _write(tmp_path / "study.yaml", body.replace("YN", str(yn)).replace("CH", str(ch)))
+    path = write_file(tmp_path / "study.yaml", body.replace("YN", str(yn)).replace("CH", str(ch)))
     with pytest.raises(StudyError) as ei:
         load_study(path)
     msg = str(ei.value)
@@ -105,14 +101,16 @@ def test_bad_study_files_name_file_line_and_field(tmp_path, suites, body, line, 
 
 def test_toml_study_reads_and_names_the_line(tmp_path, suites):
     yn, _ = suites
-    good = _write(
+    good = write_file(
         tmp_path / "ok.toml",
         f'name = "t"\nsuites = ["{yn}"]\n[options]\nlimit = 2\n[grid]\nseed = [0, 1]\n',
     )
     study = load_study(good)
     assert [c.key for c in study.cells] == [f"{yn} | default | seed=0", f"{yn} | default | seed=1"]
     assert [c.options for c in study.cells] == [{"limit": 2, "seed": 0}, {"limit": 2, "seed": 1}]
-    bad = _write(tmp_path / "bad.toml", f'name = "t"\nsuites = ["{yn}"]\n\n[options]\nlimitt = 2\n')
+    bad = write_file(
+        tmp_path / "bad.toml", f'name = "t"\nsuites = ["{yn}"]\n\n[options]\nlimitt = 2\n'
+    )
     with pytest.raises(StudyError) as ei:
         load_study(bad)
     assert ei.value.line == 5 and "field 'options.limitt'" in str(ei.value)
@@ -120,7 +118,7 @@ def test_toml_study_reads_and_names_the_line(tmp_path, suites):
 
 def test_cells_are_the_product_in_file_order(tmp_path, suites):
     yn, ch = suites
-    path = _write(
+    path = write_file(
         tmp_path / "s.yaml",
         f"""name: grid
 suites: [{{suite: {yn}, label: yn, opt: {{chat: true}}}}, {{suite: {ch}, label: ch}}]
@@ -151,7 +149,7 @@ grid:
 
 
 def test_cli_error_is_one_line(tmp_path, suites):
-    path = _write(
+    path = write_file(
         tmp_path / "s.yaml", f"name: s\nsuites: [{suites[0]}]\nmodels: [default]\ngird: {{}}\n"
     )
     proc = cli("study", "run", str(path), "--db", str(tmp_path / "x.duckdb"))
@@ -167,7 +165,7 @@ def test_docs_example_is_a_valid_study(tmp_path):
     ckpt = tmp_path / "checkpoints" / "step-1000"  # the example's local folder (not loaded here)
     ckpt.mkdir(parents=True)
     (ckpt / "config.json").write_text("{}")
-    study = load_study(_write(tmp_path / "example.yaml", block))
+    study = load_study(write_file(tmp_path / "example.yaml", block))
     assert study.name and len(study.cells) == len(study.models) * len(study.suites) * 2
 
 
@@ -203,7 +201,7 @@ def test_two_models_two_suites_two_prompts_status_equals_report(tmp_path, suites
     model = tiny_model_dir(tmp_path)
     server = start_server()
     try:
-        study = _write(
+        study = write_file(
             tmp_path / "s.yaml",
             f"""name: matrix
 suites:
@@ -295,7 +293,7 @@ grid:
 
 
 def _api_study(tmp_path: Path, yn: Path, ch: Path, base_url: str, extra_model: str = "") -> Path:
-    return _write(
+    return write_file(
         tmp_path / "api.yaml",
         f"""name: apistudy
 suites: [{{suite: {yn}, label: yn}}, {{suite: {ch}, label: ch}}]
@@ -319,13 +317,7 @@ def test_kill_mid_study_then_rerun_completes_every_cell_once(tmp_path, suites, s
         server.script("number", hold_after=14)
         study = _api_study(tmp_path, yn, ch, server.base_url)
         db = tmp_path / "k.duckdb"
-        proc = subprocess.Popen(
-            cli_cmd("study", "run", str(study), "--db", str(db), "--trust-study", "--jobs", "1"),
-            env=cli_env(**ENV),
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-        )
+        proc = start_study_run(study, db, jobs=1)
         assert proc.stderr is not None
 
         def next_cell_stored() -> bool:  # one cell finished, the next one stored results
@@ -406,13 +398,7 @@ def test_a_failing_cell_does_not_stop_the_others(tmp_path, suites):
         # every API request held until two wait at once: a held cell cannot end, so the other
         # job reaches an API cell whatever the order and speed (tests/helpers/midrun.py)
         server.script("number", hold_after=0)
-        run = subprocess.Popen(
-            cli_cmd("study", "run", str(study), "--db", str(db), "--trust-study", "--jobs", "2"),
-            env=cli_env(**ENV),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        run = start_study_run(study, db, jobs=2)
         try:
             wait_until(lambda: server.held("number") >= 2, "two API cells' requests held", run)
         finally:
@@ -482,7 +468,7 @@ def test_plan_applies_to_its_suite_and_dry_run_says_what_each_cell_does(tmp_path
             str(tmp_path / "plan.yaml"),
         )
         assert made.returncode == 0, made.stderr
-        study = _write(
+        study = write_file(
             tmp_path / "p.yaml",
             f"""name: planned
 suites: [{{suite: {yn}, label: yn}}, {{suite: {ch}, label: ch}}]

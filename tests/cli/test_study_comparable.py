@@ -24,20 +24,16 @@ from llmscope.studies.store import live_cell_rows
 from tests.helpers.cli import (
     assert_clean_error,
     cli,
-    cli_cmd,
     cli_env,
+    start_study_run,
     tiny_model_dir,
+    write_file,
     write_yesno_suite,
 )
 from tests.helpers.midrun import wait_until
 from tests.helpers.oai import start_server, stop_server
 
 ENV = {"OPENAI_API_KEY": "sk-test"}
-
-
-def _write(path: Path, text: str) -> Path:
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def _first_items(n: int) -> list[str]:
@@ -65,7 +61,7 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[
     db = base / "c.duckdb"
     first = cli("run", "--suite", "commonsense-sample", "--limit", "12", "--db", str(db))
     assert first.returncode == 0, first.stderr[-2000:]
-    study = _write(
+    study = write_file(
         base / "s.yaml",
         """name: limited
 suites: [commonsense-sample]
@@ -154,7 +150,7 @@ def test_compare_of_different_item_sets_is_on_the_shared_items(limited):
 # -- factors that change nothing ------------------------------------------------------------------
 @pytest.mark.slow
 def test_system_prompt_on_a_choice_suite_without_chat_is_refused_before_anything(tmp_path):
-    study = _write(
+    study = write_file(
         tmp_path / "mc.yaml",
         """name: mc
 suites: [mc-sample]
@@ -179,14 +175,14 @@ grid:
         assert len(proc.stderr.strip().splitlines()) == 1
     assert not db.exists()  # nothing was recorded or run
     # with the chat template on for every level the system prompt is sent: accepted
-    _write(study, study.read_text().replace("{limit: 3}", "{limit: 3, chat: true}"))
+    write_file(study, study.read_text().replace("{limit: 3}", "{limit: 3, chat: true}"))
     dry = cli("study", "run", str(study), "--db", str(db), "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout.count("new run") == 2
 
 
 def test_a_study_wide_system_prompt_that_a_suite_would_not_send_is_refused(tmp_path):
-    study = _write(
+    study = write_file(
         tmp_path / "mc.yaml",
         """name: mc
 suites: [mc-sample]
@@ -219,7 +215,7 @@ def test_chat_on_a_model_without_a_template_and_identical_cells_are_refused(tmp_
     for f in ("chat_template.jinja", "chat_template.json"):
         (model / f).unlink(missing_ok=True)
     yn = write_yesno_suite(tmp_path / "yn", 4)
-    study = _write(
+    study = write_file(
         tmp_path / "chat.yaml",
         f"""name: chat
 suites: [{yn}]
@@ -231,7 +227,7 @@ grid:
     proc = cli("study", "run", str(study), "--db", str(tmp_path / "x.duckdb"), "--dry-run")
     assert_clean_error(proc, "factor 'chat'", "model 'tiny' has no chat template")
     # two levels that set the same values: the second is refused, naming the first
-    twice = _write(
+    twice = write_file(
         tmp_path / "twice.yaml",
         f"""name: twice
 suites: [{yn}]
@@ -278,7 +274,7 @@ def test_while_a_study_writes_every_cell_is_shown_from_the_grid(tmp_path):
         # the study's first 2 prompts answered, the rest held until the grid has been read: a
         # cell is running, with results, on any machine (tests/helpers/midrun.py)
         srv.script("number", hold_after=2)
-        study = _write(
+        study = write_file(
             tmp_path / "w.yaml",
             f"""name: writing
 suites: [{{suite: {yn}, label: yn}}]
@@ -288,13 +284,7 @@ grid:
   seed: [0, 1, 2]
 """,
         )
-        proc = subprocess.Popen(
-            cli_cmd("study", "run", str(study), "--db", str(db), "--jobs", "1", "--trust-study"),
-            env=cli_env(**ENV),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = start_study_run(study, db, jobs=1, stdout=subprocess.PIPE)
         try:
 
             def held_with_results() -> list[Any] | None:

@@ -23,6 +23,7 @@ from tests.helpers.cli import (
     cli,
     cli_env,
     write_choice_suite,
+    write_file,
     write_yesno_suite,
 )
 from tests.helpers.oai import OAIServer, start_server, stop_server
@@ -45,13 +46,8 @@ def server() -> OAIServer:
     stop_server(srv)
 
 
-def _write(path: Path, text: str) -> Path:
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
 def _study(tmp_path: Path, yn: Path, ch: Path, base_url: str, name: str = "tpl") -> Path:
-    return _write(
+    return write_file(
         tmp_path / f"{name}.yaml",
         f"""name: {name}
 suites: [{{suite: {yn}, label: yn}}, {{suite: {ch}, label: ch}}]
@@ -83,7 +79,7 @@ def test_cells_carry_each_suites_templates(tmp_path, suites):
     assert all("templates" not in c.options for c in study.cells)
     # one set for every suite (the fields must suit each), and a suite entry's own set
     one = load_study(
-        _write(
+        write_file(
             tmp_path / "one.yaml",
             f"""name: one
 suites:
@@ -107,7 +103,7 @@ def test_docs_templates_example_is_a_valid_study(tmp_path):
     text = (Path(__file__).resolve().parents[2] / "docs" / "studies.md").read_text("utf-8")
     blocks = [b.split("```")[0] for b in text.split("```yaml\n")[1:]]
     block = next(b for b in blocks if "templates:" in b)
-    study = load_study(_write(tmp_path / "ex.yaml", "name: ex\n" + block))
+    study = load_study(write_file(tmp_path / "ex.yaml", "name: ex\n" + block))
     got = {c.key: c.templates.level if c.templates else None for c in study.cells}
     assert len(got) == 6 and sorted(v for v in got.values() if v) == ["terse"] * 3
 
@@ -152,7 +148,7 @@ def test_docs_templates_example_is_a_valid_study(tmp_path):
 )
 def test_bad_templates_name_file_line_field_and_cell(tmp_path, suites, body, line, field, needles):
     yn, ch = suites
-    path = _write(
+    path = write_file(
         tmp_path / "bad.yaml",
         f"name: s\nsuites:\n  - {{suite: {yn}, label: yn}}\n  - {{suite: {ch}, label: ch}}\n"
         + body,
@@ -168,7 +164,9 @@ def test_bad_templates_name_file_line_field_and_cell(tmp_path, suites, body, lin
 
 def test_suite_entry_templates_need_a_label(tmp_path, suites):
     yn, _ = suites
-    path = _write(tmp_path / "s.yaml", f"name: s\nsuites:\n  - {{suite: {yn}, templates: 'x'}}\n")
+    path = write_file(
+        tmp_path / "s.yaml", f"name: s\nsuites:\n  - {{suite: {yn}, templates: 'x'}}\n"
+    )
     with pytest.raises(StudyError, match=r"s\.yaml:3, field 'suites\[0\]\.templates'.*label"):
         load_study(path)
 
@@ -233,7 +231,7 @@ def test_template_levels_run_as_derived_suites_and_llmscope_run_makes_the_same_r
     assert own["metric"] == terse["metric"] == "accuracy"
     assert pair["n"] == 6 and pair["diff"] == pytest.approx(terse["value"] - own["value"])
     # `llmscope run --templates` names the same run as the study cell (so: complete)
-    tfile = _write(tmp_path / "terse.yaml", json.dumps(TERSE_YN))
+    tfile = write_file(tmp_path / "terse.yaml", json.dumps(TERSE_YN))
     common = ["--model", "openai:test-model", "--base-url", server.base_url, "--db", str(db)]
     again = cli(
         "run", "--suite", str(yn), "--templates", str(tfile), "--limit", "3", *common,
@@ -261,7 +259,7 @@ def test_template_levels_run_as_derived_suites_and_llmscope_run_makes_the_same_r
     # other templates under the same level name: another suite of that name, so the name alone
     # no longer says which one
     (tmp_path / "v2").mkdir()
-    t2 = _write(tmp_path / "v2" / "terse.yaml", json.dumps({"a": "Yes/no? {text}"}))
+    t2 = write_file(tmp_path / "v2" / "terse.yaml", json.dumps({"a": "Yes/no? {text}"}))
     two = cli(
         "run", "--suite", str(yn), "--templates", str(t2), "--limit", "1", "--no-report", *common,
         env=cli_env(**ENV),
@@ -273,7 +271,7 @@ def test_template_levels_run_as_derived_suites_and_llmscope_run_makes_the_same_r
         "--templates",
     )
     # a template naming a missing field: one line
-    bad = _write(tmp_path / "bad.yaml", "a: '{nosuch}'\nb: '{text}'\n")
+    bad = write_file(tmp_path / "bad.yaml", "a: '{nosuch}'\nb: '{text}'\n")
     err = cli("run", "--suite", str(yn), "--templates", str(bad), *common, env=cli_env(**ENV))
     assert_clean_error(err, "names field 'nosuch'", "templates 'bad'")
 
@@ -293,7 +291,7 @@ def test_a_second_file_with_the_same_name_is_refused_unless_replace(tmp_path, su
     before = _rows(db)
     other_dir = tmp_path / "other"
     other_dir.mkdir()
-    second = _write(
+    second = write_file(
         other_dir / "shared.yaml",
         f"""name: shared
 suites: [{{suite: {yn}, label: yn}}]
@@ -309,7 +307,7 @@ options: {{limit: 2}}
     assert_clean_error(cli("study", "status", str(second), "--db", str(db)), str(first.resolve()))
     assert _rows(db) == before  # nothing of the second file was recorded
     # a copy of the same file elsewhere is the same study
-    copy = _write(other_dir / "copy.yaml", first.read_text(encoding="utf-8"))
+    copy = write_file(other_dir / "copy.yaml", first.read_text(encoding="utf-8"))
     with Store(db, read_only=True) as store:
         assert study_conflict(store, load_study(copy)) is None
         assert study_conflict(store, load_study(second)) is not None

@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import math
 
-import duckdb
 import numpy as np
 import pytest
 from scipy import optimize
 from scipy.special import logsumexp
 
-from tests.helpers.cli import cli_here
+from tests.helpers.cli import cli_here, query, run_here
 
 pytestmark = pytest.mark.slow
 
@@ -25,20 +24,8 @@ def test_schemes_and_fit_from_cli(tmp_path):
 
     make_tiny_model(tmp_path, save=True)
     db = tmp_path / "t.duckdb"
-    out = cli_here(
-        "run",
-        "--suite",
-        "pragmatics-choice",
-        "--model",
-        f"hf:{tmp_path / 'tiny-llama'}",
-        "--limit",
-        "2",
-        "--threads",
-        "1",
-        "--quiet",
-        "--no-report",
-        db=db,
-    )
+    model = f"hf:{tmp_path / 'tiny-llama'}"
+    out = run_here("--suite", "pragmatics-choice", "--model", model, "--limit", "2", db=db)
     assert out.returncode == 0, out.stderr
     rows = json.loads(cli_here("report", "--json", db=db).stdout)
     acc = {
@@ -58,11 +45,7 @@ def test_schemes_and_fit_from_cli(tmp_path):
         "rating",
         "embedding",
     }
-    con = duckdb.connect(str(db), read_only=True)
-    res = con.execute(
-        "select r.option_scores, i.fields from results r join items i using (item_id)"
-    ).fetchall()
-    con.close()
+    res = query(db, "select r.option_scores, i.fields from results r join items i using (item_id)")
     # independent refit: P(option j) = exp(α s_j) / Σ exp(α s_k) with s = raw log-likelihood
     data = []
     for os_json, f_json in res:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 from llmscope.engine.answers import answer_ids, match_answer
+from tests.helpers.cli import cli
 from tests.helpers.paths import shared_path
 
 
@@ -47,12 +46,7 @@ def _bytes_to_unicode() -> dict[str, int]:
 
 def test_tokens_command_on_qwen25():
     tok_dir = shared_path("tokenizers", "qwen2.5")
-    proc = subprocess.run(
-        [sys.executable, "-m", "llmscope", "tokens", "--tokenizer", str(tok_dir), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = cli("tokens", "--tokenizer", str(tok_dir), "--json")
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
     # Independent computation straight from vocab.json.

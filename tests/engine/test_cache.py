@@ -7,10 +7,9 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
-import duckdb
 import pytest
 
-from tests.helpers.cli import api_run, cli_env, write_api_suite
+from tests.helpers.cli import api_run, cli_env, query, write_api_suite
 from tests.helpers.oai import CANARY_KEY, start_server, stop_server
 
 
@@ -28,12 +27,8 @@ def _run(
 
 
 def _rows(db: Path) -> tuple[list[tuple], dict]:
-    con = duckdb.connect(str(db), read_only=True)
-    rows = con.execute(
-        "SELECT item_id, p_yes, p_no, other, prediction FROM results ORDER BY item_id"
-    ).fetchall()
-    meta = json.loads(con.execute("SELECT meta FROM runs").fetchone()[0])
-    con.close()
+    rows = query(db, "SELECT item_id, p_yes, p_no, other, prediction FROM results ORDER BY item_id")
+    meta = json.loads(query(db, "SELECT meta FROM runs")[0][0])
     return rows, meta
 
 

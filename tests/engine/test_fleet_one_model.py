@@ -93,6 +93,18 @@ def _stored(tmp_path: Path) -> tuple[list[dict[str, Any]], str, dict[str, Any]]:
     return rows, status, json.loads(meta)
 
 
+def _completed(
+    tmp_path: Path, urls: list[str], *extra: str
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]], dict[str, Any]]:
+    """Run on `urls`; the run exits 0, is stored completed, and stores each item exactly once."""
+    p = _run(tmp_path, urls, *extra)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows, status, meta = _stored(tmp_path)
+    assert status == "completed"
+    assert sorted(r["item_id"] for r in rows) == [f"i{k:03d}" for k in range(N)]
+    return p, rows, meta
+
+
 def _report_err(tmp_path: Path) -> str:
     env = {**os.environ, "HOME": str(tmp_path)}
     p = subprocess.run(
@@ -116,13 +128,9 @@ def test_a_replica_serving_another_model_is_left_out_by_name(pair: Any, tmp_path
     # the other model is the FIRST URL: the capabilities are learned from the one kept
     b.script("", model="other-model-70b", top=NO)
     a.script(MARK, top=YES)
-    p = _run(tmp_path, [b.base_url, a.base_url])
-    assert p.returncode == 0, p.stderr[-2000:]
+    p, rows, meta = _completed(tmp_path, [b.base_url, a.base_url])
     said = [ln for ln in p.stderr.splitlines() if b.base_url in ln]
     assert len(said) == 1 and "left out" in said[0] and "other-model-70b" in said[0], p.stderr
-    rows, status, meta = _stored(tmp_path)
-    assert status == "completed"
-    assert sorted(r["item_id"] for r in rows) == [f"i{k:03d}" for k in range(N)]
     # recomputed from the rows: every answer from the run's model, every item answered yes
     assert {r["extra"].get("model") for r in rows} == {"test-model"}
     assert sum(r["p_yes"] > r["p_no"] for r in rows) == N
@@ -157,11 +165,7 @@ def test_a_replica_swapped_mid_run_is_taken_out_and_its_later_answers_are_not_st
     switch_at = 8  # b's 8th request on (its probe is the first): another model, answering no
     a.script(MARK, top=YES)
     b.script("", top=YES, model_after=[switch_at, "other-model-70b"])
-    p = _run(tmp_path, [a.base_url, b.base_url])
-    assert p.returncode == 0, p.stderr[-2000:]
-    rows, status, meta = _stored(tmp_path)
-    assert status == "completed"
-    assert sorted(r["item_id"] for r in rows) == [f"i{k:03d}" for k in range(N)]  # each once
+    _, rows, meta = _completed(tmp_path, [a.base_url, b.base_url])
     assert all(r["error"] is None for r in rows)
     assert {r["extra"].get("model") for r in rows} == {"test-model"}
     # b's own log: answers before the swap were used, every one after it was sent again to a
@@ -186,11 +190,8 @@ def test_a_hanging_replica_keeps_only_the_requests_on_its_slots(pair: Any, tmp_p
     a, b = pair
     a.script(MARK, top=YES)
     b.script(MARK, top=YES, delay=60)  # answers the probe, then hangs on every item
-    p = _run(tmp_path, [a.base_url, b.base_url], "--timeout", "3")
-    assert p.returncode == 0, p.stderr[-2000:]
-    rows, status, meta = _stored(tmp_path)
-    assert status == "completed" and all(r["error"] is None for r in rows)
-    assert sorted(r["item_id"] for r in rows) == [f"i{k:03d}" for k in range(N)]
+    _, rows, meta = _completed(tmp_path, [a.base_url, b.base_url], "--timeout", "3")
+    assert all(r["error"] is None for r in rows)
     st = meta["backend_stats"]
     hung = _marked(b)
     # only what was on its 2 slots when it hung, plus one trial per cool-off, ever reached it
@@ -209,11 +210,8 @@ def test_a_replica_with_impossible_200_answers_leaves_the_rotation(
         b.script(MARK, error_body=True)
     else:
         b.script(MARK, top=[["Yes", -0.1], ["No", -0.2]])  # 0.905 + 0.819 > 1
-    p = _run(tmp_path, [a.base_url, b.base_url])
-    assert p.returncode == 0, p.stderr[-2000:]
-    rows, status, meta = _stored(tmp_path)
-    assert status == "completed" and all(r["error"] is None for r in rows)
-    assert sorted(r["item_id"] for r in rows) == [f"i{k:03d}" for k in range(N)]
+    _, rows, meta = _completed(tmp_path, [a.base_url, b.base_url])
+    assert all(r["error"] is None for r in rows)
     st = meta["backend_stats"]
     bad = _marked(b)
     # every answer b gave counted against it; it was asked again only for its trials

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -15,7 +16,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from llmscope.engine.hf import HFBackend  # noqa: E402
-from tests.helpers.tinymodel import make_tiny_model, tiny_spec  # noqa: E402
+from tests.helpers.lmwrap import LMWrapper  # noqa: E402
+from tests.helpers.tinymodel import make_tiny_model, tiny_family_model, tiny_spec  # noqa: E402
 
 PROMPTS = [
     f"Is a {a} bigger than a {b}?"
@@ -60,6 +62,16 @@ def _run(b: HFBackend) -> tuple[list[Any], list[Any]]:
             await b.aclose()
 
     return asyncio.run(go())
+
+
+def _assert_same(
+    ref_next: list[Any], got_next: list[Any], ref_ll: Sequence[Any] = (), got_ll: Sequence[Any] = ()
+) -> None:
+    """Next-token probabilities and per-token log-likelihoods equal the reference run's."""
+    for a, c in zip(ref_next, got_next, strict=True):
+        assert c.probs == pytest.approx(a.probs, abs=1e-5)
+    for a, c in zip(ref_ll, got_ll, strict=True):
+        assert c.token_logprobs == pytest.approx(a.token_logprobs, abs=1e-5)
 
 
 def _direct_next(model: Any, ids: list[int]) -> Any:
@@ -117,13 +129,11 @@ def test_shared_prefix_cache_equals_uncached_path(tiny: tuple[Any, Any, Any]) ->
         assert b.token_logprobs == pytest.approx(a.token_logprobs, abs=1e-5)
 
 
-class _OOMAbove(torch.nn.Module):
+class _OOMAbove(LMWrapper):
     """Wraps a model and fails like a full GPU for batches larger than `limit`."""
 
     def __init__(self, inner: Any, limit: int) -> None:
-        super().__init__()
-        self.inner = inner
-        self.config = inner.config
+        super().__init__(inner)
         self.limit = limit
         self.sizes: list[int] = []
 
@@ -143,19 +153,14 @@ def test_out_of_memory_backs_off_without_losing_items(tiny: tuple[Any, Any, Any]
     assert b.batch_size <= 3
     assert max(wrapped.sizes) > 3 and any(s <= 3 for s in wrapped.sizes)
     assert len(got_next) == len(PROMPTS) and len(got_ll) == len(PAIRS)
-    for a, c in zip(ref_next, got_next, strict=True):
-        assert c.probs == pytest.approx(a.probs, abs=1e-5)
-    for a, c in zip(ref_ll, got_ll, strict=True):
-        assert c.token_logprobs == pytest.approx(a.token_logprobs, abs=1e-5)
+    _assert_same(ref_next, got_next, ref_ll, got_ll)
 
 
-class _NoKeep(torch.nn.Module):
+class _NoKeep(LMWrapper):
     """A causal LM whose forward has no `logits_to_keep`: the head must be applied by hand."""
 
     def __init__(self, inner: Any) -> None:
-        super().__init__()
-        self.inner = inner
-        self.config = inner.config
+        super().__init__(inner)
         self.head_rows: list[int] = []
 
     def forward(self, input_ids: Any = None, **kw: Any) -> Any:
@@ -190,10 +195,7 @@ def test_head_only_at_scored_positions_without_logits_to_keep(tiny: tuple[Any, A
             per_ctx[c] = per_ctx.get(c, 1) + x.n_tokens - 1
         longest = max(per_ctx.values())
     assert wrapped.head_rows[probe_rows:] and max(wrapped.head_rows[probe_rows:]) == longest
-    for a, c in zip(ref_next, got_next, strict=True):
-        assert c.probs == pytest.approx(a.probs, abs=1e-5)
-    for a, c in zip(ref_ll, got_ll, strict=True):
-        assert c.token_logprobs == pytest.approx(a.token_logprobs, abs=1e-5)
+    _assert_same(ref_next, got_next, ref_ll, got_ll)
 
 
 def test_single_token_options_share_one_row(tiny: tuple[Any, Any, Any]) -> None:
@@ -284,10 +286,7 @@ def test_tokenising_happens_off_the_event_loop_and_model_threads(
     loop_thread = threading.current_thread().name
     got_next, got_ll = _run(b)
     assert proxy.threads == {"llmscope-hf-tok"} and loop_thread not in proxy.threads
-    for a, c in zip(ref_next, got_next, strict=True):
-        assert c.probs == pytest.approx(a.probs, abs=1e-5)
-    for a, c in zip(ref_ll, got_ll, strict=True):
-        assert c.token_logprobs == pytest.approx(a.token_logprobs, abs=1e-5)
+    _assert_same(ref_next, got_next, ref_ll, got_ll)
 
 
 def test_bad_request_fails_only_its_own_call(tiny: tuple[Any, Any, Any]) -> None:
@@ -401,8 +400,7 @@ def test_batch_size_grows_back_after_a_transient_out_of_memory(
     # 16 fails once -> 8, two full batches of 8 -> 12, two of 12 -> 16.
     assert st["oom_backoffs"] == 1 and st["batch_regrowths"] == 2
     assert b.batch_size == 16 and wrapped.sizes[:4] == [16, 8, 8, 12]
-    for a, c in zip(ref, got, strict=True):
-        assert c.probs == pytest.approx(a.probs, abs=1e-5)
+    _assert_same(ref, got)
 
 
 def test_regrowth_slows_down_when_the_larger_batch_fails_again(
@@ -417,29 +415,14 @@ def test_regrowth_slows_down_when_the_larger_batch_fails_again(
     # 16 -> 8 -> 4 (fits), grows to 6 after two full batches, fails, back to 3: wait longer.
     assert wrapped.sizes[:6] == [16, 8, 4, 4, 6, 3]
     assert b.grow_after >= 4 and b.stats()["oom_backoffs"] >= 3
-    for a, c in zip(ref, got, strict=True):
-        assert c.probs == pytest.approx(a.probs, abs=1e-5)
+    _assert_same(ref, got)
 
 
 def test_sliding_window_cache_falls_back_to_one_row_per_option(
     tiny: tuple[Any, Any, Any],
 ) -> None:
-    from transformers import MistralConfig, MistralForCausalLM
-
     _, tok, spec = tiny
-    cfg = MistralConfig(
-        vocab_size=len(tok) + (-len(tok)) % 64,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        sliding_window=4096,
-        pad_token_id=tok.pad_token_id,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(1)
-        model = MistralForCausalLM(cfg).float().eval()
+    model = tiny_family_model("mistral", tok, seed=1, sliding_window=4096)
     reqs = [(MC_CTX, o) for o in MC_OPTS]
     expected = [_direct_loglik(model, tok, c, x) for c, x in reqs]
     b = HFBackend(spec, model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=8)

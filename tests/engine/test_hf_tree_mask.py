@@ -16,7 +16,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from llmscope.engine.hf import HFBackend  # noqa: E402
-from tests.helpers.tinymodel import make_tiny_model, tiny_spec  # noqa: E402
+from tests.helpers.lmwrap import LMWrapper  # noqa: E402
+from tests.helpers.tinymodel import make_tiny_model, tiny_family_model, tiny_spec  # noqa: E402
 
 CTX = "Question: which of these is an animal?\nAnswer:"
 REQS = [
@@ -124,13 +125,8 @@ def test_tree_and_padded_paths_agree(tiny: tuple[Any, Any, Any]) -> None:
         assert c.token_logprobs == pytest.approx(a.token_logprobs, abs=1e-5)
 
 
-class _IgnoresMask(torch.nn.Module):
+class _IgnoresMask(LMWrapper):
     """A causal LM that drops any attention mask it is given (as some remote-code models do)."""
-
-    def __init__(self, inner: Any) -> None:
-        super().__init__()
-        self.inner = inner
-        self.config = inner.config
 
     def forward(
         self, input_ids: Any = None, attention_mask: Any = None, logits_to_keep: int = 0, **kw: Any
@@ -165,40 +161,12 @@ def test_environment_switch_selects_the_padded_path(
     assert "loglik_tree_batches" not in b.stats()
 
 
-def _family(kind: str, tok: Any, **extra: Any) -> Any:
-    """A tiny random model of another family (Qwen2, Gemma-3 text, Mistral) on the same vocabulary."""
-    import transformers as tf
-
-    common = dict(
-        vocab_size=len(tok) + (-len(tok)) % 64,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        pad_token_id=tok.pad_token_id,
-        **extra,
-    )
-    if kind == "qwen2":
-        cfg, cls = tf.Qwen2Config(**common), tf.Qwen2ForCausalLM
-    elif kind == "gemma3":
-        cfg = tf.Gemma3TextConfig(
-            head_dim=16, layer_types=["sliding_attention", "full_attention"], **common
-        )
-        cls = tf.Gemma3ForCausalLM
-    else:
-        cfg, cls = tf.MistralConfig(**common), tf.MistralForCausalLM
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(3)
-        return cls(cfg).float().eval()
-
-
 @pytest.mark.parametrize(("kind", "window"), [("qwen2", None), ("gemma3", 512), ("mistral", 4096)])
 def test_tree_path_on_other_model_families(
     tiny: tuple[Any, Any, Any], kind: str, window: int | None
 ) -> None:
     _, tok, spec = tiny
-    model = _family(kind, tok, **({"sliding_window": window} if window else {}))
+    model = tiny_family_model(kind, tok, **({"sliding_window": window} if window else {}))
     expected = [_direct(model, tok, c, x) for c, x in REQS]
     b = HFBackend(spec, model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=8)
     assert b.tree_mask, b.scoring
@@ -209,7 +177,7 @@ def test_tree_path_on_other_model_families(
 def test_rows_longer_than_a_sliding_window_take_the_padded_path(tiny: tuple[Any, Any, Any]) -> None:
     _, tok, spec = tiny
     # The probe's 9 tokens fit in the window; CTX with its options does not.
-    model = _family("mistral", tok, sliding_window=12)
+    model = tiny_family_model("mistral", tok, sliding_window=12)
     expected = [_direct(model, tok, c, x) for c, x in REQS]
     b = HFBackend(spec, model=model, tokenizer=tok, device="cpu", dtype="float32", batch_size=8)
     assert b.tree_mask

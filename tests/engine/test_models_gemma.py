@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
-import duckdb
 import pytest
 
+from tests.helpers.cli import cli, query
 from tests.helpers.direct import load_gguf
 
 pytestmark = pytest.mark.slow
@@ -36,38 +35,31 @@ def direct(gemma_gguf):
     return load_gguf(gemma_gguf)
 
 
-def _cli(*args: str, timeout: int = 1200) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "llmscope", *args], capture_output=True, text=True, timeout=timeout
-    )
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return cli(*args, timeout=1200)
+
+
+def _run(db: Path, suite: str, limit: int, *extra: str) -> subprocess.CompletedProcess[str]:
+    """`llmscope run` of the first `limit` items of `suite` into `db`."""
+    return _cli("run", "--suite", suite, "--limit", str(limit), "--db", str(db), *extra)
 
 
 def test_gemma_minimal_pairs_match_direct_and_compare_with_smollm(tmp_path, gemma_gguf, direct):
     import torch
 
     db = tmp_path / "two.duckdb"
-    r = _cli(
-        "run",
-        "--suite",
-        "minimal-pairs",
-        "--limit",
-        "12",
-        "--db",
-        str(db),
-        "--model",
-        f"gguf:{gemma_gguf}",
-    )
+    r = _run(db, "minimal-pairs", 12, "--model", f"gguf:{gemma_gguf}")
     assert r.returncode == 0, r.stderr[-3000:]
-    r = _cli("run", "--suite", "minimal-pairs", "--limit", "12", "--db", str(db))
+    r = _run(db, "minimal-pairs", 12)
     assert r.returncode == 0, r.stderr[-3000:]
 
-    con = duckdb.connect(str(db), read_only=True)
-    gem_run = con.execute("SELECT run_id FROM runs WHERE model LIKE '%gemma%'").fetchone()[0]
-    rows = con.execute(
-        "SELECT item_id, option_scores FROM results WHERE run_id = ? ORDER BY item_id", [gem_run]
-    ).fetchall()
-    runs = [x[0] for x in con.execute("SELECT run_id FROM runs ORDER BY started_at").fetchall()]
-    con.close()
+    gem_run = query(db, "SELECT run_id FROM runs WHERE model LIKE '%gemma%'")[0][0]
+    rows = query(
+        db,
+        "SELECT item_id, option_scores FROM results WHERE run_id = ? ORDER BY item_id",
+        [gem_run],
+    )
+    runs = [x[0] for x in query(db, "SELECT run_id FROM runs ORDER BY started_at")]
     from llmscope.data.suites import load_suite
 
     items = {it.item_id: it for it in load_suite("minimal-pairs").items()}
@@ -93,26 +85,12 @@ def test_sp_prefix_appends_the_word_boundary_piece(tmp_path, gemma_gguf, direct)
     import torch
 
     db = tmp_path / "sp.duckdb"
-    r = _cli(
-        "run",
-        "--suite",
-        "commonsense-sample",
-        "--limit",
-        "2",
-        "--db",
-        str(db),
-        "--model",
-        f"gguf:{gemma_gguf}",
-        "--sp-prefix",
-        "--no-chat",
+    r = _run(
+        db, "commonsense-sample", 2, "--model", f"gguf:{gemma_gguf}", "--sp-prefix", "--no-chat"
     )
     assert r.returncode == 0, r.stderr[-3000:]
-    con = duckdb.connect(str(db), read_only=True)
-    rows = con.execute(
-        "SELECT item_id, variant, p_yes, p_no FROM results ORDER BY item_id, variant"
-    ).fetchall()
-    opts = json.loads(con.execute("SELECT options FROM runs").fetchone()[0])
-    con.close()
+    rows = query(db, "SELECT item_id, variant, p_yes, p_no FROM results ORDER BY item_id, variant")
+    opts = json.loads(query(db, "SELECT options FROM runs")[0][0])
     assert opts["backend"]["sp_prefix"] is True
     tok, model = direct
     space = tok.convert_tokens_to_ids("\u2581")

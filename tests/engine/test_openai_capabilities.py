@@ -24,7 +24,7 @@ from llmscope.engine.openai import OpenAIBackend
 from llmscope.engine.openai.endpoints import redactor
 from llmscope.engine.openai.topk import apply_topk_rule
 from tests.helpers import oai as oai_fixtures
-from tests.helpers.cli import api_run_args
+from tests.helpers.cli import api_run_args, query
 from tests.helpers.oai import CANARY_KEY, OAIServer, note_fault_outcome
 
 oai_server = oai_fixtures.oai_server
@@ -76,19 +76,27 @@ async def test_shifted_echo_is_refused_with_the_numbers(oai: OAIServer) -> None:
     assert oai.log(m) == []  # the item's text was never scored with the broken echo
 
 
+def _write_suite(tmp: Path, name: str, rows: list[dict], yaml_text: str) -> Path:
+    """`name`.jsonl holding `rows` and the suite file `name`.yaml that reads it."""
+    (tmp / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = tmp / f"{name}.yaml"
+    spec.write_text(yaml_text)
+    return spec
+
+
 def _choice_suite(tmp: Path) -> Path:
     rows = [
         {"id": f"q{k}", "question": f"Question {k}?", "options": ["red", "blue"], "gold": "red"}
         for k in range(2)
     ]
-    (tmp / "mc.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    spec = tmp / "mc.yaml"
-    spec.write_text(
+    return _write_suite(
+        tmp,
+        "mc",
+        rows,
         "name: mc\ntask: choice\nitems: mc.jsonl\ntext_field: question\ngold_field: gold\n"
         "options_field: options\ntemplates:\n  qa: 'Question: {question}\\nAnswer:'\n"
-        "task_options:\n  chat: false\n  continuation: ' {option}'\n"
+        "task_options:\n  chat: false\n  continuation: ' {option}'\n",
     )
-    return spec
 
 
 def _minpairs_suite(tmp: Path) -> Path:
@@ -96,13 +104,13 @@ def _minpairs_suite(tmp: Path) -> Path:
         {"id": f"m{k}", "sentences": ["The cats sleep.", "The cats sleeps."], "good": 0}
         for k in range(3)
     ]
-    (tmp / "mp.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    spec = tmp / "mp.yaml"
-    spec.write_text(
+    return _write_suite(
+        tmp,
+        "mp",
+        rows,
         "name: mp\ntask: minpairs\nitems: mp.jsonl\ntext_field: id\n"
-        "task_options:\n  context: text\n  context_text: 'Sentence: '\n"
+        "task_options:\n  context: text\n  context_text: 'Sentence: '\n",
     )
-    return spec
 
 
 def _run(
@@ -138,10 +146,8 @@ def test_choice_run_with_shifted_echo_uses_labels_and_says_so(
     assert choice["method"] == "option labels A/B/C... (chat top-k log-probs)"
     assert "disagree" in choice["reason"]
     assert "method: option labels" in out
-    con = duckdb.connect(str(db), read_only=True)
-    extras = [json.loads(r[0]) for r in con.execute("SELECT extra FROM results").fetchall()]
-    preds = [r[0] for r in con.execute("SELECT prediction FROM results").fetchall()]
-    con.close()
+    extras = [json.loads(r[0]) for r in query(db, "SELECT extra FROM results")]
+    preds = [r[0] for r in query(db, "SELECT prediction FROM results")]
     assert [e["choice_method"] for e in extras] == ["labels", "labels"]
     assert preds == ["red", "red"]  # label A (red): e^-0.2 against e^-2.0
     banner = method_banner(run)
@@ -198,11 +204,7 @@ def test_list_of_prompts_rejected_adapts_to_one_prompt_per_request(
         "adapted once to one prompt per request after 3 identical "
         "500s (probe); 3/3 items scored, 0 list requests during the run",
     )
-    con = duckdb.connect(str(db), read_only=True)
-    rows = con.execute(
-        "SELECT option_scores, correct, error FROM results ORDER BY item_id"
-    ).fetchall()
-    con.close()
+    rows = query(db, "SELECT option_scores, correct, error FROM results ORDER BY item_id")
     assert len(rows) == 3
     for scores, correct, error in rows:
         s = json.loads(scores)
@@ -360,9 +362,7 @@ def test_vllm_prompt_logprobs_choice_run(
     assert (
         run["meta"]["backend"]["method_choice"]["method"] == "vLLM prompt_logprobs log-likelihoods"
     )
-    con = duckdb.connect(str(db), read_only=True)
-    got = con.execute("SELECT prediction, option_scores FROM results ORDER BY item_id").fetchall()
-    con.close()
+    got = query(db, "SELECT prediction, option_scores FROM results ORDER BY item_id")
     for pred, scores in got:
         s = json.loads(scores)
         assert pred == "red"

@@ -95,6 +95,23 @@ def _setup(oai: OAIServer, tmp: Path, fault: dict[str, Any] | None = None, **spe
     return _yesno_suite(tmp, ["[ok] sky", "[hit] sea", "[ok] moon"])
 
 
+def _run_three(
+    capsys: pytest.CaptureFixture[str],
+    oai: OAIServer,
+    tmp: Path,
+    want_rc: int,
+    fault: dict[str, Any] | None = None,
+    **spec: Any,
+) -> tuple[int, list[tuple[Any, ...]], dict[str, Any]]:
+    """Run the three-item suite of `_setup` with `fault` on its middle item; every item stored once."""
+    db = tmp / "r.duckdb"
+    rc, err = _run(capsys, _setup(oai, tmp, fault, **spec), db, oai.base_url)
+    assert rc == want_rc, err
+    rows, run = _rows(db)
+    assert [r[0] for r in rows] == ["i0", "i1", "i2"]
+    return rc, rows, run
+
+
 def _expected_yes() -> float:
     s = E(-0.3) + E(-1.6) + E(-3.0)
     return E(-0.3) / s
@@ -123,12 +140,7 @@ def test_transient_fault_is_retried_and_scored(
     case: str, oai: OAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fault, counter = TRANSIENT[case]
-    spec = _setup(oai, tmp_path, fault)
-    db = tmp_path / "r.duckdb"
-    rc, err = _run(capsys, spec, db, oai.base_url)
-    assert rc == 0, err
-    rows, run = _rows(db)
-    assert [r[0] for r in rows] == ["i0", "i1", "i2"]
+    rc, rows, run = _run_three(capsys, oai, tmp_path, 0, fault)
     assert run["status"] == "completed" and run["n_errors"] == 0
     for r in rows:  # every item scored from log-probs, with the hand-computed numbers
         assert r[6] is None
@@ -165,12 +177,7 @@ def test_persistent_fault_is_an_item_error_never_a_score(
     case: str, oai: OAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     spec_kw, reason = PERSISTENT[case]
-    spec = _setup(oai, tmp_path, None, **spec_kw)
-    db = tmp_path / "r.duckdb"
-    rc, err = _run(capsys, spec, db, oai.base_url)
-    assert rc == 1, err
-    rows, run = _rows(db)
-    assert [r[0] for r in rows] == ["i0", "i1", "i2"]
+    rc, rows, run = _run_three(capsys, oai, tmp_path, 1, None, **spec_kw)
     assert run["status"] == "completed_with_errors" and run["n_errors"] == 1
     bad = rows[1]
     assert bad[2] is None and bad[5] is None  # no probabilities, no correctness

@@ -87,6 +87,16 @@ def rows(db: Path, backend: str | None = None) -> list[dict]:
     return sh.stored_rows(db, backend)
 
 
+def served_rows(db: Path, base_url: str, n_rows: int, suite: str, *extra: str) -> list[dict]:
+    """`llmscope run` of `suite` through the server: it exits 0 and stores `n_rows` rows, none an
+    error; those rows."""
+    p = run_cli(db, suite, *extra, base_url=base_url)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = rows(db, "openai")
+    assert len(got) == n_rows and not any(r["error"] for r in got)
+    return got
+
+
 def run_record(db: Path) -> dict:
     con = duckdb.connect(str(db), read_only=True)
     try:
@@ -110,10 +120,7 @@ def test_yesno_through_the_server_agrees_with_the_local_backend(
     llama_server: str, tmp_path: Path
 ) -> None:
     db = tmp_path / "yn.duckdb"
-    p = run_cli(db, "commonsense-sample", "--limit", "3", base_url=llama_server)
-    assert p.returncode == 0, p.stderr[-2000:]
-    remote = rows(db, "openai")
-    assert len(remote) == 9 and not any(r["error"] for r in remote)
+    remote = served_rows(db, llama_server, 9, "commonsense-sample", "--limit", "3")
     for r in remote:
         assert r["extra"].get("method") == "logprobs"
         assert r["probs"]["yes"] + r["probs"]["no"] <= 1 + 1e-9
@@ -207,10 +214,7 @@ def test_minimal_pairs_work_or_stop_with_a_reason(llama_server: str, tmp_path: P
 
 def test_rating_through_the_server(llama_server: str, tmp_path: Path) -> None:
     db = tmp_path / "rt.duckdb"
-    p = run_cli(db, "rating-sample", "--limit", "3", base_url=llama_server)
-    assert p.returncode == 0, p.stderr[-2000:]
-    got = rows(db, "openai")
-    assert len(got) == 3 and not any(r["error"] for r in got)
+    got = served_rows(db, llama_server, 3, "rating-sample", "--limit", "3")
     for r in got:
         assert set(r["probs"]) == {"1", "2", "3", "4", "5"}
         assert sum(r["probs"].values()) == pytest.approx(1.0)
@@ -219,10 +223,7 @@ def test_rating_through_the_server(llama_server: str, tmp_path: Path) -> None:
 
 def test_generation_through_the_server(llama_server: str, tmp_path: Path) -> None:
     db = tmp_path / "gen.duckdb"
-    p = run_cli(db, "generation-sample", "--limit", "3", base_url=llama_server)
-    assert p.returncode == 0, p.stderr[-2000:]
-    got = rows(db, "openai")
-    assert len(got) == 3 and not any(r["error"] for r in got)
+    got = served_rows(db, llama_server, 3, "generation-sample", "--limit", "3")
     assert all(isinstance(r["prediction"], str) for r in got)
     assert all(r["correct"] in (0.0, 1.0) for r in got)
 
@@ -249,10 +250,7 @@ def test_constrained_through_the_server(llama_server: str, tmp_path: Path) -> No
         "  plain: '{text} Answer with TRUE or FALSE only.'\ntask_options:\n  max_new_tokens: 4\n"
     )
     db = tmp_path / "con.duckdb"
-    p = run_cli(db, str(spec), base_url=llama_server)
-    assert p.returncode == 0, p.stderr[-2000:]
-    got = rows(db, "openai")
-    assert len(got) == 2 and not any(r["error"] for r in got)
+    got = served_rows(db, llama_server, 2, str(spec))
     # generate-and-match: the stored response is an allowed option, or "" (counted wrong, never dropped)
     for r in got:
         assert r["prediction"] in ("TRUE", "FALSE", "")

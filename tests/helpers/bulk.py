@@ -3,10 +3,15 @@
 - STORED_COLS: the `results` columns a stored Result fills (in the order the tests compare them)
 - stored_rows: those columns of one run's rows, in `seq` order
 - yesno_run: a three-item yes/no run to append rows to
+- finished_run: a completed run of a stored suite, to write results under
 - ws_trial: one WorldSense `trials.jsonl` record
+- ws_dir: a WorldSense release folder (trials file and results files) to import
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 from llmscope.store.db import Store
 
@@ -37,6 +42,31 @@ def yesno_run(st: Store, run_id: str) -> None:
     )
 
 
+def finished_run(
+    st: Store,
+    run_id: str,
+    suite_id: str,
+    suite_name: str,
+    n_total: int,
+    task: str = "yesno",
+    model: str = "m",
+    backend: str = "hf",
+) -> None:
+    """Record `run_id` as a completed run of the stored suite `suite_id`."""
+    st.create_run(
+        {
+            "run_id": run_id,
+            "suite_id": suite_id,
+            "suite_name": suite_name,
+            "task": task,
+            "n_total": n_total,
+            "model": model,
+            "backend": backend,
+            "status": "completed",
+        }
+    )
+
+
 def ws_trial(key: int, gold_obf: str, opts: list[str]) -> dict:
     """A WorldSense trial record with answer options `opts` and obfuscated gold `gold_obf`."""
     return {
@@ -51,3 +81,13 @@ def ws_trial(key: int, gold_obf: str, opts: list[str]) -> dict:
         "qskin": "q",
         "complexity": 1,
     }
+
+
+def ws_dir(base: Path, trials: list[dict], results: dict[str, bytes]) -> Path:
+    """`base/ws` holding `trials.jsonl` and, per model name, `results/basic___NAME___results.jsonl`."""
+    d = base / "ws"
+    (d / "results").mkdir(parents=True, exist_ok=True)
+    (d / "trials.jsonl").write_text("\n".join(json.dumps(t) for t in trials) + "\n")
+    for name, body in results.items():
+        (d / "results" / f"basic___{name}___results.jsonl").write_bytes(body)
+    return d

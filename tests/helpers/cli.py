@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -54,6 +55,26 @@ def record(section: str, merge: bool = False, **figures: Any) -> None:
         pass  # figures are a report, never a reason for a test to fail
 
 
+def module_figures(
+    section: str,
+    merge: bool = False,
+    summary: Callable[[dict[str, str]], dict[str, Any]] | None = None,
+) -> tuple[dict[str, str], Any]:
+    """A test module's figures and an autouse module fixture that records them under `section`
+    (as `summary` makes of them, if given) once the module's tests have run:
+    `FIGURES, _figures = module_figures(...)` at module level."""
+    import pytest
+
+    figures: dict[str, str] = {}
+
+    @pytest.fixture(scope="module", autouse=True)
+    def _record() -> Iterator[None]:
+        yield
+        record(section, merge, **(summary(figures) if summary else figures))
+
+    return figures, _record
+
+
 # -- subprocesses -------------------------------------------------------------------------
 def cli_env(**extra: str) -> dict[str, str]:
     """Environment for `python -m llmscope` subprocesses.
@@ -84,8 +105,9 @@ def cli(
     env: dict[str, str] | None = None,
     timeout: float = 300,
     cwd: str | Path | None = None,
+    preexec_fn: Callable[[], object] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the CLI to completion, capturing text output."""
+    """Run the CLI to completion, capturing text output (`preexec_fn` runs in the child)."""
     return subprocess.run(
         cli_cmd(*args),
         env=env or cli_env(),
@@ -93,6 +115,7 @@ def cli(
         text=True,
         timeout=timeout,
         cwd=cwd,
+        preexec_fn=preexec_fn,
     )
 
 
@@ -108,6 +131,11 @@ def cli_here(*args: str, db: str | Path) -> SimpleNamespace:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = main(["--db", str(db), *args])
     return SimpleNamespace(returncode=rc, stdout=out.getvalue(), stderr=err.getvalue())
+
+
+def run_here(*args: str, db: str | Path) -> SimpleNamespace:
+    """`llmscope run ARGS` in this process on one thread, quiet and without the report."""
+    return cli_here("run", *args, "--threads", "1", "--quiet", "--no-report", db=db)
 
 
 def api_run_args(spec: str | Path, db: str | Path, base_url: str, *extra: str) -> list[str]:
@@ -139,6 +167,34 @@ def api_run(
         *api_run_args(spec, db, base_url, *extra),
         env=env if env is not None else cli_env(OPENAI_API_KEY="sk-test"),
         timeout=timeout,
+    )
+
+
+def start_api_run(
+    spec: str | Path, db: str | Path, base_url: str, *extra: str, **env: str
+) -> subprocess.Popen[str]:
+    """A quiet `llmscope run` (`api_run_args`, no report, no response cache) started in the
+    background with OPENAI_API_KEY=sk-test and `env`; stdout discarded, stderr piped as text."""
+    return subprocess.Popen(
+        cli_cmd(*api_run_args(spec, db, base_url, "--no-report", "--quiet", "--no-cache", *extra)),
+        env=cli_env(OPENAI_API_KEY="sk-test", **env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def start_study_run(
+    study: Path, db: Path, jobs: int, stdout: int = subprocess.DEVNULL
+) -> subprocess.Popen[str]:
+    """`llmscope study run STUDY --trust-study --jobs N` started in the background with
+    OPENAI_API_KEY=sk-test; stderr piped as text (stdout discarded unless given)."""
+    return subprocess.Popen(
+        cli_cmd("study", "run", str(study), "--db", str(db), "--trust-study", "--jobs", str(jobs)),
+        env=cli_env(OPENAI_API_KEY="sk-test"),
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -218,6 +274,12 @@ def contamination_db(base: Path, limit: int, *opts: str) -> Path:
 WORDS = "cat dog bird fish tree water fire stone sky sun moon river mountain city house car".split()
 
 
+def write_file(path: Path, text: str) -> Path:
+    """`text` written to `path` as UTF-8; the path (a study file, a suite spec)."""
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
 def write_yesno_suite(folder: Path, n_items: int, name: str = "rel-yesno") -> Path:
     """A yes/no suite with two prompt variants; returns the spec path."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -288,29 +350,41 @@ def snapshot(db: Path, dest: Path) -> Path:
     return out
 
 
-def result_rows(db: Path) -> list[dict[str, Any]]:
-    """Every stored result row with its identity and numbers (opened read-write: replays a WAL)."""
-    import duckdb
-
-    con = duckdb.connect(str(db))
-    try:
-        cur = con.execute(
-            "SELECT run_id, item_id, variant, p_yes, p_no, other, option_scores, error FROM results"
-        )
-        cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, r, strict=False)) for r in cur.fetchall()]
-    finally:
-        con.close()
-
-
-def count_rows(db: Path, table: str) -> int:
+def query(db: Path, sql: str, params: list[Any] | None = None) -> list[tuple]:
+    """The rows of one query on `db`, opened read-only and closed again."""
     import duckdb
 
     con = duckdb.connect(str(db), read_only=True)
     try:
-        return int(con.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+        return con.execute(sql, params or []).fetchall()
     finally:
         con.close()
+
+
+def query_dicts(db: Path, sql: str, read_only: bool = True) -> list[dict[str, Any]]:
+    """The rows of one query on `db` as column -> value (read-write replays a WAL)."""
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=read_only)
+    try:
+        cur = con.execute(sql)
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    finally:
+        con.close()
+
+
+def result_rows(db: Path) -> list[dict[str, Any]]:
+    """Every stored result row with its identity and numbers (opened read-write: replays a WAL)."""
+    return query_dicts(
+        db,
+        "SELECT run_id, item_id, variant, p_yes, p_no, other, option_scores, error FROM results",
+        read_only=False,
+    )
+
+
+def count_rows(db: Path, table: str) -> int:
+    return int(query(db, f"SELECT count(*) FROM {table}")[0][0])
 
 
 # -- RELIABILITY.md -----------------------------------------------------------------------

@@ -18,18 +18,25 @@ TINY_ARC_DOCS = [
     },
 ]
 
-# lm-eval's multiple-choice task on docs.jsonl beside the YAML, as a task file would say it.
-TINY_ARC_YAML = """task: tiny_arc
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: docs.jsonl
-test_split: test
-output_type: multiple_choice
-doc_to_text: "Question: {{question}}\\nAnswer:"
-doc_to_choice: "{{choices.text}}"
-doc_to_target: "{{choices.label.index(answerKey)}}"
-"""
+
+def mc_task_yaml(task: str, choice: str, target: str, tail: str = "") -> str:
+    """An lm-eval multiple-choice task YAML on docs.jsonl beside it (a "Question: ...\\nAnswer:"
+    prompt), as a task file would say it; `tail` adds more keys (metric_list, ...)."""
+    return (
+        f"task: {task}\n"
+        "dataset_path: json\n"
+        "dataset_kwargs:\n"
+        "  data_files:\n"
+        "    test: docs.jsonl\n"
+        "test_split: test\n"
+        "output_type: multiple_choice\n"
+        'doc_to_text: "Question: {{question}}\\nAnswer:"\n'
+        f'doc_to_choice: "{choice}"\n'
+        f'doc_to_target: "{target}"\n'
+    ) + tail
+
+
+TINY_ARC_YAML = mc_task_yaml("tiny_arc", "{{choices.text}}", "{{choices.label.index(answerKey)}}")
 
 
 def write_task(
@@ -43,3 +50,15 @@ def write_task(
     p = folder / name
     p.write_text(yaml_text)
     return p
+
+
+def main_db(db: Path, *args: str) -> int:
+    """`llmscope --db DB ARGS` in this process (its output to the test's capture): the exit status."""
+    from llmscope.cli import main
+
+    return main(["--db", str(db), *args])
+
+
+def run_yaml(db: Path, yaml_path: str | Path) -> int:
+    """The embedded model runs the task YAML as a suite, on one thread, quietly, without a report."""
+    return main_db(db, "run", "--suite", str(yaml_path), "--threads", "1", "--quiet", "--no-report")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from llmscope.engine.types import Item, Result
 from llmscope.store.db import Store
+from tests.helpers.bulk import finished_run
 
 OPTIONS = ["A", "B", "C"]
 # item -> (cluster label or None, gold or None)
@@ -91,18 +92,7 @@ def write_mixed_db(db: Path) -> Path:
         spec = {"task": "choice", "cluster_field": "cl", "group_by": ["cl"]}
         st.add_suite("s-mixed", "mixed", "choice", spec, "", items)
         for rid in PREDICTIONS:
-            st.create_run(
-                {
-                    "run_id": rid,
-                    "suite_id": "s-mixed",
-                    "suite_name": "mixed",
-                    "task": "choice",
-                    "n_total": len(ITEMS),
-                    "model": f"m-{rid}",
-                    "backend": "hf",
-                    "status": "completed",
-                }
-            )
+            finished_run(st, rid, "s-mixed", "mixed", len(ITEMS), task="choice", model=f"m-{rid}")
             st.write_results(rid, [_row(rid, k) for k in ITEMS])
     return db
 
@@ -164,17 +154,8 @@ def write_labels_db(db: Path) -> Path:
         spec = {"task": "choice", "human_counts_field": "human_counts"}
         st.add_suite("s-lab", "labels", "choice", spec, "", items)
         for rid, how in (("lab-abs", "abstain"), ("lab-err", "error")):
-            st.create_run(
-                {
-                    "run_id": rid,
-                    "suite_id": "s-lab",
-                    "suite_name": "labels",
-                    "task": "choice",
-                    "n_total": 4,
-                    "model": "m-lab",
-                    "backend": "openai",
-                    "status": "completed",
-                }
+            finished_run(
+                st, rid, "s-lab", "labels", 4, task="choice", model="m-lab", backend="openai"
             )
             st.write_results(
                 rid,
@@ -208,18 +189,7 @@ def write_yesno_db(db: Path) -> Path:
     with Store(db) as st:
         st.add_suite("s-yn", "yn", "yesno", {"task": "yesno"}, "", items)
         for rid in ("yn-abs", "yn-err"):
-            st.create_run(
-                {
-                    "run_id": rid,
-                    "suite_id": "s-yn",
-                    "suite_name": "yn",
-                    "task": "yesno",
-                    "n_total": 4,
-                    "model": "m-yn",
-                    "backend": "hf",
-                    "status": "completed",
-                }
-            )
+            finished_run(st, rid, "s-yn", "yn", 4, model="m-yn")
             res = []
             for it in items:
                 gold = str(it.gold)

@@ -184,6 +184,21 @@ def _content(spec: dict[str, Any]) -> str:
     return (spec.get("top") or DEFAULT_TOP)[0][0]
 
 
+def _envelope(
+    rid: str, obj: str, body: dict[str, Any], spec: dict[str, Any], choices: list, usage: dict
+) -> dict:
+    """The response object around `choices`, as an OpenAI-compatible server writes it."""
+    return {
+        "id": rid,
+        "object": obj,
+        "created": int(time.time()),
+        "model": spec.get("model", body.get("model", "test-model")),
+        "system_fingerprint": spec.get("system_fingerprint", DEFAULT_FINGERPRINT),
+        "choices": choices,
+        "usage": usage,
+    }
+
+
 def chat_response(body: dict[str, Any], marker: str | None, spec: dict[str, Any]) -> dict:
     n = 1 if spec.get("ignore_n") else int(body.get("n") or 1)
     prompt_tokens = len(tokenize(_prompt_text("/chat/completions", body)))
@@ -209,15 +224,14 @@ def chat_response(body: dict[str, Any], marker: str | None, spec: dict[str, Any]
                 "finish_reason": "length",
             }
         )
-    return {
-        "id": "chatcmpl-test",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": spec.get("model", body.get("model", "test-model")),
-        "system_fingerprint": spec.get("system_fingerprint", DEFAULT_FINGERPRINT),
-        "choices": choices,
-        "usage": _usage(prompt_tokens, completion_tokens),
-    }
+    return _envelope(
+        "chatcmpl-test",
+        "chat.completion",
+        body,
+        spec,
+        choices,
+        _usage(prompt_tokens, completion_tokens),
+    )
 
 
 def completion_response(body: dict[str, Any], marker: str | None, spec: dict[str, Any]) -> dict:
@@ -286,15 +300,14 @@ def completion_response(body: dict[str, Any], marker: str | None, spec: dict[str
         if body.get("prompt_logprobs") is not None and spec.get("vllm", STATE.vllm):
             choice.update(_vllm_prompt_logprobs(ptoks, table, int(body["prompt_logprobs"]), body))
         choices.append(choice)
-    return {
-        "id": "cmpl-test",
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": spec.get("model", body.get("model", "test-model")),
-        "system_fingerprint": spec.get("system_fingerprint", DEFAULT_FINGERPRINT),
-        "choices": choices,
-        "usage": _usage(prompt_tokens, completion_tokens),
-    }
+    return _envelope(
+        "cmpl-test",
+        "text_completion",
+        body,
+        spec,
+        choices,
+        _usage(prompt_tokens, completion_tokens),
+    )
 
 
 def _token_id(tok: str) -> int:

@@ -64,21 +64,27 @@ def _training_corpus() -> list[str]:
     return lines
 
 
-@functools.cache
-def _trained_tokenizer_json() -> str:
+def train_bpe(corpus: list[str], vocab_size: int, special_tokens: list[str]) -> Any:
+    """A byte-level BPE `tokenizers.Tokenizer` trained on `corpus`."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tk = Tokenizer(models.BPE())
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tk.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=600,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        vocab_size=vocab_size,
+        special_tokens=special_tokens,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tk.train_from_iterator(_training_corpus(), trainer=trainer)
-    return tk.to_str()
+    tk.train_from_iterator(corpus, trainer=trainer)
+    return tk
+
+
+@functools.cache
+def _trained_tokenizer_json() -> str:
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    return str(train_bpe(_training_corpus(), 600, specials).to_str())
 
 
 def _trained_tokenizer() -> Any:
@@ -117,6 +123,50 @@ def load_tokenizer(vocab: str = "auto", chat_template: bool = True) -> Any:
     return tok
 
 
+def padded_vocab(tok: Any) -> int:
+    """len(tok) rounded up to a multiple of 64, like real checkpoints: ids past len(tok) are
+    never produced."""
+    return len(tok) + (-len(tok)) % 64
+
+
+def tiny_dims(vocab_size: int, hidden: int = 64, layers: int = 2) -> dict[str, int]:
+    """The sizes of a tiny test model's config: 4 attention heads over 2 key/value heads and an
+    MLP twice as wide as `hidden`."""
+    return {
+        "vocab_size": vocab_size,
+        "hidden_size": hidden,
+        "intermediate_size": hidden * 2,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+    }
+
+
+def tiny_family_model(kind: str, tok: Any, seed: int = 3, **extra: Any) -> Any:
+    """A tiny random fp32 model of another family ("qwen2", "gemma3" text, or "mistral") on
+    `tok`'s vocabulary; `extra` goes to its config (sliding_window, ...)."""
+    import torch
+    import transformers as tf
+
+    common: dict[str, Any] = {
+        **tiny_dims(padded_vocab(tok)),
+        "pad_token_id": tok.pad_token_id,
+        **extra,
+    }
+    if kind == "qwen2":
+        cfg, cls = tf.Qwen2Config(**common), tf.Qwen2ForCausalLM
+    elif kind == "gemma3":
+        cfg = tf.Gemma3TextConfig(
+            head_dim=16, layer_types=["sliding_attention", "full_attention"], **common
+        )
+        cls = tf.Gemma3ForCausalLM
+    else:
+        cfg, cls = tf.MistralConfig(**common), tf.MistralForCausalLM
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return cls(cfg).float().eval()
+
+
 def make_tiny_model(
     tmp_path: str | Path,
     vocab: str = "auto",
@@ -138,15 +188,9 @@ def make_tiny_model(
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tok = load_tokenizer(vocab, chat_template)
-    n_vocab = len(tok)
-    n_vocab += (-n_vocab) % 64  # padded like real checkpoints: ids past len(tok) are never produced
+    n_vocab = padded_vocab(tok)
     cfg = LlamaConfig(
-        vocab_size=n_vocab,
-        hidden_size=hidden,
-        intermediate_size=hidden * 2,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        **tiny_dims(n_vocab, hidden, layers),
         max_position_embeddings=2048,
         tie_word_embeddings=False,
         initializer_range=0.02,

@@ -13,7 +13,7 @@ from llmscope.engine.types import Result
 from llmscope.io.importers.published import fast_jsonl, import_worldsense
 from llmscope.store.db import Store
 from llmscope.store.errors import StoreError
-from tests.helpers.bulk import stored_rows, ws_trial, yesno_run
+from tests.helpers.bulk import stored_rows, ws_dir, ws_trial, yesno_run
 
 
 def test_append_results_defaults_and_values(tmp_path: Path) -> None:
@@ -36,26 +36,9 @@ def test_append_results_defaults_and_values(tmp_path: Path) -> None:
     # by hand: absent columns are null, n_tokens 0 and latency 0.0 (a default Result's values),
     # seq counts from start_seq, NaN is stored as NaN only if given as such by Arrow -> checked below
     a, b = got
-    assert a == (
-        "a",
-        "q1",
-        5,
-        "P a",
-        None,
-        0.25,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        1.0,
-        None,
-        0,
-        0.0,
-        None,
-        '{"k":1}',
-    )
+    # columns as STORED_COLS: probs, then p_yes .. gold (p_no other top_tokens option_scores
+    # prediction gold: six nulls), correct, confidence, n_tokens, latency_ms, error, extra
+    assert a == ("a", "q1", 5, "P a", None, 0.25, *[None] * 6, 1.0, None, 0, 0.0, None, '{"k":1}')
     assert (
         b[:3] == ("b", "q1", 6) and b[12] is None and b[17] is None and b[14] == 0 and b[15] == 0.0
     )
@@ -180,15 +163,12 @@ def test_fast_jsonl_same_errors(tmp_path: Path, text: str, where: str) -> None:
 
 # -- WorldSense import through the bulk path ---------------------------------------------------
 def _ws_dir(tmp_path: Path) -> Path:
-    d = tmp_path / "ws"
-    (d / "results").mkdir(parents=True)
     trials = [
         ws_trial(1, "Emmanuel", ["TRUE", "FALSE"]),
         ws_trial(2, "Megi", ["TRUE", "FALSE"]),
         ws_trial(3, "Mark", ["1", "2", "3"]),
         ws_trial(4, "Youssef", ["1", "2", "3"]),
     ]
-    (d / "trials.jsonl").write_text("\n".join(json.dumps(t) for t in trials) + "\n")
     resp = [
         {"Key": 1, "resp": " TRUE "},
         {"Key": 2, "resp": "TRUE"},
@@ -197,10 +177,7 @@ def _ws_dir(tmp_path: Path) -> Path:
         {"Key": 99, "resp": "TRUE"},
         {"Key": 1, "resp": "FALSE"},
     ]
-    (d / "results" / "basic___M1___results.jsonl").write_text(
-        "\n".join(json.dumps(r) for r in resp) + "\n"
-    )
-    return d
+    return ws_dir(tmp_path, trials, {"M1": "".join(json.dumps(r) + "\n" for r in resp).encode()})
 
 
 def test_worldsense_import_rows_by_hand(tmp_path: Path) -> None:
@@ -224,59 +201,16 @@ def test_worldsense_import_rows_by_hand(tmp_path: Path) -> None:
     assert read == ["Trial 1?", "Trial 2?", "Trial 3?", "Trial 4?"]
     # gold: Emmanuel=TRUE, Megi=FALSE, Mark=1, Youssef=2; 1 and 2 are one class (KNOW);
     # "maybe" is not an allowed response (valid false) and is wrong; Key 1's first answer counts.
+    extra = '{{"imported":true,"prompting":"basic","valid":{}}}'
+    by_hand = [  # item, prediction, gold, correct, valid
+        ("1", "TRUE", "TRUE", 1.0, "true"),
+        ("2", "TRUE", "FALSE", 0.0, "true"),
+        ("3", "2", "1", 1.0, "true"),
+        ("4", "maybe", "2", 0.0, "false"),
+    ]
     assert rows == [
-        (
-            "1",
-            "default",
-            0,
-            None,
-            "TRUE",
-            "TRUE",
-            1.0,
-            '{"imported":true,"prompting":"basic","valid":true}',
-            0,
-            0.0,
-            None,
-        ),
-        (
-            "2",
-            "default",
-            1,
-            None,
-            "TRUE",
-            "FALSE",
-            0.0,
-            '{"imported":true,"prompting":"basic","valid":true}',
-            0,
-            0.0,
-            None,
-        ),
-        (
-            "3",
-            "default",
-            2,
-            None,
-            "2",
-            "1",
-            1.0,
-            '{"imported":true,"prompting":"basic","valid":true}',
-            0,
-            0.0,
-            None,
-        ),
-        (
-            "4",
-            "default",
-            3,
-            None,
-            "maybe",
-            "2",
-            0.0,
-            '{"imported":true,"prompting":"basic","valid":false}',
-            0,
-            0.0,
-            None,
-        ),
+        (item, "default", seq, None, pred, gold, ok, extra.format(valid), 0, 0.0, None)
+        for seq, (item, pred, gold, ok, valid) in enumerate(by_hand)
     ]
 
 

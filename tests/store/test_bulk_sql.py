@@ -17,7 +17,7 @@ from llmscope.io.importers import published
 from llmscope.io.importers.published import import_worldsense, is_plain_results
 from llmscope.store.db import Store
 from llmscope.store.errors import StoreError
-from tests.helpers.bulk import STORED_COLS, stored_rows, ws_trial, yesno_run
+from tests.helpers.bulk import STORED_COLS, stored_rows, ws_dir, ws_trial, yesno_run
 
 COLS = (*STORED_COLS, "p_chosen", "choice_method", "top_tokens_blob")
 
@@ -45,45 +45,28 @@ def _select(rows: list[tuple]) -> str:
 ROWS = [("a", "q1", 0, "yes", 1.0), ("b", "q1", 1, None, None), ("a", "q2", 2, "no", 0.0)]
 
 
+def _append_py(st: Store, run_id: str, rows: list[tuple]) -> None:
+    """The same rows through the row-by-row path, to compare the SQL path with."""
+    st.append_results(
+        run_id,
+        {
+            "item_id": [r[0] for r in rows],
+            "variant": [r[1] for r in rows],
+            "prediction": [r[3] for r in rows],
+            "correct": [r[4] for r in rows],
+        },
+    )
+
+
 def test_append_results_sql_equals_append_results(tmp_path: Path) -> None:
     with Store(tmp_path / "s.duckdb") as st:
         yesno_run(st, "py")
         yesno_run(st, "sql")
-        st.append_results(
-            "py",
-            {
-                "item_id": [r[0] for r in ROWS],
-                "variant": [r[1] for r in ROWS],
-                "prediction": [r[3] for r in ROWS],
-                "correct": [r[4] for r in ROWS],
-            },
-        )
+        _append_py(st, "py", ROWS)
         assert st.append_results_sql("sql", _select(ROWS)) == 3
         assert _rows(st, "sql") == _rows(st, "py")
         # run id and written_at filled in, n_tokens 0 and latency 0.0 as a default Result stores them
-        assert _rows(st, "sql")[1] == (
-            "b",
-            "q1",
-            1,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            0,
-            0.0,
-            None,
-            None,
-            None,
-            None,
-            None,
-        )
+        assert _rows(st, "sql")[1] == ("b", "q1", 1, *[None] * 11, 0, 0.0, *[None] * 5)
         assert st.execute(
             "SELECT count(*) FROM results WHERE run_id = 'sql' AND written_at IS NULL"
         ).fetchone() == (0,)
@@ -123,15 +106,7 @@ def test_append_results_sql_skips_repeated_keys_outside_a_transaction(tmp_path: 
         for run in ("py", "sql"):
             st.append_results(run, {"item_id": ["a"], "variant": ["q2"], "prediction": ["old"]})
         rows = [*ROWS, ("b", "q1", 3, "yes", 1.0), ("c", "q1", 4, "yes", 1.0)]
-        st.append_results(
-            "py",
-            {
-                "item_id": [r[0] for r in rows],
-                "variant": [r[1] for r in rows],
-                "prediction": [r[3] for r in rows],
-                "correct": [r[4] for r in rows],
-            },
-        )
+        _append_py(st, "py", rows)
         assert st.append_results_sql("sql", _select(rows)) == 3
         got = _rows(st, "sql")
         assert got == _rows(st, "py")
@@ -250,12 +225,7 @@ OTHER = [
 
 
 def _ws_dir(tmp_path: Path, results: dict[str, bytes]) -> Path:
-    d = tmp_path / "ws"
-    (d / "results").mkdir(parents=True, exist_ok=True)
-    (d / "trials.jsonl").write_text("\n".join(json.dumps(t) for t in TRIALS) + "\n")
-    for name, body in results.items():
-        (d / "results" / f"basic___{name}___results.jsonl").write_bytes(body)
-    return d
+    return ws_dir(tmp_path, TRIALS, results)
 
 
 def _import(

@@ -137,7 +137,7 @@ def test_two_cli_runs_on_a_new_file(tmp_path: Path) -> None:
     spreads the two opens apart, so this alone rarely meets the race (3 trials passed on the
     old code too); the barrier test above does (the old code failed its first trial). It
     checks the command's whole path: the later run waits for the lock and joins the file."""
-    from tests.helpers.cli import api_run_args, cli_cmd, write_yesno_suite
+    from tests.helpers.cli import start_api_run, write_yesno_suite
     from tests.helpers.oai import start_server, stop_server
 
     server = start_server()
@@ -146,19 +146,7 @@ def test_two_cli_runs_on_a_new_file(tmp_path: Path) -> None:
         for t in range(CLI_TRIALS):
             db = tmp_path / f"cli{t}.duckdb"
             procs = [
-                subprocess.Popen(
-                    cli_cmd(
-                        *api_run_args(spec, db, server.base_url),
-                        "--no-report",
-                        "--quiet",
-                        "--no-cache",
-                    ),
-                    env=cli_env(OPENAI_API_KEY="sk-test", LLMSCOPE_LOCK_WAIT="60"),
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
-                for spec in specs
+                start_api_run(spec, db, server.base_url, LLMSCOPE_LOCK_WAIT="60") for spec in specs
             ]
             errs = [p.communicate(timeout=300)[1] for p in procs]
             con = duckdb.connect(str(db), read_only=True)

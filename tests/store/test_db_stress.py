@@ -28,27 +28,17 @@ from tests.helpers.cli import (
     assert_clean_error,
     cli,
     hold_db,
-    record,
+    module_figures,
     snapshot,
     write_yesno_suite,
 )
-from tests.helpers.oai import OAIServer, running_server
+from tests.helpers.oai import OAIServer, oai_server  # noqa: F401
 
 pytestmark = pytest.mark.reliability
 
-FIGURES: dict[str, str] = {}
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[OAIServer]:
-    with running_server() as s:
-        yield s
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _figures() -> Iterator[None]:
-    yield
-    record("database", cases=len(FIGURES), outcomes=dict(sorted(FIGURES.items())))
+FIGURES, _figures = module_figures(
+    "database", summary=lambda f: {"cases": len(f), "outcomes": dict(sorted(f.items()))}
+)
 
 
 def _run(spec: Path, db: Path, server: OAIServer, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -75,12 +65,12 @@ def _make_db(path: Path, spec: Path, server: OAIServer) -> None:
 
 
 @pytest.mark.slow
-def test_locked_by_another_process(tmp_path: Path, server: OAIServer) -> None:
+def test_locked_by_another_process(tmp_path: Path, oai_server: OAIServer) -> None:
     spec = write_yesno_suite(tmp_path / "s", 5)
     db = tmp_path / "locked.duckdb"
     holder = hold_db(db, "CREATE TABLE mine (x INT)")
     try:
-        assert_clean_error(_run(spec, db, server), "in use by another process", str(db))
+        assert_clean_error(_run(spec, db, oai_server), "in use by another process", str(db))
         assert_clean_error(cli("runs", "--db", str(db)), "in use by another process")
         assert_clean_error(cli("report", "--db", str(db)), "in use by another process")
     finally:
@@ -105,10 +95,10 @@ def ro_dir(tmp_path: Path) -> Iterator[Path]:
     _umount(d)
 
 
-def test_read_only_folder(tmp_path: Path, ro_dir: Path, server: OAIServer) -> None:
+def test_read_only_folder(tmp_path: Path, ro_dir: Path, oai_server: OAIServer) -> None:
     spec = write_yesno_suite(tmp_path / "s", 5)
     existing = ro_dir / "existing.duckdb"
-    _make_db(existing, spec, server)
+    _make_db(existing, spec, oai_server)
     before = _sha(existing)
     if not (
         _mount("--bind", str(ro_dir), str(ro_dir)) and _mount("-o", "remount,ro,bind", str(ro_dir))
@@ -118,8 +108,8 @@ def test_read_only_folder(tmp_path: Path, ro_dir: Path, server: OAIServer) -> No
             os.chmod(existing, 0o444)
         else:
             pytest.skip("needs `mount -o remount,ro,bind` (root in a container that allows mounts)")
-    assert_clean_error(_run(spec, existing, server), "read-only", str(existing))
-    assert_clean_error(_run(spec, ro_dir / "new.duckdb", server), "read-only")
+    assert_clean_error(_run(spec, existing, oai_server), "read-only", str(existing))
+    assert_clean_error(_run(spec, ro_dir / "new.duckdb", oai_server), "read-only")
     assert not (ro_dir / "new.duckdb").exists()
     # Reading still works from a read-only folder.
     ok = cli("runs", "--db", str(existing))
@@ -128,10 +118,10 @@ def test_read_only_folder(tmp_path: Path, ro_dir: Path, server: OAIServer) -> No
     FIGURES["read_only"] = "refused, exit 2, file unchanged; reads still work"
 
 
-def test_missing_folder(tmp_path: Path, server: OAIServer) -> None:
+def test_missing_folder(tmp_path: Path, oai_server: OAIServer) -> None:
     spec = write_yesno_suite(tmp_path / "s", 5)
     db = tmp_path / "nowhere" / "x.duckdb"
-    assert_clean_error(_run(spec, db, server), "does not exist")
+    assert_clean_error(_run(spec, db, oai_server), "does not exist")
     assert not db.parent.exists()
     assert_clean_error(cli("runs", "--db", str(db)), "no database")
     FIGURES["missing_folder"] = "refused, exit 2, nothing created"
@@ -161,16 +151,16 @@ def _fill(folder: Path) -> None:
             pass
 
 
-def test_full_disk_when_creating(tmp_path: Path, tiny_fs: Path, server: OAIServer) -> None:
+def test_full_disk_when_creating(tmp_path: Path, tiny_fs: Path, oai_server: OAIServer) -> None:
     spec = write_yesno_suite(tmp_path / "s", 5)
     _fill(tiny_fs)
     db = tiny_fs / "new.duckdb"
-    assert_clean_error(_run(spec, db, server), "disk is full")
+    assert_clean_error(_run(spec, db, oai_server), "disk is full")
     assert not db.exists() and not [p for p in tiny_fs.iterdir() if p.name != "ballast"]
     (tiny_fs / "ballast").unlink()
     # Room for the run and its final checkpoint (which exits 2 on a disk too small for it).
     assert _mount("-o", "remount,size=40m", str(tiny_fs))
-    proc = _run(spec, db, server)
+    proc = _run(spec, db, oai_server)
     assert proc.returncode == 0, proc.stderr
     con = duckdb.connect(str(db), read_only=True)
     assert con.execute(
@@ -182,7 +172,7 @@ def test_full_disk_when_creating(tmp_path: Path, tiny_fs: Path, server: OAIServe
 
 @pytest.mark.slow
 def test_full_disk_during_a_run_then_resume(
-    tmp_path: Path, tiny_fs: Path, server: OAIServer
+    tmp_path: Path, tiny_fs: Path, oai_server: OAIServer
 ) -> None:
     # Incompressible 3 kB texts: the suite fits, the results (which store prompts) do not.
     rng = random.Random(1)
@@ -195,12 +185,12 @@ def test_full_disk_during_a_run_then_resume(
             f.write(json.dumps({"id": f"i{i}", "text": text, "gold": "yes"}) + "\n")
     (d / "suite.yaml").write_text("name: big\ntask: yesno\nitems: items.jsonl\n")
     db = tiny_fs / "run.duckdb"
-    assert_clean_error(_run(d / "suite.yaml", db, server), "disk is full")
+    assert_clean_error(_run(d / "suite.yaml", db, oai_server), "disk is full")
     rows = _rows(snapshot(db, tmp_path / "snap"))
     assert rows["suites"] == 1 and rows["items"] == n, "the suite is stored whole"
     assert 0 <= rows["results"] == rows["distinct"] < n
     assert _mount("-o", "remount,size=40m", str(tiny_fs))
-    proc = _run(d / "suite.yaml", db, server)
+    proc = _run(d / "suite.yaml", db, oai_server)
     assert proc.returncode == 0, proc.stderr
     after = _rows(db)
     assert after["results"] == after["distinct"] == n
@@ -249,7 +239,7 @@ def _legacy_db(path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_older_schema_is_migrated(tmp_path: Path, server: OAIServer) -> None:
+def test_older_schema_is_migrated(tmp_path: Path, oai_server: OAIServer) -> None:
     db = tmp_path / "old.duckdb"
     _legacy_db(db)
     before = _sha(db)
@@ -257,7 +247,7 @@ def test_older_schema_is_migrated(tmp_path: Path, server: OAIServer) -> None:
     assert_clean_error(cli("runs", "--db", str(db)), "older", "open it once for writing")
     assert _sha(db) == before
     spec = write_yesno_suite(tmp_path / "s", 5)
-    proc = _run(spec, db, server)
+    proc = _run(spec, db, oai_server)
     assert proc.returncode == 0, proc.stderr
     con = duckdb.connect(str(db), read_only=True)
     assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION
@@ -279,7 +269,7 @@ def test_older_schema_is_migrated(tmp_path: Path, server: OAIServer) -> None:
     FIGURES["older_schema"] = "version 0 migrated to 1, old rows kept (duplicates folded)"
 
 
-def test_failed_migration_leaves_the_file_unchanged(tmp_path: Path, server: OAIServer) -> None:
+def test_failed_migration_leaves_the_file_unchanged(tmp_path: Path, oai_server: OAIServer) -> None:
     db = tmp_path / "odd.duckdb"
     con = duckdb.connect(str(db))
     # A `results` table llmscope cannot adopt (NULL where the key needs a value).
@@ -288,7 +278,7 @@ def test_failed_migration_leaves_the_file_unchanged(tmp_path: Path, server: OAIS
     con.close()
     before = _sha(db)
     spec = write_yesno_suite(tmp_path / "s", 5)
-    assert_clean_error(_run(spec, db, server), "migrating")
+    assert_clean_error(_run(spec, db, oai_server), "migrating")
     assert _sha(db) == before
     con = duckdb.connect(str(db), read_only=True)
     tables = {
@@ -299,13 +289,13 @@ def test_failed_migration_leaves_the_file_unchanged(tmp_path: Path, server: OAIS
     FIGURES["failed_migration"] = "refused, exit 2, file byte-identical"
 
 
-def test_newer_schema_is_refused(tmp_path: Path, server: OAIServer) -> None:
+def test_newer_schema_is_refused(tmp_path: Path, oai_server: OAIServer) -> None:
     db = tmp_path / "new.duckdb"
     with Store(db) as s:
         s.execute("INSERT INTO schema_version VALUES (999, now())")
     before = _sha(db)
     spec = write_yesno_suite(tmp_path / "s", 5)
-    assert_clean_error(_run(spec, db, server), "newer llmscope", "schema 999", "not changed")
+    assert_clean_error(_run(spec, db, oai_server), "newer llmscope", "schema 999", "not changed")
     assert_clean_error(cli("runs", "--db", str(db)), "newer llmscope")
     assert_clean_error(cli("report", "--db", str(db)), "newer llmscope")
     assert _sha(db) == before
@@ -313,12 +303,12 @@ def test_newer_schema_is_refused(tmp_path: Path, server: OAIServer) -> None:
     FIGURES["newer_schema"] = "refused, exit 2, file byte-identical"
 
 
-def test_not_a_database(tmp_path: Path, server: OAIServer) -> None:
+def test_not_a_database(tmp_path: Path, oai_server: OAIServer) -> None:
     db = tmp_path / "notes.duckdb"
     db.write_bytes(b"my notes, not a database\n" * 100)
     before = _sha(db)
     spec = write_yesno_suite(tmp_path / "s", 5)
-    assert_clean_error(_run(spec, db, server), "not a DuckDB database")
+    assert_clean_error(_run(spec, db, oai_server), "not a DuckDB database")
     assert_clean_error(cli("runs", "--db", str(db)), "not a DuckDB database")
     assert _sha(db) == before
     FIGURES["not_a_database"] = "refused, exit 2, file byte-identical"

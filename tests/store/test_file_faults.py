@@ -14,7 +14,6 @@ import resource
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -23,25 +22,20 @@ import pytest
 from llmscope.store.db import Store
 from llmscope.store.errors import StoreError
 from llmscope.store.run_status import effective_status, process_started_at
-from tests.helpers.cli import api_run_args, cli_cmd, cli_env, record, write_yesno_suite
+from tests.helpers.cli import (
+    api_run_args,
+    cli_cmd,
+    cli_env,
+    module_figures,
+    start_api_run,
+    write_yesno_suite,
+)
 from tests.helpers.midrun import wait_stored
-from tests.helpers.oai import OAIServer, running_server
+from tests.helpers.oai import OAIServer, oai_server  # noqa: F401
 
 pytestmark = pytest.mark.reliability
 
-FIGURES: dict[str, str] = {}
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[OAIServer]:
-    with running_server() as s:
-        yield s
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _figures() -> Iterator[None]:
-    yield
-    record("database_file", merge=True, **FIGURES)
+FIGURES, _figures = module_figures("database_file", merge=True)
 
 
 def _run(
@@ -77,7 +71,7 @@ def _results(db: Path) -> int:
         con.close()
 
 
-def test_full_disk_at_the_final_checkpoint(tmp_path: Path, server: OAIServer) -> None:
+def test_full_disk_at_the_final_checkpoint(tmp_path: Path, oai_server: OAIServer) -> None:
     """The run's rows fit in the WAL, the checkpoint that folds them into the file does not:
     the command must not report success, and must say where the rows are."""
     n = 60
@@ -85,7 +79,7 @@ def test_full_disk_at_the_final_checkpoint(tmp_path: Path, server: OAIServer) ->
     db = tmp_path / "full.duckdb"
     Store(db).close()  # an empty file of the current schema, made without the limit
     size = db.stat().st_size
-    proc = _run(spec, db, server, fsize=size + 64 * 1024)
+    proc = _run(spec, db, oai_server, fsize=size + 64 * 1024)
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     assert "Traceback" not in proc.stderr, proc.stderr
     err = proc.stderr.lower()
@@ -100,27 +94,16 @@ def test_full_disk_at_the_final_checkpoint(tmp_path: Path, server: OAIServer) ->
 
 
 def test_periodic_checkpoints_keep_the_file_self_contained(
-    tmp_path: Path, server: OAIServer
+    tmp_path: Path, oai_server: OAIServer
 ) -> None:
     """With checkpoints every 0 s (every write), a run killed by SIGKILL leaves its rows in the
     file itself, not only in the WAL."""
     n = 150
     spec = write_yesno_suite(tmp_path / "s", n)
-    server.script("Question", hold_after=20)  # then held: the kill lands mid-run on any machine
+    oai_server.script("Question", hold_after=20)  # then held: the kill lands mid-run on any machine
     db = tmp_path / "ck.duckdb"
-    proc = subprocess.Popen(
-        cli_cmd(
-            *api_run_args(spec, db, server.base_url),
-            "--no-report",
-            "--quiet",
-            "--no-cache",
-            "--concurrency",
-            "1",
-        ),
-        env=cli_env(OPENAI_API_KEY="sk-test", LLMSCOPE_CHECKPOINT_S="0"),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc = start_api_run(
+        spec, db, oai_server.base_url, "--concurrency", "1", LLMSCOPE_CHECKPOINT_S="0"
     )
     try:
         wait_stored(db, proc)  # rows written (and, every 0 s, checkpointed) before the kill
@@ -130,7 +113,7 @@ def test_periodic_checkpoints_keep_the_file_self_contained(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    server.reset()
+    oai_server.reset()
     # The file alone (its WAL moved aside) holds the rows written before the kill.
     wal = Path(f"{db}.wal")
     if wal.exists():
@@ -211,7 +194,7 @@ def test_recycled_pid_is_not_the_owner() -> None:
     FIGURES["recycled_pid"] = "interrupted at once (was: running for 600 s)"
 
 
-def test_resume_of_a_run_whose_pid_was_recycled(tmp_path: Path, server: OAIServer) -> None:
+def test_resume_of_a_run_whose_pid_was_recycled(tmp_path: Path, oai_server: OAIServer) -> None:
     """`--resume` of a run left `running` whose pid now belongs to an unrelated process (a
     `sleep` started after the run's last heartbeat): it resumes, instead of being refused as
     "being written by process <sleep>" for 600 s."""
@@ -220,7 +203,7 @@ def test_resume_of_a_run_whose_pid_was_recycled(tmp_path: Path, server: OAIServe
     n = 5
     spec = write_yesno_suite(tmp_path / "s", n)
     db = tmp_path / "pid.duckdb"
-    first = _run(spec, db, server)
+    first = _run(spec, db, oai_server)
     assert first.returncode == 0, first.stderr
     beat = dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(seconds=10)
     sleeper = subprocess.Popen(["sleep", "60"])  # started > 2 s after that beat
@@ -248,7 +231,7 @@ def test_resume_of_a_run_whose_pid_was_recycled(tmp_path: Path, server: OAIServe
                 "--quiet",
                 "--no-cache",
                 "--base-url",
-                server.base_url,
+                oai_server.base_url,
             ),
             env=cli_env(OPENAI_API_KEY="sk-test"),
             capture_output=True,

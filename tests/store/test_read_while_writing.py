@@ -138,30 +138,20 @@ def test_every_read_command_answers_while_a_run_writes(oai: OAIServer, tmp_path:
         loops = [_py(READ_LOOP, str(db)) for _ in range(3)]
         env = cli_env()
         out = tmp_path / "rows.jsonl"
+
+        def cli_read(*args: str) -> subprocess.Popen[str]:
+            return subprocess.Popen(
+                cli_cmd(*args, "--db", str(db)),
+                env=env,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+
         reads = {
-            "runs": subprocess.Popen(
-                cli_cmd("runs", "--db", str(db), "--json"),
-                env=env,
-                text=True,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            ),
-            "report": subprocess.Popen(
-                cli_cmd("report", "--db", str(db), "--json"),
-                env=env,
-                text=True,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            ),
-            "export": subprocess.Popen(
-                cli_cmd(
-                    "export", "--db", str(db), "--run", "last", "--format", "jsonl", "-o", str(out)
-                ),
-                env=env,
-                text=True,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            ),
+            "runs": cli_read("runs", "--json"),
+            "report": cli_read("report", "--json"),
+            "export": cli_read("export", "--run", "last", "--format", "jsonl", "-o", str(out)),
             "notebook": _py(
                 "import llmscope, sys; print(len(llmscope.open(sys.argv[1]).runs()))", str(db)
             ),

@@ -33,19 +33,9 @@ BUILTIN_TASKS = [
     "yesno",
 ]
 CAPABILITIES = {f.name for f in dataclasses.fields(Capabilities)}
-RESULT_COLUMNS = {
-    "prediction",
-    "gold",
-    "correct",
-    "confidence",
-    "error",
-    "probs",
-    "other",
-    "option_scores",
-    "top_tokens",
-    "n_tokens",
-    "prompt",
-}
+RESULT_COLUMNS = set(
+    "prediction gold correct confidence error probs other option_scores top_tokens n_tokens prompt".split()
+)
 
 
 def test_every_built_in_task_is_found_and_listed_by_name() -> None:

@@ -19,6 +19,7 @@ from llmscope.engine.tasks.generation import GenerationTask  # noqa: E402
 from llmscope.engine.tasks.minpairs import MinPairsTask  # noqa: E402
 from llmscope.engine.tasks.rating import RatingTask  # noqa: E402
 from llmscope.engine.types import Item, Work  # noqa: E402
+from tests.helpers.tinymodel import tiny_dims, train_bpe  # noqa: E402
 
 CORPUS = [
     "The cat sleeps on the mat. The cats sleep on the mat.",
@@ -31,28 +32,13 @@ CORPUS = [
 
 @pytest.fixture(scope="module")
 def tiny():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tk.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=["<s>", "</s>", "<pad>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tk.train_from_iterator(CORPUS * 5, trainer)
+    tk = train_bpe(CORPUS * 5, 300, ["<s>", "</s>", "<pad>"])
     tok = transformers.PreTrainedTokenizerFast(
         tokenizer_object=tk, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
     )
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        **tiny_dims(len(tok), hidden=32),
         max_position_embeddings=256,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
