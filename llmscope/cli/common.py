@@ -44,6 +44,12 @@ class ParserContext:
         sp.add_argument("--json", action="store_true", help=f"print {what} as JSON")
 
 
+def unset_flag(sp: argparse.ArgumentParser, flag: str, help: str, dest: str | None = None) -> None:
+    """A store_true flag that stays None when absent, so the default (the task's, the old run's) holds."""
+    kw: dict[str, Any] = {"dest": dest} if dest else {}
+    sp.add_argument(flag, action="store_true", default=None, help=help, **kw)
+
+
 def parse_opts(pairs: list[str] | None) -> dict[str, Any]:
     """`--opt key=value` pairs, parsed by the one parser the TUI form uses too."""
     from llmscope.engine.config import ConfigError, parse_options
