@@ -57,12 +57,7 @@ def add_request_flags(r: argparse.ArgumentParser) -> None:
     r.add_argument(
         "--samples", type=int, default=None, help="samples per item when an API gives no logprobs"
     )
-    r.add_argument(
-        "--reasoning",
-        action="store_true",
-        default=None,
-        help="treat the API model as a reasoning model",
-    )
+    unset_flag(r, "--reasoning", "treat the API model as a reasoning model")
 
 
 def add_report_flags(r: argparse.ArgumentParser) -> None:
@@ -73,6 +68,12 @@ def add_report_flags(r: argparse.ArgumentParser) -> None:
     r.add_argument(
         "--no-report", action="store_true", help="do not print the report when the run ends"
     )
+
+
+def unset_flag(sp: argparse.ArgumentParser, flag: str, help: str, dest: str | None = None) -> None:
+    """A store_true flag that stays None when absent, so the default (the task's, the old run's) holds."""
+    kw: dict[str, Any] = {"dest": dest} if dest else {}
+    sp.add_argument(flag, action="store_true", default=None, help=help, **kw)
 
 
 def parse_opts(pairs: list[str] | None) -> dict[str, Any]:

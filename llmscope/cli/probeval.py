@@ -285,61 +285,60 @@ def cmd_probeval_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+# (flag, choices with the default first, help) for each ProbEval choice flag.
+_CHOICE_FLAGS: tuple[tuple[str, list[str], str], ...] = (
+    (
+        "--matcher",
+        ["wordnet", "embedding", "exact"],
+        "wordnet: ProtoQA WordNet matching (the paper's, default); embedding: MiniLM cosine "
+        "(llmscope's earlier rule); exact: normalised string match only",
+    ),
+    (
+        "--unmatched",
+        ["bucket", "discard"],
+        'answers matched to no cluster: a "wrong" category in both distributions (default, '
+        "the reference code) or discarded",
+    ),
+    (
+        "--ties",
+        ["split", "first"],
+        "an answer tied between clusters: split evenly (default) or all to the first",
+    ),
+    (
+        "--assignment",
+        ["best", "one-to-one"],
+        "best: each answer to its best cluster(s) (default, the reference); one-to-one: "
+        "ProtoQA's linear_sum_assignment, one answer per cluster",
+    ),
+    (
+        "--partitions",
+        ["contiguous", "subsets"],
+        "WordNet parts: contiguous token runs (default, more_itertools.partitions) or any subsets",
+    ),
+    (
+        "--stopwords",
+        ["nltk", "sklearn"],
+        "stop words removed before WordNet matching: nltk's English list (default) or scikit-learn's",
+    ),
+    (
+        "--smoothing",
+        ["add-one", "model-only"],
+        "add-one: one dummy answer in every category of both sides (default); model-only: the "
+        "human side unsmoothed (the reference's automatic-clustering path)",
+    ),
+    (
+        "--preprocess",
+        ["protoqa", "normalize"],
+        "model answers before WordNet matching: lower case, first 50 characters (default, "
+        "ProtoQA's) or llmscope's normalisation (punctuation and leading article dropped)",
+    ),
+)
+
+
 def _add_settings_flags(p: Any) -> None:
     """The ProbEval choice flags; every default is the paper's (its reference code's)."""
-    p.add_argument(
-        "--matcher",
-        choices=["wordnet", "embedding", "exact"],
-        default="wordnet",
-        help="wordnet: ProtoQA WordNet matching (the paper's, default); embedding: MiniLM cosine "
-        "(llmscope's earlier rule); exact: normalised string match only",
-    )
-    p.add_argument(
-        "--unmatched",
-        choices=["bucket", "discard"],
-        default="bucket",
-        help='answers matched to no cluster: a "wrong" category in both distributions (default, '
-        "the reference code) or discarded",
-    )
-    p.add_argument(
-        "--ties",
-        choices=["split", "first"],
-        default="split",
-        help="an answer tied between clusters: split evenly (default) or all to the first",
-    )
-    p.add_argument(
-        "--assignment",
-        choices=["best", "one-to-one"],
-        default="best",
-        help="best: each answer to its best cluster(s) (default, the reference); one-to-one: "
-        "ProtoQA's linear_sum_assignment, one answer per cluster",
-    )
-    p.add_argument(
-        "--partitions",
-        choices=["contiguous", "subsets"],
-        default="contiguous",
-        help="WordNet parts: contiguous token runs (default, more_itertools.partitions) or any subsets",
-    )
-    p.add_argument(
-        "--stopwords",
-        choices=["nltk", "sklearn"],
-        default="nltk",
-        help="stop words removed before WordNet matching: nltk's English list (default) or scikit-learn's",
-    )
-    p.add_argument(
-        "--smoothing",
-        choices=["add-one", "model-only"],
-        default="add-one",
-        help="add-one: one dummy answer in every category of both sides (default); model-only: the "
-        "human side unsmoothed (the reference's automatic-clustering path)",
-    )
-    p.add_argument(
-        "--preprocess",
-        choices=["protoqa", "normalize"],
-        default="protoqa",
-        help="model answers before WordNet matching: lower case, first 50 characters (default, "
-        "ProtoQA's) or llmscope's normalisation (punctuation and leading article dropped)",
-    )
+    for flag, choices, help_text in _CHOICE_FLAGS:
+        p.add_argument(flag, choices=choices, default=choices[0], help=help_text)
     p.add_argument(
         "--wordnet-dir",
         help="folder with WordNet 3.0 files (default $WORDNET_DIR or /usr/share/wordnet)",

@@ -27,6 +27,7 @@ from llmscope.cli.common import (
     config_from_args,
     open_store,
     parse_opts,
+    unset_flag,
 )
 from llmscope.engine.textsafety import for_terminal
 
@@ -197,11 +198,8 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
     r.add_argument(
         "--threads", type=int, default=None, help="torch threads on CPU (default: torch's choice)"
     )
-    r.add_argument(
-        "--sp-prefix",
-        action="store_true",
-        default=None,
-        help="append the bare SentencePiece word-boundary piece to chat prompts",
+    unset_flag(
+        r, "--sp-prefix", "append the bare SentencePiece word-boundary piece to chat prompts"
     )
     r.add_argument("--seed", type=int, default=None, help="sampling seed (default: the old run's)")
     r.add_argument(

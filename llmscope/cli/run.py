@@ -23,6 +23,7 @@ from llmscope.cli.common import (
     invocation,
     open_store,
     parse_opts,
+    unset_flag,
 )
 from llmscope.engine.textsafety import for_terminal
 
@@ -296,30 +297,22 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
         default=None,
         help="torch threads for a local model on CPU (default: $OMP_NUM_THREADS, else the physical cores; 1 is best on a busy machine)",
     )
-    r.add_argument(
+    unset_flag(
+        r,
         "--sp-prefix",
-        action="store_true",
-        default=None,
-        help="append the bare SentencePiece word-boundary piece to chat prompts (LLaMA-2 style models)",
+        "append the bare SentencePiece word-boundary piece to chat prompts (LLaMA-2 style models)",
     )
-    r.add_argument(
-        "--chat",
-        dest="chat",
-        action="store_true",
-        default=None,
-        help="apply the chat template (default: the task's choice)",
-    )
+    unset_flag(r, "--chat", "apply the chat template (default: the task's choice)", dest="chat")
     r.add_argument(
         "--no-chat", dest="chat", action="store_false", help="score raw text, no chat template"
     )
     r.add_argument(
         "--revision", default=None, help="hub revision (branch, tag or commit) of a local model"
     )
-    r.add_argument(
+    unset_flag(
+        r,
         "--trust-remote-code",
-        action="store_true",
-        default=None,
-        help="allow a hub model's own Python code (transformers trust_remote_code)",
+        "allow a hub model's own Python code (transformers trust_remote_code)",
     )
     r.add_argument(
         "--adapter",
@@ -329,18 +322,8 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
     r.add_argument(
         "--system-prompt", default=None, help="system message put before every chat prompt"
     )
-    r.add_argument(
-        "--load-in-8bit",
-        action="store_true",
-        default=None,
-        help="8-bit weights (bitsandbytes; CUDA only)",
-    )
-    r.add_argument(
-        "--load-in-4bit",
-        action="store_true",
-        default=None,
-        help="4-bit weights (bitsandbytes; CUDA only)",
-    )
+    unset_flag(r, "--load-in-8bit", "8-bit weights (bitsandbytes; CUDA only)")
+    unset_flag(r, "--load-in-4bit", "4-bit weights (bitsandbytes; CUDA only)")
     r.add_argument(
         "--opt",
         action="append",

@@ -27,12 +27,7 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
         "run", help="run every cell of a study file as a normal run (finished cells are reused)"
     )
     r.add_argument("file", help="study file (YAML or TOML), see docs/studies.md")
-    r.add_argument(
-        "--db",
-        dest="study_db",
-        default=None,
-        help="DuckDB file (default: the study's `db`, else the usual default)",
-    )
+    _add_db_flag(r)
     r.add_argument(
         "--jobs", type=int, default=4, help="API cells run at once (default 4; local models: one)"
     )
@@ -64,12 +59,7 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
         "status", help="the study's grid: each cell's state, counts and headline metric"
     )
     s.add_argument("study", help="study file, or the name of a study recorded in the database")
-    s.add_argument(
-        "--db",
-        dest="study_db",
-        default=None,
-        help="DuckDB file (default: the study's `db`, else the usual default)",
-    )
+    _add_db_flag(s)
     s.add_argument("--json", action="store_true", help="print the cells as JSON")
     s.add_argument(
         "--max-cells",
@@ -78,6 +68,16 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
         help="the most cells the study may have (default 10,000)",
     )
     s.set_defaults(func=cmd_study_status)
+
+
+def _add_db_flag(p: Any) -> None:
+    """The study commands' --db flag (kept apart from the global --db)."""
+    p.add_argument(
+        "--db",
+        dest="study_db",
+        default=None,
+        help="DuckDB file (default: the study's `db`, else the usual default)",
+    )
 
 
 def _load(path: str, max_cells: int | None = None) -> Any:
