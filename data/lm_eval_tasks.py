@@ -64,6 +64,7 @@ from llmscope.data.suites import (
     _make_item,
     read_spec_text,
     suite_from_spec,
+    yaml_problem,
 )
 from llmscope.engine.types import Item
 
@@ -145,12 +146,8 @@ def read_task_config(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]
     except RecursionError:
         raise SuiteError("nested too deeply", path) from None
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise SuiteError(
-            f"invalid YAML: {getattr(e, 'problem', None) or e}",
-            path,
-            mark.line + 1 if mark else None,
-        ) from e
+        msg, line = yaml_problem(e, text)
+        raise SuiteError(msg, path, line) from e
     if not isinstance(data, dict):
         raise SuiteError("an lm-eval task YAML must be a mapping", path)
     inc = data.pop("include", None)

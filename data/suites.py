@@ -312,6 +312,19 @@ def read_spec_text(path: Path) -> str:
         raise SuiteError(e.message, path) from e
 
 
+def yaml_problem(e: yaml.YAMLError, text: str | None = None) -> tuple[str, int | None]:
+    """A YAML error as ("invalid YAML: <problem>", its 1-based line or None): the problem only,
+    never the quoted text (the file may be anyone's). Reader errors (control characters) give a
+    character position instead of a mark: its line is counted in `text`."""
+    mark = getattr(e, "problem_mark", None)
+    line = mark.line + 1 if mark else None
+    pos = getattr(e, "position", None)
+    if line is None and text is not None and isinstance(pos, int):
+        line = text[:pos].count("\n") + 1
+    problem = getattr(e, "problem", None) or getattr(e, "reason", None) or "not YAML"
+    return f"invalid YAML: {problem}", line
+
+
 def _read_spec(path: Path) -> dict[str, Any]:
     text = read_spec_text(path)
     try:
@@ -324,14 +337,8 @@ def _read_spec(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as e:
         raise SuiteError(f"invalid TOML: {e}", path, getattr(e, "lineno", None)) from e
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark else None
-        pos = getattr(e, "position", None)
-        if line is None and isinstance(pos, int):
-            line = text[:pos].count("\n") + 1  # reader errors (control characters) give a position
-        raise SuiteError(
-            f"invalid YAML: {getattr(e, 'problem', None) or getattr(e, 'reason', e)}", path, line
-        ) from e
+        msg, line = yaml_problem(e, text)
+        raise SuiteError(msg, path, line) from e
     if not isinstance(data, dict):
         raise SuiteError("the spec must be a mapping of keys to values", path)
     if depth_exceeds(data, 16):

@@ -22,18 +22,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import server_harness as sh  # noqa: E402
 from bench import vllm_server as vs  # noqa: E402
+from llmscope.data.suites import BUILTIN_DIR  # noqa: E402
 
-SUITES = [
-    "minimal-pairs",
-    "syntax-sample",
-    "contamination-sample",
-    "commonsense-sample",
-    "rating-sample",
-    "mc-sample",
-    "pragmatics-choice",
-    "generation-sample",
-    "probeval-oneshot",
-]
+# every built-in suite
+SUITES = sorted(p.parent.name for p in BUILTIN_DIR.glob("*/suite.yaml"))
 EXTRA = {
     "rating-sample": ["--top-logprobs", "100", "--opt", "top_k=100"],
     "pragmatics-choice": ["--opt", 'schemes=["labels"]'],

@@ -47,12 +47,7 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
         "the study (the other file's cells leave it; their runs stay)",
     )
     r.add_argument("--quiet", action="store_true", help="only warnings, errors and the final grid")
-    r.add_argument(
-        "--max-cells",
-        type=int,
-        default=None,
-        help="the most cells the study may have (default 10,000; checked before any is built)",
-    )
+    _add_max_cells_flag(r)
     r.set_defaults(func=cmd_study_run)
 
     s = ssub.add_parser(
@@ -61,13 +56,17 @@ def add_parsers(sub: Any, ctx: ParserContext) -> None:
     s.add_argument("study", help="study file, or the name of a study recorded in the database")
     _add_db_flag(s)
     s.add_argument("--json", action="store_true", help="print the cells as JSON")
-    s.add_argument(
+    _add_max_cells_flag(s)
+    s.set_defaults(func=cmd_study_status)
+
+
+def _add_max_cells_flag(p: Any) -> None:
+    p.add_argument(
         "--max-cells",
         type=int,
         default=None,
-        help="the most cells the study may have (default 10,000)",
+        help="the most cells the study may have (default 10,000; checked before any is built)",
     )
-    s.set_defaults(func=cmd_study_status)
 
 
 def _add_db_flag(p: Any) -> None:

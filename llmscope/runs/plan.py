@@ -34,6 +34,7 @@ import pandas as pd
 import yaml
 from scipy import stats
 
+from llmscope.data.suites import yaml_problem
 from llmscope.store.codec import decode_json_cell
 
 PLAN_VERSION = 1
@@ -129,19 +130,17 @@ def write_plan(path: str | Path, plan: dict[str, Any], force: bool = False) -> s
 def read_plan(path: str | Path) -> dict[str, Any]:
     """Read and validate a plan file."""
     p = Path(path)
+    text: str | None = None
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        text = p.read_text(encoding="utf-8")
+        data = yaml.safe_load(text)
     except OSError as e:
         raise PlanError(f"{p}: cannot read: {e.strerror}") from e
     except UnicodeDecodeError:
         raise PlanError(f"{p}: not UTF-8 text, not an llmscope plan") from None
     except yaml.YAMLError as e:
-        # the problem and its line, never the quoted text (the file may be anyone's)
-        mark = getattr(e, "problem_mark", None)
-        line = f", line {mark.line + 1}" if mark is not None else ""
-        raise PlanError(
-            f"{p}{line}: invalid YAML: {getattr(e, 'problem', None) or 'not YAML'}"
-        ) from None
+        msg, line = yaml_problem(e, text)
+        raise PlanError(f"{p}{f', line {line}' if line else ''}: {msg}") from None
     if not isinstance(data, dict) or data.get("llmscope_plan") != PLAN_VERSION:
         raise PlanError(f"{p}: not an llmscope plan (needs 'llmscope_plan: {PLAN_VERSION}')")
     bad = [k for k in data if k not in PLAN_KEYS]

@@ -215,7 +215,7 @@ def _read(path: Path) -> tuple[dict[str, Any], _Where]:
     from llmscope.data.safety import MAX_SPEC_BYTES, UnsafeInput, depth_exceeds, read_regular
 
     # the suite specs' loader: YAML 1.2 booleans, no aliases
-    from llmscope.data.suites import _SpecLoader
+    from llmscope.data.suites import _SpecLoader, yaml_problem
 
     try:
         text = read_regular(path, MAX_SPEC_BYTES).decode("utf-8")
@@ -244,12 +244,8 @@ def _read(path: Path) -> tuple[dict[str, Any], _Where]:
     except tomllib.TOMLDecodeError as e:
         raise StudyError(f"invalid TOML: {e}", path, getattr(e, "lineno", None)) from e
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise StudyError(
-            f"invalid YAML: {getattr(e, 'problem', None) or e}",
-            path,
-            mark.line + 1 if mark else None,
-        ) from e
+        msg, line = yaml_problem(e, text)
+        raise StudyError(msg, path, line) from e
     if not isinstance(data, dict):
         raise StudyError(
             "a study file is a mapping of keys (name, suites, models, options, grid, plan)", path

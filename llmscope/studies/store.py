@@ -434,14 +434,15 @@ def study_cells(
                 runs[rid] = run
     limits = _suite_limits(store, name, cells, shape, run_ids, runs)
     out: list[CellRow] = []
-    for key, pos, suite, model, levels in shape:
+    for cell in shape:  # (key, position, suite, model, levels): a CellRow's head
+        key, suite = cell[0], cell[2]
         rec = recorded.get(key) or {}
         rid = run_ids.get(key)
         run = runs.get(str(rid)) if rid else None
         err = rec.get("error") if isinstance(rec.get("error"), str) else None
         if run is None:
             state = "error" if rec.get("state") == "error" else "not_started"
-            out.append(CellRow(name, key, pos, suite, model, levels, state, None, error=err))
+            out.append(CellRow(name, *cell, state, None, error=err))
             continue
         n_done, n_err = counts.get(str(rid), (0, 0))
         status = effective_status(run)
@@ -469,11 +470,7 @@ def study_cells(
             state = "partial"
         row = CellRow(
             name,
-            key,
-            pos,
-            suite,
-            model,
-            levels,
+            *cell,
             state,
             str(rid),
             n_done,
@@ -633,7 +630,8 @@ def live_cell_rows(
             levels = dict(p.split("=", 1) for p in parts[2:] if "=" in p)
             shape.append((k, i, parts[0], parts[1] if len(parts) > 1 else "", levels))
     rows = []
-    for key, pos, suite, model, levels in shape:
+    for cell in shape:  # (key, position, suite, model, levels): a CellRow's head
+        key = cell[0]
         lc = live.get(key)
         st = starts.get(key)
         if lc is not None and st is not None and st.get("run_id") not in (None, lc.run_id):
@@ -642,11 +640,7 @@ def live_cell_rows(
             rows.append(
                 CellRow(
                     name,
-                    key,
-                    pos,
-                    suite,
-                    model,
-                    levels,
+                    *cell,
                     str(st.get("state") or "not_started"),
                     st.get("run_id"),
                     int(st.get("n_done") or 0),
@@ -657,7 +651,7 @@ def live_cell_rows(
             )
             continue
         if lc is None:
-            rows.append(CellRow(name, key, pos, suite, model, levels, "not_started"))
+            rows.append(CellRow(name, *cell, "not_started"))
             continue
         if not lc.ended:
             state = "running"
@@ -665,9 +659,5 @@ def live_cell_rows(
             state = "done_with_errors" if lc.errors else "done"
         else:
             state = "partial"
-        rows.append(
-            CellRow(
-                name, key, pos, suite, model, levels, state, lc.run_id, lc.done, lc.errors, lc.total
-            )
-        )
+        rows.append(CellRow(name, *cell, state, lc.run_id, lc.done, lc.errors, lc.total))
     return rows

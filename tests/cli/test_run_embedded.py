@@ -4,8 +4,6 @@ an independent direct transformers computation."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import duckdb
 import pytest
@@ -53,21 +51,8 @@ def _direct_probs(prompts: list[str]) -> list[tuple[float, float]]:
 
 def test_run_embedded_model_matches_direct_transformers(tmp_path):
     db = tmp_path / "e2e.duckdb"
-    cmd = [
-        sys.executable,
-        "-m",
-        "llmscope",
-        "run",
-        "--suite",
-        "commonsense-sample",
-        "--limit",
-        "5",
-        "--db",
-        str(db),
-        "--batch-size",
-        "4",
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    args = ("run", "--suite", "commonsense-sample", "--limit", "5", "--batch-size", "4")
+    proc = cli(*args, "--db", str(db), timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "accuracy" in proc.stdout  # the report is printed
 
@@ -103,7 +88,7 @@ def test_run_embedded_model_matches_direct_transformers(tmp_path):
         assert top is not None and len(top) == 20 and top[0]["prob"] >= top[-1]["prob"]
 
     # Running the same command again continues the same run and adds nothing.
-    proc2 = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    proc2 = cli(*args, "--db", str(db), timeout=900)
     assert proc2.returncode == 0, proc2.stderr[-3000:]
     con = duckdb.connect(str(db), read_only=True)
     assert con.execute("SELECT count(*), count(DISTINCT run_id) FROM results").fetchone() == (15, 1)

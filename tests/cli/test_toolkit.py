@@ -11,6 +11,7 @@ import pytest
 from scipy import optimize
 from scipy.special import logsumexp
 
+from llmscope.engine.choice_math import METHODS
 from tests.helpers.cli import cli_here, query, run_here
 
 pytestmark = pytest.mark.slow
@@ -31,20 +32,9 @@ def test_schemes_and_fit_from_cli(tmp_path):
     acc = {
         r["group"]["method"] for r in rows if r["metric"] == "accuracy" and "method" in r["group"]
     }
-    assert acc == {
-        "raw",
-        "mean_token",
-        "per_char",
-        "per_byte",
-        "calibrated",
-        "pmi",
-        "mean_token_prob",
-        "surprisal_ratio",
-        "labels",
-        "free",
-        "rating",
-        "embedding",
-    }
+    # every log-likelihood normalisation, then the four ways that read no option scores
+    assert acc == set(METHODS) | {"labels", "free", "rating", "embedding"}
+    assert len(METHODS) == 8
     res = query(db, "select r.option_scores, i.fields from results r join items i using (item_id)")
     # independent refit: P(option j) = exp(α s_j) / Σ exp(α s_k) with s = raw log-likelihood
     data = []

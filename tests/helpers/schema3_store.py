@@ -20,32 +20,10 @@ import pyarrow as pa
 
 from llmscope.engine.types import Result
 from llmscope.store.codec import encode_json
-from llmscope.store.schema import MIGRATIONS
+from llmscope.store.schema import MIGRATIONS, RESULT_SCHEMA
 
-SCHEMA3_COLUMNS = pa.schema(
-    [
-        ("run_id", pa.string()),
-        ("item_id", pa.string()),
-        ("variant", pa.string()),
-        ("seq", pa.int64()),
-        ("prompt", pa.string()),
-        ("probs", pa.string()),
-        ("p_yes", pa.float64()),
-        ("p_no", pa.float64()),
-        ("other", pa.float64()),
-        ("top_tokens", pa.string()),
-        ("option_scores", pa.string()),
-        ("prediction", pa.string()),
-        ("gold", pa.string()),
-        ("correct", pa.float64()),
-        ("confidence", pa.float64()),
-        ("n_tokens", pa.int32()),
-        ("latency_ms", pa.float64()),
-        ("error", pa.string()),
-        ("extra", pa.string()),
-        ("written_at", pa.timestamp("us")),
-    ]
-)
+# Migrations only append columns, so schema 3's result columns are today's up to `written_at`.
+SCHEMA3_COLUMNS = pa.schema(list(RESULT_SCHEMA)[: RESULT_SCHEMA.get_field_index("written_at") + 1])
 
 
 def _finite(x: float | None) -> float | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from llmscope.analysis.metric_values import HEADLINE
 from tests.helpers.tui import screen_text, settle, wait_until
 from tests.helpers.tui_pilot import started
 from tests.tui.test_metrics_agreement import f3, make_runs, one, report_rows
@@ -124,14 +125,7 @@ def check_human(text: str, rows: list[dict], rid: str) -> int:
 
 def check_plots(text: str, rows: list[dict], rid: str) -> int:
     # the headline the report leads with for this run (the first metric of HEADLINE it has)
-    for name in (
-        "worldsense_accuracy",
-        "sg_score",
-        "accuracy",
-        "token_f1",
-        "probeval_kl",
-        "flagged_rate",
-    ):
+    for name in HEADLINE:
         r = one(rows, rid, name)
         if r is not None and r["value"] is not None:
             assert f"{name} {cell(r)}   n {r['n']}" in text, (rid, name, text)
