@@ -62,9 +62,9 @@ from llmscope.data.suites import (
     Suite,
     SuiteError,
     _make_item,
+    parse_problem,
     read_spec_text,
     suite_from_spec,
-    yaml_problem,
 )
 from llmscope.engine.types import Item
 
@@ -143,25 +143,27 @@ def read_task_config(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]
     text = read_spec_text(path)
     try:
         data = yaml.load(text, Loader=_TaskLoader)  # noqa: S506 - a SafeLoader subclass
-    except RecursionError:
-        raise SuiteError("nested too deeply", path) from None
-    except yaml.YAMLError as e:
-        msg, line = yaml_problem(e, text)
-        raise SuiteError(msg, path, line) from e
+    except (RecursionError, yaml.YAMLError) as e:
+        msg, line = parse_problem(e, text)
+        raise SuiteError(msg, path, line) from None
     if not isinstance(data, dict):
         raise SuiteError("an lm-eval task YAML must be a mapping", path)
     inc = data.pop("include", None)
     if inc is None:
         return data
     if not isinstance(inc, str):
-        raise SuiteError("must be a file name", path, _line(path, "include"), "include")
+        raise _field_error(path, "include", "must be a file name")
     base_path = (path.parent / inc).resolve()
     if not base_path.is_file():
-        raise SuiteError(
-            f"included file not found: {base_path}", path, _line(path, "include"), "include"
-        )
+        raise _field_error(path, "include", f"included file not found: {base_path}")
     base = read_task_config(base_path, (*_seen, path))
     return {**base, **data}
+
+
+def _field_error(path: Path, key: str, msg: str, field: str | None = None) -> SuiteError:
+    """An error in the task YAML's top-level `key` (reported as `field`, default the key), with
+    the line that key is on."""
+    return SuiteError(msg, path, _line(path, key), field or key)
 
 
 def _line(path: Path, key: str) -> int | None:
@@ -375,7 +377,7 @@ class TaskTemplates:
 
 def _check_supported(cfg: dict[str, Any], path: Path) -> str:
     def err(msg: str, key: str) -> SuiteError:
-        return SuiteError(msg, path, _line(path, key), key)
+        return _field_error(path, key, msg)
 
     if "task" not in cfg or not isinstance(cfg["task"], str):
         if "group" in cfg:
@@ -411,23 +413,21 @@ def _data_source(cfg: dict[str, Any], path: Path) -> tuple[DatasetSource, list[P
     """Where the docs come from: local files for the json/csv/parquet/arrow builders, else a hub id."""
     dpath = cfg.get("dataset_path")
     if not isinstance(dpath, str) or not dpath:
-        raise SuiteError(
-            "required: a hub id, or json/csv/parquet with dataset_kwargs.data_files",
+        raise _field_error(
             path,
-            _line(path, "dataset_path"),
             "dataset_path",
+            "required: a hub id, or json/csv/parquet with dataset_kwargs.data_files",
         )
     split = cfg.get("test_split") or cfg.get("validation_split")
     if not isinstance(split, str):
-        raise SuiteError(
-            "set test_split (or validation_split): the split whose docs are scored",
+        raise _field_error(
             path,
-            _line(path, "test_split"),
             "test_split",
+            "set test_split (or validation_split): the split whose docs are scored",
         )
     kwargs = cfg.get("dataset_kwargs") or {}
     if not isinstance(kwargs, dict):
-        raise SuiteError("must be a mapping", path, _line(path, "dataset_kwargs"), "dataset_kwargs")
+        raise _field_error(path, "dataset_kwargs", "must be a mapping")
     if dpath not in LOCAL_BUILDERS:
         name = cfg.get("dataset_name")
         rev = kwargs.get("revision")
@@ -441,21 +441,21 @@ def _data_source(cfg: dict[str, Any], path: Path) -> tuple[DatasetSource, list[P
     files = kwargs.get("data_files")
     if isinstance(files, dict):
         if split not in files:
-            raise SuiteError(
-                f"data_files has no entry for split {split!r} (has {', '.join(map(str, files))})",
+            raise _field_error(
                 path,
-                _line(path, "dataset_kwargs"),
+                "dataset_kwargs",
+                f"data_files has no entry for split {split!r} (has {', '.join(map(str, files))})",
                 "dataset_kwargs.data_files",
             )
         files = files[split]
     if isinstance(files, str):
         files = [files]
     if not isinstance(files, list) or not files or not all(isinstance(f, str) for f in files):
-        raise SuiteError(
+        raise _field_error(
+            path,
+            "dataset_kwargs",
             f"dataset_path {dpath!r} needs dataset_kwargs.data_files (a file, a list, or "
             "split -> file)",
-            path,
-            _line(path, "dataset_kwargs"),
             "dataset_kwargs.data_files",
         )
     resolved = []
@@ -463,10 +463,10 @@ def _data_source(cfg: dict[str, Any], path: Path) -> tuple[DatasetSource, list[P
         cands = [(path.parent / f), Path(f)]
         hit = next((c for c in cands if c.is_file()), None)
         if hit is None:
-            raise SuiteError(
-                f"data file not found: {f} (looked beside the YAML and in the working directory)",
+            raise _field_error(
                 path,
-                _line(path, "dataset_kwargs"),
+                "dataset_kwargs",
+                f"data file not found: {f} (looked beside the YAML and in the working directory)",
                 "dataset_kwargs.data_files",
             )
         resolved.append(hit.resolve())
@@ -502,11 +502,8 @@ def _items_loader(
 ) -> Callable[[], list[Item]]:
     description = cfg.get("description") or ""
     if not isinstance(description, str):
-        raise SuiteError(
-            "must be a string (Jinja templates are rendered per doc)",
-            path,
-            _line(path, "description"),
-            "description",
+        raise _field_error(
+            path, "description", "must be a string (Jinja templates are rendered per doc)"
         )
 
     def load() -> list[Item]:
@@ -580,9 +577,7 @@ def load_lm_eval_suite(path: Path) -> Suite:
     out_type = _check_supported(cfg, path)
     delim = cfg.get("target_delimiter", " ")
     if not isinstance(delim, str):
-        raise SuiteError(
-            "must be a string", path, _line(path, "target_delimiter"), "target_delimiter"
-        )
+        raise _field_error(path, "target_delimiter", "must be a string")
     src, files = _data_source(cfg, path)
     spec = lm_eval_suite_spec(
         cfg["task"],

@@ -312,10 +312,15 @@ def read_spec_text(path: Path) -> str:
         raise SuiteError(e.message, path) from e
 
 
-def yaml_problem(e: yaml.YAMLError, text: str | None = None) -> tuple[str, int | None]:
-    """A YAML error as ("invalid YAML: <problem>", its 1-based line or None): the problem only,
-    never the quoted text (the file may be anyone's). Reader errors (control characters) give a
-    character position instead of a mark: its line is counted in `text`."""
+def parse_problem(e: Exception, text: str | None = None) -> tuple[str, int | None]:
+    """A spec file that does not parse (YAML, TOML, or nested past Python's recursion limit),
+    as (message, 1-based line or None): the problem only, never the quoted text (the file may
+    be anyone's). YAML reader errors (control characters) give a character position instead
+    of a mark: its line is counted in `text`."""
+    if isinstance(e, RecursionError):
+        return "nested too deeply", None
+    if isinstance(e, tomllib.TOMLDecodeError):
+        return f"invalid TOML: {e}", getattr(e, "lineno", None)
     mark = getattr(e, "problem_mark", None)
     line = mark.line + 1 if mark else None
     pos = getattr(e, "position", None)
@@ -325,6 +330,10 @@ def yaml_problem(e: yaml.YAMLError, text: str | None = None) -> tuple[str, int |
     return f"invalid YAML: {problem}", line
 
 
+# what a spec file's parser raises for a file that does not parse (`parse_problem` reads it)
+PARSE_ERRORS = (RecursionError, tomllib.TOMLDecodeError, yaml.YAMLError)
+
+
 def _read_spec(path: Path) -> dict[str, Any]:
     text = read_spec_text(path)
     try:
@@ -332,13 +341,9 @@ def _read_spec(path: Path) -> dict[str, Any]:
             data = tomllib.loads(text)
         else:
             data = yaml.load(text, Loader=_SpecLoader)  # noqa: S506 - a SafeLoader subclass
-    except RecursionError:
-        raise SuiteError("nested too deeply", path) from None
-    except tomllib.TOMLDecodeError as e:
-        raise SuiteError(f"invalid TOML: {e}", path, getattr(e, "lineno", None)) from e
-    except yaml.YAMLError as e:
-        msg, line = yaml_problem(e, text)
-        raise SuiteError(msg, path, line) from e
+    except PARSE_ERRORS as e:
+        msg, line = parse_problem(e, text)
+        raise SuiteError(msg, path, line) from None
     if not isinstance(data, dict):
         raise SuiteError("the spec must be a mapping of keys to values", path)
     if depth_exceeds(data, 16):

@@ -34,7 +34,7 @@ import pandas as pd
 import yaml
 from scipy import stats
 
-from llmscope.data.suites import yaml_problem
+from llmscope.data.suites import parse_problem
 from llmscope.store.codec import decode_json_cell
 
 PLAN_VERSION = 1
@@ -139,7 +139,7 @@ def read_plan(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise PlanError(f"{p}: not UTF-8 text, not an llmscope plan") from None
     except yaml.YAMLError as e:
-        msg, line = yaml_problem(e, text)
+        msg, line = parse_problem(e, text)
         raise PlanError(f"{p}{f', line {line}' if line else ''}: {msg}") from None
     if not isinstance(data, dict) or data.get("llmscope_plan") != PLAN_VERSION:
         raise PlanError(f"{p}: not an llmscope plan (needs 'llmscope_plan: {PLAN_VERSION}')")

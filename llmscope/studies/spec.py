@@ -215,7 +215,7 @@ def _read(path: Path) -> tuple[dict[str, Any], _Where]:
     from llmscope.data.safety import MAX_SPEC_BYTES, UnsafeInput, depth_exceeds, read_regular
 
     # the suite specs' loader: YAML 1.2 booleans, no aliases
-    from llmscope.data.suites import _SpecLoader, yaml_problem
+    from llmscope.data.suites import PARSE_ERRORS, _SpecLoader, parse_problem
 
     try:
         text = read_regular(path, MAX_SPEC_BYTES).decode("utf-8")
@@ -239,13 +239,9 @@ def _read(path: Path) -> tuple[dict[str, Any], _Where]:
                 data = loader.construct_document(node) if node is not None else None
             finally:
                 loader.dispose()
-    except RecursionError:
-        raise StudyError("nested too deeply", path) from None
-    except tomllib.TOMLDecodeError as e:
-        raise StudyError(f"invalid TOML: {e}", path, getattr(e, "lineno", None)) from e
-    except yaml.YAMLError as e:
-        msg, line = yaml_problem(e, text)
-        raise StudyError(msg, path, line) from e
+    except PARSE_ERRORS as e:
+        msg, line = parse_problem(e, text)
+        raise StudyError(msg, path, line) from None
     if not isinstance(data, dict):
         raise StudyError(
             "a study file is a mapping of keys (name, suites, models, options, grid, plan)", path
@@ -267,6 +263,23 @@ def _type_ok(typ: str, v: Any) -> bool:
         "dict": isinstance(v, dict),
     }
     return any(checks.get(t, False) for t in allowed)
+
+
+def _entry_options(
+    entry: dict[Any, Any],
+    w: _Where,
+    at: tuple[Any, ...],
+    keys: tuple[str, ...],
+    option_keys: tuple[str, ...],
+    sources: dict[str, str],
+) -> dict[str, Any]:
+    """A suite or model entry: every key one of `keys`; its run options (`option_keys`) checked."""
+    bad = [k for k in entry if k not in keys]
+    if bad:
+        raise w.error(f"unknown key; allowed: {', '.join(keys)}", (*at, str(bad[0])))
+    return _run_options(
+        {k: v for k, v in entry.items() if k in option_keys}, w, at, option_keys, sources
+    )
 
 
 def _run_options(
@@ -383,14 +396,7 @@ def load_study(path: str | Path, max_cells: int = MAX_CELLS) -> Study:
             s = {"suite": s}
         if not isinstance(s, dict) or not isinstance(s.get("suite"), str):
             raise w.error("a suite is a name or path, or a mapping with `suite:`", ("suites", i))
-        bad = [k for k in s if k not in SUITE_KEYS]
-        if bad:
-            raise w.error(
-                f"unknown key; allowed: {', '.join(SUITE_KEYS)}", ("suites", i, str(bad[0]))
-            )
-        opts = _run_options(
-            {k: v for k, v in s.items() if k in LEVEL_KEYS}, w, ("suites", i), LEVEL_KEYS, src
-        )
+        opts = _entry_options(s, w, ("suites", i), SUITE_KEYS, LEVEL_KEYS, src)
         if "templates" in opts and not s.get("label"):
             raise w.error(
                 "templates make the suite `<suite>~<label>`: give this entry a `label:`",
@@ -424,14 +430,7 @@ def load_study(path: str | Path, max_cells: int = MAX_CELLS) -> Study:
                 "a model is a --model argument, or a mapping with `model:` (and base_url, ...)",
                 ("models", i),
             )
-        bad = [k for k in m if k not in MODEL_KEYS]
-        if bad:
-            raise w.error(
-                f"unknown key; allowed: {', '.join(MODEL_KEYS)}", ("models", i, str(bad[0]))
-            )
-        opts = _run_options(
-            {k: v for k, v in m.items() if k in RUN_KEYS}, w, ("models", i), RUN_KEYS, src
-        )
+        opts = _entry_options(m, w, ("models", i), MODEL_KEYS, RUN_KEYS, src)
         src["model"] = _located(w, ("models", i))
         label = str(m.get("label") or m.get("model") or "default")
         models.append((ModelEntry(label, _model_arg(base, m.get("model")), opts), src))
