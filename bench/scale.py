@@ -389,70 +389,43 @@ def table(
     rows.append(
         (f"{what}: peak memory MB", _fmt(w_b, "peak_mb", digits=0), _fmt(w_a, "peak_mb", digits=0))
     )
-    f_b, f_a = b.get("flush"), after.get("flush")
-    if f_a or f_b:
-        batch = (f_a or f_b or {}).get("batch", 0)
+
+    def add(label: str, section: str, key: str, digits: int = 2) -> None:
+        """A row of `section`'s `key`, before and after."""
         rows.append(
             (
-                f"write_results, batches of {batch:,} (flush size): rows/s wall",
-                _fmt(f_b, "rows_s", digits=0),
-                _fmt(f_a, "rows_s", digits=0),
+                label,
+                _fmt(b.get(section), key, digits=digits),
+                _fmt(after.get(section), key, digits=digits),
             )
         )
-        rows.append(
-            (
-                "write_results at the flush size: rows/CPU-s",
-                _fmt(f_b, "rows_cpu_s", digits=0),
-                _fmt(f_a, "rows_cpu_s", digits=0),
-            )
+
+    flush = after.get("flush") or b.get("flush")
+    if flush:
+        add(
+            f"write_results, batches of {flush.get('batch', 0):,} (flush size): rows/s wall",
+            "flush",
+            "rows_s",
+            0,
         )
-    r_b, r_a = b.get("report"), after.get("report")
-    rows.append(
-        ("report over all runs (cold), s wall", _fmt(r_b, "call_wall"), _fmt(r_a, "call_wall"))
-    )
-    rows.append(("report, s CPU", _fmt(r_b, "call_cpu"), _fmt(r_a, "call_cpu")))
-    rows.append(
-        (
-            "report, whole process (start-up too), s wall",
-            _fmt(r_b, "proc_wall"),
-            _fmt(r_a, "proc_wall"),
-        )
-    )
-    rows.append(("report, whole process, s CPU", _fmt(r_b, "proc_cpu"), _fmt(r_a, "proc_cpu")))
-    rows.append(
-        ("report peak memory MB", _fmt(r_b, "peak_mb", digits=0), _fmt(r_a, "peak_mb", digits=0))
-    )
-    d_b, d_a = b.get("dash"), after.get("dash")
-    rows.append(("dashboard first frame s", _fmt(d_b, "first_frame"), _fmt(d_a, "first_frame")))
-    rows.append(
-        ("dashboard failing list shown s", _fmt(d_b, "list_shown"), _fmt(d_a, "list_shown"))
-    )
-    rows.append(("dashboard numbers shown s", _fmt(d_b, "numbers"), _fmt(d_a, "numbers")))
-    rows.append(
-        ("dashboard peak memory MB", _fmt(d_b, "peak_mb", digits=0), _fmt(d_a, "peak_mb", digits=0))
-    )
-    listed = (d_a or d_b or {}).get("listed") or 0
-    rows.append(
-        (
-            f"list scroll per key, ms median ({listed:,} rows)",
-            _fmt(d_b, "scroll_median_ms", digits=0),
-            _fmt(d_a, "scroll_median_ms", digits=0),
-        )
-    )
-    rows.append(
-        (
-            "list scroll per key, ms max",
-            _fmt(d_b, "scroll_max_ms", digits=0),
-            _fmt(d_a, "scroll_max_ms", digits=0),
-        )
-    )
-    rows.append(
-        ("list re-sort ms", _fmt(d_b, "resort_ms", digits=0), _fmt(d_a, "resort_ms", digits=0))
-    )
+        add("write_results at the flush size: rows/CPU-s", "flush", "rows_cpu_s", 0)
+    add("report over all runs (cold), s wall", "report", "call_wall")
+    add("report, s CPU", "report", "call_cpu")
+    add("report, whole process (start-up too), s wall", "report", "proc_wall")
+    add("report, whole process, s CPU", "report", "proc_cpu")
+    add("report peak memory MB", "report", "peak_mb", 0)
+    add("dashboard first frame s", "dash", "first_frame")
+    add("dashboard failing list shown s", "dash", "list_shown")
+    add("dashboard numbers shown s", "dash", "numbers")
+    add("dashboard peak memory MB", "dash", "peak_mb", 0)
+    listed = (after.get("dash") or b.get("dash") or {}).get("listed") or 0
+    add(f"list scroll per key, ms median ({listed:,} rows)", "dash", "scroll_median_ms", 0)
+    add("list scroll per key, ms max", "dash", "scroll_max_ms", 0)
+    add("list re-sort ms", "dash", "resort_ms", 0)
     return rows
 
 
-# issue 32 (scale for studies): the targets this bench checks, on this machine as it is
+# the scale targets for studies this bench checks, on this machine as it is
 REPORT_TARGET_S = 3.0  # `llmscope report` over 1M yes/no rows, cold
 STORE_TARGET_ROWS_S = 150_000  # write_results at the run loop's flush size
 
