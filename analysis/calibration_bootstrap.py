@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -77,6 +78,16 @@ def _stats(n_b: np.ndarray, d_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ece, mce
 
 
+class _Cells(NamedTuple):
+    """The rows as (cluster, bin) cells: `cell` = cluster code * n_bins + bin, per row."""
+
+    cell: np.ndarray
+    conf: np.ndarray
+    correct: np.ndarray
+    G: int
+    n_bins: int
+
+
 def calibration_bootstrap(
     conf: np.ndarray,
     correct: np.ndarray,
@@ -102,32 +113,21 @@ def calibration_bootstrap(
         method = "exact" if G <= EXACT_MAX_CLUSTERS else "normal-bins"
     b = uniform_bin(conf, n_bins)
     cell = codes * n_bins + b
-    if method == "exact":
-        eces, mces = _exact(cell, conf, correct, G, n_bins, resamples, seed)
-        how = EXACT_METHOD
-    elif method == "normal-bins":
-        eces, mces = _normal_bins(cell, conf, correct, G, n_bins, resamples, seed)
-        how = APPROX_METHOD
-    else:
-        raise ValueError(f"unknown method {method!r}; allowed: auto, exact, normal-bins")
+    if method not in _DRAWS:
+        raise ValueError(f"unknown method {method!r}; allowed: auto, {', '.join(_DRAWS)}")
+    draw, how = _DRAWS[method]
+    eces, mces = draw(_Cells(cell, conf, correct, G, n_bins), resamples, seed)
     a = (1 - level) / 2
     e = np.quantile(eces, [a, 1 - a])
     m = np.quantile(mces, [a, 1 - a])
     return CalibrationInterval((float(e[0]), float(e[1])), (float(m[0]), float(m[1])), G, how)
 
 
-def _exact(
-    cell: np.ndarray,
-    conf: np.ndarray,
-    correct: np.ndarray,
-    G: int,
-    n_bins: int,
-    resamples: int,
-    seed: int,
-) -> tuple[np.ndarray, np.ndarray]:
+def _exact(rows: _Cells, resamples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Per cluster and bin (count, sum of confidence, sum of correct); a resample is a vector of
     cluster multiplicities (`intervals.resample_weights`), so its bin totals are one matrix
     product. ECE of a resample = sum_b |sum_y - sum_c| / n, as in `reliability`."""
+    cell, conf, correct, G, n_bins = rows
     cnt = np.bincount(cell, minlength=G * n_bins).reshape(G, n_bins).astype(float)
     sc = np.bincount(cell, weights=conf, minlength=G * n_bins).reshape(G, n_bins)
     sy = np.bincount(cell, weights=correct, minlength=G * n_bins).reshape(G, n_bins)
@@ -142,16 +142,9 @@ def _exact(
     return eces, mces
 
 
-def _normal_bins(
-    cell: np.ndarray,
-    conf: np.ndarray,
-    correct: np.ndarray,
-    G: int,
-    n_bins: int,
-    resamples: int,
-    seed: int,
-) -> tuple[np.ndarray, np.ndarray]:
+def _normal_bins(rows: _Cells, resamples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """The module docstring's draw: thin bins' clusters exactly, the rest's totals normal."""
+    cell, conf, correct, G, n_bins = rows
     # per touched (cluster, bin) cell: rows and sum(correct - confidence); sparse, since a
     # cluster has rows in a few bins
     if G * n_bins <= max(4 * len(cell), 1 << 20):
@@ -240,3 +233,7 @@ def _normal_bins(
         n_tot[:, dense] += tot[:, :nd]
         d_tot[:, dense] += tot[:, nd:]
     return _stats(n_tot, d_tot)
+
+
+# the resample draws by method name: (function, the interval method recorded with the result)
+_DRAWS = {"exact": (_exact, EXACT_METHOD), "normal-bins": (_normal_bins, APPROX_METHOD)}
