@@ -1,6 +1,7 @@
 """A run on its way to its first result: what it is doing now (resolving, loading the model,
-warming up), how long that has taken, and what it said; replaced by the run's dashboard as
-soon as the run starts scoring. Esc leaves it running in the background."""
+warming up), how long that has taken, the phases before it with their times, and what it said;
+replaced by the run's dashboard as soon as the run starts scoring. Esc leaves it running in the
+background."""
 
 from __future__ import annotations
 
