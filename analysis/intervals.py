@@ -11,8 +11,8 @@ and a Student-t critical value with ``G - 1`` degrees of freedom (Cameron & Mill
 "A Practitioner's Guide to Cluster-Robust Inference"). This is the automatic choice for
 clustered rates at every number of clusters: in the coverage simulation of
 tests/analysis/test_intervals_coverage.py (12 clusters of 3 correlated trials) it covers close to the
-nominal 95%, where the percentile cluster bootstrap under-covers (~0.93) and the former
-"wider of bootstrap and per-cluster Wilson" rule over-covered (~0.99). For statistics
+nominal 95%, where the percentile cluster bootstrap under-covers (~0.93) and the
+"wider of bootstrap and per-cluster Wilson" rule over-covers (~0.99). For statistics
 that are not a ratio of cluster sums (F1, Brier, ECE, differences of runs) a cluster
 bootstrap (resample whole clusters with replacement, percentile interval; Field & Welsh
 2007) is used.

@@ -4,7 +4,7 @@
 
 The suite is stored first (not timed: the same bz2 read in every version); then the results
 files (default: two, 174,096 rows) are imported until the file is closed (final checkpoint
-included), by the code of git `--before` (default 69e8d33, main at the start of round 3) and by
+included), by the code of git `--before` (default 69e8d33, before the bulk write path) and by
 the working tree, each in a fresh process on its own database, interleaved, best of `--rounds`.
 `--fresh`: the way a user arrives instead: the whole `import worldsense` into a new file, the
 trials' read and store timed too (files default to all four, 348,192 rows).

@@ -9,7 +9,7 @@ like a real run) written through the store's public bulk API (`Store.append_resu
 import (4 runs x 87,048 results, `llmscope.io.importers.published.import_worldsense`).
 
 "before" is real code: the package as it was at `--before` (default a2b14b8, the commit the
-issue 17 figures were measured on) is extracted from git into a temporary folder, and every
+baseline figures were measured on) is extracted from git into a temporary folder, and every
 step runs twice, once with that tree first on `sys.path` and once with the working tree, each
 on a database its own code wrote. Every step runs in a fresh child process (peak memory is the
 step's own) and reports the wall and CPU seconds (user+system, all threads: the fairer figure on
@@ -22,7 +22,7 @@ on those paths shows here.
 time). The report is timed as the call (`call_*`) and as the whole child process
 (interpreter start and imports included: what `llmscope report` costs at a shell).
 
-The last lines check issue 32's targets with the working tree's figures: the report over 1M
+The last lines check the targets with the working tree's figures: the report over 1M
 rows cold (no metrics cache) under 3 s, `write_results` at the run loop's flush size at 150,000
 rows/s or more (`--flush-rows` rows, bench.store_bench's measurement), and with `--study` the
 study matrix (bench.study_matrix, 10 runs x 87,048 rows) under 2 s.
@@ -47,7 +47,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-BEFORE_REF = "a2b14b8"  # before issue 17: the code its figures (33 s import, 21.8 s report, 8 s dashboard) came from
+# the baseline: the code behind the figures 33 s import, 21.8 s report, 8 s dashboard
+BEFORE_REF = "a2b14b8"
 
 _PRELUDE = """
 import json, resource, sys, time

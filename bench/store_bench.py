@@ -4,7 +4,7 @@
 
 1. Rows per second through `Store.write_results`, in the run loop's batch size, with
    yes/no-shaped rows (probabilities, 20 top tokens, prompt, extra): the code of git `--before`
-   (default 69e8d33, the store before this round's changes; `schema3` for fecc4dd~1, the
+   (default 69e8d33, the store before the bulk write path; `schema3` for fecc4dd~1, the
    store's last schema-3 writer) and the working tree, each in fresh processes, interleaved;
    with `--without-top-tokens`, also the working tree on the same rows without top tokens
    (the ceiling of the rest of a write).
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-# issue 32: the store keeps up with big runs at the run loop's flush size (engine/runner.py)
+# target: the store keeps up with big runs at the run loop's flush size (engine/runner.py)
 TARGET_ROWS_S = 150_000
 
 
@@ -128,7 +128,7 @@ def run_share(limit: int | None) -> tuple[float, float, int]:
 
 
 ROOT = Path(__file__).resolve().parents[1]
-BEFORE_REF = "69e8d33"  # main at the start of round 3 (schema 4, before the bulk-path work)
+BEFORE_REF = "69e8d33"  # schema 4, before the bulk write path
 SCHEMA3_REF = "fecc4dd~1"  # the last commit whose store wrote schema 3 (`--before schema3`)
 
 

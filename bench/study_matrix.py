@@ -99,7 +99,7 @@ s.close()
 print(json.dumps({{"fill_s": time.perf_counter() - t0}}))
 """
 
-# issue 32: the study matrix over 10 runs of 87k rows renders in under 2 s
+# target: the study matrix over 10 runs of 87k rows renders in under 2 s
 TARGET_S = 2.0
 
 

@@ -353,5 +353,5 @@ def suite_from_dataset_spec(spec: dict[str, Any], spec_path: Path | None) -> Sui
     return suite
 
 
-# items from a Hugging Face dataset file or hub id (issue 18)
+# items from a Hugging Face dataset file or hub id
 register_spec_reader(SpecReader("dataset", lambda spec: "dataset" in spec, suite_from_dataset_spec))

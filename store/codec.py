@@ -292,7 +292,7 @@ def encode_top_tokens(tops: Sequence[Any]) -> bytes | None:
     """One batch's top tokens (a list per row, or None) as the blob stored in `result_blobs`:
     zstd level 1 over one MessagePack array (`pack_top_tokens`; None when no row has any). One
     encoding and one compression per batch instead of a JSON text per row: the per-row cost of
-    top tokens was more than half of a write (docs/PERFORMANCE.md, round 4 sto2)."""
+    top tokens was more than half of a write (docs/PERFORMANCE.md, "Writing results")."""
     raw = pack_top_tokens(tops)
     return None if raw is None else finish_top_tokens(tops, raw)
 
@@ -328,7 +328,7 @@ def pack_top_tokens(tops: Sequence[Any]) -> bytes | None:
     non-string keys, integers beyond 64 bits, lone surrogates). None when no row has any top
     tokens. `finish_top_tokens` checks what MessagePack would keep and JSON would not, then
     compresses. Against orjson's JSON of the same list: 40 % smaller, and its compression
-    ~2.5x cheaper (docs/PERFORMANCE.md, fifth pass)."""
+    ~2.5x cheaper (docs/PERFORMANCE.md, "Writing results")."""
     if all(t is None for t in tops):
         return None
     try:

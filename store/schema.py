@@ -104,7 +104,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     (
         3,
         """
-        -- The run record (issue 19): how to rebuild the backend, who is writing the run, and
+        -- The run record: how to rebuild the backend, who is writing the run, and
         -- why it failed. A `running` run whose owner is gone reads as `interrupted`.
         ALTER TABLE runs ADD COLUMN backend_config VARCHAR;   -- JSON: engine.config.BackendConfig (no key)
         ALTER TABLE runs ADD COLUMN owner_pid INTEGER;
@@ -115,7 +115,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     ),
     (
         4,
-        # Bulk writes (issue 17): `results` loses its primary key (an ART index insert per row
+        # Bulk writes: `results` loses its primary key (an ART index insert per row
         # cost ~20% of a write); the key is kept unique by the store's batched key check
         # (see `_KeyIndex`). Common per-item values become real columns; the JSON columns keep
         # only open shapes. Old rows are copied; promoted columns are filled by `PROMOTE_SQL`.
@@ -151,7 +151,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     ),
     (
         5,
-        # Top tokens leave the row (issue 17): a batch's top tokens are one compressed blob
+        # Top tokens leave the row: a batch's top tokens are one compressed blob
         # (zstd over one orjson array, entry i = the row with seq seq_lo + i), written in the
         # batch's transaction; a row names its batch's blob in `top_tokens_blob`, so a deleted,
         # skipped or rescored row never picks up another row's entry. Rows written before keep

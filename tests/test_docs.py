@@ -20,7 +20,7 @@ DOCS = sorted(
     ]
 )
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
-# History words: an issue number, a numbered round, an ordinal pass ("fifth pass").
+# History words: an issue number, a numbered round, an ordinal followed by "pass" or "round".
 HISTORY = re.compile(
     r"\bissues? ?#?\d+|\bround \d+|\b(?:first|second|third|fourth|fifth|sixth) (?:pass|round)\b",
     re.IGNORECASE,

@@ -15,7 +15,7 @@ from typing import Any
 from llmscope.cli.common import CLIError, ParserContext
 
 # the analysis modules are imported by the commands: the CLI registers every parser for every
-# invocation (docs/PERFORMANCE.md, round 5)
+# invocation (docs/PERFORMANCE.md, "Command start-up")
 
 
 def warn_shared(questions: dict[str, Any], path: str) -> None:

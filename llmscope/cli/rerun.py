@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 # pandas, the task registry and the store are imported by the commands that use them: the CLI
 # registers these parsers for every command, and importing them here cost every `llmscope`
-# invocation ~0.6 s (docs/PERFORMANCE.md, round 5)
+# invocation ~0.6 s (docs/PERFORMANCE.md, "Command start-up")
 
 WHERE_SHORTHANDS = {
     "failing": "correct = 0",

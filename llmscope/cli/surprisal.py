@@ -16,7 +16,7 @@ from typing import Any
 from llmscope.cli.common import CLIError, ParserContext, open_store
 
 # pandas and the analysis modules are imported by the command: the CLI registers every parser
-# for every invocation (docs/PERFORMANCE.md, round 5)
+# for every invocation (docs/PERFORMANCE.md, "Command start-up")
 
 
 def cmd_surprisal(args: argparse.Namespace) -> int:

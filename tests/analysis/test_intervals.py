@@ -96,8 +96,8 @@ def test_auto_method_selection():
     base = _items(40)
     ids = np.repeat(np.arange(40), 3)
     assert accuracy_ci(np.repeat(base, 3), ids).method == "cluster-t"
-    # few clusters: still the cluster-t interval (issue 21: the former bootstrap|Wilson rule
-    # over-covered); identical triplets -> CR1 on 10 cluster means with t(9)
+    # few clusters: still the cluster-t interval (a bootstrap|Wilson rule
+    # over-covers here); identical triplets -> CR1 on 10 cluster means with t(9)
     few = accuracy_ci(np.repeat(base[:10], 3), ids[:30])
     assert few.method == "cluster-t"
     b10 = base[:10]

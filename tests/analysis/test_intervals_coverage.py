@@ -1,4 +1,4 @@
-"""Coverage simulation for the automatic clustered interval (issue 21: 0.988 for a nominal 0.95).
+"""Coverage simulation for the automatic clustered interval: close to nominal 0.95.
 
 12 clusters (statements) of 3 correlated trials (prompt variants): each statement has its
 own probability of being answered right, drawn from Beta(1.2, 0.8) (mean 0.6, intra-cluster
@@ -30,6 +30,6 @@ def _coverage(method: str) -> float:
 
 def test_auto_interval_covers_near_nominal_with_12_clusters():
     cov = _coverage("auto")
-    # binomial 99% band around 0.95 for 600 runs: 0.95 ± 2.58 * sqrt(.95*.05/600) = [0.927, 0.973]
+    # binomial 99% band about 0.95 for 600 runs: 0.95 ± 2.58 * sqrt(.95*.05/600) = [0.927, 0.973]
     half = stats.norm.ppf(0.995) * np.sqrt(0.95 * 0.05 / R)
     assert 0.95 - half <= cov <= 0.95 + half, cov

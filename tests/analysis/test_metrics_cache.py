@@ -87,7 +87,7 @@ def test_a_changed_row_invalidates_the_stored_metrics(
 def test_a_read_only_store_caches_beside_the_file_and_never_writes_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 35 case 10: a report reads the file read-only and leaves it byte for byte as it was;
+    """A report reads the file read-only and leaves it byte for byte as it was;
     its entries are in the sidecar, read by the next process."""
     import hashlib
 

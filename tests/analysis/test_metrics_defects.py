@@ -1,4 +1,4 @@
-"""Issue 12 defects: edge binning, number normalisation, declared task options, minimal-pair context.
+"""Edge cases: edge binning, number normalisation, declared task options, minimal-pair context.
 
 Expected values are worked out by hand in the comments.
 """

@@ -1,4 +1,4 @@
-"""ProbEval's validation protocol from the CLI (issue 16 part 3): Spearman correlation between
+"""ProbEval's validation protocol from the CLI: Spearman correlation between
 automatic and gold-cluster KL across questions, with its interval. Expected values come from
 scipy.stats.spearmanr and KLs worked out by hand from the smoothed counts."""
 

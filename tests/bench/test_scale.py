@@ -1,4 +1,4 @@
-"""bench.scale runs "before" steps on real old code extracted from git (issue 17 item 6)."""
+"""bench.scale runs "before" steps on real old code extracted from git."""
 
 from __future__ import annotations
 

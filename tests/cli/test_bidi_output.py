@@ -1,4 +1,4 @@
-"""Bidi controls in stored text are shown, never obeyed, outside the TUI too (issue 35).
+"""Bidi controls in stored text are shown, never obeyed, outside the TUI too.
 
 An item "Open \\u202egnp.exe" reads "Open exe.png" in a bidi terminal or a browser. A real run
 against the scripted server stores such items (and a model name with an RTL override); then

@@ -1,4 +1,4 @@
-"""The package that `pip install .` builds (issue 18 item 6): every Python package of the source
+"""The package that `pip install .` builds: every Python package of the source
 tree is in pyproject's `packages` (a package left out is missing from the wheel and its imports
 fail only after installation), every built-in suite file is package data, and the wheel itself
 carries data/builtin and builds without setuptools warnings.

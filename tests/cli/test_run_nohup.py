@@ -1,4 +1,4 @@
-"""`nohup llmscope run ... &` survives the terminal closing (issue 35, case 9).
+"""`nohup llmscope run ... &` survives the terminal closing.
 
 A signal the shell hands down as ignored stays ignored: SIGHUP under `nohup`, SIGINT for a job
 started with `&` by a non-interactive shell. Real processes started the way a user does (the

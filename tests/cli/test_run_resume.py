@@ -1,4 +1,4 @@
-"""Runs remember how they were made (issue 19): `--resume ID` alone continues an API run
+"""Runs remember how they were made: `--resume ID` alone continues an API run
 against the same endpoint, retries errored items (or keeps them with --no-retry-errors),
 refuses option changes that would alter what the run measures, and bad numbers are
 refused at the edge. Real HTTP against the scripted OpenAI-wire server."""

@@ -1,4 +1,4 @@
-"""One way to start a run (issue 29): the same request twice says the run is complete before
+"""One way to start a run: the same request twice says the run is complete before
 any model is built, and keeps the first session's record; `--limit` extends the same run and
 appends a session; runs started from the TUI form and by `rerun` reuse the response cache the
 CLI filled. Real HTTP against the scripted OpenAI-wire server; real DuckDB files."""

@@ -1,4 +1,4 @@
-"""Signals during a run (issue 19/20): SIGTERM and SIGHUP behave like Ctrl-C, kill -9 leaves
+"""Signals during a run: SIGTERM and SIGHUP behave like Ctrl-C, kill -9 leaves
 a run that reads `interrupted`, and in every case the printed (or `--resume ID`) command
 finishes the run without loss or duplicates. A local run (tiny random Llama) and an API
 run (the scripted OpenAI-wire server) each; the API resume is given no --base-url and

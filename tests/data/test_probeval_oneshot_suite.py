@@ -1,4 +1,4 @@
-"""The built-in one-shot ProbEval example suite (issue 16 part 3): it ships with the package (no
+"""The built-in one-shot ProbEval example suite: it ships with the package (no
 ../shared), samples as the paper does (one-shot "[Q]: ... [A]:" prompt, nucleus sampling, several
 answers per question) and its runs get a ProbEval KL. Expected KLs are worked out here with
 scipy.stats.entropy from the suite's counts and the stored samples."""

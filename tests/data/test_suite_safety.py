@@ -1,6 +1,6 @@
-"""Hostile and nonsensical suite files (issue 20 items 6-7, issue 21 unknown keys).
+"""Hostile and nonsensical suite files, unknown keys included.
 
-Each hostile file from the issue goes through the CLI: exit 2, one `llmscope: error:` line
+Each hostile file goes through the CLI: exit 2, one `llmscope: error:` line
 naming the file (and line/field where there is one), no traceback, nothing in the database.
 The semantic checks are asserted on `SuiteError.path/line/field`, computed from what the
 test wrote.

@@ -53,7 +53,7 @@ def test_second_run_is_answered_from_the_cache_with_identical_numbers(tmp_path: 
     finally:
         stop_server(server)
     assert n_first == 3 and n_second == 0 and n_third == 3
-    # the start line names the endpoint for an API model (it used to say "on None/None")
+    # the start line names the endpoint for an API model (never "on None/None")
     assert (
         "None/None" not in p1.stderr + p1.stdout
         and f"at {server.base_url}" in p1.stderr + p1.stdout

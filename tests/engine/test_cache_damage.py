@@ -1,4 +1,4 @@
-"""A damaged response or embedding cache costs speed, never the run (issue 35, case 6).
+"""A damaged response or embedding cache costs speed, never the run.
 
 The cache file is damaged the way disks and people do it: one page of a real cache overwritten
 in the middle, a SQLite file of another schema, a file that is not SQLite at all. Each time a

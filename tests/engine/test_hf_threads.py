@@ -1,4 +1,4 @@
-"""Torch threads of the local backend: physical cores by default, set once (issue 17 item 5)."""
+"""Torch threads of the local backend: physical cores by default, set once."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tree attention mask for log-likelihoods (engine/hf/tree.py, issue 17 item 5).
+"""Tree attention mask for log-likelihoods (engine/hf/tree.py).
 
 One row per context: the context once, every option's tokens as branches after it, a 4-D
 mask so each option token sees only the context and its own earlier tokens. Expected

@@ -1,5 +1,5 @@
 """Capabilities probed once and recorded, the method chosen per task, the echo sanity check,
-adaptation to deterministic errors, key redaction and the raw top-k mass (issues 18-21).
+adaptation to deterministic errors, key redaction and the raw top-k mass.
 
 Real HTTP against tests/oai_server.py; expected numbers are worked out here from the
 scripted log-probs.
@@ -56,7 +56,7 @@ async def test_echo_agreeing_with_next_token_is_accepted(oai: OAIServer) -> None
 
 
 async def test_shifted_echo_is_refused_with_the_numbers(oai: OAIServer) -> None:
-    """llama-cpp-python's server shifts echo log-probs by one token (issue 21)."""
+    """llama-cpp-python's server shifts echo log-probs by one token."""
     oai.script(CHECK, token_logprobs={" yes": -0.4}, echo_shift=True)
     m = oai.script("The cat", token_logprobs={" sat": -2.0}, echo_shift=True)
     b = _backend(oai)
@@ -232,7 +232,7 @@ async def test_probe_records_capabilities_and_top_k_limit(oai: OAIServer) -> Non
 
 
 async def test_one_null_logprobs_probe_answer_does_not_downgrade(oai: OAIServer) -> None:
-    """Issue 20 item 2: a single transient `logprobs: null` on the first request."""
+    """A single transient `logprobs: null` on the first request."""
     oai.script(
         "is water wet", faults=[{"spec": {"no_logprobs": True}}], top=[["Yes", -0.1], ["No", -2.5]]
     )

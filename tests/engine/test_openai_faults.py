@@ -1,4 +1,4 @@
-"""The API fault matrix (issue 19 §7, issue 20): `llmscope run` against the scripted server
+"""The API fault matrix: `llmscope run` against the scripted server
 with one fault each, and the outcome the user must get.
 
 Every case checks: every item accounted for (a result or an error row with the reason),
@@ -285,7 +285,7 @@ def test_400_logprobs_not_supported_uses_sampled_estimate(
     capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Issue 20 item 4: a 400 'logprobs is not supported' on every request with logprobs."""
+    """A 400 'logprobs is not supported' on every request with logprobs."""
     reject = [
         {
             "param": "logprobs",

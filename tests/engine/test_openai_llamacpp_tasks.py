@@ -1,4 +1,4 @@
-"""Built-in suites against a server with llama.cpp's echo bug (issue 18), fast, on the scripted
+"""Built-in suites against a server with llama.cpp's echo bug, fast, on the scripted
 server (tests/oai_server.py): tasks that need log-likelihoods of given text stop before the
 run with one line; the choice fallback keeps the suite's extra scoring schemes; the recorded
 capabilities say only what was tried.

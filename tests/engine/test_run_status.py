@@ -1,4 +1,4 @@
-"""Run status truth (issue 19): a failed write ends the run `failed` with the error (never
+"""Run status truth: a failed write ends the run `failed` with the error (never
 `running`), the live channel gets `ended`, and a later session retries nothing twice;
 `effective_status` judges owners by pid (same host) and heartbeat (other hosts)."""
 

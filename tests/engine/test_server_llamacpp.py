@@ -4,7 +4,7 @@ One `python -m llama_cpp.server` process per session serves the embedded SmolLM2
 (`--logits_all true --model_alias smollm2`) on a free loopback port; each test runs
 `llmscope run --model openai:smollm2 --base-url ...` on a built-in suite with a small
 --limit and checks the stored rows. Where the server cannot answer a task the outcome the
-issue specifies is asserted (the recorded fallback, or a stop with a stated reason).
+user must get is asserted (the recorded fallback, or a stop with a stated reason).
 
 Needs `llama-cpp-python[server]` (`bash scripts/setup.sh server`); skipped otherwise.
 Run only this tier: `.venv/bin/python -m pytest -m server`.

@@ -1,4 +1,4 @@
-"""Round-3 bulk-path pieces (issue 17 items 2-3): JSON columns from orjson bytes, prompts copied
+"""Pieces of the bulk write and import path: JSON columns from orjson bytes, prompts copied
 from `items` inside DuckDB, the per-item answers an import scores against, and the results-file
 reader's fast path. Expected values are written out by hand or come from the stdlib."""
 

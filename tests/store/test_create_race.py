@@ -1,4 +1,4 @@
-"""Two processes that create the same new database file at the same moment (issue 35, case 2).
+"""Two processes that create the same new database file at the same moment.
 
 Each trial starts two real writer processes on one file that does not exist yet and releases
 them together (a barrier over their stdin pipes). Each opens the file the way `llmscope run`

@@ -1,4 +1,4 @@
-"""Faults of the database file itself (issue 35, case 10): a disk that fills during the final
+"""Faults of the database file itself: a disk that fills during the final
 checkpoint, a WAL damaged after a crash, a recycled owner pid.
 
 Real processes, a real DuckDB file, the scripted OpenAI-wire server (no weights loaded). The

@@ -1,4 +1,4 @@
-"""No JSON decoding of stored columns outside store/ (issue 13 item 3): every `json.loads` /
+"""No JSON decoding of stored columns outside store/: every `json.loads` /
 `orjson.loads` outside store/ must be one of the listed decoders of other JSON (source files,
 HTTP bodies, the live channel's files, the response cache), each with its reason. Stored
 columns are decoded by `llmscope.store.codec.decode_json` or come back decoded from `Store`."""

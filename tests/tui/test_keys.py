@@ -1,4 +1,4 @@
-"""Focus and keys that never surprise (issue 14 item 2): Esc goes back to the list a screen was
+"""Focus and keys that never surprise: Esc goes back to the list a screen was
 opened from, no key lands in a form field the user did not select, F1 and ? open help on every
 screen, and the command palette offers every action of the screen."""
 
@@ -25,7 +25,7 @@ def db(tmp_path: Path) -> Path:
 
 
 async def test_esc_then_n_never_edits_the_base_url(db: Path) -> None:
-    """The case from issue 14: a run is started from the form (focus in a form field), the
+    """A run is started from the form (focus in a form field), the
     dashboard opens, Esc goes back, and `n` is pressed: the base URL must stay as typed."""
     app = LlmscopeApp(db)
     async with app.run_test(size=SIZE) as pilot:

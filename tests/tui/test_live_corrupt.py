@@ -1,8 +1,8 @@
-"""A damaged live channel (issue 35, case 7): a progress file that is not UTF-8 or not a JSON
+"""A damaged live channel: a progress file that is not UTF-8 or not a JSON
 object, and one bad line in a run's results.jsonl. Readers skip the bad records, keep every
 valid one and say how many they skipped: `llmscope view` still lists the live run (with a
 notice), the dashboard's tail keeps the rows after the bad line, and the "in use" error of a
-run refused by the lock stays one line (it used to be three chained tracebacks)."""
+run refused by the lock stays one line (no chained tracebacks)."""
 
 from __future__ import annotations
 

@@ -135,7 +135,7 @@ async def test_dashboard_list_pages_from_duckdb(tmp_path: Path) -> None:
         assert len(lst._pages) <= ItemList.MAX_PAGES
         row = lst.row(0) or {}
         assert math.isclose(row["confidence"], exp[0]["confidence"], rel_tol=1e-12)
-        # after a sort change the list is back at its top (issue 14: it used to stay put)
+        # after a sort change the list is back at its top, not where the cursor was
         await pilot.press("end")
         await settle(pilot)  # pages drawn at the end were fetched by a worker
         last = _key(lst.current_row() or {})

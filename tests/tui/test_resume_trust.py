@@ -1,9 +1,9 @@
-"""The TUI's resume key (`r`) and someone else's database (issue 35, endpoint trust).
+"""The TUI's resume key (`r`) and someone else's database (endpoint trust).
 
 A run made against another server is handed over, stopped with results missing. Pressing `r`
 on its dashboard must not send $OPENAI_API_KEY to the stored base URL that none of the user's
-environment, own config or earlier choices names (before: the TUI resumed it at once, keyed
-requests and all); it says how to resume from a shell instead. A base URL the user typed into
+environment, own config or earlier choices names (resuming at once would send keyed
+requests there); it says how to resume from a shell instead. A base URL the user typed into
 the new-run form is their own choice: its resume proceeds (tests/tui/test_run_record.py)."""
 
 from __future__ import annotations

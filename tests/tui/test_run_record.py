@@ -1,4 +1,4 @@
-"""The TUI and the run record (issue 19): a local run of the embedded default model starts
+"""The TUI and the run record: a local run of the embedded default model starts
 from the form (the form fills the same BackendConfig as the CLI); a run whose owner is gone
 reads `interrupted` and is offered "Resume run" instead of "Stop run"; an idle window holds
 no database lock, so another process can read and write the file."""

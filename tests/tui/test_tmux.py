@@ -118,7 +118,7 @@ def test_llmscope_in_tmux(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_embedded_model_run_from_the_form_at_80x24(tmp_path: Path) -> None:
-    """Issue 14's first-time user: at 80x24, start a local run of the embedded model from the
+    """A first-time user: at 80x24, start a local run of the embedded model from the
     form with keys only, watch it live until done, open a failing item and see the human
     answer beside the model's, Esc back to the runs list, quit."""
     import importlib.util
@@ -228,7 +228,7 @@ def _runs(db: Path) -> dict[str, tuple[str, int]]:
 
 @pytest.mark.slow
 def test_the_tui_lives_beside_the_shell(oai_server, tmp_path: Path) -> None:  # noqa: F811
-    """Issue 29: with `llmscope` open on its home screen, `report` (a new grouping), `compare`,
+    """With `llmscope` open on its home screen, `report` (a new grouping), `compare`,
     a CLI run, a Ctrl-C (SIGINT) and its resume run in another process; after each the window
     (polling the file) is not watching and shows the new state; then a run started from its form stores
     its results. One window, never restarted."""

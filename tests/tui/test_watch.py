@@ -236,7 +236,7 @@ def writer_after_a_finished_run(tmp_path: Path):
 
 
 async def test_a_finished_run_opens_while_another_run_writes(writer_after_a_finished_run) -> None:
-    """Issue 14: from another terminal, open a finished run while a run writes the database
+    """From another terminal, open a finished run while a run writes the database
     (whose file DuckDB then locks): its dashboard and items come from its live-channel record."""
     from tests.helpers.tui import expected_accuracy
 

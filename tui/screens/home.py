@@ -69,8 +69,8 @@ class HomeScreen(BaseScreen):
         self.marked: set[str] = set()
         self._opened_initial = False
         # The run a pushed screen shows: when it closes, the runs list gets the focus back with
-        # its cursor on that run, never the form field focused before (issue 14: a stray `n`
-        # after Esc once landed in the base URL).
+        # its cursor on that run, never the form field focused before (so a key pressed
+        # after Esc, such as `n`, cannot land in the base URL).
         self._returning_to: str | None = None
 
     def compose(self) -> ComposeResult:

@@ -42,7 +42,7 @@ _BLANK_LINE = re.compile(rb"(?:^|\n)[ \t\r\x0b\x0c]*(?:\n|$)")
 
 def _ints_fit_orjson(raw: bytes) -> bool:
     """Whether every long integer in `raw` is one orjson reads exactly (WorldSense keys are
-    19-digit int64 values: checking them is ~100x cheaper than the stdlib parse they used to cause)."""
+    19-digit int64 values: checking them is ~100x cheaper than parsing with the stdlib)."""
     # orjson reads [-2**63, 2**64-1] exactly; accepting only what `read_jsonl` accepts keeps its errors.
     # Only 20+ digits or 19 starting with 9 can reach 2**63 (9.22e18): int() just for those.
     return all(int(m) < MAX_INT for m in _LONG_INT.findall(raw) if len(m) > 19 or m[0] == 57)

@@ -1,4 +1,4 @@
-"""Issue 32's check, end to end: one study file of 3 models (the embedded GGUF model, a local
+"""A study end to end: one study file of 3 models (the embedded GGUF model, a local
 HF folder, a scripted API server) x 3 built-in suites x 2 prompt templates runs with `llmscope
 study run`, is killed mid-way, runs again to completion with no row stored twice, and `study
 status --json` gives each cell the headline `llmscope report --json` gives its run.
@@ -43,9 +43,9 @@ DIGITS = [["4", -0.7], ["3", -1.6], ["5", -2.5], ["2", -3.5], ["1", -4.5]]
 
 def _study(tmp_path: Path, model: Path, base_url: str) -> Path:
     levels = "".join(f"    {lvl}:\n      templates: {json.dumps(t)}\n" for lvl, t in LEVELS.items())
-    path = tmp_path / "issue32.yaml"
+    path = tmp_path / "three_models.yaml"
     path.write_text(
-        f"""name: issue32
+        f"""name: three_models
 suites: [commonsense-sample, mc-sample, rating-sample]
 models:
   - {{model: "hf:{model}", label: tiny, threads: 1}}
