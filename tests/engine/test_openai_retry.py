@@ -136,7 +136,10 @@ async def test_timeout_is_retried_and_does_not_hang(oai: OAIServer) -> None:
         out = await asyncio.wait_for(b.next_token(f"{m} q", YES_NO), 30)
         st = b.stats()
     assert out.meta["rule"] == "all-present"
-    assert (st["timeouts"], st["retries"], st["requests"]) == (1, 1, 2)
+    # the held first request timed out and was retried; on a loaded machine a retry may also
+    # miss the short timeout, and is retried in turn: every timeout is followed by one retry
+    assert st["timeouts"] >= 1
+    assert st["retries"] == st["timeouts"] and st["requests"] == st["timeouts"] + 1
 
 
 async def test_timeout_without_retries_raises(oai: OAIServer) -> None:

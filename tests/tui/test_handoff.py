@@ -19,7 +19,7 @@ async def test_w_writes_the_page_and_the_panel_figure(tmp_path: Path) -> None:
         await pilot.press("w")
         page = folder / "run-a.html"
         assert await wait_until(
-            pilot, lambda: any("wrote" in n.message for n in app._notifications), 60
+            pilot, lambda: any("wrote" in n.message for n in app._notifications)
         )
         note = next(n.message for n in app._notifications if "wrote" in n.message)
         assert str(page) in note and str(folder / "run-a-accuracy.svg") in note
@@ -33,7 +33,7 @@ async def test_w_writes_the_page_and_the_panel_figure(tmp_path: Path) -> None:
         app.clear_notifications()
         await pilot.press("v", "w")
         assert await wait_until(
-            pilot, lambda: any("wrote" in n.message for n in app._notifications), 60
+            pilot, lambda: any("wrote" in n.message for n in app._notifications)
         )
         assert (folder / "run-a-reliability.svg").is_file()
         assert not any(n.severity == "error" for n in app._notifications)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from textual.command import CommandPalette
+from textual.command import CommandList, CommandPalette
 from textual.widgets import DataTable, Input
 
 from llmscope.tui.app import LlmscopeApp, RunStarted, TuiReporter, screen_commands
@@ -139,6 +139,14 @@ async def test_f1_and_question_mark_open_help_on_every_screen(db: Path) -> None:
         assert isinstance(app.screen, ItemScreen)
 
 
+def _highlighted(app: LlmscopeApp) -> str | None:
+    """The command palette's highlighted hit (its first line), or None while it lists none."""
+    cl = app.screen.query_one(CommandList)
+    if not cl.option_count or cl.highlighted is None:
+        return None
+    return str(cl.get_option_at_index(cl.highlighted).prompt).splitlines()[0].strip()
+
+
 def _titles(app: LlmscopeApp) -> set[str]:
     return {t for t, _, _ in screen_commands(app.screen)}
 
@@ -183,7 +191,8 @@ async def test_command_palette_lists_every_action(db: Path) -> None:
         await pilot.pause()
         assert isinstance(app.screen, CommandPalette)
         await pilot.press(*"Sort")
-        await pilot.pause(0.3)
+        # the palette gathers its hits in a worker: Enter once the best match is "Sort"
+        assert await wait_until(pilot, lambda: _highlighted(app) == "Sort"), _highlighted(app)
         await pilot.press("enter")
         await settle(pilot)
         assert isinstance(app.screen, DashboardScreen)

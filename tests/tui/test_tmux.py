@@ -149,7 +149,9 @@ def test_embedded_model_run_from_the_form_at_80x24(tmp_path: Path) -> None:
         _wait_re(sock, r"limit +4\b")
         _keys(sock, "Enter")
         live = _wait_for(sock, "SmolLM2-135M-Instruct  on  commonsense-sample")  # its dashboard
-        assert "running" in live and "/12 results" in live  # live, before the end
+        # its header names the status: `running`, or already `completed` when the 12 prompts
+        # were scored before the first capture (a cached model on a fast machine)
+        assert re.search(r"\b(running|completed)\b", live) and "/12 results" in live
         done = _wait_for(sock, "12/12 results")  # 4 items x 3 prompt variants
         _wait_for(sock, "completed")
         # When the run ends the failing list is re-read from the database (paged): let it settle
