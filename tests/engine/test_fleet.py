@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import duckdb
@@ -22,6 +23,7 @@ from llmscope.engine.openai import OpenAIBackend
 from tests.helpers.cli import api_run_args, write_api_suite
 from tests.helpers.midrun import wait_until
 from tests.helpers.oai import CANARY_KEY, start_server, stop_server
+from tests.helpers.tui import HANG_S
 
 TOP = [["Yes", -0.3], ["No", -1.6]]
 
@@ -109,15 +111,26 @@ async def test_backend_finishes_every_call_when_a_replica_dies_and_takes_it_back
         # b comes back on its port: after the cool-off it is tried and rejoins
         b = start_server("--port", str(port_b))
         b.script("[f]", top=TOP, delay=0.05)
+        # (a loaded machine may have spent a cool-off and a failed trial while b was down, which
+        # doubles the next wait: calls go on until b's trial is due, bounded only by HANG_S)
+        end = time.monotonic() + HANG_S
         await asyncio.sleep(COOL_OFF_S + 0.2)
-        await asyncio.gather(*(be.next_token(f"[f] {i}", ["yes", "no"]) for i in range(20, 30)))
-        st = be.stats()
+        i = 20
+        while True:
+            await asyncio.gather(
+                *(be.next_token(f"[f] {k}", ["yes", "no"]) for k in range(i, i + 10))
+            )
+            i += 10
+            st = be.stats()
+            if st["endpoints_up"] == [True, True] or time.monotonic() > end:
+                break
+            await asyncio.sleep(0.5)
         assert st["endpoints_up"] == [True, True]
         assert [e["event"] for e in st["endpoint_events"]] == ["down", "back"]
         # its trial came first; once it answered, requests waiting for a slot went to it too
         after_trial = len(b.log("[f]"))
         assert after_trial >= 1
-        await asyncio.gather(*(be.next_token(f"[f] {i}", ["yes", "no"]) for i in range(30, 40)))
+        await asyncio.gather(*(be.next_token(f"[f] {k}", ["yes", "no"]) for k in range(i, i + 10)))
         assert len(b.log("[f]")) > after_trial  # back in the rotation
     finally:
         await be.aclose()

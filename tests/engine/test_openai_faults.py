@@ -43,7 +43,7 @@ def _run(
 ) -> tuple[int, str]:
     rc = cli.main(
         api_run_args(
-            spec, db, base_url, "--max-retries", "2", "--timeout", "1", "--no-report", *extra
+            spec, db, base_url, "--max-retries", "2", "--timeout", "30", "--no-report", *extra
         )
     )
     err = capsys.readouterr().err
@@ -101,11 +101,12 @@ def _run_three(
     tmp: Path,
     want_rc: int,
     fault: dict[str, Any] | None = None,
+    extra: tuple[str, ...] = (),
     **spec: Any,
 ) -> tuple[int, list[tuple[Any, ...]], dict[str, Any]]:
     """Run the three-item suite of `_setup` with `fault` on its middle item; every item stored once."""
     db = tmp / "r.duckdb"
-    rc, err = _run(capsys, _setup(oai, tmp, fault, **spec), db, oai.base_url)
+    rc, err = _run(capsys, _setup(oai, tmp, fault, **spec), db, oai.base_url, *extra)
     assert rc == want_rc, err
     rows, run = _rows(db)
     assert [r[0] for r in rows] == ["i0", "i1", "i2"]
@@ -124,7 +125,9 @@ TRANSIENT = {
     "500": ({"status": 500}, "server_errors"),
     "503+Retry-After": ({"status": 503, "headers": {"Retry-After": "0.1"}}, "server_errors"),
     "reset mid-body": ({"reset": True}, "connection_errors"),
-    "hang past timeout": ({"sleep": 2.5}, "timeouts"),
+    # held far past the request timeout (5 s here; 30 s in the other cases, so that a slow answer
+    # from a loaded machine is never taken for a fault)
+    "hang past timeout": ({"sleep": 300}, "timeouts"),
     "malformed JSON": ({"malformed": True}, "malformed"),
     "200 empty choices": (
         {"json": {"id": "x", "object": "chat.completion", "choices": []}},
@@ -140,7 +143,8 @@ def test_transient_fault_is_retried_and_scored(
     case: str, oai: OAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fault, counter = TRANSIENT[case]
-    rc, rows, run = _run_three(capsys, oai, tmp_path, 0, fault)
+    extra = ("--timeout", "5") if counter == "timeouts" else ()
+    rc, rows, run = _run_three(capsys, oai, tmp_path, 0, fault, extra)
     assert run["status"] == "completed" and run["n_errors"] == 0
     for r in rows:  # every item scored from log-probs, with the hand-computed numbers
         assert r[6] is None
@@ -324,10 +328,10 @@ def test_server_that_stops_answering_pauses_the_run(
 ) -> None:
     oai.script(PROBE, top=TOP)
     oai.script("[ok]", top=TOP)
-    oai.script("[dead]", top=TOP, delay=3.0)  # accepts the connection, never answers in time
+    oai.script("[dead]", top=TOP, delay=300.0)  # accepts the connection, never answers in time
     spec = _yesno_suite(tmp_path, ["[ok] a"] + [f"[dead] {k}" for k in range(12)])
     db = tmp_path / "r.duckdb"
-    rc, err = _run(capsys, spec, db, oai.base_url, "--timeout", "0.3", "--concurrency", "4")
+    rc, err = _run(capsys, spec, db, oai.base_url, "--timeout", "3", "--concurrency", "4")
     assert rc == 130
     assert "stopped answering" in err and "resume" in err
     rows, run = _rows(db)
