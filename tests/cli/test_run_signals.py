@@ -23,7 +23,14 @@ from typing import Any
 import duckdb
 import pytest
 
-from tests.helpers.cli import cli, cli_cmd, cli_env, record, tiny_model_dir, write_yesno_suite
+from tests.helpers.cli import (
+    cli,
+    cli_env,
+    record,
+    start_cli,
+    tiny_model_dir,
+    write_yesno_suite,
+)
 from tests.helpers.midrun import signal_frozen, wait_stored
 from tests.helpers.oai import oai, oai_server, write_marked_suite  # noqa: F401
 from tests.helpers.tinymodel import tiny_run_args
@@ -76,9 +83,7 @@ def _interrupt_then_resume(
 ) -> dict[str, Any]:
     """Start the run, and once it reports stored results (kill -9 leaves rows to keep) signal
     it with `send`, which holds its work; then resume it as printed."""
-    proc = subprocess.Popen(
-        cli_cmd(*cmd), env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
+    proc = start_cli(*cmd)
     try:
         wait_stored(db, proc)
         send(proc)

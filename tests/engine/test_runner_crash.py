@@ -28,6 +28,7 @@ from tests.helpers.cli import (
     record,
     result_rows,
     snapshot,
+    start_cli,
     tiny_model_dir,
     write_choice_suite,
     write_yesno_suite,
@@ -212,13 +213,7 @@ def test_sigkill_at_random_points_then_resume(setup: dict[str, Any]) -> None:
 def test_ctrl_c_stops_cleanly_and_says_how_to_resume(setup: dict[str, Any]) -> None:
     db = setup["base"] / "interrupted.duckdb"
     spec, model = setup["suites"]["yesno"], setup["model"]
-    proc = subprocess.Popen(
-        cli_cmd(*_run_args(spec, model, db)),
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli(*_run_args(spec, model, db), stdout=subprocess.PIPE)
     try:
         # Once results are stored, Ctrl-C while the run is frozen (tests/helpers/midrun.py): a
         # fixed sleep, then a count of scored prompts, let a run on a loaded machine finish first.

@@ -96,6 +96,17 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def default_signals() -> None:
+    """In a child before exec (`preexec_fn`): Ctrl-C, hang-up and terminate back to their default
+    handling. A test that signals a run must not depend on how pytest was started: in the
+    background of a script (SIGINT ignored) or under nohup (SIGHUP ignored), the run would inherit
+    the ignored signal and go on."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def cli_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "llmscope", *args]
 
@@ -170,17 +181,29 @@ def api_run(
     )
 
 
+def start_cli(
+    *args: str, env: dict[str, str] | None = None, stdout: int = subprocess.DEVNULL
+) -> subprocess.Popen[str]:
+    """`llmscope ARGS` started in the background with the default signal handling (a test may
+    signal it); stderr piped as text, stdout discarded unless given."""
+    return subprocess.Popen(
+        cli_cmd(*args),
+        env=env or cli_env(),
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_signals,
+    )
+
+
 def start_api_run(
     spec: str | Path, db: str | Path, base_url: str, *extra: str, **env: str
 ) -> subprocess.Popen[str]:
     """A quiet `llmscope run` (`api_run_args`, no report, no response cache) started in the
     background with OPENAI_API_KEY=sk-test and `env`; stdout discarded, stderr piped as text."""
-    return subprocess.Popen(
-        cli_cmd(*api_run_args(spec, db, base_url, "--no-report", "--quiet", "--no-cache", *extra)),
+    return start_cli(
+        *api_run_args(spec, db, base_url, "--no-report", "--quiet", "--no-cache", *extra),
         env=cli_env(OPENAI_API_KEY="sk-test", **env),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
     )
 
 
@@ -189,12 +212,10 @@ def start_study_run(
 ) -> subprocess.Popen[str]:
     """`llmscope study run STUDY --trust-study --jobs N` started in the background with
     OPENAI_API_KEY=sk-test; stderr piped as text (stdout discarded unless given)."""
-    return subprocess.Popen(
-        cli_cmd("study", "run", str(study), "--db", str(db), "--trust-study", "--jobs", str(jobs)),
+    return start_cli(
+        *("study", "run", str(study), "--db", str(db), "--trust-study", "--jobs", str(jobs)),
         env=cli_env(OPENAI_API_KEY="sk-test"),
         stdout=stdout,
-        stderr=subprocess.PIPE,
-        text=True,
     )
 
 

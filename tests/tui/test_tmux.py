@@ -236,7 +236,7 @@ def test_the_tui_lives_beside_the_shell(oai_server, tmp_path: Path) -> None:  # 
     its results. One window, never restarted."""
     import signal
 
-    from tests.helpers.cli import cli, cli_cmd, cli_env
+    from tests.helpers.cli import cli, cli_env, start_cli
     from tests.helpers.midrun import wait_stored, wait_until
     from tests.helpers.oai import CANARY_KEY
 
@@ -300,12 +300,8 @@ def test_the_tui_lives_beside_the_shell(oai_server, tmp_path: Path) -> None:  # 
         assert first.returncode == 0, first.stderr
         (rid_fast,) = set(_runs(db)) - {"run-a", "run-b"}
         settled(rid_fast[:8], "12/12")
-        proc = subprocess.Popen(
-            cli_cmd("run", "--suite", str(slow), "--concurrency", "1", *api),
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        proc = start_cli(
+            "run", "--suite", str(slow), "--concurrency", "1", *api, env=env, stdout=subprocess.PIPE
         )
         try:
             wait_until(
