@@ -291,7 +291,7 @@ _CHOICE_FLAGS: tuple[tuple[str, list[str], str], ...] = (
         "--matcher",
         ["wordnet", "embedding", "exact"],
         "wordnet: ProtoQA WordNet matching (the paper's, default); embedding: MiniLM cosine "
-        "(llmscope's earlier rule); exact: normalised string match only",
+        "(an alternative to WordNet); exact: normalised string match only",
     ),
     (
         "--unmatched",
