@@ -27,13 +27,12 @@ class RunStartingScreen(Screen[None]):
         super().__init__(id="starting")
         self.title_text = title
         self.reporter = reporter
-        self.phase = "resolving the suite, its options and the stored run ..."
         self.phase_since = time.monotonic()
         self.started = time.monotonic()
         self.lines: list[tuple[str, str]] = []
         # each phase shown, in order, with how long it took once it gave way to the next: the
         # screen lists them, so a slow start says where its time went
-        self.phases: list[str] = [self.phase]
+        self.phases: list[str] = ["resolving the suite, its options and the stored run ..."]
         self.took: list[float] = []
 
     def compose(self) -> ComposeResult:
@@ -50,10 +49,10 @@ class RunStartingScreen(Screen[None]):
 
     def set_phase(self, text: str) -> None:
         """A new phase (UI thread)."""
-        if text != self.phase:
+        if text != self.phases[-1]:
             now = time.monotonic()
             self.took.append(now - self.phase_since)
-            self.phase, self.phase_since = text, now
+            self.phase_since = now
             self.phases.append(text)
         self._draw()
 
@@ -71,7 +70,7 @@ class RunStartingScreen(Screen[None]):
             t.append(literal(_short(done), style="dim"))
             t.append(f"  {secs:.0f}s\n", style="dim")
         t.append("● ", style="bold yellow")
-        t.append(literal(self.phase))
+        t.append(literal(self.phases[-1]))
         t.append(
             f"  {now - self.phase_since:.0f}s (started {now - self.started:.0f}s ago)", style="dim"
         )
